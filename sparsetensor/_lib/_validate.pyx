@@ -1,0 +1,4 @@
+# placeholder: written by the validation kernel work
+def validate_compressed(compressed, plain, plain_size, nthreads):
+    raise NotImplementedError
+
