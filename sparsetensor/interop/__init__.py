@@ -1,0 +1,1 @@
+"""sparsetensor.interop"""
