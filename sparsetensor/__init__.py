@@ -1,1 +1,32 @@
-"""sparsetensor"""
+"""sparsetensor: sparse tensors for Python.
+
+PyTorch's sparse layout model (COO with dense dims; CSR, CSC, BSR, BSC with
+batch and dense dims) on NumPy arrays, with full invariant checking and Cython
+kernels. See the README for a tour.
+"""
+
+from ._config import check_invariants, get_check_invariants, num_threads, set_num_threads
+from ._dense import from_dense
+from ._dtypes import INDEX_DTYPES, VALUE_DTYPES
+from ._errors import InvariantError
+from ._factory import (
+    sparse_bsc_tensor,
+    sparse_bsr_tensor,
+    sparse_compressed_tensor,
+    sparse_coo_tensor,
+    sparse_csc_tensor,
+    sparse_csr_tensor,
+)
+from ._layout import Layout, sparse_bsc, sparse_bsr, sparse_coo, sparse_csc, sparse_csr, strided
+from ._tensor import COOTensor, CompressedTensor, SparseTensor
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "InvariantError", "Layout", "SparseTensor", "COOTensor", "CompressedTensor",
+    "strided", "sparse_coo", "sparse_csr", "sparse_csc", "sparse_bsr", "sparse_bsc",
+    "sparse_coo_tensor", "sparse_compressed_tensor", "sparse_csr_tensor", "sparse_csc_tensor",
+    "sparse_bsr_tensor", "sparse_bsc_tensor", "from_dense",
+    "check_invariants", "get_check_invariants", "num_threads", "set_num_threads",
+    "INDEX_DTYPES", "VALUE_DTYPES", "__version__",
+]

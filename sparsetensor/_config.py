@@ -1,0 +1,78 @@
+"""Per-context settings: the default of ``check_invariants`` and thread counts."""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import os
+
+__all__ = ["check_invariants", "get_check_invariants", "resolve_check", "num_threads", "set_num_threads"]
+
+_CHECK = contextvars.ContextVar("sparsetensor_check_invariants", default=True)
+_THREADS = contextvars.ContextVar("sparsetensor_num_threads", default=None)
+
+
+@contextlib.contextmanager
+def check_invariants(enabled: bool = True):
+    """Set the default of ``check_invariants=`` for constructors in this context.
+
+    The setting is context-local (a :mod:`contextvars` variable): other threads
+    and asyncio tasks keep their own.
+
+    Examples
+    --------
+    >>> import sparsetensor as st
+    >>> with st.check_invariants(False):
+    ...     t = st.sparse_csr_tensor([0, 1], [0], [1.0], size=(1, 1))
+    >>> t.check_invariants()  # a full check is still available
+    """
+    token = _CHECK.set(bool(enabled))
+    try:
+        yield
+    finally:
+        _CHECK.reset(token)
+
+
+def get_check_invariants() -> bool:
+    """The current context's default for ``check_invariants=``."""
+    return _CHECK.get()
+
+
+def resolve_check(check_invariants) -> bool:
+    return _CHECK.get() if check_invariants is None else bool(check_invariants)
+
+
+def _default_threads() -> int:
+    env = os.environ.get("OMP_NUM_THREADS", "").split(",")[0].strip()
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # pragma: no cover - non-Linux
+        return os.cpu_count() or 1
+
+
+def set_num_threads(n: int | None) -> None:
+    """Set the number of threads the kernels use in this context (None: default).
+
+    The default is ``OMP_NUM_THREADS`` when set, else the CPUs this process may run on.
+    """
+    if n is not None and int(n) < 1:
+        raise ValueError(f"number of threads must be >= 1, got {n}")
+    _THREADS.set(None if n is None else int(n))
+
+
+def num_threads(threads: int | None = None, work: int | None = None, grain: int = 1 << 15) -> int:
+    """How many threads a kernel should use.
+
+    ``threads`` (an explicit argument) wins over the context setting, which wins
+    over ``OMP_NUM_THREADS`` and the CPU count. Inputs with less than ``grain``
+    units of ``work`` run on one thread: spawning threads would cost more.
+    """
+    n = threads if threads is not None else _THREADS.get()
+    n = _default_threads() if n is None else int(n)
+    if n < 1:
+        raise ValueError(f"number of threads must be >= 1, got {n}")
+    if work is not None and work < grain:
+        return 1
+    return n

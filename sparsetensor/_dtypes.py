@@ -1,0 +1,88 @@
+"""Value and index dtypes, and the views kernels take of value arrays."""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["VALUE_DTYPES", "INDEX_DTYPES", "as_value_dtype", "as_index_dtype", "index_dtype_of",
+           "check_fits", "raw_view", "zero_test_view", "arith_view"]
+
+VALUE_DTYPES = tuple(np.dtype(d) for d in (
+    "bool", "int8", "int16", "int32", "int64", "uint8",
+    "float16", "float32", "float64", "complex64", "complex128"))
+INDEX_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))
+
+_RAW = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+
+
+def as_value_dtype(dtype) -> np.dtype:
+    """Normalise ``dtype`` (NumPy or torch spelling) to a supported value dtype."""
+    if dtype is None:
+        raise TypeError("dtype must not be None here")
+    name = str(dtype)
+    if name.startswith("torch."):
+        name = name[len("torch."):]
+    try:
+        dt = np.dtype(name if not name.startswith("<") else dtype)
+    except TypeError:
+        raise TypeError(f"unsupported value dtype {dtype!r}") from None
+    if dt not in VALUE_DTYPES:
+        raise TypeError(f"unsupported value dtype {dt}; supported: {', '.join(map(str, VALUE_DTYPES))}")
+    return dt
+
+
+def as_index_dtype(dtype) -> np.dtype:
+    dt = np.dtype(str(dtype).replace("torch.", ""))
+    if dt not in INDEX_DTYPES:
+        raise TypeError(f"index dtype must be int32 or int64 (invariant 1.3), got {dt}")
+    return dt
+
+
+def index_dtype_of(arr: np.ndarray, name: str, layout: str) -> np.dtype:
+    """The index dtype of a user's index array; other integer dtypes are refused, never cast."""
+    from ._errors import InvariantError
+
+    dt = arr.dtype
+    if dt in INDEX_DTYPES:
+        return dt
+    raise InvariantError("1.3", layout, f"{name} must have dtype int32 or int64, got {dt}")
+
+
+def check_fits(index_dtype: np.dtype, layout: str, **sizes: int) -> None:
+    """Raise if a size or nnz does not fit ``index_dtype`` (invariant 1.3)."""
+    from ._errors import InvariantError
+
+    limit = np.iinfo(index_dtype).max
+    for name, value in sizes.items():
+        if value > limit:
+            raise InvariantError("1.3", layout,
+                                 f"{name}={value} does not fit index dtype {index_dtype} (max {limit})")
+
+
+def raw_view(values: np.ndarray) -> np.ndarray:
+    """The same bytes as unsigned integers of the item size; complex128 becomes uint64 pairs,
+    doubling the last dim. ``values`` must be C-contiguous and at least 1-d."""
+    size = values.dtype.itemsize
+    return values.view(np.uint64 if size == 16 else _RAW[size])
+
+
+def zero_test_view(values: np.ndarray) -> np.ndarray:
+    """A view in which "item != 0" tests each element: complex as float pairs (last dim
+    doubled), float16 as uint16 (nonzero means ``x & 0x7fff``), bool as uint8."""
+    dt = values.dtype
+    if dt.kind == "c":
+        return values.view(np.float32 if dt == np.complex64 else np.float64)
+    if dt == np.float16:
+        return values.view(np.uint16)
+    if dt == np.bool_:
+        return values.view(np.uint8)
+    return values
+
+
+def arith_view(values: np.ndarray) -> np.ndarray:
+    """A view (or widened copy for float16) whose dtype the accumulating kernels take."""
+    if values.dtype == np.bool_:
+        return values.view(np.uint8)
+    if values.dtype == np.float16:
+        return values.astype(np.float32)
+    return values

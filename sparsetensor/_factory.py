@@ -1,0 +1,327 @@
+"""Constructors: turn user input into tensors, checking every invariant they can break.
+
+The O(1) checks (dtypes, ndims, shapes, sizes that fit the index dtype) always
+run; the O(nnz) index scans run when ``check_invariants`` is on (by default, see
+:func:`sparsetensor.check_invariants`).
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+
+import numpy as np
+
+from . import _layout as L
+from ._config import resolve_check
+from ._device import as_device
+from ._dtypes import INDEX_DTYPES, VALUE_DTYPES, as_value_dtype, check_fits
+from ._errors import InvariantError
+from ._tensor import COOTensor, CompressedTensor
+from ._validate import check_compressed_indices, check_coo_indices
+
+__all__ = ["sparse_coo_tensor", "sparse_compressed_tensor", "sparse_csr_tensor", "sparse_csc_tensor",
+           "sparse_bsr_tensor", "sparse_bsc_tensor", "check_compressed_members", "check_coo_members"]
+
+
+# -- input normalisation -------------------------------------------------------------
+def _as_index_array(x, name: str, layout: str) -> np.ndarray:
+    """A C-contiguous int32/int64 array; other dtypes are refused (1.3), never cast.
+
+    Python lists become int64 (an empty list too). Non-contiguous arrays are
+    copied to contiguous ones (invariants 3.5/3.6), keeping their dtype.
+    """
+    from_list = not hasattr(x, "dtype")
+    a = np.asarray(x)
+    if from_list and (a.dtype.kind in "iu" or a.size == 0):
+        a = a.astype(np.int64, copy=False)
+    if a.dtype not in INDEX_DTYPES:
+        raise InvariantError("1.3", layout, f"{name} must have dtype int32 or int64, got {a.dtype}")
+    return np.ascontiguousarray(a)
+
+
+def _as_values(x, dtype) -> np.ndarray:
+    a = np.asarray(x)
+    if dtype is not None:
+        a = a.astype(as_value_dtype(dtype), copy=False)
+    if a.dtype not in VALUE_DTYPES:
+        raise TypeError(f"unsupported value dtype {a.dtype} (invariant 1.5); supported: "
+                        f"{', '.join(map(str, VALUE_DTYPES))}")
+    return a
+
+
+def _as_size(size, name="size") -> tuple:
+    try:
+        dims = tuple(operator.index(s) for s in size)
+    except TypeError:
+        raise TypeError(f"{name} must be a sequence of integers, got {size!r}") from None
+    if any(s < 0 for s in dims):
+        raise ValueError(f"{name} must not have negative sizes, got {dims}")
+    return dims
+
+
+# -- COO ---------------------------------------------------------------------------------
+def check_coo_members(indices: np.ndarray, values: np.ndarray, shape: tuple) -> None:
+    """The O(1) COO invariants C1-C3 (README): dims add up, member shapes agree with ``shape``."""
+    if indices.ndim != 2:
+        raise InvariantError("C2", "coo", f"indices must be 2-d (sparse_dim, nnz), got shape {indices.shape}")
+    sparse_dim, nnz = indices.shape
+    if values.ndim < 1:
+        raise InvariantError("C3", "coo", f"values must be at least 1-d (nnz, ...), got shape {values.shape}")
+    dense_dim = values.ndim - 1
+    if sparse_dim + dense_dim != len(shape):
+        raise InvariantError("C1", "coo", f"sparse_dim ({sparse_dim}, from indices) + dense_dim ({dense_dim}, "
+                             f"from values) must equal len(size)={len(shape)}")
+    if values.shape[0] != nnz:
+        raise InvariantError("C3", "coo", f"values.shape[0] must equal nnz={nnz} (indices.shape[1]), "
+                             f"got values.shape={values.shape}")
+    if tuple(values.shape[1:]) != tuple(shape[sparse_dim:]):
+        raise InvariantError("C3", "coo", f"values.shape[1:] must equal the dense sizes {tuple(shape[sparse_dim:])}, "
+                             f"got {tuple(values.shape[1:])}")
+    check_fits(indices.dtype, "coo", **{f"size[{d}]": shape[d] for d in range(sparse_dim)})
+
+
+def sparse_coo_tensor(indices, values, size=None, *, dtype=None, device=None, check_invariants=None,
+                      is_coalesced=None) -> COOTensor:
+    """Build a COO tensor from ``indices`` (``(sparse_dim, nnz)``) and ``values`` (``(nnz,) + dense``).
+
+    Parameters
+    ----------
+    indices : array_like of int32 or int64
+        Row ``d`` holds the coordinates along sparse dim ``d``. Lists become int64.
+    values : array_like
+        One value (or dense sub-array, for hybrid tensors) per column of ``indices``.
+    size : sequence of int, optional
+        The shape. Estimated when omitted: ``indices[d].max() + 1`` per sparse
+        dim, then ``values.shape[1:]``.
+    dtype : dtype, optional
+        Convert ``values`` to this dtype.
+    check_invariants : bool, optional
+        Scan the indices (bounds, and sortedness when ``is_coalesced=True``).
+        Defaults to the context's setting, see :func:`check_invariants`.
+    is_coalesced : bool, optional
+        Declare the indices sorted and distinct (checked when checking is on).
+
+    Examples
+    --------
+    >>> import sparsetensor as st
+    >>> t = st.sparse_coo_tensor([[0, 1, 1], [2, 0, 2]], [3.0, 4.0, 5.0], size=(2, 3))
+    >>> t.to_dense()
+    array([[0., 0., 3.],
+           [4., 0., 5.]])
+    """
+    as_device(device)
+    values = _as_values(values, dtype)
+    indices = _as_index_array(indices, "indices", "coo")
+    if indices.ndim == 1 and indices.size == 0:
+        # torch accepts sparse_coo_tensor([], [], size): an empty index list.
+        sparse_dim = (len(size) - max(values.ndim - 1, 0)) if size is not None else 1
+        indices = indices.reshape(max(sparse_dim, 0), 0)
+    if indices.ndim != 2:
+        raise InvariantError("C2", "coo", f"indices must be 2-d (sparse_dim, nnz), got shape {indices.shape}")
+    if size is None:
+        if values.ndim < 1:
+            raise InvariantError("C3", "coo", f"values must be at least 1-d (nnz, ...), got shape {values.shape}")
+        if indices.shape[1]:
+            sparse = tuple(int(m) + 1 for m in indices.max(axis=1))
+            if indices.min() < 0:
+                bad = int(np.argmin(indices.min(axis=1)))
+                raise InvariantError("C4", "coo", f"indices[{bad}] must be >= 0; got {int(indices[bad].min())}")
+        else:
+            sparse = (0,) * indices.shape[0]
+        size = sparse + tuple(values.shape[1:])
+    shape = _as_size(size)
+    check_coo_members(indices, values, shape)
+    coalesced = bool(is_coalesced) or indices.shape[1] <= 1
+    if resolve_check(check_invariants):
+        check_coo_indices(indices, shape, coalesced=bool(is_coalesced))
+    return COOTensor(indices, values, shape, coalesced)
+
+
+# -- compressed -------------------------------------------------------------------------
+def _block_ndim(layout: L.Layout) -> int:
+    return 2 if layout.blocked else 0
+
+
+def check_compressed_members(compressed: np.ndarray, plain: np.ndarray, values: np.ndarray, shape: tuple,
+                             layout: L.Layout) -> tuple:
+    """The O(1) invariants 1.x and 3.x of seed 003 for a compressed tensor of ``shape``.
+
+    Returns ``(batch_dim, dense_dim, blocksize)``.
+    """
+    name = layout.name
+    c, p = layout.compressed_name, layout.plain_name
+    if compressed.dtype != plain.dtype:
+        raise InvariantError("1.2", name, f"{p} must have the dtype of {c} ({compressed.dtype}), got {plain.dtype}")
+    for arr, nm in ((compressed, c), (plain, p)):
+        if arr.dtype not in INDEX_DTYPES:
+            raise InvariantError("1.3", name, f"{nm} must have dtype int32 or int64, got {arr.dtype}")
+    if compressed.ndim < 1:
+        raise InvariantError("3.2", name, f"{c} must be at least 1-d, got a 0-d array")
+    m = compressed.ndim - 1
+    if plain.ndim != m + 1:
+        raise InvariantError("3.3", name, f"{p}.ndim must be {m + 1} (batch_dim + 1, from {c}), got {plain.ndim}")
+    b = _block_ndim(layout)
+    if values.ndim < m + 1 + b:
+        raise InvariantError("3.4", name, f"values.ndim must be at least {m + 1 + b} (batch_dim + 1"
+                             f"{' + 2 block dims' if b else ''}), got {values.ndim}")
+    n = values.ndim - m - 1 - b
+    if len(shape) != m + 2 + n:
+        raise InvariantError("3.1", name, f"size must have batch_dim + 2 + dense_dim = {m} + 2 + {n} = {m + 2 + n} "
+                             f"dims (from the members), got {len(shape)}: {tuple(shape)}")
+    batch = tuple(shape[:m])
+    blocksize = tuple(values.shape[m + 1: m + 1 + b]) if b else (1, 1)
+    rows, cols = shape[m], shape[m + 1]
+    if b and 0 in blocksize:
+        raise InvariantError("3.10", name, f"blocksize must be positive, got {blocksize} "
+                             f"(values.shape[{m + 1}:{m + 3}])")
+    if rows % blocksize[0] or cols % blocksize[1]:
+        raise InvariantError("3.1", name, f"the sparse sizes ({rows}, {cols}) must be multiples of the "
+                             f"blocksize {blocksize} (values.shape[{m + 1}:{m + 3}])")
+    n_compressed = rows // blocksize[0] if layout.compressed_rows else cols // blocksize[1]
+    if tuple(compressed.shape) != batch + (n_compressed + 1,):
+        raise InvariantError("3.8", name, f"{c}.shape must be batch + (n + 1,) = {batch + (n_compressed + 1,)}, "
+                             f"got {tuple(compressed.shape)}")
+    if tuple(plain.shape[:-1]) != batch:
+        raise InvariantError("3.9", name, f"{p}.shape must be batch + (nnz,) with batch={batch}, got "
+                             f"{tuple(plain.shape)}")
+    nnz = plain.shape[-1]
+    expect = batch + (nnz,) + (blocksize if b else ()) + tuple(shape[m + 2:])
+    if tuple(values.shape) != expect:
+        raise InvariantError("3.10", name, f"values.shape must be batch + (nnz,){' + blocksize' if b else ''} "
+                             f"+ dense = {expect}, got {tuple(values.shape)}")
+    if not compressed.flags.c_contiguous or not plain.flags.c_contiguous:
+        raise InvariantError("3.5" if not compressed.flags.c_contiguous else "3.6", name,
+                             "index arrays must be C-contiguous")
+    if not _values_layout_ok(values, m, n, b):
+        raise InvariantError("3.7", name, "values must be contiguous"
+                             + (" or contiguous after swapping the two block dims" if b else ""))
+    check_fits(compressed.dtype, name, nnz=nnz, nrows=rows, ncols=cols)
+    return m, n, blocksize
+
+
+def _values_layout_ok(values: np.ndarray, m: int, n: int, b: int) -> bool:
+    if values.flags.c_contiguous:
+        return True
+    return bool(b) and values.swapaxes(-2 - n, -1 - n).flags.c_contiguous
+
+
+def _estimate_compressed_shape(compressed, plain, values, layout) -> tuple:
+    """Seed 003, "Estimating the shape": the plain size is max(plain.max() + 1, max row length)."""
+    m = compressed.ndim - 1
+    b = _block_ndim(layout)
+    if plain.ndim != m + 1:
+        raise InvariantError("3.3", layout.name, f"{layout.plain_name}.ndim must be {m + 1}, got {plain.ndim}")
+    if values.ndim < m + 1 + b:
+        raise InvariantError("3.4", layout.name, f"values.ndim must be at least {m + 1 + b}, got {values.ndim}")
+    blocksize = tuple(values.shape[m + 1: m + 3]) if b else (1, 1)
+    n_compressed = compressed.shape[-1] - 1
+    n_plain = int(plain.max()) + 1 if plain.size else 0
+    if compressed.shape[-1] > 1 and compressed.size:
+        n_plain = max(n_plain, int(np.diff(compressed, axis=-1).max()))
+    if n_compressed < 0:
+        raise InvariantError("3.8", layout.name, f"{layout.compressed_name} must have at least one entry per batch")
+    nrows, ncols = (n_compressed, n_plain) if layout.compressed_rows else (n_plain, n_compressed)
+    dense = tuple(values.shape[m + 1 + b:])
+    return tuple(compressed.shape[:-1]) + (nrows * blocksize[0], ncols * blocksize[1]) + dense
+
+
+def _prepare_values(values: np.ndarray, m: int, layout: L.Layout) -> np.ndarray:
+    """Contiguous values (3.7): a documented copy unless already contiguous (or block-transposed contiguous)."""
+    b = _block_ndim(layout)
+    n = values.ndim - m - 1 - b
+    if n >= 0 and _values_layout_ok(values, m, n, b):
+        return values
+    return np.ascontiguousarray(values)
+
+
+def sparse_compressed_tensor(compressed_indices, plain_indices, values, size=None, *, layout, dtype=None,
+                             device=None, check_invariants=None) -> CompressedTensor:
+    """Build a CSR, CSC, BSR or BSC tensor (``layout=``), with optional batch and dense dims.
+
+    Parameters
+    ----------
+    compressed_indices : array_like of int32 or int64, shape ``batch + (n + 1,)``
+        ``crow_indices`` for csr/bsr, ``ccol_indices`` for csc/bsc.
+    plain_indices : array_like, shape ``batch + (nnz,)``
+        ``col_indices`` for csr/bsr, ``row_indices`` for csc/bsc; same dtype.
+    values : array_like, shape ``batch + (nnz,) + blocksize + dense``
+        (no blocksize dims for csr/csc).
+    size : sequence of int, optional
+        ``batch + (nrows, ncols) + dense``; estimated as seed 003 says when omitted.
+    layout : str or Layout
+    dtype : dtype, optional
+        Convert ``values`` to this dtype.
+    check_invariants : bool, optional
+        Run the O(nnz) checks of invariants 5.1-5.6 (the O(1) ones always run).
+        Defaults to the context's setting, see :func:`check_invariants`.
+
+    Index arrays keep their dtype; non-contiguous inputs are copied to
+    contiguous arrays (invariants 3.5-3.7); other inputs are used without a copy.
+
+    Examples
+    --------
+    >>> import sparsetensor as st
+    >>> t = st.sparse_compressed_tensor([0, 1, 1], [0], [[[1, 2], [3, 4]]], layout="bsr")
+    >>> t.shape, t.blocksize
+    ((4, 2), (2, 2))
+    """
+    layout = L.as_layout(layout)
+    if not layout.compressed:
+        raise ValueError(f"sparse_compressed_tensor needs a compressed layout (csr, csc, bsr, bsc), got {layout!r}")
+    as_device(device)
+    values = _as_values(values, dtype)
+    compressed = _as_index_array(compressed_indices, layout.compressed_name, layout.name)
+    plain = _as_index_array(plain_indices, layout.plain_name, layout.name)
+    if compressed.ndim < 1:
+        raise InvariantError("3.2", layout.name, f"{layout.compressed_name} must be at least 1-d")
+    values = _prepare_values(values, compressed.ndim - 1, layout)
+    if compressed.dtype != plain.dtype:
+        raise InvariantError("1.2", layout.name, f"{layout.plain_name} must have the dtype of "
+                             f"{layout.compressed_name} ({compressed.dtype}), got {plain.dtype}")
+    if size is None:
+        size = _estimate_compressed_shape(compressed, plain, values, layout)
+    shape = _as_size(size)
+    check_compressed_members(compressed, plain, values, shape, layout)
+    check = resolve_check(check_invariants)
+    t = CompressedTensor(compressed, plain, values, shape, layout, canonical=check)
+    if check:
+        check_compressed_indices(compressed, plain, layout, t.plain_size)
+    return t
+
+
+def _layout_constructor(layout: L.Layout):
+    c, p = layout.compressed_name, layout.plain_name
+
+    def build(compressed_indices, plain_indices, values, size=None, *, dtype=None, device=None,
+              check_invariants=None):
+        return sparse_compressed_tensor(compressed_indices, plain_indices, values, size, layout=layout,
+                                        dtype=dtype, device=device, check_invariants=check_invariants)
+
+    block = "blocks of shape ``blocksize``" if layout.blocked else "elements"
+    example = {
+        "csr": ("[0, 2, 3], [0, 2, 1], [1, 2, 3]", "[[1, 0, 2],\n           [0, 3, 0]]"),
+        "csc": ("[0, 1, 2, 3], [0, 1, 0], [1, 3, 2]", "[[1, 0, 2],\n           [0, 3, 0]]"),
+        "bsr": ("[0, 1], [1], [[[1, 2]]]", "[[0, 0, 1, 2]]"),
+        "bsc": ("[0, 0, 1], [0], [[[1], [2]]]", "[[0, 1],\n           [0, 2]]"),
+    }[layout.name]
+    build.__name__ = build.__qualname__ = f"sparse_{layout.name}_tensor"
+    build.__doc__ = f"""Build a {layout.name.upper()} tensor from ``{c}``, ``{p}`` and ``values``.
+
+    The same as :func:`sparse_compressed_tensor` with ``layout="{layout.name}"``: the
+    compressed index runs over {"rows" if layout.compressed_rows else "columns"} and
+    the entries are {block}.
+
+    Examples
+    --------
+    >>> import sparsetensor as st
+    >>> st.sparse_{layout.name}_tensor({example[0]}).to_dense()
+    array({example[1]})
+    """
+    return build
+
+
+sparse_csr_tensor = _layout_constructor(L.sparse_csr)
+sparse_csc_tensor = _layout_constructor(L.sparse_csc)
+sparse_bsr_tensor = _layout_constructor(L.sparse_bsr)
+sparse_bsc_tensor = _layout_constructor(L.sparse_bsc)

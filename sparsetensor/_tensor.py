@@ -1,0 +1,479 @@
+"""The tensor classes: one for COO, one for the four compressed layouts.
+
+A :class:`CompressedTensor` holds a compressed index (``batch + (n + 1,)``), a
+plain index (``batch + (nnz,)``) and values (``batch + (nnz,) + block + dense``).
+CSR is BSR with 1x1 blocks and no block dims in ``values``; CSC/BSC swap the
+roles of rows and columns (``layout.compressed_rows``). Every method is written
+once, over compressed/plain, and translated to rows/columns only at the edges.
+
+Constructors that check their input live in :mod:`sparsetensor._factory`; the
+class constructors here trust their arguments.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from . import _layout as L
+from ._errors import InvariantError
+
+__all__ = ["SparseTensor", "COOTensor", "CompressedTensor", "REPR_LIMIT"]
+
+# Tensors whose members hold at most this many elements print them in full.
+REPR_LIMIT = 64
+
+# np.asarray(t) densifies only up to this many elements (see __array__).
+DENSIFY_LIMIT = 1 << 27
+
+
+def _normalize_dim(dim: int, ndim: int) -> int:
+    if not -ndim <= dim < ndim:
+        raise IndexError(f"dimension {dim} out of range for a tensor of {ndim} dims")
+    return dim % ndim
+
+
+def _fmt_array(name: str, a: np.ndarray) -> str:
+    body = np.array2string(a, separator=", ", threshold=REPR_LIMIT, prefix=" " * (len("tensor(") + len(name) + 1))
+    return f"{name}={body}"
+
+
+class SparseTensor:
+    """Base of the sparse tensor classes: what every layout shares."""
+
+    __slots__ = ("_shape", "_layout", "__weakref__")
+    __array_priority__ = 1000
+
+    # -- attributes ---------------------------------------------------------------
+    @property
+    def shape(self) -> tuple:
+        """The shape, ``batch + sparse + dense``."""
+        return self._shape
+
+    def size(self, dim: int | None = None):
+        """The shape, or one of its sizes (torch spelling)."""
+        return self._shape if dim is None else self._shape[_normalize_dim(dim, self.ndim)]
+
+    @property
+    def ndim(self) -> int:
+        return len(self._shape)
+
+    def dim(self) -> int:
+        return len(self._shape)
+
+    @property
+    def layout(self) -> L.Layout:
+        return self._layout
+
+    @property
+    def device(self) -> str:
+        return "cpu"
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.values().dtype
+
+    @property
+    def index_dtype(self) -> np.dtype:
+        """The dtype of the index arrays (int32 or int64)."""
+        raise NotImplementedError
+
+    @property
+    def is_sparse(self) -> bool:
+        return True
+
+    def numel(self) -> int:
+        """The number of indexable elements (invariant 3.11)."""
+        return math.prod(self._shape)
+
+    def __len__(self) -> int:
+        if not self._shape:
+            raise TypeError("len() of a 0-d tensor")
+        return self._shape[0]
+
+    # -- conversions --------------------------------------------------------------
+    def to_dense(self, *, threads: int | None = None) -> np.ndarray:
+        """The dense NumPy array this tensor represents (duplicates are summed).
+
+        Examples
+        --------
+        >>> import sparsetensor as st
+        >>> st.sparse_csr_tensor([0, 1, 2], [1, 0], [5, 6], size=(2, 2)).to_dense()
+        array([[0, 5],
+               [6, 0]])
+        """
+        from ._dense import to_dense
+
+        return to_dense(self, threads=threads)
+
+    def __array__(self, dtype=None, copy=None):
+        if copy is False:
+            raise ValueError("a sparse tensor cannot be viewed as a dense array without a copy")
+        if self.numel() > DENSIFY_LIMIT:
+            raise ValueError(f"np.asarray would densify a {self.layout.name} tensor of {self.numel()} "
+                             f"elements (limit {DENSIFY_LIMIT}); call .to_dense() to do it anyway")
+        dense = self.to_dense()
+        return dense if dtype is None else dense.astype(dtype, copy=False)
+
+    def to(self, *args, dtype=None, device=None, index_dtype=None, copy: bool = False):
+        """Convert values dtype, index dtype or device: ``t.to(np.float32)``, ``t.to("cpu")``,
+        ``t.to(index_dtype=np.int32)``.
+
+        Examples
+        --------
+        >>> import sparsetensor as st
+        >>> t = st.sparse_coo_tensor([[0, 1]], [1, 2], size=(3,))
+        >>> t.to("float32").dtype
+        dtype('float32')
+        """
+        from ._device import as_device, is_device_like
+
+        for a in args:
+            if is_device_like(a):
+                device = a
+            else:
+                dtype = a
+        if device is not None:
+            as_device(device)  # raises for devices this build cannot serve
+        out = self
+        if dtype is not None:
+            out = out.astype(dtype, copy=copy)
+        if index_dtype is not None:
+            out = out._with_index_dtype(index_dtype)
+        elif copy and out is self:
+            out = self.clone()
+        return out
+
+    def cpu(self):
+        return self
+
+    def cuda(self, device=None):
+        from ._device import as_device
+
+        as_device("cuda" if device is None else device)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def astype(self, dtype, copy: bool = True):
+        """The same tensor with values converted to ``dtype`` (indices shared unless ``copy``)."""
+        from ._dtypes import as_value_dtype
+
+        dt = as_value_dtype(dtype)
+        if dt == self.dtype and not copy:
+            return self
+        return self._replace_values(self.values().astype(dt), copy_indices=copy)
+
+    @property
+    def mT(self):
+        """The transpose of the two sparse (matrix) dims: a view for compressed layouts."""
+        return self._matrix_transpose()
+
+    @property
+    def T(self):
+        if self.ndim != 2:
+            raise ValueError(f".T needs a 2-d tensor, got {self.ndim} dims; use .mT or .transpose(d0, d1)")
+        return self.transpose(0, 1)
+
+    def t(self):
+        return self.T
+
+    def check_invariants(self, *, threads: int | None = None) -> None:
+        """Re-check every invariant of this tensor (O(1) and O(nnz)); raise :class:`InvariantError`.
+
+        Examples
+        --------
+        >>> import sparsetensor as st
+        >>> with st.check_invariants(False):
+        ...     t = st.sparse_csr_tensor([0, 2], [1, 0], [1.0, 2.0], size=(1, 2))
+        >>> t.check_invariants()
+        Traceback (most recent call last):
+        ...
+        sparsetensor._errors.InvariantError: csr invariant 5.6: col_indices must be sorted with distinct values within each row; row 0, position 1: got 0 after a value >= it
+        """
+        raise NotImplementedError
+
+    # -- printing -----------------------------------------------------------------
+    def _summary(self) -> str:
+        extra = self._summary_extra()
+        return (f"{self._layout.name}({self.dtype}{list(self._shape)}, nnz={self.nnz}"
+                f"{extra}, index={self.index_dtype})")
+
+    def __repr__(self) -> str:
+        members = self._members()
+        if sum(a.size for _, a in members) > REPR_LIMIT:
+            return self._summary()
+        parts = [_fmt_array(name, a) for name, a in members]
+        parts.append(f"size={self._shape}, nnz={self.nnz}")
+        if self.dtype != np.float64:
+            parts.append(f"dtype={self.dtype}")
+        parts.append(f"layout={self._layout!r}")
+        return "tensor(" + ",\n       ".join(parts) + ")"
+
+
+class COOTensor(SparseTensor):
+    """A COO tensor: ``indices`` of shape ``(sparse_dim, nnz)``, ``values`` of shape ``(nnz,) + dense``.
+
+    Build one with :func:`sparsetensor.sparse_coo_tensor`.
+    """
+
+    __slots__ = ("_indices", "_values", "_coalesced")
+
+    def __init__(self, indices: np.ndarray, values: np.ndarray, shape: tuple, coalesced: bool = False):
+        self._indices = indices
+        self._values = values
+        self._shape = tuple(shape)
+        self._layout = L.sparse_coo
+        self._coalesced = bool(coalesced)
+
+    @property
+    def nnz(self) -> int:
+        return self._indices.shape[1]
+
+    @property
+    def sparse_dim(self) -> int:
+        return self._indices.shape[0]
+
+    @property
+    def dense_dim(self) -> int:
+        return self._values.ndim - 1
+
+    @property
+    def batch_dim(self) -> int:
+        return 0
+
+    @property
+    def blocksize(self):
+        return None
+
+    @property
+    def index_dtype(self) -> np.dtype:
+        return self._indices.dtype
+
+    def indices(self) -> np.ndarray:
+        """The ``(sparse_dim, nnz)`` index array (the tensor's own, not a copy)."""
+        return self._indices
+
+    def values(self) -> np.ndarray:
+        """The ``(nnz,) + dense`` values array (the tensor's own, not a copy)."""
+        return self._values
+
+    def is_coalesced(self) -> bool:
+        """True when the indices are known to be sorted lexicographically and distinct."""
+        return self._coalesced
+
+    def _members(self):
+        return [("indices", self._indices), ("values", self._values)]
+
+    def _summary_extra(self) -> str:
+        return f", sparse_dim={self.sparse_dim}" + (", coalesced" if self._coalesced else "")
+
+    def clone(self) -> "COOTensor":
+        return COOTensor(self._indices.copy(), self._values.copy(), self._shape, self._coalesced)
+
+    def _replace_values(self, values, copy_indices=False):
+        idx = self._indices.copy() if copy_indices else self._indices
+        return COOTensor(idx, values, self._shape, self._coalesced)
+
+    def _with_index_dtype(self, index_dtype):
+        from ._dtypes import as_index_dtype, check_fits
+
+        dt = as_index_dtype(index_dtype)
+        if dt == self.index_dtype:
+            return self
+        check_fits(dt, "coo", **{f"size[{d}]": self._shape[d] for d in range(self.sparse_dim)})
+        return COOTensor(self._indices.astype(dt), self._values, self._shape, self._coalesced)
+
+    def check_invariants(self, *, threads: int | None = None) -> None:
+        from ._factory import check_coo_members
+
+        check_coo_members(self._indices, self._values, self._shape)
+        from ._validate import check_coo_indices
+
+        check_coo_indices(self._indices, self._shape, coalesced=self._coalesced, threads=threads)
+
+    def transpose(self, dim0: int, dim1: int) -> "COOTensor":
+        """Swap two sparse dims (a new index array; values shared) or two dense dims (a values view)."""
+        d0, d1 = sorted((_normalize_dim(dim0, self.ndim), _normalize_dim(dim1, self.ndim)))
+        if d0 == d1:
+            return self
+        shape = list(self._shape)
+        shape[d0], shape[d1] = shape[d1], shape[d0]
+        S = self.sparse_dim
+        if d1 < S:
+            idx = self._indices.copy()
+            idx[[d0, d1]] = idx[[d1, d0]]
+            return COOTensor(idx, self._values, tuple(shape), False)
+        if d0 >= S:
+            return COOTensor(self._indices, self._values.swapaxes(d0 - S + 1, d1 - S + 1), tuple(shape),
+                             self._coalesced)
+        raise ValueError(f"cannot transpose sparse dim {d0} with dense dim {d1} of a coo tensor "
+                         f"(sparse_dim={S})")
+
+    def _matrix_transpose(self):
+        if self.sparse_dim < 2:
+            raise ValueError(f"mT needs at least 2 sparse dims, got sparse_dim={self.sparse_dim}")
+        return self.transpose(self.sparse_dim - 2, self.sparse_dim - 1)
+
+
+class CompressedTensor(SparseTensor):
+    """A CSR, CSC, BSR or BSC tensor, with batch and dense dims (seed 003).
+
+    Build one with :func:`sparsetensor.sparse_csr_tensor` and friends, or
+    :func:`sparsetensor.sparse_compressed_tensor`.
+    """
+
+    __slots__ = ("_compressed", "_plain", "_values", "_canonical")
+
+    def __init__(self, compressed: np.ndarray, plain: np.ndarray, values: np.ndarray, shape: tuple,
+                 layout: L.Layout, canonical: bool = False):
+        self._compressed = compressed
+        self._plain = plain
+        self._values = values
+        self._shape = tuple(shape)
+        self._layout = layout
+        self._canonical = bool(canonical)
+
+    # -- attributes ---------------------------------------------------------------
+    @property
+    def nnz(self) -> int:
+        """Specified elements (blocks for bsr/bsc) per batch."""
+        return self._plain.shape[-1]
+
+    @property
+    def batch_dim(self) -> int:
+        return self._compressed.ndim - 1
+
+    @property
+    def sparse_dim(self) -> int:
+        return 2
+
+    @property
+    def dense_dim(self) -> int:
+        return self._values.ndim - self.batch_dim - 1 - (2 if self._layout.blocked else 0)
+
+    @property
+    def blocksize(self) -> tuple:
+        """``(rows, cols)`` of a block; ``(1, 1)`` for csr/csc."""
+        if not self._layout.blocked:
+            return (1, 1)
+        m = self.batch_dim
+        return tuple(self._values.shape[m + 1: m + 3])
+
+    @property
+    def index_dtype(self) -> np.dtype:
+        return self._compressed.dtype
+
+    @property
+    def plain_size(self) -> int:
+        """The number of (block) columns for csr/bsr, (block) rows for csc/bsc: 5.3/5.5's bound."""
+        m = self.batch_dim
+        if self._layout.compressed_rows:
+            return self._shape[m + 1] // self.blocksize[1]
+        return self._shape[m] // self.blocksize[0]
+
+    # -- members --------------------------------------------------------------------
+    def compressed_indices(self) -> np.ndarray:
+        """``crow_indices`` for csr/bsr, ``ccol_indices`` for csc/bsc."""
+        return self._compressed
+
+    def plain_indices(self) -> np.ndarray:
+        """``col_indices`` for csr/bsr, ``row_indices`` for csc/bsc."""
+        return self._plain
+
+    def values(self) -> np.ndarray:
+        return self._values
+
+    def _member(self, rows: bool, compressed: bool, name: str) -> np.ndarray:
+        if self._layout.compressed_rows != rows:
+            raise TypeError(f"{name}() is not defined for layout {self._layout!r}; "
+                            f"use {self._layout.compressed_name if compressed else self._layout.plain_name}()")
+        return self._compressed if compressed else self._plain
+
+    def crow_indices(self) -> np.ndarray:
+        return self._member(True, True, "crow_indices")
+
+    def col_indices(self) -> np.ndarray:
+        return self._member(True, False, "col_indices")
+
+    def ccol_indices(self) -> np.ndarray:
+        return self._member(False, True, "ccol_indices")
+
+    def row_indices(self) -> np.ndarray:
+        return self._member(False, False, "row_indices")
+
+    def is_coalesced(self) -> bool:
+        """True when invariant 5.6 is known to hold (checked, or produced by a kernel)."""
+        return self._canonical
+
+    def _members(self):
+        return [(self._layout.compressed_name, self._compressed), (self._layout.plain_name, self._plain),
+                ("values", self._values)]
+
+    def _summary_extra(self) -> str:
+        parts = []
+        if self._layout.blocked:
+            parts.append(f"blocksize={self.blocksize}")
+        if self.batch_dim:
+            parts.append(f"batch_dim={self.batch_dim}")
+        if self.dense_dim:
+            parts.append(f"dense_dim={self.dense_dim}")
+        return "".join(", " + p for p in parts)
+
+    # -- copies and views ----------------------------------------------------------
+    def clone(self) -> "CompressedTensor":
+        return CompressedTensor(self._compressed.copy(), self._plain.copy(), self._values.copy(),
+                                self._shape, self._layout, self._canonical)
+
+    def _replace_values(self, values, copy_indices=False):
+        c, p = (self._compressed.copy(), self._plain.copy()) if copy_indices else (self._compressed, self._plain)
+        return CompressedTensor(c, p, values, self._shape, self._layout, self._canonical)
+
+    def _with_index_dtype(self, index_dtype):
+        from ._dtypes import as_index_dtype, check_fits
+
+        dt = as_index_dtype(index_dtype)
+        if dt == self.index_dtype:
+            return self
+        m = self.batch_dim
+        check_fits(dt, self._layout.name, nnz=self.nnz, nrows=self._shape[m], ncols=self._shape[m + 1])
+        return CompressedTensor(self._compressed.astype(dt), self._plain.astype(dt), self._values,
+                                self._shape, self._layout, self._canonical)
+
+    def check_invariants(self, *, threads: int | None = None) -> None:
+        from ._factory import check_compressed_members
+        from ._validate import check_compressed_indices
+
+        check_compressed_members(self._compressed, self._plain, self._values, self._shape, self._layout)
+        check_compressed_indices(self._compressed, self._plain, self._layout, self.plain_size, threads=threads)
+
+    def _matrix_transpose(self) -> "CompressedTensor":
+        """csr <-> csc, bsr <-> bsc sharing indices and values (seed 003, "BSR transpose as a view")."""
+        m, n = self.batch_dim, self.dense_dim
+        shape = list(self._shape)
+        shape[m], shape[m + 1] = shape[m + 1], shape[m]
+        values = self._values
+        if self._layout.blocked:
+            values = values.swapaxes(-2 - n, -1 - n)
+        return CompressedTensor(self._compressed, self._plain, values, tuple(shape), self._layout.transposed,
+                                self._canonical)
+
+    def transpose(self, dim0: int, dim1: int) -> "CompressedTensor":
+        """Swap two dims. Swapping the two sparse dims is a view (csr <-> csc, bsr <-> bsc);
+        swapping two dense dims copies the values (invariant 3.7 wants them contiguous)."""
+        d0, d1 = sorted((_normalize_dim(dim0, self.ndim), _normalize_dim(dim1, self.ndim)))
+        m, n = self.batch_dim, self.dense_dim
+        if d0 == d1:
+            return self
+        if (d0, d1) == (m, m + 1):
+            return self._matrix_transpose()
+        first_dense = m + 2
+        if d0 >= first_dense:
+            shape = list(self._shape)
+            shape[d0], shape[d1] = shape[d1], shape[d0]
+            off = self._values.ndim - self.ndim  # values dims = nnz (+ block) + ..., aligned at the end
+            values = np.ascontiguousarray(self._values.swapaxes(d0 + off, d1 + off))
+            return CompressedTensor(self._compressed, self._plain, values, tuple(shape), self._layout,
+                                    self._canonical)
+        raise NotImplementedError(f"transpose({dim0}, {dim1}) of a {self._layout.name} tensor with "
+                                  f"batch_dim={m}, dense_dim={n}: only the two sparse dims or two dense dims "
+                                  "can be swapped")

@@ -1,0 +1,87 @@
+"""Turn the validation kernels' findings into :class:`InvariantError` messages.
+
+The O(1) shape and dtype invariants are checked where tensors are built
+(:mod:`sparsetensor._tensor`); this module runs the O(nnz) index scans, which
+happen in Cython (:mod:`sparsetensor._lib._validate`) with the GIL released.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._config import num_threads
+from ._errors import InvariantError
+from ._lib import _validate as _kernels
+
+__all__ = ["check_compressed_indices", "check_coo_indices", "raise_compressed_error", "raise_coo_error"]
+
+
+def _batch_tuple(batch_shape: tuple, flat: int) -> tuple:
+    if not batch_shape:
+        return ()
+    return tuple(int(i) for i in np.unravel_index(flat, batch_shape))
+
+
+def raise_compressed_error(found, layout, batch_shape: tuple, plain_size: int, nnz: int):
+    """Raise the :class:`InvariantError` for a kernel's ``(invariant, batch, i, pos, value)``."""
+    inv, flat_batch, i, pos, value = found
+    batch = _batch_tuple(batch_shape, flat_batch)
+    c, p = layout.compressed_name, layout.plain_name
+    size_name = "ncols" if layout.compressed_rows else "nrows"
+    where = f"batch {batch}, " if batch_shape else ""
+    if inv == "5.1":
+        msg = f"{c}[..., 0] must be 0; {where}got {value}"
+    elif inv == "5.2":
+        msg = f"{c}[..., -1] must equal nnz={nnz}; {where}got {value}"
+    elif inv == "5.3":
+        msg = (f"{c}[..., i] - {c}[..., i-1] must be in [0, {size_name}={plain_size}]; "
+               f"{where}i={i}: got {value}")
+    elif inv == "5.4":
+        msg = f"{p} must be >= 0; {where}{_line(layout)} {i}, position {pos}: got {value}"
+    elif inv == "5.5":
+        msg = (f"{p} must be < {size_name}={plain_size}; {where}{_line(layout)} {i}, "
+               f"position {pos}: got {value}")
+    else:
+        msg = (f"{p} must be sorted with distinct values within each {_line(layout)}; "
+               f"{where}{_line(layout)} {i}, position {pos}: got {value} after a value >= it")
+    raise InvariantError(inv, layout.name, msg, batch=batch if batch_shape else None,
+                         index=i if inv != "5.1" and inv != "5.2" else None)
+
+
+def _line(layout) -> str:
+    kind = "row" if layout.compressed_rows else "column"
+    return f"block {kind}" if layout.blocked else kind
+
+
+def check_compressed_indices(compressed: np.ndarray, plain: np.ndarray, layout, plain_size: int,
+                             threads: int | None = None) -> None:
+    """Invariants 5.1-5.6 over all batches; ``compressed``/``plain`` have shapes ``batch + (n+1,)``/``batch + (nnz,)``."""
+    batch_shape = compressed.shape[:-1]
+    nnz = plain.shape[-1]
+    c2 = compressed.reshape(-1, compressed.shape[-1])
+    p2 = plain.reshape(c2.shape[0], nnz)
+    found = _kernels.validate_compressed(c2, p2, int(plain_size), num_threads(threads, plain.size + c2.size))
+    if found is not None:
+        raise_compressed_error(found, layout, batch_shape, plain_size, nnz)
+
+
+def raise_coo_error(found, shape: tuple):
+    inv, d, pos, value = found
+    if inv == "C4":
+        msg = f"indices[{d}] must be >= 0; position {pos}: got {value}"
+    else:
+        msg = f"indices[{d}] must be < size[{d}]={shape[d]}; position {pos}: got {value}"
+    raise InvariantError(inv, "coo", msg, index=pos)
+
+
+def check_coo_indices(indices: np.ndarray, shape: tuple, *, coalesced: bool = False,
+                      threads: int | None = None) -> None:
+    """Invariants C4/C5 (bounds) and, when the tensor claims to be coalesced, C6."""
+    sparse_shape = np.asarray(shape[: indices.shape[0]], dtype=np.int64)
+    nt = num_threads(threads, indices.size)
+    found = _kernels.validate_coo(indices, sparse_shape, nt)
+    if found is not None:
+        raise_coo_error(found, shape)
+    if coalesced and not _kernels.coo_is_coalesced(indices, sparse_shape, nt):
+        raise InvariantError("C6", "coo", "a tensor marked coalesced must have lexicographically sorted, "
+                             "distinct index columns")
