@@ -1,0 +1,99 @@
+"""Shared fixtures and oracles: random dense arrays with a known sparsity, and NumPy references."""
+
+from __future__ import annotations
+
+import math
+import zlib
+
+import numpy as np
+import pytest
+
+import sparsetensor as st
+
+LAYOUTS = ["coo", "csr", "csc", "bsr", "bsc"]
+COMPRESSED = ["csr", "csc", "bsr", "bsc"]
+INDEX_DTYPES = [np.int32, np.int64]
+VALUE_DTYPES = [np.dtype(d) for d in ("bool", "int8", "int16", "int32", "int64", "uint8", "float16", "float32",
+                                      "float64", "complex64", "complex128")]
+
+try:  # PyTorch is the conformance oracle where installed
+    import torch  # noqa: F401
+
+    HAVE_TORCH = True
+except ImportError:  # pragma: no cover - depends on the environment
+    HAVE_TORCH = False
+
+requires_torch = pytest.mark.skipif(not HAVE_TORCH, reason="torch==2.13.0 is not installed (pip install torch==2.13.0)")
+
+
+def nonzero_values(rng, shape, dtype) -> np.ndarray:
+    """Random values of ``dtype`` that are all nonzero."""
+    dtype = np.dtype(dtype)
+    if dtype == np.bool_:
+        return np.ones(shape, dtype=bool)
+    if dtype.kind in "iu":
+        hi = min(np.iinfo(dtype).max, 100)
+        return rng.integers(1, hi, size=shape).astype(dtype)
+    x = rng.integers(1, 50, size=shape) * rng.choice([-1, 1], size=shape) / 4
+    if dtype.kind == "c":
+        return (x + 1j * rng.integers(-3, 4, size=shape)).astype(dtype)
+    return x.astype(dtype)
+
+
+def random_dense(rng, *, batch=(), blocks=(3, 4), blocksize=(1, 1), dense=(), dtype=np.float64, nnz=None,
+                 partial_blocks=True) -> np.ndarray:
+    """A dense ``batch + (blocks*blocksize) + dense`` array with exactly ``nnz`` nonzero blocks per batch.
+
+    Inside a specified block some elements may be zero (``partial_blocks``) but never all.
+    """
+    nbr, nbc = blocks
+    rb, cb = blocksize
+    nblocks = nbr * nbc
+    if nnz is None:
+        nnz = int(rng.integers(0, nblocks + 1))
+    B = math.prod(batch)
+    D = math.prod(dense)
+    out = np.zeros((B, nbr, nbc, rb, cb, D), dtype=dtype)
+    if D and rb and cb:
+        for b in range(B):
+            chosen = rng.choice(nblocks, size=nnz, replace=False)
+            vals = nonzero_values(rng, (nnz, rb, cb, D), dtype)
+            if partial_blocks and rb * cb * D > 1:
+                keep = rng.random((nnz, rb, cb, D)) < 0.6
+                keep.reshape(nnz, -1)[:, 0] = True  # at least one nonzero per block
+                vals = np.where(keep, vals, np.zeros((), dtype))
+            out[b].reshape(nblocks, rb, cb, D)[chosen] = vals
+    out = out.transpose(0, 1, 3, 2, 4, 5).reshape(batch + (nbr * rb, nbc * cb) + tuple(dense))
+    return np.ascontiguousarray(out)
+
+
+def reference_compressed(a: np.ndarray, layout: str, blocksize=(1, 1), batch_dim=0, index_dtype=np.int64):
+    """NumPy oracle for from_dense: (compressed, plain, values) built with np.nonzero."""
+    m = batch_dim
+    batch, (rows, cols), dense = a.shape[:m], a.shape[m:m + 2], a.shape[m + 2:]
+    rb, cb = blocksize
+    B, D = math.prod(batch), math.prod(dense)
+    blocks = a.reshape(B, rows // rb, rb, cols // cb, cb, D).transpose(0, 1, 3, 2, 4, 5)
+    mask = (blocks != 0).any(axis=(3, 4, 5))
+    by_rows = layout in ("csr", "bsr")
+    comp, plain, vals = [], [], []
+    for b in range(B):
+        mb = mask[b] if by_rows else mask[b].T
+        major, minor = np.nonzero(mb)
+        comp.append(np.concatenate([[0], np.cumsum(np.bincount(major, minlength=mb.shape[0]))]))
+        plain.append(minor)
+        r, c = (major, minor) if by_rows else (minor, major)
+        vals.append(blocks[b, r, c])
+    nnz = len(plain[0]) if B else 0
+    vshape = batch + (nnz,) + ((rb, cb) if layout in ("bsr", "bsc") else ()) + dense
+    n_major = mask.shape[1] if by_rows else mask.shape[2]
+    comp_a = np.array(comp, dtype=index_dtype).reshape(batch + (n_major + 1,))
+    plain_a = np.array(plain, dtype=index_dtype).reshape(batch + (nnz,))
+    vals_a = np.array(vals, dtype=a.dtype).reshape(vshape)
+    return comp_a, plain_a, vals_a
+
+
+@pytest.fixture
+def rng(request):
+    # a stable seed per test, different between tests
+    return np.random.default_rng(zlib.crc32(request.node.nodeid.encode()))

@@ -1,0 +1,27 @@
+"""The docstring examples of the public API run and print what they say."""
+
+from __future__ import annotations
+
+import doctest
+import importlib
+
+import pytest
+
+MODULES = ["sparsetensor._errors", "sparsetensor._config", "sparsetensor._factory", "sparsetensor._tensor",
+           "sparsetensor._dense"]
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_doctests(name):
+    module = importlib.import_module(name)
+    result = doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    assert result.failed == 0, f"{result.failed} doctest(s) failed in {name}"
+
+
+def test_public_functions_have_examples():
+    import sparsetensor as st
+
+    for name in ["sparse_coo_tensor", "sparse_csr_tensor", "sparse_csc_tensor", "sparse_bsr_tensor",
+                 "sparse_bsc_tensor", "sparse_compressed_tensor", "from_dense", "check_invariants"]:
+        doc = getattr(st, name).__doc__ or ""
+        assert "Examples" in doc and ">>>" in doc, name
