@@ -1,0 +1,1 @@
+"""Benchmarks of sparsetensor against SciPy and PyTorch (not tests). See bench/README.md."""

@@ -1,0 +1,24 @@
+"""python -m bench NAME [--quick] [--threads N]: run a benchmark (see bench/README.md)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench")
+    parser.add_argument("name", choices=["validate"], help="which benchmark")
+    parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
+    parser.add_argument("--threads", type=int, default=None, help="threads for ours and torch (default: all)")
+    args = parser.parse_args(argv)
+    if args.name == "validate":
+        from . import validate
+
+        kw = dict(sizes=(200_000,), nrows=100_000, repeat=3) if args.quick else {}
+        validate.run(threads=args.threads, **kw)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
