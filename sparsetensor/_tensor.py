@@ -107,6 +107,32 @@ class SparseTensor:
 
         return to_dense(self, threads=threads)
 
+    def to_sparse(self, layout=None, *, blocksize=None, dense_dim=None, threads: int | None = None):
+        """Convert to another sparse layout (``layout=None`` keeps this one).
+
+        See :func:`sparsetensor._convert.to_sparse` for the rules (batch dims,
+        blocks, dense dims); converting to the same layout returns ``self``.
+        """
+        from ._convert import to_sparse
+
+        return to_sparse(self, self._layout if layout is None else layout, blocksize=blocksize,
+                         dense_dim=dense_dim, threads=threads)
+
+    def to_sparse_coo(self, *, threads: int | None = None):
+        return self.to_sparse(L.sparse_coo, threads=threads)
+
+    def to_sparse_csr(self, *, dense_dim=None, threads: int | None = None):
+        return self.to_sparse(L.sparse_csr, dense_dim=dense_dim, threads=threads)
+
+    def to_sparse_csc(self, *, dense_dim=None, threads: int | None = None):
+        return self.to_sparse(L.sparse_csc, dense_dim=dense_dim, threads=threads)
+
+    def to_sparse_bsr(self, blocksize, *, dense_dim=None, threads: int | None = None):
+        return self.to_sparse(L.sparse_bsr, blocksize=blocksize, dense_dim=dense_dim, threads=threads)
+
+    def to_sparse_bsc(self, blocksize, *, dense_dim=None, threads: int | None = None):
+        return self.to_sparse(L.sparse_bsc, blocksize=blocksize, dense_dim=dense_dim, threads=threads)
+
     def __array__(self, dtype=None, copy=None):
         if copy is False:
             raise ValueError("a sparse tensor cannot be viewed as a dense array without a copy")
@@ -261,6 +287,17 @@ class COOTensor(SparseTensor):
         """True when the indices are known to be sorted lexicographically and distinct."""
         return self._coalesced
 
+    def coalesce(self, *, threads: int | None = None) -> "COOTensor":
+        """Sort the indices lexicographically and sum the values of duplicates (bool: logical or).
+
+        An already coalesced tensor is returned as it is (no copy).
+        """
+        if self._coalesced:
+            return self
+        from ._coalesce import coalesce
+
+        return coalesce(self, threads=threads)
+
     def _members(self):
         return [("indices", self._indices), ("values", self._values)]
 
@@ -404,6 +441,19 @@ class CompressedTensor(SparseTensor):
     def is_coalesced(self) -> bool:
         """True when invariant 5.6 is known to hold (checked, or produced by a kernel)."""
         return self._canonical
+
+    def coalesce(self, *, threads: int | None = None) -> "CompressedTensor":
+        """Repair unchecked input: sort each row's (column's) plain indices and sum duplicates.
+
+        A tensor known to satisfy 5.6 is returned as it is (no copy).
+        """
+        if self._canonical:
+            return self
+        from ._coalesce import sum_duplicates
+
+        return sum_duplicates(self, threads=threads)
+
+    sum_duplicates = coalesce
 
     def _members(self):
         return [(self._layout.compressed_name, self._compressed), (self._layout.plain_name, self._plain),
