@@ -133,6 +133,13 @@ class SparseTensor:
     def to_sparse_bsc(self, blocksize, *, dense_dim=None, threads: int | None = None):
         return self.to_sparse(L.sparse_bsc, blocksize=blocksize, dense_dim=dense_dim, threads=threads)
 
+    def to_scipy(self, kind: str = "array"):
+        """A SciPy sparse array (or ``kind="matrix"``) sharing this tensor's arrays; see
+        :func:`sparsetensor.to_scipy`."""
+        from .interop.scipy import to_scipy
+
+        return to_scipy(self, kind)
+
     def __array__(self, dtype=None, copy=None):
         if copy is False:
             raise ValueError("a sparse tensor cannot be viewed as a dense array without a copy")

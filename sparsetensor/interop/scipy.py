@@ -1,0 +1,156 @@
+"""SciPy interop: :func:`from_scipy` and :func:`to_scipy`, zero-copy whenever dtypes and contiguity allow.
+
+SciPy's CSR/CSC/BSR members (``indptr``, ``indices``, ``data``) are exactly our
+compressed members, so a canonical SciPy matrix becomes a tensor that shares its
+arrays, and back. Non-canonical input (unsorted or duplicate indices) is
+repaired with :meth:`~sparsetensor.CompressedTensor.coalesce` (a copy); input
+that breaks any other invariant is rejected with :class:`InvariantError`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import _layout as L
+from .._dtypes import INDEX_DTYPES, VALUE_DTYPES
+from .._errors import InvariantError
+from .._factory import sparse_compressed_tensor, sparse_coo_tensor
+from .._tensor import COOTensor, CompressedTensor
+
+__all__ = ["from_scipy", "to_scipy"]
+
+_COMPRESSED_FORMATS = {"csr": L.sparse_csr, "csc": L.sparse_csc, "bsr": L.sparse_bsr}
+
+
+def _import_scipy_sparse():
+    try:
+        import scipy.sparse as sp
+    except ImportError:  # pragma: no cover - scipy is a dependency of the test extra
+        raise ImportError("SciPy interop needs scipy: pip install scipy") from None
+    return sp
+
+
+def _check_value_dtype(dtype) -> None:
+    if np.dtype(dtype) not in VALUE_DTYPES:
+        raise TypeError(f"SciPy matrix dtype {np.dtype(dtype)} is not a sparsetensor value dtype; "
+                        f"convert it first (m.astype(...)); supported: {', '.join(map(str, VALUE_DTYPES))}")
+
+
+def _stacked_coords(coords: tuple) -> np.ndarray:
+    """``(S, nnz)`` indices from SciPy's coords tuple, without a copy when they are rows of one array."""
+    S = len(coords)
+    base = coords[0].base if S else None
+    if (isinstance(base, np.ndarray) and base.ndim == 2 and base.shape[0] == S and base.flags.c_contiguous
+            and all(c.dtype == base.dtype and c.shape == base.shape[1:]
+                    and c.__array_interface__["data"][0] == base[d].__array_interface__["data"][0]
+                    and c.strides == base[d].strides for d, c in enumerate(coords))):
+        return base
+    dtype = np.result_type(*(c.dtype for c in coords)) if S else np.int64
+    out = np.empty((S, coords[0].shape[0] if S else 0), dtype=dtype if dtype in INDEX_DTYPES else np.int64)
+    for d, c in enumerate(coords):
+        out[d] = c
+    return out
+
+
+def from_scipy(m, *, check_invariants: bool = True):
+    """A tensor from a SciPy sparse array or matrix, sharing its arrays when it can.
+
+    ``csr``, ``csc`` and ``bsr`` become tensors of the same layout whose members
+    are SciPy's ``indptr``, ``indices`` and ``data`` (no copy). ``coo`` becomes a
+    COO tensor sharing ``data`` (its coordinates are stacked into one array, a copy,
+    unless they are rows of one array already, as :func:`to_scipy` makes them).
+    Other formats (``dia``, ``lil``, ``dok``) are converted to CSR by SciPy first.
+    Unsorted or duplicate indices are repaired (sorted and summed, a copy); any
+    other broken invariant raises :class:`InvariantError`.
+
+    Examples
+    --------
+    >>> import numpy as np, scipy.sparse as sp, sparsetensor as st
+    >>> m = sp.csr_array(np.array([[0, 1.5], [2.0, 0]]))
+    >>> t = st.from_scipy(m)
+    >>> t.layout, np.shares_memory(t.values(), m.data)
+    (st.sparse_csr, True)
+    """
+    sp = _import_scipy_sparse()
+    if not sp.issparse(m):
+        raise TypeError(f"from_scipy expects a scipy.sparse array or matrix, got {type(m).__name__}")
+    fmt = m.format
+    if fmt not in _COMPRESSED_FORMATS and fmt != "coo":
+        m, fmt = m.tocsr(), "csr"
+    _check_value_dtype(m.dtype)
+    if fmt == "coo":
+        indices = _stacked_coords(tuple(m.coords))
+        return sparse_coo_tensor(indices, m.data, m.shape, check_invariants=check_invariants,
+                                 is_coalesced=bool(m.has_canonical_format))
+    layout = _COMPRESSED_FORMATS[fmt]
+    indptr, indices = m.indptr, m.indices
+    if indptr.dtype != indices.dtype or indptr.dtype not in INDEX_DTYPES:
+        dt = np.int64 if np.int64 in (indptr.dtype, indices.dtype) else np.int32
+        indptr, indices = indptr.astype(dt, copy=False), indices.astype(dt, copy=False)
+    t = sparse_compressed_tensor(indptr, indices, m.data, m.shape, layout=layout, check_invariants=False)
+    if not check_invariants:
+        return t
+    try:
+        t.check_invariants()
+    except InvariantError as e:
+        if e.invariant != "5.6":
+            raise
+        return t.coalesce()
+    t._canonical = True
+    return t
+
+
+def to_scipy(t, kind: str = "array"):
+    """A SciPy sparse array (``kind="array"``) or matrix (``kind="matrix"``) sharing this tensor's arrays.
+
+    csr, csc and bsr tensors map to the same SciPy format; a coo tensor maps to
+    ``coo_array`` (n-d allowed for arrays, 2-d for matrices) whose coordinates are
+    views of rows of the index array. Batched or hybrid tensors raise
+    ``ValueError`` (SciPy has neither batch nor dense dims); bsc raises
+    ``NotImplementedError`` (SciPy has no BSC format).
+
+    Examples
+    --------
+    >>> import numpy as np, sparsetensor as st
+    >>> t = st.sparse_csr_tensor([0, 1, 2], [1, 0], [1.5, 2.0])
+    >>> m = st.to_scipy(t)
+    >>> m.format, np.shares_memory(m.data, t.values())
+    ('csr', True)
+    """
+    sp = _import_scipy_sparse()
+    if kind not in ("array", "matrix"):
+        raise ValueError(f"kind must be 'array' or 'matrix', got {kind!r}")
+    if not isinstance(t, (COOTensor, CompressedTensor)):
+        raise TypeError(f"to_scipy expects a sparse tensor, got {type(t).__name__}")
+    name = t.layout.name
+    if t.dense_dim:
+        raise ValueError(f"cannot convert a hybrid {name} tensor (dense_dim={t.dense_dim}) to SciPy: SciPy "
+                         "sparse matrices have scalar values only")
+    if t.batch_dim:
+        raise ValueError(f"cannot convert a batched {name} tensor (batch_dim={t.batch_dim}) to SciPy: SciPy "
+                         "sparse matrices have no batch dims; convert each batch")
+    if isinstance(t, COOTensor):
+        if kind == "matrix" and t.ndim != 2:
+            raise ValueError(f"scipy coo_matrix is 2-d; this coo tensor has {t.ndim} dims (use kind='array')")
+        cls = sp.coo_array if kind == "array" else sp.coo_matrix
+        coords = tuple(t.indices()[d] for d in range(t.sparse_dim))
+        m = cls((t.values(), coords), shape=t.shape, copy=False)
+        m.has_canonical_format = t.is_coalesced()
+        return m
+    if name == "bsc":
+        raise NotImplementedError("SciPy has no BSC format: use t.to_sparse_bsr(blocksize) for a copy, or "
+                                  "t.mT.to_scipy() for the (bsr) transpose without one")
+    cls = getattr(sp, f"{name}_{kind}")
+    values = t.values()
+    if name == "bsr":
+        values = np.ascontiguousarray(values)  # SciPy wants row-major blocks; a copy only for transposed views
+        m = cls((values, t.plain_indices(), t.compressed_indices()), shape=t.shape, blocksize=t.blocksize,
+                copy=False)
+    else:
+        m = cls((values, t.plain_indices(), t.compressed_indices()), shape=t.shape, copy=False)
+    # SciPy may pick another index dtype or copy: put our arrays back, they are valid as they are
+    m.indices, m.indptr, m.data = t.plain_indices(), t.compressed_indices(), values
+    if t.is_coalesced():
+        m.has_sorted_indices = True
+        m.has_canonical_format = True
+    return m

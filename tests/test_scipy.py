@@ -1,0 +1,124 @@
+"""SciPy interop: zero-copy both ways where dtypes allow, repair of non-canonical input, clear refusals."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import sparsetensor as st
+from conftest import INDEX_DTYPES, VALUE_DTYPES, random_dense
+
+sp = pytest.importorskip("scipy.sparse")
+
+SCIPY_DTYPES = [d for d in VALUE_DTYPES]
+
+
+def scipy_matrix(rng, fmt, kind, dtype=np.float64, index_dtype=np.int32, shape=(12, 10)):
+    a = random_dense(rng, blocks=(shape[0] // 2, shape[1] // 2), blocksize=(2, 2), dtype=dtype, nnz=7)
+    cls = getattr(sp, f"{fmt}_{kind}")
+    m = cls(a, blocksize=(2, 2)) if fmt == "bsr" else cls(a)
+    if fmt == "coo":
+        m.coords = tuple(c.astype(index_dtype) for c in m.coords)
+    else:
+        m.indices, m.indptr = m.indices.astype(index_dtype), m.indptr.astype(index_dtype)
+    return a, m
+
+
+@pytest.mark.parametrize("kind", ["array", "matrix"])
+@pytest.mark.parametrize("index_dtype", INDEX_DTYPES)
+@pytest.mark.parametrize("fmt", ["csr", "csc", "bsr", "coo"])
+def test_from_scipy_zero_copy_and_back(rng, fmt, kind, index_dtype):
+    a, m = scipy_matrix(rng, fmt, kind, index_dtype=index_dtype)
+    t = st.from_scipy(m)
+    assert t.layout.name == fmt and t.shape == m.shape and t.index_dtype == index_dtype
+    assert np.shares_memory(t.values(), m.data)
+    if fmt != "coo":
+        assert np.shares_memory(t.compressed_indices(), m.indptr) and np.shares_memory(t.plain_indices(), m.indices)
+        assert t.is_coalesced()
+    if fmt == "bsr":
+        assert t.blocksize == (2, 2)
+    np.testing.assert_array_equal(t.to_dense(), a)
+    back = t.to_scipy(kind)
+    assert back.format == fmt and back.shape == m.shape
+    assert (kind == "matrix") == isinstance(back, sp.spmatrix)
+    assert np.shares_memory(back.data, t.values())
+    if fmt == "coo":
+        assert all(np.shares_memory(c, t.indices()) for c in back.coords)
+        again = st.from_scipy(back)  # rows of one array: no copy of the indices
+        assert np.shares_memory(again.indices(), t.indices())
+    else:
+        assert back.indices is t.plain_indices() and back.indptr is t.compressed_indices()
+    np.testing.assert_array_equal(back.toarray(), a)
+
+
+@pytest.mark.parametrize("dtype", SCIPY_DTYPES)
+def test_value_dtypes_round_trip(rng, dtype):
+    a, m = scipy_matrix(rng, "csr", "array", dtype=dtype)
+    t = st.from_scipy(m)
+    assert t.dtype == dtype
+    np.testing.assert_array_equal(st.to_scipy(t).toarray(), a)
+
+
+def test_unsupported_dtype():
+    m = sp.csr_array(np.eye(3, dtype=np.uint16))
+    with pytest.raises(TypeError, match="uint16"):
+        st.from_scipy(m)
+
+
+@pytest.mark.parametrize("fmt", ["csr", "csc"])
+def test_non_canonical_input_is_repaired(fmt):
+    indptr = np.array([0, 3, 4], np.int32)
+    indices = np.array([2, 0, 2, 1], np.int32)
+    data = np.array([1.0, 2.0, 3.0, 4.0])
+    cls = sp.csr_array if fmt == "csr" else sp.csc_array
+    m = cls((data, indices, indptr), shape=(2, 3) if fmt == "csr" else (3, 2))
+    t = st.from_scipy(m)
+    t.check_invariants()
+    assert t.is_coalesced()
+    np.testing.assert_array_equal(t.to_dense(), m.toarray())
+    np.testing.assert_array_equal(indices, [2, 0, 2, 1])  # SciPy's arrays untouched
+
+
+def test_invalid_input_is_rejected():
+    m = sp.csr_array((np.ones(2), np.array([0, 5]), np.array([0, 1, 2])), shape=(2, 6))
+    m.indices[1] = 9  # out of range, behind SciPy's back
+    with pytest.raises(st.InvariantError) as e:
+        st.from_scipy(m)
+    assert e.value.invariant == "5.5"
+
+
+def test_coo_duplicates_and_nd():
+    m = sp.coo_array((np.array([1.0, 2.0, 3.0]), (np.array([0, 0, 1]), np.array([1, 1, 0]))), shape=(2, 2))
+    t = st.from_scipy(m)
+    assert not t.is_coalesced()
+    np.testing.assert_array_equal(t.to_dense(), m.toarray())
+    m3 = sp.coo_array((np.array([1.0, 2.0]), (np.array([0, 1]), np.array([1, 0]), np.array([2, 0]))),
+                      shape=(2, 2, 3))
+    t3 = st.from_scipy(m3)
+    assert t3.shape == (2, 2, 3)
+    np.testing.assert_array_equal(t3.to_dense(), m3.toarray())
+    np.testing.assert_array_equal(st.to_scipy(t3).toarray(), m3.toarray())
+
+
+def test_other_formats_go_through_csr():
+    m = sp.dia_array(np.diag([1.0, 2.0, 3.0]))
+    t = st.from_scipy(m)
+    assert t.layout is st.sparse_csr
+    np.testing.assert_array_equal(t.to_dense(), np.diag([1.0, 2.0, 3.0]))
+
+
+def test_to_scipy_refusals():
+    batched = st.from_dense(np.eye(3)[None].repeat(2, 0), "csr", batch_dim=1)
+    with pytest.raises(ValueError, match="batched"):
+        batched.to_scipy()
+    hybrid = st.from_dense(np.ones((2, 2, 3)), "csr", dense_dim=1)
+    with pytest.raises(ValueError, match="hybrid"):
+        hybrid.to_scipy()
+    bsc = st.from_dense(np.eye(4), "bsc", blocksize=(2, 2))
+    with pytest.raises(NotImplementedError, match="BSC"):
+        bsc.to_scipy()
+    np.testing.assert_array_equal(bsc.mT.to_scipy().toarray(), np.eye(4))
+    with pytest.raises(ValueError, match="2-d"):
+        st.sparse_coo_tensor([[0]], [1.0], (3,)).to_scipy("matrix")
+    with pytest.raises(TypeError):
+        st.from_scipy(np.eye(2))
