@@ -8,7 +8,7 @@ import importlib
 import pytest
 
 MODULES = ["sparsetensor._errors", "sparsetensor._config", "sparsetensor._factory", "sparsetensor._tensor",
-           "sparsetensor._dense"]
+           "sparsetensor._dense", "sparsetensor.interop.scipy"]
 
 
 @pytest.mark.parametrize("name", MODULES)
