@@ -1,0 +1,185 @@
+"""PyTorch interop: :func:`from_torch` and :func:`to_torch`, sharing memory on the CPU.
+
+Our layouts are PyTorch's, member for member: COO ``indices``/``values``;
+CSR/CSC/BSR/BSC compressed indices, plain indices and values with batch and
+dense dims. The members cross over with :func:`torch.from_numpy` and
+:meth:`torch.Tensor.numpy`, so both tensors use the same memory: writing to one
+is seen in the other. Copies are made only where PyTorch or NumPy needs them,
+and each is documented below. torch is an optional dependency, imported on
+first use.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import _layout as L
+from .._config import resolve_check
+from .._factory import sparse_compressed_tensor, sparse_coo_tensor
+from .._tensor import COOTensor, CompressedTensor
+
+__all__ = ["from_torch", "to_torch"]
+
+
+def _import_torch():
+    try:
+        import torch
+    except ImportError:
+        raise ImportError("PyTorch interop needs torch, an optional dependency of sparsetensor: "
+                          "pip install torch") from None
+    return torch
+
+
+def _torch_layouts(torch) -> dict:
+    return {torch.sparse_coo: L.sparse_coo, torch.sparse_csr: L.sparse_csr, torch.sparse_csc: L.sparse_csc,
+            torch.sparse_bsr: L.sparse_bsr, torch.sparse_bsc: L.sparse_bsc}
+
+
+def _numpy_of(x, what: str) -> np.ndarray:
+    """A NumPy array sharing the memory of the CPU tensor ``x`` (a copy only if a conj/neg bit is set)."""
+    x = x.detach().resolve_conj().resolve_neg()
+    try:
+        return x.numpy()
+    except TypeError as e:
+        raise TypeError(f"from_torch: {what} has dtype {x.dtype}, which NumPy does not have; convert it first, "
+                        f"e.g. t.to(torch.float32) ({e})") from None
+
+
+def from_torch(t, *, check_invariants: bool = True):
+    """A tensor (or NumPy array) from a CPU PyTorch tensor, sharing its memory.
+
+    ``torch.sparse_coo``, ``sparse_csr``, ``sparse_csc``, ``sparse_bsr`` and
+    ``sparse_bsc`` tensors, with batch and dense dims, become tensors of the
+    same layout whose members are NumPy views of PyTorch's (no copy); a
+    strided tensor becomes a NumPy array view. An uncoalesced COO tensor keeps
+    its duplicates and its ``is_coalesced()`` flag. Copies are made only for
+    members PyTorch stores lazily conjugated or negated, non-contiguous index
+    arrays (PyTorch's ``coalesce()`` leaves COO indices as a strided view;
+    invariants 3.5/3.6), and compressed values that are neither contiguous nor
+    block-transposed (invariant 3.7). COO indices are int64, as PyTorch's
+    always are.
+
+    Parameters
+    ----------
+    t : torch.Tensor
+        On the CPU (``ValueError`` otherwise: call ``t.cpu()`` first), of a
+        dtype both libraries have (bfloat16 raises ``TypeError``).
+    check_invariants : bool, optional
+        Check every invariant (the default; PyTorch does not check unless
+        asked). ``False`` keeps only the O(1) checks.
+
+    Examples
+    --------
+    >>> import numpy as np, torch, sparsetensor as st
+    >>> x = torch.tensor([[0.0, 1.5], [2.0, 0.0]]).to_sparse_csr()
+    >>> t = st.from_torch(x)
+    >>> t.layout, t.col_indices(), np.shares_memory(t.values(), x.values().numpy())
+    (st.sparse_csr, array([1, 0]), True)
+    """
+    torch = _import_torch()
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"from_torch expects a torch.Tensor, got {type(t).__name__}")
+    if t.device.type != "cpu":
+        raise ValueError(f"from_torch: the tensor is on {t.device}; sparsetensor tensors live on the CPU: call "
+                         ".cpu() first (a copy)")
+    if t.layout == torch.strided:
+        return _numpy_of(t, "the tensor")
+    layout = _torch_layouts(torch).get(t.layout)
+    if layout is None:
+        raise TypeError(f"from_torch: unsupported torch layout {t.layout}")
+    shape = tuple(t.shape)
+    if layout is L.sparse_coo:
+        indices = _numpy_of(t._indices(), "indices")
+        values = _numpy_of(t._values(), "values")
+        return sparse_coo_tensor(indices, values, shape, check_invariants=check_invariants,
+                                 is_coalesced=t.is_coalesced())
+    if layout.compressed_rows:
+        compressed, plain = t.crow_indices(), t.col_indices()
+    else:
+        compressed, plain = t.ccol_indices(), t.row_indices()
+    return sparse_compressed_tensor(_numpy_of(compressed, layout.compressed_name), _numpy_of(plain, layout.plain_name),
+                                    _numpy_of(t.values(), "values"), shape, layout=layout,
+                                    check_invariants=check_invariants)
+
+
+def _tensor_of(torch, a: np.ndarray, copy, what: str):
+    """``torch.from_numpy`` of ``a``, copying first when asked or when PyTorch cannot share it."""
+    reason = None
+    if not a.flags.writeable:
+        reason = "is read-only (PyTorch tensors are always writable)"
+    elif not a.dtype.isnative:
+        reason = "is not in native byte order"
+    elif any(s < 0 for s in a.strides):
+        reason = "has negative strides"
+    if reason is not None and copy is False:
+        raise ValueError(f"to_torch(copy=False): {what} {reason}, so it cannot be shared without a copy")
+    if copy or reason is not None:
+        a = np.array(a, copy=True, order="C" if reason else "K")
+        if not a.dtype.isnative:
+            a = a.astype(a.dtype.newbyteorder("="))
+    try:
+        return torch.from_numpy(a)
+    except TypeError as e:
+        raise TypeError(f"to_torch: {what} has dtype {a.dtype}, which PyTorch does not support ({e})") from None
+
+
+def to_torch(t, *, copy: bool | None = None, check_invariants: bool | None = None):
+    """A CPU PyTorch tensor of the same layout, sharing this tensor's memory where it can.
+
+    Sparse tensors of every layout (with batch and dense dims) become PyTorch
+    sparse tensors of that layout; a NumPy array becomes a strided tensor. The
+    members are passed with :func:`torch.from_numpy`, so they are shared, with
+    these copies (made when ``copy`` is ``None``, refused with ``ValueError``
+    when it is ``False``):
+
+    - the indices of a COO tensor with int32 indices (PyTorch's COO indices
+      are int64 only); compressed layouts keep int32;
+    - read-only arrays, such as those of ``load(path, mmap_mode="r")`` (PyTorch
+      tensors are writable; load with ``mmap_mode="c"`` to share them);
+    - arrays in non-native byte order or with negative strides.
+
+    Block-transposed values (a BSC tensor from ``bsr.mT``) are shared: PyTorch
+    accepts them. The COO ``is_coalesced()`` flag carries over.
+
+    Parameters
+    ----------
+    t : SparseTensor or numpy.ndarray
+    copy : bool, optional
+        ``True`` copies every member; ``False`` never copies (``ValueError``
+        where sharing is impossible); ``None`` (default) shares what it can.
+    check_invariants : bool, optional
+        Have PyTorch check the invariants again (its
+        ``check_invariants=`` argument). Defaults to this library's setting
+        (:func:`sparsetensor.check_invariants`, on unless turned off): a
+        tensor built with ``check_invariants=False`` may be invalid, and PyTorch
+        kernels do not guard their reads.
+
+    Examples
+    --------
+    >>> import numpy as np, sparsetensor as st
+    >>> t = st.sparse_bsr_tensor([0, 1], [1], np.ones((1, 2, 2)), size=(2, 4))
+    >>> x = st.to_torch(t)
+    >>> x.layout, x.values().data_ptr() == t.values().ctypes.data
+    (torch.sparse_bsr, True)
+    """
+    torch = _import_torch()
+    if isinstance(t, np.ndarray):
+        return _tensor_of(torch, t, copy, "the array")
+    if not isinstance(t, (COOTensor, CompressedTensor)):
+        raise TypeError(f"to_torch expects a sparse tensor or a NumPy array, got {type(t).__name__}")
+    t = t.cpu()
+    check = resolve_check(check_invariants)
+    values = _tensor_of(torch, t.values(), copy, "values")
+    if isinstance(t, COOTensor):
+        indices, index_copy = t.indices(), copy
+        if indices.dtype != np.int64:
+            if copy is False:
+                raise ValueError("to_torch(copy=False): the COO indices are int32, and PyTorch's COO indices "
+                                 "are int64 only; convert with t.to(index_dtype='int64') or allow the copy")
+            indices, index_copy = indices.astype(np.int64), None  # a copy already
+        return torch.sparse_coo_tensor(_tensor_of(torch, indices, index_copy, "indices"), values, t.shape,
+                                       is_coalesced=t.is_coalesced(), check_invariants=check)
+    layout = getattr(torch, f"sparse_{t.layout.name}")
+    compressed = _tensor_of(torch, t.compressed_indices(), copy, t.layout.compressed_name)
+    plain = _tensor_of(torch, t.plain_indices(), copy, t.layout.plain_name)
+    return torch.sparse_compressed_tensor(compressed, plain, values, t.shape, layout=layout, check_invariants=check)
