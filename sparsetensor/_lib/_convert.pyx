@@ -336,16 +336,16 @@ cdef int _sort_buckets(index_t* op, raw_t* ov, const uint16_t* minor, Py_ssize_t
         j0 = b << shift
         w = min(W, nplain - j0)
         memset(loc, 0, w * sizeof(int64_t))
-        for q in range(lo, hi):
-            loc[minor[q]] += 1
+        for q in range(hi - lo):  # count, and take the bucket out of the way (one pass)
+            loc[minor[lo + q]] += 1
+            bmaj[q] = op[lo + q]
+            _copy(bval + q * E, ov + (lo + q) * E, E)
         s = lo
         for jj in range(w):
             x = loc[jj]
             loc[jj] = s
             s = s + x
             oc[j0 + jj + 1] = <index_t>s
-        memcpy(bmaj, op + lo, (hi - lo) * sizeof(index_t))
-        memcpy(bval, ov + lo * E, (hi - lo) * E * sizeof(raw_t))
         for q in range(hi - lo):
             jj = minor[lo + q]
             pos = loc[jj]
