@@ -12,6 +12,8 @@ print as ``n/a``. Ratios are the peer's time over ours (above 1: ours is faster)
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 import sparsetensor as st
@@ -44,7 +46,9 @@ def run(repeat=5, threads=None, nnz=20_000_000, n=1_000_000, dense_n=8192, densi
     nthreads = st.num_threads(threads)
     if torch is not None:
         torch.set_num_threads(nthreads)
-    print(f"{nthreads} threads for ours and torch; SciPy is single-threaded")
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"{nthreads} threads for ours and torch; SciPy is single-threaded; load average {load:.2f} "
+          f"(a busy machine slows the threaded runs most)")
     records = []
 
     def record(case, ours, scipy_fn=None, torch_fn=None):
@@ -97,8 +101,9 @@ def run(repeat=5, threads=None, nnz=20_000_000, n=1_000_000, dense_n=8192, densi
     ours_csr = _optional(lambda: st.from_dense(a, "csr", index_dtype=int64))
     ta = torch.from_numpy(a) if torch is not None else None
     sa = sp.csr_array(a) if sp is not None else None
+    has_to_dense = ours_csr is not None and _optional(ours_csr.to_dense) is not None
     record(f"csr -> dense ({dense_n}^2, {density:.0%})",
-           None if ours_csr is None or _optional(ours_csr.to_dense) is None else lambda: ours_csr.to_dense(threads=threads),
+           (lambda: ours_csr.to_dense(threads=threads)) if has_to_dense else None,
            sa.toarray if sp is not None else None,
            ta.to_sparse_csr().to_dense if torch is not None else None)
     record(f"dense -> csr ({dense_n}^2, {density:.0%})",
@@ -122,7 +127,7 @@ def run(repeat=5, threads=None, nnz=20_000_000, n=1_000_000, dense_n=8192, densi
 
         table.append([rec["case"], "n/a" if ours is None else 1e3 * ours, ratio("scipy_s"), ratio("torch_s")])
     print_table(["case", "ours ms", "scipy/ours", "torch/ours"], table)
-    path = write_json("convert", {"threads": nthreads, "results": records})
+    path = write_json("convert", {"threads": nthreads, "load_average": load, "results": records})
     print(f"wrote {path}")
     return records
 

@@ -183,9 +183,9 @@ def _as_parts(t: CompressedTensor) -> _Parts:
     batch, B = t.shape[:m], math.prod(t.shape[:m])
     values = np.ascontiguousarray(t.values())  # blocked values may be block-transposed (3.7)
     E = math.prod(values.shape[m + 1:])
-    return _Parts(t.compressed_indices().reshape(B, t.compressed_indices().shape[-1]), t.plain_indices().reshape(B, t.nnz),
-                  raw_view(values.reshape(B, t.nnz, E)), batch, t.shape[m:m + 2], t.shape[m + 2:], t.blocksize,
-                  t.layout, t.dtype)
+    c = t.compressed_indices()
+    return _Parts(c.reshape(B, c.shape[-1]), t.plain_indices().reshape(B, t.nnz), raw_view(values.reshape(B, t.nnz, E)),
+                  batch, t.shape[m:m + 2], t.shape[m + 2:], t.blocksize, t.layout, t.dtype)
 
 
 def _build(parts: _Parts) -> CompressedTensor:
