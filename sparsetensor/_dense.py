@@ -57,7 +57,7 @@ def _compressed_to_dense(t: CompressedTensor, threads) -> np.ndarray:
     values = np.ascontiguousarray(t.values()).reshape(B, t.nnz, rb, cb, D)
     accumulate = not t.is_coalesced()
     v, o, widened = _kernel_views(values, out.reshape(B, rows, cols, D), accumulate)
-    c = t.compressed_indices().reshape(B, -1)
+    c = t.compressed_indices().reshape(B, t.compressed_indices().shape[-1])
     p = t.plain_indices().reshape(B, t.nnz)
     found = _kernels.compressed_to_dense(c, p, v, o, t.layout.compressed_rows, accumulate,
                                          num_threads(threads, values.size))
@@ -163,7 +163,7 @@ def from_dense(array, layout="csr", *, blocksize=None, dense_dim: int = 0, batch
     z = zero_test_view(a.reshape(B, rows, cols, D))
     r = raw_view(a.reshape(B, rows, cols, D))
     c, p, v, counts = _kernels.dense_to_compressed(z, r, bs[0], bs[1], layout.compressed_rows, idx_dt,
-                                                   num_threads(threads, a.size))
+                                                   num_threads(threads, a.size), float16=a.dtype == np.float16)
     if B and (counts != counts.flat[0]).any():
         shown = ", ".join(f"{tuple(int(i) for i in np.unravel_index(k, batch))}: {int(counts[k])}"
                           for k in range(min(B, 16)))
@@ -184,6 +184,7 @@ def _dense_to_coo(a: np.ndarray, dense_dim: int, idx_dt, threads) -> COOTensor:
     M, D = math.prod(sparse), math.prod(dense)
     z = zero_test_view(a.reshape(M, D))
     r = raw_view(a.reshape(M, D))
-    idx, v = _kernels.dense_to_coo(z, r, np.asarray(sparse, dtype=np.int64), idx_dt, num_threads(threads, a.size))
+    idx, v = _kernels.dense_to_coo(z, r, np.asarray(sparse, dtype=np.int64), idx_dt, num_threads(threads, a.size),
+                                   float16=a.dtype == np.float16)
     values = v.view(a.dtype).reshape((idx.shape[1],) + dense)
     return COOTensor(idx, values, a.shape, coalesced=True)

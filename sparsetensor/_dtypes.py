@@ -15,15 +15,19 @@ INDEX_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))
 _RAW = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
 
+def _np_dtype(dtype) -> np.dtype:
+    """``np.dtype`` of a NumPy dtype, type, string, or torch dtype (``torch.float32``)."""
+    if isinstance(dtype, str) or type(dtype).__module__.startswith("torch"):
+        return np.dtype(str(dtype).removeprefix("torch."))
+    return np.dtype(dtype)
+
+
 def as_value_dtype(dtype) -> np.dtype:
     """Normalise ``dtype`` (NumPy or torch spelling) to a supported value dtype."""
     if dtype is None:
         raise TypeError("dtype must not be None here")
-    name = str(dtype)
-    if name.startswith("torch."):
-        name = name[len("torch."):]
     try:
-        dt = np.dtype(name if not name.startswith("<") else dtype)
+        dt = _np_dtype(dtype)
     except TypeError:
         raise TypeError(f"unsupported value dtype {dtype!r}") from None
     if dt not in VALUE_DTYPES:
@@ -32,7 +36,10 @@ def as_value_dtype(dtype) -> np.dtype:
 
 
 def as_index_dtype(dtype) -> np.dtype:
-    dt = np.dtype(str(dtype).replace("torch.", ""))
+    try:
+        dt = _np_dtype(dtype)
+    except TypeError:
+        raise TypeError(f"unsupported index dtype {dtype!r}") from None
     if dt not in INDEX_DTYPES:
         raise TypeError(f"index dtype must be int32 or int64 (invariant 1.3), got {dt}")
     return dt

@@ -24,7 +24,7 @@ class InvariantError(ValueError):
     --------
     >>> import sparsetensor as st
     >>> try:
-    ...     st.sparse_csr_tensor([0, 2, 1], [0, 1], [1.0, 2.0], size=(2, 2))
+    ...     st.sparse_csr_tensor([0, 2, 1, 2], [0, 1], [1.0, 2.0], size=(3, 2))
     ... except st.InvariantError as e:
     ...     print(e.invariant)
     5.3

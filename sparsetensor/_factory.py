@@ -37,7 +37,7 @@ def _as_index_array(x, name: str, layout: str) -> np.ndarray:
         a = a.astype(np.int64, copy=False)
     if a.dtype not in INDEX_DTYPES:
         raise InvariantError("1.3", layout, f"{name} must have dtype int32 or int64, got {a.dtype}")
-    return np.ascontiguousarray(a)
+    return a if a.flags.c_contiguous else a.copy(order="C")  # (ascontiguousarray would make 0-d 1-d)
 
 
 def _as_values(x, dtype) -> np.ndarray:
@@ -232,7 +232,7 @@ def _prepare_values(values: np.ndarray, m: int, layout: L.Layout) -> np.ndarray:
     n = values.ndim - m - 1 - b
     if n >= 0 and _values_layout_ok(values, m, n, b):
         return values
-    return np.ascontiguousarray(values)
+    return values.copy(order="C")
 
 
 def sparse_compressed_tensor(compressed_indices, plain_indices, values, size=None, *, layout, dtype=None,

@@ -60,7 +60,7 @@ def random_dense(rng, *, batch=(), blocks=(3, 4), blocksize=(1, 1), dense=(), dt
             vals = nonzero_values(rng, (nnz, rb, cb, D), dtype)
             if partial_blocks and rb * cb * D > 1:
                 keep = rng.random((nnz, rb, cb, D)) < 0.6
-                keep.reshape(nnz, -1)[:, 0] = True  # at least one nonzero per block
+                keep.reshape(nnz, rb * cb * D)[:, 0] = True  # at least one nonzero per block
                 vals = np.where(keep, vals, np.zeros((), dtype))
             out[b].reshape(nblocks, rb, cb, D)[chosen] = vals
     out = out.transpose(0, 1, 3, 2, 4, 5).reshape(batch + (nbr * rb, nbc * cb) + tuple(dense))

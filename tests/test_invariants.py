@@ -60,7 +60,7 @@ def test_each_invariant_is_reported(layout, index_dtype, invariant):
 
 def test_message_names_rule_and_value():
     with pytest.raises(st.InvariantError) as e:
-        st.sparse_csr_tensor([0, 3, 1, 2], [0, 1, 2], [1.0, 2, 3], size=(3, 3))
+        st.sparse_csr_tensor([0, 3, 1, 3], [0, 1, 2], [1.0, 2, 3], size=(3, 3))
     msg = str(e.value)
     assert "csr invariant 5.3" in msg and "crow_indices" in msg and "i=2" in msg and "got -2" in msg
     with pytest.raises(st.InvariantError) as e:

@@ -10,7 +10,7 @@ from conftest import INDEX_DTYPES, VALUE_DTYPES, random_dense
 
 sp = pytest.importorskip("scipy.sparse")
 
-SCIPY_DTYPES = [d for d in VALUE_DTYPES]
+SCIPY_DTYPES = [d for d in VALUE_DTYPES if d != np.float16]  # SciPy does not support float16
 
 
 def scipy_matrix(rng, fmt, kind, dtype=np.float64, index_dtype=np.int32, shape=(12, 10)):
@@ -63,6 +63,8 @@ def test_unsupported_dtype():
     m = sp.csr_array(np.eye(3, dtype=np.uint16))
     with pytest.raises(TypeError, match="uint16"):
         st.from_scipy(m)
+    with pytest.raises(TypeError, match="float16"):
+        st.sparse_csr_tensor([0, 1], [0], np.ones(1, np.float16)).to_scipy()
 
 
 @pytest.mark.parametrize("fmt", ["csr", "csc"])

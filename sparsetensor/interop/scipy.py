@@ -123,6 +123,8 @@ def to_scipy(t, kind: str = "array"):
     if not isinstance(t, (COOTensor, CompressedTensor)):
         raise TypeError(f"to_scipy expects a sparse tensor, got {type(t).__name__}")
     name = t.layout.name
+    if t.dtype == np.float16:
+        raise TypeError("SciPy sparse does not support float16 values; convert first, e.g. t.to(np.float32)")
     if t.dense_dim:
         raise ValueError(f"cannot convert a hybrid {name} tensor (dense_dim={t.dense_dim}) to SciPy: SciPy "
                          "sparse matrices have scalar values only")
@@ -135,6 +137,7 @@ def to_scipy(t, kind: str = "array"):
         cls = sp.coo_array if kind == "array" else sp.coo_matrix
         coords = tuple(t.indices()[d] for d in range(t.sparse_dim))
         m = cls((t.values(), coords), shape=t.shape, copy=False)
+        m.coords = coords  # SciPy may have picked another index dtype: ours are valid as they are
         m.has_canonical_format = t.is_coalesced()
         return m
     if name == "bsc":

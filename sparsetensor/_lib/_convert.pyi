@@ -1,0 +1,85 @@
+"""Layout conversion kernels (Cython, OpenMP). Inputs are trusted to have the shapes and
+dtypes documented here and to satisfy invariants 5.1-5.6 (check_compressed is the guard for
+input that was not checked): the Python wrappers in sparsetensor._convert see to it.
+
+Arrays use the canonical form of sparsetensor._convert: compressed (B, n + 1), plain
+(B, nnz) of one index dtype (int32 or int64), values (B, nnz, E) as a raw unsigned view
+(uint8/16/32/64, sparsetensor._dtypes.raw_view), E = the raw items of one entry."""
+import numpy as np
+
+# (invariant, flat batch index, slice (compressed index), position, offending value)
+CompressedError = tuple[str, int, int, int, int]
+
+def check_compressed(
+    compressed: np.ndarray,  # (B, n + 1) index
+    plain: np.ndarray,       # (B, nnz), same dtype
+    plain_size: int,         # (block) columns for csr/bsr, (block) rows for csc/bsc
+    nthreads: int,
+) -> CompressedError | None: ...  # the first of 5.1/5.2 (all batches), 5.3, then 5.4-5.6 by slice
+
+def compressed_transpose(
+    compressed: np.ndarray,  # (B, n + 1) index
+    plain: np.ndarray,       # (B, nnz), same dtype
+    values: np.ndarray,      # (B, nnz, E) raw
+    plain_size: int,
+    nthreads: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]: ...
+    # (compressed (B, plain_size + 1), plain (B, nnz), values (B, nnz, E)): entries regrouped by
+    # plain index, each new slice sorted by the old compressed index (a stable counting sort)
+
+def rows_to_coo(
+    compressed: np.ndarray,   # (B, nbr + 1) index, rows compressed (csr/bsr)
+    plain: np.ndarray,        # (B, nnz)
+    values: np.ndarray,       # (B, nnz, Rb * Cb * Er) raw
+    Rb: int, Cb: int,         # blocksize, (1, 1) for csr
+    batch_coords: np.ndarray, # (m, B) index: the batch multi-index of every batch
+    out_indices: np.ndarray,  # (m + 2, B * nnz * Rb * Cb) index, filled: lexicographically sorted
+    out_values: np.ndarray,   # (B * nnz * Rb * Cb, Er) raw, filled
+    nthreads: int,
+) -> None: ...
+
+# (invariant "C4" | "C5", sparse dim, position, value) or ("C6", -1, position, 0)
+CooError = tuple[str, int, int, int]
+
+def coo_to_rows(
+    indices: np.ndarray,  # (S, N) index, S >= 2, claimed coalesced (checked here)
+    sizes: np.ndarray,    # (S,) int64 sparse sizes
+    ptr: np.ndarray,      # (prod(sizes[:-1]) + 1,) int64, filled: entries before each flat row
+    nthreads: int,
+) -> CooError | None: ...
+
+def group_count(
+    compressed: np.ndarray,  # (B, n + 1) index, unblocked (csr/csc)
+    plain: np.ndarray,       # (B, nnz)
+    bc: int, bp: int,        # block extents along the compressed and the plain dim
+    counts: np.ndarray,      # (B, n // bc) int64, filled: blocks per block slice
+    nthreads: int,
+) -> None: ...
+
+def group_fill(
+    compressed: np.ndarray,      # (B, n + 1) index, unblocked
+    plain: np.ndarray,           # (B, nnz)
+    values: np.ndarray,          # (B, nnz, Er) raw
+    bc: int, bp: int,
+    stride_c: int, stride_p: int,  # item offset in the flattened (Rb, Cb) block per step along each dim
+    out_compressed: np.ndarray,  # (B, n // bc + 1): 0 then the cumulative sums of group_count's counts
+    out_plain: np.ndarray,       # (B, nnzb), filled
+    out_values: np.ndarray,      # (B, nnzb, Rb * Cb * Er) raw, zero-filled by the caller, filled
+    nthreads: int,
+) -> None: ...
+
+def compressed_expand(
+    compressed: np.ndarray,      # (B, n + 1) index, blocked (bsr/bsc)
+    plain: np.ndarray,           # (B, nnz)
+    values: np.ndarray,          # (B, nnz, Rb * Cb * Er) raw
+    bc: int, bp: int,
+    stride_c: int, stride_p: int,
+    out_compressed: np.ndarray,  # (B, n * bc + 1), filled
+    out_plain: np.ndarray,       # (B, nnz * Rb * Cb), filled
+    out_values: np.ndarray,      # (B, nnz * Rb * Cb, Er) raw, filled
+    nthreads: int,
+) -> None: ...
+
+def _tune(max_buckets: int | None = None, direct_max_plain: int | None = None,
+          bucketed_min_bytes: int | None = None, bucket_bytes: int | None = None) -> tuple[int, int, int, int]: ...
+def _aligned_empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray: ...

@@ -1,0 +1,829 @@
+# Layout conversion kernels: counting-sort transposes, block grouping/expansion,
+# compressed <-> COO, and the guard scan for unchecked compressed input.
+#
+# Every kernel sees the canonical form of sparsetensor._convert: compressed
+# (B, n + 1), plain (B, nnz), values (B, nnz, E) as raw unsigned integers
+# (sparsetensor._dtypes.raw_view), where E counts the raw items of one entry
+# (block x dense). Values are only moved, never combined. Inputs are trusted to
+# satisfy invariants 5.1-5.6: check_compressed is the guard that the wrapper runs
+# first on input that was not checked, so that no kernel reads out of bounds.
+from cython.parallel cimport prange, threadid
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint64_t
+from libc.stdlib cimport calloc, free, malloc
+from libc.string cimport memcpy, memset
+
+import numpy as np
+
+from ._types cimport index_t, raw_t
+
+cdef extern from *:
+    """
+    #include <stdlib.h>
+    #include <string.h>
+    #if defined(__SSE2__)
+    #include <emmintrin.h>
+    /* Copy nbytes (a multiple of 16) from a 16-byte aligned src to a 16-byte aligned dst with
+       non-temporal stores: the target lines are written without being read first. */
+    static inline void st_stream_copy(void* dst, const void* src, size_t nbytes) {
+        __m128i* d = (__m128i*)dst;
+        const __m128i* s = (const __m128i*)src;
+        size_t i;
+        for (i = 0; i < nbytes / 16; i++) _mm_stream_si128(d + i, _mm_load_si128(s + i));
+    }
+    static inline void st_stream_fence(void) { _mm_sfence(); }
+    #else
+    static inline void st_stream_copy(void* dst, const void* src, size_t nbytes) { memcpy(dst, src, nbytes); }
+    static inline void st_stream_fence(void) {}
+    #endif
+    /* 64-byte aligned memory, released with free(); NULL when out of memory. */
+    static inline void* st_alloc64(size_t nbytes) { return aligned_alloc(64, (nbytes + 64) / 64 * 64); }
+    """
+    void st_stream_copy(void* dst, const void* src, size_t nbytes) nogil
+    void st_stream_fence() nogil
+    void* _alloc64 "st_alloc64"(size_t nbytes) nogil
+
+# Entries per write-combining buffer of the bucketed transpose (32 keeps every flush a
+# multiple of 32 bytes, so streaming stores stay 16-byte aligned).
+cdef enum:
+    WC = 32
+
+# A plain dimension larger than this is transposed through cache-sized buckets
+# (two streaming passes) instead of one scatter with a write stream per column.
+cdef Py_ssize_t DIRECT_MAX_PLAIN = 4096
+# Number of buckets of the bucketed transpose: at most MAX_BUCKETS, so that one thread's
+# write-combining buffers (WC entries x 3 arrays per bucket) stay in L2, and about
+# BUCKET_BYTES of entries each, so that a bucket is sorted within L2.
+cdef Py_ssize_t MAX_BUCKETS = 2048
+cdef Py_ssize_t BUCKET_BYTES = 1 << 19
+# Below this many bytes of output the direct scatter stays in cache anyway.
+cdef Py_ssize_t BUCKETED_MIN_BYTES = 1 << 20
+# Batches smaller than this (nnz * E) are transposed one per thread.
+cdef Py_ssize_t SMALL_BATCH = 1 << 16
+
+
+def _tune(max_buckets=None, direct_max_plain=None, bucketed_min_bytes=None, bucket_bytes=None):
+    """Set the transpose's tuning constants (benchmarks only); returns the previous ones."""
+    global MAX_BUCKETS, DIRECT_MAX_PLAIN, BUCKETED_MIN_BYTES, BUCKET_BYTES
+    old = (MAX_BUCKETS, DIRECT_MAX_PLAIN, BUCKETED_MIN_BYTES, BUCKET_BYTES)
+    if bucket_bytes is not None:
+        BUCKET_BYTES = bucket_bytes
+    if max_buckets is not None:
+        MAX_BUCKETS = max_buckets
+    if direct_max_plain is not None:
+        DIRECT_MAX_PLAIN = direct_max_plain
+    if bucketed_min_bytes is not None:
+        BUCKETED_MIN_BYTES = bucketed_min_bytes
+    return old
+
+
+def _aligned_empty(shape, dtype):
+    """np.empty(shape, dtype) starting at a 64-byte boundary (a view into a slightly larger buffer)."""
+    dtype = np.dtype(dtype)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    buf = np.empty(nbytes + 64, dtype=np.uint8)
+    off = (-buf.ctypes.data) % 64
+    return buf[off:off + nbytes].view(dtype).reshape(shape)
+
+
+def _index_dtype(Py_ssize_t itemsize):
+    return np.int32 if itemsize == 4 else np.int64
+
+
+def _raw_dtype(Py_ssize_t itemsize):
+    return {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[itemsize]
+
+
+cdef inline void _copy(raw_t* dst, const raw_t* src, Py_ssize_t E) noexcept nogil:
+    cdef Py_ssize_t e
+    if E == 1:
+        dst[0] = src[0]
+    else:
+        for e in range(E):
+            dst[e] = src[e]
+
+
+# -- work partitions -----------------------------------------------------------------------
+cdef inline int64_t _unit_weight(const index_t* c, Py_ssize_t n, Py_ssize_t nnz, Py_ssize_t step,
+                                 Py_ssize_t nu, Py_ssize_t u, Py_ssize_t U) noexcept nogil:
+    """Work before unit u: entries before it plus units before it (monotone in u)."""
+    cdef Py_ssize_t b, i
+    if u >= U:
+        return <int64_t>(U // nu if nu else 0) * nnz + U
+    b = u // nu
+    i = u - b * nu
+    return <int64_t>b * nnz + c[b * (n + 1) + i * step] + u
+
+
+cdef void _split_units(const index_t* c, Py_ssize_t B, Py_ssize_t n, Py_ssize_t nnz, Py_ssize_t step,
+                       int T, Py_ssize_t* bounds) noexcept nogil:
+    """Split the B * (n // step) units (a unit is `step` consecutive compressed slices of one
+    batch) into T contiguous ranges of about equal work (entries + units)."""
+    cdef Py_ssize_t nu = n // step
+    cdef Py_ssize_t U = B * nu
+    cdef int64_t total = _unit_weight(c, n, nnz, step, nu, U, U)
+    cdef int64_t goal
+    cdef Py_ssize_t lo, hi, mid
+    cdef int t
+    bounds[0] = 0
+    for t in range(1, T):
+        goal = total * t // T
+        lo, hi = bounds[t - 1], U
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if _unit_weight(c, n, nnz, step, nu, mid, U) < goal:
+                lo = mid + 1
+            else:
+                hi = mid
+        bounds[t] = lo
+    bounds[T] = U
+
+
+# -- guard scan of unchecked input ------------------------------------------------------------
+cdef Py_ssize_t _first_bad_step(const index_t* c, Py_ssize_t n, Py_ssize_t nplain, Py_ssize_t lo,
+                                Py_ssize_t hi) noexcept nogil:
+    """The first flat slice in [lo, hi) breaking 5.3, or -1. Flat slice r is (r // n, r % n)."""
+    cdef Py_ssize_t r, b, i
+    cdef int64_t d
+    for r in range(lo, hi):
+        b = r // n
+        i = r - b * n
+        d = <int64_t>c[b * (n + 1) + i + 1] - c[b * (n + 1) + i]
+        if d < 0 or d > nplain:
+            return r
+    return -1
+
+
+cdef Py_ssize_t _first_bad_slice(const index_t* c, const index_t* p, Py_ssize_t n, Py_ssize_t nnz,
+                                 Py_ssize_t nplain, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    """The first flat slice in [lo, hi) whose plain indices break 5.4-5.6, or -1."""
+    cdef Py_ssize_t r, b, i, k, k0, k1
+    cdef const index_t* pb
+    for r in range(lo, hi):
+        b = r // n
+        i = r - b * n
+        k0 = c[b * (n + 1) + i]
+        k1 = c[b * (n + 1) + i + 1]
+        pb = p + b * nnz
+        for k in range(k0, k1):
+            if pb[k] < 0 or pb[k] >= nplain or (k > k0 and pb[k] <= pb[k - 1]):
+                return r
+    return -1
+
+
+def check_compressed(const index_t[:, ::1] compressed, const index_t[:, ::1] plain, Py_ssize_t plain_size,
+                     int nthreads):
+    """Invariants 5.1-5.6; the first violation as (invariant, batch, slice, position, value), or None."""
+    cdef Py_ssize_t B = compressed.shape[0], n = compressed.shape[1] - 1, nnz = plain.shape[1]
+    cdef Py_ssize_t b, i, k, R = B * n, k0, k1
+    cdef int T = max(1, min(nthreads, R // 4096 + 1)), t
+    cdef const index_t* c
+    cdef const index_t* p
+    cdef Py_ssize_t[::1] bounds = np.zeros(T + 1, dtype=np.intp)
+    cdef Py_ssize_t[::1] found = np.full(T, -1, dtype=np.intp)
+    if B == 0:
+        return None
+    c = &compressed[0, 0]
+    p = &plain[0, 0]
+    for b in range(B):
+        if c[b * (n + 1)] != 0:
+            return ("5.1", b, 0, 0, int(c[b * (n + 1)]))
+    for b in range(B):
+        if c[b * (n + 1) + n] != nnz:
+            return ("5.2", b, n, n, int(c[b * (n + 1) + n]))
+    if R == 0:
+        return None
+    for t in range(T + 1):
+        bounds[t] = R * t // T
+    with nogil:
+        for t in prange(T, num_threads=T, schedule="static", chunksize=1):
+            found[t] = _first_bad_step(c, n, plain_size, bounds[t], bounds[t + 1])
+    for t in range(T):
+        if found[t] >= 0:
+            b, i = divmod(found[t], n)
+            return ("5.3", b, i + 1, i + 1, int(c[b * (n + 1) + i + 1] - c[b * (n + 1) + i]))
+    # 5.1-5.3 hold: the slices are monotone from 0 to nnz, reads below stay in bounds
+    _split_units(c, B, n, nnz, 1, T, &bounds[0])
+    with nogil:
+        for t in prange(T, num_threads=T, schedule="static", chunksize=1):
+            found[t] = _first_bad_slice(c, p, n, nnz, plain_size, bounds[t], bounds[t + 1])
+    for t in range(T):
+        if found[t] >= 0:
+            b, i = divmod(found[t], n)
+            k0, k1 = c[b * (n + 1) + i], c[b * (n + 1) + i + 1]
+            for k in range(k0, k1):
+                v = int(p[b * nnz + k])
+                if v < 0:
+                    return ("5.4", b, i, k, v)
+                if v >= plain_size:
+                    return ("5.5", b, i, k, v)
+                if k > k0 and v <= p[b * nnz + k - 1]:
+                    return ("5.6", b, i, k, v)
+    return None
+
+
+# -- transpose: counting sort of the plain indices ----------------------------------------------
+#
+# Direct mode (few plain indices, or big entries): one counter per plain index and thread;
+# every entry is scattered straight to its final place.
+# Bucketed mode (many plain indices): a scatter with one write stream per plain index
+# would miss the cache on every write, so entries are first partitioned into buckets of
+# 2**shift consecutive plain indices (few, cache-resident write streams) in the output
+# arrays themselves, with the offset inside the bucket kept in a uint16 side array; then
+# each bucket, small enough for L2, is counting-sorted in place. Both passes stream.
+cdef void _count(const index_t* c, const index_t* p, Py_ssize_t r0, Py_ssize_t r1, int shift,
+                 int64_t* cnt, Py_ssize_t NB) noexcept nogil:
+    cdef Py_ssize_t k
+    memset(cnt, 0, NB * sizeof(int64_t))
+    for k in range(c[r0], c[r1]):
+        cnt[p[k] >> shift] += 1
+
+
+cdef void _scatter(const index_t* c, const index_t* p, const raw_t* v, Py_ssize_t E, Py_ssize_t r0,
+                   Py_ssize_t r1, int64_t* cur, index_t* op, raw_t* ov) noexcept nogil:
+    """Direct mode: move each entry of slices [r0, r1) to the next free slot of its plain index."""
+    cdef Py_ssize_t i, k
+    cdef int64_t q
+    cdef index_t j
+    for i in range(r0, r1):
+        for k in range(c[i], c[i + 1]):
+            j = p[k]
+            q = cur[j]
+            cur[j] = q + 1
+            op[q] = <index_t>i
+            _copy(ov + q * E, v + k * E, E)
+
+
+cdef inline void _flush(int64_t q, Py_ssize_t f, Py_ssize_t E, const index_t* bmaj, const uint16_t* bmin,
+                        const raw_t* bval, index_t* op, uint16_t* minor, raw_t* ov) noexcept nogil:
+    if f == WC:  # a whole buffer to an aligned place: stream it past the cache
+        st_stream_copy(op + q, bmaj, WC * sizeof(index_t))
+        st_stream_copy(minor + q, bmin, WC * sizeof(uint16_t))
+        st_stream_copy(ov + q * E, bval, WC * E * sizeof(raw_t))
+    else:
+        memcpy(op + q, bmaj, f * sizeof(index_t))
+        memcpy(minor + q, bmin, f * sizeof(uint16_t))
+        memcpy(ov + q * E, bval, f * E * sizeof(raw_t))
+
+
+cdef int _scatter_buckets(const index_t* c, const index_t* p, const raw_t* v, Py_ssize_t E, Py_ssize_t r0,
+                          Py_ssize_t r1, int shift, Py_ssize_t NB, Py_ssize_t phase, int64_t* cur, index_t* op,
+                          uint16_t* minor, raw_t* ov) noexcept nogil:
+    """Bucketed mode: move each entry of slices [r0, r1) to the next free slot of its bucket (cur):
+    the old compressed index to op, the offset in the bucket to minor, the values to ov.
+
+    Entries gather per bucket in small cache-resident buffers of WC entries (software write
+    combining), flushed when the target reaches a multiple of WC entries: whole buffers then
+    go out with non-temporal stores, which skip reading the target lines first. Element q of
+    the outputs is aligned when (phase + q) % WC == 0. Returns 1 when out of memory."""
+    cdef Py_ssize_t i, k, b, f
+    cdef int64_t q
+    cdef index_t j, mask = (<index_t>1 << shift) - 1
+    cdef index_t* bmaj = <index_t*>_alloc64(NB * WC * sizeof(index_t))
+    cdef uint16_t* bmin = <uint16_t*>_alloc64(NB * WC * sizeof(uint16_t))
+    cdef raw_t* bval = <raw_t*>_alloc64(NB * WC * E * sizeof(raw_t))
+    cdef int32_t* fill = <int32_t*>calloc(NB + 1, sizeof(int32_t))
+    if bmaj == NULL or bmin == NULL or bval == NULL or fill == NULL:
+        free(bmaj)
+        free(bmin)
+        free(bval)
+        free(fill)
+        return 1
+    for i in range(r0, r1):
+        for k in range(c[i], c[i + 1]):
+            j = p[k]
+            b = j >> shift
+            f = fill[b]
+            bmaj[b * WC + f] = <index_t>i
+            bmin[b * WC + f] = <uint16_t>(j & mask)
+            _copy(bval + (b * WC + f) * E, v + k * E, E)
+            f += 1
+            q = cur[b]
+            if f == WC - ((phase + q) & (WC - 1)):
+                _flush(q, f, E, bmaj + b * WC, bmin + b * WC, bval + b * WC * E, op, minor, ov)
+                cur[b] = q + f
+                f = 0
+            fill[b] = <int32_t>f
+    for b in range(NB):
+        if fill[b]:
+            _flush(cur[b], fill[b], E, bmaj + b * WC, bmin + b * WC, bval + b * WC * E, op, minor, ov)
+            cur[b] += fill[b]
+    st_stream_fence()
+    free(bmaj)
+    free(bmin)
+    free(bval)
+    free(fill)
+    return 0
+
+
+cdef int _sort_buckets(index_t* op, raw_t* ov, const uint16_t* minor, Py_ssize_t E, const int64_t* bstart,
+                       Py_ssize_t b0, Py_ssize_t b1, int shift, Py_ssize_t nplain, index_t* oc) noexcept nogil:
+    """Counting sort, in place, of each bucket of [b0, b1) by its offsets; writes oc for the
+    bucket's plain indices. Returns 1 when out of memory (nothing is left allocated)."""
+    cdef Py_ssize_t b, q, jj, w, j0, lo, hi, size = 0, W = <Py_ssize_t>1 << shift
+    cdef int64_t s, x, pos
+    for b in range(b0, b1):
+        size = max(size, <Py_ssize_t>(bstart[b + 1] - bstart[b]))
+    cdef int64_t* loc = <int64_t*>malloc(W * sizeof(int64_t))
+    cdef index_t* bmaj = <index_t*>malloc(size * sizeof(index_t) + 1)
+    cdef raw_t* bval = <raw_t*>malloc(size * E * sizeof(raw_t) + 1)
+    if loc == NULL or bmaj == NULL or bval == NULL:
+        free(loc)
+        free(bmaj)
+        free(bval)
+        return 1
+    for b in range(b0, b1):
+        lo, hi = bstart[b], bstart[b + 1]
+        j0 = b << shift
+        w = min(W, nplain - j0)
+        memset(loc, 0, w * sizeof(int64_t))
+        for q in range(hi - lo):  # count, and take the bucket out of the way (one pass)
+            loc[minor[lo + q]] += 1
+            bmaj[q] = op[lo + q]
+            _copy(bval + q * E, ov + (lo + q) * E, E)
+        s = lo
+        for jj in range(w):
+            x = loc[jj]
+            loc[jj] = s
+            s = s + x
+            oc[j0 + jj + 1] = <index_t>s
+        for q in range(hi - lo):
+            jj = minor[lo + q]
+            pos = loc[jj]
+            loc[jj] = pos + 1
+            op[pos] = bmaj[q]
+            _copy(ov + pos * E, bval + q * E, E)
+    free(loc)
+    free(bmaj)
+    free(bval)
+    return 0
+
+
+cdef void _split_buckets(const int64_t* bstart, Py_ssize_t NB, int T, Py_ssize_t* bounds) noexcept nogil:
+    cdef int64_t total = bstart[NB] + NB, goal
+    cdef Py_ssize_t lo, hi, mid
+    cdef int t
+    bounds[0] = 0
+    for t in range(1, T):
+        goal = total * t // T
+        lo, hi = bounds[t - 1], NB
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if bstart[mid] + mid < goal:
+                lo = mid + 1
+            else:
+                hi = mid
+        bounds[t] = lo
+    bounds[T] = NB
+
+
+cdef int _transpose_one(const index_t* c, const index_t* p, const raw_t* v, Py_ssize_t n, Py_ssize_t nplain,
+                        Py_ssize_t E, int shift, bint bucketed, int T, index_t* oc, index_t* op, raw_t* ov,
+                        Py_ssize_t phase, Py_ssize_t* rows, int64_t* cnt, int64_t* bstart, uint16_t* minor,
+                        int* failed) noexcept nogil:
+    """Transpose one batch on T threads (see above). Returns nonzero when out of memory."""
+    cdef Py_ssize_t NB = ((nplain + (1 << shift) - 1) >> shift) if bucketed else nplain
+    cdef Py_ssize_t b, j
+    cdef int t, err = 0
+    cdef int64_t q, x
+    _split_units(c, 1, n, c[n], 1, T, rows)
+    if T == 1:
+        _count(c, p, 0, n, shift if bucketed else 0, cnt, NB)
+    else:
+        for t in prange(T, num_threads=T, schedule="static", chunksize=1):
+            _count(c, p, rows[t], rows[t + 1], shift if bucketed else 0, cnt + t * NB, NB)
+    # exclusive scan over (bucket, thread): thread t's entries of bucket b follow those of t - 1
+    q = 0
+    for b in range(NB):
+        bstart[b] = q
+        for t in range(T):
+            x = cnt[t * NB + b]
+            cnt[t * NB + b] = q
+            q = q + x
+    bstart[NB] = q
+    if not bucketed:
+        if T == 1:
+            _scatter(c, p, v, E, 0, n, cnt, op, ov)
+        else:
+            for t in prange(T, num_threads=T, schedule="static", chunksize=1):
+                _scatter(c, p, v, E, rows[t], rows[t + 1], cnt + t * NB, op, ov)
+    elif T == 1:
+        err = _scatter_buckets(c, p, v, E, 0, n, shift, NB, phase, cnt, op, minor, ov)
+    else:
+        for t in prange(T, num_threads=T, schedule="static", chunksize=1):
+            failed[t] = _scatter_buckets(c, p, v, E, rows[t], rows[t + 1], shift, NB, phase, cnt + t * NB, op,
+                                         minor, ov)
+        for t in range(T):
+            err = err | failed[t]
+    if err:
+        return err
+    oc[0] = 0
+    if not bucketed:
+        for j in range(nplain):
+            oc[j + 1] = <index_t>bstart[j + 1]
+        return 0
+    if T == 1:
+        return _sort_buckets(op, ov, minor, E, bstart, 0, NB, shift, nplain, oc)
+    _split_buckets(bstart, NB, T, rows)
+    for t in prange(T, num_threads=T, schedule="static", chunksize=1):
+        failed[t] = _sort_buckets(op, ov, minor, E, bstart, rows[t], rows[t + 1], shift, nplain, oc)
+    for t in range(T):
+        err = err | failed[t]
+    return err
+
+
+def compressed_transpose(const index_t[:, ::1] compressed, const index_t[:, ::1] plain,
+                         const raw_t[:, :, ::1] values, Py_ssize_t plain_size, int nthreads):
+    """Counting-sort transpose of every batch: entries regrouped by plain index (csr -> csc,
+    bsr -> bsc), each new slice sorted by the old compressed index. Values move as chunks of E.
+    Returns the new (compressed, plain, values)."""
+    cdef Py_ssize_t B = compressed.shape[0], n = compressed.shape[1] - 1, nnz = plain.shape[1]
+    cdef Py_ssize_t E = values.shape[2], nplain = plain_size, NB, b
+    cdef int shift = 0, T = max(1, nthreads), Ti, w, err = 0
+    cdef bint per_batch = T > 1 and B > 1 and (B >= 4 * T or nnz * max(E, 1) < SMALL_BATCH)
+    cdef Py_ssize_t isz = sizeof(index_t), rsz = sizeof(raw_t)
+    cdef bint bucketed = (nplain > DIRECT_MAX_PLAIN and E * rsz < 64
+                          and nnz * (isz + E * rsz) > BUCKETED_MIN_BYTES)
+    idt, rdt = _index_dtype(isz), _raw_dtype(rsz)
+    out_c = np.empty((B, nplain + 1), dtype=idt)
+    out_p = _aligned_empty((B, nnz), idt)  # aligned for the streaming stores
+    out_v = _aligned_empty((B, nnz, E), rdt)
+    if B == 0:
+        return out_c, out_p, out_v
+    if bucketed:
+        # buckets of about BUCKET_BYTES, so that one is sorted within L2; at most MAX_BUCKETS
+        # of them, so that the write-combining buffers stay cached; 2**shift <= 2**16 (uint16)
+        target = min(MAX_BUCKETS, max(64, nnz * (isz + 2 + E * rsz) // BUCKET_BYTES))
+        while shift < 16 and ((nplain + (1 << shift) - 1) >> shift) > target:
+            shift += 1
+        bucketed = shift > 0
+    NB = ((nplain + (1 << shift) - 1) >> shift) if bucketed else nplain
+    Ti = 1 if per_batch else max(1, min(T, nnz // 32768 + 1))
+    workers = T if per_batch else 1
+    # direct mode keeps one counter per plain index and thread: bound that memory
+    while Ti > 1 and not bucketed and Ti * NB > max(nnz, 1 << 20):
+        Ti -= 1
+    cdef Py_ssize_t[:, ::1] rows = np.zeros((workers, Ti + 1), dtype=np.intp)
+    cdef int64_t[:, ::1] cnt = np.zeros((workers, Ti * NB + 1), dtype=np.int64)
+    cdef int64_t[:, ::1] bstart = np.zeros((workers, NB + 1), dtype=np.int64)
+    # rows of WC-aligned length; batch b starts at offset (b * nnz) % WC, as it does in the outputs
+    cdef Py_ssize_t mlen = ((nnz + 2 * WC) // WC * WC) if bucketed else 1
+    cdef uint16_t[:, ::1] minor = _aligned_empty((workers, mlen), np.uint16)
+    cdef int[:, ::1] failed = np.zeros((workers, Ti), dtype=np.intc)
+    cdef int[::1] status = np.zeros(B, dtype=np.intc)
+    cdef index_t[:, ::1] oc = out_c
+    cdef index_t[:, ::1] op = out_p
+    cdef raw_t[:, :, ::1] ov = out_v
+    cdef const raw_t* vp = &values[0, 0, 0]
+    with nogil:
+        if per_batch:
+            for b in prange(B, num_threads=T, schedule="dynamic"):
+                w = threadid()
+                status[b] = _transpose_one(&compressed[b, 0], &plain[b, 0], vp + b * nnz * E, n, nplain, E, shift,
+                                           bucketed, 1, &oc[b, 0], &op[b, 0], &ov[b, 0, 0], (b * nnz) % WC,
+                                           &rows[w, 0], &cnt[w, 0], &bstart[w, 0], &minor[w, (b * nnz) % WC],
+                                           &failed[w, 0])
+        else:
+            for b in range(B):
+                status[b] = _transpose_one(&compressed[b, 0], &plain[b, 0], vp + b * nnz * E, n, nplain, E, shift,
+                                           bucketed, Ti, &oc[b, 0], &op[b, 0], &ov[b, 0, 0], (b * nnz) % WC,
+                                           &rows[0, 0], &cnt[0, 0], &bstart[0, 0], &minor[0, (b * nnz) % WC],
+                                           &failed[0, 0])
+    if np.asarray(status).any():
+        raise MemoryError("compressed_transpose: out of memory for the bucket buffers")
+    return out_c, out_p, out_v
+
+
+# -- compressed (rows) -> COO ----------------------------------------------------------------------
+cdef void _rows_to_coo(const index_t* c, const index_t* p, const raw_t* v, Py_ssize_t n, Py_ssize_t nnz,
+                       Py_ssize_t Rb, Py_ssize_t Cb, Py_ssize_t Er, const index_t* bcoords, Py_ssize_t m,
+                       Py_ssize_t B, index_t* oi, Py_ssize_t N, raw_t* ov, Py_ssize_t u0,
+                       Py_ssize_t u1) noexcept nogil:
+    """Block rows [u0, u1) (flat over batches) to coalesced COO entries; each block row owns
+    the output range starting at b * nnz * Rb * Cb + c[I] * Rb * Cb."""
+    cdef Py_ssize_t u, b, I, k, k0, k1, r, cc, d, row, pos, RC = Rb * Cb
+    cdef index_t col
+    cdef const index_t* cb
+    cdef const index_t* pb
+    for u in range(u0, u1):
+        b = u // n
+        I = u - b * n
+        cb = c + b * (n + 1)
+        pb = p + b * nnz
+        k0 = cb[I]
+        k1 = cb[I + 1]
+        for r in range(Rb):
+            row = I * Rb + r
+            pos = b * nnz * RC + k0 * RC + r * (k1 - k0) * Cb
+            for k in range(k0, k1):
+                col = <index_t>(pb[k] * Cb)
+                for cc in range(Cb):
+                    for d in range(m):
+                        oi[d * N + pos] = bcoords[d * B + b]
+                    oi[m * N + pos] = <index_t>row
+                    oi[(m + 1) * N + pos] = col + <index_t>cc
+                    _copy(ov + pos * Er, v + ((b * nnz + k) * RC + r * Cb + cc) * Er, Er)
+                    pos += 1
+
+
+def rows_to_coo(const index_t[:, ::1] compressed, const index_t[:, ::1] plain, const raw_t[:, :, ::1] values,
+                Py_ssize_t Rb, Py_ssize_t Cb, const index_t[:, ::1] batch_coords, index_t[:, ::1] out_indices,
+                raw_t[:, ::1] out_values, int nthreads):
+    """csr/bsr (B batches) -> coalesced COO with batch_coords.shape[0] leading batch dims; blocks
+    expand to Rb * Cb entries. Outputs are preallocated: (m + 2, N) indices, (N, Er) values."""
+    cdef Py_ssize_t B = compressed.shape[0], n = compressed.shape[1] - 1, nnz = plain.shape[1]
+    cdef Py_ssize_t m = batch_coords.shape[0], N = out_indices.shape[1], Er = out_values.shape[1]
+    cdef int T = max(1, nthreads), t
+    if B == 0 or n == 0:
+        return
+    cdef Py_ssize_t[::1] bounds = np.zeros(T + 1, dtype=np.intp)
+    cdef const index_t* c = &compressed[0, 0]
+    cdef const index_t* p = &plain[0, 0]
+    cdef const raw_t* v = &values[0, 0, 0]
+    cdef const index_t* bc = &batch_coords[0, 0]
+    cdef index_t* oi = &out_indices[0, 0]
+    cdef raw_t* ov = &out_values[0, 0]
+    _split_units(c, B, n, nnz, 1, T, &bounds[0])
+    with nogil:
+        if T == 1:
+            _rows_to_coo(c, p, v, n, nnz, Rb, Cb, Er, bc, m, B, oi, N, ov, 0, B * n)
+        else:
+            for t in prange(T, num_threads=T, schedule="static", chunksize=1):
+                _rows_to_coo(c, p, v, n, nnz, Rb, Cb, Er, bc, m, B, oi, N, ov, bounds[t], bounds[t + 1])
+
+
+# -- COO -> compressed (rows) ----------------------------------------------------------------------
+cdef inline int64_t _flat_row(const index_t* idx, Py_ssize_t N, Py_ssize_t S, const int64_t* sizes, Py_ssize_t k,
+                              int64_t* f) noexcept nogil:
+    """Entry k's flat (batch..., row) index; -1 after recording a bounds error in f."""
+    cdef int64_t fr = 0, x
+    cdef Py_ssize_t d
+    for d in range(S):
+        x = idx[d * N + k]
+        if x < 0 or x >= sizes[d]:
+            f[0], f[1], f[2], f[3] = k, 4 if x < 0 else 5, d, x
+            return -1
+        if d < S - 1:
+            fr = fr * sizes[d] + x
+    return fr
+
+
+cdef void _coo_rows_2d(const index_t* idx, Py_ssize_t N, const int64_t* sizes, int64_t F, Py_ssize_t k0,
+                       Py_ssize_t k1, int64_t* ptr, int64_t* f) noexcept nogil:
+    """_coo_rows for two sparse dims (no batch dims): the flat row is the row."""
+    cdef Py_ssize_t k
+    cdef uint64_t nrows = <uint64_t>sizes[0], ncols = <uint64_t>sizes[1]
+    cdef int64_t prev = -1, r, row
+    cdef index_t col, prev_col = -1
+    if k0 > 0 and <uint64_t>idx[k0 - 1] < nrows:  # else the range before reports it
+        prev = idx[k0 - 1]
+        prev_col = idx[N + k0 - 1]
+    for k in range(k0, k1):
+        row = idx[k]
+        col = idx[N + k]
+        # one unsigned comparison per bound: a negative index wraps to a huge one
+        if <uint64_t>row >= nrows or <uint64_t><int64_t>col >= ncols:
+            if <uint64_t>row >= nrows:
+                f[0], f[1], f[2], f[3] = k, 4 if row < 0 else 5, 0, row
+            else:
+                f[0], f[1], f[2], f[3] = k, 4 if col < 0 else 5, 1, col
+            return
+        if row <= prev:
+            if row < prev or col <= prev_col:
+                f[0], f[1], f[2], f[3] = k, 6, -1, 0
+                return
+        else:
+            r = prev + 1
+            while r <= row:
+                ptr[r] = k
+                r += 1
+            prev = row
+        prev_col = col
+    if k1 == N:
+        r = prev + 1
+        while r <= F:
+            ptr[r] = N
+            r += 1
+
+
+cdef void _coo_rows(const index_t* idx, Py_ssize_t N, Py_ssize_t S, const int64_t* sizes, int64_t F,
+                    Py_ssize_t k0, Py_ssize_t k1, int64_t* ptr, int64_t* f) noexcept nogil:
+    """Entries [k0, k1): check bounds and order, and write ptr[r] for every flat row r whose
+    first entry (or the end, for the last range) lies here.
+    f receives the first error: (position, 4 | 5 | 6 for C4 | C5 | C6, dim, value)."""
+    cdef Py_ssize_t k
+    cdef int64_t fr, prev = -1, r
+    cdef index_t col, prev_col = -1
+    cdef int64_t ignored[4]
+    f[0] = -1
+    if S == 2:
+        _coo_rows_2d(idx, N, sizes, F, k0, k1, ptr, f)
+        return
+    if k0 > 0:
+        prev = _flat_row(idx, N, S, sizes, k0 - 1, ignored)
+        prev_col = idx[(S - 1) * N + k0 - 1]
+        if prev < 0:  # the range before reports it
+            prev, prev_col = -1, -1
+    for k in range(k0, k1):
+        fr = _flat_row(idx, N, S, sizes, k, f)
+        if fr < 0:
+            return
+        col = idx[(S - 1) * N + k]
+        if fr < prev or (fr == prev and col <= prev_col):
+            f[0], f[1], f[2], f[3] = k, 6, -1, 0
+            return
+        r = prev + 1
+        while r <= fr:
+            ptr[r] = k
+            r += 1
+        prev, prev_col = fr, col
+    if k1 == N:
+        r = prev + 1
+        while r <= F:
+            ptr[r] = N
+            r += 1
+
+
+def coo_to_rows(const index_t[:, ::1] indices, const int64_t[::1] sizes, int64_t[::1] ptr, int nthreads):
+    """Coalesced COO (S >= 2 sparse dims) -> row pointers over the flat (batch..., row) index:
+    ptr[r] = entries before flat row r (F + 1 slots, F = prod(sizes[:-1])); the plain indices
+    are the last index row as it is. Returns None, or the first broken invariant as
+    ("C4" | "C5", dim, position, value) or ("C6", -1, position, 0)."""
+    cdef Py_ssize_t S = indices.shape[0], N = indices.shape[1]
+    cdef int64_t F = ptr.shape[0] - 1
+    cdef int T = max(1, min(nthreads, N // 32768 + 1)), t
+    if N == 0:
+        ptr[:] = 0
+        return None
+    cdef Py_ssize_t[::1] bounds = np.zeros(T + 1, dtype=np.intp)
+    cdef int64_t[:, ::1] found = np.zeros((T, 4), dtype=np.int64)
+    cdef const index_t* idx = &indices[0, 0]
+    for t in range(T + 1):
+        bounds[t] = N * t // T
+    with nogil:
+        if T == 1:
+            _coo_rows(idx, N, S, &sizes[0], F, 0, N, &ptr[0], &found[0, 0])
+        else:
+            for t in prange(T, num_threads=T, schedule="static", chunksize=1):
+                _coo_rows(idx, N, S, &sizes[0], F, bounds[t], bounds[t + 1], &ptr[0], &found[t, 0])
+    for t in range(T):
+        if found[t, 0] >= 0:
+            if found[t, 1] == 6:
+                return ("C6", -1, int(found[t, 0]), 0)
+            return ("C4" if found[t, 1] == 4 else "C5", int(found[t, 2]), int(found[t, 0]), int(found[t, 3]))
+    return None
+
+
+# -- grouping entries into blocks (csr -> bsr, csc -> bsc) -----------------------------------------
+cdef Py_ssize_t _group_unit(const index_t* c, const index_t* p, Py_ssize_t bc, Py_ssize_t bp,
+                            int64_t* cur, int64_t* end, const raw_t* v, Py_ssize_t Er, Py_ssize_t stride_c,
+                            Py_ssize_t stride_p, Py_ssize_t slot, index_t* op, raw_t* ov) noexcept nogil:
+    """Merge the bc slices starting at c (one block slice) by block index p // bp. Count the
+    distinct blocks; when op is not NULL, also write the blocks from `slot` on: their
+    indices to op and every entry into its place of the zero-filled block in ov."""
+    cdef Py_ssize_t r, nblocks = 0, RC = bc * bp
+    cdef index_t J, mn, x
+    cdef index_t NONE = -1
+    for r in range(bc):
+        cur[r] = c[r]
+        end[r] = c[r + 1]
+    while True:
+        mn = NONE
+        for r in range(bc):
+            if cur[r] < end[r]:
+                J = p[cur[r]] // bp
+                if mn == NONE or J < mn:
+                    mn = J
+        if mn == NONE:
+            return nblocks
+        if op != NULL:
+            op[slot + nblocks] = mn
+        for r in range(bc):
+            while cur[r] < end[r]:
+                x = p[cur[r]]
+                if x // bp != mn:
+                    break
+                if op != NULL:
+                    _copy(ov + ((slot + nblocks) * RC + r * stride_c + (x - mn * bp) * stride_p) * Er,
+                          v + cur[r] * Er, Er)
+                cur[r] += 1
+        nblocks += 1
+
+
+cdef void _group_units(const index_t* c, const index_t* p, const raw_t* v, Py_ssize_t n, Py_ssize_t nnz,
+                       Py_ssize_t bc, Py_ssize_t bp, Py_ssize_t Er, Py_ssize_t stride_c, Py_ssize_t stride_p,
+                       Py_ssize_t u0, Py_ssize_t u1, int64_t* cur, int64_t* counts, const index_t* oc,
+                       index_t* op, raw_t* ov, Py_ssize_t nnzb) noexcept nogil:
+    cdef Py_ssize_t nu = n // bc, u, b, I, got
+    for u in range(u0, u1):
+        b = u // nu
+        I = u - b * nu
+        if oc == NULL:
+            counts[u] = _group_unit(c + b * (n + 1) + I * bc, p + b * nnz, bc, bp, cur, cur + bc, v, Er,
+                                    stride_c, stride_p, 0, NULL, NULL)
+        else:
+            got = _group_unit(c + b * (n + 1) + I * bc, p + b * nnz, bc, bp, cur, cur + bc,
+                              v + b * nnz * Er, Er, stride_c, stride_p, oc[b * (nu + 1) + I], op + b * nnzb,
+                              ov + b * nnzb * bc * bp * Er)
+
+
+def group_count(const index_t[:, ::1] compressed, const index_t[:, ::1] plain, Py_ssize_t bc, Py_ssize_t bp,
+                int64_t[:, ::1] counts, int nthreads):
+    """counts[b, I] = distinct blocks (p // bp) in slices I*bc .. I*bc + bc - 1 of batch b."""
+    cdef Py_ssize_t B = compressed.shape[0], n = compressed.shape[1] - 1, nnz = plain.shape[1]
+    cdef int T = max(1, nthreads), t
+    if B == 0 or n == 0:
+        return
+    cdef Py_ssize_t[::1] bounds = np.zeros(T + 1, dtype=np.intp)
+    cdef int64_t[:, ::1] cur = np.zeros((T, 2 * bc), dtype=np.int64)
+    cdef const index_t* c = &compressed[0, 0]
+    cdef const index_t* p = &plain[0, 0]
+    _split_units(c, B, n, nnz, bc, T, &bounds[0])
+    with nogil:
+        for t in prange(T, num_threads=T, schedule="static", chunksize=1):
+            _group_units(c, p, <const uint8_t*>NULL, n, nnz, bc, bp, 0, 0, 0, bounds[t], bounds[t + 1],
+                         &cur[t, 0], &counts[0, 0], NULL, NULL, <uint8_t*>NULL, 0)
+
+
+def group_fill(const index_t[:, ::1] compressed, const index_t[:, ::1] plain, const raw_t[:, :, ::1] values,
+               Py_ssize_t bc, Py_ssize_t bp, Py_ssize_t stride_c, Py_ssize_t stride_p,
+               const index_t[:, ::1] out_compressed, index_t[:, ::1] out_plain, raw_t[:, :, ::1] out_values,
+               int nthreads):
+    """Fill the blocked tensor whose compressed index group_count's counts gave: block indices
+    to out_plain, entries into the zero-filled out_values (B, nnzb, bc * bp * Er). An entry at
+    offsets (dc, dp) along (compressed, plain) goes to item dc * stride_c + dp * stride_p of its block."""
+    cdef Py_ssize_t B = compressed.shape[0], n = compressed.shape[1] - 1, nnz = plain.shape[1]
+    cdef Py_ssize_t Er = values.shape[2], nnzb = out_plain.shape[1]
+    cdef int T = max(1, nthreads), t
+    if B == 0 or n == 0 or nnzb == 0:
+        return
+    cdef Py_ssize_t[::1] bounds = np.zeros(T + 1, dtype=np.intp)
+    cdef int64_t[:, ::1] cur = np.zeros((T, 2 * bc), dtype=np.int64)
+    cdef const index_t* c = &compressed[0, 0]
+    cdef const index_t* p = &plain[0, 0]
+    cdef const raw_t* v = &values[0, 0, 0]
+    cdef const index_t* oc = &out_compressed[0, 0]
+    cdef index_t* op = &out_plain[0, 0]
+    cdef raw_t* ov = &out_values[0, 0, 0]
+    _split_units(c, B, n, nnz, bc, T, &bounds[0])
+    with nogil:
+        for t in prange(T, num_threads=T, schedule="static", chunksize=1):
+            _group_units(c, p, v, n, nnz, bc, bp, Er, stride_c, stride_p, bounds[t], bounds[t + 1], &cur[t, 0],
+                         NULL, oc, op, ov, nnzb)
+
+
+# -- expanding blocks into entries (bsr -> csr, bsc -> csc) ----------------------------------------
+cdef void _expand_units(const index_t* c, const index_t* p, const raw_t* v, Py_ssize_t n, Py_ssize_t nnz,
+                        Py_ssize_t bc, Py_ssize_t bp, Py_ssize_t Er, Py_ssize_t stride_c, Py_ssize_t stride_p,
+                        Py_ssize_t u0, Py_ssize_t u1, index_t* oc, index_t* op, raw_t* ov) noexcept nogil:
+    cdef Py_ssize_t u, b, I, r, k, k0, k1, q, pos, RC = bc * bp, no = n * bc, nnzo = nnz * RC
+    cdef const index_t* cb
+    cdef index_t base
+    for u in range(u0, u1):
+        b = u // n
+        I = u - b * n
+        cb = c + b * (n + 1)
+        k0 = cb[I]
+        k1 = cb[I + 1]
+        for r in range(bc):
+            pos = k0 * RC + r * (k1 - k0) * bp
+            oc[b * (no + 1) + I * bc + r] = <index_t>pos
+            pos += b * nnzo
+            for k in range(k0, k1):
+                base = <index_t>(p[b * nnz + k] * bp)
+                for q in range(bp):
+                    op[pos] = base + <index_t>q
+                    _copy(ov + pos * Er, v + ((b * nnz + k) * RC + r * stride_c + q * stride_p) * Er, Er)
+                    pos += 1
+        if I == n - 1:
+            oc[b * (no + 1) + no] = <index_t>nnzo
+
+
+def compressed_expand(const index_t[:, ::1] compressed, const index_t[:, ::1] plain, const raw_t[:, :, ::1] values,
+                      Py_ssize_t bc, Py_ssize_t bp, Py_ssize_t stride_c, Py_ssize_t stride_p,
+                      index_t[:, ::1] out_compressed, index_t[:, ::1] out_plain, raw_t[:, :, ::1] out_values,
+                      int nthreads):
+    """bsr -> csr, bsc -> csc: every item of every block becomes an entry (zeros included).
+    Outputs are preallocated: (B, n * bc + 1), (B, nnz * bc * bp), (B, nnz * bc * bp, Er)."""
+    cdef Py_ssize_t B = compressed.shape[0], n = compressed.shape[1] - 1, nnz = plain.shape[1]
+    cdef Py_ssize_t Er = out_values.shape[2]
+    cdef int T = max(1, nthreads), t
+    if B == 0:
+        return
+    if n == 0:
+        out_compressed[:, :] = 0
+        return
+    cdef Py_ssize_t[::1] bounds = np.zeros(T + 1, dtype=np.intp)
+    cdef const index_t* c = &compressed[0, 0]
+    cdef const index_t* p = &plain[0, 0]
+    cdef const raw_t* v = &values[0, 0, 0]
+    cdef index_t* oc = &out_compressed[0, 0]
+    cdef index_t* op = &out_plain[0, 0]
+    cdef raw_t* ov = &out_values[0, 0, 0]
+    _split_units(c, B, n, nnz, 1, T, &bounds[0])
+    with nogil:
+        if T == 1:
+            _expand_units(c, p, v, n, nnz, bc, bp, Er, stride_c, stride_p, 0, B * n, oc, op, ov)
+        else:
+            for t in prange(T, num_threads=T, schedule="static", chunksize=1):
+                _expand_units(c, p, v, n, nnz, bc, bp, Er, stride_c, stride_p, bounds[t], bounds[t + 1], oc, op,
+                              ov)
