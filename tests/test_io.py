@@ -523,6 +523,15 @@ def test_scipy_3d_coo_file(tmp_path, rng):
     np.testing.assert_array_equal(st.to_scipy(t).toarray(), a)
 
 
+def test_non_canonical_scipy_file_is_repaired(tmp_path):
+    m = sp.csr_array((np.array([1.0, 2.0, 3.0]), np.array([2, 0, 2]), np.array([0, 3, 3])), shape=(2, 3))
+    sp.save_npz(tmp_path / "m.npz", m)
+    t = st.load(tmp_path / "m.npz")  # from_scipy sorts and sums duplicates (a copy)
+    assert t.is_coalesced()
+    np.testing.assert_array_equal(t.col_indices(), [0, 2])
+    np.testing.assert_array_equal(t.to_dense(), [[2.0, 0, 4.0], [0, 0, 0]])
+
+
 def test_hostile_scipy_file(tmp_path):
     m = sp.csr_array(np.eye(3))
     sp.save_npz(tmp_path / "m.npz", m)
@@ -616,6 +625,9 @@ def test_mtx_symmetric_and_skew_expansion(tmp_path, symmetry, entries, expected)
     assert not t.is_coalesced()  # mirrored entries are appended after the file's
     np.testing.assert_array_equal(st.to_scipy(t).toarray(), expected)
     np.testing.assert_array_equal(t.to_dense(), expected)
+    csr = t.to_sparse_csr()  # what the read_mtx docstring advises
+    assert csr.is_coalesced()
+    np.testing.assert_array_equal(csr.to_dense(), expected)
 
 
 def test_mtx_hermitian_expansion(tmp_path):
