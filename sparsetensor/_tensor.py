@@ -140,6 +140,12 @@ class SparseTensor:
 
         return to_scipy(self, kind)
 
+    def to_torch(self, *, copy=None, check_invariants=None):
+        """A CPU PyTorch tensor of this layout sharing this tensor's memory; see :func:`sparsetensor.to_torch`."""
+        from .interop.torch import to_torch
+
+        return to_torch(self, copy=copy, check_invariants=check_invariants)
+
     def __array__(self, dtype=None, copy=None):
         if copy is False:
             raise ValueError("a sparse tensor cannot be viewed as a dense array without a copy")

@@ -8,7 +8,8 @@ import importlib
 import pytest
 
 MODULES = ["sparsetensor._errors", "sparsetensor._config", "sparsetensor._factory", "sparsetensor._tensor",
-           "sparsetensor._dense", "sparsetensor.interop.scipy"]
+           "sparsetensor._dense", "sparsetensor.interop.scipy",
+           "sparsetensor._coalesce", "sparsetensor._convert"]
 
 
 @pytest.mark.parametrize("name", MODULES)

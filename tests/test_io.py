@@ -22,14 +22,6 @@ sp = pytest.importorskip("scipy.sparse")
 DIMS = [((), ()), ((2,), (2,)), ((2, 1), ()), ((), (3,))]  # (batch, dense); batch dims are sparse dims for coo
 
 
-@pytest.fixture(autouse=True)
-def _exports(monkeypatch):
-    """st.save & co. until sparsetensor/__init__.py exports them (a no-op once it does)."""
-    for name in stio.__all__:
-        if not hasattr(st, name):
-            monkeypatch.setattr(st, name, getattr(stio, name), raising=False)
-
-
 # -- helpers -----------------------------------------------------------------------------------
 def make_tensor(rng, layout, index_dtype=np.int64, dtype=np.float64, batch=(), dense=(), nnz=3):
     """A tensor of ``layout`` built from NumPy members (invariants checked), and its dense array.

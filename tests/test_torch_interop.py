@@ -18,14 +18,6 @@ if HAVE_TORCH:
 DIMS = [((), ()), ((2,), ()), ((), (2,)), ((2, 1), (3,))]  # (batch, dense); batch dims are sparse dims for coo
 
 
-@pytest.fixture(autouse=True)
-def _exports(monkeypatch):
-    """st.from_torch/st.to_torch until sparsetensor/__init__.py exports them (a no-op once it does)."""
-    for name in sttorch.__all__:
-        if not hasattr(st, name):
-            monkeypatch.setattr(st, name, getattr(sttorch, name), raising=False)
-
-
 def make_tensor(rng, layout, index_dtype=np.int64, dtype=np.float64, batch=(), dense=(), nnz=3):
     """A tensor of ``layout`` built from NumPy members, and the dense array it represents."""
     bs = (2, 3) if layout in ("bsr", "bsc") else (1, 1)
