@@ -8,7 +8,7 @@ import sys
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench")
-    parser.add_argument("name", choices=["validate"], help="which benchmark")
+    parser.add_argument("name", choices=["validate", "coalesce", "convert"], help="which benchmark")
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
     parser.add_argument("--threads", type=int, default=None, help="threads for ours and torch (default: all)")
     args = parser.parse_args(argv)
@@ -17,6 +17,14 @@ def main(argv=None) -> int:
 
         kw = dict(sizes=(200_000,), nrows=100_000, repeat=3) if args.quick else {}
         validate.run(threads=args.threads, **kw)
+    elif args.name == "coalesce":
+        from . import coalesce
+
+        coalesce.run(threads=args.threads, **(dict(nnz=200_000, repeat=3) if args.quick else {}))
+    elif args.name == "convert":
+        from . import convert
+
+        convert.run(threads=args.threads, **(dict(nnz=200_000, n=10_000, dense_n=1024, repeat=3) if args.quick else {}))
     return 0
 
 
