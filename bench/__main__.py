@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+
+# `python -m bench` puts the repository root on sys.path, where the unbuilt source
+# tree of sparsetensor would shadow the installed package: benchmark the installed one.
+_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _root]
 
 
 def main(argv=None) -> int:

@@ -14,6 +14,24 @@ import numpy as np
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
+def peers(threads=None):
+    """``(torch or None, scipy.sparse or None, nthreads)``, with torch set to our thread count."""
+    import sparsetensor as st
+
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    try:
+        import scipy.sparse as sp
+    except ImportError:
+        sp = None
+    nthreads = st.num_threads(threads)
+    if torch is not None:
+        torch.set_num_threads(nthreads)
+    return torch, sp, nthreads
+
+
 def median_time(fn, repeat: int = 7, warmup: int = 1) -> float:
     for _ in range(warmup):
         fn()

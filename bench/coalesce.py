@@ -13,7 +13,7 @@ import numpy as np
 import sparsetensor as st
 from sparsetensor._coalesce import coalesce
 
-from ._common import median_time, print_table, write_json
+from ._common import peers, median_time, print_table, write_json
 
 SHAPE = (1_000_000, 1_000_000)
 
@@ -31,17 +31,7 @@ def make_input(nnz: int, shape=SHAPE, duplicates: float = 0.2, seed: int = 0):
 
 def run(nnz=20_000_000, repeat=5, threads=None, shape=SHAPE):
     """Time one input size (or each of a sequence of sizes); return one dict per size."""
-    try:
-        import torch
-    except ImportError:
-        torch = None
-    try:
-        import scipy.sparse as sp
-    except ImportError:
-        sp = None
-    nthreads = st.num_threads(threads)
-    if torch is not None:
-        torch.set_num_threads(nthreads)
+    torch, sp, nthreads = peers(threads)
     print(f"COO coalesce, shape {shape}, 20% duplicates, float32 values, int64 indices; "
           f"{nthreads} threads for ours and torch; medians of {repeat}")
     rows, records = [], []
@@ -68,9 +58,9 @@ def run(nnz=20_000_000, repeat=5, threads=None, shape=SHAPE):
 
             assert scipy_sum_duplicates().nnz == rec["nnz_out"]
             rec["scipy_s"] = median_time(scipy_sum_duplicates, repeat)
-        peers = [rec[k] for k in ("torch_s", "scipy_s") if k in rec]
-        if peers:
-            rec["speedup_vs_best_peer"] = min(peers) / rec["ours_s"]
+        peer_times = [rec[k] for k in ("torch_s", "scipy_s") if k in rec]
+        if peer_times:
+            rec["speedup_vs_best_peer"] = min(peer_times) / rec["ours_s"]
         records.append(rec)
         nan = float("nan")
         rows.append([f"{n / 1e6:g}M", 1e3 * rec["ours_s"], 1e3 * rec.get("torch_s", nan),

@@ -19,7 +19,7 @@ import numpy as np
 import sparsetensor as st
 from sparsetensor.cli import _random_csr_arrays
 
-from ._common import median_time, print_table, write_json
+from ._common import peers, median_time, print_table, write_json
 
 
 def _optional(fn):
@@ -35,17 +35,7 @@ def _time(fn, repeat):
 
 
 def run(repeat=5, threads=None, nnz=20_000_000, n=1_000_000, dense_n=8192, density=0.01):
-    try:
-        import torch
-    except ImportError:
-        torch = None
-    try:
-        import scipy.sparse as sp
-    except ImportError:
-        sp = None
-    nthreads = st.num_threads(threads)
-    if torch is not None:
-        torch.set_num_threads(nthreads)
+    torch, sp, nthreads = peers(threads)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"{nthreads} threads for ours and torch; SciPy is single-threaded; load average {load:.2f} "
           f"(a busy machine slows the threaded runs most)")

@@ -11,21 +11,11 @@ import numpy as np
 import sparsetensor as st
 from sparsetensor.cli import _random_csr_arrays
 
-from ._common import median_time, print_table, read_bandwidth, write_json
+from ._common import peers, median_time, print_table, read_bandwidth, write_json
 
 
 def run(sizes=(2_000_000, 20_000_000), nrows=1_000_000, repeat=7, threads=None):
-    try:
-        import torch
-    except ImportError:
-        torch = None
-    try:
-        import scipy.sparse as sp
-    except ImportError:
-        sp = None
-    nthreads = st.num_threads(threads)
-    if torch is not None:
-        torch.set_num_threads(nthreads)
+    torch, sp, nthreads = peers(threads)
     bw = read_bandwidth()
     print(f"read bandwidth {bw / 1e9:.2f} GB/s (one thread, NumPy sum); {nthreads} threads for ours and torch")
     rows, records = [], []

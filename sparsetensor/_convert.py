@@ -162,12 +162,7 @@ def _target_blocksize(t, layout: L.Layout, blocksize) -> tuple:
         if t.layout is layout:
             return t.blocksize
         raise ValueError(f"a {t.layout.name} -> {layout.name} conversion needs blocksize=(rows, cols)")
-    try:
-        bs = tuple(operator.index(b) for b in blocksize)
-    except TypeError:
-        raise TypeError(f"blocksize must be a pair of ints, got {blocksize!r}") from None
-    if len(bs) != 2 or min(bs) < 1:
-        raise ValueError(f"blocksize must be a pair of positive ints, got {blocksize!r}")
+    bs = L.as_blocksize(blocksize)
     S = t.sparse_dim if isinstance(t, COOTensor) else t.batch_dim + 2
     if S < 2:
         raise ValueError(f"a {layout.name} tensor needs 2 sparse dims, got a coo tensor with sparse_dim={S}")

@@ -48,7 +48,7 @@ def to_dense(t, *, threads: int | None = None) -> np.ndarray:
 
 
 def _compressed_to_dense(t: CompressedTensor, threads) -> np.ndarray:
-    m, n = t.batch_dim, t.dense_dim
+    m = t.batch_dim
     batch = t.shape[:m]
     rows, cols = t.shape[m], t.shape[m + 1]
     rb, cb = t.blocksize
@@ -89,12 +89,7 @@ def _as_blocksize(blocksize, layout: L.Layout) -> tuple:
         if layout.blocked:
             raise ValueError(f"from_dense to {layout.name} needs blocksize=(rows, cols)")
         return (1, 1)
-    try:
-        bs = tuple(operator.index(b) for b in blocksize)
-    except TypeError:
-        raise TypeError(f"blocksize must be a pair of ints, got {blocksize!r}") from None
-    if len(bs) != 2 or min(bs) < 1:
-        raise ValueError(f"blocksize must be a pair of positive ints, got {blocksize!r}")
+    bs = L.as_blocksize(blocksize)
     if not layout.blocked and bs != (1, 1):
         raise ValueError(f"blocksize={bs} given for layout {layout.name}; use bsr/bsc for blocks")
     return bs

@@ -7,7 +7,6 @@ run; the O(nnz) index scans run when ``check_invariants`` is on (by default, see
 
 from __future__ import annotations
 
-import math
 import operator
 
 import numpy as np

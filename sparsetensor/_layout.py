@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import operator
 from typing import NamedTuple
 
 __all__ = ["Layout", "strided", "sparse_coo", "sparse_csr", "sparse_csc", "sparse_bsr", "sparse_bsc",
-           "as_layout", "COMPRESSED_LAYOUTS"]
+           "as_layout", "as_blocksize", "COMPRESSED_LAYOUTS"]
 
 
 class Layout(NamedTuple):
@@ -63,3 +64,14 @@ def as_layout(layout) -> Layout:
     except KeyError:
         raise ValueError(f"unknown layout {layout!r}; expected one of "
                          "'coo', 'csr', 'csc', 'bsr', 'bsc', 'strided'") from None
+
+
+def as_blocksize(blocksize) -> tuple:
+    """A block shape ``(rows, cols)`` of positive ints, or a clear error."""
+    try:
+        bs = tuple(operator.index(b) for b in blocksize)
+    except TypeError:
+        raise TypeError(f"blocksize must be a pair of ints, got {blocksize!r}") from None
+    if len(bs) != 2 or min(bs) < 1:
+        raise ValueError(f"blocksize must be a pair of positive ints, got {blocksize!r}")
+    return bs

@@ -17,7 +17,6 @@ import math
 import numpy as np
 
 from . import _layout as L
-from ._errors import InvariantError
 
 __all__ = ["SparseTensor", "COOTensor", "CompressedTensor", "REPR_LIMIT"]
 
