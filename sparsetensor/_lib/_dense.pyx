@@ -869,7 +869,10 @@ def _d2c_transpose(const int64_t[::1] roff, const int64_t[::1] rplain, const uin
                    int64_t[::1] coff, index_t[::1] plain, uint8_t[::1] values, Py_ssize_t B,
                    Py_ssize_t nrb, Py_ssize_t ncb, Py_ssize_t nnz, Py_ssize_t bb, int nthreads):
     """csr block grid (roff, rplain, rvalues) -> csc (coff, plain, values)."""
-    cdef Py_ssize_t b, t, width = max(16, _STRIPE_BYTES // (bb + 8))
+    # Narrow stripes keep the write positions in cache; wide enough that a row
+    # has about 4 entries per stripe on average, as every row is visited per stripe.
+    cdef Py_ssize_t b, t
+    cdef Py_ssize_t width = max(16, _STRIPE_BYTES // (bb + 8), 4 * nrb * ncb // max(nnz, 1))
     # Tasks: batches times column ranges, each range a whole number of stripes.
     cdef int nt = _threads(nthreads, B * (nnz + nrb + ncb), B * ncb // width)
     cdef Py_ssize_t span, nranges = 1
