@@ -202,6 +202,21 @@ def _flat(a):
     return a.reshape(-1) if a.size else np.zeros(1, a.dtype)
 
 
+def _scatter_views(values, out, accumulate, logical):
+    """(values view, out view, mode) for the scatter kernels, after checking
+    that `out` is a writeable C-contiguous array of the dtype of `values`."""
+    _require_c_contiguous(values, "values")
+    _require_c_contiguous(out, "out")
+    if values.dtype != out.dtype:
+        raise TypeError(f"out must have the dtype of values ({values.dtype}), got {out.dtype}")
+    if not out.flags.writeable:
+        raise ValueError("out must be writeable")
+    if not accumulate:
+        return _raw_view(values, "values"), _raw_view(out, "out"), _COPY
+    v, mode = _arith_view(values, "values", logical)
+    return v, _arith_view(out, "out", logical)[0], mode
+
+
 # --------------------------------------------------------------------------
 # compressed -> dense
 
@@ -347,12 +362,7 @@ def compressed_to_dense(compressed, plain, values, out, compressed_rows, accumul
     if plain.dtype != compressed.dtype:
         raise TypeError(f"plain must have the dtype of compressed ({compressed.dtype}), "
                         f"got {plain.dtype}")
-    _require_c_contiguous(values, "values")
-    _require_c_contiguous(out, "out")
-    if values.dtype != out.dtype:
-        raise TypeError(f"out must have the dtype of values ({values.dtype}), got {out.dtype}")
-    if not out.flags.writeable:
-        raise ValueError("out must be writeable")
+    v, o, mode = _scatter_views(values, out, accumulate, logical)
     if values.ndim != 5 or out.ndim != 4:
         raise ValueError(f"expected values (B, nnz, Rb, Cb, D) and out (B, NR, NC, D), "
                          f"got {values.shape} and {out.shape}")
@@ -366,11 +376,6 @@ def compressed_to_dense(compressed, plain, values, out, compressed_rows, accumul
     if compressed.shape != (B, nc + 1) or plain.shape != (B, nnz):
         raise ValueError(f"expected compressed {(B, nc + 1)} and plain {(B, nnz)}, "
                          f"got {compressed.shape} and {plain.shape}")
-    if accumulate:
-        v, mode = _arith_view(values, "values", logical)
-        o, _ = _arith_view(out, "out", logical)
-    else:
-        v, o, mode = _raw_view(values, "values"), _raw_view(out, "out"), _COPY
     return _c2d_kernel(_flat(compressed), _flat(plain), _flat(v), _flat(o), B, nnz, NR, NC,
                        Rb, Cb, v.shape[4], bool(compressed_rows), mode, int(nthreads))
 
@@ -482,13 +487,8 @@ def coo_to_dense(indices, values, shape, out, accumulate, nthreads, *, logical=F
     ('C5', 1, 0, 3)
     """
     _check_index_array(indices, "indices", 2)
-    _require_c_contiguous(values, "values")
-    _require_c_contiguous(out, "out")
     shape, numel = _check_shape(shape)
-    if values.dtype != out.dtype:
-        raise TypeError(f"out must have the dtype of values ({values.dtype}), got {out.dtype}")
-    if not out.flags.writeable:
-        raise ValueError("out must be writeable")
+    v, o, mode = _scatter_views(values, out, accumulate, logical)
     if values.ndim != 2 or out.ndim != 2:
         raise ValueError(f"expected values (nnz, D) and out (M, D), "
                          f"got {values.shape} and {out.shape}")
@@ -496,11 +496,6 @@ def coo_to_dense(indices, values, shape, out, accumulate, nthreads, *, logical=F
     if indices.shape != (S, nnz) or out.shape != (numel, values.shape[1]):
         raise ValueError(f"expected indices {(S, nnz)} and out {(numel, values.shape[1])}, "
                          f"got {indices.shape} and {out.shape}")
-    if accumulate:
-        v, mode = _arith_view(values, "values", logical)
-        o, _ = _arith_view(out, "out", logical)
-    else:
-        v, o, mode = _raw_view(values, "values"), _raw_view(out, "out"), _COPY
     return _coo2d_kernel(_flat(indices), _flat(shape), _flat(v), _flat(o), S, nnz,
                          v.shape[1], mode, int(nthreads))
 
@@ -869,7 +864,10 @@ def _d2c_transpose(const int64_t[::1] roff, const int64_t[::1] rplain, const uin
                    int64_t[::1] coff, index_t[::1] plain, uint8_t[::1] values, Py_ssize_t B,
                    Py_ssize_t nrb, Py_ssize_t ncb, Py_ssize_t nnz, Py_ssize_t bb, int nthreads):
     """csr block grid (roff, rplain, rvalues) -> csc (coff, plain, values)."""
-    cdef Py_ssize_t b, t, width = max(16, _STRIPE_BYTES // (bb + 8))
+    # Narrow stripes keep the write positions in cache; wide enough that a row
+    # has about 4 entries per stripe on average, as every row is visited per stripe.
+    cdef Py_ssize_t b, t
+    cdef Py_ssize_t width = max(16, _STRIPE_BYTES // (bb + 8), 4 * nrb * ncb // max(nnz, 1))
     # Tasks: batches times column ranges, each range a whole number of stripes.
     cdef int nt = _threads(nthreads, B * (nnz + nrb + ncb), B * ncb // width)
     cdef Py_ssize_t span, nranges = 1
