@@ -5,6 +5,13 @@ batch and dense dims) on NumPy arrays, with full invariant checking and Cython
 kernels. See the README for a tour.
 """
 
+import os as _os
+
+# Idle OpenMP threads sleep instead of spinning: on a busy or oversubscribed machine
+# (shared HPC nodes, CI) spinning threads made a 1 ms kernel take 70 ms. Set before our
+# kernels load libgomp; a value the user set wins.
+_os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 from ._config import check_invariants, get_check_invariants, num_threads, set_num_threads
 from ._dense import from_dense
 from ._dtypes import INDEX_DTYPES, VALUE_DTYPES

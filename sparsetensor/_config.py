@@ -62,7 +62,7 @@ def set_num_threads(n: int | None) -> None:
     _THREADS.set(None if n is None else int(n))
 
 
-def num_threads(threads: int | None = None, work: int | None = None, grain: int = 1 << 15) -> int:
+def num_threads(threads: int | None = None, work: int | None = None, grain: int = 1 << 18) -> int:
     """How many threads a kernel should use.
 
     ``threads`` (an explicit argument) wins over the context setting, which wins
