@@ -306,8 +306,8 @@ def cmd_convert(args) -> int:
         if isinstance(e, st.InvariantError):
             raise
         raise UserError(f"cannot convert {args.file}: {e}") from None
-    except PermissionError as e:
-        raise UserError(f"{args.out}: cannot write: {e.strerror}") from None
+    except OSError as e:
+        raise UserError(f"{args.out}: cannot write: {e.strerror or e}") from None
     finally:
         progress.done()
     desc = "dense array" if isinstance(t, np.ndarray) else f"{t.layout.name}, nnz={t.nnz}"
@@ -435,6 +435,9 @@ def main(argv=None) -> int:
     except st.InvariantError as e:
         print(f"sparsetensor {args.command}: {getattr(args, 'file', '')}: INVALID: {e}", file=sys.stderr)
         return EXIT_INVALID
+    except OSError as e:
+        print(f"sparsetensor {args.command}: {e}", file=sys.stderr)
+        return EXIT_USAGE
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
