@@ -54,7 +54,7 @@ cdef Py_ssize_t DIRECT_MAX_PLAIN = 4096
 # write-combining buffers (WC entries x 3 arrays per bucket) stay in L2, and about
 # BUCKET_BYTES of entries each, so that a bucket is sorted within L2.
 cdef Py_ssize_t MAX_BUCKETS = 2048
-cdef Py_ssize_t BUCKET_BYTES = 1 << 19
+cdef Py_ssize_t BUCKET_BYTES = 1 << 18
 # Below this many bytes of output the direct scatter stays in cache anyway.
 cdef Py_ssize_t BUCKETED_MIN_BYTES = 1 << 20
 # Batches smaller than this (nnz * E) are transposed one per thread.
