@@ -31,6 +31,7 @@ from ._config import num_threads
 from ._dtypes import check_fits, raw_view
 from ._errors import InvariantError
 from ._lib import _convert as _kernels
+from ._lib import _validate as _validate_kernels
 from ._tensor import COOTensor, CompressedTensor, SparseTensor
 from ._validate import raise_compressed_error, raise_coo_error
 
@@ -199,8 +200,8 @@ def _checked(t: CompressedTensor, threads) -> CompressedTensor:
         return t
     c, p = t.compressed_indices(), t.plain_indices()
     B = math.prod(t.shape[:t.batch_dim])
-    found = _kernels.check_compressed(c.reshape(B, c.shape[-1]), p.reshape(B, t.nnz), t.plain_size,
-                                      num_threads(threads, p.size + c.size))
+    found = _validate_kernels.validate_compressed(c.reshape(B, c.shape[-1]), p.reshape(B, t.nnz), t.plain_size,
+                                                  num_threads(threads, p.size + c.size))
     if found is None:
         return CompressedTensor(c, p, t.values(), t.shape, t.layout, canonical=True)
     if found[0] == "5.6":

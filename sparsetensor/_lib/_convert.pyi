@@ -1,21 +1,11 @@
 """Layout conversion kernels (Cython, OpenMP). Inputs are trusted to have the shapes and
-dtypes documented here and to satisfy invariants 5.1-5.6 (check_compressed is the guard for
-input that was not checked): the Python wrappers in sparsetensor._convert see to it.
+dtypes documented here and to satisfy invariants 5.1-5.6 (unchecked input is scanned first by
+sparsetensor._lib._validate.validate_compressed): the Python wrappers in sparsetensor._convert see to it.
 
 Arrays use the canonical form of sparsetensor._convert: compressed (B, n + 1), plain
 (B, nnz) of one index dtype (int32 or int64), values (B, nnz, E) as a raw unsigned view
 (uint8/16/32/64, sparsetensor._dtypes.raw_view), E = the raw items of one entry."""
 import numpy as np
-
-# (invariant, flat batch index, slice (compressed index), position, offending value)
-CompressedError = tuple[str, int, int, int, int]
-
-def check_compressed(
-    compressed: np.ndarray,  # (B, n + 1) index
-    plain: np.ndarray,       # (B, nnz), same dtype
-    plain_size: int,         # (block) columns for csr/bsr, (block) rows for csc/bsc
-    nthreads: int,
-) -> CompressedError | None: ...  # the first of 5.1/5.2 (all batches), 5.3, then 5.4-5.6 by slice
 
 def compressed_transpose(
     compressed: np.ndarray,  # (B, n + 1) index

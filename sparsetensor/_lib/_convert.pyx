@@ -5,7 +5,7 @@
 # (B, n + 1), plain (B, nnz), values (B, nnz, E) as raw unsigned integers
 # (sparsetensor._dtypes.raw_view), where E counts the raw items of one entry
 # (block x dense). Values are only moved, never combined. Inputs are trusted to
-# satisfy invariants 5.1-5.6: check_compressed is the guard that the wrapper runs
+# satisfy invariants 5.1-5.6: _validate.validate_compressed is the guard that the wrapper runs
 # first on input that was not checked, so that no kernel reads out of bounds.
 from cython.parallel cimport prange, threadid
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint64_t
@@ -136,89 +136,6 @@ cdef void _split_units(const index_t* c, Py_ssize_t B, Py_ssize_t n, Py_ssize_t 
                 hi = mid
         bounds[t] = lo
     bounds[T] = U
-
-
-# -- guard scan of unchecked input ------------------------------------------------------------
-cdef Py_ssize_t _first_bad_step(const index_t* c, Py_ssize_t n, Py_ssize_t nplain, Py_ssize_t lo,
-                                Py_ssize_t hi) noexcept nogil:
-    """The first flat slice in [lo, hi) breaking 5.3, or -1. Flat slice r is (r // n, r % n)."""
-    cdef Py_ssize_t r, b, i
-    cdef int64_t d
-    for r in range(lo, hi):
-        b = r // n
-        i = r - b * n
-        d = <int64_t>c[b * (n + 1) + i + 1] - c[b * (n + 1) + i]
-        if d < 0 or d > nplain:
-            return r
-    return -1
-
-
-cdef Py_ssize_t _first_bad_slice(const index_t* c, const index_t* p, Py_ssize_t n, Py_ssize_t nnz,
-                                 Py_ssize_t nplain, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
-    """The first flat slice in [lo, hi) whose plain indices break 5.4-5.6, or -1."""
-    cdef Py_ssize_t r, b, i, k, k0, k1
-    cdef const index_t* pb
-    for r in range(lo, hi):
-        b = r // n
-        i = r - b * n
-        k0 = c[b * (n + 1) + i]
-        k1 = c[b * (n + 1) + i + 1]
-        pb = p + b * nnz
-        for k in range(k0, k1):
-            if pb[k] < 0 or pb[k] >= nplain or (k > k0 and pb[k] <= pb[k - 1]):
-                return r
-    return -1
-
-
-def check_compressed(const index_t[:, ::1] compressed, const index_t[:, ::1] plain, Py_ssize_t plain_size,
-                     int nthreads):
-    """Invariants 5.1-5.6; the first violation as (invariant, batch, slice, position, value), or None."""
-    cdef Py_ssize_t B = compressed.shape[0], n = compressed.shape[1] - 1, nnz = plain.shape[1]
-    cdef Py_ssize_t b, i, k, R = B * n, k0, k1
-    cdef int T = max(1, min(nthreads, R // 4096 + 1)), t
-    cdef const index_t* c
-    cdef const index_t* p
-    cdef Py_ssize_t[::1] bounds = np.zeros(T + 1, dtype=np.intp)
-    cdef Py_ssize_t[::1] found = np.full(T, -1, dtype=np.intp)
-    if B == 0:
-        return None
-    c = &compressed[0, 0]
-    p = &plain[0, 0]
-    for b in range(B):
-        if c[b * (n + 1)] != 0:
-            return ("5.1", b, 0, 0, int(c[b * (n + 1)]))
-    for b in range(B):
-        if c[b * (n + 1) + n] != nnz:
-            return ("5.2", b, n, n, int(c[b * (n + 1) + n]))
-    if R == 0:
-        return None
-    for t in range(T + 1):
-        bounds[t] = R * t // T
-    with nogil:
-        for t in prange(T, num_threads=T, schedule="static", chunksize=1):
-            found[t] = _first_bad_step(c, n, plain_size, bounds[t], bounds[t + 1])
-    for t in range(T):
-        if found[t] >= 0:
-            b, i = divmod(found[t], n)
-            return ("5.3", b, i + 1, i + 1, int(c[b * (n + 1) + i + 1] - c[b * (n + 1) + i]))
-    # 5.1-5.3 hold: the slices are monotone from 0 to nnz, reads below stay in bounds
-    _split_units(c, B, n, nnz, 1, T, &bounds[0])
-    with nogil:
-        for t in prange(T, num_threads=T, schedule="static", chunksize=1):
-            found[t] = _first_bad_slice(c, p, n, nnz, plain_size, bounds[t], bounds[t + 1])
-    for t in range(T):
-        if found[t] >= 0:
-            b, i = divmod(found[t], n)
-            k0, k1 = c[b * (n + 1) + i], c[b * (n + 1) + i + 1]
-            for k in range(k0, k1):
-                v = int(p[b * nnz + k])
-                if v < 0:
-                    return ("5.4", b, i, k, v)
-                if v >= plain_size:
-                    return ("5.5", b, i, k, v)
-                if k > k0 and v <= p[b * nnz + k - 1]:
-                    return ("5.6", b, i, k, v)
-    return None
 
 
 # -- transpose: counting sort of the plain indices ----------------------------------------------
