@@ -693,6 +693,12 @@ def test_sparse_mask_errors(rng):
         S.sparse_mask(t, mask)
     with pytest.raises(TypeError):
         S.sparse_mask(np.zeros((3, 4)), np.zeros((3, 4)))
+    with st.check_invariants(False):
+        bad = st.sparse_coo_tensor([[0, -1], [1, 1]], [True, True], size=(3, 4))
+    for src in (np.ones((3, 4)), S.narrow(t, 1, 0, 4)):
+        with pytest.raises(st.InvariantError) as e:
+            S.sparse_mask(src, bad)
+        assert e.value.invariant == "C4"
 
 
 @requires_torch
@@ -721,6 +727,51 @@ def test_unchecked_compressed_input_is_scanned():
     check(S.narrow(unsorted, 1, 0, 2), a[:, :2])
     check(S.index_select(unsorted, 1, [2, 0]), a[:, [2, 0]])
     check(S.cat([unsorted, unsorted], 1), np.concatenate([a, a], 1))
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("batch,dense", DIMS)
+def test_no_entries(rng, layout, batch, dense):
+    t, a = make(rng, layout, batch=batch, dense=dense, nnz=0, dtype=np.complex64)
+    assert t.nnz == 0
+    for d in range(t.ndim):
+        sparse_dim = S._kind(t, d) == "sparse" and layout != "coo"
+        step = BLOCKSIZE[layout][d - t.batch_dim] if sparse_dim else 1
+        check(S.narrow(t, d, 0, step), np.take(a, np.arange(step), axis=d))
+        r = S.select(t, d, 0)
+        got = r if isinstance(r, np.ndarray) else check(r, np.take(a, 0, axis=d)).to_dense()
+        np.testing.assert_array_equal(got, np.take(a, 0, axis=d))
+        if not (layout in ("bsr", "bsc") and S._kind(t, d) == "sparse"):
+            check(S.index_select(t, d, [0, 0]), np.take(a, [0, 0], axis=d))
+        check(S.cat([t, t], d), np.concatenate([a, a], d))
+    check(S.stack([t, t], 0), np.stack([a, a]))
+    assert S.nonzero(t).shape == (0, t.ndim)
+    check(S.sparse_mask(a, t), a)
+    u, b = make(rng, layout, batch=batch, dense=dense, nnz=4, dtype=np.complex64)
+    check(S.sparse_mask(t, u), np.zeros_like(b))
+    check(S.copy_(u, t), a)
+
+
+def test_coo_duplicates(rng):
+    """Uncoalesced COO with repeated coordinates (unchecked input): results represent the summed tensor."""
+    t, a = make(rng, "coo", batch=(2,), dense=(2,), nnz=5)
+    idx = np.concatenate([t.indices(), t.indices()[:, ::-1]], axis=1)
+    vals = np.concatenate([t.values() * 0.25, t.values()[::-1] * 0.75])
+    u = st.sparse_coo_tensor(idx, vals, t.shape)
+    assert not u.is_coalesced()
+    for d in range(u.ndim):
+        check(S.narrow(u, d, 1, 1), np.take(a, [1], axis=d))
+        check(S.index_select(u, d, [1, 0, 1]), np.take(a, [1, 0, 1], axis=d))
+        check(S.cat([u, t], d), np.concatenate([a, a], d))
+        r = S.select(u, d, 1)
+        np.testing.assert_array_equal(r.to_dense(), np.take(a, 1, axis=d))
+    np.testing.assert_array_equal(S.nonzero(u), np.argwhere(a))
+    mask = st.from_dense((a != 0).astype(np.int8), "coo", dense_dim=1)
+    check(S.sparse_mask(u, mask), a)
+    r = S.sparse_mask(a, u)  # every copy of a repeated mask element gets the value (as in PyTorch)
+    np.testing.assert_array_equal(r.indices(), u.indices())
+    np.testing.assert_array_equal(r.values(), a[tuple(u.indices())])
+    check(r, 2 * a)
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)

@@ -219,7 +219,7 @@ def plain_fill(const index_t[:, ::1] compressed, const index_t[:, ::1] plain, co
     cdef int T = max(1, nthreads)
     perm_arr = np.empty((T, max(max_row, 1)), dtype=np.int64)
     cdef int64_t[:, ::1] perm_all = perm_arr
-    cdef int64_t* perm
+    cdef int64_t* perm = NULL  # assigned per thread below (the region copies it in: firstprivate)
     with nogil, parallel(num_threads=T):
         perm = &perm_all[threadid(), 0]
         for r in prange(B * n, schedule="guided"):

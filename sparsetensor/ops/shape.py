@@ -875,10 +875,11 @@ def _no_shrink(t, shape: tuple, other) -> None:
 
 # -- sparse_mask -------------------------------------------------------------------------------------
 def _element_coords(mask, threads) -> tuple:
-    """(checked mask, int64 coordinates (S, N) of every element of ``mask``'s values in order)."""
+    """(checked mask, coordinates (S, N) of every element of ``mask``'s values in order).
+
+    COO coordinates are the mask's own indices, not yet bounds-checked (see :func:`_linear`)."""
     if isinstance(mask, COOTensor):
-        check_coo_indices(mask.indices(), mask.shape, threads=threads)
-        return mask, mask.indices().astype(np.int64)
+        return mask, mask.indices()
     mask = _checked(mask, threads)
     m = mask.batch_dim
     batch = mask.shape[:m]
@@ -899,19 +900,33 @@ def _element_coords(mask, threads) -> tuple:
     return mask, coords
 
 
-def _lookup(t, coords: np.ndarray, threads) -> np.ndarray:
+def _linear(coords: np.ndarray, sparse: tuple, mask, threads) -> np.ndarray:
+    """Row-major linear positions of ``coords`` in ``sparse``; out-of-bounds mask indices raise
+    InvariantError (C4/C5)."""
+    try:
+        return np.ravel_multi_index(coords, sparse)
+    except ValueError:
+        if isinstance(mask, COOTensor):
+            check_coo_indices(mask.indices(), mask.shape, threads=threads)
+        raise
+
+
+def _lookup(t, coords: np.ndarray, mask, threads) -> np.ndarray:
     """The values of sparse ``t`` at element coordinates ``coords`` (zero where unspecified)."""
     coo = t.to_sparse(L.sparse_coo, threads=threads) if isinstance(t, CompressedTensor) else t.coalesce(threads=threads)
     S = coo.sparse_dim
     sparse = coo.shape[:S]
     out = np.zeros((coords.shape[1],) + coo.shape[S:], dtype=coo.dtype)
-    if coo.nnz == 0 or coords.shape[1] == 0:
+    if coords.shape[1] == 0:
+        return out
+    if coo.nnz == 0:
+        _linear(coords, sparse, mask, threads)  # still check the mask's indices
         return out
     if math.prod(sparse) - 1 > np.iinfo(np.int64).max:
         raise NotImplementedError(f"sparse_mask of a sparse {_desc(t)}: the sparse sizes {sparse} are too large to "
                                   "linearise into int64 keys")
     keys = np.ravel_multi_index(coo.indices(), sparse)
-    want = np.ravel_multi_index(coords, sparse)
+    want = _linear(coords, sparse, mask, threads)
     pos = np.minimum(np.searchsorted(keys, want), keys.shape[0] - 1)
     found = keys[pos] == want
     out[found] = coo.values()[pos[found]]
@@ -926,7 +941,9 @@ def sparse_mask(t, mask, *, threads: int | None = None):
     none are zero; duplicates in unchecked input are summed); ``mask`` is a sparse tensor
     of ``t``'s shape (and, when ``t`` is sparse, its dense_dim), else ``ValueError`` naming
     both. The result has ``t``'s dtype and ``mask``'s index arrays (copied), blocks and
-    coalesced flag; for blocked masks every item of a block is looked up.
+    coalesced flag; for blocked masks every item of a block is looked up. An uncoalesced
+    mask with repeated elements gives each copy the value (so its ``to_dense()`` sums
+    them, as in PyTorch).
 
     Examples
     --------
@@ -946,7 +963,12 @@ def sparse_mask(t, mask, *, threads: int | None = None):
     if not sparse_t and a.dtype not in VALUE_DTYPES:
         raise TypeError(f"sparse_mask: unsupported value dtype {a.dtype}")
     mask, coords = _element_coords(mask, threads)
-    gathered = _lookup(a, coords, threads) if sparse_t else a[tuple(coords)]
+    if sparse_t:
+        gathered = _lookup(a, coords, mask, threads)
+    else:
+        sparse = a.shape[:coords.shape[0]]
+        rows = np.ascontiguousarray(a).reshape((math.prod(sparse),) + a.shape[coords.shape[0]:])
+        gathered = np.take(rows, _linear(coords, sparse, mask, threads), axis=0)
     vshape = mask.values().shape
     values = np.ascontiguousarray(gathered).reshape(vshape)
     if isinstance(mask, COOTensor):
