@@ -39,6 +39,26 @@ def gather_rows(
     nthreads: int,
 ) -> None: ...
 
+def plain_range(
+    compressed: np.ndarray,  # (B, n + 1) index
+    plain: np.ndarray,       # (B, nnz), sorted within each slice (5.6)
+    lo: int, hi: int,        # the plain range [lo, hi)
+    starts: np.ndarray,      # (B, n) int64, filled: where each slice's segment in range starts
+    counts: np.ndarray,      # (B, n) int64, filled: its length
+    nthreads: int,
+) -> None: ...
+
+def copy_segments(
+    plain: np.ndarray,           # (B, nnz) index
+    values: np.ndarray,          # (B, nnz, E) raw
+    starts: np.ndarray,          # (B, n) int64: segment starts
+    out_compressed: np.ndarray,  # (B, n + 1): cumulated segment lengths
+    shift: int,                  # subtracted from the plain indices
+    out_plain: np.ndarray,       # (B, nnz_out), filled
+    out_values: np.ndarray,      # (B, nnz_out, E) raw, filled
+    nthreads: int,
+) -> None: ...
+
 def plain_count(
     compressed: np.ndarray,  # (B, n + 1) index
     plain: np.ndarray,       # (B, nnz)

@@ -11,7 +11,7 @@
 # built by a counting pass over the index: the new coordinates of old coordinate j are
 # targets[first[j]:first[j + 1]], ascending (an index with repeats maps j to several).
 from cython.parallel cimport parallel, prange, threadid
-from libc.stdint cimport int32_t, int64_t
+from libc.stdint cimport int64_t
 from libc.string cimport memcpy
 
 import numpy as np
@@ -134,6 +134,56 @@ def gather_rows(const index_t[:, ::1] compressed, const index_t[:, ::1] plain, c
                 memcpy(&out_plain[b, d], &plain[b, s0], n * sizeof(index_t))
                 if E > 0:
                     memcpy(&out_values[b, d, 0], &values[b, s0, 0], n * E * sizeof(raw_t))
+
+
+# -- compressed: a range of plain indices -------------------------------------------------------------
+cdef inline Py_ssize_t _lower_bound(const index_t[:, ::1] plain, Py_ssize_t b, Py_ssize_t lo, Py_ssize_t hi,
+                                    int64_t value) noexcept nogil:
+    """The first position in plain[b, lo:hi] (sorted) holding a value >= ``value``."""
+    cdef Py_ssize_t mid
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if plain[b, mid] < value:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+def plain_range(const index_t[:, ::1] compressed, const index_t[:, ::1] plain, int64_t lo, int64_t hi,
+                int64_t[:, ::1] starts, int64_t[:, ::1] counts, int nthreads):
+    """For every slice, the segment of its (sorted) plain indices in [lo, hi): ``starts[b, i]``
+    (position) and ``counts[b, i]`` (length), found by binary search."""
+    cdef Py_ssize_t B = compressed.shape[0], n = compressed.shape[1] - 1
+    cdef Py_ssize_t r, b, i, k0, k1
+    with nogil:
+        for r in prange(B * n, num_threads=nthreads, schedule="static"):
+            b = r // n
+            i = r - b * n
+            k0 = _lower_bound(plain, b, compressed[b, i], compressed[b, i + 1], lo)
+            k1 = _lower_bound(plain, b, k0, compressed[b, i + 1], hi)
+            starts[b, i] = k0
+            counts[b, i] = k1 - k0
+
+
+def copy_segments(const index_t[:, ::1] plain, const raw_t[:, :, ::1] values, const int64_t[:, ::1] starts,
+                  const index_t[:, ::1] out_compressed, int64_t shift, index_t[:, ::1] out_plain,
+                  raw_t[:, :, ::1] out_values, int nthreads):
+    """Copy segment ``starts[b, i]`` (of length given by ``out_compressed``) of every slice, the
+    plain indices minus ``shift``."""
+    cdef Py_ssize_t B = out_compressed.shape[0], n = out_compressed.shape[1] - 1, E = values.shape[2]
+    cdef Py_ssize_t r, b, i, k, s0, d, length
+    with nogil:
+        for r in prange(B * n, num_threads=nthreads, schedule="guided"):
+            b = r // n
+            i = r - b * n
+            s0 = starts[b, i]
+            d = out_compressed[b, i]
+            length = out_compressed[b, i + 1] - d
+            for k in range(length):
+                out_plain[b, d + k] = <index_t>(plain[b, s0 + k] - shift)
+            if length > 0 and E > 0:
+                memcpy(&out_values[b, d, 0], &values[b, s0, 0], length * E * sizeof(raw_t))
 
 
 # -- compressed: filter and remap the plain indices ----------------------------------------------

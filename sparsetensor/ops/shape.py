@@ -38,7 +38,7 @@ import numpy as np
 from .. import _layout as L
 from .._config import num_threads
 from .._convert import _as_parts, _build, _checked, _same_nnz
-from .._dtypes import VALUE_DTYPES, as_index_dtype, check_fits, raw_view
+from .._dtypes import VALUE_DTYPES, check_fits, raw_view
 from .._lib import _select as _kernels
 from .._tensor import COOTensor, CompressedTensor, SparseTensor
 from .._validate import check_coo_indices, raise_coo_error
@@ -260,6 +260,26 @@ def _remap_plain(parts, index: np.ndarray, size: int, what: str, threads):
     return parts._replace(compressed=out_c, plain=out_p, values=out_v, sparse=_resized(parts, False, size))
 
 
+def _narrow_plain(parts, start: int, length: int, threads):
+    """Plain indices in [start, start + length) (block units) of every slice: a binary search per
+    slice (the slices are sorted) and one segment copy."""
+    c, p, v = parts.compressed, parts.plain, parts.values
+    B, n = c.shape[0], c.shape[1] - 1
+    starts = np.empty((B, n), dtype=np.int64)
+    counts = np.empty((B, n), dtype=np.int64)
+    _kernels.plain_range(c, p, start, start + length, starts, counts, num_threads(threads, c.size * 16))
+    per_batch = counts.sum(axis=1)
+    _same_nnz(per_batch, parts.batch, f"narrow of a batched {parts.layout.name} tensor: every batch of the result "
+              "must have the same nnz")
+    nnz = int(per_batch[0]) if B else 0
+    out_c = np.zeros((B, n + 1), dtype=c.dtype)
+    np.cumsum(counts, axis=1, dtype=c.dtype, out=out_c[:, 1:])
+    out_p = np.empty((B, nnz), dtype=c.dtype)
+    out_v = np.empty((B, nnz, v.shape[2]), dtype=v.dtype)
+    _kernels.copy_segments(p, v, starts, out_c, start, out_p, out_v, num_threads(threads, out_v.size + c.size))
+    return parts._replace(compressed=out_c, plain=out_p, values=out_v, sparse=_resized(parts, False, length))
+
+
 def _resized(parts, compressed_dim: bool, size_blocks: int) -> tuple:
     """parts.sparse with the compressed (or plain) dim resized to ``size_blocks`` blocks."""
     rows, cols = parts.sparse
@@ -331,7 +351,7 @@ def narrow(t, dim: int, start: int, length: int, *, threads: int | None = None):
     if is_comp:
         rows = np.arange(s, s + n, dtype=np.int64)
         return _build(_gather_compressed(parts, rows, n, "narrow", threads))
-    return _build(_remap_plain(parts, np.arange(s, s + n, dtype=np.int64), n, "narrow", threads))
+    return _build(_narrow_plain(parts, s, n, threads))
 
 
 # -- select -----------------------------------------------------------------------------------------
