@@ -277,17 +277,26 @@ def plain_fill(const index_t[:, ::1] compressed, const index_t[:, ::1] plain, co
             i = r - b * n
             d0 = out_compressed[b, i]
             q = 0
+            if not sort_rows:  # the map is monotone: entries come out in order, values go straight
+                for k in range(compressed[b, i], compressed[b, i + 1]):
+                    j = plain[b, k]
+                    for u in range(first[j], first[j + 1]):
+                        out_plain[b, d0 + q] = <index_t>targets[u]
+                        for e in range(E):
+                            out_values[b, d0 + q, e] = values[b, k, e]
+                        q = q + 1
+                continue
             for k in range(compressed[b, i], compressed[b, i + 1]):
                 j = plain[b, k]
                 for u in range(first[j], first[j + 1]):
                     out_plain[b, d0 + q] = <index_t>targets[u]
                     perm[q] = k
                     q = q + 1
-            if sort_rows and q > 1:
+            if q > 1:
                 _sort_pairs(&out_plain[b, d0], perm, q)
-            if E > 0:
-                for u in range(q):
-                    memcpy(&out_values[b, d0 + u, 0], &values[b, perm[u], 0], E * sizeof(raw_t))
+            for u in range(q):
+                for e in range(E):
+                    out_values[b, d0 + u, e] = values[b, perm[u], e]
 
 
 # -- compressed: concatenation along the plain dim -------------------------------------------------
