@@ -1,0 +1,324 @@
+# Selection kernels for the shape ops (sparsetensor.ops.shape): index_select, narrow and
+# cat where NumPy alone would need a Python loop or a temporary per (entry, copy).
+#
+# Compressed tensors come in the canonical form of sparsetensor._convert: compressed
+# (B, n + 1), plain (B, nnz), values (B, nnz, E) as raw unsigned integers. They are
+# trusted to satisfy invariants 5.1-5.6 (the wrappers scan unchecked input first).
+# COO indices are not trusted: the coordinate a kernel looks up is bounds-checked and
+# the first bad one is reported instead of read out of bounds.
+#
+# A selection along one dim is described by a map from old coordinates to new ones,
+# built by a counting pass over the index: the new coordinates of old coordinate j are
+# targets[first[j]:first[j + 1]], ascending (an index with repeats maps j to several).
+from cython.parallel cimport parallel, prange, threadid
+from libc.stdint cimport int64_t
+from libc.string cimport memcpy
+
+import numpy as np
+
+from ._types cimport index_t, index2_t, raw_t
+
+# Below this many units of work a kernel runs serially (the wrappers' num_threads also
+# says 1 for small inputs; this bounds the chunk count of the chunked passes).
+cdef Py_ssize_t CHUNK = 4096
+# Rows shorter than this are sorted by insertion, longer ones by heapsort.
+cdef Py_ssize_t INSERTION_MAX = 16
+
+
+# -- the map --------------------------------------------------------------------------------
+def build_map(const index_t[::1] index, Py_ssize_t size):
+    """The (first, targets) map of ``index`` over ``[0, size)``; entries must be in range.
+
+    Returns int64 arrays ``first`` (size + 1) and ``targets`` (len(index)): a counting pass
+    and a stable fill, so each old coordinate's new coordinates come out ascending.
+    """
+    cdef Py_ssize_t K = index.shape[0], k, j
+    first_arr = np.zeros(size + 1, dtype=np.int64)
+    targets_arr = np.empty(K, dtype=np.int64)
+    cdef int64_t[::1] first = first_arr
+    cdef int64_t[::1] targets = targets_arr
+    cdef int64_t[::1] fill
+    with nogil:
+        for k in range(K):
+            first[index[k] + 1] += 1
+        for j in range(size):
+            first[j + 1] += first[j]
+    fill_arr = first_arr[:size].copy()
+    fill = fill_arr
+    with nogil:
+        for k in range(K):
+            j = index[k]
+            targets[fill[j]] = k
+            fill[j] += 1
+    return first_arr, targets_arr
+
+
+# -- COO ---------------------------------------------------------------------------------------
+def coo_index_select(const index_t[:, ::1] indices, const raw_t[:, ::1] values, Py_ssize_t dim,
+                     const int64_t[::1] first, const int64_t[::1] targets, int nthreads):
+    """Every entry once per new coordinate of its coordinate along ``dim``.
+
+    Returns ``(None, out_indices, out_values)``, entries in input order and each entry's
+    copies by ascending new coordinate; or ``((invariant, dim, position, value), None, None)``
+    for the first entry whose coordinate along ``dim`` is out of bounds (C4 / C5).
+    """
+    cdef Py_ssize_t S = indices.shape[0], nnz = indices.shape[1], E = values.shape[1]
+    cdef Py_ssize_t size = first.shape[0] - 1
+    cdef int T = <int>max(1, min(<Py_ssize_t>nthreads, nnz // CHUNK + 1))
+    cdef Py_ssize_t t, e, lo, hi, s, q, pos
+    cdef int64_t j, cnt
+    offsets_arr = np.zeros(T + 1, dtype=np.int64)
+    bad_arr = np.full(T, -1, dtype=np.intp)
+    cdef int64_t[::1] offsets = offsets_arr
+    cdef Py_ssize_t[::1] bad = bad_arr
+    with nogil:
+        for t in prange(T, num_threads=T, schedule="static", chunksize=1):
+            lo = nnz * t // T
+            hi = nnz * (t + 1) // T
+            cnt = 0
+            for e in range(lo, hi):
+                j = indices[dim, e]
+                if j < 0 or j >= size:
+                    bad[t] = e
+                    break
+                cnt = cnt + first[j + 1] - first[j]
+            offsets[t + 1] = cnt
+    for t in range(T):
+        if bad[t] >= 0:
+            e = bad[t]
+            j = indices[dim, e]
+            return ("C4" if j < 0 else "C5", int(dim), int(e), int(j)), None, None
+    np.cumsum(offsets_arr, out=offsets_arr)
+    total = int(offsets_arr[T])
+    out_idx_arr = np.empty((S, total), dtype=np.asarray(indices).dtype)
+    out_val_arr = np.empty((total, E), dtype=np.asarray(values).dtype)
+    cdef index_t[:, ::1] out_idx = out_idx_arr
+    cdef raw_t[:, ::1] out_val = out_val_arr
+    with nogil:
+        for t in prange(T, num_threads=T, schedule="static", chunksize=1):
+            lo = nnz * t // T
+            hi = nnz * (t + 1) // T
+            pos = offsets[t]
+            for e in range(lo, hi):
+                j = indices[dim, e]
+                for q in range(first[j], first[j + 1]):
+                    for s in range(S):
+                        out_idx[s, pos] = indices[s, e]
+                    out_idx[dim, pos] = <index_t>targets[q]
+                    for s in range(E):
+                        out_val[pos, s] = values[e, s]
+                    pos = pos + 1
+    return None, out_idx_arr, out_val_arr
+
+
+# -- compressed: whole compressed slices --------------------------------------------------------
+def gather_rows(const index_t[:, ::1] compressed, const index_t[:, ::1] plain, const raw_t[:, :, ::1] values,
+                const int64_t[::1] rows, const index_t[:, ::1] out_compressed, index_t[:, ::1] out_plain,
+                raw_t[:, :, ::1] out_values, int nthreads):
+    """Copy compressed slice ``rows[k]`` of every batch to slice ``k`` of the output.
+
+    ``out_compressed`` (B, K + 1) is filled by the caller (cumulated slice lengths); the
+    segments are copied in parallel over (batch, k).
+    """
+    cdef Py_ssize_t B = out_compressed.shape[0], K = rows.shape[0], E = values.shape[2]
+    cdef Py_ssize_t u, b, k, r, s0, n, d
+    with nogil:
+        for u in prange(B * K, num_threads=nthreads, schedule="guided"):
+            b = u // K
+            k = u - b * K
+            r = rows[k]
+            s0 = compressed[b, r]
+            n = compressed[b, r + 1] - s0
+            d = out_compressed[b, k]
+            if n > 0:
+                memcpy(&out_plain[b, d], &plain[b, s0], n * sizeof(index_t))
+                if E > 0:
+                    memcpy(&out_values[b, d, 0], &values[b, s0, 0], n * E * sizeof(raw_t))
+
+
+# -- compressed: a range of plain indices -------------------------------------------------------------
+cdef inline Py_ssize_t _lower_bound(const index_t[:, ::1] plain, Py_ssize_t b, Py_ssize_t lo, Py_ssize_t hi,
+                                    int64_t value) noexcept nogil:
+    """The first position in plain[b, lo:hi] (sorted) holding a value >= ``value``."""
+    cdef Py_ssize_t mid
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if plain[b, mid] < value:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+def plain_range(const index_t[:, ::1] compressed, const index_t[:, ::1] plain, int64_t lo, int64_t hi,
+                int64_t[:, ::1] starts, int64_t[:, ::1] counts, int nthreads):
+    """For every slice, the segment of its (sorted) plain indices in [lo, hi): ``starts[b, i]``
+    (position) and ``counts[b, i]`` (length), found by binary search."""
+    cdef Py_ssize_t B = compressed.shape[0], n = compressed.shape[1] - 1
+    cdef Py_ssize_t r, b, i, k0, k1
+    with nogil:
+        for r in prange(B * n, num_threads=nthreads, schedule="static"):
+            b = r // n
+            i = r - b * n
+            k0 = _lower_bound(plain, b, compressed[b, i], compressed[b, i + 1], lo)
+            k1 = _lower_bound(plain, b, k0, compressed[b, i + 1], hi)
+            starts[b, i] = k0
+            counts[b, i] = k1 - k0
+
+
+def copy_segments(const index_t[:, ::1] plain, const raw_t[:, :, ::1] values, const int64_t[:, ::1] starts,
+                  const index_t[:, ::1] out_compressed, int64_t shift, index_t[:, ::1] out_plain,
+                  raw_t[:, :, ::1] out_values, int nthreads):
+    """Copy segment ``starts[b, i]`` (of length given by ``out_compressed``) of every slice, the
+    plain indices minus ``shift``."""
+    cdef Py_ssize_t B = out_compressed.shape[0], n = out_compressed.shape[1] - 1, E = values.shape[2]
+    cdef Py_ssize_t r, b, i, k, s0, d, length
+    with nogil:
+        for r in prange(B * n, num_threads=nthreads, schedule="guided"):
+            b = r // n
+            i = r - b * n
+            s0 = starts[b, i]
+            d = out_compressed[b, i]
+            length = out_compressed[b, i + 1] - d
+            for k in range(length):
+                out_plain[b, d + k] = <index_t>(plain[b, s0 + k] - shift)
+            if length > 0 and E > 0:
+                memcpy(&out_values[b, d, 0], &values[b, s0, 0], length * E * sizeof(raw_t))
+
+
+# -- compressed: filter and remap the plain indices ----------------------------------------------
+def plain_count(const index_t[:, ::1] compressed, const index_t[:, ::1] plain, const int64_t[::1] first,
+                int64_t[:, ::1] counts, int nthreads):
+    """``counts[b, i]``: how many entries compressed slice i of batch b has after the map."""
+    cdef Py_ssize_t B = compressed.shape[0], n = compressed.shape[1] - 1
+    cdef Py_ssize_t r, b, i, k
+    cdef int64_t cnt, j
+    with nogil:
+        for r in prange(B * n, num_threads=nthreads, schedule="guided"):
+            b = r // n
+            i = r - b * n
+            cnt = 0
+            for k in range(compressed[b, i], compressed[b, i + 1]):
+                j = plain[b, k]
+                cnt = cnt + first[j + 1] - first[j]
+            counts[b, i] = cnt
+
+
+cdef inline void _swap(index_t* key, int64_t* pay, Py_ssize_t a, Py_ssize_t b) noexcept nogil:
+    cdef index_t tk = key[a]
+    cdef int64_t tp = pay[a]
+    key[a] = key[b]
+    pay[a] = pay[b]
+    key[b] = tk
+    pay[b] = tp
+
+
+cdef inline void _sift(index_t* key, int64_t* pay, Py_ssize_t root, Py_ssize_t end) noexcept nogil:
+    cdef Py_ssize_t child
+    while 2 * root + 1 < end:
+        child = 2 * root + 1
+        if child + 1 < end and key[child] < key[child + 1]:
+            child += 1
+        if key[root] < key[child]:
+            _swap(key, pay, root, child)
+            root = child
+        else:
+            return
+
+
+cdef void _sort_pairs(index_t* key, int64_t* pay, Py_ssize_t n) noexcept nogil:
+    """Sort key[0:n] ascending, moving pay along (keys are distinct)."""
+    cdef Py_ssize_t i, j, start, end
+    cdef index_t k
+    cdef int64_t p
+    if n <= INSERTION_MAX:
+        for i in range(1, n):
+            k = key[i]
+            p = pay[i]
+            j = i - 1
+            while j >= 0 and key[j] > k:
+                key[j + 1] = key[j]
+                pay[j + 1] = pay[j]
+                j -= 1
+            key[j + 1] = k
+            pay[j + 1] = p
+        return
+    start = n // 2 - 1
+    while start >= 0:
+        _sift(key, pay, start, n)
+        start -= 1
+    end = n - 1
+    while end > 0:
+        _swap(key, pay, 0, end)
+        _sift(key, pay, 0, end)
+        end -= 1
+
+
+def plain_fill(const index_t[:, ::1] compressed, const index_t[:, ::1] plain, const raw_t[:, :, ::1] values,
+               const int64_t[::1] first, const int64_t[::1] targets, const index_t[:, ::1] out_compressed,
+               index_t[:, ::1] out_plain, raw_t[:, :, ::1] out_values, bint sort_rows, Py_ssize_t max_row,
+               int nthreads):
+    """Write every slice's mapped entries (one per new plain coordinate of each old one).
+
+    With ``sort_rows`` (the map is not monotone) each output slice is sorted by its new
+    plain indices; ``max_row`` bounds the output slice lengths (a per-thread buffer).
+    """
+    cdef Py_ssize_t B = compressed.shape[0], n = compressed.shape[1] - 1, E = values.shape[2]
+    cdef Py_ssize_t r, b, i, k, q, u, d0, e
+    cdef int64_t j
+    cdef int T = max(1, nthreads)
+    perm_arr = np.empty((T, max(max_row, 1)), dtype=np.int64)
+    cdef int64_t[:, ::1] perm_all = perm_arr
+    cdef int64_t* perm = NULL  # assigned per thread below (the region copies it in: firstprivate)
+    with nogil, parallel(num_threads=T):
+        perm = &perm_all[threadid(), 0]
+        for r in prange(B * n, schedule="guided"):
+            b = r // n
+            i = r - b * n
+            d0 = out_compressed[b, i]
+            q = 0
+            if not sort_rows:  # the map is monotone: entries come out in order, values go straight
+                for k in range(compressed[b, i], compressed[b, i + 1]):
+                    j = plain[b, k]
+                    for u in range(first[j], first[j + 1]):
+                        out_plain[b, d0 + q] = <index_t>targets[u]
+                        for e in range(E):
+                            out_values[b, d0 + q, e] = values[b, k, e]
+                        q = q + 1
+                continue
+            for k in range(compressed[b, i], compressed[b, i + 1]):
+                j = plain[b, k]
+                for u in range(first[j], first[j + 1]):
+                    out_plain[b, d0 + q] = <index_t>targets[u]
+                    perm[q] = k
+                    q = q + 1
+            if q > 1:
+                _sort_pairs(&out_plain[b, d0], perm, q)
+            for u in range(q):
+                for e in range(E):
+                    out_values[b, d0 + u, e] = values[b, perm[u], e]
+
+
+# -- compressed: concatenation along the plain dim -------------------------------------------------
+def cat_rows(const index_t[:, ::1] compressed, const index_t[:, ::1] plain, const raw_t[:, :, ::1] values,
+             int64_t offset, int64_t[:, ::1] cursor, index2_t[:, ::1] out_plain, raw_t[:, :, ::1] out_values,
+             int nthreads):
+    """Append every slice of one input at ``cursor[b, i]`` (then advanced), plain indices + ``offset``.
+
+    Called once per input, in order: each output slice gets the inputs' slices one after
+    the other, so it stays sorted when the offsets grow.
+    """
+    cdef Py_ssize_t B = compressed.shape[0], n = compressed.shape[1] - 1, E = values.shape[2]
+    cdef Py_ssize_t r, b, i, k, s0, s1, d
+    with nogil:
+        for r in prange(B * n, num_threads=nthreads, schedule="guided"):
+            b = r // n
+            i = r - b * n
+            s0 = compressed[b, i]
+            s1 = compressed[b, i + 1]
+            d = cursor[b, i]
+            for k in range(s0, s1):
+                out_plain[b, d + k - s0] = <index2_t>(plain[b, k] + offset)
+            if s1 > s0 and E > 0:
+                memcpy(&out_values[b, d, 0], &values[b, s0, 0], (s1 - s0) * E * sizeof(raw_t))
+            cursor[b, i] = d + s1 - s0
