@@ -215,6 +215,64 @@ class SparseTensor:
     def t(self):
         return self.T
 
+    # -- shape and indexing (sparsetensor.ops.shape) --------------------------------------
+    def transpose(self, dim0: int, dim1: int):
+        """Swap two dims of one kind (batch, sparse or dense); swapping the two sparse dims of a
+        compressed tensor is a view (csr <-> csc, bsr <-> bsc). See :func:`sparsetensor.ops.shape.transpose`."""
+        from .ops.shape import transpose
+
+        return transpose(self, dim0, dim1)
+
+    def narrow(self, dim: int, start: int, length: int, *, threads: int | None = None):
+        """Elements ``start:start + length`` along ``dim`` (a copy); see :func:`sparsetensor.ops.shape.narrow`."""
+        from .ops.shape import narrow
+
+        return narrow(self, dim, start, length, threads=threads)
+
+    narrow_copy = narrow
+
+    def select(self, dim: int, index: int, *, threads: int | None = None):
+        """Index ``index`` along ``dim``, dropping the dim; see :func:`sparsetensor.ops.shape.select`."""
+        from .ops.shape import select
+
+        return select(self, dim, index, threads=threads)
+
+    def index_select(self, dim: int, index, *, threads: int | None = None):
+        """The entries at ``index`` (repeats allowed) along ``dim``; see :func:`sparsetensor.ops.shape.index_select`."""
+        from .ops.shape import index_select
+
+        return index_select(self, dim, index, threads=threads)
+
+    def nonzero(self, *, threads: int | None = None) -> np.ndarray:
+        """``(n, ndim)`` int64 coordinates of the specified elements that are nonzero."""
+        from .ops.shape import nonzero
+
+        return nonzero(self, threads=threads)
+
+    def zero_(self):
+        """In place: drop every entry (nnz 0), keeping shape, layout and dtypes. Returns ``self``."""
+        from .ops.shape import zero_
+
+        return zero_(self)
+
+    def copy_(self, src, *, threads: int | None = None):
+        """In place: take ``src``'s values (any layout or an array of this shape). Returns ``self``."""
+        from .ops.shape import copy_
+
+        return copy_(self, src, threads=threads)
+
+    def resize_as_(self, other):
+        """In place: take ``other``'s shape (PyTorch's ``sparse_resize_`` rules). Returns ``self``."""
+        from .ops.shape import resize_as_
+
+        return resize_as_(self, other)
+
+    def sparse_mask(self, mask, *, threads: int | None = None):
+        """This tensor's values at ``mask``'s pattern, in ``mask``'s layout."""
+        from .ops.shape import sparse_mask
+
+        return sparse_mask(self, mask, threads=threads)
+
     def check_invariants(self, *, threads: int | None = None) -> None:
         """Re-check every invariant of this tensor (O(1) and O(nnz)); raise :class:`InvariantError`.
 
@@ -339,24 +397,6 @@ class COOTensor(SparseTensor):
         from ._validate import check_coo_indices
 
         check_coo_indices(self._indices, self._shape, coalesced=self._coalesced, threads=threads)
-
-    def transpose(self, dim0: int, dim1: int) -> "COOTensor":
-        """Swap two sparse dims (a new index array; values shared) or two dense dims (a values view)."""
-        d0, d1 = sorted((_normalize_dim(dim0, self.ndim), _normalize_dim(dim1, self.ndim)))
-        if d0 == d1:
-            return self
-        shape = list(self._shape)
-        shape[d0], shape[d1] = shape[d1], shape[d0]
-        S = self.sparse_dim
-        if d1 < S:
-            idx = self._indices.copy()
-            idx[[d0, d1]] = idx[[d1, d0]]
-            return COOTensor(idx, self._values, tuple(shape), False)
-        if d0 >= S:
-            return COOTensor(self._indices, self._values.swapaxes(d0 - S + 1, d1 - S + 1), tuple(shape),
-                             self._coalesced)
-        raise ValueError(f"cannot transpose sparse dim {d0} with dense dim {d1} of a coo tensor "
-                         f"(sparse_dim={S})")
 
     def _matrix_transpose(self):
         if self.sparse_dim < 2:
@@ -518,24 +558,3 @@ class CompressedTensor(SparseTensor):
             values = values.swapaxes(-2 - n, -1 - n)
         return CompressedTensor(self._compressed, self._plain, values, tuple(shape), self._layout.transposed,
                                 self._canonical)
-
-    def transpose(self, dim0: int, dim1: int) -> "CompressedTensor":
-        """Swap two dims. Swapping the two sparse dims is a view (csr <-> csc, bsr <-> bsc);
-        swapping two dense dims copies the values (invariant 3.7 wants them contiguous)."""
-        d0, d1 = sorted((_normalize_dim(dim0, self.ndim), _normalize_dim(dim1, self.ndim)))
-        m, n = self.batch_dim, self.dense_dim
-        if d0 == d1:
-            return self
-        if (d0, d1) == (m, m + 1):
-            return self._matrix_transpose()
-        first_dense = m + 2
-        if d0 >= first_dense:
-            shape = list(self._shape)
-            shape[d0], shape[d1] = shape[d1], shape[d0]
-            off = self._values.ndim - self.ndim  # values dims = nnz (+ block) + ..., aligned at the end
-            values = np.ascontiguousarray(self._values.swapaxes(d0 + off, d1 + off))
-            return CompressedTensor(self._compressed, self._plain, values, tuple(shape), self._layout,
-                                    self._canonical)
-        raise NotImplementedError(f"transpose({dim0}, {dim1}) of a {self._layout.name} tensor with "
-                                  f"batch_dim={m}, dense_dim={n}: only the two sparse dims or two dense dims "
-                                  "can be swapped")

@@ -9,7 +9,7 @@ import pytest
 
 MODULES = ["sparsetensor._errors", "sparsetensor._config", "sparsetensor._factory", "sparsetensor._tensor",
            "sparsetensor._dense", "sparsetensor.interop.scipy",
-           "sparsetensor._coalesce", "sparsetensor._convert"]
+           "sparsetensor._coalesce", "sparsetensor._convert", "sparsetensor.ops.shape"]
 
 
 @pytest.mark.parametrize("name", MODULES)
