@@ -558,3 +558,114 @@ class CompressedTensor(SparseTensor):
             values = values.swapaxes(-2 - n, -1 - n)
         return CompressedTensor(self._compressed, self._plain, values, tuple(shape), self._layout.transposed,
                                 self._canonical)
+
+
+# -- operations, wired from the ops modules ------------------------------------------------------
+# Each method is a thin delegate to a function in sparsetensor.ops, imported on first use so
+# that importing sparsetensor stays cheap. Generated here rather than written out 40 times.
+_POINTWISE = ("abs", "neg", "negative", "sign", "sgn", "sqrt", "square", "sin", "sinh", "tan", "tanh", "asin",
+              "asinh", "atan", "atanh", "expm1", "log1p", "ceil", "floor", "round", "trunc", "frac", "relu",
+              "conj", "pow", "exp", "exp2", "cos", "cosh", "acos", "acosh", "log", "log2", "log10", "sigmoid",
+              "rsqrt", "reciprocal")
+_REDUCE = ("sum", "mean", "norm", "amax", "amin", "softmax", "log_softmax")
+
+
+def _delegate(module: str, name: str):
+    def method(self, *args, **kwargs):
+        import importlib
+
+        return getattr(importlib.import_module(module), name)(self, *args, **kwargs)
+
+    method.__name__ = method.__qualname__ = name
+    method.__doc__ = f"See :func:`{module}.{name}`."
+    return method
+
+
+for _name in _POINTWISE:
+    setattr(SparseTensor, _name, _delegate("sparsetensor.ops.pointwise", _name))
+for _name in _REDUCE:
+    setattr(SparseTensor, _name, _delegate("sparsetensor.ops.reduce", _name))
+del _name
+
+
+def _numpy_axis(method):
+    """Accept NumPy's spelling too (``np.sum(t, axis=...)`` calls ``t.sum(axis=..., out=None)``)."""
+    def wrapped(self, dim=None, keepdim=False, *, axis=None, keepdims=None, out=None, **kwargs):
+        if out is not None:
+            raise TypeError(f"{method.__name__}() of a sparse tensor does not support out=")
+        return method(self, dim if axis is None else axis, keepdim if keepdims is None else keepdims, **kwargs)
+
+    wrapped.__name__ = wrapped.__qualname__ = method.__name__
+    wrapped.__doc__ = method.__doc__
+    return wrapped
+
+
+SparseTensor.sum = _numpy_axis(SparseTensor.sum)
+SparseTensor.mean = _numpy_axis(SparseTensor.mean)
+SparseTensor.real = property(_delegate("sparsetensor.ops.pointwise", "real"), doc="Real part (values view or copy).")
+SparseTensor.imag = property(_delegate("sparsetensor.ops.pointwise", "imag"), doc="Imaginary part.")
+
+
+def _binary(name: str, reflected: bool = False):
+    """``a OP b``: sparsetensor.ops.binary.<name>, with scalars scaling the values directly."""
+    def op(self, other):
+        import importlib
+
+        try:
+            binary = importlib.import_module("sparsetensor.ops.binary")
+        except ImportError:
+            binary = None
+        if binary is None:
+            from .ops.pointwise import _scale
+
+            if np.isscalar(other) and name in ("mul", "div") and not reflected:
+                return _scale(self, other, divide=name == "div")
+            if np.isscalar(other) and name == "mul":
+                return _scale(self, other)
+            return NotImplemented
+        fn = getattr(binary, name)
+        return fn(other, self) if reflected else fn(self, other)
+
+    return op
+
+
+SparseTensor.__add__ = _binary("add")
+SparseTensor.__radd__ = _binary("add", reflected=True)
+SparseTensor.__sub__ = _binary("sub")
+SparseTensor.__rsub__ = _binary("sub", reflected=True)
+SparseTensor.__mul__ = _binary("mul")
+SparseTensor.__rmul__ = _binary("mul", reflected=True)
+SparseTensor.__truediv__ = _binary("div")
+SparseTensor.__rtruediv__ = _binary("div", reflected=True)
+
+
+def _abs(self):
+    from .ops.pointwise import abs as abs_
+
+    return abs_(self)
+
+
+def _neg(self):
+    from .ops.pointwise import neg
+
+    return neg(self)
+
+
+def _pow(self, exponent):
+    if not np.isscalar(exponent):
+        return NotImplemented
+    from .ops.pointwise import pow as pow_
+
+    return pow_(self, exponent)
+
+
+def _array_ufunc(self, ufunc, method, *inputs, **kwargs):
+    from .ops.pointwise import array_ufunc
+
+    return array_ufunc(self, ufunc, method, *inputs, **kwargs)
+
+
+SparseTensor.__abs__ = _abs
+SparseTensor.__neg__ = _neg
+SparseTensor.__pow__ = _pow
+SparseTensor.__array_ufunc__ = _array_ufunc

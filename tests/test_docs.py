@@ -9,7 +9,8 @@ import pytest
 
 MODULES = ["sparsetensor._errors", "sparsetensor._config", "sparsetensor._factory", "sparsetensor._tensor",
            "sparsetensor._dense", "sparsetensor.interop.scipy",
-           "sparsetensor._coalesce", "sparsetensor._convert", "sparsetensor.ops.shape"]
+           "sparsetensor._coalesce", "sparsetensor._convert", "sparsetensor.ops.shape",
+           "sparsetensor.ops.pointwise", "sparsetensor.ops.reduce"]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -1,0 +1,283 @@
+"""Segmented reductions and softmax (Cython, OpenMP), for sparsetensor.ops.reduce.
+
+A *segment* is a run of rows ``offsets[g]:offsets[g + 1]`` of a values array viewed
+as ``(n, K * E)``: ``K`` items per row that the segment reduces over as well (the
+items of a block along the reduced dim) and ``E`` independent lanes (the other items
+of a block, times the dense items). Rows are read in order, or through ``perm``
+(row ``perm[i]`` for position ``i``) when that is not empty.
+
+Segments are independent: the kernels run in parallel over them, each writing its
+own output row(s). The ``def`` wrappers check shapes, offsets and permutations, so
+the ``nogil`` loops never read or write out of bounds.
+"""
+
+from cython.parallel cimport prange
+from libc.math cimport exp, expf, log, logf, INFINITY
+from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t
+
+import numpy as np
+
+from ._types cimport index_t, value_t
+
+# Real value types (max/min need an order).
+ctypedef fused real_t:
+    int8_t
+    int16_t
+    int32_t
+    int64_t
+    uint8_t
+    float
+    double
+
+ctypedef float complex cfloat_t
+ctypedef double complex cdouble_t
+
+ctypedef fused float_t:
+    float
+    double
+
+# Below this many value elements the kernels run on the calling thread.
+cdef Py_ssize_t PARALLEL_MIN = 1 << 15
+
+cdef enum:
+    OP_SUM = 0
+    OP_MAX = 1
+    OP_MIN = 2
+
+OPS = {"sum": OP_SUM, "max": OP_MAX, "min": OP_MIN}
+
+
+cdef int _threads(int nthreads, Py_ssize_t work) noexcept nogil:
+    return 1 if nthreads < 1 or work < PARALLEL_MIN else nthreads
+
+
+def _check(const int64_t[::1] offsets, const int64_t[::1] perm, Py_ssize_t n, Py_ssize_t G):
+    """Offsets non-decreasing within [0, n] (G + 1 of them); perm empty or of length n with entries in [0, n)."""
+    if offsets.shape[0] != G + 1:
+        raise ValueError(f"offsets must have {G + 1} entries, got {offsets.shape[0]}")
+    a = np.asarray(offsets)
+    if G and (a[0] < 0 or a[G] > n or (np.diff(a) < 0).any()):
+        raise ValueError(f"offsets must be non-decreasing within [0, {n}]")
+    if perm.shape[0]:
+        p = np.asarray(perm)
+        if perm.shape[0] != n or p.min() < 0 or p.max() >= n:
+            raise ValueError(f"perm must hold {n} rows in [0, {n})")
+
+
+# ---------------------------------------------------------------------------
+# segment reductions
+# ---------------------------------------------------------------------------
+
+cdef inline Py_ssize_t _row(const int64_t* perm, Py_ssize_t i) noexcept nogil:
+    return perm[i] if perm != NULL else i
+
+
+cdef void _segment_sum(const int64_t* off, const int64_t* perm, const value_t* x, value_t* out, Py_ssize_t G,
+                       Py_ssize_t K, Py_ssize_t E, int nthreads) noexcept nogil:
+    cdef Py_ssize_t W = K * E, g, i, k, e, r
+    cdef value_t acc
+    for g in prange(G, schedule="guided", num_threads=nthreads):
+        for e in range(E):  # a local accumulator per lane (out may alias nothing, but the compiler cannot know)
+            acc = 0
+            for i in range(off[g], off[g + 1]):
+                r = _row(perm, i) * W + e
+                for k in range(K):
+                    acc = acc + x[r + k * E]
+            out[g * E + e] = acc
+
+
+cdef void _segment_minmax(const int64_t* off, const int64_t* perm, const real_t* x, real_t* out, Py_ssize_t G,
+                          Py_ssize_t K, Py_ssize_t E, bint is_max, int nthreads) noexcept nogil:
+    """out[g, e] starts as the identity (the caller fills it); NaN propagates, as in np.maximum."""
+    cdef Py_ssize_t W = K * E, g, i, k, e, r
+    cdef real_t v, acc
+    for g in prange(G, schedule="guided", num_threads=nthreads):
+        for e in range(E):
+            acc = out[g * E + e]
+            for i in range(off[g], off[g + 1]):
+                r = _row(perm, i) * W + e
+                for k in range(K):
+                    v = x[r + k * E]
+                    if is_max:
+                        if v > acc or v != v:
+                            acc = v
+                    elif v < acc or v != v:
+                        acc = v
+            out[g * E + e] = acc
+
+
+def segment_sum(const int64_t[::1] offsets, const int64_t[::1] perm, const value_t[:, ::1] x,
+                value_t[:, ::1] out, int nthreads):
+    """out[g, e] = sum of x[rows of segment g, k * E + e] over rows and k (empty segments: 0)."""
+    cdef Py_ssize_t n = x.shape[0], G = out.shape[0], E = out.shape[1]
+    if (E == 0 and x.shape[1] != 0) or (E and x.shape[1] % E):
+        raise ValueError(f"x has {x.shape[1]} columns, not a multiple of out's {E}")
+    _check(offsets, perm, n, G)
+    if G == 0 or E == 0:
+        return
+    cdef Py_ssize_t K = x.shape[1] // E
+    cdef int nt = _threads(nthreads, x.shape[0] * x.shape[1])
+    cdef const int64_t* pp = &perm[0] if perm.shape[0] else NULL
+    cdef const value_t* xp = &x[0, 0] if n else NULL
+    with nogil:
+        _segment_sum(&offsets[0], pp, xp, &out[0, 0], G, K, E, nt)
+
+
+def segment_minmax(const int64_t[::1] offsets, const int64_t[::1] perm, const real_t[:, ::1] x,
+                   real_t[:, ::1] out, bint is_max, int nthreads):
+    """out[g, e] = max (min) of out[g, e] and x[rows of segment g, k * E + e]; NaN propagates."""
+    cdef Py_ssize_t n = x.shape[0], G = out.shape[0], E = out.shape[1]
+    if (E == 0 and x.shape[1] != 0) or (E and x.shape[1] % E):
+        raise ValueError(f"x has {x.shape[1]} columns, not a multiple of out's {E}")
+    _check(offsets, perm, n, G)
+    if G == 0 or E == 0:
+        return
+    cdef Py_ssize_t K = x.shape[1] // E
+    cdef int nt = _threads(nthreads, x.shape[0] * x.shape[1])
+    cdef const int64_t* pp = &perm[0] if perm.shape[0] else NULL
+    cdef const real_t* xp = &x[0, 0] if n else NULL
+    with nogil:
+        _segment_minmax(&offsets[0], pp, xp, &out[0, 0], G, K, E, is_max, nt)
+
+
+# ---------------------------------------------------------------------------
+# scatter reductions (a key per row)
+# ---------------------------------------------------------------------------
+
+cdef Py_ssize_t _scatter_chunk(const index_t* keys, const value_t* x, value_t* out, Py_ssize_t M, Py_ssize_t E,
+                               Py_ssize_t lo, Py_ssize_t hi, int op) noexcept nogil:
+    """Rows [lo, hi) of x (n, E) into out (M, E); returns the first row whose key is out of range, or -1."""
+    cdef Py_ssize_t i, e
+    cdef int64_t key
+    cdef value_t v
+    cdef value_t* o
+    for i in range(lo, hi):
+        key = keys[i]
+        if key < 0 or key >= M:
+            return i
+        o = out + key * E
+        for e in range(E):
+            v = x[i * E + e]
+            if value_t is cfloat_t or value_t is cdouble_t:
+                o[e] = o[e] + v
+            else:
+                if op == OP_SUM:
+                    o[e] = o[e] + v
+                elif op == OP_MAX:
+                    if v > o[e] or v != v:
+                        o[e] = v
+                else:
+                    if v < o[e] or v != v:
+                        o[e] = v
+    return -1
+
+
+def scatter_reduce(const index_t[::1] keys, const value_t[:, ::1] x, value_t[:, :, ::1] out, str op,
+                   int nthreads):
+    """out[c, keys[i], :] op= x[i, :] with rows split into C = out.shape[0] chunks, chunk c into out[c].
+
+    ``out`` is prefilled with the identity; the caller combines the C partial results
+    (C = 1: no combining, serial). Keys out of [0, M) raise ValueError naming the row.
+    Complex values only sum.
+    """
+    cdef Py_ssize_t n = x.shape[0], C = out.shape[0], c, lo, hi
+    cdef int code = OPS[op]
+    if keys.shape[0] != n or out.shape[2] != x.shape[1]:
+        raise ValueError(f"keys ({keys.shape[0]}), x ({n}, {x.shape[1]}) and out (C, M, {out.shape[2]}) disagree")
+    if value_t is cfloat_t or value_t is cdouble_t:
+        if code != OP_SUM:
+            raise TypeError("complex values can only be summed")
+    if C == 0 or n == 0:
+        return
+    bad_arr = np.full(C, -1, dtype=np.int64)
+    cdef int64_t[::1] bad = bad_arr
+    cdef int nt = _threads(nthreads, n * x.shape[1]) if C > 1 else 1
+    cdef Py_ssize_t M = out.shape[1], E = out.shape[2]
+    if M == 0 or E == 0:
+        if M == 0:
+            raise ValueError(f"key {keys[0]} of row 0 is out of range [0, 0)")
+        return
+    cdef const index_t* kp = &keys[0]
+    cdef const value_t* xp = &x[0, 0]
+    cdef value_t* op_ = &out[0, 0, 0]
+    with nogil:
+        for c in prange(C, schedule="static", num_threads=nt):
+            lo = (n // C) * c + (c if c < n % C else n % C)
+            hi = lo + n // C + (1 if c < n % C else 0)
+            bad[c] = _scatter_chunk(kp, xp, op_ + c * M * E, M, E, lo, hi, code)
+    hits = bad_arr[bad_arr >= 0]
+    if hits.size:
+        i = int(hits.min())
+        raise ValueError(f"key {keys[i]} of row {i} is out of range [0, {out.shape[1]})")
+
+
+# ---------------------------------------------------------------------------
+# segment softmax
+# ---------------------------------------------------------------------------
+
+cdef inline float_t _exp(float_t v) noexcept nogil:
+    if float_t is float:
+        return expf(v)
+    return exp(v)
+
+
+cdef inline float_t _log(float_t v) noexcept nogil:
+    if float_t is float:
+        return logf(v)
+    return log(v)
+
+
+cdef void _segment_softmax(const int64_t* off, const int64_t* perm, const float_t* x, float_t* out,
+                           Py_ssize_t G, Py_ssize_t K, Py_ssize_t E, bint take_log, int nthreads) noexcept nogil:
+    cdef Py_ssize_t W = K * E, g, i, k, e, r
+    cdef float_t top, total, v, z, shift
+    for g in prange(G, schedule="guided", num_threads=nthreads):
+        for e in range(E):
+            top = -INFINITY
+            for i in range(off[g], off[g + 1]):
+                r = _row(perm, i) * W + e
+                for k in range(K):
+                    v = x[r + k * E]
+                    if v > top or v != v:
+                        top = v
+            total = 0
+            for i in range(off[g], off[g + 1]):
+                r = _row(perm, i) * W + e
+                for k in range(K):
+                    z = _exp(x[r + k * E] - top)
+                    out[r + k * E] = z
+                    total = total + z
+            if take_log:
+                shift = top + _log(total)
+                for i in range(off[g], off[g + 1]):
+                    r = _row(perm, i) * W + e
+                    for k in range(K):
+                        out[r + k * E] = x[r + k * E] - shift
+            else:
+                shift = 1 / total
+                for i in range(off[g], off[g + 1]):
+                    r = _row(perm, i) * W + e
+                    for k in range(K):
+                        out[r + k * E] = out[r + k * E] * shift
+
+
+def segment_softmax(const int64_t[::1] offsets, const int64_t[::1] perm, const float_t[:, ::1] x,
+                    float_t[:, ::1] out, Py_ssize_t E, bint take_log, int nthreads):
+    """Softmax (or log-softmax) of x (n, K * E) over each segment's rows and K items, per lane e < E.
+
+    out has x's shape; row perm[i] (or i) of out gets the result for row perm[i] of x.
+    Rows outside every segment are left as they are.
+    """
+    cdef Py_ssize_t n = x.shape[0], G = offsets.shape[0] - 1
+    if out.shape[0] != n or out.shape[1] != x.shape[1]:
+        raise ValueError(f"out {out.shape[0], out.shape[1]} must have x's shape {n, x.shape[1]}")
+    if G < 0 or E < 0 or (E == 0 and x.shape[1] != 0) or (E and x.shape[1] % E):
+        raise ValueError(f"E={E} must divide x's {x.shape[1]} columns; offsets must not be empty")
+    _check(offsets, perm, n, G)
+    if G == 0 or E == 0 or n == 0:
+        return
+    cdef Py_ssize_t K = x.shape[1] // E
+    cdef int nt = _threads(nthreads, n * x.shape[1])
+    with nogil:
+        _segment_softmax(&offsets[0], &perm[0] if perm.shape[0] else NULL, &x[0, 0], &out[0, 0], G, K, E,
+                         take_log, nt)

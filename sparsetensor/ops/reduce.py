@@ -1,0 +1,744 @@
+"""Reductions of sparse tensors: sum, mean, norm, amax, amin; softmax and log_softmax.
+
+Unspecified elements are zeros and take part in every reduction (``mean``
+divides by all the elements, ``amax`` of a slice with an unspecified element is
+at least 0), so that ``op(t)`` always equals ``op(t.to_dense())``. ``softmax`` is
+the exception, as in ``torch.sparse.softmax``: there unspecified elements are
+``-inf``.
+
+What a reduction over ``dim`` returns depends on which dims it reduces:
+
+============================  ======================================  ==================================
+reduced dims                  COO                                     CSR, CSC, BSR, BSC
+============================  ======================================  ==================================
+``dim=None`` (all)            0-d NumPy array                         0-d NumPy array
+dense dims only               same layout and pattern                 same layout and pattern
+some sparse dims, not all     COO (coalesced) over the kept dims      --
+all sparse dims               dense NumPy array                       --
+a row or column dim           --                                      dense NumPy array
+batch dims (no sparse dim)    --                                      same layout, union of the patterns
+============================  ======================================  ==================================
+
+This is ``torch.sparse.sum``'s rule for COO. For the compressed layouts
+PyTorch only sums rows or columns with ``keepdim=True`` and returns a CSR
+matrix there; here the row or column sums of a matrix (a vector per batch)
+are returned as a dense array. Reducing batch dims only keeps the layout, with
+the union of the batches' patterns; the remaining batches must then have the
+same nnz (:class:`ValueError` otherwise). An element of a sparse result whose
+inputs cancel stays specified (an explicit zero), as in PyTorch.
+
+Dtypes: ``sum`` of bool and integer tensors is int64 (PyTorch and NumPy, except
+that NumPy sums uint8 to uint64, not a value dtype here); ``dtype=`` converts the
+values first. ``mean`` of bool and integers is float64; ``norm`` is real
+(float64 for integers). float16 is summed in float32 and rounded once.
+
+The input is never modified. Uncoalesced COO tensors are coalesced (and compressed
+tensors built without checking are checked, and repaired) before a nonlinear
+reduction; every index that a reduction reads is bounds-checked.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import operator
+
+import numpy as np
+
+from .._config import num_threads
+from .._dtypes import as_value_dtype
+from .._lib import _reduce as _kernels
+from .._tensor import COOTensor, CompressedTensor, SparseTensor
+
+__all__ = ["sum", "mean", "norm", "amax", "amin", "softmax", "log_softmax"]
+
+# -- small helpers ------------------------------------------------------------------------------------
+
+
+def _check_tensor(t, name: str) -> None:
+    if not isinstance(t, SparseTensor):
+        raise TypeError(f"{name} expects a sparse tensor, got {type(t).__name__}")
+
+
+def _normalize_dims(dim, ndim: int, name: str):
+    """``None`` -> every dim; an int or a sequence of ints -> sorted distinct dims in ``[0, ndim)``."""
+    if dim is None:
+        return tuple(range(ndim))
+    try:
+        dims = (operator.index(dim),)
+    except TypeError:
+        try:
+            dims = tuple(operator.index(d) for d in dim)
+        except TypeError:
+            raise TypeError(f"{name}: dim must be None, an int or a sequence of ints, got {dim!r}") from None
+    out = []
+    for d in dims:
+        if not -ndim <= d < ndim:
+            raise IndexError(f"{name}: dimension {d} out of range for a tensor of {ndim} dims")
+        out.append(d % ndim)
+    if len(set(out)) != len(out):
+        raise ValueError(f"{name}: dim {dim!r} repeats a dimension")
+    return tuple(sorted(out))
+
+
+def _sum_dtype(dtype: np.dtype) -> np.dtype:
+    return np.dtype(np.int64) if dtype.kind in "biu" else dtype
+
+
+def _work_dtype(dtype: np.dtype) -> np.dtype:
+    """The dtype values are accumulated in: float16 widens to float32."""
+    return np.dtype(np.float32) if dtype == np.float16 else dtype
+
+
+def _identity(op, dtype: np.dtype):
+    """The value an empty ``op``-reduction starts from."""
+    if op is np.add:
+        return np.zeros((), dtype)[()]
+    biggest = op is np.minimum
+    if dtype == np.bool_:
+        return np.bool_(biggest)
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        return dtype.type(info.max if biggest else info.min)
+    return dtype.type(np.inf if biggest else -np.inf)
+
+
+def _coalesced(t, threads):
+    """``t`` with distinct, bounds-checked indices (COO coalesced; compressed canonical)."""
+    return t if t.is_coalesced() else t.coalesce(threads=threads)
+
+
+def _indices_checked(t, threads):
+    """``t`` whose indices are known to be in bounds, for a linear reduction (duplicates may stay)."""
+    if isinstance(t, COOTensor):
+        from .._validate import check_coo_indices
+
+        check_coo_indices(t.indices(), t.shape, threads=threads)
+        return t
+    from .._convert import _checked
+
+    return _checked(t, threads)
+
+
+def _map(result, fn):
+    """Apply ``fn`` to a dense result, or to the values of a sparse one."""
+    if isinstance(result, SparseTensor):
+        return result._replace_values(np.ascontiguousarray(fn(result.values())))
+    return np.asarray(fn(result))
+
+
+def _astype(result, dtype: np.dtype):
+    return _map(result, lambda v: v.astype(dtype, copy=False))
+
+
+_NO_PERM = np.empty(0, np.int64)
+
+
+def _kernel_view(x: np.ndarray):
+    """``x`` as the kernels take it, and the dtype to turn results back into (or None).
+
+    bool is viewed as uint8 (a sum of bools is then their maximum: logical or), float16
+    is widened to float32.
+    """
+    x = np.ascontiguousarray(x)
+    if x.dtype == np.bool_:
+        return x.view(np.uint8), np.dtype(np.bool_)
+    if x.dtype == np.float16:
+        return x.astype(np.float32), np.dtype(np.float16)
+    return x, None
+
+
+def _back(out: np.ndarray, back):
+    if back is None:
+        return out
+    return out.view(np.bool_) if back == np.bool_ else out.astype(back)
+
+
+def _segments(op, x: np.ndarray, offsets: np.ndarray, E: int, perm=None, threads=None) -> np.ndarray:
+    """``op`` over the segments ``offsets[g]:offsets[g + 1]`` of ``x``'s rows (``x`` is ``(n, K * E)``,
+    read through ``perm`` when given) and over the ``K`` items of a row: ``(G, E)``; an empty
+    segment gives the identity."""
+    xv, back = _kernel_view(x)
+    if back == np.bool_ and op is np.add:
+        op = np.maximum
+    G = offsets.shape[0] - 1
+    out = np.empty((G, E), dtype=xv.dtype)
+    offsets = np.ascontiguousarray(offsets, dtype=np.int64)
+    perm = _NO_PERM if perm is None else np.ascontiguousarray(perm, dtype=np.int64)
+    nt = num_threads(threads, xv.size)
+    if op is np.add:
+        _kernels.segment_sum(offsets, perm, xv, out, nt)
+    else:
+        out.fill(_identity(op, xv.dtype))
+        _kernels.segment_minmax(offsets, perm, xv, out, op is np.maximum, nt)
+    return _back(out, back)
+
+
+def _scatter(op, keys: np.ndarray, x: np.ndarray, M: int, threads) -> np.ndarray:
+    """``out[keys[i]] op= x[i]`` into an ``(M, E)`` array starting from the identity. Large inputs
+    with a small ``M`` are split among threads, each into a private copy, then combined."""
+    xv, back = _kernel_view(x)
+    if back == np.bool_ and op is np.add:
+        op = np.maximum
+    nt = num_threads(threads, xv.size)
+    C = nt if nt > 1 and M * nt <= xv.shape[0] else 1
+    out = np.full((C, M, xv.shape[1]), _identity(op, xv.dtype), dtype=xv.dtype)
+    _kernels.scatter_reduce(np.ascontiguousarray(keys), xv, out,
+                            {np.add: "sum", np.maximum: "max", np.minimum: "min"}[op], nt)
+    return _back(op.reduce(out, axis=0) if C > 1 else out[0], back)
+
+
+def _batch_offsets(c: np.ndarray, nnz: int) -> np.ndarray:
+    """The compressed indices ``(B, n + 1)`` of B batches as offsets ``(B * n + 1,)`` into their
+    concatenated entries (batch b's entries start at ``b * nnz``)."""
+    B = c.shape[0]
+    off = np.empty(B * (c.shape[1] - 1) + 1, dtype=np.int64)
+    off[:-1] = (c[:, :-1].astype(np.int64) + (np.arange(B, dtype=np.int64) * nnz)[:, None]).ravel()
+    off[-1] = B * nnz
+    return off
+
+
+def _check_nonempty_reduction(op, shape: tuple, dims: tuple, name: str) -> None:
+    """amax/amin over a zero-size dim has no value: NumPy raises (even when the result is empty)."""
+    if op is np.add:
+        return
+    if dims and math.prod(shape[d] for d in dims) == 0:
+        raise ValueError(f"{name} over dims {dims} of a tensor of shape {shape}: the reduced slices are empty "
+                         "and a maximum/minimum of nothing has no value")
+
+
+def _squeeze(result, dims: tuple, keepdim: bool, ndim: int):
+    """Drop the reduced dims (size 1 in ``result``) unless ``keepdim``."""
+    if keepdim:
+        return result
+    if isinstance(result, np.ndarray):
+        return result.reshape(tuple(s for d, s in enumerate(result.shape) if d not in dims))
+    if isinstance(result, COOTensor):
+        S = result.sparse_dim
+        keep_rows = [d for d in range(S) if d not in dims]
+        vshape = (result.nnz,) + tuple(s for d, s in enumerate(result.shape) if d >= S and d not in dims)
+        shape = tuple(s for d, s in enumerate(result.shape) if d not in dims)
+        return COOTensor(np.ascontiguousarray(result.indices()[keep_rows]), result.values().reshape(vshape), shape,
+                         result.is_coalesced())
+    # compressed: only dense dims (values' trailing axes) or batch dims of size 1 are dropped
+    t = result
+    m = t.batch_dim
+    b = 2 if t.layout.blocked else 0
+    batch = tuple(s for d, s in enumerate(t.shape[:m]) if d not in dims)
+    dense = tuple(s for d, s in enumerate(t.shape) if d >= m + 2 and d not in dims)
+    c, p = t.compressed_indices(), t.plain_indices()
+    vtail = t.values().shape[m + 1: m + 1 + b]
+    values = t.values().reshape(batch + (t.nnz,) + vtail + dense)
+    return CompressedTensor(c.reshape(batch + c.shape[-1:]), p.reshape(batch + (t.nnz,)), values,
+                            batch + t.shape[m:m + 2] + dense, t.layout, t.is_coalesced())
+
+
+# -- the reduction engine -------------------------------------------------------------------------------
+def _reduce(t, dims: tuple, op, threads):
+    """``op``-reduce ``t`` over ``dims`` (sorted, distinct), keeping them as size-1 dims.
+
+    ``t``'s values are already in the accumulation dtype. For amax/amin (``op`` not
+    np.add) ``t`` has distinct indices, and unspecified elements take part as zeros.
+    """
+    if isinstance(t, COOTensor):
+        return _reduce_coo(t, dims, op, threads)
+    return _reduce_compressed(t, dims, op, threads)
+
+
+def _with_zeros(op, red: np.ndarray, count, slot: int) -> np.ndarray:
+    """Fold the unspecified elements (zeros) into ``red`` where ``count < slot`` (amax/amin)."""
+    if op is np.add:
+        return red
+    count = np.asarray(count)
+    missing = (count < slot).reshape(count.shape + (1,) * (red.ndim - count.ndim))
+    return np.where(missing, op(red, np.zeros((), red.dtype)), red)
+
+
+def _reduce_coo(t: COOTensor, dims: tuple, op, threads):
+    S = t.sparse_dim
+    sparse_dims = [d for d in dims if d < S]
+    value_axes = tuple(d - S + 1 for d in dims if d >= S)
+    v = t.values()
+    if value_axes:
+        v = op.reduce(v, axis=value_axes, keepdims=True)
+    shape = tuple(1 if d in dims else s for d, s in enumerate(t.shape))
+    if not sparse_dims:
+        return COOTensor(t.indices(), v, shape, t.is_coalesced())
+    if len(sparse_dims) == S:
+        red = op.reduce(v, axis=0, keepdims=True, initial=_identity(op, v.dtype))
+        red = _with_zeros(op, red, t.nnz, math.prod(t.shape[:S]))
+        return red.reshape(shape)
+    kept = [d for d in range(S) if d not in sparse_dims]
+    t = _indices_checked(t, threads) if op is np.add and not t.is_coalesced() else t
+    if op is np.add:
+        r = COOTensor(np.ascontiguousarray(t.indices()[kept]), v, tuple(t.shape[d] for d in kept) + v.shape[1:],
+                      False).coalesce(threads=threads)
+        idx, red = r.indices(), r.values()
+    else:
+        perm, starts, idx = _group_by(t, kept, sparse_dims, threads)
+        E = math.prod(v.shape[1:])
+        red = _segments(op, v.reshape(t.nnz, E), starts, E, perm, threads).reshape((starts.shape[0] - 1,) + v.shape[1:])
+        red = _with_zeros(op, red, np.diff(starts), math.prod(t.shape[d] for d in sparse_dims))
+    full = np.zeros((S, idx.shape[1]), dtype=idx.dtype)
+    full[kept] = idx
+    return COOTensor(full, red, shape, True)
+
+
+def _group_by(t: COOTensor, kept: list, rest: list, threads):
+    """Group ``t``'s entries (distinct indices) by their indices along the sparse dims ``kept``.
+
+    Returns ``(perm, starts, group_indices)``: ``perm`` orders the entries by
+    ``kept`` then ``rest`` lexicographically (None when they already are),
+    ``starts`` (``groups + 1``) bounds the groups in that order, and
+    ``group_indices`` (``len(kept), groups``) are the groups' ``kept`` indices.
+    """
+    idx = t.indices()
+    n = idx.shape[1]
+    k = len(kept)
+    if t.is_coalesced() and kept == list(range(k)):
+        perm, ordered = None, idx[:k]
+    else:
+        # a coalesce of the reordered index rows sorts them (parallel radix sort); the values,
+        # positions, ride along and come out as the permutation (the entries are distinct)
+        order = kept + rest
+        tmp = COOTensor(np.ascontiguousarray(idx[order]), np.arange(n, dtype=np.int64),
+                        tuple(t.shape[d] for d in order), False).coalesce(threads=threads)
+        perm, ordered = tmp.values(), tmp.indices()[:k]
+    if n == 0:
+        return perm, np.zeros(1, np.int64), np.empty((k, 0), idx.dtype)
+    head = np.empty(n, dtype=bool)
+    head[0] = True
+    if k:
+        np.any(ordered[:, 1:] != ordered[:, :-1], axis=0, out=head[1:])
+    else:
+        head[1:] = False
+    heads = np.flatnonzero(head)
+    return perm, np.append(heads, n), np.ascontiguousarray(ordered[:, heads])
+
+
+def _reduce_compressed(t: CompressedTensor, dims: tuple, op, threads):
+    m = t.batch_dim
+    b = 2 if t.layout.blocked else 0
+    batch_dims = [d for d in dims if d < m]
+    sparse_dims = [d for d in dims if m <= d < m + 2]
+    value_axes = tuple(d - 1 + b for d in dims if d >= m + 2)
+    if sparse_dims:
+        return _compressed_dense(t, dims, op, threads)
+    if batch_dims:
+        # the union of the batches' patterns: through COO (batch dims lead), and back
+        coo = t.to_sparse_coo(threads=threads)
+        r = _reduce_coo(coo, dims, op, threads)
+        return r.to_sparse(t.layout, blocksize=t.blocksize if t.layout.blocked else None, threads=threads)
+    v = np.ascontiguousarray(op.reduce(t.values(), axis=value_axes, keepdims=True))
+    shape = tuple(1 if d in dims else s for d, s in enumerate(t.shape))
+    return CompressedTensor(t.compressed_indices(), t.plain_indices(), v, shape, t.layout, t.is_coalesced())
+
+
+def _compressed_dense(t: CompressedTensor, dims: tuple, op, threads) -> np.ndarray:
+    """Reductions over a row or column dim of a compressed tensor: a dense result."""
+    if op is not np.add or not t.is_coalesced():
+        t = _coalesced(t, threads) if op is not np.add else _indices_checked(t, threads)
+    m, b = t.batch_dim, (2 if t.layout.blocked else 0)
+    batch = t.shape[:m]
+    B, nnz = math.prod(batch), t.nnz
+    rows, cols = t.shape[m], t.shape[m + 1]
+    rb, cb = t.blocksize
+    value_axes = tuple(d - 1 + b for d in dims if d >= m + 2)
+    v = t.values()
+    if value_axes:
+        v = op.reduce(v, axis=value_axes, keepdims=True)
+    dense_kd = v.shape[m + 1 + b:]
+    D = math.prod(dense_kd)
+    V = v.reshape(B, nnz, rb, cb, D)
+    init = _identity(op, V.dtype)
+    by_rows = t.layout.compressed_rows
+    red_rows, red_cols = m in dims, (m + 1) in dims
+    c = t.compressed_indices().reshape(B, t.compressed_indices().shape[-1])
+    if red_rows and red_cols:
+        out = op.reduce(V, axis=(1, 2, 3), initial=init)  # (B, D)
+        out = _with_zeros(op, out, np.full(B, nnz * rb * cb), rows * cols)
+        out = out.reshape(batch + (1, 1) + dense_kd)
+    elif red_cols == by_rows:
+        # the plain dim is reduced: a segment per compressed index (row of csr, column of csc)
+        plain_axis, keep_len, plain_len = (3, rb, cb) if by_rows else (2, cb, rb)
+        if by_rows and cb > 1:
+            V = op.reduce(V, axis=3, keepdims=True)  # the kernel reduces the leading block axis
+        # rows of W: (plain_len or 1 items, keep_len * D lanes)
+        W = np.ascontiguousarray(V).reshape(B * nnz, -1) if B * nnz else np.empty((0, keep_len * D), V.dtype)
+        counts = np.diff(c, axis=1)
+        seg = _segments(op, W, _batch_offsets(c, nnz), keep_len * D, None, threads)
+        out = seg.reshape(B, c.shape[1] - 1, keep_len, D)
+        out = _with_zeros(op, out, counts * plain_len, cols if by_rows else rows)
+        K = out.shape[1] * keep_len
+        out = out.reshape((B, K) + dense_kd)
+        out = out.reshape(batch + ((K, 1) if by_rows else (1, K)) + dense_kd)
+    else:
+        # the compressed dim is reduced: scatter by plain index (column of csr, row of csc)
+        comp_axis, keep_len, comp_len = (2, cb, rb) if by_rows else (3, rb, cb)
+        W = op.reduce(V, axis=comp_axis) if comp_len > 1 else np.squeeze(V, axis=comp_axis)  # (B, nnz, keep_len, D)
+        P = t.plain_size
+        plain = t.plain_indices().reshape(B, nnz)
+        keys = plain.ravel() if B == 1 else (plain + (np.arange(B, dtype=np.int64) * P)[:, None]).ravel()
+        out = _scatter(op, keys, W.reshape(B * nnz, keep_len * D), B * P, threads).reshape(B, P, keep_len, D)
+        if op is not np.add:
+            counts = np.bincount(keys, minlength=B * P).reshape(B, P)
+            out = _with_zeros(op, out, counts * comp_len, rows if by_rows else cols)
+        K = P * keep_len
+        out = out.reshape(batch + ((1, K) if by_rows else (K, 1)) + dense_kd)
+    batch_axes = tuple(d for d in dims if d < m)
+    if batch_axes:
+        out = op.reduce(out, axis=batch_axes, keepdims=True)
+    return out
+
+
+def _run(t, dim, keepdim: bool, op, work_dtype, threads, name: str):
+    """Reduce ``t`` (values converted to ``work_dtype``) over ``dim``; returns the result and dims."""
+    dims = _normalize_dims(dim, t.ndim, name)
+    _check_nonempty_reduction(op, t.shape, dims, name)
+    if op is not np.add:
+        t = _coalesced(t, threads)
+    if t.dtype != work_dtype:
+        t = t._replace_values(t.values().astype(work_dtype))
+    if dim is None and op is np.add:
+        # every dim: the values' sum; no index is read
+        r = np.asarray(np.add.reduce(t.values(), axis=None)).reshape((1,) * t.ndim)
+    else:
+        r = _reduce(t, dims, op, threads)
+    return _squeeze(r, dims, keepdim, t.ndim)
+
+
+# -- public reductions -----------------------------------------------------------------------------------
+def sum(t, dim=None, keepdim: bool = False, *, dtype=None, threads: int | None = None):
+    """The sum over ``dim`` (None: every element), with unspecified elements as zeros.
+
+    Parameters
+    ----------
+    t : SparseTensor
+    dim : int or sequence of int, optional
+        The dims to sum over: any of batch, sparse and dense dims. None sums
+        everything and returns a 0-d array; ``()`` sums nothing (NumPy's rule).
+    keepdim : bool
+        Keep the reduced dims with size 1.
+    dtype : dtype, optional
+        Convert the values to this dtype before summing.
+    threads : int, optional
+        Threads for the kernels used on the way (coalescing, conversions).
+
+    Returns
+    -------
+    SparseTensor or numpy.ndarray
+        See the table in :mod:`sparsetensor.ops.reduce`: a sparse tensor while a
+        sparse dim of a COO tensor (a batch dim of a compressed one) or only dense
+        dims remain, a NumPy array otherwise. bool and integer tensors sum to int64.
+
+    Examples
+    --------
+    >>> import sparsetensor as st
+    >>> from sparsetensor.ops import reduce
+    >>> t = st.sparse_csr_tensor([0, 2, 3], [0, 2, 1], [1.0, 2.0, 3.0], size=(2, 3))
+    >>> reduce.sum(t)
+    array(6.)
+    >>> reduce.sum(t, 1)                  # row sums: a dense vector
+    array([3., 3.])
+    >>> c = reduce.sum(t.to_sparse_coo(), 0)  # coo over a sparse dim: coo
+    >>> c.indices(), c.values()
+    (array([[0, 1, 2]]), array([1., 3., 2.]))
+    """
+    _check_tensor(t, "sum")
+    src = t.dtype if dtype is None else as_value_dtype(dtype)
+    out_dtype = _sum_dtype(src) if dtype is None else src
+    if src != t.dtype:
+        t = t.astype(src, copy=False)
+    r = _run(t, dim, keepdim, np.add, _work_dtype(out_dtype), threads, "sum")
+    return _astype(r, out_dtype)
+
+
+def mean(t, dim=None, keepdim: bool = False, *, dtype=None, threads: int | None = None):
+    """The mean over ``dim`` counting unspecified elements as zeros (``sum / count``).
+
+    bool and integer tensors give float64; the result has the form :func:`sum`
+    gives. A mean over empty slices is NaN, as in NumPy (without its warning),
+    where the result is dense; a sparse result cannot hold NaN in its unspecified
+    elements, so that case raises ValueError.
+
+    Examples
+    --------
+    >>> import sparsetensor as st
+    >>> from sparsetensor.ops import reduce
+    >>> t = st.sparse_csr_tensor([0, 2, 3], [0, 2, 1], [1, 2, 3], size=(2, 3))
+    >>> reduce.mean(t)
+    array(1.)
+    >>> reduce.mean(t, 0)
+    array([0.5, 1.5, 1. ])
+    """
+    _check_tensor(t, "mean")
+    if dtype is None:
+        out_dtype = np.dtype(np.float64) if t.dtype.kind in "biu" else t.dtype
+    else:
+        out_dtype = as_value_dtype(dtype)
+        if out_dtype.kind in "biu":
+            raise TypeError(f"mean needs a floating or complex dtype, got dtype={out_dtype}")
+    dims = _normalize_dims(dim, t.ndim, "mean")
+    count = math.prod(t.shape[d] for d in dims)
+    work = _work_dtype(out_dtype)
+    s = _run(t, dim, keepdim, np.add, work, threads, "mean")
+    if not count and isinstance(s, SparseTensor) and s.numel():
+        raise ValueError(f"mean over dims {dims} of a tensor of shape {t.shape}: the slices are empty, so the mean "
+                         "is NaN everywhere, which a sparse result cannot hold; use mean(t.to_dense())")
+    with np.errstate(invalid="ignore", divide="ignore"):
+        r = _map(s, lambda v: v / work.type(count) if count else v * work.type(np.nan))
+    return _astype(r, out_dtype)
+
+
+def _minmax(t, dim, keepdim, op, threads, name):
+    _check_tensor(t, name)
+    if t.dtype.kind == "c":
+        raise TypeError(f"{name} is not defined for complex tensors (dtype {t.dtype})")
+    return _run(t, dim, keepdim, op, t.dtype, threads, name)
+
+
+def amax(t, dim=None, keepdim: bool = False, *, threads: int | None = None):
+    """The maximum over ``dim``, unspecified elements counting as zeros.
+
+    A slice with an unspecified element has a maximum of at least 0 (``amax`` of
+    the dense tensor). PyTorch has no sparse ``amax``; this is the dense
+    definition. NaN propagates; complex tensors raise TypeError; a maximum over
+    an empty slice raises ValueError. The result has the form :func:`sum` gives.
+
+    Examples
+    --------
+    >>> import sparsetensor as st
+    >>> from sparsetensor.ops import reduce
+    >>> t = st.sparse_csr_tensor([0, 2, 3], [0, 2, 1], [-1.0, -2.0, -3.0], size=(2, 3))
+    >>> reduce.amax(t)
+    array(0.)
+    >>> reduce.amin(t, 1)
+    array([-2., -3.])
+    """
+    return _minmax(t, dim, keepdim, np.maximum, threads, "amax")
+
+
+def amin(t, dim=None, keepdim: bool = False, *, threads: int | None = None):
+    """The minimum over ``dim``, unspecified elements counting as zeros; see :func:`amax`.
+
+    Examples
+    --------
+    >>> import sparsetensor as st
+    >>> from sparsetensor.ops import reduce
+    >>> reduce.amin(st.sparse_coo_tensor([[0, 1]], [2.0, 3.0], size=(3,)))
+    array(0.)
+    """
+    return _minmax(t, dim, keepdim, np.minimum, threads, "amin")
+
+
+def _norm_dtype(dtype: np.dtype) -> np.dtype:
+    if dtype.kind in "biu":
+        return np.dtype(np.float64)
+    if dtype.kind == "c":
+        return np.dtype(np.float32 if dtype == np.complex64 else np.float64)
+    return dtype
+
+
+def norm(t, p="fro", dim=None, keepdim: bool = False, *, threads: int | None = None):
+    """The vector p-norm over ``dim`` (None: all elements), unspecified elements as zeros.
+
+    Parameters
+    ----------
+    p : "fro" or float
+        ``"fro"`` (= 2), any real ``p`` (``(sum |x|**p) ** (1/p)``), ``inf``
+        (max ``|x|``), ``-inf`` (min ``|x|``) or ``0`` (the number of nonzeros).
+        Negative ``p`` and ``-inf`` give 0 on slices with a zero, unspecified
+        ones included (the dense definition; ``torch.norm`` of a sparse tensor
+        ignores unspecified elements there). ``"nuc"`` and other matrix norms
+        raise ValueError.
+
+    Returns
+    -------
+    SparseTensor or numpy.ndarray
+        The form :func:`sum` gives, of a real dtype (float64 for integers, float32
+        for complex64).
+
+    Examples
+    --------
+    >>> import sparsetensor as st
+    >>> from sparsetensor.ops import reduce
+    >>> t = st.sparse_coo_tensor([[0, 1], [0, 2]], [3.0, -4.0], size=(2, 3))
+    >>> reduce.norm(t)
+    array(5.)
+    >>> reduce.norm(t, 1, dim=1).to_dense()   # coo over a sparse dim: coo
+    array([3., 4.])
+    """
+    _check_tensor(t, "norm")
+    if isinstance(p, str):
+        if p != "fro":
+            raise ValueError(f"norm: p={p!r} is not supported for sparse tensors; use p='fro' or a number "
+                             "(matrix norms such as 'nuc' need .to_dense())")
+        p = 2.0
+    elif isinstance(p, bool) or not isinstance(p, (numbers.Real, np.integer, np.floating)):
+        raise TypeError(f"norm: p must be 'fro' or a real number, got {p!r}")
+    p = float(p)
+    if math.isnan(p):
+        raise ValueError("norm: p must not be NaN")
+    out_dtype = _norm_dtype(t.dtype)
+    work = _work_dtype(out_dtype)
+    t = _coalesced(t, threads)
+    if p == 2 and dim is None:
+        # one pass, no temporaries: the values' dot product with themselves
+        _normalize_dims(dim, t.ndim, "norm")
+        v = t.values()
+        if v.dtype.kind in "biu" or v.dtype == np.float16:
+            v = v.astype(work)
+        r = np.sqrt(np.asarray(np.vdot(v, v).real, dtype=work))
+        return np.asarray(r, dtype=out_dtype).reshape((1,) * t.ndim if keepdim else ())
+    a = t._replace_values(np.abs(t.values()).astype(work, copy=False))
+    if p == math.inf:
+        r = _run(a, dim, keepdim, np.maximum, work, threads, "norm")
+    elif p == -math.inf:
+        r = _run(a, dim, keepdim, np.minimum, work, threads, "norm")
+    elif p == 0:
+        r = _run(a._replace_values((a.values() != 0).astype(work)), dim, keepdim, np.add, work, threads, "norm")
+    elif p == 1:
+        r = _run(a, dim, keepdim, np.add, work, threads, "norm")
+    elif p == 2:
+        r = _map(_run(a._replace_values(a.values() ** 2), dim, keepdim, np.add, work, threads, "norm"), np.sqrt)
+    else:
+        with np.errstate(divide="ignore"):
+            powered = a._replace_values(np.power(a.values(), work.type(p)))
+        s = _run(powered, dim, keepdim, np.add, work, threads, "norm")
+        with np.errstate(divide="ignore", over="ignore"):
+            r = _map(s, lambda v: np.power(v, work.type(1 / p)))
+        if p < 0:
+            # (sum |x|**p) ** (1/p) is 0 when a reduced element is 0 (|0|**p = inf), unspecified ones too
+            lo = _run(a, dim, keepdim, np.minimum, work, threads, "norm")
+            lo_vals = lo.values() if isinstance(lo, SparseTensor) else lo
+            r = _map(r, lambda v: np.where(lo_vals == 0, work.type(0), v))
+    return _astype(r, out_dtype)
+
+
+# -- softmax ---------------------------------------------------------------------------------------------
+def _segment_softmax(x: np.ndarray, offsets: np.ndarray, E: int, perm, log: bool, threads) -> np.ndarray:
+    """Softmax of ``x`` (``(n, K * E)``, float32/64) over each segment's rows and ``K`` items, per lane."""
+    x = np.ascontiguousarray(x)
+    out = np.empty_like(x)
+    perm = _NO_PERM if perm is None else np.ascontiguousarray(perm, dtype=np.int64)
+    _kernels.segment_softmax(np.ascontiguousarray(offsets, dtype=np.int64), perm, x, out, E, log,
+                             num_threads(threads, x.size))
+    return out
+
+
+def _dense_softmax(v: np.ndarray, axis: int, log: bool) -> np.ndarray:
+    """Softmax along a dense axis of the values (all of its elements are specified)."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        z = v - np.max(v, axis=axis, keepdims=True) if v.shape[axis] else v
+        if log:
+            return z - np.log(np.sum(np.exp(z), axis=axis, keepdims=True))
+        e = np.exp(z)
+        return e / np.sum(e, axis=axis, keepdims=True)
+
+
+def _softmax_values(t, d: int, log: bool, threads) -> np.ndarray:
+    """The softmax values of ``t`` (distinct indices, a floating work dtype), in ``t``'s entry order."""
+    v = t.values()
+    if isinstance(t, COOTensor):
+        S = t.sparse_dim
+        if d >= S:
+            return _dense_softmax(v, d - S + 1, log)
+        kept = [k for k in range(S) if k != d]
+        perm, starts, _ = _group_by(t, kept, [d], threads)
+        E = math.prod(v.shape[1:])
+        return _segment_softmax(v.reshape(t.nnz, E), starts, E, perm, log, threads).reshape(v.shape)
+    m, b = t.batch_dim, (2 if t.layout.blocked else 0)
+    if d >= m + 2:
+        return _dense_softmax(v, d - 1 + b, log)
+    plain_dim = m + 1 if t.layout.compressed_rows else m
+    if d != plain_dim:
+        # the compressed dim: transpose the storage (a counting sort); a batch dim: through COO
+        layout = t.layout.transposed if d >= m else "coo"
+        u = t.to_sparse(layout, blocksize=t.blocksize if t.layout.blocked and d >= m else None, threads=threads)
+        r = u._replace_values(_softmax_values(u, d, log, threads))
+        back = r.to_sparse(t.layout, blocksize=t.blocksize if t.layout.blocked else None, threads=threads)
+        return back.values()
+    B, nnz = math.prod(t.shape[:m]), t.nnz
+    rb, cb = t.blocksize
+    D = math.prod(t.shape[m + 2:])
+    V = np.ascontiguousarray(v).reshape(B * nnz, rb, cb, D)
+    # segments: the entries of one compressed index; reduce over them and the block's plain axis
+    x = np.ascontiguousarray(V.transpose(0, 2, 1, 3)) if t.layout.compressed_rows else V  # (n, K, lanes, D)
+    n, K = x.shape[0], x.shape[1]
+    E = x.shape[2] * D
+    c = t.compressed_indices().reshape(B, t.compressed_indices().shape[-1])
+    res = _segment_softmax(x.reshape(n, K * E), _batch_offsets(c, nnz), E, None, log, threads).reshape(x.shape)
+    if t.layout.compressed_rows:
+        res = res.transpose(0, 2, 1, 3)
+    return np.ascontiguousarray(res).reshape(v.shape)
+
+
+def _softmax(t, dim, dtype, log: bool, threads, name: str):
+    _check_tensor(t, name)
+    d = _normalize_dims(operator.index(dim), t.ndim, name)[0]
+    if dtype is not None:
+        t = t.astype(as_value_dtype(dtype), copy=False)
+    if t.dtype.kind != "f":
+        raise TypeError(f"{name} needs a floating tensor, got dtype {t.dtype} (pass dtype=np.float32 or "
+                        "np.float64 to convert)")
+    out_dtype = t.dtype
+    t = _coalesced(t, threads)
+    work = _work_dtype(out_dtype)
+    if work != out_dtype:
+        t = t._replace_values(t.values().astype(work))
+    values = _softmax_values(t, d, log, threads)
+    return t._replace_values(np.ascontiguousarray(values.astype(out_dtype, copy=False)))
+
+
+def softmax(t, dim: int, *, dtype=None, threads: int | None = None):
+    """Softmax along ``dim`` with unspecified elements as ``-inf`` (``torch.sparse.softmax``).
+
+    The result has ``t``'s pattern (coalesced first; see below): each specified
+    element becomes ``exp(x) / sum(exp(x))`` over the specified elements of its
+    slice along ``dim``, and unspecified ones stay unspecified (a slice with no
+    entries stays empty). Along a dense dim every element is specified: the dense
+    softmax of the values. Batch dims are supported for the compressed layouts,
+    dense (hybrid) dims for all: each dense index has its own softmax. The explicit
+    zeros inside a bsr/bsc block are specified elements (they count as 0, not
+    ``-inf``).
+
+    Parameters
+    ----------
+    dim : int
+        Any dim: sparse (every layout), batch (compressed) or dense.
+    dtype : dtype, optional
+        Convert the values to this dtype first. Floating dtypes only (TypeError
+        otherwise, as in PyTorch); float16 is computed in float32.
+
+    Notes
+    -----
+    The result shares the index arrays of ``t`` (of ``t.coalesce()`` when ``t``
+    is an uncoalesced COO tensor, or a compressed one built without checking).
+    Along the compressed dim of a csr/csc/bsr/bsc tensor (columns of csr, rows of
+    csc) the storage is transposed and back (two counting sorts); along a batch
+    dim the tensor goes through COO.
+
+    Examples
+    --------
+    >>> import numpy as np, sparsetensor as st
+    >>> from sparsetensor.ops import reduce
+    >>> t = st.sparse_csr_tensor([0, 2, 3], [0, 2, 1], [0.0, np.log(3.0), 5.0], size=(2, 3))
+    >>> reduce.softmax(t, -1).values()
+    array([0.25, 0.75, 1.  ])
+    """
+    return _softmax(t, dim, dtype, False, threads, "softmax")
+
+
+def log_softmax(t, dim: int, *, dtype=None, threads: int | None = None):
+    """``log(softmax(t, dim))``, computed stably; see :func:`softmax`.
+
+    Examples
+    --------
+    >>> import numpy as np, sparsetensor as st
+    >>> from sparsetensor.ops import reduce
+    >>> t = st.sparse_coo_tensor([[0, 0], [0, 1]], [0.0, 0.0], size=(1, 3))
+    >>> np.exp(reduce.log_softmax(t, 1).values())
+    array([0.5, 0.5])
+    """
+    return _softmax(t, dim, dtype, True, threads, "log_softmax")
+
