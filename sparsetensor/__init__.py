@@ -29,6 +29,7 @@ from ._tensor import COOTensor, CompressedTensor, SparseTensor
 from .interop.scipy import from_scipy, to_scipy
 from .interop.torch import from_torch, to_torch
 from .io import load, read_mtx, save, write_mtx
+from .ops.blas import addmm, bmm, hspmm, linear, matmul, mm, mv, smm, sspaddmm
 from .ops.shape import cat, sparse_mask, stack
 
 __version__ = "0.1.0"
@@ -39,6 +40,7 @@ __all__ = [
     "sparse_coo_tensor", "sparse_compressed_tensor", "sparse_csr_tensor", "sparse_csc_tensor",
     "sparse_bsr_tensor", "sparse_bsc_tensor", "from_dense", "from_scipy", "to_scipy", "from_torch", "to_torch",
     "save", "load", "read_mtx", "write_mtx", "cat", "stack", "sparse_mask",
+    "matmul", "mm", "mv", "bmm", "addmm", "smm", "hspmm", "sspaddmm", "linear",
     "check_invariants", "get_check_invariants", "num_threads", "set_num_threads",
     "INDEX_DTYPES", "VALUE_DTYPES", "__version__",
 ]

@@ -660,6 +660,10 @@ def _pow(self, exponent):
 
 
 def _array_ufunc(self, ufunc, method, *inputs, **kwargs):
+    if ufunc is np.matmul and method == "__call__" and not kwargs:  # ndarray @ sparse
+        from .ops.blas import matmul
+
+        return matmul(*inputs)
     from .ops.pointwise import array_ufunc
 
     return array_ufunc(self, ufunc, method, *inputs, **kwargs)
@@ -669,3 +673,22 @@ SparseTensor.__abs__ = _abs
 SparseTensor.__neg__ = _neg
 SparseTensor.__pow__ = _pow
 SparseTensor.__array_ufunc__ = _array_ufunc
+
+
+def _matmul(self, other):
+    from .ops.blas import matmul
+
+    return matmul(self, other)
+
+
+def _rmatmul(self, other):
+    from .ops.blas import matmul
+
+    return matmul(other, self)
+
+
+SparseTensor.__matmul__ = _matmul
+SparseTensor.__rmatmul__ = _rmatmul
+for _name in ("mm", "mv", "bmm", "smm", "hspmm"):
+    setattr(SparseTensor, _name, _delegate("sparsetensor.ops.blas", _name))
+del _name

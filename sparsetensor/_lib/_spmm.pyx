@@ -1,0 +1,745 @@
+"""Sparse x dense products (Cython, OpenMP): CSR/CSC/BSR/BSC times a dense matrix.
+
+One mechanism serves the four compressed layouts. A block is ``Rb x Cb`` values
+(``1 x 1`` for csr/csc); the compressed index runs over block rows (csr/bsr) or
+block columns (csc/bsc). Two kernels:
+
+- *gather* (compressed rows): output block row ``i`` is the sum over its blocks
+  ``k`` of ``A_k @ dense[plain[k]*Cb : +Cb, :]``. Row-parallel: the rows are
+  pre-split into chunks of about equal work (entries and rows, by a binary
+  search of the compressed index), scheduled dynamically; every chunk owns its
+  output rows, so there are no races. ``N == 1`` with 1 x 1 blocks (SpMV) has
+  its own loop with a scalar accumulator.
+- *scatter* (compressed columns): block column ``j`` adds ``A_k @
+  dense[j*Cb : +Cb, :]`` into output block row ``plain[k]``, reading the dense
+  row once for all entries of the column. Race free without buffers: each
+  thread owns a range of output rows (split by a sampled histogram of the plain
+  indices so that the ranges receive about equal entries), scans every entry
+  of the batch, compacts those of its rows branch-free and adds them. The
+  index scan is repeated per thread (a sequential read), the arithmetic and
+  the random row traffic are divided, and every output element receives its
+  terms in column order whatever the thread count, so results do not depend
+  on it. With enough batches, whole batches are the tasks.
+
+The Python-facing :func:`spmm` checks shapes, dtypes and contiguity. Values,
+dense operand and output share one kernel dtype: uint8/16/32/64 for every
+integer and bool dtype (signed integers are viewed as unsigned: products and
+sums modulo 2**bits are the same bits, and unsigned overflow is defined in C;
+bool is uint8 with ``logical=True``: an or of ands), float32/64 and
+complex64/128. Index contents are never trusted unless ``checked=True`` says
+that invariants 5.1-5.6 were proven: every compressed entry is kept within
+``[0, nnz]`` and at or above its predecessor, every plain index below the
+plain size, and a broken one is reported as an error tuple instead of being
+followed.
+"""
+import numpy as np
+
+from cython.parallel cimport prange
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
+from libc.stdlib cimport calloc, free, malloc
+from libc.string cimport memset
+
+from sparsetensor._lib._types cimport index_t
+
+
+cdef extern from "_spmm_simd.h" nogil:
+    # AVX-512 fast paths for float32/float64 with compressed rows (1 when compiled in)
+    int ST_SPMM_SIMD
+    int st_spmv_f32_i32(const int32_t*, const int32_t*, const float*, const float*, float*,
+                        Py_ssize_t, Py_ssize_t, int64_t, int64_t, int)
+    int st_spmv_f32_i64(const int64_t*, const int64_t*, const float*, const float*, float*,
+                        Py_ssize_t, Py_ssize_t, int64_t, int64_t, int)
+    int st_spmv_f64_i32(const int32_t*, const int32_t*, const double*, const double*, double*,
+                        Py_ssize_t, Py_ssize_t, int64_t, int64_t, int)
+    int st_spmv_f64_i64(const int64_t*, const int64_t*, const double*, const double*, double*,
+                        Py_ssize_t, Py_ssize_t, int64_t, int64_t, int)
+    int st_spmm_rows_f32_i32(const int32_t*, const int32_t*, const float*, const float*, float*,
+                             Py_ssize_t, Py_ssize_t, Py_ssize_t, int64_t, int64_t, int)
+    int st_spmm_rows_f32_i64(const int64_t*, const int64_t*, const float*, const float*, float*,
+                             Py_ssize_t, Py_ssize_t, Py_ssize_t, int64_t, int64_t, int)
+    int st_spmm_rows_f64_i32(const int32_t*, const int32_t*, const double*, const double*, double*,
+                             Py_ssize_t, Py_ssize_t, Py_ssize_t, int64_t, int64_t, int)
+    int st_spmm_rows_f64_i64(const int64_t*, const int64_t*, const double*, const double*, double*,
+                             Py_ssize_t, Py_ssize_t, Py_ssize_t, int64_t, int64_t, int)
+    int st_bsr_rows_f32_i32(const int32_t*, const int32_t*, const float*, const float*, float*,
+                            Py_ssize_t, Py_ssize_t, Py_ssize_t, Py_ssize_t, Py_ssize_t,
+                            Py_ssize_t, Py_ssize_t, int64_t, int64_t, int)
+    int st_bsr_rows_f32_i64(const int64_t*, const int64_t*, const float*, const float*, float*,
+                            Py_ssize_t, Py_ssize_t, Py_ssize_t, Py_ssize_t, Py_ssize_t,
+                            Py_ssize_t, Py_ssize_t, int64_t, int64_t, int)
+    int st_bsr_rows_f64_i32(const int32_t*, const int32_t*, const double*, const double*, double*,
+                            Py_ssize_t, Py_ssize_t, Py_ssize_t, Py_ssize_t, Py_ssize_t,
+                            Py_ssize_t, Py_ssize_t, int64_t, int64_t, int)
+    int st_bsr_rows_f64_i64(const int64_t*, const int64_t*, const double*, const double*, double*,
+                            Py_ssize_t, Py_ssize_t, Py_ssize_t, Py_ssize_t, Py_ssize_t,
+                            Py_ssize_t, Py_ssize_t, int64_t, int64_t, int)
+
+
+# The element types of the kernels (see the module docstring).
+ctypedef fused num_t:
+    uint8_t
+    uint16_t
+    uint32_t
+    uint64_t
+    float
+    double
+    float complex
+    double complex
+
+
+# Below this many multiply-adds a product runs on one thread.
+cdef Py_ssize_t _MIN_PARALLEL_WORK = 1 << 15
+# Row chunks per thread of the gather kernel (dynamic schedule).
+cdef Py_ssize_t _CHUNKS_PER_THREAD = 8
+cdef enum:
+    # The scatter kernel compacts the entries of a column in chunks of this many.
+    _SCATTER_CHUNK = 256
+
+cdef enum:
+    _OK = 0
+    _BAD_COMPRESSED = 1
+    _PLAIN_NEGATIVE = 2
+    _PLAIN_TOO_LARGE = 3
+
+_ERROR_NAMES = {_BAD_COMPRESSED: "5.3", _PLAIN_NEGATIVE: "5.4", _PLAIN_TOO_LARGE: "5.5"}
+
+_KERNEL_DTYPES = tuple(np.dtype(d) for d in (np.uint8, np.uint16, np.uint32, np.uint64, np.float32,
+                                              np.float64, np.complex64, np.complex128))
+
+
+# Geometry of one product: out (M, N) = A (M, K) @ dense (K, N), A in blocks.
+cdef struct _Geo:
+    Py_ssize_t nc          # compressed slots: block rows (gather) or block columns (scatter)
+    Py_ssize_t nplain      # bound of the plain indices
+    Py_ssize_t nnz         # blocks per batch
+    Py_ssize_t Rb, Cb, bs  # block shape, bs = Rb * Cb
+    Py_ssize_t ars, acs    # strides of a block's rows and columns within its bs values
+    Py_ssize_t M, K, N
+    bint logical           # uint8 as bool: or of ands
+    bint checked           # 5.1-5.6 proven: skip the guards
+
+
+cdef int _threads(int nthreads, Py_ssize_t work, Py_ssize_t ntasks) noexcept nogil:
+    if nthreads <= 1 or ntasks < 2 or work < _MIN_PARALLEL_WORK:
+        return 1
+    if nthreads > ntasks:
+        return <int>ntasks
+    return nthreads
+
+
+# --------------------------------------------------------------------------
+# element operations
+
+cdef inline num_t _mul(num_t a, num_t b) noexcept nogil:
+    # uint8/uint16 promote to (signed) int in C, where 65535 * 65535 overflows
+    if num_t is uint8_t or num_t is uint16_t:
+        return <num_t>(<uint32_t>a * <uint32_t>b)
+    else:
+        return a * b
+
+
+cdef inline void _scale(num_t* o, num_t a, const num_t* d, Py_ssize_t n, bint logical) noexcept nogil:
+    """o[:n] = a * d[:n]"""
+    cdef Py_ssize_t t
+    if num_t is uint8_t:
+        if logical:
+            if a != 0:
+                for t in range(n):
+                    o[t] = d[t] != 0
+            else:
+                memset(o, 0, n)
+            return
+    for t in range(n):
+        o[t] = _mul(a, d[t])
+
+
+cdef inline void _axpy(num_t* o, num_t a, const num_t* d, Py_ssize_t n, bint logical) noexcept nogil:
+    """o[:n] += a * d[:n]"""
+    cdef Py_ssize_t t
+    if num_t is uint8_t:
+        if logical:
+            if a != 0:
+                for t in range(n):
+                    o[t] = o[t] | (d[t] != 0)
+            return
+    for t in range(n):
+        o[t] = o[t] + _mul(a, d[t])
+
+
+cdef inline void _block(num_t* c, Py_ssize_t ldc, const num_t* a, const _Geo* g,
+                        const num_t* d, Py_ssize_t ldd, Py_ssize_t n) noexcept nogil:
+    """c[:Rb, :n] += A @ d[:Cb, :n] for one block A (rows ldc/ldd apart)."""
+    cdef Py_ssize_t r, q
+    for r in range(g.Rb):
+        for q in range(g.Cb):
+            _axpy(c + r * ldc, a[r * g.ars + q * g.acs], d + q * ldd, n, g.logical)
+
+
+cdef inline bint _bad_slot(int64_t lo, int64_t hi, Py_ssize_t nnz) noexcept nogil:
+    return lo < 0 or hi < lo or hi > nnz
+
+
+cdef inline bint _bad_plain(int64_t p, Py_ssize_t nplain) noexcept nogil:
+    return <uint64_t>p >= <uint64_t>nplain
+
+
+# --------------------------------------------------------------------------
+# work split
+
+cdef inline int64_t _cost(const index_t* cp, Py_ssize_t i, Py_ssize_t nnz, Py_ssize_t w) noexcept nogil:
+    cdef int64_t c = cp[i]
+    if c < 0:
+        c = 0
+    elif c > nnz:
+        c = nnz
+    return c * w + i
+
+
+cdef void _split(const index_t* cp, Py_ssize_t nc, Py_ssize_t nnz, Py_ssize_t w, Py_ssize_t parts,
+                 Py_ssize_t* bounds) noexcept nogil:
+    """bounds[0..parts]: slot boundaries of about equal work ``w * entries + slots``.
+
+    A binary search over the compressed index; with broken (non-monotone) input
+    the boundaries are still non-decreasing and within [0, nc]."""
+    cdef Py_ssize_t t, lo, hi, mid
+    cdef int64_t base = _cost(cp, 0, nnz, w), total = _cost(cp, nc, nnz, w) - base, target
+    bounds[0] = 0
+    bounds[parts] = nc
+    for t in range(1, parts):
+        target = base + total * t // parts
+        lo = bounds[t - 1]
+        hi = nc
+        while lo < hi:
+            mid = lo + (hi - lo) // 2
+            if _cost(cp, mid, nnz, w) < target:
+                lo = mid + 1
+            else:
+                hi = mid
+        bounds[t] = lo
+
+
+# --------------------------------------------------------------------------
+# gather: compressed rows
+
+cdef int _gather_rows(const index_t* cp, const index_t* pp, const num_t* vp, const num_t* dp,
+                      num_t* op, const _Geo* g, Py_ssize_t i0, Py_ssize_t i1) noexcept nogil:
+    """Block rows [i0, i1) of one batch; returns an error code on a broken index."""
+    cdef Py_ssize_t i, k, N = g.N, rowlen = g.Rb * g.N, ldd = g.Cb * g.N
+    cdef int64_t lo, hi, col
+    cdef num_t* o
+    cdef bint checked = g.checked
+    for i in range(i0, i1):
+        lo = cp[i]
+        hi = cp[i + 1]
+        if not checked and _bad_slot(lo, hi, g.nnz):
+            return _BAD_COMPRESSED
+        o = op + i * rowlen
+        if g.bs == 1:
+            if lo == hi:
+                memset(o, 0, N * sizeof(num_t))
+                continue
+            col = pp[lo]
+            if not checked and _bad_plain(col, g.nplain):
+                return _PLAIN_TOO_LARGE
+            _scale(o, vp[lo], dp + col * N, N, g.logical)
+            for k in range(lo + 1, hi):
+                col = pp[k]
+                if not checked and _bad_plain(col, g.nplain):
+                    return _PLAIN_TOO_LARGE
+                _axpy(o, vp[k], dp + col * N, N, g.logical)
+        else:
+            memset(o, 0, rowlen * sizeof(num_t))
+            for k in range(lo, hi):
+                col = pp[k]
+                if not checked and _bad_plain(col, g.nplain):
+                    return _PLAIN_TOO_LARGE
+                _block(o, N, vp + k * g.bs, g, dp + col * ldd, N, N)
+    return _OK
+
+
+cdef int _gather_vec(const index_t* cp, const index_t* pp, const num_t* vp, const num_t* xp,
+                     num_t* yp, const _Geo* g, Py_ssize_t i0, Py_ssize_t i1) noexcept nogil:
+    """SpMV rows [i0, i1): y[i] = sum_k v[k] * x[plain[k]] (1 x 1 blocks, N == 1)."""
+    cdef Py_ssize_t i, k
+    cdef int64_t lo, hi, col
+    cdef num_t acc
+    cdef bint checked = g.checked
+    for i in range(i0, i1):
+        lo = cp[i]
+        hi = cp[i + 1]
+        if not checked and _bad_slot(lo, hi, g.nnz):
+            return _BAD_COMPRESSED
+        acc = 0
+        if num_t is uint8_t:
+            if g.logical:
+                for k in range(lo, hi):
+                    col = pp[k]
+                    if not checked and _bad_plain(col, g.nplain):
+                        return _PLAIN_TOO_LARGE
+                    acc = acc | ((vp[k] != 0) & (xp[col] != 0))
+                yp[i] = acc
+                continue
+        for k in range(lo, hi):
+            col = pp[k]
+            if not checked and _bad_plain(col, g.nplain):
+                return _PLAIN_TOO_LARGE
+            acc = acc + _mul(vp[k], xp[col])
+        yp[i] = acc
+    return _OK
+
+
+cdef int _gather_task(const index_t* cp, const index_t* pp, const num_t* vp, const num_t* dp,
+                      num_t* op, const _Geo* g, Py_ssize_t i0, Py_ssize_t i1) noexcept nogil:
+    if ST_SPMM_SIMD and (num_t is float or num_t is double):
+        return _gather_simd(cp, pp, vp, dp, op, g, i0, i1)
+    if g.bs == 1 and g.N == 1:
+        return _gather_vec(cp, pp, vp, dp, op, g, i0, i1)
+    return _gather_rows(cp, pp, vp, dp, op, g, i0, i1)
+
+
+cdef int _gather_simd(const index_t* cp, const index_t* pp, const num_t* vp, const num_t* dp,
+                      num_t* op, const _Geo* g, Py_ssize_t i0, Py_ssize_t i1) noexcept nogil:
+    """The AVX-512 paths of _spmm_simd.h (float32/float64 only)."""
+    cdef int64_t nnz = g.nnz, npl = g.nplain
+    cdef int chk = g.checked
+    if num_t is float:
+        if index_t is int32_t:
+            if g.bs > 1:
+                return st_bsr_rows_f32_i32(cp, pp, vp, dp, op, g.N, g.Rb, g.Cb, g.ars, g.acs, i0, i1, nnz, npl, chk)
+            if g.N == 1:
+                return st_spmv_f32_i32(cp, pp, vp, dp, op, i0, i1, nnz, npl, chk)
+            return st_spmm_rows_f32_i32(cp, pp, vp, dp, op, g.N, i0, i1, nnz, npl, chk)
+        else:
+            if g.bs > 1:
+                return st_bsr_rows_f32_i64(cp, pp, vp, dp, op, g.N, g.Rb, g.Cb, g.ars, g.acs, i0, i1, nnz, npl, chk)
+            if g.N == 1:
+                return st_spmv_f32_i64(cp, pp, vp, dp, op, i0, i1, nnz, npl, chk)
+            return st_spmm_rows_f32_i64(cp, pp, vp, dp, op, g.N, i0, i1, nnz, npl, chk)
+    elif num_t is double:
+        if index_t is int32_t:
+            if g.bs > 1:
+                return st_bsr_rows_f64_i32(cp, pp, vp, dp, op, g.N, g.Rb, g.Cb, g.ars, g.acs, i0, i1, nnz, npl, chk)
+            if g.N == 1:
+                return st_spmv_f64_i32(cp, pp, vp, dp, op, i0, i1, nnz, npl, chk)
+            return st_spmm_rows_f64_i32(cp, pp, vp, dp, op, g.N, i0, i1, nnz, npl, chk)
+        else:
+            if g.bs > 1:
+                return st_bsr_rows_f64_i64(cp, pp, vp, dp, op, g.N, g.Rb, g.Cb, g.ars, g.acs, i0, i1, nnz, npl, chk)
+            if g.N == 1:
+                return st_spmv_f64_i64(cp, pp, vp, dp, op, i0, i1, nnz, npl, chk)
+            return st_spmm_rows_f64_i64(cp, pp, vp, dp, op, g.N, i0, i1, nnz, npl, chk)
+    else:
+        return -1
+
+
+def _gather_kernel(const index_t[::1] compressed, const index_t[::1] plain, const num_t[::1] values,
+                   const num_t[::1] dense, num_t[::1] out, const int64_t[::1] sbatch,
+                   const int64_t[::1] dbatch, Py_ssize_t Bs, Py_ssize_t nc, Py_ssize_t nplain,
+                   Py_ssize_t nnz, Py_ssize_t Rb, Py_ssize_t Cb, bint block_transposed,
+                   Py_ssize_t M, Py_ssize_t K, Py_ssize_t N, bint logical, bint checked, int nthreads):
+    cdef _Geo g = _geo(nc, nplain, nnz, Rb, Cb, block_transposed, M, K, N, logical, checked)
+    cdef Py_ssize_t Bo = sbatch.shape[0], work = Bo * (nnz * g.bs * N + M * N)
+    cdef int nt = _threads(nthreads, work, Bo * nc)
+    cdef Py_ssize_t P = 1, ntasks, task, bo, s, t
+    cdef Py_ssize_t* bounds
+    cdef int nerr = 0
+    cdef const index_t* cp = &compressed[0]
+    cdef const index_t* pp = &plain[0]
+    cdef const num_t* vp = &values[0]
+    cdef const num_t* dp = &dense[0]
+    cdef num_t* op = &out[0]
+    cdef const int64_t* sb = &sbatch[0]
+    cdef const int64_t* db = &dbatch[0]
+    if nt > 1 and Bo < nt * _CHUNKS_PER_THREAD:
+        P = min(nc, (nt * _CHUNKS_PER_THREAD + Bo - 1) // Bo)
+    ntasks = Bo * P
+    bounds = <Py_ssize_t*>malloc(Bs * (P + 1) * sizeof(Py_ssize_t))
+    if bounds == NULL:
+        raise MemoryError()
+    with nogil:
+        for s in range(Bs):
+            _split(cp + s * (nc + 1), nc, nnz, Cb, P, bounds + s * (P + 1))
+        if nt > 1:
+            for task in prange(ntasks, num_threads=nt, schedule="dynamic"):
+                bo = task // P
+                t = task % P
+                s = sb[bo]
+                nerr += _gather_task(cp + s * (nc + 1), pp + s * nnz, vp + s * nnz * g.bs, dp + db[bo] * K * N,
+                                     op + bo * M * N, &g, bounds[s * (P + 1) + t], bounds[s * (P + 1) + t + 1])
+        else:
+            for bo in range(Bo):
+                s = sb[bo]
+                nerr = _gather_task(cp + s * (nc + 1), pp + s * nnz, vp + s * nnz * g.bs, dp + db[bo] * K * N,
+                                    op + bo * M * N, &g, 0, nc)
+                if nerr:
+                    break
+    free(bounds)
+    return nerr
+
+
+# --------------------------------------------------------------------------
+# scatter: compressed columns
+
+cdef inline void _scatter_entries(const index_t* pp, const num_t* vp, const num_t* d, num_t* op,
+                                  const _Geo* g, const Py_ssize_t* sel, Py_ssize_t n,
+                                  Py_ssize_t lo) noexcept nogil:
+    """Add entries ``sel[0:n]`` (or ``lo .. lo + n`` when ``sel`` is NULL) of a column whose
+    dense row is ``d``: the loop is chosen once per column, not per entry."""
+    cdef Py_ssize_t q, k, N = g.N, bs = g.bs, rowlen = g.Rb * g.N
+    cdef num_t x
+    cdef bint logical = g.logical
+    if bs == 1 and N == 1:
+        x = d[0]
+        if num_t is uint8_t:
+            if logical:
+                if x != 0:
+                    for q in range(n):
+                        k = lo + q if sel == NULL else sel[q]
+                        op[pp[k]] = op[pp[k]] | (vp[k] != 0)
+                return
+        for q in range(n):
+            k = lo + q if sel == NULL else sel[q]
+            op[pp[k]] = op[pp[k]] + _mul(vp[k], x)
+    elif bs == 1:
+        for q in range(n):
+            k = lo + q if sel == NULL else sel[q]
+            _axpy(op + pp[k] * N, vp[k], d, N, logical)
+    else:
+        for q in range(n):
+            k = lo + q if sel == NULL else sel[q]
+            _block(op + pp[k] * rowlen, N, vp + k * bs, g, d, N, N)
+
+
+cdef int _scatter_range(const index_t* cp, const index_t* pp, const num_t* vp, const num_t* dp,
+                        num_t* op, const _Geo* g, Py_ssize_t r0, Py_ssize_t r1) noexcept nogil:
+    """All block columns of one batch, adding only into output block rows [r0, r1) (zeroed first).
+
+    With a partial range the entries of a column are first compacted (branch-free) to
+    those whose row is in range, then added; rows outside [0, nplain) are errors."""
+    cdef Py_ssize_t j, k, kk, e, n, ldd = g.Cb * g.N, rowlen = g.Rb * g.N
+    cdef uint64_t span = r1 - r0, bad, nplain = g.nplain
+    cdef int64_t lo, hi, row
+    cdef Py_ssize_t sel[_SCATTER_CHUNK]
+    cdef const num_t* d
+    cdef bint checked = g.checked, full = r0 == 0 and r1 == g.nplain
+    memset(op + r0 * rowlen, 0, (r1 - r0) * rowlen * sizeof(num_t))
+    for j in range(g.nc):
+        lo = cp[j]
+        hi = cp[j + 1]
+        if not checked and _bad_slot(lo, hi, g.nnz):
+            return _BAD_COMPRESSED
+        d = dp + j * ldd
+        if full:
+            if not checked:
+                bad = 0
+                for k in range(lo, hi):
+                    bad = bad | (<uint64_t>pp[k] >= nplain)
+                if bad:
+                    return _PLAIN_TOO_LARGE
+            _scatter_entries(pp, vp, d, op, g, NULL, hi - lo, lo)
+            continue
+        k = lo
+        while k < hi:
+            e = min(hi, k + _SCATTER_CHUNK)
+            n = 0
+            bad = 0
+            for kk in range(k, e):
+                row = pp[kk]
+                bad = bad | (<uint64_t>row >= nplain)
+                sel[n] = kk
+                n = n + (<uint64_t>(row - r0) < span)
+            if bad and not checked:
+                return _PLAIN_TOO_LARGE
+            _scatter_entries(pp, vp, d, op, g, sel, n, 0)
+            k = e
+    return _OK
+
+
+cdef int _row_split(const index_t* pp, Py_ssize_t n, Py_ssize_t nplain, Py_ssize_t parts,
+                    Py_ssize_t* bounds) noexcept nogil:
+    """bounds[0..parts]: output rows split so that each range receives about as many of the
+    ``n`` entries (a histogram of a sample of the plain indices; out-of-range ones ignored)."""
+    cdef Py_ssize_t nbins = min(nplain, <Py_ssize_t>4096), step = max(1, n // 65536), k, b, t
+    cdef int64_t p, total = 0, acc = 0
+    cdef int64_t* counts = <int64_t*>calloc(nbins + 1, sizeof(int64_t))
+    if counts == NULL:
+        return -1
+    k = 0
+    while k < n:
+        p = pp[k]
+        if 0 <= p < nplain:
+            counts[p * nbins // nplain] += 1
+            total += 1
+        k += step
+    bounds[0] = 0
+    bounds[parts] = nplain
+    if total == 0:
+        for t in range(1, parts):
+            bounds[t] = nplain * t // parts
+    else:
+        t = 1
+        for b in range(nbins):
+            acc += counts[b]
+            while t < parts and acc * parts >= total * t:
+                bounds[t] = (b + 1) * nplain // nbins
+                t += 1
+        while t < parts:
+            bounds[t] = nplain
+            t += 1
+    free(counts)
+    return 0
+
+
+def _scatter_kernel(const index_t[::1] compressed, const index_t[::1] plain, const num_t[::1] values,
+                    const num_t[::1] dense, num_t[::1] out, const int64_t[::1] sbatch,
+                    const int64_t[::1] dbatch, Py_ssize_t Bs, Py_ssize_t nc, Py_ssize_t nplain,
+                    Py_ssize_t nnz, Py_ssize_t Rb, Py_ssize_t Cb, bint block_transposed,
+                    Py_ssize_t M, Py_ssize_t K, Py_ssize_t N, bint logical, bint checked, int nthreads):
+    cdef _Geo g = _geo(nc, nplain, nnz, Rb, Cb, block_transposed, M, K, N, logical, checked)
+    cdef Py_ssize_t Bo = sbatch.shape[0], work = Bo * (nnz * g.bs * N + M * N)
+    cdef int nt = _threads(nthreads, work, Bo * nplain)
+    cdef Py_ssize_t P = 1, task, bo, s, t
+    cdef Py_ssize_t* bounds
+    cdef int nerr = 0
+    cdef const index_t* cp = &compressed[0]
+    cdef const index_t* pp = &plain[0]
+    cdef const num_t* vp = &values[0]
+    cdef const num_t* dp = &dense[0]
+    cdef num_t* op = &out[0]
+    cdef const int64_t* sb = &sbatch[0]
+    cdef const int64_t* db = &dbatch[0]
+    # Output rows are split among the threads (every task scans all entries of its batch and
+    # adds those of its rows), unless there are enough batches to go round.
+    if nt > 1 and Bo < 2 * nt:
+        P = min(nplain, <Py_ssize_t>nt)
+    bounds = <Py_ssize_t*>malloc((P + 1) * sizeof(Py_ssize_t))
+    if bounds == NULL:
+        raise MemoryError()
+    bounds[0] = 0
+    bounds[P] = nplain
+    with nogil:
+        if P > 1 and _row_split(pp, Bs * nnz, nplain, P, bounds) != 0:
+            nerr = -1
+        elif nt > 1:
+            for task in prange(Bo * P, num_threads=nt, schedule="dynamic"):
+                bo = task // P
+                t = task % P
+                s = sb[bo]
+                nerr += _scatter_range(cp + s * (nc + 1), pp + s * nnz, vp + s * nnz * g.bs, dp + db[bo] * K * N,
+                                       op + bo * M * N, &g, bounds[t], bounds[t + 1])
+        else:
+            for bo in range(Bo):
+                s = sb[bo]
+                nerr = _scatter_range(cp + s * (nc + 1), pp + s * nnz, vp + s * nnz * g.bs, dp + db[bo] * K * N,
+                                      op + bo * M * N, &g, 0, nplain)
+                if nerr:
+                    break
+    free(bounds)
+    if nerr == -1:
+        raise MemoryError()
+    return nerr
+
+
+cdef _Geo _geo(Py_ssize_t nc, Py_ssize_t nplain, Py_ssize_t nnz, Py_ssize_t Rb, Py_ssize_t Cb,
+               bint block_transposed, Py_ssize_t M, Py_ssize_t K, Py_ssize_t N, bint logical,
+               bint checked) noexcept:
+    cdef _Geo g
+    g.nc = nc; g.nplain = nplain; g.nnz = nnz
+    g.Rb = Rb; g.Cb = Cb; g.bs = Rb * Cb
+    if block_transposed:
+        g.ars = 1; g.acs = Rb
+    else:
+        g.ars = Cb; g.acs = 1
+    g.M = M; g.K = K; g.N = N
+    g.logical = logical; g.checked = checked
+    return g
+
+
+# --------------------------------------------------------------------------
+# locating a broken index
+
+def _locate_kernel(const index_t[::1] compressed, const index_t[::1] plain, Py_ssize_t B,
+                   Py_ssize_t nc, Py_ssize_t nnz, Py_ssize_t nplain):
+    cdef Py_ssize_t b, i, k
+    cdef int64_t lo, hi, p
+    cdef const index_t* cp
+    cdef const index_t* pp
+    for b in range(B):
+        cp = &compressed[0] + b * (nc + 1)
+        pp = &plain[0] + b * nnz
+        for i in range(nc + 1):
+            if cp[i] < 0 or cp[i] > nnz or (i > 0 and cp[i] < cp[i - 1]):
+                return ("5.3", b, i, -1, int(cp[i] - cp[i - 1] if i > 0 else cp[i]))
+        for i in range(nc):
+            for k in range(cp[i], cp[i + 1]):
+                p = pp[k]
+                if p < 0:
+                    return ("5.4", b, i, k, int(p))
+                if p >= nplain:
+                    return ("5.5", b, i, k, int(p))
+    return None
+
+
+# --------------------------------------------------------------------------
+# Python-facing functions
+
+_C_NAMES = {np.dtype(np.int32): "int32_t", np.dtype(np.int64): "int64_t", np.dtype(np.uint8): "uint8_t",
+            np.dtype(np.uint16): "uint16_t", np.dtype(np.uint32): "uint32_t", np.dtype(np.uint64): "uint64_t",
+            np.dtype(np.float32): "float", np.dtype(np.float64): "double",
+            np.dtype(np.complex64): "float complex", np.dtype(np.complex128): "double complex"}
+# The specialisations of the fused kernels by (compressed_rows, index dtype, value dtype):
+# looked up once here, so that a call does not pay for Cython's fused-type dispatch.
+_KERNELS = {(rows, i, v): kernel.__signatures__[f"{_C_NAMES[i]}|{_C_NAMES[v]}"]
+            for rows, kernel in ((True, _gather_kernel), (False, _scatter_kernel))
+            for i in (np.dtype(np.int32), np.dtype(np.int64)) for v in _KERNEL_DTYPES}
+
+
+cdef bint _batches_in_range(const int64_t[::1] batches, int64_t n) noexcept:
+    cdef Py_ssize_t b
+    for b in range(batches.shape[0]):
+        if batches[b] < 0 or batches[b] >= n:
+            return False
+    return True
+
+
+def _require(a, name, ndim, dtype=None):
+    if not isinstance(a, np.ndarray):
+        raise TypeError(f"{name} must be a numpy.ndarray, got {type(a).__name__}")
+    if a.ndim != ndim:
+        raise ValueError(f"{name} must be {ndim}-dimensional, got shape {a.shape}")
+    if not a.flags.c_contiguous:
+        raise ValueError(f"{name} must be C-contiguous, got strides {a.strides} for shape {a.shape}")
+    if dtype is not None and a.dtype != dtype:
+        raise TypeError(f"{name} must have dtype {np.dtype(dtype)}, got {a.dtype}")
+
+
+def _flat(a):
+    """A 1-D view; one element of scratch when empty, so kernels can take ``&view[0]``."""
+    return a.reshape(-1) if a.size else np.zeros(1, a.dtype)
+
+
+def find_broken_index(compressed, plain, plain_size):
+    """The first index that would make a product read out of bounds, or None.
+
+    Parameters
+    ----------
+    compressed : ndarray, (B, nc + 1), int32 or int64, C-contiguous
+    plain : ndarray, (B, nnz), dtype of `compressed`, C-contiguous
+    plain_size : int
+        The bound of the plain indices (block columns for csr/bsr, block rows for csc/bsc).
+
+    Returns
+    -------
+    None, or ``("5.3", b, i, -1, value)`` (an entry outside ``[0, nnz]`` or below
+    its predecessor; value is the difference, or the entry itself for i == 0),
+    ``("5.4" | "5.5", b, i, k, plain[b, k])`` for a plain index out of range.
+    Serial; 5.1, 5.2 and 5.6 are not checked (a product does not need them).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> find_broken_index(np.array([[0, 1, 2]]), np.array([[0, 3]]), 3)
+    ('5.5', 0, 1, 1, 3)
+    """
+    _require(compressed, "compressed", 2)
+    _require(plain, "plain", 2, compressed.dtype)
+    if compressed.dtype not in (np.int32, np.int64):
+        raise TypeError(f"compressed must be int32 or int64, got {compressed.dtype}")
+    B, nc1 = compressed.shape
+    if plain.shape[0] != B or nc1 < 1:
+        raise ValueError(f"compressed {compressed.shape} and plain {plain.shape} do not fit")
+    return _locate_kernel(_flat(compressed), _flat(plain), B, nc1 - 1, plain.shape[1], int(plain_size))
+
+
+def spmm(compressed, plain, values, dense, out, sbatch, dbatch, blocksize, compressed_rows, nthreads, *,
+         block_transposed=False, logical=False, checked=False):
+    """``out[b] = A[sbatch[b]] @ dense[dbatch[b]]`` for a batched compressed ``A``.
+
+    Parameters
+    ----------
+    compressed : ndarray, (Bs, nc + 1), int32 or int64, C-contiguous
+        ``nc = M // Rb`` for compressed rows (csr/bsr), ``K // Cb`` for columns (csc/bsc).
+    plain : ndarray, (Bs, nnz), dtype of `compressed`, C-contiguous
+    values : ndarray, (Bs, nnz, Rb * Cb), C-contiguous, a kernel dtype
+        Block ``k`` row-major, or column-major with `block_transposed`.
+    dense : ndarray, (Bd, K, N), C-contiguous, dtype of `values`
+    out : ndarray, (Bo, M, N), C-contiguous, writeable, dtype of `values`
+        Overwritten (need not be initialised).
+    sbatch, dbatch : ndarray, (Bo,), int64
+        The batch of `A` and of `dense` for each output batch (broadcasting).
+    blocksize : (int, int)
+        ``(Rb, Cb)``; ``(1, 1)`` for csr/csc.
+    compressed_rows : bool
+        True for csr/bsr (gather kernel), False for csc/bsc (scatter kernel).
+    nthreads : int
+    block_transposed : bool, keyword-only
+        The blocks of `values` are stored column-major (a bsr/bsc transpose view).
+    logical : bool, keyword-only
+        uint8 values are bools: the product is an or of ands.
+    checked : bool, keyword-only
+        Invariants 5.1-5.6 are known to hold: skip the index guards.
+
+    Returns
+    -------
+    None, or the first broken index as :func:`find_broken_index` reports it
+    (`out` is then partially written).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> out = np.empty((1, 2, 1))
+    >>> spmm(np.array([[0, 1, 2]]), np.array([[1, 0]]), np.array([[[2.0], [3.0]]]),
+    ...      np.array([[[10.0], [20.0]]]), out, np.zeros(1, np.int64), np.zeros(1, np.int64),
+    ...      (1, 1), True, 1)
+    >>> out.ravel()
+    array([40., 30.])
+    """
+    Rb, Cb = (int(x) for x in blocksize)
+    if Rb < 1 or Cb < 1:
+        raise ValueError(f"blocksize must be positive, got {tuple(blocksize)}")
+    _require(compressed, "compressed", 2)
+    if compressed.dtype not in (np.int32, np.int64):
+        raise TypeError(f"compressed must be int32 or int64, got {compressed.dtype}")
+    _require(plain, "plain", 2, compressed.dtype)
+    _require(values, "values", 3)
+    if values.dtype not in _KERNEL_DTYPES:
+        raise TypeError(f"values must have a kernel dtype ({', '.join(map(str, _KERNEL_DTYPES))}), "
+                        f"got {values.dtype}")
+    if logical and values.dtype != np.uint8:
+        raise TypeError(f"logical products need uint8 values, got {values.dtype}")
+    _require(dense, "dense", 3, values.dtype)
+    _require(out, "out", 3, values.dtype)
+    if not out.flags.writeable:
+        raise ValueError("out must be writeable")
+    _require(sbatch, "sbatch", 1, np.int64)
+    _require(dbatch, "dbatch", 1, np.int64)
+    Bs, nnz = plain.shape
+    Bd, K, N = dense.shape
+    Bo, M = out.shape[0], out.shape[1]
+    if values.shape != (Bs, nnz, Rb * Cb):
+        raise ValueError(f"values must have shape {(Bs, nnz, Rb * Cb)}, got {values.shape}")
+    if out.shape[2] != N or M % Rb or K % Cb:
+        raise ValueError(f"out {out.shape} and dense {dense.shape} do not fit blocksize {(Rb, Cb)}")
+    nc = M // Rb if compressed_rows else K // Cb
+    nplain = K // Cb if compressed_rows else M // Rb
+    if compressed.shape != (Bs, nc + 1):
+        raise ValueError(f"compressed must have shape {(Bs, nc + 1)}, got {compressed.shape}")
+    if sbatch.shape != (Bo,) or dbatch.shape != (Bo,):
+        raise ValueError(f"sbatch and dbatch must have shape {(Bo,)}, got {sbatch.shape} and {dbatch.shape}")
+    if not _batches_in_range(sbatch, Bs) or not _batches_in_range(dbatch, Bd):
+        raise ValueError(f"sbatch must be in [0, {Bs}) and dbatch in [0, {Bd})")
+    if Bo == 0 or M == 0 or N == 0:
+        return None
+    if K == 0 or nnz == 0:
+        out[...] = 0
+        return None
+    kernel = _KERNELS[bool(compressed_rows), compressed.dtype, values.dtype]
+    args = (_flat(compressed), _flat(plain), _flat(values), _flat(dense), out.reshape(-1), sbatch, dbatch,
+            Bs, nc, nplain, nnz, Rb, Cb, bool(block_transposed), M, K, N, bool(logical), bool(checked),
+            int(nthreads))
+    if kernel(*args) == 0:
+        return None
+    found = _locate_kernel(_flat(compressed), _flat(plain), Bs, nc, nnz, nplain)
+    if found is None:  # pragma: no cover - the kernels and the scan agree
+        raise AssertionError("a product kernel found a broken index that the scan did not")
+    return found

@@ -1,0 +1,305 @@
+/* AVX-512 fast paths of the sparse x dense products in _spmm.pyx (float32/float64 values,
+ * int32/int64 indices, compressed rows): SpMV, CSR x dense, BSR x dense.
+ *
+ * Compiled in only when the compiler targets AVX-512 F + VL (the default build uses
+ * -march=native); otherwise ST_SPMM_SIMD is 0, the functions are stubs that are never
+ * called, and _spmm.pyx runs its portable Cython loops.
+ *
+ * Every function handles compressed slots [i0, i1) of one batch and returns 0, or
+ * ST_BAD_COMPRESSED / ST_BAD_PLAIN on the first broken index when `checked` is 0
+ * (nothing is read through a broken index). `nnz` bounds the compressed entries,
+ * `nplain` the plain indices. Results are written, never accumulated: out rows need no
+ * initialisation.
+ *
+ * Register tiles: SpMV gathers up to 16 (float/int32) or 8 lanes of x per instruction,
+ * with a masked tail, so a row of ~10 entries is one or two gathers; CSR x dense keeps a
+ * row of up to 4 vectors (64 floats / 32 doubles) of the output in registers while it
+ * streams the row's entries; BSR x dense keeps a tile of up to 4 block rows x 4 vectors
+ * in registers across all blocks of a block row (4 broadcasts and up to 4 loads feed 16
+ * FMAs). Tile sizes are compile-time constants of always-inlined helpers.
+ */
+#ifndef ST_SPMM_SIMD_H
+#define ST_SPMM_SIMD_H
+
+#include <stdint.h>
+#include <stddef.h>
+
+#define ST_BAD_COMPRESSED 1
+#define ST_BAD_PLAIN 3
+
+#if defined(__AVX512F__) && defined(__AVX512VL__) && !defined(ST_NO_SIMD)
+#define ST_SPMM_SIMD 1
+#include <immintrin.h>
+
+#define ST_INLINE static inline __attribute__((always_inline))
+
+static inline __mmask16 st_mask16(ptrdiff_t w) {
+    return w >= 16 ? (__mmask16)0xFFFF : w <= 0 ? (__mmask16)0 : (__mmask16)((1u << w) - 1u);
+}
+
+static inline __mmask8 st_mask8(ptrdiff_t w) {
+    return w >= 8 ? (__mmask8)0xFF : w <= 0 ? (__mmask8)0 : (__mmask8)((1u << w) - 1u);
+}
+
+static inline float st_hsum256(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+#define ST_SLOT_GUARD                                                          \
+    int64_t lo = cp[i], hi = cp[i + 1];                                        \
+    if (!checked && (lo < 0 || hi < lo || hi > nnz)) return ST_BAD_COMPRESSED;
+
+/* ---------------------------------------------------------------- SpMV */
+
+static int st_spmv_f32_i32(const int32_t *cp, const int32_t *pp, const float *vp, const float *x,
+                           float *y, ptrdiff_t i0, ptrdiff_t i1, int64_t nnz, int64_t nplain,
+                           int checked) {
+    const __m512i lim = _mm512_set1_epi32((int32_t)(nplain > INT32_MAX ? INT32_MAX : nplain));
+    for (ptrdiff_t i = i0; i < i1; i++) {
+        ST_SLOT_GUARD
+        __m512 acc = _mm512_setzero_ps();
+        int64_t k = lo;
+        for (; k + 16 <= hi; k += 16) {
+            __m512i c = _mm512_loadu_si512((const void *)(pp + k));
+            if (!checked && _mm512_cmpge_epu32_mask(c, lim)) return ST_BAD_PLAIN;
+            acc = _mm512_fmadd_ps(_mm512_loadu_ps(vp + k), _mm512_i32gather_ps(c, x, 4), acc);
+        }
+        if (k < hi) {
+            __mmask16 m = st_mask16(hi - k);
+            __m512i c = _mm512_maskz_loadu_epi32(m, pp + k);
+            if (!checked && _mm512_mask_cmpge_epu32_mask(m, c, lim)) return ST_BAD_PLAIN;
+            acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, vp + k),
+                                  _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, c, x, 4), acc);
+        }
+        y[i] = _mm512_reduce_add_ps(acc);
+    }
+    return 0;
+}
+
+static int st_spmv_f32_i64(const int64_t *cp, const int64_t *pp, const float *vp, const float *x,
+                           float *y, ptrdiff_t i0, ptrdiff_t i1, int64_t nnz, int64_t nplain,
+                           int checked) {
+    const __m512i lim = _mm512_set1_epi64(nplain);
+    for (ptrdiff_t i = i0; i < i1; i++) {
+        ST_SLOT_GUARD
+        __m256 acc = _mm256_setzero_ps();
+        int64_t k = lo;
+        for (; k + 8 <= hi; k += 8) {
+            __m512i c = _mm512_loadu_si512((const void *)(pp + k));
+            if (!checked && _mm512_cmpge_epu64_mask(c, lim)) return ST_BAD_PLAIN;
+            acc = _mm256_fmadd_ps(_mm256_loadu_ps(vp + k), _mm512_i64gather_ps(c, x, 4), acc);
+        }
+        if (k < hi) {
+            __mmask8 m = st_mask8(hi - k);
+            __m512i c = _mm512_maskz_loadu_epi64(m, pp + k);
+            if (!checked && _mm512_mask_cmpge_epu64_mask(m, c, lim)) return ST_BAD_PLAIN;
+            acc = _mm256_fmadd_ps(_mm256_maskz_loadu_ps(m, vp + k),
+                                  _mm512_mask_i64gather_ps(_mm256_setzero_ps(), m, c, x, 4), acc);
+        }
+        y[i] = st_hsum256(acc);
+    }
+    return 0;
+}
+
+static int st_spmv_f64_i32(const int32_t *cp, const int32_t *pp, const double *vp, const double *x,
+                           double *y, ptrdiff_t i0, ptrdiff_t i1, int64_t nnz, int64_t nplain,
+                           int checked) {
+    const __m256i lim = _mm256_set1_epi32((int32_t)(nplain > INT32_MAX ? INT32_MAX : nplain));
+    for (ptrdiff_t i = i0; i < i1; i++) {
+        ST_SLOT_GUARD
+        __m512d acc = _mm512_setzero_pd();
+        int64_t k = lo;
+        for (; k + 8 <= hi; k += 8) {
+            __m256i c = _mm256_loadu_si256((const __m256i *)(pp + k));
+            if (!checked && _mm256_cmpge_epu32_mask(c, lim)) return ST_BAD_PLAIN;
+            acc = _mm512_fmadd_pd(_mm512_loadu_pd(vp + k), _mm512_i32gather_pd(c, x, 8), acc);
+        }
+        if (k < hi) {
+            __mmask8 m = st_mask8(hi - k);
+            __m256i c = _mm256_maskz_loadu_epi32(m, pp + k);
+            if (!checked && _mm256_mask_cmpge_epu32_mask(m, c, lim)) return ST_BAD_PLAIN;
+            acc = _mm512_fmadd_pd(_mm512_maskz_loadu_pd(m, vp + k),
+                                  _mm512_mask_i32gather_pd(_mm512_setzero_pd(), m, c, x, 8), acc);
+        }
+        y[i] = _mm512_reduce_add_pd(acc);
+    }
+    return 0;
+}
+
+static int st_spmv_f64_i64(const int64_t *cp, const int64_t *pp, const double *vp, const double *x,
+                           double *y, ptrdiff_t i0, ptrdiff_t i1, int64_t nnz, int64_t nplain,
+                           int checked) {
+    const __m512i lim = _mm512_set1_epi64(nplain);
+    for (ptrdiff_t i = i0; i < i1; i++) {
+        ST_SLOT_GUARD
+        __m512d acc = _mm512_setzero_pd();
+        int64_t k = lo;
+        for (; k + 8 <= hi; k += 8) {
+            __m512i c = _mm512_loadu_si512((const void *)(pp + k));
+            if (!checked && _mm512_cmpge_epu64_mask(c, lim)) return ST_BAD_PLAIN;
+            acc = _mm512_fmadd_pd(_mm512_loadu_pd(vp + k), _mm512_i64gather_pd(c, x, 8), acc);
+        }
+        if (k < hi) {
+            __mmask8 m = st_mask8(hi - k);
+            __m512i c = _mm512_maskz_loadu_epi64(m, pp + k);
+            if (!checked && _mm512_mask_cmpge_epu64_mask(m, c, lim)) return ST_BAD_PLAIN;
+            acc = _mm512_fmadd_pd(_mm512_maskz_loadu_pd(m, vp + k),
+                                  _mm512_mask_i64gather_pd(_mm512_setzero_pd(), m, c, x, 8), acc);
+        }
+        y[i] = _mm512_reduce_add_pd(acc);
+    }
+    return 0;
+}
+
+/* ------------------------------------------------- CSR x dense, BSR x dense
+ * One template (a macro) per (value, index) type: T the element, IT the index, VT the
+ * vector, MT its mask, L its lanes. */
+
+#define ST_DEFINE(TN, IN, T, IT, VT, MT, L, MASK, SET1, ZERO, FMA, LOADZ, STOREM)                \
+                                                                                               \
+/* o[0 : V vectors, masked] = sum_k v[k] * D[plain[k], 0 : ...] for one row */                 \
+ST_INLINE void st_row_tile_##TN##_##IN(const IT *pp, const T *vp, int64_t lo, int64_t hi,      \
+                                       const T *D, ptrdiff_t N, T *o, const MT *m, const int V) { \
+    VT a0 = ZERO(), a1 = ZERO(), a2 = ZERO(), a3 = ZERO();                                     \
+    for (int64_t k = lo; k < hi; k++) {                                                        \
+        const VT v = SET1(vp[k]);                                                              \
+        const T *d = D + (ptrdiff_t)pp[k] * N;                                                 \
+        a0 = FMA(v, LOADZ(m[0], d), a0);                                                       \
+        if (V > 1) a1 = FMA(v, LOADZ(m[1], d + L), a1);                                        \
+        if (V > 2) a2 = FMA(v, LOADZ(m[2], d + 2 * L), a2);                                    \
+        if (V > 3) a3 = FMA(v, LOADZ(m[3], d + 3 * L), a3);                                    \
+    }                                                                                          \
+    STOREM(o, m[0], a0);                                                                       \
+    if (V > 1) STOREM(o + L, m[1], a1);                                                        \
+    if (V > 2) STOREM(o + 2 * L, m[2], a2);                                                    \
+    if (V > 3) STOREM(o + 3 * L, m[3], a3);                                                    \
+}                                                                                              \
+                                                                                               \
+static int st_spmm_rows_##TN##_##IN(const IT *cp, const IT *pp, const T *vp, const T *D, T *out, \
+                                    ptrdiff_t N, ptrdiff_t i0, ptrdiff_t i1, int64_t nnz,      \
+                                    int64_t nplain, int checked) {                             \
+    for (ptrdiff_t i = i0; i < i1; i++) {                                                      \
+        ST_SLOT_GUARD                                                                          \
+        if (!checked)                                                                          \
+            for (int64_t k = lo; k < hi; k++)                                                  \
+                if ((uint64_t)(int64_t)pp[k] >= (uint64_t)nplain) return ST_BAD_PLAIN;         \
+        T *o = out + i * N;                                                                    \
+        for (ptrdiff_t t0 = 0; t0 < N; t0 += 4 * L) {                                          \
+            const ptrdiff_t w = N - t0;                                                        \
+            const MT m[4] = {MASK(w), MASK(w - L), MASK(w - 2 * L), MASK(w - 3 * L)};          \
+            if (w > 3 * L)      st_row_tile_##TN##_##IN(pp, vp, lo, hi, D + t0, N, o + t0, m, 4); \
+            else if (w > 2 * L) st_row_tile_##TN##_##IN(pp, vp, lo, hi, D + t0, N, o + t0, m, 3); \
+            else if (w > L)     st_row_tile_##TN##_##IN(pp, vp, lo, hi, D + t0, N, o + t0, m, 2); \
+            else                st_row_tile_##TN##_##IN(pp, vp, lo, hi, D + t0, N, o + t0, m, 1); \
+        }                                                                                      \
+    }                                                                                          \
+    return 0;                                                                                  \
+}                                                                                              \
+                                                                                               \
+/* a tile of R rows x V vectors of a block row's output, over all its blocks */                \
+ST_INLINE void st_block_tile_##TN##_##IN(const IT *pp, const T *vp, int64_t lo, int64_t hi,    \
+                                         const T *D, ptrdiff_t N, ptrdiff_t Cb, ptrdiff_t bs,  \
+                                         ptrdiff_t ars, ptrdiff_t acs, T *o, const MT *m,      \
+                                         const int R, const int V) {                           \
+    VT acc[4][4];                                                                              \
+    _Pragma("GCC unroll 4") for (int r = 0; r < 4; r++)                                        \
+        _Pragma("GCC unroll 4") for (int v = 0; v < 4; v++) acc[r][v] = ZERO();                \
+    for (int64_t k = lo; k < hi; k++) {                                                        \
+        const T *a = vp + k * bs;                                                              \
+        const T *dk = D + (ptrdiff_t)pp[k] * Cb * N;                                           \
+        for (ptrdiff_t c = 0; c < Cb; c++) {                                                   \
+            const T *d = dk + c * N;                                                           \
+            VT dv[4];                                                                          \
+            _Pragma("GCC unroll 4") for (int v = 0; v < 4; v++)                                \
+                if (v < V) dv[v] = LOADZ(m[v], d + v * L);                                     \
+            _Pragma("GCC unroll 4") for (int r = 0; r < 4; r++) {                              \
+                if (r < R) {                                                                   \
+                    const VT ar = SET1(a[r * ars + c * acs]);                                  \
+                    _Pragma("GCC unroll 4") for (int v = 0; v < 4; v++)                        \
+                        if (v < V) acc[r][v] = FMA(ar, dv[v], acc[r][v]);                      \
+                }                                                                              \
+            }                                                                                  \
+        }                                                                                      \
+    }                                                                                          \
+    _Pragma("GCC unroll 4") for (int r = 0; r < 4; r++)                                        \
+        _Pragma("GCC unroll 4") for (int v = 0; v < 4; v++)                                    \
+            if (r < R && v < V) STOREM(o + r * N + v * L, m[v], acc[r][v]);                    \
+}                                                                                              \
+                                                                                               \
+/* block rows [i0, i1) of BSR x dense; blocks element (r, c) at r * ars + c * acs */           \
+static int st_bsr_rows_##TN##_##IN(const IT *cp, const IT *pp, const T *vp, const T *D, T *out, \
+                                   ptrdiff_t N, ptrdiff_t Rb, ptrdiff_t Cb, ptrdiff_t ars,     \
+                                   ptrdiff_t acs, ptrdiff_t i0, ptrdiff_t i1, int64_t nnz,     \
+                                   int64_t nplain, int checked) {                              \
+    const ptrdiff_t bs = Rb * Cb;                                                              \
+    for (ptrdiff_t i = i0; i < i1; i++) {                                                      \
+        ST_SLOT_GUARD                                                                          \
+        if (!checked)                                                                          \
+            for (int64_t k = lo; k < hi; k++)                                                  \
+                if ((uint64_t)(int64_t)pp[k] >= (uint64_t)nplain) return ST_BAD_PLAIN;         \
+        T *o = out + i * Rb * N;                                                               \
+        for (ptrdiff_t t0 = 0; t0 < N; t0 += 4 * L) {                                          \
+            const ptrdiff_t w = N - t0;                                                        \
+            const MT m[4] = {MASK(w), MASK(w - L), MASK(w - 2 * L), MASK(w - 3 * L)};          \
+            const int V = w > 3 * L ? 4 : w > 2 * L ? 3 : w > L ? 2 : 1;                       \
+            for (ptrdiff_t r0 = 0; r0 < Rb; r0 += 4) {                                         \
+                const int R = Rb - r0 >= 4 ? 4 : (int)(Rb - r0);                               \
+                const T *a = vp + r0 * ars;                                                    \
+                T *ot = o + r0 * N + t0;                                                       \
+                const T *dt = D + t0;                                                          \
+                switch (R * 8 + V) {                                                           \
+                ST_BLOCK_CASE(TN, IN, 4, 4) ST_BLOCK_CASE(TN, IN, 4, 3)                        \
+                ST_BLOCK_CASE(TN, IN, 4, 2) ST_BLOCK_CASE(TN, IN, 4, 1)                        \
+                ST_BLOCK_CASE(TN, IN, 3, 4) ST_BLOCK_CASE(TN, IN, 3, 3)                        \
+                ST_BLOCK_CASE(TN, IN, 3, 2) ST_BLOCK_CASE(TN, IN, 3, 1)                        \
+                ST_BLOCK_CASE(TN, IN, 2, 4) ST_BLOCK_CASE(TN, IN, 2, 3)                        \
+                ST_BLOCK_CASE(TN, IN, 2, 2) ST_BLOCK_CASE(TN, IN, 2, 1)                        \
+                ST_BLOCK_CASE(TN, IN, 1, 4) ST_BLOCK_CASE(TN, IN, 1, 3)                        \
+                ST_BLOCK_CASE(TN, IN, 1, 2) ST_BLOCK_CASE(TN, IN, 1, 1)                        \
+                }                                                                              \
+            }                                                                                  \
+        }                                                                                      \
+    }                                                                                          \
+    return 0;                                                                                  \
+}
+
+#define ST_BLOCK_CASE(TN, IN, R, V)                                                            \
+    case R * 8 + V:                                                                            \
+        st_block_tile_##TN##_##IN(pp, a, lo, hi, dt, N, Cb, bs, ars, acs, ot, m, R, V);        \
+        break;
+
+#define ST_SET1_PS(x) _mm512_set1_ps(x)
+#define ST_SET1_PD(x) _mm512_set1_pd(x)
+#define ST_STORE_PS(p, m, v) _mm512_mask_storeu_ps(p, m, v)
+#define ST_STORE_PD(p, m, v) _mm512_mask_storeu_pd(p, m, v)
+#define ST_F32(IN, IT) ST_DEFINE(f32, IN, float, IT, __m512, __mmask16, 16, st_mask16, ST_SET1_PS, \
+                                 _mm512_setzero_ps, _mm512_fmadd_ps, _mm512_maskz_loadu_ps, ST_STORE_PS)
+#define ST_F64(IN, IT) ST_DEFINE(f64, IN, double, IT, __m512d, __mmask8, 8, st_mask8, ST_SET1_PD, \
+                                 _mm512_setzero_pd, _mm512_fmadd_pd, _mm512_maskz_loadu_pd, ST_STORE_PD)
+ST_F32(i32, int32_t)
+ST_F32(i64, int64_t)
+ST_F64(i32, int32_t)
+ST_F64(i64, int64_t)
+
+#else /* no AVX-512: stubs, never called (ST_SPMM_SIMD == 0) */
+#define ST_SPMM_SIMD 0
+#define ST_STUB(NAME, T, IT)                                                                   \
+static int st_spmv_##NAME(const IT *cp, const IT *pp, const T *vp, const T *x, T *y, ptrdiff_t i0, \
+                          ptrdiff_t i1, int64_t nnz, int64_t nplain, int checked) { return -1; } \
+static int st_spmm_rows_##NAME(const IT *cp, const IT *pp, const T *vp, const T *D, T *out,    \
+                               ptrdiff_t N, ptrdiff_t i0, ptrdiff_t i1, int64_t nnz,           \
+                               int64_t nplain, int checked) { return -1; }                     \
+static int st_bsr_rows_##NAME(const IT *cp, const IT *pp, const T *vp, const T *D, T *out,     \
+                              ptrdiff_t N, ptrdiff_t Rb, ptrdiff_t Cb, ptrdiff_t ars,          \
+                              ptrdiff_t acs, ptrdiff_t i0, ptrdiff_t i1, int64_t nnz,          \
+                              int64_t nplain, int checked) { return -1; }
+ST_STUB(f32_i32, float, int32_t)
+ST_STUB(f32_i64, float, int64_t)
+ST_STUB(f64_i32, double, int32_t)
+ST_STUB(f64_i64, double, int64_t)
+#endif
+
+#endif /* ST_SPMM_SIMD_H */

@@ -1,0 +1,600 @@
+"""Sparse-dense matrix products: ``@``/:func:`matmul`, :func:`mm`, :func:`mv`, :func:`bmm`,
+:func:`addmm`, :func:`smm`, :func:`hspmm`, :func:`sspaddmm` and :func:`linear`.
+
+Every product reduces to one kernel call, ``out[b] = A[b] @ D[b]`` for a batched
+compressed ``A`` (see :mod:`sparsetensor._lib._spmm`):
+
+- csr/bsr: a row-parallel gather kernel (rows pre-split by nnz);
+- csc/bsc: a race-free scatter kernel over the compressed columns (output column
+  stripes per thread when the dense operand is wide, per-thread buffers summed
+  afterwards when it is narrow, e.g. SpMV). It runs on the tensor as it is: no
+  conversion to csr, which would cost a counting sort of the entries;
+- coo: converted with ``to_sparse_csr()`` (a sort, unless coalesced); batched coo
+  (``sparse_dim > 2``) becomes one block-diagonal csr matrix;
+- ``dense @ sparse`` is computed as ``(S.mT @ D.mT).mT``: ``S.mT`` is a view
+  (csr <-> csc, bsr <-> bsc), ``D.mT`` is copied to C order, and the result is
+  returned as the transposed view of the kernel's output (no copy; its last two
+  axes are in Fortran order).
+
+Dtypes follow NumPy: the result dtype is ``np.result_type`` of the operands (and of
+``input``/``bias``); integer products wrap in the integer type, bool products are an
+or of ands, float16 is computed in float32 and rounded once. A dense operand that is
+not C-contiguous in the result dtype is copied once. Hybrid tensors (``dense_dim > 0``)
+are not supported (PyTorch does not define these products either).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import operator
+
+import numpy as np
+
+from .. import _layout as L
+from .._config import num_threads
+from .._tensor import COOTensor, CompressedTensor, SparseTensor
+from .._validate import raise_compressed_error
+from .._lib import _spmm as _kernels
+
+__all__ = ["matmul", "mm", "mv", "bmm", "addmm", "smm", "hspmm", "sspaddmm", "linear"]
+
+_RESULT_DTYPES = frozenset(np.dtype(d) for d in (
+    "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+    "float16", "float32", "float64", "complex64", "complex128"))
+_UNSIGNED = {1: np.dtype(np.uint8), 2: np.dtype(np.uint16), 4: np.dtype(np.uint32), 8: np.dtype(np.uint64)}
+
+
+# -- dtypes and operands ----------------------------------------------------------------------
+def _work_dtype(rt: np.dtype) -> np.dtype:
+    """The dtype a product is computed in: float16 widens to float32."""
+    return np.dtype(np.float32) if rt == np.float16 else rt
+
+
+def _kernel_dtype(wt: np.dtype) -> np.dtype:
+    """The kernels' view of ``wt``: integers and bool as unsigned of their width."""
+    return _UNSIGNED[wt.itemsize] if wt.kind in "biu" else wt
+
+
+def _result_dtype(op: str, *dtypes) -> np.dtype:
+    rt = np.result_type(*dtypes)
+    if rt not in _RESULT_DTYPES:
+        raise TypeError(f"{op}: unsupported dtype combination {', '.join(str(np.dtype(d)) for d in dtypes)} "
+                        f"(result {rt})")
+    return rt
+
+
+def _finish(arr: np.ndarray, rt: np.dtype) -> np.ndarray:
+    """Round a float32 working result to float16 once; other results are final."""
+    return arr.astype(rt) if arr.dtype != rt else arr
+
+
+def _as_dense(x, op: str, name: str) -> np.ndarray:
+    if isinstance(x, SparseTensor):
+        raise TypeError(f"{op}: {name} must be dense, got a sparse {x.layout.name} tensor")
+    a = np.asarray(x)
+    if a.dtype not in _RESULT_DTYPES:
+        raise TypeError(f"{op}: {name} has unsupported dtype {a.dtype}")
+    return a
+
+
+def _describe(x) -> str:
+    if isinstance(x, SparseTensor):
+        return f"{x.layout.name} tensor of shape {tuple(x.shape)}"
+    return f"dense array of shape {tuple(np.shape(x))}"
+
+
+def _mismatch(op: str, a, b, why: str) -> ValueError:
+    return ValueError(f"{op}: cannot multiply a {_describe(a)} by a {_describe(b)}: {why}")
+
+
+def _scalar(op: str, name: str, x, rt: np.dtype):
+    """Check ``alpha``/``beta`` against the result dtype (PyTorch's rules) and return it as a 0-d array of
+    the working dtype (integers wrap)."""
+    if isinstance(x, (bool, np.bool_)):
+        pass
+    elif rt.kind == "b":
+        if not (isinstance(x, numbers.Integral) and x in (0, 1)):
+            raise TypeError(f"{op}: {name} must be a bool (or 0/1) for a bool result, got {x!r}")
+        x = bool(x)
+    elif rt.kind in "iu":
+        if not isinstance(x, numbers.Integral):
+            raise TypeError(f"{op}: {name} must be an integer for an integer result ({rt}), got {x!r}")
+    elif rt.kind == "f":
+        if not isinstance(x, numbers.Real):
+            raise TypeError(f"{op}: {name} must be real for a {rt} result, got {x!r}")
+    elif not isinstance(x, numbers.Number):
+        raise TypeError(f"{op}: {name} must be a number, got {x!r}")
+    wt = _work_dtype(rt)
+    if wt.kind in "iu" and isinstance(x, numbers.Integral) and not isinstance(x, (bool, np.bool_)):
+        x = int(x) % (1 << (8 * wt.itemsize))  # wrap, as the product does
+        return np.asarray(x, dtype=_UNSIGNED[wt.itemsize]).view(wt)
+    return np.asarray(x).astype(wt)
+
+
+# -- the core: sparse @ dense ---------------------------------------------------------------
+_ZERO = np.zeros(1, dtype=np.int64)
+_ZERO.flags.writeable = False
+
+
+def _batch_map(batch: tuple, out_batch: tuple) -> np.ndarray:
+    """For each batch of ``out_batch`` (flat), the flat index of the batch of ``batch`` it reads."""
+    B = math.prod(batch)
+    if batch == out_batch:
+        return np.arange(B, dtype=np.int64)
+    if B == 1:
+        return np.zeros(math.prod(out_batch), dtype=np.int64)
+    return np.ascontiguousarray(np.broadcast_to(np.arange(B, dtype=np.int64).reshape(batch), out_batch)).ravel()
+
+
+def _batch_maps(s_batch: tuple, d_batch: tuple, op, operands):
+    """(output batch shape, sparse batch map, dense batch map): NumPy broadcasting of batch dims."""
+    if not s_batch and not d_batch:
+        return (), _ZERO, _ZERO
+    try:
+        out_batch = np.broadcast_shapes(s_batch, d_batch)
+    except ValueError:
+        raise _mismatch(op, *operands, f"batch shapes {s_batch} and {d_batch} do not broadcast") from None
+    return out_batch, _batch_map(s_batch, out_batch), _batch_map(d_batch, out_batch)
+
+
+def _product(S: SparseTensor, D: np.ndarray, rt: np.dtype, op: str, threads, operands, err_tensor=None,
+             transposed=False):
+    """``S @ D`` in the working dtype of ``rt``, NumPy matmul shapes (1-D ``D`` is a vector).
+
+    ``operands`` are the user's operands, named in shape errors (``transposed``: the user
+    asked for ``D.mT @ S.mT``); ``err_tensor`` is the user's sparse tensor, named in
+    index errors (``S`` may be its transpose view).
+    """
+    if D.ndim == 0:
+        raise _mismatch(op, *operands, "matmul needs at least 1-d operands")
+    if isinstance(S, COOTensor):
+        return _coo_product(S, D, rt, op, threads, operands, transposed)
+    if not isinstance(S, CompressedTensor):
+        raise TypeError(f"{op}: expected a sparse tensor, got {type(S).__name__}")
+    err = S if err_tensor is None else err_tensor
+    if S.dense_dim:
+        raise NotImplementedError(f"{op}: a hybrid {err.layout.name} tensor (dense_dim={S.dense_dim}) times a "
+                                  "dense array is not supported")
+    m = S.batch_dim
+    s_batch, (M, K) = S.shape[:m], S.shape[m:m + 2]
+    vector = D.ndim == 1
+    d_batch, Kd, N = ((), D.shape[0], 1) if vector else (D.shape[:-2], D.shape[-2], D.shape[-1])
+    if Kd != K:
+        raise _mismatch(op, *operands, f"inner sizes differ ({Kd} != {K})" if transposed
+                        else f"inner sizes differ ({K} != {Kd})")
+    out_batch, sb, db = _batch_maps(s_batch, d_batch, op, operands)
+    Bs, Bd, Bo = math.prod(s_batch), math.prod(d_batch), math.prod(out_batch)
+    wt = _work_dtype(rt)
+    kt = _kernel_dtype(wt)
+    Rb, Cb = S.blocksize
+    nnz = S.nnz
+    values = S.values()
+    block_transposed = False
+    if S.layout.blocked and not values.flags.c_contiguous and values.swapaxes(-1, -2).flags.c_contiguous:
+        values, block_transposed = values.swapaxes(-1, -2), True  # a transpose view: read blocks column-major
+    values = np.ascontiguousarray(values, dtype=wt).reshape(Bs, nnz, Rb * Cb)
+    dense = np.ascontiguousarray(D, dtype=wt).reshape(Bd, K, N)
+    out = np.empty((Bo, M, N), dtype=wt)
+    c, p = S.compressed_indices(), S.plain_indices()
+    c2, p2 = c.reshape(Bs, c.shape[-1]), p.reshape(Bs, nnz)
+    nt = num_threads(threads, Bo * (nnz * Rb * Cb + M) * N)
+    found = _kernels.spmm(c2, p2, values.view(kt), dense.view(kt), out.view(kt), sb, db, (Rb, Cb),
+                          S.layout.compressed_rows, nt, block_transposed=block_transposed,
+                          logical=wt == np.bool_, checked=S.is_coalesced())
+    if found is not None:
+        raise_compressed_error(found, err.layout, s_batch, err.plain_size, nnz)
+    return out.reshape(out_batch + ((M,) if vector else (M, N)))
+
+
+def _coo_product(S: COOTensor, D: np.ndarray, rt, op, threads, operands, transposed=False):
+    if S.dense_dim:
+        raise NotImplementedError(f"{op}: a hybrid coo tensor (dense_dim={S.dense_dim}) times a dense array "
+                                  "is not supported")
+    sd = S.sparse_dim
+    if sd == 0:
+        raise _mismatch(op, *operands, "matmul needs at least 1-d operands")
+    if sd == 1:  # a sparse vector: a 1 x K matrix
+        (K,) = S.shape
+        idx = S.indices()
+        row = np.concatenate([np.zeros_like(idx), idx])
+        S2 = COOTensor(row, S.values(), (1, K), S.is_coalesced())
+        r = _product(S2.to_sparse_csr(threads=threads), D, rt, op, threads, operands, S, transposed)
+        return r.reshape(r.shape[:-2] + r.shape[-1:]) if D.ndim > 1 else r.reshape(())
+    if sd == 2:
+        return _product(S.to_sparse_csr(threads=threads), D, rt, op, threads, operands, S, transposed)
+    # batched coo: one block-diagonal csr matrix (rows b*M + i; columns b*K + k when D has the batch)
+    batch, (M, K) = S.shape[:-2], S.shape[-2:]
+    vector = D.ndim == 1
+    d_batch = () if vector else D.shape[:-2]
+    Kd = D.shape[0] if vector else D.shape[-2]
+    if Kd != K:
+        raise _mismatch(op, *operands, f"inner sizes differ ({Kd} != {K})" if transposed
+                        else f"inner sizes differ ({K} != {Kd})")
+    try:
+        out_batch = np.broadcast_shapes(batch, d_batch)
+    except ValueError:
+        raise _mismatch(op, *operands, f"batch shapes {batch} and {d_batch} do not broadcast") from None
+    if out_batch != batch:
+        raise NotImplementedError(f"{op}: broadcasting the batch (leading sparse) dims of a coo tensor "
+                                  f"{batch} to {out_batch}")
+    B = math.prod(batch)
+    S = S.coalesce(threads=threads)  # checks the bounds; the linearised indices stay sorted
+    idx = S.indices().astype(np.int64)
+    b = np.ravel_multi_index(tuple(idx[:-2]), batch) if idx.shape[1] else np.zeros(0, np.int64)
+    rows = b * M + idx[-2]
+    if d_batch == batch:
+        cols, Ktot, D2 = b * K + idx[-1], B * K, D.reshape((B * K,) + D.shape[-1:])
+    else:
+        if d_batch:
+            D = np.broadcast_to(D, batch + D.shape[-2:])
+            cols, Ktot, D2 = b * K + idx[-1], B * K, np.ascontiguousarray(D).reshape(B * K, D.shape[-1])
+        else:
+            cols, Ktot, D2 = idx[-1], K, D
+    flat = COOTensor(np.stack([rows, cols]), S.values(), (B * M, Ktot), True).to_sparse_csr(threads=threads)
+    r = _product(flat, D2, rt, op, threads, operands, S, transposed)
+    return r.reshape(batch + ((M,) if vector else (M, D.shape[-1])))
+
+
+def _dense_sparse(X: np.ndarray, S: SparseTensor, rt, op, threads, operands):
+    """``X @ S`` as ``(S.mT @ X.mT).mT``; a 1-d ``X`` is a row vector."""
+    if X.ndim == 0:
+        raise _mismatch(op, *operands, "matmul needs at least 1-d operands")
+    if isinstance(S, COOTensor) and S.sparse_dim == 1:  # a sparse column vector, K x 1
+        idx = S.indices()
+        S = COOTensor(np.concatenate([idx, np.zeros_like(idx)]), S.values(), S.shape + (1,), S.is_coalesced())
+        r = _dense_sparse(X, S, rt, op, threads, operands)
+        return r[..., 0]
+    St = S.mT
+    if X.ndim == 1:
+        return _product(St, X, rt, op, threads, operands, S, True)
+    return np.swapaxes(_product(St, np.swapaxes(X, -1, -2), rt, op, threads, operands, S, True), -1, -2)
+
+
+def _matmul_work(a, b, op, threads, extra_dtypes=()):
+    """(result in the working dtype, result dtype) of ``a @ b`` with one sparse operand."""
+    if isinstance(a, SparseTensor):
+        D = _as_dense(b, op, "the second operand")
+        rt = _result_dtype(op, a.dtype, D.dtype, *extra_dtypes)
+        return _product(a, D, rt, op, threads, (a, b)), rt
+    X = _as_dense(a, op, "the first operand")
+    rt = _result_dtype(op, X.dtype, b.dtype, *extra_dtypes)
+    return _dense_sparse(X, b, rt, op, threads, (a, b)), rt
+
+
+def _spgemm(a, b):
+    try:
+        from .spgemm import spgemm
+    except ImportError:
+        raise NotImplementedError(f"matmul of two sparse tensors ({a.layout.name} @ {b.layout.name}) needs "
+                                  "sparsetensor.ops.spgemm, which this build lacks") from None
+    return spgemm(a, b)
+
+
+# -- public API -------------------------------------------------------------------------------
+def matmul(a, b, *, threads: int | None = None):
+    """Matrix product with NumPy's ``matmul`` rules, one or both operands sparse.
+
+    ``sparse @ dense`` and ``dense @ sparse`` give a dense NumPy array; a 1-d dense
+    operand is a vector (SpMV); batch dims broadcast (a batched compressed tensor
+    with a 2-d dense matrix, or a 2-d sparse matrix with a batched dense array).
+    ``sparse @ sparse`` is delegated to :func:`sparsetensor.ops.spgemm.spgemm`.
+
+    Parameters
+    ----------
+    a, b : SparseTensor or array_like
+        At least one sparse tensor: coo (2-d, 1-d, or batched with ``sparse_dim > 2``),
+        csr, csc, bsr or bsc (with batch dims); no dense (hybrid) dims.
+    threads : int, optional
+        Threads for the kernel (default: :func:`sparsetensor.num_threads`).
+
+    Returns
+    -------
+    numpy.ndarray
+        Of dtype ``np.result_type(a.dtype, b.dtype)``. For ``dense @ sparse`` it is
+        the transposed view of the kernel's output (Fortran order in the last two
+        axes); no copy is made.
+
+    Raises
+    ------
+    ValueError
+        Shapes that do not multiply (the message names both operands).
+    TypeError
+        Unsupported dtypes.
+    NotImplementedError
+        Hybrid tensors; broadcasting the batch dims of a coo tensor.
+    InvariantError
+        A tensor built with ``check_invariants=False`` whose indices would be read
+        out of bounds (checked on the way, never followed).
+
+    Examples
+    --------
+    >>> import numpy as np, sparsetensor as st
+    >>> from sparsetensor.ops.blas import matmul
+    >>> a = st.sparse_csr_tensor([0, 1, 3], [1, 0, 2], [2.0, 3.0, 4.0], size=(2, 3))
+    >>> matmul(a, np.array([1.0, 10.0, 100.0]))
+    array([ 20., 403.])
+    >>> matmul(np.array([[1.0, 1.0]]), a)
+    array([[3., 2., 4.]])
+    """
+    a_sparse, b_sparse = isinstance(a, SparseTensor), isinstance(b, SparseTensor)
+    if a_sparse and b_sparse:
+        return _spgemm(a, b)
+    if not (a_sparse or b_sparse):
+        raise TypeError("matmul: expected at least one sparse operand; use numpy.matmul for dense arrays")
+    r, rt = _matmul_work(a, b, "matmul", threads)
+    return _finish(r, rt)
+
+
+def _sparse_ndim(op: str, t, ndim: int, what: str):
+    if isinstance(t, SparseTensor):
+        if t.ndim != ndim or t.dense_dim:
+            raise ValueError(f"{op}: expected {what}, got a {_describe(t)}"
+                             + (f" with dense_dim={t.dense_dim}" if t.dense_dim else ""))
+    elif np.ndim(t) != ndim:
+        raise ValueError(f"{op}: expected {what}, got a {_describe(t)}")
+
+
+def mm(a, b, *, threads: int | None = None):
+    """Product of two matrices (2-d operands only), one or both sparse; see :func:`matmul`.
+
+    Examples
+    --------
+    >>> import numpy as np, sparsetensor as st
+    >>> from sparsetensor.ops.blas import mm
+    >>> a = st.sparse_coo_tensor([[0, 1], [1, 0]], [2, 3], size=(2, 2))
+    >>> mm(a, np.array([[1, 2], [3, 4]]))
+    array([[6, 8],
+           [3, 6]])
+    """
+    _sparse_ndim("mm", a, 2, "a 2-d matrix")
+    _sparse_ndim("mm", b, 2, "a 2-d matrix")
+    return matmul(a, b, threads=threads)
+
+
+def mv(a, v, *, threads: int | None = None):
+    """Sparse matrix times dense vector (SpMV): ``a`` 2-d sparse, ``v`` 1-d.
+
+    Examples
+    --------
+    >>> import numpy as np, sparsetensor as st
+    >>> from sparsetensor.ops.blas import mv
+    >>> mv(st.sparse_csr_tensor([0, 1, 2], [1, 0], [2.0, 3.0]), np.array([1.0, 2.0]))
+    array([4., 3.])
+    """
+    if not isinstance(a, SparseTensor):
+        raise TypeError(f"mv: the matrix must be sparse, got {type(a).__name__}")
+    _sparse_ndim("mv", a, 2, "a 2-d matrix")
+    _sparse_ndim("mv", v, 1, "a 1-d vector")
+    return matmul(a, v, threads=threads)
+
+
+def bmm(a, b, *, threads: int | None = None):
+    """Batched matrix product of 3-d operands with equal batch sizes (no broadcasting).
+
+    The sparse operand is a compressed tensor with one batch dim or a coo tensor with
+    ``sparse_dim == 3`` (whose batches may differ in nnz).
+
+    Examples
+    --------
+    >>> import numpy as np, sparsetensor as st
+    >>> from sparsetensor.ops.blas import bmm
+    >>> a = st.from_dense(np.array([[[1.0, 0.0], [0.0, 2.0]], [[0.0, 3.0], [4.0, 0.0]]]), "csr", batch_dim=1)
+    >>> bmm(a, np.ones((2, 2, 1)))[:, :, 0]
+    array([[1., 2.],
+           [3., 4.]])
+    """
+    _sparse_ndim("bmm", a, 3, "a 3-d (batched) operand")
+    _sparse_ndim("bmm", b, 3, "a 3-d (batched) operand")
+    if a.shape[0] != np.shape(b)[0]:
+        raise _mismatch("bmm", a, b, f"batch sizes differ ({a.shape[0]} != {np.shape(b)[0]})")
+    return matmul(a, b, threads=threads)
+
+
+def addmm(input, mat1, mat2, *, beta=1, alpha=1, threads: int | None = None):
+    """``beta * input + alpha * (mat1 @ mat2)``, a dense result; ``mat1`` or ``mat2`` sparse.
+
+    ``input`` broadcasts to the product's shape. With ``beta == 0`` it is ignored
+    (NaN or inf in it do not propagate), as in PyTorch. Integer results need integer
+    ``alpha``/``beta`` and bool results bools (PyTorch's rule for dense ``addmm``).
+
+    Examples
+    --------
+    >>> import numpy as np, sparsetensor as st
+    >>> from sparsetensor.ops.blas import addmm
+    >>> a = st.sparse_csr_tensor([0, 1, 2], [1, 0], [2.0, 3.0])
+    >>> addmm(np.ones((2, 1)), a, np.eye(2), beta=10, alpha=2)
+    array([[10., 14.],
+           [16., 10.]])
+    """
+    op = "addmm"
+    _sparse_ndim(op, mat1, 2, "a 2-d matrix")
+    _sparse_ndim(op, mat2, 2, "a 2-d matrix")
+    inp = _as_dense(input, op, "input")
+    if isinstance(mat1, SparseTensor) and isinstance(mat2, SparseTensor):
+        prod = _spgemm(mat1, mat2).to_dense(threads=threads)
+        rt = _result_dtype(op, inp.dtype, prod.dtype)
+        prod = prod.astype(_work_dtype(rt))
+    elif isinstance(mat1, SparseTensor) or isinstance(mat2, SparseTensor):
+        prod, rt = _matmul_work(mat1, mat2, op, threads, (inp.dtype,))
+    else:
+        raise TypeError("addmm: expected mat1 or mat2 to be sparse; use numpy for dense operands")
+    a, b = _scalar(op, "alpha", alpha, rt), _scalar(op, "beta", beta, rt)
+    try:
+        if np.broadcast_shapes(inp.shape, prod.shape) != prod.shape:
+            raise ValueError
+    except ValueError:
+        raise ValueError(f"addmm: input of shape {inp.shape} does not broadcast to the product's shape "
+                         f"{prod.shape} ({_describe(mat1)} @ {_describe(mat2)})") from None
+    if alpha != 1:
+        np.multiply(prod, a, out=prod)
+    if beta != 0:
+        term = inp.astype(prod.dtype, copy=False)
+        np.add(prod, term if beta == 1 else term * b, out=prod)
+    return _finish(prod, rt)
+
+
+def _rows_csr(S, op: str, threads) -> CompressedTensor:
+    """``S`` as a 2-d csr tensor whose indices are safe to read."""
+    if not isinstance(S, SparseTensor):
+        raise TypeError(f"{op}: the matrix must be sparse, got {type(S).__name__}")
+    _sparse_ndim(op, S, 2, "a 2-d sparse matrix")
+    csr = S.to_sparse_csr(threads=threads)
+    if not csr.is_coalesced():
+        found = _kernels.find_broken_index(csr.crow_indices()[None], csr.col_indices()[None], csr.shape[1])
+        if found is not None:
+            raise_compressed_error(found, csr.layout, (), csr.shape[1], csr.nnz)
+    return csr
+
+
+def _hspmm_work(S, D, op, threads, extra_dtypes=()):
+    """(row indices, product rows in the working dtype, result dtype, csr of S)."""
+    csr = _rows_csr(S, op, threads)
+    D = _as_dense(D, op, "the dense matrix")
+    if D.ndim != 2:
+        raise ValueError(f"{op}: expected a 2-d dense matrix, got a {_describe(D)}")
+    M, K = csr.shape
+    if D.shape[0] != K:
+        raise _mismatch(op, S, D, f"inner sizes differ ({K} != {D.shape[0]})")
+    rt = _result_dtype(op, S.dtype, D.dtype, *extra_dtypes)
+    crow = csr.crow_indices()
+    rows = np.flatnonzero(crow[1:] != crow[:-1])
+    compact = np.append(crow[rows], crow[-1]).astype(crow.dtype)  # the rows with entries, in order
+    sub = CompressedTensor(compact, csr.col_indices(), csr.values(), (rows.size, K), L.sparse_csr,
+                           csr.is_coalesced())
+    return rows.astype(crow.dtype), _product(sub, D, rt, op, threads, (S, D), S), rt, csr
+
+
+def hspmm(S, D, *, threads: int | None = None):
+    """``S @ D`` as a hybrid coo tensor: ``sparse_dim=1``, ``dense_dim=1``.
+
+    Its indices are the rows of ``S`` that have specified entries (in order, each once),
+    its values the matching rows of the product (PyTorch's ``torch.hspmm``; any layout
+    of ``S`` is accepted, converted to csr; a bsr/bsc block specifies all its rows).
+
+    Examples
+    --------
+    >>> import numpy as np, sparsetensor as st
+    >>> from sparsetensor.ops.blas import hspmm
+    >>> h = hspmm(st.sparse_coo_tensor([[0, 2], [1, 0]], [2.0, 3.0], size=(3, 2)), np.eye(2))
+    >>> h.indices(), h.values()
+    (array([[0, 2]]), array([[0., 2.],
+           [3., 0.]]))
+    """
+    rows, vals, rt, csr = _hspmm_work(S, D, "hspmm", threads)
+    return COOTensor(rows[None], _finish(vals, rt), (csr.shape[0], vals.shape[1]), coalesced=True)
+
+
+def smm(S, D, *, threads: int | None = None):
+    """``S @ D`` as a 2-d coo tensor (PyTorch's ``torch.smm``).
+
+    Every element of every row of ``S`` that has specified entries is specified
+    (zeros included), in row-major order; the result is coalesced.
+
+    Examples
+    --------
+    >>> import numpy as np, sparsetensor as st
+    >>> from sparsetensor.ops.blas import smm
+    >>> r = smm(st.sparse_csr_tensor([0, 0, 1], [1], [2.0], size=(2, 2)), np.array([[1.0, 2.0], [3.0, 4.0]]))
+    >>> r.indices(), r.values()
+    (array([[1, 1],
+           [0, 1]]), array([6., 8.]))
+    """
+    rows, vals, rt, csr = _hspmm_work(S, D, "smm", threads)
+    R, N = vals.shape
+    idx = np.stack([np.repeat(rows, N), np.tile(np.arange(N, dtype=rows.dtype), R)])
+    return COOTensor(idx, _finish(vals, rt).reshape(R * N), (csr.shape[0], N), coalesced=True)
+
+
+def sspaddmm(input, mat1, mat2, *, beta=1, alpha=1, threads: int | None = None):
+    """``beta * input + alpha * (mat1 @ mat2)`` as a coo tensor (PyTorch's ``torch.sspaddmm``).
+
+    The result lists ``input``'s entries (its values times ``beta``, kept even when
+    ``beta == 0``, as PyTorch does) followed by the entries of :func:`smm` ``(mat1,
+    mat2)`` times ``alpha``; it is not coalesced unless one part is empty (call
+    ``coalesce()`` to sum the duplicates). ``input`` and ``mat1`` are sparse (any
+    layout, converted to coo/csr), ``mat2`` dense.
+
+    Examples
+    --------
+    >>> import numpy as np, sparsetensor as st
+    >>> from sparsetensor.ops.blas import sspaddmm
+    >>> i = st.sparse_coo_tensor([[0], [0]], [1.0], size=(2, 2))
+    >>> m = st.sparse_coo_tensor([[1], [1]], [2.0], size=(2, 2))
+    >>> r = sspaddmm(i, m, np.eye(2), beta=3)
+    >>> r.indices(), r.values()
+    (array([[0, 1, 1],
+           [0, 0, 1]]), array([3., 0., 2.]))
+    """
+    op = "sspaddmm"
+    if not isinstance(input, SparseTensor):
+        raise TypeError(f"{op}: input must be sparse, got {type(input).__name__}")
+    _sparse_ndim(op, input, 2, "a 2-d sparse input")
+    inp = input if isinstance(input, COOTensor) else input.to_sparse_coo(threads=threads)
+    D = _as_dense(mat2, op, "mat2")
+    rows, vals, rt, csr = _hspmm_work(mat1, D, op, threads, (inp.dtype,))
+    M, N = csr.shape[0], vals.shape[1]
+    if inp.shape != (M, N):
+        raise ValueError(f"{op}: input of shape {inp.shape} does not match the product's shape {(M, N)} "
+                         f"({_describe(mat1)} @ {_describe(mat2)})")
+    a, b = _scalar(op, "alpha", alpha, rt), _scalar(op, "beta", beta, rt)
+    wt = _work_dtype(rt)
+    R = rows.size
+    idx_dt = np.promote_types(inp.index_dtype, rows.dtype)
+    idx = np.concatenate([inp.indices().astype(idx_dt, copy=False),
+                          np.stack([np.repeat(rows, N), np.tile(np.arange(N, dtype=rows.dtype), R)]).astype(idx_dt)],
+                         axis=1)
+    vin = inp.values().astype(wt) * b
+    vprod = vals.reshape(R * N) * a if alpha != 1 else vals.reshape(R * N)
+    values = _finish(np.concatenate([vin.astype(wt, copy=False), vprod.astype(wt, copy=False)]), rt)
+    coalesced = (R * N == 0 and inp.is_coalesced()) or inp.nnz == 0
+    return COOTensor(idx, values, (M, N), coalesced=coalesced)
+
+
+def linear(x, w, bias=None, *, threads: int | None = None):
+    """``x @ w.mT + bias`` with a sparse weight ``w`` of shape ``(out_features, in_features)``.
+
+    Computed as ``(w @ x.mT).mT`` on ``w`` as it is (csr rows gather; no conversion);
+    ``x`` is dense ``(..., in_features)``, the result ``(..., out_features)`` (a
+    transposed view of the kernel's output, no copy).
+
+    Examples
+    --------
+    >>> import numpy as np, sparsetensor as st
+    >>> from sparsetensor.ops.blas import linear
+    >>> w = st.sparse_csr_tensor([0, 1, 2], [0, 2], [1.0, 2.0], size=(2, 3))
+    >>> linear(np.array([[1.0, 2.0, 3.0]]), w, bias=np.array([0.5, 0.5]))
+    array([[1.5, 6.5]])
+    """
+    op = "linear"
+    if not isinstance(w, SparseTensor):
+        raise TypeError(f"{op}: the weight must be sparse, got {type(w).__name__}")
+    _sparse_ndim(op, w, 2, "a 2-d sparse weight (out_features, in_features)")
+    X = _as_dense(x, op, "x")
+    if X.ndim == 0:
+        raise ValueError(f"{op}: x must be at least 1-d, got a 0-d array")
+    extra = ()
+    if bias is not None:
+        bias = _as_dense(bias, op, "bias")
+        extra = (bias.dtype,)
+    rt = _result_dtype(op, X.dtype, w.dtype, *extra)
+    out_f, in_f = w.shape
+    if X.shape[-1] != in_f:
+        raise ValueError(f"{op}: x of shape {X.shape} does not fit a weight of shape {w.shape} "
+                         f"({w.layout.name}): in_features {X.shape[-1]} != {in_f}")
+    operands = (X, w)
+    if X.ndim == 1:
+        y = _product(w, X, rt, op, threads, operands, w)
+    else:
+        lead = X.shape[:-1]
+        X2 = X.reshape(-1, in_f)
+        y = _product(w, X2.T, rt, op, threads, operands, w).T.reshape(lead + (out_f,))
+    if bias is not None:
+        try:
+            if np.broadcast_shapes(bias.shape, y.shape) != y.shape:
+                raise ValueError
+        except ValueError:
+            raise ValueError(f"{op}: bias of shape {bias.shape} does not broadcast to the output shape "
+                             f"{y.shape}") from None
+        np.add(y, bias.astype(y.dtype, copy=False), out=y)
+    return _finish(y, rt)
