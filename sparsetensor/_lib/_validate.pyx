@@ -134,22 +134,27 @@ cdef inline bint _rows_ok(const index_t* cb, const index_t* pb, int64_t ra, int6
                           int64_t plain_size) noexcept nogil:
     """Fast check of rows [ra, rb): True iff all of 5.4-5.6 hold there.
 
-    Every descent pb[k] <= pb[k-1] inside the block is counted; those that fall
-    on the start of a non-empty row are allowed. If the two counts agree, each
-    row is strictly increasing and its first and last values bound the rest.
+    Every value is tested against [0, plain_size) (one unsigned compare, which
+    catches negatives too), and every descent pb[k] <= pb[k-1] inside the block
+    is counted; descents that fall on the start of a non-empty row are allowed.
+    If the two counts agree, each row is strictly increasing. All three loops
+    are branch-free: rows are short and their lengths unpredictable.
     """
-    cdef int64_t pa = cb[ra], pe = cb[rb], k, r, s, e
-    cdef index_t flat = 0, at_starts = 0
+    cdef int64_t pa = cb[ra], pe = cb[rb], k, r, s, j
+    cdef int64_t flat = 0, at_starts = 0
+    cdef uint64_t ps = <uint64_t>plain_size
     cdef int bad = 0
+    for k in range(pa, pe):
+        bad = bad | (<uint64_t>(<int64_t>pb[k]) >= ps)
     for k in range(pa + 1, pe):
         flat = flat + (pb[k] <= pb[k - 1])
+    if pe - pa < 2:
+        return bad == 0
     for r in range(ra, rb):
         s = cb[r]
-        e = cb[r + 1]
-        if s < e:
-            bad = bad | (pb[s] < 0) | (pb[e - 1] >= plain_size)
-            if s > pa:
-                at_starts = at_starts + (pb[s] <= pb[s - 1])
+        j = s if s < pe else pe - 1   # a safe position to read when row r is empty
+        j = j if j > pa else pa + 1
+        at_starts = at_starts + ((s < cb[r + 1]) & (s > pa) & (pb[j] <= pb[j - 1]))
     return bad == 0 and flat == at_starts
 
 
