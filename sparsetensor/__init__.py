@@ -30,7 +30,9 @@ from .interop.scipy import from_scipy, to_scipy
 from .interop.torch import from_torch, to_torch
 from .io import load, read_mtx, save, write_mtx
 from .ops.blas import addmm, bmm, hspmm, linear, matmul, mm, mv, smm, sspaddmm
+from .ops.binary import add, div, maximum, minimum, mul, sub
 from .ops.shape import cat, sparse_mask, stack
+from .ops.spgemm import sampled_addmm, spgemm
 
 __version__ = "0.1.0"
 
@@ -41,6 +43,7 @@ __all__ = [
     "sparse_bsr_tensor", "sparse_bsc_tensor", "from_dense", "from_scipy", "to_scipy", "from_torch", "to_torch",
     "save", "load", "read_mtx", "write_mtx", "cat", "stack", "sparse_mask",
     "matmul", "mm", "mv", "bmm", "addmm", "smm", "hspmm", "sspaddmm", "linear",
+    "add", "sub", "mul", "div", "maximum", "minimum", "spgemm", "sampled_addmm",
     "check_invariants", "get_check_invariants", "num_threads", "set_num_threads",
     "INDEX_DTYPES", "VALUE_DTYPES", "__version__",
 ]

@@ -607,25 +607,14 @@ SparseTensor.imag = property(_delegate("sparsetensor.ops.pointwise", "imag"), do
 
 
 def _binary(name: str, reflected: bool = False):
-    """``a OP b``: sparsetensor.ops.binary.<name>, with scalars scaling the values directly."""
+    """``a OP b`` -> :func:`sparsetensor.ops.binary.<name>` (operands swapped when reflected)."""
     def op(self, other):
-        import importlib
+        from .ops import binary
 
-        try:
-            binary = importlib.import_module("sparsetensor.ops.binary")
-        except ImportError:
-            binary = None
-        if binary is None:
-            from .ops.pointwise import _scale
-
-            if np.isscalar(other) and name in ("mul", "div") and not reflected:
-                return _scale(self, other, divide=name == "div")
-            if np.isscalar(other) and name == "mul":
-                return _scale(self, other)
-            return NotImplemented
         fn = getattr(binary, name)
         return fn(other, self) if reflected else fn(self, other)
 
+    op.__name__ = op.__qualname__ = f"__{'r' if reflected else ''}{name}__"
     return op
 
 
@@ -691,4 +680,6 @@ SparseTensor.__matmul__ = _matmul
 SparseTensor.__rmatmul__ = _rmatmul
 for _name in ("mm", "mv", "bmm", "smm", "hspmm"):
     setattr(SparseTensor, _name, _delegate("sparsetensor.ops.blas", _name))
+for _name in ("add", "sub", "mul", "div", "maximum", "minimum"):
+    setattr(SparseTensor, _name, _delegate("sparsetensor.ops.binary", _name))
 del _name

@@ -10,7 +10,8 @@ import pytest
 MODULES = ["sparsetensor._errors", "sparsetensor._config", "sparsetensor._factory", "sparsetensor._tensor",
            "sparsetensor._dense", "sparsetensor.interop.scipy",
            "sparsetensor._coalesce", "sparsetensor._convert", "sparsetensor.ops.shape",
-           "sparsetensor.ops.pointwise", "sparsetensor.ops.reduce", "sparsetensor.ops.blas"]
+           "sparsetensor.ops.pointwise", "sparsetensor.ops.reduce", "sparsetensor.ops.blas",
+           "sparsetensor.ops.binary", "sparsetensor.ops.spgemm"]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -1,0 +1,153 @@
+"""Sparse-sparse products and elementwise operations: ours vs SciPy and PyTorch, in one process.
+
+- SpGEMM ``A @ A``: 100,000 x 100,000, about 8 nnz per row, CSR float32, int32 indices
+  (SciPy ``A @ A``, torch ``torch.sparse.mm``; SciPy leaves the output rows unsorted, ours
+  and torch's are sorted);
+- CSR + CSR and CSR * CSR: 200,000 x 200,000, about 10 nnz per row each, float32
+  (SciPy ``X + Y`` and ``X.multiply(Y)``, torch ``X + Y`` and ``X * Y``);
+- informational: COO + COO (coalesced, the same matrices; SciPy converts to CSR) and
+  SDDMM on a 20,000 x 20,000 pattern with 10 nnz per row and K = 64 (torch
+  ``torch.sparse.sampled_addmm``; SciPy has none).
+
+Ratios are the peer's time over ours (above 1: ours is faster); "best peer" is the
+faster of the two. Torch runs on ``torch.set_num_threads(2)`` (or ``threads``), SciPy on
+one thread.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+import sparsetensor as st
+from sparsetensor.cli import _random_csr_arrays
+from sparsetensor.ops.binary import add, mul
+from sparsetensor.ops.spgemm import sampled_addmm, spgemm
+
+from ._common import median_time, print_table, write_json
+
+
+def _csr(n, per_row, seed):
+    crow, col, val = _random_csr_arrays(n, per_row, seed=seed, index_dtype=np.int32)
+    return crow, col, val, st.CompressedTensor(crow, col, val, (n, n), st.sparse_csr, canonical=True)
+
+
+def run(repeat=7, threads=None, spgemm_n=100_000, spgemm_per_row=8, ew_n=200_000, ew_per_row=10,
+        sddmm_n=20_000, sddmm_k=64):
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    try:
+        import scipy.sparse as sp
+    except ImportError:
+        sp = None
+    nthreads = st.num_threads(threads)
+    torch_threads = 2 if threads is None else nthreads
+    if torch is not None:
+        torch.set_num_threads(torch_threads)
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"{nthreads} threads for ours, {torch_threads} for torch; SciPy is single-threaded; load average "
+          f"{load:.2f}")
+    records = []
+
+    def record(case, ours, scipy_fn=None, torch_fn=None):
+        rec = {"case": case, "ours_s": median_time(ours, repeat)}
+        if sp is not None and scipy_fn is not None:
+            rec["scipy_s"] = median_time(scipy_fn, repeat)
+        if torch is not None and torch_fn is not None:
+            rec["torch_s"] = median_time(torch_fn, repeat)
+        records.append(rec)
+        print(f"  {case}: done")
+
+    def torch_csr(crow, col, val, n):
+        return torch.sparse_csr_tensor(torch.from_numpy(crow.astype(np.int64)), torch.from_numpy(col.astype(np.int64)),
+                                       torch.from_numpy(val), (n, n), check_invariants=False)
+
+    # -- SpGEMM -------------------------------------------------------------------------------------
+    n = spgemm_n
+    crow, col, val, A = _csr(n, spgemm_per_row, 1)
+    ours = spgemm(A, A, threads=threads)
+    sA = tA = None
+    if sp is not None:
+        sA = sp.csr_array((val, col, crow), shape=(n, n))
+        ref = sA @ sA
+        ref.sort_indices()
+        assert ref.nnz == ours.nnz and (ref.indices == ours.col_indices()).all()
+        assert np.allclose(ref.data, ours.values(), rtol=1e-4, atol=1e-5)
+    if torch is not None:
+        tA = torch_csr(crow, col, val, n)
+    record(f"spgemm A @ A ({n // 1000}k, {A.nnz / n:.0f}/row -> {ours.nnz / n:.0f}/row)",
+           lambda: spgemm(A, A, threads=threads), (lambda: sA @ sA) if sp is not None else None,
+           (lambda: torch.sparse.mm(tA, tA)) if torch is not None else None)
+    del ours, sA, tA, A
+
+    # -- elementwise ---------------------------------------------------------------------------------
+    n = ew_n
+    xc, xp, xv, X = _csr(n, ew_per_row, 2)
+    yc, yp, yv, Y = _csr(n, ew_per_row, 3)
+    sX = sY = tX = tY = None
+    if sp is not None:
+        sX = sp.csr_array((xv, xp, xc), shape=(n, n))
+        sY = sp.csr_array((yv, yp, yc), shape=(n, n))
+        r, ref = add(X, Y), sX + sY
+        ref.sort_indices()
+        assert ref.nnz == r.nnz and (ref.indices == r.col_indices()).all() and np.allclose(ref.data, r.values())
+        r, ref = mul(X, Y), sX.multiply(sY).tocsr()
+        ref.sort_indices()
+        assert (ref.indices == r.col_indices()).all() and np.allclose(ref.data, r.values())  # no explicit zeros here
+        del r, ref
+    if torch is not None:
+        tX, tY = torch_csr(xc, xp, xv, n), torch_csr(yc, yp, yv, n)
+    record(f"csr + csr ({n // 1000}k, {X.nnz / n:.0f}/row)", lambda: add(X, Y, threads=threads),
+           (lambda: sX + sY) if sp is not None else None, (lambda: tX + tY) if torch is not None else None)
+    record(f"csr * csr ({n // 1000}k, {X.nnz / n:.0f}/row)", lambda: mul(X, Y, threads=threads),
+           (lambda: sX.multiply(sY)) if sp is not None else None, (lambda: tX * tY) if torch is not None else None)
+
+    cX, cY = X.to_sparse_coo(), Y.to_sparse_coo()
+    sXo = sYo = tXo = tYo = None
+    if sp is not None:
+        sXo, sYo = sX.tocoo(), sY.tocoo()
+    if torch is not None:
+        tXo = torch.sparse_coo_tensor(torch.from_numpy(cX.indices().astype(np.int64)), torch.from_numpy(cX.values()),
+                                      (n, n), is_coalesced=True)
+        tYo = torch.sparse_coo_tensor(torch.from_numpy(cY.indices().astype(np.int64)), torch.from_numpy(cY.values()),
+                                      (n, n), is_coalesced=True)
+    record(f"coo + coo ({n // 1000}k, coalesced)", lambda: add(cX, cY, threads=threads),
+           (lambda: sXo + sYo) if sp is not None else None, (lambda: tXo + tYo) if torch is not None else None)
+    del X, Y, sX, sY, tX, tY, cX, cY, sXo, sYo, tXo, tYo
+
+    # -- SDDMM ----------------------------------------------------------------------------------------
+    n, k = sddmm_n, sddmm_k
+    crow, col, val, P = _csr(n, 10, 4)
+    rng = np.random.default_rng(5)
+    m1 = rng.standard_normal((n, k)).astype(np.float32)
+    m2 = rng.standard_normal((k, n)).astype(np.float32)
+    tP = tm1 = tm2 = None
+    if torch is not None:
+        tP, tm1, tm2 = torch_csr(crow, col, val, n), torch.from_numpy(m1), torch.from_numpy(m2)
+    record(f"sampled_addmm ({n // 1000}k, 10/row, K={k})", lambda: sampled_addmm(P, m1, m2, threads=threads),
+           None, (lambda: torch.sparse.sampled_addmm(tP, tm1, tm2)) if torch is not None else None)
+
+    table = []
+    for rec in records:
+        ours = rec["ours_s"]
+        peers = [rec[k] for k in ("scipy_s", "torch_s") if rec.get(k) is not None]
+        rec["best_peer_over_ours"] = min(peers) / ours if peers else None
+
+        def ratio(key):
+            peer = rec.get(key)
+            return "n/a" if peer is None else peer / ours
+
+        table.append([rec["case"], 1e3 * ours, ratio("scipy_s"), ratio("torch_s"),
+                      "n/a" if rec["best_peer_over_ours"] is None else rec["best_peer_over_ours"]])
+    print_table(["case", "ours ms", "scipy/ours", "torch/ours", "best peer/ours"], table)
+    path = write_json("elementwise", {"threads": nthreads, "torch_threads": torch_threads, "load_average": load,
+                                      "results": records})
+    print(f"wrote {path}")
+    return records
+
+
+if __name__ == "__main__":  # pragma: no cover
+    run()

@@ -1,0 +1,67 @@
+"""Elementwise binary kernels (Cython, OpenMP): merges of two sparse patterns, the gather of
+a dense operand at a sparse pattern, and COO key (de)linearisation. Inputs are trusted to
+have the shapes and dtypes documented here and to satisfy invariants 5.1-5.5 (the wrappers
+in sparsetensor.ops.binary scan unchecked input and coalesce first); the kernels check shapes.
+
+Merges use the canonical form: compressed (B, n + 1), plain (B, nnz) of one index dtype,
+values (B, nnz, E) of one arithmetic dtype (bool as uint8 with ``logical=True``, float16
+widened to float32 by the caller)."""
+import numpy as np
+
+# merge_fill's operations: x + alpha * y, x * y, numpy.maximum, numpy.minimum
+ADD: int
+MUL: int
+MAX: int
+MIN: int
+
+def merge_count(
+    a_compressed: np.ndarray,  # (B, n + 1) index
+    a_plain: np.ndarray,       # (B, nnz_a), sorted and distinct within each row
+    b_compressed: np.ndarray,  # (B, n + 1)
+    b_plain: np.ndarray,       # (B, nnz_b)
+    union: bool,               # True: union of the patterns; False: intersection
+    counts: np.ndarray,        # (B, n) int64, filled
+    nthreads: int,
+) -> None: ...
+
+def merge_fill(
+    a_compressed: np.ndarray, a_plain: np.ndarray,
+    a_values: np.ndarray,        # (B, nnz_a, E)
+    b_compressed: np.ndarray, b_plain: np.ndarray,
+    b_values: np.ndarray,        # (B, nnz_b, E), dtype of a_values
+    out_compressed: np.ndarray,  # (B, n + 1): 0 then the prefix sums of merge_count's counts
+    out_plain: np.ndarray,       # (B, nnz_out), filled (sorted within each row)
+    out_values: np.ndarray,      # (B, nnz_out, E), filled
+    op: int,                     # ADD, MUL, MAX or MIN; a side missing an index counts as 0 there
+    union: bool,
+    alpha: complex,              # ADD: x + alpha * y
+    logical: bool,               # uint8 values are bools (ADD/MAX: or, MUL/MIN: and)
+    nthreads: int,
+) -> None: ...
+
+def gather_compressed(
+    compressed: np.ndarray,   # (B, n + 1) index
+    plain: np.ndarray,        # (B, nnz)
+    dense: np.ndarray,        # (B, R, C, D), any strides: uint8/16/32/64 raw view or complex128
+    Rb: int, Cb: int,         # blocksize ((1, 1) for csr/csc)
+    compressed_rows: bool,    # csr/bsr: n == R // Rb; csc/bsc: n == C // Cb
+    out: np.ndarray,          # (B, nnz, Rb * Cb * D), dtype of dense, filled
+    nthreads: int,
+) -> None: ...
+
+# (invariant "C4" | "C5", sparse dim, position, offending value)
+CooError = tuple[str, int, int, int]
+
+def coo_ravel(
+    indices: np.ndarray,  # (S, N) index
+    shape: np.ndarray,    # (S,) int64, product fits int64
+    keys: np.ndarray,     # (N,) int64, filled: row-major linear indices
+    nthreads: int,
+) -> CooError | None: ...
+
+def coo_unravel(
+    keys: np.ndarray,     # (N,) int64, in range
+    shape: np.ndarray,    # (S,) int64
+    out: np.ndarray,      # (S, N) index, filled
+    nthreads: int,
+) -> None: ...

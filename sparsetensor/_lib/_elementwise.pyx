@@ -1,0 +1,582 @@
+# Elementwise binary kernels: per-row merges of two sparse patterns (union for add, sub,
+# maximum and minimum; intersection for mul), the gather of a dense operand at a sparse
+# pattern (sparse * dense), and the key (de)linearisation that lets COO tensors use the
+# same merges.
+#
+# The merges see the canonical form compressed (B, n + 1), plain (B, nnz), values
+# (B, nnz, E), E = the values of one entry (block x dense), for two operands with one
+# index dtype and one value dtype. Plain indices are sorted and distinct within a row
+# (invariant 5.6: the wrapper coalesces first), so a two-pointer merge gives sorted,
+# distinct output rows. Two passes: merge_count counts every output row, the wrapper
+# allocates the output once after a prefix sum, and merge_fill writes it. Both passes
+# walk the same rows the same way, so even unsorted input cannot make the fill overrun
+# a row; indices must satisfy 5.1-5.5 (the wrapper scans unchecked input).
+cimport cython
+from cython.parallel cimport prange
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
+
+import numpy as np
+
+from ._types cimport index_t, value_t
+
+cdef extern from *:
+    """
+    #include <stdint.h>
+    #include <string.h>
+    /* v if t else 0, without a branch (t is 0 or 1): the merge loops stay branch free. */
+    static inline float st_sel_f32(int t, float v) { uint32_t u; memcpy(&u, &v, 4); u &= -(uint32_t)t; memcpy(&v, &u, 4); return v; }
+    static inline double st_sel_f64(int t, double v) { uint64_t u; memcpy(&u, &v, 8); u &= -(uint64_t)t; memcpy(&v, &u, 8); return v; }
+    static inline int64_t st_sel_i64(int t, int64_t v) { return v & -(int64_t)t; }
+    """
+    float st_sel_f32(int t, float v) nogil
+    double st_sel_f64(int t, double v) nogil
+    int64_t st_sel_i64(int t, int64_t v) nogil
+
+# The operations of merge_fill (keep in sync with sparsetensor.ops.binary).
+cdef enum:
+    OP_ADD = 0   # x + alpha * y      (bool: x | (alpha & y))
+    OP_MUL = 1   # x * y              (bool: x & y)
+    OP_MAX = 2   # numpy.maximum      (bool: x | y)
+    OP_MIN = 3   # numpy.minimum      (bool: x & y)
+
+ADD, MUL, MAX, MIN = OP_ADD, OP_MUL, OP_MAX, OP_MIN
+
+# Rows per scheduling chunk of the row-parallel passes.
+cdef Py_ssize_t ROW_CHUNK = 512
+
+# Element types the gather moves: raw bytes of 1, 2, 4 or 8 bytes, and complex128.
+ctypedef fused move_t:
+    uint8_t
+    uint16_t
+    uint32_t
+    uint64_t
+    double complex
+
+
+cdef inline value_t _apply(int op, value_t x, value_t y, value_t alpha, bint logical) noexcept nogil:
+    if value_t is uint8_t:
+        if logical:
+            if op == OP_ADD:
+                return x | (alpha & y)
+            if op == OP_MUL or op == OP_MIN:
+                return x & y
+            return x | y
+    if op == OP_ADD:
+        return x + alpha * y
+    if op == OP_MUL:
+        return x * y
+    if value_t is cython.floatcomplex or value_t is cython.doublecomplex:
+        return x  # maximum/minimum of complex values are refused by the wrapper
+    else:
+        if op == OP_MAX:
+            return x if (x >= y or x != x) else y  # NaN wins, as in numpy.maximum
+        return x if (x <= y or x != x) else y
+
+
+cdef inline value_t _sel(bint t, value_t v) noexcept nogil:
+    """v if t else 0, branch free for real types."""
+    cdef value_t zero = 0
+    if value_t is float:
+        return st_sel_f32(t, v)
+    elif value_t is double:
+        return st_sel_f64(t, v)
+    elif value_t is cython.floatcomplex or value_t is cython.doublecomplex:
+        return v if t else zero
+    else:
+        return <value_t>st_sel_i64(t, <int64_t>v)
+
+
+# -- counting ----------------------------------------------------------------------------------
+cdef inline int64_t _count_union(const index_t* ap, Py_ssize_t a0, Py_ssize_t a1,
+                                 const index_t* bp, Py_ssize_t b0, Py_ssize_t b1) noexcept nogil:
+    cdef Py_ssize_t ia = a0, ib = b0
+    cdef int64_t cnt = 0
+    cdef index_t x, y
+    while ia < a1 and ib < b1:
+        x = ap[ia]
+        y = bp[ib]
+        ia += x <= y
+        ib += y <= x
+        cnt += 1
+    return cnt + (a1 - ia) + (b1 - ib)
+
+
+cdef inline int64_t _count_intersection(const index_t* ap, Py_ssize_t a0, Py_ssize_t a1,
+                                        const index_t* bp, Py_ssize_t b0, Py_ssize_t b1) noexcept nogil:
+    cdef Py_ssize_t ia = a0, ib = b0
+    cdef int64_t cnt = 0
+    cdef index_t x, y
+    while ia < a1 and ib < b1:
+        x = ap[ia]
+        y = bp[ib]
+        ia += x <= y
+        ib += y <= x
+        cnt += x == y
+    return cnt
+
+
+cdef inline void _count2(bint union, const index_t* ap, Py_ssize_t a0, Py_ssize_t a1,
+                               const index_t* bp, Py_ssize_t b0, Py_ssize_t b1,
+                               const index_t* cp, Py_ssize_t c0, Py_ssize_t c1,
+                               const index_t* dp, Py_ssize_t d0, Py_ssize_t d1,
+                               int64_t* out) noexcept nogil:
+    """Two counts at once (rows a, b and c, d): the two dependency chains overlap."""
+    cdef Py_ssize_t ia = a0, ib = b0, ic = c0, id_ = d0
+    cdef int64_t n1 = 0, n2 = 0
+    cdef index_t x, y, u, v
+    while ia < a1 and ib < b1 and ic < c1 and id_ < d1:
+        x = ap[ia]
+        y = bp[ib]
+        u = cp[ic]
+        v = dp[id_]
+        ia += x <= y
+        ib += y <= x
+        ic += u <= v
+        id_ += v <= u
+        n1 += union or x == y
+        n2 += union or u == v
+    if union:
+        out[0] = n1 + _count_union(ap, ia, a1, bp, ib, b1)
+        out[1] = n2 + _count_union(cp, ic, c1, dp, id_, d1)
+    else:
+        out[0] = n1 + _count_intersection(ap, ia, a1, bp, ib, b1)
+        out[1] = n2 + _count_intersection(cp, ic, c1, dp, id_, d1)
+
+
+cdef void _count_chunk(Py_ssize_t r0, Py_ssize_t r1, Py_ssize_t n, bint union,
+                       const index_t* ac, const index_t* ap, Py_ssize_t sa,
+                       const index_t* bc, const index_t* bp, Py_ssize_t sb, int64_t* counts) noexcept nogil:
+    cdef Py_ssize_t r, b, i, b2, i2
+    r = r0
+    while r + 1 < r1:
+        b = r // n
+        i = r - b * n
+        b2 = (r + 1) // n
+        i2 = r + 1 - b2 * n
+        _count2(union, ap + b * sa, ac[b * (n + 1) + i], ac[b * (n + 1) + i + 1],
+                bp + b * sb, bc[b * (n + 1) + i], bc[b * (n + 1) + i + 1],
+                ap + b2 * sa, ac[b2 * (n + 1) + i2], ac[b2 * (n + 1) + i2 + 1],
+                bp + b2 * sb, bc[b2 * (n + 1) + i2], bc[b2 * (n + 1) + i2 + 1], counts + r)
+        r += 2
+    while r < r1:
+        b = r // n
+        i = r - b * n
+        if union:
+            counts[r] = _count_union(ap + b * sa, ac[b * (n + 1) + i], ac[b * (n + 1) + i + 1],
+                                     bp + b * sb, bc[b * (n + 1) + i], bc[b * (n + 1) + i + 1])
+        else:
+            counts[r] = _count_intersection(ap + b * sa, ac[b * (n + 1) + i], ac[b * (n + 1) + i + 1],
+                                            bp + b * sb, bc[b * (n + 1) + i], bc[b * (n + 1) + i + 1])
+        r += 1
+
+
+def merge_count(const index_t[:, ::1] a_compressed, const index_t[:, ::1] a_plain,
+                const index_t[:, ::1] b_compressed, const index_t[:, ::1] b_plain,
+                bint union, int64_t[:, ::1] counts, int nthreads):
+    """counts[b, i] = the size of the union (or intersection) of row i's plain indices in a and b."""
+    cdef Py_ssize_t B = a_compressed.shape[0], n = a_compressed.shape[1] - 1
+    cdef Py_ssize_t R = B * n, ch, r0, r1
+    cdef Py_ssize_t nchunks = (R + ROW_CHUNK - 1) // ROW_CHUNK
+    cdef int T = max(1, min(nthreads, nchunks))
+    cdef Py_ssize_t sa = a_plain.shape[1], sb = b_plain.shape[1]
+    cdef const index_t* ap = NULL
+    cdef const index_t* bp = NULL
+    _check_pair(a_compressed, a_plain, b_compressed, b_plain)
+    if counts.shape[0] != B or counts.shape[1] != n:
+        raise ValueError(f"counts must have shape ({B}, {n}), got ({counts.shape[0]}, {counts.shape[1]})")
+    if R == 0:
+        return
+    if sa:
+        ap = &a_plain[0, 0]
+    if sb:
+        bp = &b_plain[0, 0]
+    with nogil:
+        for ch in prange(nchunks, num_threads=T, schedule="dynamic", chunksize=1):
+            r0 = ch * ROW_CHUNK
+            r1 = min(R, r0 + ROW_CHUNK)
+            _count_chunk(r0, r1, n, union, &a_compressed[0, 0], ap, sa, &b_compressed[0, 0], bp, sb, &counts[0, 0])
+
+
+cdef _check_pair(const index_t[:, ::1] a_compressed, const index_t[:, ::1] a_plain,
+                 const index_t[:, ::1] b_compressed, const index_t[:, ::1] b_plain):
+    cdef Py_ssize_t B = a_compressed.shape[0], n = a_compressed.shape[1]
+    if (a_plain.shape[0] != B or b_compressed.shape[0] != B or b_plain.shape[0] != B
+            or b_compressed.shape[1] != n or n < 1):
+        raise ValueError(f"a and b must have compressed indices of one shape (B, n + 1) and plain indices "
+                         f"(B, nnz): got ({a_compressed.shape[0]}, {a_compressed.shape[1]}), ({a_plain.shape[0]}, {a_plain.shape[1]}), "
+                         f"({b_compressed.shape[0]}, {b_compressed.shape[1]}), ({b_plain.shape[0]}, {b_plain.shape[1]})")
+
+
+# -- filling ------------------------------------------------------------------------------------
+cdef inline Py_ssize_t _fill_union(int op, const index_t* ap, const value_t* av, Py_ssize_t a0, Py_ssize_t a1,
+                                   const index_t* bp, const value_t* bv, Py_ssize_t b0, Py_ssize_t b1,
+                                   Py_ssize_t E, value_t alpha, bint logical,
+                                   index_t* op_, value_t* ov) noexcept nogil:
+    """Merge one row; an index missing from one side takes the value 0 there. Returns the count.
+    The scalar loop is branch free: each step selects pointers (to the value or to a zero)."""
+    cdef Py_ssize_t ia = a0, ib = b0, o = 0, e
+    cdef index_t x, y
+    cdef bint ta, tb
+    cdef value_t zero = 0
+    if E == 1:
+        while ia < a1 and ib < b1:
+            x = ap[ia]
+            y = bp[ib]
+            ta = x <= y
+            tb = y <= x
+            op_[o] = x if ta else y
+            ov[o] = _apply(op, _sel(ta, av[ia]), _sel(tb, bv[ib]), alpha, logical)
+            ia += ta
+            ib += tb
+            o += 1
+        while ia < a1:
+            op_[o] = ap[ia]
+            ov[o] = _apply(op, av[ia], zero, alpha, logical)
+            ia += 1
+            o += 1
+        while ib < b1:
+            op_[o] = bp[ib]
+            ov[o] = _apply(op, zero, bv[ib], alpha, logical)
+            ib += 1
+            o += 1
+        return o
+    while ia < a1 or ib < b1:
+        ta = ib >= b1 or (ia < a1 and ap[ia] <= bp[ib])
+        tb = ia >= a1 or (ib < b1 and bp[ib] <= ap[ia])
+        op_[o] = ap[ia] if ta else bp[ib]
+        for e in range(E):
+            ov[o * E + e] = _apply(op, av[ia * E + e] if ta else zero, bv[ib * E + e] if tb else zero, alpha,
+                                   logical)
+        ia += ta
+        ib += tb
+        o += 1
+    return o
+
+
+cdef inline void _fill_union2(int op, const index_t* ap, const value_t* av, Py_ssize_t a0, Py_ssize_t a1,
+                              const index_t* bp, const value_t* bv, Py_ssize_t b0, Py_ssize_t b1,
+                              index_t* op1, value_t* ov1,
+                              const index_t* cp, const value_t* cv, Py_ssize_t c0, Py_ssize_t c1,
+                              const index_t* dp, const value_t* dv, Py_ssize_t d0, Py_ssize_t d1,
+                              index_t* op2, value_t* ov2, value_t alpha, bint logical) noexcept nogil:
+    """Two scalar union merges at once (rows a|b into op1/ov1 and c|d into op2/ov2), so that their
+    dependency chains overlap; each finishes alone."""
+    cdef Py_ssize_t ia = a0, ib = b0, ic = c0, id_ = d0, o1 = 0, o2 = 0
+    cdef index_t x, y, u, v
+    cdef bint ta, tb, tc, td
+    cdef value_t zero = 0
+    while ia < a1 and ib < b1 and ic < c1 and id_ < d1:
+        x = ap[ia]
+        y = bp[ib]
+        u = cp[ic]
+        v = dp[id_]
+        ta = x <= y
+        tb = y <= x
+        tc = u <= v
+        td = v <= u
+        op1[o1] = x if ta else y
+        op2[o2] = u if tc else v
+        ov1[o1] = _apply(op, _sel(ta, av[ia]), _sel(tb, bv[ib]), alpha, logical)
+        ov2[o2] = _apply(op, _sel(tc, cv[ic]), _sel(td, dv[id_]), alpha, logical)
+        ia += ta
+        ib += tb
+        ic += tc
+        id_ += td
+        o1 += 1
+        o2 += 1
+    _fill_union(op, ap, av, ia, a1, bp, bv, ib, b1, 1, alpha, logical, op1 + o1, ov1 + o1)
+    _fill_union(op, cp, cv, ic, c1, dp, dv, id_, d1, 1, alpha, logical, op2 + o2, ov2 + o2)
+
+
+cdef inline Py_ssize_t _fill_intersection(int op, const index_t* ap, const value_t* av, Py_ssize_t a0,
+                                          Py_ssize_t a1, const index_t* bp, const value_t* bv, Py_ssize_t b0,
+                                          Py_ssize_t b1, Py_ssize_t E, value_t alpha, bint logical,
+                                          index_t* op_, value_t* ov) noexcept nogil:
+    cdef Py_ssize_t ia = a0, ib = b0, o = 0, e
+    cdef index_t x, y
+    while ia < a1 and ib < b1:
+        x = ap[ia]
+        y = bp[ib]
+        if x == y:
+            op_[o] = x
+            for e in range(E):
+                ov[o * E + e] = _apply(op, av[ia * E + e], bv[ib * E + e], alpha, logical)
+            o += 1
+        ia += x <= y
+        ib += y <= x
+    return o
+
+
+cdef void _fill_chunk(Py_ssize_t r0, Py_ssize_t r1, Py_ssize_t n, int op, bint union,
+                      const index_t* ac, const index_t* ap, const value_t* av, Py_ssize_t sa,
+                      const index_t* bc, const index_t* bp, const value_t* bv, Py_ssize_t sb,
+                      const index_t* oc, index_t* op_, value_t* ov, Py_ssize_t so,
+                      Py_ssize_t E, value_t alpha, bint logical) noexcept nogil:
+    """Rows r0 <= r < r1 (flat: batch r // n, row r % n); sa, sb, so are the nnz of a batch."""
+    cdef Py_ssize_t r, b, i, o, b2, i2, o2
+    r = r0
+    if union and E == 1:
+        while r + 1 < r1:
+            b = r // n
+            i = r - b * n
+            b2 = (r + 1) // n
+            i2 = r + 1 - b2 * n
+            o = oc[b * (n + 1) + i]
+            o2 = oc[b2 * (n + 1) + i2]
+            if op == OP_ADD:
+                _fill_union2(OP_ADD, ap + b * sa, av + b * sa, ac[b * (n + 1) + i], ac[b * (n + 1) + i + 1],
+                             bp + b * sb, bv + b * sb, bc[b * (n + 1) + i], bc[b * (n + 1) + i + 1],
+                             op_ + b * so + o, ov + b * so + o,
+                             ap + b2 * sa, av + b2 * sa, ac[b2 * (n + 1) + i2], ac[b2 * (n + 1) + i2 + 1],
+                             bp + b2 * sb, bv + b2 * sb, bc[b2 * (n + 1) + i2], bc[b2 * (n + 1) + i2 + 1],
+                             op_ + b2 * so + o2, ov + b2 * so + o2, alpha, logical)
+            elif op == OP_MAX:
+                _fill_union2(OP_MAX, ap + b * sa, av + b * sa, ac[b * (n + 1) + i], ac[b * (n + 1) + i + 1],
+                             bp + b * sb, bv + b * sb, bc[b * (n + 1) + i], bc[b * (n + 1) + i + 1],
+                             op_ + b * so + o, ov + b * so + o,
+                             ap + b2 * sa, av + b2 * sa, ac[b2 * (n + 1) + i2], ac[b2 * (n + 1) + i2 + 1],
+                             bp + b2 * sb, bv + b2 * sb, bc[b2 * (n + 1) + i2], bc[b2 * (n + 1) + i2 + 1],
+                             op_ + b2 * so + o2, ov + b2 * so + o2, alpha, logical)
+            elif op == OP_MIN:
+                _fill_union2(OP_MIN, ap + b * sa, av + b * sa, ac[b * (n + 1) + i], ac[b * (n + 1) + i + 1],
+                             bp + b * sb, bv + b * sb, bc[b * (n + 1) + i], bc[b * (n + 1) + i + 1],
+                             op_ + b * so + o, ov + b * so + o,
+                             ap + b2 * sa, av + b2 * sa, ac[b2 * (n + 1) + i2], ac[b2 * (n + 1) + i2 + 1],
+                             bp + b2 * sb, bv + b2 * sb, bc[b2 * (n + 1) + i2], bc[b2 * (n + 1) + i2 + 1],
+                             op_ + b2 * so + o2, ov + b2 * so + o2, alpha, logical)
+            else:
+                break
+            r += 2
+    while r < r1:
+        b = r // n
+        i = r - b * n
+        r += 1
+        o = oc[b * (n + 1) + i]
+        if oc[b * (n + 1) + i + 1] == o:
+            continue
+        # one call per constant op, so that the compiler specialises each inlined merge loop
+        if union:
+            if op == OP_ADD:
+                _fill_union(OP_ADD, ap + b * sa, av + b * sa * E, ac[b * (n + 1) + i], ac[b * (n + 1) + i + 1],
+                            bp + b * sb, bv + b * sb * E, bc[b * (n + 1) + i], bc[b * (n + 1) + i + 1], E, alpha,
+                            logical, op_ + b * so + o, ov + (b * so + o) * E)
+            elif op == OP_MAX:
+                _fill_union(OP_MAX, ap + b * sa, av + b * sa * E, ac[b * (n + 1) + i], ac[b * (n + 1) + i + 1],
+                            bp + b * sb, bv + b * sb * E, bc[b * (n + 1) + i], bc[b * (n + 1) + i + 1], E, alpha,
+                            logical, op_ + b * so + o, ov + (b * so + o) * E)
+            elif op == OP_MIN:
+                _fill_union(OP_MIN, ap + b * sa, av + b * sa * E, ac[b * (n + 1) + i], ac[b * (n + 1) + i + 1],
+                            bp + b * sb, bv + b * sb * E, bc[b * (n + 1) + i], bc[b * (n + 1) + i + 1], E, alpha,
+                            logical, op_ + b * so + o, ov + (b * so + o) * E)
+            else:
+                _fill_union(OP_MUL, ap + b * sa, av + b * sa * E, ac[b * (n + 1) + i], ac[b * (n + 1) + i + 1],
+                            bp + b * sb, bv + b * sb * E, bc[b * (n + 1) + i], bc[b * (n + 1) + i + 1], E, alpha,
+                            logical, op_ + b * so + o, ov + (b * so + o) * E)
+        else:
+            _fill_intersection(op, ap + b * sa, av + b * sa * E, ac[b * (n + 1) + i], ac[b * (n + 1) + i + 1],
+                               bp + b * sb, bv + b * sb * E, bc[b * (n + 1) + i], bc[b * (n + 1) + i + 1], E, alpha,
+                               logical, op_ + b * so + o, ov + (b * so + o) * E)
+
+
+def merge_fill(const index_t[:, ::1] a_compressed, const index_t[:, ::1] a_plain,
+               const value_t[:, :, ::1] a_values,
+               const index_t[:, ::1] b_compressed, const index_t[:, ::1] b_plain,
+               const value_t[:, :, ::1] b_values,
+               const index_t[:, ::1] out_compressed, index_t[:, ::1] out_plain, value_t[:, :, ::1] out_values,
+               int op, bint union, value_t alpha, bint logical, int nthreads):
+    """Write the union (or intersection) of a and b, combining values with ``op`` (ADD: x + alpha*y,
+    MUL, MAX, MIN; an index missing on one side counts as the value 0 there). out_compressed holds
+    the prefix sums of merge_count's counts. ``logical``: uint8 values are bools (ADD and MAX are or,
+    MUL and MIN are and)."""
+    cdef Py_ssize_t B = a_compressed.shape[0], n = a_compressed.shape[1] - 1
+    cdef Py_ssize_t R = B * n, E = out_values.shape[2], ch, r0, r1
+    cdef Py_ssize_t nchunks = (R + ROW_CHUNK - 1) // ROW_CHUNK
+    cdef int T = max(1, min(nthreads, nchunks))
+    cdef Py_ssize_t sa = a_plain.shape[1], sb = b_plain.shape[1], so = out_plain.shape[1]
+    cdef value_t zero = 0
+    cdef const value_t* av = &zero
+    cdef const value_t* bv = &zero
+    cdef const index_t* ap = NULL
+    cdef const index_t* bp = NULL
+    _check_pair(a_compressed, a_plain, b_compressed, b_plain)
+    if op < OP_ADD or op > OP_MIN:
+        raise ValueError(f"unknown op {op}")
+    if (a_values.shape[0] != B or b_values.shape[0] != B or out_values.shape[0] != B
+            or a_values.shape[1] != sa or b_values.shape[1] != sb
+            or a_values.shape[2] != E or b_values.shape[2] != E):
+        raise ValueError(f"values (B, nnz, E) do not match: a ({a_values.shape[0]}, {a_values.shape[1]}, "
+                         f"{a_values.shape[2]}), b ({b_values.shape[0]}, {b_values.shape[1]}, {b_values.shape[2]}), "
+                         f"out ({out_values.shape[0]}, {out_values.shape[1]}, {out_values.shape[2]})")
+    if (out_compressed.shape[0] != B or out_compressed.shape[1] != n + 1 or out_plain.shape[0] != B
+            or out_values.shape[1] != so):
+        raise ValueError("merge_fill: the output does not match the operands")
+    if R == 0 or so == 0:
+        return
+    if E == 0:  # entries without values still need their indices
+        return _fill_indices_only(a_compressed, a_plain, b_compressed, b_plain, out_compressed, out_plain, union)
+    if sa:
+        ap = &a_plain[0, 0]
+        av = &a_values[0, 0, 0]
+    if sb:
+        bp = &b_plain[0, 0]
+        bv = &b_values[0, 0, 0]
+    with nogil:
+        for ch in prange(nchunks, num_threads=T, schedule="dynamic", chunksize=1):
+            r0 = ch * ROW_CHUNK
+            r1 = min(R, r0 + ROW_CHUNK)
+            _fill_chunk(r0, r1, n, op, union, &a_compressed[0, 0], ap, av, sa, &b_compressed[0, 0], bp, bv, sb,
+                        &out_compressed[0, 0], &out_plain[0, 0], &out_values[0, 0, 0], so, E, alpha, logical)
+
+
+def _fill_indices_only(const index_t[:, ::1] a_compressed, const index_t[:, ::1] a_plain,
+                       const index_t[:, ::1] b_compressed, const index_t[:, ::1] b_plain,
+                       const index_t[:, ::1] out_compressed, index_t[:, ::1] out_plain, bint union):
+    """merge_fill for entries of zero values (a zero-size dense dim): indices only."""
+    cdef Py_ssize_t B = a_compressed.shape[0], n = a_compressed.shape[1] - 1, b, i, ia, ib, ia1, ib1, o
+    cdef index_t x, y
+    for b in range(B):
+        for i in range(n):
+            ia, ia1 = a_compressed[b, i], a_compressed[b, i + 1]
+            ib, ib1 = b_compressed[b, i], b_compressed[b, i + 1]
+            o = out_compressed[b, i]
+            while ia < ia1 or ib < ib1:
+                if ib >= ib1 or (ia < ia1 and a_plain[b, ia] < b_plain[b, ib]):
+                    if union:
+                        out_plain[b, o] = a_plain[b, ia]
+                        o += 1
+                    ia += 1
+                elif ia >= ia1 or b_plain[b, ib] < a_plain[b, ia]:
+                    if union:
+                        out_plain[b, o] = b_plain[b, ib]
+                        o += 1
+                    ib += 1
+                else:
+                    out_plain[b, o] = a_plain[b, ia]
+                    o += 1
+                    ia += 1
+                    ib += 1
+
+
+# -- gather: a dense operand sampled at a compressed pattern --------------------------------------
+def gather_compressed(const index_t[:, ::1] compressed, const index_t[:, ::1] plain,
+                      const move_t[:, :, :, :] dense, Py_ssize_t Rb, Py_ssize_t Cb, bint compressed_rows,
+                      move_t[:, :, ::1] out, int nthreads):
+    """out[b, k, (i * Cb + j) * D + d] = dense[b, r * Rb + i, c * Cb + j, d] for every entry k of batch b,
+    (r, c) its block row and column. ``dense`` is (B, R, C, D) with any strides (broadcast views
+    welcome); ``out`` is (B, nnz, Rb * Cb * D)."""
+    cdef Py_ssize_t B = compressed.shape[0], n = compressed.shape[1] - 1, nnz = plain.shape[1]
+    cdef Py_ssize_t D = dense.shape[3], R = B * n, r, b, s, k, q, br, bc, i, j, d, E = Rb * Cb * D
+    cdef int T = max(1, min(nthreads, R // ROW_CHUNK + 1))
+    if plain.shape[0] != B or dense.shape[0] != B or out.shape[0] != B or out.shape[1] != nnz or out.shape[2] != E:
+        raise ValueError(f"gather_compressed: shapes do not match: compressed ({compressed.shape[0]}, {compressed.shape[1]}), "
+                         f"plain ({plain.shape[0]}, {plain.shape[1]}), dense ({dense.shape[0]}, {dense.shape[1]}, {dense.shape[2]}, {dense.shape[3]}), out ({out.shape[0]}, {out.shape[1]}, {out.shape[2]})")
+    if compressed_rows:
+        if dense.shape[1] != n * Rb or dense.shape[2] % Cb:
+            raise ValueError("gather_compressed: dense rows do not match the compressed index")
+    elif dense.shape[2] != n * Cb or dense.shape[1] % Rb:
+        raise ValueError("gather_compressed: dense columns do not match the compressed index")
+    if R == 0 or nnz == 0 or E == 0:
+        return
+    with nogil:
+        for r in prange(R, num_threads=T, schedule="dynamic", chunksize=ROW_CHUNK):
+            b = r // n
+            s = r - b * n
+            for k in range(compressed[b, s], compressed[b, s + 1]):
+                q = plain[b, k]
+                if compressed_rows:
+                    br = s
+                    bc = q
+                else:
+                    br = q
+                    bc = s
+                if E == 1:
+                    out[b, k, 0] = dense[b, br, bc, 0]
+                else:
+                    for i in range(Rb):
+                        for j in range(Cb):
+                            for d in range(D):
+                                out[b, k, (i * Cb + j) * D + d] = dense[b, br * Rb + i, bc * Cb + j, d]
+
+
+# -- COO keys --------------------------------------------------------------------------------------
+def coo_ravel(const index_t[:, ::1] indices, const int64_t[::1] shape, int64_t[::1] keys, int nthreads):
+    """keys[k] = the row-major linear index of column k of ``indices`` in ``shape`` (whose product must
+    fit int64). Returns None, or the first out-of-bounds index as ("C4" | "C5", dim, position, value)."""
+    cdef Py_ssize_t S = indices.shape[0], N = indices.shape[1], k, d, t, lo, hi
+    cdef int T = max(1, min(nthreads, N // 65536 + 1))
+    cdef int64_t key, v
+    cdef int64_t[::1] bad = np.full(T, -1, dtype=np.int64)
+    if shape.shape[0] != S or keys.shape[0] != N:
+        raise ValueError(f"coo_ravel: indices ({indices.shape[0]}, {indices.shape[1]}), shape ({shape.shape[0]},) and keys "
+                         f"({keys.shape[0]},) do not match")
+    if N == 0:
+        return None
+    with nogil:
+        for t in prange(T, num_threads=T, schedule="static", chunksize=1):
+            lo = N * t // T
+            hi = N * (t + 1) // T
+            for k in range(lo, hi):
+                key = 0
+                for d in range(S):
+                    v = indices[d, k]
+                    if v < 0 or v >= shape[d]:
+                        bad[t] = k
+                        break
+                    key = key * shape[d] + v
+                if bad[t] >= 0:
+                    break
+                keys[k] = key
+    for t in range(T):
+        if bad[t] >= 0:
+            k = bad[t]
+            for d in range(S):
+                v = indices[d, k]
+                if v < 0:
+                    return ("C4", d, k, int(v))
+                if v >= shape[d]:
+                    return ("C5", d, k, int(v))
+    return None
+
+
+def coo_unravel(const int64_t[::1] keys, const int64_t[::1] shape, index_t[:, ::1] out, int nthreads):
+    """out[:, k] = the multi-index of the row-major linear index keys[k] in ``shape`` (keys trusted to be
+    in range). Below 2**52 the divisions are done with a double reciprocal and an exact correction."""
+    cdef Py_ssize_t S = out.shape[0], N = keys.shape[0], k, d
+    cdef int T = max(1, min(nthreads, N // 65536 + 1))
+    cdef int64_t key, q, rem, dim
+    cdef double[::1] inv = np.zeros(max(S, 1), dtype=np.float64)
+    cdef int64_t span = 1
+    cdef bint fast = True
+    if shape.shape[0] != S or out.shape[1] != N:
+        raise ValueError(f"coo_unravel: keys ({N},), shape ({shape.shape[0]},) and out ({out.shape[0]}, "
+                         f"{out.shape[1]}) do not match")
+    if N == 0 or S == 0:
+        return
+    for d in range(S):
+        if shape[d] <= 0:
+            raise ValueError("coo_unravel: sizes must be positive when there are keys")
+        inv[d] = 1.0 / <double>shape[d]
+        if span > (1 << 52) // shape[d]:
+            fast = False
+        else:
+            span *= shape[d]
+    with nogil:
+        for k in prange(N, num_threads=T, schedule="static"):
+            key = keys[k]
+            for d in range(S - 1, 0, -1):
+                dim = shape[d]
+                if fast:
+                    q = <int64_t>(<double>key * inv[d])
+                    rem = key - q * dim
+                    if rem < 0:
+                        q = q - 1
+                        rem = rem + dim
+                    elif rem >= dim:
+                        q = q + 1
+                        rem = rem - dim
+                else:
+                    q = key // dim
+                    rem = key - q * dim
+                out[d, k] = <index_t>rem
+                key = q
+            out[0, k] = <index_t>key

@@ -1,0 +1,572 @@
+# Sparse @ sparse (SpGEMM) and sampled dense @ dense (SDDMM) kernels.
+#
+# SpGEMM is row-parallel and runs in two passes over the canonical form
+# compressed (B, n + 1), plain (B, nnz), values (B, nnz, Rb * Kb) of both operands
+# (rows compressed: csr/bsr; the Python wrapper turns every other layout into it):
+#
+# - symbolic: the distinct (block) columns of every output row, counted with a
+#   per-thread marker array over the output columns (a row stamp per column);
+# - numeric: the products of a row accumulate in a per-thread dense accumulator
+#   (SPA) of ncols entries; the marker array says which columns are new, and those
+#   are collected, sorted (a counting sort on the high bits of the row's column range,
+#   then an insertion pass; quicksort for crowded buckets) and written with their
+#   sums, so output rows are canonical (invariant 5.6).
+#
+# The wrapper allocates the output once, after a prefix sum of the symbolic counts.
+# Explicit zeros from cancellation stay entries (a structural product). Inputs are
+# trusted to satisfy 5.1-5.5 (the wrapper scans unchecked input first), so that no
+# kernel reads out of bounds; a row never writes more than its symbolic count.
+from cython.parallel cimport parallel, prange
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint64_t
+from libc.stdlib cimport calloc, free, malloc
+from libc.string cimport memset
+
+import numpy as np
+
+from ._types cimport index_t, value_t
+
+cdef extern from *:
+    """
+    #include <stdint.h>
+    #include <string.h>
+    #include <stddef.h>
+    static inline int st_bitlen64(uint64_t x) { return x ? 64 - __builtin_clzll(x) : 0; }
+    static inline void st_prefetch(const void* p) { __builtin_prefetch(p, 0, 3); }
+
+    /* Dot products with four independent vector accumulators (SSE2 baseline). */
+    typedef float st_v4f __attribute__((vector_size(16)));
+    typedef double st_v2d __attribute__((vector_size(16)));
+    static inline float st_dot_f32(const float* x, const float* y, ptrdiff_t n) {
+        st_v4f s0 = {0, 0, 0, 0}, s1 = s0, s2 = s0, s3 = s0, a, b;
+        ptrdiff_t k = 0;
+        float s;
+        for (; k + 16 <= n; k += 16) {
+            memcpy(&a, x + k, 16); memcpy(&b, y + k, 16); s0 += a * b;
+            memcpy(&a, x + k + 4, 16); memcpy(&b, y + k + 4, 16); s1 += a * b;
+            memcpy(&a, x + k + 8, 16); memcpy(&b, y + k + 8, 16); s2 += a * b;
+            memcpy(&a, x + k + 12, 16); memcpy(&b, y + k + 12, 16); s3 += a * b;
+        }
+        for (; k + 4 <= n; k += 4) { memcpy(&a, x + k, 16); memcpy(&b, y + k, 16); s0 += a * b; }
+        s0 = (s0 + s1) + (s2 + s3);
+        s = (s0[0] + s0[1]) + (s0[2] + s0[3]);
+        for (; k < n; k++) s += x[k] * y[k];
+        return s;
+    }
+    static inline double st_dot_f64(const double* x, const double* y, ptrdiff_t n) {
+        st_v2d s0 = {0, 0}, s1 = s0, s2 = s0, s3 = s0, a, b;
+        ptrdiff_t k = 0;
+        double s;
+        for (; k + 8 <= n; k += 8) {
+            memcpy(&a, x + k, 16); memcpy(&b, y + k, 16); s0 += a * b;
+            memcpy(&a, x + k + 2, 16); memcpy(&b, y + k + 2, 16); s1 += a * b;
+            memcpy(&a, x + k + 4, 16); memcpy(&b, y + k + 4, 16); s2 += a * b;
+            memcpy(&a, x + k + 6, 16); memcpy(&b, y + k + 6, 16); s3 += a * b;
+        }
+        for (; k + 2 <= n; k += 2) { memcpy(&a, x + k, 16); memcpy(&b, y + k, 16); s0 += a * b; }
+        s0 = (s0 + s1) + (s2 + s3);
+        s = s0[0] + s0[1];
+        for (; k < n; k++) s += x[k] * y[k];
+        return s;
+    }
+    """
+    int st_bitlen64(uint64_t x) nogil
+    void st_prefetch(const void* p) nogil
+    float st_dot_f32(const float* x, const float* y, Py_ssize_t n) nogil
+    double st_dot_f64(const double* x, const double* y, Py_ssize_t n) nogil
+
+# Rows per scheduling chunk of the row-parallel passes (dynamic schedule).
+cdef Py_ssize_t ROW_CHUNK = 256
+# Buckets of the row sort holding more keys than this are quicksorted before the insertion pass.
+cdef Py_ssize_t CROWDED = 24
+cdef uint64_t LOW32 = 0xffffffffu
+
+
+# -- the marker array --------------------------------------------------------------------------
+cdef struct Marks:
+    int32_t* mark    # the stamp of the last row that hit each column
+    Py_ssize_t n
+    int32_t stamp
+
+
+cdef Marks* _marks_new(Py_ssize_t n) noexcept nogil:
+    """A marker array of n columns (heap-allocated: one per thread), or NULL when out of memory."""
+    cdef Marks* m = <Marks*>malloc(sizeof(Marks))
+    if m == NULL:
+        return NULL
+    m.n = n
+    m.stamp = 0
+    m.mark = <int32_t*>malloc((n + 1) * sizeof(int32_t))
+    if m.mark == NULL:
+        free(m)
+        return NULL
+    memset(m.mark, 0xff, (n + 1) * sizeof(int32_t))  # -1: no row yet
+    return m
+
+
+cdef void _marks_free(Marks* m) noexcept nogil:
+    if m != NULL:
+        free(m.mark)
+        free(m)
+
+
+cdef inline int32_t _next_stamp(Marks* m) noexcept nogil:
+    if m.stamp == 2147483647:  # wrap: forget every row
+        memset(m.mark, 0xff, (m.n + 1) * sizeof(int32_t))
+        m.stamp = 0
+    m.stamp += 1
+    return m.stamp
+
+
+# -- SpGEMM --------------------------------------------------------------------------------------
+cdef inline void _prefetch_ahead(const index_t* a_c, const index_t* a_p, const index_t* b_c, const index_t* b_p,
+                                 const char* b_v, Py_ssize_t b_entry_bytes, Py_ssize_t i, Py_ssize_t n) noexcept nogil:
+    """Software pipelining of the B rows a row uses: the row pointers of row i + 2's B rows, and the
+    plain indices (and values, unless b_v is NULL) of row i + 1's."""
+    cdef Py_ssize_t ka, k
+    if i + 2 < n:
+        for ka in range(a_c[i + 2], a_c[i + 3]):
+            st_prefetch(&b_c[a_p[ka]])
+    if i + 1 < n:
+        for ka in range(a_c[i + 1], a_c[i + 2]):
+            k = b_c[a_p[ka]]
+            st_prefetch(&b_p[k])
+            if b_v != NULL:
+                st_prefetch(b_v + k * b_entry_bytes)
+
+
+cdef void _symbolic_chunk(Py_ssize_t r0, Py_ssize_t r1, Py_ssize_t n,
+                          const index_t* ac, Py_ssize_t sac, const index_t* ap, Py_ssize_t sap,
+                          const index_t* bc, Py_ssize_t sbc, const index_t* bp, Py_ssize_t sbp,
+                          int64_t* counts, Marks* m) noexcept nogil:
+    """counts[r] for the flat rows r0 <= r < r1 (row r = batch r // n, row r % n); s* are batch strides."""
+    cdef Py_ssize_t r, b, i, ka, kb, kb1, j
+    cdef int32_t stamp
+    cdef int64_t cnt
+    cdef int32_t* mark = m.mark
+    cdef const index_t* a_c
+    cdef const index_t* a_p
+    cdef const index_t* b_c
+    cdef const index_t* b_p
+    for r in range(r0, r1):
+        b = r // n
+        i = r - b * n
+        a_c = ac + b * sac
+        a_p = ap + b * sap
+        b_c = bc + b * sbc
+        b_p = bp + b * sbp
+        stamp = _next_stamp(m)
+        cnt = 0
+        _prefetch_ahead(a_c, a_p, b_c, b_p, NULL, 0, i, n)
+        for ka in range(a_c[i], a_c[i + 1]):
+            kb1 = b_c[a_p[ka] + 1]
+            for kb in range(b_c[a_p[ka]], kb1):
+                j = b_p[kb]
+                if mark[j] != stamp:
+                    mark[j] = stamp
+                    cnt += 1
+        counts[r] = cnt
+
+
+def spgemm_symbolic(const index_t[:, ::1] a_compressed, const index_t[:, ::1] a_plain,
+                    const index_t[:, ::1] b_compressed, const index_t[:, ::1] b_plain,
+                    Py_ssize_t ncols, int64_t[:, ::1] counts, int nthreads):
+    """counts[b, i] = the number of distinct (block) columns of row i of A[b] @ B[b]."""
+    cdef Py_ssize_t B = a_compressed.shape[0], n = a_compressed.shape[1] - 1
+    cdef Py_ssize_t R = B * n, ch, r0, r1
+    cdef Py_ssize_t nchunks = (R + ROW_CHUNK - 1) // ROW_CHUNK
+    cdef int T = max(1, min(nthreads, nchunks))
+    cdef Marks* m
+    cdef int[::1] failed = np.zeros(1, dtype=np.intc)
+    if b_compressed.shape[0] != B or a_plain.shape[0] != B or b_plain.shape[0] != B:
+        raise ValueError("a and b must have the same number of batches")
+    if counts.shape[0] != B or counts.shape[1] != n:
+        raise ValueError(f"counts must have shape ({B}, {n}), got ({counts.shape[0]}, {counts.shape[1]})")
+    if R == 0:
+        return
+    if a_plain.shape[1] == 0 or b_plain.shape[1] == 0:
+        counts[:, :] = 0
+        return
+    with nogil, parallel(num_threads=T):
+        m = _marks_new(ncols)
+        if m == NULL:
+            failed[0] = 1
+        for ch in prange(nchunks, schedule="dynamic", chunksize=1):
+            if m != NULL:
+                r0 = ch * ROW_CHUNK
+                r1 = min(R, r0 + ROW_CHUNK)
+                _symbolic_chunk(r0, r1, n, &a_compressed[0, 0], a_compressed.shape[1], &a_plain[0, 0],
+                                a_plain.shape[1], &b_compressed[0, 0], b_compressed.shape[1], &b_plain[0, 0],
+                                b_plain.shape[1], &counts[0, 0], m)
+        _marks_free(m)
+    if failed[0]:
+        raise MemoryError(f"spgemm: out of memory for the per-thread marker arrays ({ncols} columns)")
+
+
+# The numeric pass keeps, per thread, one slot per output column: a row stamp and the position
+# of the column among the row's distinct columns (two int32). A row's entries accumulate in a
+# compact array in order of discovery; its columns are collected as 64-bit words
+# (column - lo) << 32 | position, which sort by column, and the sorted words say where each
+# column's sum is.
+cdef struct Scratch:
+    int32_t* slots        # 2 * n: (stamp, position) per column
+    Py_ssize_t n
+    int32_t stamp
+    uint64_t* words       # maxc + 1
+    uint64_t* sorted      # maxc + 1
+    void* sums            # (maxc + 1) * E values
+    int32_t* hist         # 4 * maxc + 4
+
+
+cdef Scratch* _scratch_new(Py_ssize_t n, Py_ssize_t E, Py_ssize_t itemsize, Py_ssize_t maxc) noexcept nogil:
+    cdef Scratch* s = <Scratch*>calloc(1, sizeof(Scratch))
+    if s == NULL:
+        return NULL
+    s.n = n
+    s.slots = <int32_t*>malloc((2 * n + 2) * sizeof(int32_t))
+    s.words = <uint64_t*>malloc((maxc + 1) * sizeof(uint64_t))
+    s.sorted = <uint64_t*>malloc((maxc + 1) * sizeof(uint64_t))
+    s.sums = malloc((maxc + 1) * E * itemsize + 1)
+    s.hist = <int32_t*>malloc((4 * maxc + 4) * sizeof(int32_t))
+    if s.slots == NULL or s.words == NULL or s.sorted == NULL or s.sums == NULL or s.hist == NULL:
+        _scratch_free(s)
+        return NULL
+    memset(s.slots, 0xff, (2 * n + 2) * sizeof(int32_t))  # stamp -1: no row yet
+    return s
+
+
+cdef void _scratch_free(Scratch* s) noexcept nogil:
+    if s != NULL:
+        free(s.slots)
+        free(s.words)
+        free(s.sorted)
+        free(s.sums)
+        free(s.hist)
+        free(s)
+
+
+cdef inline int32_t _scratch_stamp(Scratch* s) noexcept nogil:
+    if s.stamp == 2147483647:  # wrap: forget every row
+        memset(s.slots, 0xff, (2 * s.n + 2) * sizeof(int32_t))
+        s.stamp = 0
+    s.stamp += 1
+    return s.stamp
+
+
+cdef void _sort_words(uint64_t* a, Py_ssize_t n) noexcept nogil:
+    """Quicksort (insertion sort below 17 items) of distinct words."""
+    cdef Py_ssize_t i, j
+    cdef uint64_t p, t, x
+    while n > 16:
+        p = a[n // 2]
+        if (a[0] < p) != (a[0] < a[n - 1]):
+            p = a[0]
+        elif (a[n - 1] < p) != (a[n - 1] < a[0]):
+            p = a[n - 1]
+        i = 0
+        j = n - 1
+        while True:
+            while a[i] < p:
+                i += 1
+            while a[j] > p:
+                j -= 1
+            if i >= j:
+                break
+            t = a[i]
+            a[i] = a[j]
+            a[j] = t
+            i += 1
+            j -= 1
+        if j + 1 < n - j - 1:
+            _sort_words(a, j + 1)
+            a += j + 1
+            n -= j + 1
+        else:
+            _sort_words(a + j + 1, n - j - 1)
+            n = j + 1
+    for i in range(1, n):
+        x = a[i]
+        j = i - 1
+        while j >= 0 and a[j] > x:
+            a[j + 1] = a[j]
+            j -= 1
+        a[j + 1] = x
+
+
+cdef inline Py_ssize_t _bucket(Py_ssize_t offset, int sh, Py_ssize_t nb) noexcept nogil:
+    """The bucket of a column at ``offset`` from the row's lowest; clamped, so that rows whose B rows
+    are not sorted (which the wrappers never pass) cannot index out of bounds."""
+    cdef uint64_t b = (<uint64_t>offset) >> sh
+    return <Py_ssize_t>b if b < <uint64_t>nb else nb - 1
+
+
+cdef void _bucket_sort(const uint64_t* words, Py_ssize_t c, int sh, Py_ssize_t nb, int32_t* hist,
+                       uint64_t* out) noexcept nogil:
+    """Sort c distinct words into out, given hist[b + 1] = the number of words in bucket b
+    ((word >> 32) >> sh): a counting-sort scatter, quicksort for crowded buckets, an insertion pass."""
+    cdef Py_ssize_t q, b, d, start, end
+    cdef bint crowded = False
+    cdef uint64_t x
+    for b in range(nb):
+        if hist[b + 1] > CROWDED:
+            crowded = True
+        hist[b + 1] += hist[b]
+    for q in range(c):
+        b = _bucket(<Py_ssize_t>(words[q] >> 32), sh, nb)
+        d = hist[b]
+        hist[b] = d + 1
+        out[d] = words[q]
+    if crowded:  # hist[b] is now the end of bucket b
+        start = 0
+        for b in range(nb):
+            end = hist[b]
+            if end - start > CROWDED:
+                _sort_words(out + start, end - start)
+            start = end
+    for q in range(1, c):
+        x = out[q]
+        d = q - 1
+        while d >= 0 and out[d] > x:
+            out[d + 1] = out[d]
+            d -= 1
+        out[d + 1] = x
+
+
+cdef void _numeric_row(const index_t* ac, const index_t* ap, const value_t* av,
+                       const index_t* bc, const index_t* bp, const value_t* bv,
+                       Py_ssize_t i, Py_ssize_t Rb, Py_ssize_t Kb, Py_ssize_t Cb, bint logical,
+                       Scratch* s, Py_ssize_t count, index_t* out_p, value_t* out_v) noexcept nogil:
+    """Row i of A @ B into out_p/out_v (``count`` entries, from the symbolic pass; never more are
+    written). Values are blocks: A (Rb x Kb), B (Kb x Cb), output (Rb x Cb); 1 x 1 for csr."""
+    cdef Py_ssize_t ka, kb, kb0, kb1, j, q, r, t, u, e, EA = Rb * Kb, EB = Kb * Cb, EO = Rb * Cb
+    cdef Py_ssize_t nb, lo = -1, hi = -1
+    cdef int32_t c = 0, cnt = <int32_t>count
+    cdef int sh
+    cdef int32_t stamp = _scratch_stamp(s)
+    cdef int32_t* slots = s.slots
+    cdef int32_t* slot
+    cdef int32_t* hist = s.hist
+    cdef uint64_t* words = s.words
+    cdef value_t* sums = <value_t*>s.sums
+    cdef const value_t* xa
+    cdef const value_t* xb
+    cdef value_t* acc
+    cdef value_t x, p, zero = 0
+    # the row's column range, from the first and last columns of the B rows it combines
+    for ka in range(ac[i], ac[i + 1]):
+        kb0 = bc[ap[ka]]
+        kb1 = bc[ap[ka] + 1]
+        if kb0 < kb1:
+            if lo < 0 or bp[kb0] < lo:
+                lo = bp[kb0]
+            if bp[kb1 - 1] > hi:
+                hi = bp[kb1 - 1]
+    if hi < 0:
+        return
+    sh = st_bitlen64(<uint64_t>(hi - lo)) - st_bitlen64(<uint64_t>count) - 1
+    if sh < 0:
+        sh = 0
+    nb = ((hi - lo) >> sh) + 1
+    memset(hist, 0, (nb + 1) * sizeof(int32_t))
+    if EO == 1 and Kb == 1:
+        for ka in range(ac[i], ac[i + 1]):
+            x = av[ka]
+            kb1 = bc[ap[ka] + 1]
+            for kb in range(bc[ap[ka]], kb1):
+                j = bp[kb]
+                slot = slots + 2 * j
+                if value_t is uint8_t:
+                    if logical:
+                        p = x & bv[kb]
+                    else:
+                        p = x * bv[kb]
+                else:
+                    p = x * bv[kb]
+                if slot[0] != stamp:
+                    slot[0] = stamp
+                    slot[1] = c
+                    sums[c] = p
+                    if c < cnt:
+                        words[c] = ((<uint64_t>(j - lo)) << 32) | <uint64_t>c
+                        hist[_bucket(j - lo, sh, nb) + 1] += 1
+                        c += 1
+                elif value_t is uint8_t:
+                    if logical:
+                        sums[slot[1]] = sums[slot[1]] | p
+                    else:
+                        sums[slot[1]] = sums[slot[1]] + p
+                else:
+                    sums[slot[1]] = sums[slot[1]] + p
+    else:
+        for ka in range(ac[i], ac[i + 1]):
+            xa = av + ka * EA
+            kb1 = bc[ap[ka] + 1]
+            for kb in range(bc[ap[ka]], kb1):
+                j = bp[kb]
+                slot = slots + 2 * j
+                if slot[0] != stamp:
+                    slot[0] = stamp
+                    slot[1] = c
+                    acc = sums + c * EO
+                    for e in range(EO):
+                        acc[e] = zero
+                    if c < cnt:
+                        words[c] = ((<uint64_t>(j - lo)) << 32) | <uint64_t>c
+                        hist[_bucket(j - lo, sh, nb) + 1] += 1
+                        c += 1
+                acc = sums + slot[1] * EO
+                xb = bv + kb * EB
+                for r in range(Rb):
+                    for u in range(Kb):
+                        x = xa[r * Kb + u]
+                        for t in range(Cb):
+                            if value_t is uint8_t:
+                                if logical:
+                                    acc[r * Cb + t] = acc[r * Cb + t] | (x & xb[u * Cb + t])
+                                    continue
+                            acc[r * Cb + t] = acc[r * Cb + t] + x * xb[u * Cb + t]
+    if c == 0:
+        return
+    _bucket_sort(words, c, sh, nb, hist, s.sorted)
+    words = s.sorted
+    if EO == 1:
+        for q in range(c):
+            out_p[q] = <index_t>(lo + <Py_ssize_t>(words[q] >> 32))
+            out_v[q] = sums[<Py_ssize_t>(words[q] & LOW32)]
+    else:
+        for q in range(c):
+            out_p[q] = <index_t>(lo + <Py_ssize_t>(words[q] >> 32))
+            acc = sums + <Py_ssize_t>(words[q] & LOW32) * EO
+            for e in range(EO):
+                out_v[q * EO + e] = acc[e]
+
+
+cdef void _numeric_chunk(Py_ssize_t r0, Py_ssize_t r1, Py_ssize_t n,
+                         const index_t* ac, Py_ssize_t sac, const index_t* ap, Py_ssize_t sap, const value_t* av,
+                         const index_t* bc, Py_ssize_t sbc, const index_t* bp, Py_ssize_t sbp, const value_t* bv,
+                         const index_t* oc, Py_ssize_t soc, index_t* op, Py_ssize_t sop, value_t* ov,
+                         Py_ssize_t Rb, Py_ssize_t Kb, Py_ssize_t Cb, bint logical, Scratch* s) noexcept nogil:
+    """The flat rows r0 <= r < r1; s* are batch strides of the index arrays (in entries)."""
+    cdef Py_ssize_t r, b, i, o, cnt, EA = Rb * Kb, EB = Kb * Cb, EO = Rb * Cb
+    for r in range(r0, r1):
+        b = r // n
+        i = r - b * n
+        o = oc[b * soc + i]
+        cnt = oc[b * soc + i + 1] - o
+        _prefetch_ahead(ac + b * sac, ap + b * sap, bc + b * sbc, bp + b * sbp, <const char*>(bv + b * sbp * EB),
+                        EB * sizeof(value_t), i, n)
+        if cnt > 0:
+            _numeric_row(ac + b * sac, ap + b * sap, av + b * sap * EA, bc + b * sbc, bp + b * sbp,
+                         bv + b * sbp * EB, i, Rb, Kb, Cb, logical, s, cnt, op + b * sop + o,
+                         ov + (b * sop + o) * EO)
+
+
+def spgemm_numeric(const index_t[:, ::1] a_compressed, const index_t[:, ::1] a_plain,
+                   const value_t[:, :, ::1] a_values,
+                   const index_t[:, ::1] b_compressed, const index_t[:, ::1] b_plain,
+                   const value_t[:, :, ::1] b_values,
+                   Py_ssize_t ncols, Py_ssize_t Rb, Py_ssize_t Kb, Py_ssize_t Cb,
+                   const index_t[:, ::1] out_compressed, index_t[:, ::1] out_plain,
+                   value_t[:, :, ::1] out_values, bint logical, int nthreads):
+    """Fill out_plain/out_values of A @ B per batch, rows sorted; out_compressed holds the
+    prefix sums of spgemm_symbolic's counts. Values are (B, nnz, E) with E = Rb*Kb for A,
+    Kb*Cb for B and Rb*Cb for the output (1 for csr). ``logical``: uint8 values are bools
+    (products are and, sums are or)."""
+    cdef Py_ssize_t B = a_compressed.shape[0], n = a_compressed.shape[1] - 1
+    cdef Py_ssize_t R = B * n, b, i, EO = Rb * Cb, maxc = 0, cnt, ch, r0, r1
+    cdef Py_ssize_t nchunks = (R + ROW_CHUNK - 1) // ROW_CHUNK
+    cdef int T = max(1, min(nthreads, nchunks))
+    cdef Scratch* s
+    cdef int[::1] failed = np.zeros(1, dtype=np.intc)
+    cdef Py_ssize_t onnz = out_plain.shape[1]
+    if (a_values.shape[0] != B or b_values.shape[0] != B or out_values.shape[0] != B
+            or out_compressed.shape[0] != B or out_compressed.shape[1] != n + 1 or out_plain.shape[0] != B
+            or out_values.shape[1] != onnz or a_values.shape[1] != a_plain.shape[1]
+            or b_values.shape[1] != b_plain.shape[1]):
+        raise ValueError("spgemm_numeric: inconsistent batch, row or nnz counts")
+    if a_values.shape[2] != Rb * Kb or b_values.shape[2] != Kb * Cb or out_values.shape[2] != EO:
+        raise ValueError("spgemm_numeric: values do not match the block sizes")
+    if R == 0 or onnz == 0 or EO == 0:
+        return
+    for b in range(B):
+        if out_compressed[b, 0] != 0 or out_compressed[b, n] != onnz:
+            raise ValueError("spgemm_numeric: out_compressed must run from 0 to nnz in every batch")
+        for i in range(n):
+            cnt = out_compressed[b, i + 1] - out_compressed[b, i]
+            if cnt < 0:
+                raise ValueError("spgemm_numeric: out_compressed must be non-decreasing")
+            if cnt > maxc:
+                maxc = cnt
+    with nogil, parallel(num_threads=T):
+        s = _scratch_new(ncols, EO, sizeof(value_t), maxc)
+        if s == NULL:
+            failed[0] = 1
+        for ch in prange(nchunks, schedule="dynamic", chunksize=1):
+            if s != NULL:
+                r0 = ch * ROW_CHUNK
+                r1 = min(R, r0 + ROW_CHUNK)
+                _numeric_chunk(r0, r1, n, &a_compressed[0, 0], a_compressed.shape[1], &a_plain[0, 0],
+                               a_plain.shape[1], &a_values[0, 0, 0], &b_compressed[0, 0], b_compressed.shape[1],
+                               &b_plain[0, 0], b_plain.shape[1], &b_values[0, 0, 0], &out_compressed[0, 0],
+                               n + 1, &out_plain[0, 0], onnz, &out_values[0, 0, 0], Rb, Kb, Cb, logical, s)
+        _scratch_free(s)
+    if failed[0]:
+        raise MemoryError(f"spgemm: out of memory for the per-thread accumulators ({ncols} x {EO} values)")
+
+
+# -- SDDMM ---------------------------------------------------------------------------------------
+cdef inline value_t _dot(const value_t* x, const value_t* y, Py_ssize_t K) noexcept nogil:
+    cdef value_t s0 = 0, s1 = 0, s2 = 0, s3 = 0
+    cdef Py_ssize_t k = 0
+    if value_t is float:
+        return st_dot_f32(x, y, K)
+    elif value_t is double:
+        return st_dot_f64(x, y, K)
+    else:
+        while k + 4 <= K:
+            s0 = s0 + x[k] * y[k]
+            s1 = s1 + x[k + 1] * y[k + 1]
+            s2 = s2 + x[k + 2] * y[k + 2]
+            s3 = s3 + x[k + 3] * y[k + 3]
+            k += 4
+        while k < K:
+            s0 = s0 + x[k] * y[k]
+            k += 1
+        return (s0 + s1) + (s2 + s3)
+
+
+def sampled_addmm(const index_t[:, ::1] compressed, const index_t[:, ::1] plain,
+                  const value_t[:, ::1] values, const value_t[:, :, ::1] mat1,
+                  const value_t[:, :, ::1] mat2t, const int64_t[::1] batch1, const int64_t[::1] batch2,
+                  value_t beta, value_t alpha, value_t[:, ::1] out, int nthreads):
+    """out[b, k] = beta * values[b, k] + alpha * dot(mat1[batch1[b], i], mat2t[batch2[b], j]) for
+    every entry k = (i, j) of the csr pattern of batch b. mat1 is (B1, M, K), mat2t (B2, N, K)
+    (mat2 transposed, rows contiguous); values and out are (B, nnz)."""
+    cdef Py_ssize_t B = compressed.shape[0], n = compressed.shape[1] - 1, nnz = plain.shape[1]
+    cdef Py_ssize_t K = mat1.shape[2], N = mat2t.shape[1]
+    cdef Py_ssize_t R = B * n, r, b, i, k
+    cdef int T = max(1, min(nthreads, R // 64 + 1))
+    cdef const value_t* x
+    cdef const value_t* y
+    cdef value_t zero = 0
+    if (plain.shape[0] != B or values.shape[0] != B or out.shape[0] != B or values.shape[1] != nnz
+            or out.shape[1] != nnz or batch1.shape[0] != B or batch2.shape[0] != B):
+        raise ValueError("sampled_addmm: inconsistent batch or nnz counts")
+    if mat1.shape[1] != n or mat2t.shape[2] != K:
+        raise ValueError(f"sampled_addmm: mat1 ({mat1.shape[0]}, {mat1.shape[1]}, {mat1.shape[2]}) and mat2t ({mat2t.shape[0]}, "
+                         f"{mat2t.shape[1]}, {mat2t.shape[2]}) do not "
+                         f"match a pattern of {n} rows")
+    for b in range(B):
+        if not (0 <= batch1[b] < mat1.shape[0] and 0 <= batch2[b] < mat2t.shape[0]):
+            raise ValueError("sampled_addmm: batch map out of range")
+    if R == 0 or nnz == 0:
+        return
+    with nogil:
+        for r in prange(R, num_threads=T, schedule="dynamic", chunksize=16):
+            b = r // n
+            i = r - b * n
+            if compressed[b, i + 1] == compressed[b, i]:
+                continue
+            x = &mat1[batch1[b], i, 0] if K else NULL
+            for k in range(compressed[b, i], compressed[b, i + 1]):
+                y = &mat2t[batch2[b], plain[b, k], 0] if K else NULL
+                out[b, k] = beta * values[b, k] + alpha * (_dot(x, y, K) if K else zero)

@@ -1,0 +1,568 @@
+"""Elementwise binary operations: add, sub, mul, div, maximum, minimum (and neg).
+
+What each operand combination gives (PyTorch 2.13 semantics where PyTorch has them):
+
+============================  =========================================================
+sparse + sparse (add, sub)    sparse, the union of the patterns (explicit zeros from
+                              cancellation stay entries)
+sparse + dense, dense+sparse  dense NumPy array (operands of one shape)
+sparse + scalar               refused (it would specify every element), as in PyTorch
+sparse * sparse               sparse, the intersection of the patterns
+sparse * dense, dense*sparse  sparse, the pattern of the sparse operand (the dense operand
+                              is sampled there; it may broadcast to the sparse shape)
+sparse * scalar               sparse, the same pattern
+sparse / scalar or dense      sparse, the same pattern (unspecified elements stay 0, also
+                              where the divisor is 0; PyTorch's rule for a scalar divisor)
+anything / sparse             refused (it would make every unspecified element inf/NaN)
+maximum/minimum(sparse, sp.)  sparse, the union of the patterns; an unspecified element
+                              counts as 0 (PyTorch has no sparse maximum/minimum)
+maximum/minimum with dense    dense NumPy array (operands of one shape)
+============================  =========================================================
+
+Sparse operands must have one shape. When their layouts differ the second operand is
+converted to the first's layout (and blocksize); batch and dense (hybrid) dims must then
+agree, and dense dims combine elementwise within each entry's values. The result dtype is
+``numpy.result_type`` of the operands (NumPy 2's rules: Python scalars are weak, so an
+int32 tensor times 2.5 is float64 where PyTorch gives float32); float16 is computed in
+float32 and rounded once, bool ``add`` is logical or and ``mul`` logical and.
+
+Sparse-sparse results are canonical (compressed) or coalesced (coo), in the index dtype of
+the operands (int64 when they differ). Compressed operands are merged row by row in
+parallel (:mod:`sparsetensor._lib._elementwise`, two passes: count, prefix sum, fill); coo
+operands are coalesced, their index columns linearised to int64 keys, and merged the same
+way. Batched compressed results need the same nnz in every batch (ValueError otherwise).
+Results of value-only operations (a scalar or dense operand) share the index arrays of
+the sparse operand.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import numpy as np
+
+from .._config import num_threads
+from .._convert import _checked
+from .._dtypes import VALUE_DTYPES, check_fits
+from .._lib import _dense as _dense_kernels
+from .._lib import _elementwise as _kernels
+from .._tensor import COOTensor, CompressedTensor, SparseTensor
+from .._validate import check_coo_indices, raise_coo_error
+
+__all__ = ["add", "sub", "mul", "div", "maximum", "minimum", "neg"]
+
+_INT64_MAX = int(np.iinfo(np.int64).max)
+
+# COO merges split the key range into about this many pseudo-rows per thread.
+_COO_ROWS_PER_THREAD = 8
+_COO_ROW_MIN = 4096
+
+
+# -- operands -------------------------------------------------------------------------------------
+def _describe(x) -> str:
+    if isinstance(x, SparseTensor):
+        extra = f", blocksize={x.blocksize}" if x.layout.blocked else ""
+        return f"{x.layout.name} tensor of shape {tuple(x.shape)} ({x.dtype}{extra})"
+    if isinstance(x, np.ndarray) and x.ndim:
+        return f"dense array of shape {x.shape} ({x.dtype})"
+    return f"scalar {x!r}"
+
+
+def _operand(x, name: str):
+    """("sparse" | "dense" | "scalar", x as a tensor, an array or a scalar)."""
+    if isinstance(x, SparseTensor):
+        return "sparse", x
+    if isinstance(x, (numbers.Number, np.generic)):
+        if isinstance(x, np.generic) and x.dtype.kind not in "biufc":
+            raise TypeError(f"{name}: unsupported operand {x!r}")
+        return "scalar", x
+    arr = np.asarray(x)
+    if arr.dtype.kind not in "biufc":
+        raise TypeError(f"{name}: unsupported operand of type {type(x).__name__} (dtype {arr.dtype})")
+    if arr.ndim == 0:
+        return "scalar", arr[()]
+    return "dense", arr
+
+
+def _result_dtype(name: str, *xs) -> np.dtype:
+    dt = np.result_type(*(x.dtype if isinstance(x, SparseTensor) else x for x in xs))
+    if dt not in VALUE_DTYPES:
+        raise TypeError(f"{name}: the result dtype {dt} of {' and '.join(_describe(x) for x in xs)} is not a "
+                        f"supported value dtype ({', '.join(map(str, VALUE_DTYPES))})")
+    return dt
+
+
+def _checked_values(name: str, values: np.ndarray) -> np.ndarray:
+    if values.dtype not in VALUE_DTYPES:
+        raise TypeError(f"{name}: the result dtype {values.dtype} is not a supported value dtype")
+    return values
+
+
+def _kernel_dtype(dtype: np.dtype) -> tuple[np.dtype, bool]:
+    """The dtype the kernels compute in, and whether it holds bools (logical ops)."""
+    if dtype == np.bool_:
+        return np.dtype(np.uint8), True
+    if dtype == np.float16:
+        return np.dtype(np.float32), False
+    return dtype, False
+
+
+def _kernel_values(values: np.ndarray, shape: tuple, kdt: np.dtype) -> np.ndarray:
+    """``values`` as a C-contiguous array of ``shape`` in the kernels' dtype (bool viewed as uint8)."""
+    v = np.ascontiguousarray(values)
+    if v.dtype == np.bool_ and kdt == np.uint8:
+        return v.reshape(shape).view(np.uint8)
+    return v.astype(kdt, copy=False).reshape(shape)
+
+
+def _alpha(name: str, alpha, dtype: np.dtype):
+    """``alpha`` checked against the result dtype (PyTorch's rules), as a Python number."""
+    if isinstance(alpha, np.ndarray) and alpha.ndim == 0:
+        alpha = alpha[()]
+    if not isinstance(alpha, (numbers.Number, np.generic)) or isinstance(alpha, (str, bytes)):
+        raise TypeError(f"{name}: alpha must be a number, got {type(alpha).__name__}")
+    if isinstance(alpha, (complex, np.complexfloating)) and dtype.kind != "c":
+        raise TypeError(f"{name}: for non-complex input tensors, argument alpha must not be a complex number, "
+                        f"got {alpha!r}")
+    integral = isinstance(alpha, (numbers.Integral, np.integer, np.bool_))
+    if dtype.kind in "iu" and not integral:
+        raise TypeError(f"{name}: for integral input tensors, argument alpha must not be a floating point number, "
+                        f"got {alpha!r}")
+    if dtype == np.bool_:
+        if not integral or alpha not in (0, 1):
+            raise TypeError(f"{name}: for bool tensors alpha must be a bool, got {alpha!r}")
+        return bool(alpha)
+    return alpha.item() if isinstance(alpha, np.generic) else alpha
+
+
+def _kernel_scalar(value, kdt: np.dtype):
+    """A Python number the kernel of dtype ``kdt`` takes (integers wrap into its range)."""
+    if kdt.kind == "c":
+        return complex(value)
+    if kdt.kind == "f":
+        return float(value)
+    return int(np.array(int(value), dtype=np.int64).astype(kdt))
+
+
+def _same_shape(name: str, x, y) -> None:
+    if tuple(x.shape) != tuple(y.shape):
+        raise ValueError(f"{name}: expected operands of the same shape, got {_describe(x)} and {_describe(y)}")
+
+
+# -- public operations ------------------------------------------------------------------------------
+def add(a, b, *, alpha=1, threads: int | None = None):
+    """``a + alpha * b`` with at least one sparse operand.
+
+    sparse + sparse is sparse (the union of the patterns; explicit zeros from
+    cancellation stay entries); sparse + dense and dense + sparse are dense NumPy arrays
+    (the operands must have one shape: no broadcasting, as in PyTorch). A scalar operand
+    is refused, as in PyTorch: adding a nonzero scalar would specify every element
+    (use ``t.to_dense() + s``). bool is logical or. See the module docstring for layouts
+    and dtypes.
+
+    Parameters
+    ----------
+    a, b : SparseTensor, array_like or scalar
+    alpha : number
+        An integer for integer results, a bool for bool results, complex only for
+        complex results (PyTorch's rules).
+    threads : int, optional
+
+    Examples
+    --------
+    >>> import sparsetensor as st
+    >>> a = st.sparse_csr_tensor([0, 1, 2], [0, 1], [1.0, 2.0], size=(2, 2))
+    >>> b = st.sparse_csr_tensor([0, 1, 1], [1], [3.0], size=(2, 2))
+    >>> c = add(a, b, alpha=2)
+    >>> c.col_indices(), c.values()
+    (array([0, 1, 1]), array([1., 6., 2.]))
+    """
+    return _add("add", a, b, alpha, threads)
+
+
+def sub(a, b, *, alpha=1, threads: int | None = None):
+    """``a - alpha * b``: :func:`add` with ``-alpha`` (bool tensors are refused, as in PyTorch).
+
+    Examples
+    --------
+    >>> import numpy as np, sparsetensor as st
+    >>> a = st.sparse_coo_tensor([[0, 1]], [1.0, 2.0], size=(3,))
+    >>> sub(np.ones(3), a)
+    array([ 0., -1.,  1.])
+    """
+    return _add("sub", a, b, alpha, threads, negate=True)
+
+
+def _add(name: str, a, b, alpha, threads, negate: bool = False):
+    (ka, a), (kb, b) = _operand(a, name), _operand(b, name)
+    if "sparse" not in (ka, kb):
+        raise TypeError(f"{name} expects at least one sparse tensor, got {_describe(a)} and {_describe(b)}")
+    if "scalar" in (ka, kb):
+        raise NotImplementedError(f"{name}({_describe(a)}, {_describe(b)}): adding a scalar to a sparse tensor "
+                                  "would specify every element and is not supported (as in PyTorch); use "
+                                  "t.to_dense() with the scalar instead")
+    dtype = _result_dtype(name, a, b)
+    if negate and dtype == np.bool_:
+        raise TypeError("sub: subtraction, the `-` operator, with two bool tensors is not supported; use "
+                        "logical_xor instead")
+    alpha = _alpha(name, alpha, dtype)
+    if negate:
+        alpha = -alpha
+    if ka == kb == "sparse":
+        return _merge(name, a, b, dtype, _kernels.ADD, True, alpha, threads)
+    if ka == "sparse":
+        return _sparse_plus_dense(name, a, 1, b, alpha, dtype, threads)
+    return _sparse_plus_dense(name, b, alpha, a, 1, dtype, threads)
+
+
+def mul(a, b, *, threads: int | None = None):
+    """``a * b`` with at least one sparse operand; the result is sparse.
+
+    sparse * sparse has the intersection of the patterns; sparse * dense (either order)
+    has the pattern of the sparse operand, the dense operand sampled there (it may
+    broadcast to the sparse operand's shape, NumPy rules, as in PyTorch for coo);
+    sparse * scalar keeps the pattern. bool is logical and.
+
+    Examples
+    --------
+    >>> import numpy as np, sparsetensor as st
+    >>> a = st.sparse_csr_tensor([0, 2, 3], [0, 1, 1], [1.0, 2.0, 3.0], size=(2, 2))
+    >>> mul(a, np.array([10.0, 100.0])).values()
+    array([ 10., 200., 300.])
+    >>> mul(a, 2).values()
+    array([2., 4., 6.])
+    """
+    (ka, a), (kb, b) = _operand(a, "mul"), _operand(b, "mul")
+    if "sparse" not in (ka, kb):
+        raise TypeError(f"mul expects at least one sparse tensor, got {_describe(a)} and {_describe(b)}")
+    if ka == kb == "sparse":
+        dtype = _result_dtype("mul", a, b)
+        return _merge("mul", a, b, dtype, _kernels.MUL, False, 1, threads)
+    if ka == "sparse":
+        if kb == "scalar":
+            return _with_values("mul", a, np.multiply(a.values(), b))
+        return _sampled("mul", a, b, lambda v, g: np.multiply(v, g), threads)
+    if ka == "scalar":
+        return _with_values("mul", b, np.multiply(a, b.values()))
+    return _sampled("mul", b, a, lambda v, g: np.multiply(g, v), threads)
+
+
+def div(a, b, *, rounding_mode=None, threads: int | None = None):
+    """True division ``a / b`` of a sparse tensor by a scalar or a dense array; the result is sparse.
+
+    The pattern of ``a`` is kept: only specified elements are divided, so an
+    unspecified element stays 0 also where the divisor is 0 (dense semantics would give
+    NaN there). This is PyTorch's rule for sparse / scalar, extended to dense divisors
+    (sampled at the pattern, broadcasting to ``a``'s shape), which PyTorch refuses.
+    Division by a sparse tensor is refused (every unspecified element would become inf
+    or NaN). Integer tensors give floating results (NumPy: float64).
+
+    Parameters
+    ----------
+    a : SparseTensor
+    b : scalar or array_like
+    rounding_mode : None
+        Only true division is supported.
+
+    Examples
+    --------
+    >>> import sparsetensor as st
+    >>> a = st.sparse_coo_tensor([[0, 2]], [1.0, 4.0], size=(3,))
+    >>> div(a, 2).values()
+    array([0.5, 2. ])
+    """
+    if rounding_mode is not None:
+        raise NotImplementedError(f"div with rounding_mode={rounding_mode!r}: only true division "
+                                  "(rounding_mode=None) is supported")
+    (ka, a), (kb, b) = _operand(a, "div"), _operand(b, "div")
+    if kb == "sparse":
+        raise NotImplementedError(f"div({_describe(a)}, {_describe(b)}): division by a sparse tensor is not "
+                                  "supported (its unspecified elements are zeros); divide by a scalar or a dense "
+                                  "array")
+    if ka != "sparse":
+        raise TypeError(f"div expects a sparse dividend, got {_describe(a)}")
+    if kb == "scalar":
+        return _with_values("div", a, np.true_divide(a.values(), b))
+    return _sampled("div", a, b, lambda v, g: np.true_divide(v, g), threads)
+
+
+def maximum(a, b, *, threads: int | None = None):
+    """The elementwise maximum (NumPy's ``maximum``: NaN propagates) with at least one sparse operand.
+
+    Two sparse operands give a sparse result with the union of the patterns, an
+    unspecified element counting as 0 (so ``maximum(a, b).to_dense() ==
+    np.maximum(a.to_dense(), b.to_dense())``); PyTorch has no sparse maximum. With a
+    dense operand of the same shape the result is dense. Scalars are refused (as for
+    :func:`add`). Complex tensors are refused (no order).
+
+    Examples
+    --------
+    >>> import sparsetensor as st
+    >>> a = st.sparse_coo_tensor([[0, 1]], [-1.0, 2.0], size=(3,))
+    >>> b = st.sparse_coo_tensor([[1, 2]], [3.0, -4.0], size=(3,))
+    >>> maximum(a, b).to_dense()
+    array([0., 3., 0.])
+    """
+    return _extremum("maximum", a, b, _kernels.MAX, np.maximum, threads)
+
+
+def minimum(a, b, *, threads: int | None = None):
+    """The elementwise minimum; see :func:`maximum`.
+
+    Examples
+    --------
+    >>> import sparsetensor as st
+    >>> a = st.sparse_coo_tensor([[0, 1]], [-1.0, 2.0], size=(3,))
+    >>> b = st.sparse_coo_tensor([[1, 2]], [3.0, -4.0], size=(3,))
+    >>> minimum(a, b).to_dense()
+    array([-1.,  2., -4.])
+    """
+    return _extremum("minimum", a, b, _kernels.MIN, np.minimum, threads)
+
+
+def _extremum(name, a, b, op, ufunc, threads):
+    (ka, a), (kb, b) = _operand(a, name), _operand(b, name)
+    if "sparse" not in (ka, kb):
+        raise TypeError(f"{name} expects at least one sparse tensor, got {_describe(a)} and {_describe(b)}")
+    if "scalar" in (ka, kb):
+        raise NotImplementedError(f"{name}({_describe(a)}, {_describe(b)}) with a scalar is not supported; use "
+                                  "t.to_dense() with the scalar instead")
+    dtype = _result_dtype(name, a, b)
+    if dtype.kind == "c":
+        raise TypeError(f"{name} is not defined for complex tensors: {_describe(a)} and {_describe(b)}")
+    if ka == kb == "sparse":
+        return _merge(name, a, b, dtype, op, True, 1, threads)
+    _same_shape(name, a, b)
+    da = a.to_dense(threads=threads) if ka == "sparse" else a
+    db = b.to_dense(threads=threads) if kb == "sparse" else b
+    return ufunc(da, db, dtype=dtype)
+
+
+def neg(a):
+    """``-a``: the values negated, the pattern (and index arrays) shared; bool is refused, as in PyTorch.
+
+    Examples
+    --------
+    >>> import sparsetensor as st
+    >>> neg(st.sparse_coo_tensor([[1]], [2.0], size=(2,))).values()
+    array([-2.])
+    """
+    if not isinstance(a, SparseTensor):
+        raise TypeError(f"neg expects a sparse tensor, got {type(a).__name__}")
+    if a.dtype == np.bool_:
+        raise TypeError("neg: negation, the `-` operator, on a bool tensor is not supported; use logical_not "
+                        "instead")
+    return a._replace_values(np.negative(a.values()))
+
+
+# -- value-only operations ------------------------------------------------------------------------------
+def _with_values(name: str, t: SparseTensor, values: np.ndarray) -> SparseTensor:
+    return t._replace_values(_checked_values(name, np.asarray(values)))
+
+
+def _sampled(name: str, t: SparseTensor, dense: np.ndarray, combine, threads) -> SparseTensor:
+    """``combine(values, dense sampled at t's pattern)`` with t's pattern."""
+    try:
+        ok = np.broadcast_shapes(dense.shape, t.shape) == tuple(t.shape)
+    except ValueError:
+        ok = False
+    if not ok:
+        raise ValueError(f"{name}: the dense operand must broadcast to the sparse operand's shape, got "
+                         f"{_describe(t)} and {_describe(dense)}")
+    _result_dtype(name, t, dense)
+    if isinstance(t, COOTensor):
+        if not t.is_coalesced():
+            check_coo_indices(t.indices(), t.shape, threads=threads)
+        gathered = np.broadcast_to(dense, t.shape)[tuple(t.indices())]
+        return _with_values(name, t, combine(t.values(), gathered))
+    t = _checked(t, threads)
+    return _with_values(name, t, combine(t.values(), _gather_compressed(t, dense, threads)))
+
+
+def _as_4d(full: np.ndarray, shape4: tuple) -> np.ndarray:
+    """``full`` reshaped to ``shape4`` without a copy when its strides allow it (a broadcast view
+    usually does); else a contiguous copy."""
+    try:
+        return np.reshape(full, shape4, copy=False)
+    except ValueError:
+        return np.ascontiguousarray(full).reshape(shape4)
+
+
+def _gather_compressed(t: CompressedTensor, dense: np.ndarray, threads) -> np.ndarray:
+    """``dense`` (broadcast to t's shape) at t's entries, shaped like ``t.values()``."""
+    m = t.batch_dim
+    batch = t.shape[:m]
+    B, D = math.prod(batch), math.prod(t.shape[m + 2:])
+    R, C = t.shape[m:m + 2]
+    Rb, Cb = t.blocksize
+    d4 = _as_4d(np.broadcast_to(dense, t.shape), (B, R, C, D))
+    raw = d4 if d4.dtype == np.complex128 else d4.view({1: np.uint8, 2: np.uint16, 4: np.uint32,
+                                                       8: np.uint64}[d4.dtype.itemsize])
+    out = np.empty((B, t.nnz, Rb * Cb * D), dtype=raw.dtype)
+    c = t.compressed_indices()
+    _kernels.gather_compressed(c.reshape(B, c.shape[-1]), t.plain_indices().reshape(B, t.nnz), raw, Rb, Cb,
+                               t.layout.compressed_rows, out, num_threads(threads, out.size))
+    block = (Rb, Cb) if t.layout.blocked else ()
+    return out.view(dense.dtype).reshape(batch + (t.nnz,) + block + t.shape[m + 2:])
+
+
+def _typed(scale, dtype: np.dtype):
+    """``scale`` as a NumPy scalar of ``dtype`` (integers wrap into its range, as the kernels do)."""
+    if dtype.kind in "iub":
+        return np.array(int(scale), dtype=np.int64).astype(dtype)[()]
+    return np.array(scale).astype(dtype)[()]
+
+
+def _scaled(values: np.ndarray, scale, dtype: np.dtype) -> np.ndarray:
+    return (values if scale == 1 else np.multiply(values, _typed(scale, dtype))).astype(dtype, copy=False)
+
+
+def _sparse_plus_dense(name: str, t: SparseTensor, t_scale, dense: np.ndarray, d_scale, dtype: np.dtype,
+                       threads) -> np.ndarray:
+    """``t_scale * t + d_scale * dense`` as a dense array of ``dtype``: a copy of the dense operand
+    with the sparse values added at their positions."""
+    _same_shape(name, t, dense)
+    out = np.array(dense, dtype=dtype, order="C", copy=True)
+    if d_scale != 1:
+        np.multiply(out, _typed(d_scale, dtype), out=out)
+    if isinstance(t, COOTensor):
+        t = t.coalesce(threads=threads)  # checks the bounds; each position is then added once
+        out[tuple(t.indices())] += _scaled(t.values(), t_scale, dtype)
+        return out
+    t = _checked(t, threads)
+    m = t.batch_dim
+    B, D = math.prod(t.shape[:m]), math.prod(t.shape[m + 2:])
+    R, C = t.shape[m:m + 2]
+    Rb, Cb = t.blocksize
+    kdt = np.dtype(np.float32) if dtype == np.float16 else dtype  # float16 accumulates in float32
+    acc = out if kdt == dtype else out.astype(kdt)
+    v = np.ascontiguousarray(_scaled(t.values(), t_scale, dtype), dtype=kdt).reshape(B, t.nnz, Rb, Cb, D)
+    c = t.compressed_indices()
+    found = _dense_kernels.compressed_to_dense(c.reshape(B, c.shape[-1]), t.plain_indices().reshape(B, t.nnz), v,
+                                               acc.reshape(B, R, C, D), t.layout.compressed_rows, True,
+                                               num_threads(threads, v.size))
+    if found is not None:  # pragma: no cover - _checked has scanned the indices
+        raise AssertionError(f"unexpected broken index {found}")
+    return acc if kdt == dtype else acc.astype(dtype)
+
+
+# -- sparse-sparse merges ---------------------------------------------------------------------------------
+def _merge(name: str, a: SparseTensor, b: SparseTensor, dtype: np.dtype, op: int, union: bool, alpha,
+           threads) -> SparseTensor:
+    _same_shape(name, a, b)
+    if a.layout is not b.layout or (a.layout.blocked and a.blocksize != b.blocksize):
+        b = b.to_sparse(a.layout, blocksize=a.blocksize if a.layout.blocked else None, threads=threads)
+    if a.dense_dim != b.dense_dim or a.batch_dim != b.batch_dim:
+        raise ValueError(f"{name}: the operands must have the same batch and dense dims, got {_describe(a)} "
+                         f"(batch_dim={a.batch_dim}, dense_dim={a.dense_dim}) and {_describe(b)} "
+                         f"(batch_dim={b.batch_dim}, dense_dim={b.dense_dim})")
+    kdt, logical = _kernel_dtype(dtype)
+    alpha_k = _kernel_scalar(alpha, kdt)
+    if isinstance(a, COOTensor):
+        return _merge_coo(a, b, dtype, kdt, logical, op, union, alpha_k, threads)
+    return _merge_compressed(a, b, dtype, kdt, logical, op, union, alpha_k, threads)
+
+
+def _finish_values(ov: np.ndarray, dtype: np.dtype, logical: bool) -> np.ndarray:
+    return ov.view(np.bool_) if logical else ov.astype(dtype, copy=False)
+
+
+def _merge_compressed(a, b, dtype, kdt, logical, op, union, alpha_k, threads) -> CompressedTensor:
+    a, b = _checked(a, threads), _checked(b, threads)
+    idx_dt = a.index_dtype if a.index_dtype == b.index_dtype else np.dtype(np.int64)
+    m = a.batch_dim
+    batch = a.shape[:m]
+    B = math.prod(batch)
+    n = a.compressed_indices().shape[-1] - 1
+    tail = a.values().shape[m + 1:]  # block + dense
+    E = math.prod(tail)
+    ac = a.compressed_indices().astype(idx_dt, copy=False).reshape(B, n + 1)
+    ap = a.plain_indices().astype(idx_dt, copy=False).reshape(B, a.nnz)
+    bc = b.compressed_indices().astype(idx_dt, copy=False).reshape(B, n + 1)
+    bp = b.plain_indices().astype(idx_dt, copy=False).reshape(B, b.nnz)
+    nt = num_threads(threads, B * (a.nnz + b.nnz + n))
+    counts = np.empty((B, n), dtype=np.int64)
+    _kernels.merge_count(ac, ap, bc, bp, union, counts, nt)
+    per_batch = counts.sum(axis=1)
+    layout = a.layout
+    if B and np.any(per_batch != per_batch[0]):
+        raise ValueError(f"the result of a batched {layout.name} operation would have different numbers of entries "
+                         f"per batch {per_batch.tolist()[:16]}; every batch of a {layout.name} tensor must have the "
+                         "same nnz (convert to coo, or make the patterns agree)")
+    nnz = int(per_batch[0]) if B else 0
+    check_fits(idx_dt, layout.name, nnz=nnz)
+    oc = np.empty((B, n + 1), dtype=idx_dt)
+    oc[:, 0] = 0
+    np.cumsum(counts, axis=1, out=oc[:, 1:])
+    op_ = np.empty((B, nnz), dtype=idx_dt)
+    ov = np.empty((B, nnz, E), dtype=kdt)
+    av = _kernel_values(a.values(), (B, a.nnz, E), kdt)
+    bv = _kernel_values(b.values(), (B, b.nnz, E), kdt)
+    _kernels.merge_fill(ac, ap, av, bc, bp, bv, oc, op_, ov, op, union, alpha_k, logical,
+                        num_threads(threads, B * (nnz * max(E, 1) + n)))
+    values = _finish_values(ov, dtype, logical).reshape(batch + (nnz,) + tail)
+    return CompressedTensor(oc.reshape(batch + (n + 1,)), op_.reshape(batch + (nnz,)), values, a.shape, layout,
+                            canonical=True)
+
+
+def _coo_keys(t: COOTensor, shape64: np.ndarray, nt: int) -> np.ndarray:
+    keys = np.empty(t.nnz, dtype=np.int64)
+    found = _kernels.coo_ravel(np.ascontiguousarray(t.indices()), shape64, keys, nt)
+    if found is not None:
+        raise_coo_error(found, t.shape)
+    return keys
+
+
+def _merge_coo(a, b, dtype, kdt, logical, op, union, alpha_k, threads) -> COOTensor:
+    a, b = a.coalesce(threads=threads), b.coalesce(threads=threads)
+    idx_dt = a.index_dtype if a.index_dtype == b.index_dtype else np.dtype(np.int64)
+    S = a.sparse_dim
+    sshape = a.shape[:S]
+    nt = num_threads(threads, a.nnz + b.nnz)
+    uniq = None
+    if math.prod(sshape) - 1 <= _INT64_MAX:
+        shape64 = np.asarray(sshape, dtype=np.int64)
+        ka, kb = _coo_keys(a, shape64, nt), _coo_keys(b, shape64, nt)
+    else:  # linear indices overflow int64: rank the distinct index columns instead
+        both = np.concatenate([a.indices().astype(np.int64), b.indices().astype(np.int64)], axis=1)
+        uniq, inv = np.unique(both, axis=1, return_inverse=True)
+        inv = inv.reshape(-1).astype(np.int64)
+        ka, kb = inv[:a.nnz], inv[a.nnz:]
+    # pseudo-rows: key ranges of about equal size in both operands, merged in parallel
+    rows = max(1, min(_COO_ROWS_PER_THREAD * nt, (a.nnz + b.nnz) // _COO_ROW_MIN))
+    if rows > 1:
+        pick = np.arange(1, rows)
+        bounds = np.unique(np.concatenate([ka[pick * a.nnz // rows], kb[pick * b.nnz // rows]]))
+    else:
+        bounds = np.empty(0, dtype=np.int64)
+    n = bounds.size + 1
+    ac = np.empty((1, n + 1), dtype=np.int64)
+    bc = np.empty((1, n + 1), dtype=np.int64)
+    ac[0, 0] = bc[0, 0] = 0
+    ac[0, 1:n] = np.searchsorted(ka, bounds)
+    bc[0, 1:n] = np.searchsorted(kb, bounds)
+    ac[0, n], bc[0, n] = a.nnz, b.nnz
+    tail = a.values().shape[1:]
+    E = math.prod(tail)
+    counts = np.empty((1, n), dtype=np.int64)
+    _kernels.merge_count(ac, ka.reshape(1, -1), bc, kb.reshape(1, -1), union, counts, nt)
+    nnz = int(counts.sum())
+    check_fits(idx_dt, "coo", nnz=nnz)
+    oc = np.empty((1, n + 1), dtype=np.int64)
+    oc[0, 0] = 0
+    np.cumsum(counts[0], out=oc[0, 1:])
+    keys = np.empty((1, nnz), dtype=np.int64)
+    ov = np.empty((1, nnz, E), dtype=kdt)
+    av = _kernel_values(a.values(), (1, a.nnz, E), kdt)
+    bv = _kernel_values(b.values(), (1, b.nnz, E), kdt)
+    _kernels.merge_fill(ac, ka.reshape(1, -1), av, bc, kb.reshape(1, -1), bv, oc, keys, ov, op, union, alpha_k,
+                        logical, num_threads(threads, nnz * max(E, 1)))
+    if uniq is None:
+        indices = np.empty((S, nnz), dtype=idx_dt)
+        _kernels.coo_unravel(keys[0], shape64, indices, num_threads(threads, nnz * S))
+    else:
+        indices = np.ascontiguousarray(uniq[:, keys[0]], dtype=idx_dt)
+    values = _finish_values(ov, dtype, logical).reshape((nnz,) + tail)
+    return COOTensor(indices, values, a.shape, coalesced=True)
+

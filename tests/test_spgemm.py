@@ -1,0 +1,429 @@
+"""Sparse @ sparse (spgemm) and SDDMM (sampled_addmm): oracles are dense NumPy products, SciPy for
+large random matrices and PyTorch 2.13 where it has the product (csr/csc, coo; float and complex)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as hs
+
+import sparsetensor as st
+from conftest import HAVE_TORCH, INDEX_DTYPES, nonzero_values, random_dense, requires_torch
+from sparsetensor.ops.spgemm import sampled_addmm, spgemm
+
+pytestmark = pytest.mark.filterwarnings("ignore:Sparse:UserWarning")  # torch's beta notes
+
+if HAVE_TORCH:
+    import torch
+
+SPGEMM_DTYPES = [np.dtype(d) for d in ("float32", "float64", "complex64", "complex128", "int8", "int32", "int64",
+                                       "uint8", "bool", "float16")]
+LAYOUT_PAIRS = [("csr", "csr"), ("csr", "csc"), ("csc", "csr"), ("csc", "csc"), ("coo", "coo"), ("coo", "csr"),
+                ("csr", "coo"), ("bsr", "bsr"), ("bsc", "bsc"), ("bsr", "bsc"), ("bsc", "bsr")]
+BLOCKED = ("bsr", "bsc")
+
+
+def _sparse(a, layout, index_dtype=np.int64, blocksize=None, batch_dim=0):
+    if layout == "coo":
+        return st.from_dense(a, "coo", index_dtype=index_dtype)
+    return st.from_dense(a, layout, blocksize=blocksize if layout in BLOCKED else None, batch_dim=batch_dim,
+                         index_dtype=index_dtype)
+
+
+def _members(t):
+    if isinstance(t, st.COOTensor):
+        return [t.indices().copy(), t.values().copy()]
+    return [t.compressed_indices().copy(), t.plain_indices().copy(), t.values().copy()]
+
+
+def _assert_unchanged(t, before):
+    for x, y in zip(_members(t), before):
+        np.testing.assert_array_equal(x, y)
+
+
+def _reference(a, b):
+    """Dense a @ b in the semantics of spgemm: integers wrap, bool is or/and, float16 via float32."""
+    dt = a.dtype
+    if dt == np.bool_:
+        return (a.astype(np.int64) @ b.astype(np.int64)) != 0
+    if dt.kind in "iu":
+        return (a.astype(np.int64) @ b.astype(np.int64)).astype(dt)
+    if dt == np.float16:
+        return (a.astype(np.float32) @ b.astype(np.float32)).astype(np.float16)
+    return a @ b
+
+
+def _structural(a, b, m):
+    """Per batch, the number of positions where some a[i, k] * b[k, j] is formed."""
+    s = (a != 0).astype(np.int64) @ (b != 0).astype(np.int64)
+    return np.count_nonzero(s.reshape(s.shape[:m] + (int(np.prod(s.shape[m:])),)), axis=-1)
+
+
+def _check_product(c, a, b, m=0):
+    c.check_invariants()
+    ref = _reference(a, b)
+    got = c.to_dense()
+    assert got.dtype == ref.dtype and got.shape == ref.shape
+    if ref.dtype == np.float16:
+        np.testing.assert_allclose(got.astype(np.float32), ref.astype(np.float32), rtol=2e-3, atol=1e-2)
+    elif ref.dtype.kind in "fc":
+        np.testing.assert_allclose(got, ref, rtol=1e-5 if ref.dtype in (np.float32, np.complex64) else 1e-12,
+                                   atol=1e-4)
+    else:
+        np.testing.assert_array_equal(got, ref)
+    nnz = _structural(a, b, m)
+    if isinstance(c, st.COOTensor):
+        assert c.is_coalesced() and c.nnz == int(nnz.sum())
+    elif not c.layout.blocked:
+        assert c.is_coalesced() and (nnz == c.nnz).all()
+
+
+# -- every layout pair x dtype x index dtype --------------------------------------------------------
+@pytest.mark.parametrize("la,lb", LAYOUT_PAIRS)
+@pytest.mark.parametrize("dtype", SPGEMM_DTYPES)
+@pytest.mark.parametrize("index_dtype", INDEX_DTYPES)
+def test_layouts_dtypes(rng, la, lb, dtype, index_dtype):
+    bs_a, bs_b = (2, 3), (3, 1)
+    a = random_dense(rng, blocks=(3, 4), blocksize=bs_a if la in BLOCKED else (1, 1), dtype=dtype, nnz=5)
+    b_blocks = (a.shape[1] // 3, 5) if lb in BLOCKED else (a.shape[1], 5)
+    b = random_dense(rng, blocks=b_blocks, blocksize=bs_b if lb in BLOCKED else (1, 1), dtype=dtype, nnz=7)
+    A, B = _sparse(a, la, index_dtype, bs_a), _sparse(b, lb, index_dtype, bs_b)
+    before = (_members(A), _members(B))
+    C = spgemm(A, B)
+    _check_product(C, a, b)
+    _assert_unchanged(A, before[0])
+    _assert_unchanged(B, before[1])
+    assert C.index_dtype == index_dtype and C.dtype == dtype
+    expected = {("coo", "coo"): "coo", ("csc", "csc"): "csc", ("bsc", "bsc"): "bsc", ("bsr", "bsr"): "bsr",
+                ("bsr", "bsc"): "bsr", ("bsc", "bsr"): "bsr"}.get((la, lb), "csr")
+    assert C.layout.name == expected
+    if C.layout.blocked:
+        assert C.blocksize == (2, 1)
+
+
+@pytest.mark.parametrize("layout", ["csr", "csc", "bsr"])
+@pytest.mark.parametrize("batch", [(2,), (2, 3), (0,)])
+@pytest.mark.parametrize("dtype", [np.float64, np.int32, np.bool_])
+def test_batched(rng, layout, batch, dtype):
+    """Batches with one pattern (so that every batch of the product has the same nnz)."""
+    bs = (2, 2)
+    base_a = random_dense(rng, blocks=(3, 2), blocksize=bs if layout in BLOCKED else (1, 1), dtype=np.float64, nnz=3)
+    base_b = random_dense(rng, blocks=(2, 3), blocksize=bs if layout in BLOCKED else (1, 1), dtype=np.float64, nnz=3)
+    a = np.where(base_a != 0, nonzero_values(rng, batch + base_a.shape, dtype), np.zeros((), dtype))
+    b = np.where(base_b != 0, nonzero_values(rng, batch + base_b.shape, dtype), np.zeros((), dtype))
+    A, B = _sparse(a, layout, blocksize=bs, batch_dim=len(batch)), _sparse(b, layout, blocksize=bs,
+                                                                            batch_dim=len(batch))
+    C = spgemm(A, B)
+    assert C.batch_dim == len(batch) and C.shape == batch + (a.shape[-2], b.shape[-1])
+    _check_product(C, a, b, len(batch))
+
+
+def test_batched_products_with_different_nnz_are_refused(rng):
+    a = np.zeros((2, 2, 2))
+    a[0, 0, 0] = a[1, 0, 1] = 1
+    b = np.zeros((2, 2, 2))
+    b[0, 0, 0] = b[1, 0, 1] = 1  # batch 0: one product; batch 1: none
+    A = st.from_dense(a, "csr", batch_dim=1)
+    B = st.from_dense(b, "csr", batch_dim=1)
+    with pytest.raises(ValueError, match="same nnz"):
+        spgemm(A, B)
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=hs.integers(0, 2**32 - 1), m=hs.integers(0, 7), k=hs.integers(0, 7), n=hs.integers(0, 7),
+       la=hs.sampled_from(["csr", "csc", "coo"]), lb=hs.sampled_from(["csr", "csc", "coo"]),
+       dtype=hs.sampled_from(SPGEMM_DTYPES), index_dtype=hs.sampled_from(INDEX_DTYPES))
+def test_property_random_products(seed, m, k, n, la, lb, dtype, index_dtype):
+    rng = np.random.default_rng(seed)
+    a = random_dense(rng, blocks=(m, k), dtype=dtype)
+    b = random_dense(rng, blocks=(k, n), dtype=dtype)
+    C = spgemm(_sparse(a, la, index_dtype), _sparse(b, lb, index_dtype))
+    _check_product(C, a, b)
+
+
+# -- structure -------------------------------------------------------------------------------------
+def test_cancellation_keeps_explicit_zeros():
+    a = st.sparse_csr_tensor([0, 2], [0, 1], [1.0, 1.0], size=(1, 2))
+    b = st.sparse_csr_tensor([0, 1, 2], [0, 0], [1.0, -1.0], size=(2, 1))
+    c = spgemm(a, b)
+    assert c.nnz == 1 and c.values()[0] == 0.0
+    c.check_invariants()
+
+
+@pytest.mark.parametrize("shape_a,shape_b", [((0, 3), (3, 4)), ((3, 0), (0, 4)), ((3, 4), (4, 0)), ((3, 4), (4, 5))])
+@pytest.mark.parametrize("layout", ["csr", "csc", "coo"])
+def test_empty(shape_a, shape_b, layout):
+    A = _sparse(np.zeros(shape_a), layout)
+    B = _sparse(np.zeros(shape_b), layout)
+    C = spgemm(A, B)
+    C.check_invariants()
+    assert C.shape == (shape_a[0], shape_b[1]) and C.nnz == 0
+    np.testing.assert_array_equal(C.to_dense(), np.zeros(C.shape))
+
+
+def test_one_side_empty(rng):
+    a = random_dense(rng, blocks=(4, 5), nnz=8)
+    for A, B, ref in ((_sparse(a, "csr"), _sparse(np.zeros((5, 3)), "csr"), np.zeros((4, 3))),
+                      (_sparse(np.zeros((3, 4)), "csr"), _sparse(a, "csr"), np.zeros((3, 5)))):
+        C = spgemm(A, B)
+        C.check_invariants()
+        assert C.nnz == 0
+        np.testing.assert_array_equal(C.to_dense(), ref)
+
+
+def test_mixed_index_dtypes_give_int64(rng):
+    a = random_dense(rng, blocks=(4, 5), nnz=8)
+    b = random_dense(rng, blocks=(5, 3), nnz=6)
+    C = spgemm(_sparse(a, "csr", np.int32), _sparse(b, "csr", np.int64))
+    assert C.index_dtype == np.int64
+    _check_product(C, a, b)
+
+
+def test_csc_product_is_a_transpose_of_views(rng):
+    a = random_dense(rng, blocks=(6, 5), nnz=12)
+    b = random_dense(rng, blocks=(5, 7), nnz=12)
+    C = spgemm(_sparse(a, "csc"), _sparse(b, "csc"))
+    assert C.layout is st.sparse_csc
+    _check_product(C, a, b)
+
+
+def test_unchecked_input(rng):
+    # unsorted but valid column indices are repaired; out-of-range ones raise InvariantError
+    with st.check_invariants(False):
+        a = st.sparse_csr_tensor([0, 2, 3], [1, 0, 1], [2.0, 3.0, 4.0], size=(2, 2))
+        bad = st.sparse_csr_tensor([0, 1, 2], [0, 5], [1.0, 1.0], size=(2, 2))
+    dense_a = np.array([[3.0, 2.0], [0.0, 4.0]])
+    C = spgemm(a, a)
+    C.check_invariants()
+    np.testing.assert_allclose(C.to_dense(), dense_a @ dense_a)
+    with pytest.raises(st.InvariantError) as e:
+        spgemm(a, bad)
+    assert e.value.invariant == "5.5"
+
+
+@pytest.mark.parametrize("index_dtype", INDEX_DTYPES)
+@pytest.mark.parametrize("threads", [1, 2])
+def test_large_matches_scipy(rng, index_dtype, threads):
+    sp = pytest.importorskip("scipy.sparse")
+    n, k = 3000, 6
+    A = sp.random_array((n, n), density=k / n, format="csr", dtype=np.float64, rng=rng)
+    B = sp.random_array((n, 2000), density=k / 2000, format="csr", dtype=np.float64, rng=rng)
+    A.indices = A.indices.astype(index_dtype)
+    A.indptr = A.indptr.astype(index_dtype)
+    B.indices = B.indices.astype(index_dtype)
+    B.indptr = B.indptr.astype(index_dtype)
+    tA = st.sparse_csr_tensor(A.indptr, A.indices, A.data, size=A.shape)
+    tB = st.sparse_csr_tensor(B.indptr, B.indices, B.data, size=B.shape)
+    C = spgemm(tA, tB, threads=threads)
+    ref = (A @ B).tocsr()
+    ref.sort_indices()
+    C.check_invariants()
+    np.testing.assert_array_equal(C.crow_indices(), ref.indptr)
+    np.testing.assert_array_equal(C.col_indices(), ref.indices)
+    np.testing.assert_allclose(C.values(), ref.data, rtol=1e-12)
+
+
+def test_wide_rows_and_crowded_buckets(rng):
+    """Rows whose columns cluster (one bucket of the row sort gets most of them) and long rows."""
+    n = 5000
+    a = np.zeros((3, n))
+    a[0, :50] = 1.0
+    a[1, ::7] = 2.0
+    a[2, [0, 1, n - 1]] = 3.0
+    b = np.zeros((n, n))
+    b[np.arange(n), np.arange(n)] = 1.0
+    b[np.arange(n), (np.arange(n) * 37) % n] += 0.5
+    b[:40, n - 100:] = 0.25  # columns crowding at the end of the range
+    C = spgemm(st.from_dense(a, "csr"), st.from_dense(b, "csr"))
+    _check_product(C, a, b)
+
+
+def test_threads_agree(rng):
+    a = random_dense(rng, blocks=(300, 200), nnz=3000)
+    b = random_dense(rng, blocks=(200, 250), nnz=3000)
+    A, B = _sparse(a, "csr"), _sparse(b, "csr")
+    c1, c2 = spgemm(A, B, threads=1), spgemm(A, B, threads=2)
+    for x, y in zip(_members(c1), _members(c2)):
+        np.testing.assert_array_equal(x, y)
+
+
+# -- errors ---------------------------------------------------------------------------------------------
+def test_errors(rng):
+    a = _sparse(random_dense(rng, blocks=(3, 4), nnz=4), "csr")
+    with pytest.raises(ValueError, match=r"\(3, 4\).*\(3, 4\)"):
+        spgemm(a, a)
+    with pytest.raises(TypeError, match="float32.*float64|float64.*float32"):
+        spgemm(a, a.mT.astype(np.float32))
+    with pytest.raises(TypeError, match="two sparse tensors"):
+        spgemm(a, np.ones((4, 2)))
+    hybrid = st.from_dense(np.ones((4, 2, 2)), "csr", dense_dim=1)
+    with pytest.raises(NotImplementedError, match="hybrid"):
+        spgemm(a, hybrid)
+    bsr = st.from_dense(np.ones((4, 4)), "bsr", blocksize=(2, 2))
+    with pytest.raises(NotImplementedError, match="blocked"):
+        spgemm(a, bsr)
+    with pytest.raises(ValueError, match="block"):
+        spgemm(st.from_dense(np.ones((4, 4)), "bsr", blocksize=(2, 2)),
+               st.from_dense(np.ones((4, 4)), "bsr", blocksize=(4, 1)))
+    coo3 = st.from_dense(np.ones((2, 3, 4)), "coo")
+    with pytest.raises(NotImplementedError, match="sparse_dim"):
+        spgemm(coo3, coo3)
+    batched = st.from_dense(np.ones((2, 4, 3)), "csr", batch_dim=1)
+    with pytest.raises(ValueError, match="batch"):
+        spgemm(a, batched)
+
+
+# -- PyTorch -------------------------------------------------------------------------------------------
+def _to_torch(t):
+    if isinstance(t, st.COOTensor):
+        return torch.sparse_coo_tensor(torch.from_numpy(t.indices().astype(np.int64)), torch.from_numpy(t.values()),
+                                       t.shape).coalesce()
+    ctor = torch.sparse_csr_tensor if t.layout is st.sparse_csr else torch.sparse_csc_tensor
+    return ctor(torch.from_numpy(t.compressed_indices()), torch.from_numpy(t.plain_indices()),
+                torch.from_numpy(t.values()), t.shape)
+
+
+@requires_torch
+@pytest.mark.parametrize("la,lb", [("csr", "csr"), ("coo", "coo"), ("csr", "csc"), ("csc", "csr")])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64, np.complex128])
+def test_matches_torch(rng, la, lb, dtype):
+    a = random_dense(rng, blocks=(20, 15), dtype=dtype, nnz=60)
+    b = random_dense(rng, blocks=(15, 25), dtype=dtype, nnz=60)
+    b[:, 3] = 0
+    b[2, 3], b[4, 3] = 1, -1
+    a[5, 2], a[5, 4] = 1, 1  # (5, 3) cancels to an explicit zero
+    A, B = _sparse(a, la), _sparse(b, lb)
+    C = spgemm(A, B)
+    ref = _to_torch(A) @ _to_torch(B)
+    assert C.layout.name == {torch.sparse_csr: "csr", torch.sparse_coo: "coo"}[ref.layout]
+    if ref.layout is torch.sparse_coo:
+        np.testing.assert_array_equal(C.indices(), ref.indices().numpy())
+        ref_values = ref.values().numpy()
+    else:
+        # the same entries (explicit zeros included) per row; PyTorch's rows are not sorted (5.6)
+        crow = ref.crow_indices().numpy()
+        np.testing.assert_array_equal(C.crow_indices(), crow)
+        rows = np.repeat(np.arange(crow.size - 1), np.diff(crow))
+        order = np.lexsort((ref.col_indices().numpy(), rows))
+        np.testing.assert_array_equal(C.col_indices(), ref.col_indices().numpy()[order])
+        ref_values = ref.values().numpy()[order]
+    np.testing.assert_allclose(C.values(), ref_values, rtol=1e-5, atol=1e-5)
+
+
+# -- SDDMM --------------------------------------------------------------------------------------------------
+def _sddmm_reference(inp, m1, m2, beta, alpha):
+    dt = inp.dtype
+    if dt == np.float16:
+        prod = (m1.astype(np.float32) @ m2.astype(np.float32))
+        out = beta * inp.astype(np.float32) + alpha * prod
+        return np.where(inp != 0, out, 0).astype(np.float16)
+    if dt.kind in "iu":
+        prod = m1.astype(np.int64) @ m2.astype(np.int64)
+        return np.where(inp != 0, beta * inp.astype(np.int64) + alpha * prod, 0).astype(dt)
+    return np.where(inp != 0, beta * inp + alpha * (m1 @ m2), 0).astype(dt)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64, np.complex128, np.int32, np.int8,
+                                   np.float16])
+@pytest.mark.parametrize("layout", ["csr", "csc"])
+@pytest.mark.parametrize("index_dtype", INDEX_DTYPES)
+@pytest.mark.parametrize("K", [0, 1, 5, 37])
+def test_sampled_addmm(rng, dtype, layout, index_dtype, K):
+    inp = random_dense(rng, blocks=(6, 9), dtype=dtype, nnz=20)
+    m1 = nonzero_values(rng, (6, K), dtype)
+    m2 = nonzero_values(rng, (K, 9), dtype)
+    beta, alpha = (2, 3) if np.dtype(dtype).kind in "iu" else (0.5, -1.5)
+    t = st.from_dense(inp, layout, index_dtype=index_dtype)
+    before = _members(t)
+    out = sampled_addmm(t, m1, m2, beta=beta, alpha=alpha)
+    _assert_unchanged(t, before)
+    out.check_invariants()
+    assert out.layout.name == layout and out.dtype == dtype and out.nnz == t.nnz
+    np.testing.assert_array_equal(out.compressed_indices(), t.compressed_indices())
+    ref = _sddmm_reference(inp, m1, m2, beta, alpha)
+    got = out.to_dense()
+    if np.dtype(dtype).kind in "iu":
+        np.testing.assert_array_equal(got, ref)
+    else:
+        tol = 1e-2 if dtype == np.float16 else 1e-4
+        np.testing.assert_allclose(got.astype(np.complex128), ref.astype(np.complex128), rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("in_batch,b1,b2", [((2,), (2,), (2,)), ((), (3,), (3,)), ((2, 1), (1, 3), ()),
+                                            ((0,), (0,), (0,))])
+def test_sampled_addmm_batches(rng, in_batch, b1, b2):
+    base = random_dense(rng, blocks=(4, 5), nnz=7)
+    inp = np.where(base != 0, nonzero_values(rng, in_batch + base.shape, np.float64), 0.0)
+    m1 = rng.standard_normal(b1 + (4, 3))
+    m2 = rng.standard_normal(b2 + (3, 5))
+    t = st.from_dense(inp, "csr", batch_dim=len(in_batch))
+    out = sampled_addmm(t, m1, m2, beta=0.25, alpha=2.0)
+    out.check_invariants()
+    batch = np.broadcast_shapes(in_batch, b1, b2)
+    assert out.shape == batch + (4, 5)
+    ref = np.where(base != 0, 0.25 * inp + 2.0 * (m1 @ m2), 0.0)
+    np.testing.assert_allclose(out.to_dense(), np.broadcast_to(ref, batch + (4, 5)), rtol=1e-12, atol=1e-12)
+
+
+def test_sampled_addmm_threads_agree(rng):
+    inp = random_dense(rng, blocks=(400, 300), nnz=6000, dtype=np.float32)
+    m1 = rng.standard_normal((400, 70)).astype(np.float32)
+    m2 = rng.standard_normal((70, 300)).astype(np.float32)
+    t = st.from_dense(inp, "csr")
+    o1, o2 = sampled_addmm(t, m1, m2, threads=1), sampled_addmm(t, m1, m2, threads=2)
+    np.testing.assert_array_equal(o1.values(), o2.values())
+    np.testing.assert_allclose(o1.to_dense(), np.where(inp != 0, inp + m1 @ m2, 0), rtol=1e-4, atol=1e-4)
+
+
+def test_sampled_addmm_errors(rng):
+    t = st.from_dense(random_dense(rng, blocks=(3, 4), nnz=5), "csr")
+    m1, m2 = np.ones((3, 2)), np.ones((2, 4))
+    with pytest.raises(NotImplementedError, match="coo"):
+        sampled_addmm(t.to_sparse_coo(), m1, m2)
+    with pytest.raises(NotImplementedError, match="bsr"):
+        sampled_addmm(st.from_dense(np.ones((4, 4)), "bsr", blocksize=(2, 2)), np.ones((4, 2)), np.ones((2, 4)))
+    with pytest.raises(NotImplementedError, match="hybrid"):
+        sampled_addmm(st.from_dense(np.ones((3, 4, 2)), "csr", dense_dim=1), m1, m2)
+    with pytest.raises(TypeError, match="dtype"):
+        sampled_addmm(t, m1.astype(np.float32), m2)
+    with pytest.raises(ValueError, match="cannot be multiplied"):
+        sampled_addmm(t, m1, np.ones((3, 4)))
+    with pytest.raises(ValueError, match="shape"):
+        sampled_addmm(t, np.ones((2, 2)), np.ones((2, 4)))
+    with pytest.raises(TypeError, match="bool"):
+        sampled_addmm(t.astype(bool), m1.astype(bool), m2.astype(bool))
+    ti = t.astype(np.int32)
+    with pytest.raises(TypeError, match="floating point"):
+        sampled_addmm(ti, m1.astype(np.int32), m2.astype(np.int32), alpha=0.5)
+    with pytest.raises(TypeError, match="complex"):
+        sampled_addmm(t, m1, m2, beta=1j)
+    with pytest.raises(ValueError, match="broadcast"):
+        sampled_addmm(st.from_dense(np.ones((2, 3, 4)), "csr", batch_dim=1), np.ones((3, 3, 2)), np.ones((2, 4)))
+
+
+@requires_torch
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex128])
+def test_sampled_addmm_matches_torch(rng, dtype):
+    inp = random_dense(rng, blocks=(12, 10), dtype=dtype, nnz=30)
+    inp[0, 0] = np.nan  # beta * NaN stays NaN, also for beta == 0, as in PyTorch
+    m1 = nonzero_values(rng, (12, 6), dtype)
+    m2 = nonzero_values(rng, (6, 10), dtype)
+    t = st.from_dense(inp, "csr")
+    for beta, alpha in ((1.0, 1.0), (0.0, 2.0), (0.5, -1.0)):
+        out = sampled_addmm(t, m1, m2, beta=beta, alpha=alpha)
+        ref = torch.sparse.sampled_addmm(_to_torch(t), torch.from_numpy(m1), torch.from_numpy(m2), beta=beta,
+                                         alpha=alpha)
+        np.testing.assert_array_equal(out.col_indices(), ref.col_indices().numpy())
+        np.testing.assert_allclose(out.values(), ref.values().numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_docstring_examples():
+    import doctest
+
+    import sparsetensor.ops.spgemm as mod
+
+    result = doctest.testmod(mod, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    assert result.attempted > 0 and result.failed == 0
+    for fn in (spgemm, sampled_addmm):
+        assert "Examples" in fn.__doc__ and ">>>" in fn.__doc__
