@@ -26,6 +26,7 @@ struct __align__(8) cfloat { float re, im; };
 struct __align__(16) cdouble { double re, im; };
 struct __align__(16) u128 { u64 lo, hi; };
 
+#ifndef ST_HOST_EMULATION
 __device__ __forceinline__ float half_to_float(half_t h) {
     float f;
     asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h.bits));
@@ -37,6 +38,10 @@ __device__ __forceinline__ half_t float_to_half(float f) {
     asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h.bits) : "f"(f));
     return h;
 }
+#else  // the CPU emulator of the tests (sparsetensor/cuda/_emulator.py) converts in software
+__device__ __forceinline__ float half_to_float(half_t h) { return st_emu_half_to_float(h.bits); }
+__device__ __forceinline__ half_t float_to_half(float f) { return {st_emu_float_to_half(f)}; }
+#endif
 
 __device__ __forceinline__ cfloat operator+(cfloat a, cfloat b) { return {a.re + b.re, a.im + b.im}; }
 __device__ __forceinline__ cfloat operator-(cfloat a, cfloat b) { return {a.re - b.re, a.im - b.im}; }

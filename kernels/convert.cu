@@ -73,4 +73,28 @@ __global__ void transpose_blocks(const R* __restrict__ in, i64 nblocks, i64 Rb, 
     }
 }
 
+// keys[b, k] = (b * n + major[b, k]) * plain_size + plain[b, k]: entries of a compressed tensor
+// in (batch, row, column) order (sum_duplicates).
+// st:kernel index
+template <typename I>
+__global__ void compressed_keys(const I* __restrict__ major, const I* __restrict__ plain, i64 B, i64 n, i64 nnz,
+                                i64 plain_size, u64* __restrict__ keys) {
+    ST_GRID_LOOP(t, B * nnz) {
+        const u64 row = (u64)(t / nnz) * (u64)n + (u64)(i64)major[t];
+        keys[t] = row * (u64)plain_size + (u64)(i64)plain[t];
+    }
+}
+
+// The key at starts[j] of compressed_keys, split: major_keys[j] = (b * n + row), plain[j] = column.
+// st:kernel index
+template <typename I>
+__global__ void split_keys(const u64* __restrict__ sorted, const i64* __restrict__ starts, i64 nout, i64 plain_size,
+                           u64* __restrict__ major_keys, I* __restrict__ plain) {
+    ST_GRID_LOOP(j, nout) {
+        const u64 key = sorted[starts[j]];
+        major_keys[j] = key / (u64)plain_size;
+        plain[j] = (I)(key % (u64)plain_size);
+    }
+}
+
 }  // namespace st

@@ -1,9 +1,9 @@
 // Dense <-> sparse.
 //
 // Dense arrays are seen as (B, NR, NC, W) and compressed values as (B * nnz, Rb, Cb, W),
-// W being the items of the dense dims; values are moved as raw items of their size
-// (kernels over `raw`), or accumulated (kernels over `real`, complex as pairs, float16
-// widened to float32 by the caller) when duplicates may be present.
+// W being the items of the dense dims; values are moved as raw items of their size. The
+// sparse input is canonical (the host checks, or coalesces, first), so no two entries
+// write one element.
 //
 // to_dense of a compressed tensor takes the major slot of every entry from
 // expand_major (convert.cu); from_dense flags the nonzero blocks (dense_nonzero), scans
@@ -35,23 +35,6 @@ __global__ void compressed_to_dense(const I* __restrict__ major, const I* __rest
     }
 }
 
-// As compressed_to_dense, summing duplicates with atomics (W counts reals: complex doubled).
-// st:kernel real index
-template <typename A, typename I>
-__global__ void compressed_to_dense_acc(const I* __restrict__ major, const I* __restrict__ plain,
-                                        const A* __restrict__ vals, i64 B, i64 nnz, i64 Rb, i64 Cb, i64 W, i64 NR,
-                                        i64 NC, int rows, A* __restrict__ out) {
-    ST_GRID_LOOP(t, B * nnz * Rb * Cb * W) {
-        const i64 e = t % W;
-        i64 u = t / W;
-        const i64 j = u % Cb;
-        u /= Cb;
-        const i64 i = u % Rb;
-        const i64 bk = u / Rb;
-        atomicAdd(out + dense_offset(bk / nnz, major[bk], plain[bk], i, j, e, Rb, Cb, W, NR, NC, rows), vals[t]);
-    }
-}
-
 // Linear offset of COO column k over shape[0..S) (indices checked by the caller).
 template <typename I>
 __device__ __forceinline__ i64 coo_offset(const I* __restrict__ idx, i64 S, i64 nnz, const i64* __restrict__ shape,
@@ -68,16 +51,6 @@ __global__ void coo_to_dense(const I* __restrict__ idx, i64 S, i64 nnz, const i6
     ST_GRID_LOOP(t, nnz * W) {
         const i64 k = t / W, e = t - k * W;
         out[coo_offset(idx, S, nnz, shape, k) * W + e] = vals[t];
-    }
-}
-
-// st:kernel real index
-template <typename A, typename I>
-__global__ void coo_to_dense_acc(const I* __restrict__ idx, i64 S, i64 nnz, const i64* __restrict__ shape,
-                                 const A* __restrict__ vals, i64 W, A* __restrict__ out) {
-    ST_GRID_LOOP(t, nnz * W) {
-        const i64 k = t / W, e = t - k * W;
-        atomicAdd(out + coo_offset(idx, S, nnz, shape, k) * W + e, vals[t]);
     }
 }
 
