@@ -274,8 +274,7 @@ def _from_cai(obj, device) -> DeviceArray:
             raise ValueError(f"only C-contiguous device arrays are taken without a copy; got strides {strides} "
                              f"for shape {shape} (make it contiguous first, e.g. x.contiguous())")
     ptr = int(cai["data"][0])
-    ordinal = _pointer_device(ptr) if ptr else (0 if device is None else _ordinal_of(device))
-    dev = _same_device(device, ordinal)
+    dev = _resolve_device(device, ptr)
     stream = cai.get("stream")
     if stream is not None:
         if stream in (1, 2):
@@ -287,10 +286,15 @@ def _from_cai(obj, device) -> DeviceArray:
     return DeviceArray(obj, ptr, shape, dtype, dev)
 
 
-def _ordinal_of(device) -> int:
-    from ._driver import parse_device
+def _resolve_device(device, ptr: int):
+    """The device of the memory at ``ptr`` (asked of the driver), checked against ``device``."""
+    from ._driver import get_device
 
-    return device.ordinal if hasattr(device, "ordinal") else parse_device(device)
+    explicit = device is not None
+    dev = (device if hasattr(device, "alloc") else get_device(device)) if explicit else get_device(0)
+    if getattr(dev, "emulated", False) or not ptr:
+        return dev
+    return _same_device(dev if explicit else None, _pointer_device(ptr))
 
 
 def _pointer_device(ptr: int) -> int:
