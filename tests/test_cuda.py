@@ -830,6 +830,7 @@ def test_import_is_lazy():
 def test_emulator_half_conversion():
     if _emulator_problem():
         pytest.skip(_emulator_problem())
+    saved = _driver._devices.get(0)
     dev = _emulator.install()
     try:
         from sparsetensor.cuda import _primitives as P
@@ -848,3 +849,5 @@ def test_emulator_half_conversion():
             assert (g.view(np.uint16) == x.astype(np.float16).view(np.uint16)).all()
     finally:
         _emulator.uninstall(dev)
+        if saved is not None:
+            _driver._devices[0] = saved
