@@ -78,7 +78,8 @@ def backend(request):
     if reason is not None:
         pytest.skip(reason)
     saved = _driver._devices.get(0)
-    dev = _emulator.install()
+    # blocks and threads in a shuffled order: no kernel may rely on an order the GPU does not promise
+    dev = _emulator.install(_emulator.EmulatedDevice(seed=int(os.environ.get("SPARSETENSOR_EMULATOR_SEED", "12345"))))
     try:
         yield "emulator"
     finally:

@@ -76,7 +76,21 @@ inline emu_dim3 block_idx, block_dim, grid_dim;
 inline std::function<void()> body;
 inline std::string error;
 inline unsigned char slots[1024][16];   // warp exchange: one slot per thread of the block
+inline unsigned long long seed = 0;     // 0: blocks and threads in order; else a shuffled order
 const size_t STACK = 256 * 1024;
+
+inline unsigned long long next_random() {  // xorshift64*
+    seed ^= seed >> 12; seed ^= seed << 25; seed ^= seed >> 27;
+    return seed * 2685821657736338717ull;
+}
+
+// 0..n-1 in order, or shuffled when a seed is set
+inline std::vector<unsigned> order(unsigned n) {
+    std::vector<unsigned> o(n);
+    for (unsigned i = 0; i < n; ++i) o[i] = i;
+    if (seed) for (unsigned i = n; i > 1; --i) std::swap(o[i - 1], o[next_random() % i]);
+    return o;
+}
 
 inline void fail(const std::string& what) { if (error.empty()) error = what; }
 
@@ -111,7 +125,7 @@ inline bool run_block(unsigned nthreads) {
     }
     for (;;) {
         bool ran = false;
-        for (unsigned i = 0; i < nthreads; ++i) {
+        for (unsigned i : order(nthreads)) {
             if (fibers[i].state == READY) {
                 cur = &fibers[i];
                 swapcontext(&sched, &fibers[i].ctx);
@@ -150,7 +164,7 @@ inline int launch(unsigned gx, unsigned bx, F f) {
     grid_dim = {gx, 1, 1};
     block_dim = {bx, 1, 1};
     body = f;
-    for (unsigned b = 0; b < gx; ++b) {
+    for (unsigned b : order(gx)) {
         block_idx = {b, 0, 0};
         if (!run_block(bx)) return 1;
     }
@@ -301,7 +315,8 @@ def build_library(name: str, cache_dir: Path | None = None):
         launchers, order = _launchers(name)
         text = (PRELUDE + f'\n#include "{name}"\n' + "\n".join(
             f"// header {h}: {hashlib.sha256(b).hexdigest()}" for h, b in _source.headers().items()) + "\n"
-            + launchers + '\nextern "C" const char* emu_error() { return ::emu::error.c_str(); }\n')
+            + launchers + '\nextern "C" const char* emu_error() { return ::emu::error.c_str(); }\n'
+            + 'extern "C" void emu_set_seed(unsigned long long s) { ::emu::seed = s; }\n')
         digest = hashlib.sha256(text.encode() + _source.source(name)).hexdigest()[:16]
         base = Path(cache_dir or os.environ.get("SPARSETENSOR_EMULATOR_CACHE") or
                     Path(tempfile.gettempdir()) / f"sparsetensor-emulator-{os.getuid()}")
@@ -322,6 +337,7 @@ def build_library(name: str, cache_dir: Path | None = None):
             os.replace(tmp, so)
         lib = ctypes.CDLL(str(so))
         lib.emu_error.restype = ctypes.c_char_p
+        lib.emu_set_seed.argtypes = [ctypes.c_ulonglong]
         funcs = {}
         for i, key in enumerate(order):
             f = getattr(lib, f"emu_launch_{i}")
@@ -353,7 +369,11 @@ class EmulatedDevice:
 
     emulated = True
 
-    def __init__(self, ordinal: int = 0, sm_count: int = 2, compute_capability=(9, 0)):
+    def __init__(self, ordinal: int = 0, sm_count: int = 2, compute_capability=(9, 0), seed: int = 0):
+        """``seed`` != 0 runs the blocks of a grid, and the threads of a block between two
+        barriers, in a shuffled order (seeded), so that code relying on an order the GPU does
+        not promise fails here too."""
+        self.seed = int(seed)
         self.ordinal = ordinal
         self.sm_count = sm_count
         self.compute_capability = tuple(compute_capability)
@@ -401,8 +421,12 @@ class EmulatedDevice:
             raise NotImplementedError("the emulator runs 1-d grids and blocks without dynamic shared memory")
         if bx % 32:
             raise ValueError(f"block size {bx} is not a multiple of the warp size")
-        _, funcs = build_library(name)
+        lib, funcs = build_library(name)
         self.launches += 1
+        if self.seed:
+            lib.emu_set_seed(self.seed * 0x9E3779B97F4A7C15 % 2**64 + self.launches)
+        else:
+            lib.emu_set_seed(0)
         if funcs[(kernel, tuple(keys))](gx, bx, params_address):
             lib, _ = build_library(name)
             raise RuntimeError(f"emulated {name}:{kernel}{list(keys)}: {lib.emu_error().decode()}")
