@@ -732,6 +732,26 @@ def test_torch_and_cupy_zero_copy(backend):
         pytest.skip("neither CuPy nor a CUDA build of PyTorch is installed")
 
 
+def test_to_and_operators(backend, rng):
+    t = make(rng, ("csr", (2,), (), None), np.float32, np.int64)
+    d = cuda.to_device(t)
+    d32 = d.to(index_dtype=np.int32)
+    assert_same(d32, t.to(index_dtype=np.int32))
+    h = d.to(np.float16)
+    assert h.dtype == np.float16 and (h.to(np.float32).values().get() == t.values().astype(np.float16)).all()
+    assert_same(cuda.to_device(d.to("cpu"), "cuda:0"), t)  # CPU-side .to("cuda") is wired in _tensor.py
+    with pytest.raises(NotImplementedError, match="astype"):
+        d.to(np.float64)
+    dense = t.to_dense()
+    assert_values((d - d).to_dense().get(), dense - dense)
+    assert_values((d / 2).to_dense().get(), dense / 2)
+    assert_values((-d).to_dense().get(), -dense)
+    assert_values((d * d).to_dense().get(), dense * dense)
+    coo = cuda.to_device(make(rng, ("coo", (), (), None), np.float64, np.int32))
+    assert coo.to(index_dtype=np.int64).indices().dtype == np.int64
+    assert_values((coo + coo).to_dense().get(), 2 * cuda.to_host(coo).to_dense())
+
+
 def test_no_silent_host_copy(backend, rng):
     d = cuda.to_device(make(rng, ("csr", (), (), None)))
     with pytest.raises(TypeError, match="implicitly"):

@@ -85,11 +85,44 @@ class CudaSparseTensor:
     def cuda(self, device=None):
         return to_device(self, "cuda" if device is None else device)
 
-    def to(self, device):
-        """``"cpu"`` copies to the host; ``"cuda[:N]"`` to that device (``self`` if already there)."""
-        if str(device) == "cpu":
-            return to_host(self)
-        return to_device(self, device)
+    def to(self, *args, dtype=None, device=None, index_dtype=None, copy: bool = False):
+        """Move or convert, as the CPU tensors' ``to``: ``t.to("cpu")`` copies to the host,
+        ``t.to("cuda:1")`` to another device (``self`` if already there),
+        ``t.to(index_dtype=np.int32)`` casts the indices on the device. Converting the values'
+        dtype on the device is supported between float16 and float32 only."""
+        from .._device import is_device_like
+
+        for a in args:
+            if is_device_like(a):
+                device = a
+            else:
+                dtype = a
+        out = self
+        if dtype is not None:
+            out = out._astype(dtype)
+        if index_dtype is not None:
+            out = out._with_index_dtype(index_dtype)
+        elif copy and out is self:
+            out = self.clone()
+        if device is not None:
+            out = to_host(out) if str(device) == "cpu" else to_device(out, device)
+        return out
+
+    def _astype(self, dtype):
+        from .._dtypes import as_value_dtype
+        from . import _primitives as P
+
+        dt = as_value_dtype(dtype)
+        v = self.values()
+        if dt == v.dtype:
+            return self
+        pair = (v.dtype.name, dt.name)
+        if pair == ("float16", "float32"):
+            return self._replace_values(P.half_to_float(self._dev(), v))
+        if pair == ("float32", "float16"):
+            return self._replace_values(P.float_to_half(self._dev(), v))
+        raise NotImplementedError(f"astype {v.dtype} -> {dt} on cuda has no GPU kernel (float16 <-> float32 "
+                                  "only); convert on the CPU")
 
     def to_dense(self) -> DeviceArray:
         return to_dense(self)
@@ -122,10 +155,18 @@ class CudaSparseTensor:
     def __add__(self, other):
         return add(self, other)
 
+    def __sub__(self, other):
+        return add(self, other, alpha=-1)
+
     def __mul__(self, other):
         return mul(self, other)
 
     __rmul__ = __mul__
+
+    def __truediv__(self, other):
+        from ._pointwise import div_scalar
+
+        return div_scalar(self, other)
 
     def __neg__(self):
         return unary(self, "neg")
@@ -194,6 +235,16 @@ class CudaCOOTensor(CudaSparseTensor):
 
     def _replace_values(self, values):
         return CudaCOOTensor(self._indices, values, self._shape, self._coalesced)
+
+    def _with_index_dtype(self, index_dtype):
+        from .._dtypes import as_index_dtype, check_fits
+        from . import _primitives as P
+
+        dt = as_index_dtype(index_dtype)
+        if dt == self.index_dtype:
+            return self
+        check_fits(dt, "coo", **{f"size[{d}]": self._shape[d] for d in range(self.sparse_dim)})
+        return CudaCOOTensor(P.cast_index(self._dev(), self._indices, dt), self._values, self._shape, self._coalesced)
 
     def _summary_extra(self) -> str:
         return f", sparse_dim={self.sparse_dim}" + (", coalesced" if self._coalesced else "")
@@ -286,6 +337,19 @@ class CudaCompressedTensor(CudaSparseTensor):
 
     def _replace_values(self, values):
         return CudaCompressedTensor(self._compressed, self._plain, values, self._shape, self._layout, self._canonical)
+
+    def _with_index_dtype(self, index_dtype):
+        from .._dtypes import as_index_dtype, check_fits
+        from . import _primitives as P
+
+        dt = as_index_dtype(index_dtype)
+        if dt == self.index_dtype:
+            return self
+        m = self.batch_dim
+        check_fits(dt, self._layout.name, nnz=self.nnz, nrows=self._shape[m], ncols=self._shape[m + 1])
+        dev = self._dev()
+        return CudaCompressedTensor(P.cast_index(dev, self._compressed, dt), P.cast_index(dev, self._plain, dt),
+                                    self._values, self._shape, self._layout, self._canonical)
 
     @property
     def mT(self):
