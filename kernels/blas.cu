@@ -36,8 +36,11 @@ __global__ void csr_spmv(const I* __restrict__ comp, const I* __restrict__ plain
 }
 
 // Y[b, r, :] = sum_k vals[b, k] * X[b, plain[b, k], :] for X (K, N) row-major: one warp per
-// (batch, row, tile of 32 columns); the warp loads 32 (column, value) pairs at a time and
-// broadcasts them with shuffles while each lane walks its column of X.
+// (batch, row, group of SPMM_TILES tiles of 32 columns). The warp loads 32 (column, value)
+// pairs of the row at a time and broadcasts them with shuffles; lane l accumulates columns
+// l, l + 32, ... of its group, so a row is read once per 32 * SPMM_TILES columns and every
+// read of X is 32 consecutive items.
+#define SPMM_TILES 4
 // st:kernel value index
 template <typename V, typename I>
 __global__ void csr_spmm(const I* __restrict__ comp, const I* __restrict__ plain, const V* __restrict__ vals, i64 B,
@@ -46,18 +49,18 @@ __global__ void csr_spmm(const I* __restrict__ comp, const I* __restrict__ plain
     const int lane = threadIdx.x & 31;
     const i64 gwarp = ((i64)blockIdx.x * blockDim.x + threadIdx.x) / 32;
     const i64 nwarps = (i64)gridDim.x * blockDim.x / 32;
-    const i64 ntiles = (N + 31) / 32;
-    for (i64 w = gwarp; w < B * nrows * ntiles; w += nwarps) {  // w is the same for the whole warp
-        const i64 tile = w % ntiles, row = w / ntiles;
+    const i64 ngroups = (N + 32 * SPMM_TILES - 1) / (32 * SPMM_TILES);
+    for (i64 w = gwarp; w < B * nrows * ngroups; w += nwarps) {  // w is the same for the whole warp
+        const i64 group = w % ngroups, row = w / ngroups;
         const i64 b = row / nrows, r = row - b * nrows;
         const I* c = comp + b * (nrows + 1);
         const I* p = plain + b * nnz;
         const V* v = vals + b * nnz;
         const V* xb = X + b * x_bstride;
-        const i64 col = tile * 32 + lane;
-        const bool active = col < N;
+        const i64 col0 = group * 32 * SPMM_TILES + lane;
         const i64 k_end = c[r + 1];
-        A s = acc_zero<A>();
+        A s[SPMM_TILES];
+        for (int q = 0; q < SPMM_TILES; ++q) s[q] = acc_zero<A>();
         for (i64 k0 = c[r]; k0 < k_end; k0 += 32) {
             i64 my_col = 0;
             A my_val = acc_zero<A>();
@@ -69,10 +72,17 @@ __global__ void csr_spmm(const I* __restrict__ comp, const I* __restrict__ plain
             for (int j = 0; j < count; ++j) {
                 const i64 cj = shfl_idx(my_col, j);
                 const A vj = shfl_idx(my_val, j);
-                if (active) s = s + vj * to_acc(xb[cj * N + col]);
+                const V* xr = xb + cj * N;
+                for (int q = 0; q < SPMM_TILES; ++q) {
+                    const i64 col = col0 + 32 * q;
+                    if (col < N) s[q] = s[q] + vj * to_acc(xr[col]);
+                }
             }
         }
-        if (active) Y[row * N + col] = from_acc<V>(s);
+        for (int q = 0; q < SPMM_TILES; ++q) {
+            const i64 col = col0 + 32 * q;
+            if (col < N) Y[row * N + col] = from_acc<V>(s[q]);
+        }
     }
 }
 

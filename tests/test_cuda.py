@@ -593,7 +593,7 @@ def test_matmul(backend, rng, layout, bs, dtype):
     d = cuda.to_device(t)
     A = t.to_dense().astype(np.complex128)
     K = A.shape[1]
-    for N in (None, 1, 3, 33, 70):
+    for N in (None, 1, 3, 33, 70, 130):
         x = (rng.standard_normal((K,) if N is None else (K, N)) * 2).astype(dtype)
         y = cuda.matmul(d, cuda.DeviceArray.from_host(x))
         assert y.shape == ((A.shape[0],) if N is None else (A.shape[0], N))
@@ -618,7 +618,7 @@ def test_matmul_long_rows(backend, rng):
     a[0] = rng.standard_normal(300)
     a[3, ::3] = rng.standard_normal(100)
     d = cuda.from_dense(a, "csr")
-    for N in (None, 1, 40):
+    for N in (None, 1, 40, 300):
         x = rng.standard_normal((300,) if N is None else (300, N))
         assert_values(cuda.matmul(d, cuda.DeviceArray.from_host(x)).get(), a @ x)
 

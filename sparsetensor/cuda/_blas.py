@@ -24,6 +24,8 @@ from ._module import BLOCK, grid_for, launch
 
 __all__ = ["matmul", "sampled_addmm"]
 
+_SPMM_TILES = 4  # SPMM_TILES of blas.cu
+
 
 def _dense_operand(x, dev, op: str) -> DeviceArray:
     from .tensor import CudaSparseTensor
@@ -126,8 +128,8 @@ def matmul(a, x):
         launch(dev, "blas.cu", "csr_spmv", (vkey, ik), grid_for(dev, B * M * tpr), BLOCK, c, p, v, B, M, a.nnz, x,
                x_bstride, y, tpr)
     else:
-        ntiles = -(-N // 32)
-        launch(dev, "blas.cu", "csr_spmm", (vkey, ik), grid_for(dev, B * M * ntiles * 32), BLOCK, c, p, v, B, M,
+        ngroups = -(-N // (32 * _SPMM_TILES))  # one warp per row and group of 128 columns
+        launch(dev, "blas.cu", "csr_spmm", (vkey, ik), grid_for(dev, B * M * ngroups * 32), BLOCK, c, p, v, B, M,
                a.nnz, x, x_bstride, N, y)
     return y
 
