@@ -1,1 +1,77 @@
-"""sparsetensor.cuda"""
+"""sparsetensor on CUDA devices: device arrays, device tensors, NVRTC-compiled kernels.
+
+Nothing here imports cuda-python until it is used, so ``import sparsetensor`` (and
+``import sparsetensor.cuda``) work without it; :func:`is_available` says whether a
+device can be used. Install the backend with ``pip install 'sparsetensor[cuda]'``.
+
+- :class:`DeviceArray`: a C-contiguous device array with ``__cuda_array_interface__``
+  and ``__dlpack__`` (zero-copy to CuPy and PyTorch); ``.get()`` copies to the host.
+- :func:`to_device` / :func:`to_host`: move sparse tensors; :func:`coo_tensor` /
+  :func:`compressed_tensor`: build them from device arrays without a copy.
+- Device ops (same semantics and errors as the CPU): :func:`validate`,
+  :func:`coalesce`, :func:`to_sparse`, :func:`to_dense`, :func:`from_dense`,
+  :func:`matmul`, :func:`sampled_addmm`, :func:`add`, :func:`mul`, :func:`sum`,
+  :func:`unary`. An op without a GPU kernel raises NotImplementedError naming it.
+- Kernels are the ``.cu`` files of ``sparsetensor/kernels``, compiled by NVRTC for the
+  device's architecture on first use and cached on disk (``$SPARSETENSOR_CUDA_CACHE``,
+  default ``~/.cache/sparsetensor/cuda``); :func:`precompile` fills the cache ahead of time.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+__all__ = [
+    "DeviceArray", "as_device_array", "is_available", "device_count", "unavailable_reason", "synchronize",
+    "CudaCOOTensor", "CudaCompressedTensor", "CudaSparseTensor", "is_cuda_tensor",
+    "to_device", "to_host", "coo_tensor", "compressed_tensor",
+    "validate", "coalesce", "to_sparse", "to_dense", "from_dense", "matmul", "sampled_addmm", "add", "mul", "sum",
+    "unary", "precompile", "CudaError", "CompileError",
+]
+
+_LAZY = {
+    "DeviceArray": "_array", "as_device_array": "_array",
+    "is_available": "_driver", "device_count": "_driver", "unavailable_reason": "_driver", "CudaError": "_driver",
+    "CompileError": "_nvrtc",
+    "CudaCOOTensor": "tensor", "CudaCompressedTensor": "tensor", "CudaSparseTensor": "tensor",
+    "is_cuda_tensor": "tensor", "to_device": "tensor", "to_host": "tensor", "coo_tensor": "tensor",
+    "compressed_tensor": "tensor", "validate": "tensor", "coalesce": "tensor", "to_sparse": "tensor",
+    "to_dense": "tensor", "from_dense": "tensor", "matmul": "tensor", "sampled_addmm": "tensor", "add": "tensor",
+    "mul": "tensor", "sum": "tensor", "unary": "tensor",
+}
+
+
+def __getattr__(name):
+    mod = _LAZY.get(name)
+    if mod is None:
+        raise AttributeError(f"module 'sparsetensor.cuda' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{mod}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))
+
+
+def synchronize(device="cuda") -> None:
+    """Wait for the work queued on the device's sparsetensor stream."""
+    from ._driver import get_device
+
+    get_device(device).synchronize()
+
+
+def precompile(arch=None, *, device="cuda") -> list:
+    """Compile every kernel file for ``arch`` (e.g. 90), or for ``device``'s architecture,
+    filling the disk cache; returns the compiled programs. Needs NVRTC, not a GPU when
+    ``arch`` is given."""
+    from . import _nvrtc, _source
+
+    if arch is None:
+        from ._driver import get_device
+        from ._module import target_for
+
+        arch, ptx = target_for(get_device(device).compute_capability)
+    else:
+        ptx = False
+    return [_nvrtc.compile_kernel_file(f, int(arch), ptx=ptx) for f in _source.kernel_files()]

@@ -1,0 +1,308 @@
+"""GPU benchmarks of the CUDA backend against cuSPARSE through PyTorch and CuPy.
+
+Run on a machine with an NVIDIA GPU, after ``pip install '.[cuda]'`` (and torch with
+CUDA, cupy for the peers)::
+
+    python -m bench.cuda [--quick] [--repeat N]
+
+Without a GPU it prints why and exits with status 0.
+
+Cases (the issue's targets in brackets):
+
+- CSR SpMM, 2M x 2M, ~16 nnz/row, N = 1, 32, 128, float32 vs ``torch.sparse.mm`` on CUDA
+  CSR and ``cupyx.scipy.sparse.csr_matrix @`` [ratio >= 1.0];
+- BSR SpMM, 32768 x 32768, 32 x 32 blocks, 2% of the blocks, N = 256, float32 vs
+  torch's BSR ``@`` [ratio >= 1.0];
+- COO coalesce of 100M entries vs ``torch.Tensor.coalesce`` [>= 2x];
+- CSR -> CSC of 100M nnz vs ``torch.Tensor.to_sparse_csc`` [>= 2x];
+- full CSR validation of 100M nnz vs ``torch.sparse_csr_tensor(..., check_invariants=True)``
+  minus the unchecked constructor [>= 5x].
+
+Times are medians of CUDA-event timings after a warm-up (each library timed on its own
+stream); throughput is the bytes an op must at least read and write over its time,
+also as a fraction of the device's measured device-to-device copy bandwidth.
+Results are printed and written to ``bench/results/cuda.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+
+if __name__ == "__main__":  # benchmark the installed package, not the source tree (see bench/__main__.py)
+    _root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _root]
+
+import numpy as np
+
+
+def _events_timer(dev):
+    """``time(fn, repeat)``: median milliseconds of ``fn`` on our stream, by CUDA events."""
+    from sparsetensor.cuda._driver import check, driver
+
+    drv = driver()
+    start = check(drv.cuEventCreate(0), "cuEventCreate")
+    end = check(drv.cuEventCreate(0), "cuEventCreate")
+
+    def time(fn, repeat):
+        fn()
+        dev.synchronize()
+        out = []
+        for _ in range(repeat):
+            check(drv.cuEventRecord(start, dev.stream), "cuEventRecord")
+            fn()
+            check(drv.cuEventRecord(end, dev.stream), "cuEventRecord")
+            check(drv.cuEventSynchronize(end), "cuEventSynchronize")
+            out.append(float(check(drv.cuEventElapsedTime(start, end), "cuEventElapsedTime")))
+        return statistics.median(out)
+
+    return time
+
+
+def _torch_timer(torch):
+    def time(fn, repeat):
+        fn()
+        torch.cuda.synchronize()
+        out = []
+        for _ in range(repeat):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            fn()
+            b.record()
+            b.synchronize()
+            out.append(a.elapsed_time(b))
+        return statistics.median(out)
+
+    return time
+
+
+def _cupy_timer(cp):
+    def time(fn, repeat):
+        fn()
+        cp.cuda.Device().synchronize()
+        out = []
+        for _ in range(repeat):
+            a, b = cp.cuda.Event(), cp.cuda.Event()
+            a.record()
+            fn()
+            b.record()
+            b.synchronize()
+            out.append(cp.cuda.get_elapsed_time(a, b))
+        return statistics.median(out)
+
+    return time
+
+
+def _copy_bandwidth(dev, timer, nbytes=1 << 30) -> float:
+    """Bytes per second moved (read + write) by a device-to-device copy."""
+    from sparsetensor.cuda import DeviceArray
+
+    a = DeviceArray.empty((nbytes,), np.uint8, dev)
+    b = DeviceArray.empty((nbytes,), np.uint8, dev)
+    ms = timer(lambda: dev.copy_dtod(b.ptr, a.ptr, nbytes), 10)
+    return 2 * nbytes / (ms / 1e3)
+
+
+def _random_csr(rng, n, per_row, index_dtype=np.int64):
+    counts = rng.poisson(per_row, n)
+    crow = np.zeros(n + 1, np.int64)
+    np.cumsum(counts, out=crow[1:])
+    nnz = int(crow[-1])
+    col = rng.integers(0, n, nnz)
+    # sort and dedupe inside rows: sort by (row, col) keys
+    row = np.repeat(np.arange(n, dtype=np.int64), counts)
+    key = row * n + col
+    key = np.unique(key)
+    row, col = key // n, key % n
+    crow = np.zeros(n + 1, np.int64)
+    np.cumsum(np.bincount(row, minlength=n), out=crow[1:])
+    return crow.astype(index_dtype), col.astype(index_dtype), rng.standard_normal(col.size).astype(np.float32)
+
+
+def _wall_timer(dev):
+    import time as _time
+
+    def time(fn, repeat):
+        fn()
+        out = []
+        for _ in range(repeat):
+            t0 = _time.perf_counter()
+            fn()
+            dev.synchronize()
+            out.append(1e3 * (_time.perf_counter() - t0))
+        return statistics.median(out)
+
+    return time
+
+
+# (SpMM rows, BSR block rows, coalesce entries, CSR->CSC rows, nnz per row of that matrix)
+SIZES = {"full": (2_000_000, 1024, 100_000_000, 6_250_000, 16), "quick": (200_000, 256, 5_000_000, 1_000_000, 5),
+         "emulate": (3000, 8, 20_000, 2000, 5)}
+
+
+def run(quick=False, repeat=7, emulate=False):
+    """Run the benchmarks; ``emulate=True`` runs tiny sizes on the CPU emulator of the kernels
+    (a smoke test of this script, no timing meaning, no peers)."""
+    import sparsetensor.cuda as stc
+    from sparsetensor.cuda._driver import get_device
+
+    if emulate:
+        from sparsetensor.cuda import _emulator
+
+        _emulator.install()
+    else:
+        reason = stc.unavailable_reason()
+        if reason is not None:
+            print(f"bench.cuda: no CUDA GPU here ({reason}); nothing to measure")
+            return None
+    n, nb, m, rows_n, per_row = SIZES["emulate" if emulate else "quick" if quick else "full"]
+
+    from ._common import machine, print_table, write_json
+
+    torch = cp = csp = None
+    if not emulate:
+        try:
+            import torch
+
+            torch = torch if torch.cuda.is_available() else None
+        except ImportError:
+            pass
+        try:
+            import cupy as cp
+            import cupyx.scipy.sparse as csp
+        except ImportError:
+            cp = csp = None
+
+    dev = get_device("cuda")
+    ours_t = _wall_timer(dev) if emulate else _events_timer(dev)
+    torch_t = _torch_timer(torch) if torch is not None else None
+    cupy_t = _cupy_timer(cp) if cp is not None else None
+    bw = _copy_bandwidth(dev, ours_t, 1 << 20 if emulate else 1 << 30)
+    print(f"device cuda:{dev.ordinal}, compute capability {dev.compute_capability}, {dev.sm_count} SMs; "
+          f"copy bandwidth {bw / 1e9:.0f} GB/s; peers: torch {'yes' if torch else 'no'}, cupy {'yes' if cp else 'no'}")
+    if not emulate:
+        print("compiling the kernels (cached after the first run) ...")
+        stc.precompile()
+    rng = np.random.default_rng(0)
+    records, rows = [], []
+
+    def record(name, ours_ms, nbytes, peers: dict, target: str):
+        rec = {"case": name, "ours_ms": ours_ms, "bytes": nbytes, "GBps": nbytes / (ours_ms / 1e3) / 1e9,
+               "of_copy_bw": nbytes / (ours_ms / 1e3) / bw, "target": target}
+        for k, v in peers.items():
+            rec[f"{k}_ms"] = v
+            rec[f"{k}/ours"] = v / ours_ms
+        records.append(rec)
+        rows.append([name, ours_ms, rec["GBps"], rec["of_copy_bw"],
+                     rec.get("torch/ours", float("nan")), rec.get("cupy/ours", float("nan")), target])
+        print(f"  {name}: {ours_ms:.3f} ms", flush=True)
+
+    # -- CSR SpMM / SpMV --------------------------------------------------------------------------------
+    crow, col, val = _random_csr(rng, n, 16, np.int32)
+    a = stc.compressed_tensor(crow, col, val, (n, n), layout="csr", check_invariants=True)
+    ta = tb = None
+    if torch is not None:
+        ta = torch.sparse_csr_tensor(torch.from_dlpack(a.crow_indices()), torch.from_dlpack(a.col_indices()),
+                                     torch.from_dlpack(a.values()), (n, n))
+    if cp is not None:
+        ca = csp.csr_matrix((cp.asarray(a.values()), cp.asarray(a.col_indices()), cp.asarray(a.crow_indices())),
+                            shape=(n, n))
+    for N in (1, 32, 128):
+        x = stc.DeviceArray.from_host(rng.standard_normal((n,) if N == 1 else (n, N)).astype(np.float32), dev)
+        ms = ours_t(lambda: stc.matmul(a, x), repeat)
+        peers = {}
+        if torch is not None:
+            tx = torch.from_dlpack(x)
+            tx2 = tx if N > 1 else tx[:, None]
+            peers["torch"] = torch_t(lambda: torch.sparse.mm(ta, tx2), repeat)
+        if cp is not None:
+            cx = cp.asarray(x)
+            peers["cupy"] = cupy_t(lambda: ca @ cx, repeat)
+        nbytes = a.nnz * 8 + (n + 1) * 4 + 2 * n * N * 4
+        record(f"csr spmm {n:,} N={N}", ms, nbytes, peers, ">= 1.0")
+    del x
+
+    # -- BSR SpMM --------------------------------------------------------------------------------------
+    # nb block rows/cols of 32 x 32 blocks: 32768 x 32768 for nb = 1024
+    blocks = rng.random((nb, nb)) < 0.02
+    bcrow = np.zeros(nb + 1, np.int64)
+    np.cumsum(blocks.sum(1), out=bcrow[1:])
+    bcol = np.nonzero(blocks)[1]
+    bval = rng.standard_normal((bcol.size, 32, 32)).astype(np.float32)
+    b = stc.compressed_tensor(bcrow.astype(np.int32), bcol.astype(np.int32), bval, (nb * 32, nb * 32), layout="bsr")
+    X = stc.DeviceArray.from_host(rng.standard_normal((nb * 32, 256)).astype(np.float32), dev)
+    ms = ours_t(lambda: stc.matmul(b, X), repeat)
+    peers = {}
+    if torch is not None:
+        tb = torch.sparse_bsr_tensor(torch.from_dlpack(b.crow_indices()), torch.from_dlpack(b.col_indices()),
+                                     torch.from_dlpack(b.values()), b.shape)
+        tX = torch.from_dlpack(X)
+        peers["torch"] = torch_t(lambda: tb @ tX, repeat)
+    record(f"bsr spmm {nb * 32} 32x32 2% N=256", ms, bval.nbytes + 2 * X.nbytes, peers, ">= 1.0")
+    del X, b, tb
+
+    # -- COO coalesce ------------------------------------------------------------------------------------
+    side = 1 << 20
+    idx = rng.integers(0, side, (2, m))
+    vals = rng.standard_normal(m).astype(np.float32)
+    coo = stc.coo_tensor(idx, vals, (side, side), check_invariants=False)
+    ms = ours_t(lambda: stc.coalesce(coo), max(3, repeat // 2))
+    peers = {}
+    if torch is not None:
+        tcoo = torch.sparse_coo_tensor(torch.from_dlpack(coo.indices()), torch.from_dlpack(coo.values()),
+                                       (side, side))
+        peers["torch"] = torch_t(lambda: tcoo.coalesce(), max(3, repeat // 2))
+        del tcoo
+    record(f"coo coalesce {m:,}", ms, 2 * (idx.nbytes + vals.nbytes), peers, "torch/ours >= 2")
+    del coo, idx
+
+    # -- CSR -> CSC and validation ------------------------------------------------------------------------
+    crow, col, val = _random_csr(rng, rows_n, per_row, np.int64)
+    big = stc.compressed_tensor(crow, col, val, (rows_n, rows_n), layout="csr", check_invariants=True)
+    ms = ours_t(lambda: stc.to_sparse(big, "csc"), max(3, repeat // 2))
+    peers = {}
+    if torch is not None:
+        tbig = torch.sparse_csr_tensor(torch.from_dlpack(big.crow_indices()), torch.from_dlpack(big.col_indices()),
+                                       torch.from_dlpack(big.values()), big.shape)
+        peers["torch"] = torch_t(lambda: tbig.to_sparse_csc(), max(3, repeat // 2))
+    record(f"csr->csc {big.nnz:,} nnz", ms, 2 * (col.nbytes + val.nbytes) + 2 * crow.nbytes, peers,
+           "torch/ours >= 2")
+
+    unchecked = stc.CudaCompressedTensor(big.crow_indices(), big.col_indices(), big.values(), big.shape, big.layout)
+    ms = ours_t(lambda: stc.validate(unchecked), repeat)
+    peers = {}
+    if torch is not None:
+        c_, p_, v_ = (torch.from_dlpack(x) for x in (big.crow_indices(), big.col_indices(), big.values()))
+        checked = torch_t(lambda: torch.sparse_csr_tensor(c_, p_, v_, big.shape, check_invariants=True), repeat)
+        plain = torch_t(lambda: torch.sparse_csr_tensor(c_, p_, v_, big.shape, check_invariants=False), repeat)
+        peers["torch"] = max(checked - plain, 1e-6)
+    record(f"csr validation {big.nnz:,} nnz", ms, col.nbytes + crow.nbytes, peers, "torch/ours >= 5")
+
+    print_table(["case", "ours ms", "GB/s", "of copy bw", "torch/ours", "cupy/ours", "target"], rows)
+    info = {"machine": machine(), "device": {"ordinal": dev.ordinal, "cc": list(dev.compute_capability),
+                                             "sms": dev.sm_count},
+            "copy_bandwidth_Bps": bw, "quick": quick, "emulated": emulate, "results": records}
+    if torch is not None:
+        info["torch"] = torch.__version__
+    if cp is not None:
+        info["cupy"] = cp.__version__
+    path = write_json("cuda-emulated" if emulate else "cuda", info)
+    print(f"wrote {path}")
+    return records
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.cuda")
+    parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
+    parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--emulate", action="store_true",
+                        help="tiny sizes on the CPU emulator of the kernels: a smoke test of this script")
+    args = parser.parse_args(argv)
+    run(quick=args.quick, repeat=args.repeat, emulate=args.emulate)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

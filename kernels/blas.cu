@@ -1,0 +1,141 @@
+// Sparse-dense products of csr/bsr tensors (batched: A has B batches; the dense operand
+// has B batches of its own or one shared, x_bstride = 0), and sampled dense-dense
+// products (SDDMM). Accumulation in acc<V> (float16 in float32, rounded once).
+#include "common.cuh"
+
+namespace st {
+
+// y[b, r] = sum_k vals[b, k] * x[b, plain[b, k]] over row r: `tpr` threads (a power of two
+// <= 32) per row, reduced with shuffles. Every warp runs its loop the same number of times
+// (warp-uniform bounds), so the full-mask shuffles never diverge.
+// st:kernel value index
+template <typename V, typename I>
+__global__ void csr_spmv(const I* __restrict__ comp, const I* __restrict__ plain, const V* __restrict__ vals, i64 B,
+                         i64 nrows, i64 nnz, const V* __restrict__ x, i64 x_bstride, V* __restrict__ y, int tpr) {
+    typedef typename acc<V>::type A;
+    const i64 gtid = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+    const int lane = threadIdx.x % tpr;
+    const i64 group = gtid / tpr, groups_per_warp = 32 / tpr;
+    const i64 warp_first = (gtid / 32) * groups_per_warp;
+    const i64 ngroups = (i64)gridDim.x * blockDim.x / tpr;
+    const i64 total = B * nrows;
+    for (i64 base = warp_first; base < total; base += ngroups) {
+        const i64 row = group + (base - warp_first);
+        A s = acc_zero<A>();
+        if (row < total) {
+            const i64 b = row / nrows, r = row - b * nrows;
+            const I* c = comp + b * (nrows + 1);
+            const I* p = plain + b * nnz;
+            const V* v = vals + b * nnz;
+            const V* xb = x + b * x_bstride;
+            for (i64 k = (i64)c[r] + lane; k < (i64)c[r + 1]; k += tpr) s = s + to_acc(v[k]) * to_acc(xb[p[k]]);
+        }
+        for (int off = tpr / 2; off > 0; off >>= 1) s = s + shfl_down(s, off, tpr);
+        if (row < total && lane == 0) y[row] = from_acc<V>(s);
+    }
+}
+
+// Y[b, r, :] = sum_k vals[b, k] * X[b, plain[b, k], :] for X (K, N) row-major: one warp per
+// (batch, row, group of SPMM_TILES tiles of 32 columns). The warp loads 32 (column, value)
+// pairs of the row at a time and broadcasts them with shuffles; lane l accumulates columns
+// l, l + 32, ... of its group, so a row is read once per 32 * SPMM_TILES columns and every
+// read of X is 32 consecutive items.
+#define SPMM_TILES 4
+// st:kernel value index
+template <typename V, typename I>
+__global__ void csr_spmm(const I* __restrict__ comp, const I* __restrict__ plain, const V* __restrict__ vals, i64 B,
+                         i64 nrows, i64 nnz, const V* __restrict__ X, i64 x_bstride, i64 N, V* __restrict__ Y) {
+    typedef typename acc<V>::type A;
+    const int lane = threadIdx.x & 31;
+    const i64 gwarp = ((i64)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+    const i64 nwarps = (i64)gridDim.x * blockDim.x / 32;
+    const i64 ngroups = (N + 32 * SPMM_TILES - 1) / (32 * SPMM_TILES);
+    for (i64 w = gwarp; w < B * nrows * ngroups; w += nwarps) {  // w is the same for the whole warp
+        const i64 group = w % ngroups, row = w / ngroups;
+        const i64 b = row / nrows, r = row - b * nrows;
+        const I* c = comp + b * (nrows + 1);
+        const I* p = plain + b * nnz;
+        const V* v = vals + b * nnz;
+        const V* xb = X + b * x_bstride;
+        const i64 col0 = group * 32 * SPMM_TILES + lane;
+        const i64 k_end = c[r + 1];
+        A s[SPMM_TILES];
+        for (int q = 0; q < SPMM_TILES; ++q) s[q] = acc_zero<A>();
+        for (i64 k0 = c[r]; k0 < k_end; k0 += 32) {
+            i64 my_col = 0;
+            A my_val = acc_zero<A>();
+            if (k0 + lane < k_end) {
+                my_col = p[k0 + lane];
+                my_val = to_acc(v[k0 + lane]);
+            }
+            const int count = k_end - k0 < 32 ? (int)(k_end - k0) : 32;
+            for (int j = 0; j < count; ++j) {
+                const i64 cj = shfl_idx(my_col, j);
+                const A vj = shfl_idx(my_val, j);
+                const V* xr = xb + cj * N;
+                for (int q = 0; q < SPMM_TILES; ++q) {
+                    const i64 col = col0 + 32 * q;
+                    if (col < N) s[q] = s[q] + vj * to_acc(xr[col]);
+                }
+            }
+        }
+        for (int q = 0; q < SPMM_TILES; ++q) {
+            const i64 col = col0 + 32 * q;
+            if (col < N) Y[row * N + col] = from_acc<V>(s[q]);
+        }
+    }
+}
+
+// Y[b, R, n] = sum over the blocks k of block row R / Rb and j < Cb of
+// vals[b, k, R % Rb, j] * X[b, plain[b, k] * Cb + j, n]: one thread per output element,
+// consecutive threads along n (coalesced X, broadcast blocks).
+// st:kernel value index
+template <typename V, typename I>
+__global__ void bsr_spmm(const I* __restrict__ comp, const I* __restrict__ plain, const V* __restrict__ vals, i64 B,
+                         i64 nbrows, i64 nnz, i64 Rb, i64 Cb, const V* __restrict__ X, i64 x_bstride, i64 N,
+                         V* __restrict__ Y) {
+    typedef typename acc<V>::type A;
+    const i64 M = nbrows * Rb;
+    ST_GRID_LOOP(t, B * M * N) {
+        const i64 n = t % N, row = t / N;
+        const i64 b = row / M, R = row - b * M;
+        const i64 br = R / Rb, i = R - br * Rb;
+        const I* c = comp + b * (nbrows + 1);
+        const V* xb = X + b * x_bstride + n;
+        A s = acc_zero<A>();
+        for (i64 k = c[br]; k < (i64)c[br + 1]; ++k) {
+            const V* blk = vals + ((b * nnz + k) * Rb + i) * Cb;
+            const V* xr = xb + (i64)plain[b * nnz + k] * Cb * N;
+            for (i64 j = 0; j < Cb; ++j) s = s + to_acc(blk[j]) * to_acc(xr[j * N]);
+        }
+        Y[t] = from_acc<V>(s);
+    }
+}
+
+// SDDMM: out[b, k] = beta * vals[b, k] (when use_input) + alpha * dot(M1[b, row_k, :], M2[b, :, col_k])
+// with M1 (nrows, K) and M2 (K, ncols) row-major: one warp per entry, lanes along K.
+// st:kernel value index
+template <typename V, typename I>
+__global__ void csr_sddmm(const I* __restrict__ comp, const I* __restrict__ plain, const V* __restrict__ vals, i64 B,
+                          i64 nrows, i64 nnz, const V* __restrict__ M1, i64 m1_bstride, const V* __restrict__ M2,
+                          i64 m2_bstride, i64 K, i64 ncols, double alpha_re, double alpha_im, double beta_re,
+                          double beta_im, int use_input, V* __restrict__ out) {
+    typedef typename acc<V>::type A;
+    const A alpha = acc_scalar<A>(alpha_re, alpha_im), beta = acc_scalar<A>(beta_re, beta_im);
+    const int lane = threadIdx.x & 31;
+    const i64 gwarp = ((i64)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+    const i64 nwarps = (i64)gridDim.x * blockDim.x / 32;
+    for (i64 w = gwarp; w < B * nnz; w += nwarps) {  // warp-uniform
+        const i64 b = w / nnz, k = w - b * nnz;
+        const i64 r = slot_of(comp + b * (nrows + 1), nrows, k);
+        const i64 col = plain[w];
+        const V* m1 = M1 + b * m1_bstride + r * K;
+        const V* m2 = M2 + b * m2_bstride + col;
+        A s = acc_zero<A>();
+        for (i64 j = lane; j < K; j += 32) s = s + to_acc(m1[j]) * to_acc(m2[j * ncols]);
+        for (int off = 16; off > 0; off >>= 1) s = s + shfl_down(s, off, 32);
+        if (lane == 0) out[w] = from_acc<V>(use_input ? beta * to_acc(vals[w]) + alpha * s : alpha * s);
+    }
+}
+
+}  // namespace st

@@ -1,0 +1,91 @@
+// COO coalescing: linearised keys, runs of equal keys after the radix sort
+// (sort.cu), de-linearised indices and segmented sums; and the pairing of two
+// coalesced operands for an elementwise product.
+//
+// coalesce(indices, values) on the device (sparsetensor/cuda/coalesce.py):
+//   coo_keys -> radix sort (keys, positions) -> run_heads -> exclusive scan -> run_starts
+//   -> coo_unkey (indices of each run) and segment_sum (values of each run, summed in
+//   input order: the sort is stable).
+#include "common.cuh"
+
+namespace st {
+
+// keys[k] = the row-major linear offset of column k of idx (S, nnz) over shape[0..S).
+// Only the first S rows of idx are read (the row stride stays nnz).
+// st:kernel index
+template <typename I>
+__global__ void coo_keys(const I* __restrict__ idx, i64 S, i64 nnz, const i64* __restrict__ shape,
+                         u64* __restrict__ keys) {
+    ST_GRID_LOOP(k, nnz) {
+        u64 key = 0;
+        for (i64 d = 0; d < S; ++d) key = key * (u64)shape[d] + (u64)(i64)idx[d * nnz + k];
+        keys[k] = key;
+    }
+}
+
+// heads[k] = 1 where a run of equal keys starts.
+// st:kernel
+__global__ void run_heads(const u64* __restrict__ sorted, i64 n, i64* __restrict__ heads) {
+    ST_GRID_LOOP(k, n) { heads[k] = (k == 0 || sorted[k] != sorted[k - 1]) ? 1 : 0; }
+}
+
+// flags[k] = 1 where keys k and k + 1 are equal (a pair from two coalesced operands).
+// st:kernel
+__global__ void pair_heads(const u64* __restrict__ sorted, i64 n, i64* __restrict__ flags) {
+    ST_GRID_LOOP(k, n) { flags[k] = (k + 1 < n && sorted[k] == sorted[k + 1]) ? 1 : 0; }
+}
+
+// From the exclusive scan of 0/1 flags (n + 1 entries): starts[j] = the position of the
+// j-th flag, and starts[scan[n]] = n.
+// st:kernel
+__global__ void run_starts(const i64* __restrict__ scan, i64 n, i64* __restrict__ starts) {
+    ST_GRID_LOOP(k, n) {
+        if (scan[k + 1] != scan[k]) starts[scan[k]] = k;
+    }
+    if (blockIdx.x == 0 && threadIdx.x == 0) starts[scan[n]] = n;
+}
+
+// out (S, nout): the indices of key sorted[starts[j]] over shape[0..S).
+// st:kernel index
+template <typename I>
+__global__ void coo_unkey(const u64* __restrict__ sorted, const i64* __restrict__ starts, i64 nout, i64 S,
+                          const i64* __restrict__ shape, I* __restrict__ out) {
+    ST_GRID_LOOP(j, nout) {
+        u64 key = sorted[starts[j]];
+        for (i64 d = S - 1; d >= 0; --d) {
+            const u64 s = (u64)shape[d];
+            out[d * nout + j] = (I)(key % s);
+            key /= s;
+        }
+    }
+}
+
+// out[j, e] = sum of vals[perm[k], e] over k in [starts[j], starts[j + 1]), in k order.
+// st:kernel value
+template <typename V>
+__global__ void segment_sum(const V* __restrict__ vals, const i64* __restrict__ perm, const i64* __restrict__ starts,
+                            i64 nout, i64 W, V* __restrict__ out) {
+    typedef typename acc<V>::type A;
+    ST_GRID_LOOP(t, nout * W) {
+        const i64 j = t / W, e = t - j * W;
+        const i64 k0 = starts[j], k1 = starts[j + 1];
+        A s = to_acc(vals[perm[k0] * W + e]);
+        for (i64 k = k0 + 1; k < k1; ++k) s = s + to_acc(vals[perm[k] * W + e]);
+        out[t] = from_acc<V>(s);
+    }
+}
+
+// out[j, e] = a[perm[k], e] * b[perm[k + 1] - na, e] with k = starts[j]: the pair of equal keys
+// at k comes from a (positions < na) then b, the sort being stable.
+// st:kernel value
+template <typename V>
+__global__ void pair_products(const i64* __restrict__ perm, const i64* __restrict__ starts, i64 nout, i64 na,
+                              const V* __restrict__ a, const V* __restrict__ b, i64 W, V* __restrict__ out) {
+    ST_GRID_LOOP(t, nout * W) {
+        const i64 j = t / W, e = t - j * W;
+        const i64 k = starts[j];
+        out[t] = from_acc<V>(to_acc(a[perm[k] * W + e]) * to_acc(b[(perm[k + 1] - na) * W + e]));
+    }
+}
+
+}  // namespace st

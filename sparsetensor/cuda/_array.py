@@ -1,0 +1,450 @@
+"""``DeviceArray``: a C-contiguous array in CUDA device memory.
+
+A DeviceArray is a view (pointer, shape, dtype) of a memory owner: a
+:class:`~sparsetensor.cuda._driver.Buffer` from the stream-ordered pool, or a foreign
+array (CuPy, PyTorch, ...) taken without a copy. It exposes
+``__cuda_array_interface__`` (v3, with our stream) and ``__dlpack__`` /
+``__dlpack_device__``, so CuPy and PyTorch take it without a copy; ``.get()`` and
+``np.asarray`` copy it to the host.
+
+Only C-contiguous arrays exist: reshapes and leading-axis indexing are views,
+anything else is a copy made by a kernel.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import operator
+
+import numpy as np
+
+__all__ = ["DeviceArray", "as_device_array"]
+
+_KDL_CUDA = 2
+_KDL_CUDA_MANAGED = 13
+# DLPack dtype codes
+_DL_INT, _DL_UINT, _DL_FLOAT, _DL_COMPLEX, _DL_BOOL = 0, 1, 2, 5, 6
+
+
+def _c_strides(shape, itemsize) -> tuple:
+    strides, s = [], itemsize
+    for n in reversed(shape):
+        strides.append(s)
+        s *= max(int(n), 1)
+    return tuple(reversed(strides))
+
+
+class DeviceArray:
+    """A C-contiguous device array: ``shape``, ``dtype``, ``device`` and a pointer.
+
+    Parameters
+    ----------
+    owner : object
+        What keeps the memory alive (a Buffer, a foreign array, a capsule holder).
+    ptr : int
+        Address of the first element (0 is allowed for empty arrays).
+    shape : tuple of int
+    dtype : numpy dtype
+    device : Device or None
+        The :class:`~sparsetensor.cuda._driver.Device` (None only in tests of metadata).
+
+    Examples
+    --------
+    >>> import numpy as np, sparsetensor.cuda as stc          # doctest: +SKIP
+    >>> a = stc.DeviceArray.from_host(np.arange(6).reshape(2, 3))  # doctest: +SKIP
+    >>> a.shape, a.dtype, a.device, a[1].get()              # doctest: +SKIP
+    ((2, 3), dtype('int64'), 'cuda:0', array([3, 4, 5]))
+    """
+
+    __slots__ = ("_owner", "_ptr", "_shape", "_dtype", "_device", "__weakref__")
+    __array_priority__ = 1000
+
+    def __init__(self, owner, ptr: int, shape, dtype, device):
+        self._owner = owner
+        self._ptr = int(ptr)
+        self._shape = tuple(operator.index(n) for n in shape)
+        if any(n < 0 for n in self._shape):
+            raise ValueError(f"negative dimension in shape {self._shape}")
+        self._dtype = np.dtype(dtype)
+        self._device = device
+
+    # -- metadata -------------------------------------------------------------------------------
+    @property
+    def shape(self) -> tuple:
+        return self._shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self._dtype
+
+    @property
+    def ndim(self) -> int:
+        return len(self._shape)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self._shape)
+
+    @property
+    def itemsize(self) -> int:
+        return self._dtype.itemsize
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self._dtype.itemsize
+
+    @property
+    def strides(self) -> tuple:
+        return _c_strides(self._shape, self._dtype.itemsize)
+
+    @property
+    def ptr(self) -> int:
+        return self._ptr
+
+    data_ptr = ptr
+
+    @property
+    def device_id(self) -> int:
+        return 0 if self._device is None else self._device.ordinal
+
+    @property
+    def device(self) -> str:
+        return f"cuda:{self.device_id}"
+
+    def __len__(self) -> int:
+        if not self._shape:
+            raise TypeError("len() of a 0-d array")
+        return self._shape[0]
+
+    def __repr__(self) -> str:
+        return f"DeviceArray({self._dtype}{list(self._shape)}, device={self.device!r})"
+
+    # -- views ------------------------------------------------------------------------------------
+    def reshape(self, *shape) -> "DeviceArray":
+        if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)):
+            shape = tuple(shape[0])
+        shape = [operator.index(n) for n in shape]
+        if shape.count(-1) > 1:
+            raise ValueError("can only specify one unknown dimension")
+        if -1 in shape:
+            known = math.prod(n for n in shape if n != -1)
+            if known == 0 or self.size % known:
+                raise ValueError(f"cannot reshape array of size {self.size} into shape {tuple(shape)}")
+            shape[shape.index(-1)] = self.size // known
+        if math.prod(shape) != self.size:
+            raise ValueError(f"cannot reshape array of size {self.size} into shape {tuple(shape)}")
+        return DeviceArray(self._owner, self._ptr, shape, self._dtype, self._device)
+
+    def view(self, dtype) -> "DeviceArray":
+        """The same bytes as another dtype (the last dim rescales, as in NumPy)."""
+        dt = np.dtype(dtype)
+        if dt.itemsize == self.itemsize:
+            return DeviceArray(self._owner, self._ptr, self._shape, dt, self._device)
+        if not self._shape:
+            raise ValueError("cannot change the itemsize of a 0-d array")
+        last = self._shape[-1] * self.itemsize
+        if last % dt.itemsize:
+            raise ValueError(f"the last axis ({self._shape[-1]} x {self.itemsize} bytes) is not a multiple of "
+                             f"the new itemsize {dt.itemsize}")
+        return DeviceArray(self._owner, self._ptr, self._shape[:-1] + (last // dt.itemsize,), dt, self._device)
+
+    def __getitem__(self, key) -> "DeviceArray":
+        """Views along the leading axis: ``a[i]`` and ``a[i:j]`` (step 1); ``a[...]``/``a[:]``."""
+        if key is Ellipsis:
+            return self
+        if not self._shape:
+            raise IndexError("a 0-d DeviceArray cannot be indexed")
+        n = self._shape[0]
+        row = self.nbytes // n if n else 0
+        if isinstance(key, slice):
+            start, stop, step = key.indices(n)
+            if step != 1:
+                raise IndexError("DeviceArray views take slices with step 1 only")
+            stop = max(stop, start)
+            return DeviceArray(self._owner, self._ptr + start * row, (stop - start,) + self._shape[1:],
+                               self._dtype, self._device)
+        try:
+            i = operator.index(key)
+        except TypeError:
+            raise IndexError(f"DeviceArray supports an int or a slice on the leading axis, got {key!r}") from None
+        if not -n <= i < n:
+            raise IndexError(f"index {i} out of range for axis 0 of size {n}")
+        i %= n
+        return DeviceArray(self._owner, self._ptr + i * row, self._shape[1:], self._dtype, self._device)
+
+    # -- interchange ----------------------------------------------------------------------------
+    @property
+    def __cuda_array_interface__(self) -> dict:
+        stream = None if self._device is None else self._device.stream_handle
+        return {"shape": self._shape, "typestr": self._dtype.str, "descr": [("", self._dtype.str)],
+                "data": (self._ptr if self.size else 0, False), "strides": None, "version": 3,
+                "stream": stream}
+
+    def __dlpack_device__(self) -> tuple:
+        return (_KDL_CUDA, self.device_id)
+
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        """A DLPack capsule (unversioned ``DLManagedTensor``) sharing this array's memory.
+
+        ``stream``: the consumer's stream; our queued work is made to precede work on it
+        (``-1``: no synchronisation). ``copy=True`` and other devices are refused.
+        """
+        if copy:
+            raise BufferError("DeviceArray.__dlpack__(copy=True) is not supported; copy with .copy() first")
+        if dl_device is not None and tuple(dl_device) != self.__dlpack_device__():
+            raise BufferError(f"DeviceArray on {self.device} cannot be exported to DLPack device {dl_device}")
+        if self._device is not None and stream != -1:
+            if stream is None or stream in (1, 2):
+                self._device.synchronize()
+            else:
+                self._device.make_external_stream_wait(int(stream))
+        return _dlpack_capsule(self)
+
+    def get(self) -> np.ndarray:
+        """A host copy (waits for the queued work on this array's stream)."""
+        out = np.empty(self._shape, self._dtype)
+        if self.size:
+            self._require_device().copy_dtoh(out, self._ptr)
+        return out
+
+    def __array__(self, dtype=None, copy=None):
+        if copy is False:
+            raise ValueError("a DeviceArray cannot be viewed as a host array without a copy")
+        a = self.get()
+        return a if dtype is None else a.astype(dtype, copy=False)
+
+    def copy(self) -> "DeviceArray":
+        dev = self._require_device()
+        out = DeviceArray.empty(self._shape, self._dtype, dev)
+        dev.copy_dtod(out.ptr, self._ptr, self.nbytes)
+        return out
+
+    def _require_device(self):
+        if self._device is None:
+            raise RuntimeError("this DeviceArray has no device (a metadata-only array)")
+        return self._device
+
+    # -- construction ---------------------------------------------------------------------------
+    @staticmethod
+    def empty(shape, dtype, device=None) -> "DeviceArray":
+        from ._driver import get_device
+
+        dev = device if hasattr(device, "alloc") else get_device(device)
+        shape = (operator.index(shape),) if isinstance(shape, (int, np.integer)) else tuple(shape)
+        buf = dev.alloc(math.prod(shape) * np.dtype(dtype).itemsize)
+        return DeviceArray(buf, buf.ptr, shape, dtype, dev)
+
+    @staticmethod
+    def zeros(shape, dtype, device=None) -> "DeviceArray":
+        a = DeviceArray.empty(shape, dtype, device)
+        a._device.memset8(a.ptr, 0, a.nbytes)
+        return a
+
+    @staticmethod
+    def from_host(array, device=None) -> "DeviceArray":
+        """A device copy of a host array (made C-contiguous first)."""
+        host = np.ascontiguousarray(array)
+        out = DeviceArray.empty(host.shape, host.dtype, device)
+        out._device.copy_htod(out.ptr, host)
+        return out
+
+
+def _same_device(device, ordinal):
+    from ._driver import get_device
+
+    if device is None:
+        return get_device(ordinal)
+    dev = device if hasattr(device, "alloc") else get_device(device)
+    if dev.ordinal != ordinal:
+        raise ValueError(f"the array lives on cuda:{ordinal}, not on {dev.name}; copy it first")
+    return dev
+
+
+def _from_cai(obj, device) -> DeviceArray:
+    cai = obj.__cuda_array_interface__
+    shape = tuple(cai["shape"])
+    dtype = np.dtype(cai["typestr"])
+    if cai.get("descr") and len(cai["descr"]) > 1:
+        dtype = np.dtype(cai["descr"])
+    strides = cai.get("strides")
+    if strides is not None and math.prod(shape) > 1:
+        want = _c_strides(shape, dtype.itemsize)
+        if any(s != w for s, w, n in zip(strides, want, shape) if n > 1):
+            raise ValueError(f"only C-contiguous device arrays are taken without a copy; got strides {strides} "
+                             f"for shape {shape} (make it contiguous first, e.g. x.contiguous())")
+    ptr = int(cai["data"][0])
+    dev = _resolve_device(device, ptr)
+    stream = cai.get("stream")
+    if stream is not None:
+        if stream in (1, 2):
+            from ._driver import check, driver
+
+            check(driver().cuStreamSynchronize(driver().CUstream(stream)), "cuStreamSynchronize")
+        else:
+            dev.wait_external_stream(int(stream))
+    return DeviceArray(obj, ptr, shape, dtype, dev)
+
+
+def _resolve_device(device, ptr: int):
+    """The device of the memory at ``ptr`` (asked of the driver), checked against ``device``."""
+    from ._driver import get_device
+
+    explicit = device is not None
+    dev = (device if hasattr(device, "alloc") else get_device(device)) if explicit else get_device(0)
+    if getattr(dev, "emulated", False) or not ptr:
+        return dev
+    return _same_device(dev if explicit else None, _pointer_device(ptr))
+
+
+def _pointer_device(ptr: int) -> int:
+    from ._driver import check, driver
+
+    drv = driver()
+    attr = drv.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
+    return int(check(drv.cuPointerGetAttribute(attr, ptr), "cuPointerGetAttribute"))
+
+
+def as_device_array(obj, device=None) -> DeviceArray:
+    """``obj`` as a DeviceArray without a copy: a DeviceArray, anything with
+    ``__cuda_array_interface__`` (CuPy, Numba, PyTorch CUDA tensors) or a CUDA
+    ``__dlpack__``. Host arrays are refused here (use :meth:`DeviceArray.from_host`)."""
+    if isinstance(obj, DeviceArray):
+        if device is not None:
+            _same_device(device, obj.device_id)
+        return obj
+    if hasattr(obj, "__cuda_array_interface__"):
+        return _from_cai(obj, device)
+    if hasattr(obj, "__dlpack__") and hasattr(obj, "__dlpack_device__"):
+        kind, ordinal = obj.__dlpack_device__()
+        if int(kind) != _KDL_CUDA:
+            raise TypeError(f"a DLPack array on device type {int(kind)} is not a CUDA device array")
+        dev = _same_device(device, int(ordinal))
+        return _from_dlpack(obj.__dlpack__(stream=dev.stream_handle), dev)
+    raise TypeError(f"{type(obj).__name__} is not a CUDA device array (no __cuda_array_interface__ or __dlpack__)")
+
+
+# -- DLPack through ctypes ------------------------------------------------------------------------
+
+class _DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class _DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class _DLTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("device", _DLDevice), ("ndim", ctypes.c_int32),
+                ("dtype", _DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
+                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
+
+
+class _DLManagedTensor(ctypes.Structure):
+    pass
+
+
+_DELETER = ctypes.CFUNCTYPE(None, ctypes.POINTER(_DLManagedTensor))
+_DLManagedTensor._fields_ = [("dl_tensor", _DLTensor), ("manager_ctx", ctypes.c_void_p), ("deleter", _DELETER)]
+
+_CAPSULE_NAME = ctypes.create_string_buffer(b"dltensor")
+_USED_NAME = ctypes.create_string_buffer(b"used_dltensor")
+_exported: dict = {}   # address of a DLManagedTensor we made -> what keeps it and the array alive
+
+_capsule_new = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)(
+    ("PyCapsule_New", ctypes.pythonapi))
+_capsule_is_valid_raw = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)(
+    ("PyCapsule_IsValid", ctypes.pythonapi))
+_capsule_pointer_raw = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)(
+    ("PyCapsule_GetPointer", ctypes.pythonapi))
+_capsule_is_valid = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.c_void_p)(
+    ("PyCapsule_IsValid", ctypes.pythonapi))
+_capsule_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_void_p)(
+    ("PyCapsule_GetPointer", ctypes.pythonapi))
+_capsule_set_name = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.c_void_p)(
+    ("PyCapsule_SetName", ctypes.pythonapi))
+
+
+@_DELETER
+def _release_exported(managed):
+    _exported.pop(ctypes.addressof(managed.contents), None)
+
+
+@ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+def _capsule_destructor(capsule):
+    # An unconsumed capsule ("dltensor") owns its tensor; a consumer renames it first.
+    if _capsule_is_valid_raw(capsule, ctypes.addressof(_CAPSULE_NAME)):
+        ptr = _capsule_pointer_raw(capsule, ctypes.addressof(_CAPSULE_NAME))
+        managed = ctypes.cast(ptr, ctypes.POINTER(_DLManagedTensor))
+        managed.contents.deleter(managed)
+
+
+def _dl_dtype(dt: np.dtype) -> _DLDataType:
+    code = {"i": _DL_INT, "u": _DL_UINT, "f": _DL_FLOAT, "c": _DL_COMPLEX, "b": _DL_BOOL}.get(dt.kind)
+    if code is None:
+        raise BufferError(f"dtype {dt} has no DLPack equivalent")
+    return _DLDataType(code, dt.itemsize * 8, 1)
+
+
+def _np_dtype(t: _DLDataType) -> np.dtype:
+    if t.lanes != 1:
+        raise BufferError(f"DLPack arrays with {t.lanes} lanes are not supported")
+    kinds = {_DL_INT: "i", _DL_UINT: "u", _DL_FLOAT: "f", _DL_COMPLEX: "c"}
+    if t.code == _DL_BOOL and t.bits == 8:
+        return np.dtype(np.bool_)
+    if t.code not in kinds:
+        raise BufferError(f"DLPack dtype code {t.code} is not supported")
+    return np.dtype(f"{kinds[t.code]}{t.bits // 8}")
+
+
+def _dlpack_capsule(a: DeviceArray):
+    managed = _DLManagedTensor()
+    shape = (ctypes.c_int64 * max(a.ndim, 1))(*a.shape)
+    t = managed.dl_tensor
+    t.data = a.ptr or None
+    t.device = _DLDevice(_KDL_CUDA, a.device_id)
+    t.ndim = a.ndim
+    t.dtype = _dl_dtype(a.dtype)
+    t.shape = ctypes.cast(shape, ctypes.POINTER(ctypes.c_int64))
+    t.strides = None  # compact row-major
+    t.byte_offset = 0
+    managed.manager_ctx = None
+    managed.deleter = _release_exported
+    address = ctypes.addressof(managed)
+    _exported[address] = (managed, shape, a)
+    return _capsule_new(address, ctypes.addressof(_CAPSULE_NAME), ctypes.cast(_capsule_destructor, ctypes.c_void_p))
+
+
+class _DLPackOwner:
+    """Keeps an imported DLManagedTensor alive; calls its deleter when collected."""
+
+    __slots__ = ("address", "capsule_owner")
+
+    def __init__(self, address: int, capsule_owner):
+        self.address = address
+        self.capsule_owner = capsule_owner
+
+    def __del__(self):
+        managed = ctypes.cast(self.address, ctypes.POINTER(_DLManagedTensor))
+        if managed.contents.deleter:
+            managed.contents.deleter(managed)
+
+
+def _from_dlpack(capsule, device) -> DeviceArray:
+    if not _capsule_is_valid(capsule, ctypes.addressof(_CAPSULE_NAME)):
+        raise BufferError("expected an unconsumed 'dltensor' capsule")
+    address = _capsule_pointer(capsule, ctypes.addressof(_CAPSULE_NAME))
+    t = ctypes.cast(address, ctypes.POINTER(_DLManagedTensor)).contents.dl_tensor
+    if t.device.device_type != _KDL_CUDA:
+        raise BufferError(f"DLPack device type {t.device.device_type} is not CUDA ({_KDL_CUDA})")
+    shape = tuple(t.shape[i] for i in range(t.ndim))
+    dtype = _np_dtype(t.dtype)
+    if t.strides and math.prod(shape) > 1:
+        strides = tuple(t.strides[i] * dtype.itemsize for i in range(t.ndim))
+        want = _c_strides(shape, dtype.itemsize)
+        if any(s != w for s, w, n in zip(strides, want, shape) if n > 1):
+            raise ValueError(f"only C-contiguous device arrays are taken without a copy; got strides "
+                             f"{tuple(t.strides[i] for i in range(t.ndim))} (in elements) for shape {shape}")
+    ptr = (t.data or 0) + t.byte_offset
+    _capsule_set_name(capsule, ctypes.addressof(_USED_NAME))  # consumed: we call the deleter now
+    return DeviceArray(_DLPackOwner(address, None), ptr, shape, dtype, device)

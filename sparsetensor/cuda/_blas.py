@@ -1,0 +1,181 @@
+"""Sparse-dense products on the device: csr/bsr @ dense (SpMM), csr @ vector (SpMV), SDDMM.
+
+``matmul(a, x)`` with ``a`` a device csr/csc/bsr/bsc (or 2-d COO) tensor without dense
+dims and ``x`` a dense device array (DeviceArray, CuPy, PyTorch CUDA: zero-copy) of
+the same dtype: ``x`` of shape ``(K,)`` gives ``(M,)`` (SpMV), ``(K, N)`` gives
+``(M, N)``; a batched ``a`` (``B + (M, K)``) takes ``x`` of shape ``B + (K, N)`` or a shared
+``(K, N)``. csc/bsc operands are transposed to csr/bsr on the device first; COO is
+converted to csr. Results are new DeviceArrays (float16 accumulates in float32).
+
+``sampled_addmm(input, mat1, mat2, beta=1, alpha=1)``: ``beta * input + alpha * (mat1 @
+mat2)`` at the pattern of csr ``input`` (torch.sparse.sampled_addmm).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .. import _layout as L
+from . import _primitives as P
+from ._array import DeviceArray, as_device_array
+from ._module import BLOCK, grid_for, launch
+
+__all__ = ["matmul", "sampled_addmm"]
+
+_SPMM_TILES = 4  # SPMM_TILES of blas.cu
+
+
+def _dense_operand(x, dev, op: str) -> DeviceArray:
+    from .tensor import CudaSparseTensor
+
+    if isinstance(x, CudaSparseTensor):
+        raise NotImplementedError(f"{op} of two sparse tensors on cuda (SpGEMM) has no GPU kernel")
+    if isinstance(x, np.ndarray):
+        raise TypeError(f"{op}: the dense operand is a NumPy array on the host; move it to {dev.name} first "
+                        "(sparsetensor.cuda.DeviceArray.from_host)")
+    try:
+        return as_device_array(x, dev)
+    except TypeError:
+        raise TypeError(f"{op}: expected a dense CUDA array, got {type(x).__name__}") from None
+
+
+def _as_rows(a, op: str):
+    """``a`` as a canonical csr/bsr device tensor without dense dims."""
+    from ._convert import to_sparse, transpose_compressed
+    from .tensor import CudaCOOTensor
+    from ._validate import checked
+
+    if isinstance(a, CudaCOOTensor):
+        if a.sparse_dim != 2 or a.dense_dim:
+            raise NotImplementedError(f"{op} of a coo tensor with sparse_dim={a.sparse_dim}, dense_dim={a.dense_dim} "
+                                      "on cuda")
+        a = to_sparse(a, L.sparse_csr)
+    if a.dense_dim:
+        raise NotImplementedError(f"{op} of a {a.layout.name} tensor with dense_dim={a.dense_dim} on cuda")
+    a = checked(a)
+    if not a.layout.compressed_rows:
+        a = transpose_compressed(a)
+    return a
+
+
+def _tpr(nnz: int, rows: int) -> int:
+    """Threads per row for SpMV: the power of two nearest the mean row length, in [1, 32]."""
+    mean = nnz / max(rows, 1)
+    t = 1
+    while t < 32 and t * 2 <= max(mean, 1) * 1.5:
+        t *= 2
+    return t
+
+
+def matmul(a, x):
+    """``a @ x`` for a device sparse tensor ``a`` and a dense device array ``x`` (see the module doc).
+
+    Examples
+    --------
+    >>> import numpy as np, sparsetensor as st, sparsetensor.cuda as stc             # doctest: +SKIP
+    >>> a = stc.to_device(st.sparse_csr_tensor([0, 1, 2], [1, 0], [2.0, 3.0]))       # doctest: +SKIP
+    >>> stc.matmul(a, stc.DeviceArray.from_host(np.array([1.0, 10.0]))).get()         # doctest: +SKIP
+    array([20.,  3.])
+    """
+    from .tensor import CudaSparseTensor
+
+    if not isinstance(a, CudaSparseTensor):
+        raise NotImplementedError(f"matmul on cuda with a {type(a).__name__} left operand: only sparse @ dense has "
+                                  "a GPU kernel")
+    a = _as_rows(a, "matmul")
+    dev = a._dev()
+    x = _dense_operand(x, dev, "matmul")
+    if x.dtype != a.dtype:
+        raise TypeError(f"matmul on cuda needs one dtype, got {a.layout.name} {a.dtype} and dense {x.dtype}")
+    vkey = P.value_key(a.dtype, "matmul")
+    ik = P.index_key(a.index_dtype)
+    m = a.batch_dim
+    batch = a.shape[:m]
+    B = math.prod(batch)
+    M, K = a.shape[m], a.shape[m + 1]
+    rb, cb = a.blocksize
+    vector = x.ndim == 1 and m == 0
+    if vector:
+        if x.shape != (K,):
+            raise ValueError(f"matmul: {a.layout.name} {a.shape} @ dense {x.shape}: expected a vector of {K}")
+        N, x_bstride = 1, 0
+    else:
+        if x.ndim == 2:
+            x_bstride = 0
+        elif x.ndim == m + 2 and x.shape[:m] == batch:
+            x_bstride = K * x.shape[-1]
+        else:
+            raise ValueError(f"matmul: {a.layout.name} {a.shape} @ dense {x.shape}: expected dense (K, N) or "
+                             f"batch + (K, N) with batch={batch}, K={K}")
+        if x.shape[-2] != K:
+            raise ValueError(f"matmul: {a.layout.name} {a.shape} @ dense {x.shape}: inner sizes {K} and "
+                             f"{x.shape[-2]} differ")
+        N = x.shape[-1]
+    out_shape = (M,) if vector else batch + (M, N)
+    y = P.empty(dev, out_shape, a.dtype)
+    if y.size == 0:
+        return y
+    c, p, v = a.compressed_indices(), a.plain_indices(), a.values()
+    if B * a.nnz == 0 or K == 0:
+        dev.memset8(y.ptr, 0, y.nbytes)
+        return y
+    if a.layout.blocked and (rb, cb) != (1, 1):
+        P.run(dev, "blas.cu", "bsr_spmm", (vkey, ik), B * M * N, c, p, v, B, M // rb, a.nnz, rb, cb, x, x_bstride, N, y)
+    elif N == 1:  # SpMV: x (K,), (K, 1) or batch + (K, 1) are K contiguous items per batch
+        tpr = _tpr(a.nnz, M)
+        launch(dev, "blas.cu", "csr_spmv", (vkey, ik), grid_for(dev, B * M * tpr), BLOCK, c, p, v, B, M, a.nnz, x,
+               x_bstride, y, tpr)
+    else:
+        ngroups = -(-N // (32 * _SPMM_TILES))  # one warp per row and group of 128 columns
+        launch(dev, "blas.cu", "csr_spmm", (vkey, ik), grid_for(dev, B * M * ngroups * 32), BLOCK, c, p, v, B, M,
+               a.nnz, x, x_bstride, N, y)
+    return y
+
+
+def sampled_addmm(input, mat1, mat2, *, beta=1.0, alpha=1.0):
+    """``beta * input + alpha * (mat1 @ mat2)`` sampled at the pattern of device csr ``input``.
+
+    ``mat1`` ``(M, K)`` and ``mat2`` ``(K, N)`` are dense device arrays (batched:
+    ``B + (M, K)``, ``B + (K, N)``, or shared 2-d ones). ``beta == 0`` ignores ``input``'s
+    values (NaN included), as PyTorch does. Returns a csr tensor sharing ``input``'s indices.
+    """
+    from .tensor import CudaCompressedTensor
+    from ._validate import checked
+
+    if not isinstance(input, CudaCompressedTensor) or input.layout is not L.sparse_csr:
+        raise NotImplementedError(f"sampled_addmm on cuda needs a csr input, got "
+                                  f"{getattr(input, 'layout', type(input).__name__)}")
+    if input.dense_dim:
+        raise NotImplementedError("sampled_addmm on cuda of a csr tensor with dense dims")
+    t = checked(input)
+    dev = t._dev()
+    m1, m2 = _dense_operand(mat1, dev, "sampled_addmm"), _dense_operand(mat2, dev, "sampled_addmm")
+    if not (m1.dtype == m2.dtype == t.dtype):
+        raise TypeError(f"sampled_addmm on cuda needs one dtype, got {t.dtype}, {m1.dtype} and {m2.dtype}")
+    vkey = P.value_key(t.dtype, "sampled_addmm")
+    m = t.batch_dim
+    batch = t.shape[:m]
+    B = math.prod(batch)
+    M, N = t.shape[m], t.shape[m + 1]
+    if m1.ndim < 2 or m2.ndim < 2 or m1.shape[-2] != M or m2.shape[-1] != N or m1.shape[-1] != m2.shape[-2]:
+        raise ValueError(f"sampled_addmm: input {t.shape}, mat1 {m1.shape}, mat2 {m2.shape}: expected mat1 (..., {M}, K) "
+                         f"and mat2 (..., K, {N})")
+    K = m1.shape[-1]
+    strides = []
+    for arr, name in ((m1, "mat1"), (m2, "mat2")):
+        if arr.ndim == 2:
+            strides.append(0)
+        elif arr.shape[:-2] == batch:
+            strides.append(arr.shape[-2] * arr.shape[-1])
+        else:
+            raise ValueError(f"sampled_addmm: {name} {arr.shape} does not match the batch {batch} of input {t.shape}")
+    b, a = complex(beta), complex(alpha)
+    out = P.empty(dev, t.values().shape, t.dtype)
+    nnz = t.nnz
+    if B * nnz:
+        launch(dev, "blas.cu", "csr_sddmm", (vkey, P.index_key(t.index_dtype)), grid_for(dev, B * nnz * 32), BLOCK,
+               t.compressed_indices(), t.plain_indices(), t.values(), B, M, nnz, m1, strides[0], m2, strides[1], K, N,
+               a.real, a.imag, b.real, b.imag, int(b != 0), out)
+    return CudaCompressedTensor(t.compressed_indices(), t.plain_indices(), out, t.shape, t.layout, True)

@@ -1,0 +1,176 @@
+"""Layout conversions on the device: coo <-> csr, csr <-> csc, bsr <-> bsc, and the mT view.
+
+Semantics are the CPU's (:func:`sparsetensor._convert.to_sparse`): batch dims become
+the leading sparse dims of a COO result and come back from them; results are
+canonical (compressed) or coalesced (COO); an uncoalesced COO input is coalesced
+first, a compressed input not known canonical is checked (and repaired if only 5.6
+fails). A coo -> csr result shares its plain indices and values with the COO tensor,
+as on the CPU.
+
+The transposes are stable radix sorts of ``batch * plain_size + plain index`` (a
+counting sort digit by digit), so row order is kept within every column. Grouping
+entries into blocks (csr -> bsr) and expanding blocks (bsr -> csr/coo) have no GPU
+kernel yet and raise NotImplementedError.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+
+import numpy as np
+
+from .. import _layout as L
+from .._dtypes import check_fits
+from . import _primitives as P
+from ._validate import checked
+
+__all__ = ["to_sparse", "transpose_compressed", "matrix_transpose"]
+
+
+def transpose_compressed(t):
+    """csr -> csc, csc -> csr, bsr -> bsc, bsc -> bsr of a canonical device tensor (the same
+    matrix in the other orientation; blocks move whole)."""
+    from .tensor import CudaCompressedTensor
+
+    dev = t._dev()
+    m = t.batch_dim
+    batch = t.shape[:m]
+    B = math.prod(batch)
+    c, p, v = t.compressed_indices(), t.plain_indices(), t.values()
+    n, nnz, ps = c.shape[-1] - 1, t.nnz, t.plain_size
+    N = B * nnz
+    ik = (P.index_key(c.dtype),)
+    out_layout = t.layout.transposed
+    tail = v.shape[m + 1:]
+    if N == 0:
+        comp = P.zeros(dev, batch + (ps + 1,), c.dtype)
+        return CudaCompressedTensor(comp, P.empty(dev, batch + (0,), c.dtype), P.empty(dev, v.shape, v.dtype),
+                                    t.shape, out_layout, True)
+    major = P.empty(dev, (N,), c.dtype)
+    P.run(dev, "convert.cu", "expand_major", ik, N, c, B, n, nnz, major)
+    keys = P.empty(dev, (N,), np.uint64)
+    P.run(dev, "convert.cu", "plain_keys", ik, N, p, B, nnz, ps, keys)
+    sorted_keys, perm = P.radix_sort(dev, keys, max(B * ps - 1, 0).bit_length())
+    ptr = P.empty(dev, (B * ps + 1,), np.int64)
+    P.run(dev, "scan.cu", "lower_bounds", (), B * ps + 1, sorted_keys, N, B * ps, ptr)
+    comp = P.batch_offsets(dev, ptr, B, ps, 1, c.dtype)
+    plain = P.gather_rows(dev, major, perm, N)
+    values = P.gather_rows(dev, v.reshape((N,) + tail), perm, N)
+    return CudaCompressedTensor(comp.reshape(batch + (ps + 1,)), plain.reshape(batch + (nnz,)),
+                                values.reshape(v.shape), t.shape, out_layout, True)
+
+
+def matrix_transpose(t):
+    """``t.mT``: csr <-> csc sharing every member; bsr <-> bsc sharing the indices, with the
+    blocks transposed into new (contiguous) values on the device."""
+    from .tensor import CudaCompressedTensor
+
+    m, dd = t.batch_dim, t.dense_dim
+    shape = list(t.shape)
+    shape[m], shape[m + 1] = shape[m + 1], shape[m]
+    values = t.values()
+    if t.layout.blocked:
+        dev = t._dev()
+        rb, cb = t.blocksize
+        nblocks = math.prod(values.shape[:m + 1])
+        W = math.prod(values.shape[m + 3:])
+        out = P.empty(dev, values.shape[:m + 1] + (cb, rb) + values.shape[m + 3:], values.dtype)
+        P.run(dev, "convert.cu", "transpose_blocks", (P.raw_key(values.itemsize),), nblocks * rb * cb * W,
+              values, nblocks, rb, cb, W, out)
+        values = out
+    del dd
+    return CudaCompressedTensor(t.compressed_indices(), t.plain_indices(), values, tuple(shape), t.layout.transposed,
+                                t.is_coalesced())
+
+
+def _rows_to_coo(t):
+    """A canonical device csr tensor -> coalesced COO (batch dims lead the sparse dims)."""
+    from .tensor import CudaCOOTensor
+
+    if t.layout.blocked:
+        raise NotImplementedError(f"to_sparse {t.layout.name} -> coo on cuda (expanding blocks into entries) "
+                                  "has no GPU kernel; convert on the CPU")
+    dev = t._dev()
+    m = t.batch_dim
+    batch = t.shape[:m]
+    B = math.prod(batch)
+    c, p, v = t.compressed_indices(), t.plain_indices(), t.values()
+    n, nnz = c.shape[-1] - 1, t.nnz
+    N = B * nnz
+    check_fits(c.dtype, "coo", **{f"size[{d}]": s for d, s in enumerate(batch)})
+    ik = (P.index_key(c.dtype),)
+    major = P.empty(dev, (N,), c.dtype)
+    P.run(dev, "convert.cu", "expand_major", ik, N, c, B, n, nnz, major)
+    idx = P.empty(dev, (m + 2, N), c.dtype)
+    bshape = P.from_host(dev, np.asarray(batch, dtype=np.int64)) if m else None
+    P.run(dev, "convert.cu", "rows_to_coo_indices", ik, N, major, p, B, nnz, m, bshape, idx)
+    dense = t.shape[m + 2:]
+    return CudaCOOTensor(idx, v.reshape((N,) + dense), t.shape, True)
+
+
+def _coo_to_rows(t):
+    """Coalesced COO with sparse_dim = k + 2 -> canonical csr with k batch dims; the plain
+    indices and values are views of the COO's last index row and its values."""
+    from .tensor import CudaCompressedTensor
+
+    S = t.sparse_dim
+    if S < 2:
+        raise ValueError(f"coo -> compressed needs sparse_dim >= 2 (batch dims + rows, cols), got sparse_dim={S}")
+    if not t.is_coalesced():
+        t = t.coalesce()
+    dev = t._dev()
+    idx, vals = t.indices(), t.values()
+    batch, (rows, cols), dense = t.shape[:S - 2], t.shape[S - 2:S], t.shape[S:]
+    B, N = math.prod(batch), t.nnz
+    ik = (P.index_key(idx.dtype),)
+    shape = P.from_host(dev, np.asarray(t.shape[:S - 1], dtype=np.int64))
+    row_keys = P.empty(dev, (N,), np.uint64)
+    P.run(dev, "coalesce.cu", "coo_keys", ik, N, idx, S - 1, N, shape, row_keys)
+    ptr = P.empty(dev, (B * rows + 1,), np.int64)
+    P.run(dev, "scan.cu", "lower_bounds", (), B * rows + 1, row_keys, N, B * rows, ptr)
+    bounds = P.read_ints(dev, P.take_strided(dev, ptr, rows, B + 1)) if B else np.zeros(1, np.int64)
+    per_batch = np.diff(bounds)
+    if per_batch.size and (per_batch != per_batch[0]).any():
+        from .._convert import _same_nnz
+
+        _same_nnz(per_batch, batch, "coo -> csr: every batch (the leading sparse dims but two) must have the same nnz")
+    nnz = int(per_batch[0]) if B else 0
+    check_fits(idx.dtype, "csr", nnz=nnz)
+    comp = P.batch_offsets(dev, ptr, B, rows, 1, idx.dtype)
+    plain = idx[S - 1].reshape(batch + (nnz,))
+    values = vals.reshape(batch + (nnz,) + dense)
+    return CudaCompressedTensor(comp.reshape(batch + (rows + 1,)), plain, values, t.shape, L.sparse_csr, True)
+
+
+def to_sparse(t, layout, *, blocksize=None, dense_dim=None):
+    """Convert a device tensor to another sparse layout (see the module docstring for what the
+    GPU does); converting to the tensor's own layout (and blocksize) returns ``t``."""
+    from .._convert import _target_blocksize
+    from .tensor import CudaCOOTensor, CudaSparseTensor
+
+    if not isinstance(t, CudaSparseTensor):
+        raise TypeError(f"expected a CUDA sparse tensor, got {type(t).__name__}")
+    layout = L.as_layout(layout)
+    if layout is L.strided:
+        raise ValueError("to_sparse needs a sparse layout, got strided; use t.to_dense()")
+    if dense_dim is not None and operator.index(dense_dim) != t.dense_dim:
+        raise ValueError(f"a {t.layout.name} -> {layout.name} conversion keeps the dense dims: dense_dim must be "
+                         f"{t.dense_dim} (or None), got {dense_dim}")
+    bs = _target_blocksize(t, layout, blocksize)
+    if t.layout is layout and (not layout.blocked or t.blocksize == bs):
+        return t
+    if isinstance(t, CudaCOOTensor):
+        if layout.blocked:
+            raise NotImplementedError(f"to_sparse coo -> {layout.name} on cuda (grouping entries into blocks) "
+                                      "has no GPU kernel")
+        rows = _coo_to_rows(t)
+        return rows if layout is L.sparse_csr else transpose_compressed(rows)
+    src = checked(t)
+    if layout is L.sparse_coo:
+        return _rows_to_coo(src if src.layout.compressed_rows else transpose_compressed(src))
+    if layout.blocked != src.layout.blocked or (layout.blocked and bs != src.blocksize):
+        what = "grouping entries into blocks" if layout.blocked and not src.layout.blocked else (
+            "expanding blocks into entries" if src.layout.blocked and not layout.blocked else "changing the blocksize")
+        raise NotImplementedError(f"to_sparse {src.layout.name} -> {layout.name} on cuda ({what}) has no GPU kernel")
+    return transpose_compressed(src)

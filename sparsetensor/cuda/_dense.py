@@ -1,0 +1,177 @@
+"""Dense <-> sparse on the device: ``to_dense`` and ``from_dense`` for every layout.
+
+Semantics are the CPU's (:mod:`sparsetensor._dense`): an element (a block for bsr/bsc,
+a dense sub-array for hybrid tensors) is specified when any of its items is nonzero
+(NaN counts, -0.0 does not); every batch must have the same nnz; duplicates of an
+unchecked input are summed by ``to_dense`` (here: the input is coalesced on the device
+first, which also checks its indices). Values move as raw items, so every value dtype
+works, except that summing duplicates needs a float or complex dtype.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+
+import numpy as np
+
+from .. import _layout as L
+from .._dtypes import VALUE_DTYPES, as_index_dtype, check_fits
+from . import _primitives as P
+from ._array import DeviceArray, as_device_array
+
+__all__ = ["to_dense", "from_dense"]
+
+# How dense_nonzero tests an item: (ztest key, mask, items per value).
+_ZTEST = {
+    "b": ("uint8", 0xFF, 1), "i1": ("uint8", 0xFF, 1), "u1": ("uint8", 0xFF, 1),
+    "i2": ("uint16", 0xFFFF, 1), "f2": ("uint16", 0x7FFF, 1),
+    "i4": ("uint32", 0xFFFFFFFF, 1), "i8": ("uint64", 0xFFFFFFFFFFFFFFFF, 1),
+    "f4": ("float32", 0, 1), "f8": ("float64", 0, 1), "c8": ("float32", 0, 2), "c16": ("float64", 0, 2),
+}
+
+
+def _ztest(dtype: np.dtype):
+    code = "b" if dtype == np.bool_ else f"{dtype.kind}{dtype.itemsize}"
+    return _ZTEST[code]
+
+
+def to_dense(t) -> DeviceArray:
+    """The dense device array of a device sparse tensor (shape ``t.shape``, dtype ``t.dtype``)."""
+    from .tensor import CudaCompressedTensor, CudaCOOTensor
+
+    if isinstance(t, CudaCompressedTensor):
+        return _compressed_to_dense(t)
+    if isinstance(t, CudaCOOTensor):
+        return _coo_to_dense(t)
+    raise TypeError(f"to_dense expects a CUDA sparse tensor, got {type(t).__name__}")
+
+
+def _compressed_to_dense(t) -> DeviceArray:
+    from ._validate import checked
+
+    t = checked(t)  # indices proven in bounds; duplicates summed
+    dev = t._dev()
+    m = t.batch_dim
+    B = math.prod(t.shape[:m])
+    NR, NC = t.shape[m], t.shape[m + 1]
+    rb, cb = t.blocksize
+    W = math.prod(t.shape[m + 2:])
+    c, p, v = t.compressed_indices(), t.plain_indices(), t.values()
+    n, nnz = c.shape[-1] - 1, t.nnz
+    out = P.zeros(dev, t.shape, t.dtype)
+    N = B * nnz
+    if N == 0 or W == 0:
+        return out
+    ik = P.index_key(c.dtype)
+    major = P.empty(dev, (N,), c.dtype)
+    P.run(dev, "convert.cu", "expand_major", (ik,), N, c, B, n, nnz, major)
+    P.run(dev, "dense.cu", "compressed_to_dense", (P.raw_key(v.itemsize), ik), N * rb * cb * W, major, p, v,
+          B, nnz, rb, cb, W, NR, NC, int(t.layout.compressed_rows), out)
+    return out
+
+
+def _coo_to_dense(t) -> DeviceArray:
+    t = t.coalesce()  # checks the bounds (C4/C5); sums duplicates
+    dev = t._dev()
+    idx, v = t.indices(), t.values()
+    S, nnz = idx.shape
+    W = math.prod(t.shape[S:])
+    out = P.zeros(dev, t.shape, t.dtype)
+    if nnz == 0 or W == 0:
+        return out
+    shape = P.from_host(dev, np.asarray(t.shape[:S], dtype=np.int64))
+    P.run(dev, "dense.cu", "coo_to_dense", (P.raw_key(v.itemsize), P.index_key(idx.dtype)), nnz * W, idx, S, nnz,
+          shape, v, W, out)
+    return out
+
+
+def _as_dense_input(array, device) -> DeviceArray:
+    if isinstance(array, np.ndarray):
+        return DeviceArray.from_host(array, device)
+    return as_device_array(array, device)
+
+
+def from_dense(array, layout="csr", *, blocksize=None, dense_dim: int = 0, batch_dim: int = 0,
+               index_dtype=np.int64, device=None):
+    """A device sparse tensor of ``layout`` from a dense device array (or a NumPy array, copied).
+
+    The arguments are those of :func:`sparsetensor.from_dense`. Synchronises once (for the nnz).
+
+    Examples
+    --------
+    >>> import numpy as np, sparsetensor.cuda as stc                       # doctest: +SKIP
+    >>> t = stc.from_dense(np.array([[0, 1.0], [2.0, 0]]), "csr")           # doctest: +SKIP
+    >>> t.col_indices().get(), t.values().get()                            # doctest: +SKIP
+    (array([1, 0]), array([1., 2.]))
+    """
+    from .._dense import _as_blocksize
+    from .tensor import CudaCompressedTensor, CudaCOOTensor
+
+    layout = L.as_layout(layout)
+    if layout is L.strided:
+        raise ValueError("from_dense needs a sparse layout, got strided")
+    a = _as_dense_input(array, device)
+    dev = a._device
+    if a.dtype not in VALUE_DTYPES:
+        raise TypeError(f"unsupported value dtype {a.dtype}; supported: {', '.join(map(str, VALUE_DTYPES))}")
+    idx_dt = as_index_dtype(index_dtype)
+    dense_dim, batch_dim = operator.index(dense_dim), operator.index(batch_dim)
+    if dense_dim < 0 or batch_dim < 0:
+        raise ValueError(f"dense_dim and batch_dim must be >= 0, got {dense_dim} and {batch_dim}")
+    zkey, mask, per_value = _ztest(a.dtype)
+    rkey = P.raw_key(a.itemsize)
+    ik = P.index_key(idx_dt)
+    if layout is L.sparse_coo:
+        if blocksize is not None:
+            raise ValueError("blocksize is not defined for layout coo")
+        if dense_dim > a.ndim:
+            raise ValueError(f"dense_dim={dense_dim} exceeds the array's {a.ndim} dims")
+        S = a.ndim - dense_dim
+        sparse, dense = a.shape[:S], a.shape[S:]
+        check_fits(idx_dt, "coo", **{f"size[{d}]": sparse[d] for d in range(S)})
+        M, W = math.prod(sparse), math.prod(dense)
+        flags = P.empty(dev, (M,), np.int64)
+        P.run(dev, "dense.cu", "dense_nonzero", (zkey,), M, a, 1, M, 1, W * per_value, 1, 1, 1, mask, flags)
+        scan = P.exclusive_scan(dev, flags)
+        nnz = int(P.read_ints(dev, scan[M:M + 1])[0])
+        idx = P.empty(dev, (S, nnz), idx_dt)
+        vals = P.empty(dev, (nnz,) + dense, a.dtype)
+        shape = P.from_host(dev, np.asarray(sparse, dtype=np.int64))
+        P.run(dev, "dense.cu", "dense_to_coo", (rkey, ik), M, a, scan, M, W, S, shape, nnz, idx, vals)
+        return CudaCOOTensor(idx, vals, a.shape, True)
+
+    need = batch_dim + 2 + dense_dim
+    if a.ndim != need:
+        raise ValueError(f"from_dense to {layout.name} with batch_dim={batch_dim}, dense_dim={dense_dim} needs a "
+                         f"{need}-d array (batch + 2 sparse + dense), got {a.ndim}-d with shape {a.shape}")
+    bs = _as_blocksize(blocksize, layout)
+    m = batch_dim
+    batch, (rows, cols), dense = a.shape[:m], a.shape[m:m + 2], a.shape[m + 2:]
+    if rows % bs[0] or cols % bs[1]:
+        raise ValueError(f"blocksize {bs} must divide the sparse sizes ({rows}, {cols})")
+    check_fits(idx_dt, layout.name, nrows=rows, ncols=cols, nnz=(rows // bs[0]) * (cols // bs[1]))
+    B, W = math.prod(batch), math.prod(dense)
+    crow = layout.compressed_rows
+    nmajor = rows // bs[0] if crow else cols // bs[1]
+    nminor = cols // bs[1] if crow else rows // bs[0]
+    total = B * nmajor * nminor
+    flags = P.empty(dev, (total,), np.int64)
+    P.run(dev, "dense.cu", "dense_nonzero", (zkey,), total, a, B, rows, cols, W * per_value, bs[0], bs[1], int(crow),
+          mask, flags)
+    scan = P.exclusive_scan(dev, flags)
+    bounds = P.read_ints(dev, P.take_strided(dev, scan, nmajor * nminor, B + 1)) if B else np.zeros(1, np.int64)
+    counts = np.diff(bounds)
+    if B and (counts != counts[0]).any():
+        shown = ", ".join(f"{tuple(int(i) for i in np.unravel_index(k, batch))}: {int(counts[k])}"
+                          for k in range(min(B, 16)))
+        raise ValueError(f"every batch of a {layout.name} tensor must have the same nnz; got per batch "
+                         f"{shown}{', ...' if B > 16 else ''}")
+    nnz = int(counts[0]) if B else 0
+    block = bs if layout.blocked else ()
+    plain = P.empty(dev, batch + (nnz,), idx_dt)
+    vals = P.empty(dev, batch + (nnz,) + block + dense, a.dtype)
+    P.run(dev, "dense.cu", "dense_to_compressed", (rkey, ik), total, a, scan, B, rows, cols, W, bs[0], bs[1], int(crow),
+          plain, vals)
+    comp = P.batch_offsets(dev, scan, B, nmajor, nminor, idx_dt)
+    return CudaCompressedTensor(comp.reshape(batch + (nmajor + 1,)), plain, vals, a.shape, layout, True)

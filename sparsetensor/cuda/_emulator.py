@@ -1,0 +1,448 @@
+"""A CPU emulator of the kernels, for testing the CUDA backend on machines without a GPU.
+
+Not part of the public API, and not a simulator of performance: it exists so that the
+*real* ``kernels/*.cu`` sources and the *real* host code of :mod:`sparsetensor.cuda`
+(allocation, scans, sorts, launches, error reporting) can run in CI, where there is
+no GPU. ``tests/test_cuda.py`` runs every GPU test twice: on a real device when one
+is present, and on this emulator when a C++17 compiler is.
+
+How it works:
+
+- each ``.cu`` file is compiled by the host C++ compiler with a prelude that maps the
+  CUDA keywords and intrinsics to C++ (``__shared__`` becomes ``static``: blocks run
+  one after another, so a static array is the running block's shared memory);
+- every thread of a block is a ``ucontext`` fiber; ``__syncthreads()`` parks a fiber
+  until every thread of its block arrives, and the warp intrinsics (``__shfl*_sync``,
+  ``__match_any_sync``) exchange values through a per-warp slot array between two
+  warp barriers; a barrier that some threads reach after others have exited, or a
+  deadlock, is reported as an error (on a GPU it would be undefined behaviour);
+- :class:`EmulatedDevice` stands in for :class:`sparsetensor.cuda._driver.Device`
+  (host memory, synchronous copies) and launches a kernel by calling the generated
+  ``extern "C"`` launcher of its instantiation.
+
+What it cannot show: timing, memory-model races between threads (fibers interleave
+only at barriers), warp-divergence effects, and anything the driver does.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+from pathlib import Path
+
+import numpy as np
+
+from . import _source
+
+__all__ = ["EmulatedDevice", "compiler", "build_library", "PRELUDE"]
+
+PRELUDE = r'''
+#include <cstdint>
+#include <cstring>
+#include <cstdio>
+#include <cstdlib>
+#include <cmath>
+#include <math.h>
+#include <string>
+#include <vector>
+#include <utility>
+#include <functional>
+#include <ucontext.h>
+
+#define ST_HOST_EMULATION 1
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __restrict__ __restrict
+#define __shared__ static
+#define __align__(n) alignas(n)
+
+struct emu_dim3 { unsigned x, y, z; };
+
+namespace emu {
+enum State { READY = 0, WAIT_BLOCK = 1, WAIT_WARP = 2, DONE = 3 };
+struct Fiber { ucontext_t ctx; int state; emu_dim3 tid; };
+inline std::vector<Fiber> fibers;
+inline std::vector<char> stacks;
+inline Fiber* cur = nullptr;
+inline ucontext_t sched;
+inline emu_dim3 block_idx, block_dim, grid_dim;
+inline std::function<void()> body;
+inline std::string error;
+inline unsigned char slots[1024][16];   // warp exchange: one slot per thread of the block
+inline unsigned long long seed = 0;     // 0: blocks and threads in order; else a shuffled order
+const size_t STACK = 256 * 1024;
+
+inline unsigned long long next_random() {  // xorshift64*
+    seed ^= seed >> 12; seed ^= seed << 25; seed ^= seed >> 27;
+    return seed * 2685821657736338717ull;
+}
+
+// 0..n-1 in order, or shuffled when a seed is set
+inline std::vector<unsigned> order(unsigned n) {
+    std::vector<unsigned> o(n);
+    for (unsigned i = 0; i < n; ++i) o[i] = i;
+    if (seed) for (unsigned i = n; i > 1; --i) std::swap(o[i - 1], o[next_random() % i]);
+    return o;
+}
+
+inline void fail(const std::string& what) { if (error.empty()) error = what; }
+
+inline void trampoline() {
+    body();
+    cur->state = DONE;
+}
+
+inline void park(int why) {
+    Fiber* f = cur;
+    f->state = why;
+    swapcontext(&f->ctx, &sched);
+}
+
+inline unsigned lane() { return cur->tid.x & 31; }
+inline unsigned warp_base() { return cur->tid.x & ~31u; }
+
+// Run one block to completion (every thread a fiber); false on a detected error.
+inline bool run_block(unsigned nthreads) {
+    if (nthreads > 1024) { fail("blockDim.x > 1024"); return false; }
+    fibers.assign(nthreads, Fiber());
+    if (stacks.size() < nthreads * STACK) stacks.resize(nthreads * STACK);
+    for (unsigned i = 0; i < nthreads; ++i) {
+        Fiber& f = fibers[i];
+        getcontext(&f.ctx);
+        f.ctx.uc_stack.ss_sp = stacks.data() + i * STACK;
+        f.ctx.uc_stack.ss_size = STACK;
+        f.ctx.uc_link = &sched;
+        makecontext(&f.ctx, (void (*)())trampoline, 0);
+        f.state = READY;
+        f.tid = {i, 0, 0};
+    }
+    for (;;) {
+        bool ran = false;
+        for (unsigned i : order(nthreads)) {
+            if (fibers[i].state == READY) {
+                cur = &fibers[i];
+                swapcontext(&sched, &fibers[i].ctx);
+                ran = true;
+                if (!error.empty()) return false;
+            }
+        }
+        unsigned done = 0, wait_block = 0;
+        for (auto& f : fibers) { done += f.state == DONE; wait_block += f.state == WAIT_BLOCK; }
+        if (done == nthreads) return true;
+        bool released = false;
+        for (unsigned w = 0; w < nthreads; w += 32) {
+            unsigned n = nthreads - w < 32 ? nthreads - w : 32, waiting = 0, exited = 0;
+            for (unsigned l = 0; l < n; ++l) {
+                waiting += fibers[w + l].state == WAIT_WARP;
+                exited += fibers[w + l].state == DONE;
+            }
+            if (waiting && waiting + exited == n) {
+                if (exited) { fail("a warp shuffle/match with a full mask was reached after lanes of its warp exited"); return false; }
+                for (unsigned l = 0; l < n; ++l) fibers[w + l].state = READY;
+                released = true;
+            }
+        }
+        if (!released && wait_block && wait_block + done == nthreads) {
+            if (done) { fail("__syncthreads() was reached after other threads of the block exited"); return false; }
+            for (auto& f : fibers) f.state = READY;
+            released = true;
+        }
+        if (!released && !ran) { fail("deadlock: threads wait at different barriers"); return false; }
+    }
+}
+
+template <typename F>
+inline int launch(unsigned gx, unsigned bx, F f) {
+    error.clear();
+    grid_dim = {gx, 1, 1};
+    block_dim = {bx, 1, 1};
+    body = f;
+    for (unsigned b : order(gx)) {
+        block_idx = {b, 0, 0};
+        if (!run_block(bx)) return 1;
+    }
+    return 0;
+}
+
+template <typename T> struct Arg { static T get(void* p) { T v; std::memcpy(&v, p, sizeof(T)); return v; } };
+template <typename... A, size_t... I>
+inline void call(void (*f)(A...), void** args, std::index_sequence<I...>) { f(Arg<A>::get(args[I])...); }
+template <typename... A>
+inline int launch_kernel(void (*f)(A...), unsigned gx, unsigned bx, void** args) {
+    return launch(gx, bx, [f, args]() { call(f, args, std::index_sequence_for<A...>{}); });
+}
+
+// warp exchange of any value of up to 16 bytes: write, barrier, read, barrier
+template <typename T> inline T exchange(T v, unsigned src_in_block) {
+    static_assert(sizeof(T) <= 16, "exchange of a value wider than 16 bytes");
+    std::memcpy(slots[cur->tid.x], &v, sizeof(T));
+    park(WAIT_WARP);
+    T r;
+    std::memcpy(&r, slots[src_in_block], sizeof(T));
+    park(WAIT_WARP);
+    return r;
+}
+}  // namespace emu
+
+#define threadIdx (::emu::cur->tid)
+#define blockIdx (::emu::block_idx)
+#define blockDim (::emu::block_dim)
+#define gridDim (::emu::grid_dim)
+
+inline void __syncthreads() { ::emu::park(::emu::WAIT_BLOCK); }
+
+template <typename T> inline T __shfl_sync(unsigned, T v, int src, int width = 32) {
+    unsigned l = ::emu::lane(), seg = l / width * width;
+    return ::emu::exchange(v, ::emu::warp_base() + seg + ((unsigned)src % width));
+}
+template <typename T> inline T __shfl_down_sync(unsigned, T v, unsigned delta, int width = 32) {
+    unsigned l = ::emu::lane();
+    unsigned src = (l % width) + delta < (unsigned)width ? l + delta : l;
+    return ::emu::exchange(v, ::emu::warp_base() + src);
+}
+template <typename T> inline T __shfl_up_sync(unsigned, T v, unsigned delta, int width = 32) {
+    unsigned l = ::emu::lane();
+    unsigned src = (l % width) >= delta ? l - delta : l;
+    return ::emu::exchange(v, ::emu::warp_base() + src);
+}
+inline unsigned __match_any_sync(unsigned, int v) {
+    unsigned base = ::emu::warp_base();
+    std::memcpy(::emu::slots[::emu::cur->tid.x], &v, sizeof v);
+    ::emu::park(::emu::WAIT_WARP);
+    unsigned mask = 0;
+    for (unsigned l = 0; l < 32 && base + l < blockDim.x; ++l) {
+        int o;
+        std::memcpy(&o, ::emu::slots[base + l], sizeof o);
+        if (o == v) mask |= 1u << l;
+    }
+    ::emu::park(::emu::WAIT_WARP);
+    return mask;
+}
+inline int __popc(unsigned x) { return __builtin_popcount(x); }
+inline int __ffs(unsigned x) { return __builtin_ffs(x); }
+
+// fibers never run concurrently: atomics are plain read-modify-writes
+template <typename T> inline T atomicAdd(T* p, T v) { T o = *p; *p = o + v; return o; }
+template <typename T> inline T atomicMin(T* p, T v) { T o = *p; if (v < o) *p = v; return o; }
+
+inline float st_emu_half_to_float(unsigned short h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu, bits;
+    if (exp == 0) {
+        if (mant == 0) { bits = sign; }
+        else {
+            int e = -1;
+            do { ++e; mant <<= 1; } while (!(mant & 0x400u));
+            bits = sign | ((uint32_t)(127 - 15 - e) << 23) | ((mant & 0x3ffu) << 13);
+        }
+    } else if (exp == 31) {
+        bits = sign | 0x7f800000u | (mant << 13);
+    } else {
+        bits = sign | ((exp + 112u) << 23) | (mant << 13);
+    }
+    float f;
+    std::memcpy(&f, &bits, 4);
+    return f;
+}
+
+inline unsigned short st_emu_float_to_half(float fin) {  // round to nearest even (F. Giesen)
+    uint32_t f;
+    std::memcpy(&f, &fin, 4);
+    const uint32_t f32infty = 255u << 23, f16max = (127u + 16u) << 23;
+    const uint32_t magic_u = ((127u - 15u) + (23u - 10u) + 1u) << 23;
+    const uint32_t sign = f & 0x80000000u;
+    unsigned short o;
+    f ^= sign;
+    if (f >= f16max) {
+        o = f > f32infty ? 0x7e00 : 0x7c00;
+    } else if (f < (113u << 23)) {
+        float ff, magic;
+        std::memcpy(&ff, &f, 4);
+        std::memcpy(&magic, &magic_u, 4);
+        ff += magic;
+        std::memcpy(&f, &ff, 4);
+        o = (unsigned short)(f - magic_u);
+    } else {
+        uint32_t odd = (f >> 13) & 1u;
+        f += ((uint32_t)(15 - 127) << 23) + 0xfffu;
+        f += odd;
+        o = (unsigned short)(f >> 13);
+    }
+    return (unsigned short)(o | (sign >> 16));
+}
+'''
+
+_lock = threading.Lock()
+_libs: dict = {}
+
+
+def compiler() -> str | None:
+    """The host C++ compiler (``$CXX``, else c++/g++/clang++), or None."""
+    for c in (os.environ.get("CXX"), "c++", "g++", "clang++"):
+        if c and shutil.which(c):
+            return shutil.which(c)
+    return None
+
+
+def _launchers(name: str):
+    """(C++ source of the launchers, [(kernel, keys)] in launcher order)."""
+    decls = _source.declarations(name)
+    lines, order = [], []
+    for k in decls.kernels:
+        for keys in k.instances():
+            expr = _source.name_expression(k, keys)
+            lines.append(f'extern "C" int emu_launch_{len(order)}(unsigned gx, unsigned bx, void** args) '
+                         f'{{ return ::emu::launch_kernel(&{expr}, gx, bx, args); }}')
+            order.append((k.name, tuple(keys)))
+    return "\n".join(lines), order
+
+
+def build_library(name: str, cache_dir: Path | None = None):
+    """Compile kernel file ``name`` for the host; returns ``(ctypes.CDLL, {(kernel, keys): function})``."""
+    with _lock:
+        hit = _libs.get(name)
+        if hit is not None:
+            return hit
+        cxx = compiler()
+        if cxx is None:
+            raise RuntimeError("no C++ compiler for the kernel emulator (set $CXX)")
+        launchers, order = _launchers(name)
+        text = (PRELUDE + f'\n#include "{name}"\n' + "\n".join(
+            f"// header {h}: {hashlib.sha256(b).hexdigest()}" for h, b in _source.headers().items()) + "\n"
+            + launchers + '\nextern "C" const char* emu_error() { return ::emu::error.c_str(); }\n'
+            + 'extern "C" void emu_set_seed(unsigned long long s) { ::emu::seed = s; }\n')
+        digest = hashlib.sha256(text.encode() + _source.source(name)).hexdigest()[:16]
+        base = Path(cache_dir or os.environ.get("SPARSETENSOR_EMULATOR_CACHE") or
+                    Path(tempfile.gettempdir()) / f"sparsetensor-emulator-{os.getuid()}")
+        base.mkdir(parents=True, exist_ok=True)
+        so = base / f"{name}.{digest}.so"
+        if not so.exists():
+            src_dir = base / f"src-{digest}"
+            src_dir.mkdir(exist_ok=True)
+            for fname, data in list(_source.headers().items()) + [(name, _source.source(name))]:
+                (src_dir / fname).write_bytes(data)
+            (src_dir / "emu.cpp").write_text(text)
+            tmp = so.with_suffix(f".{os.getpid()}.tmp")
+            cmd = [cxx, "-std=c++17", "-O1", "-g", "-fPIC", "-shared", "-w", "-I", str(src_dir),
+                   str(src_dir / "emu.cpp"), "-o", str(tmp)]
+            res = subprocess.run(cmd, capture_output=True, text=True)
+            if res.returncode:
+                raise RuntimeError(f"emulator build of {name} failed:\n{res.stderr[-6000:]}")
+            os.replace(tmp, so)
+        lib = ctypes.CDLL(str(so))
+        lib.emu_error.restype = ctypes.c_char_p
+        lib.emu_set_seed.argtypes = [ctypes.c_ulonglong]
+        funcs = {}
+        for i, key in enumerate(order):
+            f = getattr(lib, f"emu_launch_{i}")
+            f.argtypes = [ctypes.c_uint, ctypes.c_uint, ctypes.c_void_p]
+            f.restype = ctypes.c_int
+            funcs[key] = f
+        _libs[name] = (lib, funcs)
+        return _libs[name]
+
+
+class _HostBuffer:
+    __slots__ = ("device", "ptr", "nbytes", "_mem", "__weakref__")
+
+    def __init__(self, device, nbytes):
+        self.device = device
+        self.nbytes = int(nbytes)
+        # 256-byte aligned, like cuMemAllocAsync; filled with a pattern so reads of memory
+        # a kernel never wrote do not look like zeros
+        self._mem = np.full(self.nbytes + 256, 0xA5, np.uint8) if self.nbytes else None
+        self.ptr = 0 if self._mem is None else (self._mem.ctypes.data + 255) // 256 * 256
+
+
+class EmulatedDevice:
+    """Stands in for :class:`~sparsetensor.cuda._driver.Device`: host memory, emulated kernels.
+
+    Install it as device 0 with :func:`install` (tests do), so that every
+    ``sparsetensor.cuda`` function runs on it.
+    """
+
+    emulated = True
+
+    def __init__(self, ordinal: int = 0, sm_count: int = 2, compute_capability=(9, 0), seed: int = 0):
+        """``seed`` != 0 runs the blocks of a grid, and the threads of a block between two
+        barriers, in a shuffled order (seeded), so that code relying on an order the GPU does
+        not promise fails here too."""
+        self.seed = int(seed)
+        self.ordinal = ordinal
+        self.sm_count = sm_count
+        self.compute_capability = tuple(compute_capability)
+        self.modules, self.functions = {}, {}
+        self.launches = 0
+
+    name = property(lambda self: f"cuda:{self.ordinal}")
+    stream_handle = property(lambda self: 0x5EED)
+
+    def activate(self):
+        pass
+
+    def synchronize(self):
+        pass
+
+    def alloc(self, nbytes):
+        return _HostBuffer(self, nbytes)
+
+    def memset8(self, ptr, value, nbytes):
+        if nbytes:
+            ctypes.memset(ptr, value, nbytes)
+
+    def copy_htod(self, dst, host):
+        if host.nbytes:
+            ctypes.memmove(dst, host.ctypes.data, host.nbytes)
+
+    def copy_dtoh(self, host, src):
+        if host.nbytes:
+            ctypes.memmove(host.ctypes.data, src, host.nbytes)
+
+    def copy_dtod(self, dst, src, nbytes):
+        if nbytes:
+            ctypes.memmove(dst, src, nbytes)
+
+    def wait_external_stream(self, handle):
+        pass
+
+    def make_external_stream_wait(self, handle):
+        pass
+
+    def emulate(self, name, kernel, keys, grid, block, shared, params_address):
+        gx, gy, gz = grid
+        bx, by, bz = block
+        if (gy, gz, by, bz) != (1, 1, 1, 1) or shared:
+            raise NotImplementedError("the emulator runs 1-d grids and blocks without dynamic shared memory")
+        if bx % 32:
+            raise ValueError(f"block size {bx} is not a multiple of the warp size")
+        lib, funcs = build_library(name)
+        self.launches += 1
+        if self.seed:
+            lib.emu_set_seed(self.seed * 0x9E3779B97F4A7C15 % 2**64 + self.launches)
+        else:
+            lib.emu_set_seed(0)
+        if funcs[(kernel, tuple(keys))](gx, bx, params_address):
+            lib, _ = build_library(name)
+            raise RuntimeError(f"emulated {name}:{kernel}{list(keys)}: {lib.emu_error().decode()}")
+
+
+def install(device: EmulatedDevice | None = None) -> EmulatedDevice:
+    """Make ``device`` (a new EmulatedDevice by default) sparsetensor's cuda:0."""
+    from . import _driver
+
+    dev = device or EmulatedDevice()
+    _driver._devices[dev.ordinal] = dev
+    return dev
+
+
+def uninstall(device: EmulatedDevice) -> None:
+    from . import _driver
+
+    if _driver._devices.get(device.ordinal) is device:
+        del _driver._devices[device.ordinal]

@@ -1,0 +1,115 @@
+"""Pointwise operations on the values of a device tensor: zero-preserving unary functions
+and multiplication, division and power by a scalar.
+
+The result shares the indices of its input and has new values (the input is never
+modified). Nonlinear functions need distinct indices: an uncoalesced COO input is
+coalesced first, a compressed one not known canonical is checked (and repaired).
+float16 computes in float32 and rounds once. Complex values support ``neg``,
+``square``, ``conj`` and ``abs`` (a real result); other functions of complex values
+raise NotImplementedError. Integer and bool values raise TypeError.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import _primitives as P
+
+__all__ = ["UNARY_OPS", "unary", "scalar_op", "mul_scalar", "div_scalar", "pow_scalar"]
+
+# name -> (code in pointwise.cu, linear)
+UNARY_OPS = {
+    "neg": (0, True), "abs": (1, False), "sqrt": (2, False), "square": (3, False), "sin": (4, False),
+    "tan": (5, False), "tanh": (6, False), "asin": (7, False), "atan": (8, False), "sinh": (9, False),
+    "asinh": (10, False), "atanh": (11, False), "expm1": (12, False), "log1p": (13, False), "sign": (14, False),
+    "floor": (15, False), "ceil": (16, False), "trunc": (17, False), "round": (18, False), "rint": (18, False),
+    "relu": (19, False), "frac": (20, False), "deg2rad": (21, True), "rad2deg": (22, True), "conj": (23, True),
+    "negative": (0, True), "absolute": (1, False), "fix": (17, False), "arcsin": (7, False),
+    "arctan": (8, False), "arcsinh": (10, False), "arctanh": (11, False),
+}
+_COMPLEX_OK = {"neg", "negative", "square", "conj", "abs", "absolute"}
+_SCALAR = {"mul": 0, "div": 1, "pow": 2}
+
+
+def _prepared(t, linear: bool):
+    from .tensor import CudaCOOTensor
+    from ._validate import checked
+
+    if linear:
+        return t
+    if isinstance(t, CudaCOOTensor):
+        return t.coalesce()
+    return checked(t)
+
+
+def unary(t, op: str):
+    """``op`` applied to every specified value of device tensor ``t`` (see :data:`UNARY_OPS`).
+
+    Examples
+    --------
+    >>> import sparsetensor as st, sparsetensor.cuda as stc             # doctest: +SKIP
+    >>> d = stc.to_device(st.sparse_csr_tensor([0, 1], [0], [4.0]))      # doctest: +SKIP
+    >>> stc.unary(d, "sqrt").values().get()                            # doctest: +SKIP
+    array([2.])
+    """
+    if op not in UNARY_OPS:
+        raise NotImplementedError(f"unary op {op!r} on cuda: not a zero-preserving function with a GPU kernel; "
+                                  f"available: {', '.join(sorted(UNARY_OPS))}")
+    code, linear = UNARY_OPS[op]
+    dt = t.dtype
+    if dt.kind == "c":
+        if op not in _COMPLEX_OK:
+            raise NotImplementedError(f"{op} of complex values on cuda has no GPU kernel")
+    elif dt.kind != "f":
+        raise TypeError(f"{op} on cuda supports float16, float32, float64 (and some complex) values, got {dt}")
+    if op == "conj" and dt.kind != "c":
+        return t  # as torch: a real tensor is its own conjugate
+    t = _prepared(t, linear)
+    dev = t._dev()
+    v = t.values()
+    n = v.size
+    if dt.kind == "c" and op in ("abs", "absolute"):
+        real = np.dtype(np.float32 if dt == np.complex64 else np.float64)
+        out = P.empty(dev, v.shape, real)
+        P.run(dev, "pointwise.cu", "complex_abs", (real.name,), n, v, out, n)
+    elif dt.kind == "c":
+        out = P.empty(dev, v.shape, dt)
+        P.run(dev, "pointwise.cu", "unary_complex", (dt.name,), n, v, out, n, code)
+    else:
+        out = P.empty(dev, v.shape, dt)
+        P.run(dev, "pointwise.cu", "unary_real", (dt.name,), n, v, out, n, code)
+    return t._replace_values(out)
+
+
+def scalar_op(t, scalar, op: str):
+    """``values * s``, ``values / s`` or ``values ** s`` (reals, ``s > 0``) for a Python/NumPy scalar."""
+    if op not in _SCALAR:
+        raise NotImplementedError(f"scalar op {op!r} on cuda")
+    key = P.value_key(t.dtype, f"{op} by a scalar")
+    s = complex(scalar)
+    if t.dtype.kind != "c" and s.imag != 0:
+        raise TypeError(f"{op} of {t.dtype} values by the complex scalar {scalar!r}: the result would be complex")
+    if op == "pow":
+        if t.dtype.kind == "c":
+            raise NotImplementedError("pow of complex values on cuda has no GPU kernel")
+        if not s.real > 0:
+            raise ValueError(f"pow with exponent {scalar!r} does not preserve zeros (0 ** {scalar!r} != 0); "
+                             "use the dense array")
+    t = _prepared(t, op != "pow")
+    dev = t._dev()
+    v = t.values()
+    out = P.empty(dev, v.shape, v.dtype)
+    P.run(dev, "pointwise.cu", "scalar_op", (key,), v.size, v, out, v.size, _SCALAR[op], s.real, s.imag)
+    return t._replace_values(out)
+
+
+def mul_scalar(t, scalar):
+    return scalar_op(t, scalar, "mul")
+
+
+def div_scalar(t, scalar):
+    return scalar_op(t, scalar, "div")
+
+
+def pow_scalar(t, exponent):
+    return scalar_op(t, exponent, "pow")

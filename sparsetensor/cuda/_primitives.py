@@ -1,0 +1,167 @@
+"""Device building blocks the ops share: launches over n items, scans, radix sort, small reads.
+
+All work is queued on the device's stream; only :func:`read_ints` waits (it is how an
+op learns a host value: an nnz, an error key).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._array import DeviceArray
+from ._driver import Device
+from ._module import BLOCK, grid_for, launch
+
+__all__ = ["run", "exclusive_scan", "radix_sort", "read_ints", "empty", "zeros", "index_key", "raw_key", "value_key",
+           "from_host", "SCAN_TILE", "SORT_TILE"]
+
+# Must match scan.cu and sort.cu.
+SCAN_THREADS, SCAN_TILE = 256, 256 * 8
+SORT_THREADS, SORT_TILE = 256, 4096
+
+_INDEX_KEYS = {np.dtype(np.int32): "int32", np.dtype(np.int64): "int64"}
+_VALUE_KEYS = {np.dtype(n): n for n in ("float16", "float32", "float64", "complex64", "complex128")}
+
+
+def index_key(dtype) -> str:
+    try:
+        return _INDEX_KEYS[np.dtype(dtype)]
+    except KeyError:
+        raise TypeError(f"index dtype must be int32 or int64, got {np.dtype(dtype)}") from None
+
+
+def value_key(dtype, op: str) -> str:
+    """The kernel key of an arithmetic value dtype, or TypeError naming the op."""
+    dt = np.dtype(dtype)
+    if dt not in _VALUE_KEYS:
+        raise TypeError(f"{op} on cuda supports float16, float32, float64, complex64 and complex128 values, "
+                        f"got {dt}")
+    return _VALUE_KEYS[dt]
+
+
+def raw_key(itemsize: int) -> int:
+    if itemsize not in (1, 2, 4, 8, 16):
+        raise TypeError(f"no raw kernel type for items of {itemsize} bytes")
+    return itemsize
+
+
+def empty(dev: Device, shape, dtype) -> DeviceArray:
+    return DeviceArray.empty(shape, dtype, dev)
+
+
+def zeros(dev: Device, shape, dtype) -> DeviceArray:
+    return DeviceArray.zeros(shape, dtype, dev)
+
+
+def from_host(dev: Device, array) -> DeviceArray:
+    return DeviceArray.from_host(array, dev)
+
+
+def run(dev: Device, file: str, kernel: str, keys: tuple, n: int, *args, block: int = BLOCK) -> None:
+    """Launch a grid-stride kernel over ``n`` items (nothing when ``n == 0``)."""
+    if n <= 0:
+        return
+    launch(dev, file, kernel, keys, grid_for(dev, n, block), block, *args)
+
+
+def read_ints(dev: Device, arr: DeviceArray) -> np.ndarray:
+    """Copy a small integer array to the host (waits for the stream)."""
+    return arr.get()
+
+
+def exclusive_scan(dev: Device, counts: DeviceArray) -> DeviceArray:
+    """``out[0] = 0, out[i + 1] = counts[0] + ... + counts[i]`` for int64 ``counts`` (n + 1 entries)."""
+    n = counts.size
+    out = empty(dev, (n + 1,), np.int64)
+    if n == 0:
+        dev.memset8(out.ptr, 0, 8)
+        return out
+    ntiles = -(-n // SCAN_TILE)
+    if ntiles == 1:
+        offsets = zeros(dev, (1,), np.int64)
+    else:
+        sums = empty(dev, (ntiles,), np.int64)
+        launch(dev, "scan.cu", "scan_reduce", (), ntiles, SCAN_THREADS, counts, n, sums)
+        offsets = exclusive_scan(dev, sums)
+    launch(dev, "scan.cu", "scan_tiles", (), ntiles, SCAN_THREADS, counts, n, offsets, out)
+    return out
+
+
+def radix_sort(dev: Device, keys: DeviceArray, bits: int) -> tuple:
+    """Stable sort of uint64 ``keys`` whose values are below ``2**bits``.
+
+    Returns ``(sorted_keys, perm)``: ``sorted_keys[j] = keys[perm[j]]``, equal keys in
+    input order. ``keys`` is not modified.
+    """
+    n = keys.size
+    if n == 0:
+        return empty(dev, (0,), np.uint64), empty(dev, (0,), np.int64)
+    passes = max(1, -(-int(bits) // 8))
+    ntiles = -(-n // SORT_TILE)
+    k_in, v_in = keys, None
+    bufs_k = [empty(dev, (n,), np.uint64), empty(dev, (n,), np.uint64)]
+    bufs_v = [empty(dev, (n,), np.int64), empty(dev, (n,), np.int64)]
+    hist = empty(dev, (256 * ntiles,), np.int64)
+    for p in range(passes):
+        shift = 8 * p
+        k_out, v_out = bufs_k[p % 2], bufs_v[p % 2]
+        launch(dev, "sort.cu", "radix_histogram", (), ntiles, SORT_THREADS, k_in, n, shift, hist)
+        offsets = exclusive_scan(dev, hist)
+        launch(dev, "sort.cu", "radix_scatter", (), ntiles, SORT_THREADS, k_in, v_in, k_out, v_out, n, shift, offsets)
+        k_in, v_in = k_out, v_out
+    return k_in, v_in
+
+
+def batch_offsets(dev: Device, flat: DeviceArray, B: int, n: int, step: int, index_dtype) -> DeviceArray:
+    """Per-batch compressed indices ``(B, n + 1)`` from a flat exclusive scan."""
+    out = empty(dev, (B, n + 1), index_dtype)
+    run(dev, "scan.cu", "batch_offsets", (index_key(index_dtype),), B * (n + 1), flat, B, n, step, out)
+    return out
+
+
+def take_strided(dev: Device, arr: DeviceArray, step: int, count: int) -> DeviceArray:
+    out = empty(dev, (count,), np.int64)
+    run(dev, "scan.cu", "take_strided", (), count, arr, step, count, out)
+    return out
+
+
+def cast_index(dev: Device, arr: DeviceArray, dtype) -> DeviceArray:
+    dt = np.dtype(dtype)
+    if arr.dtype == dt:
+        return arr
+    out = empty(dev, arr.shape, dt)
+    run(dev, "pointwise.cu", "cast_index", (index_key(arr.dtype), index_key(dt)), arr.size, arr, out, arr.size)
+    return out
+
+
+def gather_rows(dev: Device, arr: DeviceArray, perm: DeviceArray, nrows: int) -> DeviceArray:
+    """``out[j] = arr[perm[j]]`` over the leading axis (any dtype: rows move as raw items)."""
+    row_shape = arr.shape[1:]
+    out = empty(dev, (nrows,) + row_shape, arr.dtype)
+    item = arr.itemsize
+    W = int(np.prod(row_shape, dtype=np.int64)) if row_shape else 1
+    run(dev, "convert.cu", "gather_rows", (raw_key(item),), nrows * W, arr, perm, nrows, W, out)
+    return out
+
+
+def half_to_float(dev: Device, arr: DeviceArray) -> DeviceArray:
+    out = empty(dev, arr.shape, np.float32)
+    run(dev, "pointwise.cu", "cast_half_float", (), arr.size, arr, out, arr.size)
+    return out
+
+
+def float_to_half(dev: Device, arr: DeviceArray) -> DeviceArray:
+    out = empty(dev, arr.shape, np.float16)
+    run(dev, "pointwise.cu", "cast_float_half", (), arr.size, arr, out, arr.size)
+    return out
+
+
+def concat(dev: Device, parts, axis_len_dtype=None) -> DeviceArray:
+    """Concatenate C-contiguous arrays along the leading axis (device to device copies)."""
+    parts = list(parts)
+    out = empty(dev, (sum(p.shape[0] for p in parts),) + parts[0].shape[1:], parts[0].dtype)
+    off = 0
+    for p in parts:
+        dev.copy_dtod(out.ptr + off, p.ptr, p.nbytes)
+        off += p.nbytes
+    return out

@@ -1,0 +1,78 @@
+"""Sums on the device.
+
+``sum(t)`` (all elements) returns a 0-d DeviceArray of ``t.dtype`` (float16 summed in
+float32 and rounded once), in two deterministic passes. ``sum(t, dim)`` of a
+compressed tensor over one of its two sparse dims returns a dense DeviceArray,
+``batch + (rows or cols,) + dense``, as the CPU does (:mod:`sparsetensor.ops.reduce`):
+the plain dim is summed row by row, the compressed dim after a device transpose.
+Other reductions raise NotImplementedError.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+
+import numpy as np
+
+from . import _primitives as P
+from ._module import launch
+
+__all__ = ["sum"]
+
+_SUM_THREADS = 256
+_MAX_PARTIALS = 1024
+
+
+def _sum_all(t):
+    dev = t._dev()
+    v = t.values()
+    key = P.value_key(v.dtype, "sum")
+    acc = np.dtype(np.float32) if v.dtype == np.float16 else v.dtype
+    n = v.size
+    out = P.empty(dev, (), v.dtype)
+    nblocks = max(1, min(-(-n // _SUM_THREADS), _MAX_PARTIALS))
+    partial = P.empty(dev, (nblocks,), acc)
+    launch(dev, "reduce.cu", "sum_partial", (key,), nblocks, _SUM_THREADS, v, n, partial)
+    launch(dev, "reduce.cu", "sum_final", (key,), 1, _SUM_THREADS, partial, nblocks, out)
+    return out
+
+
+def sum(t, dim=None):  # noqa: A001 - torch's name
+    """Sum of all elements (``dim=None``) or over one sparse dim of a compressed tensor."""
+    from ._convert import transpose_compressed
+    from .tensor import CudaCompressedTensor
+    from ._validate import checked
+
+    if dim is None:
+        return _sum_all(t)
+    if not isinstance(t, CudaCompressedTensor) or not isinstance(dim, (int, np.integer)):
+        raise NotImplementedError(f"sum over dim={dim!r} of a {t.layout.name} tensor on cuda: only dim=None, or one "
+                                  "sparse dim of a compressed tensor, has a GPU kernel")
+    d = operator.index(dim)
+    if not -t.ndim <= d < t.ndim:
+        raise IndexError(f"dimension {d} out of range for a tensor of {t.ndim} dims")
+    d %= t.ndim
+    m = t.batch_dim
+    if d not in (m, m + 1):
+        raise NotImplementedError(f"sum over dim={dim} of a {t.layout.name} tensor on cuda (batch_dim={m}): only the "
+                                  "two sparse dims have a GPU kernel")
+    key = P.value_key(t.dtype, "sum")
+    t = checked(t)
+    plain_dim = m + 1 if t.layout.compressed_rows else m
+    if d != plain_dim:
+        t = transpose_compressed(t)
+    dev = t._dev()
+    batch = t.shape[:m]
+    B = math.prod(batch)
+    rows = t.layout.compressed_rows
+    rb, cb = t.blocksize
+    c, v = t.compressed_indices(), t.values()
+    nmajor = c.shape[-1] - 1
+    kept = t.shape[m] if rows else t.shape[m + 1]
+    dense = t.shape[m + 2:]
+    W = math.prod(dense)
+    out = P.empty(dev, batch + (kept,) + dense, t.dtype)
+    P.run(dev, "reduce.cu", "compressed_sum_plain", (key, P.index_key(c.dtype)), out.size, c, v, B, nmajor, t.nnz,
+          rb, cb, W, int(rows), out)
+    return out

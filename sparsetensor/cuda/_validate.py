@@ -1,0 +1,136 @@
+"""Invariant checking on the device, reported exactly as the CPU reports it.
+
+The kernels of ``kernels/validate.cu`` fold every violation into one encoded key
+(atomicMin), so the first violation in the CPU's order wins; a one-thread kernel
+decodes it and the host raises the same :class:`~sparsetensor.InvariantError`
+(same invariant number, batch, row and position, same message) through the CPU's
+``raise_*`` helpers. One synchronisation per check: reading the 6-int report.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .. import _layout as L
+from .._errors import InvariantError
+from .._validate import raise_compressed_error, raise_coo_error
+from . import _primitives as P
+
+__all__ = ["check_tensor", "check_compressed", "check_coo", "compressed_report", "coo_report", "CODES"]
+
+# report codes of validate.cu
+CODES = {1: "5.1", 2: "5.2", 3: "5.3", 4: "5.4", 5: "5.5", 6: "5.6", 7: "C4", 8: "C5", 9: "C6"}
+_KEY_NONE = 0xFF  # every byte of the key: all ones
+
+
+def _key(dev):
+    key = P.empty(dev, (1,), np.uint64)
+    dev.memset8(key.ptr, _KEY_NONE, 8)
+    return key
+
+
+def compressed_report(t, *, check_order: bool = True, max_step: int | None = None):
+    """``None`` or the CPU kernel's ``(invariant, batch, i, pos, value)`` for 5.1-5.6 (5.6 only
+    with ``check_order``) of a device compressed tensor; synchronises once.
+
+    ``max_step`` replaces 5.3's upper bound (the plain size), e.g. ``2**64 - 1`` to check
+    only that the compressed indices do not decrease (what sum_duplicates needs)."""
+    dev = t._dev()
+    c, p = t.compressed_indices(), t.plain_indices()
+    B = math.prod(c.shape[:-1])
+    n = c.shape[-1] - 1
+    nnz = t.nnz
+    ps = t.plain_size
+    ik = (P.index_key(c.dtype),)
+    key = _key(dev)
+    out = P.empty(dev, (6,), np.int64)
+    P.run(dev, "validate.cu", "compressed_ends", ik, B, c, B, n, nnz, key)
+    step = ps if max_step is None else max_step
+    P.run(dev, "validate.cu", "compressed_steps", ik, B * n, c, B, n, step, key)
+    P.run(dev, "validate.cu", "compressed_plain", ik, B * nnz, c, p, B, n, nnz, ps, int(check_order), key)
+    P.run(dev, "validate.cu", "compressed_report", ik, 1, c, p, B, n, nnz, ps, key, out)
+    r = P.read_ints(dev, out) if B else np.zeros(6, np.int64)
+    code = int(r[0])
+    if code == 0:
+        return None
+    inv = CODES[code]
+    if inv == "5.3":
+        return inv, int(r[1]), int(r[2]), -1, int(r[4]) - int(r[5])
+    return inv, int(r[1]), int(r[2]), int(r[3]), int(r[4])
+
+
+def check_compressed(t, *, check_order: bool = True) -> None:
+    found = compressed_report(t, check_order=check_order)
+    if found is not None:
+        raise_compressed_error(found, t.layout, t.shape[:t.batch_dim], t.plain_size, t.nnz)
+
+
+def coo_report(t, *, order: bool):
+    """``None``, or ``("C4" | "C5", dim, pos, value)`` for a bounds violation, or
+    ``("C6", -1, pos, 0)`` for the first column not after its predecessor (with ``order``)."""
+    dev = t._dev()
+    idx = t.indices()
+    S, nnz = idx.shape
+    ik = (P.index_key(idx.dtype),)
+    shape = P.from_host(dev, np.asarray(t.shape[:S], dtype=np.int64))
+    key = _key(dev)
+    out = P.empty(dev, (6,), np.int64)
+    P.run(dev, "validate.cu", "coo_bounds", ik, S * nnz, idx, S, nnz, shape, key)
+    if order:
+        P.run(dev, "validate.cu", "coo_order", ik, nnz - 1, idx, S, nnz, key)
+    P.run(dev, "validate.cu", "coo_report", ik, 1, idx, S, nnz, key, out)
+    r = P.read_ints(dev, out)
+    code = int(r[0])
+    if code == 0:
+        return None
+    return CODES[code], int(r[1]), int(r[2]), int(r[3])
+
+
+def check_coo(t) -> None:
+    found = coo_report(t, order=t.is_coalesced())
+    if found is None:
+        return
+    if found[0] == "C6":
+        raise InvariantError("C6", "coo", "a tensor marked coalesced must have lexicographically sorted, "
+                             "distinct index columns")
+    raise_coo_error(found, t.shape)
+
+
+def check_tensor(t) -> None:
+    """Every invariant of a device tensor: the O(1) member checks, then the O(nnz) scans on the device."""
+    from .._factory import check_compressed_members, check_coo_members
+    from .tensor import CudaCOOTensor, CudaCompressedTensor, _Checkable
+
+    if isinstance(t, CudaCOOTensor):
+        check_coo_members(_Checkable(t.indices()), _Checkable(t.values()), t.shape)
+        check_coo(t)
+    elif isinstance(t, CudaCompressedTensor):
+        check_compressed_members(_Checkable(t.compressed_indices()), _Checkable(t.plain_indices()),
+                                 _Checkable(t.values()), t.shape, t.layout)
+        check_compressed(t)
+    else:
+        raise TypeError(f"expected a CUDA sparse tensor, got {type(t).__name__}")
+
+
+def checked(t):
+    """``t`` if it is known to satisfy 5.1-5.6 (canonical), else scanned on the device: broken
+    indices raise InvariantError; unsorted or duplicate plain indices (5.6) are repaired with
+    coalesce (as the CPU's conversions do). Returns a canonical tensor."""
+    if t.is_coalesced():
+        return t
+    found = compressed_report(t)
+    if found is None:
+        from .tensor import CudaCompressedTensor
+
+        return CudaCompressedTensor(t.compressed_indices(), t.plain_indices(), t.values(), t.shape, t.layout, True)
+    if found[0] == "5.6":
+        from ._coalesce import sum_duplicates
+
+        return sum_duplicates(t)
+    raise_compressed_error(found, t.layout, t.shape[:t.batch_dim], t.plain_size, t.nnz)
+
+
+def is_layout(t, layout) -> bool:
+    return t.layout is L.as_layout(layout)

@@ -1,0 +1,874 @@
+"""The CUDA backend against the CPU implementation.
+
+Every device op is compared with the CPU on the same inputs: bitwise for indices and
+for values that are only moved, with a tolerance for values that are computed.
+Invariant violations must be found on the device with the same invariant number,
+batch, row, position and message as on the CPU.
+
+The tests run on two backends:
+
+- ``gpu``: a real CUDA device; skipped, with the reason, when cuda-python, the driver
+  or a device is missing;
+- ``emulator``: the CPU emulator of the kernels (:mod:`sparsetensor.cuda._emulator`),
+  which runs the same ``.cu`` sources and the same host code with host memory;
+  skipped when no C++ compiler is found. It cannot show timing or races.
+
+A few tests need no device at all (metadata of DeviceArray, DLPack capsules, argument
+packing, importing without cuda-python).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import os
+import subprocess
+import sys
+import zlib
+
+import numpy as np
+import pytest
+
+import sparsetensor as st
+from sparsetensor._tensor import COOTensor, CompressedTensor
+from sparsetensor.cuda import _driver, _emulator
+from sparsetensor.cuda._array import DeviceArray, _dlpack_capsule, _DLManagedTensor, _from_dlpack, as_device_array
+
+from conftest import random_dense
+
+cuda = pytest.importorskip("sparsetensor.cuda")
+
+FLOATS = [np.dtype(d) for d in ("float16", "float32", "float64", "complex64", "complex128")]
+ALL_DTYPES = [np.dtype(d) for d in ("bool", "int8", "int16", "int32", "int64", "uint8", "float16", "float32",
+                                    "float64", "complex64", "complex128")]
+INDEX = [np.int32, np.int64]
+TOL = {np.dtype("float16"): 2e-2, np.dtype("float32"): 1e-5, np.dtype("float64"): 1e-12,
+       np.dtype("complex64"): 1e-5, np.dtype("complex128"): 1e-12}
+
+# (layout, batch, dense, blocksize): the shapes every layout test runs over
+CASES = [
+    ("coo", (), (), None), ("coo", (3,), (), None), ("coo", (), (2,), None),
+    ("csr", (), (), None), ("csr", (2,), (), None), ("csr", (), (3,), None), ("csr", (2, 2), (2,), None),
+    ("csc", (), (), None), ("csc", (3,), (2,), None),
+    ("bsr", (), (), (2, 3)), ("bsr", (2,), (2,), (2, 1)),
+    ("bsc", (), (), (2, 3)), ("bsc", (3,), (), (1, 2)),
+]
+CASE_IDS = [f"{c[0]}-b{len(c[1])}-d{len(c[2])}" for c in CASES]
+
+
+# -- backends ---------------------------------------------------------------------------------------
+
+def _emulator_problem():
+    if not sys.platform.startswith("linux"):
+        return "the kernel emulator uses ucontext fibers (Linux)"
+    if _emulator.compiler() is None:
+        return "no C++ compiler for the kernel emulator (set $CXX)"
+    return None
+
+
+@pytest.fixture(scope="module", params=["gpu", "emulator"])
+def backend(request):
+    if request.param == "gpu":
+        reason = _driver.unavailable_reason()
+        if reason is not None:
+            pytest.skip(f"no CUDA GPU: {reason}")
+        yield "gpu"
+        return
+    reason = _emulator_problem()
+    if reason is not None:
+        pytest.skip(reason)
+    saved = _driver._devices.get(0)
+    # blocks and threads in a shuffled order: no kernel may rely on an order the GPU does not promise
+    dev = _emulator.install(_emulator.EmulatedDevice(seed=int(os.environ.get("SPARSETENSOR_EMULATOR_SEED", "12345"))))
+    try:
+        yield "emulator"
+    finally:
+        _emulator.uninstall(dev)
+        if saved is not None:
+            _driver._devices[0] = saved
+
+
+@pytest.fixture
+def rng(request):
+    return np.random.default_rng(zlib.crc32(request.node.nodeid.encode()))
+
+
+# -- helpers ------------------------------------------------------------------------------------------
+
+def make(rng, case, dtype=np.float64, index_dtype=np.int64, nnz=None, blocks=(4, 5)):
+    """A random valid CPU tensor of a CASES entry."""
+    layout, batch, dense, bs = case
+    a = random_dense(rng, batch=batch, blocks=blocks, blocksize=bs or (1, 1), dense=dense, dtype=dtype, nnz=nnz)
+    if layout == "coo":
+        return st.from_dense(a, "coo", dense_dim=len(dense), index_dtype=index_dtype)
+    return st.from_dense(a, layout, blocksize=bs, batch_dim=len(batch), dense_dim=len(dense),
+                         index_dtype=index_dtype)
+
+
+def members(t):
+    if isinstance(t, (COOTensor, cuda.CudaCOOTensor)):
+        return [t.indices(), t.values()]
+    return [t.compressed_indices(), t.plain_indices(), t.values()]
+
+
+def host(a):
+    return a.get() if isinstance(a, DeviceArray) else np.asarray(a)
+
+
+def assert_same(d, c, *, exact=True):
+    """Device tensor ``d`` equals CPU tensor ``c``: layout, shape, flags, indices bitwise, values."""
+    assert d.layout is c.layout and d.shape == c.shape and d.dtype == c.dtype
+    assert d.index_dtype == c.index_dtype and d.is_coalesced() == c.is_coalesced()
+    dm, cm = members(d), members(c)
+    for x, y in zip(dm[:-1], cm[:-1]):
+        x = host(x)
+        assert x.dtype == y.dtype and x.shape == y.shape and (x == y).all()
+    assert_values(host(dm[-1]), np.ascontiguousarray(cm[-1]), exact=exact)
+
+
+def cast(want, dtype):
+    """A complex128 oracle cast to ``dtype`` (the real part for real dtypes), overflow allowed."""
+    dtype = np.dtype(dtype)
+    with np.errstate(all="ignore"):
+        return (want if dtype.kind == "c" else np.real(want)).astype(dtype)
+
+
+def assert_values(x, y, *, exact=False):
+    assert x.shape == y.shape and x.dtype == y.dtype, (x.shape, y.shape, x.dtype, y.dtype)
+    if exact or x.dtype.kind not in "fc":
+        assert (x.view(np.uint8) == y.view(np.uint8)).all() if exact else (x == y).all()
+    else:
+        tol = TOL[x.dtype]
+        np.testing.assert_allclose(x.astype(np.complex128), y.astype(np.complex128), rtol=tol, atol=tol)
+
+
+def same_error(cpu_call, gpu_call):
+    """Both raise InvariantError with the same invariant and message, or neither raises."""
+    try:
+        cpu_call()
+        cpu_err = None
+    except st.InvariantError as e:
+        cpu_err = e
+    try:
+        gpu_call()
+        gpu_err = None
+    except st.InvariantError as e:
+        gpu_err = e
+    if cpu_err is None or gpu_err is None:
+        assert cpu_err is gpu_err is None, (cpu_err, gpu_err)
+        return None
+    assert (gpu_err.invariant, gpu_err.batch, gpu_err.index, str(gpu_err)) == \
+        (cpu_err.invariant, cpu_err.batch, cpu_err.index, str(cpu_err))
+    return cpu_err.invariant
+
+
+# -- moving tensors -------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=str)
+@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+def test_roundtrip(backend, rng, case, dtype):
+    for index_dtype in INDEX:
+        t = make(rng, case, dtype, index_dtype)
+        d = cuda.to_device(t)
+        assert d.device == "cuda:0" and d.nnz == t.nnz and d.batch_dim == t.batch_dim
+        assert d.dense_dim == t.dense_dim and d.blocksize == t.blocksize
+        assert_same(d, t)
+        back = cuda.to_host(d)
+        assert type(back) is type(t)
+        assert_same(d, back)
+        assert cuda.to_device(d) is d
+        for x, y in zip(members(back), members(t)):
+            assert (x == y).all()
+
+
+def test_blocked_transposed_values_upload(backend, rng):
+    t = make(rng, ("bsr", (), (), (2, 3)), np.float32)
+    v = t.mT  # bsc with block-transposed (non-contiguous) values
+    d = cuda.to_device(v)
+    assert_same(d, v)
+
+
+# -- validation -------------------------------------------------------------------------------------------
+
+def _corrupt(rng, t):
+    """A copy of compressed CPU tensor ``t`` with a few random entries broken, unchecked."""
+    c = t.compressed_indices().copy()
+    p = t.plain_indices().copy()
+    for _ in range(int(rng.integers(1, 3))):
+        kind = rng.integers(0, 4)
+        if kind == 0 and c.size:
+            c.flat[rng.integers(0, c.size)] = rng.integers(-2, t.nnz + 3)
+        elif kind == 1 and p.size:
+            p.flat[rng.integers(0, p.size)] = rng.integers(-2, t.plain_size + 3)
+        elif kind == 2 and p.shape[-1] > 1:
+            k = rng.integers(0, p.shape[-1] - 1)
+            p[..., [k, k + 1]] = p[..., [k + 1, k]]
+        elif p.shape[-1] > 1:
+            k = rng.integers(1, p.shape[-1])
+            p[..., k] = p[..., k - 1]
+    return CompressedTensor(c, p, t.values(), t.shape, t.layout, canonical=False)
+
+
+@pytest.mark.parametrize("index_dtype", INDEX)
+@pytest.mark.parametrize("case", [c for c in CASES if c[0] != "coo"], ids=[i for c, i in zip(CASES, CASE_IDS)
+                                                                          if c[0] != "coo"])
+def test_validate_matches_cpu(backend, rng, case, index_dtype):
+    seen = set()
+    for _ in range(25):
+        t = make(rng, case, np.float32, index_dtype, blocks=(5, 4))
+        cuda.validate(cuda.to_device(t))  # valid: no error
+        bad = _corrupt(rng, t)
+        d = cuda.to_device(bad)
+        seen.add(same_error(bad.check_invariants, lambda: cuda.validate(d)))
+    assert seen - {None}, "no corruption was detected: the test is too weak"
+
+
+@pytest.mark.parametrize("index_dtype", INDEX)
+def test_validate_each_invariant(backend, index_dtype):
+    """One batched input per invariant 5.1-5.6 (the batch, row and position must match too)."""
+    good_c = [[0, 2, 3], [0, 1, 3]]
+    good_p = [[0, 2, 1], [1, 0, 2]]
+    cases = {
+        "5.1": ([[0, 2, 3], [1, 1, 3]], good_p),
+        "5.2": ([[0, 2, 3], [0, 1, 2]], good_p),
+        "5.3": ([[0, 2, 3], [0, 4, 3]], good_p),
+        "5.4": (good_c, [[0, 2, 1], [1, -1, 2]]),
+        "5.5": (good_c, [[0, 3, 1], [1, 0, 2]]),
+        "5.6": (good_c, [[0, 2, 1], [1, 2, 0]]),
+    }
+    for want, (c, p) in cases.items():
+        c, p = np.array(c, index_dtype), np.array(p, index_dtype)
+        t = CompressedTensor(c, p, np.ones(p.shape), (2, 2, 3), st.sparse_csr)
+        assert same_error(t.check_invariants, lambda: cuda.validate(cuda.to_device(t))) == want
+    ok = CompressedTensor(np.array(good_c, index_dtype), np.array(good_p, index_dtype), np.ones((2, 3)), (2, 2, 3),
+                          st.sparse_csr)
+    cuda.validate(cuda.to_device(ok))
+
+
+@pytest.mark.parametrize("index_dtype", INDEX)
+def test_validate_coo(backend, rng, index_dtype):
+    seen = set()
+    for _ in range(20):
+        t = make(rng, ("coo", (3,), (), None), np.float64, index_dtype)
+        idx = t.indices().copy()
+        if idx.size:
+            for _ in range(int(rng.integers(1, 3))):
+                d, k = rng.integers(0, idx.shape[0]), rng.integers(0, idx.shape[1])
+                idx[d, k] = rng.choice([-1, t.shape[d], t.shape[d] + 5, idx[d, k]])
+        coalesced = bool(rng.integers(0, 2))
+        if coalesced and idx.shape[1] > 1 and rng.integers(0, 2):
+            idx[:, [0, 1]] = idx[:, [1, 0]]
+        bad = COOTensor(idx, t.values(), t.shape, coalesced)
+        seen.add(same_error(bad.check_invariants, lambda: cuda.validate(cuda.to_device(bad))))
+    assert {"C4", "C5"} <= seen
+
+
+def test_validate_coo_c6(backend):
+    bad = COOTensor(np.array([[1, 0]]), np.ones(2), (2,), True)
+    assert same_error(bad.check_invariants, lambda: cuda.validate(cuda.to_device(bad))) == "C6"
+
+
+def test_validate_large(backend, rng):
+    """Several tiles and many blocks: the first violation must still be the CPU's."""
+    n, nnz = 3000, 40000
+    rows = np.sort(rng.integers(0, n, nnz))
+    cols = rng.integers(0, 5000, nnz)
+    order = np.lexsort((cols, rows))
+    rows, cols = rows[order], cols[order]
+    keep = np.ones(nnz, bool)
+    keep[1:] = (rows[1:] != rows[:-1]) | (cols[1:] != cols[:-1])
+    rows, cols = rows[keep], cols[keep]
+    c = np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=n))])
+    p = cols.copy()
+    t = CompressedTensor(c, p, np.ones(p.size, np.float32), (n, 5000), st.sparse_csr)
+    cuda.validate(cuda.to_device(t))
+    for pos in (p.size - 1, p.size // 2, 7):
+        q = p.copy()
+        q[pos] = q[pos - 1] if pos else -1
+        q[-1] = 5000  # a later 5.5 must not win over an earlier 5.6
+        bad = CompressedTensor(c, q, t.values(), t.shape, st.sparse_csr)
+        same_error(bad.check_invariants, lambda: cuda.validate(cuda.to_device(bad)))
+
+
+def test_checked_constructors(backend, rng):
+    t = make(rng, ("csr", (2,), (), None), np.float32, np.int32)
+    dc = cuda.DeviceArray.from_host(t.crow_indices())
+    dp = cuda.DeviceArray.from_host(t.col_indices())
+    dv = cuda.DeviceArray.from_host(t.values())
+    d = cuda.compressed_tensor(dc, dp, dv, t.shape, layout="csr")
+    assert d.crow_indices() is dc and d.is_coalesced()   # zero-copy
+    assert_same(d, t)
+    bad = t.col_indices().copy()
+    if bad.size:
+        bad[0, 0] = -3
+        with pytest.raises(st.InvariantError) as e:
+            cuda.compressed_tensor(dc, cuda.DeviceArray.from_host(bad), dv, t.shape, layout="csr")
+        assert e.value.invariant == "5.4"
+    with pytest.raises(st.InvariantError) as e:
+        cuda.compressed_tensor(dc, dp, dv, (2, 9, 9), layout="csr")
+    assert e.value.invariant == "3.8"
+    coo = make(rng, ("coo", (), (), None))
+    dcoo = cuda.coo_tensor(cuda.DeviceArray.from_host(coo.indices()), coo.values(), coo.shape, is_coalesced=True)
+    assert_same(dcoo, coo)
+    with pytest.raises(NotImplementedError, match="size"):
+        cuda.coo_tensor(coo.indices(), coo.values(), None)
+
+
+# -- coalescing ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("index_dtype", INDEX)
+@pytest.mark.parametrize("shape,dense", [((7, 5), ()), ((3, 4, 6), ()), ((6, 4), (3,)), ((0, 3), ()), ((9,), ())])
+def test_coalesce(backend, rng, shape, dense, dtype, index_dtype):
+    S = len(shape)
+    n = 0 if 0 in shape else 60
+    idx = np.stack([rng.integers(0, max(s, 1), n) for s in shape]).astype(index_dtype).reshape(S, n)
+    vals = (rng.standard_normal((n,) + dense) * 4).astype(dtype)
+    if dtype.kind == "c":
+        vals = vals + 1j * rng.standard_normal(vals.shape).astype(dtype)
+    t = st.sparse_coo_tensor(idx, vals, shape + dense, check_invariants=False)
+    d = cuda.coalesce(cuda.to_device(t))
+    assert_same(d, t.coalesce(), exact=False)
+    assert cuda.coalesce(d) is d
+
+
+def test_coalesce_sorted_input_shares(backend, rng):
+    t = make(rng, ("coo", (2,), (), None))
+    u = COOTensor(t.indices(), t.values(), t.shape, False)
+    d = cuda.to_device(u)
+    c = cuda.coalesce(d)
+    assert c.is_coalesced() and c.indices() is d.indices() and c.values() is d.values()
+
+
+def test_coalesce_large_and_bounds(backend, rng):
+    n = 25000
+    idx = rng.integers(0, 200, (2, n))
+    t = st.sparse_coo_tensor(idx, rng.random(n), (200, 200), check_invariants=False)
+    assert_same(cuda.coalesce(cuda.to_device(t)), t.coalesce(), exact=False)
+    idx[1, 777] = 200
+    bad = st.sparse_coo_tensor(idx, rng.random(n), (200, 200), check_invariants=False)
+    same_error(bad.coalesce, lambda: cuda.coalesce(cuda.to_device(bad)))
+
+
+def test_coalesce_int_values(backend):
+    t = st.sparse_coo_tensor([[1, 0]], np.array([3, 4], np.int16), (2,), check_invariants=False)
+    assert_same(cuda.coalesce(cuda.to_device(t)), t.coalesce())  # no duplicates: values only move
+    t = st.sparse_coo_tensor([[1, 1]], np.array([3, 4], np.int16), (2,), check_invariants=False)
+    with pytest.raises(TypeError, match="coalesce"):
+        cuda.coalesce(cuda.to_device(t))
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c[0] != "coo"],
+                         ids=[i for c, i in zip(CASES, CASE_IDS) if c[0] != "coo"])
+def test_sum_duplicates(backend, rng, case):
+    t = make(rng, case, np.float64, np.int64)
+    # shuffle each row and duplicate nothing: the CPU and GPU both sort it back
+    c, p = t.compressed_indices(), t.plain_indices().copy()
+    B = math.prod(t.shape[:t.batch_dim])
+    c2, p2 = c.reshape(B, -1), p.reshape(B, -1)
+    for b in range(B):
+        for r in range(c2.shape[1] - 1):
+            seg = p2[b, c2[b, r]:c2[b, r + 1]]
+            p2[b, c2[b, r]:c2[b, r + 1]] = seg[::-1]
+    u = CompressedTensor(c, p, t.values(), t.shape, t.layout)
+    assert_same(cuda.coalesce(cuda.to_device(u)), u.coalesce())
+
+
+def test_sum_duplicates_sums(backend):
+    u = CompressedTensor(np.array([0, 3, 4]), np.array([2, 0, 2, 1]), np.array([1.0, 2, 3, 4]), (2, 3), st.sparse_csr)
+    assert_same(cuda.coalesce(cuda.to_device(u)), u.coalesce())
+    bad = CompressedTensor(np.array([0, 3, 4]), np.array([2, 0, 3, 1]), np.array([1.0, 2, 3, 4]), (2, 3),
+                           st.sparse_csr)
+    same_error(bad.coalesce, lambda: cuda.coalesce(cuda.to_device(bad)))
+
+
+# -- conversions --------------------------------------------------------------------------------------------
+
+_TARGETS = {"coo": ["csr", "csc"], "csr": ["coo", "csc"], "csc": ["coo", "csr"], "bsr": ["bsc"], "bsc": ["bsr"]}
+
+
+@pytest.mark.parametrize("index_dtype", INDEX)
+@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+def test_to_sparse(backend, rng, case, index_dtype):
+    for dtype in (np.dtype(np.float32), np.dtype(np.complex128), np.dtype(np.int16)):
+        t = make(rng, case, dtype, index_dtype)
+        d = cuda.to_device(t)
+        for target in _TARGETS[case[0]]:
+            if case[0] == "coo" and t.sparse_dim < 2:
+                continue
+            kw = dict(blocksize=t.blocksize) if case[3] else {}
+            ref = t.to_sparse(target, **kw)
+            got = cuda.to_sparse(d, target, **kw)
+            assert_same(got, ref)
+            assert_same(cuda.to_sparse(got, case[0], **kw), ref.to_sparse(case[0], **kw))  # and back
+        assert cuda.to_sparse(d, case[0], blocksize=case[3]) is d
+
+
+def test_to_sparse_unchecked_input(backend):
+    u = CompressedTensor(np.array([0, 3, 4]), np.array([2, 0, 2, 1]), np.array([1.0, 2, 3, 4]), (2, 3), st.sparse_csr)
+    assert_same(cuda.to_sparse(cuda.to_device(u), "csc"), u.to_sparse("csc"))
+
+
+def test_to_sparse_large(backend, rng):
+    t = make(rng, ("csr", (), (), None), np.float32, np.int32, blocks=(300, 400), nnz=30000)
+    d = cuda.to_device(t)
+    assert_same(cuda.to_sparse(d, "csc"), t.to_sparse("csc"))
+    assert_same(cuda.to_sparse(d, "coo"), t.to_sparse("coo"))
+
+
+def test_to_sparse_not_implemented(backend, rng):
+    d = cuda.to_device(make(rng, ("csr", (), (), None)))
+    with pytest.raises(NotImplementedError, match="csr -> bsr"):
+        cuda.to_sparse(d, "bsr", blocksize=(2, 1))
+    b = cuda.to_device(make(rng, ("bsr", (), (), (2, 3))))
+    with pytest.raises(NotImplementedError, match="bsr -> csr"):
+        cuda.to_sparse(b, "csr")
+    with pytest.raises(NotImplementedError, match="bsr -> coo"):
+        cuda.to_sparse(b, "coo")
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c[0] != "coo"],
+                         ids=[i for c, i in zip(CASES, CASE_IDS) if c[0] != "coo"])
+def test_mT(backend, rng, case):
+    t = make(rng, case, np.complex64)
+    d = cuda.to_device(t)
+    m = d.mT
+    ref = t.mT
+    assert m.layout is ref.layout and m.shape == ref.shape
+    assert (m.compressed_indices().get() == ref.compressed_indices()).all()
+    assert_values(m.values().get(), np.ascontiguousarray(ref.values()), exact=True)
+    if not t.layout.blocked:
+        assert m.values() is d.values()
+
+
+# -- dense <-> sparse ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=str)
+@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+def test_to_dense(backend, rng, case, dtype):
+    t = make(rng, case, dtype, np.int32)
+    d = cuda.to_dense(cuda.to_device(t))
+    assert isinstance(d, DeviceArray) and d.shape == t.shape
+    assert_values(d.get(), t.to_dense(), exact=True)
+
+
+def test_to_dense_unchecked(backend):
+    u = CompressedTensor(np.array([0, 3, 4]), np.array([2, 0, 2, 1]), np.array([1.0, 2, 3, 4]), (2, 3), st.sparse_csr)
+    assert_values(cuda.to_dense(cuda.to_device(u)).get(), u.to_dense())
+    c = st.sparse_coo_tensor([[1, 0, 1]], [1.0, 2.0, 3.0], (3,), check_invariants=False)
+    assert_values(cuda.to_dense(cuda.to_device(c)).get(), c.to_dense())
+    bad = CompressedTensor(np.array([0, 3, 4]), np.array([2, 0, 7, 1]), np.ones(4), (2, 3), st.sparse_csr)
+    with pytest.raises(st.InvariantError):  # never a read out of bounds
+        cuda.to_dense(cuda.to_device(bad))
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=str)
+@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+def test_from_dense(backend, rng, case, dtype):
+    layout, batch, dense, bs = case
+    a = random_dense(rng, batch=batch, blocks=(4, 5), blocksize=bs or (1, 1), dense=dense, dtype=dtype)
+    if dtype.kind == "f" and not batch:
+        a.flat[:3] = [np.nan, -0.0, 0.0]  # NaN counts as nonzero, -0.0 does not
+    for index_dtype in INDEX:
+        kw = dict(dense_dim=len(dense), index_dtype=index_dtype)
+        if layout != "coo":
+            kw.update(blocksize=bs, batch_dim=len(batch))
+        ref = st.from_dense(a, layout, **kw)
+        got = cuda.from_dense(cuda.DeviceArray.from_host(a), layout, **kw)
+        assert_same(got, ref)
+
+
+def test_from_dense_errors(backend):
+    a = np.zeros((2, 3, 4))
+    a[0, 0, 0] = 1
+    with pytest.raises(ValueError, match="same nnz"):
+        cuda.from_dense(a, "csr", batch_dim=1)
+    with pytest.raises(ValueError, match="blocksize"):
+        cuda.from_dense(a[0], "bsr", blocksize=(2, 2))
+
+
+# -- pointwise --------------------------------------------------------------------------------------------
+
+_UNARY = ["neg", "abs", "sqrt", "square", "sin", "tan", "tanh", "asin", "atan", "sinh", "asinh", "atanh", "expm1",
+          "log1p", "sign", "floor", "ceil", "trunc", "round", "relu", "frac", "deg2rad", "rad2deg", "conj"]
+_NUMPY = {"neg": np.negative, "abs": np.abs, "sqrt": np.sqrt, "square": np.square, "sin": np.sin, "tan": np.tan,
+          "tanh": np.tanh, "asin": np.arcsin, "atan": np.arctan, "sinh": np.sinh, "asinh": np.arcsinh,
+          "atanh": np.arctanh, "expm1": np.expm1, "log1p": np.log1p, "sign": np.sign, "floor": np.floor,
+          "ceil": np.ceil, "trunc": np.trunc, "round": np.rint, "relu": lambda x: np.maximum(x, 0),
+          "frac": lambda x: x - np.trunc(x), "deg2rad": np.deg2rad, "rad2deg": np.rad2deg, "conj": np.conj}
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("layout", ["coo", "csr", "bsc"])
+def test_unary(backend, rng, layout, dtype):
+    case = {"coo": ("coo", (), (), None), "csr": ("csr", (2,), (), None), "bsc": ("bsc", (), (2,), (2, 3))}[layout]
+    t = make(rng, case, dtype)
+    v = np.ascontiguousarray(t.values())
+    if dtype.kind == "f":  # keep the values in the domains
+        t = t._replace_values((v / 64).astype(dtype))
+    d = cuda.to_device(t)
+    for op in _UNARY:
+        if dtype.kind == "c" and op not in ("neg", "square", "conj", "abs"):
+            with pytest.raises(NotImplementedError, match=op):
+                cuda.unary(d, op)
+            continue
+        got = cuda.unary(d, op)
+        with np.errstate(all="ignore"):
+            want = _NUMPY[op](np.ascontiguousarray(t.values()).astype(np.complex128 if dtype.kind == "c" else
+                                                                         np.float64))
+        if op == "abs" and dtype.kind == "c":
+            want = want.real
+        out_dtype = np.dtype(np.float32 if dtype == np.complex64 else np.float64) if op == "abs" and \
+            dtype.kind == "c" else dtype
+        assert_values(got.values().get(), cast(want, out_dtype))
+        if op != "conj" or dtype.kind == "c":
+            assert (members(got)[0].get() == members(t)[0]).all()
+
+
+def test_unary_refuses(backend, rng):
+    d = cuda.to_device(make(rng, ("csr", (), (), None), np.int32))
+    with pytest.raises(TypeError, match="sqrt"):
+        cuda.unary(d, "sqrt")
+    with pytest.raises(NotImplementedError, match="cos"):
+        cuda.unary(cuda.to_device(make(rng, ("csr", (), (), None))), "cos")
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_scalar_ops(backend, rng, dtype):
+    from sparsetensor.cuda._pointwise import div_scalar, mul_scalar, pow_scalar
+
+    t = make(rng, ("csr", (), (2,), None), dtype)
+    d = cuda.to_device(t)
+    v = np.ascontiguousarray(t.values()).astype(np.complex128)
+    s = 2.5 - 1j if dtype.kind == "c" else -2.5
+    assert_values(mul_scalar(d, s).values().get(), cast(v * s, dtype))
+    assert_values(cuda.mul(d, s).values().get(), cast(v * s, dtype))
+    assert_values(div_scalar(d, s).values().get(), cast(v / s, dtype))
+    if dtype.kind == "f":
+        assert_values(pow_scalar(d, 2).values().get(), cast(v ** 2, dtype))
+        with pytest.raises(ValueError, match="zeros"):
+            pow_scalar(d, 0)
+
+
+# -- add / mul ----------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+def test_add_mul(backend, rng, case, dtype):
+    layout, batch, dense, bs = case
+    for index_dtype in INDEX:
+        a = make(rng, case, dtype, index_dtype, nnz=8)
+        b = make(rng, case, dtype, index_dtype, nnz=8 if batch else None)
+        da, db = cuda.to_device(a), cuda.to_device(b)
+        A, B = a.to_dense().astype(np.complex128), b.to_dense().astype(np.complex128)
+        for op, want in (("add", A + 2 * B), ("mul", A * B)):
+            try:
+                got = cuda.add(da, db, alpha=2) if op == "add" else cuda.mul(da, db)
+            except ValueError as e:  # batches with different result nnz, as on the CPU
+                assert "same nnz" in str(e) and batch
+                continue
+            h = cuda.to_host(got)
+            h.check_invariants()
+            assert h.layout is a.layout and h.is_coalesced()
+            assert_values(h.to_dense(), cast(want, dtype))
+
+
+def test_add_mul_errors(backend, rng):
+    a = cuda.to_device(make(rng, ("csr", (), (), None), np.float32))
+    b = cuda.to_device(make(rng, ("csc", (), (), None), np.float32))
+    with pytest.raises(NotImplementedError, match="csr and csc"):
+        cuda.add(a, b)
+    with pytest.raises(TypeError, match="float32 and float64"):
+        cuda.mul(a, cuda.to_device(make(rng, ("csr", (), (), None), np.float64)))
+    with pytest.raises(NotImplementedError):
+        cuda.add(a, cuda.DeviceArray.from_host(np.zeros((4, 5), np.float32)))
+
+
+# -- products -------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("layout,bs", [("csr", None), ("csc", None), ("bsr", (2, 3)), ("bsc", (3, 2)), ("coo", None)])
+def test_matmul(backend, rng, layout, bs, dtype):
+    t = make(rng, (layout, (), (), bs), dtype, np.int32, blocks=(6, 5))
+    d = cuda.to_device(t)
+    A = t.to_dense().astype(np.complex128)
+    K = A.shape[1]
+    for N in (None, 1, 3, 33, 70, 130):
+        x = (rng.standard_normal((K,) if N is None else (K, N)) * 2).astype(dtype)
+        y = cuda.matmul(d, cuda.DeviceArray.from_host(x))
+        assert y.shape == ((A.shape[0],) if N is None else (A.shape[0], N))
+        assert_values(y.get(), cast(A @ x.astype(np.complex128), dtype))
+
+
+@pytest.mark.parametrize("layout,bs", [("csr", None), ("bsr", (2, 2))])
+def test_matmul_batched(backend, rng, layout, bs):
+    t = make(rng, (layout, (3,), (), bs), np.float64, np.int64, blocks=(4, 6))
+    d = cuda.to_device(t)
+    A = t.to_dense()
+    K = A.shape[-1]
+    x = rng.standard_normal((3, K, 5))
+    assert_values(cuda.matmul(d, cuda.DeviceArray.from_host(x)).get(), A @ x)
+    x2 = rng.standard_normal((K, 1))
+    assert_values(cuda.matmul(d, cuda.DeviceArray.from_host(x2)).get(), A @ x2)
+
+
+def test_matmul_long_rows(backend, rng):
+    """Rows longer than a warp's 32 entries, and SpMV's threads-per-row choice."""
+    a = np.zeros((5, 300))
+    a[0] = rng.standard_normal(300)
+    a[3, ::3] = rng.standard_normal(100)
+    d = cuda.from_dense(a, "csr")
+    for N in (None, 1, 40, 300):
+        x = rng.standard_normal((300,) if N is None else (300, N))
+        assert_values(cuda.matmul(d, cuda.DeviceArray.from_host(x)).get(), a @ x)
+
+
+def test_matmul_errors(backend, rng):
+    d = cuda.to_device(make(rng, ("csr", (), (), None), np.float32))
+    with pytest.raises(TypeError, match="one dtype"):
+        cuda.matmul(d, cuda.DeviceArray.from_host(np.zeros(5)))
+    with pytest.raises(ValueError, match="inner sizes"):
+        cuda.matmul(d, cuda.DeviceArray.from_host(np.zeros((4, 2), np.float32)))
+    with pytest.raises(TypeError, match="host"):
+        cuda.matmul(d, np.zeros(5, np.float32))
+    with pytest.raises(NotImplementedError, match="SpGEMM"):
+        cuda.matmul(d, d)
+    dd = cuda.to_device(make(rng, ("csr", (), (2,), None), np.float32))
+    with pytest.raises(NotImplementedError, match="dense_dim"):
+        cuda.matmul(dd, cuda.DeviceArray.from_host(np.zeros(5, np.float32)))
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_sampled_addmm(backend, rng, dtype):
+    t = make(rng, ("csr", (2,), (), None), dtype, np.int32, nnz=7, blocks=(6, 5))
+    d = cuda.to_device(t)
+    m1 = rng.standard_normal((2, 6, 40)).astype(dtype)
+    m2 = rng.standard_normal((40, 5)).astype(dtype)
+    full = (m1.astype(np.complex128) @ m2.astype(np.complex128))
+    for beta, alpha in ((1.0, 1.0), (0.5, -2.0), (0.0, 1.0)):
+        got = cuda.sampled_addmm(d, cuda.DeviceArray.from_host(m1), cuda.DeviceArray.from_host(m2), beta=beta,
+                                 alpha=alpha)
+        mask = t.to_dense() != 0
+        want = np.where(mask, beta * t.to_dense() + alpha * full, 0)
+        assert_values(cuda.to_dense(got).get(), cast(want, dtype))
+
+
+# -- sums --------------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+def test_sum(backend, rng, case, dtype):
+    t = make(rng, case, dtype)
+    d = cuda.to_device(t)
+    dense = t.to_dense().astype(np.complex128)
+    total = cuda.sum(d)
+    assert total.shape == () and total.dtype == dtype
+    assert_values(total.get(), cast(np.asarray(dense.sum()), dtype))
+    if case[0] != "coo":
+        m = t.batch_dim
+        for dim in (m, m + 1, -1 - t.dense_dim):
+            got = cuda.sum(d, dim)
+            assert_values(got.get(), cast(dense.sum(axis=dim), dtype))
+        for dim in ([0] if m else []) + ([t.ndim - 1] if t.dense_dim else []):
+            with pytest.raises(NotImplementedError, match="sum over dim"):
+                cuda.sum(d, dim)
+
+
+def test_sum_large(backend, rng):
+    v = rng.standard_normal(300000).astype(np.float32)
+    t = st.sparse_coo_tensor(np.arange(v.size)[None], v, (v.size,))
+    assert_values(cuda.sum(cuda.to_device(t)).get(), np.asarray(v.astype(np.float64).sum(), np.float32))
+
+
+# -- interop --------------------------------------------------------------------------------------------------
+
+def test_cuda_array_interface_and_dlpack(backend):
+    a = cuda.DeviceArray.from_host(np.arange(12, dtype=np.float32).reshape(3, 4))
+    cai = a.__cuda_array_interface__
+    assert cai["shape"] == (3, 4) and cai["typestr"] == "<f4" and cai["data"] == (a.ptr, False)
+    assert cai["version"] == 3 and cai["strides"] is None and cai["stream"]
+
+    class Foreign:  # a producer that only speaks DLPack
+        def __init__(self, arr):
+            self.arr = arr
+
+        def __dlpack__(self, stream=None):
+            return self.arr.__dlpack__(stream=stream)
+
+        def __dlpack_device__(self):
+            return self.arr.__dlpack_device__()
+
+    b = as_device_array(Foreign(a))
+    assert b.ptr == a.ptr and b.shape == a.shape and b.dtype == a.dtype
+    assert (b.get() == a.get()).all()
+    c = as_device_array(type("CAI", (), {"__cuda_array_interface__": cai})())
+    assert c.ptr == a.ptr and (c[1].get() == a.get()[1]).all()
+
+
+def test_torch_and_cupy_zero_copy(backend):
+    if backend != "gpu":
+        pytest.skip("PyTorch/CuPy can only take device memory on a real GPU")
+    a = cuda.DeviceArray.from_host(np.arange(6, dtype=np.float64))
+    done = 0
+    try:
+        import cupy
+        c = cupy.asarray(a)
+        assert c.data.ptr == a.ptr and (cupy.asnumpy(c) == a.get()).all()
+        assert as_device_array(c).ptr == a.ptr
+        done += 1
+    except ImportError:
+        pass
+    try:
+        import torch
+        if torch.cuda.is_available():
+            x = torch.from_dlpack(a)
+            assert x.data_ptr() == a.ptr and (x.cpu().numpy() == a.get()).all()
+            y = torch.arange(5, device="cuda", dtype=torch.float32)
+            assert as_device_array(y).ptr == y.data_ptr()
+            done += 1
+    except ImportError:
+        pass
+    if not done:
+        pytest.skip("neither CuPy nor a CUDA build of PyTorch is installed")
+
+
+def test_to_and_operators(backend, rng):
+    t = make(rng, ("csr", (2,), (), None), np.float32, np.int64)
+    d = cuda.to_device(t)
+    d32 = d.to(index_dtype=np.int32)
+    assert_same(d32, t.to(index_dtype=np.int32))
+    h = d.to(np.float16)
+    assert h.dtype == np.float16 and (h.to(np.float32).values().get() == t.values().astype(np.float16)).all()
+    assert_same(cuda.to_device(d.to("cpu"), "cuda:0"), t)  # CPU-side .to("cuda") is wired in _tensor.py
+    with pytest.raises(NotImplementedError, match="astype"):
+        d.to(np.float64)
+    dense = t.to_dense()
+    assert_values((d - d).to_dense().get(), dense - dense)
+    assert_values((d / 2).to_dense().get(), dense / 2)
+    assert_values((-d).to_dense().get(), -dense)
+    assert_values((d * d).to_dense().get(), dense * dense)
+    coo = cuda.to_device(make(rng, ("coo", (), (), None), np.float64, np.int32))
+    assert coo.to(index_dtype=np.int64).indices().dtype == np.int64
+    assert_values((coo + coo).to_dense().get(), 2 * cuda.to_host(coo).to_dense())
+
+
+def test_no_silent_host_copy(backend, rng):
+    d = cuda.to_device(make(rng, ("csr", (), (), None)))
+    with pytest.raises(TypeError, match="implicitly"):
+        np.asarray(d)
+    assert (np.asarray(d.values()) == d.values().get()).all()  # a DeviceArray copies when asked
+
+
+# -- without a device ---------------------------------------------------------------------------------------
+
+def test_device_array_metadata():
+    a = DeviceArray(None, 0x10000, (3, 4, 2), np.complex64, None)
+    assert a.shape == (3, 4, 2) and a.size == 24 and a.nbytes == 192 and a.strides == (64, 16, 8)
+    assert a.device == "cuda:0" and a.__dlpack_device__() == (2, 0) and len(a) == 3
+    assert a[1].ptr == 0x10000 + 64 and a[1].shape == (4, 2) and a[-1].ptr == 0x10000 + 128
+    assert a[1:3].shape == (2, 4, 2) and a[1:3].ptr == 0x10000 + 64 and a[5:].shape == (0, 4, 2)
+    assert a.reshape(-1, 2).shape == (12, 2) and a.reshape((24,)).ptr == a.ptr
+    assert a.view(np.float32).shape == (3, 4, 4) and a.view(np.complex128).shape == (3, 4, 1)
+    with pytest.raises(ValueError):
+        a.reshape(5, 5)
+    with pytest.raises(IndexError):
+        a[3]
+    with pytest.raises(IndexError):
+        a[::2]
+    with pytest.raises(RuntimeError, match="no device"):
+        a.get()
+    assert repr(a) == "DeviceArray(complex64[3, 4, 2], device='cuda:0')"
+
+
+def test_dlpack_capsule_contents():
+    from sparsetensor.cuda import _array
+
+    a = DeviceArray(None, 0x7F0000001000, (3, 5), np.int32, None)
+    cap = a.__dlpack__(stream=-1)
+    pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
+        ("PyCapsule_GetPointer", ctypes.pythonapi))
+    address = pointer(cap, b"dltensor")
+    assert address in _array._exported
+    m = ctypes.cast(address, ctypes.POINTER(_DLManagedTensor)).contents
+    t = m.dl_tensor
+    assert t.data == 0x7F0000001000 and t.device.device_type == 2 and t.device.device_id == 0
+    assert t.ndim == 2 and [t.shape[i] for i in range(2)] == [3, 5] and not t.strides
+    assert (t.dtype.code, t.dtype.bits, t.dtype.lanes) == (0, 32, 1)
+    b = _from_dlpack(cap, None)  # consumes the capsule
+    assert (b.ptr, b.shape, b.dtype) == (a.ptr, a.shape, a.dtype)
+    del cap
+    assert address in _array._exported  # the consumer (b) owns it now
+    del b
+    assert address not in _array._exported  # the deleter ran
+    cap = a.__dlpack__(stream=-1)
+    address = pointer(cap, b"dltensor")
+    del cap
+    assert address not in _array._exported  # an unconsumed capsule frees its tensor
+
+
+def test_kernel_params_packing():
+    address, keep = _driver.kernel_params([0x1234, None, -5, 2**64 - 1, 7, 2.5], "ppqQid")
+    arr = (ctypes.c_void_p * 6).from_address(address)
+    read = [ctypes.c_uint64, ctypes.c_uint64, ctypes.c_int64, ctypes.c_uint64, ctypes.c_int32, ctypes.c_double]
+    got = [r.from_address(arr[i]).value for i, r in enumerate(read)]
+    assert got == [0x1234, 0, -5, 2**64 - 1, 7, 2.5]
+
+
+def test_launch_checks_argument_count():
+    from sparsetensor.cuda._module import launch
+
+    class Fake:
+        emulated = True
+
+        def emulate(self, *a):
+            raise AssertionError("launched")
+
+    with pytest.raises(TypeError, match="takes 4 arguments"):
+        launch(Fake(), "scan.cu", "scan_tiles", (), 1, 256, 1, 2, 3)
+
+
+def test_import_without_cuda_python():
+    code = ("import sys; sys.modules['cuda'] = None; sys.modules['cuda.bindings'] = None\n"
+            "import sparsetensor as st, sparsetensor.cuda as stc\n"
+            "assert not stc.is_available() and stc.device_count() == 0\n"
+            "assert 'cuda-python' in stc.unavailable_reason() or 'cuda' in stc.unavailable_reason()\n"
+            "t = st.sparse_csr_tensor([0, 1], [0], [1.0])\n"
+            "try:\n    stc.to_device(t)\nexcept ImportError as e:\n    assert 'sparsetensor[cuda]' in str(e)\n"
+            "else:\n    raise SystemExit('no ImportError')\n"
+            "print('ok')\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=os.path.dirname(__file__))
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+
+
+def test_import_is_lazy():
+    code = ("import sys, sparsetensor, sparsetensor.cuda\n"
+            "assert not any(m.startswith('cuda') for m in sys.modules), sorted(m for m in sys.modules if 'cuda' in m)\n"
+            "print('ok')\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=os.path.dirname(__file__))
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+
+
+def test_emulator_half_conversion():
+    if _emulator_problem():
+        pytest.skip(_emulator_problem())
+    saved = _driver._devices.get(0)
+    dev = _emulator.install()
+    try:
+        from sparsetensor.cuda import _primitives as P
+
+        bits = np.arange(65536, dtype=np.uint16)
+        h = bits.view(np.float16)
+        f = P.half_to_float(dev, DeviceArray.from_host(h, dev)).get()
+        ok = ~np.isnan(h)
+        assert (f[ok] == h[ok].astype(np.float32)).all() and np.isnan(f[~ok]).all()
+        rng = np.random.default_rng(0)
+        x = np.concatenate([rng.standard_normal(20000).astype(np.float32) * 10.0 ** rng.integers(-9, 6, 20000),
+                            np.array([65504, 65519.99, 65520, 1e-8, 2.0**-25, 2.0**-24 * 1.5, np.inf, -0.0],
+                                     np.float32)]).astype(np.float32)
+        g = P.float_to_half(dev, DeviceArray.from_host(x, dev)).get()
+        with np.errstate(over="ignore"):
+            assert (g.view(np.uint16) == x.astype(np.float16).view(np.uint16)).all()
+    finally:
+        _emulator.uninstall(dev)
+        if saved is not None:
+            _driver._devices[0] = saved
