@@ -14,7 +14,7 @@ sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _root]
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench")
-    parser.add_argument("name", choices=["validate", "coalesce", "convert"], help="which benchmark")
+    parser.add_argument("name", choices=["validate", "coalesce", "convert", "spmm", "elementwise", "cuda"], help="which benchmark")
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
     parser.add_argument("--threads", type=int, default=None, help="threads for ours and torch (default: all)")
     args = parser.parse_args(argv)
@@ -27,6 +27,14 @@ def main(argv=None) -> int:
         from . import coalesce
 
         coalesce.run(threads=args.threads, **(dict(nnz=200_000, repeat=3) if args.quick else {}))
+    elif args.name in ("spmm", "elementwise"):
+        import importlib
+
+        importlib.import_module(f"bench.{args.name}").run(threads=args.threads)
+    elif args.name == "cuda":
+        from . import cuda
+
+        cuda.run(quick=args.quick)
     elif args.name == "convert":
         from . import convert
 

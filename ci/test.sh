@@ -14,6 +14,10 @@ echo "== installing torch==2.13.0 (CPU) for the conformance tests"
 if ! python -m pip install -q torch==2.13.0; then
   echo "torch==2.13.0 could not be installed: the PyTorch conformance tests will skip"
 fi
+echo "== installing the CUDA extra (cuda-bindings + NVRTC) for the kernel compile test (no GPU needed)"
+if ! python -m pip install -q "cuda-bindings>=13,<14" "nvidia-cuda-nvrtc>=13,<14"; then
+  echo "the cuda extra could not be installed: the NVRTC compile test will skip"
+fi
 # -P: do not put the current directory (the source tree) on sys.path
 python -P -c "import sparsetensor; print('sparsetensor', sparsetensor.__version__, 'from', sparsetensor.__file__)"
 echo "== sparsetensor (the README's main job, on a smaller matrix)"

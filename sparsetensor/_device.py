@@ -1,4 +1,4 @@
-"""Devices. This build serves ``"cpu"``; CUDA tensors come with the CUDA backend."""
+"""Devices: ``"cpu"`` (NumPy arrays) and ``"cuda"``/``"cuda:N"`` (sparsetensor.cuda, optional)."""
 
 from __future__ import annotations
 
@@ -11,13 +11,18 @@ def is_device_like(x) -> bool:
 
 
 def as_device(device) -> str:
-    """Normalise a device spec; ``"cuda"``/``"cuda:N"`` raise :class:`NotImplementedError` for now."""
+    """Normalise a device spec. ``"cuda"``/``"cuda:N"`` need the CUDA backend (``pip install
+    "sparsetensor[cuda]"`` and a GPU); without one they raise :class:`NotImplementedError` saying why."""
     if device is None:
         return "cpu"
     s = str(device)
     if s == "cpu":
         return "cpu"
     if s == "cuda" or s.startswith("cuda:"):
-        raise NotImplementedError(f"device {s!r}: the CUDA backend is not available in this build "
-                                  "of sparsetensor; tensors live on 'cpu'")
+        from . import cuda
+
+        if not cuda.is_available():
+            raise NotImplementedError(f"device {s!r}: CUDA is not available here ({cuda.unavailable_reason()}); "
+                                      "tensors live on 'cpu'")
+        return s
     raise ValueError(f"unknown device {device!r}; expected 'cpu' or 'cuda[:N]'")

@@ -59,6 +59,15 @@ def _as_size(size, name="size") -> tuple:
     return dims
 
 
+def _on_device(t, device: str):
+    """``t`` (built and checked on the CPU) moved to ``device`` when that is a CUDA device."""
+    if device == "cpu":
+        return t
+    from .cuda import to_device
+
+    return to_device(t, device)
+
+
 # -- COO ---------------------------------------------------------------------------------
 def check_coo_members(indices: np.ndarray, values: np.ndarray, shape: tuple) -> None:
     """The O(1) COO invariants C1-C3 (README): dims add up, member shapes agree with ``shape``."""
@@ -109,7 +118,7 @@ def sparse_coo_tensor(indices, values, size=None, *, dtype=None, device=None, ch
     array([[0., 0., 3.],
            [4., 0., 5.]])
     """
-    as_device(device)
+    device = as_device(device)
     values = _as_values(values, dtype)
     indices = _as_index_array(indices, "indices", "coo")
     if indices.ndim == 1 and indices.size == 0:
@@ -134,7 +143,7 @@ def sparse_coo_tensor(indices, values, size=None, *, dtype=None, device=None, ch
     coalesced = bool(is_coalesced) or indices.shape[1] <= 1
     if resolve_check(check_invariants):
         check_coo_indices(indices, shape, coalesced=bool(is_coalesced))
-    return COOTensor(indices, values, shape, coalesced)
+    return _on_device(COOTensor(indices, values, shape, coalesced), device)
 
 
 # -- compressed -------------------------------------------------------------------------
@@ -268,7 +277,7 @@ def sparse_compressed_tensor(compressed_indices, plain_indices, values, size=Non
     layout = L.as_layout(layout)
     if not layout.compressed:
         raise ValueError(f"sparse_compressed_tensor needs a compressed layout (csr, csc, bsr, bsc), got {layout!r}")
-    as_device(device)
+    device = as_device(device)
     values = _as_values(values, dtype)
     compressed = _as_index_array(compressed_indices, layout.compressed_name, layout.name)
     plain = _as_index_array(plain_indices, layout.plain_name, layout.name)
@@ -286,7 +295,7 @@ def sparse_compressed_tensor(compressed_indices, plain_indices, values, size=Non
     t = CompressedTensor(compressed, plain, values, shape, layout, canonical=check)
     if check:
         check_compressed_indices(compressed, plain, layout, t.plain_size)
-    return t
+    return _on_device(t, device)
 
 
 def _layout_constructor(layout: L.Layout):

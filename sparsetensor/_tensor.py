@@ -172,8 +172,10 @@ class SparseTensor:
                 device = a
             else:
                 dtype = a
-        if device is not None:
-            as_device(device)  # raises for devices this build cannot serve
+        if device is not None and as_device(device) != "cpu":
+            from .cuda import to_device
+
+            return to_device(self.to(dtype=dtype, index_dtype=index_dtype), as_device(device))
         out = self
         if dtype is not None:
             out = out.astype(dtype, copy=copy)
@@ -187,10 +189,8 @@ class SparseTensor:
         return self
 
     def cuda(self, device=None):
-        from ._device import as_device
-
-        as_device("cuda" if device is None else device)
-        raise AssertionError("unreachable")  # pragma: no cover
+        """This tensor on a CUDA device (``sparsetensor.cuda``); see ``t.to("cuda")``."""
+        return self.to(device="cuda" if device is None else device)
 
     def astype(self, dtype, copy: bool = True):
         """The same tensor with values converted to ``dtype`` (indices shared unless ``copy``)."""
