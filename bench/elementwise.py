@@ -1,8 +1,9 @@
 """Sparse-sparse products and elementwise operations: ours vs SciPy and PyTorch, in one process.
 
 - SpGEMM ``A @ A``: 100,000 x 100,000, about 8 nnz per row, CSR float32, int32 indices
-  (SciPy ``A @ A``, torch ``torch.sparse.mm``; SciPy leaves the output rows unsorted, ours
-  and torch's are sorted);
+  (SciPy ``A @ A``, torch ``torch.sparse.mm``; SciPy's and torch's CPU products leave the
+  output rows unsorted, ours are sorted (invariant 5.6), so a second row compares with
+  SciPy's product followed by ``sort_indices()``);
 - CSR + CSR and CSR * CSR: 200,000 x 200,000, about 10 nnz per row each, float32
   (SciPy ``X + Y`` and ``X.multiply(Y)``, torch ``X + Y`` and ``X * Y``);
 - informational: COO + COO (coalesced, the same matrices; SciPy converts to CSR) and
@@ -13,8 +14,10 @@ Ratios are the peer's time over ours (above 1: ours is faster); "best peer" is t
 faster of the two. Ours runs with ``threads`` (default: all CPUs) and, for comparison with
 SciPy's single thread, with one thread; torch runs on ``torch.set_num_threads(2)`` (or
 ``threads``). On a shared machine whose load exceeds its CPUs, libgomp's default spin-waiting
-(``OMP_WAIT_POLICY`` unset) makes the threaded runs slower than the one-thread runs; set
-``OMP_WAIT_POLICY=passive`` before starting Python there.
+(``OMP_WAIT_POLICY`` unset: a worker spins for up to GOMP_SPINCOUNT=300000 ``pause``
+instructions, tens of milliseconds on recent Xeons, after every parallel region) makes the
+threaded runs slower than the one-thread runs; set ``OMP_WAIT_POLICY=passive`` or
+``GOMP_SPINCOUNT=1000`` before starting Python there.
 
 Run with ``python -c "from bench import elementwise; elementwise.run()"``.
 """
@@ -88,6 +91,15 @@ def run(repeat=7, threads=None, spgemm_n=100_000, spgemm_per_row=8, ew_n=200_000
     record(f"spgemm A @ A ({n // 1000}k, {A.nnz / n:.0f}/row -> {ours.nnz / n:.0f}/row)",
            lambda: spgemm(A, A, threads=threads), (lambda: sA @ sA) if sp is not None else None,
            (lambda: torch.sparse.mm(tA, tA)) if torch is not None else None, lambda: spgemm(A, A, threads=1))
+    if sp is not None:  # the same product with sorted output rows on SciPy's side (ours are always sorted)
+
+        def scipy_sorted():
+            c = sA @ sA
+            c.sort_indices()
+            return c
+
+        record("spgemm A @ A vs SciPy + sort_indices()", lambda: spgemm(A, A, threads=threads), scipy_sorted, None,
+               lambda: spgemm(A, A, threads=1))
     del ours, sA, tA, A
 
     # -- elementwise ---------------------------------------------------------------------------------
