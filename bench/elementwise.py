@@ -1,8 +1,9 @@
 """Sparse-sparse products and elementwise operations: ours vs SciPy and PyTorch, in one process.
 
 - SpGEMM ``A @ A``: 100,000 x 100,000, about 8 nnz per row, CSR float32, int32 indices
-  (SciPy ``A @ A``, torch ``torch.sparse.mm``; SciPy leaves the output rows unsorted, ours
-  and torch's are sorted);
+  (SciPy ``A @ A``, torch ``torch.sparse.mm``; SciPy's and torch's CPU products leave the
+  output rows unsorted, ours are sorted (invariant 5.6), so a second row compares with
+  SciPy's product followed by ``sort_indices()``);
 - CSR + CSR and CSR * CSR: 200,000 x 200,000, about 10 nnz per row each, float32
   (SciPy ``X + Y`` and ``X.multiply(Y)``, torch ``X + Y`` and ``X * Y``);
 - informational: COO + COO (coalesced, the same matrices; SciPy converts to CSR) and
@@ -10,8 +11,15 @@
   ``torch.sparse.sampled_addmm``; SciPy has none).
 
 Ratios are the peer's time over ours (above 1: ours is faster); "best peer" is the
-faster of the two. Torch runs on ``torch.set_num_threads(2)`` (or ``threads``), SciPy on
-one thread.
+faster of the two. Ours runs with ``threads`` (default: all CPUs) and, for comparison with
+SciPy's single thread, with one thread; torch runs on ``torch.set_num_threads(2)`` (or
+``threads``). On a shared machine whose load exceeds its CPUs, libgomp's default spin-waiting
+(``OMP_WAIT_POLICY`` unset: a worker spins for up to GOMP_SPINCOUNT=300000 ``pause``
+instructions, tens of milliseconds on recent Xeons, after every parallel region) makes the
+threaded runs slower than the one-thread runs; set ``OMP_WAIT_POLICY=passive`` or
+``GOMP_SPINCOUNT=1000`` before starting Python there.
+
+Run with ``python -c "from bench import elementwise; elementwise.run()"``.
 """
 
 from __future__ import annotations
@@ -52,8 +60,10 @@ def run(repeat=7, threads=None, spgemm_n=100_000, spgemm_per_row=8, ew_n=200_000
           f"{load:.2f}")
     records = []
 
-    def record(case, ours, scipy_fn=None, torch_fn=None):
+    def record(case, ours, scipy_fn=None, torch_fn=None, ours_1=None):
         rec = {"case": case, "ours_s": median_time(ours, repeat)}
+        if ours_1 is not None:
+            rec["ours_1thread_s"] = median_time(ours_1, repeat)
         if sp is not None and scipy_fn is not None:
             rec["scipy_s"] = median_time(scipy_fn, repeat)
         if torch is not None and torch_fn is not None:
@@ -80,7 +90,16 @@ def run(repeat=7, threads=None, spgemm_n=100_000, spgemm_per_row=8, ew_n=200_000
         tA = torch_csr(crow, col, val, n)
     record(f"spgemm A @ A ({n // 1000}k, {A.nnz / n:.0f}/row -> {ours.nnz / n:.0f}/row)",
            lambda: spgemm(A, A, threads=threads), (lambda: sA @ sA) if sp is not None else None,
-           (lambda: torch.sparse.mm(tA, tA)) if torch is not None else None)
+           (lambda: torch.sparse.mm(tA, tA)) if torch is not None else None, lambda: spgemm(A, A, threads=1))
+    if sp is not None:  # the same product with sorted output rows on SciPy's side (ours are always sorted)
+
+        def scipy_sorted():
+            c = sA @ sA
+            c.sort_indices()
+            return c
+
+        record("spgemm A @ A vs SciPy + sort_indices()", lambda: spgemm(A, A, threads=threads), scipy_sorted, None,
+               lambda: spgemm(A, A, threads=1))
     del ours, sA, tA, A
 
     # -- elementwise ---------------------------------------------------------------------------------
@@ -101,9 +120,11 @@ def run(repeat=7, threads=None, spgemm_n=100_000, spgemm_per_row=8, ew_n=200_000
     if torch is not None:
         tX, tY = torch_csr(xc, xp, xv, n), torch_csr(yc, yp, yv, n)
     record(f"csr + csr ({n // 1000}k, {X.nnz / n:.0f}/row)", lambda: add(X, Y, threads=threads),
-           (lambda: sX + sY) if sp is not None else None, (lambda: tX + tY) if torch is not None else None)
+           (lambda: sX + sY) if sp is not None else None, (lambda: tX + tY) if torch is not None else None,
+           lambda: add(X, Y, threads=1))
     record(f"csr * csr ({n // 1000}k, {X.nnz / n:.0f}/row)", lambda: mul(X, Y, threads=threads),
-           (lambda: sX.multiply(sY)) if sp is not None else None, (lambda: tX * tY) if torch is not None else None)
+           (lambda: sX.multiply(sY)) if sp is not None else None, (lambda: tX * tY) if torch is not None else None,
+           lambda: mul(X, Y, threads=1))
 
     cX, cY = X.to_sparse_coo(), Y.to_sparse_coo()
     sXo = sYo = tXo = tYo = None
@@ -115,7 +136,8 @@ def run(repeat=7, threads=None, spgemm_n=100_000, spgemm_per_row=8, ew_n=200_000
         tYo = torch.sparse_coo_tensor(torch.from_numpy(cY.indices().astype(np.int64)), torch.from_numpy(cY.values()),
                                       (n, n), is_coalesced=True)
     record(f"coo + coo ({n // 1000}k, coalesced)", lambda: add(cX, cY, threads=threads),
-           (lambda: sXo + sYo) if sp is not None else None, (lambda: tXo + tYo) if torch is not None else None)
+           (lambda: sXo + sYo) if sp is not None else None, (lambda: tXo + tYo) if torch is not None else None,
+           lambda: add(cX, cY, threads=1))
     del X, Y, sX, sY, tX, tY, cX, cY, sXo, sYo, tXo, tYo
 
     # -- SDDMM ----------------------------------------------------------------------------------------
@@ -128,21 +150,28 @@ def run(repeat=7, threads=None, spgemm_n=100_000, spgemm_per_row=8, ew_n=200_000
     if torch is not None:
         tP, tm1, tm2 = torch_csr(crow, col, val, n), torch.from_numpy(m1), torch.from_numpy(m2)
     record(f"sampled_addmm ({n // 1000}k, 10/row, K={k})", lambda: sampled_addmm(P, m1, m2, threads=threads),
-           None, (lambda: torch.sparse.sampled_addmm(tP, tm1, tm2)) if torch is not None else None)
+           None, (lambda: torch.sparse.sampled_addmm(tP, tm1, tm2)) if torch is not None else None,
+           lambda: sampled_addmm(P, m1, m2, threads=1))
 
     table = []
     for rec in records:
         ours = rec["ours_s"]
         peers = [rec[k] for k in ("scipy_s", "torch_s") if rec.get(k) is not None]
         rec["best_peer_over_ours"] = min(peers) / ours if peers else None
+        one = rec.get("ours_1thread_s")
+        rec["best_peer_over_ours_1thread"] = min(peers) / one if peers and one else None
 
         def ratio(key):
             peer = rec.get(key)
             return "n/a" if peer is None else peer / ours
 
-        table.append([rec["case"], 1e3 * ours, ratio("scipy_s"), ratio("torch_s"),
-                      "n/a" if rec["best_peer_over_ours"] is None else rec["best_peer_over_ours"]])
-    print_table(["case", "ours ms", "scipy/ours", "torch/ours", "best peer/ours"], table)
+        def show(x):
+            return "n/a" if x is None else x
+
+        table.append([rec["case"], 1e3 * ours, show(one and 1e3 * one), ratio("scipy_s"), ratio("torch_s"),
+                      show(rec["best_peer_over_ours"]), show(rec["best_peer_over_ours_1thread"])])
+    print_table(["case", "ours ms", "ours 1-thread ms", "scipy/ours", "torch/ours", "best peer/ours",
+                 "best peer/ours 1-thread"], table)
     path = write_json("elementwise", {"threads": nthreads, "torch_threads": torch_threads, "load_average": load,
                                       "results": records})
     print(f"wrote {path}")

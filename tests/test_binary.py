@@ -509,3 +509,24 @@ def test_docstring_examples():
     assert result.attempted > 0 and result.failed == 0
     for fn in (add, sub, mul, div, maximum, minimum, neg):
         assert "Examples" in fn.__doc__ and ">>>" in fn.__doc__, fn.__name__
+
+
+def test_patterns_claimed_sorted_but_not_never_break_memory(rng):
+    """Tensors whose canonical/coalesced flags lie (unsorted, duplicates) give garbage, never a crash."""
+    for _ in range(50):
+        n = 40
+        with st.check_invariants(False):
+            a = st.sparse_coo_tensor(rng.integers(0, 10, size=(2, n)), rng.standard_normal(n), size=(10, 10),
+                                     is_coalesced=True)
+            b = st.sparse_coo_tensor(rng.integers(0, 10, size=(2, n)), rng.standard_normal(n), size=(10, 10),
+                                     is_coalesced=True)
+        lens = rng.integers(0, 6, size=10)
+        crow = np.concatenate([[0], np.cumsum(lens)])
+        nn = int(crow[-1])
+        A = st.CompressedTensor(crow, rng.integers(0, 10, size=nn), rng.standard_normal(nn), (10, 10),
+                                st.sparse_csr, canonical=True)
+        B = st.CompressedTensor(crow, rng.integers(0, 10, size=nn), rng.standard_normal(nn), (10, 10),
+                                st.sparse_csr, canonical=True)
+        for fn in (add, mul, maximum):
+            assert fn(a, b).shape == (10, 10)
+            assert fn(A, B).shape == (10, 10)

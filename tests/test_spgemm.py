@@ -427,3 +427,17 @@ def test_docstring_examples():
     assert result.attempted > 0 and result.failed == 0
     for fn in (spgemm, sampled_addmm):
         assert "Examples" in fn.__doc__ and ">>>" in fn.__doc__
+
+
+def test_rows_claimed_sorted_but_not_never_break_memory(rng):
+    """A tensor whose canonical flag lies (unsorted rows, duplicates) gives garbage, never a crash."""
+    for _ in range(50):
+        lens = rng.integers(0, 6, size=10)
+        crow = np.concatenate([[0], np.cumsum(lens)])
+        nn = int(crow[-1])
+        A = st.CompressedTensor(crow, rng.integers(0, 10, size=nn), rng.standard_normal(nn), (10, 10),
+                                st.sparse_csr, canonical=True)
+        B = st.CompressedTensor(crow, rng.integers(0, 10, size=nn), rng.standard_normal(nn), (10, 10),
+                                st.sparse_csr, canonical=True)
+        C = spgemm(A, B)
+        assert C.shape == (10, 10)

@@ -89,16 +89,25 @@ cdef inline value_t _sel(bint t, value_t v) noexcept nogil:
 # -- counting ----------------------------------------------------------------------------------
 cdef inline int64_t _count_union(const index_t* ap, Py_ssize_t a0, Py_ssize_t a1,
                                  const index_t* bp, Py_ssize_t b0, Py_ssize_t b1) noexcept nogil:
-    cdef Py_ssize_t ia = a0, ib = b0
+    """The size of the union of two sorted rows, merged from both ends at once (two independent
+    dependency chains); _fill_union walks the rows the same way."""
+    cdef Py_ssize_t ia = a0, ib = b0, ja = a1 - 1, jb = b1 - 1
     cdef int64_t cnt = 0
-    cdef index_t x, y
-    while ia < a1 and ib < b1:
+    cdef index_t x, y, u, v
+    while ia <= ja and ib <= jb:
         x = ap[ia]
         y = bp[ib]
         ia += x <= y
         ib += y <= x
         cnt += 1
-    return cnt + (a1 - ia) + (b1 - ib)
+        if ia > ja or ib > jb:
+            break
+        u = ap[ja]
+        v = bp[jb]
+        ja -= u >= v
+        jb -= v >= u
+        cnt += 1
+    return cnt + (ja - ia + 1) + (jb - ib + 1)
 
 
 cdef inline int64_t _count_intersection(const index_t* ap, Py_ssize_t a0, Py_ssize_t a1,
@@ -115,12 +124,13 @@ cdef inline int64_t _count_intersection(const index_t* ap, Py_ssize_t a0, Py_ssi
     return cnt
 
 
-cdef inline void _count2(bint union, const index_t* ap, Py_ssize_t a0, Py_ssize_t a1,
-                               const index_t* bp, Py_ssize_t b0, Py_ssize_t b1,
-                               const index_t* cp, Py_ssize_t c0, Py_ssize_t c1,
-                               const index_t* dp, Py_ssize_t d0, Py_ssize_t d1,
-                               int64_t* out) noexcept nogil:
-    """Two counts at once (rows a, b and c, d): the two dependency chains overlap."""
+cdef inline void _count2(const index_t* ap, Py_ssize_t a0, Py_ssize_t a1,
+                         const index_t* bp, Py_ssize_t b0, Py_ssize_t b1,
+                         const index_t* cp, Py_ssize_t c0, Py_ssize_t c1,
+                         const index_t* dp, Py_ssize_t d0, Py_ssize_t d1,
+                         int64_t* out) noexcept nogil:
+    """Two intersection counts at once (rows a, b and c, d): the two dependency chains overlap.
+    Each row is walked exactly as _fill_intersection walks it."""
     cdef Py_ssize_t ia = a0, ib = b0, ic = c0, id_ = d0
     cdef int64_t n1 = 0, n2 = 0
     cdef index_t x, y, u, v
@@ -133,14 +143,10 @@ cdef inline void _count2(bint union, const index_t* ap, Py_ssize_t a0, Py_ssize_
         ib += y <= x
         ic += u <= v
         id_ += v <= u
-        n1 += union or x == y
-        n2 += union or u == v
-    if union:
-        out[0] = n1 + _count_union(ap, ia, a1, bp, ib, b1)
-        out[1] = n2 + _count_union(cp, ic, c1, dp, id_, d1)
-    else:
-        out[0] = n1 + _count_intersection(ap, ia, a1, bp, ib, b1)
-        out[1] = n2 + _count_intersection(cp, ic, c1, dp, id_, d1)
+        n1 += x == y
+        n2 += u == v
+    out[0] = n1 + _count_intersection(ap, ia, a1, bp, ib, b1)
+    out[1] = n2 + _count_intersection(cp, ic, c1, dp, id_, d1)
 
 
 cdef void _count_chunk(Py_ssize_t r0, Py_ssize_t r1, Py_ssize_t n, bint union,
@@ -148,12 +154,12 @@ cdef void _count_chunk(Py_ssize_t r0, Py_ssize_t r1, Py_ssize_t n, bint union,
                        const index_t* bc, const index_t* bp, Py_ssize_t sb, int64_t* counts) noexcept nogil:
     cdef Py_ssize_t r, b, i, b2, i2
     r = r0
-    while r + 1 < r1:
+    while not union and r + 1 < r1:  # intersections: two rows at once (unions run from both ends instead)
         b = r // n
         i = r - b * n
         b2 = (r + 1) // n
         i2 = r + 1 - b2 * n
-        _count2(union, ap + b * sa, ac[b * (n + 1) + i], ac[b * (n + 1) + i + 1],
+        _count2(ap + b * sa, ac[b * (n + 1) + i], ac[b * (n + 1) + i + 1],
                 bp + b * sb, bc[b * (n + 1) + i], bc[b * (n + 1) + i + 1],
                 ap + b2 * sa, ac[b2 * (n + 1) + i2], ac[b2 * (n + 1) + i2 + 1],
                 bp + b2 * sb, bc[b2 * (n + 1) + i2], bc[b2 * (n + 1) + i2 + 1], counts + r)
@@ -211,15 +217,20 @@ cdef _check_pair(const index_t[:, ::1] a_compressed, const index_t[:, ::1] a_pla
 cdef inline Py_ssize_t _fill_union(int op, const index_t* ap, const value_t* av, Py_ssize_t a0, Py_ssize_t a1,
                                    const index_t* bp, const value_t* bv, Py_ssize_t b0, Py_ssize_t b1,
                                    Py_ssize_t E, value_t alpha, bint logical,
-                                   index_t* op_, value_t* ov) noexcept nogil:
+                                   index_t* op_, value_t* ov, Py_ssize_t count) noexcept nogil:
     """Merge one row; an index missing from one side takes the value 0 there. Returns the count.
     The scalar loop is branch free: each step selects pointers (to the value or to a zero)."""
-    cdef Py_ssize_t ia = a0, ib = b0, o = 0, e
+    cdef Py_ssize_t ia = a0, ib = b0, o = 0, e, ja, jb, ob
     cdef index_t x, y
     cdef bint ta, tb
     cdef value_t zero = 0
     if E == 1:
-        while ia < a1 and ib < b1:
+        # from both ends at once, as _count_union: the front writes upwards from 0, the back
+        # downwards from count - 1, and what is left comes from one side only
+        ja = a1 - 1
+        jb = b1 - 1
+        ob = count - 1
+        while ia <= ja and ib <= jb:
             x = ap[ia]
             y = bp[ib]
             ta = x <= y
@@ -229,17 +240,28 @@ cdef inline Py_ssize_t _fill_union(int op, const index_t* ap, const value_t* av,
             ia += ta
             ib += tb
             o += 1
-        while ia < a1:
+            if ia > ja or ib > jb:
+                break
+            x = ap[ja]
+            y = bp[jb]
+            ta = x >= y
+            tb = y >= x
+            op_[ob] = x if ta else y
+            ov[ob] = _apply(op, _sel(ta, av[ja]), _sel(tb, bv[jb]), alpha, logical)
+            ja -= ta
+            jb -= tb
+            ob -= 1
+        while ia <= ja and o <= ob:  # (o <= ob always holds for sorted rows: a guard, not a rule)
             op_[o] = ap[ia]
             ov[o] = _apply(op, av[ia], zero, alpha, logical)
             ia += 1
             o += 1
-        while ib < b1:
+        while ib <= jb and o <= ob:
             op_[o] = bp[ib]
             ov[o] = _apply(op, zero, bv[ib], alpha, logical)
             ib += 1
             o += 1
-        return o
+        return count
     while ia < a1 or ib < b1:
         ta = ib >= b1 or (ia < a1 and ap[ia] <= bp[ib])
         tb = ia >= a1 or (ib < b1 and bp[ib] <= ap[ia])
@@ -251,41 +273,6 @@ cdef inline Py_ssize_t _fill_union(int op, const index_t* ap, const value_t* av,
         ib += tb
         o += 1
     return o
-
-
-cdef inline void _fill_union2(int op, const index_t* ap, const value_t* av, Py_ssize_t a0, Py_ssize_t a1,
-                              const index_t* bp, const value_t* bv, Py_ssize_t b0, Py_ssize_t b1,
-                              index_t* op1, value_t* ov1,
-                              const index_t* cp, const value_t* cv, Py_ssize_t c0, Py_ssize_t c1,
-                              const index_t* dp, const value_t* dv, Py_ssize_t d0, Py_ssize_t d1,
-                              index_t* op2, value_t* ov2, value_t alpha, bint logical) noexcept nogil:
-    """Two scalar union merges at once (rows a|b into op1/ov1 and c|d into op2/ov2), so that their
-    dependency chains overlap; each finishes alone."""
-    cdef Py_ssize_t ia = a0, ib = b0, ic = c0, id_ = d0, o1 = 0, o2 = 0
-    cdef index_t x, y, u, v
-    cdef bint ta, tb, tc, td
-    cdef value_t zero = 0
-    while ia < a1 and ib < b1 and ic < c1 and id_ < d1:
-        x = ap[ia]
-        y = bp[ib]
-        u = cp[ic]
-        v = dp[id_]
-        ta = x <= y
-        tb = y <= x
-        tc = u <= v
-        td = v <= u
-        op1[o1] = x if ta else y
-        op2[o2] = u if tc else v
-        ov1[o1] = _apply(op, _sel(ta, av[ia]), _sel(tb, bv[ib]), alpha, logical)
-        ov2[o2] = _apply(op, _sel(tc, cv[ic]), _sel(td, dv[id_]), alpha, logical)
-        ia += ta
-        ib += tb
-        ic += tc
-        id_ += td
-        o1 += 1
-        o2 += 1
-    _fill_union(op, ap, av, ia, a1, bp, bv, ib, b1, 1, alpha, logical, op1 + o1, ov1 + o1)
-    _fill_union(op, cp, cv, ic, c1, dp, dv, id_, d1, 1, alpha, logical, op2 + o2, ov2 + o2)
 
 
 cdef inline Py_ssize_t _fill_intersection(int op, const index_t* ap, const value_t* av, Py_ssize_t a0,
@@ -313,65 +300,34 @@ cdef void _fill_chunk(Py_ssize_t r0, Py_ssize_t r1, Py_ssize_t n, int op, bint u
                       const index_t* oc, index_t* op_, value_t* ov, Py_ssize_t so,
                       Py_ssize_t E, value_t alpha, bint logical) noexcept nogil:
     """Rows r0 <= r < r1 (flat: batch r // n, row r % n); sa, sb, so are the nnz of a batch."""
-    cdef Py_ssize_t r, b, i, o, b2, i2, o2
+    cdef Py_ssize_t r, b, i, o, cnt
     r = r0
-    if union and E == 1:
-        while r + 1 < r1:
-            b = r // n
-            i = r - b * n
-            b2 = (r + 1) // n
-            i2 = r + 1 - b2 * n
-            o = oc[b * (n + 1) + i]
-            o2 = oc[b2 * (n + 1) + i2]
-            if op == OP_ADD:
-                _fill_union2(OP_ADD, ap + b * sa, av + b * sa, ac[b * (n + 1) + i], ac[b * (n + 1) + i + 1],
-                             bp + b * sb, bv + b * sb, bc[b * (n + 1) + i], bc[b * (n + 1) + i + 1],
-                             op_ + b * so + o, ov + b * so + o,
-                             ap + b2 * sa, av + b2 * sa, ac[b2 * (n + 1) + i2], ac[b2 * (n + 1) + i2 + 1],
-                             bp + b2 * sb, bv + b2 * sb, bc[b2 * (n + 1) + i2], bc[b2 * (n + 1) + i2 + 1],
-                             op_ + b2 * so + o2, ov + b2 * so + o2, alpha, logical)
-            elif op == OP_MAX:
-                _fill_union2(OP_MAX, ap + b * sa, av + b * sa, ac[b * (n + 1) + i], ac[b * (n + 1) + i + 1],
-                             bp + b * sb, bv + b * sb, bc[b * (n + 1) + i], bc[b * (n + 1) + i + 1],
-                             op_ + b * so + o, ov + b * so + o,
-                             ap + b2 * sa, av + b2 * sa, ac[b2 * (n + 1) + i2], ac[b2 * (n + 1) + i2 + 1],
-                             bp + b2 * sb, bv + b2 * sb, bc[b2 * (n + 1) + i2], bc[b2 * (n + 1) + i2 + 1],
-                             op_ + b2 * so + o2, ov + b2 * so + o2, alpha, logical)
-            elif op == OP_MIN:
-                _fill_union2(OP_MIN, ap + b * sa, av + b * sa, ac[b * (n + 1) + i], ac[b * (n + 1) + i + 1],
-                             bp + b * sb, bv + b * sb, bc[b * (n + 1) + i], bc[b * (n + 1) + i + 1],
-                             op_ + b * so + o, ov + b * so + o,
-                             ap + b2 * sa, av + b2 * sa, ac[b2 * (n + 1) + i2], ac[b2 * (n + 1) + i2 + 1],
-                             bp + b2 * sb, bv + b2 * sb, bc[b2 * (n + 1) + i2], bc[b2 * (n + 1) + i2 + 1],
-                             op_ + b2 * so + o2, ov + b2 * so + o2, alpha, logical)
-            else:
-                break
-            r += 2
     while r < r1:
         b = r // n
         i = r - b * n
         r += 1
         o = oc[b * (n + 1) + i]
-        if oc[b * (n + 1) + i + 1] == o:
+        cnt = oc[b * (n + 1) + i + 1] - o
+        if cnt <= 0:
             continue
         # one call per constant op, so that the compiler specialises each inlined merge loop
         if union:
             if op == OP_ADD:
                 _fill_union(OP_ADD, ap + b * sa, av + b * sa * E, ac[b * (n + 1) + i], ac[b * (n + 1) + i + 1],
                             bp + b * sb, bv + b * sb * E, bc[b * (n + 1) + i], bc[b * (n + 1) + i + 1], E, alpha,
-                            logical, op_ + b * so + o, ov + (b * so + o) * E)
+                            logical, op_ + b * so + o, ov + (b * so + o) * E, cnt)
             elif op == OP_MAX:
                 _fill_union(OP_MAX, ap + b * sa, av + b * sa * E, ac[b * (n + 1) + i], ac[b * (n + 1) + i + 1],
                             bp + b * sb, bv + b * sb * E, bc[b * (n + 1) + i], bc[b * (n + 1) + i + 1], E, alpha,
-                            logical, op_ + b * so + o, ov + (b * so + o) * E)
+                            logical, op_ + b * so + o, ov + (b * so + o) * E, cnt)
             elif op == OP_MIN:
                 _fill_union(OP_MIN, ap + b * sa, av + b * sa * E, ac[b * (n + 1) + i], ac[b * (n + 1) + i + 1],
                             bp + b * sb, bv + b * sb * E, bc[b * (n + 1) + i], bc[b * (n + 1) + i + 1], E, alpha,
-                            logical, op_ + b * so + o, ov + (b * so + o) * E)
+                            logical, op_ + b * so + o, ov + (b * so + o) * E, cnt)
             else:
                 _fill_union(OP_MUL, ap + b * sa, av + b * sa * E, ac[b * (n + 1) + i], ac[b * (n + 1) + i + 1],
                             bp + b * sb, bv + b * sb * E, bc[b * (n + 1) + i], bc[b * (n + 1) + i + 1], E, alpha,
-                            logical, op_ + b * so + o, ov + (b * so + o) * E)
+                            logical, op_ + b * so + o, ov + (b * so + o) * E, cnt)
         else:
             _fill_intersection(op, ap + b * sa, av + b * sa * E, ac[b * (n + 1) + i], ac[b * (n + 1) + i + 1],
                                bp + b * sb, bv + b * sb * E, bc[b * (n + 1) + i], bc[b * (n + 1) + i + 1], E, alpha,

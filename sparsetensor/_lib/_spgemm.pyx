@@ -362,6 +362,8 @@ cdef void _numeric_row(const index_t* ac, const index_t* ap, const value_t* av,
                 hi = bp[kb1 - 1]
     if hi < 0:
         return
+    if hi < lo:  # only for rows that are not sorted, which the wrappers never pass: keep nb >= 1
+        hi = lo
     sh = st_bitlen64(<uint64_t>(hi - lo)) - st_bitlen64(<uint64_t>count) - 1
     if sh < 0:
         sh = 0

@@ -374,7 +374,8 @@ def _sampled(name: str, t: SparseTensor, dense: np.ndarray, combine, threads) ->
     if isinstance(t, COOTensor):
         if not t.is_coalesced():
             check_coo_indices(t.indices(), t.shape, threads=threads)
-        gathered = np.broadcast_to(dense, t.shape)[tuple(t.indices())]
+        full = np.broadcast_to(dense, t.shape)
+        gathered = full[tuple(t.indices())] if t.sparse_dim else np.broadcast_to(full, (t.nnz,) + full.shape)
         return _with_values(name, t, combine(t.values(), gathered))
     t = _checked(t, threads)
     return _with_values(name, t, combine(t.values(), _gather_compressed(t, dense, threads)))

@@ -95,7 +95,10 @@ def spgemm(a, b, *, threads: int | None = None):
     Notes
     -----
     Sums are taken in the value dtype (integers wrap); float16 is computed in float32
-    and rounded once; bool products are logical and, sums logical or.
+    and rounded once; bool products are logical and, sums logical or. Each thread keeps
+    a marker array and an accumulator index over the (block) columns of ``b``: 12 bytes
+    per column, plus room for the longest output row. Output rows are sorted (PyTorch's
+    and SciPy's CPU products leave them unsorted).
 
     Examples
     --------
