@@ -9,7 +9,11 @@ block columns (csc/bsc). Two kernels:
   pre-split into chunks of about equal work (entries and rows, by a binary
   search of the compressed index), scheduled dynamically; every chunk owns its
   output rows, so there are no races. ``N == 1`` with 1 x 1 blocks (SpMV) has
-  its own loop with a scalar accumulator.
+  its own loop with a scalar accumulator. For float32/float64 the AVX-512
+  paths of ``_spmm_simd.h`` replace the loops when the build targets AVX-512
+  (SpMV with masked gathers, a row of the output held in registers, register
+  tiles of 4 block rows x 4 vectors for BSR); each output element is summed
+  in one fixed order, so results do not depend on the thread count.
 - *scatter* (compressed columns): block column ``j`` adds ``A_k @
   dense[j*Cb : +Cb, :]`` into output block row ``plain[k]``, reading the dense
   row once for all entries of the column. Race free without buffers: each
@@ -95,13 +99,11 @@ cdef enum:
     # The scatter kernel compacts the entries of a column in chunks of this many.
     _SCATTER_CHUNK = 256
 
+# Kernel return codes (as in _spmm_simd.h); a broken index is then located by a serial scan.
 cdef enum:
     _OK = 0
     _BAD_COMPRESSED = 1
-    _PLAIN_NEGATIVE = 2
     _PLAIN_TOO_LARGE = 3
-
-_ERROR_NAMES = {_BAD_COMPRESSED: "5.3", _PLAIN_NEGATIVE: "5.4", _PLAIN_TOO_LARGE: "5.5"}
 
 _KERNEL_DTYPES = tuple(np.dtype(d) for d in (np.uint8, np.uint16, np.uint32, np.uint64, np.float32,
                                               np.float64, np.complex64, np.complex128))
