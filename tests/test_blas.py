@@ -554,6 +554,30 @@ def test_linear(layout, dtype, rng):
         assert_close(blas.linear(x, w, b), want)
 
 
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_no_op_modifies_its_inputs(layout, rng):
+    a, s = random_sparse(rng, layout, np.float32)
+    M, K = a.shape
+    d = rng.standard_normal((K, 3)).astype(np.float32)
+    x = rng.standard_normal((2, K)).astype(np.float32)
+    inp = rng.standard_normal((M, 3)).astype(np.float32)
+    inp_s = st.from_dense(inp, "coo")
+    bias = rng.standard_normal(M).astype(np.float32)
+    arrays = [d, x, inp, bias]
+    copies = [arr.copy() for arr in arrays]
+    before, before_inp = members(s), members(inp_s)
+    blas.addmm(inp, s, d, beta=2, alpha=3)
+    blas.hspmm(s, d)
+    blas.smm(s, d)
+    blas.sspaddmm(inp_s, s, d, beta=2, alpha=3)
+    blas.linear(x, s, bias)
+    blas.matmul(d.T, s.mT if layout != "coo" else s.transpose(0, 1))
+    assert_unchanged(s, before)
+    assert_unchanged(inp_s, before_inp)
+    for arr, copy in zip(arrays, copies):
+        np.testing.assert_array_equal(arr, copy)
+
+
 # -- sparse @ sparse ---------------------------------------------------------------------------
 def test_sparse_sparse_delegates(rng):
     a, s = random_sparse(rng, "csr", np.float64)

@@ -9,7 +9,11 @@ block columns (csc/bsc). Two kernels:
   pre-split into chunks of about equal work (entries and rows, by a binary
   search of the compressed index), scheduled dynamically; every chunk owns its
   output rows, so there are no races. ``N == 1`` with 1 x 1 blocks (SpMV) has
-  its own loop with a scalar accumulator.
+  its own loop with a scalar accumulator. For float32/float64 the AVX-512
+  paths of ``_spmm_simd.h`` replace the loops when the build targets AVX-512
+  (SpMV with masked gathers, a row of the output held in registers, register
+  tiles of 4 block rows x 4 vectors for BSR); each output element is summed
+  in one fixed order, so results do not depend on the thread count.
 - *scatter* (compressed columns): block column ``j`` adds ``A_k @
   dense[j*Cb : +Cb, :]`` into output block row ``plain[k]``, reading the dense
   row once for all entries of the column. Race free without buffers: each
@@ -19,7 +23,11 @@ block columns (csc/bsc). Two kernels:
   index scan is repeated per thread (a sequential read), the arithmetic and
   the random row traffic are divided, and every output element receives its
   terms in column order whatever the thread count, so results do not depend
-  on it. With enough batches, whole batches are the tasks.
+  on it. With enough batches, whole batches are the tasks. Narrow outputs
+  (SpMV: at most 4 values per block row), where that scan would dominate, use
+  per-thread buffers instead: the block columns are split by nnz, thread t adds
+  into a buffer of its own (thread 0 into the output), and the buffers are
+  summed row-parallel (floating-point sums then depend on the thread count).
 
 The Python-facing :func:`spmm` checks shapes, dtypes and contiguity. Values,
 dense operand and output share one kernel dtype: uint8/16/32/64 for every
@@ -94,14 +102,16 @@ cdef Py_ssize_t _CHUNKS_PER_THREAD = 8
 cdef enum:
     # The scatter kernel compacts the entries of a column in chunks of this many.
     _SCATTER_CHUNK = 256
+# The scatter kernel uses per-thread buffers for outputs at most this wide (values per
+# block row) and when the buffers take at most this many bytes.
+cdef Py_ssize_t _PRIVATE_MAX_WIDTH = 4
+cdef Py_ssize_t _PRIVATE_MAX_BYTES = 1 << 28
 
+# Kernel return codes (as in _spmm_simd.h); a broken index is then located by a serial scan.
 cdef enum:
     _OK = 0
     _BAD_COMPRESSED = 1
-    _PLAIN_NEGATIVE = 2
     _PLAIN_TOO_LARGE = 3
-
-_ERROR_NAMES = {_BAD_COMPRESSED: "5.3", _PLAIN_NEGATIVE: "5.4", _PLAIN_TOO_LARGE: "5.5"}
 
 _KERNEL_DTYPES = tuple(np.dtype(d) for d in (np.uint8, np.uint16, np.uint32, np.uint64, np.float32,
                                               np.float64, np.complex64, np.complex128))
@@ -411,8 +421,9 @@ cdef inline void _scatter_entries(const index_t* pp, const num_t* vp, const num_
 
 
 cdef int _scatter_range(const index_t* cp, const index_t* pp, const num_t* vp, const num_t* dp,
-                        num_t* op, const _Geo* g, Py_ssize_t r0, Py_ssize_t r1) noexcept nogil:
-    """All block columns of one batch, adding only into output block rows [r0, r1) (zeroed first).
+                        num_t* op, const _Geo* g, Py_ssize_t r0, Py_ssize_t r1,
+                        Py_ssize_t j0, Py_ssize_t j1) noexcept nogil:
+    """Block columns [j0, j1) of one batch, adding only into output block rows [r0, r1) (zeroed first).
 
     With a partial range the entries of a column are first compacted (branch-free) to
     those whose row is in range, then added; rows outside [0, nplain) are errors."""
@@ -423,7 +434,7 @@ cdef int _scatter_range(const index_t* cp, const index_t* pp, const num_t* vp, c
     cdef const num_t* d
     cdef bint checked = g.checked, full = r0 == 0 and r1 == g.nplain
     memset(op + r0 * rowlen, 0, (r1 - r0) * rowlen * sizeof(num_t))
-    for j in range(g.nc):
+    for j in range(j0, j1):
         lo = cp[j]
         hi = cp[j + 1]
         if not checked and _bad_slot(lo, hi, g.nnz):
@@ -490,6 +501,22 @@ cdef int _row_split(const index_t* pp, Py_ssize_t n, Py_ssize_t nplain, Py_ssize
     return 0
 
 
+cdef void _add_buffers(num_t* op, num_t** bufs, Py_ssize_t nbufs, Py_ssize_t e0, Py_ssize_t e1,
+                       bint logical) noexcept nogil:
+    """op[e0:e1] += sum of bufs[t][e0:e1] (or, for logical)."""
+    cdef Py_ssize_t t, e
+    cdef num_t* b
+    for t in range(nbufs):
+        b = bufs[t]
+        if num_t is uint8_t:
+            if logical:
+                for e in range(e0, e1):
+                    op[e] = op[e] | b[e]
+                continue
+        for e in range(e0, e1):
+            op[e] = op[e] + b[e]
+
+
 def _scatter_kernel(const index_t[::1] compressed, const index_t[::1] plain, const num_t[::1] values,
                     const num_t[::1] dense, num_t[::1] out, const int64_t[::1] sbatch,
                     const int64_t[::1] dbatch, Py_ssize_t Bs, Py_ssize_t nc, Py_ssize_t nplain,
@@ -498,7 +525,7 @@ def _scatter_kernel(const index_t[::1] compressed, const index_t[::1] plain, con
     cdef _Geo g = _geo(nc, nplain, nnz, Rb, Cb, block_transposed, M, K, N, logical, checked)
     cdef Py_ssize_t Bo = sbatch.shape[0], work = Bo * (nnz * g.bs * N + M * N)
     cdef int nt = _threads(nthreads, work, Bo * nplain)
-    cdef Py_ssize_t P = 1, task, bo, s, t
+    cdef Py_ssize_t P = 1, task, bo, s, t, MN = M * N
     cdef Py_ssize_t* bounds
     cdef int nerr = 0
     cdef const index_t* cp = &compressed[0]
@@ -508,10 +535,12 @@ def _scatter_kernel(const index_t[::1] compressed, const index_t[::1] plain, con
     cdef num_t* op = &out[0]
     cdef const int64_t* sb = &sbatch[0]
     cdef const int64_t* db = &dbatch[0]
-    # Output rows are split among the threads (every task scans all entries of its batch and
-    # adds those of its rows), unless there are enough batches to go round.
     if nt > 1 and Bo < 2 * nt:
         P = min(nplain, <Py_ssize_t>nt)
+    if P > 1 and N * g.Rb <= _PRIVATE_MAX_WIDTH and (nt - 1) * MN * <Py_ssize_t>sizeof(num_t) <= _PRIVATE_MAX_BYTES:
+        return _scatter_private(cp, pp, vp, dp, op, sb, db, &g, Bo, nt)
+    # Output rows are split among the threads (every task scans all entries of its batch and
+    # adds those of its rows), unless there are enough batches to go round.
     bounds = <Py_ssize_t*>malloc((P + 1) * sizeof(Py_ssize_t))
     if bounds == NULL:
         raise MemoryError()
@@ -526,17 +555,59 @@ def _scatter_kernel(const index_t[::1] compressed, const index_t[::1] plain, con
                 t = task % P
                 s = sb[bo]
                 nerr += _scatter_range(cp + s * (nc + 1), pp + s * nnz, vp + s * nnz * g.bs, dp + db[bo] * K * N,
-                                       op + bo * M * N, &g, bounds[t], bounds[t + 1])
+                                       op + bo * MN, &g, bounds[t], bounds[t + 1], 0, nc)
         else:
             for bo in range(Bo):
                 s = sb[bo]
                 nerr = _scatter_range(cp + s * (nc + 1), pp + s * nnz, vp + s * nnz * g.bs, dp + db[bo] * K * N,
-                                      op + bo * M * N, &g, 0, nplain)
+                                      op + bo * MN, &g, 0, nplain, 0, nc)
                 if nerr:
                     break
     free(bounds)
     if nerr == -1:
         raise MemoryError()
+    return nerr
+
+
+cdef int _scatter_private(const index_t* cp, const index_t* pp, const num_t* vp, const num_t* dp, num_t* op,
+                          const int64_t* sb, const int64_t* db, const _Geo* g, Py_ssize_t Bo, int nt) except -1:
+    """Narrow outputs (SpMV): thread t adds the block columns of its share of the entries into a
+    buffer of its own (thread 0 into the output), then the buffers are summed row-parallel.
+    Each index is read once, at the price of (nt - 1) output-sized buffers."""
+    cdef Py_ssize_t nc = g.nc, nnz = g.nnz, MN = g.M * g.N, KN = g.K * g.N, bo, s, t, task, e0, e1, width
+    cdef Py_ssize_t nchunks = nt * _CHUNKS_PER_THREAD
+    cdef Py_ssize_t* bounds = <Py_ssize_t*>malloc((nt + 1) * sizeof(Py_ssize_t))
+    cdef num_t** bufs = <num_t**>calloc(nt, sizeof(num_t*))
+    cdef int nerr = 0
+    try:
+        if bounds == NULL or bufs == NULL:
+            raise MemoryError()
+        for t in range(1, nt):
+            bufs[t] = <num_t*>malloc(MN * sizeof(num_t))
+            if bufs[t] == NULL:
+                raise MemoryError()
+        width = (MN + nchunks - 1) // nchunks
+        with nogil:
+            for bo in range(Bo):
+                s = sb[bo]
+                bufs[0] = op + bo * MN
+                _split(cp + s * (nc + 1), nc, nnz, g.bs * g.N, nt, bounds)
+                for t in prange(nt, num_threads=nt, schedule="static"):
+                    nerr += _scatter_range(cp + s * (nc + 1), pp + s * nnz, vp + s * nnz * g.bs, dp + db[bo] * KN,
+                                           bufs[t], g, 0, g.nplain, bounds[t], bounds[t + 1])
+                if nerr:
+                    break
+                for task in prange(nchunks, num_threads=nt, schedule="static"):
+                    e0 = task * width
+                    e1 = min(MN, e0 + width)
+                    if e0 < e1:
+                        _add_buffers(bufs[0], bufs + 1, nt - 1, e0, e1, g.logical)
+    finally:
+        if bufs != NULL:
+            for t in range(1, nt):
+                free(bufs[t])
+        free(bufs)
+        free(bounds)
     return nerr
 
 
