@@ -130,6 +130,13 @@ cdef inline int64_t _block_end(const index_t* cb, int64_t ra, int64_t hi) noexce
     return lo
 
 
+cdef inline int64_t _max_of(index_t x) noexcept nogil:
+    """The largest value of x's type (x only selects the fused specialisation)."""
+    if sizeof(index_t) == 4:
+        return 2147483647
+    return 9223372036854775807
+
+
 cdef inline bint _rows_ok(const index_t* cb, const index_t* pb, int64_t ra, int64_t rb,
                           int64_t plain_size) noexcept nogil:
     """Fast check of rows [ra, rb): True iff all of 5.4-5.6 hold there.
@@ -141,11 +148,11 @@ cdef inline bint _rows_ok(const index_t* cb, const index_t* pb, int64_t ra, int6
     are branch-free: rows are short and their lengths unpredictable.
     """
     cdef int64_t pa = cb[ra], pe = cb[rb], k, r, s, j
-    cdef int64_t flat = 0, at_starts = 0
-    cdef uint64_t ps = <uint64_t>plain_size
+    cdef index_t flat = 0, at_starts = 0   # counts <= BLOCK: index_t keeps the loops in narrow lanes
+    cdef index_t lim = <index_t>(plain_size - 1) if plain_size - 1 <= _max_of(<index_t>0) else _max_of(<index_t>0)
     cdef int bad = 0
     for k in range(pa, pe):
-        bad = bad | (<uint64_t>(<int64_t>pb[k]) >= ps)
+        bad = bad | (pb[k] < 0) | (pb[k] > lim)
     for k in range(pa + 1, pe):
         flat = flat + (pb[k] <= pb[k - 1])
     if pe - pa < 2:
