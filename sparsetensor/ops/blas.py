@@ -117,6 +117,20 @@ _ZERO = np.zeros(1, dtype=np.int64)
 _ZERO.flags.writeable = False
 
 
+_LINE = 64  # bytes in a cache line
+
+
+def _aligned_copy(a: np.ndarray, dtype) -> np.ndarray:
+    """A C-contiguous copy of ``a`` in ``dtype`` whose data starts on a cache line."""
+    dtype = np.dtype(dtype)
+    nbytes = a.size * dtype.itemsize
+    buf = np.empty(nbytes + _LINE, dtype=np.uint8)
+    start = -buf.ctypes.data % _LINE
+    out = buf[start:start + nbytes].view(dtype).reshape(a.shape)
+    np.copyto(out, a, casting="unsafe")
+    return out
+
+
 def _batch_map(batch: tuple, out_batch: tuple) -> np.ndarray:
     """For each batch of ``out_batch`` (flat), the flat index of the batch of ``batch`` it reads."""
     B = math.prod(batch)
@@ -174,7 +188,10 @@ def _product(S: SparseTensor, D: np.ndarray, rt: np.dtype, op: str, threads, ope
     if S.layout.blocked and not values.flags.c_contiguous and values.swapaxes(-1, -2).flags.c_contiguous:
         values, block_transposed = values.swapaxes(-1, -2), True  # a transpose view: read blocks column-major
     values = np.ascontiguousarray(values, dtype=wt).reshape(Bs, nnz, Rb * Cb)
-    dense = np.ascontiguousarray(D, dtype=wt).reshape(Bd, K, N)
+    if D.dtype != wt or not D.flags.c_contiguous:  # a copy anyway: rows start on cache lines
+        dense = _aligned_copy(D, wt).reshape(Bd, K, N)
+    else:
+        dense = D.reshape(Bd, K, N)
     out = np.empty((Bo, M, N), dtype=wt)
     c, p = S.compressed_indices(), S.plain_indices()
     c2, p2 = c.reshape(Bs, c.shape[-1]), p.reshape(Bs, nnz)
