@@ -278,6 +278,38 @@ def test_unsorted_and_duplicate_entries_are_summed(rng):
     assert_close(blas.matmul(d.T, t.mT), want.T)
 
 
+@pytest.fixture(params=["simd", "portable"])
+def simd(request):
+    """Run a test with the AVX-512 paths (where compiled in) and with the portable loops."""
+    previous = _spmm.set_simd(request.param == "simd")
+    if request.param == "simd" and not _spmm.simd_available():
+        _spmm.set_simd(previous)
+        pytest.skip("this build has no AVX-512 paths (built without -march=native or on another CPU)")
+    yield request.param
+    _spmm.set_simd(previous)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("index_dtype", INDEX_DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("blocksize", [(1, 1), (3, 2), (4, 4)])
+def test_simd_and_portable_paths(simd, blocksize, index_dtype, dtype, rng):
+    a = random_dense(rng, batch=(2,), blocks=(9, 7), blocksize=blocksize, dtype=np.dtype(dtype), nnz=20,
+                     partial_blocks=False)
+    for layout in ("csr", "bsr") if blocksize != (1, 1) else ("csr",):
+        s = st.from_dense(a, layout, blocksize=blocksize if layout == "bsr" else None, batch_dim=1,
+                          index_dtype=index_dtype)
+        t = unchecked(s)  # the guarded variants
+        for N in (None, 1, 5, 16, 33, 70):
+            d = dense_operand(rng, (a.shape[-1],) if N is None else (a.shape[-1], N), dtype)
+            want = reference(a, d, dtype)
+            assert_close(blas.matmul(s, d), want)
+            assert_close(blas.matmul(t, d), want)
+        p = s.plain_indices().copy()
+        p[1, 3] = s.plain_size
+        with pytest.raises(st.InvariantError, match="5.5"):
+            blas.matmul(unchecked(s, plain=p), np.ones((a.shape[-1], 3), dtype))
+
+
 # -- threads ------------------------------------------------------------------------------------
 @pytest.mark.parametrize("layout", ["csr", "csc", "bsr", "bsc", "coo"])
 @pytest.mark.parametrize("dtype", ["float64", "int64", "bool", "float32"])

@@ -38,3 +38,9 @@ def find_broken_index(
     plain_size: int,
 ) -> CompressedError | None: ...
     # serial scan for what spmm guards against (5.3 bounds/monotonicity, 5.4, 5.5)
+
+def set_simd(enabled: bool) -> bool: ...
+    # use the AVX-512 paths when compiled in (default) or the portable loops; returns the
+    # previous effective setting (False when not compiled in)
+
+def simd_available() -> bool: ...

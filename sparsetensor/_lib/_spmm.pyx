@@ -129,6 +129,25 @@ cdef struct _Geo:
     bint checked           # 5.1-5.6 proven: skip the guards
 
 
+# Whether the AVX-512 paths are used when compiled in (tests turn them off to cover the
+# portable loops; see set_simd).
+cdef bint _simd_enabled = True
+
+
+def set_simd(bint enabled):
+    """Use the AVX-512 paths (when compiled in) or the portable loops; returns the previous
+    setting. For tests and comparisons: results agree up to the summation order."""
+    global _simd_enabled
+    previous = _simd_enabled and ST_SPMM_SIMD
+    _simd_enabled = enabled
+    return bool(previous)
+
+
+def simd_available():
+    """True when the AVX-512 paths are compiled in (the build targets AVX-512 F and VL)."""
+    return bool(ST_SPMM_SIMD)
+
+
 cdef int _threads(int nthreads, Py_ssize_t work, Py_ssize_t ntasks) noexcept nogil:
     if nthreads <= 1 or ntasks < 2 or work < _MIN_PARALLEL_WORK:
         return 1
@@ -300,7 +319,7 @@ cdef int _gather_vec(const index_t* cp, const index_t* pp, const num_t* vp, cons
 
 cdef int _gather_task(const index_t* cp, const index_t* pp, const num_t* vp, const num_t* dp,
                       num_t* op, const _Geo* g, Py_ssize_t i0, Py_ssize_t i1) noexcept nogil:
-    if ST_SPMM_SIMD and (num_t is float or num_t is double):
+    if ST_SPMM_SIMD and (num_t is float or num_t is double) and _simd_enabled:
         return _gather_simd(cp, pp, vp, dp, op, g, i0, i1)
     if g.bs == 1 and g.N == 1:
         return _gather_vec(cp, pp, vp, dp, op, g, i0, i1)
