@@ -315,7 +315,8 @@ def test_simd_and_portable_paths(simd, blocksize, index_dtype, dtype, rng):
 @pytest.mark.parametrize("dtype", ["float64", "int64", "bool", "float32"])
 @pytest.mark.parametrize("N", [None, 1, 3, 40])
 def test_threads_agree(layout, dtype, N, rng):
-    a, s = random_sparse(rng, layout, dtype, blocks=(1000, 700), nnz=40000)  # enough work for threads
+    blocks, nnz = ((1000, 700), 25000) if layout in ("bsr", "bsc") else ((2000, 1500), 150000)
+    a, s = random_sparse(rng, layout, dtype, blocks=blocks, nnz=nnz)  # enough work for threads
     K = a.shape[1]
     d = dense_operand(rng, (K,) if N is None else (K, N), dtype)
     r1 = blas.matmul(s, d, threads=1)
@@ -329,7 +330,7 @@ def test_threads_agree(layout, dtype, N, rng):
 
 
 def test_threads_agree_batched_scatter(rng):
-    a, s = random_sparse(rng, "csc", np.int64, batch=(5,), blocks=(100, 80), nnz=900)
+    a, s = random_sparse(rng, "csc", np.int64, batch=(5,), blocks=(300, 200), nnz=30000)
     d = dense_operand(rng, (5, a.shape[-1], 2), np.int64)
     np.testing.assert_array_equal(blas.matmul(s, d, threads=1), blas.matmul(s, d, threads=4))
     np.testing.assert_array_equal(blas.matmul(s, d, threads=4), a @ d)
@@ -439,8 +440,9 @@ def test_unchecked_out_of_range_raises(layout, dtype, index_dtype, rng):
 @pytest.mark.parametrize("layout", ["csr", "csc", "bsr", "bsc"])
 @pytest.mark.parametrize("dtype", ["float32", "int32"])
 def test_unchecked_out_of_range_raises_threaded(layout, dtype, rng):
-    a, s = random_sparse(rng, layout, dtype, np.int32, blocks=(1000, 700), nnz=40000)
-    for where, value, inv in ((20000, -7, "5.4"), (39999, s.plain_size, "5.5")):
+    blocks, nnz = ((1000, 700), 25000) if layout in ("bsr", "bsc") else ((2000, 1500), 150000)
+    a, s = random_sparse(rng, layout, dtype, np.int32, blocks=blocks, nnz=nnz)
+    for where, value, inv in ((nnz // 2, -7, "5.4"), (nnz - 1, s.plain_size, "5.5")):
         p = s.plain_indices().copy()
         p[where] = value
         t = unchecked(s, plain=p)

@@ -95,7 +95,8 @@ ctypedef fused num_t:
     double complex
 
 
-# Below this many multiply-adds a product runs on one thread.
+# Below this many multiply-adds a product runs on one thread (the wrapper in
+# sparsetensor.ops.blas asks for one thread below a larger grain already).
 cdef Py_ssize_t _MIN_PARALLEL_WORK = 1 << 15
 # Row chunks per thread of the gather kernel (dynamic schedule).
 cdef Py_ssize_t _CHUNKS_PER_THREAD = 8

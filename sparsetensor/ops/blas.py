@@ -118,6 +118,10 @@ _ZERO.flags.writeable = False
 
 
 _LINE = 64  # bytes in a cache line
+# Products of fewer multiply-adds run on one thread: about 50-100 us of work, well above
+# the cost of a parallel region on an idle machine (on a busy one, waking a second thread
+# can cost a scheduler tick).
+_PARALLEL_GRAIN = 1 << 17
 
 
 def _aligned_copy(a: np.ndarray, dtype) -> np.ndarray:
@@ -195,7 +199,7 @@ def _product(S: SparseTensor, D: np.ndarray, rt: np.dtype, op: str, threads, ope
     out = np.empty((Bo, M, N), dtype=wt)
     c, p = S.compressed_indices(), S.plain_indices()
     c2, p2 = c.reshape(Bs, c.shape[-1]), p.reshape(Bs, nnz)
-    nt = num_threads(threads, Bo * (nnz * Rb * Cb + M) * N)
+    nt = num_threads(threads, Bo * (nnz * Rb * Cb + M) * N, grain=_PARALLEL_GRAIN)
     found = _kernels.spmm(c2, p2, values.view(kt), dense.view(kt), out.view(kt), sb, db, (Rb, Cb),
                           S.layout.compressed_rows, nt, block_transposed=block_transposed,
                           logical=wt == np.bool_, checked=S.is_coalesced())
