@@ -192,16 +192,18 @@ def test_mixed_dtypes(layout, sdt, ddt, rng):
     assert_close(blas.matmul(d.T, s.mT if layout != "coo" else s.transpose(0, 1)), reference(d.T, a.T, rt))
 
 
-def test_integer_products_wrap(rng):
-    a = np.array([[100, 100, 100]], np.int8)
+def test_integer_products_wrap():
+    a = np.array([[100, 100, 100], [100, 0, 100]], np.int8)
     d = np.array([[3], [3], [3]], np.int8)
     for layout in LAYOUTS:
-        got = blas.matmul(sparse_of(np.repeat(np.repeat(a, 2, 0), 1, 1), layout), d)
-        np.testing.assert_array_equal(got, np.repeat(a, 2, 0) @ d)  # 900 mod 256, as int8
-    big = np.full((1, 300), True)
-    s = st.from_dense(big, "csr")
+        s = st.from_dense(a, layout, blocksize=(1, 1) if layout[0] == "b" else None)
+        got = blas.matmul(s, d)
+        np.testing.assert_array_equal(got, a @ d)  # 900 and 600 modulo 256, as int8
+        assert got.dtype == np.int8
+    s = st.from_dense(np.full((1, 300), True), "csr")
     assert blas.matmul(s, np.ones(300, bool)).tolist() == [True]  # or of ands, never a wrapped count
     assert blas.matmul(s, np.zeros(300, bool)).tolist() == [False]
+    assert blas.matmul(s.to_sparse_csc(), np.ones((300, 1), bool)).tolist() == [[True]]
 
 
 def test_unsupported_dtypes(rng):
