@@ -56,4 +56,50 @@ __global__ void compressed_sum_plain(const I* __restrict__ comp, const V* __rest
     }
 }
 
+// Extrema of index arrays, for estimating a shape (seed 003, "Estimating the shape").
+// Row r of `rows` rows of `len` items is split into `parts` chunks, one block each
+// (grid = rows * parts, blockDim.x a power of two <= 1024); block (r, part) writes
+// out[2 * (r * parts + part)] = max and out[... + 1] = min of its chunk (INT64_MIN /
+// INT64_MAX when the chunk is empty); the host combines the few partials.
+// diff != 0 (rows == 1): the items are the steps of a compressed index of `len / seg`
+// batches of seg + 1 entries, a[b, i + 1] - a[b, i] for i < seg, in the index type's
+// two's complement (as NumPy's diff).
+// st:kernel index
+template <typename I>
+__global__ void index_extrema(const I* __restrict__ a, i64 rows, i64 len, i64 parts, int diff, i64 seg,
+                              i64* __restrict__ out) {
+    __shared__ i64 hi[1024];
+    __shared__ i64 lo[1024];
+    typedef unsigned long long U;
+    const i64 r = blockIdx.x / parts, part = blockIdx.x - r * parts;
+    const i64 top = 0x7fffffffffffffffll;
+    i64 mx = -top - 1, mn = top;
+    for (i64 k = part * blockDim.x + threadIdx.x; k < len; k += parts * blockDim.x) {
+        i64 v;
+        if (diff) {
+            const i64 b = k / seg, i = k - b * seg;
+            const I* c = a + b * (seg + 1) + i;
+            v = (i64)(I)((U)(i64)c[1] - (U)(i64)c[0]);
+        } else {
+            v = (i64)a[r * len + k];
+        }
+        mx = v > mx ? v : mx;
+        mn = v < mn ? v : mn;
+    }
+    hi[threadIdx.x] = mx;
+    lo[threadIdx.x] = mn;
+    __syncthreads();
+    for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s) {
+            hi[threadIdx.x] = hi[threadIdx.x + s] > hi[threadIdx.x] ? hi[threadIdx.x + s] : hi[threadIdx.x];
+            lo[threadIdx.x] = lo[threadIdx.x + s] < lo[threadIdx.x] ? lo[threadIdx.x + s] : lo[threadIdx.x];
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+        out[2 * blockIdx.x] = hi[0];
+        out[2 * blockIdx.x + 1] = lo[0];
+    }
+}
+
 }  // namespace st

@@ -134,13 +134,8 @@ def to_sparse(t, layout, *, blocksize=None, dense_dim=None, threads: int | None 
                           threads=threads)
     if not isinstance(t, SparseTensor):
         raise TypeError(f"to_sparse expects a sparse tensor or a NumPy array, got {type(t).__name__}")
-    if layout is L.strided:
-        raise ValueError("to_sparse needs a sparse layout, got strided; use t.to_dense()")
-    if dense_dim is not None and operator.index(dense_dim) != t.dense_dim:
-        raise ValueError(f"a {t.layout.name} -> {layout.name} conversion keeps the dense dims: dense_dim must be "
-                         f"{t.dense_dim} (or None), got {dense_dim}")
-    bs = _target_blocksize(t, layout, blocksize)
-    if t.layout is layout and (not layout.blocked or t.blocksize == bs):
+    bs, same = check_target(t, layout, blocksize, dense_dim)
+    if same:
         return t
     if isinstance(t, COOTensor):
         parts = _coo_to_rows(t, threads)
@@ -151,6 +146,18 @@ def to_sparse(t, layout, *, blocksize=None, dense_dim=None, threads: int | None 
             parts = _transpose(parts, threads)
         return _rows_to_coo(parts, threads)
     return _build(_route(parts, layout, bs, threads))
+
+
+def check_target(t, layout: L.Layout, blocksize, dense_dim) -> tuple:
+    """The argument checks of ``to_sparse(t, layout, ...)``, shared by the CPU and CUDA tensors:
+    returns ``(blocksize, same)``, ``same`` when ``t`` already has that layout and blocksize."""
+    if layout is L.strided:
+        raise ValueError("to_sparse needs a sparse layout, got strided; use t.to_dense()")
+    if dense_dim is not None and operator.index(dense_dim) != t.dense_dim:
+        raise ValueError(f"a {t.layout.name} -> {layout.name} conversion keeps the dense dims: dense_dim must be "
+                         f"{t.dense_dim} (or None), got {dense_dim}")
+    bs = _target_blocksize(t, layout, blocksize)
+    return bs, t.layout is layout and (not layout.blocked or t.blocksize == bs)
 
 
 def _target_blocksize(t, layout: L.Layout, blocksize) -> tuple:
@@ -164,7 +171,7 @@ def _target_blocksize(t, layout: L.Layout, blocksize) -> tuple:
             return t.blocksize
         raise ValueError(f"a {t.layout.name} -> {layout.name} conversion needs blocksize=(rows, cols)")
     bs = L.as_blocksize(blocksize)
-    S = t.sparse_dim if isinstance(t, COOTensor) else t.batch_dim + 2
+    S = t.sparse_dim if t.layout is L.sparse_coo else t.batch_dim + 2
     if S < 2:
         raise ValueError(f"a {layout.name} tensor needs 2 sparse dims, got a coo tensor with sparse_dim={S}")
     rows, cols = t.shape[S - 2:S]

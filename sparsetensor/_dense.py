@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import operator
+from typing import NamedTuple
 
 import numpy as np
 
@@ -21,7 +22,7 @@ from ._lib import _dense as _kernels
 from ._tensor import COOTensor, CompressedTensor
 from ._validate import raise_compressed_error, raise_coo_error
 
-__all__ = ["to_dense", "from_dense"]
+__all__ = ["to_dense", "from_dense", "check_from_dense", "check_batch_nnz", "DensePlan"]
 
 
 def _kernel_views(values: np.ndarray, out: np.ndarray, accumulate: bool):
@@ -95,6 +96,63 @@ def _as_blocksize(blocksize, layout: L.Layout) -> tuple:
     return bs
 
 
+class DensePlan(NamedTuple):
+    """What :func:`check_from_dense` derives from a dense shape: the target layout and index
+    dtype, and the shape split into ``batch + sparse + dense`` (``blocksize`` (1, 1) for
+    csr/csc and coo)."""
+
+    layout: L.Layout
+    index_dtype: np.dtype
+    batch: tuple
+    sparse: tuple
+    dense: tuple
+    blocksize: tuple
+
+
+def check_from_dense(shape: tuple, dtype, layout, blocksize, dense_dim, batch_dim, index_dtype) -> DensePlan:
+    """The argument checks of ``from_dense``, shared by the CPU and CUDA sides (ValueError for
+    shapes and arguments, TypeError for dtypes)."""
+    layout = L.as_layout(layout)
+    if layout is L.strided:
+        raise ValueError("from_dense needs a sparse layout, got strided")
+    if dtype not in VALUE_DTYPES:
+        raise TypeError(f"unsupported value dtype {dtype}; supported: {', '.join(map(str, VALUE_DTYPES))}")
+    idx_dt = as_index_dtype(index_dtype)
+    dense_dim, batch_dim = operator.index(dense_dim), operator.index(batch_dim)
+    if dense_dim < 0 or batch_dim < 0:
+        raise ValueError(f"dense_dim and batch_dim must be >= 0, got {dense_dim} and {batch_dim}")
+    ndim = len(shape)
+    if layout is L.sparse_coo:
+        if blocksize is not None:
+            raise ValueError("blocksize is not defined for layout coo")
+        if dense_dim > ndim:
+            raise ValueError(f"dense_dim={dense_dim} exceeds the array's {ndim} dims")
+        S = ndim - dense_dim
+        check_fits(idx_dt, "coo", **{f"size[{d}]": shape[d] for d in range(S)})
+        return DensePlan(layout, idx_dt, (), tuple(shape[:S]), tuple(shape[S:]), (1, 1))
+    need = batch_dim + 2 + dense_dim
+    if ndim != need:
+        raise ValueError(f"from_dense to {layout.name} with batch_dim={batch_dim}, dense_dim={dense_dim} needs a "
+                         f"{need}-d array (batch + 2 sparse + dense), got {ndim}-d with shape {tuple(shape)}")
+    bs = _as_blocksize(blocksize, layout)
+    m = batch_dim
+    rows, cols = shape[m:m + 2]
+    if rows % bs[0] or cols % bs[1]:
+        raise ValueError(f"blocksize {bs} must divide the sparse sizes ({rows}, {cols})")
+    check_fits(idx_dt, layout.name, nrows=rows, ncols=cols, nnz=(rows // bs[0]) * (cols // bs[1]))
+    return DensePlan(layout, idx_dt, tuple(shape[:m]), (rows, cols), tuple(shape[m + 2:]), bs)
+
+
+def check_batch_nnz(counts, batch: tuple, layout: L.Layout) -> None:
+    """Every batch of a compressed tensor has the same nnz, or ValueError listing them."""
+    B = math.prod(batch)
+    if B and (counts != counts.flat[0]).any():
+        shown = ", ".join(f"{tuple(int(i) for i in np.unravel_index(k, batch))}: {int(counts.flat[k])}"
+                          for k in range(min(B, 16)))
+        raise ValueError(f"every batch of a {layout.name} tensor must have the same nnz; got per batch "
+                         f"{shown}{', ...' if B > 16 else ''}")
+
+
 def from_dense(array, layout="csr", *, blocksize=None, dense_dim: int = 0, batch_dim: int = 0,
                index_dtype=np.int64, threads: int | None = None):
     """Convert a dense array to a sparse layout.
@@ -129,57 +187,31 @@ def from_dense(array, layout="csr", *, blocksize=None, dense_dim: int = 0, batch
     >>> bool((t.to_dense() == a).all())
     True
     """
-    layout = L.as_layout(layout)
-    if layout is L.strided:
-        raise ValueError("from_dense needs a sparse layout, got strided")
     a = np.asarray(array)
-    if a.dtype not in VALUE_DTYPES:
-        raise TypeError(f"unsupported value dtype {a.dtype}; supported: {', '.join(map(str, VALUE_DTYPES))}")
-    idx_dt = as_index_dtype(index_dtype)
-    dense_dim, batch_dim = operator.index(dense_dim), operator.index(batch_dim)
-    if dense_dim < 0 or batch_dim < 0:
-        raise ValueError(f"dense_dim and batch_dim must be >= 0, got {dense_dim} and {batch_dim}")
+    plan = check_from_dense(a.shape, a.dtype, layout, blocksize, dense_dim, batch_dim, index_dtype)
+    layout, idx_dt, batch, sparse, dense, bs = plan
     a = np.ascontiguousarray(a)
     if layout is L.sparse_coo:
-        if blocksize is not None:
-            raise ValueError("blocksize is not defined for layout coo")
-        return _dense_to_coo(a, dense_dim, idx_dt, threads)
-    need = batch_dim + 2 + dense_dim
-    if a.ndim != need:
-        raise ValueError(f"from_dense to {layout.name} with batch_dim={batch_dim}, dense_dim={dense_dim} needs a "
-                         f"{need}-d array (batch + 2 sparse + dense), got {a.ndim}-d with shape {a.shape}")
-    bs = _as_blocksize(blocksize, layout)
-    m = batch_dim
-    batch, (rows, cols), dense = a.shape[:m], a.shape[m:m + 2], a.shape[m + 2:]
-    if rows % bs[0] or cols % bs[1]:
-        raise ValueError(f"blocksize {bs} must divide the sparse sizes ({rows}, {cols})")
-    check_fits(idx_dt, layout.name, nrows=rows, ncols=cols, nnz=(rows // bs[0]) * (cols // bs[1]))
+        return _dense_to_coo(a, plan, threads)
+    rows, cols = sparse
     B, D = math.prod(batch), math.prod(dense)
     z = zero_test_view(a.reshape(B, rows, cols, D))
     r = raw_view(a.reshape(B, rows, cols, D))
     c, p, v, counts = _kernels.dense_to_compressed(z, r, bs[0], bs[1], layout.compressed_rows, idx_dt,
                                                    num_threads(threads, a.size), float16=a.dtype == np.float16)
-    if B and (counts != counts.flat[0]).any():
-        shown = ", ".join(f"{tuple(int(i) for i in np.unravel_index(k, batch))}: {int(counts[k])}"
-                          for k in range(min(B, 16)))
-        raise ValueError(f"every batch of a {layout.name} tensor must have the same nnz; got per batch "
-                         f"{shown}{', ...' if B > 16 else ''}")
+    check_batch_nnz(counts, batch, layout)
     nnz = p.shape[-1]
     values = v.view(a.dtype).reshape(batch + (nnz,) + (bs if layout.blocked else ()) + dense)
     return CompressedTensor(c.reshape(batch + (c.shape[-1],)), p.reshape(batch + (nnz,)), values,
                             a.shape, layout, canonical=True)
 
 
-def _dense_to_coo(a: np.ndarray, dense_dim: int, idx_dt, threads) -> COOTensor:
-    if dense_dim > a.ndim:
-        raise ValueError(f"dense_dim={dense_dim} exceeds the array's {a.ndim} dims")
-    S = a.ndim - dense_dim
-    sparse, dense = a.shape[:S], a.shape[S:]
-    check_fits(idx_dt, "coo", **{f"size[{d}]": sparse[d] for d in range(S)})
+def _dense_to_coo(a: np.ndarray, plan: DensePlan, threads) -> COOTensor:
+    sparse, dense = plan.sparse, plan.dense
     M, D = math.prod(sparse), math.prod(dense)
     z = zero_test_view(a.reshape(M, D))
     r = raw_view(a.reshape(M, D))
-    idx, v = _kernels.dense_to_coo(z, r, np.asarray(sparse, dtype=np.int64), idx_dt, num_threads(threads, a.size),
-                                   float16=a.dtype == np.float16)
+    idx, v = _kernels.dense_to_coo(z, r, np.asarray(sparse, dtype=np.int64), plan.index_dtype,
+                                   num_threads(threads, a.size), float16=a.dtype == np.float16)
     values = v.view(a.dtype).reshape((idx.shape[1],) + dense)
     return COOTensor(idx, values, a.shape, coalesced=True)

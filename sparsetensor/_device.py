@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-__all__ = ["as_device", "is_device_like"]
+__all__ = ["as_device", "is_device_like", "is_device_array"]
+
+_KDL_CUDA = 2  # DLPack device type of CUDA memory (NumPy's __dlpack_device__ says kDLCPU = 1)
 
 
 def is_device_like(x) -> bool:
@@ -10,19 +12,39 @@ def is_device_like(x) -> bool:
     return s == "cpu" or s.startswith("cuda") or type(x).__name__ == "device"
 
 
+def is_device_array(x) -> bool:
+    """True for an array in CUDA device memory: a ``sparsetensor.cuda.DeviceArray``, anything
+    with ``__cuda_array_interface__`` (CuPy, Numba, PyTorch CUDA tensors), or a ``__dlpack__``
+    producer whose ``__dlpack_device__()`` is a CUDA device. Host arrays (NumPy, CPU torch
+    tensors, lists) are False. Imports nothing."""
+    if hasattr(x, "__cuda_array_interface__"):
+        return True
+    if hasattr(x, "__dlpack__") and hasattr(x, "__dlpack_device__"):
+        try:
+            return int(x.__dlpack_device__()[0]) == _KDL_CUDA
+        except Exception:  # noqa: BLE001 - a producer that cannot say where it lives is not ours to take
+            return False
+    return False
+
+
 def as_device(device) -> str:
-    """Normalise a device spec. ``"cuda"``/``"cuda:N"`` need the CUDA backend (``pip install
-    "sparsetensor[cuda]"`` and a GPU); without one they raise :class:`NotImplementedError` saying why."""
+    """Normalise a device spec to ``"cpu"`` or ``"cuda:N"``.
+
+    ``"cuda"``/``"cuda:N"`` (or a torch device) need the CUDA backend (``pip install
+    "sparsetensor[cuda]"`` and a GPU); without one they raise :class:`NotImplementedError`
+    saying why, and a device that does not exist raises :class:`ValueError`.
+    """
     if device is None:
         return "cpu"
     s = str(device)
     if s == "cpu":
         return "cpu"
     if s == "cuda" or s.startswith("cuda:"):
-        from . import cuda
+        from .cuda import _driver
 
-        if not cuda.is_available():
-            raise NotImplementedError(f"device {s!r}: CUDA is not available here ({cuda.unavailable_reason()}); "
-                                      "tensors live on 'cpu'")
-        return s
+        try:
+            return _driver.get_device(s).name
+        except (ImportError, _driver.CudaError) as e:
+            raise NotImplementedError(f"device {s!r}: CUDA is not available here ({type(e).__name__}: {e}); "
+                                      "tensors live on 'cpu'") from None
     raise ValueError(f"unknown device {device!r}; expected 'cpu' or 'cuda[:N]'")

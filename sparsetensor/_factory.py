@@ -13,7 +13,7 @@ import numpy as np
 
 from . import _layout as L
 from ._config import resolve_check
-from ._device import as_device
+from ._device import as_device, is_device_array
 from ._dtypes import INDEX_DTYPES, VALUE_DTYPES, as_value_dtype, check_fits
 from ._errors import InvariantError
 from ._tensor import COOTensor, CompressedTensor
@@ -89,6 +89,38 @@ def check_coo_members(indices: np.ndarray, values: np.ndarray, shape: tuple) -> 
     check_fits(indices.dtype, "coo", **{f"size[{d}]": shape[d] for d in range(sparse_dim)})
 
 
+def _host_index_extrema(indices: np.ndarray) -> tuple:
+    return indices.max(axis=1), indices.min(axis=1)
+
+
+def coo_indices_and_shape(indices, values, size, index_extrema=_host_index_extrema) -> tuple:
+    """``(indices, shape)``: an empty 1-d index list made ``(sparse_dim, 0)``, and the shape,
+    estimated when ``size`` is None as ``max + 1`` of each index row, then the dense sizes.
+
+    ``index_extrema(indices)`` returns the per-row ``(max, min)`` (host arrays): NumPy here,
+    a device reduction for device arrays (:mod:`sparsetensor.cuda.tensor`).
+    """
+    if indices.ndim == 1 and indices.size == 0:
+        # torch accepts sparse_coo_tensor([], [], size): an empty index list.
+        sparse_dim = (len(size) - max(values.ndim - 1, 0)) if size is not None else 1
+        indices = indices.reshape(max(sparse_dim, 0), 0)
+    if indices.ndim != 2:
+        raise InvariantError("C2", "coo", f"indices must be 2-d (sparse_dim, nnz), got shape {indices.shape}")
+    if size is None:
+        if values.ndim < 1:
+            raise InvariantError("C3", "coo", f"values must be at least 1-d (nnz, ...), got shape {values.shape}")
+        if indices.shape[1]:
+            hi, lo = index_extrema(indices)
+            sparse = tuple(int(m) + 1 for m in hi)
+            if lo.min() < 0:
+                bad = int(np.argmin(lo))
+                raise InvariantError("C4", "coo", f"indices[{bad}] must be >= 0; got {int(lo[bad])}")
+        else:
+            sparse = (0,) * indices.shape[0]
+        size = sparse + tuple(values.shape[1:])
+    return indices, _as_size(size)
+
+
 def sparse_coo_tensor(indices, values, size=None, *, dtype=None, device=None, check_invariants=None,
                       is_coalesced=None) -> COOTensor:
     """Build a COO tensor from ``indices`` (``(sparse_dim, nnz)``) and ``values`` (``(nnz,) + dense``).
@@ -118,27 +150,14 @@ def sparse_coo_tensor(indices, values, size=None, *, dtype=None, device=None, ch
     array([[0., 0., 3.],
            [4., 0., 5.]])
     """
+    if is_device_array(indices) or is_device_array(values):
+        from .cuda.tensor import coo_tensor
+
+        return coo_tensor(indices, values, size, dtype=dtype, device=device, check_invariants=check_invariants,
+                          is_coalesced=is_coalesced)
     device = as_device(device)
     values = _as_values(values, dtype)
-    indices = _as_index_array(indices, "indices", "coo")
-    if indices.ndim == 1 and indices.size == 0:
-        # torch accepts sparse_coo_tensor([], [], size): an empty index list.
-        sparse_dim = (len(size) - max(values.ndim - 1, 0)) if size is not None else 1
-        indices = indices.reshape(max(sparse_dim, 0), 0)
-    if indices.ndim != 2:
-        raise InvariantError("C2", "coo", f"indices must be 2-d (sparse_dim, nnz), got shape {indices.shape}")
-    if size is None:
-        if values.ndim < 1:
-            raise InvariantError("C3", "coo", f"values must be at least 1-d (nnz, ...), got shape {values.shape}")
-        if indices.shape[1]:
-            sparse = tuple(int(m) + 1 for m in indices.max(axis=1))
-            if indices.min() < 0:
-                bad = int(np.argmin(indices.min(axis=1)))
-                raise InvariantError("C4", "coo", f"indices[{bad}] must be >= 0; got {int(indices[bad].min())}")
-        else:
-            sparse = (0,) * indices.shape[0]
-        size = sparse + tuple(values.shape[1:])
-    shape = _as_size(size)
+    indices, shape = coo_indices_and_shape(_as_index_array(indices, "indices", "coo"), values, size)
     check_coo_members(indices, values, shape)
     coalesced = bool(is_coalesced) or indices.shape[1] <= 1
     if resolve_check(check_invariants):
@@ -214,8 +233,20 @@ def _values_layout_ok(values: np.ndarray, m: int, n: int, b: int) -> bool:
     return bool(b) and values.swapaxes(-2 - n, -1 - n).flags.c_contiguous
 
 
-def _estimate_compressed_shape(compressed, plain, values, layout) -> tuple:
-    """Seed 003, "Estimating the shape": the plain size is max(plain.max() + 1, max row length)."""
+def _host_max(plain: np.ndarray) -> int:
+    return int(plain.max())
+
+
+def _host_max_step(compressed: np.ndarray) -> int:
+    return int(np.diff(compressed, axis=-1).max())
+
+
+def estimate_compressed_shape(compressed, plain, values, layout, index_max=_host_max,
+                              max_step=_host_max_step) -> tuple:
+    """Seed 003, "Estimating the shape": the plain size is max(plain.max() + 1, max row length).
+
+    ``index_max(plain)`` and ``max_step(compressed)`` read the two numbers: NumPy here, a
+    device reduction for device arrays (:mod:`sparsetensor.cuda.tensor`)."""
     m = compressed.ndim - 1
     b = _block_ndim(layout)
     if plain.ndim != m + 1:
@@ -224,9 +255,9 @@ def _estimate_compressed_shape(compressed, plain, values, layout) -> tuple:
         raise InvariantError("3.4", layout.name, f"values.ndim must be at least {m + 1 + b}, got {values.ndim}")
     blocksize = tuple(values.shape[m + 1: m + 3]) if b else (1, 1)
     n_compressed = compressed.shape[-1] - 1
-    n_plain = int(plain.max()) + 1 if plain.size else 0
+    n_plain = index_max(plain) + 1 if plain.size else 0
     if compressed.shape[-1] > 1 and compressed.size:
-        n_plain = max(n_plain, int(np.diff(compressed, axis=-1).max()))
+        n_plain = max(n_plain, max_step(compressed))
     if n_compressed < 0:
         raise InvariantError("3.8", layout.name, f"{layout.compressed_name} must have at least one entry per batch")
     nrows, ncols = (n_compressed, n_plain) if layout.compressed_rows else (n_plain, n_compressed)
@@ -277,6 +308,11 @@ def sparse_compressed_tensor(compressed_indices, plain_indices, values, size=Non
     layout = L.as_layout(layout)
     if not layout.compressed:
         raise ValueError(f"sparse_compressed_tensor needs a compressed layout (csr, csc, bsr, bsc), got {layout!r}")
+    if any(is_device_array(x) for x in (compressed_indices, plain_indices, values)):
+        from .cuda.tensor import compressed_tensor
+
+        return compressed_tensor(compressed_indices, plain_indices, values, size, layout=layout, dtype=dtype,
+                                 device=device, check_invariants=check_invariants)
     device = as_device(device)
     values = _as_values(values, dtype)
     compressed = _as_index_array(compressed_indices, layout.compressed_name, layout.name)
@@ -288,7 +324,7 @@ def sparse_compressed_tensor(compressed_indices, plain_indices, values, size=Non
         raise InvariantError("1.2", layout.name, f"{layout.plain_name} must have the dtype of "
                              f"{layout.compressed_name} ({compressed.dtype}), got {plain.dtype}")
     if size is None:
-        size = _estimate_compressed_shape(compressed, plain, values, layout)
+        size = estimate_compressed_shape(compressed, plain, values, layout)
     shape = _as_size(size)
     check_compressed_members(compressed, plain, values, shape, layout)
     check = resolve_check(check_invariants)

@@ -38,11 +38,15 @@ def _fmt_array(name: str, a: np.ndarray) -> str:
     return f"{name}={body}"
 
 
-class SparseTensor:
-    """Base of the sparse tensor classes: what every layout shares."""
+class _SparseBase:
+    """What every sparse tensor shares, on the CPU and on a CUDA device
+    (:mod:`sparsetensor.cuda.tensor`): shape attributes, ``to``/``astype``, the summary line.
 
-    __slots__ = ("_shape", "_layout", "__weakref__")
-    __array_priority__ = 1000
+    Subclasses provide ``device``, ``values()``, ``_replace_values``, ``_cast_values`` and
+    ``_cast_index`` (a member array converted to a dtype: NumPy or a device kernel).
+    """
+
+    __slots__ = ()
 
     # -- attributes ---------------------------------------------------------------
     @property
@@ -66,17 +70,8 @@ class SparseTensor:
         return self._layout
 
     @property
-    def device(self) -> str:
-        return "cpu"
-
-    @property
     def dtype(self) -> np.dtype:
         return self.values().dtype
-
-    @property
-    def index_dtype(self) -> np.dtype:
-        """The dtype of the index arrays (int32 or int64)."""
-        raise NotImplementedError
 
     @property
     def is_sparse(self) -> bool:
@@ -90,6 +85,99 @@ class SparseTensor:
         if not self._shape:
             raise TypeError("len() of a 0-d tensor")
         return self._shape[0]
+
+    # -- dtype and device ---------------------------------------------------------------
+    def to(self, *args, dtype=None, device=None, index_dtype=None, copy: bool = False):
+        """Convert values dtype, index dtype or device: ``t.to(np.float32)``, ``t.to("cpu")``,
+        ``t.to("cuda")``, ``t.to("cuda:1")``, ``t.to(index_dtype=np.int32)``.
+
+        Dtypes are converted on the CPU when the move involves it (before moving to a
+        device, after moving to the host), on the device otherwise.
+
+        Examples
+        --------
+        >>> import sparsetensor as st
+        >>> t = st.sparse_coo_tensor([[0, 1]], [1, 2], size=(3,))
+        >>> t.to("float32").dtype
+        dtype('float32')
+        """
+        from ._device import as_device, is_device_like
+
+        for a in args:
+            if is_device_like(a):
+                device = a
+            else:
+                dtype = a
+        there = self.device if device is None else as_device(device)
+        if there != self.device:
+            if self.device == "cpu":
+                from .cuda import to_device
+
+                return to_device(self.to(dtype=dtype, index_dtype=index_dtype), there)
+            if there == "cpu":
+                return self.cpu().to(dtype=dtype, index_dtype=index_dtype)
+            from .cuda import to_device
+
+            return to_device(self, there).to(dtype=dtype, index_dtype=index_dtype)
+        out = self
+        if dtype is not None:
+            out = out.astype(dtype, copy=copy)
+        if index_dtype is not None:
+            out = out._with_index_dtype(index_dtype)
+        elif copy and out is self:
+            out = self.clone()
+        return out
+
+    def cuda(self, device=None):
+        """This tensor on a CUDA device (``sparsetensor.cuda``); see ``t.to("cuda")``."""
+        return self.to(device="cuda" if device is None else device)
+
+    def astype(self, dtype, copy: bool = True):
+        """The same tensor with values converted to ``dtype`` (indices shared unless ``copy``)."""
+        from ._dtypes import as_value_dtype
+
+        dt = as_value_dtype(dtype)
+        if dt == self.dtype and not copy:
+            return self
+        return self._replace_values(self._cast_values(self.values(), dt), copy_indices=copy)
+
+    @property
+    def T(self):
+        if self.ndim != 2:
+            raise ValueError(f".T needs a 2-d tensor, got {self.ndim} dims; use .mT or .transpose(d0, d1)")
+        return self.transpose(0, 1)
+
+    def t(self):
+        return self.T
+
+    # -- printing -----------------------------------------------------------------
+    def _summary(self) -> str:
+        extra = self._summary_extra()
+        where = "" if self.device == "cpu" else f", device={self.device!r}"
+        return (f"{self._layout.name}({self.dtype}{list(self._shape)}, nnz={self.nnz}"
+                f"{extra}, index={self.index_dtype}{where})")
+
+
+class SparseTensor(_SparseBase):
+    """Base of the sparse tensor classes: what every layout shares."""
+
+    __slots__ = ("_shape", "_layout", "__weakref__")
+    __array_priority__ = 1000
+
+    @property
+    def device(self) -> str:
+        return "cpu"
+
+    @property
+    def index_dtype(self) -> np.dtype:
+        """The dtype of the index arrays (int32 or int64)."""
+        raise NotImplementedError
+
+    @staticmethod
+    def _cast_values(a: np.ndarray, dtype) -> np.ndarray:
+        return a.astype(dtype)
+
+    _cast_index = _cast_values
 
     # -- conversions --------------------------------------------------------------
     def to_dense(self, *, threads: int | None = None) -> np.ndarray:
@@ -154,66 +242,13 @@ class SparseTensor:
         dense = self.to_dense()
         return dense if dtype is None else dense.astype(dtype, copy=False)
 
-    def to(self, *args, dtype=None, device=None, index_dtype=None, copy: bool = False):
-        """Convert values dtype, index dtype or device: ``t.to(np.float32)``, ``t.to("cpu")``,
-        ``t.to(index_dtype=np.int32)``.
-
-        Examples
-        --------
-        >>> import sparsetensor as st
-        >>> t = st.sparse_coo_tensor([[0, 1]], [1, 2], size=(3,))
-        >>> t.to("float32").dtype
-        dtype('float32')
-        """
-        from ._device import as_device, is_device_like
-
-        for a in args:
-            if is_device_like(a):
-                device = a
-            else:
-                dtype = a
-        if device is not None and as_device(device) != "cpu":
-            from .cuda import to_device
-
-            return to_device(self.to(dtype=dtype, index_dtype=index_dtype), as_device(device))
-        out = self
-        if dtype is not None:
-            out = out.astype(dtype, copy=copy)
-        if index_dtype is not None:
-            out = out._with_index_dtype(index_dtype)
-        elif copy and out is self:
-            out = self.clone()
-        return out
-
     def cpu(self):
         return self
-
-    def cuda(self, device=None):
-        """This tensor on a CUDA device (``sparsetensor.cuda``); see ``t.to("cuda")``."""
-        return self.to(device="cuda" if device is None else device)
-
-    def astype(self, dtype, copy: bool = True):
-        """The same tensor with values converted to ``dtype`` (indices shared unless ``copy``)."""
-        from ._dtypes import as_value_dtype
-
-        dt = as_value_dtype(dtype)
-        if dt == self.dtype and not copy:
-            return self
-        return self._replace_values(self.values().astype(dt), copy_indices=copy)
 
     @property
     def mT(self):
         """The transpose of the two sparse (matrix) dims: a view for compressed layouts."""
         return self._matrix_transpose()
-
-    @property
-    def T(self):
-        if self.ndim != 2:
-            raise ValueError(f".T needs a 2-d tensor, got {self.ndim} dims; use .mT or .transpose(d0, d1)")
-        return self.transpose(0, 1)
-
-    def t(self):
-        return self.T
 
     # -- shape and indexing (sparsetensor.ops.shape) --------------------------------------
     def transpose(self, dim0: int, dim1: int):
@@ -289,11 +324,6 @@ class SparseTensor:
         raise NotImplementedError
 
     # -- printing -----------------------------------------------------------------
-    def _summary(self) -> str:
-        extra = self._summary_extra()
-        return (f"{self._layout.name}({self.dtype}{list(self._shape)}, nnz={self.nnz}"
-                f"{extra}, index={self.index_dtype})")
-
     def __repr__(self) -> str:
         members = self._members()
         if sum(a.size for _, a in members) > REPR_LIMIT:
@@ -306,20 +336,10 @@ class SparseTensor:
         return "tensor(" + ",\n       ".join(parts) + ")"
 
 
-class COOTensor(SparseTensor):
-    """A COO tensor: ``indices`` of shape ``(sparse_dim, nnz)``, ``values`` of shape ``(nnz,) + dense``.
+class _COOBase:
+    """The members and attributes of a COO tensor, shared by the CPU and CUDA classes."""
 
-    Build one with :func:`sparsetensor.sparse_coo_tensor`.
-    """
-
-    __slots__ = ("_indices", "_values", "_coalesced")
-
-    def __init__(self, indices: np.ndarray, values: np.ndarray, shape: tuple, coalesced: bool = False):
-        self._indices = indices
-        self._values = values
-        self._shape = tuple(shape)
-        self._layout = L.sparse_coo
-        self._coalesced = bool(coalesced)
+    __slots__ = ()
 
     @property
     def nnz(self) -> int:
@@ -345,17 +365,52 @@ class COOTensor(SparseTensor):
     def index_dtype(self) -> np.dtype:
         return self._indices.dtype
 
-    def indices(self) -> np.ndarray:
+    def indices(self):
         """The ``(sparse_dim, nnz)`` index array (the tensor's own, not a copy)."""
         return self._indices
 
-    def values(self) -> np.ndarray:
+    def values(self):
         """The ``(nnz,) + dense`` values array (the tensor's own, not a copy)."""
         return self._values
 
     def is_coalesced(self) -> bool:
         """True when the indices are known to be sorted lexicographically and distinct."""
         return self._coalesced
+
+    def _summary_extra(self) -> str:
+        return f", sparse_dim={self.sparse_dim}" + (", coalesced" if self._coalesced else "")
+
+    def clone(self):
+        return type(self)(self._indices.copy(), self._values.copy(), self._shape, self._coalesced)
+
+    def _replace_values(self, values, copy_indices=False):
+        idx = self._indices.copy() if copy_indices else self._indices
+        return type(self)(idx, values, self._shape, self._coalesced)
+
+    def _with_index_dtype(self, index_dtype):
+        from ._dtypes import as_index_dtype, check_fits
+
+        dt = as_index_dtype(index_dtype)
+        if dt == self.index_dtype:
+            return self
+        check_fits(dt, "coo", **{f"size[{d}]": self._shape[d] for d in range(self.sparse_dim)})
+        return type(self)(self._cast_index(self._indices, dt), self._values, self._shape, self._coalesced)
+
+
+class COOTensor(_COOBase, SparseTensor):
+    """A COO tensor: ``indices`` of shape ``(sparse_dim, nnz)``, ``values`` of shape ``(nnz,) + dense``.
+
+    Build one with :func:`sparsetensor.sparse_coo_tensor`.
+    """
+
+    __slots__ = ("_indices", "_values", "_coalesced")
+
+    def __init__(self, indices: np.ndarray, values: np.ndarray, shape: tuple, coalesced: bool = False):
+        self._indices = indices
+        self._values = values
+        self._shape = tuple(shape)
+        self._layout = L.sparse_coo
+        self._coalesced = bool(coalesced)
 
     def coalesce(self, *, threads: int | None = None) -> "COOTensor":
         """Sort the indices lexicographically and sum the values of duplicates (bool: logical or).
@@ -371,25 +426,6 @@ class COOTensor(SparseTensor):
     def _members(self):
         return [("indices", self._indices), ("values", self._values)]
 
-    def _summary_extra(self) -> str:
-        return f", sparse_dim={self.sparse_dim}" + (", coalesced" if self._coalesced else "")
-
-    def clone(self) -> "COOTensor":
-        return COOTensor(self._indices.copy(), self._values.copy(), self._shape, self._coalesced)
-
-    def _replace_values(self, values, copy_indices=False):
-        idx = self._indices.copy() if copy_indices else self._indices
-        return COOTensor(idx, values, self._shape, self._coalesced)
-
-    def _with_index_dtype(self, index_dtype):
-        from ._dtypes import as_index_dtype, check_fits
-
-        dt = as_index_dtype(index_dtype)
-        if dt == self.index_dtype:
-            return self
-        check_fits(dt, "coo", **{f"size[{d}]": self._shape[d] for d in range(self.sparse_dim)})
-        return COOTensor(self._indices.astype(dt), self._values, self._shape, self._coalesced)
-
     def check_invariants(self, *, threads: int | None = None) -> None:
         from ._factory import check_coo_members
 
@@ -404,23 +440,10 @@ class COOTensor(SparseTensor):
         return self.transpose(self.sparse_dim - 2, self.sparse_dim - 1)
 
 
-class CompressedTensor(SparseTensor):
-    """A CSR, CSC, BSR or BSC tensor, with batch and dense dims (seed 003).
+class _CompressedBase:
+    """The members and attributes of a CSR/CSC/BSR/BSC tensor, shared by the CPU and CUDA classes."""
 
-    Build one with :func:`sparsetensor.sparse_csr_tensor` and friends, or
-    :func:`sparsetensor.sparse_compressed_tensor`.
-    """
-
-    __slots__ = ("_compressed", "_plain", "_values", "_canonical")
-
-    def __init__(self, compressed: np.ndarray, plain: np.ndarray, values: np.ndarray, shape: tuple,
-                 layout: L.Layout, canonical: bool = False):
-        self._compressed = compressed
-        self._plain = plain
-        self._values = values
-        self._shape = tuple(shape)
-        self._layout = layout
-        self._canonical = bool(canonical)
+    __slots__ = ()
 
     # -- attributes ---------------------------------------------------------------
     @property
@@ -461,38 +484,87 @@ class CompressedTensor(SparseTensor):
         return self._shape[m] // self.blocksize[0]
 
     # -- members --------------------------------------------------------------------
-    def compressed_indices(self) -> np.ndarray:
+    def compressed_indices(self):
         """``crow_indices`` for csr/bsr, ``ccol_indices`` for csc/bsc."""
         return self._compressed
 
-    def plain_indices(self) -> np.ndarray:
+    def plain_indices(self):
         """``col_indices`` for csr/bsr, ``row_indices`` for csc/bsc."""
         return self._plain
 
-    def values(self) -> np.ndarray:
+    def values(self):
         return self._values
 
-    def _member(self, rows: bool, compressed: bool, name: str) -> np.ndarray:
+    def _member(self, rows: bool, compressed: bool, name: str):
         if self._layout.compressed_rows != rows:
             raise TypeError(f"{name}() is not defined for layout {self._layout!r}; "
                             f"use {self._layout.compressed_name if compressed else self._layout.plain_name}()")
         return self._compressed if compressed else self._plain
 
-    def crow_indices(self) -> np.ndarray:
+    def crow_indices(self):
         return self._member(True, True, "crow_indices")
 
-    def col_indices(self) -> np.ndarray:
+    def col_indices(self):
         return self._member(True, False, "col_indices")
 
-    def ccol_indices(self) -> np.ndarray:
+    def ccol_indices(self):
         return self._member(False, True, "ccol_indices")
 
-    def row_indices(self) -> np.ndarray:
+    def row_indices(self):
         return self._member(False, False, "row_indices")
 
     def is_coalesced(self) -> bool:
         """True when invariant 5.6 is known to hold (checked, or produced by a kernel)."""
         return self._canonical
+
+    def _summary_extra(self) -> str:
+        parts = []
+        if self._layout.blocked:
+            parts.append(f"blocksize={self.blocksize}")
+        if self.batch_dim:
+            parts.append(f"batch_dim={self.batch_dim}")
+        if self.dense_dim:
+            parts.append(f"dense_dim={self.dense_dim}")
+        return "".join(", " + p for p in parts)
+
+    # -- copies ------------------------------------------------------------------------
+    def clone(self):
+        return type(self)(self._compressed.copy(), self._plain.copy(), self._values.copy(), self._shape,
+                          self._layout, self._canonical)
+
+    def _replace_values(self, values, copy_indices=False):
+        c, p = (self._compressed.copy(), self._plain.copy()) if copy_indices else (self._compressed, self._plain)
+        return type(self)(c, p, values, self._shape, self._layout, self._canonical)
+
+    def _with_index_dtype(self, index_dtype):
+        from ._dtypes import as_index_dtype, check_fits
+
+        dt = as_index_dtype(index_dtype)
+        if dt == self.index_dtype:
+            return self
+        m = self.batch_dim
+        check_fits(dt, self._layout.name, nnz=self.nnz, nrows=self._shape[m], ncols=self._shape[m + 1])
+        return type(self)(self._cast_index(self._compressed, dt), self._cast_index(self._plain, dt), self._values,
+                          self._shape, self._layout, self._canonical)
+
+
+class CompressedTensor(_CompressedBase, SparseTensor):
+    """A CSR, CSC, BSR or BSC tensor, with batch and dense dims (seed 003).
+
+    Build one with :func:`sparsetensor.sparse_csr_tensor` and friends, or
+    :func:`sparsetensor.sparse_compressed_tensor`.
+    """
+
+    __slots__ = ("_compressed", "_plain", "_values", "_canonical")
+
+    def __init__(self, compressed: np.ndarray, plain: np.ndarray, values: np.ndarray, shape: tuple,
+                 layout: L.Layout, canonical: bool = False):
+        self._compressed = compressed
+        self._plain = plain
+        self._values = values
+        self._shape = tuple(shape)
+        self._layout = layout
+        self._canonical = bool(canonical)
 
     def coalesce(self, *, threads: int | None = None) -> "CompressedTensor":
         """Repair unchecked input: sort each row's (column's) plain indices and sum duplicates.
@@ -510,36 +582,6 @@ class CompressedTensor(SparseTensor):
     def _members(self):
         return [(self._layout.compressed_name, self._compressed), (self._layout.plain_name, self._plain),
                 ("values", self._values)]
-
-    def _summary_extra(self) -> str:
-        parts = []
-        if self._layout.blocked:
-            parts.append(f"blocksize={self.blocksize}")
-        if self.batch_dim:
-            parts.append(f"batch_dim={self.batch_dim}")
-        if self.dense_dim:
-            parts.append(f"dense_dim={self.dense_dim}")
-        return "".join(", " + p for p in parts)
-
-    # -- copies and views ----------------------------------------------------------
-    def clone(self) -> "CompressedTensor":
-        return CompressedTensor(self._compressed.copy(), self._plain.copy(), self._values.copy(),
-                                self._shape, self._layout, self._canonical)
-
-    def _replace_values(self, values, copy_indices=False):
-        c, p = (self._compressed.copy(), self._plain.copy()) if copy_indices else (self._compressed, self._plain)
-        return CompressedTensor(c, p, values, self._shape, self._layout, self._canonical)
-
-    def _with_index_dtype(self, index_dtype):
-        from ._dtypes import as_index_dtype, check_fits
-
-        dt = as_index_dtype(index_dtype)
-        if dt == self.index_dtype:
-            return self
-        m = self.batch_dim
-        check_fits(dt, self._layout.name, nnz=self.nnz, nrows=self._shape[m], ncols=self._shape[m + 1])
-        return CompressedTensor(self._compressed.astype(dt), self._plain.astype(dt), self._values,
-                                self._shape, self._layout, self._canonical)
 
     def check_invariants(self, *, threads: int | None = None) -> None:
         from ._factory import check_compressed_members

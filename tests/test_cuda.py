@@ -310,8 +310,6 @@ def test_checked_constructors(backend, rng):
     coo = make(rng, ("coo", (), (), None))
     dcoo = cuda.coo_tensor(cuda.DeviceArray.from_host(coo.indices()), coo.values(), coo.shape, is_coalesced=True)
     assert_same(dcoo, coo)
-    with pytest.raises(NotImplementedError, match="size"):
-        cuda.coo_tensor(coo.indices(), coo.values(), None)
 
 
 # -- coalescing ---------------------------------------------------------------------------------------------

@@ -16,7 +16,6 @@ kernel yet and raise NotImplementedError.
 from __future__ import annotations
 
 import math
-import operator
 
 import numpy as np
 
@@ -146,19 +145,14 @@ def _coo_to_rows(t):
 def to_sparse(t, layout, *, blocksize=None, dense_dim=None):
     """Convert a device tensor to another sparse layout (see the module docstring for what the
     GPU does); converting to the tensor's own layout (and blocksize) returns ``t``."""
-    from .._convert import _target_blocksize
+    from .._convert import check_target
     from .tensor import CudaCOOTensor, CudaSparseTensor
 
     if not isinstance(t, CudaSparseTensor):
         raise TypeError(f"expected a CUDA sparse tensor, got {type(t).__name__}")
     layout = L.as_layout(layout)
-    if layout is L.strided:
-        raise ValueError("to_sparse needs a sparse layout, got strided; use t.to_dense()")
-    if dense_dim is not None and operator.index(dense_dim) != t.dense_dim:
-        raise ValueError(f"a {t.layout.name} -> {layout.name} conversion keeps the dense dims: dense_dim must be "
-                         f"{t.dense_dim} (or None), got {dense_dim}")
-    bs = _target_blocksize(t, layout, blocksize)
-    if t.layout is layout and (not layout.blocked or t.blocksize == bs):
+    bs, same = check_target(t, layout, blocksize, dense_dim)
+    if same:
         return t
     if isinstance(t, CudaCOOTensor):
         if layout.blocked:

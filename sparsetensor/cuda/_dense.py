@@ -11,12 +11,10 @@ works, except that summing duplicates needs a float or complex dtype.
 from __future__ import annotations
 
 import math
-import operator
 
 import numpy as np
 
 from .. import _layout as L
-from .._dtypes import VALUE_DTYPES, as_index_dtype, check_fits
 from . import _primitives as P
 from ._array import DeviceArray, as_device_array
 
@@ -105,31 +103,20 @@ def from_dense(array, layout="csr", *, blocksize=None, dense_dim: int = 0, batch
     >>> t.col_indices().get(), t.values().get()                            # doctest: +SKIP
     (array([1, 0]), array([1., 2.]))
     """
-    from .._dense import _as_blocksize
+    from .._dense import check_batch_nnz, check_from_dense
     from .tensor import CudaCompressedTensor, CudaCOOTensor
 
-    layout = L.as_layout(layout)
-    if layout is L.strided:
+    if L.as_layout(layout) is L.strided:
         raise ValueError("from_dense needs a sparse layout, got strided")
     a = _as_dense_input(array, device)
     dev = a._device
-    if a.dtype not in VALUE_DTYPES:
-        raise TypeError(f"unsupported value dtype {a.dtype}; supported: {', '.join(map(str, VALUE_DTYPES))}")
-    idx_dt = as_index_dtype(index_dtype)
-    dense_dim, batch_dim = operator.index(dense_dim), operator.index(batch_dim)
-    if dense_dim < 0 or batch_dim < 0:
-        raise ValueError(f"dense_dim and batch_dim must be >= 0, got {dense_dim} and {batch_dim}")
+    plan = check_from_dense(a.shape, a.dtype, layout, blocksize, dense_dim, batch_dim, index_dtype)
+    layout, idx_dt, batch, sparse, dense, bs = plan
     zkey, mask, per_value = _ztest(a.dtype)
     rkey = P.raw_key(a.itemsize)
     ik = P.index_key(idx_dt)
     if layout is L.sparse_coo:
-        if blocksize is not None:
-            raise ValueError("blocksize is not defined for layout coo")
-        if dense_dim > a.ndim:
-            raise ValueError(f"dense_dim={dense_dim} exceeds the array's {a.ndim} dims")
-        S = a.ndim - dense_dim
-        sparse, dense = a.shape[:S], a.shape[S:]
-        check_fits(idx_dt, "coo", **{f"size[{d}]": sparse[d] for d in range(S)})
+        S = len(sparse)
         M, W = math.prod(sparse), math.prod(dense)
         flags = P.empty(dev, (M,), np.int64)
         P.run(dev, "dense.cu", "dense_nonzero", (zkey,), M, a, 1, M, 1, W * per_value, 1, 1, 1, mask, flags)
@@ -141,16 +128,7 @@ def from_dense(array, layout="csr", *, blocksize=None, dense_dim: int = 0, batch
         P.run(dev, "dense.cu", "dense_to_coo", (rkey, ik), M, a, scan, M, W, S, shape, nnz, idx, vals)
         return CudaCOOTensor(idx, vals, a.shape, True)
 
-    need = batch_dim + 2 + dense_dim
-    if a.ndim != need:
-        raise ValueError(f"from_dense to {layout.name} with batch_dim={batch_dim}, dense_dim={dense_dim} needs a "
-                         f"{need}-d array (batch + 2 sparse + dense), got {a.ndim}-d with shape {a.shape}")
-    bs = _as_blocksize(blocksize, layout)
-    m = batch_dim
-    batch, (rows, cols), dense = a.shape[:m], a.shape[m:m + 2], a.shape[m + 2:]
-    if rows % bs[0] or cols % bs[1]:
-        raise ValueError(f"blocksize {bs} must divide the sparse sizes ({rows}, {cols})")
-    check_fits(idx_dt, layout.name, nrows=rows, ncols=cols, nnz=(rows // bs[0]) * (cols // bs[1]))
+    rows, cols = sparse
     B, W = math.prod(batch), math.prod(dense)
     crow = layout.compressed_rows
     nmajor = rows // bs[0] if crow else cols // bs[1]
@@ -162,11 +140,7 @@ def from_dense(array, layout="csr", *, blocksize=None, dense_dim: int = 0, batch
     scan = P.exclusive_scan(dev, flags)
     bounds = P.read_ints(dev, P.take_strided(dev, scan, nmajor * nminor, B + 1)) if B else np.zeros(1, np.int64)
     counts = np.diff(bounds)
-    if B and (counts != counts[0]).any():
-        shown = ", ".join(f"{tuple(int(i) for i in np.unravel_index(k, batch))}: {int(counts[k])}"
-                          for k in range(min(B, 16)))
-        raise ValueError(f"every batch of a {layout.name} tensor must have the same nnz; got per batch "
-                         f"{shown}{', ...' if B > 16 else ''}")
+    check_batch_nnz(counts, batch, layout)
     nnz = int(counts[0]) if B else 0
     block = bs if layout.blocked else ()
     plain = P.empty(dev, batch + (nnz,), idx_dt)

@@ -231,6 +231,10 @@ def get_device(device=None) -> Device:
     ordinal = parse_device(device)
     dev = _devices.get(ordinal)
     if dev is None:
+        emulated = [d for d in _devices.values() if getattr(d, "emulated", False)]
+        if emulated:  # the kernel emulator of the tests stands in for the machine's devices
+            raise ValueError(f"cuda:{ordinal} does not exist; this machine has {len(emulated)} CUDA device(s) "
+                             "(emulated)")
         _init()
         n = check(driver().cuDeviceGetCount(), "cuDeviceGetCount")
         if not 0 <= ordinal < n:

@@ -6,6 +6,10 @@ compressed tensor over one of its two sparse dims returns a dense DeviceArray,
 ``batch + (rows or cols,) + dense``, as the CPU does (:mod:`sparsetensor.ops.reduce`):
 the plain dim is summed row by row, the compressed dim after a device transpose.
 Other reductions raise NotImplementedError.
+
+:func:`index_extrema` and :func:`step_extrema` read the few numbers a shape estimate
+needs (the largest and smallest index per row, the largest step of a compressed
+index): one small reduction kernel, then one synchronisation.
 """
 
 from __future__ import annotations
@@ -18,10 +22,41 @@ import numpy as np
 from . import _primitives as P
 from ._module import launch
 
-__all__ = ["sum"]
+__all__ = ["sum", "index_extrema", "step_extrema"]
 
 _SUM_THREADS = 256
 _MAX_PARTIALS = 1024
+_EXTREMA_THREADS = 256
+_EXTREMA_PARTS = 64
+
+
+def _extrema(a, rows: int, length: int, diff: int, seg: int):
+    dev = a._device
+    parts = max(1, min(-(-length // _EXTREMA_THREADS), _EXTREMA_PARTS))
+    out = P.empty(dev, (rows, parts, 2), np.int64)
+    launch(dev, "reduce.cu", "index_extrema", (P.index_key(a.dtype),), rows * parts, _EXTREMA_THREADS, a, rows,
+           length, parts, diff, seg, out)
+    r = P.read_ints(dev, out)
+    return r[:, :, 0].max(axis=1), r[:, :, 1].min(axis=1)
+
+
+def index_extrema(a):
+    """``(max, min)``: host int64 arrays of the largest and smallest entry of each row of a
+    2-d device index array ``(rows, n)`` with ``n > 0`` (synchronises once)."""
+    rows, n = a.shape
+    if not rows or not n:
+        raise ValueError(f"index_extrema needs a non-empty array, got shape {a.shape}")
+    return _extrema(a, rows, n, 0, 1)
+
+
+def step_extrema(c) -> int:
+    """The largest step ``c[..., i + 1] - c[..., i]`` of a device compressed index (wrapping in
+    its dtype, as ``np.diff``); needs at least one step (synchronises once)."""
+    seg = c.shape[-1] - 1
+    length = (c.size // (seg + 1)) * seg if seg > 0 else 0
+    if not length:
+        raise ValueError(f"step_extrema needs at least one step, got shape {c.shape}")
+    return int(_extrema(c, 1, length, 1, seg)[0][0])
 
 
 def _sum_all(t):

@@ -21,6 +21,7 @@ import numpy as np
 
 from .. import _layout as L
 from ._array import DeviceArray, as_device_array
+from .._tensor import _COOBase, _CompressedBase, _SparseBase
 from ._driver import get_device
 
 __all__ = ["CudaSparseTensor", "CudaCOOTensor", "CudaCompressedTensor", "to_device", "to_host", "coo_tensor",
@@ -28,32 +29,13 @@ __all__ = ["CudaSparseTensor", "CudaCOOTensor", "CudaCompressedTensor", "to_devi
            "sum", "unary", "sampled_addmm", "is_cuda_tensor"]
 
 
-class CudaSparseTensor:
-    """What the two device tensor classes share."""
+class CudaSparseTensor(_SparseBase):
+    """What the two device tensor classes share (the attributes shared with the CPU classes
+    come from :class:`sparsetensor._tensor._SparseBase`)."""
 
     __slots__ = ("_shape", "_layout", "__weakref__")
-
-    @property
-    def shape(self) -> tuple:
-        return self._shape
-
-    def size(self, dim=None):
-        return self._shape if dim is None else self._shape[dim]
-
-    @property
-    def ndim(self) -> int:
-        return len(self._shape)
-
-    def dim(self) -> int:
-        return len(self._shape)
-
-    @property
-    def layout(self) -> L.Layout:
-        return self._layout
-
-    @property
-    def dtype(self) -> np.dtype:
-        return self.values().dtype
+    __array_priority__ = 1000
+    __array_ufunc__ = None  # NumPy refuses ufuncs and ``ndarray OP t`` (TypeError) instead of densifying
 
     @property
     def device(self) -> str:
@@ -67,62 +49,21 @@ class CudaSparseTensor:
     def is_cuda(self) -> bool:
         return True
 
-    @property
-    def is_sparse(self) -> bool:
-        return True
-
-    def numel(self) -> int:
-        return math.prod(self._shape)
-
     def _dev(self):
         return self.values()._device
 
-    # -- moves and conversions -------------------------------------------------------------------
-    def cpu(self):
-        """A CPU tensor with host copies of the members."""
-        return to_host(self)
+    def _cast_values(self, a: DeviceArray, dtype) -> DeviceArray:
+        return cast_values(a, dtype)
 
-    def cuda(self, device=None):
-        return to_device(self, "cuda" if device is None else device)
-
-    def to(self, *args, dtype=None, device=None, index_dtype=None, copy: bool = False):
-        """Move or convert, as the CPU tensors' ``to``: ``t.to("cpu")`` copies to the host,
-        ``t.to("cuda:1")`` to another device (``self`` if already there),
-        ``t.to(index_dtype=np.int32)`` casts the indices on the device. Converting the values'
-        dtype on the device is supported between float16 and float32 only."""
-        from .._device import is_device_like
-
-        for a in args:
-            if is_device_like(a):
-                device = a
-            else:
-                dtype = a
-        out = self
-        if dtype is not None:
-            out = out._astype(dtype)
-        if index_dtype is not None:
-            out = out._with_index_dtype(index_dtype)
-        elif copy and out is self:
-            out = self.clone()
-        if device is not None:
-            out = to_host(out) if str(device) == "cpu" else to_device(out, device)
-        return out
-
-    def _astype(self, dtype):
-        from .._dtypes import as_value_dtype
+    def _cast_index(self, a: DeviceArray, dtype) -> DeviceArray:
         from . import _primitives as P
 
-        dt = as_value_dtype(dtype)
-        v = self.values()
-        if dt == v.dtype:
-            return self
-        pair = (v.dtype.name, dt.name)
-        if pair == ("float16", "float32"):
-            return self._replace_values(P.half_to_float(self._dev(), v))
-        if pair == ("float32", "float16"):
-            return self._replace_values(P.float_to_half(self._dev(), v))
-        raise NotImplementedError(f"astype {v.dtype} -> {dt} on cuda has no GPU kernel (float16 <-> float32 "
-                                  "only); convert on the CPU")
+        return P.cast_index(self._dev(), a, dtype)
+
+    # -- moves and conversions -------------------------------------------------------------------
+    def cpu(self):
+        """A CPU tensor with host copies of the members (``t.to("cpu")``)."""
+        return to_host(self)
 
     def to_dense(self) -> DeviceArray:
         return to_dense(self)
@@ -149,40 +90,66 @@ class CudaSparseTensor:
         """Every invariant, the O(nnz) ones on the device; raises :class:`~sparsetensor.InvariantError`."""
         validate(self)
 
+    # -- ops with a GPU kernel -------------------------------------------------------------------
     def __matmul__(self, other):
         return matmul(self, other)
+
+    def mm(self, other):
+        return matmul(self, other)
+
+    mv = mm
 
     def __add__(self, other):
         return add(self, other)
 
+    def add(self, other, *, alpha=1):
+        return add(self, other, alpha=alpha)
+
     def __sub__(self, other):
         return add(self, other, alpha=-1)
+
+    def sub(self, other, *, alpha=1):
+        return add(self, other, alpha=-alpha)
 
     def __mul__(self, other):
         return mul(self, other)
 
-    __rmul__ = __mul__
+    __rmul__ = mul = __mul__
 
     def __truediv__(self, other):
         from ._pointwise import div_scalar
 
         return div_scalar(self, other)
 
+    div = __truediv__
+
+    def __pow__(self, exponent):
+        from ._pointwise import pow_scalar
+
+        return pow_scalar(self, exponent)
+
+    pow = __pow__
+
     def __neg__(self):
         return unary(self, "neg")
+
+    def __abs__(self):
+        return unary(self, "abs")
+
+    def sum(self, dim=None, keepdim=False):
+        """Sum of all elements (a 0-d DeviceArray) or over one sparse dim of a compressed tensor."""
+        if keepdim:
+            raise NotImplementedError(f"sum(keepdim=True) of a {self._layout.name} tensor on cuda has no GPU kernel")
+        return sum(self, dim)
 
     def __array__(self, dtype=None, copy=None):
         raise TypeError(f"a {self._layout.name} tensor on {self.device} does not convert to a NumPy array "
                         "implicitly; use .cpu() or .to_dense().get()")
 
-    def _summary(self) -> str:
-        return (f"{self._layout.name}({self.dtype}{list(self._shape)}, nnz={self.nnz}{self._summary_extra()}, "
-                f"index={self.index_dtype}, device={self.device!r})")
-
-    __repr__ = _summary
+    __repr__ = _SparseBase._summary
 
 
-class CudaCOOTensor(CudaSparseTensor):
+class CudaCOOTensor(_COOBase, CudaSparseTensor):
     """A COO tensor on a CUDA device: ``indices`` ``(sparse_dim, nnz)``, ``values`` ``(nnz,) + dense``."""
 
     __slots__ = ("_indices", "_values", "_coalesced")
@@ -194,63 +161,11 @@ class CudaCOOTensor(CudaSparseTensor):
         self._layout = L.sparse_coo
         self._coalesced = bool(coalesced)
 
-    @property
-    def nnz(self) -> int:
-        return self._indices.shape[1]
-
-    @property
-    def sparse_dim(self) -> int:
-        return self._indices.shape[0]
-
-    @property
-    def dense_dim(self) -> int:
-        return self._values.ndim - 1
-
-    @property
-    def batch_dim(self) -> int:
-        return 0
-
-    @property
-    def blocksize(self):
-        return None
-
-    @property
-    def index_dtype(self) -> np.dtype:
-        return self._indices.dtype
-
-    def indices(self) -> DeviceArray:
-        return self._indices
-
-    def values(self) -> DeviceArray:
-        return self._values
-
-    def is_coalesced(self) -> bool:
-        return self._coalesced
-
     def coalesce(self) -> "CudaCOOTensor":
         return coalesce(self)
 
-    def clone(self) -> "CudaCOOTensor":
-        return CudaCOOTensor(self._indices.copy(), self._values.copy(), self._shape, self._coalesced)
 
-    def _replace_values(self, values):
-        return CudaCOOTensor(self._indices, values, self._shape, self._coalesced)
-
-    def _with_index_dtype(self, index_dtype):
-        from .._dtypes import as_index_dtype, check_fits
-        from . import _primitives as P
-
-        dt = as_index_dtype(index_dtype)
-        if dt == self.index_dtype:
-            return self
-        check_fits(dt, "coo", **{f"size[{d}]": self._shape[d] for d in range(self.sparse_dim)})
-        return CudaCOOTensor(P.cast_index(self._dev(), self._indices, dt), self._values, self._shape, self._coalesced)
-
-    def _summary_extra(self) -> str:
-        return f", sparse_dim={self.sparse_dim}" + (", coalesced" if self._coalesced else "")
-
-
-class CudaCompressedTensor(CudaSparseTensor):
+class CudaCompressedTensor(_CompressedBase, CudaSparseTensor):
     """A CSR, CSC, BSR or BSC tensor on a CUDA device (batch and dense dims as on the CPU)."""
 
     __slots__ = ("_compressed", "_plain", "_values", "_canonical")
@@ -264,92 +179,10 @@ class CudaCompressedTensor(CudaSparseTensor):
         self._layout = layout
         self._canonical = bool(canonical)
 
-    @property
-    def nnz(self) -> int:
-        return self._plain.shape[-1]
-
-    @property
-    def batch_dim(self) -> int:
-        return self._compressed.ndim - 1
-
-    @property
-    def sparse_dim(self) -> int:
-        return 2
-
-    @property
-    def dense_dim(self) -> int:
-        return self._values.ndim - self.batch_dim - 1 - (2 if self._layout.blocked else 0)
-
-    @property
-    def blocksize(self) -> tuple:
-        if not self._layout.blocked:
-            return (1, 1)
-        m = self.batch_dim
-        return tuple(self._values.shape[m + 1: m + 3])
-
-    @property
-    def index_dtype(self) -> np.dtype:
-        return self._compressed.dtype
-
-    @property
-    def plain_size(self) -> int:
-        m = self.batch_dim
-        if self._layout.compressed_rows:
-            return self._shape[m + 1] // self.blocksize[1]
-        return self._shape[m] // self.blocksize[0]
-
-    def compressed_indices(self) -> DeviceArray:
-        return self._compressed
-
-    def plain_indices(self) -> DeviceArray:
-        return self._plain
-
-    def values(self) -> DeviceArray:
-        return self._values
-
-    def _member(self, rows: bool, compressed: bool, name: str) -> DeviceArray:
-        if self._layout.compressed_rows != rows:
-            raise TypeError(f"{name}() is not defined for layout {self._layout!r}; "
-                            f"use {self._layout.compressed_name if compressed else self._layout.plain_name}()")
-        return self._compressed if compressed else self._plain
-
-    def crow_indices(self) -> DeviceArray:
-        return self._member(True, True, "crow_indices")
-
-    def col_indices(self) -> DeviceArray:
-        return self._member(True, False, "col_indices")
-
-    def ccol_indices(self) -> DeviceArray:
-        return self._member(False, True, "ccol_indices")
-
-    def row_indices(self) -> DeviceArray:
-        return self._member(False, False, "row_indices")
-
-    def is_coalesced(self) -> bool:
-        return self._canonical
-
     def coalesce(self):
         return coalesce(self)
 
-    def clone(self) -> "CudaCompressedTensor":
-        return CudaCompressedTensor(self._compressed.copy(), self._plain.copy(), self._values.copy(), self._shape,
-                                    self._layout, self._canonical)
-
-    def _replace_values(self, values):
-        return CudaCompressedTensor(self._compressed, self._plain, values, self._shape, self._layout, self._canonical)
-
-    def _with_index_dtype(self, index_dtype):
-        from .._dtypes import as_index_dtype, check_fits
-        from . import _primitives as P
-
-        dt = as_index_dtype(index_dtype)
-        if dt == self.index_dtype:
-            return self
-        m = self.batch_dim
-        check_fits(dt, self._layout.name, nnz=self.nnz, nrows=self._shape[m], ncols=self._shape[m + 1])
-        dev = self._dev()
-        return CudaCompressedTensor(P.cast_index(dev, self._compressed, dt), P.cast_index(dev, self._plain, dt),
-                                    self._values, self._shape, self._layout, self._canonical)
+    sum_duplicates = coalesce
 
     @property
     def mT(self):
@@ -359,15 +192,55 @@ class CudaCompressedTensor(CudaSparseTensor):
 
         return matrix_transpose(self)
 
-    def _summary_extra(self) -> str:
-        parts = []
-        if self._layout.blocked:
-            parts.append(f"blocksize={self.blocksize}")
-        if self.batch_dim:
-            parts.append(f"batch_dim={self.batch_dim}")
-        if self.dense_dim:
-            parts.append(f"dense_dim={self.dense_dim}")
-        return "".join(", " + p for p in parts)
+    def transpose(self, dim0: int, dim1: int):
+        """Swapping the two sparse dims is ``mT``; other transposes have no GPU kernel."""
+        from .._tensor import _normalize_dim
+
+        m = self.batch_dim
+        if {_normalize_dim(dim0, self.ndim), _normalize_dim(dim1, self.ndim)} == {m, m + 1}:
+            return self.mT
+        raise NotImplementedError(f"transpose({dim0}, {dim1}) of a {self._layout.name} tensor on cuda: only the two "
+                                  "sparse dims (.mT) have a GPU kernel")
+
+
+def _pointwise_method(name: str):
+    def method(self, *args, **kwargs):
+        if args or kwargs:
+            raise NotImplementedError(f"{name} with arguments {args or ''}{kwargs or ''} of a {self._layout.name} "
+                                      "tensor on cuda has no GPU kernel")
+        return unary(self, name)
+
+    method.__name__ = method.__qualname__ = name
+    method.__doc__ = f"``{name}`` of every specified value, on the device (see :func:`sparsetensor.cuda.unary`)."
+    return method
+
+
+def _no_kernel(name: str, is_property: bool = False):
+    def method(self, *args, **kwargs):
+        call = name if is_property else f"{name}(...)"
+        raise NotImplementedError(f"{name} of a {self._layout.name} tensor on {self.device} has no GPU kernel; "
+                                  f"run it on the host with t.cpu().{call}")
+
+    method.__name__ = method.__qualname__ = name
+    return property(method) if is_property else method
+
+
+def _wire_methods():
+    """Every public method of the CPU classes exists on the device classes: with a GPU kernel,
+    or raising NotImplementedError naming the op (never a silent copy to the host)."""
+    from .._tensor import COOTensor, CompressedTensor
+    from ._pointwise import UNARY_OPS
+
+    for name in UNARY_OPS:
+        if not hasattr(CudaSparseTensor, name):
+            setattr(CudaSparseTensor, name, _pointwise_method(name))
+    dunders = {"__radd__", "__rsub__", "__rtruediv__", "__rmatmul__"}
+    for cpu, dev in ((COOTensor, CudaCOOTensor), (CompressedTensor, CudaCompressedTensor)):
+        for name in dir(cpu):
+            if (name.startswith("_") and name not in dunders) or hasattr(dev, name):
+                continue
+            attr = next(k.__dict__[name] for k in cpu.__mro__ if name in k.__dict__)
+            setattr(dev, name, _no_kernel(name, isinstance(attr, property)))
 
 
 def is_cuda_tensor(t) -> bool:
@@ -430,16 +303,6 @@ class _Flags:
     writeable = True
 
 
-def _member(x, dev, name: str) -> DeviceArray:
-    if isinstance(x, np.ndarray) or isinstance(x, (list, tuple)):
-        return DeviceArray.from_host(np.asarray(x), dev)
-    try:
-        return as_device_array(x, dev)
-    except TypeError:
-        raise TypeError(f"{name} must be a device array (DeviceArray, CuPy, PyTorch CUDA tensor) or a NumPy "
-                        f"array, got {type(x).__name__}") from None
-
-
 class _Checkable:
     """A DeviceArray seen by the CPU's O(1) member checks (shape, ndim, dtype, flags)."""
 
@@ -450,29 +313,130 @@ class _Checkable:
         return self
 
 
-def coo_tensor(indices, values, size, *, device="cuda", check_invariants=None, is_coalesced=None) -> CudaCOOTensor:
-    """A COO tensor on ``device`` from device arrays (taken without a copy) or NumPy arrays (copied).
+def cast_values(a: DeviceArray, dtype) -> DeviceArray:
+    """Device values converted to ``dtype`` (a new array, also when the dtype is the same).
 
-    ``size`` is required (estimating it would read the indices). The O(1) invariants are
-    checked always, the O(nnz) ones (C4-C6) on the device when ``check_invariants``
-    (default: :func:`sparsetensor.get_check_invariants`).
+    The GPU converts between float16 and float32 only; other pairs raise
+    NotImplementedError naming them (convert on the CPU)."""
+    from .._dtypes import as_value_dtype
+    from . import _primitives as P
+
+    dt = as_value_dtype(dtype)
+    pair = (a.dtype.name, dt.name)
+    if dt == a.dtype:
+        return a.copy()
+    if pair == ("float16", "float32"):
+        return P.half_to_float(a._device, a)
+    if pair == ("float32", "float16"):
+        return P.float_to_half(a._device, a)
+    raise NotImplementedError(f"astype {a.dtype} -> {dt} on cuda has no GPU kernel (float16 <-> float32 only); "
+                              "convert on the CPU")
+
+
+def _place_members(members: dict, device):
+    """``(Device, {name: DeviceArray or host array})`` for constructor inputs.
+
+    Device arrays (anything :func:`sparsetensor._device.is_device_array` accepts) are
+    taken without a copy and must share one device, which ``device`` (when given) must
+    name; host members stay on the host here (the caller normalises and copies them).
+    Without device arrays the device is ``device`` (default ``"cuda"``)."""
+    from .._device import as_device, is_device_array
+
+    placed = {k: as_device_array(x) if is_device_array(x) else x for k, x in members.items()}
+    on = {k: a.device for k, a in placed.items() if isinstance(a, DeviceArray)}
+    if len(set(on.values())) > 1:
+        raise ValueError("the members of a sparse tensor must be on one device, got "
+                         + ", ".join(f"{k} on {d}" for k, d in on.items()))
+    want = None if device is None else as_device(device)
+    have = next(iter(on.values()), None)
+    if want is not None and have is not None and want != have:
+        where = ", ".join(f"{k} on {d}" for k, d in on.items())
+        raise ValueError(f"device={str(device)!r} ({want}) disagrees with the device of the arrays ({where}); "
+                         "move them first or leave device=None")
+    target = have or want or "cuda"
+    if target == "cpu":
+        raise ValueError("device='cpu' was asked of sparsetensor.cuda; use the sparsetensor constructors")
+    return get_device(target), placed
+
+
+def _upload(x, dev) -> DeviceArray:
+    return x if isinstance(x, DeviceArray) else DeviceArray.from_host(np.ascontiguousarray(x), dev)
+
+
+def _index_extrema(indices: DeviceArray) -> tuple:
+    from ._reduce import index_extrema
+
+    return index_extrema(indices)
+
+
+def _plain_max(plain: DeviceArray) -> int:
+    from ._reduce import index_extrema
+
+    return int(index_extrema(plain.reshape(1, -1))[0][0])
+
+
+def _max_step(compressed: DeviceArray) -> int:
+    from ._reduce import step_extrema
+
+    return step_extrema(compressed)
+
+
+def _device_values(v, dev, dtype) -> DeviceArray:
+    from .._dtypes import VALUE_DTYPES, as_value_dtype
+    from .._factory import _as_values
+
+    if not isinstance(v, DeviceArray):
+        return _upload(_as_values(v, dtype), dev)  # a host member: converted on the host, then copied
+    if dtype is not None and as_value_dtype(dtype) != v.dtype:
+        v = cast_values(v, dtype)
+    if v.dtype not in VALUE_DTYPES:
+        raise TypeError(f"unsupported value dtype {v.dtype} (invariant 1.5); supported: "
+                        f"{', '.join(map(str, VALUE_DTYPES))}")
+    return v
+
+
+def _device_index(x, dev, name: str, layout: str) -> DeviceArray:
+    from .._errors import InvariantError
+    from .._factory import _as_index_array
+
+    if not isinstance(x, DeviceArray):
+        return _upload(_as_index_array(x, name, layout), dev)
+    if x.dtype not in (np.int32, np.int64):
+        raise InvariantError("1.3", layout, f"{name} must have dtype int32 or int64, got {x.dtype}")
+    return x
+
+
+def coo_tensor(indices, values, size=None, *, dtype=None, device=None, check_invariants=None,
+               is_coalesced=None) -> CudaCOOTensor:
+    """A COO tensor on a CUDA device; what :func:`sparsetensor.sparse_coo_tensor` builds from device arrays.
+
+    Members that are device arrays (DeviceArray, CuPy, PyTorch CUDA tensors, any
+    ``__cuda_array_interface__`` or CUDA ``__dlpack__``) are taken without a copy and
+    must be C-contiguous and on one device; ``device=None`` means theirs, and a
+    ``device`` naming another raises ValueError. Host members (lists, NumPy) are
+    copied to that device (``"cuda"`` when no member is a device array).
+
+    ``size=None`` is estimated on the device (the largest index of each row + 1, one
+    synchronisation), as on the CPU. ``dtype`` converts the values: host values on
+    the host, device values on the device (float16 <-> float32 only, else
+    NotImplementedError). The O(1) invariants are checked always, the O(nnz) ones
+    (C4-C6) on the device when ``check_invariants`` (default:
+    :func:`sparsetensor.get_check_invariants`).
+
+    Examples
+    --------
+    >>> import cupy, sparsetensor as st                                       # doctest: +SKIP
+    >>> t = st.sparse_coo_tensor(cupy.array([[0, 1], [2, 0]]), cupy.array([1.0, 2.0]))  # doctest: +SKIP
+    >>> t.shape, t.device                                                     # doctest: +SKIP
+    ((2, 3), 'cuda:0')
     """
     from .._config import resolve_check
-    from .._dtypes import VALUE_DTYPES
-    from .._factory import _as_size, check_coo_members
+    from .._factory import check_coo_members, coo_indices_and_shape
 
-    if size is None:
-        raise NotImplementedError("size estimation for cuda tensors: pass size=")
-    dev = get_device(device)
-    idx = _member(indices, dev, "indices")
-    vals = _member(values, dev, "values")
-    if idx.dtype not in (np.int32, np.int64):
-        from .._errors import InvariantError
-
-        raise InvariantError("1.3", "coo", f"indices must have dtype int32 or int64, got {idx.dtype}")
-    if vals.dtype not in VALUE_DTYPES:
-        raise TypeError(f"unsupported value dtype {vals.dtype}")
-    shape = _as_size(size)
+    dev, m = _place_members({"indices": indices, "values": values}, device)
+    vals = _device_values(m["values"], dev, dtype)
+    idx = _device_index(m["indices"], dev, "indices", "coo")
+    idx, shape = coo_indices_and_shape(idx, vals, size, _index_extrema)
     check_coo_members(_Checkable(idx), _Checkable(vals), shape)
     t = CudaCOOTensor(idx, vals, shape, bool(is_coalesced) or idx.shape[1] <= 1)
     if resolve_check(check_invariants):
@@ -480,27 +444,35 @@ def coo_tensor(indices, values, size, *, device="cuda", check_invariants=None, i
     return t
 
 
-def compressed_tensor(compressed_indices, plain_indices, values, size, *, layout, device="cuda",
+def compressed_tensor(compressed_indices, plain_indices, values, size=None, *, layout, dtype=None, device=None,
                       check_invariants=None) -> CudaCompressedTensor:
-    """A csr/csc/bsr/bsc tensor on ``device`` from device arrays (zero-copy) or NumPy arrays (copied).
+    """A csr/csc/bsr/bsc tensor on a CUDA device; what :func:`sparsetensor.sparse_compressed_tensor`
+    builds from device arrays.
 
-    ``size`` is required. O(1) invariants always, 5.1-5.6 on the device when checking.
+    Members, ``device``, ``dtype`` and ``size=None`` as in :func:`coo_tensor` (the shape
+    estimate is seed 003's: the plain size is the largest plain index + 1 or the longest
+    row, read with one device reduction). O(1) invariants always, 5.1-5.6 on the device
+    when checking.
     """
     from .._config import resolve_check
-    from .._dtypes import VALUE_DTYPES
-    from .._factory import _as_size, check_compressed_members
+    from .._errors import InvariantError
+    from .._factory import _as_size, check_compressed_members, estimate_compressed_shape
 
     layout = L.as_layout(layout)
     if not layout.compressed:
         raise ValueError(f"compressed_tensor needs a compressed layout, got {layout!r}")
+    dev, m = _place_members({layout.compressed_name: compressed_indices, layout.plain_name: plain_indices,
+                             "values": values}, device)
+    v = _device_values(m["values"], dev, dtype)
+    c = _device_index(m[layout.compressed_name], dev, layout.compressed_name, layout.name)
+    p = _device_index(m[layout.plain_name], dev, layout.plain_name, layout.name)
+    if c.ndim < 1:
+        raise InvariantError("3.2", layout.name, f"{layout.compressed_name} must be at least 1-d")
+    if c.dtype != p.dtype:
+        raise InvariantError("1.2", layout.name, f"{layout.plain_name} must have the dtype of "
+                             f"{layout.compressed_name} ({c.dtype}), got {p.dtype}")
     if size is None:
-        raise NotImplementedError("size estimation for cuda tensors: pass size=")
-    dev = get_device(device)
-    c = _member(compressed_indices, dev, layout.compressed_name)
-    p = _member(plain_indices, dev, layout.plain_name)
-    v = _member(values, dev, "values")
-    if v.dtype not in VALUE_DTYPES:
-        raise TypeError(f"unsupported value dtype {v.dtype}")
+        size = estimate_compressed_shape(c, p, v, layout, _plain_max, _max_step)
     shape = _as_size(size)
     check_compressed_members(_Checkable(c), _Checkable(p), _Checkable(v), shape, layout)
     check = resolve_check(check_invariants)
@@ -580,3 +552,6 @@ def unary(t, op: str):
     from ._pointwise import unary as _unary
 
     return _unary(t, op)
+
+
+_wire_methods()
