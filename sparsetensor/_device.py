@@ -28,7 +28,8 @@ def is_device_array(x) -> bool:
 
 
 def as_device(device) -> str:
-    """Normalise a device spec to ``"cpu"`` or ``"cuda:N"``.
+    """Normalise a device spec (``"cpu"``, ``"cuda"``, ``"cuda:N"``, an ordinal ``N``, a torch
+    device) to ``"cpu"`` or ``"cuda:N"``.
 
     ``"cuda"``/``"cuda:N"`` (or a torch device) need the CUDA backend (``pip install
     "sparsetensor[cuda]"`` and a GPU); without one they raise :class:`NotImplementedError`
@@ -36,6 +37,8 @@ def as_device(device) -> str:
     """
     if device is None:
         return "cpu"
+    if isinstance(device, int) and not isinstance(device, bool):  # an ordinal, as torch takes it
+        device = f"cuda:{device}"
     s = str(device)
     if s == "cpu":
         return "cpu"

@@ -136,11 +136,19 @@ def sparse_coo_tensor(indices, values, size=None, *, dtype=None, device=None, ch
         dim, then ``values.shape[1:]``.
     dtype : dtype, optional
         Convert ``values`` to this dtype.
+    device : str, optional
+        ``"cpu"`` (default for host input) or ``"cuda[:N]"``: host input is built on the CPU
+        and moved. Device arrays (see below) give a CUDA tensor on their device.
     check_invariants : bool, optional
         Scan the indices (bounds, and sortedness when ``is_coalesced=True``).
         Defaults to the context's setting, see :func:`check_invariants`.
     is_coalesced : bool, optional
         Declare the indices sorted and distinct (checked when checking is on).
+
+    Members that are CUDA device arrays (``__cuda_array_interface__`` or a CUDA
+    ``__dlpack__``: CuPy arrays, PyTorch CUDA tensors) are taken without a copy and give a
+    CUDA tensor on their device, checked and shape-estimated on the device; host members
+    given with them are copied there. See :func:`sparsetensor.cuda.coo_tensor`.
 
     Examples
     --------
@@ -297,6 +305,10 @@ def sparse_compressed_tensor(compressed_indices, plain_indices, values, size=Non
 
     Index arrays keep their dtype; non-contiguous inputs are copied to
     contiguous arrays (invariants 3.5-3.7); other inputs are used without a copy.
+    CUDA device arrays (CuPy, PyTorch CUDA tensors, ...) give a CUDA tensor on their
+    device without a copy, as for :func:`sparse_coo_tensor`
+    (:func:`sparsetensor.cuda.compressed_tensor`); ``device="cuda[:N]"`` moves a tensor
+    built from host input.
 
     Examples
     --------

@@ -15,8 +15,6 @@ arrays (CuPy, PyTorch CUDA tensors, DeviceArrays: zero-copy) with
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from .. import _layout as L
@@ -164,6 +162,35 @@ class CudaCOOTensor(_COOBase, CudaSparseTensor):
     def coalesce(self) -> "CudaCOOTensor":
         return coalesce(self)
 
+    def transpose(self, dim0: int, dim1: int):
+        """Swapping two sparse dims permutes the index rows (device copies; the result is not
+        coalesced, as on the CPU); transposing dense dims has no GPU kernel."""
+        from .._tensor import _normalize_dim
+        from . import _primitives as P
+
+        a, b = _normalize_dim(dim0, self.ndim), _normalize_dim(dim1, self.ndim)
+        S = self.sparse_dim
+        if a == b:
+            return self
+        if a >= S or b >= S:
+            raise NotImplementedError(f"transpose({dim0}, {dim1}) of a coo tensor on cuda: only sparse dims have a "
+                                      "GPU kernel")
+        dev, idx = self._dev(), self._indices
+        out = P.empty(dev, idx.shape, idx.dtype)
+        for r in range(S):
+            src = {a: b, b: a}.get(r, r)
+            dev.copy_dtod(out[r].ptr, idx[src].ptr, idx[src].nbytes)
+        shape = list(self._shape)
+        shape[a], shape[b] = shape[b], shape[a]
+        return CudaCOOTensor(out, self._values, tuple(shape), False)
+
+    @property
+    def mT(self):
+        """The transpose of the last two sparse dims (see :meth:`transpose`)."""
+        if self.sparse_dim < 2:
+            raise ValueError(f"mT needs at least 2 sparse dims, got sparse_dim={self.sparse_dim}")
+        return self.transpose(self.sparse_dim - 2, self.sparse_dim - 1)
+
 
 class CudaCompressedTensor(_CompressedBase, CudaSparseTensor):
     """A CSR, CSC, BSR or BSC tensor on a CUDA device (batch and dense dims as on the CPU)."""
@@ -222,6 +249,7 @@ def _no_kernel(name: str, is_property: bool = False):
                                   f"run it on the host with t.cpu().{call}")
 
     method.__name__ = method.__qualname__ = name
+    method.no_gpu_kernel = True
     return property(method) if is_property else method
 
 
