@@ -1178,3 +1178,47 @@ def test_emulator_half_conversion():
         _emulator.uninstall(dev)
         if saved is not None:
             _driver._devices[0] = saved
+
+
+# -- stream ordering -----------------------------------------------------------------------------------
+
+class _TorchLikeStream:
+    cuda_stream = 0xABC
+
+
+class _CudaCoreLikeStream:
+    def __cuda_stream__(self):
+        return (0, 0xDEF)
+
+
+@pytest.mark.parametrize("stream, handle", [(0x123, 0x123), (_TorchLikeStream(), 0xABC),
+                                            (_CudaCoreLikeStream(), 0xDEF)])
+def test_stream_order_waits_both_ways(backend, rng, monkeypatch, stream, handle):
+    dev = _driver.get_device(0)
+    calls = []
+    monkeypatch.setattr(dev, "wait_external_stream", lambda h: calls.append(("wait", h)))
+    monkeypatch.setattr(dev, "make_external_stream_wait", lambda h: calls.append(("signal", h)))
+    c = make(rng, CASES[3])
+    x = rng.standard_normal((c.shape[1], 3))
+    with cuda.stream_order(stream) as d:
+        assert d is dev
+        assert calls == [("wait", handle)]
+        y = cuda.to_device(c) @ cuda.DeviceArray.from_host(x, d)
+    assert calls == [("wait", handle), ("signal", handle)]
+    np.testing.assert_allclose(host(y), c.to_dense() @ x, rtol=1e-12)
+
+
+def test_stream_order_signals_on_error(backend, monkeypatch):
+    dev = _driver.get_device(0)
+    calls = []
+    monkeypatch.setattr(dev, "make_external_stream_wait", lambda h: calls.append(h))
+    with pytest.raises(RuntimeError, match="boom"):
+        with cuda.stream_order(7):
+            raise RuntimeError("boom")
+    assert calls == [7]
+
+
+def test_stream_order_rejects_non_streams(backend):
+    with pytest.raises(TypeError, match="not a CUDA stream"):
+        with cuda.stream_order("fast"):
+            pass

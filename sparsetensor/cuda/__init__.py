@@ -12,6 +12,8 @@ device can be used. Install the backend with ``pip install 'sparsetensor[cuda]'`
   :func:`coalesce`, :func:`to_sparse`, :func:`to_dense`, :func:`from_dense`,
   :func:`matmul`, :func:`sampled_addmm`, :func:`add`, :func:`mul`, :func:`sum`,
   :func:`unary`. An op without a GPU kernel raises NotImplementedError naming it.
+- Ops run on one non-blocking stream per device and synchronise only when a host value
+  is needed; :func:`stream_order` orders them against a CuPy/PyTorch/raw stream.
 - Kernels are the ``.cu`` files of ``sparsetensor/kernels``, compiled by NVRTC for the
   device's architecture on first use and cached on disk (``$SPARSETENSOR_CUDA_CACHE``,
   default ``~/.cache/sparsetensor/cuda``); :func:`precompile` fills the cache ahead of time.
@@ -23,6 +25,7 @@ import importlib
 
 __all__ = [
     "DeviceArray", "as_device_array", "is_available", "device_count", "unavailable_reason", "synchronize",
+    "stream_order",
     "CudaCOOTensor", "CudaCompressedTensor", "CudaSparseTensor", "is_cuda_tensor",
     "to_device", "to_host", "coo_tensor", "compressed_tensor",
     "validate", "coalesce", "to_sparse", "to_dense", "from_dense", "matmul", "sampled_addmm", "add", "mul", "sum",
@@ -32,6 +35,7 @@ __all__ = [
 _LAZY = {
     "DeviceArray": "_array", "as_device_array": "_array",
     "is_available": "_driver", "device_count": "_driver", "unavailable_reason": "_driver", "CudaError": "_driver",
+    "stream_order": "_driver",
     "CompileError": "_nvrtc",
     "CudaCOOTensor": "tensor", "CudaCompressedTensor": "tensor", "CudaSparseTensor": "tensor",
     "is_cuda_tensor": "tensor", "to_device": "tensor", "to_host": "tensor", "coo_tensor": "tensor",

@@ -12,13 +12,15 @@ Nothing is imported or initialised until a function here is called.
 
 from __future__ import annotations
 
+import contextlib
+
 import ctypes
 import threading
 
 import numpy as np
 
 __all__ = ["CudaError", "driver", "check", "device_count", "is_available", "get_device", "Device", "Buffer",
-           "unavailable_reason"]
+           "unavailable_reason", "stream_order", "stream_handle_of"]
 
 _lock = threading.Lock()
 _devices: dict = {}
@@ -108,6 +110,49 @@ def parse_device(device) -> int:
     if s.startswith("cuda:") and s[5:].isdigit():
         return int(s[5:])
     raise ValueError(f"not a CUDA device: {device!r}; expected 'cuda', 'cuda:N' or an ordinal")
+
+
+def stream_handle_of(stream) -> int:
+    """The raw ``CUstream`` handle of ``stream``: an int, a ``CUstream``, an object with the
+    ``__cuda_stream__`` protocol (cuda.core), a CuPy stream (``.ptr``) or a torch stream
+    (``.cuda_stream``)."""
+    if hasattr(stream, "__cuda_stream__"):
+        return int(stream.__cuda_stream__()[1])
+    for attr in ("cuda_stream", "ptr"):
+        if hasattr(stream, attr):
+            return int(getattr(stream, attr))
+    try:
+        return int(stream)
+    except (TypeError, ValueError):
+        raise TypeError(f"not a CUDA stream: {stream!r}; expected a handle, a CuPy or torch stream, or an object "
+                        "with __cuda_stream__") from None
+
+
+@contextlib.contextmanager
+def stream_order(stream, device="cuda"):
+    """Order sparsetensor's work on ``device`` after ``stream``'s, and ``stream`` after ours.
+
+    sparsetensor runs every op on its own non-blocking stream per device. Inside this
+    context, work queued on ``stream`` before entering happens before the ops run in the
+    block, and work queued on ``stream`` after leaving happens after them (an event each
+    way; nothing synchronises the host). Use it to hand tensors to and from CuPy or
+    PyTorch streams without ``synchronize()``.
+
+    Examples
+    --------
+    >>> import sparsetensor as st                                    # doctest: +SKIP
+    >>> import torch                                                 # doctest: +SKIP
+    >>> s = torch.cuda.current_stream()                              # doctest: +SKIP
+    >>> with st.cuda.stream_order(s):                                # doctest: +SKIP
+    ...     y = t_cuda @ x_cuda                                      # doctest: +SKIP
+    """
+    handle = stream_handle_of(stream)
+    dev = device if hasattr(device, "alloc") else get_device(device)
+    dev.wait_external_stream(handle)
+    try:
+        yield dev
+    finally:
+        dev.make_external_stream_wait(handle)
 
 
 class Device:
