@@ -631,6 +631,26 @@ def test_matmul_batched(backend, rng, layout, bs):
     assert_values(cuda.matmul(d, cuda.DeviceArray.from_host(x2)).get(), A @ x2)
 
 
+@pytest.mark.parametrize("bs", [(4, 4), (8, 3), (32, 32), (32, 5), (3, 32), (40, 1)], ids=str)
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.complex128], ids=str)
+def test_matmul_bsr_tiles(backend, rng, bs, dtype):
+    """Blocks up to 32 x 32 with >= 16 columns take the shared-memory tiled kernel (a
+    partial last tile of columns, rows past Rb idle); others the one-thread-per-output one."""
+    t = make(rng, ("bsr", (2,), (), bs), dtype, np.int32, blocks=(3, 4))
+    d = cuda.to_device(t)
+    A = t.to_dense().astype(np.complex128)
+    K = A.shape[-1]
+    for N in (16, 45):
+        for x in (rng.standard_normal((K, N)), rng.standard_normal((2, K, N))):
+            x = x.astype(dtype)
+            y = cuda.matmul(d, cuda.DeviceArray.from_host(x)).get()
+            assert y.dtype == dtype and y.shape == A.shape[:-1] + (N,)
+            # sums of up to 128 products: the rounding error scales with sum |a| |x|
+            scale = (np.abs(A) @ np.abs(x.astype(np.complex128))).max()
+            np.testing.assert_allclose(y.astype(np.complex128), A @ x.astype(np.complex128), rtol=0,
+                                       atol=TOL[np.dtype(dtype)] * scale)
+
+
 def test_matmul_long_rows(backend, rng):
     """Rows longer than a warp's 32 entries, and SpMV's threads-per-row choice."""
     a = np.zeros((5, 300))

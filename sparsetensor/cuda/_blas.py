@@ -25,6 +25,10 @@ from ._module import BLOCK, grid_for, launch
 __all__ = ["matmul", "sampled_addmm"]
 
 _SPMM_TILES = 4  # SPMM_TILES of blas.cu
+_BSR_TILE, _BSR_THREADS = 32, 256  # BSR_TILE and 32 * BSR_WARPS of blas.cu
+# the tiled BSR kernel for blocks of >= 16 items and >= 16 columns of X: a guess (not yet
+# timed on a GPU) at where staging in shared memory beats one thread per output
+_BSR_TILED_MIN_N = 16
 
 
 def _dense_operand(x, dev, op: str) -> DeviceArray:
@@ -121,7 +125,11 @@ def matmul(a, x):
     if B * a.nnz == 0 or K == 0:
         dev.memset8(y.ptr, 0, y.nbytes)
         return y
-    if a.layout.blocked and (rb, cb) != (1, 1):
+    if a.layout.blocked and rb <= _BSR_TILE and cb <= _BSR_TILE and N >= _BSR_TILED_MIN_N and rb * cb >= 16:
+        tiles = B * (M // rb) * -(-N // _BSR_TILE)
+        launch(dev, "blas.cu", "bsr_spmm_tiled", (vkey, ik), min(tiles, dev.sm_count * 64), _BSR_THREADS, c, p, v, B,
+               M // rb, a.nnz, rb, cb, x, x_bstride, N, y)
+    elif a.layout.blocked and (rb, cb) != (1, 1):
         P.run(dev, "blas.cu", "bsr_spmm", (vkey, ik), B * M * N, c, p, v, B, M // rb, a.nnz, rb, cb, x, x_bstride, N, y)
     elif N == 1:  # SpMV: x (K,), (K, 1) or batch + (K, 1) are K contiguous items per batch
         tpr = _tpr(a.nnz, M)
