@@ -1,12 +1,14 @@
 """Coalescing: sort indices and sum duplicates, for COO and the compressed layouts.
 
 ``coalesce`` (COO) linearises each index column to an int64 key, row-major over
-the sparse shape, and sorts (key, position) pairs with a parallel LSD radix
-sort (scalar values of at most 8 bytes travel in place of the positions); when
-the shape is too large for int64 keys it falls back to a comparison sort
-(:func:`numpy.lexsort`). ``sum_duplicates`` (csr/csc/bsr/bsc) sorts each row's
-plain indices. Both then reduce each run of equal indices in parallel. The
-kernels live in :mod:`sparsetensor._lib._coalesce`.
+the sparse shape, and sorts (key, position) pairs (scalar values of at most 8 bytes
+travel in place of the positions): keys of at most 32 bits below their top radix
+digit by a bucket sort (one scatter pass into cache-sized buckets, each sorted in
+cache), wider ones by a parallel LSD radix sort; when the shape is too large for
+int64 keys it falls back to a comparison sort (:func:`numpy.lexsort`).
+``sum_duplicates`` (csr/csc/bsr/bsc) sorts each row's plain indices. Both then
+reduce each run of equal indices in parallel. The kernels live in
+:mod:`sparsetensor._lib._coalesce` and :mod:`sparsetensor._lib._sum_duplicates`.
 
 Values are reduced in their own dtype (integers wrap as in NumPy), except bool
 (logical or) and float16 (summed in float32, rounded once). Duplicates are
@@ -21,6 +23,7 @@ import numpy as np
 
 from ._config import num_threads
 from ._lib import _coalesce as _kernels
+from ._lib import _sum_duplicates as _row_kernels
 from ._tensor import COOTensor, CompressedTensor
 from ._validate import raise_compressed_error, raise_coo_error
 
@@ -123,7 +126,20 @@ def coalesce(t: COOTensor, threads: int | None = None) -> COOTensor:
 
     nchunks = min(_CHUNKS_PER_THREAD * nt if nt > 1 else 1, n)  # of the output pass
     values2 = _values_2d(values, n)
-    if use_keys:
+    width = _kernels.bucket_bits(n, (span - 1).bit_length()) if use_keys and unsorted else 0
+    if width:
+        # Keys of at most 32 bits below the top digit: one scatter into cache-sized buckets,
+        # each sorted in cache (values travel with the keys as below).
+        carry = _payload_view(values2)
+        found, low_keys, second, bucket_starts, offsets, shift, base = _kernels.coo_bucket_sort(
+            indices, sparse_shape, (span - 1).bit_length(), width, _NO_PAYLOAD if carry is None else carry, nt)
+        if found is not None:
+            raise_coo_error(found, shape)
+        if carry is not None:
+            values2, perm = second.view(values.dtype).reshape(n, 1), _NO_PAYLOAD
+        else:
+            perm = second
+    elif use_keys:
         # Scalar values of up to 8 bytes travel with their keys through the sort (no bigger
         # than a position, and it spares a random gather); wider ones travel by position.
         carry = _payload_view(values2) if unsorted else None
@@ -151,8 +167,12 @@ def coalesce(t: COOTensor, threads: int | None = None) -> COOTensor:
     out_values = np.empty((nout,) + tuple(values.shape[1:]), dtype=values.dtype)
     vals, logical_or = _sum_view(values2)
     out_view, _ = _sum_view(out_values.reshape(nout, vals.shape[1]))
-    _kernels.coo_write(keys, offsets, perm, sparse_shape, out_indices.view(np.uint8), source, vals, out_view,
-                       logical_or, nt)
+    if width:
+        _kernels.coo_write_buckets(low_keys, bucket_starts, offsets, shift, base, perm, sparse_shape,
+                                   out_indices.view(np.uint8), vals, out_view, logical_or, nt)
+    else:
+        _kernels.coo_write(keys, offsets, perm, sparse_shape, out_indices.view(np.uint8), source, vals, out_view,
+                           logical_or, nt)
     return COOTensor(out_indices, out_values, shape, coalesced=True)
 
 
@@ -223,7 +243,7 @@ def sum_duplicates(t: CompressedTensor, threads: int | None = None) -> Compresse
     keys = np.empty((B, nnz) if lbits == 0 else (0, 0), dtype=plain.dtype)
     perm = np.empty((B, nnz), dtype=np.int64)
     counts = np.empty((B, ncomp - 1), dtype=np.int64)
-    found, changed = _kernels.compressed_sort_rows(comp2, plain2, plain_size, lbits, keys, perm, counts, nt)
+    found, changed = _row_kernels.compressed_sort_rows(comp2, plain2, plain_size, lbits, keys, perm, counts, nt)
     del keys
     if found is not None:
         raise_compressed_error(found, layout, batch, plain_size, nnz)
@@ -243,6 +263,6 @@ def sum_duplicates(t: CompressedTensor, threads: int | None = None) -> Compresse
     E = math.prod(value_tail)
     vals, logical_or = _sum_view(np.ascontiguousarray(values).reshape(B * nnz, E))
     out_view, _ = _sum_view(out_values.reshape(B * nnz_out, E))
-    _kernels.compressed_write(comp2, new_comp, plain2, perm, out_plain, vals, out_view, logical_or, nt)
+    _row_kernels.compressed_write(comp2, new_comp, plain2, perm, out_plain, vals, out_view, logical_or, nt)
     return CompressedTensor(new_comp.reshape(compressed.shape), out_plain.reshape(batch + (nnz_out,)),
                             out_values, t.shape, layout, canonical=True)

@@ -546,3 +546,32 @@ def test_docstring_examples():
 
     result = doctest.testmod(mod, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
     assert result.attempted > 0 and result.failed == 0
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("case", ["random", "low_rows", "blocks"])
+def test_coo_bucket_sort_matches_unique(case, threads):
+    """The bucket sort (keys of <= 32 bits below the top digit): many buckets, big ones sorted by
+    radix and small ones by insertion, a top digit that never varies, values carried or gathered."""
+    from sparsetensor._lib._coalesce import bucket_bits
+
+    rng = np.random.default_rng(7)
+    n, shape, dense = 400_000, (1 << 20, 1 << 20), ()
+    rows = rng.integers(0, shape[0], n)
+    if case == "low_rows":  # the top key bits are the same in every key: the digit moves down
+        rows = rows % 300
+    if case == "blocks":  # (n, 2) values travel by position
+        dense = (2,)
+    cols = rng.integers(0, shape[1], n)
+    dup = rng.integers(0, n, n // 4)
+    src = rng.integers(0, n, n // 4)
+    rows[dup], cols[dup] = rows[src], cols[src]
+    values = rng.integers(-5, 5, (n,) + dense).astype(np.float64)
+    assert bucket_bits(n, (shape[0] * shape[1] - 1).bit_length()) > 0
+    t = st.sparse_coo_tensor(np.stack([rows, cols]), values, size=shape + dense, check_invariants=False)
+    c = coalesce(t, threads=threads)
+    c.check_invariants()
+    keys = rows * shape[1] + cols
+    uniq, run = np.unique(keys, return_inverse=True)
+    np.testing.assert_array_equal(c.indices(), np.stack(np.divmod(uniq, shape[1])))
+    np.testing.assert_array_equal(c.values(), reduce_reference(values, run, uniq.size))

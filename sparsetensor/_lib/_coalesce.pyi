@@ -1,4 +1,4 @@
-"""Coalescing kernels (Cython, OpenMP). Inputs are trusted to have the shapes and
+"""COO coalescing kernels (Cython, OpenMP). Inputs are trusted to have the shapes and
 dtypes documented here: the Python wrappers in sparsetensor._coalesce check them
 before calling. Index values are not trusted: the kernels check their bounds.
 
@@ -9,8 +9,6 @@ import numpy as np
 
 # (invariant "C4"/"C5", sparse dim, position, offending value)
 CooError = tuple[str, int, int, int]
-# (invariant "5.1".."5.5", flat batch index, row (compressed index), position, offending value)
-CompressedError = tuple[str, int, int, int, int]
 
 def radix_digits(nbits: int) -> tuple[int, int]: ...  # (passes, bits per pass) for nbits-bit keys
 
@@ -62,26 +60,31 @@ def coo_write(
     nthreads: int,
 ) -> None: ...
 
-def compressed_sort_rows(
-    compressed: np.ndarray,  # (B, n + 1), int32 or int64, C-contiguous
-    plain: np.ndarray,       # (B, nnz), same dtype, C-contiguous
-    plain_size: int,         # number of (block) columns for csr/bsr, rows for csc/bsc
-    lbits: int,              # > 0: sort words plain << lbits | offset in row (rows < 2**lbits,
-                             # bits(plain_size - 1) + lbits <= 63); 0: sort (plain, position) pairs
-    keys: np.ndarray,        # (B, nnz) scratch of plain's dtype when lbits == 0, else empty
-    perm: np.ndarray,        # (B, nnz), int64, written: flat positions b * nnz + k in sorted order
-    counts: np.ndarray,      # (B, n), int64, written: distinct plain indices per row
-    nthreads: int,
-) -> tuple[CompressedError | None, bool]: ...  # (error, some row needed repair)
+def bucket_bits(n: int, nbits: int) -> int: ...  # bits of the bucket digit, 0: keys too wide for the bucket sort
 
-def compressed_write(
-    compressed: np.ndarray,      # (B, n + 1) input compressed indices
-    new_compressed: np.ndarray,  # (B, n + 1) output compressed indices (prefix sums of counts)
-    plain: np.ndarray,           # (B, nnz) input plain indices
-    perm: np.ndarray,            # (B, nnz) int64 from compressed_sort_rows
-    out_plain: np.ndarray,       # (B, nnz_out), written
-    values: np.ndarray,          # (B * nnz, E) sum view, C-contiguous
-    out: np.ndarray,             # (B * nnz_out, E), same dtype, written
+def coo_bucket_sort(
+    indices: np.ndarray,     # (S, nnz), int32 or int64, C-contiguous, nnz >= 1
+    shape: np.ndarray,       # (S,), int64, prod(shape) - 1 <= int64 max
+    nbits: int,              # bit length of prod(shape) - 1
+    width: int,              # bucket_bits(nnz, nbits), > 0
+    payload: np.ndarray,     # as for coo_sort
+    nthreads: int,
+) -> tuple[CooError | None, np.ndarray | None, np.ndarray | None, np.ndarray | None, np.ndarray | None, int, int]: ...
+    # (error, low keys (nnz,) uint32 sorted within buckets, sorted payload, bucket starts (2**width + 1,)
+    #  int64, offsets (2**width + 1,) int64: output offset of each bucket's first run, shift, base):
+    #  bucket b's keys are base | b << shift | low & (2**shift - 1)
+
+def coo_write_buckets(
+    low_keys: np.ndarray,      # from coo_bucket_sort
+    bucket_starts: np.ndarray,
+    offsets: np.ndarray,
+    shift: int,
+    base: int,
+    perm: np.ndarray,          # (nnz,) int32/int64 original positions, or empty (values were carried)
+    shape: np.ndarray,         # (S,), int64
+    out_indices: np.ndarray,   # (S, runs * itemsize) uint8, written
+    values: np.ndarray,        # (nnz, E) sum view (the carried values, sorted, when perm is empty)
+    out: np.ndarray,           # (runs, E), same dtype, written
     logical_or: bool,
     nthreads: int,
 ) -> None: ...

@@ -484,37 +484,75 @@ cdef inline int64_t _flat_row(const index_t* idx, Py_ssize_t N, Py_ssize_t S, co
     return fr
 
 
+# Entries per block of the two-dim COO -> rows scan: checked by one branch-free pass first.
+cdef Py_ssize_t COO_ROWS_BLOCK = 2048
+
+
+cdef bint _coo_block_bad(const index_t* rows, const index_t* cols, Py_ssize_t k0, Py_ssize_t k1,
+                         uint64_t nrows, uint64_t ncols) noexcept nogil:
+    """Whether an entry of [k0, k1) (k0 >= 1) is out of bounds or not after entry k - 1.
+    Branch-free (vectorised): the caller rescans a bad block for the first error."""
+    cdef Py_ssize_t k
+    cdef int bad = 0
+    cdef index_t r, c, pr, pc
+    for k in range(k0, k1):
+        r = rows[k]
+        c = cols[k]
+        pr = rows[k - 1]
+        pc = cols[k - 1]
+        # one unsigned comparison per bound: a negative index wraps to a huge one
+        bad = bad | (<uint64_t><int64_t>r >= nrows) | (<uint64_t><int64_t>c >= ncols) | (r < pr) | (
+            (r == pr) & (c <= pc))
+    return bad != 0
+
+
 cdef void _coo_rows_2d(const index_t* idx, Py_ssize_t N, const int64_t* sizes, int64_t F, Py_ssize_t k0,
                        Py_ssize_t k1, int64_t* ptr, int64_t* f) noexcept nogil:
-    """_coo_rows for two sparse dims (no batch dims): the flat row is the row."""
-    cdef Py_ssize_t k
+    """_coo_rows for two sparse dims (no batch dims): the flat row is the row. Blocks are
+    checked branch-free first; only a bad block is rescanned entry by entry."""
+    cdef Py_ssize_t k, b0, b1
     cdef uint64_t nrows = <uint64_t>sizes[0], ncols = <uint64_t>sizes[1]
     cdef int64_t prev = -1, r, row
     cdef index_t col, prev_col = -1
-    if k0 > 0 and <uint64_t>idx[k0 - 1] < nrows:  # else the range before reports it
+    cdef const index_t* cols = idx + N
+    if k0 > 0 and <uint64_t><int64_t>idx[k0 - 1] < nrows:  # else the range before reports it
         prev = idx[k0 - 1]
-        prev_col = idx[N + k0 - 1]
-    for k in range(k0, k1):
-        row = idx[k]
-        col = idx[N + k]
-        # one unsigned comparison per bound: a negative index wraps to a huge one
-        if <uint64_t>row >= nrows or <uint64_t><int64_t>col >= ncols:
-            if <uint64_t>row >= nrows:
-                f[0], f[1], f[2], f[3] = k, 4 if row < 0 else 5, 0, row
-            else:
-                f[0], f[1], f[2], f[3] = k, 4 if col < 0 else 5, 1, col
-            return
-        if row <= prev:
-            if row < prev or col <= prev_col:
-                f[0], f[1], f[2], f[3] = k, 6, -1, 0
-                return
-        else:
-            r = prev + 1
-            while r <= row:
-                ptr[r] = k
-                r += 1
-            prev = row
-        prev_col = col
+        prev_col = cols[k0 - 1]
+    b0 = k0
+    while b0 < k1:
+        b1 = b0 + COO_ROWS_BLOCK if k1 - b0 > COO_ROWS_BLOCK else k1
+        if b0 == 0 or prev < 0 or _coo_block_bad(idx, cols, b0, b1, nrows, ncols):
+            for k in range(b0, b1):  # the careful scan: the first error, in order
+                row = idx[k]
+                col = cols[k]
+                if <uint64_t>row >= nrows or <uint64_t><int64_t>col >= ncols:
+                    if <uint64_t>row >= nrows:
+                        f[0], f[1], f[2], f[3] = k, 4 if row < 0 else 5, 0, row
+                    else:
+                        f[0], f[1], f[2], f[3] = k, 4 if col < 0 else 5, 1, col
+                    return
+                if row <= prev:
+                    if row < prev or col <= prev_col:
+                        f[0], f[1], f[2], f[3] = k, 6, -1, 0
+                        return
+                else:
+                    r = prev + 1
+                    while r <= row:
+                        ptr[r] = k
+                        r += 1
+                    prev = row
+                prev_col = col
+        else:  # checked: only the row starts
+            for k in range(b0, b1):
+                row = idx[k]
+                if row != prev:
+                    r = prev + 1
+                    while r <= row:
+                        ptr[r] = k
+                        r += 1
+                    prev = row
+            prev_col = cols[b1 - 1]
+        b0 = b1
     if k1 == N:
         r = prev + 1
         while r <= F:
