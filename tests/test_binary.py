@@ -448,6 +448,31 @@ def test_large_matches_scipy(rng, index_dtype):
         np.testing.assert_allclose(got.values(), ref.data, rtol=1e-12)
 
 
+@pytest.mark.parametrize("threads", [2, 3])
+@pytest.mark.parametrize("index_dtype", INDEX_DTYPES)
+def test_threaded_one_pass_union_closes_up(rng, index_dtype, threads):
+    """Large enough for threaded row ranges: each is merged from the upper bound of its start, then
+    moves down; overlapping patterns make every range move."""
+    sp = pytest.importorskip("scipy.sparse")
+    n = 30_000
+    X = sp.random_array((n, n), density=12 / n, format="csr", dtype=np.float32, rng=rng)
+    Y = (sp.random_array((n, n), density=6 / n, format="csr", dtype=np.float32, rng=rng) + 0.5 * X).tocsr()
+
+    def mine(m):
+        return st.sparse_csr_tensor(m.indptr.astype(index_dtype), m.indices.astype(index_dtype), m.data,
+                                    size=m.shape)
+
+    tX, tY = mine(X), mine(Y)
+    for got, ref in ((add(tX, tY, threads=threads), X + Y), (sub(tX, tY, alpha=3, threads=threads), X - 3 * Y),
+                     (maximum(tX, tY, threads=threads), X.maximum(Y))):
+        ref.sort_indices()
+        got.check_invariants()
+        assert got.nnz < X.nnz + Y.nnz
+        np.testing.assert_array_equal(got.crow_indices(), ref.indptr)
+        np.testing.assert_array_equal(got.col_indices(), ref.indices)
+        np.testing.assert_allclose(got.values(), ref.data, rtol=1e-6)
+
+
 # -- PyTorch -------------------------------------------------------------------------------------------------
 def _to_torch(t):
     if isinstance(t, st.COOTensor):

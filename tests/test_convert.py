@@ -471,6 +471,27 @@ def test_large_batched_transpose(rng, batch, dtype, dense, index_dtype, threads)
 
 
 @pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("index_dtype", INDEX_DTYPES)
+@pytest.mark.parametrize("rows", [60_000, 70_000])
+def test_bucket_keys_wider_than_the_index(rng, rows, index_dtype, threads):
+    """Buckets of 2**16 plain indices: an int32 key (row << 16 | offset) overflows past 65536 rows
+    and goes to a uint64 side array; below that, and for int64, keys live in the output itself."""
+    from sparsetensor._lib import _convert as kernels
+
+    cols, nnz = 140_000, 200_000
+    crow, col = _random_csr(rng, rows, cols, nnz, index_dtype)
+    vals = rng.standard_normal(nnz).astype(np.float32)
+    t = make("csr", (crow[0], col[0], vals), (rows, cols))
+    old = kernels._tune(max_buckets=1)  # as few buckets as 2**16 plain indices each allow
+    try:
+        out = t.to_sparse_csc(threads=threads)
+    finally:
+        kernels._tune(*old)
+    check_result(out, "csc", t.shape, np.dtype(np.float32), np.dtype(index_dtype))
+    assert_same(members(out), _csc_reference(crow[0], col[0], vals, cols))
+
+
+@pytest.mark.parametrize("threads", [1, 2])
 def test_many_small_batches(rng, threads):
     crow, col = _random_csr(rng, 40, 5000, 300, np.int32, batch=24)
     vals = rng.standard_normal((24, 300, 2))

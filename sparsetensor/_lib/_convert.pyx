@@ -8,7 +8,7 @@
 # satisfy invariants 5.1-5.6: _validate.validate_compressed is the guard that the wrapper runs
 # first on input that was not checked, so that no kernel reads out of bounds.
 from cython.parallel cimport prange, threadid
-from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint64_t
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport calloc, free, malloc
 from libc.string cimport memcpy, memset
 
@@ -46,15 +46,19 @@ cdef extern from *:
 # multiple of 32 bytes, so streaming stores stay 16-byte aligned).
 cdef enum:
     WC = 32
+# The in-cache sort of a bucket first groups its entries by SUB = 2**SUB_SHIFT offsets.
+cdef enum:
+    SUB_SHIFT = 6
+    SUB = 64
 
 # A plain dimension larger than this is transposed through cache-sized buckets
 # (two streaming passes) instead of one scatter with a write stream per column.
 cdef Py_ssize_t DIRECT_MAX_PLAIN = 4096
 # Number of buckets of the bucketed transpose: at most MAX_BUCKETS, so that one thread's
-# write-combining buffers (WC entries x 3 arrays per bucket) stay in L2, and about
-# BUCKET_BYTES of entries each, so that a bucket is sorted within L2.
+# write-combining buffers (WC entries x 2 arrays per bucket) stay in L2, and about
+# BUCKET_BYTES of entries each, so that a bucket and its side copy are sorted within L2.
 cdef Py_ssize_t MAX_BUCKETS = 2048
-cdef Py_ssize_t BUCKET_BYTES = 1 << 18
+cdef Py_ssize_t BUCKET_BYTES = 1 << 19
 # Below this many bytes of output the direct scatter stays in cache anyway.
 cdef Py_ssize_t BUCKETED_MIN_BYTES = 1 << 20
 # Batches smaller than this (nnz * E) are transposed one per thread.
@@ -144,9 +148,16 @@ cdef void _split_units(const index_t* c, Py_ssize_t B, Py_ssize_t n, Py_ssize_t 
 # every entry is scattered straight to its final place.
 # Bucketed mode (many plain indices): a scatter with one write stream per plain index
 # would miss the cache on every write, so entries are first partitioned into buckets of
-# 2**shift consecutive plain indices (few, cache-resident write streams) in the output
-# arrays themselves, with the offset inside the bucket kept in a uint16 side array; then
-# each bucket, small enough for L2, is counting-sorted in place. Both passes stream.
+# 2**shift consecutive plain indices (few, cache-resident write streams), each as one key
+# (old compressed index << shift | offset in the bucket) and its values; then each bucket,
+# small enough for L2, is counting-sorted by offset into its final place. The keys live in
+# the output's plain index itself when they fit its width, else in a uint64 side array.
+# Both passes stream. The hot loops are specialised for one raw item per entry (E == 1).
+ctypedef fused key_t:
+    uint32_t
+    uint64_t
+
+
 cdef void _count(const index_t* c, const index_t* p, Py_ssize_t r0, Py_ssize_t r1, int shift,
                  int64_t* cnt, Py_ssize_t NB) noexcept nogil:
     cdef Py_ssize_t k
@@ -155,9 +166,8 @@ cdef void _count(const index_t* c, const index_t* p, Py_ssize_t r0, Py_ssize_t r
         cnt[p[k] >> shift] += 1
 
 
-cdef void _scatter(const index_t* c, const index_t* p, const raw_t* v, Py_ssize_t E, Py_ssize_t r0,
-                   Py_ssize_t r1, int64_t* cur, index_t* op, raw_t* ov) noexcept nogil:
-    """Direct mode: move each entry of slices [r0, r1) to the next free slot of its plain index."""
+cdef inline void _scatter_e(const index_t* c, const index_t* p, const raw_t* v, Py_ssize_t E, Py_ssize_t r0,
+                            Py_ssize_t r1, int64_t* cur, index_t* op, raw_t* ov) noexcept nogil:
     cdef Py_ssize_t i, k
     cdef int64_t q
     cdef index_t j
@@ -170,138 +180,164 @@ cdef void _scatter(const index_t* c, const index_t* p, const raw_t* v, Py_ssize_
             _copy(ov + q * E, v + k * E, E)
 
 
-cdef inline void _flush(int64_t q, Py_ssize_t f, Py_ssize_t E, const index_t* bmaj, const uint16_t* bmin,
-                        const raw_t* bval, index_t* op, uint16_t* minor, raw_t* ov) noexcept nogil:
+cdef void _scatter(const index_t* c, const index_t* p, const raw_t* v, Py_ssize_t E, Py_ssize_t r0,
+                   Py_ssize_t r1, int64_t* cur, index_t* op, raw_t* ov) noexcept nogil:
+    """Direct mode: move each entry of slices [r0, r1) to the next free slot of its plain index."""
+    if E == 1:
+        _scatter_e(c, p, v, 1, r0, r1, cur, op, ov)
+    else:
+        _scatter_e(c, p, v, E, r0, r1, cur, op, ov)
+
+
+cdef inline void _flush(int64_t q, Py_ssize_t f, Py_ssize_t E, const key_t* bkey, const raw_t* bval, key_t* keys,
+                        raw_t* ov) noexcept nogil:
     if f == WC:  # a whole buffer to an aligned place: stream it past the cache
-        st_stream_copy(op + q, bmaj, WC * sizeof(index_t))
-        st_stream_copy(minor + q, bmin, WC * sizeof(uint16_t))
+        st_stream_copy(keys + q, bkey, WC * sizeof(key_t))
         st_stream_copy(ov + q * E, bval, WC * E * sizeof(raw_t))
     else:
-        memcpy(op + q, bmaj, f * sizeof(index_t))
-        memcpy(minor + q, bmin, f * sizeof(uint16_t))
+        memcpy(keys + q, bkey, f * sizeof(key_t))
         memcpy(ov + q * E, bval, f * E * sizeof(raw_t))
 
 
-cdef int _scatter_buckets(const index_t* c, const index_t* p, const raw_t* v, Py_ssize_t E, Py_ssize_t r0,
-                          Py_ssize_t r1, int shift, Py_ssize_t NB, Py_ssize_t phase, int64_t* cur, index_t* op,
-                          uint16_t* minor, raw_t* ov) noexcept nogil:
-    """Bucketed mode: move each entry of slices [r0, r1) to the next free slot of its bucket (cur):
-    the old compressed index to op, the offset in the bucket to minor, the values to ov.
-
-    Entries gather per bucket in small cache-resident buffers of WC entries (software write
-    combining), flushed when the target reaches a multiple of WC entries: whole buffers then
-    go out with non-temporal stores, which skip reading the target lines first. Element q of
-    the outputs is aligned when (phase + q) % WC == 0. Returns 1 when out of memory."""
+cdef inline int _scatter_keys(const index_t* c, const index_t* p, const raw_t* v, Py_ssize_t E, Py_ssize_t r0,
+                              Py_ssize_t r1, int shift, Py_ssize_t NB, Py_ssize_t phase, int64_t* cur, key_t* keys,
+                              raw_t* ov) noexcept nogil:
     cdef Py_ssize_t i, k, b, f
     cdef int64_t q
-    cdef index_t j, mask = (<index_t>1 << shift) - 1
-    cdef index_t* bmaj = <index_t*>_alloc64(NB * WC * sizeof(index_t))
-    cdef uint16_t* bmin = <uint16_t*>_alloc64(NB * WC * sizeof(uint16_t))
+    cdef key_t j, row, mask = ((<key_t>1) << shift) - 1
+    cdef key_t* bkey = <key_t*>_alloc64(NB * WC * sizeof(key_t))
     cdef raw_t* bval = <raw_t*>_alloc64(NB * WC * E * sizeof(raw_t))
     cdef int32_t* fill = <int32_t*>calloc(NB + 1, sizeof(int32_t))
-    if bmaj == NULL or bmin == NULL or bval == NULL or fill == NULL:
-        free(bmaj)
-        free(bmin)
+    if bkey == NULL or bval == NULL or fill == NULL:
+        free(bkey)
         free(bval)
         free(fill)
         return 1
     for i in range(r0, r1):
+        row = (<key_t>i) << shift
         for k in range(c[i], c[i + 1]):
-            j = p[k]
-            b = j >> shift
+            j = <key_t>p[k]
+            b = <Py_ssize_t>(j >> shift)
             f = fill[b]
-            bmaj[b * WC + f] = <index_t>i
-            bmin[b * WC + f] = <uint16_t>(j & mask)
+            bkey[b * WC + f] = row | (j & mask)
             _copy(bval + (b * WC + f) * E, v + k * E, E)
             f += 1
             q = cur[b]
             if f == WC - ((phase + q) & (WC - 1)):
-                _flush(q, f, E, bmaj + b * WC, bmin + b * WC, bval + b * WC * E, op, minor, ov)
+                _flush(q, f, E, bkey + b * WC, bval + b * WC * E, keys, ov)
                 cur[b] = q + f
                 f = 0
             fill[b] = <int32_t>f
     for b in range(NB):
         if fill[b]:
-            _flush(cur[b], fill[b], E, bmaj + b * WC, bmin + b * WC, bval + b * WC * E, op, minor, ov)
+            _flush(cur[b], fill[b], E, bkey + b * WC, bval + b * WC * E, keys, ov)
             cur[b] += fill[b]
     st_stream_fence()
-    free(bmaj)
-    free(bmin)
+    free(bkey)
     free(bval)
     free(fill)
     return 0
 
 
-cdef int _sort_buckets(index_t* op, raw_t* ov, const uint16_t* minor, Py_ssize_t E, const int64_t* bstart,
-                       Py_ssize_t b0, Py_ssize_t b1, int shift, Py_ssize_t nplain, index_t* oc) noexcept nogil:
-    """Counting sort, in place, of each bucket of [b0, b1) by its offsets; writes oc for the
-    bucket's plain indices. Returns 1 when out of memory (nothing is left allocated)."""
-    cdef Py_ssize_t b, q, jj, w, j0, lo, hi, size = 0, W = <Py_ssize_t>1 << shift
+cdef int _scatter_buckets(const index_t* c, const index_t* p, const raw_t* v, Py_ssize_t E, Py_ssize_t r0,
+                          Py_ssize_t r1, int shift, Py_ssize_t NB, Py_ssize_t phase, int64_t* cur, void* keys,
+                          bint wide, raw_t* ov) noexcept nogil:
+    """Bucketed mode: move each entry of slices [r0, r1) to the next free slot of its bucket (cur):
+    its key to keys (uint64 if wide, else uint32), its values to ov.
+
+    Entries gather per bucket in small cache-resident buffers of WC entries (software write
+    combining), flushed when the target reaches a multiple of WC entries: whole buffers then
+    go out with non-temporal stores, which skip reading the target lines first. Element q of
+    the outputs is aligned when (phase + q) % WC == 0. Returns 1 when out of memory."""
+    if wide:
+        if E == 1:
+            return _scatter_keys(c, p, v, 1, r0, r1, shift, NB, phase, cur, <uint64_t*>keys, ov)
+        return _scatter_keys(c, p, v, E, r0, r1, shift, NB, phase, cur, <uint64_t*>keys, ov)
+    if E == 1:
+        return _scatter_keys(c, p, v, 1, r0, r1, shift, NB, phase, cur, <uint32_t*>keys, ov)
+    return _scatter_keys(c, p, v, E, r0, r1, shift, NB, phase, cur, <uint32_t*>keys, ov)
+
+
+cdef inline int _sort_keys(const key_t* keys, index_t* op, raw_t* ov, Py_ssize_t E, const int64_t* bstart,
+                           Py_ssize_t b0, Py_ssize_t b1, int shift, Py_ssize_t nplain, index_t* oc) noexcept nogil:
+    cdef Py_ssize_t b, q, jj, w, j0, lo, m, t, size = 0, W = <Py_ssize_t>1 << shift
     cdef int64_t s, x, pos
+    cdef key_t key, mask = ((<key_t>1) << shift) - 1
     for b in range(b0, b1):
         size = max(size, <Py_ssize_t>(bstart[b + 1] - bstart[b]))
     cdef int64_t* loc = <int64_t*>malloc(W * sizeof(int64_t))
-    cdef index_t* bmaj = <index_t*>malloc(size * sizeof(index_t) + 1)
+    cdef int64_t* sub = <int64_t*>malloc(((W >> SUB_SHIFT) + 1) * sizeof(int64_t))
+    cdef key_t* bkey = <key_t*>malloc(size * sizeof(key_t) + 1)
     cdef raw_t* bval = <raw_t*>malloc(size * E * sizeof(raw_t) + 1)
-    if loc == NULL or bmaj == NULL or bval == NULL:
+    if loc == NULL or sub == NULL or bkey == NULL or bval == NULL:
         free(loc)
-        free(bmaj)
+        free(sub)
+        free(bkey)
         free(bval)
         return 1
     for b in range(b0, b1):
-        lo, hi = bstart[b], bstart[b + 1]
+        lo, m = bstart[b], bstart[b + 1] - bstart[b]
         j0 = b << shift
         w = min(W, nplain - j0)
         memset(loc, 0, w * sizeof(int64_t))
-        for q in range(hi - lo):  # count, and take the bucket out of the way (one pass)
-            loc[minor[lo + q]] += 1
-            bmaj[q] = op[lo + q]
-            _copy(bval + q * E, ov + (lo + q) * E, E)
+        for q in range(m):
+            loc[keys[lo + q] & mask] += 1
         s = lo
         for jj in range(w):
+            if (jj & (SUB - 1)) == 0:
+                sub[jj >> SUB_SHIFT] = s - lo
             x = loc[jj]
             loc[jj] = s
             s = s + x
             oc[j0 + jj + 1] = <index_t>s
-        for q in range(hi - lo):
-            jj = minor[lo + q]
+        # two scatters, each with few write streams: by groups of SUB offsets into the side
+        # buffers (laid out as the final places are), then by offset into the final places
+        for q in range(m):
+            key = keys[lo + q]
+            t = sub[<Py_ssize_t>(key & mask) >> SUB_SHIFT]
+            sub[<Py_ssize_t>(key & mask) >> SUB_SHIFT] = t + 1
+            bkey[t] = key
+            _copy(bval + t * E, ov + (lo + q) * E, E)
+        for q in range(m):
+            key = bkey[q]
+            jj = <Py_ssize_t>(key & mask)
             pos = loc[jj]
             loc[jj] = pos + 1
-            op[pos] = bmaj[q]
+            op[pos] = <index_t>(key >> shift)
             _copy(ov + pos * E, bval + q * E, E)
     free(loc)
-    free(bmaj)
+    free(sub)
+    free(bkey)
     free(bval)
     return 0
 
 
-cdef void _split_buckets(const int64_t* bstart, Py_ssize_t NB, int T, Py_ssize_t* bounds) noexcept nogil:
-    cdef int64_t total = bstart[NB] + NB, goal
-    cdef Py_ssize_t lo, hi, mid
-    cdef int t
-    bounds[0] = 0
-    for t in range(1, T):
-        goal = total * t // T
-        lo, hi = bounds[t - 1], NB
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if bstart[mid] + mid < goal:
-                lo = mid + 1
-            else:
-                hi = mid
-        bounds[t] = lo
-    bounds[T] = NB
+cdef int _sort_buckets(const void* keys, bint wide, index_t* op, raw_t* ov, Py_ssize_t E, const int64_t* bstart,
+                       Py_ssize_t b0, Py_ssize_t b1, int shift, Py_ssize_t nplain, index_t* oc) noexcept nogil:
+    """Counting sort of each bucket of [b0, b1) by the offsets in its keys, into op (the old
+    compressed index) and ov, in place (keys may be op itself); writes oc for the bucket's
+    plain indices. Returns 1 when out of memory (nothing is left allocated)."""
+    if wide:
+        if E == 1:
+            return _sort_keys(<const uint64_t*>keys, op, ov, 1, bstart, b0, b1, shift, nplain, oc)
+        return _sort_keys(<const uint64_t*>keys, op, ov, E, bstart, b0, b1, shift, nplain, oc)
+    if E == 1:
+        return _sort_keys(<const uint32_t*>keys, op, ov, 1, bstart, b0, b1, shift, nplain, oc)
+    return _sort_keys(<const uint32_t*>keys, op, ov, E, bstart, b0, b1, shift, nplain, oc)
 
 
 cdef int _transpose_one(const index_t* c, const index_t* p, const raw_t* v, Py_ssize_t n, Py_ssize_t nplain,
                         Py_ssize_t E, int shift, bint bucketed, int T, index_t* oc, index_t* op, raw_t* ov,
-                        Py_ssize_t phase, Py_ssize_t* rows, int64_t* cnt, int64_t* bstart, uint16_t* minor,
+                        Py_ssize_t phase, Py_ssize_t* rows, int64_t* cnt, int64_t* bstart, uint64_t* side,
                         int* failed) noexcept nogil:
-    """Transpose one batch on T threads (see above). Returns nonzero when out of memory."""
+    """Transpose one batch on T threads (see above); the bucket keys go to side when it is not
+    NULL (uint64), else to op (its own width). Returns nonzero when out of memory."""
     cdef Py_ssize_t NB = ((nplain + (1 << shift) - 1) >> shift) if bucketed else nplain
     cdef Py_ssize_t b, j
     cdef int t, err = 0
     cdef int64_t q, x
+    cdef void* keys = <void*>side if side != NULL else <void*>op
+    cdef bint wide = side != NULL or sizeof(index_t) == 8
     _split_units(c, 1, n, c[n], 1, T, rows)
     if T == 1:
         _count(c, p, 0, n, shift if bucketed else 0, cnt, NB)
@@ -323,26 +359,26 @@ cdef int _transpose_one(const index_t* c, const index_t* p, const raw_t* v, Py_s
         else:
             for t in prange(T, num_threads=T, schedule="static", chunksize=1):
                 _scatter(c, p, v, E, rows[t], rows[t + 1], cnt + t * NB, op, ov)
-    elif T == 1:
-        err = _scatter_buckets(c, p, v, E, 0, n, shift, NB, phase, cnt, op, minor, ov)
+        oc[0] = 0
+        for j in range(nplain):
+            oc[j + 1] = <index_t>bstart[j + 1]
+        return 0
+    if T == 1:
+        err = _scatter_buckets(c, p, v, E, 0, n, shift, NB, phase, cnt, keys, wide, ov)
     else:
         for t in prange(T, num_threads=T, schedule="static", chunksize=1):
-            failed[t] = _scatter_buckets(c, p, v, E, rows[t], rows[t + 1], shift, NB, phase, cnt + t * NB, op,
-                                         minor, ov)
+            failed[t] = _scatter_buckets(c, p, v, E, rows[t], rows[t + 1], shift, NB, phase, cnt + t * NB, keys,
+                                         wide, ov)
         for t in range(T):
             err = err | failed[t]
     if err:
         return err
     oc[0] = 0
-    if not bucketed:
-        for j in range(nplain):
-            oc[j + 1] = <index_t>bstart[j + 1]
-        return 0
     if T == 1:
-        return _sort_buckets(op, ov, minor, E, bstart, 0, NB, shift, nplain, oc)
-    _split_buckets(bstart, NB, T, rows)
+        return _sort_buckets(keys, wide, op, ov, E, bstart, 0, NB, shift, nplain, oc)
+    _split_units(<const int64_t*>bstart, 1, NB, bstart[NB], 1, T, rows)  # buckets of about equal work
     for t in prange(T, num_threads=T, schedule="static", chunksize=1):
-        failed[t] = _sort_buckets(op, ov, minor, E, bstart, rows[t], rows[t + 1], shift, nplain, oc)
+        failed[t] = _sort_buckets(keys, wide, op, ov, E, bstart, rows[t], rows[t + 1], shift, nplain, oc)
     for t in range(T):
         err = err | failed[t]
     return err
@@ -368,8 +404,8 @@ def compressed_transpose(const index_t[:, ::1] compressed, const index_t[:, ::1]
         return out_c, out_p, out_v
     if bucketed:
         # buckets of about BUCKET_BYTES, so that one is sorted within L2; at most MAX_BUCKETS
-        # of them, so that the write-combining buffers stay cached; 2**shift <= 2**16 (uint16)
-        target = min(MAX_BUCKETS, max(64, nnz * (isz + 2 + E * rsz) // BUCKET_BYTES))
+        # of them, so that the write-combining buffers stay cached; 2**shift <= 2**16
+        target = min(MAX_BUCKETS, max(64, nnz * (isz + E * rsz) // BUCKET_BYTES))
         while shift < 16 and ((nplain + (1 << shift) - 1) >> shift) > target:
             shift += 1
         bucketed = shift > 0
@@ -382,9 +418,12 @@ def compressed_transpose(const index_t[:, ::1] compressed, const index_t[:, ::1]
     cdef Py_ssize_t[:, ::1] rows = np.zeros((workers, Ti + 1), dtype=np.intp)
     cdef int64_t[:, ::1] cnt = np.zeros((workers, Ti * NB + 1), dtype=np.int64)
     cdef int64_t[:, ::1] bstart = np.zeros((workers, NB + 1), dtype=np.int64)
-    # rows of WC-aligned length; batch b starts at offset (b * nnz) % WC, as it does in the outputs
-    cdef Py_ssize_t mlen = ((nnz + 2 * WC) // WC * WC) if bucketed else 1
-    cdef uint16_t[:, ::1] minor = _aligned_empty((workers, mlen), np.uint16)
+    # the bucket keys (old compressed index << shift | offset) go to the output's plain index when
+    # they fit its width; else to uint64 rows of WC-aligned length, batch b starting at offset
+    # (b * nnz) % WC as it does in the outputs
+    cdef bint use_side = bucketed and isz == 4 and n > 0 and ((n - 1) >> (32 - shift)) > 0
+    cdef Py_ssize_t slen = ((nnz + 2 * WC) // WC * WC) if use_side else 1
+    cdef uint64_t[:, ::1] side = _aligned_empty((workers, slen), np.uint64)
     cdef int[:, ::1] failed = np.zeros((workers, Ti), dtype=np.intc)
     cdef int[::1] status = np.zeros(B, dtype=np.intc)
     cdef index_t[:, ::1] oc = out_c
@@ -397,14 +436,14 @@ def compressed_transpose(const index_t[:, ::1] compressed, const index_t[:, ::1]
                 w = threadid()
                 status[b] = _transpose_one(&compressed[b, 0], &plain[b, 0], vp + b * nnz * E, n, nplain, E, shift,
                                            bucketed, 1, &oc[b, 0], &op[b, 0], &ov[b, 0, 0], (b * nnz) % WC,
-                                           &rows[w, 0], &cnt[w, 0], &bstart[w, 0], &minor[w, (b * nnz) % WC],
-                                           &failed[w, 0])
+                                           &rows[w, 0], &cnt[w, 0], &bstart[w, 0],
+                                           &side[w, (b * nnz) % WC] if use_side else NULL, &failed[w, 0])
         else:
             for b in range(B):
                 status[b] = _transpose_one(&compressed[b, 0], &plain[b, 0], vp + b * nnz * E, n, nplain, E, shift,
                                            bucketed, Ti, &oc[b, 0], &op[b, 0], &ov[b, 0, 0], (b * nnz) % WC,
-                                           &rows[0, 0], &cnt[0, 0], &bstart[0, 0], &minor[0, (b * nnz) % WC],
-                                           &failed[0, 0])
+                                           &rows[0, 0], &cnt[0, 0], &bstart[0, 0],
+                                           &side[0, (b * nnz) % WC] if use_side else NULL, &failed[0, 0])
     if np.asarray(status).any():
         raise MemoryError("compressed_transpose: out of memory for the bucket buffers")
     return out_c, out_p, out_v

@@ -8,11 +8,13 @@ values (B, nnz, E) of one arithmetic dtype (bool as uint8 with ``logical=True``,
 widened to float32 by the caller)."""
 import numpy as np
 
-# merge_fill's operations: x + alpha * y, x * y, numpy.maximum, numpy.minimum
+# merge_fill's operations: x + alpha * y, x * y, numpy.maximum, numpy.minimum;
+# PLUS (x + y, ADD with alpha == 1) only for merge_union
 ADD: int
 MUL: int
 MAX: int
 MIN: int
+PLUS: int
 
 def merge_count(
     a_compressed: np.ndarray,  # (B, n + 1) index
@@ -38,6 +40,20 @@ def merge_fill(
     logical: bool,               # uint8 values are bools (ADD/MAX: or, MUL/MIN: and)
     nthreads: int,
 ) -> None: ...
+
+def merge_union(
+    a_compressed: np.ndarray, a_plain: np.ndarray,  # (1, n + 1), (1, nnz_a): one batch
+    a_values: np.ndarray,        # (1, nnz_a, E), E >= 1
+    b_compressed: np.ndarray, b_plain: np.ndarray,
+    b_values: np.ndarray,        # (1, nnz_b, E)
+    out_compressed: np.ndarray,  # (1, n + 1), filled
+    out_plain: np.ndarray,       # (1, nnz_a + nnz_b): the first nnz filled
+    out_values: np.ndarray,      # (1, nnz_a + nnz_b, E): the first nnz filled
+    op: int,                     # PLUS, ADD, MAX, MIN (MUL: the union with zeros)
+    alpha: complex,
+    logical: bool,
+    nthreads: int,
+) -> int: ...  # nnz: the union in one pass, without merge_count
 
 def gather_compressed(
     compressed: np.ndarray,   # (B, n + 1) index

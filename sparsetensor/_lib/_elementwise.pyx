@@ -14,6 +14,7 @@
 cimport cython
 from cython.parallel cimport prange
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
+from libc.string cimport memmove
 
 import numpy as np
 
@@ -38,8 +39,9 @@ cdef enum:
     OP_MUL = 1   # x * y              (bool: x & y)
     OP_MAX = 2   # numpy.maximum      (bool: x | y)
     OP_MIN = 3   # numpy.minimum      (bool: x & y)
+    OP_PLUS = 4  # x + y: OP_ADD with alpha == 1, internal (bool: x | y)
 
-ADD, MUL, MAX, MIN = OP_ADD, OP_MUL, OP_MAX, OP_MIN
+ADD, MUL, MAX, MIN, PLUS = OP_ADD, OP_MUL, OP_MAX, OP_MIN, OP_PLUS
 
 # Rows per scheduling chunk of the row-parallel passes.
 cdef Py_ssize_t ROW_CHUNK = 512
@@ -54,6 +56,11 @@ ctypedef fused move_t:
 
 
 cdef inline value_t _apply(int op, value_t x, value_t y, value_t alpha, bint logical) noexcept nogil:
+    if op == OP_PLUS:
+        if value_t is uint8_t:
+            if logical:
+                return x | y
+        return x + y
     if value_t is uint8_t:
         if logical:
             if op == OP_ADD:
@@ -219,7 +226,9 @@ cdef inline Py_ssize_t _fill_union(int op, const index_t* ap, const value_t* av,
                                    Py_ssize_t E, value_t alpha, bint logical,
                                    index_t* op_, value_t* ov, Py_ssize_t count) noexcept nogil:
     """Merge one row; an index missing from one side takes the value 0 there. Returns the count.
-    The scalar loop is branch free: each step selects pointers (to the value or to a zero)."""
+    The scalar loop is branch free: each step selects pointers (to the value or to a zero).
+    ``count`` may be an upper bound (the two row lengths added) for E == 1: the row is then
+    closed up and the true count returned."""
     cdef Py_ssize_t ia = a0, ib = b0, o = 0, e, ja, jb, ob
     cdef index_t x, y
     cdef bint ta, tb
@@ -261,6 +270,12 @@ cdef inline Py_ssize_t _fill_union(int op, const index_t* ap, const value_t* av,
             ov[o] = _apply(op, zero, bv[ib], alpha, logical)
             ib += 1
             o += 1
+        if o <= ob:  # count was an upper bound: move the back part down to close the gap
+            for e in range(ob + 1, count):
+                op_[o] = op_[e]
+                ov[o] = ov[e]
+                o += 1
+            return o
         return count
     while ia < a1 or ib < b1:
         ta = ib >= b1 or (ia < a1 and ap[ia] <= bp[ib])
@@ -332,6 +347,113 @@ cdef void _fill_chunk(Py_ssize_t r0, Py_ssize_t r1, Py_ssize_t n, int op, bint u
             _fill_intersection(op, ap + b * sa, av + b * sa * E, ac[b * (n + 1) + i], ac[b * (n + 1) + i + 1],
                                bp + b * sb, bv + b * sb * E, bc[b * (n + 1) + i], bc[b * (n + 1) + i + 1], E, alpha,
                                logical, op_ + b * so + o, ov + (b * so + o) * E)
+
+
+# -- one pass: union merges of one batch into an upper-bound output ------------------------------
+cdef inline Py_ssize_t _union_range(int op, Py_ssize_t r0, Py_ssize_t r1, const index_t* ac, const index_t* ap,
+                                    const value_t* av, const index_t* bc, const index_t* bp, const value_t* bv,
+                                    index_t* oc, index_t* op_, value_t* ov, Py_ssize_t E, value_t alpha,
+                                    bint logical) noexcept nogil:
+    """Rows [r0, r1) merged (union) one after another from position ac[r0] + bc[r0] on (an upper
+    bound of where they start), each row closed up; oc[i + 1] = the end of row i. Returns the end."""
+    cdef Py_ssize_t i, o = ac[r0] + bc[r0]
+    for i in range(r0, r1):
+        o += _fill_union(op, ap, av, ac[i], ac[i + 1], bp, bv, bc[i], bc[i + 1], E, alpha, logical, op_ + o,
+                         ov + o * E, (ac[i + 1] - ac[i]) + (bc[i + 1] - bc[i]))
+        oc[i + 1] = <index_t>o
+    return o
+
+
+cdef Py_ssize_t _union_range_op(int op, Py_ssize_t r0, Py_ssize_t r1, const index_t* ac, const index_t* ap,
+                                const value_t* av, const index_t* bc, const index_t* bp, const value_t* bv,
+                                index_t* oc, index_t* op_, value_t* ov, Py_ssize_t E, value_t alpha,
+                                bint logical) noexcept nogil:
+    # one call per constant op, so that the compiler specialises each inlined merge loop
+    if op == OP_PLUS:
+        return _union_range(OP_PLUS, r0, r1, ac, ap, av, bc, bp, bv, oc, op_, ov, E, alpha, logical)
+    if op == OP_ADD:
+        return _union_range(OP_ADD, r0, r1, ac, ap, av, bc, bp, bv, oc, op_, ov, E, alpha, logical)
+    if op == OP_MAX:
+        return _union_range(OP_MAX, r0, r1, ac, ap, av, bc, bp, bv, oc, op_, ov, E, alpha, logical)
+    if op == OP_MIN:
+        return _union_range(OP_MIN, r0, r1, ac, ap, av, bc, bp, bv, oc, op_, ov, E, alpha, logical)
+    return _union_range(OP_MUL, r0, r1, ac, ap, av, bc, bp, bv, oc, op_, ov, E, alpha, logical)
+
+
+def merge_union(const index_t[:, ::1] a_compressed, const index_t[:, ::1] a_plain,
+                const value_t[:, :, ::1] a_values,
+                const index_t[:, ::1] b_compressed, const index_t[:, ::1] b_plain,
+                const value_t[:, :, ::1] b_values,
+                index_t[:, ::1] out_compressed, index_t[:, ::1] out_plain, value_t[:, :, ::1] out_values,
+                int op, value_t alpha, bint logical, int nthreads):
+    """The union of a and b (one batch, E >= 1) in one pass, without merge_count: out_plain
+    (1, nnz_a + nnz_b) and out_values (1, nnz_a + nnz_b, E) have room for the upper bound.
+    Each thread merges a range of rows from the upper bound of its start on; the ranges then
+    move down to close up. Fills out_compressed (1, n + 1) and returns the nnz (the filled
+    prefix of out_plain and out_values). op and alpha as for merge_fill."""
+    cdef Py_ssize_t n = a_compressed.shape[1] - 1, E = out_values.shape[2], i, lo, hi, mid, pos, start
+    cdef Py_ssize_t sa = a_plain.shape[1], sb = b_plain.shape[1], ub = sa + sb
+    cdef int T = max(1, min(nthreads, n // ROW_CHUNK + 1)), t
+    cdef int64_t goal, shift
+    cdef value_t zero = 0
+    cdef const value_t* av = &zero
+    cdef const value_t* bv = &zero
+    cdef const index_t* ap = NULL
+    cdef const index_t* bp = NULL
+    cdef const index_t* ac = &a_compressed[0, 0]
+    cdef const index_t* bc = &b_compressed[0, 0]
+    _check_pair(a_compressed, a_plain, b_compressed, b_plain)
+    if op < OP_ADD or op > OP_PLUS:
+        raise ValueError(f"unknown op {op}")
+    if (a_compressed.shape[0] != 1 or E < 1 or out_compressed.shape[0] != 1 or out_compressed.shape[1] != n + 1
+            or out_plain.shape[0] != 1 or out_plain.shape[1] != ub or out_values.shape[0] != 1
+            or out_values.shape[1] != ub or a_values.shape[0] != 1 or a_values.shape[1] != sa
+            or a_values.shape[2] != E or b_values.shape[0] != 1 or b_values.shape[1] != sb or b_values.shape[2] != E):
+        raise ValueError("merge_union: one batch with E >= 1 and outputs of the upper bound nnz_a + nnz_b")
+    cdef Py_ssize_t[::1] bounds = np.zeros(T + 1, dtype=np.intp)
+    cdef Py_ssize_t[::1] ends = np.zeros(T, dtype=np.intp)
+    cdef index_t* oc = &out_compressed[0, 0]
+    oc[0] = 0
+    if ub == 0:
+        out_compressed[:, :] = 0
+        return 0
+    if sa:
+        ap = &a_plain[0, 0]
+        av = &a_values[0, 0, 0]
+    if sb:
+        bp = &b_plain[0, 0]
+        bv = &b_values[0, 0, 0]
+    # row ranges of about equal work (entries + rows)
+    bounds[T] = n
+    for t in range(1, T):
+        goal = (<int64_t>ub + n) * t // T
+        lo, hi = bounds[t - 1], n
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if ac[mid] + bc[mid] + mid < goal:
+                lo = mid + 1
+            else:
+                hi = mid
+        bounds[t] = lo
+    with nogil:
+        if T == 1:
+            ends[0] = _union_range_op(op, 0, n, ac, ap, av, bc, bp, bv, oc, &out_plain[0, 0], &out_values[0, 0, 0],
+                                      E, alpha, logical)
+        else:
+            for t in prange(T, num_threads=T, schedule="static", chunksize=1):
+                ends[t] = _union_range_op(op, bounds[t], bounds[t + 1], ac, ap, av, bc, bp, bv, oc,
+                                          &out_plain[0, 0], &out_values[0, 0, 0], E, alpha, logical)
+        pos = ends[0]
+        for t in range(1, T):  # in order: a range moves to where the ones before it end
+            start = ac[bounds[t]] + bc[bounds[t]]
+            shift = start - pos
+            if shift:
+                memmove(&out_plain[0, pos], &out_plain[0, start], (ends[t] - start) * sizeof(index_t))
+                memmove(&out_values[0, pos, 0], &out_values[0, start, 0], (ends[t] - start) * E * sizeof(value_t))
+                for i in range(bounds[t] + 1, bounds[t + 1] + 1):
+                    oc[i] = <index_t>(oc[i] - shift)
+            pos += ends[t] - start
+    return pos
 
 
 def merge_fill(const index_t[:, ::1] a_compressed, const index_t[:, ::1] a_plain,

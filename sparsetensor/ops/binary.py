@@ -483,10 +483,12 @@ def _merge_compressed(a, b, dtype, kdt, logical, op, union, alpha_k, threads) ->
     bc = b.compressed_indices().astype(idx_dt, copy=False).reshape(B, n + 1)
     bp = b.plain_indices().astype(idx_dt, copy=False).reshape(B, b.nnz)
     nt = num_threads(threads, B * (a.nnz + b.nnz + n))
+    layout = a.layout
+    if union and B == 1 and E >= 1 and a.nnz + b.nnz <= np.iinfo(idx_dt).max:
+        return _union_one_pass(a, b, ac, ap, bc, bp, dtype, kdt, logical, op, alpha_k, (batch, n, E, tail, nt))
     counts = np.empty((B, n), dtype=np.int64)
     _kernels.merge_count(ac, ap, bc, bp, union, counts, nt)
     per_batch = counts.sum(axis=1)
-    layout = a.layout
     if B and np.any(per_batch != per_batch[0]):
         raise ValueError(f"the result of a batched {layout.name} operation would have different numbers of entries "
                          f"per batch {per_batch.tolist()[:16]}; every batch of a {layout.name} tensor must have the "
@@ -505,6 +507,24 @@ def _merge_compressed(a, b, dtype, kdt, logical, op, union, alpha_k, threads) ->
     values = _finish_values(ov, dtype, logical).reshape(batch + (nnz,) + tail)
     return CompressedTensor(oc.reshape(batch + (n + 1,)), op_.reshape(batch + (nnz,)), values, a.shape, layout,
                             canonical=True)
+
+
+def _union_one_pass(a, b, ac, ap, bc, bp, dtype, kdt, logical, op, alpha_k, geometry) -> CompressedTensor:
+    """A union merge of one batch in one pass (no count pass): the output arrays are allocated for
+    nnz_a + nnz_b entries and the result keeps the filled prefix (at least half of them)."""
+    batch, n, E, tail, nt = geometry
+    ub, idx_dt = a.nnz + b.nnz, ac.dtype
+    if op == _kernels.ADD and alpha_k == 1:
+        op = _kernels.PLUS  # x + y: no multiply by alpha
+    oc = np.empty((1, n + 1), dtype=idx_dt)
+    op_ = np.empty((1, ub), dtype=idx_dt)
+    ov = np.empty((1, ub, E), dtype=kdt)
+    av = _kernel_values(a.values(), (1, a.nnz, E), kdt)
+    bv = _kernel_values(b.values(), (1, b.nnz, E), kdt)
+    nnz = _kernels.merge_union(ac, ap, av, bc, bp, bv, oc, op_, ov, op, alpha_k, logical, nt)
+    values = _finish_values(ov[:, :nnz], dtype, logical).reshape(batch + (nnz,) + tail)
+    return CompressedTensor(oc.reshape(batch + (n + 1,)), op_[:, :nnz].reshape(batch + (nnz,)), values, a.shape,
+                            a.layout, canonical=True)
 
 
 def _coo_keys(t: COOTensor, shape64: np.ndarray, nt: int) -> np.ndarray:
