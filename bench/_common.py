@@ -5,42 +5,13 @@ from __future__ import annotations
 import json
 import os
 import platform
-import statistics
-import time
 from pathlib import Path
 
 import numpy as np
 
+from sparsetensor._userbench import median_time, peers  # noqa: F401 (shared with `sparsetensor bench`)
+
 RESULTS = Path(__file__).resolve().parent / "results"
-
-
-def peers(threads=None):
-    """``(torch or None, scipy.sparse or None, nthreads)``, with torch set to our thread count."""
-    import sparsetensor as st
-
-    try:
-        import torch
-    except ImportError:
-        torch = None
-    try:
-        import scipy.sparse as sp
-    except ImportError:
-        sp = None
-    nthreads = st.num_threads(threads)
-    if torch is not None:
-        torch.set_num_threads(nthreads)
-    return torch, sp, nthreads
-
-
-def median_time(fn, repeat: int = 7, warmup: int = 1) -> float:
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def read_bandwidth(nbytes: int = 1 << 29, repeat: int = 7) -> float:

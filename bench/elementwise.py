@@ -33,7 +33,7 @@ from sparsetensor.cli import _random_csr_arrays
 from sparsetensor.ops.binary import add, mul
 from sparsetensor.ops.spgemm import sampled_addmm, spgemm
 
-from ._common import median_time, print_table, write_json
+from ._common import median_time, peers, print_table, write_json
 
 
 def _csr(n, per_row, seed):
@@ -43,18 +43,8 @@ def _csr(n, per_row, seed):
 
 def run(repeat=7, threads=None, spgemm_n=100_000, spgemm_per_row=8, ew_n=200_000, ew_per_row=10,
         sddmm_n=20_000, sddmm_k=64):
-    try:
-        import torch
-    except ImportError:
-        torch = None
-    try:
-        import scipy.sparse as sp
-    except ImportError:
-        sp = None
-    nthreads = st.num_threads(threads)
+    torch, sp, nthreads = peers(threads, torch_threads=2 if threads is None else None)
     torch_threads = 2 if threads is None else nthreads
-    if torch is not None:
-        torch.set_num_threads(torch_threads)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"{nthreads} threads for ours, {torch_threads} for torch; SciPy is single-threaded; load average "
           f"{load:.2f}")
@@ -156,10 +146,10 @@ def run(repeat=7, threads=None, spgemm_n=100_000, spgemm_per_row=8, ew_n=200_000
     table = []
     for rec in records:
         ours = rec["ours_s"]
-        peers = [rec[k] for k in ("scipy_s", "torch_s") if rec.get(k) is not None]
-        rec["best_peer_over_ours"] = min(peers) / ours if peers else None
+        peer_times = [rec[k] for k in ("scipy_s", "torch_s") if rec.get(k) is not None]
+        rec["best_peer_over_ours"] = min(peer_times) / ours if peer_times else None
         one = rec.get("ours_1thread_s")
-        rec["best_peer_over_ours_1thread"] = min(peers) / one if peers and one else None
+        rec["best_peer_over_ours_1thread"] = min(peer_times) / one if peer_times and one else None
 
         def ratio(key):
             peer = rec.get(key)

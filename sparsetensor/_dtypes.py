@@ -22,27 +22,29 @@ def _np_dtype(dtype) -> np.dtype:
     return np.dtype(dtype)
 
 
+def _supported(dtype, kind: str, supported: tuple, refusal: str) -> np.dtype:
+    """``dtype`` normalised by :func:`_np_dtype`, or TypeError (``refusal`` names the got dtype
+    ``{dt}``) when it is not one of ``supported``."""
+    try:
+        dt = _np_dtype(dtype)
+    except TypeError:
+        raise TypeError(f"unsupported {kind} dtype {dtype!r}") from None
+    if dt not in supported:
+        raise TypeError(refusal.format(dt=dt))
+    return dt
+
+
 def as_value_dtype(dtype) -> np.dtype:
     """Normalise ``dtype`` (NumPy or torch spelling) to a supported value dtype."""
     if dtype is None:
         raise TypeError("dtype must not be None here")
-    try:
-        dt = _np_dtype(dtype)
-    except TypeError:
-        raise TypeError(f"unsupported value dtype {dtype!r}") from None
-    if dt not in VALUE_DTYPES:
-        raise TypeError(f"unsupported value dtype {dt}; supported: {', '.join(map(str, VALUE_DTYPES))}")
-    return dt
+    return _supported(dtype, "value", VALUE_DTYPES,
+                      f"unsupported value dtype {{dt}}; supported: {', '.join(map(str, VALUE_DTYPES))}")
 
 
 def as_index_dtype(dtype) -> np.dtype:
-    try:
-        dt = _np_dtype(dtype)
-    except TypeError:
-        raise TypeError(f"unsupported index dtype {dtype!r}") from None
-    if dt not in INDEX_DTYPES:
-        raise TypeError(f"index dtype must be int32 or int64 (invariant 1.3), got {dt}")
-    return dt
+    """Normalise ``dtype`` (NumPy or torch spelling) to int32 or int64."""
+    return _supported(dtype, "index", INDEX_DTYPES, "index dtype must be int32 or int64 (invariant 1.3), got {dt}")
 
 
 def index_dtype_of(arr: np.ndarray, name: str, layout: str) -> np.dtype:

@@ -14,8 +14,10 @@ import numpy as np
 __all__ = ["run_user_bench"]
 
 
-def _median(fn, repeat: int) -> float:
-    fn()
+def median_time(fn, repeat: int = 7, warmup: int = 1) -> float:
+    """The median wall time of ``repeat`` calls of ``fn`` after ``warmup`` calls, in seconds."""
+    for _ in range(warmup):
+        fn()
     times = []
     for _ in range(repeat):
         t0 = time.perf_counter()
@@ -24,29 +26,31 @@ def _median(fn, repeat: int) -> float:
     return statistics.median(times)
 
 
-def _peers():
-    try:
-        import scipy.sparse as sp
-    except ImportError:
-        sp = None
+def peers(threads=None, torch_threads=None):
+    """``(torch or None, scipy.sparse or None, nthreads)``: the peers that are installed, and our
+    thread count; torch is set to ``torch_threads`` threads (default: ours)."""
+    import sparsetensor as st
+
     try:
         import torch
     except ImportError:
         torch = None
-    return sp, torch
+    try:
+        import scipy.sparse as sp
+    except ImportError:
+        sp = None
+    nthreads = st.num_threads(threads)
+    if torch is not None:
+        torch.set_num_threads(nthreads if torch_threads is None else torch_threads)
+    return torch, sp, nthreads
 
 
 def run_user_bench(t, name: str, repeat: int = 5, progress=None, out=None) -> list[dict]:
     """Print a table of ours vs SciPy vs PyTorch for check, conversions, to_dense, SpMV; return the rows."""
-    import sparsetensor as st
-
     say = (lambda *a: print(*a, file=out)) if out is not None else print
     if t.batch_dim or t.dense_dim or (t.layout.name == "coo" and t.sparse_dim != 2):
         raise ValueError(f"bench needs a 2-d matrix without batch or dense dims, got shape {t.shape}")
-    sp, torch = _peers()
-    nthreads = st.num_threads()
-    if torch is not None:
-        torch.set_num_threads(nthreads)
+    torch, sp, nthreads = peers()
     csr = t.to_sparse_csr() if t.layout.name != "csr" else t
     coo = csr.to_sparse_coo()
     crow, col, val = csr.crow_indices(), csr.col_indices(), csr.values()
@@ -79,9 +83,9 @@ def run_user_bench(t, name: str, repeat: int = 5, progress=None, out=None) -> li
     for label, ours, scipy_fn, torch_fn in cases:
         if progress:
             progress(f"timing {label} ...")
-        o = _median(ours, repeat)
-        s = _median(scipy_fn, repeat) if scipy_fn else None
-        p = _median(torch_fn, repeat) if torch_fn else None
+        o = median_time(ours, repeat)
+        s = median_time(scipy_fn, repeat) if scipy_fn else None
+        p = median_time(torch_fn, repeat) if torch_fn else None
         if progress:
             progress.done()
         rows.append({"operation": label, "ours_s": o, "scipy_s": s, "torch_s": p})

@@ -69,12 +69,19 @@ def random_dense(rng, *, batch=(), blocks=(3, 4), blocksize=(1, 1), dense=(), dt
 
 def reference_compressed(a: np.ndarray, layout: str, blocksize=(1, 1), batch_dim=0, index_dtype=np.int64):
     """NumPy oracle for from_dense: (compressed, plain, values) built with np.nonzero."""
+    return compressed_members(a, None, layout, blocksize, batch_dim, index_dtype)
+
+
+def compressed_members(a: np.ndarray, mask, layout: str, blocksize=(1, 1), batch_dim=0, index_dtype=np.int64):
+    """(compressed, plain, values) of ``layout`` holding the blocks of ``a`` where the bool
+    ``mask`` (B, block rows, block columns) is set; None: the blocks with a nonzero."""
     m = batch_dim
     batch, (rows, cols), dense = a.shape[:m], a.shape[m:m + 2], a.shape[m + 2:]
     rb, cb = blocksize
     B, D = math.prod(batch), math.prod(dense)
     blocks = a.reshape(B, rows // rb, rb, cols // cb, cb, D).transpose(0, 1, 3, 2, 4, 5)
-    mask = (blocks != 0).any(axis=(3, 4, 5))
+    if mask is None:
+        mask = (blocks != 0).any(axis=(3, 4, 5))
     by_rows = layout in ("csr", "bsr")
     comp, plain, vals = [], [], []
     for b in range(B):
@@ -86,11 +93,34 @@ def reference_compressed(a: np.ndarray, layout: str, blocksize=(1, 1), batch_dim
         vals.append(blocks[b, r, c])
     nnz = len(plain[0]) if B else 0
     vshape = batch + (nnz,) + ((rb, cb) if layout in ("bsr", "bsc") else ()) + dense
-    n_major = mask.shape[1] if by_rows else mask.shape[2]
+    n_major = rows // rb if by_rows else cols // cb
     comp_a = np.array(comp, dtype=index_dtype).reshape(batch + (n_major + 1,))
     plain_a = np.array(plain, dtype=index_dtype).reshape(batch + (nnz,))
     vals_a = np.array(vals, dtype=a.dtype).reshape(vshape)
     return comp_a, plain_a, vals_a
+
+
+def snapshot(t) -> list:
+    """Copies of the member arrays of ``t``: indices (coo) or compressed and plain indices, and values."""
+    if isinstance(t, st.COOTensor):
+        return [t.indices().copy(), t.values().copy()]
+    return [t.compressed_indices().copy(), t.plain_indices().copy(), t.values().copy()]
+
+
+def assert_unchanged(t, snap):
+    """The member arrays of ``t`` still equal its earlier ``snapshot`` (inputs are never modified)."""
+    for x, y in zip(snapshot(t), snap):
+        np.testing.assert_array_equal(x, y)
+
+
+def assert_matches_scipy_csr(got, ref, rtol=1e-12):
+    """csr tensor ``got`` satisfies its invariants and equals SciPy's csr ``ref`` (its indices sorted
+    here), entry for entry."""
+    ref.sort_indices()
+    got.check_invariants()
+    np.testing.assert_array_equal(got.crow_indices(), ref.indptr)
+    np.testing.assert_array_equal(got.col_indices(), ref.indices)
+    np.testing.assert_allclose(got.values(), ref.data, rtol=rtol)
 
 
 @pytest.fixture

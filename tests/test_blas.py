@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 import sparsetensor as st
-from conftest import HAVE_TORCH, INDEX_DTYPES, LAYOUTS, nonzero_values, random_dense, requires_torch
+from conftest import (HAVE_TORCH, INDEX_DTYPES, LAYOUTS, assert_unchanged, nonzero_values, random_dense,
+                      requires_torch, snapshot)
 from sparsetensor._lib import _spmm
 from sparsetensor.ops import blas
 
@@ -70,17 +71,6 @@ def assert_close(got, want):
         np.testing.assert_allclose(got, want, rtol=tol, atol=tol * scale)
 
 
-def members(t):
-    if isinstance(t, st.COOTensor):
-        return [t.indices().copy(), t.values().copy()]
-    return [t.compressed_indices().copy(), t.plain_indices().copy(), t.values().copy()]
-
-
-def assert_unchanged(t, before):
-    for x, y in zip(members(t), before):
-        np.testing.assert_array_equal(x, y)
-
-
 def unchecked(t, compressed=None, plain=None):
     """A copy of compressed ``t`` built without checks, with replaced index arrays."""
     c = t.compressed_indices().copy() if compressed is None else compressed
@@ -89,39 +79,26 @@ def unchecked(t, compressed=None, plain=None):
 
 
 # -- every layout x index dtype x value dtype x batch ----------------------------------------
+@pytest.mark.parametrize("sparse_first", [True, False], ids=["sparse_times_dense", "dense_times_sparse"])
 @pytest.mark.parametrize("batch", [(), (3,)], ids=["nobatch", "batch"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("index_dtype", INDEX_DTYPES, ids=lambda d: np.dtype(d).name)
 @pytest.mark.parametrize("layout", LAYOUTS)
-def test_sparse_times_dense(layout, index_dtype, dtype, batch, rng):
+def test_products_with_dense(layout, index_dtype, dtype, batch, sparse_first, rng):
+    """``s @ d`` (``d @ s``) for every N in NS against the dense oracle; no operand is modified."""
     a, s = random_sparse(rng, layout, dtype, index_dtype, batch)
-    before = members(s)
-    K = a.shape[-1]
+    before = snapshot(s)
+    K = a.shape[-1] if sparse_first else a.shape[-2]
     for N in NS:
-        d = dense_operand(rng, batch + ((K,) if N is None else (K, N)), dtype)
+        d = dense_operand(rng, batch + ((K,) if N is None else (K, N) if sparse_first else (N, K)), dtype)
         if N is None and batch:
             d = d[0]  # a batched matrix times one vector
         d_before = d.copy()
-        got = blas.matmul(s, d)
-        assert_close(got, reference(a, d, dtype))
+        if sparse_first:
+            assert_close(blas.matmul(s, d), reference(a, d, dtype))
+        else:
+            assert_close(blas.matmul(d, s), reference(d, a, dtype))
         np.testing.assert_array_equal(d, d_before)
-    assert_unchanged(s, before)
-
-
-@pytest.mark.parametrize("batch", [(), (2,)], ids=["nobatch", "batch"])
-@pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("index_dtype", INDEX_DTYPES, ids=lambda d: np.dtype(d).name)
-@pytest.mark.parametrize("layout", LAYOUTS)
-def test_dense_times_sparse(layout, index_dtype, dtype, batch, rng):
-    a, s = random_sparse(rng, layout, dtype, index_dtype, batch)
-    before = members(s)
-    M = a.shape[-2]
-    for N in NS:
-        x = dense_operand(rng, batch + ((M,) if N is None else (N, M)), dtype)
-        if N is None and batch:
-            x = x[0]
-        got = blas.matmul(x, s)
-        assert_close(got, reference(x, a, dtype))
     assert_unchanged(s, before)
 
 
@@ -601,7 +578,7 @@ def test_no_op_modifies_its_inputs(layout, rng):
     bias = rng.standard_normal(M).astype(np.float32)
     arrays = [d, x, inp, bias]
     copies = [arr.copy() for arr in arrays]
-    before, before_inp = members(s), members(inp_s)
+    before, before_inp = snapshot(s), snapshot(inp_s)
     blas.addmm(inp, s, d, beta=2, alpha=3)
     blas.hspmm(s, d)
     blas.smm(s, d)

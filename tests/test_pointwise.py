@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 import sparsetensor as st
-from conftest import HAVE_TORCH, INDEX_DTYPES, LAYOUTS, VALUE_DTYPES, random_dense, requires_torch
+from conftest import (HAVE_TORCH, INDEX_DTYPES, LAYOUTS, VALUE_DTYPES, assert_unchanged, random_dense, requires_torch,
+                      snapshot)
 from sparsetensor.ops import pointwise as pw
 from sparsetensor.ops.pointwise import array_ufunc
 
@@ -82,19 +83,19 @@ def variant(rng, t, a, kind):
     return t.mT, np.swapaxes(a, m, m + 1)
 
 
-def members(t):
-    if t.layout is st.sparse_coo:
-        return [t.indices(), t.values()]
-    return [t.compressed_indices(), t.plain_indices(), t.values()]
+def every_variant(test):
+    """Parametrise ``test`` over config (CONFIGS), index_dtype, kind (VARIANTS) and layout."""
+    test = pytest.mark.parametrize("layout", LAYOUTS)(test)
+    test = pytest.mark.parametrize("kind", VARIANTS)(test)
+    test = pytest.mark.parametrize("index_dtype", INDEX_DTYPES, ids=str)(test)
+    return pytest.mark.parametrize("config", CONFIGS, ids=str)(test)
 
 
-def snapshot(t):
-    return [m.copy() for m in members(t)]
-
-
-def assert_unchanged(t, snap):
-    for m, s in zip(members(t), snap):
-        np.testing.assert_array_equal(m, s)
+def make_variant(rng, layout, config, index_dtype, kind, dtype=np.float64):
+    """:func:`make` with (batch, dense) dims ``config``, then :func:`variant` ``kind`` of it."""
+    batch, dense = config
+    t, a = make(rng, layout, batch=batch, dense=dense, dtype=dtype, index_dtype=index_dtype)
+    return variant(rng, t, a, kind)
 
 
 def assert_same_pattern(r, t):
@@ -128,32 +129,27 @@ def _frac(x):
 
 
 # name -> (dense oracle, dtypes it refuses with TypeError: predicate on the dtype)
+def _refuses_none(dtype):
+    return False
+
+
 FUNCS = {
-    "abs": (np.abs, lambda d: False),
+    **{name: (fn, _refuses_none) for name, fn in [
+        ("abs", np.abs), ("sqrt", np.sqrt), ("square", np.square), ("sin", np.sin), ("sinh", np.sinh),
+        ("tan", np.tan), ("tanh", np.tanh), ("asin", np.arcsin), ("asinh", np.arcsinh), ("atan", np.arctan),
+        ("atanh", np.arctanh), ("expm1", np.expm1), ("log1p", np.log1p)]},
     "neg": (np.negative, lambda d: d == np.bool_),
     "sign": (lambda x: x.copy() if x.dtype == np.bool_ else np.sign(x), lambda d: d.kind == "c"),
-    "sgn": (lambda x: x.copy() if x.dtype == np.bool_ else np.sign(x), lambda d: False),
-    "sqrt": (np.sqrt, lambda d: False),
-    "square": (np.square, lambda d: False),
-    "sin": (np.sin, lambda d: False),
-    "sinh": (np.sinh, lambda d: False),
-    "tan": (np.tan, lambda d: False),
-    "tanh": (np.tanh, lambda d: False),
-    "asin": (np.arcsin, lambda d: False),
-    "asinh": (np.arcsinh, lambda d: False),
-    "atan": (np.arctan, lambda d: False),
-    "atanh": (np.arctanh, lambda d: False),
-    "expm1": (np.expm1, lambda d: False),
-    "log1p": (np.log1p, lambda d: False),
+    "sgn": (lambda x: x.copy() if x.dtype == np.bool_ else np.sign(x), _refuses_none),
     "ceil": (np.ceil, lambda d: d.kind == "c"),
     "floor": (np.floor, lambda d: d.kind == "c"),
     "trunc": (np.trunc, lambda d: d.kind == "c"),
-    "round": (lambda x: x.copy() if x.dtype.kind in "biu" else np.round(x), lambda d: False),
+    "round": (lambda x: x.copy() if x.dtype.kind in "biu" else np.round(x), _refuses_none),
     "frac": (_frac, lambda d: d.kind != "f"),
     "relu": (lambda x: x.copy() if x.dtype.kind in "bu" else np.maximum(x, np.zeros((), x.dtype)),
              lambda d: d.kind == "c"),
-    "conj": (lambda x: np.conj(x) if x.dtype.kind == "c" else x, lambda d: False),  # real: the tensor itself
-    "real": (lambda x: np.real(x) if x.dtype.kind == "c" else x, lambda d: False),
+    "conj": (lambda x: np.conj(x) if x.dtype.kind == "c" else x, _refuses_none),  # real: the tensor itself
+    "real": (lambda x: np.real(x) if x.dtype.kind == "c" else x, _refuses_none),
     "imag": (np.imag, lambda d: d.kind != "c"),
 }
 LINEAR = {"neg", "conj", "real", "imag"}
@@ -192,15 +188,10 @@ def test_function_matches_dense(name, dtype, layout, rng):
 
 
 @pytest.mark.parametrize("name", ["abs", "sqrt", "sin", "neg", "relu", "round", "imag", "conj"])
-@pytest.mark.parametrize("config", CONFIGS, ids=str)
-@pytest.mark.parametrize("index_dtype", INDEX_DTYPES, ids=str)
-@pytest.mark.parametrize("kind", VARIANTS)
-@pytest.mark.parametrize("layout", LAYOUTS)
+@every_variant
 def test_function_layouts_and_dims(name, config, index_dtype, kind, layout, rng):
-    batch, dense = config
     dtype = np.complex128 if name in ("imag", "conj") else np.float64
-    t, a = make(rng, layout, batch=batch, dense=dense, dtype=dtype, index_dtype=index_dtype)
-    t, a = variant(rng, t, a, kind)
+    t, a = make_variant(rng, layout, config, index_dtype, kind, dtype)
     snap = snapshot(t)
     r = _call(name, t)
     r.check_invariants()

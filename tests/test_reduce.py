@@ -20,9 +20,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as hs
 
 import sparsetensor as st
-from conftest import HAVE_TORCH, INDEX_DTYPES, LAYOUTS, VALUE_DTYPES, requires_torch
+from conftest import HAVE_TORCH, LAYOUTS, VALUE_DTYPES, assert_unchanged, requires_torch, snapshot
 from sparsetensor.ops import reduce as R
-from test_pointwise import CONFIGS, VARIANTS, assert_close, assert_unchanged, make, snapshot, uncoalesced, variant
+from test_pointwise import CONFIGS, assert_close, every_variant, make, make_variant, uncoalesced
 
 pytestmark = pytest.mark.filterwarnings("ignore:Sparse:UserWarning")
 
@@ -112,14 +112,9 @@ def all_dim_sets(ndim):
 
 
 # -- every dim set, every layout ------------------------------------------------------------------------------
-@pytest.mark.parametrize("config", CONFIGS, ids=str)
-@pytest.mark.parametrize("index_dtype", INDEX_DTYPES, ids=str)
-@pytest.mark.parametrize("kind", VARIANTS)
-@pytest.mark.parametrize("layout", LAYOUTS)
+@every_variant
 def test_reductions_over_every_dim_set(config, index_dtype, kind, layout, rng):
-    batch, dense = config
-    t, a = make(rng, layout, batch=batch, dense=dense, index_dtype=index_dtype)
-    t, a = variant(rng, t, a, kind)
+    t, a = make_variant(rng, layout, config, index_dtype, kind)
     snap = snapshot(t)
     for dims in all_dim_sets(a.ndim):
         for keepdim in (False, True):
@@ -378,14 +373,9 @@ def test_softmax_matches_torch_on_coo(log, config, dtype, rng):
 
 # -- softmax against the dense oracle -----------------------------------------------------------------
 @pytest.mark.parametrize("log", [False, True])
-@pytest.mark.parametrize("config", CONFIGS, ids=str)
-@pytest.mark.parametrize("index_dtype", INDEX_DTYPES, ids=str)
-@pytest.mark.parametrize("kind", VARIANTS)
-@pytest.mark.parametrize("layout", LAYOUTS)
+@every_variant
 def test_softmax_every_dim(log, config, index_dtype, kind, layout, rng):
-    batch, dense = config
-    t, a = make(rng, layout, batch=batch, dense=dense, index_dtype=index_dtype)
-    t, a = variant(rng, t, a, kind)
+    t, a = make_variant(rng, layout, config, index_dtype, kind)
     snap = snapshot(t)
     mask = mask_of(t)
     fn = R.log_softmax if log else R.softmax

@@ -112,8 +112,21 @@ def to_torch(t):
                                           layout=TORCH_LAYOUT[t.layout.name])
 
 
+def every_case(test):
+    """Parametrise ``test`` over layout, (dtype, index_dtype) in DTYPES and (batch, dense) in DIMS."""
+    test = pytest.mark.parametrize("batch,dense", DIMS)(test)
+    test = pytest.mark.parametrize("dtype,index_dtype", DTYPES)(test)
+    return pytest.mark.parametrize("layout", LAYOUTS)(test)
+
+
 def torch_dense(x) -> np.ndarray:
     return (x.to_dense() if x.layout != torch.strided else x).numpy()
+
+
+def assert_matches_torch(r, expected):
+    """``r`` has the elements and the nnz of torch's sparse ``expected``."""
+    np.testing.assert_array_equal(r.to_dense(), torch_dense(expected))
+    assert r.nnz == expected._nnz()
 
 
 def valid_ranges(t, d):
@@ -127,9 +140,7 @@ def valid_ranges(t, d):
 
 
 # -- zero_ ---------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("layout", LAYOUTS)
-@pytest.mark.parametrize("dtype,index_dtype", DTYPES)
-@pytest.mark.parametrize("batch,dense", DIMS)
+@every_case
 def test_zero_(rng, layout, dtype, index_dtype, batch, dense):
     t, a = make(rng, layout, batch=batch, dense=dense, dtype=dtype, index_dtype=index_dtype, nnz=5)
     old = t.values()
@@ -155,9 +166,7 @@ def test_zero_torch(rng, layout):
 
 
 # -- transpose -------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("layout", LAYOUTS)
-@pytest.mark.parametrize("dtype,index_dtype", DTYPES)
-@pytest.mark.parametrize("batch,dense", DIMS)
+@every_case
 def test_transpose(rng, layout, dtype, index_dtype, batch, dense):
     t, a = make(rng, layout, batch=batch, dense=dense, dtype=dtype, index_dtype=index_dtype, shuffle=True)
     for d0, d1 in itertools.combinations_with_replacement(range(t.ndim), 2):
@@ -199,9 +208,7 @@ def test_transpose_sparse_is_a_view(rng):
 
 
 # -- narrow ------------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("layout", LAYOUTS)
-@pytest.mark.parametrize("dtype,index_dtype", DTYPES)
-@pytest.mark.parametrize("batch,dense", DIMS)
+@every_case
 def test_narrow(rng, layout, dtype, index_dtype, batch, dense):
     t, a = make(rng, layout, batch=batch, dense=dense, dtype=dtype, index_dtype=index_dtype, shuffle=True)
     for d in range(t.ndim):
@@ -257,14 +264,11 @@ def test_narrow_coo_torch(rng, shuffle):
         length = min(2, t.shape[d] - 1)
         expected = tt.narrow_copy(d, 1, length)
         r = S.narrow(t, d, 1, length)
-        np.testing.assert_array_equal(r.to_dense(), torch_dense(expected))
-        assert r.nnz == expected._nnz()
+        assert_matches_torch(r, expected)
 
 
 # -- select --------------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("layout", LAYOUTS)
-@pytest.mark.parametrize("dtype,index_dtype", DTYPES)
-@pytest.mark.parametrize("batch,dense", DIMS)
+@every_case
 def test_select(rng, layout, dtype, index_dtype, batch, dense):
     t, a = make(rng, layout, batch=batch, dense=dense, dtype=dtype, index_dtype=index_dtype, shuffle=True)
     for d in range(t.ndim):
@@ -324,9 +328,7 @@ def _indices_for(size, rng):
     return out
 
 
-@pytest.mark.parametrize("layout", LAYOUTS)
-@pytest.mark.parametrize("dtype,index_dtype", DTYPES)
-@pytest.mark.parametrize("batch,dense", DIMS)
+@every_case
 def test_index_select(rng, layout, dtype, index_dtype, batch, dense):
     t, a = make(rng, layout, batch=batch, dense=dense, dtype=dtype, index_dtype=index_dtype, shuffle=True)
     for d in range(t.ndim):
@@ -389,8 +391,7 @@ def test_index_select_coo_torch(rng, shuffle, dense):
         for idx in _indices_for(t.shape[d], rng):
             expected = tt.index_select(d, torch.from_numpy(idx.astype(np.int64)))
             r = S.index_select(t, d, idx)
-            np.testing.assert_array_equal(r.to_dense(), torch_dense(expected))
-            assert r.nnz == expected._nnz()
+            assert_matches_torch(r, expected)
 
 
 # -- cat and stack ---------------------------------------------------------------------------------------------------
@@ -413,9 +414,7 @@ def _cat_inputs(rng, layout, d, batch, dense, dtype, index_dtype, sizes=(1, 2)):
     return ts, arrays
 
 
-@pytest.mark.parametrize("layout", LAYOUTS)
-@pytest.mark.parametrize("dtype,index_dtype", DTYPES)
-@pytest.mark.parametrize("batch,dense", DIMS)
+@every_case
 def test_cat(rng, layout, dtype, index_dtype, batch, dense):
     ndim = len(batch) + 2 + len(dense)
     for d in range(ndim):
@@ -493,13 +492,10 @@ def test_cat_coo_torch(rng, dense):
         ts, _ = _cat_inputs(rng, "coo", d, (2,), dense, np.float32, np.int64)
         expected = torch.cat([to_torch(t) for t in ts], d)
         r = S.cat(ts, d)
-        np.testing.assert_array_equal(r.to_dense(), torch_dense(expected))
-        assert r.nnz == expected._nnz()
+        assert_matches_torch(r, expected)
 
 
-@pytest.mark.parametrize("layout", LAYOUTS)
-@pytest.mark.parametrize("dtype,index_dtype", DTYPES)
-@pytest.mark.parametrize("batch,dense", DIMS)
+@every_case
 def test_stack(rng, layout, dtype, index_dtype, batch, dense):
     ts, arrays = [], []
     for _ in range(3):
@@ -542,9 +538,7 @@ def test_stack_coo_torch(rng):
 
 
 # -- nonzero ----------------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("layout", LAYOUTS)
-@pytest.mark.parametrize("dtype,index_dtype", DTYPES)
-@pytest.mark.parametrize("batch,dense", DIMS)
+@every_case
 def test_nonzero(rng, layout, dtype, index_dtype, batch, dense):
     t, a = make(rng, layout, batch=batch, dense=dense, dtype=dtype, index_dtype=index_dtype, shuffle=True)
     got = S.nonzero(t)

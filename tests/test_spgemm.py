@@ -9,7 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as hs
 
 import sparsetensor as st
-from conftest import HAVE_TORCH, INDEX_DTYPES, nonzero_values, random_dense, requires_torch
+from conftest import (HAVE_TORCH, INDEX_DTYPES, assert_matches_scipy_csr, assert_unchanged, nonzero_values,
+                      random_dense, requires_torch, snapshot)
 from sparsetensor.ops.spgemm import sampled_addmm, spgemm
 
 pytestmark = pytest.mark.filterwarnings("ignore:Sparse:UserWarning")  # torch's beta notes
@@ -29,17 +30,6 @@ def _sparse(a, layout, index_dtype=np.int64, blocksize=None, batch_dim=0):
         return st.from_dense(a, "coo", index_dtype=index_dtype)
     return st.from_dense(a, layout, blocksize=blocksize if layout in BLOCKED else None, batch_dim=batch_dim,
                          index_dtype=index_dtype)
-
-
-def _members(t):
-    if isinstance(t, st.COOTensor):
-        return [t.indices().copy(), t.values().copy()]
-    return [t.compressed_indices().copy(), t.plain_indices().copy(), t.values().copy()]
-
-
-def _assert_unchanged(t, before):
-    for x, y in zip(_members(t), before):
-        np.testing.assert_array_equal(x, y)
 
 
 def _reference(a, b):
@@ -89,11 +79,11 @@ def test_layouts_dtypes(rng, la, lb, dtype, index_dtype):
     b_blocks = (a.shape[1] // 3, 5) if lb in BLOCKED else (a.shape[1], 5)
     b = random_dense(rng, blocks=b_blocks, blocksize=bs_b if lb in BLOCKED else (1, 1), dtype=dtype, nnz=7)
     A, B = _sparse(a, la, index_dtype, bs_a), _sparse(b, lb, index_dtype, bs_b)
-    before = (_members(A), _members(B))
+    before = (snapshot(A), snapshot(B))
     C = spgemm(A, B)
     _check_product(C, a, b)
-    _assert_unchanged(A, before[0])
-    _assert_unchanged(B, before[1])
+    assert_unchanged(A, before[0])
+    assert_unchanged(B, before[1])
     assert C.index_dtype == index_dtype and C.dtype == dtype
     expected = {("coo", "coo"): "coo", ("csc", "csc"): "csc", ("bsc", "bsc"): "bsc", ("bsr", "bsr"): "bsr",
                 ("bsr", "bsc"): "bsr", ("bsc", "bsr"): "bsr"}.get((la, lb), "csr")
@@ -216,12 +206,7 @@ def test_large_matches_scipy(rng, index_dtype, threads):
     tA = st.sparse_csr_tensor(A.indptr, A.indices, A.data, size=A.shape)
     tB = st.sparse_csr_tensor(B.indptr, B.indices, B.data, size=B.shape)
     C = spgemm(tA, tB, threads=threads)
-    ref = (A @ B).tocsr()
-    ref.sort_indices()
-    C.check_invariants()
-    np.testing.assert_array_equal(C.crow_indices(), ref.indptr)
-    np.testing.assert_array_equal(C.col_indices(), ref.indices)
-    np.testing.assert_allclose(C.values(), ref.data, rtol=1e-12)
+    assert_matches_scipy_csr(C, (A @ B).tocsr())
 
 
 def test_wide_rows_and_crowded_buckets(rng):
@@ -244,7 +229,7 @@ def test_threads_agree(rng):
     b = random_dense(rng, blocks=(200, 250), nnz=3000)
     A, B = _sparse(a, "csr"), _sparse(b, "csr")
     c1, c2 = spgemm(A, B, threads=1), spgemm(A, B, threads=2)
-    for x, y in zip(_members(c1), _members(c2)):
+    for x, y in zip(snapshot(c1), snapshot(c2)):
         np.testing.assert_array_equal(x, y)
 
 
@@ -335,9 +320,9 @@ def test_sampled_addmm(rng, dtype, layout, index_dtype, K):
     m2 = nonzero_values(rng, (K, 9), dtype)
     beta, alpha = (2, 3) if np.dtype(dtype).kind in "iu" else (0.5, -1.5)
     t = st.from_dense(inp, layout, index_dtype=index_dtype)
-    before = _members(t)
+    before = snapshot(t)
     out = sampled_addmm(t, m1, m2, beta=beta, alpha=alpha)
-    _assert_unchanged(t, before)
+    assert_unchanged(t, before)
     out.check_invariants()
     assert out.layout.name == layout and out.dtype == dtype and out.nnz == t.nnz
     np.testing.assert_array_equal(out.compressed_indices(), t.compressed_indices())

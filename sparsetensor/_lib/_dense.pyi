@@ -1,4 +1,4 @@
-"""Dense <-> sparse kernels (Cython, OpenMP).
+"""Dense <-> sparse kernels (Cython, OpenMP); dense -> sparse live in _fromdense (re-exported).
 
 The public functions check shapes, dtypes and contiguity (O(1)) and never
 trust index contents: a broken index is returned as an error tuple, it is
@@ -18,6 +18,8 @@ or in their own dtype, which the kernels reinterpret themselves:
 operations run serially.
 """
 import numpy as np
+
+from ._fromdense import dense_to_compressed as dense_to_compressed, dense_to_coo as dense_to_coo
 
 # (invariant, flat batch index, compressed index, position, offending value)
 CompressedError = tuple[str, int, int, int, int]
@@ -53,33 +55,3 @@ def coo_to_dense(
     logical: bool = False,
 ) -> CooError | None: ...
     # ("C4" | "C5", d, k, indices[d, k]): index < 0 or >= shape[d]; first in (k, d) order
-
-def dense_to_compressed(
-    dense: np.ndarray,       # (B, NR, NC, Dz) C-contiguous: zero-test view or the array itself
-    raw: np.ndarray | None,  # (B, NR, NC, Dr) the same elements, any dtype of the same
-                             # element width (None: dense)
-    Rb: int,                 # block size; NR % Rb == 0 and NC % Cb == 0
-    Cb: int,
-    compressed_rows: bool,
-    index_dtype: np.dtype | type,  # int32 or int64
-    nthreads: int,
-    *,
-    float16: bool = False,   # dense is float16 bits as uint16: nonzero iff x & 0x7fff
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]: ...
-    # (compressed (B, nc + 1), plain (B, nnz), values (B, nnz, Rb, Cb, Dr) in raw's dtype,
-    #  nnz_per_batch (B,) int64). A block is specified iff any of its Rb*Cb*Dz elements is
-    # nonzero; plain is sorted within each compressed slot. If the batches differ in nnz,
-    # compressed/plain/values have length 0 on axis 1 and only nnz_per_batch is meaningful.
-    # ValueError if nnz or a plain index does not fit index_dtype.
-
-def dense_to_coo(
-    dense: np.ndarray,       # (M, Dz) C-contiguous: zero-test view or the array itself
-    raw: np.ndarray | None,  # (M, Dr) the same elements (None: dense)
-    shape: np.ndarray,       # (S,) non-negative ints, prod(shape) == M (S == 0: M == 1)
-    index_dtype: np.dtype | type,
-    nthreads: int,
-    *,
-    float16: bool = False,
-) -> tuple[np.ndarray, np.ndarray]: ...
-    # indices (S, nnz) lexicographically sorted, values (nnz, Dr) in raw's dtype;
-    # row m is specified iff any of its Dz elements is nonzero.

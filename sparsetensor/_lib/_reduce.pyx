@@ -13,21 +13,11 @@ the ``nogil`` loops never read or write out of bounds.
 
 from cython.parallel cimport prange
 from libc.math cimport exp, expf, log, logf, INFINITY
-from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t
+from libc.stdint cimport int64_t
 
 import numpy as np
 
-from ._types cimport index_t, value_t
-
-# Real value types (max/min need an order).
-ctypedef fused real_t:
-    int8_t
-    int16_t
-    int32_t
-    int64_t
-    uint8_t
-    float
-    double
+from ._types cimport index_t, real_t, value_t
 
 ctypedef float complex cfloat_t
 ctypedef double complex cdouble_t
@@ -106,16 +96,25 @@ cdef void _segment_minmax(const int64_t* off, const int64_t* perm, const real_t*
             out[g * E + e] = acc
 
 
+cdef Py_ssize_t _segment_items(const int64_t[::1] offsets, const int64_t[::1] perm, Py_ssize_t n,
+                               Py_ssize_t ncols, Py_ssize_t G, Py_ssize_t E) except -2:
+    """K, the items per row of x (n, ncols = K * E) for out (G, E), after checking the
+    arguments; -1 when there is nothing to reduce (G == 0 or E == 0)."""
+    if (E == 0 and ncols != 0) or (E and ncols % E):
+        raise ValueError(f"x has {ncols} columns, not a multiple of out's {E}")
+    _check(offsets, perm, n, G)
+    if G == 0 or E == 0:
+        return -1
+    return ncols // E
+
+
 def segment_sum(const int64_t[::1] offsets, const int64_t[::1] perm, const value_t[:, ::1] x,
                 value_t[:, ::1] out, int nthreads):
     """out[g, e] = sum of x[rows of segment g, k * E + e] over rows and k (empty segments: 0)."""
     cdef Py_ssize_t n = x.shape[0], G = out.shape[0], E = out.shape[1]
-    if (E == 0 and x.shape[1] != 0) or (E and x.shape[1] % E):
-        raise ValueError(f"x has {x.shape[1]} columns, not a multiple of out's {E}")
-    _check(offsets, perm, n, G)
-    if G == 0 or E == 0:
+    cdef Py_ssize_t K = _segment_items(offsets, perm, n, x.shape[1], G, E)
+    if K < 0:
         return
-    cdef Py_ssize_t K = x.shape[1] // E
     cdef int nt = _threads(nthreads, x.shape[0] * x.shape[1])
     cdef const int64_t* pp = &perm[0] if perm.shape[0] else NULL
     cdef const value_t* xp = &x[0, 0] if n else NULL
@@ -127,12 +126,9 @@ def segment_minmax(const int64_t[::1] offsets, const int64_t[::1] perm, const re
                    real_t[:, ::1] out, bint is_max, int nthreads):
     """out[g, e] = max (min) of out[g, e] and x[rows of segment g, k * E + e]; NaN propagates."""
     cdef Py_ssize_t n = x.shape[0], G = out.shape[0], E = out.shape[1]
-    if (E == 0 and x.shape[1] != 0) or (E and x.shape[1] % E):
-        raise ValueError(f"x has {x.shape[1]} columns, not a multiple of out's {E}")
-    _check(offsets, perm, n, G)
-    if G == 0 or E == 0:
+    cdef Py_ssize_t K = _segment_items(offsets, perm, n, x.shape[1], G, E)
+    if K < 0:
         return
-    cdef Py_ssize_t K = x.shape[1] // E
     cdef int nt = _threads(nthreads, x.shape[0] * x.shape[1])
     cdef const int64_t* pp = &perm[0] if perm.shape[0] else NULL
     cdef const real_t* xp = &x[0, 0] if n else NULL

@@ -36,38 +36,27 @@ cdef extern from *:
     /* Dot products with four independent vector accumulators (SSE2 baseline). */
     typedef float st_v4f __attribute__((vector_size(16)));
     typedef double st_v2d __attribute__((vector_size(16)));
-    static inline float st_dot_f32(const float* x, const float* y, ptrdiff_t n) {
-        st_v4f s0 = {0, 0, 0, 0}, s1 = s0, s2 = s0, s3 = s0, a, b;
-        ptrdiff_t k = 0;
-        float s;
-        for (; k + 16 <= n; k += 16) {
-            memcpy(&a, x + k, 16); memcpy(&b, y + k, 16); s0 += a * b;
-            memcpy(&a, x + k + 4, 16); memcpy(&b, y + k + 4, 16); s1 += a * b;
-            memcpy(&a, x + k + 8, 16); memcpy(&b, y + k + 8, 16); s2 += a * b;
-            memcpy(&a, x + k + 12, 16); memcpy(&b, y + k + 12, 16); s3 += a * b;
-        }
-        for (; k + 4 <= n; k += 4) { memcpy(&a, x + k, 16); memcpy(&b, y + k, 16); s0 += a * b; }
-        s0 = (s0 + s1) + (s2 + s3);
-        s = (s0[0] + s0[1]) + (s0[2] + s0[3]);
-        for (; k < n; k++) s += x[k] * y[k];
-        return s;
+    #define ST_DEFINE_DOT(NAME, T, VT, L, HSUM)                                 \\
+    static inline T st_dot_##NAME(const T* x, const T* y, ptrdiff_t n) {          \\
+        VT s0 = {0}, s1 = s0, s2 = s0, s3 = s0, a, b;                             \\
+        ptrdiff_t k = 0;                                                          \\
+        T s;                                                                      \\
+        for (; k + 4 * L <= n; k += 4 * L) {                                      \\
+            memcpy(&a, x + k, 16); memcpy(&b, y + k, 16); s0 += a * b;            \\
+            memcpy(&a, x + k + L, 16); memcpy(&b, y + k + L, 16); s1 += a * b;    \\
+            memcpy(&a, x + k + 2 * L, 16); memcpy(&b, y + k + 2 * L, 16); s2 += a * b; \\
+            memcpy(&a, x + k + 3 * L, 16); memcpy(&b, y + k + 3 * L, 16); s3 += a * b; \\
+        }                                                                         \\
+        for (; k + L <= n; k += L) { memcpy(&a, x + k, 16); memcpy(&b, y + k, 16); s0 += a * b; } \\
+        s0 = (s0 + s1) + (s2 + s3);                                               \\
+        s = HSUM(s0);                                                             \\
+        for (; k < n; k++) s += x[k] * y[k];                                      \\
+        return s;                                                                 \\
     }
-    static inline double st_dot_f64(const double* x, const double* y, ptrdiff_t n) {
-        st_v2d s0 = {0, 0}, s1 = s0, s2 = s0, s3 = s0, a, b;
-        ptrdiff_t k = 0;
-        double s;
-        for (; k + 8 <= n; k += 8) {
-            memcpy(&a, x + k, 16); memcpy(&b, y + k, 16); s0 += a * b;
-            memcpy(&a, x + k + 2, 16); memcpy(&b, y + k + 2, 16); s1 += a * b;
-            memcpy(&a, x + k + 4, 16); memcpy(&b, y + k + 4, 16); s2 += a * b;
-            memcpy(&a, x + k + 6, 16); memcpy(&b, y + k + 6, 16); s3 += a * b;
-        }
-        for (; k + 2 <= n; k += 2) { memcpy(&a, x + k, 16); memcpy(&b, y + k, 16); s0 += a * b; }
-        s0 = (s0 + s1) + (s2 + s3);
-        s = s0[0] + s0[1];
-        for (; k < n; k++) s += x[k] * y[k];
-        return s;
-    }
+    #define ST_HSUM4(v) ((v[0] + v[1]) + (v[2] + v[3]))
+    #define ST_HSUM2(v) (v[0] + v[1])
+    ST_DEFINE_DOT(f32, float, st_v4f, 4, ST_HSUM4)
+    ST_DEFINE_DOT(f64, double, st_v2d, 2, ST_HSUM2)
     """
     int st_bitlen64(uint64_t x) nogil
     void st_prefetch(const void* p) nogil

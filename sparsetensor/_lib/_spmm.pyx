@@ -47,52 +47,24 @@ from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport calloc, free, malloc
 from libc.string cimport memset
 
-from sparsetensor._lib._types cimport index_t
+from sparsetensor._lib._types cimport index_t, num_t
 
 
 cdef extern from "_spmm_simd.h" nogil:
     # AVX-512 fast paths for float32/float64 with compressed rows (1 when compiled in)
     int ST_SPMM_SIMD
-    int st_spmv_f32_i32(const int32_t*, const int32_t*, const float*, const float*, float*,
-                        Py_ssize_t, Py_ssize_t, int64_t, int64_t, int)
-    int st_spmv_f32_i64(const int64_t*, const int64_t*, const float*, const float*, float*,
-                        Py_ssize_t, Py_ssize_t, int64_t, int64_t, int)
-    int st_spmv_f64_i32(const int32_t*, const int32_t*, const double*, const double*, double*,
-                        Py_ssize_t, Py_ssize_t, int64_t, int64_t, int)
-    int st_spmv_f64_i64(const int64_t*, const int64_t*, const double*, const double*, double*,
-                        Py_ssize_t, Py_ssize_t, int64_t, int64_t, int)
-    int st_spmm_rows_f32_i32(const int32_t*, const int32_t*, const float*, const float*, float*,
-                             Py_ssize_t, Py_ssize_t, Py_ssize_t, int64_t, int64_t, int)
-    int st_spmm_rows_f32_i64(const int64_t*, const int64_t*, const float*, const float*, float*,
-                             Py_ssize_t, Py_ssize_t, Py_ssize_t, int64_t, int64_t, int)
-    int st_spmm_rows_f64_i32(const int32_t*, const int32_t*, const double*, const double*, double*,
-                             Py_ssize_t, Py_ssize_t, Py_ssize_t, int64_t, int64_t, int)
-    int st_spmm_rows_f64_i64(const int64_t*, const int64_t*, const double*, const double*, double*,
-                             Py_ssize_t, Py_ssize_t, Py_ssize_t, int64_t, int64_t, int)
-    int st_bsr_rows_f32_i32(const int32_t*, const int32_t*, const float*, const float*, float*,
-                            Py_ssize_t, Py_ssize_t, Py_ssize_t, Py_ssize_t, Py_ssize_t,
-                            Py_ssize_t, Py_ssize_t, int64_t, int64_t, int)
-    int st_bsr_rows_f32_i64(const int64_t*, const int64_t*, const float*, const float*, float*,
-                            Py_ssize_t, Py_ssize_t, Py_ssize_t, Py_ssize_t, Py_ssize_t,
-                            Py_ssize_t, Py_ssize_t, int64_t, int64_t, int)
-    int st_bsr_rows_f64_i32(const int32_t*, const int32_t*, const double*, const double*, double*,
-                            Py_ssize_t, Py_ssize_t, Py_ssize_t, Py_ssize_t, Py_ssize_t,
-                            Py_ssize_t, Py_ssize_t, int64_t, int64_t, int)
-    int st_bsr_rows_f64_i64(const int64_t*, const int64_t*, const double*, const double*, double*,
-                            Py_ssize_t, Py_ssize_t, Py_ssize_t, Py_ssize_t, Py_ssize_t,
-                            Py_ssize_t, Py_ssize_t, int64_t, int64_t, int)
-
-
-# The element types of the kernels (see the module docstring).
-ctypedef fused num_t:
-    uint8_t
-    uint16_t
-    uint32_t
-    uint64_t
-    float
-    double
-    float complex
-    double complex
+    int st_gather_f32_i32(const int32_t*, const int32_t*, const float*, const float*, float*,
+                          Py_ssize_t, Py_ssize_t, Py_ssize_t, Py_ssize_t, Py_ssize_t,
+                          Py_ssize_t, Py_ssize_t, int64_t, int64_t, int)
+    int st_gather_f32_i64(const int64_t*, const int64_t*, const float*, const float*, float*,
+                          Py_ssize_t, Py_ssize_t, Py_ssize_t, Py_ssize_t, Py_ssize_t,
+                          Py_ssize_t, Py_ssize_t, int64_t, int64_t, int)
+    int st_gather_f64_i32(const int32_t*, const int32_t*, const double*, const double*, double*,
+                          Py_ssize_t, Py_ssize_t, Py_ssize_t, Py_ssize_t, Py_ssize_t,
+                          Py_ssize_t, Py_ssize_t, int64_t, int64_t, int)
+    int st_gather_f64_i64(const int64_t*, const int64_t*, const double*, const double*, double*,
+                          Py_ssize_t, Py_ssize_t, Py_ssize_t, Py_ssize_t, Py_ssize_t,
+                          Py_ssize_t, Py_ssize_t, int64_t, int64_t, int)
 
 
 # Below this many multiply-adds a product runs on one thread (the wrapper in
@@ -332,54 +304,26 @@ cdef int _gather_simd(const index_t* cp, const index_t* pp, const num_t* vp, con
     """The AVX-512 paths of _spmm_simd.h (float32/float64 only)."""
     cdef int64_t nnz = g.nnz, npl = g.nplain
     cdef int chk = g.checked
-    if num_t is float:
-        if index_t is int32_t:
-            if g.bs > 1:
-                return st_bsr_rows_f32_i32(cp, pp, vp, dp, op, g.N, g.Rb, g.Cb, g.ars, g.acs, i0, i1, nnz, npl, chk)
-            if g.N == 1:
-                return st_spmv_f32_i32(cp, pp, vp, dp, op, i0, i1, nnz, npl, chk)
-            return st_spmm_rows_f32_i32(cp, pp, vp, dp, op, g.N, i0, i1, nnz, npl, chk)
-        else:
-            if g.bs > 1:
-                return st_bsr_rows_f32_i64(cp, pp, vp, dp, op, g.N, g.Rb, g.Cb, g.ars, g.acs, i0, i1, nnz, npl, chk)
-            if g.N == 1:
-                return st_spmv_f32_i64(cp, pp, vp, dp, op, i0, i1, nnz, npl, chk)
-            return st_spmm_rows_f32_i64(cp, pp, vp, dp, op, g.N, i0, i1, nnz, npl, chk)
+    if num_t is float and index_t is int32_t:
+        return st_gather_f32_i32(cp, pp, vp, dp, op, g.N, g.Rb, g.Cb, g.ars, g.acs, i0, i1, nnz, npl, chk)
+    elif num_t is float:
+        return st_gather_f32_i64(cp, pp, vp, dp, op, g.N, g.Rb, g.Cb, g.ars, g.acs, i0, i1, nnz, npl, chk)
+    elif num_t is double and index_t is int32_t:
+        return st_gather_f64_i32(cp, pp, vp, dp, op, g.N, g.Rb, g.Cb, g.ars, g.acs, i0, i1, nnz, npl, chk)
     elif num_t is double:
-        if index_t is int32_t:
-            if g.bs > 1:
-                return st_bsr_rows_f64_i32(cp, pp, vp, dp, op, g.N, g.Rb, g.Cb, g.ars, g.acs, i0, i1, nnz, npl, chk)
-            if g.N == 1:
-                return st_spmv_f64_i32(cp, pp, vp, dp, op, i0, i1, nnz, npl, chk)
-            return st_spmm_rows_f64_i32(cp, pp, vp, dp, op, g.N, i0, i1, nnz, npl, chk)
-        else:
-            if g.bs > 1:
-                return st_bsr_rows_f64_i64(cp, pp, vp, dp, op, g.N, g.Rb, g.Cb, g.ars, g.acs, i0, i1, nnz, npl, chk)
-            if g.N == 1:
-                return st_spmv_f64_i64(cp, pp, vp, dp, op, i0, i1, nnz, npl, chk)
-            return st_spmm_rows_f64_i64(cp, pp, vp, dp, op, g.N, i0, i1, nnz, npl, chk)
+        return st_gather_f64_i64(cp, pp, vp, dp, op, g.N, g.Rb, g.Cb, g.ars, g.acs, i0, i1, nnz, npl, chk)
     else:
         return -1
 
 
-def _gather_kernel(const index_t[::1] compressed, const index_t[::1] plain, const num_t[::1] values,
-                   const num_t[::1] dense, num_t[::1] out, const int64_t[::1] sbatch,
-                   const int64_t[::1] dbatch, Py_ssize_t Bs, Py_ssize_t nc, Py_ssize_t nplain,
-                   Py_ssize_t nnz, Py_ssize_t Rb, Py_ssize_t Cb, bint block_transposed,
-                   Py_ssize_t M, Py_ssize_t K, Py_ssize_t N, bint logical, bint checked, int nthreads):
-    cdef _Geo g = _geo(nc, nplain, nnz, Rb, Cb, block_transposed, M, K, N, logical, checked)
-    cdef Py_ssize_t Bo = sbatch.shape[0], work = Bo * (nnz * g.bs * N + M * N)
-    cdef int nt = _threads(nthreads, work, Bo * nc)
+cdef int _gather(const index_t* cp, const index_t* pp, const num_t* vp, const num_t* dp, num_t* op,
+                 const int64_t* sb, const int64_t* db, const _Geo* g, Py_ssize_t Bs, Py_ssize_t Bo,
+                 int nt) except -1:
+    """Every output batch by compressed rows, split into row ranges of about equal nnz."""
+    cdef Py_ssize_t nc = g.nc, nnz = g.nnz, Cb = g.Cb, M = g.M, K = g.K, N = g.N
     cdef Py_ssize_t P = 1, ntasks, task, bo, s, t
     cdef Py_ssize_t* bounds
     cdef int nerr = 0
-    cdef const index_t* cp = &compressed[0]
-    cdef const index_t* pp = &plain[0]
-    cdef const num_t* vp = &values[0]
-    cdef const num_t* dp = &dense[0]
-    cdef num_t* op = &out[0]
-    cdef const int64_t* sb = &sbatch[0]
-    cdef const int64_t* db = &dbatch[0]
     if nt > 1 and Bo < nt * _CHUNKS_PER_THREAD:
         P = min(nc, (nt * _CHUNKS_PER_THREAD + Bo - 1) // Bo)
     ntasks = Bo * P
@@ -395,12 +339,12 @@ def _gather_kernel(const index_t[::1] compressed, const index_t[::1] plain, cons
                 t = task % P
                 s = sb[bo]
                 nerr += _gather_task(cp + s * (nc + 1), pp + s * nnz, vp + s * nnz * g.bs, dp + db[bo] * K * N,
-                                     op + bo * M * N, &g, bounds[s * (P + 1) + t], bounds[s * (P + 1) + t + 1])
+                                     op + bo * M * N, g, bounds[s * (P + 1) + t], bounds[s * (P + 1) + t + 1])
         else:
             for bo in range(Bo):
                 s = sb[bo]
                 nerr = _gather_task(cp + s * (nc + 1), pp + s * nnz, vp + s * nnz * g.bs, dp + db[bo] * K * N,
-                                    op + bo * M * N, &g, 0, nc)
+                                    op + bo * M * N, g, 0, nc)
                 if nerr:
                     break
     free(bounds)
@@ -537,28 +481,19 @@ cdef void _add_buffers(num_t* op, num_t** bufs, Py_ssize_t nbufs, Py_ssize_t e0,
             op[e] = op[e] + b[e]
 
 
-def _scatter_kernel(const index_t[::1] compressed, const index_t[::1] plain, const num_t[::1] values,
-                    const num_t[::1] dense, num_t[::1] out, const int64_t[::1] sbatch,
-                    const int64_t[::1] dbatch, Py_ssize_t Bs, Py_ssize_t nc, Py_ssize_t nplain,
-                    Py_ssize_t nnz, Py_ssize_t Rb, Py_ssize_t Cb, bint block_transposed,
-                    Py_ssize_t M, Py_ssize_t K, Py_ssize_t N, bint logical, bint checked, int nthreads):
-    cdef _Geo g = _geo(nc, nplain, nnz, Rb, Cb, block_transposed, M, K, N, logical, checked)
-    cdef Py_ssize_t Bo = sbatch.shape[0], work = Bo * (nnz * g.bs * N + M * N)
-    cdef int nt = _threads(nthreads, work, Bo * nplain)
-    cdef Py_ssize_t P = 1, task, bo, s, t, MN = M * N
+cdef int _scatter(const index_t* cp, const index_t* pp, const num_t* vp, const num_t* dp, num_t* op,
+                  const int64_t* sb, const int64_t* db, const _Geo* g, Py_ssize_t Bs, Py_ssize_t Bo,
+                  int nt) except -1:
+    """Every output batch by compressed columns: private buffers for narrow outputs, else
+    output row ranges."""
+    cdef Py_ssize_t nc = g.nc, nplain = g.nplain, nnz = g.nnz, K = g.K, N = g.N
+    cdef Py_ssize_t P = 1, task, bo, s, t, MN = g.M * N
     cdef Py_ssize_t* bounds
     cdef int nerr = 0
-    cdef const index_t* cp = &compressed[0]
-    cdef const index_t* pp = &plain[0]
-    cdef const num_t* vp = &values[0]
-    cdef const num_t* dp = &dense[0]
-    cdef num_t* op = &out[0]
-    cdef const int64_t* sb = &sbatch[0]
-    cdef const int64_t* db = &dbatch[0]
     if nt > 1 and Bo < 2 * nt:
         P = min(nplain, <Py_ssize_t>nt)
     if P > 1 and N * g.Rb <= _PRIVATE_MAX_WIDTH and (nt - 1) * MN * <Py_ssize_t>sizeof(num_t) <= _PRIVATE_MAX_BYTES:
-        return _scatter_private(cp, pp, vp, dp, op, sb, db, &g, Bo, nt)
+        return _scatter_private(cp, pp, vp, dp, op, sb, db, g, Bo, nt)
     # Output rows are split among the threads (every task scans all entries of its batch and
     # adds those of its rows), unless there are enough batches to go round.
     bounds = <Py_ssize_t*>malloc((P + 1) * sizeof(Py_ssize_t))
@@ -575,18 +510,41 @@ def _scatter_kernel(const index_t[::1] compressed, const index_t[::1] plain, con
                 t = task % P
                 s = sb[bo]
                 nerr += _scatter_range(cp + s * (nc + 1), pp + s * nnz, vp + s * nnz * g.bs, dp + db[bo] * K * N,
-                                       op + bo * MN, &g, bounds[t], bounds[t + 1], 0, nc)
+                                       op + bo * MN, g, bounds[t], bounds[t + 1], 0, nc)
         else:
             for bo in range(Bo):
                 s = sb[bo]
                 nerr = _scatter_range(cp + s * (nc + 1), pp + s * nnz, vp + s * nnz * g.bs, dp + db[bo] * K * N,
-                                      op + bo * MN, &g, 0, nplain, 0, nc)
+                                      op + bo * MN, g, 0, nplain, 0, nc)
                 if nerr:
                     break
     free(bounds)
     if nerr == -1:
         raise MemoryError()
     return nerr
+
+
+def _product_kernel(const index_t[::1] compressed, const index_t[::1] plain, const num_t[::1] values,
+                    const num_t[::1] dense, num_t[::1] out, const int64_t[::1] sbatch,
+                    const int64_t[::1] dbatch, Py_ssize_t Bs, Py_ssize_t nc, Py_ssize_t nplain,
+                    Py_ssize_t nnz, Py_ssize_t Rb, Py_ssize_t Cb, bint block_transposed,
+                    Py_ssize_t M, Py_ssize_t K, Py_ssize_t N, bint logical, bint checked, bint rows,
+                    int nthreads):
+    """out[bo] = A[sbatch[bo]] @ dense[dbatch[bo]]: the gather kernel for compressed rows, the
+    scatter kernel for compressed columns. 0, or nonzero on a broken index."""
+    cdef _Geo g = _geo(nc, nplain, nnz, Rb, Cb, block_transposed, M, K, N, logical, checked)
+    cdef Py_ssize_t Bo = sbatch.shape[0], work = Bo * (nnz * g.bs * N + M * N)
+    cdef int nt = _threads(nthreads, work, Bo * (nc if rows else nplain))
+    cdef const index_t* cp = &compressed[0]
+    cdef const index_t* pp = &plain[0]
+    cdef const num_t* vp = &values[0]
+    cdef const num_t* dp = &dense[0]
+    cdef num_t* op = &out[0]
+    cdef const int64_t* sb = &sbatch[0]
+    cdef const int64_t* db = &dbatch[0]
+    if rows:
+        return _gather(cp, pp, vp, dp, op, sb, db, &g, Bs, Bo, nt)
+    return _scatter(cp, pp, vp, dp, op, sb, db, &g, Bs, Bo, nt)
 
 
 cdef int _scatter_private(const index_t* cp, const index_t* pp, const num_t* vp, const num_t* dp, num_t* op,
@@ -678,10 +636,9 @@ _C_NAMES = {np.dtype(np.int32): "int32_t", np.dtype(np.int64): "int64_t", np.dty
             np.dtype(np.uint16): "uint16_t", np.dtype(np.uint32): "uint32_t", np.dtype(np.uint64): "uint64_t",
             np.dtype(np.float32): "float", np.dtype(np.float64): "double",
             np.dtype(np.complex64): "float complex", np.dtype(np.complex128): "double complex"}
-# The specialisations of the fused kernels by (compressed_rows, index dtype, value dtype):
+# The specialisations of the fused kernel by (index dtype, value dtype):
 # looked up once here, so that a call does not pay for Cython's fused-type dispatch.
-_KERNELS = {(rows, i, v): kernel.__signatures__[f"{_C_NAMES[i]}|{_C_NAMES[v]}"]
-            for rows, kernel in ((True, _gather_kernel), (False, _scatter_kernel))
+_KERNELS = {(i, v): _product_kernel.__signatures__[f"{_C_NAMES[i]}|{_C_NAMES[v]}"]
             for i in (np.dtype(np.int32), np.dtype(np.int64)) for v in _KERNEL_DTYPES}
 
 
@@ -824,10 +781,10 @@ def spmm(compressed, plain, values, dense, out, sbatch, dbatch, blocksize, compr
     if K == 0 or nnz == 0:
         out[...] = 0
         return None
-    kernel = _KERNELS[bool(compressed_rows), compressed.dtype, values.dtype]
+    kernel = _KERNELS[compressed.dtype, values.dtype]
     args = (_flat(compressed), _flat(plain), _flat(values), _flat(dense), out.reshape(-1), sbatch, dbatch,
             Bs, nc, nplain, nnz, Rb, Cb, bool(block_transposed), M, K, N, bool(logical), bool(checked),
-            int(nthreads))
+            bool(compressed_rows), int(nthreads))
     if kernel(*args) == 0:
         return None
     found = _locate_kernel(_flat(compressed), _flat(plain), Bs, nc, nnz, nplain)

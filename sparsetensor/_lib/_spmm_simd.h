@@ -52,107 +52,68 @@ static inline float st_hsum256(__m256 v) {
     int64_t lo = cp[i], hi = cp[i + 1];                                        \
     if (!checked && (lo < 0 || hi < lo || hi > nnz)) return ST_BAD_COMPRESSED;
 
-/* ---------------------------------------------------------------- SpMV */
+/* every plain index of the slot below nplain, before any is followed */
+#define ST_PLAIN_GUARD                                                         \
+    if (!checked)                                                              \
+        for (int64_t k = lo; k < hi; k++)                                      \
+            if ((uint64_t)(int64_t)pp[k] >= (uint64_t)nplain) return ST_BAD_PLAIN;
 
-static int st_spmv_f32_i32(const int32_t *cp, const int32_t *pp, const float *vp, const float *x,
-                           float *y, ptrdiff_t i0, ptrdiff_t i1, int64_t nnz, int64_t nplain,
-                           int checked) {
-    const __m512i lim = _mm512_set1_epi32((int32_t)(nplain > INT32_MAX ? INT32_MAX : nplain));
-    for (ptrdiff_t i = i0; i < i1; i++) {
-        ST_SLOT_GUARD
-        __m512 acc = _mm512_setzero_ps();
-        int64_t k = lo;
-        for (; k + 16 <= hi; k += 16) {
-            __m512i c = _mm512_loadu_si512((const void *)(pp + k));
-            if (!checked && _mm512_cmpge_epu32_mask(c, lim)) return ST_BAD_PLAIN;
-            acc = _mm512_fmadd_ps(_mm512_loadu_ps(vp + k), _mm512_i32gather_ps(c, x, 4), acc);
-        }
-        if (k < hi) {
-            __mmask16 m = st_mask16(hi - k);
-            __m512i c = _mm512_maskz_loadu_epi32(m, pp + k);
-            if (!checked && _mm512_mask_cmpge_epu32_mask(m, c, lim)) return ST_BAD_PLAIN;
-            acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, vp + k),
-                                  _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, c, x, 4), acc);
-        }
-        y[i] = _mm512_reduce_add_ps(acc);
-    }
-    return 0;
+/* ---------------------------------------------------------------- SpMV
+ * One template (a macro) per (value, index) type: T the element, IT the index, LIMT the
+ * index vector (LIM its bound), AT the accumulator of L lanes with mask MT; LOADI/MLOADI
+ * load L indices (masked), GE/MGE compare them with the bound, LOADV/MLOADV load values,
+ * GATHER/MGATHER gather x (element size S), FMA and SUM accumulate and reduce. */
+
+#define ST_DEFINE_SPMV(NAME, T, IT, LIMT, LIM, AT, L, MT, MASK, ZERO, LOADI, MLOADI, GE, MGE, \
+                       LOADV, MLOADV, GATHER, MGATHER, S, FMA, SUM)                            \
+static int st_spmv_##NAME(const IT *cp, const IT *pp, const T *vp, const T *x, T *y,           \
+                          ptrdiff_t i0, ptrdiff_t i1, int64_t nnz, int64_t nplain, int checked) { \
+    const LIMT lim = LIM;                                                                      \
+    for (ptrdiff_t i = i0; i < i1; i++) {                                                      \
+        ST_SLOT_GUARD                                                                          \
+        AT acc = ZERO();                                                                       \
+        int64_t k = lo;                                                                        \
+        for (; k + L <= hi; k += L) {                                                          \
+            LIMT c = LOADI(pp + k);                                                            \
+            if (!checked && GE(c, lim)) return ST_BAD_PLAIN;                                   \
+            acc = FMA(LOADV(vp + k), GATHER(c, x, S), acc);                                    \
+        }                                                                                      \
+        if (k < hi) {                                                                          \
+            MT m = MASK(hi - k);                                                               \
+            LIMT c = MLOADI(m, pp + k);                                                        \
+            if (!checked && MGE(m, c, lim)) return ST_BAD_PLAIN;                               \
+            acc = FMA(MLOADV(m, vp + k), MGATHER(ZERO(), m, c, x, S), acc);                    \
+        }                                                                                      \
+        y[i] = SUM(acc);                                                                       \
+    }                                                                                          \
+    return 0;                                                                                  \
 }
 
-static int st_spmv_f32_i64(const int64_t *cp, const int64_t *pp, const float *vp, const float *x,
-                           float *y, ptrdiff_t i0, ptrdiff_t i1, int64_t nnz, int64_t nplain,
-                           int checked) {
-    const __m512i lim = _mm512_set1_epi64(nplain);
-    for (ptrdiff_t i = i0; i < i1; i++) {
-        ST_SLOT_GUARD
-        __m256 acc = _mm256_setzero_ps();
-        int64_t k = lo;
-        for (; k + 8 <= hi; k += 8) {
-            __m512i c = _mm512_loadu_si512((const void *)(pp + k));
-            if (!checked && _mm512_cmpge_epu64_mask(c, lim)) return ST_BAD_PLAIN;
-            acc = _mm256_fmadd_ps(_mm256_loadu_ps(vp + k), _mm512_i64gather_ps(c, x, 4), acc);
-        }
-        if (k < hi) {
-            __mmask8 m = st_mask8(hi - k);
-            __m512i c = _mm512_maskz_loadu_epi64(m, pp + k);
-            if (!checked && _mm512_mask_cmpge_epu64_mask(m, c, lim)) return ST_BAD_PLAIN;
-            acc = _mm256_fmadd_ps(_mm256_maskz_loadu_ps(m, vp + k),
-                                  _mm512_mask_i64gather_ps(_mm256_setzero_ps(), m, c, x, 4), acc);
-        }
-        y[i] = st_hsum256(acc);
-    }
-    return 0;
-}
+/* bound of an int32 index vector: nplain, saturated */
+#define ST_LIM32(SET1) SET1((int32_t)(nplain > INT32_MAX ? INT32_MAX : nplain))
+#define ST_LOAD512I(p) _mm512_loadu_si512((const void *)(p))
+#define ST_LOAD256I(p) _mm256_loadu_si256((const __m256i *)(p))
 
-static int st_spmv_f64_i32(const int32_t *cp, const int32_t *pp, const double *vp, const double *x,
-                           double *y, ptrdiff_t i0, ptrdiff_t i1, int64_t nnz, int64_t nplain,
-                           int checked) {
-    const __m256i lim = _mm256_set1_epi32((int32_t)(nplain > INT32_MAX ? INT32_MAX : nplain));
-    for (ptrdiff_t i = i0; i < i1; i++) {
-        ST_SLOT_GUARD
-        __m512d acc = _mm512_setzero_pd();
-        int64_t k = lo;
-        for (; k + 8 <= hi; k += 8) {
-            __m256i c = _mm256_loadu_si256((const __m256i *)(pp + k));
-            if (!checked && _mm256_cmpge_epu32_mask(c, lim)) return ST_BAD_PLAIN;
-            acc = _mm512_fmadd_pd(_mm512_loadu_pd(vp + k), _mm512_i32gather_pd(c, x, 8), acc);
-        }
-        if (k < hi) {
-            __mmask8 m = st_mask8(hi - k);
-            __m256i c = _mm256_maskz_loadu_epi32(m, pp + k);
-            if (!checked && _mm256_mask_cmpge_epu32_mask(m, c, lim)) return ST_BAD_PLAIN;
-            acc = _mm512_fmadd_pd(_mm512_maskz_loadu_pd(m, vp + k),
-                                  _mm512_mask_i32gather_pd(_mm512_setzero_pd(), m, c, x, 8), acc);
-        }
-        y[i] = _mm512_reduce_add_pd(acc);
-    }
-    return 0;
-}
-
-static int st_spmv_f64_i64(const int64_t *cp, const int64_t *pp, const double *vp, const double *x,
-                           double *y, ptrdiff_t i0, ptrdiff_t i1, int64_t nnz, int64_t nplain,
-                           int checked) {
-    const __m512i lim = _mm512_set1_epi64(nplain);
-    for (ptrdiff_t i = i0; i < i1; i++) {
-        ST_SLOT_GUARD
-        __m512d acc = _mm512_setzero_pd();
-        int64_t k = lo;
-        for (; k + 8 <= hi; k += 8) {
-            __m512i c = _mm512_loadu_si512((const void *)(pp + k));
-            if (!checked && _mm512_cmpge_epu64_mask(c, lim)) return ST_BAD_PLAIN;
-            acc = _mm512_fmadd_pd(_mm512_loadu_pd(vp + k), _mm512_i64gather_pd(c, x, 8), acc);
-        }
-        if (k < hi) {
-            __mmask8 m = st_mask8(hi - k);
-            __m512i c = _mm512_maskz_loadu_epi64(m, pp + k);
-            if (!checked && _mm512_mask_cmpge_epu64_mask(m, c, lim)) return ST_BAD_PLAIN;
-            acc = _mm512_fmadd_pd(_mm512_maskz_loadu_pd(m, vp + k),
-                                  _mm512_mask_i64gather_pd(_mm512_setzero_pd(), m, c, x, 8), acc);
-        }
-        y[i] = _mm512_reduce_add_pd(acc);
-    }
-    return 0;
-}
+ST_DEFINE_SPMV(f32_i32, float, int32_t, __m512i, ST_LIM32(_mm512_set1_epi32), __m512, 16,
+               __mmask16, st_mask16, _mm512_setzero_ps, ST_LOAD512I, _mm512_maskz_loadu_epi32,
+               _mm512_cmpge_epu32_mask, _mm512_mask_cmpge_epu32_mask, _mm512_loadu_ps,
+               _mm512_maskz_loadu_ps, _mm512_i32gather_ps, _mm512_mask_i32gather_ps, 4,
+               _mm512_fmadd_ps, _mm512_reduce_add_ps)
+ST_DEFINE_SPMV(f32_i64, float, int64_t, __m512i, _mm512_set1_epi64(nplain), __m256, 8,
+               __mmask8, st_mask8, _mm256_setzero_ps, ST_LOAD512I, _mm512_maskz_loadu_epi64,
+               _mm512_cmpge_epu64_mask, _mm512_mask_cmpge_epu64_mask, _mm256_loadu_ps,
+               _mm256_maskz_loadu_ps, _mm512_i64gather_ps, _mm512_mask_i64gather_ps, 4,
+               _mm256_fmadd_ps, st_hsum256)
+ST_DEFINE_SPMV(f64_i32, double, int32_t, __m256i, ST_LIM32(_mm256_set1_epi32), __m512d, 8,
+               __mmask8, st_mask8, _mm512_setzero_pd, ST_LOAD256I, _mm256_maskz_loadu_epi32,
+               _mm256_cmpge_epu32_mask, _mm256_mask_cmpge_epu32_mask, _mm512_loadu_pd,
+               _mm512_maskz_loadu_pd, _mm512_i32gather_pd, _mm512_mask_i32gather_pd, 8,
+               _mm512_fmadd_pd, _mm512_reduce_add_pd)
+ST_DEFINE_SPMV(f64_i64, double, int64_t, __m512i, _mm512_set1_epi64(nplain), __m512d, 8,
+               __mmask8, st_mask8, _mm512_setzero_pd, ST_LOAD512I, _mm512_maskz_loadu_epi64,
+               _mm512_cmpge_epu64_mask, _mm512_mask_cmpge_epu64_mask, _mm512_loadu_pd,
+               _mm512_maskz_loadu_pd, _mm512_i64gather_pd, _mm512_mask_i64gather_pd, 8,
+               _mm512_fmadd_pd, _mm512_reduce_add_pd)
 
 /* ------------------------------------------------- CSR x dense, BSR x dense
  * One template (a macro) per (value, index) type: T the element, IT the index, VT the
@@ -183,9 +144,7 @@ static int st_spmm_rows_##TN##_##IN(const IT *cp, const IT *pp, const T *vp, con
                                     int64_t nplain, int checked) {                             \
     for (ptrdiff_t i = i0; i < i1; i++) {                                                      \
         ST_SLOT_GUARD                                                                          \
-        if (!checked)                                                                          \
-            for (int64_t k = lo; k < hi; k++)                                                  \
-                if ((uint64_t)(int64_t)pp[k] >= (uint64_t)nplain) return ST_BAD_PLAIN;         \
+        ST_PLAIN_GUARD                                                                         \
         T *o = out + i * N;                                                                    \
         for (ptrdiff_t t0 = 0; t0 < N; t0 += 4 * L) {                                          \
             const ptrdiff_t w = N - t0;                                                        \
@@ -237,9 +196,7 @@ static int st_bsr_rows_##TN##_##IN(const IT *cp, const IT *pp, const T *vp, cons
     const ptrdiff_t bs = Rb * Cb;                                                              \
     for (ptrdiff_t i = i0; i < i1; i++) {                                                      \
         ST_SLOT_GUARD                                                                          \
-        if (!checked)                                                                          \
-            for (int64_t k = lo; k < hi; k++)                                                  \
-                if ((uint64_t)(int64_t)pp[k] >= (uint64_t)nplain) return ST_BAD_PLAIN;         \
+        ST_PLAIN_GUARD                                                                         \
         T *o = out + i * Rb * N;                                                               \
         for (ptrdiff_t t0 = 0; t0 < N; t0 += 4 * L) {                                          \
             const ptrdiff_t w = N - t0;                                                        \
@@ -301,5 +258,23 @@ ST_STUB(f32_i64, float, int64_t)
 ST_STUB(f64_i32, double, int32_t)
 ST_STUB(f64_i64, double, int64_t)
 #endif
+
+/* The product of compressed slots [i0, i1) by the path that fits it: BSR x dense for
+ * blocks (Rb * Cb > 1), SpMV for one dense column, else CSR x dense. */
+#define ST_DEFINE_GATHER(NAME, T, IT)                                                          \
+static inline int st_gather_##NAME(const IT *cp, const IT *pp, const T *vp, const T *D, T *out, \
+                                   ptrdiff_t N, ptrdiff_t Rb, ptrdiff_t Cb, ptrdiff_t ars,     \
+                                   ptrdiff_t acs, ptrdiff_t i0, ptrdiff_t i1, int64_t nnz,     \
+                                   int64_t nplain, int checked) {                              \
+    if (Rb * Cb > 1)                                                                           \
+        return st_bsr_rows_##NAME(cp, pp, vp, D, out, N, Rb, Cb, ars, acs, i0, i1, nnz, nplain, \
+                                  checked);                                                    \
+    if (N == 1) return st_spmv_##NAME(cp, pp, vp, D, out, i0, i1, nnz, nplain, checked);      \
+    return st_spmm_rows_##NAME(cp, pp, vp, D, out, N, i0, i1, nnz, nplain, checked);          \
+}
+ST_DEFINE_GATHER(f32_i32, float, int32_t)
+ST_DEFINE_GATHER(f32_i64, float, int64_t)
+ST_DEFINE_GATHER(f64_i32, double, int32_t)
+ST_DEFINE_GATHER(f64_i64, double, int64_t)
 
 #endif /* ST_SPMM_SIMD_H */

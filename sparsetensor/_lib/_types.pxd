@@ -12,9 +12,8 @@ ctypedef fused index2_t:
     int32_t
     int64_t
 
-# Arithmetic value types with a C equivalent. bool is handled as uint8 and
-# float16 is widened to float32 by the Python wrappers.
-ctypedef fused value_t:
+# Real (ordered) value types with a C equivalent: what max/min accept.
+ctypedef fused real_t:
     int8_t
     int16_t
     int32_t
@@ -22,6 +21,11 @@ ctypedef fused value_t:
     uint8_t
     float
     double
+
+# Arithmetic value types with a C equivalent: the real ones and complex. bool is
+# handled as uint8 and float16 is widened to float32 by the Python wrappers.
+ctypedef fused value_t:
+    real_t
     float complex
     double complex
 
@@ -32,3 +36,13 @@ ctypedef fused raw_t:
     uint16_t
     uint32_t
     uint64_t
+
+# Arithmetic element types whose integers are unsigned (a signed int is viewed as the
+# unsigned int of its width: wrapping sums and products are the same), and floats and
+# complex: the kernels add and multiply in the values' own dtype.
+ctypedef fused num_t:
+    raw_t
+    float
+    double
+    float complex
+    double complex

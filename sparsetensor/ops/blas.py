@@ -36,6 +36,7 @@ from .._config import num_threads
 from .._tensor import COOTensor, CompressedTensor, SparseTensor
 from .._validate import raise_compressed_error
 from .._lib import _spmm as _kernels
+from ._common import broadcasts_to
 
 __all__ = ["matmul", "mm", "mv", "bmm", "addmm", "smm", "hspmm", "sspaddmm", "linear"]
 
@@ -441,12 +442,9 @@ def addmm(input, mat1, mat2, *, beta=1, alpha=1, threads: int | None = None):
     else:
         raise TypeError("addmm: expected mat1 or mat2 to be sparse; use numpy for dense operands")
     a, b = _scalar(op, "alpha", alpha, rt), _scalar(op, "beta", beta, rt)
-    try:
-        if np.broadcast_shapes(inp.shape, prod.shape) != prod.shape:
-            raise ValueError
-    except ValueError:
+    if not broadcasts_to(inp.shape, prod.shape):
         raise ValueError(f"addmm: input of shape {inp.shape} does not broadcast to the product's shape "
-                         f"{prod.shape} ({_describe(mat1)} @ {_describe(mat2)})") from None
+                         f"{prod.shape} ({_describe(mat1)} @ {_describe(mat2)})")
     if alpha != 1:
         np.multiply(prod, a, out=prod)
     if beta != 0:
@@ -611,11 +609,8 @@ def linear(x, w, bias=None, *, threads: int | None = None):
         X2 = X.reshape(-1, in_f)
         y = _product(w, X2.T, rt, op, threads, operands, w).T.reshape(lead + (out_f,))
     if bias is not None:
-        try:
-            if np.broadcast_shapes(bias.shape, y.shape) != y.shape:
-                raise ValueError
-        except ValueError:
+        if not broadcasts_to(bias.shape, y.shape):
             raise ValueError(f"{op}: bias of shape {bias.shape} does not broadcast to the output shape "
-                             f"{y.shape}") from None
+                             f"{y.shape}")
         np.add(y, bias.astype(y.dtype, copy=False), out=y)
     return _finish(y, rt)

@@ -242,10 +242,7 @@ def real(t):
     >>> pointwise.real(st.sparse_coo_tensor([[1]], [1 + 2j], size=(2,))).values()
     array([1.])
     """
-    _check_tensor(t, "real")
-    if t.dtype.kind != "c":
-        return t
-    return _apply(t, lambda v: np.ascontiguousarray(v.real), "real", linear=True)
+    return _complex_part(t, "real")
 
 
 def imag(t):
@@ -258,10 +255,18 @@ def imag(t):
     >>> pointwise.imag(st.sparse_coo_tensor([[1]], [1 + 2j], size=(2,))).values()
     array([2.])
     """
-    _check_tensor(t, "imag")
+    return _complex_part(t, "imag")
+
+
+def _complex_part(t, part: str):
+    """``t.real`` or ``t.imag`` (``part``) with new contiguous values; a real tensor is its own
+    real part and has no imaginary part."""
+    _check_tensor(t, part)
     if t.dtype.kind != "c":
-        _refuse(t, "imag", "it needs complex values")
-    return _apply(t, lambda v: np.ascontiguousarray(v.imag), "imag", linear=True)
+        if part == "imag":
+            _refuse(t, "imag", "it needs complex values")
+        return t
+    return _apply(t, lambda v: np.ascontiguousarray(getattr(v, part)), part, linear=True)
 
 
 def _real_scalar(x, name: str):

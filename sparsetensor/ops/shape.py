@@ -219,21 +219,29 @@ def _sparse_axis(t: CompressedTensor, d: int):
     return (local == 0) == t.layout.compressed_rows, t.blocksize[local]
 
 
+def _slot_outputs(parts, counts: np.ndarray, what: str):
+    """Empty (compressed, plain, values) of a result whose slot i of batch b holds ``counts[b, i]``
+    entries (the compressed index already filled in); every batch must have the same nnz."""
+    c, v = parts.compressed, parts.values
+    B = c.shape[0]
+    per_batch = counts.sum(axis=1, dtype=np.int64)
+    _same_nnz(per_batch, parts.batch, f"{what} of a batched {parts.layout.name} tensor: every batch of the result "
+              "must have the same nnz")
+    nnz = int(per_batch[0]) if B else 0
+    check_fits(c.dtype, parts.layout.name, nnz=nnz)
+    out_c = np.zeros((B, counts.shape[1] + 1), dtype=c.dtype)
+    np.cumsum(counts, axis=1, dtype=c.dtype, out=out_c[:, 1:])
+    return out_c, np.empty((B, nnz), dtype=c.dtype), np.empty((B, nnz, v.shape[2]), dtype=v.dtype)
+
+
 def _gather_compressed(parts, rows: np.ndarray, size: int, what: str, threads):
     """Compressed slices ``rows`` (block units) of every batch, in that order (repeats allowed)."""
     c, p, v = parts.compressed, parts.plain, parts.values
     B, K = c.shape[0], rows.shape[0]
     lengths = np.diff(c, axis=1)[:, rows] if B else np.zeros((0, K), np.int64)
-    per_batch = lengths.sum(axis=1, dtype=np.int64)
-    _same_nnz(per_batch, parts.batch, f"{what} of a batched {parts.layout.name} tensor: every batch of the result "
-              "must have the same nnz")
-    nnz = int(per_batch[0]) if B else 0
-    check_fits(c.dtype, parts.layout.name, nnz=nnz)
-    out_c = np.zeros((B, K + 1), dtype=c.dtype)
-    np.cumsum(lengths, axis=1, dtype=c.dtype, out=out_c[:, 1:])
-    out_p = np.empty((B, nnz), dtype=c.dtype)
-    out_v = np.empty((B, nnz, v.shape[2]), dtype=v.dtype)
-    _kernels.gather_rows(c, p, v, rows, out_c, out_p, out_v, num_threads(threads, nnz * max(v.shape[2], 1) + B * K))
+    out_c, out_p, out_v = _slot_outputs(parts, lengths, what)
+    _kernels.gather_rows(c, p, v, rows, out_c, out_p, out_v,
+                         num_threads(threads, out_p.shape[1] * max(v.shape[2], 1) + B * K))
     return parts._replace(compressed=out_c, plain=out_p, values=out_v, sparse=_resized(parts, True, size))
 
 
@@ -246,15 +254,7 @@ def _remap_plain(parts, index: np.ndarray, size: int, what: str, threads):
     nt = num_threads(threads, p.size * max(v.shape[2], 1) + c.size)
     counts = np.empty((B, n), dtype=np.int64)
     _kernels.plain_count(c, p, first, counts, nt)
-    per_batch = counts.sum(axis=1)
-    _same_nnz(per_batch, parts.batch, f"{what} of a batched {parts.layout.name} tensor: every batch of the result "
-              "must have the same nnz")
-    nnz = int(per_batch[0]) if B else 0
-    check_fits(c.dtype, parts.layout.name, nnz=nnz)
-    out_c = np.zeros((B, n + 1), dtype=c.dtype)
-    np.cumsum(counts, axis=1, dtype=c.dtype, out=out_c[:, 1:])
-    out_p = np.empty((B, nnz), dtype=c.dtype)
-    out_v = np.empty((B, nnz, v.shape[2]), dtype=v.dtype)
+    out_c, out_p, out_v = _slot_outputs(parts, counts, what)
     max_row = int(counts.max()) if counts.size else 0
     _kernels.plain_fill(c, p, v, first, targets, out_c, out_p, out_v, not _is_nondecreasing(index), max_row, nt)
     return parts._replace(compressed=out_c, plain=out_p, values=out_v, sparse=_resized(parts, False, size))
@@ -268,14 +268,7 @@ def _narrow_plain(parts, start: int, length: int, threads):
     starts = np.empty((B, n), dtype=np.int64)
     counts = np.empty((B, n), dtype=np.int64)
     _kernels.plain_range(c, p, start, start + length, starts, counts, num_threads(threads, c.size * 16))
-    per_batch = counts.sum(axis=1)
-    _same_nnz(per_batch, parts.batch, f"narrow of a batched {parts.layout.name} tensor: every batch of the result "
-              "must have the same nnz")
-    nnz = int(per_batch[0]) if B else 0
-    out_c = np.zeros((B, n + 1), dtype=c.dtype)
-    np.cumsum(counts, axis=1, dtype=c.dtype, out=out_c[:, 1:])
-    out_p = np.empty((B, nnz), dtype=c.dtype)
-    out_v = np.empty((B, nnz, v.shape[2]), dtype=v.dtype)
+    out_c, out_p, out_v = _slot_outputs(parts, counts, "narrow")
     _kernels.copy_segments(p, v, starts, out_c, start, out_p, out_v, num_threads(threads, out_v.size + c.size))
     return parts._replace(compressed=out_c, plain=out_p, values=out_v, sparse=_resized(parts, False, length))
 

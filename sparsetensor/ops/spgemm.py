@@ -25,32 +25,9 @@ from .._convert import _checked
 from .._dtypes import check_fits
 from .._lib import _spgemm as _kernels
 from .._tensor import COOTensor, CompressedTensor, SparseTensor
+from ._common import describe as _describe, kernel_dtype as _kernel_dtype, kernel_values as _kernel_values
 
 __all__ = ["spgemm", "sampled_addmm"]
-
-
-def _describe(x) -> str:
-    if isinstance(x, SparseTensor):
-        extra = f", blocksize={x.blocksize}" if x.layout.blocked else ""
-        return f"{x.layout.name} tensor of shape {tuple(x.shape)} ({x.dtype}{extra})"
-    return f"dense array of shape {tuple(np.shape(x))} ({np.asarray(x).dtype})"
-
-
-def _kernel_dtype(dtype: np.dtype) -> tuple[np.dtype, bool]:
-    """The dtype the kernels compute in, and whether it holds bools (logical and/or)."""
-    if dtype == np.bool_:
-        return np.dtype(np.uint8), True
-    if dtype == np.float16:
-        return np.dtype(np.float32), False
-    return dtype, False
-
-
-def _kernel_values(values: np.ndarray, shape: tuple, kdt: np.dtype) -> np.ndarray:
-    """``values`` as a C-contiguous array of ``shape`` in the kernels' dtype (bool viewed as uint8)."""
-    v = np.ascontiguousarray(values)
-    if v.dtype == np.bool_:
-        return v.reshape(shape).view(np.uint8)
-    return v.astype(kdt, copy=False).reshape(shape)
 
 
 # -- SpGEMM ----------------------------------------------------------------------------------------

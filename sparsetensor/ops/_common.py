@@ -1,0 +1,44 @@
+"""Helpers shared by the ops modules: operand descriptions for error messages and the
+dtype the Cython kernels compute in."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._tensor import SparseTensor
+
+
+def describe(x) -> str:
+    """A sparse tensor, dense array or scalar operand, in words (for error messages)."""
+    if isinstance(x, SparseTensor):
+        extra = f", blocksize={x.blocksize}" if x.layout.blocked else ""
+        return f"{x.layout.name} tensor of shape {tuple(x.shape)} ({x.dtype}{extra})"
+    if isinstance(x, np.ndarray) and x.ndim:
+        return f"dense array of shape {x.shape} ({x.dtype})"
+    return f"scalar {x!r}"
+
+
+def kernel_dtype(dtype: np.dtype) -> tuple[np.dtype, bool]:
+    """The dtype the kernels compute in, and whether it holds bools (logical ops)."""
+    if dtype == np.bool_:
+        return np.dtype(np.uint8), True
+    if dtype == np.float16:
+        return np.dtype(np.float32), False
+    return dtype, False
+
+
+def kernel_values(values: np.ndarray, shape: tuple, kdt: np.dtype) -> np.ndarray:
+    """``values`` as a C-contiguous array of ``shape`` in the kernels' dtype (bool viewed as uint8)."""
+    v = np.ascontiguousarray(values)
+    if v.dtype == np.bool_ and kdt == np.uint8:
+        return v.reshape(shape).view(np.uint8)
+    return v.astype(kdt, copy=False).reshape(shape)
+
+
+def broadcasts_to(shape: tuple, target: tuple) -> bool:
+    """Whether an array of ``shape`` broadcasts to ``target`` without growing it."""
+    target = tuple(target)
+    try:
+        return np.broadcast_shapes(tuple(shape), target) == target
+    except ValueError:
+        return False
