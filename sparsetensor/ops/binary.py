@@ -49,6 +49,7 @@ from .._lib import _dense as _dense_kernels
 from .._lib import _elementwise as _kernels
 from .._tensor import COOTensor, CompressedTensor, SparseTensor
 from .._validate import check_coo_indices, raise_coo_error
+from ._common import broadcasts_to, describe, kernel_dtype, kernel_values
 
 __all__ = ["add", "sub", "mul", "div", "maximum", "minimum", "neg"]
 
@@ -60,13 +61,6 @@ _COO_ROW_MIN = 4096
 
 
 # -- operands -------------------------------------------------------------------------------------
-def _describe(x) -> str:
-    if isinstance(x, SparseTensor):
-        extra = f", blocksize={x.blocksize}" if x.layout.blocked else ""
-        return f"{x.layout.name} tensor of shape {tuple(x.shape)} ({x.dtype}{extra})"
-    if isinstance(x, np.ndarray) and x.ndim:
-        return f"dense array of shape {x.shape} ({x.dtype})"
-    return f"scalar {x!r}"
 
 
 def _operand(x, name: str):
@@ -88,7 +82,7 @@ def _operand(x, name: str):
 def _result_dtype(name: str, *xs) -> np.dtype:
     dt = np.result_type(*(x.dtype if isinstance(x, SparseTensor) else x for x in xs))
     if dt not in VALUE_DTYPES:
-        raise TypeError(f"{name}: the result dtype {dt} of {' and '.join(_describe(x) for x in xs)} is not a "
+        raise TypeError(f"{name}: the result dtype {dt} of {' and '.join(describe(x) for x in xs)} is not a "
                         f"supported value dtype ({', '.join(map(str, VALUE_DTYPES))})")
     return dt
 
@@ -99,21 +93,8 @@ def _checked_values(name: str, values: np.ndarray) -> np.ndarray:
     return values
 
 
-def _kernel_dtype(dtype: np.dtype) -> tuple[np.dtype, bool]:
-    """The dtype the kernels compute in, and whether it holds bools (logical ops)."""
-    if dtype == np.bool_:
-        return np.dtype(np.uint8), True
-    if dtype == np.float16:
-        return np.dtype(np.float32), False
-    return dtype, False
 
 
-def _kernel_values(values: np.ndarray, shape: tuple, kdt: np.dtype) -> np.ndarray:
-    """``values`` as a C-contiguous array of ``shape`` in the kernels' dtype (bool viewed as uint8)."""
-    v = np.ascontiguousarray(values)
-    if v.dtype == np.bool_ and kdt == np.uint8:
-        return v.reshape(shape).view(np.uint8)
-    return v.astype(kdt, copy=False).reshape(shape)
 
 
 def _alpha(name: str, alpha, dtype: np.dtype):
@@ -147,7 +128,7 @@ def _kernel_scalar(value, kdt: np.dtype):
 
 def _same_shape(name: str, x, y) -> None:
     if tuple(x.shape) != tuple(y.shape):
-        raise ValueError(f"{name}: expected operands of the same shape, got {_describe(x)} and {_describe(y)}")
+        raise ValueError(f"{name}: expected operands of the same shape, got {describe(x)} and {describe(y)}")
 
 
 # -- public operations ------------------------------------------------------------------------------
@@ -197,9 +178,9 @@ def sub(a, b, *, alpha=1, threads: int | None = None):
 def _add(name: str, a, b, alpha, threads, negate: bool = False):
     (ka, a), (kb, b) = _operand(a, name), _operand(b, name)
     if "sparse" not in (ka, kb):
-        raise TypeError(f"{name} expects at least one sparse tensor, got {_describe(a)} and {_describe(b)}")
+        raise TypeError(f"{name} expects at least one sparse tensor, got {describe(a)} and {describe(b)}")
     if "scalar" in (ka, kb):
-        raise NotImplementedError(f"{name}({_describe(a)}, {_describe(b)}): adding a scalar to a sparse tensor "
+        raise NotImplementedError(f"{name}({describe(a)}, {describe(b)}): adding a scalar to a sparse tensor "
                                   "would specify every element and is not supported (as in PyTorch); use "
                                   "t.to_dense() with the scalar instead")
     dtype = _result_dtype(name, a, b)
@@ -235,7 +216,7 @@ def mul(a, b, *, threads: int | None = None):
     """
     (ka, a), (kb, b) = _operand(a, "mul"), _operand(b, "mul")
     if "sparse" not in (ka, kb):
-        raise TypeError(f"mul expects at least one sparse tensor, got {_describe(a)} and {_describe(b)}")
+        raise TypeError(f"mul expects at least one sparse tensor, got {describe(a)} and {describe(b)}")
     if ka == kb == "sparse":
         dtype = _result_dtype("mul", a, b)
         return _merge("mul", a, b, dtype, _kernels.MUL, False, 1, threads)
@@ -277,11 +258,11 @@ def div(a, b, *, rounding_mode=None, threads: int | None = None):
                                   "(rounding_mode=None) is supported")
     (ka, a), (kb, b) = _operand(a, "div"), _operand(b, "div")
     if kb == "sparse":
-        raise NotImplementedError(f"div({_describe(a)}, {_describe(b)}): division by a sparse tensor is not "
+        raise NotImplementedError(f"div({describe(a)}, {describe(b)}): division by a sparse tensor is not "
                                   "supported (its unspecified elements are zeros); divide by a scalar or a dense "
                                   "array")
     if ka != "sparse":
-        raise TypeError(f"div expects a sparse dividend, got {_describe(a)}")
+        raise TypeError(f"div expects a sparse dividend, got {describe(a)}")
     if kb == "scalar":
         return _with_values("div", a, np.true_divide(a.values(), b))
     return _sampled("div", a, b, lambda v, g: np.true_divide(v, g), threads)
@@ -324,13 +305,13 @@ def minimum(a, b, *, threads: int | None = None):
 def _extremum(name, a, b, op, ufunc, threads):
     (ka, a), (kb, b) = _operand(a, name), _operand(b, name)
     if "sparse" not in (ka, kb):
-        raise TypeError(f"{name} expects at least one sparse tensor, got {_describe(a)} and {_describe(b)}")
+        raise TypeError(f"{name} expects at least one sparse tensor, got {describe(a)} and {describe(b)}")
     if "scalar" in (ka, kb):
-        raise NotImplementedError(f"{name}({_describe(a)}, {_describe(b)}) with a scalar is not supported; use "
+        raise NotImplementedError(f"{name}({describe(a)}, {describe(b)}) with a scalar is not supported; use "
                                   "t.to_dense() with the scalar instead")
     dtype = _result_dtype(name, a, b)
     if dtype.kind == "c":
-        raise TypeError(f"{name} is not defined for complex tensors: {_describe(a)} and {_describe(b)}")
+        raise TypeError(f"{name} is not defined for complex tensors: {describe(a)} and {describe(b)}")
     if ka == kb == "sparse":
         return _merge(name, a, b, dtype, op, True, 1, threads)
     _same_shape(name, a, b)
@@ -363,13 +344,9 @@ def _with_values(name: str, t: SparseTensor, values: np.ndarray) -> SparseTensor
 
 def _sampled(name: str, t: SparseTensor, dense: np.ndarray, combine, threads) -> SparseTensor:
     """``combine(values, dense sampled at t's pattern)`` with t's pattern."""
-    try:
-        ok = np.broadcast_shapes(dense.shape, t.shape) == tuple(t.shape)
-    except ValueError:
-        ok = False
-    if not ok:
+    if not broadcasts_to(dense.shape, t.shape):
         raise ValueError(f"{name}: the dense operand must broadcast to the sparse operand's shape, got "
-                         f"{_describe(t)} and {_describe(dense)}")
+                         f"{describe(t)} and {describe(dense)}")
     _result_dtype(name, t, dense)
     if isinstance(t, COOTensor):
         if not t.is_coalesced():
@@ -455,10 +432,10 @@ def _merge(name: str, a: SparseTensor, b: SparseTensor, dtype: np.dtype, op: int
     if a.layout is not b.layout or (a.layout.blocked and a.blocksize != b.blocksize):
         b = b.to_sparse(a.layout, blocksize=a.blocksize if a.layout.blocked else None, threads=threads)
     if a.dense_dim != b.dense_dim or a.batch_dim != b.batch_dim:
-        raise ValueError(f"{name}: the operands must have the same batch and dense dims, got {_describe(a)} "
-                         f"(batch_dim={a.batch_dim}, dense_dim={a.dense_dim}) and {_describe(b)} "
+        raise ValueError(f"{name}: the operands must have the same batch and dense dims, got {describe(a)} "
+                         f"(batch_dim={a.batch_dim}, dense_dim={a.dense_dim}) and {describe(b)} "
                          f"(batch_dim={b.batch_dim}, dense_dim={b.dense_dim})")
-    kdt, logical = _kernel_dtype(dtype)
+    kdt, logical = kernel_dtype(dtype)
     alpha_k = _kernel_scalar(alpha, kdt)
     if isinstance(a, COOTensor):
         return _merge_coo(a, b, dtype, kdt, logical, op, union, alpha_k, threads)
@@ -500,8 +477,8 @@ def _merge_compressed(a, b, dtype, kdt, logical, op, union, alpha_k, threads) ->
     np.cumsum(counts, axis=1, out=oc[:, 1:])
     op_ = np.empty((B, nnz), dtype=idx_dt)
     ov = np.empty((B, nnz, E), dtype=kdt)
-    av = _kernel_values(a.values(), (B, a.nnz, E), kdt)
-    bv = _kernel_values(b.values(), (B, b.nnz, E), kdt)
+    av = kernel_values(a.values(), (B, a.nnz, E), kdt)
+    bv = kernel_values(b.values(), (B, b.nnz, E), kdt)
     _kernels.merge_fill(ac, ap, av, bc, bp, bv, oc, op_, ov, op, union, alpha_k, logical,
                         num_threads(threads, B * (nnz * max(E, 1) + n)))
     values = _finish_values(ov, dtype, logical).reshape(batch + (nnz,) + tail)
@@ -519,8 +496,8 @@ def _union_one_pass(a, b, ac, ap, bc, bp, dtype, kdt, logical, op, alpha_k, geom
     oc = np.empty((1, n + 1), dtype=idx_dt)
     op_ = np.empty((1, ub), dtype=idx_dt)
     ov = np.empty((1, ub, E), dtype=kdt)
-    av = _kernel_values(a.values(), (1, a.nnz, E), kdt)
-    bv = _kernel_values(b.values(), (1, b.nnz, E), kdt)
+    av = kernel_values(a.values(), (1, a.nnz, E), kdt)
+    bv = kernel_values(b.values(), (1, b.nnz, E), kdt)
     nnz = _kernels.merge_union(ac, ap, av, bc, bp, bv, oc, op_, ov, op, alpha_k, logical, nt)
     values = _finish_values(ov[:, :nnz], dtype, logical).reshape(batch + (nnz,) + tail)
     return CompressedTensor(oc.reshape(batch + (n + 1,)), op_[:, :nnz].reshape(batch + (nnz,)), values, a.shape,
@@ -575,8 +552,8 @@ def _merge_coo(a, b, dtype, kdt, logical, op, union, alpha_k, threads) -> COOTen
     np.cumsum(counts[0], out=oc[0, 1:])
     keys = np.empty((1, nnz), dtype=np.int64)
     ov = np.empty((1, nnz, E), dtype=kdt)
-    av = _kernel_values(a.values(), (1, a.nnz, E), kdt)
-    bv = _kernel_values(b.values(), (1, b.nnz, E), kdt)
+    av = kernel_values(a.values(), (1, a.nnz, E), kdt)
+    bv = kernel_values(b.values(), (1, b.nnz, E), kdt)
     _kernels.merge_fill(ac, ka.reshape(1, -1), av, bc, kb.reshape(1, -1), bv, oc, keys, ov, op, union, alpha_k,
                         logical, num_threads(threads, nnz * max(E, 1)))
     if uniq is None:
