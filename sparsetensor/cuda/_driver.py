@@ -224,25 +224,21 @@ class Device:
 
     def wait_external_stream(self, handle: int) -> None:
         """Make our stream wait for the work queued so far on another stream of this device."""
-        if handle is None or handle == self.stream_handle:
-            return
-        drv = driver()
-        event = check(drv.cuEventCreate(drv.CUevent_flags.CU_EVENT_DISABLE_TIMING), "cuEventCreate")
-        try:
-            check(drv.cuEventRecord(event, drv.CUstream(handle)), "cuEventRecord")
-            check(drv.cuStreamWaitEvent(self.stream, event, 0), "cuStreamWaitEvent")
-        finally:
-            check(drv.cuEventDestroy(event), "cuEventDestroy")
+        self._order_streams(handle, after=self.stream_handle)
 
     def make_external_stream_wait(self, handle: int) -> None:
         """Make another stream of this device wait for the work queued so far on ours."""
-        if handle is None or handle == self.stream_handle:
+        self._order_streams(self.stream_handle, after=handle)
+
+    def _order_streams(self, first: int, *, after: int) -> None:
+        """Stream ``after`` waits for the work queued so far on stream ``first`` (an event)."""
+        if first is None or after is None or first == after:
             return
         drv = driver()
         event = check(drv.cuEventCreate(drv.CUevent_flags.CU_EVENT_DISABLE_TIMING), "cuEventCreate")
         try:
-            check(drv.cuEventRecord(event, self.stream), "cuEventRecord")
-            check(drv.cuStreamWaitEvent(drv.CUstream(handle), event, 0), "cuStreamWaitEvent")
+            check(drv.cuEventRecord(event, drv.CUstream(first)), "cuEventRecord")
+            check(drv.cuStreamWaitEvent(drv.CUstream(after), event, 0), "cuStreamWaitEvent")
         finally:
             check(drv.cuEventDestroy(event), "cuEventDestroy")
 
