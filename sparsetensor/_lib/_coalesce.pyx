@@ -107,7 +107,7 @@ def coo_order(const index_t[:, ::1] indices, const int64_t[::1] shape, bint stop
     at its first unsorted pair, leaving the rest of its bounds unchecked.
     """
     cdef Py_ssize_t S = indices.shape[0], n = indices.shape[1], c
-    cdef Py_ssize_t nchunks = max(1, min(n, SORT_CHUNKS_PER_THREAD * nthreads if nthreads > 1 else 1))
+    cdef Py_ssize_t nchunks = _sort_chunks(n, nthreads)
     state_arr = np.zeros((nchunks, 5), np.int64)
     state_arr[:, 0] = -1
     cdef int64_t[:, ::1] state = state_arr
@@ -270,6 +270,37 @@ cdef bint _radix_sort(int64_t* keys, int64_t* kbuf, const payload_t* first, payl
     return src_k == kbuf
 
 
+cdef Py_ssize_t _sort_chunks(Py_ssize_t n, int nthreads):
+    """Chunks of the key build and scatters: several per thread (dynamic schedule), 1 serial."""
+    return max(1, min(n, SORT_CHUNKS_PER_THREAD * nthreads if nthreads > 1 else 1))
+
+
+def _linearized(const index_t[:, ::1] indices, const int64_t[::1] shape, int shift, int width,
+                Py_ssize_t nchunks, int nthreads):
+    """The keys of the index columns, checking bounds, with per-chunk counts of the digit
+    ``(key >> shift) & (2**width - 1)``. Returns ``(error, keys, hist, state)``; ``error``
+    is ``(C4 | C5, dim, position, value)`` for the first index out of bounds, else None."""
+    cdef Py_ssize_t S = indices.shape[0], n = indices.shape[1], c
+    cdef int64_t mask = ((<int64_t>1) << width) - 1
+    keys_arr = np.empty(n, np.int64)
+    hist_arr = np.zeros((nchunks, mask + 1), np.int64)
+    state_arr = np.full((nchunks, 5), -1, np.int64)
+    cdef int64_t[::1] keys = keys_arr
+    cdef int64_t[:, ::1] hist = hist_arr
+    cdef int64_t[:, ::1] state = state_arr
+    cdef const index_t* idx = &indices[0, 0] if S > 0 and n > 0 else NULL
+    cdef const int64_t* shp = &shape[0] if S > 0 else NULL
+    with nogil:
+        for c in prange(nchunks, schedule="dynamic", num_threads=nthreads):
+            _linearize_chunk(idx, S, n, shp, _lo(c, n, nchunks), _lo(c + 1, n, nchunks), &keys[0], shift, mask,
+                             &hist[c, 0], &state[c, 0])
+    found = _first_error(state_arr)
+    if found is not None:
+        pos, d, value = found
+        return ("C4" if value < 0 else "C5", d, pos, value), None, None, None
+    return None, keys_arr, hist_arr, state_arr
+
+
 def coo_sort(const index_t[:, ::1] indices, const int64_t[::1] shape, int nbits, bint presorted,
              const payload_t[::1] payload, Py_ssize_t nout_chunks, int nthreads):
     """Linearise the index columns to int64 keys (checking bounds), sort (key, payload) pairs,
@@ -283,28 +314,16 @@ def coo_sort(const index_t[:, ::1] indices, const int64_t[::1] shape, int nbits,
     ``nout_chunks`` near-equal chunks of the sorted keys, the output offset of each chunk's
     first run (``nout_chunks + 1`` entries, the last one the number of runs).
     """
-    cdef Py_ssize_t S = indices.shape[0], n = indices.shape[1], c
-    cdef Py_ssize_t nchunks = max(1, min(n, SORT_CHUNKS_PER_THREAD * nthreads if nthreads > 1 else 1))
+    cdef Py_ssize_t n = indices.shape[1], c
+    cdef Py_ssize_t nchunks = _sort_chunks(n, nthreads)
     cdef int passes, width
     passes, width = radix_digits(nbits)
     cdef Py_ssize_t nb = (<Py_ssize_t>1) << width
-    cdef int64_t mask = nb - 1
-    keys_arr = np.empty(n, np.int64)
-    hist_arr = np.zeros((nchunks, nb), np.int64)
-    state_arr = np.full((nchunks, 5), -1, np.int64)
+    error, keys_arr, hist_arr, state_arr = _linearized(indices, shape, 0, width, nchunks, nthreads)
+    if error is not None:
+        return error, None, None, None
     cdef int64_t[::1] keys = keys_arr
     cdef int64_t[:, ::1] hist = hist_arr
-    cdef int64_t[:, ::1] state = state_arr
-    cdef const index_t* idx = &indices[0, 0] if S > 0 and n > 0 else NULL
-    cdef const int64_t* shp = &shape[0] if S > 0 else NULL
-    with nogil:
-        for c in prange(nchunks, schedule="dynamic", num_threads=nthreads):
-            _linearize_chunk(idx, S, n, shp, _lo(c, n, nchunks), _lo(c + 1, n, nchunks), &keys[0], 0, mask,
-                             &hist[c, 0], &state[c, 0])
-    found = _first_error(state_arr)
-    if found is not None:
-        pos, d, value = found
-        return ("C4" if value < 0 else "C5", d, pos, value), None, None, None
     cdef int64_t varying = int(np.bitwise_or.reduce(state_arr[:, 3]) ^ np.bitwise_and.reduce(state_arr[:, 4]))
     if presorted or varying == 0:
         return None, keys_arr, np.empty(0, np.int64), run_offsets(keys_arr, nout_chunks, nthreads)
@@ -580,27 +599,16 @@ def coo_bucket_sort(const index_t[:, ::1] indices, const int64_t[::1] shape, int
     ``base | b << shift | low & (2**shift - 1)``; ``offsets[b]`` is the output offset of its first
     run (``offsets[-1]``: the number of distinct keys).
     """
-    cdef Py_ssize_t S = indices.shape[0], n = indices.shape[1], c
-    cdef Py_ssize_t nchunks = max(1, min(n, SORT_CHUNKS_PER_THREAD * nthreads if nthreads > 1 else 1))
+    cdef Py_ssize_t n = indices.shape[1], c
+    cdef Py_ssize_t nchunks = _sort_chunks(n, nthreads)
     cdef Py_ssize_t nb = (<Py_ssize_t>1) << width
     cdef int64_t mask = nb - 1
     cdef int shift = nbits - width, top
-    keys_arr = np.empty(n, np.int64)
-    hist_arr = np.zeros((nchunks, nb), np.int64)
-    state_arr = np.full((nchunks, 5), -1, np.int64)
+    error, keys_arr, hist_arr, state_arr = _linearized(indices, shape, shift, width, nchunks, nthreads)
+    if error is not None:
+        return error, None, None, None, None, 0, 0
     cdef int64_t[::1] keys = keys_arr
     cdef int64_t[:, ::1] hist = hist_arr
-    cdef int64_t[:, ::1] state = state_arr
-    cdef const index_t* idx = &indices[0, 0] if S > 0 and n > 0 else NULL
-    cdef const int64_t* shp = &shape[0] if S > 0 else NULL
-    with nogil:
-        for c in prange(nchunks, schedule="dynamic", num_threads=nthreads):
-            _linearize_chunk(idx, S, n, shp, _lo(c, n, nchunks), _lo(c + 1, n, nchunks), &keys[0], shift, mask,
-                             &hist[c, 0], &state[c, 0])
-    found = _first_error(state_arr)
-    if found is not None:
-        pos, d, value = found
-        return ("C4" if value < 0 else "C5", d, pos, value), None, None, None, None, 0, 0
     key_and = int(np.bitwise_and.reduce(state_arr[:, 4]))
     top = int(np.bitwise_or.reduce(state_arr[:, 3]) ^ key_and).bit_length()
     if top < nbits:  # the top bits never vary: take the digit below them (count it again)
