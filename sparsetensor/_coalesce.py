@@ -110,7 +110,7 @@ def coalesce(t: COOTensor, threads: int | None = None) -> COOTensor:
     shape = t.shape
     S, n = indices.shape
     if n == 0:
-        return COOTensor(indices, values, shape, coalesced=True)
+        return COOTensor(indices, values, shape, coalesced=True, checked=True)
     sparse_shape = np.asarray(shape[:S], dtype=np.int64)
     nt = num_threads(threads, n * max(S, 1))
     span = math.prod(shape[:S])  # number of sparse coordinates; keys are < span
@@ -122,7 +122,7 @@ def coalesce(t: COOTensor, threads: int | None = None) -> COOTensor:
     if found is not None:
         raise_coo_error(found, shape)
     if not unsorted and not duplicate:
-        return COOTensor(indices, values, shape, coalesced=True)
+        return COOTensor(indices, values, shape, coalesced=True, checked=True)
 
     nchunks = min(_CHUNKS_PER_THREAD * nt if nt > 1 else 1, n)  # of the output pass
     values2 = _values_2d(values, n)
@@ -173,7 +173,7 @@ def coalesce(t: COOTensor, threads: int | None = None) -> COOTensor:
     else:
         _kernels.coo_write(keys, offsets, perm, sparse_shape, out_indices.view(np.uint8), source, vals, out_view,
                            logical_or, nt)
-    return COOTensor(out_indices, out_values, shape, coalesced=True)
+    return COOTensor(out_indices, out_values, shape, coalesced=True, checked=True)
 
 
 def sum_duplicates(t: CompressedTensor, threads: int | None = None) -> CompressedTensor:

@@ -311,12 +311,16 @@ def _rows_to_coo(parts: _Parts, threads) -> COOTensor:
     ov = np.empty((N, Er), dtype=v.dtype)
     _kernels.rows_to_coo(c, p, v, rb, cb, coords, oi, ov, num_threads(threads, ov.size + oi.size))
     values = ov.view(parts.dtype).reshape((N,) + parts.dense)
-    return COOTensor(oi, values, batch + parts.sparse + parts.dense, coalesced=True)
+    return COOTensor(oi, values, batch + parts.sparse + parts.dense, coalesced=True, checked=True)
 
 
 def _coo_to_rows(t: COOTensor, threads) -> _Parts:
     """Coalesced COO with sparse_dim = k + 2 -> csr with k batch dims (same nnz per batch); the
-    plain indices and values are views of the COO's last index row and values."""
+    plain indices and values are views of the COO's last index row and values.
+
+    A tensor whose indices are known to be valid (``t._checked``: checked when built, or made by
+    our kernels) has only its leading index rows read, as torch does; the last one (the columns)
+    is not. Otherwise every index is bound-checked and the order (C6) verified."""
     S = t.sparse_dim
     if S < 2:
         raise ValueError(f"coo -> compressed needs sparse_dim >= 2 (batch dims + rows, cols), got sparse_dim={S}")
@@ -327,25 +331,31 @@ def _coo_to_rows(t: COOTensor, threads) -> _Parts:
     idx = np.ascontiguousarray(t.indices())
     values = np.ascontiguousarray(t.values())
     raw = raw_view(values.reshape(N, math.prod(dense)))
-    ptr = np.empty(B * rows + 1, dtype=np.int64)
-    found = _kernels.coo_to_rows(idx, np.asarray(t.shape[:S], dtype=np.int64), ptr, num_threads(threads, idx.size))
+    if B == 1:  # the row pointers are the compressed index: written in the index dtype
+        check_fits(idx.dtype, "csr", nnz=N)
+        ptr = np.empty(rows + 1, dtype=idx.dtype)
+    else:
+        ptr = np.empty(B * rows + 1, dtype=np.int64)
+    trusted = t._checked
+    work = (S - 1 if trusted else S) * N + ptr.size
+    found = _kernels.coo_to_rows(idx, np.asarray(t.shape[:S], dtype=np.int64), ptr, num_threads(threads, work),
+                                 trusted)
     if found is not None:
         if found[0] == "C6":
             raise InvariantError("C6", "coo", "a tensor marked coalesced must have lexicographically sorted, "
                                  f"distinct index columns; position {found[2]} is not after position {found[2] - 1}",
                                  index=found[2])
         raise_coo_error(found, t.shape)
-    starts = ptr[np.arange(B + 1) * rows]
-    per_batch = np.diff(starts)
-    _same_nnz(per_batch, batch, "coo -> csr: every batch (the leading sparse dims but two) must have the same nnz")
-    nnz = int(per_batch[0]) if B else 0
-    check_fits(idx.dtype, "csr", nnz=nnz)
     if B == 1:
-        c = ptr.reshape(1, rows + 1)
+        c, nnz = ptr.reshape(1, rows + 1), N
     else:
+        starts = ptr[np.arange(B + 1) * rows]
+        per_batch = np.diff(starts)
+        _same_nnz(per_batch, batch, "coo -> csr: every batch (the leading sparse dims but two) must have the same nnz")
+        nnz = int(per_batch[0]) if B else 0
+        check_fits(idx.dtype, "csr", nnz=nnz)
         at = (np.arange(B) * rows)[:, None] + np.arange(rows + 1)
-        c = ptr[at] - (np.arange(B) * nnz)[:, None]
-    c = c.astype(idx.dtype, copy=False)
+        c = (ptr[at] - (np.arange(B) * nnz)[:, None]).astype(idx.dtype, copy=False)
     # the plain indices and values are the COO's own (sorted by batch and row): shared, as torch does
     return _Parts(c, idx[S - 1].reshape(B, nnz), raw.reshape(B, nnz, raw.shape[1]), batch, sparse, dense, (1, 1),
                   L.sparse_csr, t.dtype)

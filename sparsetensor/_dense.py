@@ -214,4 +214,4 @@ def _dense_to_coo(a: np.ndarray, plan: DensePlan, threads) -> COOTensor:
     idx, v = _kernels.dense_to_coo(z, r, np.asarray(sparse, dtype=np.int64), plan.index_dtype,
                                    num_threads(threads, a.size), float16=a.dtype == np.float16)
     values = v.view(a.dtype).reshape((idx.shape[1],) + dense)
-    return COOTensor(idx, values, a.shape, coalesced=True)
+    return COOTensor(idx, values, a.shape, coalesced=True, checked=True)

@@ -168,9 +168,10 @@ def sparse_coo_tensor(indices, values, size=None, *, dtype=None, device=None, ch
     indices, shape = coo_indices_and_shape(_as_index_array(indices, "indices", "coo"), values, size)
     check_coo_members(indices, values, shape)
     coalesced = bool(is_coalesced) or indices.shape[1] <= 1
-    if resolve_check(check_invariants):
+    checked = resolve_check(check_invariants)
+    if checked:
         check_coo_indices(indices, shape, coalesced=bool(is_coalesced))
-    return _on_device(COOTensor(indices, values, shape, coalesced), device)
+    return _on_device(COOTensor(indices, values, shape, coalesced, checked=checked), device)
 
 
 # -- compressed -------------------------------------------------------------------------

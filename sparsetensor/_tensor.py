@@ -381,11 +381,14 @@ class _COOBase:
         return f", sparse_dim={self.sparse_dim}" + (", coalesced" if self._coalesced else "")
 
     def clone(self):
-        return type(self)(self._indices.copy(), self._values.copy(), self._shape, self._coalesced)
+        return self._like(self._indices.copy(), self._values.copy())
 
     def _replace_values(self, values, copy_indices=False):
-        idx = self._indices.copy() if copy_indices else self._indices
-        return type(self)(idx, values, self._shape, self._coalesced)
+        return self._like(self._indices.copy() if copy_indices else self._indices, values)
+
+    def _like(self, indices, values):
+        """A tensor of this shape whose indices equal this one's in value (flags carried over)."""
+        return type(self)(indices, values, self._shape, self._coalesced)
 
     def _with_index_dtype(self, index_dtype):
         from ._dtypes import as_index_dtype, check_fits
@@ -394,23 +397,33 @@ class _COOBase:
         if dt == self.index_dtype:
             return self
         check_fits(dt, "coo", **{f"size[{d}]": self._shape[d] for d in range(self.sparse_dim)})
-        return type(self)(self._cast_index(self._indices, dt), self._values, self._shape, self._coalesced)
+        return self._like(self._cast_index(self._indices, dt), self._values)
 
 
 class COOTensor(_COOBase, SparseTensor):
     """A COO tensor: ``indices`` of shape ``(sparse_dim, nnz)``, ``values`` of shape ``(nnz,) + dense``.
 
     Build one with :func:`sparsetensor.sparse_coo_tensor`.
+
+    ``checked`` is the indices' provenance: True when they are known to satisfy C4/C5 (and C6
+    when ``coalesced``), because a full check ran or a kernel of ours produced them. Kernels
+    may then skip reading parts of the indices (coo -> csr reads only the row indices);
+    False (the default, always safe) makes them check what they read.
     """
 
-    __slots__ = ("_indices", "_values", "_coalesced")
+    __slots__ = ("_indices", "_values", "_coalesced", "_checked")
 
-    def __init__(self, indices: np.ndarray, values: np.ndarray, shape: tuple, coalesced: bool = False):
+    def __init__(self, indices: np.ndarray, values: np.ndarray, shape: tuple, coalesced: bool = False,
+                 checked: bool = False):
         self._indices = indices
         self._values = values
         self._shape = tuple(shape)
         self._layout = L.sparse_coo
         self._coalesced = bool(coalesced)
+        self._checked = bool(checked)
+
+    def _like(self, indices, values):
+        return COOTensor(indices, values, self._shape, self._coalesced, self._checked)
 
     def coalesce(self, *, threads: int | None = None) -> "COOTensor":
         """Sort the indices lexicographically and sum the values of duplicates (bool: logical or).
@@ -433,6 +446,7 @@ class COOTensor(_COOBase, SparseTensor):
         from ._validate import check_coo_indices
 
         check_coo_indices(self._indices, self._shape, coalesced=self._coalesced, threads=threads)
+        self._checked = True
 
     def _matrix_transpose(self):
         if self.sparse_dim < 2:

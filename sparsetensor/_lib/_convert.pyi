@@ -34,8 +34,10 @@ CooError = tuple[str, int, int, int]
 def coo_to_rows(
     indices: np.ndarray,  # (S, N) index, S >= 2, claimed coalesced (checked here)
     sizes: np.ndarray,    # (S,) int64 sparse sizes
-    ptr: np.ndarray,      # (prod(sizes[:-1]) + 1,) int64, filled: entries before each flat row
+    ptr: np.ndarray,      # (prod(sizes[:-1]) + 1,) int32 (when N fits) or int64, filled: entries before each flat row
     nthreads: int,
+    trusted: bool = False,  # indices checked when built: the last row (columns) is not read;
+                            # the leading rows are still bound- and order-checked
 ) -> CooError | None: ...
 
 def group_count(

@@ -14,7 +14,7 @@ from libc.string cimport memcpy, memset
 
 import numpy as np
 
-from ._types cimport index_t, raw_t
+from ._types cimport index2_t, index_t, raw_t
 
 cdef extern from *:
     """
@@ -508,6 +508,13 @@ def rows_to_coo(const index_t[:, ::1] compressed, const index_t[:, ::1] plain, c
 
 
 # -- COO -> compressed (rows) ----------------------------------------------------------------------
+cdef inline void _fill(index2_t* ptr, int64_t r0, int64_t r1, Py_ssize_t k) noexcept nogil:
+    """ptr[r] = k for r in [r0, r1]: rows r0..r1 start (or, when empty, end) at entry k."""
+    cdef int64_t r
+    for r in range(r0, r1 + 1):
+        ptr[r] = <index2_t>k
+
+
 cdef inline int64_t _flat_row(const index_t* idx, Py_ssize_t N, Py_ssize_t S, const int64_t* sizes, Py_ssize_t k,
                               int64_t* f) noexcept nogil:
     """Entry k's flat (batch..., row) index; -1 after recording a bounds error in f."""
@@ -545,13 +552,37 @@ cdef bint _coo_block_bad(const index_t* rows, const index_t* cols, Py_ssize_t k0
     return bad != 0
 
 
+cdef inline int64_t _row_starts(const index_t* rows, Py_ssize_t b0, Py_ssize_t b1, int64_t prev,
+                                index2_t* ptr) noexcept nogil:
+    """Write ptr[r] = k for every row r in (prev, rows[k]] starting at an entry k of [b0, b1),
+    the rows there being in bounds and non-decreasing from prev (checked); returns the last row.
+    Branch-free but for empty rows: a backward pass stores ptr[rows[k]] = k for every entry, so
+    that a row's first entry is the last store to its slot."""
+    cdef Py_ssize_t k, s = b0
+    cdef int64_t row, before
+    while s < b1 and rows[s] == prev:  # the rest of a row that started before b0
+        s += 1
+    if s == b1:
+        return prev
+    k = b1 - 1
+    while k > s:
+        row = rows[k]
+        before = rows[k - 1]
+        ptr[row] = <index2_t>k
+        if row > before + 1:  # empty rows between: they end where this one starts
+            _fill(ptr, before + 1, row - 1, k)
+        k -= 1
+    _fill(ptr, prev + 1, rows[s], s)  # entry s starts row rows[s], and every empty row since prev
+    return rows[b1 - 1]
+
+
 cdef void _coo_rows_2d(const index_t* idx, Py_ssize_t N, const int64_t* sizes, int64_t F, Py_ssize_t k0,
-                       Py_ssize_t k1, int64_t* ptr, int64_t* f) noexcept nogil:
+                       Py_ssize_t k1, index2_t* ptr, int64_t* f) noexcept nogil:
     """_coo_rows for two sparse dims (no batch dims): the flat row is the row. Blocks are
     checked branch-free first; only a bad block is rescanned entry by entry."""
     cdef Py_ssize_t k, b0, b1
     cdef uint64_t nrows = <uint64_t>sizes[0], ncols = <uint64_t>sizes[1]
-    cdef int64_t prev = -1, r, row
+    cdef int64_t prev = -1, row
     cdef index_t col, prev_col = -1
     cdef const index_t* cols = idx + N
     if k0 > 0 and <uint64_t><int64_t>idx[k0 - 1] < nrows:  # else the range before reports it
@@ -575,37 +606,24 @@ cdef void _coo_rows_2d(const index_t* idx, Py_ssize_t N, const int64_t* sizes, i
                         f[0], f[1], f[2], f[3] = k, 6, -1, 0
                         return
                 else:
-                    r = prev + 1
-                    while r <= row:
-                        ptr[r] = k
-                        r += 1
+                    _fill(ptr, prev + 1, row, k)
                     prev = row
                 prev_col = col
         else:  # checked: only the row starts
-            for k in range(b0, b1):
-                row = idx[k]
-                if row != prev:
-                    r = prev + 1
-                    while r <= row:
-                        ptr[r] = k
-                        r += 1
-                    prev = row
+            prev = _row_starts(idx, b0, b1, prev, ptr)
             prev_col = cols[b1 - 1]
         b0 = b1
     if k1 == N:
-        r = prev + 1
-        while r <= F:
-            ptr[r] = N
-            r += 1
+        _fill(ptr, prev + 1, F, N)
 
 
 cdef void _coo_rows(const index_t* idx, Py_ssize_t N, Py_ssize_t S, const int64_t* sizes, int64_t F,
-                    Py_ssize_t k0, Py_ssize_t k1, int64_t* ptr, int64_t* f) noexcept nogil:
+                    Py_ssize_t k0, Py_ssize_t k1, index2_t* ptr, int64_t* f) noexcept nogil:
     """Entries [k0, k1): check bounds and order, and write ptr[r] for every flat row r whose
     first entry (or the end, for the last range) lies here.
     f receives the first error: (position, 4 | 5 | 6 for C4 | C5 | C6, dim, value)."""
     cdef Py_ssize_t k
-    cdef int64_t fr, prev = -1, r
+    cdef int64_t fr, prev = -1
     cdef index_t col, prev_col = -1
     cdef int64_t ignored[4]
     f[0] = -1
@@ -625,23 +643,99 @@ cdef void _coo_rows(const index_t* idx, Py_ssize_t N, Py_ssize_t S, const int64_
         if fr < prev or (fr == prev and col <= prev_col):
             f[0], f[1], f[2], f[3] = k, 6, -1, 0
             return
-        r = prev + 1
-        while r <= fr:
-            ptr[r] = k
-            r += 1
+        _fill(ptr, prev + 1, fr, k)
         prev, prev_col = fr, col
     if k1 == N:
-        r = prev + 1
-        while r <= F:
-            ptr[r] = N
-            r += 1
+        _fill(ptr, prev + 1, F, N)
 
 
-def coo_to_rows(const index_t[:, ::1] indices, const int64_t[::1] sizes, int64_t[::1] ptr, int nthreads):
+cdef bint _rows_block_bad(const index_t* rows, Py_ssize_t k0, Py_ssize_t k1, uint64_t nrows) noexcept nogil:
+    """Whether a row of [k0, k1) (k0 >= 1) is out of bounds or below the row before it.
+    Branch-free (vectorised): the caller rescans a bad block for the first error."""
+    cdef Py_ssize_t k
+    cdef int bad = 0
+    for k in range(k0, k1):
+        bad = bad | (<uint64_t><int64_t>rows[k] >= nrows) | (rows[k] < rows[k - 1])
+    return bad != 0
+
+
+cdef void _trusted_rows_2d(const index_t* rows, Py_ssize_t N, int64_t nrows, Py_ssize_t k0, Py_ssize_t k1,
+                           index2_t* ptr, int64_t* f) noexcept nogil:
+    """_coo_rows_2d for checked indices: reads only the row index row. Rows are still checked
+    (bounds, non-decreasing; branch-free per block) so that ptr is written in bounds and monotone."""
+    cdef Py_ssize_t k, b0, b1
+    cdef int64_t prev = -1, row
+    if k0 > 0 and <uint64_t><int64_t>rows[k0 - 1] < <uint64_t>nrows:  # else the range before reports it
+        prev = rows[k0 - 1]
+    b0 = k0
+    while b0 < k1:
+        b1 = b0 + COO_ROWS_BLOCK if k1 - b0 > COO_ROWS_BLOCK else k1
+        if b0 == 0 or _rows_block_bad(rows, b0, b1, <uint64_t>nrows):
+            for k in range(b0, b1):  # the careful scan: the first error, in order
+                row = rows[k]
+                if <uint64_t>row >= <uint64_t>nrows:
+                    f[0], f[1], f[2], f[3] = k, 4 if row < 0 else 5, 0, row
+                    return
+                if row < prev:
+                    f[0], f[1], f[2], f[3] = k, 6, -1, 0
+                    return
+                _fill(ptr, prev + 1, row, k)
+                prev = row
+        else:
+            prev = _row_starts(rows, b0, b1, prev, ptr)
+        b0 = b1
+    if k1 == N:
+        _fill(ptr, prev + 1, nrows, N)
+
+
+cdef void _trusted_rows(const index_t* idx, Py_ssize_t N, Py_ssize_t S, const int64_t* sizes, int64_t F,
+                        Py_ssize_t k0, Py_ssize_t k1, index2_t* ptr, int64_t* f) noexcept nogil:
+    """_coo_rows for checked indices with batch dims: reads the leading S - 1 index rows (bounds
+    and a non-decreasing flat row are still checked), never the last one."""
+    cdef Py_ssize_t k
+    cdef int64_t fr, prev = -1
+    cdef int64_t ignored[4]
+    if k0 > 0:
+        prev = _flat_row(idx, N, S - 1, sizes, k0 - 1, ignored)
+        if prev < 0:  # the range before reports it
+            prev = -1
+        else:
+            prev = prev * sizes[S - 2] + idx[(S - 2) * N + k0 - 1]
+    for k in range(k0, k1):
+        fr = _flat_row(idx, N, S - 1, sizes, k, f)
+        if fr < 0:
+            return
+        fr = fr * sizes[S - 2] + idx[(S - 2) * N + k]  # the last checked dim is the row
+        if fr < prev:
+            f[0], f[1], f[2], f[3] = k, 6, -1, 0
+            return
+        _fill(ptr, prev + 1, fr, k)
+        prev = fr
+    if k1 == N:
+        _fill(ptr, prev + 1, F, N)
+
+
+cdef void _coo_rows_any(const index_t* idx, Py_ssize_t N, Py_ssize_t S, const int64_t* sizes, int64_t F,
+                        Py_ssize_t k0, Py_ssize_t k1, index2_t* ptr, int64_t* f, bint trusted) noexcept nogil:
+    f[0] = -1
+    if not trusted:
+        _coo_rows(idx, N, S, sizes, F, k0, k1, ptr, f)
+    elif S == 2:
+        _trusted_rows_2d(idx, N, sizes[0], k0, k1, ptr, f)
+    else:
+        _trusted_rows(idx, N, S, sizes, F, k0, k1, ptr, f)
+
+
+def coo_to_rows(const index_t[:, ::1] indices, const int64_t[::1] sizes, index2_t[::1] ptr, int nthreads,
+                bint trusted=False):
     """Coalesced COO (S >= 2 sparse dims) -> row pointers over the flat (batch..., row) index:
-    ptr[r] = entries before flat row r (F + 1 slots, F = prod(sizes[:-1])); the plain indices
-    are the last index row as it is. Returns None, or the first broken invariant as
-    ("C4" | "C5", dim, position, value) or ("C6", -1, position, 0)."""
+    ptr[r] = entries before flat row r (F + 1 slots, F = prod(sizes[:-1]); int32 ptr only when N
+    fits). The plain indices are the last index row as it is. Returns None, or the first broken
+    invariant as ("C4" | "C5", dim, position, value) or ("C6", -1, position, 0).
+
+    ``trusted``: the indices were checked (C4-C6) when the tensor was built, so the last index
+    row (the columns) is not read; the leading rows are still bound- and order-checked (the
+    arrays may have been written since), so that no write leaves ptr and ptr is monotone."""
     cdef Py_ssize_t S = indices.shape[0], N = indices.shape[1]
     cdef int64_t F = ptr.shape[0] - 1
     cdef int T = max(1, min(nthreads, N // 32768 + 1)), t
@@ -655,10 +749,10 @@ def coo_to_rows(const index_t[:, ::1] indices, const int64_t[::1] sizes, int64_t
         bounds[t] = N * t // T
     with nogil:
         if T == 1:
-            _coo_rows(idx, N, S, &sizes[0], F, 0, N, &ptr[0], &found[0, 0])
+            _coo_rows_any(idx, N, S, &sizes[0], F, 0, N, &ptr[0], &found[0, 0], trusted)
         else:
             for t in prange(T, num_threads=T, schedule="static", chunksize=1):
-                _coo_rows(idx, N, S, &sizes[0], F, bounds[t], bounds[t + 1], &ptr[0], &found[t, 0])
+                _coo_rows_any(idx, N, S, &sizes[0], F, bounds[t], bounds[t + 1], &ptr[0], &found[t, 0], trusted)
     for t in range(T):
         if found[t, 0] >= 0:
             if found[t, 1] == 6:

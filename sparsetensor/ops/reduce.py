@@ -263,7 +263,7 @@ def _reduce_coo(t: COOTensor, dims: tuple, op, threads):
         v = op.reduce(v, axis=value_axes, keepdims=True)
     shape = tuple(1 if d in dims else s for d, s in enumerate(t.shape))
     if not sparse_dims:
-        return COOTensor(t.indices(), v, shape, t.is_coalesced())
+        return COOTensor(t.indices(), v, shape, t.is_coalesced(), t._checked)
     if len(sparse_dims) == S:
         red = op.reduce(v, axis=0, keepdims=True, initial=_identity(op, v.dtype))
         red = _with_zeros(op, red, t.nnz, math.prod(t.shape[:S]))

@@ -201,7 +201,7 @@ def transpose(t, dim0: int, dim1: int):
             idx[[d0, d1]] = idx[[d1, d0]]
             return COOTensor(idx, t.values(), tuple(shape), False)
         a0, a1 = _values_axis(t, d0), _values_axis(t, d1)
-        return COOTensor(t.indices(), t.values().swapaxes(a0, a1), tuple(shape), t.is_coalesced())
+        return COOTensor(t.indices(), t.values().swapaxes(a0, a1), tuple(shape), t.is_coalesced(), t._checked)
     if k0 == "sparse":
         return t._matrix_transpose()
     if k0 == "batch":
@@ -322,7 +322,7 @@ def narrow(t, dim: int, start: int, length: int, *, threads: int | None = None):
     if kind == "dense":
         v = np.ascontiguousarray(_take_axis(t.values(), _values_axis(t, d), slice(start, start + length)))
         if isinstance(t, COOTensor):
-            return COOTensor(t.indices(), v, shape, t.is_coalesced())
+            return COOTensor(t.indices(), v, shape, t.is_coalesced(), t._checked)
         return _compressed(t, t.compressed_indices(), t.plain_indices(), v, shape)
     if isinstance(t, COOTensor):
         idx = t.indices()
@@ -393,7 +393,7 @@ def select(t, dim: int, index: int, *, threads: int | None = None):
     if kind == "dense":
         v = np.ascontiguousarray(np.take(t.values(), i, axis=_values_axis(t, d)))
         if isinstance(t, COOTensor):
-            return COOTensor(t.indices(), v, shape, t.is_coalesced())
+            return COOTensor(t.indices(), v, shape, t.is_coalesced(), t._checked)
         return _compressed(t, t.compressed_indices(), t.plain_indices(), v, shape)
     if kind == "batch":
         return _compressed(t, *(_take_axis(a, d, i) for a in (t.compressed_indices(), t.plain_indices(),
@@ -445,7 +445,7 @@ def index_select(t, dim: int, index, *, threads: int | None = None):
     if kind == "dense":
         v = np.take(t.values(), idx, axis=_values_axis(t, d))
         if isinstance(t, COOTensor):
-            return COOTensor(t.indices(), v, shape, t.is_coalesced())
+            return COOTensor(t.indices(), v, shape, t.is_coalesced(), t._checked)
         return _compressed(t, t.compressed_indices(), t.plain_indices(), v, shape)
     if kind == "batch":
         return _compressed(t, *(np.take(a, idx, axis=d) for a in (t.compressed_indices(), t.plain_indices(),
@@ -654,7 +654,7 @@ def _unsqueeze(t, d: int):
         if d <= S:
             idx = np.insert(t.indices(), d, 0, axis=0)
             return COOTensor(idx, t.values(), shape, t.is_coalesced())
-        return COOTensor(t.indices(), np.expand_dims(t.values(), d - S + 1), shape, t.is_coalesced())
+        return COOTensor(t.indices(), np.expand_dims(t.values(), d - S + 1), shape, t.is_coalesced(), t._checked)
     m = t.batch_dim
     if d <= m:
         members = (np.expand_dims(a, d) for a in _members(t))
@@ -775,6 +775,7 @@ def copy_(dst, src, *, threads: int | None = None):
         dst._indices = _own(new.indices(), sources)
         dst._values = _own(new.values(), sources)
         dst._coalesced = new.is_coalesced()
+        dst._checked = new._checked
     else:
         dst._compressed = _own(new.compressed_indices(), sources)
         dst._plain = _own(new.plain_indices(), sources)
