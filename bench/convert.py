@@ -77,9 +77,16 @@ def run(repeat=5, threads=None, nnz=20_000_000, n=1_000_000, dense_n=8192, densi
     if torch is not None:
         torch_coo = torch.sparse_coo_tensor(torch.from_numpy(np.stack([rows, col]).astype(np.int64)),
                                             torch.from_numpy(val), shape, is_coalesced=True)
-    record(f"coalesced coo -> csr ({col.size / 1e6:.0f}M nnz)", lambda: coo.to_sparse_csr(threads=threads),
+    record(f"coalesced coo -> csr, unchecked int32 ({col.size / 1e6:.0f}M nnz)",
+           lambda: coo.to_sparse_csr(threads=threads),
            scipy_coo.tocsr if sp is not None else None,
            torch_coo.to_sparse_csr if torch is not None else None)
+    # built with the O(nnz) check (the default), so the conversion may trust the column indices
+    for idt in (np.int32, np.int64):
+        coo = st.sparse_coo_tensor(np.stack([rows, col]).astype(idt), val, size=shape, is_coalesced=True)
+        record(f"coalesced coo -> csr, checked {np.dtype(idt).name}", lambda: coo.to_sparse_csr(threads=threads),
+               scipy_coo.tocsr if sp is not None else None,
+               torch_coo.to_sparse_csr if torch is not None else None)
     del coo, scipy_coo, torch_coo, rows, csr, scipy_csr, torch_csr
 
     # -- dense <-> sparse -----------------------------------------------------------------------
