@@ -426,3 +426,103 @@ def test_rows_claimed_sorted_but_not_never_break_memory(rng):
                                 st.sparse_csr, canonical=True)
         C = spgemm(A, B)
         assert C.shape == (10, 10)
+
+
+# -- row bins, the fused pass and its parts ----------------------------------------------------------------
+def _binned_dense(rng, dtype, n=300, ncols=9000):
+    """A (n x n) and B (n x ncols) whose product rows fall in every bin of the csr kernels: empty
+    rows, short rows (sorted products), rows of more products than ESC_MAX and rows of more products
+    than output columns (both the slot path), rows with many repeated columns."""
+    a = np.zeros((n, n))
+    b = np.zeros((n, ncols))
+    for i in range(n):
+        a[i, rng.choice(n, size=rng.integers(0, 8), replace=False)] = rng.integers(1, 4)
+        b[i, rng.choice(ncols, size=rng.integers(0, 12), replace=False)] = rng.integers(1, 4)
+    b[:120, :] = 0
+    b[np.arange(120)[:, None], rng.choice(ncols, size=(120, 100))] = 2.0  # long B rows
+    a[5, :120] = 1.0        # 120 long rows: about 12000 products > ESC_MAX
+    a[6, :60] = 1.0         # about 6000 products, sorted
+    a[7, :] = 0
+    a[8, 200:210] = 3.0     # short
+    b[200:210, :5] = 1.0    # ... with repeated columns
+    if dtype == np.bool_:
+        return a != 0, b != 0
+    if dtype.kind == "c":
+        return (a * (1 - 2j)).astype(dtype), (b * (2 + 1j)).astype(dtype)
+    return a.astype(dtype), b.astype(dtype)
+
+
+def _check_product_blas(c, a, b):
+    """_check_product with float64/complex128 BLAS products for the reference (exact here: small
+    integer values), for operands too large for integer matmul."""
+    c.check_invariants()
+    wide = np.complex128 if a.dtype.kind == "c" else np.float64
+    ref = a.astype(wide) @ b.astype(wide)
+    if a.dtype == np.bool_:
+        ref = ref != 0
+    elif a.dtype.kind in "iu":
+        ref = ref.real.astype(np.int64).astype(a.dtype)
+    else:
+        ref = ref.astype(a.dtype)
+    np.testing.assert_array_equal(c.to_dense(), ref)
+    assert c.nnz == int(np.count_nonzero((a != 0).astype(np.float64) @ (b != 0).astype(np.float64)))
+
+
+@pytest.mark.parametrize("dtype,index_dtype", [(np.dtype(d), np.dtype(i)) for d, i in (
+    ("float32", "int32"), ("float64", "int64"), ("complex128", "int32"), ("int8", "int64"), ("bool", "int32"),
+    ("float16", "int32"))])
+def test_row_bins(rng, dtype, index_dtype):
+    a, b = _binned_dense(rng, dtype)
+    A, B = _sparse(a, "csr", index_dtype), _sparse(b, "csr", index_dtype)
+    for threads in (1, 3):
+        C = spgemm(A, B, threads=threads)
+        assert C.index_dtype == index_dtype
+        _check_product_blas(C, a, b)
+
+
+def test_slot_rows_when_products_exceed_columns(rng):
+    a = random_dense(rng, blocks=(40, 30), nnz=900)   # rows of about 30 entries
+    b = random_dense(rng, blocks=(30, 12), nnz=300)   # ... times rows of about 10: more products than columns
+    _check_product(spgemm(_sparse(a, "csr"), _sparse(b, "csr")), a, b)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("dtype", [np.dtype(np.float64), np.dtype(np.int32), np.dtype(np.bool_)])
+def test_fused_and_two_pass_agree(rng, monkeypatch, threads, dtype):
+    """The fused pass (room for every product) and the symbolic + numeric passes (taken when the room
+    would pass _FUSED_BYTES) give the same arrays, bit for bit (the same sums in the same order)."""
+    import sparsetensor.ops.spgemm as mod
+
+    a, b = _binned_dense(rng, dtype, n=300, ncols=4000)
+    A, B = _sparse(a, "csr"), _sparse(b, "csr")
+    fused = spgemm(A, B, threads=threads)
+    monkeypatch.setattr(mod, "_FUSED_BYTES", 0)
+    two_pass = spgemm(A, B, threads=threads)
+    for x, y in zip(snapshot(fused), snapshot(two_pass)):
+        np.testing.assert_array_equal(x, y)
+    _check_product_blas(two_pass, a, b)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 4])
+def test_fused_batches_and_parts(rng, threads):
+    """Batched csr through the fused pass: parts of rows span batches and are moved together."""
+    a = np.stack([random_dense(rng, blocks=(200, 150), nnz=900) for _ in range(3)])
+    b = np.stack([random_dense(rng, blocks=(150, 180), nnz=900) for _ in range(3)])
+    pattern = (a[0] != 0).astype(np.int64) @ (b[0] != 0).astype(np.int64) != 0
+    a[1:], b[1:] = a[0] * 2, b[0] * 3  # one pattern: every batch has one nnz
+    C = spgemm(_sparse(a, "csr", batch_dim=1), _sparse(b, "csr", batch_dim=1), threads=threads)
+    assert C.nnz == int(pattern.sum())
+    _check_product(C, a, b, m=1)
+    one = spgemm(_sparse(a, "csr", batch_dim=1), _sparse(b, "csr", batch_dim=1), threads=1)
+    for x, y in zip(snapshot(C), snapshot(one)):
+        np.testing.assert_array_equal(x, y)
+
+
+def test_large_threads_parts_match_scipy(rng):
+    """Enough products for several parts per thread (the fused pass splits above 65536 products)."""
+    sp = pytest.importorskip("scipy.sparse")
+    A = sp.random_array((20000, 20000), density=6 / 20000, format="csr", dtype=np.float32, rng=rng)
+    tA = st.sparse_csr_tensor(A.indptr.astype(np.int32), A.indices.astype(np.int32), A.data, size=A.shape)
+    ref = (A @ A).tocsr()
+    for threads in (1, 2, 3):
+        assert_matches_scipy_csr(spgemm(tA, tA, threads=threads), ref)

@@ -32,6 +32,29 @@ def spgemm_numeric(
     nthreads: int,
 ) -> None: ...
 
+def spgemm_flops(
+    a_compressed: np.ndarray,  # (B, n + 1) index
+    a_plain: np.ndarray,       # (B, nnz_a)
+    b_compressed: np.ndarray,  # (B, k + 1)
+    prefix: np.ndarray,        # (B * n + 1,) int64, filled: prefix sums of the products of each flat row
+    nthreads: int,
+) -> int: ...                  # the largest number of products of a row
+
+def spgemm_fused(
+    a_compressed: np.ndarray, a_plain: np.ndarray,
+    a_values: np.ndarray,        # (B, nnz_a): csr only
+    b_compressed: np.ndarray, b_plain: np.ndarray,
+    b_values: np.ndarray,        # (B, nnz_b), dtype of a_values
+    ncols: int,
+    prefix: np.ndarray,          # from spgemm_flops
+    maxub: int,                  # spgemm_flops's result
+    counts: np.ndarray,          # (B * n,) int64, filled: entries of each flat row of A @ B
+    out_plain: np.ndarray,       # (prefix[-1],) index: the rows' sorted columns, one after another
+    out_values: np.ndarray,      # (prefix[-1],): their sums
+    logical: bool,
+    nthreads: int,
+) -> int: ...                    # entries written: sum(counts)
+
 def sampled_addmm(
     compressed: np.ndarray,  # (B, M + 1) index, csr pattern
     plain: np.ndarray,       # (B, nnz)

@@ -1,25 +1,28 @@
 # Sparse @ sparse (SpGEMM) and sampled dense @ dense (SDDMM) kernels.
 #
-# SpGEMM is row-parallel and runs in two passes over the canonical form
-# compressed (B, n + 1), plain (B, nnz), values (B, nnz, Rb * Kb) of both operands
-# (rows compressed: csr/bsr; the Python wrapper turns every other layout into it):
+# SpGEMM is row-parallel over the canonical form compressed (B, n + 1), plain (B, nnz),
+# values (B, nnz, Rb * Kb) of both operands (rows compressed: csr/bsr; the Python wrapper
+# turns every other layout into it). A row's products are summed per column in one of two ways:
 #
-# - symbolic: the distinct (block) columns of every output row, counted with a
-#   per-thread marker array over the output columns (a row stamp per column);
-# - numeric: the products of a row accumulate in a per-thread dense accumulator
-#   (SPA) of ncols entries; the marker array says which columns are new, and those
-#   are collected, sorted (a counting sort on the high bits of the row's column range,
-#   then an insertion pass; quicksort for crowded buckets) and written with their
-#   sums, so output rows are canonical (invariant 5.6).
+# - expand-sort-compress (csr rows of at most ESC_MAX products, and no more products than output
+#   columns): the products are collected with their columns, sorted (a counting sort on the high
+#   bits of the row's column range, then an insertion pass; quicksort for crowded buckets) and
+#   summed per column in order of discovery; everything stays in a few KiB of scratch;
+# - the slot array (longer rows, block rows): a per-thread array over the output columns says
+#   where each column's sum is; the distinct columns are collected and sorted as above.
 #
-# The wrapper allocates the output once, after a prefix sum of the symbolic counts.
-# Explicit zeros from cancellation stay entries (a structural product). Inputs are
-# trusted to satisfy 5.1-5.5 (the wrapper scans unchecked input first), so that no
-# kernel reads out of bounds; a row never writes more than its symbolic count.
+# Both sum in the same order (A's entries, then B's), so the results are the same bit for bit.
+# csr products run in one fused pass (spgemm_flops, then spgemm_fused): the output has room for
+# every product, rows are written one after another per part of rows and the parts are moved
+# together. Products with too many products for that room, and bsr, run two passes: symbolic (the
+# distinct columns of every row, counted with a per-thread marker array), then numeric into the
+# exact output. Output rows are canonical (invariant 5.6). Explicit zeros from cancellation stay
+# entries (a structural product). Inputs are trusted to satisfy 5.1-5.5 (the wrapper scans
+# unchecked input first), so that no kernel reads out of bounds; no row writes past its room.
 from cython.parallel cimport parallel, prange
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint64_t
 from libc.stdlib cimport calloc, free, malloc
-from libc.string cimport memset
+from libc.string cimport memmove, memset
 
 import numpy as np
 
@@ -67,6 +70,15 @@ cdef extern from *:
 cdef Py_ssize_t ROW_CHUNK = 256
 # Buckets of the row sort holding more keys than this are quicksorted before the insertion pass.
 cdef Py_ssize_t CROWDED = 24
+# csr rows of at most this many products, and no more products than output columns, are summed
+# by expand-sort-compress (_esc_row); longer ones (and block rows) with the slot array over the
+# output columns, whose random accesses cost more than sorting unless the columns are few.
+cdef Py_ssize_t ESC_MAX = 8192
+# The sorting path's counting sort uses fewer than 2 ** (bitlen(products) - ESC_SHIFT) buckets
+# (at most 4 per product for -1: the scratch's histogram has that room).
+cdef int ESC_SHIFT = -1
+# Parts per thread of the fused pass (dynamic schedule); more balance the load, each adds a move.
+cdef Py_ssize_t PARTS_PER_THREAD = 4
 cdef uint64_t LOW32 = 0xffffffffu
 
 
@@ -204,23 +216,37 @@ cdef struct Scratch:
     uint64_t* sorted      # maxc + 1
     void* sums            # (maxc + 1) * E values
     int32_t* hist         # 4 * maxc + 4
+    Py_ssize_t room       # maxc
 
 
 cdef Scratch* _scratch_new(Py_ssize_t n, Py_ssize_t E, Py_ssize_t itemsize, Py_ssize_t maxc) noexcept nogil:
+    """Room for rows of up to maxc collected columns (or products, in the sorting path); the slot
+    array over the n columns is allocated by the first row that needs it (_scratch_slots)."""
     cdef Scratch* s = <Scratch*>calloc(1, sizeof(Scratch))
     if s == NULL:
         return NULL
     s.n = n
-    s.slots = <int32_t*>malloc((2 * n + 2) * sizeof(int32_t))
+    s.room = maxc
     s.words = <uint64_t*>malloc((maxc + 1) * sizeof(uint64_t))
     s.sorted = <uint64_t*>malloc((maxc + 1) * sizeof(uint64_t))
     s.sums = malloc((maxc + 1) * E * itemsize + 1)
     s.hist = <int32_t*>malloc((4 * maxc + 4) * sizeof(int32_t))
-    if s.slots == NULL or s.words == NULL or s.sorted == NULL or s.sums == NULL or s.hist == NULL:
+    if s.words == NULL or s.sorted == NULL or s.sums == NULL or s.hist == NULL:
         _scratch_free(s)
         return NULL
-    memset(s.slots, 0xff, (2 * n + 2) * sizeof(int32_t))  # stamp -1: no row yet
     return s
+
+
+cdef bint _scratch_slots(Scratch* s) noexcept nogil:
+    """Allocate the slot array on first use; False when out of memory."""
+    if s.slots != NULL:
+        return True
+    s.slots = <int32_t*>malloc((2 * s.n + 2) * sizeof(int32_t))
+    if s.slots == NULL:
+        return False
+    memset(s.slots, 0xff, (2 * s.n + 2) * sizeof(int32_t))  # stamp -1: no row yet
+    s.stamp = 0
+    return True
 
 
 cdef void _scratch_free(Scratch* s) noexcept nogil:
@@ -320,12 +346,13 @@ cdef void _bucket_sort(const uint64_t* words, Py_ssize_t c, int sh, Py_ssize_t n
         out[d + 1] = x
 
 
-cdef void _numeric_row(const index_t* ac, const index_t* ap, const value_t* av,
-                       const index_t* bc, const index_t* bp, const value_t* bv,
-                       Py_ssize_t i, Py_ssize_t Rb, Py_ssize_t Kb, Py_ssize_t Cb, bint logical,
-                       Scratch* s, Py_ssize_t count, index_t* out_p, value_t* out_v) noexcept nogil:
-    """Row i of A @ B into out_p/out_v (``count`` entries, from the symbolic pass; never more are
-    written). Values are blocks: A (Rb x Kb), B (Kb x Cb), output (Rb x Cb); 1 x 1 for csr."""
+cdef Py_ssize_t _spa_row(const index_t* ac, const index_t* ap, const value_t* av,
+                         const index_t* bc, const index_t* bp, const value_t* bv,
+                         Py_ssize_t i, Py_ssize_t Rb, Py_ssize_t Kb, Py_ssize_t Cb, bint logical,
+                         Scratch* s, Py_ssize_t count, index_t* out_p, value_t* out_v) noexcept nogil:
+    """Row i of A @ B into out_p/out_v with the slot array (allocated by the caller): at most
+    ``count`` entries (the symbolic count, or an upper bound), the number written is returned.
+    Values are blocks: A (Rb x Kb), B (Kb x Cb), output (Rb x Cb); 1 x 1 for csr."""
     cdef Py_ssize_t ka, kb, kb0, kb1, j, q, r, t, u, e, EA = Rb * Kb, EB = Kb * Cb, EO = Rb * Cb
     cdef Py_ssize_t nb, lo = -1, hi = -1
     cdef int32_t c = 0, cnt = <int32_t>count
@@ -350,7 +377,7 @@ cdef void _numeric_row(const index_t* ac, const index_t* ap, const value_t* av,
             if bp[kb1 - 1] > hi:
                 hi = bp[kb1 - 1]
     if hi < 0:
-        return
+        return 0
     if hi < lo:  # only for rows that are not sorted, which the wrappers never pass: keep nb >= 1
         hi = lo
     sh = st_bitlen64(<uint64_t>(hi - lo)) - st_bitlen64(<uint64_t>count) - 1
@@ -416,7 +443,7 @@ cdef void _numeric_row(const index_t* ac, const index_t* ap, const value_t* av,
                                     continue
                             acc[r * Cb + t] = acc[r * Cb + t] + x * xb[u * Cb + t]
     if c == 0:
-        return
+        return 0
     _bucket_sort(words, c, sh, nb, hist, s.sorted)
     words = s.sorted
     if EO == 1:
@@ -429,14 +456,104 @@ cdef void _numeric_row(const index_t* ac, const index_t* ap, const value_t* av,
             acc = sums + <Py_ssize_t>(words[q] & LOW32) * EO
             for e in range(EO):
                 out_v[q * EO + e] = acc[e]
+    return c
 
 
-cdef void _numeric_chunk(Py_ssize_t r0, Py_ssize_t r1, Py_ssize_t n,
-                         const index_t* ac, Py_ssize_t sac, const index_t* ap, Py_ssize_t sap, const value_t* av,
-                         const index_t* bc, Py_ssize_t sbc, const index_t* bp, Py_ssize_t sbp, const value_t* bv,
-                         const index_t* oc, Py_ssize_t soc, index_t* op, Py_ssize_t sop, value_t* ov,
-                         Py_ssize_t Rb, Py_ssize_t Kb, Py_ssize_t Cb, bint logical, Scratch* s) noexcept nogil:
-    """The flat rows r0 <= r < r1; s* are batch strides of the index arrays (in entries)."""
+cdef inline value_t _product(value_t x, value_t y, bint logical) noexcept nogil:
+    if value_t is uint8_t:
+        if logical:
+            return x & y
+    return x * y
+
+
+cdef Py_ssize_t _esc_row(const index_t* ac, const index_t* ap, const value_t* av,
+                         const index_t* bc, const index_t* bp, const value_t* bv,
+                         Py_ssize_t i, bint logical, Scratch* s, Py_ssize_t ub, Py_ssize_t lo, Py_ssize_t hi,
+                         Py_ssize_t cap, index_t* out_p, value_t* out_v) noexcept nogil:
+    """Row i of a csr product by expand-sort-compress: its ``ub`` products (at most the scratch's
+    room) are collected with their columns in [lo, hi], sorted by (column, order of discovery),
+    and summed per column in that order (the order of the slot path: the same sums). At most
+    ``cap`` entries are written; the number written is returned."""
+    cdef Py_ssize_t ka, kb, kb1, c = 0, q = -1, t, nb, j
+    cdef int sh = st_bitlen64(<uint64_t>(hi - lo)) - st_bitlen64(<uint64_t>ub) + ESC_SHIFT
+    cdef int32_t* hist = s.hist
+    cdef uint64_t* words = s.words
+    cdef uint64_t* srt = s.sorted
+    cdef value_t* vals = <value_t*>s.sums
+    cdef value_t x
+    cdef uint64_t w, col, prev = <uint64_t>-1
+    if sh < 0:
+        sh = 0
+    nb = ((hi - lo) >> sh) + 1
+    memset(hist, 0, (nb + 1) * sizeof(int32_t))
+    for ka in range(ac[i], ac[i + 1]):
+        x = av[ka]
+        kb1 = bc[ap[ka] + 1]
+        for kb in range(bc[ap[ka]], kb1):
+            j = bp[kb] - lo
+            vals[c] = _product(x, bv[kb], logical)
+            words[c] = ((<uint64_t>j) << 32) | <uint64_t>c
+            hist[_bucket(j, sh, nb) + 1] += 1
+            c += 1
+    if c == 0:
+        return 0
+    _bucket_sort(words, c, sh, nb, hist, srt)
+    for t in range(c):
+        w = srt[t]
+        col = w >> 32
+        if col != prev:
+            q += 1
+            if q >= cap:  # only for input that breaks the invariants
+                return q
+            prev = col
+            out_p[q] = <index_t>(lo + <Py_ssize_t>col)
+            out_v[q] = vals[<Py_ssize_t>(w & LOW32)]
+        elif value_t is uint8_t:
+            if logical:
+                out_v[q] = out_v[q] | vals[<Py_ssize_t>(w & LOW32)]
+            else:
+                out_v[q] = out_v[q] + vals[<Py_ssize_t>(w & LOW32)]
+        else:
+            out_v[q] = out_v[q] + vals[<Py_ssize_t>(w & LOW32)]
+    return q + 1
+
+
+cdef Py_ssize_t _row(const index_t* ac, const index_t* ap, const value_t* av,
+                     const index_t* bc, const index_t* bp, const value_t* bv,
+                     Py_ssize_t i, Py_ssize_t Rb, Py_ssize_t Kb, Py_ssize_t Cb, bint logical,
+                     Scratch* s, Py_ssize_t cap, index_t* out_p, value_t* out_v) noexcept nogil:
+    """Row i of A @ B, at most ``cap`` entries: csr rows of at most ESC_MAX products (and the
+    scratch's room) by expand-sort-compress, others with the slot array. Returns the number
+    written, -1 when out of memory."""
+    cdef Py_ssize_t ka, kb0, kb1, ub = 0, lo = -1, hi = -1
+    if Rb == 1 and Kb == 1 and Cb == 1:
+        for ka in range(ac[i], ac[i + 1]):
+            kb0 = bc[ap[ka]]
+            kb1 = bc[ap[ka] + 1]
+            if kb0 < kb1:
+                ub += kb1 - kb0
+                if lo < 0 or bp[kb0] < lo:
+                    lo = bp[kb0]
+                if bp[kb1 - 1] > hi:
+                    hi = bp[kb1 - 1]
+        if ub == 0 or cap <= 0:
+            return 0
+        if ub <= ESC_MAX and ub <= s.n and ub <= s.room:
+            if hi < lo:  # only for rows that are not sorted, which the wrappers never pass
+                hi = lo
+            return _esc_row(ac, ap, av, bc, bp, bv, i, logical, s, ub, lo, hi, cap, out_p, out_v)
+    if not _scratch_slots(s):
+        return -1
+    return _spa_row(ac, ap, av, bc, bp, bv, i, Rb, Kb, Cb, logical, s, min(cap, s.room), out_p, out_v)
+
+
+cdef int _numeric_chunk(Py_ssize_t r0, Py_ssize_t r1, Py_ssize_t n,
+                        const index_t* ac, Py_ssize_t sac, const index_t* ap, Py_ssize_t sap, const value_t* av,
+                        const index_t* bc, Py_ssize_t sbc, const index_t* bp, Py_ssize_t sbp, const value_t* bv,
+                        const index_t* oc, Py_ssize_t soc, index_t* op, Py_ssize_t sop, value_t* ov,
+                        Py_ssize_t Rb, Py_ssize_t Kb, Py_ssize_t Cb, bint logical, Scratch* s) noexcept nogil:
+    """The flat rows r0 <= r < r1; s* are batch strides of the index arrays (in entries).
+    Returns 1 when out of memory."""
     cdef Py_ssize_t r, b, i, o, cnt, EA = Rb * Kb, EB = Kb * Cb, EO = Rb * Cb
     for r in range(r0, r1):
         b = r // n
@@ -446,9 +563,11 @@ cdef void _numeric_chunk(Py_ssize_t r0, Py_ssize_t r1, Py_ssize_t n,
         _prefetch_ahead(ac + b * sac, ap + b * sap, bc + b * sbc, bp + b * sbp, <const char*>(bv + b * sbp * EB),
                         EB * sizeof(value_t), i, n)
         if cnt > 0:
-            _numeric_row(ac + b * sac, ap + b * sap, av + b * sap * EA, bc + b * sbc, bp + b * sbp,
-                         bv + b * sbp * EB, i, Rb, Kb, Cb, logical, s, cnt, op + b * sop + o,
-                         ov + (b * sop + o) * EO)
+            if _row(ac + b * sac, ap + b * sap, av + b * sap * EA, bc + b * sbc, bp + b * sbp,
+                    bv + b * sbp * EB, i, Rb, Kb, Cb, logical, s, cnt, op + b * sop + o,
+                    ov + (b * sop + o) * EO) < 0:
+                return 1
+    return 0
 
 
 def spgemm_numeric(const index_t[:, ::1] a_compressed, const index_t[:, ::1] a_plain,
@@ -487,21 +606,168 @@ def spgemm_numeric(const index_t[:, ::1] a_compressed, const index_t[:, ::1] a_p
                 raise ValueError("spgemm_numeric: out_compressed must be non-decreasing")
             if cnt > maxc:
                 maxc = cnt
+    if EO == 1 and Kb == 1 and maxc < ESC_MAX:
+        maxc = ESC_MAX
     with nogil, parallel(num_threads=T):
         s = _scratch_new(ncols, EO, sizeof(value_t), maxc)
         if s == NULL:
             failed[0] = 1
         for ch in prange(nchunks, schedule="dynamic", chunksize=1):
-            if s != NULL:
+            if s != NULL and not failed[0]:
                 r0 = ch * ROW_CHUNK
                 r1 = min(R, r0 + ROW_CHUNK)
-                _numeric_chunk(r0, r1, n, &a_compressed[0, 0], a_compressed.shape[1], &a_plain[0, 0],
+                if _numeric_chunk(r0, r1, n, &a_compressed[0, 0], a_compressed.shape[1], &a_plain[0, 0],
                                a_plain.shape[1], &a_values[0, 0, 0], &b_compressed[0, 0], b_compressed.shape[1],
                                &b_plain[0, 0], b_plain.shape[1], &b_values[0, 0, 0], &out_compressed[0, 0],
-                               n + 1, &out_plain[0, 0], onnz, &out_values[0, 0, 0], Rb, Kb, Cb, logical, s)
+                               n + 1, &out_plain[0, 0], onnz, &out_values[0, 0, 0], Rb, Kb, Cb, logical, s):
+                    failed[0] = 1
         _scratch_free(s)
     if failed[0]:
         raise MemoryError(f"spgemm: out of memory for the per-thread accumulators ({ncols} x {EO} values)")
+
+
+# -- fused SpGEMM (csr) ---------------------------------------------------------------------------
+# One pass instead of symbolic + numeric: every row may write its upper bound of entries (the
+# products it forms), so the output is allocated with room for all products (prefix sums from
+# spgemm_flops); rows are split into parts of about equal products, each part writes its rows one
+# after another from the part's first bound, and the parts are moved together at the end (one
+# part, and no move, on one thread).
+def spgemm_flops(const index_t[:, ::1] a_compressed, const index_t[:, ::1] a_plain,
+                 const index_t[:, ::1] b_compressed, int64_t[::1] prefix, int nthreads):
+    """prefix[r + 1] - prefix[r] = the products of flat row r (batch r // n, row r % n) of
+    A @ B, the sum of the lengths of the B rows it combines; prefix[0] = 0. Returns the
+    largest number of products of a row."""
+    cdef Py_ssize_t B = a_compressed.shape[0], n = a_compressed.shape[1] - 1
+    cdef Py_ssize_t R = B * n, r, b, i, ka, sac = a_compressed.shape[1], sap = a_plain.shape[1]
+    cdef Py_ssize_t sbc = b_compressed.shape[1]
+    cdef int64_t acc, mx = 0
+    cdef int T = max(1, min(nthreads, R // 4096 + 1))
+    cdef const index_t* a_c
+    cdef const index_t* a_p
+    cdef const index_t* b_c
+    if a_plain.shape[0] != B or b_compressed.shape[0] != B:
+        raise ValueError("a and b must have the same number of batches")
+    if prefix.shape[0] != R + 1:
+        raise ValueError(f"prefix must have {R + 1} entries, got {prefix.shape[0]}")
+    prefix[0] = 0
+    if R == 0:
+        return 0
+    with nogil:
+        for r in prange(R, num_threads=T, schedule="static"):
+            b = r // n
+            i = r - b * n
+            a_c = &a_compressed[0, 0] + b * sac
+            a_p = &a_plain[0, 0] + b * sap if sap else NULL
+            b_c = &b_compressed[0, 0] + b * sbc
+            acc = 0
+            for ka in range(a_c[i], a_c[i + 1]):
+                acc = acc + (b_c[a_p[ka] + 1] - b_c[a_p[ka]])
+            prefix[r + 1] = acc
+        for r in range(R):
+            if prefix[r + 1] > mx:
+                mx = prefix[r + 1]
+            prefix[r + 1] += prefix[r]
+    return mx
+
+
+cdef Py_ssize_t _fused_part(Py_ssize_t r0, Py_ssize_t r1, Py_ssize_t n, const int64_t* prefix,
+                            const index_t* ac, Py_ssize_t sac, const index_t* ap, Py_ssize_t sap, const value_t* av,
+                            const index_t* bc, Py_ssize_t sbc, const index_t* bp, Py_ssize_t sbp, const value_t* bv,
+                            int64_t* counts, index_t* op, value_t* ov, bint logical, Scratch* s) noexcept nogil:
+    """The flat rows r0 <= r < r1, written one after another from prefix[r0]; each row at most up to
+    the next row's bound. Returns the number written, -1 when out of memory."""
+    cdef Py_ssize_t r, b, i, c, pos = prefix[r0]
+    for r in range(r0, r1):
+        b = r // n
+        i = r - b * n
+        _prefetch_ahead(ac + b * sac, ap + b * sap, bc + b * sbc, bp + b * sbp, <const char*>(bv + b * sbp),
+                        sizeof(value_t), i, n)
+        c = _row(ac + b * sac, ap + b * sap, av + b * sap, bc + b * sbc, bp + b * sbp, bv + b * sbp, i, 1, 1, 1,
+                 logical, s, prefix[r + 1] - pos, op + pos, ov + pos)
+        if c < 0:
+            return -1
+        counts[r] = c
+        pos += c
+    return pos - prefix[r0]
+
+
+def spgemm_fused(const index_t[:, ::1] a_compressed, const index_t[:, ::1] a_plain,
+                 const value_t[:, ::1] a_values,
+                 const index_t[:, ::1] b_compressed, const index_t[:, ::1] b_plain,
+                 const value_t[:, ::1] b_values, Py_ssize_t ncols,
+                 const int64_t[::1] prefix, Py_ssize_t maxub, int64_t[::1] counts,
+                 index_t[::1] out_plain, value_t[::1] out_values, bint logical, int nthreads):
+    """csr A @ B in one pass: counts[r] = the entries of flat row r (batch r // n, row r % n),
+    whose sorted columns and sums are out_plain/out_values[sum(counts[:r]):][:counts[r]] on
+    return (rows of all batches one after another). ``prefix``/``maxub`` come from spgemm_flops;
+    out_plain and out_values have room for prefix[-1] entries. Values are (B, nnz). Returns
+    the number of entries written (sum(counts))."""
+    cdef Py_ssize_t B = a_compressed.shape[0], n = a_compressed.shape[1] - 1
+    cdef Py_ssize_t R = B * n, r, p, lo_p, hi_p, mid, pos, c, room
+    cdef int64_t total
+    cdef int T
+    cdef Py_ssize_t nparts
+    cdef Scratch* s
+    cdef int[::1] failed = np.zeros(1, dtype=np.intc)
+    cdef int64_t[::1] bounds
+    cdef int64_t[::1] written
+    if (a_plain.shape[0] != B or b_compressed.shape[0] != B or b_plain.shape[0] != B or a_values.shape[0] != B
+            or b_values.shape[0] != B or a_values.shape[1] != a_plain.shape[1]
+            or b_values.shape[1] != b_plain.shape[1]):
+        raise ValueError("spgemm_fused: inconsistent batch or nnz counts")
+    if prefix.shape[0] != R + 1 or counts.shape[0] != R:
+        raise ValueError(f"spgemm_fused: prefix and counts must have {R + 1} and {R} entries")
+    total = prefix[R]
+    if prefix[0] != 0 or out_plain.shape[0] != total or out_values.shape[0] != total:
+        raise ValueError("spgemm_fused: prefix must run from 0 to the room of out_plain and out_values")
+    for r in range(R):
+        if prefix[r + 1] < prefix[r]:
+            raise ValueError("spgemm_fused: prefix must be non-decreasing")
+    counts[:] = 0
+    if R == 0 or total == 0:
+        return 0
+    room = max(min(maxub, ncols), min(maxub, ESC_MAX))
+    T = max(1, min(nthreads, total // 65536 + 1))
+    nparts = 1 if T == 1 else min(R, T * PARTS_PER_THREAD)
+    bounds = np.empty(nparts + 1, dtype=np.int64)
+    written = np.zeros(nparts, dtype=np.int64)
+    bounds[0] = 0
+    bounds[nparts] = R
+    for p in range(1, nparts):  # the first row whose products start at or after p / nparts of them
+        lo_p = bounds[p - 1]
+        hi_p = R
+        while lo_p < hi_p:
+            mid = (lo_p + hi_p) // 2
+            if prefix[mid] * nparts < total * p:
+                lo_p = mid + 1
+            else:
+                hi_p = mid
+        bounds[p] = lo_p
+    with nogil, parallel(num_threads=T):
+        s = _scratch_new(ncols, 1, sizeof(value_t), room)
+        if s == NULL:
+            failed[0] = 1
+        for p in prange(nparts, schedule="dynamic", chunksize=1):
+            if s != NULL and not failed[0] and bounds[p] < bounds[p + 1]:
+                c = _fused_part(bounds[p], bounds[p + 1], n, &prefix[0], &a_compressed[0, 0],
+                                a_compressed.shape[1], &a_plain[0, 0], a_plain.shape[1], &a_values[0, 0],
+                                &b_compressed[0, 0], b_compressed.shape[1], &b_plain[0, 0], b_plain.shape[1],
+                                &b_values[0, 0], &counts[0], &out_plain[0], &out_values[0], logical, s)
+                if c < 0:
+                    failed[0] = 1
+                else:
+                    written[p] = c
+        _scratch_free(s)
+    if failed[0]:
+        raise MemoryError(f"spgemm: out of memory for the per-thread accumulators ({ncols} columns)")
+    pos = written[0]
+    with nogil:
+        for p in range(1, nparts):
+            if written[p] and pos != prefix[bounds[p]]:
+                memmove(&out_plain[pos], &out_plain[prefix[bounds[p]]], written[p] * sizeof(index_t))
+                memmove(&out_values[pos], &out_values[prefix[bounds[p]]], written[p] * sizeof(value_t))
+            pos += written[p]
+    return pos
 
 
 # -- SDDMM ---------------------------------------------------------------------------------------
@@ -561,3 +827,4 @@ def sampled_addmm(const index_t[:, ::1] compressed, const index_t[:, ::1] plain,
             for k in range(compressed[b, i], compressed[b, i + 1]):
                 y = &mat2t[batch2[b], plain[b, k], 0] if K else NULL
                 out[b, k] = beta * values[b, k] + alpha * (_dot(x, y, K) if K else zero)
+

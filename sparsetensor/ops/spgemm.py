@@ -72,10 +72,13 @@ def spgemm(a, b, *, threads: int | None = None):
     Notes
     -----
     Sums are taken in the value dtype (integers wrap); float16 is computed in float32
-    and rounded once; bool products are logical and, sums logical or. Each thread keeps
-    a marker array and an accumulator index over the (block) columns of ``b``: 12 bytes
-    per column, plus room for the longest output row. Output rows are sorted (PyTorch's
-    and SciPy's CPU products leave them unsorted).
+    and rounded once; bool products are logical and, sums logical or. Rows of few products
+    are summed by sorting them; each thread keeps, for longer rows (and blocks), an index
+    over the (block) columns of ``b`` (8 bytes per column) and room for the longest output
+    row. csr products are computed in one pass into arrays with room for every product
+    (pages never written are never used), which are then shrunk; beyond 1 GiB of room a
+    counting pass sizes the output first. Output rows are sorted (PyTorch's and SciPy's
+    CPU products leave them unsorted).
 
     Examples
     --------
@@ -155,8 +158,37 @@ def _spgemm_rows(a: CompressedTensor, b: CompressedTensor, threads) -> Compresse
     bc = b.compressed_indices().astype(idx_dt, copy=False).reshape(B, b.compressed_indices().shape[-1])
     bp = b.plain_indices().astype(idx_dt, copy=False).reshape(B, b.nnz)
     nt = num_threads(threads, B * (a.nnz + b.nnz) * 8)
+    av = _kernel_values(a.values(), (B, a.nnz, Rb * Kb), kdt)
+    bv = _kernel_values(b.values(), (B, b.nnz, Kb * Cb), kdt)
+    if not layout.blocked and a.nnz and b.nnz:
+        prefix = np.empty(B * n + 1, dtype=np.int64)
+        maxub = _kernels.spgemm_flops(ac, ap, bc, prefix, nt)
+        room = int(prefix[-1])
+        if room * (idx_dt.itemsize + kdt.itemsize) <= _FUSED_BYTES:
+            return _spgemm_fused(ac, ap, av, bc, bp, bv, prefix, maxub, room, shape, batch, layout, dtype, kdt,
+                                 logical, idx_dt, ncols, threads)
     counts = np.empty((B, n), dtype=np.int64)
     _kernels.spgemm_symbolic(ac, ap, bc, bp, ncols, counts, nt)
+    nnz, oc = _output_rows(counts, layout, idx_dt, shape, m)
+    op = np.empty((B, nnz), dtype=idx_dt)
+    ov = np.empty((B, nnz, Rb * Cb), dtype=kdt)
+    _kernels.spgemm_numeric(ac, ap, av, bc, bp, bv, ncols, Rb, Kb, Cb, oc, op, ov, logical,
+                            num_threads(threads, B * nnz * 4))
+    values = ov.view(np.bool_) if logical else ov.astype(dtype, copy=False)
+    values = values.reshape(batch + (nnz,) + ((Rb, Cb) if layout.blocked else ()))
+    return CompressedTensor(oc.reshape(batch + (n + 1,)), op.reshape(batch + (nnz,)), values, shape, layout,
+                            canonical=True)
+
+
+# The fused csr pass allocates room for every product (a bound on the entries); beyond this
+# many bytes of room it runs the symbolic pass first and allocates the exact output.
+_FUSED_BYTES = 1 << 30
+
+
+def _output_rows(counts: np.ndarray, layout, idx_dt, shape, m: int):
+    """nnz per batch and the compressed indices (B, n + 1) of a product with ``counts`` (B, n)
+    entries per row; every batch of a compressed tensor has one nnz."""
+    B, n = counts.shape
     per_batch = counts.sum(axis=1)
     if B and np.any(per_batch != per_batch[0]):
         raise ValueError(f"spgemm of batched {layout.name} tensors: the batches of the product have different "
@@ -167,16 +199,35 @@ def _spgemm_rows(a: CompressedTensor, b: CompressedTensor, threads) -> Compresse
     oc = np.empty((B, n + 1), dtype=idx_dt)
     oc[:, 0] = 0
     np.cumsum(counts, axis=1, out=oc[:, 1:])
-    op = np.empty((B, nnz), dtype=idx_dt)
-    ov = np.empty((B, nnz, Rb * Cb), dtype=kdt)
-    av = _kernel_values(a.values(), (B, a.nnz, Rb * Kb), kdt)
-    bv = _kernel_values(b.values(), (B, b.nnz, Kb * Cb), kdt)
-    _kernels.spgemm_numeric(ac, ap, av, bc, bp, bv, ncols, Rb, Kb, Cb, oc, op, ov, logical,
-                            num_threads(threads, B * nnz * 4))
+    return nnz, oc
+
+
+def _shrink(x: np.ndarray, n: int) -> np.ndarray:
+    """The first n entries of a 1-d array that nothing else references (in place where NumPy can)."""
+    if x.shape[0] == n:
+        return x
+    try:
+        x.resize((n,), refcheck=False)  # realloc: shrinks without a copy
+        return x
+    except ValueError:
+        return x[:n].copy()
+
+
+def _spgemm_fused(ac, ap, av, bc, bp, bv, prefix, maxub, room, shape, batch, layout, dtype, kdt, logical, idx_dt,
+                  ncols, threads) -> CompressedTensor:
+    """csr @ csr in one pass (spgemm_fused) into arrays with room for every product."""
+    B, n = ac.shape[0], ac.shape[1] - 1
+    m = len(batch)
+    counts = np.empty(B * n, dtype=np.int64)
+    op = np.empty(room, dtype=idx_dt)
+    ov = np.empty(room, dtype=kdt)
+    total = _kernels.spgemm_fused(ac, ap, av.reshape(B, -1), bc, bp, bv.reshape(B, -1), ncols, prefix, maxub, counts,
+                                  op, ov, logical, num_threads(threads, room * 4))
+    nnz, oc = _output_rows(counts.reshape(B, n), layout, idx_dt, shape, m)
+    op, ov = _shrink(op, total), _shrink(ov, total)
     values = ov.view(np.bool_) if logical else ov.astype(dtype, copy=False)
-    values = values.reshape(batch + (nnz,) + ((Rb, Cb) if layout.blocked else ()))
-    return CompressedTensor(oc.reshape(batch + (n + 1,)), op.reshape(batch + (nnz,)), values, shape, layout,
-                            canonical=True)
+    return CompressedTensor(oc.reshape(batch + (n + 1,)), op.reshape(batch + (nnz,)),
+                            values.reshape(batch + (nnz,)), shape, layout, canonical=True)
 
 
 # -- SDDMM -----------------------------------------------------------------------------------------
