@@ -711,3 +711,12 @@ def test_zero_dim_coo_refused():
     s = st.sparse_coo_tensor(np.zeros((0, 1), np.int64), np.array([2.0]), size=())
     with pytest.raises(ValueError, match="at least 1-d"):
         blas.matmul(s, np.ones(3))
+
+
+def test_batched_coo_product_checks_an_unchecked_coalesced_operand():
+    """A row index past M of an unchecked, coalesced-flagged batched COO must raise C5, not
+    spill into the next batch's rows."""
+    idx = np.array([[0, 1], [3, 0], [0, 1]])  # batch, row, col: row 3 of a 2-row matrix
+    s = st.sparse_coo_tensor(idx, np.ones(2), size=(2, 2, 2), check_invariants=False, is_coalesced=True)
+    with pytest.raises(st.InvariantError, match="C5"):
+        s @ np.ones((2, 2, 3))

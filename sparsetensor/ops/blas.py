@@ -241,7 +241,9 @@ def _coo_product(S: COOTensor, D: np.ndarray, rt, op, threads, operands, transpo
         raise NotImplementedError(f"{op}: broadcasting the batch (leading sparse) dims of a coo tensor "
                                   f"{batch} to {out_batch}")
     B = math.prod(batch)
-    S = S.coalesce(threads=threads)  # checks the bounds; the linearised indices stay sorted
+    S = S.coalesce(threads=threads)  # the linearised indices stay sorted
+    if not S._checked:  # flagged coalesced but never checked: a row past M must not land in the next batch
+        S.check_invariants(threads=threads)
     idx = S.indices().astype(np.int64)
     b = np.ravel_multi_index(tuple(idx[:-2]), batch) if idx.shape[1] else np.zeros(0, np.int64)
     rows = b * M + idx[-2]
@@ -253,7 +255,9 @@ def _coo_product(S: COOTensor, D: np.ndarray, rt, op, threads, operands, transpo
             cols, Ktot, D2 = b * K + idx[-1], B * K, np.ascontiguousarray(D).reshape(B * K, D.shape[-1])
         else:
             cols, Ktot, D2 = idx[-1], K, D
-    flat = COOTensor(np.stack([rows, cols]), S.values(), (B * M, Ktot), True).to_sparse_csr(threads=threads)
+    # checked above; the flattening keeps the order and the bounds
+    flat = COOTensor(np.stack([rows, cols]), S.values(), (B * M, Ktot), True, checked=True).to_sparse_csr(
+        threads=threads)
     r = _product(flat, D2, rt, op, threads, operands, S, transposed)
     return r.reshape(batch + ((M,) if vector else (M, D.shape[-1])))
 
