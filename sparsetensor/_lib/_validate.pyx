@@ -150,11 +150,14 @@ cdef inline bint _rows_ok(const index_t* cb, const index_t* pb, int64_t ra, int6
     cdef int64_t pa = cb[ra], pe = cb[rb], k, r, s, j
     cdef index_t flat = 0, at_starts = 0   # counts <= BLOCK: index_t keeps the loops in narrow lanes
     cdef index_t lim = <index_t>(plain_size - 1) if plain_size - 1 <= _max_of(<index_t>0) else _max_of(<index_t>0)
-    cdef int bad = 0
-    for k in range(pa, pe):
-        bad = bad | (pb[k] < 0) | (pb[k] > lim)
-    for k in range(pa + 1, pe):
-        flat = flat + (pb[k] <= pb[k - 1])
+    cdef index_t bad = 0, x
+    if pe - pa < 1:
+        return True
+    bad = (pb[pa] < 0) | (pb[pa] > lim)
+    for k in range(pa + 1, pe):  # one pass: bounds and descents (vectorised)
+        x = pb[k]
+        bad = bad | (x < 0) | (x > lim)
+        flat = flat + (x <= pb[k - 1])
     if pe - pa < 2:
         return bad == 0
     for r in range(ra, rb):
