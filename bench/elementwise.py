@@ -6,7 +6,8 @@
   SciPy's product followed by ``sort_indices()``);
 - CSR + CSR and CSR * CSR: 200,000 x 200,000, about 10 nnz per row each, float32
   (SciPy ``X + Y`` and ``X.multiply(Y)``, torch ``X + Y`` and ``X * Y``);
-- informational: COO + COO (coalesced, the same matrices; SciPy converts to CSR) and
+- informational: COO + COO (coalesced, the same matrices; SciPy converts to CSR; ours merges in
+  one pass, as CSR rows) and
   SDDMM on a 20,000 x 20,000 pattern with 10 nnz per row and K = 64 (torch
   ``torch.sparse.sampled_addmm``; SciPy has none).
 
@@ -125,6 +126,9 @@ def run(repeat=7, threads=None, spgemm_n=100_000, spgemm_per_row=8, ew_n=200_000
                                       (n, n), is_coalesced=True)
         tYo = torch.sparse_coo_tensor(torch.from_numpy(cY.indices().astype(np.int64)), torch.from_numpy(cY.values()),
                                       (n, n), is_coalesced=True)
+    r = add(cX, cY)
+    assert r.is_coalesced() and r.nnz == add(X, Y).nnz and (r.indices()[1] == add(X, Y).col_indices()).all()
+    del r
     record(f"coo + coo ({n // 1000}k, coalesced)", lambda: add(cX, cY, threads=threads),
            (lambda: sXo + sYo) if sp is not None else None, (lambda: tXo + tYo) if torch is not None else None,
            lambda: add(cX, cY, threads=1))

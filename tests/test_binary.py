@@ -537,7 +537,8 @@ def test_docstring_examples():
 
 
 def test_patterns_claimed_sorted_but_not_never_break_memory(rng):
-    """Tensors whose canonical/coalesced flags lie (unsorted, duplicates) give garbage, never a crash."""
+    """Tensors whose canonical/coalesced flags lie (unsorted, duplicates) give garbage, never a crash;
+    coo unions (one pass) check the order and raise C6."""
     for _ in range(50):
         n = 40
         with st.check_invariants(False):
@@ -553,5 +554,150 @@ def test_patterns_claimed_sorted_but_not_never_break_memory(rng):
         B = st.CompressedTensor(crow, rng.integers(0, 10, size=nn), rng.standard_normal(nn), (10, 10),
                                 st.sparse_csr, canonical=True)
         for fn in (add, mul, maximum):
-            assert fn(a, b).shape == (10, 10)
+            if fn is mul:
+                assert fn(a, b).shape == (10, 10)
+            else:
+                with pytest.raises(st.InvariantError, match="C6"):
+                    fn(a, b)
             assert fn(A, B).shape == (10, 10)
+
+
+# -- coo unions in one pass (rows through merge_union, or linear keys on the fly) ------------------------------
+COO_PATHS = ["rows", "keys"]
+
+
+def _coo_path(monkeypatch, path, threads):
+    """Force the rows or the key path, and ``threads`` threads also for small inputs."""
+    import sparsetensor.ops.binary as mod
+
+    if path == "keys":
+        monkeypatch.setattr(mod, "_COO_ROWS_PER_ENTRY", -1)
+        monkeypatch.setattr(mod, "_COO_ROWS_MIN", -1)
+    monkeypatch.setattr(mod, "num_threads", lambda t=None, work=None: 1 if t is None else t)
+
+
+def _random_coo(rng, shape, sparse_dim, nnz, dtype, index_dtype, positions=None):
+    """A coalesced coo tensor with ``nnz`` entries at random (or the given) linear positions."""
+    sshape = shape[:sparse_dim]
+    if positions is None:
+        positions = rng.choice(math.prod(sshape), size=nnz, replace=False)
+    positions = np.sort(np.asarray(positions, dtype=np.int64))
+    idx = np.array(np.unravel_index(positions, sshape), dtype=index_dtype).reshape(sparse_dim, positions.size)
+    vals = nonzero_values(rng, (positions.size,) + shape[sparse_dim:], dtype)
+    return st.sparse_coo_tensor(idx, vals, size=shape, is_coalesced=True)
+
+
+def _coo_oracle(name, a, b):
+    da, db = a.to_dense(), b.to_dense()
+    dt = np.result_type(a.dtype, b.dtype)
+    if name == "add":
+        return np.logical_or(da, db) if dt == np.bool_ else np.add(da, db, dtype=dt)
+    if name == "sub3":
+        return np.subtract(da, np.multiply(db, 3, dtype=dt), dtype=dt)
+    return {"maximum": np.maximum, "minimum": np.minimum}[name](da, db).astype(dt)
+
+
+_COO_OPS = {"add": lambda a, b, t: add(a, b, threads=t), "sub3": lambda a, b, t: sub(a, b, alpha=3, threads=t),
+            "maximum": lambda a, b, t: maximum(a, b, threads=t), "minimum": lambda a, b, t: minimum(a, b, threads=t)}
+
+
+def _check_coo_union(got, a, b, ref):
+    got.check_invariants()
+    assert got.is_coalesced() and got.layout is st.sparse_coo
+    assert got.index_dtype == (a.index_dtype if a.index_dtype == b.index_dtype else np.int64)
+    # the pattern is the union of the patterns (explicit zeros stay entries)
+    keys = {tuple(c) for c in a.indices().T.tolist()} | {tuple(c) for c in b.indices().T.tolist()}
+    assert got.nnz == len(keys)
+    assert sorted(keys) == [tuple(c) for c in got.indices().T.tolist()]
+    _assert_close(got.to_dense(), ref)
+
+
+@pytest.mark.parametrize("path", COO_PATHS)
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize("index_dtype", INDEX_DTYPES)
+@pytest.mark.parametrize("shape,sparse_dim", [((3000, 7), 2), ((30, 100, 5), 3), ((20000,), 1), ((40, 60, 3), 2),
+                                              ((5, 6, 7, 2), 3)])
+@pytest.mark.parametrize("overlap", ["partial", "disjoint", "same"])
+def test_coo_union_one_pass(rng, monkeypatch, path, threads, index_dtype, shape, sparse_dim, overlap):
+    """Both one-pass paths with threaded ranges (also on small inputs), dense dims, sparse_dim 1-3,
+    overlapping, disjoint and equal patterns: the union pattern and the dense oracle's values."""
+    _coo_path(monkeypatch, path, threads)
+    size = math.prod(shape[:sparse_dim])
+    na, nb = size // 7, size // 5
+    if overlap == "disjoint":
+        perm = rng.permutation(size)
+        pa, pb = perm[:na], perm[na:na + nb]
+    elif overlap == "same":
+        pa = pb = rng.choice(size, size=na, replace=False)
+    else:
+        pa, pb = None, None
+    a = _random_coo(rng, shape, sparse_dim, na, np.float64, index_dtype, pa)
+    b = _random_coo(rng, shape, sparse_dim, nb, np.float64, index_dtype, pb)
+    before = [_members(a), _members(b)]
+    for name, fn in _COO_OPS.items():
+        _check_coo_union(fn(a, b, threads), a, b, _coo_oracle(name, a, b))
+    _assert_unchanged(a, before[0])
+    _assert_unchanged(b, before[1])
+
+
+@pytest.mark.parametrize("path", COO_PATHS)
+@pytest.mark.parametrize("dtype", VALUE_DTYPES)
+def test_coo_union_one_pass_dtypes(rng, monkeypatch, path, dtype):
+    """All value dtypes (bool is or, float16 computed in float32, integers wrap), dense dims, and
+    cancellation to explicit zeros."""
+    _coo_path(monkeypatch, path, 2)
+    shape = (50, 40, 2)
+    a = _random_coo(rng, shape, 2, 300, dtype, np.int64)
+    b = _random_coo(rng, shape, 2, 500, dtype, np.int64)
+    ops = ["add"] + (["sub3"] if dtype != np.bool_ else []) + (["maximum", "minimum"] if dtype.kind != "c" else [])
+    for name in ops:
+        _check_coo_union(_COO_OPS[name](a, b, 2), a, b, _coo_oracle(name, a, b))
+    if dtype != np.bool_:
+        c = sub(a, a)
+        assert c.nnz == a.nnz and not c.values().any()  # explicit zeros stay
+
+
+@pytest.mark.parametrize("path", COO_PATHS)
+def test_coo_union_one_pass_mixed_and_empty(rng, monkeypatch, path):
+    _coo_path(monkeypatch, path, 3)
+    a = _random_coo(rng, (30, 20), 2, 100, np.float32, np.int32)
+    b = _random_coo(rng, (30, 20), 2, 150, np.float32, np.int64)
+    _check_coo_union(add(a, b, threads=3), a, b, a.to_dense() + b.to_dense())
+    e = _random_coo(rng, (30, 20), 2, 0, np.float32, np.int32)
+    for x, y in ((a, e), (e, a), (e, e)):
+        _check_coo_union(add(x, y, threads=3), x, y, x.to_dense() + y.to_dense())
+    # a zero-size dense dim: entries without values
+    z1 = st.sparse_coo_tensor(np.array([[0, 2], [1, 1]]), np.zeros((2, 0)), size=(3, 3, 0), is_coalesced=True)
+    z2 = st.sparse_coo_tensor(np.array([[1, 2], [0, 1]]), np.zeros((2, 0)), size=(3, 3, 0), is_coalesced=True)
+    got = add(z1, z2, threads=3)
+    got.check_invariants()
+    assert got.indices().tolist() == [[0, 1, 2], [1, 0, 1]] and got.values().shape == (3, 0)
+
+
+@pytest.mark.parametrize("path", COO_PATHS)
+@pytest.mark.parametrize("broken", ["C5", "C4", "C6-unsorted", "C6-duplicate", "C6-row"])
+def test_coo_union_one_pass_broken_operands_raise(monkeypatch, path, broken):
+    """Indices of tensors built without checks are not trusted: bounds and the coalesced claim are
+    checked on the way."""
+    _coo_path(monkeypatch, path, 2)
+    idx = {"C5": [[0, 1, 2], [0, 1, 9]], "C4": [[0, 1, 2], [0, -1, 2]], "C6-unsorted": [[0, 2, 1], [0, 0, 0]],
+           "C6-duplicate": [[0, 1, 1], [2, 1, 1]], "C6-row": [[0, 1, 1], [2, 2, 1]]}[broken]
+    with st.check_invariants(False):
+        bad = st.sparse_coo_tensor(np.array(idx), np.ones(3), size=(3, 3), is_coalesced=True)
+    good = st.sparse_coo_tensor(np.array([[0, 2], [2, 0]]), np.ones(2), size=(3, 3), is_coalesced=True)
+    for x, y in ((bad, good), (good, bad)):
+        for fn in (add, maximum):
+            with pytest.raises(st.InvariantError, match=broken[:2]):
+                fn(x, y)
+
+
+def test_coo_union_large_threads_agree(rng):
+    """Large enough for the default thread choice: one and several threads give the same result."""
+    n = 100_000
+    a = _random_coo(rng, (n, n), 2, 300_000, np.float32, np.int32)
+    b = _random_coo(rng, (n, n), 2, 200_000, np.float32, np.int32)
+    r1, r3 = add(a, b, threads=1), add(a, b, threads=3)
+    r3.check_invariants()
+    np.testing.assert_array_equal(r1.indices(), r3.indices())
+    np.testing.assert_array_equal(r1.values(), r3.values())
+    assert r1.nnz >= 300_000

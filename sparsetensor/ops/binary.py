@@ -28,9 +28,13 @@ float32 and rounded once, bool ``add`` is logical or and ``mul`` logical and.
 
 Sparse-sparse results are canonical (compressed) or coalesced (coo), in the index dtype of
 the operands (int64 when they differ). Compressed operands are merged row by row in
-parallel (:mod:`sparsetensor._lib._elementwise`, two passes: count, prefix sum, fill); coo
-operands are coalesced, their index columns linearised to int64 keys, and merged the same
-way. Batched compressed results need the same nnz in every batch (ValueError otherwise).
+parallel (:mod:`sparsetensor._lib._elementwise`, two passes: count, prefix sum, fill; unions
+of one batch in one pass into outputs of nnz_a + nnz_b entries). coo operands are coalesced;
+unions (add, sub, maximum, minimum) are then merged in one pass, as csr rows over the flat
+leading sparse dims (sparse_dim >= 2) or on linear keys computed on the fly, their indices
+checked on the way (bounds, and the order the coalesced flag claims: InvariantError);
+intersections (mul) linearise the index columns to int64 keys and merge them in two passes.
+Batched compressed results need the same nnz in every batch (ValueError otherwise).
 Results of value-only operations (a scalar or dense operand) share the index arrays of
 the sparse operand.
 """
@@ -46,6 +50,7 @@ from .._config import num_threads
 from .._convert import _checked
 from .._dtypes import VALUE_DTYPES, check_fits
 from .._lib import _dense as _dense_kernels
+from .._lib import _convert as _convert_kernels
 from .._lib import _elementwise as _kernels
 from .._tensor import COOTensor, CompressedTensor, SparseTensor
 from .._validate import check_coo_indices, raise_coo_error
@@ -58,6 +63,10 @@ _INT64_MAX = int(np.iinfo(np.int64).max)
 # COO merges split the key range into about this many pseudo-rows per thread.
 _COO_ROWS_PER_THREAD = 8
 _COO_ROW_MIN = 4096
+# One-pass coo unions go through rows (the flat leading sparse dims) when there are at most this
+# many rows per entry (plus a few): the row pointers cost O(rows).
+_COO_ROWS_PER_ENTRY = 4
+_COO_ROWS_MIN = 1 << 16
 
 
 # -- operands -------------------------------------------------------------------------------------
@@ -517,6 +526,8 @@ def _merge_coo(a, b, dtype, kdt, logical, op, union, alpha_k, threads) -> COOTen
     idx_dt = a.index_dtype if a.index_dtype == b.index_dtype else np.dtype(np.int64)
     S = a.sparse_dim
     sshape = a.shape[:S]
+    if union and math.prod(sshape) - 1 <= _INT64_MAX:
+        return _union_coo_one_pass(a, b, idx_dt, dtype, kdt, logical, op, alpha_k, threads)
     nt = num_threads(threads, a.nnz + b.nnz)
     uniq = None
     if math.prod(sshape) - 1 <= _INT64_MAX:
@@ -564,3 +575,65 @@ def _merge_coo(a, b, dtype, kdt, logical, op, union, alpha_k, threads) -> COOTen
     values = _finish_values(ov, dtype, logical).reshape((nnz,) + tail)
     return COOTensor(indices, values, a.shape, coalesced=True)
 
+
+
+def _union_coo_one_pass(a, b, idx_dt, dtype, kdt, logical, op, alpha_k, threads) -> COOTensor:
+    """A union merge of two coalesced coo operands in one pass (no count pass, no int64 keys).
+
+    With sparse_dim >= 2 and not too many rows, the operands are taken as rows (the flat index
+    of the leading sparse dims; the row pointers come from one checking scan) and merged by
+    :func:`merge_union`, as csr; else index columns are compared as linear keys computed on the
+    fly (:func:`coo_merge_union`). Both write outputs of nnz_a + nnz_b entries and keep the first
+    nnz values (at least half of them) with a compact index array. Indices are checked on the
+    way (bounds, and sorted distinct columns as the coalesced flag claims): a broken operand
+    raises its InvariantError."""
+    S = a.sparse_dim
+    ub = a.nnz + b.nnz
+    if op == _kernels.ADD and alpha_k == 1:
+        op = _kernels.PLUS  # x + y: no multiply by alpha
+    tail = a.values().shape[1:]
+    E = math.prod(tail)
+    ai = np.ascontiguousarray(a.indices(), dtype=idx_dt)
+    bi = np.ascontiguousarray(b.indices(), dtype=idx_dt)
+    av = kernel_values(a.values(), (1, a.nnz, E), kdt)
+    bv = kernel_values(b.values(), (1, b.nnz, E), kdt)
+    nt = num_threads(threads, ub * (S + max(E, 1)))
+    F = math.prod(a.shape[:S - 1]) if S >= 2 else 0
+    if S >= 2 and E >= 1 and F <= _COO_ROWS_PER_ENTRY * ub + _COO_ROWS_MIN and ub <= np.iinfo(idx_dt).max:
+        sizes = np.asarray(a.shape[:S], dtype=np.int64)
+        ac, bc = _coo_row_pointers(a, ai, sizes, idx_dt, nt), _coo_row_pointers(b, bi, sizes, idx_dt, nt)
+        oc = np.empty((1, F + 1), dtype=idx_dt)
+        op_ = np.empty((1, ub), dtype=idx_dt)
+        ov = np.empty((1, ub, E), dtype=kdt)
+        nnz = _kernels.merge_union(ac, ai[S - 1:], av, bc, bi[S - 1:], bv, oc, op_, ov, op, alpha_k, logical, nt)
+        indices = np.empty((S, nnz), dtype=idx_dt)
+        _kernels.coo_rows_indices(oc, op_, sizes[:S - 1], indices, num_threads(threads, nnz * S))
+        ov = ov[0]
+    else:
+        out_indices = np.empty((S, ub), dtype=idx_dt)
+        ov = np.empty((ub, E), dtype=kdt)
+        found = _kernels.coo_merge_union(ai, av[0], bi, bv[0], np.asarray(a.shape[:S], dtype=np.int64),
+                                         out_indices, ov, op, alpha_k, logical, True, nt)
+        if found is None:
+            _raise_coo_broken(nt, a, b)
+        indices, nnz = found
+    check_fits(idx_dt, "coo", nnz=nnz)
+    values = _finish_values(ov[:nnz], dtype, logical).reshape((nnz,) + tail)
+    return COOTensor(indices, values, a.shape, coalesced=True)
+
+
+def _coo_row_pointers(t: COOTensor, indices: np.ndarray, sizes: np.ndarray, idx_dt, nt) -> np.ndarray:
+    """(1, F + 1) pointers to the rows (flat leading sparse dims) of coalesced ``t``, after one scan
+    that checks its bounds and order (InvariantError C4, C5, C6)."""
+    F = math.prod(t.shape[:t.sparse_dim - 1])
+    ptr = np.empty(F + 1, dtype=np.int64)
+    if _convert_kernels.coo_to_rows(indices, sizes, ptr, nt) is not None:
+        _raise_coo_broken(nt, t)
+    return ptr.astype(idx_dt, copy=False).reshape(1, F + 1)
+
+
+def _raise_coo_broken(nt: int, *operands: COOTensor) -> None:
+    """Raise the InvariantError of the coo operand that a merge kernel flagged (bounds first, then C6)."""
+    for t in operands:
+        check_coo_indices(t.indices(), t.shape, coalesced=True, threads=nt)
+    raise AssertionError("a merge kernel flagged coo operands that pass check_coo_indices")  # pragma: no cover
