@@ -619,17 +619,19 @@ def _union_coo_one_pass(a, b, idx_dt, dtype, kdt, logical, op, alpha_k, threads)
         indices, nnz = found
     check_fits(idx_dt, "coo", nnz=nnz)
     values = _finish_values(ov[:nnz], dtype, logical).reshape((nnz,) + tail)
-    return COOTensor(indices, values, a.shape, coalesced=True)
+    # both operands were checked (when built, or by the merge): so is the union
+    return COOTensor(indices, values, a.shape, coalesced=True, checked=True)
 
 
 def _coo_row_pointers(t: COOTensor, indices: np.ndarray, sizes: np.ndarray, idx_dt, nt) -> np.ndarray:
     """(1, F + 1) pointers to the rows (flat leading sparse dims) of coalesced ``t``, after one scan
-    that checks its bounds and order (InvariantError C4, C5, C6)."""
+    that checks its bounds and order (InvariantError C4, C5, C6); the columns are not read when
+    ``t`` was checked when built (``idx_dt`` holds ``t.nnz``: the caller made sure)."""
     F = math.prod(t.shape[:t.sparse_dim - 1])
-    ptr = np.empty(F + 1, dtype=np.int64)
-    if _convert_kernels.coo_to_rows(indices, sizes, ptr, nt) is not None:
+    ptr = np.empty(F + 1, dtype=idx_dt)
+    if _convert_kernels.coo_to_rows(indices, sizes, ptr, nt, trusted=t._checked) is not None:
         _raise_coo_broken(nt, t)
-    return ptr.astype(idx_dt, copy=False).reshape(1, F + 1)
+    return ptr.reshape(1, F + 1)
 
 
 def _raise_coo_broken(nt: int, *operands: COOTensor) -> None:
