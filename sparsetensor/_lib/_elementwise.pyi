@@ -1,13 +1,12 @@
 """Elementwise binary kernels (Cython, OpenMP): merges of two sparse patterns, the gather of
-a dense operand at a sparse pattern, and COO key (de)linearisation. Inputs are trusted to
+a dense operand at a sparse pattern. Inputs are trusted to
 have the shapes and dtypes documented here and to satisfy invariants 5.1-5.5 (the wrappers
 in sparsetensor.ops.binary scan unchecked input and coalesce first); the kernels check shapes.
 
 Merges use the canonical form: compressed (B, n + 1), plain (B, nnz) of one index dtype,
 values (B, nnz, E) of one arithmetic dtype (bool as uint8 with ``logical=True``, float16
-widened to float32 by the caller). Coalesced COO operands are merged by merge_union as rows (the
-flat leading sparse dims, coo_rows_indices rebuilding the index array), or by coo_merge_union on
-linear keys computed on the fly."""
+widened to float32 by the caller). COO operands use these merges through _coo_merge (keys or
+rows)."""
 import numpy as np
 
 # merge_fill's operations: x + alpha * y, x * y, numpy.maximum, numpy.minimum;
@@ -57,29 +56,6 @@ def merge_union(
     nthreads: int,
 ) -> int: ...  # nnz: the union in one pass, without merge_count
 
-def coo_merge_union(
-    a_indices: np.ndarray,    # (S, nnz_a) index, coalesced (checked when ``check``)
-    a_values: np.ndarray,     # (nnz_a, E)
-    b_indices: np.ndarray,    # (S, nnz_b), dtype of a_indices
-    b_values: np.ndarray,     # (nnz_b, E), dtype of a_values
-    shape: np.ndarray,        # (S,) int64 sparse sizes, product fits int64
-    out_indices: np.ndarray,  # (S, nnz_a + nnz_b) scratch (the result itself when nothing overlaps)
-    out_values: np.ndarray,   # (nnz_a + nnz_b, E): the first nnz filled
-    op: int,                  # PLUS, ADD, MAX, MIN
-    alpha: complex,
-    logical: bool,
-    check: bool,              # check bounds and that the keys increase strictly
-    nthreads: int,
-) -> tuple[np.ndarray, int] | None: ...  # (C-contiguous (S, nnz) indices, nnz); None: check failed
-
-def coo_rows_indices(
-    compressed: np.ndarray,   # (1, F + 1) over the flat leading S - 1 sparse dims (merge_union's output)
-    plain: np.ndarray,        # (1, >= nnz): the last sparse index
-    sizes: np.ndarray,        # (S - 1,) int64 leading sparse sizes
-    out: np.ndarray,          # (S, nnz) index, filled
-    nthreads: int,
-) -> None: ...
-
 def gather_compressed(
     compressed: np.ndarray,   # (B, n + 1) index
     plain: np.ndarray,        # (B, nnz)
@@ -87,22 +63,5 @@ def gather_compressed(
     Rb: int, Cb: int,         # blocksize ((1, 1) for csr/csc)
     compressed_rows: bool,    # csr/bsr: n == R // Rb; csc/bsc: n == C // Cb
     out: np.ndarray,          # (B, nnz, Rb * Cb * D), dtype of dense, filled
-    nthreads: int,
-) -> None: ...
-
-# (invariant "C4" | "C5", sparse dim, position, offending value)
-CooError = tuple[str, int, int, int]
-
-def coo_ravel(
-    indices: np.ndarray,  # (S, N) index
-    shape: np.ndarray,    # (S,) int64, product fits int64
-    keys: np.ndarray,     # (N,) int64, filled: row-major linear indices
-    nthreads: int,
-) -> CooError | None: ...
-
-def coo_unravel(
-    keys: np.ndarray,     # (N,) int64, in range
-    shape: np.ndarray,    # (S,) int64
-    out: np.ndarray,      # (S, N) index, filled
     nthreads: int,
 ) -> None: ...

@@ -51,6 +51,7 @@ from .._convert import _checked
 from .._dtypes import VALUE_DTYPES, check_fits
 from .._lib import _dense as _dense_kernels
 from .._lib import _convert as _convert_kernels
+from .._lib import _coo_merge as _coo_kernels
 from .._lib import _elementwise as _kernels
 from .._tensor import COOTensor, CompressedTensor, SparseTensor
 from .._validate import check_coo_indices, raise_coo_error
@@ -515,7 +516,7 @@ def _union_one_pass(a, b, ac, ap, bc, bp, dtype, kdt, logical, op, alpha_k, geom
 
 def _coo_keys(t: COOTensor, shape64: np.ndarray, nt: int) -> np.ndarray:
     keys = np.empty(t.nnz, dtype=np.int64)
-    found = _kernels.coo_ravel(np.ascontiguousarray(t.indices()), shape64, keys, nt)
+    found = _coo_kernels.coo_ravel(np.ascontiguousarray(t.indices()), shape64, keys, nt)
     if found is not None:
         raise_coo_error(found, t.shape)
     return keys
@@ -569,7 +570,7 @@ def _merge_coo(a, b, dtype, kdt, logical, op, union, alpha_k, threads) -> COOTen
                         logical, num_threads(threads, nnz * max(E, 1)))
     if uniq is None:
         indices = np.empty((S, nnz), dtype=idx_dt)
-        _kernels.coo_unravel(keys[0], shape64, indices, num_threads(threads, nnz * S))
+        _coo_kernels.coo_unravel(keys[0], shape64, indices, num_threads(threads, nnz * S))
     else:
         indices = np.ascontiguousarray(uniq[:, keys[0]], dtype=idx_dt)
     values = _finish_values(ov, dtype, logical).reshape((nnz,) + tail)
@@ -607,12 +608,12 @@ def _union_coo_one_pass(a, b, idx_dt, dtype, kdt, logical, op, alpha_k, threads)
         ov = np.empty((1, ub, E), dtype=kdt)
         nnz = _kernels.merge_union(ac, ai[S - 1:], av, bc, bi[S - 1:], bv, oc, op_, ov, op, alpha_k, logical, nt)
         indices = np.empty((S, nnz), dtype=idx_dt)
-        _kernels.coo_rows_indices(oc, op_, sizes[:S - 1], indices, num_threads(threads, nnz * S))
+        _coo_kernels.coo_rows_indices(oc, op_, sizes[:S - 1], indices, num_threads(threads, nnz * S))
         ov = ov[0]
     else:
         out_indices = np.empty((S, ub), dtype=idx_dt)
         ov = np.empty((ub, E), dtype=kdt)
-        found = _kernels.coo_merge_union(ai, av[0], bi, bv[0], np.asarray(a.shape[:S], dtype=np.int64),
+        found = _coo_kernels.coo_merge_union(ai, av[0], bi, bv[0], np.asarray(a.shape[:S], dtype=np.int64),
                                          out_indices, ov, op, alpha_k, logical, True, nt)
         if found is None:
             _raise_coo_broken(nt, a, b)
