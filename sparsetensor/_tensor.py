@@ -436,6 +436,14 @@ class COOTensor(_COOBase, SparseTensor):
 
         return coalesce(self, threads=threads)
 
+    def _coalesced_checked(self, threads: int | None = None) -> "COOTensor":
+        """:meth:`coalesce`, and the O(nnz) check (C4-C6) of a tensor that was flagged coalesced
+        but never checked: for kernels that address memory or split batches by its indices."""
+        t = self.coalesce(threads=threads)
+        if not t._checked:
+            t.check_invariants(threads=threads)
+        return t
+
     def _members(self):
         return [("indices", self._indices), ("values", self._values)]
 

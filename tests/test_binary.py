@@ -701,3 +701,12 @@ def test_coo_union_large_threads_agree(rng):
     np.testing.assert_array_equal(r1.indices(), r3.indices())
     np.testing.assert_array_equal(r1.values(), r3.values())
     assert r1.nnz >= 300_000
+
+
+def test_sparse_plus_dense_checks_an_unchecked_coalesced_coo():
+    """A negative index of an unchecked, coalesced-flagged COO must raise C4, not wrap around
+    (NumPy indexing would add the value at the last row)."""
+    s = st.sparse_coo_tensor(np.array([[-1], [0]]), np.ones(1), size=(2, 2), check_invariants=False,
+                             is_coalesced=True)
+    with pytest.raises(st.InvariantError, match="C4"):
+        s + np.zeros((2, 2))

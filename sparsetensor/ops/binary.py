@@ -415,7 +415,7 @@ def _sparse_plus_dense(name: str, t: SparseTensor, t_scale, dense: np.ndarray, d
     if d_scale != 1:
         np.multiply(out, _typed(d_scale, dtype), out=out)
     if isinstance(t, COOTensor):
-        t = t.coalesce(threads=threads)  # checks the bounds; each position is then added once
+        t = t._coalesced_checked(threads)  # NumPy would wrap a negative index; each position is added once
         out[tuple(t.indices())] += _scaled(t.values(), t_scale, dtype)
         return out
     t = _checked(t, threads)

@@ -241,9 +241,8 @@ def _coo_product(S: COOTensor, D: np.ndarray, rt, op, threads, operands, transpo
         raise NotImplementedError(f"{op}: broadcasting the batch (leading sparse) dims of a coo tensor "
                                   f"{batch} to {out_batch}")
     B = math.prod(batch)
-    S = S.coalesce(threads=threads)  # the linearised indices stay sorted
-    if not S._checked:  # flagged coalesced but never checked: a row past M must not land in the next batch
-        S.check_invariants(threads=threads)
+    # checked: a row past M must not land in the next batch; the linearised indices stay sorted
+    S = S._coalesced_checked(threads)
     idx = S.indices().astype(np.int64)
     b = np.ravel_multi_index(tuple(idx[:-2]), batch) if idx.shape[1] else np.zeros(0, np.int64)
     rows = b * M + idx[-2]
