@@ -22,9 +22,9 @@ from libc.string cimport memset
 import numpy as np
 
 from ._parallel cimport st_omp_thread_num
-from ._radix cimport (st_bscatter_p8, st_bscatter_p16, st_bscatter_p32, st_bscatter_p64, st_bucket_sort_p8,
-                      st_bucket_sort_p16, st_bucket_sort_p32, st_bucket_sort_p64, st_chunk_of, st_prefetch,
-                      st_scatter_p8, st_scatter_p16, st_scatter_p32, st_scatter_p64)
+from ._radix cimport (_key_quot, st_bscatter_p8, st_bscatter_p16, st_bscatter_p32, st_bscatter_p64,
+                      st_bucket_sort_p8, st_bucket_sort_p16, st_bucket_sort_p32, st_bucket_sort_p64, st_chunk_of,
+                      st_prefetch, st_scatter_p8, st_scatter_p16, st_scatter_p32, st_scatter_p64)
 from ._runs cimport _at, _lo, _reduce_run, pos_t, sum_t
 from ._types cimport index_t
 
@@ -57,6 +57,13 @@ def radix_digits(int nbits):
     return passes, (nbits + passes - 1) // passes
 
 
+cdef inline void _record_bad(int64_t* state, Py_ssize_t i, Py_ssize_t d, int64_t v) noexcept nogil:
+    """A chunk's first index out of bounds: position, sparse dim, value (state[0:3])."""
+    state[0] = i
+    state[1] = d
+    state[2] = v
+
+
 # -- COO: order check ----------------------------------------------------------------------
 cdef void _order_chunk(const index_t* idx, Py_ssize_t S, Py_ssize_t n, const int64_t* shape,
                        Py_ssize_t lo, Py_ssize_t hi, bint stop_early, int64_t* state) noexcept nogil:
@@ -68,9 +75,7 @@ cdef void _order_chunk(const index_t* idx, Py_ssize_t S, Py_ssize_t n, const int
         for d in range(S):
             v = idx[d * n + i]
             if v < 0 or v >= shape[d]:
-                state[0] = i
-                state[1] = d
-                state[2] = v
+                _record_bad(state, i, d, v)
                 return
         if i == 0:
             continue
@@ -139,10 +144,11 @@ cdef void _linearize_chunk(const index_t* idx, Py_ssize_t S, Py_ssize_t n, const
         for i in range(lo, hi):
             v = idx[i]
             key = idx[n + i]
-            if v < 0 or v >= s0 or key < 0 or key >= s1:
-                state[0] = i
-                state[1] = 0 if v < 0 or v >= s0 else 1
-                state[2] = v if state[1] == 0 else key
+            if v < 0 or v >= s0:
+                _record_bad(state, i, 0, v)
+                return
+            if key < 0 or key >= s1:
+                _record_bad(state, i, 1, key)
                 return
             key = v * s1 + key
             keys[i] = key
@@ -155,9 +161,7 @@ cdef void _linearize_chunk(const index_t* idx, Py_ssize_t S, Py_ssize_t n, const
             for d in range(S):
                 v = idx[d * n + i]
                 if v < 0 or v >= shape[d]:
-                    state[0] = i
-                    state[1] = d
-                    state[2] = v
+                    _record_bad(state, i, d, v)
                     return
                 key = key * shape[d] + v
             keys[i] = key
@@ -438,22 +442,10 @@ cdef inline void _put_key(uint8_t* out_idx, Py_ssize_t nout, int isz, Py_ssize_t
     """Column ``j`` of the output indices: ``key`` de-linearised, row-major (by reciprocal
     multiply and correction when ``inv`` is not NULL: keys below 2**53)."""
     cdef Py_ssize_t d
-    cdef int64_t q, r, s
+    cdef int64_t q
     for d in range(S - 1, 0, -1):
-        s = shape[d]
-        if inv != NULL:
-            q = <int64_t>(<double>key * inv[d])
-            r = key - q * s
-            while r < 0:
-                q = q - 1
-                r = r + s
-            while r >= s:
-                q = q + 1
-                r = r - s
-        else:
-            q = key // s
-            r = key - q * s
-        _put_index(out_idx + d * nout * isz, j, isz, r)
+        q = _key_quot(key, shape[d], inv[d] if inv != NULL else 0)
+        _put_index(out_idx + d * nout * isz, j, isz, key - q * shape[d])
         key = q
     _put_index(out_idx, j, isz, key)
 

@@ -8,6 +8,7 @@ from libc.string cimport memcpy, memmove
 
 import numpy as np
 
+from ._radix cimport _key_quot
 from ._types cimport index_t, value_t
 
 include "_merge_ops.pxi"
@@ -58,7 +59,7 @@ def coo_unravel(const int64_t[::1] keys, const int64_t[::1] shape, index_t[:, ::
     in range). Below 2**52 the divisions are done with a double reciprocal and an exact correction."""
     cdef Py_ssize_t S = out.shape[0], N = keys.shape[0], k, d
     cdef int T = max(1, min(nthreads, N // 65536 + 1))
-    cdef int64_t key, q, rem, dim
+    cdef int64_t key, q
     cdef double[::1] inv = np.zeros(max(S, 1), dtype=np.float64)
     cdef int64_t span = 1
     cdef bint fast = True
@@ -79,20 +80,8 @@ def coo_unravel(const int64_t[::1] keys, const int64_t[::1] shape, index_t[:, ::
         for k in prange(N, num_threads=T, schedule="static"):
             key = keys[k]
             for d in range(S - 1, 0, -1):
-                dim = shape[d]
-                if fast:
-                    q = <int64_t>(<double>key * inv[d])
-                    rem = key - q * dim
-                    if rem < 0:
-                        q = q - 1
-                        rem = rem + dim
-                    elif rem >= dim:
-                        q = q + 1
-                        rem = rem - dim
-                else:
-                    q = key // dim
-                    rem = key - q * dim
-                out[d, k] = <index_t>rem
+                q = _key_quot(key, shape[d], inv[d] if fast else 0)
+                out[d, k] = <index_t>(key - q * shape[d])
                 key = q
             out[0, k] = <index_t>key
 

@@ -240,3 +240,21 @@ cdef extern from *:
     int64_t st_bucket_sort_p16(uint32_t* k, uint16_t* p, uint32_t* kb, uint16_t* pb, int64_t m, uint32_t* cnt) nogil
     int64_t st_bucket_sort_p32(uint32_t* k, int32_t* p, uint32_t* kb, int32_t* pb, int64_t m, uint32_t* cnt) nogil
     int64_t st_bucket_sort_p64(uint32_t* k, int64_t* p, uint32_t* kb, int64_t* pb, int64_t m, uint32_t* cnt) nogil
+
+
+cdef inline int64_t _key_quot(int64_t key, int64_t size, double inv) noexcept nogil:
+    """``key // size`` for a linear key >= 0: by the reciprocal ``inv = 1 / size`` and a
+    correction when ``inv != 0`` (keys below 2**53, where the product is off by at most one),
+    else by division. The digit is ``key - quot * size``."""
+    cdef int64_t q, r
+    if inv == 0:
+        return key // size
+    q = <int64_t>(<double>key * inv)
+    r = key - q * size
+    while r < 0:
+        q = q - 1
+        r = r + size
+    while r >= size:
+        q = q + 1
+        r = r - size
+    return q
