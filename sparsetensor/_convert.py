@@ -28,12 +28,12 @@ import numpy as np
 
 from . import _layout as L
 from ._config import num_threads
+from ._canonical import ensure_valid
 from ._dtypes import check_fits, raw_view
 from ._errors import InvariantError
 from ._lib import _convert as _kernels
-from ._lib import _validate as _validate_kernels
 from ._tensor import COOTensor, CompressedTensor, SparseTensor
-from ._validate import raise_compressed_error, raise_coo_error
+from ._validate import raise_coo_error
 
 __all__ = ["to_sparse"]
 
@@ -201,22 +201,9 @@ def _build(parts: _Parts) -> CompressedTensor:
 
 
 def _checked(t: CompressedTensor, threads) -> CompressedTensor:
-    """``t`` if it is known to satisfy 5.1-5.6; else scan it (one parallel pass) and raise
-    InvariantError for broken indices, or repair unsorted/duplicate plain indices with coalesce()."""
-    if t.is_coalesced():
-        return t
-    c, p = t.compressed_indices(), t.plain_indices()
-    B = math.prod(t.shape[:t.batch_dim])
-    found = _validate_kernels.validate_compressed(c.reshape(B, c.shape[-1]), p.reshape(B, t.nnz), t.plain_size,
-                                                  num_threads(threads, p.size + c.size))
-    if found is None:
-        return CompressedTensor(c, p, t.values(), t.shape, t.layout, canonical=True)
-    if found[0] == "5.6":
-        try:
-            return t.coalesce(threads=threads)
-        except (NotImplementedError, ImportError):
-            pass  # no coalescing in this build: report what needs it
-    raise_compressed_error(found, t.layout, t.shape[:t.batch_dim], t.plain_size, t.nnz)
+    """``t`` if it is known to satisfy 5.1-5.6; else scan it (one parallel pass, cached on ``t``) and
+    raise InvariantError for broken indices, or repair unsorted/duplicate plain indices with coalesce()."""
+    return ensure_valid(t, repair=True, threads=threads)
 
 
 def _with(parts: _Parts, compressed, plain, values, layout, blocksize=None) -> _Parts:

@@ -28,10 +28,11 @@ def _as_index_array(x, name: str, layout: str) -> np.ndarray:
     """A C-contiguous int32/int64 array; other dtypes are refused (1.3), never cast.
 
     Python lists become int64 (an empty list too). Non-contiguous arrays are
-    copied to contiguous ones (invariants 3.5/3.6), keeping their dtype.
+    copied to contiguous ones (invariants 3.5/3.6), keeping their dtype, and arrays
+    in non-native byte order to native ones (a copy), as :func:`sparsetensor.load` does.
     """
     from_list = not hasattr(x, "dtype")
-    a = np.asarray(x)
+    a = _native(np.asarray(x))
     if from_list and (a.dtype.kind in "iu" or a.size == 0):
         a = a.astype(np.int64, copy=False)
     if a.dtype not in INDEX_DTYPES:
@@ -39,8 +40,13 @@ def _as_index_array(x, name: str, layout: str) -> np.ndarray:
     return a if a.flags.c_contiguous else a.copy(order="C")  # (ascontiguousarray would make 0-d 1-d)
 
 
+def _native(a: np.ndarray) -> np.ndarray:
+    """``a``, or a copy in native byte order when it is stored byte-swapped (``dtype(">i8")``)."""
+    return a if a.dtype.isnative else a.astype(a.dtype.newbyteorder("="))
+
+
 def _as_values(x, dtype) -> np.ndarray:
-    a = np.asarray(x)
+    a = _native(np.asarray(x))
     if dtype is not None:
         a = a.astype(as_value_dtype(dtype), copy=False)
     if a.dtype not in VALUE_DTYPES:

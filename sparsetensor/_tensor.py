@@ -611,6 +611,7 @@ class CompressedTensor(_CompressedBase, SparseTensor):
 
         check_compressed_members(self._compressed, self._plain, self._values, self._shape, self._layout)
         check_compressed_indices(self._compressed, self._plain, self._layout, self.plain_size, threads=threads)
+        self._canonical = True
 
     def _matrix_transpose(self) -> "CompressedTensor":
         """csr <-> csc, bsr <-> bsc sharing indices and values (seed 003, "BSR transpose as a view")."""

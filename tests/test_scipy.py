@@ -124,3 +124,39 @@ def test_to_scipy_refusals():
         st.sparse_coo_tensor([[0]], [1.0], (3,)).to_scipy("matrix")
     with pytest.raises(TypeError):
         st.from_scipy(np.eye(2))
+
+
+# -- exits check a never-checked tensor first (issue 11: SciPy trusts indptr/indices) -------------
+def test_to_scipy_checks_unchecked_tensors_once():
+    bad = st.sparse_csr_tensor(np.array([0, 2, 2**62, 3]), np.array([0, 1, 2]), np.array([1., 2., 3.]), (3, 3),
+                               check_invariants=False)
+    for t in (bad, bad.mT):  # the transposed view was the SIGSEGV inside SciPy
+        with pytest.raises(st.InvariantError) as e:
+            t.to_scipy().toarray()
+        assert e.value.invariant == "5.3"
+    coo = st.sparse_coo_tensor([[0, 5]], [1.0, 2.0], size=(3,), check_invariants=False)
+    with pytest.raises(st.InvariantError) as e:
+        coo.to_scipy()
+    assert e.value.invariant == "C5"
+    ok = st.sparse_csr_tensor(np.array([0, 2, 2, 3]), np.array([0, 1, 2]), np.array([1., 2., 3.]), (3, 3),
+                              check_invariants=False)
+    assert not ok.is_coalesced()
+    m = ok.to_scipy()
+    assert ok.is_coalesced() and np.shares_memory(m.data, ok.values())  # checked once, cached, still zero-copy
+    unsorted = st.sparse_csr_tensor(np.array([0, 2, 2, 3]), np.array([1, 0, 2]), np.array([1., 2., 3.]), (3, 3),
+                                    check_invariants=False)
+    m = unsorted.to_scipy()  # repaired (a copy): the only fault is 5.6
+    np.testing.assert_array_equal(m.toarray(), [[2, 1, 0], [0, 0, 0], [0, 0, 3]])
+    assert m.has_canonical_format and not unsorted.is_coalesced()
+
+
+@pytest.mark.parametrize("order", [">", "<"])
+def test_constructors_take_byte_swapped_members(order):
+    idx = np.array([0, 2, 3], dtype=order + "i8")
+    col = np.array([0, 1, 1], dtype=order + "i4").astype(order + "i8")
+    val = np.array([1.0, 2.0, 3.0], dtype=order + "f8")
+    t = st.sparse_csr_tensor(idx, col, val, (2, 2))  # a documented copy in native order
+    assert all(a.dtype.isnative for a in (t.crow_indices(), t.col_indices(), t.values()))
+    np.testing.assert_array_equal(t.to_dense(), [[1, 2], [0, 3]])
+    c = st.sparse_coo_tensor(np.array([[1, 0]], dtype=order + "i4"), val[:2], (2,))
+    assert c.indices().dtype == np.int32 and c.indices().dtype.isnative

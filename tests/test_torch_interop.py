@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import doctest
 import sys
 
@@ -167,14 +168,24 @@ def test_from_torch_checks_invariants():
 
 
 @requires_torch
-def test_to_torch_lets_torch_check_unchecked_tensors():
+def test_to_torch_checks_unchecked_tensors_first():
+    # issue 11: an unchecked tensor is checked by us (our InvariantError, not torch's RuntimeError),
+    # whatever the check setting, since torch's kernels trust the indices
     t = st.sparse_coo_tensor([[1, 0]], [1.0, 2.0], size=(2,), is_coalesced=True, check_invariants=False)
-    with pytest.raises(RuntimeError, match="coalesce"):
-        st.to_torch(t)  # the library default (checks on): PyTorch checks too
-    with st.check_invariants(False):
-        x = st.to_torch(t)
-    assert x.is_coalesced()  # what the user asked for, unchecked
-    st.to_torch(t, check_invariants=False)
+    for ctx, kw in [(contextlib.nullcontext(), {}), (st.check_invariants(False), {}),
+                    (contextlib.nullcontext(), {"check_invariants": False})]:
+        with ctx, pytest.raises(st.InvariantError) as e:
+            st.to_torch(t, **kw)
+        assert e.value.invariant == "C6"
+    c = st.sparse_csr_tensor(np.array([0, 2, 1, 3]), np.array([0, 1, 2]), np.ones(3), (3, 3), check_invariants=False)
+    with pytest.raises(st.InvariantError) as e:
+        st.to_torch(c)
+    assert e.value.invariant == "5.3"
+    # a valid unchecked tensor is checked once, then shared as before
+    ok = st.sparse_csr_tensor(np.array([0, 2, 2, 3]), np.array([0, 1, 2]), np.ones(3), (3, 3),
+                              check_invariants=False)
+    x = st.to_torch(ok, check_invariants=False)
+    assert ok.is_coalesced() and x.values().data_ptr() == ok.values().ctypes.data
 
 
 # -- dense tensors ------------------------------------------------------------------------------

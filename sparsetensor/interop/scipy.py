@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import _layout as L
+from .._canonical import ensure_valid
 from .._dtypes import INDEX_DTYPES, VALUE_DTYPES
 from .._errors import InvariantError
 from .._factory import sparse_compressed_tensor, sparse_coo_tensor
@@ -109,6 +110,12 @@ def to_scipy(t, kind: str = "array"):
     ``ValueError`` (SciPy has neither batch nor dense dims); bsc raises
     ``NotImplementedError`` (SciPy has no BSC format).
 
+    SciPy trusts the index arrays it is given, so a tensor that was never checked
+    (built with ``check_invariants=False``) is checked first, once (the result is
+    cached on the tensor): broken indices raise :class:`InvariantError`, and a
+    compressed tensor whose only fault is unsorted or repeated indices in a row is
+    handed over coalesced (a copy).
+
     Examples
     --------
     >>> import numpy as np, sparsetensor as st
@@ -131,6 +138,7 @@ def to_scipy(t, kind: str = "array"):
     if t.batch_dim:
         raise ValueError(f"cannot convert a batched {name} tensor (batch_dim={t.batch_dim}) to SciPy: SciPy "
                          "sparse matrices have no batch dims; convert each batch")
+    t = ensure_valid(t, repair=True)
     if isinstance(t, COOTensor):
         if kind == "matrix" and t.ndim != 2:
             raise ValueError(f"scipy coo_matrix is 2-d; this coo tensor has {t.ndim} dims (use kind='array')")

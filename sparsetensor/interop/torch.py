@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import _layout as L
+from .._canonical import ensure_valid
 from .._config import resolve_check
 from .._factory import sparse_compressed_tensor, sparse_coo_tensor
 from .._tensor import COOTensor, CompressedTensor
@@ -148,11 +149,15 @@ def to_torch(t, *, copy: bool | None = None, check_invariants: bool | None = Non
         ``True`` copies every member; ``False`` never copies (``ValueError``
         where sharing is impossible); ``None`` (default) shares what it can.
     check_invariants : bool, optional
-        Have PyTorch check the invariants again (its
-        ``check_invariants=`` argument). Defaults to this library's setting
-        (:func:`sparsetensor.check_invariants`, on unless turned off): a
-        tensor built with ``check_invariants=False`` may be invalid, and PyTorch
-        kernels do not guard their reads.
+        Have PyTorch check the invariants again (its ``check_invariants=``
+        argument). Defaults to this library's setting
+        (:func:`sparsetensor.check_invariants`). Whatever it says, a tensor
+        that was never checked (built with ``check_invariants=False``) is
+        checked by this library first, once (the result is cached on the
+        tensor), because PyTorch kernels do not guard their reads: broken
+        indices raise :class:`~sparsetensor.InvariantError`, and a compressed
+        tensor whose only fault is unsorted or repeated indices in a row is
+        handed over coalesced (a copy).
 
     Examples
     --------
@@ -167,7 +172,7 @@ def to_torch(t, *, copy: bool | None = None, check_invariants: bool | None = Non
         return _tensor_of(torch, t, copy, "the array")
     if not isinstance(t, (COOTensor, CompressedTensor)):
         raise TypeError(f"to_torch expects a sparse tensor or a NumPy array, got {type(t).__name__}")
-    t = t.cpu()
+    t = ensure_valid(t.cpu(), repair=True)
     check = resolve_check(check_invariants)
     values = _tensor_of(torch, t.values(), copy, "values")
     if isinstance(t, COOTensor):
