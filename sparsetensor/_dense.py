@@ -16,6 +16,7 @@ from typing import NamedTuple
 import numpy as np
 
 from . import _layout as L
+from ._canonical import check_ends
 from ._config import num_threads
 from ._dtypes import VALUE_DTYPES, arith_view, as_index_dtype, check_fits, raw_view, zero_test_view
 from ._lib import _dense as _kernels
@@ -49,6 +50,7 @@ def to_dense(t, *, threads: int | None = None) -> np.ndarray:
 
 
 def _compressed_to_dense(t: CompressedTensor, threads) -> np.ndarray:
+    check_ends(t)  # the kernel checks 5.3-5.5 as it scans
     m = t.batch_dim
     batch = t.shape[:m]
     rows, cols = t.shape[m], t.shape[m + 1]

@@ -32,6 +32,7 @@ import operator
 import numpy as np
 
 from .. import _layout as L
+from .._canonical import check_ends
 from .._config import num_threads
 from .._tensor import COOTensor, CompressedTensor, SparseTensor
 from .._validate import raise_compressed_error
@@ -198,6 +199,7 @@ def _product(S: SparseTensor, D: np.ndarray, rt: np.dtype, op: str, threads, ope
     else:
         dense = D.reshape(Bd, K, N)
     out = np.empty((Bo, M, N), dtype=wt)
+    check_ends(S, err)  # the kernel checks 5.3-5.5 as it scans
     c, p = S.compressed_indices(), S.plain_indices()
     c2, p2 = c.reshape(Bs, c.shape[-1]), p.reshape(Bs, nnz)
     nt = num_threads(threads, Bo * (nnz * Rb * Cb + M) * N, grain=_PARALLEL_GRAIN)

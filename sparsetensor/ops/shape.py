@@ -36,6 +36,7 @@ import operator
 import numpy as np
 
 from .. import _layout as L
+from .._canonical import ensure_valid
 from .._config import num_threads
 from .._convert import _as_parts, _build, _checked, _same_nnz
 from .._dtypes import VALUE_DTYPES, check_fits, raw_view
@@ -325,6 +326,7 @@ def narrow(t, dim: int, start: int, length: int, *, threads: int | None = None):
             return COOTensor(t.indices(), v, shape, t.is_coalesced(), t._checked)
         return _compressed(t, t.compressed_indices(), t.plain_indices(), v, shape)
     if isinstance(t, COOTensor):
+        t = ensure_valid(t, threads=threads)  # entries are kept by coordinate: C4/C5 first
         idx = t.indices()
         coord = idx[d]
         keep = (coord >= start) & (coord < start + length)
@@ -405,6 +407,7 @@ def select(t, dim: int, index: int, *, threads: int | None = None):
         lo = i // bs * bs
         coo = narrow(t, d, lo, bs, threads=threads).to_sparse(L.sparse_coo, threads=threads)
         return select(coo, d, i - lo, threads=threads)
+    t = ensure_valid(t, threads=threads)  # entries are kept by coordinate: C4/C5 first
     idx = t.indices()
     keep = idx[d] == i
     values = t.values()[keep]
@@ -451,7 +454,7 @@ def index_select(t, dim: int, index, *, threads: int | None = None):
         return _compressed(t, *(np.take(a, idx, axis=d) for a in (t.compressed_indices(), t.plain_indices(),
                                                                  t.values())), shape)
     if isinstance(t, COOTensor):
-        return _coo_index_select(t, d, idx, shape, threads)
+        return _coo_index_select(ensure_valid(t, threads=threads), d, idx, shape, threads)
     is_comp, bs = _sparse_axis(t, d)
     if bs != 1:
         raise NotImplementedError(f"index_select along sparse dim {d} of a {t.layout.name} tensor with blocksize "
@@ -714,7 +717,8 @@ def nonzero(t, *, threads: int | None = None) -> np.ndarray:
            [1, 0]])
     """
     _require_sparse(t, "nonzero")
-    coo = t.to_sparse(L.sparse_coo, threads=threads) if isinstance(t, CompressedTensor) else t.coalesce(threads=threads)
+    coo = (t.to_sparse(L.sparse_coo, threads=threads) if isinstance(t, CompressedTensor)
+           else t._coalesced_checked(threads))
     S, N = coo.sparse_dim, coo.nnz
     dense = coo.shape[S:]
     values = coo.values().reshape(N, math.prod(dense))
@@ -927,7 +931,8 @@ def _linear(coords: np.ndarray, sparse: tuple, mask, threads) -> np.ndarray:
 
 def _lookup(t, coords: np.ndarray, mask, threads) -> np.ndarray:
     """The values of sparse ``t`` at element coordinates ``coords`` (zero where unspecified)."""
-    coo = t.to_sparse(L.sparse_coo, threads=threads) if isinstance(t, CompressedTensor) else t.coalesce(threads=threads)
+    coo = (t.to_sparse(L.sparse_coo, threads=threads) if isinstance(t, CompressedTensor)
+           else t._coalesced_checked(threads))
     S = coo.sparse_dim
     sparse = coo.shape[:S]
     out = np.zeros((coords.shape[1],) + coo.shape[S:], dtype=coo.dtype)

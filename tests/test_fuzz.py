@@ -1,0 +1,54 @@
+"""Fuzz: random invalid (and valid) members x every public op and exit, on tensors built with
+``check_invariants=False`` (issue 11). Each batch of cases runs in a subprocess
+(``fuzz_worker.py``), so a crash inside a kernel, or later inside SciPy/torch that received our
+arrays, is a test failure that prints the case, not a dead test run."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+WORKER = os.path.join(os.path.dirname(__file__), "fuzz_worker.py")
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_invalid_members_never_crash_or_leave_unchecked(seed):
+    r = subprocess.run([sys.executable, WORKER, str(1000 + seed), "40"], capture_output=True, text=True,
+                       timeout=600)
+    lines = r.stdout.strip().splitlines()
+    if r.returncode < 0:
+        last = next((x for x in reversed(lines) if x.startswith("seed=")), "(no case printed)")
+        pytest.fail(f"the worker died with signal {-r.returncode} in case: {last}")
+    failures = [x for i, x in enumerate(lines) if x.startswith("FAIL") or (i + 1 < len(lines) and lines[i + 1].startswith("FAIL"))]
+    assert r.returncode == 0, "\n".join(failures[:40] or lines[-40:] + r.stderr.splitlines()[-20:])
+    assert lines[-1] == "done: 40 cases, 0 failures"
+
+
+# -- what the fuzzer found, kept as plain regressions -------------------------------------------
+import numpy as np  # noqa: E402
+
+import sparsetensor as st  # noqa: E402
+
+
+@pytest.mark.parametrize("crow, invariant", [([1, 2, 3], "5.1"), ([0, 2, 2], "5.2"), ([0, 3, 0], "5.3")])
+def test_kernels_that_scan_rows_check_where_rows_start_and_end(crow, invariant):
+    nnz = 0 if invariant == "5.3" else 3
+    t = st.sparse_csr_tensor(np.array(crow), np.arange(nnz) % 2, np.ones(nnz), (2, 2), check_invariants=False)
+    for op in (lambda: t.to_dense(), lambda: t @ np.ones(2), lambda: t @ np.ones((2, 3)), lambda: t.mT @ np.ones(2)):
+        with pytest.raises(st.InvariantError) as e:
+            op()  # used to drop entries silently (5.1/5.2) or return zeros (nnz == 0)
+        assert e.value.invariant == invariant
+
+
+@pytest.mark.parametrize("op", ["narrow", "select", "index_select", "nonzero"])
+@pytest.mark.parametrize("bad, invariant", [(-1, "C4"), (7, "C5")])
+def test_coo_selections_check_coordinates_first(op, bad, invariant):
+    t = st.sparse_coo_tensor([[0, bad], [1, 0]], [1.0, 2.0], (3, 2), check_invariants=False)
+    call = {"narrow": lambda: t.narrow(0, 0, 2), "select": lambda: t.select(1, 0),
+            "index_select": lambda: t.index_select(1, np.array([0])), "nonzero": lambda: t.nonzero()}[op]
+    with pytest.raises(st.InvariantError) as e:
+        call()  # used to keep (or drop) the out-of-range entry silently
+    assert e.value.invariant == invariant
