@@ -38,7 +38,8 @@ case "$(basename "$wheel")" in
   *manylinux*) ;;
   *) echo "auditwheel did not make a manylinux wheel: $wheel"; exit 1 ;;
 esac
-if ! "$work/tools/bin/python" -m zipfile -l "$wheel" | grep -q "libgomp"; then
+contents=$("$work/tools/bin/python" -m zipfile -l "$wheel")
+if ! grep -q "libgomp" <<<"$contents"; then
   echo "libgomp is not bundled in $wheel"; exit 1
 fi
 
