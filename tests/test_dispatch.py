@@ -5,6 +5,7 @@ smoke test ci/cpu_smoke.py (every layout built, converted, multiplied, compared 
 NumPy) under every SPARSETENSOR_CPU_LEVEL that this build has and this CPU supports.
 """
 
+import doctest
 import importlib
 import json
 import os
@@ -17,7 +18,7 @@ import numpy as np
 import pytest
 
 import sparsetensor as st
-from sparsetensor import _lib
+from sparsetensor import _lib, _show_config
 
 SMOKE = Path(__file__).resolve().parents[1] / "ci" / "cpu_smoke.py"
 X86 = (("baseline", "", "x86-64-v2", ""), ("avx2", "_x86_64_v3", "x86-64-v3", ""),
@@ -89,6 +90,25 @@ def test_levels_without_a_cpu_check():
 # ---- this process
 
 
+@pytest.mark.skipif(_lib._build_config is None, reason="kernels built in place: no _cpu module")
+def test_cpu_levels_agree_with_proc_cpuinfo():
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        pytest.skip("no /proc/cpuinfo")
+    lines = [ln for ln in text.splitlines() if ln.startswith("flags")]
+    if not lines or _lib._build_config.CPU_FAMILY != "x86_64":
+        assert _lib._cpu.x86_64_levels() == ()
+        return
+    flags = set(lines[0].partition(":")[2].split())
+    v2 = {"sse4_2", "popcnt", "ssse3", "sse4_1"} <= flags
+    v3 = v2 and {"avx", "avx2", "fma", "bmi1", "bmi2"} <= flags
+    v4 = v3 and {"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"} <= flags
+    assert _lib._cpu.x86_64_levels() == tuple(n for n, ok in ((2, v2), (3, v3), (4, v4)) if ok)
+    features = _lib._cpu.features()
+    assert features["avx2"] == ("avx2" in flags) and features["avx512f"] == ("avx512f" in flags)
+
+
 def test_kernels_come_from_the_level_in_use():
     assert _lib.LEVEL in [lv[0] for lv in _lib.LEVELS]
     lib_dir = Path(_lib.__file__).parent
@@ -123,6 +143,11 @@ def test_show_config_prints_the_same(capsys):
     assert st.show_config() is None
     printed = json.loads(capsys.readouterr().out)
     assert printed == json.loads(json.dumps(st.show_config(mode="dicts")))
+
+
+def test_docstring_examples():
+    for module in (_lib, _show_config):
+        assert doctest.testmod(module).failed == 0, module.__name__
 
 
 def test_show_config_bad_mode():
