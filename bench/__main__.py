@@ -1,4 +1,7 @@
-"""python -m bench NAME [--quick] [--threads N]: run a benchmark (see bench/README.md)."""
+"""python -m bench NAME [--quick] [--threads N]: run a benchmark (see bench/README.md).
+
+``python -m bench builds LABEL=PYTHON ...`` runs them for several builds (bench/builds.py).
+"""
 
 from __future__ import annotations
 
@@ -13,6 +16,11 @@ sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _root]
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["builds"]:  # python -m bench builds LABEL=PYTHON ...: see bench/builds.py
+        from . import builds
+
+        return builds.main(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m bench")
     parser.add_argument("name", choices=["validate", "coalesce", "convert", "spmm", "elementwise", "cuda", "structures"], help="which benchmark")
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")

@@ -25,6 +25,7 @@ from ._factory import (
     sparse_csr_tensor,
 )
 from ._layout import Layout, sparse_bsc, sparse_bsr, sparse_coo, sparse_csc, sparse_csr, strided
+from ._show_config import show_config
 from ._tensor import COOTensor, CompressedTensor, SparseTensor
 from .interop.scipy import from_scipy, to_scipy
 from .interop.torch import from_torch, to_torch
@@ -45,5 +46,5 @@ __all__ = [
     "matmul", "mm", "mv", "bmm", "addmm", "smm", "hspmm", "sspaddmm", "linear",
     "add", "sub", "mul", "div", "maximum", "minimum", "spgemm", "sampled_addmm",
     "check_invariants", "get_check_invariants", "num_threads", "set_num_threads",
-    "INDEX_DTYPES", "VALUE_DTYPES", "__version__",
+    "INDEX_DTYPES", "VALUE_DTYPES", "show_config", "__version__",
 ]

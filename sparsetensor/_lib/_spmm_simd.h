@@ -1,9 +1,9 @@
 /* AVX-512 fast paths of the sparse x dense products in _spmm.pyx (float32/float64 values,
  * int32/int64 indices, compressed rows): SpMV, CSR x dense, BSR x dense.
  *
- * Compiled in only when the compiler targets AVX-512 F + VL (the default build uses
- * -march=native); otherwise ST_SPMM_SIMD is 0, the functions are stubs that are never
- * called, and _spmm.pyx runs its portable Cython loops.
+ * Compiled in only when the compiler targets AVX-512 F + VL (the avx512 dispatch level,
+ * -march=x86-64-v4, or -Dnative=true on such a CPU); otherwise ST_SPMM_SIMD is 0, the
+ * functions are stubs that are never called, and _spmm.pyx runs its portable Cython loops.
  *
  * Every function handles compressed slots [i0, i1) of one batch and returns 0, or
  * ST_BAD_COMPRESSED / ST_BAD_PLAIN on the first broken index when `checked` is 0

