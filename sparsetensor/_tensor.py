@@ -17,6 +17,8 @@ import math
 import numpy as np
 
 from . import _layout as L
+from ._meta import compressed_meta, coo_meta, normalize_dim
+from ._validate import check_compressed_indices, check_coo_indices
 
 __all__ = ["SparseTensor", "COOTensor", "CompressedTensor", "REPR_LIMIT"]
 
@@ -25,12 +27,6 @@ REPR_LIMIT = 64
 
 # np.asarray(t) densifies only up to this many elements (see __array__).
 DENSIFY_LIMIT = 1 << 27
-
-
-def _normalize_dim(dim: int, ndim: int) -> int:
-    if not -ndim <= dim < ndim:
-        raise IndexError(f"dimension {dim} out of range for a tensor of {ndim} dims")
-    return dim % ndim
 
 
 def _fmt_array(name: str, a: np.ndarray) -> str:
@@ -56,7 +52,7 @@ class _SparseBase:
 
     def size(self, dim: int | None = None):
         """The shape, or one of its sizes (torch spelling)."""
-        return self._shape if dim is None else self._shape[_normalize_dim(dim, self.ndim)]
+        return self._shape if dim is None else self._shape[normalize_dim(dim, self.ndim)]
 
     @property
     def ndim(self) -> int:
@@ -448,11 +444,7 @@ class COOTensor(_COOBase, SparseTensor):
         return [("indices", self._indices), ("values", self._values)]
 
     def check_invariants(self, *, threads: int | None = None) -> None:
-        from ._factory import check_coo_members
-
-        check_coo_members(self._indices, self._values, self._shape)
-        from ._validate import check_coo_indices
-
+        coo_meta(self._indices, self._values, self._shape)
         check_coo_indices(self._indices, self._shape, coalesced=self._coalesced, threads=threads)
         self._checked = True
 
@@ -606,11 +598,8 @@ class CompressedTensor(_CompressedBase, SparseTensor):
                 ("values", self._values)]
 
     def check_invariants(self, *, threads: int | None = None) -> None:
-        from ._factory import check_compressed_members
-        from ._validate import check_compressed_indices
-
-        check_compressed_members(self._compressed, self._plain, self._values, self._shape, self._layout)
-        check_compressed_indices(self._compressed, self._plain, self._layout, self.plain_size, threads=threads)
+        meta = compressed_meta(self._compressed, self._plain, self._values, self._shape, self._layout)
+        check_compressed_indices(self._compressed, self._plain, self._layout, meta.plain_size, threads=threads)
         self._canonical = True
 
     def _matrix_transpose(self) -> "CompressedTensor":

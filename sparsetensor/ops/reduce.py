@@ -48,6 +48,7 @@ import numpy as np
 from .._config import num_threads
 from .._dtypes import as_value_dtype
 from .._lib import _reduce as _kernels
+from .._meta import normalize_dim
 from .._tensor import COOTensor, CompressedTensor, SparseTensor
 
 __all__ = ["sum", "mean", "norm", "amax", "amin", "softmax", "log_softmax"]
@@ -73,9 +74,7 @@ def _normalize_dims(dim, ndim: int, name: str):
             raise TypeError(f"{name}: dim must be None, an int or a sequence of ints, got {dim!r}") from None
     out = []
     for d in dims:
-        if not -ndim <= d < ndim:
-            raise IndexError(f"{name}: dimension {d} out of range for a tensor of {ndim} dims")
-        out.append(d % ndim)
+        out.append(normalize_dim(d, ndim, name))
     if len(set(out)) != len(out):
         raise ValueError(f"{name}: dim {dim!r} repeats a dimension")
     return tuple(sorted(out))

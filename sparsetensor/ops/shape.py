@@ -40,6 +40,7 @@ from .._config import num_threads
 from .._convert import _as_parts, _build, _checked, _same_nnz
 from .._dtypes import VALUE_DTYPES, check_fits, raw_view
 from .._lib import _select as _kernels
+from .._meta import normalize_dim, values_contiguous
 from .._tensor import COOTensor, CompressedTensor, SparseTensor
 from .._validate import check_coo_indices, raise_coo_error
 
@@ -51,13 +52,6 @@ __all__ = ["zero_", "transpose", "narrow", "select", "index_select", "cat", "sta
 def _require_sparse(t, op: str, name: str = "t") -> None:
     if not isinstance(t, SparseTensor):
         raise TypeError(f"{op} expects a sparse tensor for {name}, got {type(t).__name__}")
-
-
-def _norm_dim(dim, ndim: int, op: str) -> int:
-    d = operator.index(dim)
-    if not -ndim <= d < ndim:
-        raise IndexError(f"{op}: dimension {dim} out of range for a tensor of {ndim} dims")
-    return d % ndim
 
 
 def _kind(t, d: int) -> str:
@@ -85,15 +79,14 @@ def _desc(t) -> str:
 def _compressed(t: CompressedTensor, c, p, v, shape, canonical=None) -> CompressedTensor:
     """A compressed tensor of ``t``'s layout from members (made contiguous, 3.5-3.7)."""
     dense_dim = v.ndim - c.ndim - (2 if t.layout.blocked else 0)
-    v = v if _values_ok(v, t.layout, dense_dim) else np.ascontiguousarray(v)
+    v = _contiguous_values(v, t.layout, dense_dim)
     return CompressedTensor(np.ascontiguousarray(c), np.ascontiguousarray(p), v, tuple(shape), t.layout,
                             t.is_coalesced() if canonical is None else canonical)
 
 
-def _values_ok(v: np.ndarray, layout, dense_dim: int) -> bool:
-    if v.flags.c_contiguous:
-        return True
-    return layout.blocked and v.swapaxes(-2 - dense_dim, -1 - dense_dim).flags.c_contiguous
+def _contiguous_values(v: np.ndarray, layout, dense_dim: int) -> np.ndarray:
+    """``v``, or a contiguous copy when it breaks invariant 3.7."""
+    return v if values_contiguous(v, dense_dim, layout.blocked) else np.ascontiguousarray(v)
 
 
 def _is_nondecreasing(a: np.ndarray) -> bool:
@@ -185,7 +178,7 @@ def transpose(t, dim0: int, dim1: int):
     (st.sparse_csc, True)
     """
     _require_sparse(t, "transpose")
-    d0, d1 = sorted((_norm_dim(dim0, t.ndim, "transpose"), _norm_dim(dim1, t.ndim, "transpose")))
+    d0, d1 = sorted((normalize_dim(dim0, t.ndim, "transpose"), normalize_dim(dim1, t.ndim, "transpose")))
     if d0 == d1:
         return t
     k0, k1 = _kind(t, d0), _kind(t, d1)
@@ -308,7 +301,7 @@ def narrow(t, dim: int, start: int, length: int, *, threads: int | None = None):
            [0, 5]])
     """
     _require_sparse(t, "narrow")
-    d = _norm_dim(dim, t.ndim, "narrow")
+    d = normalize_dim(dim, t.ndim, "narrow")
     size = t.shape[d]
     start, length = operator.index(start), operator.index(length)
     if not -size <= start <= size:
@@ -382,7 +375,7 @@ def select(t, dim: int, index: int, *, threads: int | None = None):
     (st.sparse_coo, array([[0, 2]]), array([1, 2]))
     """
     _require_sparse(t, "select")
-    d = _norm_dim(dim, t.ndim, "select")
+    d = normalize_dim(dim, t.ndim, "select")
     size = t.shape[d]
     i = operator.index(index)
     if not -size <= i < size:
@@ -437,7 +430,7 @@ def index_select(t, dim: int, index, *, threads: int | None = None):
            [0, 0, 0]])
     """
     _require_sparse(t, "index_select")
-    d = _norm_dim(dim, t.ndim, "index_select")
+    d = normalize_dim(dim, t.ndim, "index_select")
     idx = _as_index(index, t.shape[d], "index_select")
     K = idx.shape[0]
     shape = t.shape[:d] + (K,) + t.shape[d + 1:]
@@ -537,7 +530,7 @@ def cat(tensors, dim: int = 0, *, threads: int | None = None):
         raise ValueError("cat expects a non-empty sequence of sparse tensors")
     tensors = _common(tensors, "cat")
     first = tensors[0]
-    d = _norm_dim(dim, first.ndim, "cat")
+    d = normalize_dim(dim, first.ndim, "cat")
     for k, t in enumerate(tensors[1:], 1):
         if t.ndim != first.ndim or any(a != b for j, (a, b) in enumerate(zip(t.shape, first.shape)) if j != d):
             raise ValueError(f"cat: tensors[0] has shape {first.shape} and tensors[{k}] has shape {t.shape}; they "
@@ -693,7 +686,7 @@ def stack(tensors, dim: int = 0, *, threads: int | None = None):
         if t.shape != first.shape:
             raise ValueError(f"stack: tensors[0] has shape {first.shape} and tensors[{k}] has shape {t.shape}; "
                              "they must be equal")
-    d = _norm_dim(dim, first.ndim + 1, "stack")
+    d = normalize_dim(dim, first.ndim + 1, "stack")
     return cat([_unsqueeze(t, d) for t in tensors], d, threads=threads)
 
 
@@ -868,13 +861,9 @@ def resize_as_(t, other):
         t._compressed = np.concatenate([c, tail], axis=-1)
     v = t.values()
     lead = m + 1 + len(block)
-    t._values = _compressed_values_ok(_grown_values(v, lead, v.shape[lead:], shape[m + 2:]), t)
+    t._values = _contiguous_values(_grown_values(v, lead, v.shape[lead:], shape[m + 2:]), t.layout, t.dense_dim)
     t._shape = shape
     return t
-
-
-def _compressed_values_ok(v: np.ndarray, t) -> np.ndarray:
-    return v if _values_ok(v, t.layout, t.dense_dim) else np.ascontiguousarray(v)
 
 
 def _no_shrink(t, shape: tuple, other) -> None:
