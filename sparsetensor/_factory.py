@@ -11,7 +11,7 @@ import numpy as np
 
 from . import _layout as L
 from ._config import resolve_check
-from ._device import as_device, is_device_array
+from ._device import as_device, is_device_array, move
 from ._dtypes import INDEX_DTYPES, VALUE_DTYPES, as_value_dtype
 from ._errors import InvariantError
 from ._meta import as_size, block_ndim, compressed_meta, coo_meta, values_contiguous
@@ -56,11 +56,7 @@ def _as_values(x, dtype) -> np.ndarray:
 
 def _on_device(t, device: str):
     """``t`` (built and checked on the CPU) moved to ``device`` when that is a CUDA device."""
-    if device == "cpu":
-        return t
-    from .cuda import to_device
-
-    return to_device(t, device)
+    return t if device == "cpu" else move(t, device)
 
 
 # -- COO ---------------------------------------------------------------------------------

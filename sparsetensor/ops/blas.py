@@ -27,16 +27,15 @@ from __future__ import annotations
 
 import math
 import numbers
-import operator
 
 import numpy as np
 
 from .. import _layout as L
-from .._config import num_threads
+from .._config import GRAIN_PRODUCT, num_threads
 from .._tensor import COOTensor, CompressedTensor, SparseTensor
 from .._validate import raise_compressed_error
 from .._lib import _spmm as _kernels
-from ._common import broadcasts_to
+from ._common import broadcasts_to, describe
 
 __all__ = ["matmul", "mm", "mv", "bmm", "addmm", "smm", "hspmm", "sspaddmm", "linear"]
 
@@ -52,7 +51,7 @@ def _work_dtype(rt: np.dtype) -> np.dtype:
     return np.dtype(np.float32) if rt == np.float16 else rt
 
 
-def _kernel_dtype(wt: np.dtype) -> np.dtype:
+def _bits_dtype(wt: np.dtype) -> np.dtype:
     """The kernels' view of ``wt``: integers and bool as unsigned of their width."""
     return _UNSIGNED[wt.itemsize] if wt.kind in "biu" else wt
 
@@ -80,9 +79,7 @@ def _as_dense(x, op: str, name: str) -> np.ndarray:
 
 
 def _describe(x) -> str:
-    if isinstance(x, SparseTensor):
-        return f"{x.layout.name} tensor of shape {tuple(x.shape)}"
-    return f"dense array of shape {tuple(np.shape(x))}"
+    return describe(x, dtype=False)
 
 
 def _mismatch(op: str, a, b, why: str) -> ValueError:
@@ -119,10 +116,6 @@ _ZERO.flags.writeable = False
 
 
 _LINE = 64  # bytes in a cache line
-# Products of fewer multiply-adds run on one thread: about 50-100 us of work, well above
-# the cost of a parallel region on an idle machine (on a busy one, waking a second thread
-# can cost a scheduler tick).
-_PARALLEL_GRAIN = 1 << 17
 
 
 def _aligned_copy(a: np.ndarray, dtype) -> np.ndarray:
@@ -185,7 +178,7 @@ def _product(S: SparseTensor, D: np.ndarray, rt: np.dtype, op: str, threads, ope
     out_batch, sb, db = _batch_maps(s_batch, d_batch, op, operands)
     Bs, Bd, Bo = math.prod(s_batch), math.prod(d_batch), math.prod(out_batch)
     wt = _work_dtype(rt)
-    kt = _kernel_dtype(wt)
+    kt = _bits_dtype(wt)
     Rb, Cb = S.blocksize
     nnz = S.nnz
     values = S.values()
@@ -200,7 +193,7 @@ def _product(S: SparseTensor, D: np.ndarray, rt: np.dtype, op: str, threads, ope
     out = np.empty((Bo, M, N), dtype=wt)
     c, p = S.compressed_indices(), S.plain_indices()
     c2, p2 = c.reshape(Bs, c.shape[-1]), p.reshape(Bs, nnz)
-    nt = num_threads(threads, Bo * (nnz * Rb * Cb + M) * N, grain=_PARALLEL_GRAIN)
+    nt = num_threads(threads, Bo * (nnz * Rb * Cb + M) * N, grain=GRAIN_PRODUCT)
     found = _kernels.spmm(c2, p2, values.view(kt), dense.view(kt), out.view(kt), sb, db, (Rb, Cb),
                           S.layout.compressed_rows, nt, block_transposed=block_transposed,
                           logical=wt == np.bool_, checked=S.is_coalesced())

@@ -50,6 +50,7 @@ from .._dtypes import as_value_dtype
 from .._lib import _reduce as _kernels
 from .._meta import normalize_dim
 from .._tensor import COOTensor, CompressedTensor, SparseTensor
+from .._validate import check_coo_indices
 
 __all__ = ["sum", "mean", "norm", "amax", "amin", "softmax", "log_softmax"]
 
@@ -110,13 +111,11 @@ def _coalesced(t, threads):
 def _indices_checked(t, threads):
     """``t`` whose indices are known to be in bounds, for a linear reduction (duplicates may stay)."""
     if isinstance(t, COOTensor):
-        from .._validate import check_coo_indices
-
         check_coo_indices(t.indices(), t.shape, threads=threads)
         return t
-    from .._convert import _checked
+    from .._canonical import ensure_valid
 
-    return _checked(t, threads)
+    return ensure_valid(t, repair=True, threads=threads)
 
 
 def _map(result, fn):
