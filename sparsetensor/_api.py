@@ -259,6 +259,13 @@ OPS: tuple = (
     Op("__neg__", pointwise.neg, function=False),
     Op("__pow__", _pow_operator, function=False),
     Op("__array_ufunc__", _array_ufunc, function=False),
+    # per-layout hooks (private): an op picks its layout's body by method lookup, not by isinstance
+    Op("_reduce_calc", reduce._reduce_coo, function=False, cls=COOTensor),
+    Op("_reduce_calc", reduce._reduce_compressed, function=False, cls=CompressedTensor),
+    Op("_reduce_return", reduce._squeeze_coo, function=False, cls=COOTensor),
+    Op("_reduce_return", reduce._squeeze_compressed, function=False, cls=CompressedTensor),
+    Op("_softmax_calc", reduce._softmax_coo, function=False, cls=COOTensor),
+    Op("_softmax_calc", reduce._softmax_compressed, function=False, cls=CompressedTensor),
 )
 
 
