@@ -266,6 +266,14 @@ OPS: tuple = (
     Op("_reduce_return", reduce._squeeze_compressed, function=False, cls=CompressedTensor),
     Op("_softmax_calc", reduce._softmax_coo, function=False, cls=COOTensor),
     Op("_softmax_calc", reduce._softmax_compressed, function=False, cls=CompressedTensor),
+    Op("_transpose_sparse", select._transpose_sparse_coo, function=False, cls=COOTensor),
+    Op("_transpose_sparse", select._transpose_sparse_compressed, function=False, cls=CompressedTensor),
+    Op("_narrow_sparse", select._narrow_coo, function=False, cls=COOTensor),
+    Op("_narrow_sparse", select._narrow_compressed, function=False, cls=CompressedTensor),
+    Op("_select_sparse", select._select_coo, function=False, cls=COOTensor),
+    Op("_select_sparse", select._select_compressed, function=False, cls=CompressedTensor),
+    Op("_index_select_sparse", select._index_select_coo, function=False, cls=COOTensor),
+    Op("_index_select_sparse", select._index_select_compressed, function=False, cls=CompressedTensor),
 )
 
 

@@ -25,11 +25,9 @@ def _require_sparse(t, op: str, name: str = "t") -> None:
 
 
 def _kind(t, d: int) -> str:
-    """'batch', 'sparse' or 'dense': what dim ``d`` of ``t`` is."""
-    if isinstance(t, COOTensor):
-        return "sparse" if d < t.sparse_dim else "dense"
+    """'batch', 'sparse' or 'dense': what dim ``d`` of ``t`` is (COO has no batch dims)."""
     m = t.batch_dim
-    return "batch" if d < m else ("sparse" if d < m + 2 else "dense")
+    return "batch" if d < m else ("sparse" if d < m + t.sparse_dim else "dense")
 
 
 def _values_axis(t, d: int) -> int:
@@ -40,6 +38,13 @@ def _values_axis(t, d: int) -> int:
 def _take_axis(a: np.ndarray, axis: int, key) -> np.ndarray:
     """``a`` indexed by ``key`` (a slice or an int) along ``axis``."""
     return a[(slice(None),) * axis + (key,)]
+
+
+def _with_values(t, values: np.ndarray, shape: tuple):
+    """``t``'s indices with new ``values`` of a new dense or block shape (flags kept)."""
+    if t.layout.compressed:
+        return _compressed(t, t.compressed_indices(), t.plain_indices(), values, shape)
+    return COOTensor(t.indices(), values, tuple(shape), t.is_coalesced(), t._checked)
 
 
 def _compressed(t: CompressedTensor, c, p, v, shape, canonical=None) -> CompressedTensor:

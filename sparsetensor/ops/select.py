@@ -32,6 +32,7 @@ from ._shape_common import (
     _value_rows,
     _sparse_axis,
     _resized,
+    _with_values,
 )
 
 __all__ = ["transpose", "narrow", "select", "index_select", "nonzero", "count_nonzero"]
@@ -68,21 +69,31 @@ def transpose(t, dim0: int, dim1: int):
                                   "swapped")
     shape = list(t.shape)
     shape[d0], shape[d1] = shape[d1], shape[d0]
-    if isinstance(t, COOTensor):
-        if k0 == "sparse":
-            idx = t.indices().copy()
-            idx[[d0, d1]] = idx[[d1, d0]]
-            return COOTensor(idx, t.values(), tuple(shape), False)
-        a0, a1 = _values_axis(t, d0), _values_axis(t, d1)
-        return COOTensor(t.indices(), t.values().swapaxes(a0, a1), tuple(shape), t.is_coalesced(), t._checked)
     if k0 == "sparse":
-        return t._matrix_transpose()
+        return t._transpose_sparse(d0, d1)
     if k0 == "batch":
         c, p, v = (np.ascontiguousarray(a.swapaxes(d0, d1)) for a in (t.compressed_indices(), t.plain_indices(),
                                                                        t.values()))
         return _compressed(t, c, p, v, shape)
-    v = np.ascontiguousarray(t.values().swapaxes(_values_axis(t, d0), _values_axis(t, d1)))
-    return _compressed(t, t.compressed_indices(), t.plain_indices(), v, shape)
+    v = t.values().swapaxes(_values_axis(t, d0), _values_axis(t, d1))
+    return _with_values(t, v if t.layout is L.sparse_coo else np.ascontiguousarray(v), shape)
+
+
+# Per-layout hooks (bound on the classes from the op table, sparsetensor._api): the public op
+# resolves the dims and arguments once, then ``t._<op>_sparse(...)`` does the layout's work along
+# a sparse dim.
+def _transpose_sparse_coo(t: COOTensor, d0: int, d1: int) -> COOTensor:
+    """The ``_transpose_sparse`` hook of COO: the two index rows swapped (values shared)."""
+    idx = t.indices().copy()
+    idx[[d0, d1]] = idx[[d1, d0]]
+    shape = list(t.shape)
+    shape[d0], shape[d1] = shape[d1], shape[d0]
+    return COOTensor(idx, t.values(), tuple(shape), False)
+
+
+def _transpose_sparse_compressed(t: CompressedTensor, d0: int, d1: int) -> CompressedTensor:
+    """The ``_transpose_sparse`` hook of the compressed layouts: the view csr <-> csc, bsr <-> bsc."""
+    return t._matrix_transpose()
 
 
 
@@ -180,20 +191,27 @@ def narrow(t, dim: int, start: int, length: int, *, threads: int | None = None):
     kind = _kind(t, d)
     if kind == "dense":
         v = np.ascontiguousarray(_take_axis(t.values(), _values_axis(t, d), slice(start, start + length)))
-        if isinstance(t, COOTensor):
-            return COOTensor(t.indices(), v, shape, t.is_coalesced(), t._checked)
-        return _compressed(t, t.compressed_indices(), t.plain_indices(), v, shape)
-    if isinstance(t, COOTensor):
-        idx = t.indices()
-        coord = idx[d]
-        keep = (coord >= start) & (coord < start + length)
-        out = np.compress(keep, idx, axis=1)
-        out[d] -= start
-        return COOTensor(out, t.values()[keep], shape, t.is_coalesced())
+        return _with_values(t, v, shape)
     if kind == "batch":
         key = slice(start, start + length)
         return _compressed(t, *(_take_axis(a, d, key) for a in (t.compressed_indices(), t.plain_indices(),
                                                                 t.values())), shape)
+    return t._narrow_sparse(d, start, length, shape, threads)
+
+
+def _narrow_coo(t: COOTensor, d: int, start: int, length: int, shape: tuple, threads) -> COOTensor:
+    """The ``_narrow_sparse`` hook of COO: the entries whose coordinate along ``d`` is in range."""
+    idx = t.indices()
+    coord = idx[d]
+    keep = (coord >= start) & (coord < start + length)
+    out = np.compress(keep, idx, axis=1)
+    out[d] -= start
+    return COOTensor(out, t.values()[keep], shape, t.is_coalesced())
+
+
+def _narrow_compressed(t: CompressedTensor, d: int, start: int, length: int, shape: tuple, threads):
+    """The ``_narrow_sparse`` hook of the compressed layouts: whole (block) rows along the
+    compressed dim, a filtered plain dim otherwise."""
     is_comp, bs = _sparse_axis(t, d)
     if start % bs or length % bs:
         raise ValueError(f"narrow of a {t.layout.name} tensor with blocksize {t.blocksize} along dim {d}: start "
@@ -251,19 +269,25 @@ def select(t, dim: int, index: int, *, threads: int | None = None):
     kind = _kind(t, d)
     if kind == "dense":
         v = np.ascontiguousarray(np.take(t.values(), i, axis=_values_axis(t, d)))
-        if isinstance(t, COOTensor):
-            return COOTensor(t.indices(), v, shape, t.is_coalesced(), t._checked)
-        return _compressed(t, t.compressed_indices(), t.plain_indices(), v, shape)
+        return _with_values(t, v, shape)
     if kind == "batch":
         return _compressed(t, *(_take_axis(a, d, i) for a in (t.compressed_indices(), t.plain_indices(),
                                                             t.values())), shape)
-    if isinstance(t, CompressedTensor):
-        if t.batch_dim:  # the batches of a narrowed tensor could differ in nnz: go through coo
-            return select(t.to_sparse(L.sparse_coo, threads=threads), d, i, threads=threads)
-        _, bs = _sparse_axis(t, d)
-        lo = i // bs * bs
-        coo = narrow(t, d, lo, bs, threads=threads).to_sparse(L.sparse_coo, threads=threads)
-        return select(coo, d, i - lo, threads=threads)
+    return t._select_sparse(d, i, shape, threads)
+
+
+def _select_compressed(t: CompressedTensor, d: int, i: int, shape: tuple, threads):
+    """The ``_select_sparse`` hook of the compressed layouts: through COO (see :func:`select`)."""
+    if t.batch_dim:  # the batches of a narrowed tensor could differ in nnz: go through coo
+        return select(t.to_sparse(L.sparse_coo, threads=threads), d, i, threads=threads)
+    _, bs = _sparse_axis(t, d)
+    lo = i // bs * bs
+    coo = narrow(t, d, lo, bs, threads=threads).to_sparse(L.sparse_coo, threads=threads)
+    return select(coo, d, i - lo, threads=threads)
+
+
+def _select_coo(t: COOTensor, d: int, i: int, shape: tuple, threads):
+    """The ``_select_sparse`` hook of COO: the entries with coordinate ``i`` along ``d``."""
     idx = t.indices()
     keep = idx[d] == i
     values = t.values()[keep]
@@ -302,15 +326,16 @@ def index_select(t, dim: int, index, *, threads: int | None = None):
     shape = t.shape[:d] + (K,) + t.shape[d + 1:]
     kind = _kind(t, d)
     if kind == "dense":
-        v = np.take(t.values(), idx, axis=_values_axis(t, d))
-        if isinstance(t, COOTensor):
-            return COOTensor(t.indices(), v, shape, t.is_coalesced(), t._checked)
-        return _compressed(t, t.compressed_indices(), t.plain_indices(), v, shape)
+        return _with_values(t, np.take(t.values(), idx, axis=_values_axis(t, d)), shape)
     if kind == "batch":
         return _compressed(t, *(np.take(a, idx, axis=d) for a in (t.compressed_indices(), t.plain_indices(),
                                                                  t.values())), shape)
-    if isinstance(t, COOTensor):
-        return _coo_index_select(t, d, idx, shape, threads)
+    return t._index_select_sparse(d, idx, shape, threads)
+
+
+def _index_select_compressed(t: CompressedTensor, d: int, idx: np.ndarray, shape: tuple, threads):
+    """The ``_index_select_sparse`` hook of the compressed layouts."""
+    K = idx.shape[0]
     is_comp, bs = _sparse_axis(t, d)
     if bs != 1:
         raise NotImplementedError(f"index_select along sparse dim {d} of a {t.layout.name} tensor with blocksize "
@@ -322,7 +347,8 @@ def index_select(t, dim: int, index, *, threads: int | None = None):
     return build(_remap_plain(parts, idx, K, "index_select", threads))
 
 
-def _coo_index_select(t: COOTensor, d: int, idx: np.ndarray, shape: tuple, threads) -> COOTensor:
+def _index_select_coo(t: COOTensor, d: int, idx: np.ndarray, shape: tuple, threads) -> COOTensor:
+    """The ``_index_select_sparse`` hook of COO: a counting pass over ``idx``, one over the entries."""
     dt = t.index_dtype
     check_fits(dt, "coo", **{f"size[{d}]": shape[d]})
     indices = np.ascontiguousarray(t.indices())
