@@ -266,6 +266,8 @@ OPS: tuple = (
     Op("_reduce_return", reduce._squeeze_compressed, function=False, cls=CompressedTensor),
     Op("_softmax_calc", reduce._softmax_coo, function=False, cls=COOTensor),
     Op("_softmax_calc", reduce._softmax_compressed, function=False, cls=CompressedTensor),
+    Op("_matmul_dense", blas._coo_product, function=False, cls=COOTensor),
+    Op("_matmul_dense", blas._compressed_product, function=False, cls=CompressedTensor),
     Op("_transpose_sparse", select._transpose_sparse_coo, function=False, cls=COOTensor),
     Op("_transpose_sparse", select._transpose_sparse_compressed, function=False, cls=CompressedTensor),
     Op("_narrow_sparse", select._narrow_coo, function=False, cls=COOTensor),

@@ -160,10 +160,18 @@ def _product(S: SparseTensor, D: np.ndarray, rt: np.dtype, op: str, threads, ope
     """
     if D.ndim == 0:
         raise _mismatch(op, *operands, "matmul needs at least 1-d operands")
-    if isinstance(S, COOTensor):
-        return _coo_product(S, D, rt, op, threads, operands, transposed)
-    if not isinstance(S, CompressedTensor):
+    if not isinstance(S, SparseTensor):
         raise TypeError(f"{op}: expected a sparse tensor, got {type(S).__name__}")
+    return S._matmul_dense(D, rt, op, threads, operands, err_tensor, transposed)
+
+
+# ``S._matmul_dense(D, rt, op, threads, operands, err_tensor, transposed)``: the layout's body of
+# :func:`_product` (SciPy's ``_matmul_dispatch`` -> ``_matmul_vector``/``_matmul_multivector``
+# split), a hook bound on each class from the op table (sparsetensor._api).
+def _compressed_product(S: CompressedTensor, D: np.ndarray, rt: np.dtype, op: str, threads, operands,
+                        err_tensor=None, transposed=False):
+    """The ``_matmul_dense`` hook of the compressed layouts: row-parallel kernels (csr/bsr), the
+    transpose view (csc/bsc)."""
     err = S if err_tensor is None else err_tensor
     if S.dense_dim:
         raise NotImplementedError(f"{op}: a hybrid {err.layout.name} tensor (dense_dim={S.dense_dim}) times a "
@@ -202,7 +210,8 @@ def _product(S: SparseTensor, D: np.ndarray, rt: np.dtype, op: str, threads, ope
     return out.reshape(out_batch + ((M,) if vector else (M, N)))
 
 
-def _coo_product(S: COOTensor, D: np.ndarray, rt, op, threads, operands, transposed=False):
+def _coo_product(S: COOTensor, D: np.ndarray, rt, op, threads, operands, err_tensor=None, transposed=False):
+    """The ``_matmul_dense`` hook of COO: through csr (batch dims flattened into rows)."""
     if S.dense_dim:
         raise NotImplementedError(f"{op}: a hybrid coo tensor (dense_dim={S.dense_dim}) times a dense array "
                                   "is not supported")
