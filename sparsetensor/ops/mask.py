@@ -59,7 +59,7 @@ def _linear(coords: np.ndarray, sparse: tuple, mask, threads) -> np.ndarray:
 
 def _lookup(t, coords: np.ndarray, mask, threads) -> np.ndarray:
     """The values of sparse ``t`` at element coordinates ``coords`` (zero where unspecified)."""
-    coo = t.to_sparse(L.sparse_coo, threads=threads) if isinstance(t, CompressedTensor) else t.coalesce(threads=threads)
+    coo = t.to_sparse(L.sparse_coo, threads=threads).coalesce(threads=threads)  # compressed -> coo is coalesced
     S = coo.sparse_dim
     sparse = coo.shape[:S]
     out = np.zeros((coords.shape[1],) + coo.shape[S:], dtype=coo.dtype)

@@ -382,7 +382,7 @@ def nonzero(t, *, threads: int | None = None) -> np.ndarray:
            [1, 0]])
     """
     _require_sparse(t, "nonzero")
-    coo = t.to_sparse(L.sparse_coo, threads=threads) if isinstance(t, CompressedTensor) else t.coalesce(threads=threads)
+    coo = t.to_sparse(L.sparse_coo, threads=threads).coalesce(threads=threads)  # compressed -> coo is coalesced
     S, N = coo.sparse_dim, coo.nnz
     dense = coo.shape[S:]
     values = coo.values().reshape(N, math.prod(dense))
