@@ -30,10 +30,8 @@ from ._tensor import COOTensor, CompressedTensor, SparseTensor
 from .interop.scipy import from_scipy, to_scipy
 from .interop.torch import from_torch, to_torch
 from .io import load, read_mtx, save, write_mtx
-from .ops.blas import addmm, bmm, hspmm, linear, matmul, mm, mv, smm, sspaddmm
-from .ops.binary import add, div, maximum, minimum, mul, sub
-from .ops.shape import cat, sparse_mask, stack
-from .ops.spgemm import sampled_addmm, spgemm
+from . import _api
+from ._api import *  # noqa: F401,F403 - the st.* functions of the op table (matmul, sum, narrow, ...)
 
 __version__ = "0.1.0"
 
@@ -42,9 +40,8 @@ __all__ = [
     "strided", "sparse_coo", "sparse_csr", "sparse_csc", "sparse_bsr", "sparse_bsc",
     "sparse_coo_tensor", "sparse_compressed_tensor", "sparse_csr_tensor", "sparse_csc_tensor",
     "sparse_bsr_tensor", "sparse_bsc_tensor", "from_dense", "from_scipy", "to_scipy", "from_torch", "to_torch",
-    "save", "load", "read_mtx", "write_mtx", "cat", "stack", "sparse_mask",
-    "matmul", "mm", "mv", "bmm", "addmm", "smm", "hspmm", "sspaddmm", "linear",
-    "add", "sub", "mul", "div", "maximum", "minimum", "spgemm", "sampled_addmm",
+    "save", "load", "read_mtx", "write_mtx",
     "check_invariants", "get_check_invariants", "num_threads", "set_num_threads",
     "INDEX_DTYPES", "VALUE_DTYPES", "show_config", "__version__",
+    *_api.__all__,
 ]

@@ -1,4 +1,6 @@
-"""One meaning of "validated": the flag a tensor carries once its indices are known to hold.
+"""The internal standard form of a tensor, and one meaning of "validated".
+
+*Validated* is the flag a tensor carries once its indices are known to hold.
 
 A tensor is *validated* when a full O(nnz) check passed on it or one of our kernels made
 it: COO's ``_checked`` (C4-C6), a compressed tensor's ``_canonical`` (5.1-5.6, shown to
@@ -9,17 +11,94 @@ Every kernel that addresses memory by the indices, and every exit that hands our
 to another library without a copy (``to_scipy``, ``to_torch``), goes through
 :func:`ensure_valid`, so a tensor built with ``check_invariants=False`` is checked once,
 the first time it matters, and never leaves the library unchecked.
+
+The *standard form* (:class:`Parts`) is what the compressed kernels read and write:
+compressed ``(B, n + 1)``, plain ``(B, nnz)`` and values ``(B, nnz, E)`` viewed as raw
+unsigned integers (``E``: the items of one entry, block x dense). :func:`as_parts` takes a
+validated tensor into it, :func:`build` makes a (validated) tensor of it again. The ops and
+the conversions import these from here.
 """
 
 from __future__ import annotations
 
+import math
+from typing import NamedTuple
+
 import numpy as np
 
+from . import _layout as L
+from ._coalesce import sum_duplicates
+from ._dtypes import raw_view
 from ._errors import InvariantError
-from ._tensor import COOTensor
+from ._tensor import COOTensor, CompressedTensor
 from ._validate import raise_compressed_error
 
-__all__ = ["ensure_valid", "check_ends"]
+__all__ = ["ensure_valid", "Parts", "as_parts", "build", "same_nnz", "SHOW_BATCHES", "check_ends"]
+
+# Batches whose nnz differ are listed in errors up to this many.
+SHOW_BATCHES = 16
+
+
+class Parts(NamedTuple):
+    """A compressed tensor in the kernels' standard form."""
+
+    compressed: np.ndarray  # (B, n + 1)
+    plain: np.ndarray       # (B, nnz)
+    values: np.ndarray      # (B, nnz, E) raw view
+    batch: tuple
+    sparse: tuple           # (rows, cols)
+    dense: tuple
+    blocksize: tuple        # (1, 1) unless blocked
+    layout: L.Layout
+    dtype: np.dtype
+
+    @property
+    def plain_size(self) -> int:
+        rows, cols = self.sparse
+        rb, cb = self.blocksize
+        return cols // cb if self.layout.compressed_rows else rows // rb
+
+    @property
+    def work(self) -> int:
+        return self.plain.size * max(self.values.shape[2], 1) + self.compressed.size
+
+    def with_members(self, compressed, plain, values, layout, blocksize=None) -> "Parts":
+        """These parts with new members (and the layout and blocksize they have)."""
+        return self._replace(compressed=compressed, plain=plain, values=values, layout=layout,
+                             blocksize=self.blocksize if blocksize is None else blocksize)
+
+
+def as_parts(t: CompressedTensor) -> Parts:
+    """``t`` in the standard form (views where the members allow; ``t`` should be validated)."""
+    m = t.batch_dim
+    batch, B = t.shape[:m], math.prod(t.shape[:m])
+    values = np.ascontiguousarray(t.values())  # blocked values may be block-transposed (3.7)
+    E = math.prod(values.shape[m + 1:])
+    c = t.compressed_indices()
+    return Parts(c.reshape(B, c.shape[-1]), t.plain_indices().reshape(B, t.nnz),
+                 raw_view(values.reshape(B, t.nnz, E)), batch, t.shape[m:m + 2], t.shape[m + 2:], t.blocksize,
+                 t.layout, t.dtype)
+
+
+def build(parts: Parts) -> CompressedTensor:
+    """The validated tensor that ``parts`` (made by our kernels) describe."""
+    c, p, v, batch = parts.compressed, parts.plain, parts.values, parts.batch
+    nnz = p.shape[1]
+    block = parts.blocksize if parts.layout.blocked else ()
+    values = v.view(parts.dtype).reshape(batch + (nnz,) + block + parts.dense)
+    return CompressedTensor(c.reshape(batch + (c.shape[1],)), p.reshape(batch + (nnz,)), values,
+                            batch + parts.sparse + parts.dense, parts.layout, canonical=True)
+
+
+def same_nnz(per_batch, batch: tuple, what: str) -> None:
+    """Every batch has the same nnz (``per_batch``: one count a batch), or ValueError saying
+    ``what`` and listing the counts."""
+    per_batch = np.asarray(per_batch).reshape(-1)
+    if per_batch.size and (per_batch != per_batch[0]).any():
+        B = per_batch.size
+        shown = ", ".join(f"{tuple(int(i) for i in np.unravel_index(k, batch))}: {int(per_batch[k])}"
+                          for k in range(min(B, SHOW_BATCHES)))
+        raise ValueError(f"{what}; got per batch {shown}{', ...' if B > SHOW_BATCHES else ''}")
 
 
 def ensure_valid(t, *, repair: bool = False, threads: int | None = None):
@@ -52,7 +131,7 @@ def ensure_valid(t, *, repair: bool = False, threads: int | None = None):
         if not (repair and e.invariant == "5.6"):
             raise
         try:
-            return t.coalesce(threads=threads)
+            return sum_duplicates(t, threads=threads)
         except (NotImplementedError, ImportError):
             raise e from None  # no coalescing for this tensor: report what needs it
     return t

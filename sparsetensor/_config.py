@@ -6,7 +6,15 @@ import contextlib
 import contextvars
 import os
 
-__all__ = ["check_invariants", "get_check_invariants", "resolve_check", "num_threads", "set_num_threads"]
+__all__ = ["check_invariants", "get_check_invariants", "resolve_check", "num_threads", "set_num_threads",
+           "GRAIN", "GRAIN_PRODUCT"]
+
+# The one small-input gate: work (elements touched) below GRAIN runs on one thread, where
+# spawning threads would cost more than the work. Products count multiply-adds, each worth
+# about two elements: about 50-100 us of work, well above the cost of a parallel region on
+# an idle machine (on a busy one, waking a second thread can cost a scheduler tick).
+GRAIN = 1 << 18
+GRAIN_PRODUCT = GRAIN >> 1
 
 _CHECK = contextvars.ContextVar("sparsetensor_check_invariants", default=True)
 _THREADS = contextvars.ContextVar("sparsetensor_num_threads", default=None)
@@ -62,7 +70,7 @@ def set_num_threads(n: int | None) -> None:
     _THREADS.set(None if n is None else int(n))
 
 
-def num_threads(threads: int | None = None, work: int | None = None, grain: int = 1 << 18) -> int:
+def num_threads(threads: int | None = None, work: int | None = None, grain: int = GRAIN) -> int:
     """How many threads a kernel should use.
 
     ``threads`` (an explicit argument) wins over the context setting, which wins

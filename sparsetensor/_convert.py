@@ -22,48 +22,19 @@ from __future__ import annotations
 
 import math
 import operator
-from typing import NamedTuple
 
 import numpy as np
 
 from . import _layout as L
 from ._config import num_threads
-from ._canonical import ensure_valid
+from ._canonical import Parts, as_parts, build, ensure_valid, same_nnz
 from ._dtypes import check_fits, raw_view
 from ._errors import InvariantError
 from ._lib import _convert as _kernels
-from ._tensor import COOTensor, CompressedTensor, SparseTensor
+from ._tensor import COOTensor, SparseTensor
 from ._validate import raise_coo_error
 
 __all__ = ["to_sparse"]
-
-# Batches whose nnz differ are listed in errors up to this many.
-_SHOW_BATCHES = 16
-
-
-class _Parts(NamedTuple):
-    """A compressed tensor in the kernels' canonical form."""
-
-    compressed: np.ndarray  # (B, n + 1)
-    plain: np.ndarray       # (B, nnz)
-    values: np.ndarray      # (B, nnz, E) raw view
-    batch: tuple
-    sparse: tuple           # (rows, cols)
-    dense: tuple
-    blocksize: tuple        # (1, 1) unless blocked
-    layout: L.Layout
-    dtype: np.dtype
-
-    @property
-    def plain_size(self) -> int:
-        rows, cols = self.sparse
-        rb, cb = self.blocksize
-        return cols // cb if self.layout.compressed_rows else rows // rb
-
-    @property
-    def work(self) -> int:
-        return self.plain.size * max(self.values.shape[2], 1) + self.compressed.size
-
 
 def to_sparse(t, layout, *, blocksize=None, dense_dim=None, threads: int | None = None):
     """Convert a sparse tensor to another sparse layout (or a NumPy array to a sparse one).
@@ -140,12 +111,12 @@ def to_sparse(t, layout, *, blocksize=None, dense_dim=None, threads: int | None 
     if isinstance(t, COOTensor):
         parts = _coo_to_rows(t, threads)
     else:
-        parts = _as_parts(_checked(t, threads))
+        parts = as_parts(ensure_valid(t, repair=True, threads=threads))
     if layout is L.sparse_coo:
         if not parts.layout.compressed_rows:
             parts = _transpose(parts, threads)
         return _rows_to_coo(parts, threads)
-    return _build(_route(parts, layout, bs, threads))
+    return build(_route(parts, layout, bs, threads))
 
 
 def check_target(t, layout: L.Layout, blocksize, dense_dim) -> tuple:
@@ -180,39 +151,8 @@ def _target_blocksize(t, layout: L.Layout, blocksize) -> tuple:
     return bs
 
 
-# -- canonical form -----------------------------------------------------------------------------
-def _as_parts(t: CompressedTensor) -> _Parts:
-    m = t.batch_dim
-    batch, B = t.shape[:m], math.prod(t.shape[:m])
-    values = np.ascontiguousarray(t.values())  # blocked values may be block-transposed (3.7)
-    E = math.prod(values.shape[m + 1:])
-    c = t.compressed_indices()
-    return _Parts(c.reshape(B, c.shape[-1]), t.plain_indices().reshape(B, t.nnz), raw_view(values.reshape(B, t.nnz, E)),
-                  batch, t.shape[m:m + 2], t.shape[m + 2:], t.blocksize, t.layout, t.dtype)
-
-
-def _build(parts: _Parts) -> CompressedTensor:
-    c, p, v, batch = parts.compressed, parts.plain, parts.values, parts.batch
-    nnz = p.shape[1]
-    block = parts.blocksize if parts.layout.blocked else ()
-    values = v.view(parts.dtype).reshape(batch + (nnz,) + block + parts.dense)
-    return CompressedTensor(c.reshape(batch + (c.shape[1],)), p.reshape(batch + (nnz,)), values,
-                            batch + parts.sparse + parts.dense, parts.layout, canonical=True)
-
-
-def _checked(t: CompressedTensor, threads) -> CompressedTensor:
-    """``t`` if it is known to satisfy 5.1-5.6; else scan it (one parallel pass, cached on ``t``) and
-    raise InvariantError for broken indices, or repair unsorted/duplicate plain indices with coalesce()."""
-    return ensure_valid(t, repair=True, threads=threads)
-
-
-def _with(parts: _Parts, compressed, plain, values, layout, blocksize=None) -> _Parts:
-    return parts._replace(compressed=compressed, plain=plain, values=values, layout=layout,
-                          blocksize=parts.blocksize if blocksize is None else blocksize)
-
-
 # -- the steps ------------------------------------------------------------------------------------
-def _route(parts: _Parts, layout: L.Layout, bs: tuple, threads) -> _Parts:
+def _route(parts: Parts, layout: L.Layout, bs: tuple, threads) -> Parts:
     """Transpose, group and expand ``parts`` into ``layout`` with blocksize ``bs``."""
     src = parts.layout
     if src.blocked and not (layout.blocked and parts.blocksize == bs):
@@ -228,11 +168,11 @@ def _route(parts: _Parts, layout: L.Layout, bs: tuple, threads) -> _Parts:
     return parts
 
 
-def _transpose(parts: _Parts, threads) -> _Parts:
+def _transpose(parts: Parts, threads) -> Parts:
     """csr <-> csc, bsr <-> bsc: a counting sort of the plain indices in every batch."""
     c, p, v = _kernels.compressed_transpose(parts.compressed, parts.plain, parts.values, parts.plain_size,
                                             num_threads(threads, parts.work))
-    return _with(parts, c, p, v, parts.layout.transposed)
+    return parts.with_members(c, p, v, parts.layout.transposed)
 
 
 def _block_geometry(layout: L.Layout, bs: tuple) -> tuple:
@@ -242,7 +182,7 @@ def _block_geometry(layout: L.Layout, bs: tuple) -> tuple:
     return (rb, cb, cb, 1) if layout.compressed_rows else (cb, rb, 1, cb)
 
 
-def _group(parts: _Parts, bs: tuple, threads) -> _Parts:
+def _group(parts: Parts, bs: tuple, threads) -> Parts:
     """csr -> bsr, csc -> bsc: gather entries into blocks of shape ``bs`` (zero-filled)."""
     bc, bp, sc, sp = _block_geometry(parts.layout, bs)
     c, p, v = parts.compressed, parts.plain, parts.values
@@ -252,7 +192,7 @@ def _group(parts: _Parts, bs: tuple, threads) -> _Parts:
     _kernels.group_count(c, p, bc, bp, counts, nt)
     layout = L.sparse_bsr if parts.layout.compressed_rows else L.sparse_bsc
     per_batch = counts.sum(axis=1)
-    _same_nnz(per_batch, parts.batch, f"{parts.layout.name} -> {layout.name} with blocksize {bs}: every batch "
+    same_nnz(per_batch, parts.batch, f"{parts.layout.name} -> {layout.name} with blocksize {bs}: every batch "
               "must have the same number of blocks")
     nnzb = int(per_batch[0]) if B else 0
     oc = np.zeros((B, n // bc + 1), dtype=c.dtype)
@@ -260,10 +200,10 @@ def _group(parts: _Parts, bs: tuple, threads) -> _Parts:
     op = np.empty((B, nnzb), dtype=c.dtype)
     ov = np.zeros((B, nnzb, bs[0] * bs[1] * Er), dtype=v.dtype)
     _kernels.group_fill(c, p, v, bc, bp, sc, sp, oc, op, ov, nt)
-    return _with(parts, oc, op, ov, layout, bs)
+    return parts.with_members(oc, op, ov, layout, bs)
 
 
-def _expand(parts: _Parts, threads) -> _Parts:
+def _expand(parts: Parts, threads) -> Parts:
     """bsr -> csr, bsc -> csc: every item of every block becomes an entry."""
     bs = parts.blocksize
     bc, bp, sc, sp = _block_geometry(parts.layout, bs)
@@ -278,10 +218,10 @@ def _expand(parts: _Parts, threads) -> _Parts:
     op = np.empty((B, nnz_out), dtype=c.dtype)
     ov = np.empty((B, nnz_out, Er), dtype=v.dtype)
     _kernels.compressed_expand(c, p, v, bc, bp, sc, sp, oc, op, ov, num_threads(threads, ov.size))
-    return _with(parts, oc, op, ov, layout, (1, 1))
+    return parts.with_members(oc, op, ov, layout, (1, 1))
 
 
-def _rows_to_coo(parts: _Parts, threads) -> COOTensor:
+def _rows_to_coo(parts: Parts, threads) -> COOTensor:
     """csr/bsr -> coalesced COO; batch dims become the leading sparse dims, blocks expand."""
     c, p, v = parts.compressed, parts.plain, parts.values
     batch, (rb, cb) = parts.batch, parts.blocksize
@@ -301,7 +241,7 @@ def _rows_to_coo(parts: _Parts, threads) -> COOTensor:
     return COOTensor(oi, values, batch + parts.sparse + parts.dense, coalesced=True, checked=True)
 
 
-def _coo_to_rows(t: COOTensor, threads) -> _Parts:
+def _coo_to_rows(t: COOTensor, threads) -> Parts:
     """Coalesced COO with sparse_dim = k + 2 -> csr with k batch dims (same nnz per batch); the
     plain indices and values are views of the COO's last index row and values.
 
@@ -338,19 +278,11 @@ def _coo_to_rows(t: COOTensor, threads) -> _Parts:
     else:
         starts = ptr[np.arange(B + 1) * rows]
         per_batch = np.diff(starts)
-        _same_nnz(per_batch, batch, "coo -> csr: every batch (the leading sparse dims but two) must have the same nnz")
+        same_nnz(per_batch, batch, "coo -> csr: every batch (the leading sparse dims but two) must have the same nnz")
         nnz = int(per_batch[0]) if B else 0
         check_fits(idx.dtype, "csr", nnz=nnz)
         at = (np.arange(B) * rows)[:, None] + np.arange(rows + 1)
         c = (ptr[at] - (np.arange(B) * nnz)[:, None]).astype(idx.dtype, copy=False)
     # the plain indices and values are the COO's own (sorted by batch and row): shared, as torch does
-    return _Parts(c, idx[S - 1].reshape(B, nnz), raw.reshape(B, nnz, raw.shape[1]), batch, sparse, dense, (1, 1),
+    return Parts(c, idx[S - 1].reshape(B, nnz), raw.reshape(B, nnz, raw.shape[1]), batch, sparse, dense, (1, 1),
                   L.sparse_csr, t.dtype)
-
-
-def _same_nnz(per_batch: np.ndarray, batch: tuple, what: str) -> None:
-    if per_batch.size and (per_batch != per_batch[0]).any():
-        B = per_batch.size
-        shown = ", ".join(f"{tuple(int(i) for i in np.unravel_index(k, batch))}: {int(per_batch[k])}"
-                          for k in range(min(B, _SHOW_BATCHES)))
-        raise ValueError(f"{what}; got per batch {shown}{', ...' if B > _SHOW_BATCHES else ''}")

@@ -16,14 +16,14 @@ from typing import NamedTuple
 import numpy as np
 
 from . import _layout as L
-from ._canonical import check_ends
+from ._canonical import check_ends, same_nnz
 from ._config import num_threads
 from ._dtypes import VALUE_DTYPES, arith_view, as_index_dtype, check_fits, raw_view, zero_test_view
 from ._lib import _dense as _kernels
 from ._tensor import COOTensor, CompressedTensor
 from ._validate import raise_compressed_error, raise_coo_error
 
-__all__ = ["to_dense", "from_dense", "check_from_dense", "check_batch_nnz", "DensePlan"]
+__all__ = ["to_dense", "from_dense", "check_from_dense", "DensePlan"]
 
 
 def _kernel_views(values: np.ndarray, out: np.ndarray, accumulate: bool):
@@ -145,16 +145,6 @@ def check_from_dense(shape: tuple, dtype, layout, blocksize, dense_dim, batch_di
     return DensePlan(layout, idx_dt, tuple(shape[:m]), (rows, cols), tuple(shape[m + 2:]), bs)
 
 
-def check_batch_nnz(counts, batch: tuple, layout: L.Layout) -> None:
-    """Every batch of a compressed tensor has the same nnz, or ValueError listing them."""
-    B = math.prod(batch)
-    if B and (counts != counts.flat[0]).any():
-        shown = ", ".join(f"{tuple(int(i) for i in np.unravel_index(k, batch))}: {int(counts.flat[k])}"
-                          for k in range(min(B, 16)))
-        raise ValueError(f"every batch of a {layout.name} tensor must have the same nnz; got per batch "
-                         f"{shown}{', ...' if B > 16 else ''}")
-
-
 def from_dense(array, layout="csr", *, blocksize=None, dense_dim: int = 0, batch_dim: int = 0,
                index_dtype=np.int64, threads: int | None = None):
     """Convert a dense array to a sparse layout.
@@ -201,7 +191,7 @@ def from_dense(array, layout="csr", *, blocksize=None, dense_dim: int = 0, batch
     r = raw_view(a.reshape(B, rows, cols, D))
     c, p, v, counts = _kernels.dense_to_compressed(z, r, bs[0], bs[1], layout.compressed_rows, idx_dt,
                                                    num_threads(threads, a.size), float16=a.dtype == np.float16)
-    check_batch_nnz(counts, batch, layout)
+    same_nnz(counts, batch, f"every batch of a {layout.name} tensor must have the same nnz")
     nnz = p.shape[-1]
     values = v.view(a.dtype).reshape(batch + (nnz,) + (bs if layout.blocked else ()) + dense)
     return CompressedTensor(c.reshape(batch + (c.shape[-1],)), p.reshape(batch + (nnz,)), values,

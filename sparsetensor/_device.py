@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["as_device", "is_device_like", "is_device_array"]
+__all__ = ["as_device", "is_device_like", "is_device_array", "move"]
 
 _KDL_CUDA = 2  # DLPack device type of CUDA memory (NumPy's __dlpack_device__ says kDLCPU = 1)
 
@@ -51,3 +51,11 @@ def as_device(device) -> str:
             raise NotImplementedError(f"device {s!r}: CUDA is not available here ({type(e).__name__}: {e}); "
                                       "tensors live on 'cpu'") from None
     raise ValueError(f"unknown device {device!r}; expected 'cpu' or 'cuda[:N]'")
+
+
+def move(t, device: str):
+    """``t`` copied to CUDA device ``device``: the one place that loads the optional CUDA
+    backend for a move (``t.to``, ``t.cuda()``, the constructors' ``device=``)."""
+    from .cuda import to_device
+
+    return to_device(t, device)

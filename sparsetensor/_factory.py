@@ -7,20 +7,19 @@ run; the O(nnz) index scans run when ``check_invariants`` is on (by default, see
 
 from __future__ import annotations
 
-import operator
-
 import numpy as np
 
 from . import _layout as L
 from ._config import resolve_check
-from ._device import as_device, is_device_array
-from ._dtypes import INDEX_DTYPES, VALUE_DTYPES, as_value_dtype, check_fits
+from ._device import as_device, is_device_array, move
+from ._dtypes import INDEX_DTYPES, VALUE_DTYPES, as_value_dtype
 from ._errors import InvariantError
+from ._meta import as_size, block_ndim, compressed_meta, coo_meta, values_contiguous
 from ._tensor import COOTensor, CompressedTensor
 from ._validate import check_compressed_indices, check_coo_indices
 
 __all__ = ["sparse_coo_tensor", "sparse_compressed_tensor", "sparse_csr_tensor", "sparse_csc_tensor",
-           "sparse_bsr_tensor", "sparse_bsc_tensor", "check_compressed_members", "check_coo_members"]
+           "sparse_bsr_tensor", "sparse_bsc_tensor"]
 
 
 # -- input normalisation -------------------------------------------------------------
@@ -55,46 +54,12 @@ def _as_values(x, dtype) -> np.ndarray:
     return a
 
 
-def _as_size(size, name="size") -> tuple:
-    try:
-        dims = tuple(operator.index(s) for s in size)
-    except TypeError:
-        raise TypeError(f"{name} must be a sequence of integers, got {size!r}") from None
-    if any(s < 0 for s in dims):
-        raise ValueError(f"{name} must not have negative sizes, got {dims}")
-    return dims
-
-
 def _on_device(t, device: str):
     """``t`` (built and checked on the CPU) moved to ``device`` when that is a CUDA device."""
-    if device == "cpu":
-        return t
-    from .cuda import to_device
-
-    return to_device(t, device)
+    return t if device == "cpu" else move(t, device)
 
 
 # -- COO ---------------------------------------------------------------------------------
-def check_coo_members(indices: np.ndarray, values: np.ndarray, shape: tuple) -> None:
-    """The O(1) COO invariants C1-C3 (README): dims add up, member shapes agree with ``shape``."""
-    if indices.ndim != 2:
-        raise InvariantError("C2", "coo", f"indices must be 2-d (sparse_dim, nnz), got shape {indices.shape}")
-    sparse_dim, nnz = indices.shape
-    if values.ndim < 1:
-        raise InvariantError("C3", "coo", f"values must be at least 1-d (nnz, ...), got shape {values.shape}")
-    dense_dim = values.ndim - 1
-    if sparse_dim + dense_dim != len(shape):
-        raise InvariantError("C1", "coo", f"sparse_dim ({sparse_dim}, from indices) + dense_dim ({dense_dim}, "
-                             f"from values) must equal len(size)={len(shape)}")
-    if values.shape[0] != nnz:
-        raise InvariantError("C3", "coo", f"values.shape[0] must equal nnz={nnz} (indices.shape[1]), "
-                             f"got values.shape={values.shape}")
-    if tuple(values.shape[1:]) != tuple(shape[sparse_dim:]):
-        raise InvariantError("C3", "coo", f"values.shape[1:] must equal the dense sizes {tuple(shape[sparse_dim:])}, "
-                             f"got {tuple(values.shape[1:])}")
-    check_fits(indices.dtype, "coo", **{f"size[{d}]": shape[d] for d in range(sparse_dim)})
-
-
 def _host_index_extrema(indices: np.ndarray) -> tuple:
     return indices.max(axis=1), indices.min(axis=1)
 
@@ -124,7 +89,7 @@ def coo_indices_and_shape(indices, values, size, index_extrema=_host_index_extre
         else:
             sparse = (0,) * indices.shape[0]
         size = sparse + tuple(values.shape[1:])
-    return indices, _as_size(size)
+    return indices, as_size(size)
 
 
 def sparse_coo_tensor(indices, values, size=None, *, dtype=None, device=None, check_invariants=None,
@@ -172,7 +137,7 @@ def sparse_coo_tensor(indices, values, size=None, *, dtype=None, device=None, ch
     device = as_device(device)
     values = _as_values(values, dtype)
     indices, shape = coo_indices_and_shape(_as_index_array(indices, "indices", "coo"), values, size)
-    check_coo_members(indices, values, shape)
+    coo_meta(indices, values, shape)
     coalesced = bool(is_coalesced) or indices.shape[1] <= 1
     checked = resolve_check(check_invariants)
     if checked:
@@ -181,73 +146,6 @@ def sparse_coo_tensor(indices, values, size=None, *, dtype=None, device=None, ch
 
 
 # -- compressed -------------------------------------------------------------------------
-def _block_ndim(layout: L.Layout) -> int:
-    return 2 if layout.blocked else 0
-
-
-def check_compressed_members(compressed: np.ndarray, plain: np.ndarray, values: np.ndarray, shape: tuple,
-                             layout: L.Layout) -> tuple:
-    """The O(1) invariants 1.x and 3.x of seed 003 for a compressed tensor of ``shape``.
-
-    Returns ``(batch_dim, dense_dim, blocksize)``.
-    """
-    name = layout.name
-    c, p = layout.compressed_name, layout.plain_name
-    if compressed.dtype != plain.dtype:
-        raise InvariantError("1.2", name, f"{p} must have the dtype of {c} ({compressed.dtype}), got {plain.dtype}")
-    for arr, nm in ((compressed, c), (plain, p)):
-        if arr.dtype not in INDEX_DTYPES:
-            raise InvariantError("1.3", name, f"{nm} must have dtype int32 or int64, got {arr.dtype}")
-    if compressed.ndim < 1:
-        raise InvariantError("3.2", name, f"{c} must be at least 1-d, got a 0-d array")
-    m = compressed.ndim - 1
-    if plain.ndim != m + 1:
-        raise InvariantError("3.3", name, f"{p}.ndim must be {m + 1} (batch_dim + 1, from {c}), got {plain.ndim}")
-    b = _block_ndim(layout)
-    if values.ndim < m + 1 + b:
-        raise InvariantError("3.4", name, f"values.ndim must be at least {m + 1 + b} (batch_dim + 1"
-                             f"{' + 2 block dims' if b else ''}), got {values.ndim}")
-    n = values.ndim - m - 1 - b
-    if len(shape) != m + 2 + n:
-        raise InvariantError("3.1", name, f"size must have batch_dim + 2 + dense_dim = {m} + 2 + {n} = {m + 2 + n} "
-                             f"dims (from the members), got {len(shape)}: {tuple(shape)}")
-    batch = tuple(shape[:m])
-    blocksize = tuple(values.shape[m + 1: m + 1 + b]) if b else (1, 1)
-    rows, cols = shape[m], shape[m + 1]
-    if b and 0 in blocksize:
-        raise InvariantError("3.10", name, f"blocksize must be positive, got {blocksize} "
-                             f"(values.shape[{m + 1}:{m + 3}])")
-    if rows % blocksize[0] or cols % blocksize[1]:
-        raise InvariantError("3.1", name, f"the sparse sizes ({rows}, {cols}) must be multiples of the "
-                             f"blocksize {blocksize} (values.shape[{m + 1}:{m + 3}])")
-    n_compressed = rows // blocksize[0] if layout.compressed_rows else cols // blocksize[1]
-    if tuple(compressed.shape) != batch + (n_compressed + 1,):
-        raise InvariantError("3.8", name, f"{c}.shape must be batch + (n + 1,) = {batch + (n_compressed + 1,)}, "
-                             f"got {tuple(compressed.shape)}")
-    if tuple(plain.shape[:-1]) != batch:
-        raise InvariantError("3.9", name, f"{p}.shape must be batch + (nnz,) with batch={batch}, got "
-                             f"{tuple(plain.shape)}")
-    nnz = plain.shape[-1]
-    expect = batch + (nnz,) + (blocksize if b else ()) + tuple(shape[m + 2:])
-    if tuple(values.shape) != expect:
-        raise InvariantError("3.10", name, f"values.shape must be batch + (nnz,){' + blocksize' if b else ''} "
-                             f"+ dense = {expect}, got {tuple(values.shape)}")
-    if not compressed.flags.c_contiguous or not plain.flags.c_contiguous:
-        raise InvariantError("3.5" if not compressed.flags.c_contiguous else "3.6", name,
-                             "index arrays must be C-contiguous")
-    if not _values_layout_ok(values, m, n, b):
-        raise InvariantError("3.7", name, "values must be contiguous"
-                             + (" or contiguous after swapping the two block dims" if b else ""))
-    check_fits(compressed.dtype, name, nnz=nnz, nrows=rows, ncols=cols)
-    return m, n, blocksize
-
-
-def _values_layout_ok(values: np.ndarray, m: int, n: int, b: int) -> bool:
-    if values.flags.c_contiguous:
-        return True
-    return bool(b) and values.swapaxes(-2 - n, -1 - n).flags.c_contiguous
-
-
 def _host_max(plain: np.ndarray) -> int:
     return int(plain.max())
 
@@ -263,7 +161,7 @@ def estimate_compressed_shape(compressed, plain, values, layout, index_max=_host
     ``index_max(plain)`` and ``max_step(compressed)`` read the two numbers: NumPy here, a
     device reduction for device arrays (:mod:`sparsetensor.cuda.tensor`)."""
     m = compressed.ndim - 1
-    b = _block_ndim(layout)
+    b = block_ndim(layout)
     if plain.ndim != m + 1:
         raise InvariantError("3.3", layout.name, f"{layout.plain_name}.ndim must be {m + 1}, got {plain.ndim}")
     if values.ndim < m + 1 + b:
@@ -282,9 +180,9 @@ def estimate_compressed_shape(compressed, plain, values, layout, index_max=_host
 
 def _prepare_values(values: np.ndarray, m: int, layout: L.Layout) -> np.ndarray:
     """Contiguous values (3.7): a documented copy unless already contiguous (or block-transposed contiguous)."""
-    b = _block_ndim(layout)
+    b = block_ndim(layout)
     n = values.ndim - m - 1 - b
-    if n >= 0 and _values_layout_ok(values, m, n, b):
+    if n >= 0 and values_contiguous(values, n, b):
         return values
     return values.copy(order="C")
 
@@ -344,12 +242,12 @@ def sparse_compressed_tensor(compressed_indices, plain_indices, values, size=Non
                              f"{layout.compressed_name} ({compressed.dtype}), got {plain.dtype}")
     if size is None:
         size = estimate_compressed_shape(compressed, plain, values, layout)
-    shape = _as_size(size)
-    check_compressed_members(compressed, plain, values, shape, layout)
+    shape = as_size(size)
+    meta = compressed_meta(compressed, plain, values, shape, layout)
     check = resolve_check(check_invariants)
     t = CompressedTensor(compressed, plain, values, shape, layout, canonical=check)
     if check:
-        check_compressed_indices(compressed, plain, layout, t.plain_size)
+        check_compressed_indices(compressed, plain, layout, meta.plain_size)
     return _on_device(t, device)
 
 

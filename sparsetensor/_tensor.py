@@ -7,7 +7,10 @@ roles of rows and columns (``layout.compressed_rows``). Every method is written
 once, over compressed/plain, and translated to rows/columns only at the edges.
 
 Constructors that check their input live in :mod:`sparsetensor._factory`; the
-class constructors here trust their arguments.
+class constructors here trust their arguments. The classes hold the members, the
+attributes and the O(1)/O(nnz) checks; the ops (``t.sum()``, ``t @ x``, ``t.to_sparse()``,
+...) are bound onto them once, from the one table of public ops in :mod:`sparsetensor._api`,
+which also makes the ``st.*`` functions. This module imports nothing above itself.
 """
 
 from __future__ import annotations
@@ -17,6 +20,10 @@ import math
 import numpy as np
 
 from . import _layout as L
+from ._device import as_device, is_device_like, move
+from ._dtypes import as_index_dtype, as_value_dtype, check_fits
+from ._meta import compressed_meta, coo_meta, normalize_dim
+from ._validate import check_compressed_indices, check_coo_indices
 
 __all__ = ["SparseTensor", "COOTensor", "CompressedTensor", "REPR_LIMIT"]
 
@@ -25,12 +32,6 @@ REPR_LIMIT = 64
 
 # np.asarray(t) densifies only up to this many elements (see __array__).
 DENSIFY_LIMIT = 1 << 27
-
-
-def _normalize_dim(dim: int, ndim: int) -> int:
-    if not -ndim <= dim < ndim:
-        raise IndexError(f"dimension {dim} out of range for a tensor of {ndim} dims")
-    return dim % ndim
 
 
 def _fmt_array(name: str, a: np.ndarray) -> str:
@@ -56,7 +57,7 @@ class _SparseBase:
 
     def size(self, dim: int | None = None):
         """The shape, or one of its sizes (torch spelling)."""
-        return self._shape if dim is None else self._shape[_normalize_dim(dim, self.ndim)]
+        return self._shape if dim is None else self._shape[normalize_dim(dim, self.ndim)]
 
     @property
     def ndim(self) -> int:
@@ -101,8 +102,6 @@ class _SparseBase:
         >>> t.to("float32").dtype
         dtype('float32')
         """
-        from ._device import as_device, is_device_like
-
         for a in args:
             if is_device_like(a):
                 device = a
@@ -111,14 +110,10 @@ class _SparseBase:
         there = self.device if device is None else as_device(device)
         if there != self.device:
             if self.device == "cpu":
-                from .cuda import to_device
-
-                return to_device(self.to(dtype=dtype, index_dtype=index_dtype), there)
+                return move(self.to(dtype=dtype, index_dtype=index_dtype), there)
             if there == "cpu":
                 return self.cpu().to(dtype=dtype, index_dtype=index_dtype)
-            from .cuda import to_device
-
-            return to_device(self, there).to(dtype=dtype, index_dtype=index_dtype)
+            return move(self, there).to(dtype=dtype, index_dtype=index_dtype)
         out = self
         if dtype is not None:
             out = out.astype(dtype, copy=copy)
@@ -134,8 +129,6 @@ class _SparseBase:
 
     def astype(self, dtype, copy: bool = True):
         """The same tensor with values converted to ``dtype`` (indices shared unless ``copy``)."""
-        from ._dtypes import as_value_dtype
-
         dt = as_value_dtype(dtype)
         if dt == self.dtype and not copy:
             return self
@@ -179,60 +172,6 @@ class SparseTensor(_SparseBase):
 
     _cast_index = _cast_values
 
-    # -- conversions --------------------------------------------------------------
-    def to_dense(self, *, threads: int | None = None) -> np.ndarray:
-        """The dense NumPy array this tensor represents (duplicates are summed).
-
-        Examples
-        --------
-        >>> import sparsetensor as st
-        >>> st.sparse_csr_tensor([0, 1, 2], [1, 0], [5, 6], size=(2, 2)).to_dense()
-        array([[0, 5],
-               [6, 0]])
-        """
-        from ._dense import to_dense
-
-        return to_dense(self, threads=threads)
-
-    def to_sparse(self, layout=None, *, blocksize=None, dense_dim=None, threads: int | None = None):
-        """Convert to another sparse layout (``layout=None`` keeps this one).
-
-        See :func:`sparsetensor._convert.to_sparse` for the rules (batch dims,
-        blocks, dense dims); converting to the same layout returns ``self``.
-        """
-        from ._convert import to_sparse
-
-        return to_sparse(self, self._layout if layout is None else layout, blocksize=blocksize,
-                         dense_dim=dense_dim, threads=threads)
-
-    def to_sparse_coo(self, *, threads: int | None = None):
-        return self.to_sparse(L.sparse_coo, threads=threads)
-
-    def to_sparse_csr(self, *, dense_dim=None, threads: int | None = None):
-        return self.to_sparse(L.sparse_csr, dense_dim=dense_dim, threads=threads)
-
-    def to_sparse_csc(self, *, dense_dim=None, threads: int | None = None):
-        return self.to_sparse(L.sparse_csc, dense_dim=dense_dim, threads=threads)
-
-    def to_sparse_bsr(self, blocksize, *, dense_dim=None, threads: int | None = None):
-        return self.to_sparse(L.sparse_bsr, blocksize=blocksize, dense_dim=dense_dim, threads=threads)
-
-    def to_sparse_bsc(self, blocksize, *, dense_dim=None, threads: int | None = None):
-        return self.to_sparse(L.sparse_bsc, blocksize=blocksize, dense_dim=dense_dim, threads=threads)
-
-    def to_scipy(self, kind: str = "array"):
-        """A SciPy sparse array (or ``kind="matrix"``) sharing this tensor's arrays; see
-        :func:`sparsetensor.to_scipy`."""
-        from .interop.scipy import to_scipy
-
-        return to_scipy(self, kind)
-
-    def to_torch(self, *, copy=None, check_invariants=None):
-        """A CPU PyTorch tensor of this layout sharing this tensor's memory; see :func:`sparsetensor.to_torch`."""
-        from .interop.torch import to_torch
-
-        return to_torch(self, copy=copy, check_invariants=check_invariants)
-
     def __array__(self, dtype=None, copy=None):
         if copy is False:
             raise ValueError("a sparse tensor cannot be viewed as a dense array without a copy")
@@ -249,64 +188,6 @@ class SparseTensor(_SparseBase):
     def mT(self):
         """The transpose of the two sparse (matrix) dims: a view for compressed layouts."""
         return self._matrix_transpose()
-
-    # -- shape and indexing (sparsetensor.ops.shape) --------------------------------------
-    def transpose(self, dim0: int, dim1: int):
-        """Swap two dims of one kind (batch, sparse or dense); swapping the two sparse dims of a
-        compressed tensor is a view (csr <-> csc, bsr <-> bsc). See :func:`sparsetensor.ops.shape.transpose`."""
-        from .ops.shape import transpose
-
-        return transpose(self, dim0, dim1)
-
-    def narrow(self, dim: int, start: int, length: int, *, threads: int | None = None):
-        """Elements ``start:start + length`` along ``dim`` (a copy); see :func:`sparsetensor.ops.shape.narrow`."""
-        from .ops.shape import narrow
-
-        return narrow(self, dim, start, length, threads=threads)
-
-    narrow_copy = narrow
-
-    def select(self, dim: int, index: int, *, threads: int | None = None):
-        """Index ``index`` along ``dim``, dropping the dim; see :func:`sparsetensor.ops.shape.select`."""
-        from .ops.shape import select
-
-        return select(self, dim, index, threads=threads)
-
-    def index_select(self, dim: int, index, *, threads: int | None = None):
-        """The entries at ``index`` (repeats allowed) along ``dim``; see :func:`sparsetensor.ops.shape.index_select`."""
-        from .ops.shape import index_select
-
-        return index_select(self, dim, index, threads=threads)
-
-    def nonzero(self, *, threads: int | None = None) -> np.ndarray:
-        """``(n, ndim)`` int64 coordinates of the specified elements that are nonzero."""
-        from .ops.shape import nonzero
-
-        return nonzero(self, threads=threads)
-
-    def zero_(self):
-        """In place: drop every entry (nnz 0), keeping shape, layout and dtypes. Returns ``self``."""
-        from .ops.shape import zero_
-
-        return zero_(self)
-
-    def copy_(self, src, *, threads: int | None = None):
-        """In place: take ``src``'s values (any layout or an array of this shape). Returns ``self``."""
-        from .ops.shape import copy_
-
-        return copy_(self, src, threads=threads)
-
-    def resize_as_(self, other):
-        """In place: take ``other``'s shape (PyTorch's ``sparse_resize_`` rules). Returns ``self``."""
-        from .ops.shape import resize_as_
-
-        return resize_as_(self, other)
-
-    def sparse_mask(self, mask, *, threads: int | None = None):
-        """This tensor's values at ``mask``'s pattern, in ``mask``'s layout."""
-        from .ops.shape import sparse_mask
-
-        return sparse_mask(self, mask, threads=threads)
 
     def check_invariants(self, *, threads: int | None = None) -> None:
         """Re-check every invariant of this tensor (O(1) and O(nnz)); raise :class:`InvariantError`.
@@ -391,8 +272,6 @@ class _COOBase:
         return type(self)(indices, values, self._shape, self._coalesced)
 
     def _with_index_dtype(self, index_dtype):
-        from ._dtypes import as_index_dtype, check_fits
-
         dt = as_index_dtype(index_dtype)
         if dt == self.index_dtype:
             return self
@@ -425,17 +304,6 @@ class COOTensor(_COOBase, SparseTensor):
     def _like(self, indices, values):
         return COOTensor(indices, values, self._shape, self._coalesced, self._checked)
 
-    def coalesce(self, *, threads: int | None = None) -> "COOTensor":
-        """Sort the indices lexicographically and sum the values of duplicates (bool: logical or).
-
-        An already coalesced tensor is returned as it is (no copy).
-        """
-        if self._coalesced:
-            return self
-        from ._coalesce import coalesce
-
-        return coalesce(self, threads=threads)
-
     def _coalesced_checked(self, threads: int | None = None) -> "COOTensor":
         """:meth:`coalesce`, and the O(nnz) check (C4-C6) of a tensor that was flagged coalesced
         but never checked: for kernels that address memory or split batches by its indices."""
@@ -448,11 +316,7 @@ class COOTensor(_COOBase, SparseTensor):
         return [("indices", self._indices), ("values", self._values)]
 
     def check_invariants(self, *, threads: int | None = None) -> None:
-        from ._factory import check_coo_members
-
-        check_coo_members(self._indices, self._values, self._shape)
-        from ._validate import check_coo_indices
-
+        coo_meta(self._indices, self._values, self._shape)
         check_coo_indices(self._indices, self._shape, coalesced=self._coalesced, threads=threads)
         self._checked = True
 
@@ -559,8 +423,6 @@ class _CompressedBase:
         return type(self)(c, p, values, self._shape, self._layout, self._canonical)
 
     def _with_index_dtype(self, index_dtype):
-        from ._dtypes import as_index_dtype, check_fits
-
         dt = as_index_dtype(index_dtype)
         if dt == self.index_dtype:
             return self
@@ -588,29 +450,13 @@ class CompressedTensor(_CompressedBase, SparseTensor):
         self._layout = layout
         self._canonical = bool(canonical)
 
-    def coalesce(self, *, threads: int | None = None) -> "CompressedTensor":
-        """Repair unchecked input: sort each row's (column's) plain indices and sum duplicates.
-
-        A tensor known to satisfy 5.6 is returned as it is (no copy).
-        """
-        if self._canonical:
-            return self
-        from ._coalesce import sum_duplicates
-
-        return sum_duplicates(self, threads=threads)
-
-    sum_duplicates = coalesce
-
     def _members(self):
         return [(self._layout.compressed_name, self._compressed), (self._layout.plain_name, self._plain),
                 ("values", self._values)]
 
     def check_invariants(self, *, threads: int | None = None) -> None:
-        from ._factory import check_compressed_members
-        from ._validate import check_compressed_indices
-
-        check_compressed_members(self._compressed, self._plain, self._values, self._shape, self._layout)
-        check_compressed_indices(self._compressed, self._plain, self._layout, self.plain_size, threads=threads)
+        meta = compressed_meta(self._compressed, self._plain, self._values, self._shape, self._layout)
+        check_compressed_indices(self._compressed, self._plain, self._layout, meta.plain_size, threads=threads)
         self._canonical = True
 
     def _matrix_transpose(self) -> "CompressedTensor":
@@ -623,128 +469,3 @@ class CompressedTensor(_CompressedBase, SparseTensor):
             values = values.swapaxes(-2 - n, -1 - n)
         return CompressedTensor(self._compressed, self._plain, values, tuple(shape), self._layout.transposed,
                                 self._canonical)
-
-
-# -- operations, wired from the ops modules ------------------------------------------------------
-# Each method is a thin delegate to a function in sparsetensor.ops, imported on first use so
-# that importing sparsetensor stays cheap. Generated here rather than written out 40 times.
-_POINTWISE = ("abs", "neg", "negative", "sign", "sgn", "sqrt", "square", "sin", "sinh", "tan", "tanh", "asin",
-              "asinh", "atan", "atanh", "expm1", "log1p", "ceil", "floor", "round", "trunc", "frac", "relu",
-              "conj", "pow", "exp", "exp2", "cos", "cosh", "acos", "acosh", "log", "log2", "log10", "sigmoid",
-              "rsqrt", "reciprocal")
-_REDUCE = ("sum", "mean", "norm", "amax", "amin", "softmax", "log_softmax")
-
-
-def _delegate(module: str, name: str):
-    def method(self, *args, **kwargs):
-        import importlib
-
-        return getattr(importlib.import_module(module), name)(self, *args, **kwargs)
-
-    method.__name__ = method.__qualname__ = name
-    method.__doc__ = f"See :func:`{module}.{name}`."
-    return method
-
-
-for _name in _POINTWISE:
-    setattr(SparseTensor, _name, _delegate("sparsetensor.ops.pointwise", _name))
-for _name in _REDUCE:
-    setattr(SparseTensor, _name, _delegate("sparsetensor.ops.reduce", _name))
-del _name
-
-
-def _numpy_axis(method):
-    """Accept NumPy's spelling too (``np.sum(t, axis=...)`` calls ``t.sum(axis=..., out=None)``)."""
-    def wrapped(self, dim=None, keepdim=False, *, axis=None, keepdims=None, out=None, **kwargs):
-        if out is not None:
-            raise TypeError(f"{method.__name__}() of a sparse tensor does not support out=")
-        return method(self, dim if axis is None else axis, keepdim if keepdims is None else keepdims, **kwargs)
-
-    wrapped.__name__ = wrapped.__qualname__ = method.__name__
-    wrapped.__doc__ = method.__doc__
-    return wrapped
-
-
-SparseTensor.sum = _numpy_axis(SparseTensor.sum)
-SparseTensor.mean = _numpy_axis(SparseTensor.mean)
-SparseTensor.real = property(_delegate("sparsetensor.ops.pointwise", "real"), doc="Real part (values view or copy).")
-SparseTensor.imag = property(_delegate("sparsetensor.ops.pointwise", "imag"), doc="Imaginary part.")
-
-
-def _binary(name: str, reflected: bool = False):
-    """``a OP b`` -> :func:`sparsetensor.ops.binary.<name>` (operands swapped when reflected)."""
-    def op(self, other):
-        from .ops import binary
-
-        fn = getattr(binary, name)
-        return fn(other, self) if reflected else fn(self, other)
-
-    op.__name__ = op.__qualname__ = f"__{'r' if reflected else ''}{name}__"
-    return op
-
-
-SparseTensor.__add__ = _binary("add")
-SparseTensor.__radd__ = _binary("add", reflected=True)
-SparseTensor.__sub__ = _binary("sub")
-SparseTensor.__rsub__ = _binary("sub", reflected=True)
-SparseTensor.__mul__ = _binary("mul")
-SparseTensor.__rmul__ = _binary("mul", reflected=True)
-SparseTensor.__truediv__ = _binary("div")
-SparseTensor.__rtruediv__ = _binary("div", reflected=True)
-
-
-def _abs(self):
-    from .ops.pointwise import abs as abs_
-
-    return abs_(self)
-
-
-def _neg(self):
-    from .ops.pointwise import neg
-
-    return neg(self)
-
-
-def _pow(self, exponent):
-    if not np.isscalar(exponent):
-        return NotImplemented
-    from .ops.pointwise import pow as pow_
-
-    return pow_(self, exponent)
-
-
-def _array_ufunc(self, ufunc, method, *inputs, **kwargs):
-    if ufunc is np.matmul and method == "__call__" and not kwargs:  # ndarray @ sparse
-        from .ops.blas import matmul
-
-        return matmul(*inputs)
-    from .ops.pointwise import array_ufunc
-
-    return array_ufunc(self, ufunc, method, *inputs, **kwargs)
-
-
-SparseTensor.__abs__ = _abs
-SparseTensor.__neg__ = _neg
-SparseTensor.__pow__ = _pow
-SparseTensor.__array_ufunc__ = _array_ufunc
-
-
-def _matmul(self, other):
-    from .ops.blas import matmul
-
-    return matmul(self, other)
-
-
-def _rmatmul(self, other):
-    from .ops.blas import matmul
-
-    return matmul(other, self)
-
-
-SparseTensor.__matmul__ = _matmul
-SparseTensor.__rmatmul__ = _rmatmul
-for _name in ("mm", "mv", "bmm", "smm", "hspmm"):
-    setattr(SparseTensor, _name, _delegate("sparsetensor.ops.blas", _name))
-for _name in ("add", "sub", "mul", "div", "maximum", "minimum"):
-    setattr(SparseTensor, _name, _delegate("sparsetensor.ops.binary", _name))
-del _name

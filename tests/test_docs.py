@@ -11,7 +11,9 @@ MODULES = ["sparsetensor._errors", "sparsetensor._config", "sparsetensor._factor
            "sparsetensor._dense", "sparsetensor.interop.scipy",
            "sparsetensor._coalesce", "sparsetensor._convert", "sparsetensor.ops.shape",
            "sparsetensor.ops.pointwise", "sparsetensor.ops.reduce", "sparsetensor.ops.blas",
-           "sparsetensor.ops.binary", "sparsetensor.ops.spgemm"]
+           "sparsetensor.ops.binary", "sparsetensor.ops.spgemm",
+           "sparsetensor.ops.select", "sparsetensor.ops.join", "sparsetensor.ops.inplace", "sparsetensor.ops.mask",
+           "sparsetensor._api", "sparsetensor._meta", "sparsetensor._canonical"]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -131,9 +131,9 @@ def _coo_to_rows(t):
     bounds = P.read_ints(dev, P.take_strided(dev, ptr, rows, B + 1)) if B else np.zeros(1, np.int64)
     per_batch = np.diff(bounds)
     if per_batch.size and (per_batch != per_batch[0]).any():
-        from .._convert import _same_nnz
+        from .._canonical import same_nnz
 
-        _same_nnz(per_batch, batch, "coo -> csr: every batch (the leading sparse dims but two) must have the same nnz")
+        same_nnz(per_batch, batch, "coo -> csr: every batch (the leading sparse dims but two) must have the same nnz")
     nnz = int(per_batch[0]) if B else 0
     check_fits(idx.dtype, "csr", nnz=nnz)
     comp = P.batch_offsets(dev, ptr, B, rows, 1, idx.dtype)

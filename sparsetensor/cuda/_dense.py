@@ -103,7 +103,8 @@ def from_dense(array, layout="csr", *, blocksize=None, dense_dim: int = 0, batch
     >>> t.col_indices().get(), t.values().get()                            # doctest: +SKIP
     (array([1, 0]), array([1., 2.]))
     """
-    from .._dense import check_batch_nnz, check_from_dense
+    from .._canonical import same_nnz
+    from .._dense import check_from_dense
     from .tensor import CudaCompressedTensor, CudaCOOTensor
 
     if L.as_layout(layout) is L.strided:
@@ -140,7 +141,7 @@ def from_dense(array, layout="csr", *, blocksize=None, dense_dim: int = 0, batch
     scan = P.exclusive_scan(dev, flags)
     bounds = P.read_ints(dev, P.take_strided(dev, scan, nmajor * nminor, B + 1)) if B else np.zeros(1, np.int64)
     counts = np.diff(bounds)
-    check_batch_nnz(counts, batch, layout)
+    same_nnz(counts, batch, f"every batch of a {layout.name} tensor must have the same nnz")
     nnz = int(counts[0]) if B else 0
     block = bs if layout.blocked else ()
     plain = P.empty(dev, batch + (nnz,), idx_dt)

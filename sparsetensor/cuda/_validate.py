@@ -100,15 +100,14 @@ def check_coo(t) -> None:
 
 def check_tensor(t) -> None:
     """Every invariant of a device tensor: the O(1) member checks, then the O(nnz) scans on the device."""
-    from .._factory import check_compressed_members, check_coo_members
-    from .tensor import CudaCOOTensor, CudaCompressedTensor, _Checkable
+    from .._meta import compressed_meta, coo_meta
+    from .tensor import CudaCOOTensor, CudaCompressedTensor
 
     if isinstance(t, CudaCOOTensor):
-        check_coo_members(_Checkable(t.indices()), _Checkable(t.values()), t.shape)
+        coo_meta(t.indices(), t.values(), t.shape)
         check_coo(t)
     elif isinstance(t, CudaCompressedTensor):
-        check_compressed_members(_Checkable(t.compressed_indices()), _Checkable(t.plain_indices()),
-                                 _Checkable(t.values()), t.shape, t.layout)
+        compressed_meta(t.compressed_indices(), t.plain_indices(), t.values(), t.shape, t.layout)
         check_compressed(t)
     else:
         raise TypeError(f"expected a CUDA sparse tensor, got {type(t).__name__}")

@@ -165,10 +165,10 @@ class CudaCOOTensor(_COOBase, CudaSparseTensor):
     def transpose(self, dim0: int, dim1: int):
         """Swapping two sparse dims permutes the index rows (device copies; the result is not
         coalesced, as on the CPU); transposing dense dims has no GPU kernel."""
-        from .._tensor import _normalize_dim
+        from .._meta import normalize_dim
         from . import _primitives as P
 
-        a, b = _normalize_dim(dim0, self.ndim), _normalize_dim(dim1, self.ndim)
+        a, b = normalize_dim(dim0, self.ndim), normalize_dim(dim1, self.ndim)
         S = self.sparse_dim
         if a == b:
             return self
@@ -221,10 +221,10 @@ class CudaCompressedTensor(_CompressedBase, CudaSparseTensor):
 
     def transpose(self, dim0: int, dim1: int):
         """Swapping the two sparse dims is ``mT``; other transposes have no GPU kernel."""
-        from .._tensor import _normalize_dim
+        from .._meta import normalize_dim
 
         m = self.batch_dim
-        if {_normalize_dim(dim0, self.ndim), _normalize_dim(dim1, self.ndim)} == {m, m + 1}:
+        if {normalize_dim(dim0, self.ndim), normalize_dim(dim1, self.ndim)} == {m, m + 1}:
             return self.mT
         raise NotImplementedError(f"transpose({dim0}, {dim1}) of a {self._layout.name} tensor on cuda: only the two "
                                   "sparse dims (.mT) have a GPU kernel")
@@ -322,23 +322,6 @@ def to_host(t):
         return CompressedTensor(t.compressed_indices().get(), t.plain_indices().get(), t.values().get(), t.shape,
                                 t.layout, t.is_coalesced())
     raise TypeError(f"to_host expects a CUDA sparse tensor, got {type(t).__name__}")
-
-
-class _Flags:
-    """What the CPU member checks read of ``.flags``: device arrays are always C-contiguous."""
-
-    c_contiguous = True
-    writeable = True
-
-
-class _Checkable:
-    """A DeviceArray seen by the CPU's O(1) member checks (shape, ndim, dtype, flags)."""
-
-    def __init__(self, a: DeviceArray):
-        self.shape, self.ndim, self.dtype, self.flags = a.shape, a.ndim, a.dtype, _Flags()
-
-    def swapaxes(self, *args):
-        return self
 
 
 def cast_values(a: DeviceArray, dtype) -> DeviceArray:
@@ -459,13 +442,14 @@ def coo_tensor(indices, values, size=None, *, dtype=None, device=None, check_inv
     ((2, 3), 'cuda:0')
     """
     from .._config import resolve_check
-    from .._factory import check_coo_members, coo_indices_and_shape
+    from .._factory import coo_indices_and_shape
+    from .._meta import coo_meta
 
     dev, m = _place_members({"indices": indices, "values": values}, device)
     vals = _device_values(m["values"], dev, dtype)
     idx = _device_index(m["indices"], dev, "indices", "coo")
     idx, shape = coo_indices_and_shape(idx, vals, size, _index_extrema)
-    check_coo_members(_Checkable(idx), _Checkable(vals), shape)
+    coo_meta(idx, vals, shape)
     t = CudaCOOTensor(idx, vals, shape, bool(is_coalesced) or idx.shape[1] <= 1)
     if resolve_check(check_invariants):
         validate(t)
@@ -484,7 +468,8 @@ def compressed_tensor(compressed_indices, plain_indices, values, size=None, *, l
     """
     from .._config import resolve_check
     from .._errors import InvariantError
-    from .._factory import _as_size, check_compressed_members, estimate_compressed_shape
+    from .._factory import estimate_compressed_shape
+    from .._meta import as_size, compressed_meta
 
     layout = L.as_layout(layout)
     if not layout.compressed:
@@ -501,8 +486,8 @@ def compressed_tensor(compressed_indices, plain_indices, values, size=None, *, l
                              f"{layout.compressed_name} ({c.dtype}), got {p.dtype}")
     if size is None:
         size = estimate_compressed_shape(c, p, v, layout, _plain_max, _max_step)
-    shape = _as_size(size)
-    check_compressed_members(_Checkable(c), _Checkable(p), _Checkable(v), shape, layout)
+    shape = as_size(size)
+    compressed_meta(c, p, v, shape, layout)
     check = resolve_check(check_invariants)
     t = CudaCompressedTensor(c, p, v, shape, layout, canonical=False)
     if check:

@@ -8,18 +8,25 @@ import numpy as np
 from .._tensor import SparseTensor
 
 
-def describe(x) -> str:
-    """A sparse tensor, dense array or scalar operand, in words (for error messages)."""
+def describe(x, *, dtype: bool = True) -> str:
+    """A sparse tensor, dense array or scalar operand, in words (for error messages); with
+    ``dtype=False`` the layout (or "dense array") and shape only."""
     if isinstance(x, SparseTensor):
+        if not dtype:
+            return f"{x.layout.name} tensor of shape {tuple(x.shape)}"
         extra = f", blocksize={x.blocksize}" if x.layout.blocked else ""
         return f"{x.layout.name} tensor of shape {tuple(x.shape)} ({x.dtype}{extra})"
+    if not dtype:
+        return f"dense array of shape {tuple(np.shape(x))}"
     if isinstance(x, np.ndarray) and x.ndim:
         return f"dense array of shape {x.shape} ({x.dtype})"
     return f"scalar {x!r}"
 
 
 def kernel_dtype(dtype: np.dtype) -> tuple[np.dtype, bool]:
-    """The dtype the kernels compute in, and whether it holds bools (logical ops)."""
+    """The dtype the elementwise and SpGEMM kernels compute in, and whether it holds bools
+    (logical ops). (The sparse @ dense kernels read integers as unsigned bits instead:
+    ``ops.blas._bits_dtype``.)"""
     if dtype == np.bool_:
         return np.dtype(np.uint8), True
     if dtype == np.float16:

@@ -47,7 +47,7 @@ import numbers
 import numpy as np
 
 from .._config import num_threads
-from .._convert import _checked
+from .._canonical import ensure_valid
 from .._dtypes import VALUE_DTYPES, check_fits
 from .._lib import _dense as _dense_kernels
 from .._lib import _convert as _convert_kernels
@@ -364,7 +364,7 @@ def _sampled(name: str, t: SparseTensor, dense: np.ndarray, combine, threads) ->
         full = np.broadcast_to(dense, t.shape)
         gathered = full[tuple(t.indices())] if t.sparse_dim else np.broadcast_to(full, (t.nnz,) + full.shape)
         return _with_values(name, t, combine(t.values(), gathered))
-    t = _checked(t, threads)
+    t = ensure_valid(t, repair=True, threads=threads)
     return _with_values(name, t, combine(t.values(), _gather_compressed(t, dense, threads)))
 
 
@@ -418,7 +418,7 @@ def _sparse_plus_dense(name: str, t: SparseTensor, t_scale, dense: np.ndarray, d
         t = t._coalesced_checked(threads)  # NumPy would wrap a negative index; each position is added once
         out[tuple(t.indices())] += _scaled(t.values(), t_scale, dtype)
         return out
-    t = _checked(t, threads)
+    t = ensure_valid(t, repair=True, threads=threads)
     m = t.batch_dim
     B, D = math.prod(t.shape[:m]), math.prod(t.shape[m + 2:])
     R, C = t.shape[m:m + 2]
@@ -430,7 +430,7 @@ def _sparse_plus_dense(name: str, t: SparseTensor, t_scale, dense: np.ndarray, d
     found = _dense_kernels.compressed_to_dense(c.reshape(B, c.shape[-1]), t.plain_indices().reshape(B, t.nnz), v,
                                                acc.reshape(B, R, C, D), t.layout.compressed_rows, True,
                                                num_threads(threads, v.size))
-    if found is not None:  # pragma: no cover - _checked has scanned the indices
+    if found is not None:  # pragma: no cover - ensure_valid has scanned the indices
         raise AssertionError(f"unexpected broken index {found}")
     return acc if kdt == dtype else acc.astype(dtype)
 
@@ -457,7 +457,7 @@ def _finish_values(ov: np.ndarray, dtype: np.dtype, logical: bool) -> np.ndarray
 
 
 def _merge_compressed(a, b, dtype, kdt, logical, op, union, alpha_k, threads) -> CompressedTensor:
-    a, b = _checked(a, threads), _checked(b, threads)
+    a, b = ensure_valid(a, repair=True, threads=threads), ensure_valid(b, repair=True, threads=threads)
     idx_dt = a.index_dtype if a.index_dtype == b.index_dtype else np.dtype(np.int64)
     m = a.batch_dim
     batch = a.shape[:m]

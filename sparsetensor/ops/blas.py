@@ -27,17 +27,16 @@ from __future__ import annotations
 
 import math
 import numbers
-import operator
 
 import numpy as np
 
 from .. import _layout as L
 from .._canonical import check_ends
-from .._config import num_threads
+from .._config import GRAIN_PRODUCT, num_threads
 from .._tensor import COOTensor, CompressedTensor, SparseTensor
 from .._validate import raise_compressed_error
 from .._lib import _spmm as _kernels
-from ._common import broadcasts_to
+from ._common import broadcasts_to, describe
 
 __all__ = ["matmul", "mm", "mv", "bmm", "addmm", "smm", "hspmm", "sspaddmm", "linear"]
 
@@ -53,7 +52,7 @@ def _work_dtype(rt: np.dtype) -> np.dtype:
     return np.dtype(np.float32) if rt == np.float16 else rt
 
 
-def _kernel_dtype(wt: np.dtype) -> np.dtype:
+def _bits_dtype(wt: np.dtype) -> np.dtype:
     """The kernels' view of ``wt``: integers and bool as unsigned of their width."""
     return _UNSIGNED[wt.itemsize] if wt.kind in "biu" else wt
 
@@ -81,9 +80,7 @@ def _as_dense(x, op: str, name: str) -> np.ndarray:
 
 
 def _describe(x) -> str:
-    if isinstance(x, SparseTensor):
-        return f"{x.layout.name} tensor of shape {tuple(x.shape)}"
-    return f"dense array of shape {tuple(np.shape(x))}"
+    return describe(x, dtype=False)
 
 
 def _mismatch(op: str, a, b, why: str) -> ValueError:
@@ -120,10 +117,6 @@ _ZERO.flags.writeable = False
 
 
 _LINE = 64  # bytes in a cache line
-# Products of fewer multiply-adds run on one thread: about 50-100 us of work, well above
-# the cost of a parallel region on an idle machine (on a busy one, waking a second thread
-# can cost a scheduler tick).
-_PARALLEL_GRAIN = 1 << 17
 
 
 def _aligned_copy(a: np.ndarray, dtype) -> np.ndarray:
@@ -168,10 +161,18 @@ def _product(S: SparseTensor, D: np.ndarray, rt: np.dtype, op: str, threads, ope
     """
     if D.ndim == 0:
         raise _mismatch(op, *operands, "matmul needs at least 1-d operands")
-    if isinstance(S, COOTensor):
-        return _coo_product(S, D, rt, op, threads, operands, transposed)
-    if not isinstance(S, CompressedTensor):
+    if not isinstance(S, SparseTensor):
         raise TypeError(f"{op}: expected a sparse tensor, got {type(S).__name__}")
+    return S._matmul_dense(D, rt, op, threads, operands, err_tensor, transposed)
+
+
+# ``S._matmul_dense(D, rt, op, threads, operands, err_tensor, transposed)``: the layout's body of
+# :func:`_product` (SciPy's ``_matmul_dispatch`` -> ``_matmul_vector``/``_matmul_multivector``
+# split), a hook bound on each class from the op table (sparsetensor._api).
+def _compressed_product(S: CompressedTensor, D: np.ndarray, rt: np.dtype, op: str, threads, operands,
+                        err_tensor=None, transposed=False):
+    """The ``_matmul_dense`` hook of the compressed layouts: row-parallel kernels (csr/bsr), the
+    transpose view (csc/bsc)."""
     err = S if err_tensor is None else err_tensor
     if S.dense_dim:
         raise NotImplementedError(f"{op}: a hybrid {err.layout.name} tensor (dense_dim={S.dense_dim}) times a "
@@ -186,7 +187,7 @@ def _product(S: SparseTensor, D: np.ndarray, rt: np.dtype, op: str, threads, ope
     out_batch, sb, db = _batch_maps(s_batch, d_batch, op, operands)
     Bs, Bd, Bo = math.prod(s_batch), math.prod(d_batch), math.prod(out_batch)
     wt = _work_dtype(rt)
-    kt = _kernel_dtype(wt)
+    kt = _bits_dtype(wt)
     Rb, Cb = S.blocksize
     nnz = S.nnz
     values = S.values()
@@ -202,7 +203,7 @@ def _product(S: SparseTensor, D: np.ndarray, rt: np.dtype, op: str, threads, ope
     check_ends(S, err)  # the kernel checks 5.3-5.5 as it scans
     c, p = S.compressed_indices(), S.plain_indices()
     c2, p2 = c.reshape(Bs, c.shape[-1]), p.reshape(Bs, nnz)
-    nt = num_threads(threads, Bo * (nnz * Rb * Cb + M) * N, grain=_PARALLEL_GRAIN)
+    nt = num_threads(threads, Bo * (nnz * Rb * Cb + M) * N, grain=GRAIN_PRODUCT)
     found = _kernels.spmm(c2, p2, values.view(kt), dense.view(kt), out.view(kt), sb, db, (Rb, Cb),
                           S.layout.compressed_rows, nt, block_transposed=block_transposed,
                           logical=wt == np.bool_, checked=S.is_coalesced())
@@ -211,7 +212,8 @@ def _product(S: SparseTensor, D: np.ndarray, rt: np.dtype, op: str, threads, ope
     return out.reshape(out_batch + ((M,) if vector else (M, N)))
 
 
-def _coo_product(S: COOTensor, D: np.ndarray, rt, op, threads, operands, transposed=False):
+def _coo_product(S: COOTensor, D: np.ndarray, rt, op, threads, operands, err_tensor=None, transposed=False):
+    """The ``_matmul_dense`` hook of COO: through csr (batch dims flattened into rows)."""
     if S.dense_dim:
         raise NotImplementedError(f"{op}: a hybrid coo tensor (dense_dim={S.dense_dim}) times a dense array "
                                   "is not supported")

@@ -45,10 +45,13 @@ import operator
 
 import numpy as np
 
+from .._canonical import ensure_valid
 from .._config import num_threads
 from .._dtypes import as_value_dtype
 from .._lib import _reduce as _kernels
+from .._meta import normalize_dim
 from .._tensor import COOTensor, CompressedTensor, SparseTensor
+from .._validate import check_coo_indices
 
 __all__ = ["sum", "mean", "norm", "amax", "amin", "softmax", "log_softmax"]
 
@@ -73,9 +76,7 @@ def _normalize_dims(dim, ndim: int, name: str):
             raise TypeError(f"{name}: dim must be None, an int or a sequence of ints, got {dim!r}") from None
     out = []
     for d in dims:
-        if not -ndim <= d < ndim:
-            raise IndexError(f"{name}: dimension {d} out of range for a tensor of {ndim} dims")
-        out.append(d % ndim)
+        out.append(normalize_dim(d, ndim, name))
     if len(set(out)) != len(out):
         raise ValueError(f"{name}: dim {dim!r} repeats a dimension")
     return tuple(sorted(out))
@@ -106,18 +107,6 @@ def _identity(op, dtype: np.dtype):
 def _coalesced(t, threads):
     """``t`` with distinct, bounds-checked indices (COO coalesced; compressed canonical)."""
     return t if t.is_coalesced() else t.coalesce(threads=threads)
-
-
-def _indices_checked(t, threads):
-    """``t`` whose indices are known to be in bounds, for a linear reduction (duplicates may stay)."""
-    if isinstance(t, COOTensor):
-        from .._validate import check_coo_indices
-
-        check_coo_indices(t.indices(), t.shape, threads=threads)
-        return t
-    from .._convert import _checked
-
-    return _checked(t, threads)
 
 
 def _map(result, fn):
@@ -207,21 +196,29 @@ def _check_nonempty_reduction(op, shape: tuple, dims: tuple, name: str) -> None:
                          "and a maximum/minimum of nothing has no value")
 
 
-def _squeeze(result, dims: tuple, keepdim: bool, ndim: int):
-    """Drop the reduced dims (size 1 in ``result``) unless ``keepdim``."""
+def _squeeze(result, dims: tuple, keepdim: bool):
+    """Drop the reduced dims (size 1 in ``result``) unless ``keepdim``: a dense result here, a
+    sparse one by its layout's hook (``_reduce_return``)."""
     if keepdim:
         return result
     if isinstance(result, np.ndarray):
         return result.reshape(tuple(s for d, s in enumerate(result.shape) if d not in dims))
-    if isinstance(result, COOTensor):
-        S = result.sparse_dim
-        keep_rows = [d for d in range(S) if d not in dims]
-        vshape = (result.nnz,) + tuple(s for d, s in enumerate(result.shape) if d >= S and d not in dims)
-        shape = tuple(s for d, s in enumerate(result.shape) if d not in dims)
-        return COOTensor(np.ascontiguousarray(result.indices()[keep_rows]), result.values().reshape(vshape), shape,
-                         result.is_coalesced())
-    # compressed: only dense dims (values' trailing axes) or batch dims of size 1 are dropped
-    t = result
+    return result._reduce_return(dims)
+
+
+def _squeeze_coo(result: COOTensor, dims: tuple) -> COOTensor:
+    """The ``_reduce_return`` hook of COO: drop the reduced sparse (index rows) and dense dims."""
+    S = result.sparse_dim
+    keep_rows = [d for d in range(S) if d not in dims]
+    vshape = (result.nnz,) + tuple(s for d, s in enumerate(result.shape) if d >= S and d not in dims)
+    shape = tuple(s for d, s in enumerate(result.shape) if d not in dims)
+    return COOTensor(np.ascontiguousarray(result.indices()[keep_rows]), result.values().reshape(vshape), shape,
+                     result.is_coalesced())
+
+
+def _squeeze_compressed(t: CompressedTensor, dims: tuple) -> CompressedTensor:
+    """The ``_reduce_return`` hook of the compressed layouts: only dense dims (values' trailing
+    axes) or batch dims of size 1 are dropped."""
     m = t.batch_dim
     b = 2 if t.layout.blocked else 0
     batch = tuple(s for d, s in enumerate(t.shape[:m]) if d not in dims)
@@ -234,17 +231,6 @@ def _squeeze(result, dims: tuple, keepdim: bool, ndim: int):
 
 
 # -- the reduction engine -------------------------------------------------------------------------------
-def _reduce(t, dims: tuple, op, threads):
-    """``op``-reduce ``t`` over ``dims`` (sorted, distinct), keeping them as size-1 dims.
-
-    ``t``'s values are already in the accumulation dtype. For amax/amin (``op`` not
-    np.add) ``t`` has distinct indices, and unspecified elements take part as zeros.
-    """
-    if isinstance(t, COOTensor):
-        return _reduce_coo(t, dims, op, threads)
-    return _reduce_compressed(t, dims, op, threads)
-
-
 def _with_zeros(op, red: np.ndarray, count, slot: int) -> np.ndarray:
     """Fold the unspecified elements (zeros) into ``red`` where ``count < slot`` (amax/amin)."""
     if op is np.add:
@@ -254,7 +240,13 @@ def _with_zeros(op, red: np.ndarray, count, slot: int) -> np.ndarray:
     return np.where(missing, op(red, np.zeros((), red.dtype)), red)
 
 
+# Each layout's body is a hook on its class (bound from the op table, sparsetensor._api):
+# ``t._reduce_calc(dims, op, threads)`` reduces ``t`` over ``dims`` (sorted, distinct),
+# keeping them as size-1 dims; ``t``'s values are already in the accumulation dtype, and for
+# amax/amin (``op`` not np.add) ``t`` has distinct indices and unspecified elements take part
+# as zeros. ``result._reduce_return(dims)`` drops them again (see :func:`_squeeze`).
 def _reduce_coo(t: COOTensor, dims: tuple, op, threads):
+    """The ``_reduce_calc`` hook of COO."""
     S = t.sparse_dim
     sparse_dims = [d for d in dims if d < S]
     value_axes = tuple(d - S + 1 for d in dims if d >= S)
@@ -269,7 +261,8 @@ def _reduce_coo(t: COOTensor, dims: tuple, op, threads):
         red = _with_zeros(op, red, t.nnz, math.prod(t.shape[:S]))
         return red.reshape(shape)
     kept = [d for d in range(S) if d not in sparse_dims]
-    t = _indices_checked(t, threads) if op is np.add and not t.is_coalesced() else t
+    if op is np.add and not t.is_coalesced():  # the linear reduction keeps duplicates: bounds only
+        check_coo_indices(t.indices(), t.shape, threads=threads)
     if op is np.add:
         r = COOTensor(np.ascontiguousarray(t.indices()[kept]), v, tuple(t.shape[d] for d in kept) + v.shape[1:],
                       False).coalesce(threads=threads)
@@ -317,6 +310,7 @@ def _group_by(t: COOTensor, kept: list, rest: list, threads):
 
 
 def _reduce_compressed(t: CompressedTensor, dims: tuple, op, threads):
+    """The ``_reduce_calc`` hook of the compressed layouts."""
     m = t.batch_dim
     b = 2 if t.layout.blocked else 0
     batch_dims = [d for d in dims if d < m]
@@ -337,7 +331,7 @@ def _reduce_compressed(t: CompressedTensor, dims: tuple, op, threads):
 def _compressed_dense(t: CompressedTensor, dims: tuple, op, threads) -> np.ndarray:
     """Reductions over a row or column dim of a compressed tensor: a dense result."""
     if op is not np.add or not t.is_coalesced():
-        t = _coalesced(t, threads) if op is not np.add else _indices_checked(t, threads)
+        t = _coalesced(t, threads) if op is not np.add else ensure_valid(t, repair=True, threads=threads)
     m, b = t.batch_dim, (2 if t.layout.blocked else 0)
     batch = t.shape[:m]
     B, nnz = math.prod(batch), t.nnz
@@ -403,8 +397,8 @@ def _run(t, dim, keepdim: bool, op, work_dtype, threads, name: str):
         # every dim: the values' sum; no index is read
         r = np.asarray(np.add.reduce(t.values(), axis=None)).reshape((1,) * t.ndim)
     else:
-        r = _reduce(t, dims, op, threads)
-    return _squeeze(r, dims, keepdim, t.ndim)
+        r = t._reduce_calc(dims, op, threads)
+    return _squeeze(r, dims, keepdim)
 
 
 # -- public reductions -----------------------------------------------------------------------------------
@@ -636,17 +630,23 @@ def _dense_softmax(v: np.ndarray, axis: int, log: bool) -> np.ndarray:
         return e / np.sum(e, axis=axis, keepdims=True)
 
 
-def _softmax_values(t, d: int, log: bool, threads) -> np.ndarray:
-    """The softmax values of ``t`` (distinct indices, a floating work dtype), in ``t``'s entry order."""
+# ``t._softmax_calc(d, log, threads)``: the softmax values of ``t`` (distinct indices, a floating
+# work dtype) along ``d``, in ``t``'s entry order; a hook per layout, as ``_reduce_calc``.
+def _softmax_coo(t: COOTensor, d: int, log: bool, threads) -> np.ndarray:
+    """The ``_softmax_calc`` hook of COO."""
     v = t.values()
-    if isinstance(t, COOTensor):
-        S = t.sparse_dim
-        if d >= S:
-            return _dense_softmax(v, d - S + 1, log)
-        kept = [k for k in range(S) if k != d]
-        perm, starts, _ = _group_by(t, kept, [d], threads)
-        E = math.prod(v.shape[1:])
-        return _segment_softmax(v.reshape(t.nnz, E), starts, E, perm, log, threads).reshape(v.shape)
+    S = t.sparse_dim
+    if d >= S:
+        return _dense_softmax(v, d - S + 1, log)
+    kept = [k for k in range(S) if k != d]
+    perm, starts, _ = _group_by(t, kept, [d], threads)
+    E = math.prod(v.shape[1:])
+    return _segment_softmax(v.reshape(t.nnz, E), starts, E, perm, log, threads).reshape(v.shape)
+
+
+def _softmax_compressed(t: CompressedTensor, d: int, log: bool, threads) -> np.ndarray:
+    """The ``_softmax_calc`` hook of the compressed layouts."""
+    v = t.values()
     m, b = t.batch_dim, (2 if t.layout.blocked else 0)
     if d >= m + 2:
         return _dense_softmax(v, d - 1 + b, log)
@@ -655,7 +655,7 @@ def _softmax_values(t, d: int, log: bool, threads) -> np.ndarray:
         # the compressed dim: transpose the storage (a counting sort); a batch dim: through COO
         layout = t.layout.transposed if d >= m else "coo"
         u = t.to_sparse(layout, blocksize=t.blocksize if t.layout.blocked and d >= m else None, threads=threads)
-        r = u._replace_values(_softmax_values(u, d, log, threads))
+        r = u._replace_values(u._softmax_calc(d, log, threads))
         back = r.to_sparse(t.layout, blocksize=t.blocksize if t.layout.blocked else None, threads=threads)
         return back.values()
     B, nnz = math.prod(t.shape[:m]), t.nnz
@@ -686,7 +686,7 @@ def _softmax(t, dim, dtype, log: bool, threads, name: str):
     work = _work_dtype(out_dtype)
     if work != out_dtype:
         t = t._replace_values(t.values().astype(work))
-    values = _softmax_values(t, d, log, threads)
+    values = t._softmax_calc(d, log, threads)
     return t._replace_values(np.ascontiguousarray(values.astype(out_dtype, copy=False)))
 
 

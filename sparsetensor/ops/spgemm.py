@@ -21,7 +21,7 @@ import numpy as np
 
 from .. import _layout as L
 from .._config import num_threads
-from .._convert import _checked
+from .._canonical import ensure_valid
 from .._dtypes import check_fits
 from .._lib import _spgemm as _kernels
 from .._tensor import COOTensor, CompressedTensor, SparseTensor
@@ -141,7 +141,7 @@ def _spgemm_compressed(a: CompressedTensor, b: CompressedTensor, threads) -> Com
 
 def _spgemm_rows(a: CompressedTensor, b: CompressedTensor, threads) -> CompressedTensor:
     """csr @ csr or bsr @ bsr (shapes, dtypes and blocks checked by the caller)."""
-    a, b = _checked(a, threads), _checked(b, threads)
+    a, b = ensure_valid(a, repair=True, threads=threads), ensure_valid(b, repair=True, threads=threads)
     idx_dt = a.index_dtype if a.index_dtype == b.index_dtype else np.dtype(np.int64)
     m = a.batch_dim
     batch = a.shape[:m]
@@ -334,7 +334,7 @@ def sampled_addmm(input, mat1, mat2, *, beta=1.0, alpha=1.0, threads: int | None
     beta_k = _check_scalar("beta", beta, dtype)
     alpha_k = _check_scalar("alpha", alpha, dtype)
     kdt, _ = _kernel_dtype(dtype)
-    inp = _checked(input, threads)
+    inp = ensure_valid(input, repair=True, threads=threads)
     B, B1, B2 = math.prod(batch), math.prod(b1), math.prod(b2)
     c, p, v = inp.compressed_indices(), inp.plain_indices(), inp.values()
     nnz = inp.nnz

@@ -1,0 +1,111 @@
+"""Helpers shared by the shape and indexing ops (:mod:`sparsetensor.ops.shape`): dim kinds,
+index arrays, compressed results in the kernels' standard form.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .._canonical import as_parts, ensure_valid
+from .._dtypes import raw_view
+from .._meta import values_contiguous
+from .._tensor import COOTensor, CompressedTensor, SparseTensor
+
+__all__ = ["_require_sparse", "_kind", "_values_axis", "_take_axis", "_compressed", "_contiguous_values",
+           "_is_nondecreasing", "_is_increasing", "_as_index", "_parts", "_value_rows", "_sparse_axis",
+           "_resized"]
+
+
+# -- helpers ------------------------------------------------------------------------------------
+def _require_sparse(t, op: str, name: str = "t") -> None:
+    if not isinstance(t, SparseTensor):
+        raise TypeError(f"{op} expects a sparse tensor for {name}, got {type(t).__name__}")
+
+
+def _kind(t, d: int) -> str:
+    """'batch', 'sparse' or 'dense': what dim ``d`` of ``t`` is (COO has no batch dims)."""
+    m = t.batch_dim
+    return "batch" if d < m else ("sparse" if d < m + t.sparse_dim else "dense")
+
+
+def _values_axis(t, d: int) -> int:
+    """The axis of ``t.values()`` that holds dense dim ``d`` (values dims align at the end)."""
+    return t.values().ndim - (t.ndim - d)
+
+
+def _take_axis(a: np.ndarray, axis: int, key) -> np.ndarray:
+    """``a`` indexed by ``key`` (a slice or an int) along ``axis``."""
+    return a[(slice(None),) * axis + (key,)]
+
+
+def _with_values(t, values: np.ndarray, shape: tuple):
+    """``t``'s indices with new ``values`` of a new dense or block shape (flags kept)."""
+    if t.layout.compressed:
+        return _compressed(t, t.compressed_indices(), t.plain_indices(), values, shape)
+    return COOTensor(t.indices(), values, tuple(shape), t.is_coalesced(), t._checked)
+
+
+def _compressed(t: CompressedTensor, c, p, v, shape, canonical=None) -> CompressedTensor:
+    """A compressed tensor of ``t``'s layout from members (made contiguous, 3.5-3.7)."""
+    dense_dim = v.ndim - c.ndim - (2 if t.layout.blocked else 0)
+    v = _contiguous_values(v, t.layout, dense_dim)
+    return CompressedTensor(np.ascontiguousarray(c), np.ascontiguousarray(p), v, tuple(shape), t.layout,
+                            t.is_coalesced() if canonical is None else canonical)
+
+
+def _contiguous_values(v: np.ndarray, layout, dense_dim: int) -> np.ndarray:
+    """``v``, or a contiguous copy when it breaks invariant 3.7."""
+    return v if values_contiguous(v, dense_dim, layout.blocked) else np.ascontiguousarray(v)
+
+
+def _is_nondecreasing(a: np.ndarray) -> bool:
+    return bool(a.size < 2 or (a[1:] >= a[:-1]).all())
+
+
+def _is_increasing(a: np.ndarray) -> bool:
+    return bool(a.size < 2 or (a[1:] > a[:-1]).all())
+
+
+def _as_index(index, size: int, op: str) -> np.ndarray:
+    """A 1-d int64 array of coordinates in [0, size) (PyTorch: int32/int64, no negatives)."""
+    from_list = not hasattr(index, "dtype")
+    a = np.asarray(index)
+    if from_list and (a.size == 0 or a.dtype.kind in "iu"):
+        a = a.astype(np.int64)
+    if a.dtype not in (np.int32, np.int64):
+        raise TypeError(f"{op}: index must have dtype int32 or int64, got {a.dtype}")
+    if a.ndim > 1:
+        raise ValueError(f"{op}: index must be 0-d or 1-d, got shape {a.shape}")
+    a = np.ascontiguousarray(a.reshape(-1), dtype=np.int64)
+    if a.size and (a.min() < 0 or a.max() >= size):
+        bad = a[(a < 0) | (a >= size)][0]
+        raise IndexError(f"{op}: index {bad} out of range for a dim of size {size}")
+    return a
+
+
+def _parts(t: CompressedTensor, threads):
+    """``t`` (scanned or repaired when unchecked) in the kernels' canonical form."""
+    return as_parts(ensure_valid(t, repair=True, threads=threads))
+
+
+def _value_rows(values: np.ndarray, n: int) -> np.ndarray:
+    """COO values as a raw ``(n, E)`` view."""
+    v = np.ascontiguousarray(values).reshape(n, math.prod(values.shape[1:]))
+    return raw_view(v)
+
+
+def _sparse_axis(t: CompressedTensor, d: int):
+    """For sparse dim ``d``: (is it the compressed dim, its block extent)."""
+    local = d - t.batch_dim
+    return (local == 0) == t.layout.compressed_rows, t.blocksize[local]
+
+
+def _resized(parts, compressed_dim: bool, size_blocks: int) -> tuple:
+    """parts.sparse with the compressed (or plain) dim resized to ``size_blocks`` blocks."""
+    rows, cols = parts.sparse
+    rb, cb = parts.blocksize
+    if compressed_dim == parts.layout.compressed_rows:
+        return (size_blocks * rb, cols)
+    return (rows, size_blocks * cb)

@@ -1,0 +1,206 @@
+"""The in-place ops: zero_, copy_ and resize_as_ (the rules are :mod:`sparsetensor.ops.shape`'s).
+
+They reassign the tensor's member attributes; the old arrays are not written, so other
+tensors sharing them are unaffected.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._dtypes import check_fits
+from .._tensor import COOTensor, SparseTensor
+from ._common import describe
+from ._shape_common import _require_sparse, _contiguous_values
+
+__all__ = ["zero_", "copy_", "resize_as_"]
+
+
+# -- zero_ ------------------------------------------------------------------------------------------
+def zero_(t):
+    """Drop every specified element, in place: nnz becomes 0, shape, layout and dtypes stay.
+
+    In place means that ``t``'s member attributes are replaced by new, empty arrays; the
+    old arrays are not written (tensors sharing them are unaffected). A COO result is
+    coalesced (as in PyTorch).
+
+    Examples
+    --------
+    >>> import sparsetensor as st
+    >>> from sparsetensor.ops.shape import zero_
+    >>> t = st.sparse_csr_tensor([0, 1, 2], [1, 0], [5.0, 6.0], size=(2, 2))
+    >>> zero_(t) is t, t.nnz, t.crow_indices()
+    (True, 0, array([0, 0, 0]))
+    """
+    _require_sparse(t, "zero_")
+    dt = t.index_dtype
+    if isinstance(t, COOTensor):
+        t._indices = np.empty((t.sparse_dim, 0), dtype=dt)
+        t._values = np.empty((0,) + t.shape[t.sparse_dim:], dtype=t.dtype)
+        t._coalesced = True
+        return t
+    m = t.batch_dim
+    batch = t.shape[:m]
+    t._compressed = np.zeros(batch + (t.compressed_indices().shape[-1],), dtype=dt)
+    t._plain = np.empty(batch + (0,), dtype=dt)
+    t._values = np.empty(batch + (0,) + t.values().shape[m + 1:], dtype=t.dtype)
+    t._canonical = True
+    return t
+
+
+
+# -- copy_ and resize_as_ ---------------------------------------------------------------------------
+def _own(a: np.ndarray, others) -> np.ndarray:
+    """``a``, or a copy of it when it may share memory with one of ``others``."""
+    return a.copy() if any(np.may_share_memory(a, o) for o in others) else a
+
+
+def copy_(dst, src, *, threads: int | None = None):
+    """Copy ``src`` into ``dst`` in place: ``dst`` takes ``src``'s elements in its own layout,
+    blocksize, value dtype and index dtype.
+
+    ``src`` is a sparse tensor of any layout (converted to ``dst``'s) or an array (converted
+    with :func:`sparsetensor.from_dense` into ``dst``'s dims); it must have ``dst``'s shape
+    and dense dims (``ValueError`` naming both). In place means that ``dst``'s member
+    attributes are replaced by new arrays; the old arrays are not written. ``dst`` never
+    shares memory with ``src`` afterwards.
+
+    PyTorch differs: its coo ``copy_`` resizes ``dst`` to ``src``'s shape, and its compressed
+    ``copy_`` needs the same layout and nnz (it refuses dense sources).
+
+    Examples
+    --------
+    >>> import numpy as np, sparsetensor as st
+    >>> from sparsetensor.ops.shape import copy_
+    >>> dst = st.from_dense(np.zeros((2, 2), np.float32), "csr")
+    >>> copy_(dst, st.from_dense(np.array([[0, 1], [2, 0]]), "coo")).values()
+    array([1., 2.], dtype=float32)
+    """
+    _require_sparse(dst, "copy_", "dst")
+    if isinstance(src, SparseTensor):
+        if src.shape != dst.shape or src.dense_dim != dst.dense_dim:
+            raise ValueError(f"copy_: dst is a {describe(dst, dtype=False)} with dense_dim={dst.dense_dim} but src is a {describe(src, dtype=False)} "
+                             f"with dense_dim={src.dense_dim}; shapes and dense dims must agree")
+        new = src.to_sparse(dst.layout, blocksize=dst.blocksize if dst.layout.blocked else None, threads=threads)
+        sources = [a for _, a in src._members()]
+    else:
+        from .._dense import from_dense
+
+        a = np.asarray(src)
+        if a.shape != dst.shape:
+            raise ValueError(f"copy_: dst is a {describe(dst, dtype=False)} but src is an array of shape {a.shape}")
+        new = from_dense(a.astype(dst.dtype, copy=False), dst.layout,
+                         blocksize=dst.blocksize if dst.layout.blocked else None, dense_dim=dst.dense_dim,
+                         batch_dim=dst.batch_dim, index_dtype=dst.index_dtype, threads=threads)
+        sources = [a]
+    new = new.astype(dst.dtype, copy=False)._with_index_dtype(dst.index_dtype)
+    if isinstance(dst, COOTensor):
+        dst._indices = _own(new.indices(), sources)
+        dst._values = _own(new.values(), sources)
+        dst._coalesced = new.is_coalesced()
+        dst._checked = new._checked
+    else:
+        dst._compressed = _own(new.compressed_indices(), sources)
+        dst._plain = _own(new.plain_indices(), sources)
+        dst._values = _own(new.values(), sources)
+        dst._canonical = new.is_coalesced()
+    return dst
+
+
+def _grown_values(values: np.ndarray, lead: int, old: tuple, new: tuple) -> np.ndarray:
+    """``values`` with its last dims grown from ``old`` to ``new`` sizes, zero-filled."""
+    if old == new:
+        return values
+    out = np.zeros(values.shape[:lead] + tuple(new), dtype=values.dtype)
+    out[(slice(None),) * lead + tuple(slice(0, s) for s in old)] = values
+    return out
+
+
+def resize_as_(t, other):
+    """Resize ``t`` in place to ``other``'s shape and dims split (PyTorch's ``sparse_resize_``).
+
+    ``other`` is any sparse tensor; only its shape and ``dense_dim`` are used (for coo
+    ``sparse_dim = other.ndim - other.dense_dim``; for compressed ``t`` the batch dims are
+    what is left). ``t`` keeps its layout, blocksize and dtypes.
+
+    - ``t.nnz == 0``: any shape and split are accepted (sizes along the sparse dims of
+      bsr/bsc must be multiples of the blocksize).
+    - ``t.nnz > 0``: the split (and the batch sizes of a compressed ``t``) must stay; no
+      size may shrink; sparse sizes may grow (entries keep their coordinates), dense
+      sizes may grow (new values are zero; PyTorch leaves them uninitialised).
+
+    Errors are ``ValueError``. In place means that ``t``'s attributes are replaced; the old
+    arrays are not written. (PyTorch's compressed ``resize_`` can break invariants 3.8
+    and 5.6 when rows shrink or blocks are involved; here shrinking is refused.)
+
+    Examples
+    --------
+    >>> import numpy as np, sparsetensor as st
+    >>> from sparsetensor.ops.shape import resize_as_
+    >>> t = st.from_dense(np.array([[1, 0], [0, 2]]), "csr")
+    >>> resize_as_(t, st.from_dense(np.zeros((3, 4)), "coo")).shape, t.crow_indices()
+    ((3, 4), array([0, 1, 2, 2]))
+    """
+    _require_sparse(t, "resize_as_")
+    _require_sparse(other, "resize_as_", "other")
+    shape, n = tuple(other.shape), other.dense_dim
+    dt = t.index_dtype
+    if isinstance(t, COOTensor):
+        S = len(shape) - n
+        if t.nnz and (S, n) != (t.sparse_dim, t.dense_dim):
+            raise ValueError(f"resize_as_: changing the split of a non-empty coo tensor (sparse_dim {t.sparse_dim} -> "
+                             f"{S}, dense_dim {t.dense_dim} -> {n}) is not supported; t is a {describe(t, dtype=False)}, other a "
+                             f"{describe(other, dtype=False)}")
+        _no_shrink(t, shape, other)
+        check_fits(dt, "coo", **{f"size[{d}]": shape[d] for d in range(S)})
+        if t.nnz == 0:
+            t._indices = np.empty((S, 0), dtype=dt)
+            t._values = np.empty((0,) + shape[S:], dtype=t.dtype)
+            t._coalesced = True
+        else:
+            t._values = _grown_values(t.values(), 1, t.shape[S:], shape[S:])
+        t._shape = shape
+        return t
+    m = len(shape) - 2 - n
+    if m < 0:
+        raise ValueError(f"resize_as_: a {t.layout.name} tensor needs 2 sparse dims; other is a {describe(other, dtype=False)} with "
+                         f"dense_dim={n}")
+    if t.nnz and ((m, n) != (t.batch_dim, t.dense_dim) or shape[:m] != t.shape[:m]):
+        raise ValueError(f"resize_as_: changing the batch or dense dims of a non-empty {t.layout.name} tensor is not "
+                         f"supported; t is a {describe(t, dtype=False)} with batch_dim={t.batch_dim}, dense_dim={t.dense_dim}, other a "
+                         f"{describe(other, dtype=False)} with dense_dim={n}")
+    bs = t.blocksize
+    rows, cols = shape[m:m + 2]
+    if rows % bs[0] or cols % bs[1]:
+        raise ValueError(f"resize_as_: the sparse sizes ({rows}, {cols}) of other ({describe(other, dtype=False)}) must be multiples "
+                         f"of t's blocksize {bs}")
+    check_fits(dt, t.layout.name, nrows=rows, ncols=cols)
+    nc = (rows // bs[0] if t.layout.compressed_rows else cols // bs[1]) + 1
+    block = bs if t.layout.blocked else ()
+    if t.nnz == 0:
+        t._compressed = np.zeros(shape[:m] + (nc,), dtype=dt)
+        t._plain = np.empty(shape[:m] + (0,), dtype=dt)
+        t._values = np.empty(shape[:m] + (0,) + block + shape[m + 2:], dtype=t.dtype)
+        t._canonical = True
+        t._shape = shape
+        return t
+    _no_shrink(t, shape, other)
+    c = t.compressed_indices()
+    if nc != c.shape[-1]:
+        tail = np.repeat(c[..., -1:], nc - c.shape[-1], axis=-1)
+        t._compressed = np.concatenate([c, tail], axis=-1)
+    v = t.values()
+    lead = m + 1 + len(block)
+    t._values = _contiguous_values(_grown_values(v, lead, v.shape[lead:], shape[m + 2:]), t.layout, t.dense_dim)
+    t._shape = shape
+    return t
+
+
+def _no_shrink(t, shape: tuple, other) -> None:
+    if not t.nnz:
+        return
+    small = [d for d in range(len(shape)) if shape[d] < t.shape[d]]
+    if small:
+        raise ValueError(f"resize_as_: shrinking dim {small[0]} (from {t.shape[small[0]]} to {shape[small[0]]}) of a "
+                         f"non-empty {t.layout.name} tensor is not supported; t is a {describe(t, dtype=False)}, other a "
+                         f"{describe(other, dtype=False)}")

@@ -1,0 +1,237 @@
+"""Joining tensors: cat and stack, for every layout, along batch, sparse and dense dims (the
+rules are :mod:`sparsetensor.ops.shape`'s).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import _layout as L
+from .._config import num_threads
+from .._canonical import build
+from .._dtypes import VALUE_DTYPES, check_fits
+from .._lib import _select as _kernels
+from .._meta import normalize_dim
+from .._tensor import COOTensor, CompressedTensor, SparseTensor
+from ._common import describe
+from ._shape_common import _compressed, _kind, _parts, _resized, _sparse_axis, _values_axis
+
+__all__ = ["cat", "stack"]
+
+
+# -- cat and stack ------------------------------------------------------------------------------------
+def _common(tensors: list, op: str):
+    """The inputs in the first one's layout (and blocksize), value dtype and index dtype."""
+    for k, t in enumerate(tensors):
+        if not isinstance(t, SparseTensor):
+            raise TypeError(f"{op}: tensors[{k}] is a {type(t).__name__}, not a sparse tensor (convert dense "
+                            "arrays with st.from_dense first)")
+    first = tensors[0]
+    layout, bs = first.layout, first.blocksize if first.layout.blocked else None
+    out = []
+    for k, t in enumerate(tensors):
+        if t.layout is not layout or (bs is not None and t.blocksize != bs):
+            if t.dense_dim != first.dense_dim:
+                raise ValueError(f"{op}: tensors[0] ({describe(first, dtype=False)}, dense_dim={first.dense_dim}) and tensors[{k}] "
+                                 f"({describe(t, dtype=False)}, dense_dim={t.dense_dim}) have different dense dims")
+            t = t.to_sparse(layout, blocksize=bs)
+        out.append(t)
+    dtype = np.result_type(*(t.dtype for t in out))
+    if dtype not in VALUE_DTYPES:  # pragma: no cover - every pair of supported dtypes promotes to one
+        raise TypeError(f"{op}: the inputs' dtypes promote to the unsupported {dtype}")
+    idx_dts = {t.index_dtype for t in out}
+    idx_dt = next(iter(idx_dts)) if len(idx_dts) == 1 else np.dtype(np.int64)
+    return [t.astype(dtype, copy=False)._with_index_dtype(idx_dt) for t in out]
+
+
+def cat(tensors, dim: int = 0, *, threads: int | None = None):
+    """Concatenate sparse tensors along ``dim`` (a sparse, batch or dense dim).
+
+    Inputs of another layout (or blocksize) are converted to the first one's layout
+    (and blocksize) first; values are promoted with ``np.result_type``; index dtypes
+    that differ give int64. The shapes must agree except along ``dim``, and the inputs
+    must split their dims alike (same sparse/batch/dense dims), else ``ValueError``.
+
+    - coo: along a sparse dim the indices are offset and concatenated (coalesced when
+      every input is and ``dim`` is 0); along a dense dim the values are concatenated,
+      each input's entries zero-padded (not coalesced unless the index arrays are equal).
+    - csr/csc/bsr/bsc (PyTorch cannot cat them): along the compressed dim the compressed
+      indices are offset and the entries of each batch concatenated; along the plain
+      dim every row (column) gets the inputs' slices in turn (a kernel); along a batch
+      dim the members are concatenated, which needs the same nnz in every input
+      (``ValueError`` naming them); along a dense dim the values, when the inputs share
+      their indices, else the union of the patterns (through coo; every batch of it
+      must have the same nnz).
+
+    Examples
+    --------
+    >>> import numpy as np, sparsetensor as st
+    >>> from sparsetensor.ops.shape import cat
+    >>> a = st.from_dense(np.array([[1, 0], [0, 2]]), "csr")
+    >>> cat([a, a], 1).to_dense()
+    array([[1, 0, 1, 0],
+           [0, 2, 0, 2]])
+    """
+    tensors = list(tensors)
+    if not tensors:
+        raise ValueError("cat expects a non-empty sequence of sparse tensors")
+    tensors = _common(tensors, "cat")
+    first = tensors[0]
+    d = normalize_dim(dim, first.ndim, "cat")
+    for k, t in enumerate(tensors[1:], 1):
+        if t.ndim != first.ndim or any(a != b for j, (a, b) in enumerate(zip(t.shape, first.shape)) if j != d):
+            raise ValueError(f"cat: tensors[0] has shape {first.shape} and tensors[{k}] has shape {t.shape}; they "
+                             f"must agree except along dim {d}")
+        if (t.sparse_dim, t.dense_dim, t.batch_dim) != (first.sparse_dim, first.dense_dim, first.batch_dim):
+            raise ValueError(f"cat: tensors[0] ({describe(first, dtype=False)}) has batch_dim={first.batch_dim}, sparse_dim="
+                             f"{first.sparse_dim}, dense_dim={first.dense_dim} and tensors[{k}] ({describe(t, dtype=False)}) "
+                             f"batch_dim={t.batch_dim}, sparse_dim={t.sparse_dim}, dense_dim={t.dense_dim}")
+    total = sum(t.shape[d] for t in tensors)
+    shape = first.shape[:d] + (total,) + first.shape[d + 1:]
+    kind = _kind(first, d)
+    if isinstance(first, COOTensor):
+        return _coo_cat(tensors, d, kind, shape)
+    return _compressed_cat(tensors, d, kind, shape, "cat", threads)
+
+
+def _same_arrays(arrays) -> bool:
+    a0 = arrays[0]
+    return all(a is a0 or (a.shape == a0.shape and np.array_equal(a, a0)) for a in arrays[1:])
+
+
+def _coo_cat(tensors: list, d: int, kind: str, shape: tuple) -> COOTensor:
+    first = tensors[0]
+    dt = first.index_dtype
+    if kind == "sparse":
+        check_fits(dt, "coo", **{f"size[{d}]": shape[d]})
+        parts, offset = [], 0
+        for t in tensors:
+            idx = t.indices().copy()
+            idx[d] += offset
+            offset += t.shape[d]
+            parts.append(idx)
+        coalesced = all(t.is_coalesced() for t in tensors) and (d == 0 or len(tensors) == 1)
+        return COOTensor(np.concatenate(parts, axis=1), np.concatenate([t.values() for t in tensors]), shape,
+                         coalesced)
+    ax = _values_axis(first, d)
+    if _same_arrays([t.indices() for t in tensors]):
+        return COOTensor(first.indices(), np.concatenate([t.values() for t in tensors], axis=ax), shape,
+                         first.is_coalesced())
+    N = sum(t.nnz for t in tensors)
+    values = np.zeros((N,) + shape[first.sparse_dim:], dtype=first.dtype)
+    row, col = 0, 0
+    for t in tensors:
+        key = (slice(row, row + t.nnz),) + (slice(None),) * (ax - 1) + (slice(col, col + t.shape[d]),)
+        values[key] = t.values()
+        row, col = row + t.nnz, col + t.shape[d]
+    return COOTensor(np.concatenate([t.indices() for t in tensors], axis=1), values, shape, len(tensors) == 1)
+
+
+def _compressed_cat(tensors: list, d: int, kind: str, shape: tuple, op: str, threads) -> CompressedTensor:
+    first = tensors[0]
+    if kind == "batch":
+        nnz = [t.nnz for t in tensors]
+        if len(set(nnz)) > 1:
+            raise ValueError(f"{op} of {first.layout.name} tensors along batch dim {d} needs the same nnz in every "
+                             f"input (every batch has one nnz); got nnz {', '.join(map(str, nnz))}")
+        members = [np.concatenate([_members(t)[j] for t in tensors], axis=d) for j in range(3)]
+        return _compressed(first, *members, shape, all(t.is_coalesced() for t in tensors))
+    if kind == "dense":
+        ax = _values_axis(first, d)
+        if _same_arrays([t.compressed_indices() for t in tensors]) and _same_arrays(
+                [t.plain_indices() for t in tensors]):
+            v = np.concatenate([t.values() for t in tensors], axis=ax)
+            return _compressed(first, first.compressed_indices(), first.plain_indices(), v, shape)
+        coo = _coo_cat([t.to_sparse(L.sparse_coo, threads=threads) for t in tensors], d, kind, shape)
+        bs = first.blocksize if first.layout.blocked else None
+        return coo.coalesce(threads=threads).to_sparse(first.layout, blocksize=bs, threads=threads)
+    parts = [_parts(t, threads) for t in tensors]
+    is_comp, bs = _sparse_axis(first, d)
+    p0 = parts[0]
+    c_dt = p0.compressed.dtype
+    B = p0.compressed.shape[0]
+    sizes = [t.shape[d] // bs for t in tensors]
+    if is_comp:
+        nnz = [q.plain.shape[1] for q in parts]
+        total = sum(nnz)
+        check_fits(c_dt, first.layout.name, nnz=total, **{f"size[{d}]": shape[d]})
+        pieces, off = [], 0
+        for q, k in zip(parts, nnz):
+            pieces.append(q.compressed[:, :-1] + c_dt.type(off))
+            off += k
+        pieces.append(np.full((B, 1), total, dtype=c_dt))
+        out_c = np.concatenate(pieces, axis=1).astype(c_dt, copy=False)
+        out = p0._replace(compressed=out_c, plain=np.concatenate([q.plain for q in parts], axis=1),
+                          values=np.concatenate([q.values for q in parts], axis=1),
+                          sparse=_resized(p0, True, sum(sizes)))
+        return build(out)
+    out_c = np.zeros_like(p0.compressed, dtype=np.int64)
+    for q in parts:
+        out_c += q.compressed
+    total = int(out_c[0, -1]) if B else 0
+    check_fits(c_dt, first.layout.name, nnz=total, **{f"size[{d}]": shape[d]})
+    cursor = out_c[:, :-1].copy()
+    out_p = np.empty((B, total), dtype=c_dt)
+    out_v = np.empty((B, total, p0.values.shape[2]), dtype=p0.values.dtype)
+    nt = num_threads(threads, out_v.size + out_p.size)
+    offset = 0
+    for q, s in zip(parts, sizes):
+        _kernels.cat_rows(q.compressed, q.plain, q.values, offset, cursor, out_p, out_v, nt)
+        offset += s
+    out = p0._replace(compressed=out_c.astype(c_dt), plain=out_p, values=out_v, sparse=_resized(p0, False, offset))
+    return build(out)
+
+
+def _members(t: CompressedTensor):
+    return t.compressed_indices(), t.plain_indices(), t.values()
+
+
+def _unsqueeze(t, d: int):
+    """``t`` with a new dim of size 1 at ``d`` (0 <= d <= t.ndim)."""
+    shape = t.shape[:d] + (1,) + t.shape[d:]
+    if isinstance(t, COOTensor):
+        S = t.sparse_dim
+        if d <= S:
+            idx = np.insert(t.indices(), d, 0, axis=0)
+            return COOTensor(idx, t.values(), shape, t.is_coalesced())
+        return COOTensor(t.indices(), np.expand_dims(t.values(), d - S + 1), shape, t.is_coalesced(), t._checked)
+    m = t.batch_dim
+    if d <= m:
+        members = (np.expand_dims(a, d) for a in _members(t))
+        return CompressedTensor(*members, shape, t.layout, t.is_coalesced())
+    if d >= m + 2:
+        v = np.expand_dims(t.values(), t.values().ndim - (t.ndim - d))
+        return CompressedTensor(t.compressed_indices(), t.plain_indices(), v, shape, t.layout, t.is_coalesced())
+    raise NotImplementedError(f"stack of {t.layout.name} tensors at dim {d}: a new dim between the two sparse dims "
+                              "would be a third sparse dim; convert to coo first")
+
+
+def stack(tensors, dim: int = 0, *, threads: int | None = None):
+    """Stack sparse tensors of one shape along a new dim ``dim`` (``0 <= dim <= ndim``, or negative).
+
+    A new dim of size 1 is inserted in every input, then they are concatenated with
+    :func:`cat` (same conversions and promotions). For coo the new dim is sparse when it
+    comes at or before the last sparse dim, else dense. For csr/csc/bsr/bsc a new dim
+    before the sparse dims is a batch dim (every input needs the same nnz), after them a
+    dense dim; between them it is ``NotImplementedError``.
+
+    Examples
+    --------
+    >>> import numpy as np, sparsetensor as st
+    >>> from sparsetensor.ops.shape import stack
+    >>> a = st.from_dense(np.array([[1, 0], [0, 2]]), "csr")
+    >>> s = stack([a, a], 0)
+    >>> s.shape, s.batch_dim
+    ((2, 2, 2), 1)
+    """
+    tensors = list(tensors)
+    if not tensors:
+        raise ValueError("stack expects a non-empty sequence of sparse tensors")
+    tensors = _common(tensors, "stack")
+    first = tensors[0]
+    for k, t in enumerate(tensors[1:], 1):
+        if t.shape != first.shape:
+            raise ValueError(f"stack: tensors[0] has shape {first.shape} and tensors[{k}] has shape {t.shape}; "
+                             "they must be equal")
+    d = normalize_dim(dim, first.ndim + 1, "stack")
+    return cat([_unsqueeze(t, d) for t in tensors], d, threads=threads)

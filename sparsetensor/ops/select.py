@@ -1,0 +1,420 @@
+"""Selection and views: transpose, narrow, select, index_select, nonzero, count_nonzero, for
+every layout, with batch and dense dims (the rules are :mod:`sparsetensor.ops.shape`'s).
+
+The kernels are in :mod:`sparsetensor._lib._select`.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+
+import numpy as np
+
+from .. import _layout as L
+from .._config import num_threads
+from .._canonical import build, ensure_valid, same_nnz
+from .._dtypes import check_fits
+from .._lib import _select as _kernels
+from .._meta import normalize_dim
+from .._tensor import COOTensor, CompressedTensor
+from .._validate import raise_coo_error
+from ._shape_common import (
+    _require_sparse,
+    _kind,
+    _values_axis,
+    _take_axis,
+    _compressed,
+    _is_nondecreasing,
+    _is_increasing,
+    _as_index,
+    _parts,
+    _value_rows,
+    _sparse_axis,
+    _resized,
+    _with_values,
+)
+
+__all__ = ["transpose", "narrow", "select", "index_select", "nonzero", "count_nonzero"]
+
+
+# -- transpose --------------------------------------------------------------------------------------
+def transpose(t, dim0: int, dim1: int):
+    """Swap two dims of the same kind (batch, sparse or dense).
+
+    - coo: two sparse dims (new indices, values shared) or two dense dims (a values view).
+    - csr/csc/bsr/bsc: the two sparse dims give a view (csr <-> csc, bsr <-> bsc); two
+      batch dims permute the batch axes of every member (a copy); two dense dims
+      permute the values (a copy). PyTorch swaps batch dims too but refuses every
+      transpose of a hybrid compressed tensor.
+    - a sparse dim with a batch or dense dim: ``NotImplementedError`` (as in PyTorch).
+
+    Examples
+    --------
+    >>> import numpy as np, sparsetensor as st
+    >>> from sparsetensor.ops.shape import transpose
+    >>> t = st.from_dense(np.arange(1, 9).reshape(2, 2, 2), "csr", batch_dim=1)
+    >>> u = transpose(t, 1, 2)
+    >>> u.layout, bool((u.to_dense() == t.to_dense().transpose(0, 2, 1)).all())
+    (st.sparse_csc, True)
+    """
+    _require_sparse(t, "transpose")
+    d0, d1 = sorted((normalize_dim(dim0, t.ndim, "transpose"), normalize_dim(dim1, t.ndim, "transpose")))
+    if d0 == d1:
+        return t
+    k0, k1 = _kind(t, d0), _kind(t, d1)
+    if k0 != k1:
+        raise NotImplementedError(f"transpose({dim0}, {dim1}) of a {t.layout.name} tensor: dim {d0} is a {k0} dim "
+                                  f"and dim {d1} a {k1} dim; only dims of one kind (batch, sparse, dense) can be "
+                                  "swapped")
+    shape = list(t.shape)
+    shape[d0], shape[d1] = shape[d1], shape[d0]
+    if k0 == "sparse":
+        return t._transpose_sparse(d0, d1)
+    if k0 == "batch":
+        c, p, v = (np.ascontiguousarray(a.swapaxes(d0, d1)) for a in (t.compressed_indices(), t.plain_indices(),
+                                                                       t.values()))
+        return _compressed(t, c, p, v, shape)
+    v = t.values().swapaxes(_values_axis(t, d0), _values_axis(t, d1))
+    return _with_values(t, v if t.layout is L.sparse_coo else np.ascontiguousarray(v), shape)
+
+
+# Per-layout hooks (bound on the classes from the op table, sparsetensor._api): the public op
+# resolves the dims and arguments once, then ``t._<op>_sparse(...)`` does the layout's work along
+# a sparse dim.
+def _transpose_sparse_coo(t: COOTensor, d0: int, d1: int) -> COOTensor:
+    """The ``_transpose_sparse`` hook of COO: the two index rows swapped (values shared)."""
+    idx = t.indices().copy()
+    idx[[d0, d1]] = idx[[d1, d0]]
+    shape = list(t.shape)
+    shape[d0], shape[d1] = shape[d1], shape[d0]
+    return COOTensor(idx, t.values(), tuple(shape), False)
+
+
+def _transpose_sparse_compressed(t: CompressedTensor, d0: int, d1: int) -> CompressedTensor:
+    """The ``_transpose_sparse`` hook of the compressed layouts: the view csr <-> csc, bsr <-> bsc."""
+    return t._matrix_transpose()
+
+
+
+# -- compressed selection along a sparse dim -------------------------------------------------------
+def _slot_outputs(parts, counts: np.ndarray, what: str):
+    """Empty (compressed, plain, values) of a result whose slot i of batch b holds ``counts[b, i]``
+    entries (the compressed index already filled in); every batch must have the same nnz."""
+    c, v = parts.compressed, parts.values
+    B = c.shape[0]
+    per_batch = counts.sum(axis=1, dtype=np.int64)
+    same_nnz(per_batch, parts.batch, f"{what} of a batched {parts.layout.name} tensor: every batch of the result "
+              "must have the same nnz")
+    nnz = int(per_batch[0]) if B else 0
+    check_fits(c.dtype, parts.layout.name, nnz=nnz)
+    out_c = np.zeros((B, counts.shape[1] + 1), dtype=c.dtype)
+    np.cumsum(counts, axis=1, dtype=c.dtype, out=out_c[:, 1:])
+    return out_c, np.empty((B, nnz), dtype=c.dtype), np.empty((B, nnz, v.shape[2]), dtype=v.dtype)
+
+
+def _gather_compressed(parts, rows: np.ndarray, size: int, what: str, threads):
+    """Compressed slices ``rows`` (block units) of every batch, in that order (repeats allowed)."""
+    c, p, v = parts.compressed, parts.plain, parts.values
+    B, K = c.shape[0], rows.shape[0]
+    lengths = np.diff(c, axis=1)[:, rows] if B else np.zeros((0, K), np.int64)
+    out_c, out_p, out_v = _slot_outputs(parts, lengths, what)
+    _kernels.gather_rows(c, p, v, rows, out_c, out_p, out_v,
+                         num_threads(threads, out_p.shape[1] * max(v.shape[2], 1) + B * K))
+    return parts._replace(compressed=out_c, plain=out_p, values=out_v, sparse=_resized(parts, True, size))
+
+
+def _remap_plain(parts, index: np.ndarray, size: int, what: str, threads):
+    """Every slice's entries mapped through ``index`` (new plain j gets old plain index[j])."""
+    c, p, v = parts.compressed, parts.plain, parts.values
+    B, n = c.shape[0], c.shape[1] - 1
+    check_fits(c.dtype, parts.layout.name, **{"ncols" if parts.layout.compressed_rows else "nrows": size})
+    first, targets = _kernels.build_map(index, parts.plain_size)
+    nt = num_threads(threads, p.size * max(v.shape[2], 1) + c.size)
+    counts = np.empty((B, n), dtype=np.int64)
+    _kernels.plain_count(c, p, first, counts, nt)
+    out_c, out_p, out_v = _slot_outputs(parts, counts, what)
+    max_row = int(counts.max()) if counts.size else 0
+    _kernels.plain_fill(c, p, v, first, targets, out_c, out_p, out_v, not _is_nondecreasing(index), max_row, nt)
+    return parts._replace(compressed=out_c, plain=out_p, values=out_v, sparse=_resized(parts, False, size))
+
+
+def _narrow_plain(parts, start: int, length: int, threads):
+    """Plain indices in [start, start + length) (block units) of every slice: a binary search per
+    slice (the slices are sorted) and one segment copy."""
+    c, p, v = parts.compressed, parts.plain, parts.values
+    B, n = c.shape[0], c.shape[1] - 1
+    starts = np.empty((B, n), dtype=np.int64)
+    counts = np.empty((B, n), dtype=np.int64)
+    _kernels.plain_range(c, p, start, start + length, starts, counts, num_threads(threads, c.size * 16))
+    out_c, out_p, out_v = _slot_outputs(parts, counts, "narrow")
+    _kernels.copy_segments(p, v, starts, out_c, start, out_p, out_v, num_threads(threads, out_v.size + c.size))
+    return parts._replace(compressed=out_c, plain=out_p, values=out_v, sparse=_resized(parts, False, length))
+
+
+# -- narrow -----------------------------------------------------------------------------------------
+def narrow(t, dim: int, start: int, length: int, *, threads: int | None = None):
+    """The slice ``start:start + length`` of dim ``dim`` (PyTorch's ``narrow_copy``).
+
+    ``start`` may be negative (counted from the end, as in PyTorch).
+
+    - coo: along a sparse dim the entries in range are kept (shifted), and so is the
+      coalesced flag; along a dense dim the values are sliced.
+    - csr/csc/bsr/bsc (PyTorch cannot narrow them): along a batch dim every member is
+      sliced (possibly a view); along a dense dim the values; along the compressed
+      dim the compressed index and each batch's entry range; along the plain dim
+      every row (column) is filtered. Along a sparse dim of bsr/bsc, ``start`` and
+      ``length`` must be multiples of the blocksize (``ValueError``). When batches
+      would end up with different nnz: ``ValueError`` naming the counts.
+
+    Examples
+    --------
+    >>> import numpy as np, sparsetensor as st
+    >>> from sparsetensor.ops.shape import narrow
+    >>> a = np.array([[1, 0, 2], [0, 3, 0], [4, 0, 5]])
+    >>> narrow(st.from_dense(a, "csr"), 1, 1, 2).to_dense()
+    array([[0, 2],
+           [3, 0],
+           [0, 5]])
+    """
+    _require_sparse(t, "narrow")
+    d = normalize_dim(dim, t.ndim, "narrow")
+    size = t.shape[d]
+    start, length = operator.index(start), operator.index(length)
+    if not -size <= start <= size:
+        raise IndexError(f"narrow: start {start} out of range for dim {d} of size {size}")
+    start = start + size if start < 0 else start
+    if length < 0 or start + length > size:
+        raise IndexError(f"narrow: start ({start}) + length ({length}) exceeds dim {d} of size {size}"
+                         if length >= 0 else f"narrow: length must be >= 0, got {length}")
+    shape = t.shape[:d] + (length,) + t.shape[d + 1:]
+    kind = _kind(t, d)
+    if kind == "dense":
+        v = np.ascontiguousarray(_take_axis(t.values(), _values_axis(t, d), slice(start, start + length)))
+        return _with_values(t, v, shape)
+    if kind == "batch":
+        key = slice(start, start + length)
+        return _compressed(t, *(_take_axis(a, d, key) for a in (t.compressed_indices(), t.plain_indices(),
+                                                                t.values())), shape)
+    return t._narrow_sparse(d, start, length, shape, threads)
+
+
+def _narrow_coo(t: COOTensor, d: int, start: int, length: int, shape: tuple, threads) -> COOTensor:
+    """The ``_narrow_sparse`` hook of COO: the entries whose coordinate along ``d`` is in range."""
+    idx = ensure_valid(t, threads=threads).indices()  # entries are kept by coordinate: C4/C5 first
+    coord = idx[d]
+    keep = (coord >= start) & (coord < start + length)
+    out = np.compress(keep, idx, axis=1)
+    out[d] -= start
+    return COOTensor(out, t.values()[keep], shape, t.is_coalesced())
+
+
+def _narrow_compressed(t: CompressedTensor, d: int, start: int, length: int, shape: tuple, threads):
+    """The ``_narrow_sparse`` hook of the compressed layouts: whole (block) rows along the
+    compressed dim, a filtered plain dim otherwise."""
+    is_comp, bs = _sparse_axis(t, d)
+    if start % bs or length % bs:
+        raise ValueError(f"narrow of a {t.layout.name} tensor with blocksize {t.blocksize} along dim {d}: start "
+                         f"({start}) and length ({length}) must be multiples of {bs}")
+    s, n = start // bs, length // bs
+    parts = _parts(t, threads)
+    if is_comp:
+        rows = np.arange(s, s + n, dtype=np.int64)
+        return build(_gather_compressed(parts, rows, n, "narrow", threads))
+    return build(_narrow_plain(parts, s, n, threads))
+
+
+# -- select -----------------------------------------------------------------------------------------
+def _sum_rows(values: np.ndarray) -> np.ndarray:
+    """The sum over axis 0 in the values' dtype (bool: or; float16: in float32, rounded once)."""
+    if values.dtype == np.bool_:
+        return np.logical_or.reduce(values, axis=0)
+    if values.dtype == np.float16:
+        return values.sum(axis=0, dtype=np.float32).astype(np.float16)
+    return values.sum(axis=0, dtype=values.dtype)
+
+
+def select(t, dim: int, index: int, *, threads: int | None = None):
+    """Index ``index`` of dim ``dim``, that dim removed (``index`` may be negative).
+
+    - coo, a sparse dim: the entries with that coordinate, one sparse dim fewer (the
+      coalesced flag is kept). When no sparse dim is left the result is a dense NumPy
+      array (duplicates summed), as in PyTorch.
+    - a dense dim (every layout): the values indexed; a batch dim of a compressed tensor:
+      every member indexed (a view where possible). Layout kept, as in PyTorch.
+    - a sparse dim of csr/csc/bsr/bsc: a COO tensor with ``sparse_dim = batch_dim + 1``
+      (batch dims become its leading sparse dims, as in ``to_sparse("coo")``) and the
+      dense dims. Unbatched: the one block row (column) is cut out first; batched: the
+      whole tensor goes through coo (O(nnz)). PyTorch returns the same for unbatched csr/csc and refuses batched
+      and most blocked tensors; here blocked ones work too, the items of the selected
+      blocks becoming entries (explicit zeros included, as bsr -> coo does).
+
+    Examples
+    --------
+    >>> import numpy as np, sparsetensor as st
+    >>> from sparsetensor.ops.shape import select
+    >>> t = st.from_dense(np.array([[1, 0, 2], [0, 3, 0]]), "csr")
+    >>> r = select(t, 0, 0)
+    >>> r.layout, r.indices(), r.values()
+    (st.sparse_coo, array([[0, 2]]), array([1, 2]))
+    """
+    _require_sparse(t, "select")
+    d = normalize_dim(dim, t.ndim, "select")
+    size = t.shape[d]
+    i = operator.index(index)
+    if not -size <= i < size:
+        raise IndexError(f"select: index {index} out of range for dim {d} of size {size}")
+    i %= size
+    shape = t.shape[:d] + t.shape[d + 1:]
+    kind = _kind(t, d)
+    if kind == "dense":
+        v = np.ascontiguousarray(np.take(t.values(), i, axis=_values_axis(t, d)))
+        return _with_values(t, v, shape)
+    if kind == "batch":
+        return _compressed(t, *(_take_axis(a, d, i) for a in (t.compressed_indices(), t.plain_indices(),
+                                                            t.values())), shape)
+    return t._select_sparse(d, i, shape, threads)
+
+
+def _select_compressed(t: CompressedTensor, d: int, i: int, shape: tuple, threads):
+    """The ``_select_sparse`` hook of the compressed layouts: through COO (see :func:`select`)."""
+    if t.batch_dim:  # the batches of a narrowed tensor could differ in nnz: go through coo
+        return select(t.to_sparse(L.sparse_coo, threads=threads), d, i, threads=threads)
+    _, bs = _sparse_axis(t, d)
+    lo = i // bs * bs
+    coo = narrow(t, d, lo, bs, threads=threads).to_sparse(L.sparse_coo, threads=threads)
+    return select(coo, d, i - lo, threads=threads)
+
+
+def _select_coo(t: COOTensor, d: int, i: int, shape: tuple, threads):
+    """The ``_select_sparse`` hook of COO: the entries with coordinate ``i`` along ``d``."""
+    idx = ensure_valid(t, threads=threads).indices()  # entries are kept by coordinate: C4/C5 first
+    keep = idx[d] == i
+    values = t.values()[keep]
+    if t.sparse_dim == 1:
+        return _sum_rows(values) if values.shape[0] != 1 else values[0].copy()
+    return COOTensor(np.compress(keep, np.delete(idx, d, axis=0), axis=1), values, shape, t.is_coalesced())
+
+
+# -- index_select -----------------------------------------------------------------------------------
+def index_select(t, dim: int, index, *, threads: int | None = None):
+    """The entries at ``index`` (int32/int64, repeats allowed, no negatives) along ``dim``.
+
+    - coo, a sparse dim: every entry once per position of its coordinate in ``index``
+      (a counting pass over ``index`` and one parallel pass over the entries). The result
+      is coalesced when the input is and ``index`` is strictly increasing.
+    - a dense dim: the values taken; a batch dim of a compressed tensor: every member taken.
+    - csr/csc (PyTorch has no index_select for them): along the compressed dim whole
+      rows (columns) are gathered; along the plain dim each row is filtered and
+      remapped (repeats give several entries), then sorted. For bsr/bsc a sparse dim
+      needs blocksize 1 along it (``NotImplementedError`` otherwise: convert first).
+      Batches ending up with different nnz: ``ValueError``.
+
+    Examples
+    --------
+    >>> import numpy as np, sparsetensor as st
+    >>> from sparsetensor.ops.shape import index_select
+    >>> t = st.from_dense(np.array([[1, 0, 2], [0, 3, 0]]), "coo")
+    >>> index_select(t, 1, [2, 2, 0]).to_dense()
+    array([[2, 2, 1],
+           [0, 0, 0]])
+    """
+    _require_sparse(t, "index_select")
+    d = normalize_dim(dim, t.ndim, "index_select")
+    idx = _as_index(index, t.shape[d], "index_select")
+    K = idx.shape[0]
+    shape = t.shape[:d] + (K,) + t.shape[d + 1:]
+    kind = _kind(t, d)
+    if kind == "dense":
+        return _with_values(t, np.take(t.values(), idx, axis=_values_axis(t, d)), shape)
+    if kind == "batch":
+        return _compressed(t, *(np.take(a, idx, axis=d) for a in (t.compressed_indices(), t.plain_indices(),
+                                                                 t.values())), shape)
+    return t._index_select_sparse(d, idx, shape, threads)
+
+
+def _index_select_compressed(t: CompressedTensor, d: int, idx: np.ndarray, shape: tuple, threads):
+    """The ``_index_select_sparse`` hook of the compressed layouts."""
+    K = idx.shape[0]
+    is_comp, bs = _sparse_axis(t, d)
+    if bs != 1:
+        raise NotImplementedError(f"index_select along sparse dim {d} of a {t.layout.name} tensor with blocksize "
+                                  f"{t.blocksize}: needs blocksize 1 along that dim; convert to "
+                                  f"{'csr' if t.layout.compressed_rows else 'csc'} or coo first")
+    parts = _parts(t, threads)
+    if is_comp:
+        return build(_gather_compressed(parts, idx, K, "index_select", threads))
+    return build(_remap_plain(parts, idx, K, "index_select", threads))
+
+
+def _index_select_coo(t: COOTensor, d: int, idx: np.ndarray, shape: tuple, threads) -> COOTensor:
+    """The ``_index_select_sparse`` hook of COO: a counting pass over ``idx``, one over the entries."""
+    t = ensure_valid(t, threads=threads)  # C4/C5 first
+    dt = t.index_dtype
+    check_fits(dt, "coo", **{f"size[{d}]": shape[d]})
+    indices = np.ascontiguousarray(t.indices())
+    nnz = indices.shape[1]
+    values = t.values()
+    raw = _value_rows(values, nnz)
+    first, targets = _kernels.build_map(idx, t.shape[d])
+    found, oi, ov = _kernels.coo_index_select(indices, raw, d, first, targets,
+                                              num_threads(threads, nnz * (indices.shape[0] + raw.shape[1])))
+    if found is not None:
+        raise_coo_error(found, t.shape)
+    out_values = ov.view(values.dtype).reshape((oi.shape[1],) + values.shape[1:])
+    return COOTensor(oi, out_values, shape, t.is_coalesced() and _is_increasing(idx))
+
+
+
+# -- nonzero ------------------------------------------------------------------------------------------
+def nonzero(t, *, threads: int | None = None) -> np.ndarray:
+    """The coordinates of the nonzero elements: ``np.argwhere(t.to_dense())`` without densifying.
+
+    An ``(n, ndim)`` int64 array in row-major order, like ``torch.nonzero(t.to_dense())``
+    (PyTorch has no sparse nonzero). Duplicates (unchecked input) are summed first;
+    explicit zeros are not listed; NaN counts as nonzero.
+
+    Examples
+    --------
+    >>> import numpy as np, sparsetensor as st
+    >>> from sparsetensor.ops.shape import nonzero
+    >>> nonzero(st.from_dense(np.array([[0, 1], [2, 0]]), "csc"))
+    array([[0, 1],
+           [1, 0]])
+    """
+    _require_sparse(t, "nonzero")
+    coo = t.to_sparse(L.sparse_coo, threads=threads)._coalesced_checked(threads)  # compressed -> coo is coalesced
+    S, N = coo.sparse_dim, coo.nnz
+    dense = coo.shape[S:]
+    values = coo.values().reshape(N, math.prod(dense))
+    entry, item = np.nonzero(values != 0)
+    out = np.empty((entry.shape[0], coo.ndim), dtype=np.int64)
+    out[:, :S] = coo.indices()[:, entry].T
+    if dense:
+        out[:, S:] = np.stack(np.unravel_index(item, dense), axis=1)
+    return out
+
+
+def count_nonzero(t, dim=None, *, threads: int | None = None):
+    """The number of nonzero elements (``np.count_nonzero(t.to_dense(), axis=dim)``, torch's
+    ``count_nonzero``) without densifying: an int for ``dim=None``, else an int64 array over
+    the dims that are not counted along. Duplicates (unchecked input) are summed first;
+    explicit zeros do not count; NaN does.
+
+    Examples
+    --------
+    >>> import numpy as np, sparsetensor as st
+    >>> t = st.from_dense(np.array([[0, 1, 2], [3, 0, 0]]), "csr")
+    >>> st.count_nonzero(t), t.count_nonzero(dim=0), t.count_nonzero(1)
+    (3, array([1, 1, 1]), array([2, 1]))
+    """
+    _require_sparse(t, "count_nonzero")
+    coords = nonzero(t, threads=threads)
+    if dim is None:
+        return int(coords.shape[0])
+    dims = {normalize_dim(d, t.ndim, "count_nonzero") for d in ((dim,) if np.ndim(dim) == 0 else dim)}
+    kept = [d for d in range(t.ndim) if d not in dims]
+    out_shape = tuple(t.shape[d] for d in kept)
+    size = math.prod(out_shape)
+    flat = np.ravel_multi_index(coords[:, kept].T, out_shape) if kept else np.zeros(coords.shape[0], np.int64)
+    return np.bincount(flat, minlength=size).astype(np.int64, copy=False)[:size].reshape(out_shape)
