@@ -33,6 +33,10 @@ from .ops.blas import addmm, bmm, hspmm, linear, matmul, mm, mv, smm, sspaddmm
 from .ops.binary import add, div, maximum, minimum, mul, sub
 from .ops.shape import cat, sparse_mask, stack
 from .ops.spgemm import sampled_addmm, spgemm
+from .ops.diagonal import diagonal, trace
+from . import _protocols
+
+_protocols.bind()
 
 __version__ = "0.1.0"
 
@@ -43,7 +47,7 @@ __all__ = [
     "sparse_bsr_tensor", "sparse_bsc_tensor", "from_dense", "from_scipy", "to_scipy", "from_torch", "to_torch",
     "save", "load", "read_mtx", "write_mtx", "cat", "stack", "sparse_mask",
     "matmul", "mm", "mv", "bmm", "addmm", "smm", "hspmm", "sspaddmm", "linear",
-    "add", "sub", "mul", "div", "maximum", "minimum", "spgemm", "sampled_addmm",
+    "add", "sub", "mul", "div", "maximum", "minimum", "spgemm", "sampled_addmm", "diagonal", "trace",
     "check_invariants", "get_check_invariants", "num_threads", "set_num_threads",
     "INDEX_DTYPES", "VALUE_DTYPES", "__version__",
 ]

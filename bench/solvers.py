@@ -1,0 +1,64 @@
+"""SciPy's iterative solvers on our tensors: ``cg(t, b)`` vs ``cg(A_scipy, b)``, in one process.
+
+A 2-D 5-point Poisson matrix (float64, int32 indices) of about 4.5e5, 1e6 and 1e7 nnz is
+solved with ``scipy.sparse.linalg.cg`` for a fixed number of iterations (``rtol=0``), once
+given the SciPy ``csr_array`` and once given our csr tensor of the same arrays (SciPy wraps
+it with ``aslinearoperator``; every iteration calls our ``matvec``). The table gives SciPy's
+time over ours (above 1: ours is faster), the time per iteration, and the time of one bare
+SpMV of each, so the per-call overhead of the solver path can be read off. The machine may
+be shared: only ratios from one run should be compared.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+import sparsetensor as st
+
+from ._common import median_time, print_table, write_json
+
+
+def poisson(n: int):
+    """The n^2 x n^2 5-point Laplacian as a SciPy csr_array with int32 indices."""
+    import scipy.sparse as sp
+
+    T = sp.diags_array([-1.0, 2.0, -1.0], offsets=[-1, 0, 1], shape=(n, n), format="csr")
+    eye = sp.eye_array(n, format="csr")
+    A = (sp.kron(eye, T, format="csr") + sp.kron(T, eye, format="csr")).tocsr()
+    A.indptr, A.indices = A.indptr.astype(np.int32), A.indices.astype(np.int32)
+    return A
+
+
+def run(repeat: int = 5, threads=None, grids=(300, 450, 1415), iterations: int = 100):
+    from scipy.sparse.linalg import cg
+
+    if threads is not None:
+        st.set_num_threads(threads)
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"{st.num_threads()} threads for ours; SciPy is single-threaded; load average {load:.2f}")
+    rows, records = [], []
+    for n in grids:
+        A = poisson(n)
+        t = st.from_scipy(A)
+        b = np.ones(A.shape[0])
+        x_ref, _ = cg(A, b, rtol=0.0, atol=0.0, maxiter=iterations)
+        x_ours, _ = cg(t, b, rtol=0.0, atol=0.0, maxiter=iterations)
+        err = float(np.max(np.abs(x_ours - x_ref)))
+        if err > 1e-8 * max(1.0, float(np.max(np.abs(x_ref)))):
+            raise AssertionError(f"cg on a {A.shape} Poisson matrix: ours differs from SciPy's by {err}")
+        s_cg = median_time(lambda: cg(A, b, rtol=0.0, atol=0.0, maxiter=iterations), repeat)
+        o_cg = median_time(lambda: cg(t, b, rtol=0.0, atol=0.0, maxiter=iterations), repeat)
+        s_mv = median_time(lambda: A @ b, repeat * 4)
+        o_mv = median_time(lambda: t.matvec(b), repeat * 4)
+        rec = {"rows": A.shape[0], "nnz": int(A.nnz), "iterations": iterations, "scipy_cg_s": s_cg, "ours_cg_s": o_cg,
+               "scipy_spmv_s": s_mv, "ours_spmv_s": o_mv}
+        records.append(rec)
+        rows.append([A.shape[0], A.nnz, s_cg / o_cg, o_cg / iterations * 1e3, s_cg / iterations * 1e3,
+                     o_mv * 1e3, s_mv * 1e3])
+    print_table(["rows", "nnz", "scipy/ours cg", "ours ms/iter", "scipy ms/iter", "ours spmv ms", "scipy spmv ms"],
+                rows)
+    path = write_json("solvers", {"threads": st.num_threads(), "records": records})
+    print(f"wrote {path}")
+    return records
