@@ -14,7 +14,8 @@ whatever its kind (batch, sparse or dense), so ``t[key].to_dense() == t.to_dense
 
 Selecting along a batch dim gives views of the members, as in PyTorch; the other results
 are new tensors (which may share index arrays). A blocked tensor (bsr/bsc) indexed along
-a sparse dim in a way that cuts its blocks is converted to csr/csc first.
+a sparse dim in a way that cuts its blocks is converted to csr/csc first; a batched
+compressed tensor whose batches would end up with different nnz gives a coo result.
 
 Out-of-range integers and array entries raise ``IndexError`` (slices clip, as in NumPy).
 Boolean masks, ``None``/``np.newaxis``, several integer arrays (NumPy's pointwise
@@ -120,6 +121,10 @@ def _cuts_blocks(t, d: int, comp, size: int) -> bool:
     return isinstance(comp, np.ndarray)  # an int selects through a block narrow: fine
 
 
+def _batched_sparse(t, d: int) -> bool:
+    return isinstance(t, CompressedTensor) and t.batch_dim > 0 and t.batch_dim <= d < t.batch_dim + 2
+
+
 def _unblocked(t):
     return t.to_sparse(L.sparse_csr if t.layout.compressed_rows else L.sparse_csc)
 
@@ -162,11 +167,17 @@ def getitem(self, key):
         if isinstance(comp, slice):
             start, stop, step = comp.indices(size)
             if step == 1:
-                r = narrow(r, d, start, max(0, stop - start))
+                op, arg = narrow, (start, max(0, stop - start))
             else:
-                r = index_select(r, d, np.arange(start, stop, step, dtype=np.int64))
+                op, arg = index_select, (np.arange(start, stop, step, dtype=np.int64),)
         else:
-            r = index_select(r, d, _check_array(comp, size, k))
+            op, arg = index_select, (_check_array(comp, size, k),)
+        try:
+            r = op(r, d, *arg)
+        except ValueError:
+            if not _batched_sparse(r, d):
+                raise
+            r = op(r.to_sparse(L.sparse_coo), d, *arg)  # the batches would differ in nnz: coo has no batches
         d += 1
     if isinstance(r, np.ndarray) and r.ndim == 0:
         return r[()]
