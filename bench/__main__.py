@@ -22,7 +22,7 @@ def main(argv=None) -> int:
 
         return builds.main(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m bench")
-    parser.add_argument("name", choices=["validate", "coalesce", "convert", "spmm", "elementwise", "cuda", "structures", "overhead"], help="which benchmark")
+    parser.add_argument("name", choices=["validate", "coalesce", "convert", "spmm", "elementwise", "cuda", "structures", "overhead", "solvers"], help="which benchmark")
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
     parser.add_argument("--threads", type=int, default=None, help="threads for ours and torch (default: all)")
     args = parser.parse_args(argv)
@@ -47,6 +47,10 @@ def main(argv=None) -> int:
         from . import overhead
 
         overhead.run(**(dict(repeat=20, number=10) if args.quick else {}))
+    elif args.name == "solvers":
+        from . import solvers
+
+        solvers.run(threads=args.threads, **(dict(grids=(100, 300), repeat=3) if args.quick else {}))
     elif args.name == "cuda":
         from . import cuda
 

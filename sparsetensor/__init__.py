@@ -13,6 +13,7 @@ import os as _os
 _os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from ._config import check_invariants, get_check_invariants, num_threads, set_num_threads
+from ._construct import diags, eye, random, rmat, stencil, zeros
 from ._dense import from_dense
 from ._dtypes import INDEX_DTYPES, VALUE_DTYPES
 from ._errors import InvariantError
@@ -32,6 +33,10 @@ from .interop.torch import from_torch, to_torch
 from .io import load, read_mtx, save, write_mtx
 from . import _api
 from ._api import *  # noqa: F401,F403 - the st.* functions of the op table (matmul, sum, narrow, ...)
+from .ops.diagonal import diagonal, trace
+from . import _protocols
+
+_protocols.bind()
 
 __version__ = "0.1.0"
 
@@ -41,6 +46,7 @@ __all__ = [
     "sparse_coo_tensor", "sparse_compressed_tensor", "sparse_csr_tensor", "sparse_csc_tensor",
     "sparse_bsr_tensor", "sparse_bsc_tensor", "from_dense", "from_scipy", "to_scipy", "from_torch", "to_torch",
     "save", "load", "read_mtx", "write_mtx",
+    "diagonal", "trace", "zeros", "eye", "diags", "random", "rmat", "stencil",
     "check_invariants", "get_check_invariants", "num_threads", "set_num_threads",
     "INDEX_DTYPES", "VALUE_DTYPES", "show_config", "__version__",
     *_api.__all__,

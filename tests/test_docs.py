@@ -13,7 +13,9 @@ MODULES = ["sparsetensor._errors", "sparsetensor._config", "sparsetensor._factor
            "sparsetensor.ops.pointwise", "sparsetensor.ops.reduce", "sparsetensor.ops.blas",
            "sparsetensor.ops.binary", "sparsetensor.ops.spgemm",
            "sparsetensor.ops.select", "sparsetensor.ops.join", "sparsetensor.ops.inplace", "sparsetensor.ops.mask",
-           "sparsetensor._api", "sparsetensor._meta", "sparsetensor._canonical"]
+           "sparsetensor._api", "sparsetensor._meta", "sparsetensor._canonical",
+           "sparsetensor.interop.linop", "sparsetensor.interop.array_function", "sparsetensor.ops.indexing",
+           "sparsetensor.ops.diagonal", "sparsetensor._construct"]
 
 
 @pytest.mark.parametrize("name", MODULES)
@@ -27,6 +29,7 @@ def test_public_functions_have_examples():
     import sparsetensor as st
 
     for name in ["sparse_coo_tensor", "sparse_csr_tensor", "sparse_csc_tensor", "sparse_bsr_tensor",
-                 "sparse_bsc_tensor", "sparse_compressed_tensor", "from_dense", "check_invariants"]:
+                 "sparse_bsc_tensor", "sparse_compressed_tensor", "from_dense", "check_invariants",
+                 "zeros", "eye", "diags", "random", "rmat", "stencil", "diagonal", "trace"]:
         doc = getattr(st, name).__doc__ or ""
         assert "Examples" in doc and ">>>" in doc, name

@@ -1,0 +1,248 @@
+"""NumPy's function protocol (NEP 18) for sparse tensors: a whitelist, nothing densifies.
+
+``np.<func>(t, ...)`` on a sparse tensor calls the handler registered here for ``func``;
+every other NumPy function returns ``NotImplemented``, so NumPy raises its ``TypeError``
+("no implementation found") instead of densifying through ``np.asarray`` (which is still
+refused above a size limit).
+
+======================================  ================================================
+NumPy function                          sparse meaning
+======================================  ================================================
+``concatenate``, ``stack``              :func:`~sparsetensor.ops.shape.cat`/``stack``
+``sum``, ``mean``                       :mod:`sparsetensor.ops.reduce` (``axis``, ``dtype``, ``keepdims``)
+``max``/``amax``, ``min``/``amin``      ``amax``/``amin`` (unspecified elements count as 0)
+``transpose``                           a permutation done as swaps of dims of one kind
+``dot``, ``tensordot`` (2-d), ``matmul`` products (:func:`~sparsetensor.ops.blas.matmul`)
+``where(c, x, 0)``                      ``c``'s pattern, ``x`` (a scalar or a sparse tensor
+                                        of ``c``'s shape) where ``c`` is nonzero; a nonzero
+                                        ``y`` would densify and raises ``ValueError``;
+                                        ``where(c)`` is ``nonzero(c)``
+``nonzero``                             tuple of coordinate arrays, row-major order
+``diagonal``, ``trace``                 :mod:`sparsetensor.ops.diagonal` (dense results)
+``shape``, ``ndim``, ``result_type``,   from the tensor's attributes and members
+``may_share_memory``
+======================================  ================================================
+
+``np.multiply``, ``np.add``, ``np.abs`` and ``np.matmul`` are ufuncs: NumPy sends them to
+``__array_ufunc__`` (:func:`sparsetensor.ops.pointwise.array_ufunc`), not here. ``out=``
+and NumPy-only keywords (``initial``, ``where``, ``casting``) raise ``TypeError``.
+"""
+
+from __future__ import annotations
+
+import operator
+
+import numpy as np
+
+from .._tensor import COOTensor, SparseTensor
+from ..ops import blas, diagonal as _diag, reduce, shape
+from ..ops.binary import mul
+
+__all__ = ["array_function", "HANDLED"]
+
+HANDLED: dict = {}
+
+
+def _handles(*funcs):
+    def register(fn):
+        for f in funcs:
+            HANDLED[f] = fn
+        return fn
+    return register
+
+
+def _no(name: str, **kwargs) -> None:
+    """Refuse NumPy keywords that have no sparse meaning (``out=``, ``initial=``, ...)."""
+    for k, v in kwargs.items():
+        if v is not None and v is not np._NoValue:
+            raise TypeError(f"np.{name}(..., {k}=...) is not supported for sparse tensors")
+
+
+def array_function(self, func, types, args, kwargs):
+    """``__array_function__``: the whitelisted NumPy functions on sparse tensors (see the module docs).
+
+    Examples
+    --------
+    >>> import numpy as np, sparsetensor as st
+    >>> t = st.from_dense(np.array([[1.0, 0.0], [2.0, 3.0]]), "csr")
+    >>> np.sum(t, axis=1)
+    array([1., 5.])
+    >>> np.concatenate([t, t]).shape
+    (4, 2)
+    >>> np.cumsum(t)
+    Traceback (most recent call last):
+    ...
+    TypeError: no implementation found for 'numpy.cumsum' on types that implement __array_function__: [<class 'sparsetensor._tensor.CompressedTensor'>]
+    """
+    handler = HANDLED.get(func)
+    if handler is None or not all(issubclass(t, (SparseTensor, np.ndarray)) for t in types):
+        return NotImplemented
+    return handler(*args, **kwargs)
+
+
+# -- shapes ---------------------------------------------------------------------------------------------
+@_handles(np.shape)
+def _shape(a):
+    return tuple(a.shape)
+
+
+@_handles(np.ndim)
+def _ndim(a):
+    return a.ndim
+
+
+@_handles(np.result_type)
+def _result_type(*arrays_and_dtypes):
+    return np.result_type(*(x.dtype if isinstance(x, SparseTensor) else x for x in arrays_and_dtypes))
+
+
+def _members(x):
+    if isinstance(x, COOTensor):
+        return [x.indices(), x.values()]
+    if isinstance(x, SparseTensor):
+        return [x.compressed_indices(), x.plain_indices(), x.values()]
+    return [np.asarray(x)]
+
+
+@_handles(np.may_share_memory)
+def _may_share_memory(a, b, max_work=None):
+    return any(np.may_share_memory(x, y, max_work=max_work) for x in _members(a) for y in _members(b))
+
+
+@_handles(np.concatenate)
+def _concatenate(arrays, axis=0, out=None, dtype=None, casting=None):
+    _no("concatenate", out=out, casting=casting)
+    if axis is None:
+        raise NotImplementedError("np.concatenate(..., axis=None) of sparse tensors (it flattens them)")
+    r = shape.cat(list(arrays), axis)
+    return r if dtype is None else r.astype(dtype, copy=False)
+
+
+@_handles(np.stack)
+def _stack(arrays, axis=0, out=None, dtype=None, casting=None):
+    _no("stack", out=out, casting=casting)
+    r = shape.stack(list(arrays), axis)
+    return r if dtype is None else r.astype(dtype, copy=False)
+
+
+@_handles(np.transpose)
+def _transpose(a, axes=None):
+    n = a.ndim
+    perm = list(range(n))[::-1] if axes is None else [operator.index(x) % n if n else 0 for x in axes]
+    if sorted(perm) != list(range(n)):
+        raise ValueError(f"np.transpose: axes {axes} are not a permutation of {n} dims")
+    # apply the permutation as swaps: position i gets dim perm[i]
+    cur = list(range(n))
+    for i in range(n):
+        j = cur.index(perm[i])
+        if j != i:
+            a = shape.transpose(a, i, j)
+            cur[i], cur[j] = cur[j], cur[i]
+    return a
+
+
+# -- reductions -----------------------------------------------------------------------------------------
+def _keep(keepdims) -> bool:
+    return False if keepdims is None or keepdims is np._NoValue else bool(keepdims)
+
+
+@_handles(np.sum)
+def _sum(a, axis=None, dtype=None, out=None, keepdims=None, initial=None, where=None):
+    _no("sum", out=out, initial=initial, where=where)
+    return reduce.sum(a, axis, _keep(keepdims), dtype=dtype)
+
+
+@_handles(np.mean)
+def _mean(a, axis=None, dtype=None, out=None, keepdims=None, *, where=None):
+    _no("mean", out=out, where=where)
+    return reduce.mean(a, axis, _keep(keepdims), dtype=dtype)
+
+
+@_handles(np.max, np.amax)
+def _max(a, axis=None, out=None, keepdims=None, initial=None, where=None):
+    _no("max", out=out, initial=initial, where=where)
+    return reduce.amax(a, axis, _keep(keepdims))
+
+
+@_handles(np.min, np.amin)
+def _min(a, axis=None, out=None, keepdims=None, initial=None, where=None):
+    _no("min", out=out, initial=initial, where=where)
+    return reduce.amin(a, axis, _keep(keepdims))
+
+
+# -- products ---------------------------------------------------------------------------------------------
+@_handles(np.dot)
+def _dot(a, b, out=None):
+    _no("dot", out=out)
+    if np.ndim(a) == 0 or np.ndim(b) == 0:
+        return mul(a, b)
+    if max(np.ndim(a), np.ndim(b)) > 2:
+        raise NotImplementedError("np.dot of a sparse tensor with more than 2 dims (use np.matmul for batches)")
+    return blas.matmul(a, b)
+
+
+@_handles(np.tensordot)
+def _tensordot(a, b, axes=2):
+    if np.ndim(a) != 2 or np.ndim(b) != 2:
+        raise NotImplementedError(f"np.tensordot of sparse tensors: only 2-d operands, got {np.ndim(a)}-d and "
+                                  f"{np.ndim(b)}-d")
+    if isinstance(axes, int):
+        if axes == 1:
+            return blas.matmul(a, b)
+        raise NotImplementedError(f"np.tensordot(..., axes={axes}) of sparse tensors: only axes=1 or one pair")
+    ia, ib = axes
+    ia, ib = np.atleast_1d(ia).tolist(), np.atleast_1d(ib).tolist()
+    if len(ia) != 1 or len(ib) != 1:
+        raise NotImplementedError(f"np.tensordot(..., axes={axes}) of sparse tensors: only one pair of axes")
+    if np.shape(a)[ia[0]] != np.shape(b)[ib[0]]:
+        raise ValueError(f"np.tensordot: shape mismatch for sum ({np.shape(a)} axis {ia[0]}, {np.shape(b)} axis "
+                         f"{ib[0]})")
+    # move the summed axis of a last and of b first
+    a = a if ia[0] % 2 == 1 else (a.T if isinstance(a, SparseTensor) else np.transpose(a))
+    b = b if ib[0] % 2 == 0 else (b.T if isinstance(b, SparseTensor) else np.transpose(b))
+    return blas.matmul(a, b)
+
+
+# -- selection --------------------------------------------------------------------------------------------
+@_handles(np.nonzero)
+def _nonzero(a):
+    coords = shape.nonzero(a)
+    return tuple(np.ascontiguousarray(c) for c in coords.T)
+
+
+@_handles(np.where)
+def _where(condition, x=None, y=None):
+    if x is None and y is None:
+        return _nonzero(condition)
+    if x is None or y is None:
+        raise ValueError("np.where: either both or neither of x and y should be given")
+    if not isinstance(condition, SparseTensor):
+        raise NotImplementedError("np.where with a dense condition and sparse x or y (it is dense wherever the "
+                                  "condition holds); pass a sparse condition")
+    if not np.isscalar(y) or y != 0:
+        raise ValueError("np.where(c, x, y) with sparse c: y must be the scalar 0, else the result is y wherever c "
+                         f"is unspecified, a dense array (got y={y!r})")
+    condition = condition.coalesce()  # duplicates summed: the dense condition
+    if isinstance(x, SparseTensor):
+        if x.shape != condition.shape:
+            raise ValueError(f"np.where: x of shape {x.shape} must have the condition's shape {condition.shape}")
+        xv = x.sparse_mask(condition).values()
+    elif np.isscalar(x):
+        xv = x
+    else:
+        raise NotImplementedError("np.where(c, x, 0) with sparse c: x must be a scalar or a sparse tensor, got "
+                                  f"{type(x).__name__}")
+    dt = np.result_type(x.dtype if isinstance(x, SparseTensor) else x, y)
+    values = np.where(condition.values() != 0, xv, np.zeros((), dt)).astype(dt, copy=False)
+    return condition._replace_values(values)
+
+
+@_handles(np.diagonal)
+def _diagonal(a, offset=0, axis1=0, axis2=1):
+    return _diag.diagonal(a, offset, axis1, axis2)
+
+
+@_handles(np.trace)
+def _trace(a, offset=0, axis1=0, axis2=1, dtype=None, out=None):
+    _no("trace", out=out)
+    return _diag.trace(a, offset, axis1, axis2, dtype=dtype)

@@ -1,0 +1,191 @@
+"""``t[key]`` for sparse tensors: NumPy's basic indexing and one integer array, built on
+:func:`~sparsetensor.ops.shape.narrow`, :func:`~sparsetensor.ops.shape.select` and
+:func:`~sparsetensor.ops.shape.index_select`.
+
+A key holds integers, slices (any step), ``...`` and at most one 1-d integer array (any
+integer dtype, negatives counted from the end). Each component is applied to its dim,
+whatever its kind (batch, sparse or dense), so ``t[key].to_dense() == t.to_dense()[key]``:
+
+- an integer: :func:`select` (the dim goes; a compressed tensor indexed on a sparse dim
+  becomes coo, a coo tensor that loses its last sparse dim becomes a dense NumPy array
+  and then a NumPy scalar when no dim is left, so ``t[i, j]`` is a scalar);
+- a slice with step 1: :func:`narrow`; another step: :func:`index_select` of the range;
+- an integer array: :func:`index_select` (repeats allowed).
+
+Selecting along a batch dim gives views of the members, as in PyTorch; the other results
+are new tensors (which may share index arrays). A blocked tensor (bsr/bsc) indexed along
+a sparse dim in a way that cuts its blocks is converted to csr/csc first; a batched
+compressed tensor whose batches would end up with different nnz gives a coo result.
+
+Out-of-range integers and array entries raise ``IndexError`` (slices clip, as in NumPy).
+Boolean masks, ``None``/``np.newaxis``, several integer arrays (NumPy's pointwise
+advanced indexing), an array apart from an integer (NumPy moves those dims first),
+and item assignment raise ``NotImplementedError`` naming them.
+"""
+
+from __future__ import annotations
+
+import operator
+
+import numpy as np
+
+from .. import _layout as L
+from .._tensor import CompressedTensor, SparseTensor
+from .shape import index_select, narrow, select
+
+__all__ = ["getitem", "setitem"]
+
+
+def _component(k):
+    """A key component as ``Ellipsis``, a slice, an int or a 1-d int64 array (not yet bounds-checked)."""
+    if k is Ellipsis or isinstance(k, slice):
+        return k
+    if k is None:
+        raise NotImplementedError("indexing a sparse tensor with None (np.newaxis) is not supported")
+    if isinstance(k, SparseTensor):
+        raise NotImplementedError("indexing with a sparse tensor is not supported")
+    if isinstance(k, (bool, np.bool_)):
+        raise NotImplementedError("boolean indexing (a boolean mask) of a sparse tensor is not supported")
+    try:
+        return operator.index(k)
+    except TypeError:
+        pass
+    a = np.asarray(k)
+    if a.dtype == np.bool_:
+        raise NotImplementedError("boolean indexing (a boolean mask) of a sparse tensor is not supported")
+    if a.size == 0 and a.dtype.kind == "f":  # np.asarray([]) is float64: an empty index
+        a = a.astype(np.int64)
+    if a.dtype.kind not in "iu":
+        raise IndexError("only integers, slices (`:`), ellipsis (`...`) and integer arrays are valid indices of "
+                         f"a sparse tensor, got {type(k).__name__} of dtype {a.dtype}")
+    if a.ndim == 0:
+        return int(a)
+    if a.ndim > 1:
+        raise NotImplementedError(f"indexing a sparse tensor with a {a.ndim}-d integer array (only 1-d)")
+    return a
+
+
+def _expand(key, ndim: int) -> list:
+    comps = [_component(k) for k in (key if isinstance(key, tuple) else (key,))]
+    n_ell = sum(c is Ellipsis for c in comps)
+    if n_ell > 1:
+        raise IndexError("an index can only have a single ellipsis ('...')")
+    n = len(comps) - n_ell
+    if n > ndim:
+        raise IndexError(f"too many indices for a sparse tensor: it is {ndim}-dimensional, but {n} were indexed")
+    if n_ell:
+        i = next(j for j, c in enumerate(comps) if c is Ellipsis)
+        comps[i:i + 1] = [slice(None)] * (ndim - n)
+    comps += [slice(None)] * (ndim - len(comps))
+    arrays = [d for d, c in enumerate(comps) if isinstance(c, np.ndarray)]
+    if len(arrays) > 1:
+        raise NotImplementedError("indexing a sparse tensor with several integer arrays (NumPy's pointwise "
+                                  "advanced indexing) is not supported; index one dim at a time")
+    if arrays:
+        adv = [d for d, c in enumerate(comps) if isinstance(c, (int, np.ndarray))]
+        if adv[-1] - adv[0] + 1 != len(adv):
+            raise NotImplementedError("indexing a sparse tensor with an integer array and an integer separated by "
+                                      "a slice (NumPy moves those dims first) is not supported")
+    return comps
+
+
+def _check_int(i: int, size: int, d: int) -> int:
+    if not -size <= i < size:
+        raise IndexError(f"index {i} is out of bounds for axis {d} with size {size}")
+    return i % size
+
+
+def _check_array(a: np.ndarray, size: int, d: int) -> np.ndarray:
+    if a.size:
+        lo, hi = a.min(), a.max()
+        if lo < -size or hi >= size:
+            bad = lo if lo < -size else hi
+            raise IndexError(f"index {bad} is out of bounds for axis {d} with size {size}")
+    a = a.astype(np.int64)
+    return np.where(a < 0, a + size, a) if a.size and a.min() < 0 else a
+
+
+def _cuts_blocks(t, d: int, comp, size: int) -> bool:
+    """True when ``comp`` along sparse dim ``d`` of a blocked tensor does not keep whole blocks."""
+    if not (isinstance(t, CompressedTensor) and t.layout.blocked):
+        return False
+    m = t.batch_dim
+    if not m <= d < m + 2:
+        return False
+    bs = t.blocksize[d - m]
+    if bs == 1:
+        return False
+    if isinstance(comp, slice):
+        start, stop, step = comp.indices(size)
+        return step != 1 or (start % bs or max(0, stop - start) % bs)
+    return isinstance(comp, np.ndarray)  # an int selects through a block narrow: fine
+
+
+def _batched_sparse(t, d: int) -> bool:
+    return isinstance(t, CompressedTensor) and t.batch_dim > 0 and t.batch_dim <= d < t.batch_dim + 2
+
+
+def _unblocked(t):
+    return t.to_sparse(L.sparse_csr if t.layout.compressed_rows else L.sparse_csc)
+
+
+def getitem(self, key):
+    """``t[key]``: integers, slices, ``...`` and one integer array (see :mod:`sparsetensor.ops.indexing`).
+
+    Examples
+    --------
+    >>> import numpy as np, sparsetensor as st
+    >>> t = st.from_dense(np.array([[1, 0, 2], [0, 3, 0], [4, 0, 5]]), "csr")
+    >>> t[1:].to_dense()
+    array([[0, 3, 0],
+           [4, 0, 5]])
+    >>> t[:, [2, 0]].to_dense()
+    array([[2, 1],
+           [0, 0],
+           [5, 4]])
+    >>> t[-1, 2]
+    np.int64(5)
+    >>> t[0].to_dense()
+    array([1, 0, 2])
+    """
+    comps = _expand(key, self.ndim)
+    r = self
+    d = 0  # the dim of r that the next component indexes
+    for k, comp in enumerate(comps):
+        if not isinstance(r, SparseTensor):  # no sparse dim left: NumPy does the rest
+            r = np.asarray(r)[(slice(None),) * d + tuple(comps[k:])]
+            break
+        size = r.shape[d]
+        if isinstance(comp, slice) and comp == slice(None):
+            d += 1
+            continue
+        if _cuts_blocks(r, d, comp, size):
+            r = _unblocked(r)
+        if isinstance(comp, int):
+            r = select(r, d, _check_int(comp, size, k))
+            continue
+        if isinstance(comp, slice):
+            start, stop, step = comp.indices(size)
+            if step == 1:
+                op, arg = narrow, (start, max(0, stop - start))
+            else:
+                op, arg = index_select, (np.arange(start, stop, step, dtype=np.int64),)
+        else:
+            op, arg = index_select, (_check_array(comp, size, k),)
+        try:
+            r = op(r, d, *arg)
+        except ValueError:
+            if not _batched_sparse(r, d):
+                raise
+            r = op(r.to_sparse(L.sparse_coo), d, *arg)  # the batches would differ in nnz: coo has no batches
+        d += 1
+    if isinstance(r, np.ndarray) and r.ndim == 0:
+        return r[()]
+    return r
+
+
+def setitem(self, key, value):
+    """Item assignment is not supported: sparse tensors change only through their in-place
+    methods (``zero_``, ``copy_``, ``resize_as_``)."""
+    raise NotImplementedError(f"item assignment (__setitem__) of a sparse {self.layout.name} tensor is not "
+                              "supported; build a new tensor (arithmetic, np.where(t, x, 0)) or use copy_")
