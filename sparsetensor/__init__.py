@@ -35,8 +35,10 @@ from .ops.shape import cat, sparse_mask, stack
 from .ops.spgemm import sampled_addmm, spgemm
 from .ops.diagonal import diagonal, trace
 from . import _protocols
+from .interop import chunk as _chunk
 
 _protocols.bind()
+_chunk.bind()  # pickling, Dask's tokenize/sizeof, operators that give way to lazy collections
 
 __version__ = "0.1.0"
 
