@@ -29,6 +29,7 @@ import numpy as np
 from .. import _layout as L
 from .._factory import sparse_compressed_tensor, sparse_coo_tensor
 from .._tensor import COOTensor, SparseTensor
+from ..ops import reduce as _reduce
 from .array_function import HANDLED
 
 __all__ = ["rebuild", "tokenize", "reduce", "sizeof", "zeros", "is_lazy_collection", "bind", "DEFERRING", "FUNCTIONS"]
@@ -142,6 +143,23 @@ def _dense_like(name):
     return refuse
 
 
+def _nan_to_zero(a):
+    v = a.values()
+    return a._replace_values(np.where(np.isnan(v), np.zeros((), v.dtype), v)) if v.dtype.kind in "fc" else a
+
+
+def _nansum(a, axis=None, dtype=None, out=None, keepdims=False, **kwargs):
+    if out is not None:
+        raise TypeError("np.nansum(..., out=...) is not supported for sparse tensors")
+    return _reduce.sum(_nan_to_zero(a), axis, bool(keepdims), dtype=dtype)
+
+
+def _round(a, decimals=0, out=None):
+    if out is not None:
+        raise TypeError("np.round(..., out=...) is not supported for sparse tensors")
+    return a._replace_values(np.round(a.values(), decimals))
+
+
 def is_lazy_collection(x) -> bool:
     """True for a Dask collection (an object whose type has ``__dask_graph__``)."""
     return hasattr(type(x), "__dask_graph__")
@@ -179,6 +197,9 @@ METHODS = [
 
 FUNCTIONS = [  # NumPy functions added to __array_function__'s whitelist
     (np.zeros_like, _zeros_like),
+    (np.nansum, _nansum),
+    (np.round, _round),
+    (np.around, _round),
     (np.ones_like, _dense_like("ones_like")),
     (np.full_like, _dense_like("full_like")),
     (np.empty_like, _dense_like("empty_like")),
