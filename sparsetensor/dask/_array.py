@@ -126,8 +126,8 @@ class _FileBlocks:
             raise NotImplementedError("st.dask.load: strided chunks along the compressed dim")
         block = self._read(start, max(start, stop))
         rest = tuple(slice(None) if d == self.dim else k for d, k in enumerate(key))
-        if all(k == slice(None) for k in rest):
-            return block
+        if all(isinstance(k, slice) and k.indices(n) == (0, n, 1) for k, n in zip(rest, block.shape)):
+            return block  # the whole of the other dims: the mapped block as it is
         return getitem(block, rest)
 
 
