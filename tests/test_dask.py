@@ -301,3 +301,14 @@ def test_cluster_load(client, tmp_path):
     d = np.ones((a.shape[1], 2))
     np.testing.assert_allclose(np.asarray((x @ d).compute()), a @ d, rtol=1e-12)
     np.testing.assert_array_equal(x.compute().to_dense(), a)
+
+
+@pytest.mark.parametrize("name", ["sparsetensor.interop.chunk", "sparsetensor.dask", "sparsetensor.dask._array",
+                                  "sparsetensor.dask._meta"])
+def test_doctests(name):
+    """The examples in the docstrings of the Dask modules (here, not in test_docs.py: they need dask)."""
+    import doctest
+    import importlib
+
+    result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    assert result.failed == 0 and result.attempted > 0, f"{result.failed} doctest(s) failed in {name}"

@@ -50,7 +50,7 @@ def from_sparse(t, chunks="auto", *, name=None):
     >>> (x @ np.ones(3)).compute(scheduler="sync")
     array([3., 3., 3., 3.])
     >>> (x * 2).sum(axis=0).compute(scheduler="sync")
-    array([6., 6., 6.])
+    array([ 0.,  8., 16.])
     """
     if not isinstance(t, SparseTensor):
         raise TypeError(f"from_sparse expects a sparse tensor on the CPU, got {type(t).__name__}")
