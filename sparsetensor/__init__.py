@@ -35,8 +35,10 @@ from . import _api
 from ._api import *  # noqa: F401,F403 - the st.* functions of the op table (matmul, sum, narrow, ...)
 from .ops.diagonal import diagonal, trace
 from . import _protocols
+from .interop import chunk as _chunk
 
 _protocols.bind()
+_chunk.bind()  # pickling, Dask's tokenize/sizeof, operators that give way to lazy collections
 
 __version__ = "0.1.0"
 

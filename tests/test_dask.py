@@ -1,0 +1,314 @@
+"""sparsetensor tensors as Dask chunks (sparsetensor.dask, sparsetensor.interop.chunk).
+
+Every result is compared with the single-process sparsetensor result (and that with NumPy):
+first with the synchronous scheduler, then on a ``distributed.LocalCluster`` of 2 worker
+processes (a few tests; module-scoped cluster).
+"""
+
+import os
+import pickle
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+da = pytest.importorskip("dask.array")
+import dask  # noqa: E402
+
+import sparsetensor as st  # noqa: E402
+import sparsetensor.dask  # noqa: E402,F401
+from sparsetensor.interop.chunk import rebuild  # noqa: E402
+
+from conftest import INDEX_DTYPES, random_dense  # noqa: E402
+
+CASES = [("csr", (1, 1)), ("csc", (1, 1)), ("coo", (1, 1)), ("bsr", (2, 2)), ("bsc", (2, 2))]
+DTYPES = [np.float64, np.float32, np.complex128]
+
+
+def make(layout, blocksize=(1, 1), dtype=np.float64, index_dtype=np.int64, blocks=(20, 6), seed=0):
+    rng = np.random.default_rng(seed)
+    a = random_dense(rng, blocks=blocks, blocksize=blocksize, dtype=dtype, nnz=blocks[0] * blocks[1] // 3)
+    kw = {"blocksize": blocksize} if layout in ("bsr", "bsc") else {}
+    return st.from_dense(a, layout, **kw).to(index_dtype=index_dtype), a
+
+
+def dense(x):
+    return x.to_dense() if isinstance(x, st.SparseTensor) else np.asarray(x)
+
+
+@pytest.fixture
+def sync():
+    with dask.config.set(scheduler="sync"):
+        yield
+
+
+def test_import_sparsetensor_does_not_import_dask():
+    code = "import sys, sparsetensor; assert not any(m == 'dask' or m.startswith('dask.') for m in sys.modules)"
+    subprocess.run([sys.executable, "-c", code], check=True, env=dict(os.environ, PYTHONPATH=os.getcwd()))
+
+
+@pytest.mark.parametrize("layout,blocksize", CASES)
+@pytest.mark.parametrize("index_dtype", INDEX_DTYPES)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_ops_equal_single_process(sync, layout, blocksize, index_dtype, dtype):
+    t, a = make(layout, blocksize, dtype, index_dtype)
+    x = st.dask.from_sparse(t, chunks=(10, -1))
+    assert x._meta.layout == t.layout and x._meta.dtype == t.dtype and x._meta.index_dtype == t.index_dtype
+    assert x._meta.shape == (0, 0)
+    d = np.arange(a.shape[1] * 3, dtype=dtype).reshape(a.shape[1], 3) / 7
+    dd = da.from_array(d, chunks=(4, 3))
+    tol = dict(rtol=1e-5 if dtype == np.float32 else 1e-12, atol=1e-5 if dtype == np.float32 else 1e-12)
+    np.testing.assert_allclose(np.asarray((x @ dd).compute()), np.asarray(t @ d), **tol)
+    np.testing.assert_allclose(np.asarray((x @ dd).compute()), a @ d, **tol)
+    got = (x + x).compute()
+    assert isinstance(got, st.SparseTensor)
+    np.testing.assert_array_equal(got.to_dense(), (t + t).to_dense())
+    got = (x * 2).compute()
+    assert got.layout == t.layout
+    np.testing.assert_array_equal(got.to_dense(), 2 * a)
+    for axis in (0, 1):
+        np.testing.assert_allclose(dense(x.sum(axis=axis).compute()), dense(t.sum(axis=axis)), **tol)
+    got = x.T.compute()
+    np.testing.assert_array_equal(got.to_dense(), a.T)
+    assert got.layout == t.T.layout
+    got = x.compute()  # chunks joined by st.cat
+    assert got.layout == t.layout and got.index_dtype == t.index_dtype
+    np.testing.assert_array_equal(got.to_dense(), a)
+
+
+@pytest.mark.parametrize("to", ["coo", "csr", "csc"])
+def test_map_blocks_layout_conversion(sync, to):
+    t, a = make("csr")
+    x = da.from_array(t, chunks=(10, -1))
+    y = x.map_blocks(lambda b: b.to_sparse(to), meta=st.dask.meta_like(t.to_sparse(to)))
+    assert y._meta.layout.name == to
+    got = y.compute()
+    assert got.layout.name == to
+    np.testing.assert_array_equal(got.to_dense(), a)
+
+
+def test_from_array_default_meta(sync):
+    t, a = make("csr")
+    x = da.from_array(t, chunks=(7, 3))
+    assert isinstance(x._meta, st.CompressedTensor)
+    np.testing.assert_array_equal(x.compute().to_dense(), a)
+    np.testing.assert_allclose(np.asarray((x @ np.ones(a.shape[1])).compute()), a.sum(axis=1))
+
+
+class _Counting:
+    """A dense Dask array whose chunk function counts its calls (nothing may compute it early)."""
+
+    calls = 0
+
+    @classmethod
+    def array(cls, shape):
+        def chunk():
+            cls.calls += 1
+            return np.ones(shape)
+
+        return da.from_delayed(dask.delayed(chunk)(), shape=shape, dtype=np.float64)
+
+
+def test_operators_stay_lazy(sync):
+    t, a = make("csr")
+    _Counting.calls = 0
+    d = _Counting.array((a.shape[1], 2))
+    products = [t @ d, (d.T @ t.T).T]
+    assert all(isinstance(r, da.Array) for r in products)
+    assert _Counting.calls == 0
+    for r in products:
+        np.testing.assert_allclose(np.asarray(r.compute()), a @ np.ones((a.shape[1], 2)))
+    e = _Counting.array(a.shape)
+    _Counting.calls = 0
+    for r in (t + e, e + t, t - e, e - t, t * e, e * t, t / (e + 1), np.multiply(t, e), np.add(e, t)):
+        assert isinstance(r, da.Array)
+    assert _Counting.calls == 0
+    np.testing.assert_allclose(dense((t * e).compute()), a)
+    np.testing.assert_allclose(dense(np.add(e, t).compute()), a + 1)
+
+
+def test_empty_tensors(sync):
+    for layout in ("csr", "csc", "coo"):
+        e = st.from_dense(np.zeros((0, 0)), layout)
+        assert (e @ np.zeros((0, 3))).shape == (0, 3)
+        assert np.asarray(e.sum(axis=0)).shape == (0,) and np.asarray(e.sum(axis=1)).shape == (0,)
+        assert st.cat([e, e]).shape == (0, 0)
+        assert np.concatenate([e, e], axis=1).shape == (0, 0)
+        t, a = make(layout)
+        x = st.dask.from_sparse(t, chunks=(10, -1))
+        assert x[:0].compute().shape == (0, a.shape[1])
+        np.testing.assert_array_equal(da.concatenate([x[:0], x]).compute().to_dense(), a)
+
+
+def test_unsupported_ops_raise_naming_them(sync):
+    t, a = make("csr")
+    x = st.dask.from_sparse(t, chunks=(10, -1))
+    with pytest.raises((ValueError, NotImplementedError), match="add"):
+        (x + 1).compute()
+    with pytest.raises(ValueError, match="exp"):
+        da.exp(x).compute()
+    with pytest.raises(NotImplementedError, match="einsum"):
+        da.einsum("ij,jk->ik", x, np.ones((a.shape[1], 2))).compute()
+    with pytest.raises(ValueError, match="ones_like"):
+        np.ones_like(t)
+    with pytest.raises(NotImplementedError, match="concatenate.*ndarray"):
+        da.concatenate([x, da.from_array(a, chunks=(10, -1))]).compute()
+
+
+def test_tokenize():
+    from dask.base import tokenize
+
+    t, _ = make("csr")
+    assert tokenize(t) == tokenize(t.clone())
+    assert tokenize(t) != tokenize(t * 2)
+    assert tokenize(t) != tokenize(t.to(index_dtype=np.int32))
+    assert tokenize(t) != tokenize(t.to_sparse_csc())
+    tok = t.__dask_tokenize__()
+    assert tok[:5] == ("sparsetensor", "csr", t.shape, t.dtype.str, t.index_dtype.str)
+
+    class NoPickle(st.CompressedTensor):
+        def __reduce__(self):
+            raise AssertionError("tokenize pickled the tensor")
+
+    u = NoPickle(t.crow_indices(), t.col_indices(), t.values(), t.shape, t.layout, True)
+    assert tokenize(u) == tokenize(t)
+
+
+@pytest.mark.parametrize("layout,blocksize", CASES)
+@pytest.mark.parametrize("index_dtype", INDEX_DTYPES)
+def test_pickle_round_trip_zero_copy(layout, blocksize, index_dtype):
+    t, a = make(layout, blocksize, np.complex128, index_dtype)
+    u = pickle.loads(pickle.dumps(t))
+    assert type(u) is type(t) and u.layout == t.layout and u.index_dtype == t.index_dtype
+    assert u.is_coalesced() == t.is_coalesced()
+    np.testing.assert_array_equal(u.to_dense(), a)
+    buffers = []
+    data = pickle.dumps(t, protocol=5, buffer_callback=buffers.append)
+    members = [m for m in (t.values(),)]
+    assert any(np.shares_memory(np.frombuffer(b.raw(), np.uint8), m) for b in buffers for m in members)
+    assert len(data) < 1000  # the members went out of band: only names and flags in the stream
+    v = pickle.loads(data, buffers=buffers)
+    np.testing.assert_array_equal(v.to_dense(), a)
+    assert sys.getsizeof(t) >= sum(m.nbytes for m in (t.values(),))
+
+
+def test_unpickled_tensor_is_checked():
+    t, _ = make("csr")
+    bad_cols = t.col_indices().copy()
+    bad_cols[0] = 10_000  # out of bounds
+    # a tensor the sender had validated: the full check runs on arrival
+    with pytest.raises(st.InvariantError) as e:
+        rebuild("csr", t.shape, (t.crow_indices(), bad_cols, t.values()), True, True)
+    assert e.value.invariant == "5.5"
+    # one it had never checked arrives never checked, and its first kernel checks it
+    u = rebuild("csr", t.shape, (t.crow_indices(), bad_cols, t.values()), False, False)
+    assert not u.is_coalesced()
+    with pytest.raises(st.InvariantError):
+        u @ np.ones(t.shape[1])
+    # the O(1) checks always run
+    with pytest.raises((st.InvariantError, ValueError)):
+        rebuild("csr", t.shape, (t.crow_indices()[:-1], t.col_indices(), t.values()), False, False)
+    with pytest.raises(st.InvariantError):
+        rebuild("coo", (3, 3), (np.array([[0, 5], [0, 1]]), np.ones(2)), True, True)
+
+
+def test_distributed_serialize_zero_copy():
+    protocol = pytest.importorskip("distributed.protocol")
+    t, a = make("csr")
+    header, frames = protocol.serialize(t)
+    assert any(np.shares_memory(np.frombuffer(f, np.uint8), t.values()) for f in frames if len(f))
+    u = protocol.deserialize(header, frames)
+    np.testing.assert_array_equal(u.to_dense(), a)
+
+
+def _mapped(arr):
+    while arr is not None:
+        if isinstance(arr, np.memmap):
+            return True
+        arr = arr.base
+    return False
+
+
+@pytest.mark.parametrize("layout,blocksize", [("csr", (1, 1)), ("csc", (1, 1)), ("bsr", (2, 2)), ("bsc", (2, 2))])
+@pytest.mark.parametrize("index_dtype", INDEX_DTYPES)
+def test_load_reads_blocks(sync, tmp_path, layout, blocksize, index_dtype):
+    t, a = make(layout, blocksize, np.float32, index_dtype)
+    path = tmp_path / "m.npz"
+    st.save(path, t)
+    chunks = (10, -1) if layout in ("csr", "bsr") else (-1, 4)
+    x = st.dask.load(path, chunks=chunks)
+    assert x._meta.layout == t.layout and x._meta.index_dtype == t.index_dtype
+    assert x.numblocks == ((-(-a.shape[0] // 10), 1) if layout in ("csr", "bsr") else (1, -(-a.shape[1] // 4)))
+    from dask.local import get_sync
+
+    keys = x.__dask_keys__()
+    block = get_sync(x.__dask_graph__(), keys[1][0] if layout in ("csr", "bsr") else keys[0][1])  # a chunk as is
+    assert block.nnz and _mapped(block.values())  # mapped from the file, not read
+    np.testing.assert_array_equal(x.compute().to_dense(), a)
+    d = np.linspace(0, 1, a.shape[1] * 2, dtype=np.float32).reshape(a.shape[1], 2)
+    np.testing.assert_allclose(np.asarray((x @ d).compute()), np.asarray(t @ d), rtol=1e-5)
+    assert x.name == st.dask.load(path, chunks=chunks).name  # deterministic keys
+
+
+def test_load_errors(sync, tmp_path):
+    t, _ = make("bsr", (2, 2))
+    st.save(tmp_path / "b.npz", t)
+    with pytest.raises(ValueError, match="multiples of its blocksize 2"):
+        st.dask.load(tmp_path / "b.npz", chunks=(5, -1))
+    st.save(tmp_path / "c.npz", t.to_sparse_coo())
+    with pytest.raises(NotImplementedError, match="coo"):
+        st.dask.load(tmp_path / "c.npz")
+    # a file whose second row block is broken: that task raises, naming the file
+    c, p, v = t.to_sparse_csr().crow_indices(), t.to_sparse_csr().col_indices().copy(), t.to_sparse_csr().values()
+    p[-1] = 10_000
+    with st.check_invariants(False):
+        st.save(tmp_path / "bad.npz", st.sparse_csr_tensor(c, p, v, size=t.shape))
+    x = st.dask.load(tmp_path / "bad.npz", chunks=(20, -1))
+    x.blocks[0].compute()  # the first block is fine
+    with pytest.raises(st.InvariantError, match="bad.npz"):
+        x.blocks[1].compute()
+
+
+# -- on a cluster: 2 worker processes ---------------------------------------------------------------
+@pytest.fixture(scope="module")
+def client():
+    distributed = pytest.importorskip("distributed")
+    with distributed.LocalCluster(n_workers=2, processes=True, threads_per_worker=1, dashboard_address=None,
+                                  worker_dashboard_address=None) as cluster, distributed.Client(cluster) as c:
+        yield c
+
+
+def test_cluster_spmm_sum_cat(client):
+    t, a = make("csr", index_dtype=np.int32, blocks=(200, 60), seed=3)
+    x = st.dask.from_sparse(t, chunks=(50, -1))
+    d = np.random.default_rng(1).random((a.shape[1], 4))
+    dd = da.from_array(d, chunks=(30, 4))
+    np.testing.assert_allclose(np.asarray((x @ dd).compute()), np.asarray(t @ d), rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(x.sum(axis=0).compute()), np.asarray(t.sum(axis=0)), rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(x.sum(axis=1).compute()), np.asarray(t.sum(axis=1)), rtol=1e-12)
+    got = (x + x).compute()
+    assert isinstance(got, st.CompressedTensor) and got.index_dtype == np.int32
+    np.testing.assert_array_equal(got.to_dense(), 2 * a)
+    y = x.persist()  # chunks live on the workers, travel between them and back
+    np.testing.assert_array_equal(y.T.compute().to_dense(), a.T)
+
+
+def test_cluster_load(client, tmp_path):
+    t, a = make("csr", blocks=(200, 60), seed=4)
+    st.save(tmp_path / "m.npz", t)
+    x = st.dask.load(tmp_path / "m.npz", chunks=(64, -1))
+    d = np.ones((a.shape[1], 2))
+    np.testing.assert_allclose(np.asarray((x @ d).compute()), a @ d, rtol=1e-12)
+    np.testing.assert_array_equal(x.compute().to_dense(), a)
+
+
+@pytest.mark.parametrize("name", ["sparsetensor.interop.chunk", "sparsetensor.dask", "sparsetensor.dask._array",
+                                  "sparsetensor.dask._meta"])
+def test_doctests(name):
+    """The examples in the docstrings of the Dask modules (here, not in test_docs.py: they need dask)."""
+    import doctest
+    import importlib
+
+    result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    assert result.failed == 0 and result.attempted > 0, f"{result.failed} doctest(s) failed in {name}"
