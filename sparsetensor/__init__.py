@@ -33,6 +33,7 @@ from .ops.blas import addmm, bmm, hspmm, linear, matmul, mm, mv, smm, sspaddmm
 from .ops.binary import add, div, maximum, minimum, mul, sub
 from .ops.shape import cat, sparse_mask, stack
 from .ops.spgemm import sampled_addmm, spgemm
+from . import autograd
 
 __version__ = "0.1.0"
 
@@ -44,6 +45,6 @@ __all__ = [
     "save", "load", "read_mtx", "write_mtx", "cat", "stack", "sparse_mask",
     "matmul", "mm", "mv", "bmm", "addmm", "smm", "hspmm", "sspaddmm", "linear",
     "add", "sub", "mul", "div", "maximum", "minimum", "spgemm", "sampled_addmm",
-    "check_invariants", "get_check_invariants", "num_threads", "set_num_threads",
+    "autograd", "check_invariants", "get_check_invariants", "num_threads", "set_num_threads",
     "INDEX_DTYPES", "VALUE_DTYPES", "__version__",
 ]
