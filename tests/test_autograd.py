@@ -107,6 +107,9 @@ def check(fn, *args, rng=None, kwargs=None, nondiff=(), atol=1e-5, rtol=1e-5):
             assert ct.layout == a.layout and ct.shape == a.shape
             assert ct.values().shape == a.values().shape and ct.dtype == a.dtype
             ctv = ct.values()
+        elif isinstance(ct, st.SparseTensor):  # a dense argument with sparse rows (embeddings)
+            assert ct.shape == np.shape(a) and ct.is_coalesced()
+            ctv = ct.to_dense()
         else:
             assert ct.shape == np.shape(a)
             ctv = ct
@@ -416,6 +419,22 @@ def test_cat(layout, dim):
     kw = dict(blocksize=BLOCK.get(layout))
     ts = [make(rng, layout, (4, 6), **kw), make(rng, layout, (4, 6), **kw), make(rng, layout, (4, 6), nnz0=True, **kw)]
     check(st.cat, ts, dim, rng=rng)
+
+
+# -- embeddings -----------------------------------------------------------------------------------------
+def test_embedding_rules():
+    rng = np.random.default_rng(30)
+    W = _rand(rng, (6, 3), np.float64)
+    idx = np.array([[1, 4, 1], [0, 4, 4]])
+    (gW, _) = check(st.autograd.embedding, W, idx, rng=rng)
+    assert gW.layout == st.sparse_coo and gW.sparse_dim == 1 and gW.dense_dim == 1 and gW.nnz == 3
+    off = np.array([0, 2, 2])
+    check(st.autograd.embedding_bag, W, idx.reshape(-1), off, "mean", rng=rng)
+    check(st.autograd.embedding_bag, W, idx, None, "sum", _rand(rng, idx.shape, np.float64), rng=rng)
+    with pytest.raises(IndexError, match="out of range"):
+        vjp(st.autograd.embedding, W, np.array([6]))
+    with pytest.raises(TypeError, match="integer"):
+        vjp(st.autograd.embedding, W, np.array([1.0]))
 
 
 # -- bad input --------------------------------------------------------------------------------------

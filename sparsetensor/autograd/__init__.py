@@ -31,8 +31,11 @@ import numpy as np
 from .._tensor import SparseTensor
 from ._core import DenseGradientError, check_cotangent
 from .rules import RULES
+from . import embeddings as _embedding  # registers its rules
 
-__all__ = ["vjp", "DenseGradientError", "rule_names", "differentiable"]
+from .embeddings import embedding, embedding_bag
+
+__all__ = ["vjp", "DenseGradientError", "rule_names", "differentiable", "wrap_cotangent", "embedding", "embedding_bag"]
 
 
 def _function_names() -> dict:
@@ -46,6 +49,8 @@ def _function_names() -> dict:
             if callable(fn):
                 table[fn] = name
     table[_dense.from_dense] = "from_dense"
+    table[_embedding.embedding] = "embedding"
+    table[_embedding.embedding_bag] = "embedding_bag"
     return table
 
 
@@ -87,13 +92,15 @@ def differentiable(x) -> bool:
     return isinstance(x, np.ndarray) and x.dtype.kind in "fc"
 
 
-def _wrap(arg, ct):
+def wrap_cotangent(arg, ct):
     """The cotangent ``ct`` of ``arg`` in ``arg``'s form: a tensor of its pattern, an array, or None."""
     if isinstance(arg, list):
         cts = ct if isinstance(ct, list) else [None] * len(arg)
-        return [_wrap(a, c) for a, c in zip(arg, cts)]
+        return [wrap_cotangent(a, c) for a, c in zip(arg, cts)]
     if ct is None or not differentiable(arg):
         return None
+    if isinstance(ct, SparseTensor):  # a dense argument with a sparse cotangent (embedding rows)
+        return ct if ct.dtype == arg.dtype else ct.astype(arg.dtype)
     ct = np.asarray(ct)
     if arg.dtype.kind != "c" and ct.dtype.kind == "c":
         ct = ct.real
@@ -152,6 +159,6 @@ def vjp(fn, *args, **kwargs):
             G = out._replace_values(np.asarray(G).astype(np.result_type(G, out.dtype), copy=False))
         cts = tuple(back(G))
         cts += (None,) * (len(args) - len(cts))  # trailing options (dims, flags) have no cotangent
-        return tuple(_wrap(a, c) for a, c in zip(args, cts))
+        return tuple(wrap_cotangent(a, c) for a, c in zip(args, cts))
 
     return out, pullback
