@@ -14,7 +14,7 @@ sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _root]
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench")
-    parser.add_argument("name", choices=["validate", "coalesce", "convert", "spmm", "elementwise", "cuda"], help="which benchmark")
+    parser.add_argument("name", choices=["validate", "coalesce", "convert", "spmm", "elementwise", "cuda", "grad"], help="which benchmark")
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
     parser.add_argument("--threads", type=int, default=None, help="threads for ours and torch (default: all)")
     args = parser.parse_args(argv)
@@ -31,6 +31,11 @@ def main(argv=None) -> int:
         import importlib
 
         importlib.import_module(f"bench.{args.name}").run(threads=args.threads)
+    elif args.name == "grad":
+        from . import grad
+
+        kw = dict(n=4096, nnz=40_000, spgemm_n=512, bsr_n=512, repeat=3, quick=True) if args.quick else {}
+        grad.run(threads=args.threads, **kw)
     elif args.name == "cuda":
         from . import cuda
 
