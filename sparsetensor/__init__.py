@@ -39,6 +39,7 @@ from .interop import chunk as _chunk
 
 _protocols.bind()
 _chunk.bind()  # pickling, Dask's tokenize/sizeof, operators that give way to lazy collections
+from . import autograd
 
 __version__ = "0.1.0"
 
@@ -52,4 +53,5 @@ __all__ = [
     "check_invariants", "get_check_invariants", "num_threads", "set_num_threads",
     "INDEX_DTYPES", "VALUE_DTYPES", "show_config", "__version__",
     *_api.__all__,
+from . import autograd
 ]

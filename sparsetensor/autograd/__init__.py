@@ -1,0 +1,164 @@
+"""Gradients of sparse ops, without an engine: ``out, pullback = vjp(fn, *args)``.
+
+Semantics (PyTorch's masked semantics for sparse inputs, JAX's ``vjp`` form):
+
+- A sparse tensor is differentiated with respect to its **values**; its indices are
+  constants. The cotangent of a sparse argument is a sparse tensor of the argument's own
+  layout and pattern (its index arrays, duplicates of an uncoalesced tensor included:
+  each stored element gets its own entry), never a densified matrix.
+- Dense arguments (NumPy arrays) get dense cotangents of their shape; arguments that are
+  not differentiated (integer or bool arrays and tensors, scalars, dims, masks, index
+  arrays) get ``None``.
+- Complex values follow PyTorch's convention: the cotangent is the conjugate Wirtinger
+  derivative, so for ``L = Re(<g, f(x)>)`` the cotangent of ``x`` is ``dL/dRe(x) +
+  1j * dL/dIm(x)``; a real argument of a complex computation gets the real part.
+- Ops whose gradient w.r.t. a sparse input is dense (``exp``, ``cos``, ``log`` ... of a
+  sparse tensor) raise :class:`DenseGradientError` naming the op and ``to_dense()``.
+
+There is no tape: ``fn`` is one op of the table (:data:`sparsetensor.autograd.rules.RULES`),
+given as the function (``st.matmul``, ``st.ops.reduce.sum``), a bound method
+(``t.to_dense``), an unbound method (``st.SparseTensor.values``) or its name
+(``"softmax"``). Chain pullbacks by hand to differentiate a composition; PyTorch users get
+the same rules on torch's engine through :mod:`sparsetensor.torch`.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import numpy as np
+
+from .._tensor import SparseTensor
+from ._core import DenseGradientError, check_cotangent
+from .rules import RULES
+from . import embeddings as _embedding  # registers its rules
+
+from .embeddings import embedding, embedding_bag
+
+__all__ = ["vjp", "DenseGradientError", "rule_names", "differentiable", "wrap_cotangent", "embedding", "embedding_bag"]
+
+
+def _function_names() -> dict:
+    from .. import _dense
+    from ..ops import binary, blas, pointwise, reduce, shape, spgemm
+
+    table = {}
+    for module in (blas, binary, pointwise, reduce, shape, spgemm):
+        for name in RULES:
+            fn = getattr(module, name, None)
+            if callable(fn):
+                table[fn] = name
+    table[_dense.from_dense] = "from_dense"
+    table[_embedding.embedding] = "embedding"
+    table[_embedding.embedding_bag] = "embedding_bag"
+    return table
+
+
+_BY_FUNCTION: dict = {}
+
+
+def _resolve(fn, args: tuple):
+    """(rule name, positional args) for ``fn`` given as a name, function or method."""
+    if isinstance(fn, str):
+        name = fn
+    elif inspect.ismethod(fn) and isinstance(fn.__self__, SparseTensor):
+        name, args = fn.__name__, (fn.__self__,) + args
+    else:
+        if not _BY_FUNCTION:
+            _BY_FUNCTION.update(_function_names())
+        name = _BY_FUNCTION.get(fn)
+        if name is None and isinstance(fn, property):
+            name = fn.fget.__name__
+        if name is None:
+            qual = getattr(fn, "__qualname__", "")
+            if qual.split(".")[0] in ("SparseTensor", "COOTensor", "CompressedTensor", "_COOBase",
+                                      "_CompressedBase", "_SparseBase"):
+                name = fn.__name__
+    if name not in RULES:
+        raise NotImplementedError(f"vjp: no derivative rule for {getattr(fn, '__name__', fn)!r}; the table has: "
+                                  f"{', '.join(sorted(RULES))}")
+    return name, args
+
+
+def rule_names() -> list:
+    """The names of the ops that have a derivative rule."""
+    return sorted(RULES)
+
+
+def differentiable(x) -> bool:
+    """Whether ``x`` (a sparse tensor or an array) has floating or complex values."""
+    if isinstance(x, SparseTensor):
+        return x.dtype.kind in "fc"
+    return isinstance(x, np.ndarray) and x.dtype.kind in "fc"
+
+
+def wrap_cotangent(arg, ct):
+    """The cotangent ``ct`` of ``arg`` in ``arg``'s form: a tensor of its pattern, an array, or None."""
+    if isinstance(arg, list):
+        cts = ct if isinstance(ct, list) else [None] * len(arg)
+        return [wrap_cotangent(a, c) for a, c in zip(arg, cts)]
+    if ct is None or not differentiable(arg):
+        return None
+    if isinstance(ct, SparseTensor):  # a dense argument with a sparse cotangent (embedding rows)
+        return ct if ct.dtype == arg.dtype else ct.astype(arg.dtype)
+    ct = np.asarray(ct)
+    if arg.dtype.kind != "c" and ct.dtype.kind == "c":
+        ct = ct.real
+    if isinstance(arg, SparseTensor):
+        want = arg.values().shape
+        if ct.shape != want:
+            raise AssertionError(f"internal: a cotangent of shape {ct.shape} for values of shape {want}")
+        return arg._replace_values(np.ascontiguousarray(ct, dtype=arg.dtype))
+    return np.ascontiguousarray(np.broadcast_to(ct, arg.shape), dtype=arg.dtype)
+
+
+def vjp(fn, *args, **kwargs):
+    """The output of ``fn(*args, **kwargs)`` and its pullback (vector-Jacobian product).
+
+    Parameters
+    ----------
+    fn : callable or str
+        An op of the rule table (see :func:`rule_names`): ``st.matmul``, ``st.mm``,
+        ``st.mv``, ``st.bmm``, ``st.addmm``, ``st.sampled_addmm``, ``st.add``, ``st.sub``,
+        ``st.mul``, ``st.div``, the zero-preserving unary functions of
+        :mod:`sparsetensor.ops.pointwise`, ``sum``, ``mean``, ``softmax``, ``log_softmax``,
+        ``to_dense``, ``st.from_dense``, ``st.sparse_mask``, ``coalesce``, ``to_sparse``
+        (and ``to_sparse_csr`` ...), ``transpose``, ``mT``, ``narrow``, ``select``,
+        ``index_select``, ``st.cat``, ``values``.
+    *args, **kwargs
+        Its arguments, as the op takes them.
+
+    Returns
+    -------
+    out
+        ``fn(*args, **kwargs)``.
+    pullback : callable
+        ``pullback(g)`` takes the cotangent of ``out`` (an array of its shape; for a
+        sparse ``out`` a sparse tensor of its layout and pattern, or a dense array of its
+        shape, read at the pattern) and returns a tuple with one cotangent per positional
+        argument (see the module docstring). ``ValueError`` when ``g`` does not match.
+
+    Examples
+    --------
+    The gradient of ``0.5 * ||A x - b||^2`` w.r.t. A's values and x:
+
+    >>> import numpy as np, sparsetensor as st
+    >>> A = st.sparse_csr_tensor([0, 2, 3], [0, 1, 1], [1.0, 2.0, 3.0], size=(2, 2))
+    >>> x, b = np.array([1.0, 1.0]), np.array([1.0, 1.0])
+    >>> r, pullback = st.autograd.vjp(st.matmul, A, x)
+    >>> dA, dx = pullback(r - b)
+    >>> dA.layout, dA.values(), dx
+    (st.sparse_csr, array([2., 2., 2.]), array([ 2., 10.]))
+    """
+    name, args = _resolve(fn, args)
+    out, back = RULES[name](*args, **kwargs)
+
+    def pullback(g):
+        G = check_cotangent(g, out, f"vjp({name})")
+        if isinstance(out, SparseTensor):
+            G = out._replace_values(np.asarray(G).astype(np.result_type(G, out.dtype), copy=False))
+        cts = tuple(back(G))
+        cts += (None,) * (len(args) - len(cts))  # trailing options (dims, flags) have no cotangent
+        return tuple(wrap_cotangent(a, c) for a, c in zip(args, cts))
+
+    return out, pullback

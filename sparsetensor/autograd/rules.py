@@ -1,0 +1,565 @@
+"""The table of derivative rules: one vector-Jacobian product per differentiable op.
+
+A rule ``RULES[name](*args, **kwargs)`` runs the op forward and returns ``(out, back)``;
+``back(G)`` takes the output cotangent ``G`` (a sparse tensor of ``out``'s pattern when
+``out`` is sparse, else an array of its shape) and returns one cotangent per positional
+argument: an array of the shape of ``arg.values()`` for a sparse argument (its own
+pattern: indices are constants), an array of the argument's shape for a dense one, and
+``None`` for an argument that is not differentiated (scalars, masks, indices, options).
+Complex rules follow PyTorch's convention (the cotangent is conjugated through the
+Jacobian: ``dx = G * conj(f'(x))`` for a holomorphic ``f``).
+
+Products use our kernels: the masked gradient of a sparse factor is an SDDMM
+(:func:`sparsetensor.sampled_addmm`, or a gather-dot over the stored elements for coo and
+blocked layouts), the gradient of the dense factor a product with the transpose view
+``S.mT`` (no copy of a compressed ``S``).
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+
+import numpy as np
+
+from .. import _layout as L
+from .._tensor import COOTensor, CompressedTensor, SparseTensor
+from ..ops import binary, blas, pointwise, reduce, shape, spgemm
+from ._core import DenseGradientError, conj, element_coords, gather, values_of, unbroadcast
+
+__all__ = ["RULES", "UNARY"]
+
+RULES: dict = {}
+
+
+def _rule(*names):
+    def register(fn):
+        for n in names:
+            RULES[n] = fn
+        return fn
+
+    return register
+
+
+def _sparse(x) -> bool:
+    return isinstance(x, SparseTensor)
+
+
+def _dense_dims(t: SparseTensor) -> tuple:
+    return t.shape[t.ndim - t.dense_dim:]
+
+
+def _conj_t(t: SparseTensor) -> SparseTensor:
+    return t._replace_values(np.conj(t.values())) if t.dtype.kind == "c" else t
+
+
+def _adjoint(x):
+    """``conj(x).mT``: the transpose view of a sparse tensor (values conjugated only when complex)."""
+    if _sparse(x):
+        return _conj_t(x).mT
+    return np.swapaxes(conj(np.asarray(x)), -1, -2)
+
+
+# -- products ------------------------------------------------------------------------------------
+_CHUNK = 1 << 15  # stored elements per gather-dot chunk (bounds the temporaries)
+
+
+def _fold_batch(S: SparseTensor, M1: np.ndarray, M2: np.ndarray):
+    """``M1`` (``b1 + (M, K)``) and ``M2`` (``b2 + (K, N)``) with the batch dims that ``S``'s
+    batch does not have folded into K, so that ``M1 @ M2`` sampled at ``S`` sums over them."""
+    nb = S.batch_dim if isinstance(S, CompressedTensor) else S.sparse_dim - 2
+    sb = S.shape[:nb]
+    full = np.broadcast_shapes(sb, M1.shape[:-2], M2.shape[:-2])
+    if full == sb:
+        return np.broadcast_to(M1, sb + M1.shape[-2:]), np.broadcast_to(M2, sb + M2.shape[-2:])
+    n = len(full)
+    sbp = (1,) * (n - len(sb)) + sb
+    fold = [i for i in range(n) if sbp[i] == 1 and full[i] != 1]
+    keep = [i for i in range(n) if i not in fold]
+    m1 = np.broadcast_to(M1, full + M1.shape[-2:]).transpose(keep + [n] + fold + [n + 1])
+    m2 = np.broadcast_to(M2, full + M2.shape[-2:]).transpose(keep + fold + [n, n + 1])
+    M, N = M1.shape[-2], M2.shape[-1]
+    return m1.reshape(sb + (M, -1)), m2.reshape(sb + (-1, N))
+
+
+def sddmm(S: SparseTensor, M1, M2) -> np.ndarray:
+    """``M1 @ M2`` at the stored elements of ``S``, as an array of ``S.values()``'s shape (batch
+    dims of the factors that ``S`` lacks are summed over)."""
+    M1, M2 = _fold_batch(S, np.asarray(M1), np.asarray(M2))
+    rt = np.result_type(S.dtype, M1.dtype, M2.dtype)
+    if S.layout in (L.sparse_csr, L.sparse_csc) and S.is_coalesced() and not S.dense_dim and rt.kind in "fc":
+        zero = S._replace_values(np.zeros(S.values().shape, rt))
+        return spgemm.sampled_addmm(zero, M1.astype(rt, copy=False), M2.astype(rt, copy=False), beta=0).values()
+    coords = element_coords(S)
+    lead = coords.shape[1:]
+    flat = coords.reshape(coords.shape[0], -1)
+    m2t = np.swapaxes(M2, -1, -2)
+    out = np.empty(flat.shape[1], rt)
+    for lo in range(0, flat.shape[1], _CHUNK):
+        c = flat[:, lo:lo + _CHUNK]
+        rows = M1[tuple(c[:-1])]
+        cols = m2t[tuple(c[:-2]) + (c[-1],)]
+        out[lo:lo + _CHUNK] = np.einsum("ek,ek->e", rows, cols)
+    return out.reshape(lead)
+
+
+def _product(a, b):
+    """``a @ b`` with sparse @ sparse giving the sparse product and otherwise a dense array."""
+    return spgemm.spgemm(a, b) if _sparse(a) and _sparse(b) else blas.matmul(a, b)
+
+
+def _matmul_back(a, b, G):
+    """Cotangents of ``a`` and ``b`` for ``a @ b`` (2-d or batched; a 1-d dense operand is a vector)."""
+    if _sparse(a) and a.ndim < 2 or _sparse(b) and b.ndim < 2:
+        raise NotImplementedError("the gradient of a product with a 1-d sparse operand is not implemented; "
+                                  "make it a 1 x n matrix")
+    if _sparse(a) and _sparse(b):
+        return values_of(_product(G, _adjoint(b)), a), values_of(_product(_adjoint(a), G), b)
+    G = np.asarray(G)
+    if _sparse(a):
+        X = np.asarray(b)
+        Xm, Gm = (X[:, None], G[..., None]) if X.ndim == 1 else (X, G)
+        ga = sddmm(a, Gm, _adjoint(Xm))
+        gX = blas.matmul(a.mT, conj(Gm)) if a.dtype.kind == "c" or G.dtype.kind == "c" else blas.matmul(a.mT, Gm)
+        gX = conj(gX) if a.dtype.kind == "c" or G.dtype.kind == "c" else gX
+        gX = gX[..., 0] if X.ndim == 1 else gX
+        return ga, unbroadcast(gX, X.shape)
+    X = np.asarray(a)
+    Xm, Gm = (X[None, :], G[..., None, :]) if X.ndim == 1 else (X, G)
+    gb = sddmm(b, _adjoint(Xm), Gm)
+    cplx = b.dtype.kind == "c" or G.dtype.kind == "c"
+    gX = conj(blas.matmul(conj(Gm), b.mT)) if cplx else blas.matmul(Gm, b.mT)
+    gX = gX[..., 0, :] if X.ndim == 1 else gX
+    return unbroadcast(gX, X.shape), gb
+
+
+@_rule("matmul", "mm", "mv", "bmm")
+def _matmul(a, b, *, threads=None, _op="matmul"):
+    out = getattr(blas, _op)(a, b, threads=threads)
+    return out, lambda G: _matmul_back(a, b, G)
+
+
+def _named(op):
+    def rule(a, b, *, threads=None):
+        return _matmul(a, b, threads=threads, _op=op)
+
+    return rule
+
+
+for _op in ("mm", "mv", "bmm"):
+    RULES[_op] = _named(_op)
+
+
+@_rule("addmm")
+def _addmm(input, mat1, mat2, *, beta=1, alpha=1, threads=None):
+    out = blas.addmm(input, mat1, mat2, beta=beta, alpha=alpha, threads=threads)
+
+    def back(G):
+        g1, g2 = _matmul_back(mat1, mat2, G * conj(alpha))
+        gi = unbroadcast(G * conj(beta), np.shape(input)) if not _sparse(input) else None
+        return gi, g1, g2
+
+    return out, back
+
+
+@_rule("sampled_addmm")
+def _sampled_addmm(input, mat1, mat2, *, beta=1.0, alpha=1.0, threads=None):
+    out = spgemm.sampled_addmm(input, mat1, mat2, beta=beta, alpha=alpha, threads=threads)
+
+    def back(G):
+        gi = unbroadcast(G.values() * conj(beta), input.values().shape)
+        Ga = G._replace_values(G.values() * conj(alpha))
+        m1, m2 = np.asarray(mat1), np.asarray(mat2)
+        g1 = unbroadcast(blas.matmul(Ga, _adjoint(m2)), m1.shape)
+        g2 = unbroadcast(blas.matmul(_adjoint(m1), Ga), m2.shape)
+        return gi, g1, g2
+
+    return out, back
+
+
+# -- elementwise ------------------------------------------------------------------------------
+def _onto(x, G, scale=1):
+    """The cotangent of operand ``x`` of a sum whose output cotangent is ``G``."""
+    if _sparse(x):
+        v = values_of(G, x)
+        return v * scale if scale != 1 else v
+    if isinstance(x, np.ndarray) or np.ndim(x):
+        return unbroadcast(np.asarray(G.to_dense() if _sparse(G) else G) * scale, np.shape(x))
+    return None
+
+
+@_rule("add", "sub")
+def _add(a, b, *, alpha=1, threads=None, _negate=False):
+    out = (binary.sub if _negate else binary.add)(a, b, alpha=alpha, threads=threads)
+    s = conj(-alpha if _negate else alpha)
+    return out, lambda G: (_onto(a, G), _onto(b, G, s))
+
+
+RULES["sub"] = lambda a, b, *, alpha=1, threads=None: _add(a, b, alpha=alpha, threads=threads, _negate=True)
+
+
+def _conj_any(x):
+    return _conj_t(x) if _sparse(x) else conj(x)
+
+
+def _factor_grad(x, G, other):
+    """The cotangent of factor ``x`` of ``x * other`` (sparse output cotangent ``G``)."""
+    if not (_sparse(x) or np.ndim(x)):
+        return None
+    p = binary.mul(G, _conj_any(other))
+    if _sparse(x):
+        return values_of(p, x)
+    return unbroadcast(p.to_dense(), np.shape(x))
+
+
+@_rule("mul")
+def _mul(a, b, *, threads=None):
+    out = binary.mul(a, b, threads=threads)
+    return out, lambda G: (_factor_grad(a, G, b), _factor_grad(b, G, a))
+
+
+@_rule("div")
+def _div(a, b, *, threads=None):
+    out = binary.div(a, b, threads=threads)
+
+    def back(G):
+        ga = values_of(binary.div(G, _conj_any(b)), a)
+        if not np.ndim(b):
+            return ga, None
+        gb = binary.mul(G, _conj_t(binary.div(out, b)))
+        return ga, unbroadcast(-np.asarray(gb.to_dense()), np.shape(b))
+
+    return out, back
+
+
+# -- zero-preserving unary ops --------------------------------------------------------------------
+def _zero(x, y):
+    return np.zeros_like(x)
+
+
+# f'(x) given x and y = f(x); the cotangent is G * conj(f'(x)). None: a rule of its own below.
+UNARY = {
+    "neg": lambda x, y: -np.ones_like(x), "negative": lambda x, y: -np.ones_like(x),
+    "square": lambda x, y: 2 * x, "sqrt": lambda x, y: 0.5 / y, "sin": lambda x, y: np.cos(x),
+    "sinh": lambda x, y: np.cosh(x), "tan": lambda x, y: 1 + y * y, "tanh": lambda x, y: 1 - y * y,
+    "asin": lambda x, y: 1 / np.sqrt(1 - x * x), "asinh": lambda x, y: 1 / np.sqrt(1 + x * x),
+    "atan": lambda x, y: 1 / (1 + x * x), "atanh": lambda x, y: 1 / (1 - x * x),
+    "expm1": lambda x, y: y + 1, "log1p": lambda x, y: 1 / (1 + x), "frac": lambda x, y: np.ones_like(x),
+    "sign": _zero, "ceil": _zero, "floor": _zero, "round": _zero, "trunc": _zero,
+    "relu": lambda x, y: (x > 0).astype(x.dtype),
+}
+# Not holomorphic: the cotangent of x from G, x, y.
+_NONHOLO = {
+    "abs": lambda G, x, y: G * (np.sign(x) if x.dtype.kind != "c" else np.where(x == 0, 0, x / np.where(y == 0, 1, y))),
+    "conj": lambda G, x, y: np.conj(G),
+    "real": lambda G, x, y: G.astype(x.dtype),
+    "imag": lambda G, x, y: G * 1j if x.dtype.kind == "c" else None,
+}
+
+
+def _coalesced(t):
+    return t if t.is_coalesced() else t.coalesce()
+
+
+def _back_to(t, c, gc: np.ndarray) -> np.ndarray:
+    """Cotangent values ``gc`` on ``c`` (``t`` coalesced) moved to ``t``'s own pattern."""
+    return gc if c is t else values_of(c._replace_values(gc), t)
+
+
+def _unary(name):
+    def rule(t, *args, **kwargs):
+        c = _coalesced(t)
+        out = getattr(pointwise, name)(c, *args, **kwargs)
+
+        def back(G):
+            x, y, g = c.values(), out.values(), G.values()
+            if name in _NONHOLO:
+                if name == "imag" and x.dtype.kind != "c":
+                    raise TypeError("imag of a real tensor has no gradient")
+                gc = _NONHOLO[name](g, x, y)
+            elif name == "pow":
+                e = args[0] if args else kwargs["exponent"]
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    gc = g * conj(e * np.power(x, e - 1))
+            else:
+                if name in ("sign", "sgn") and x.dtype.kind == "c":
+                    raise NotImplementedError(f"the gradient of {name} of a complex tensor is not implemented")
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    gc = g * conj(UNARY[name](x, y))
+            return (_back_to(t, c, np.asarray(gc)),) + (None,) * len(args)
+
+        return out, back
+
+    return rule
+
+
+for _name in list(UNARY) + list(_NONHOLO) + ["pow", "sgn"]:
+    RULES[_name] = _unary(_name)
+UNARY["sgn"] = _zero
+
+
+def _dense_only(name, dense_value):
+    def rule(t, *args, **kwargs):
+        raise DenseGradientError(
+            f"{name} of a sparse tensor: {name}(0) = {dense_value}, so its result and its gradient w.r.t. the "
+            f"values would be dense; call {name} on t.to_dense() instead (the gradient then flows through to_dense)")
+
+    return rule
+
+
+for _name, _v in (("exp", "1"), ("exp2", "1"), ("cos", "1"), ("cosh", "1"), ("acos", "pi/2"), ("log", "-inf"),
+                  ("log2", "-inf"), ("log10", "-inf"), ("sigmoid", "0.5"), ("rsqrt", "inf"), ("reciprocal", "inf"),
+                  ("acosh", "nan")):
+    RULES[_name] = _dense_only(_name, _v)
+
+
+@_rule("scale")
+def _scale(t, scalar):
+    out = binary.mul(t, scalar)
+    return out, lambda G: (G.values() * conj(scalar), None)
+
+
+# -- reductions ------------------------------------------------------------------------------
+def _dims(dim, ndim):
+    if dim is None:
+        return tuple(range(ndim))
+    try:
+        ds = (operator.index(dim),)
+    except TypeError:
+        ds = tuple(operator.index(d) for d in dim)
+    return tuple(sorted(d % ndim for d in ds))
+
+
+def _keepdim_form(G, t: SparseTensor, dims: tuple):
+    """Cotangent ``G`` of a reduction of ``t`` over ``dims`` with the reduced dims put back as size 1."""
+    keep = tuple(1 if d in dims else s for d, s in enumerate(t.shape))
+    if not _sparse(G):
+        return np.asarray(G).reshape(keep)
+    if G.shape == keep:
+        return G
+    if isinstance(G, COOTensor):
+        S = t.sparse_dim
+        kept = [d for d in range(S) if d not in dims]
+        full = np.zeros((S, G.nnz), dtype=G.indices().dtype)
+        full[kept] = G.indices()
+        return COOTensor(full, G.values().reshape((G.nnz,) + keep[S:]), keep, G.is_coalesced())
+    m = t.batch_dim
+    c, p = G.compressed_indices(), G.plain_indices()
+    block = t.blocksize if t.layout.blocked else ()
+    values = G.values().reshape(keep[:m] + (G.nnz,) + block + keep[m + 2:])
+    return CompressedTensor(c.reshape(keep[:m] + c.shape[-1:]), p.reshape(keep[:m] + (G.nnz,)), values, keep,
+                            G.layout, G.is_coalesced())
+
+
+def _broadcast_back(t: SparseTensor, Gk, dims: tuple) -> np.ndarray:
+    """The keepdim-form cotangent ``Gk`` read at every stored element of ``t`` (reduced dims at 0)."""
+    coords = element_coords(t).copy()
+    P = coords.shape[0]
+    for d in dims:
+        if d < P:
+            coords[d] = 0
+    return gather(Gk, coords, _dense_dims(t))
+
+
+@_rule("sum")
+def _sum(t, dim=None, keepdim=False, *, dtype=None, threads=None):
+    out = reduce.sum(t, dim, keepdim, dtype=dtype, threads=threads)
+    dims = _dims(dim, t.ndim)
+    return out, lambda G: (_broadcast_back(t, _keepdim_form(G, t, dims), dims),)
+
+
+@_rule("mean")
+def _mean(t, dim=None, keepdim=False, *, dtype=None, threads=None):
+    out = reduce.mean(t, dim, keepdim, dtype=dtype, threads=threads)
+    dims = _dims(dim, t.ndim)
+    count = math.prod(t.shape[d] for d in dims)
+    return out, lambda G: (_broadcast_back(t, _keepdim_form(G, t, dims), dims) / max(count, 1),)
+
+
+def _softmax_rule(log: bool):
+    def rule(t, dim, *, dtype=None, threads=None):
+        c = _coalesced(t)
+        out = (reduce.log_softmax if log else reduce.softmax)(c, dim, dtype=dtype, threads=threads)
+        d = dim % t.ndim
+
+        def back(G):
+            y, g = out.values(), G.values()
+            w = g if log else g * y
+            P = t.ndim - t.dense_dim
+            if d >= P:
+                s = np.sum(w, axis=y.ndim - (t.ndim - d), keepdims=True)
+            else:
+                s = _broadcast_back(c, reduce.sum(out._replace_values(w), d, True), (d,))
+            gc = g - np.exp(y) * s if log else y * (g - s)
+            return (_back_to(t, c, gc.astype(t.dtype, copy=False)), None)
+
+        return out, back
+
+    return rule
+
+
+RULES["softmax"] = _softmax_rule(False)
+RULES["log_softmax"] = _softmax_rule(True)
+
+
+# -- conversions, shape and indexing -------------------------------------------------------------
+@_rule("to_dense")
+def _to_dense(t, *, threads=None):
+    out = t.to_dense(threads=threads)
+    return out, lambda G: (gather(G, element_coords(t), _dense_dims(t)),)
+
+
+@_rule("from_dense")
+def _from_dense(a, layout="csr", **kwargs):
+    from .._dense import from_dense
+
+    out = from_dense(a, layout, **kwargs)
+    return out, lambda G: (G.to_dense(),)
+
+
+@_rule("sparse_mask")
+def _sparse_mask(t, mask, *, threads=None):
+    out = shape.sparse_mask(t, mask, threads=threads)
+    return out, lambda G: ((values_of(G, t) if _sparse(t) else G.to_dense()), None)
+
+
+@_rule("coalesce", "sum_duplicates")
+def _coalesce(t, *, threads=None):
+    out = t.coalesce(threads=threads)
+    return out, lambda G: (values_of(G, t),)
+
+
+@_rule("to_sparse")
+def _to_sparse(t, layout=None, *, blocksize=None, dense_dim=None, threads=None):
+    if not _sparse(t):
+        return _from_dense(t, layout or "coo", blocksize=blocksize, dense_dim=dense_dim or 0, threads=threads)
+    out = t.to_sparse(layout, blocksize=blocksize, dense_dim=dense_dim, threads=threads)
+    if out.dense_dim != t.dense_dim:
+        raise NotImplementedError(f"the gradient of to_sparse that changes dense_dim ({t.dense_dim} -> "
+                                  f"{out.dense_dim}) is not implemented")
+    return out, lambda G: (values_of(G, t), None)
+
+
+for _lay in ("coo", "csr", "csc", "bsr", "bsc"):
+    RULES[f"to_sparse_{_lay}"] = (lambda lay: lambda t, *a, **k: _to_sparse(t, lay, *a, **k))(_lay)
+
+
+@_rule("values")
+def _values(t):
+    return t.values(), lambda G: (np.asarray(G),)
+
+
+@_rule("transpose")
+def _transpose(t, dim0, dim1):
+    out = shape.transpose(t, dim0, dim1)
+    return out, lambda G: (shape.transpose(G, dim0, dim1).values(), None, None)
+
+
+@_rule("mT", "T", "t")
+def _mT(t):
+    out = t.mT if t.ndim != 2 or isinstance(t, CompressedTensor) else t.T
+    return out, lambda G: (G.mT.values(),)
+
+
+def _split(t: SparseTensor, d: int):
+    """(coordinates of ``t``'s stored elements, whether ``d`` is a batch/sparse dim, values axis of ``d``)."""
+    P = t.ndim - t.dense_dim
+    return element_coords(t), d < P, t.values().ndim - (t.ndim - d)
+
+
+@_rule("narrow")
+def _narrow(t, dim, start, length, *, threads=None):
+    out = shape.narrow(t, dim, start, length, threads=threads)
+    d = dim % t.ndim
+    s = start % t.shape[d] if start < 0 else start
+
+    def back(G):
+        coords, sparse_d, ax = _split(t, d)
+        if sparse_d:
+            valid = (coords[d] >= s) & (coords[d] < s + length)
+            coords = coords.copy()
+            coords[d] -= s
+            return (gather(G, coords, _dense_dims(t), valid),) + (None,) * 3
+        part = gather(G, coords, G.shape[len(coords):])
+        gt = np.zeros(t.values().shape, part.dtype)
+        gt[(slice(None),) * ax + (slice(s, s + length),)] = part
+        return (gt,) + (None,) * 3
+
+    return out, back
+
+
+@_rule("select")
+def _select(t, dim, index, *, threads=None):
+    out = shape.select(t, dim, index, threads=threads)
+    d = dim % t.ndim
+    i = index % t.shape[d]
+
+    def back(G):
+        coords, sparse_d, ax = _split(t, d)
+        if sparse_d:
+            valid = coords[d] == i
+            return (gather(G, np.delete(coords, d, axis=0), _dense_dims(t), valid), None, None)
+        dd = _dense_dims(t)
+        part = gather(G, coords, dd[:d - (t.ndim - len(dd))] + dd[d - (t.ndim - len(dd)) + 1:])
+        gt = np.zeros(t.values().shape, part.dtype)
+        gt[(slice(None),) * ax + (i,)] = part
+        return (gt, None, None)
+
+    return out, back
+
+
+@_rule("index_select")
+def _index_select(t, dim, index, *, threads=None):
+    out = shape.index_select(t, dim, index, threads=threads)
+    d = dim % t.ndim
+    idx = np.asarray(index).reshape(-1).astype(np.int64)
+
+    def back(G):
+        coords, sparse_d, ax = _split(t, d)
+        if not sparse_d:
+            part = gather(G, coords, G.shape[len(coords):])
+            gt = np.zeros(t.values().shape, part.dtype)
+            np.add.at(gt, (slice(None),) * ax + (idx,), part)
+            return (gt, None, None)
+        order = np.argsort(idx, kind="stable")
+        sidx = idx[order]
+        lead = coords.shape[1:]
+        cd = coords[d].reshape(-1)
+        lo, hi = np.searchsorted(sidx, cd, "left"), np.searchsorted(sidx, cd, "right")
+        cnt = hi - lo
+        owner = np.repeat(np.arange(cd.shape[0]), cnt)
+        starts = np.cumsum(cnt) - cnt
+        j = order[np.repeat(lo, cnt) + (np.arange(owner.shape[0]) - np.repeat(starts, cnt))]
+        rep = coords.reshape(coords.shape[0], -1)[:, owner]
+        rep[d] = j
+        vals = gather(G, rep, _dense_dims(t))
+        gt = np.zeros((cd.shape[0],) + vals.shape[1:], vals.dtype)
+        nz = cnt > 0
+        if vals.shape[0]:
+            gt[nz] = np.add.reduceat(vals, starts[nz], axis=0)
+        return (gt.reshape(lead + vals.shape[1:]), None, None)
+
+    return out, back
+
+
+@_rule("cat")
+def _cat(tensors, dim=0, *, threads=None):
+    tensors = list(tensors)
+    out = shape.cat(tensors, dim, threads=threads)
+    d = dim % out.ndim
+
+    def back(G):
+        grads, off = [], 0
+        for t in tensors:
+            coords, sparse_d, ax = _split(t, d)
+            if sparse_d:
+                coords = coords.copy()
+                coords[d] += off
+                grads.append(gather(G, coords, _dense_dims(t)))
+            else:
+                part = gather(G, coords, G.shape[len(coords):])
+                grads.append(np.ascontiguousarray(part[(slice(None),) * ax + (slice(off, off + t.shape[d]),)]))
+            off += t.shape[d]
+        return (grads, None)
+
+    return out, back

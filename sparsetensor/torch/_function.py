@@ -1,0 +1,168 @@
+"""One ``torch.autograd.Function`` over the rule table: torch tensors in, our kernels, torch out.
+
+Forward converts every torch tensor argument with :func:`sparsetensor.from_torch` (no
+copy on the CPU: members become NumPy views), runs the rule of
+:mod:`sparsetensor.autograd.rules` and hands the result back with
+:func:`sparsetensor.to_torch` (again sharing memory). Backward converts the output's
+gradient the same way (a sparse gradient of another pattern, or a dense one, is read at
+the output's pattern), calls the rule's pullback and returns, for each sparse input, a
+torch tensor of its layout and pattern (sharing its index tensors), which torch
+accumulates into a COO/CSR leaf's ``.grad`` or passes on to the values of a tensor built
+with ``torch.sparse_*_tensor(..., values)``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._tensor import SparseTensor
+from ..autograd import differentiable, wrap_cotangent
+from ..autograd._core import same_pattern, values_of
+from ..autograd.rules import RULES
+from ..interop.torch import from_torch, to_torch
+
+__all__ = ["apply"]
+
+_FUNCTION = None
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError:
+        raise ImportError("sparsetensor.torch needs PyTorch, an optional dependency: pip install "
+                          "'sparsetensor[torch]'") from None
+    return torch
+
+
+def _is_tensor(x) -> bool:
+    torch = _torch()
+    return isinstance(x, torch.Tensor)
+
+
+def _check_input(t, name: str, position: str):
+    torch = _torch()
+    if t.device.type != "cpu":
+        raise NotImplementedError(f"sparsetensor.torch.{name}: {position} is a {t.device.type} tensor; the "
+                                  "sparsetensor autograd bridge runs on the CPU only (no CUDA kernel for this "
+                                  "op's rules yet): move it with .cpu()")
+    if t.requires_grad and not (t.is_floating_point() or t.is_complex()):
+        raise TypeError(f"sparsetensor.torch.{name}: {position} requires grad but has dtype {t.dtype}; only "
+                        "floating and complex tensors are differentiated")
+    if t.dtype == torch.bfloat16:
+        raise TypeError(f"sparsetensor.torch.{name}: {position} is bfloat16, which NumPy lacks; convert it first")
+
+
+def _ours(t):
+    """A torch tensor as a sparsetensor tensor or NumPy array sharing its memory."""
+    return from_torch(t)
+
+
+def _theirs(x):
+    """Our result as a torch tensor sharing its memory (read-only arrays are copied)."""
+    torch = _torch()
+    if isinstance(x, SparseTensor):
+        return to_torch(x, check_invariants=False)
+    a = np.asarray(x)
+    if not a.flags.writeable or a.strides and min(a.strides) < 0:
+        a = a.copy()
+    return torch.from_numpy(a)
+
+
+def _flatten(args):
+    """(torch tensors in order, the arguments with each tensor replaced by a slot marker)."""
+    flat, spec = [], []
+    for a in args:
+        if isinstance(a, (list, tuple)) and a and all(_is_tensor(x) or isinstance(x, SparseTensor) for x in a):
+            items = []
+            for x in a:
+                if _is_tensor(x):
+                    items.append(("t", len(flat)))
+                    flat.append(x)
+                else:
+                    items.append(("c", x))
+            spec.append(("list", items))
+        elif _is_tensor(a):
+            spec.append(("t", len(flat)))
+            flat.append(a)
+        else:
+            spec.append(("c", a))
+    return flat, spec
+
+
+def _rebuild(spec, converted):
+    def one(item):
+        kind, v = item
+        return converted[v] if kind == "t" else v
+
+    return [[one(i) for i in v] if kind == "list" else one((kind, v)) for kind, v in spec]
+
+
+def _function():
+    global _FUNCTION
+    if _FUNCTION is not None:
+        return _FUNCTION
+    torch = _torch()
+
+    class SparseRule(torch.autograd.Function):
+        """Forward and backward of one op of sparsetensor's rule table."""
+
+        @staticmethod
+        def forward(ctx, name, spec, kwargs, *tensors):
+            ctx.set_materialize_grads(False)
+            converted = [_ours(t) for t in tensors]
+            args = _rebuild(spec, converted)
+            out, back = RULES[name](*args, **kwargs)
+            ctx.rule = (name, spec, args, out, back, [t.layout for t in tensors])
+            result = _theirs(out)
+            if result.layout == torch.strided and any(
+                    t.layout == torch.strided and result.data_ptr() == t.data_ptr() for t in tensors):
+                result = result.clone()
+            return result
+
+        @staticmethod
+        def backward(ctx, grad):
+            name, spec, args, out, back, layouts = ctx.rule
+            none = (None, None, None) + (None,) * len(layouts)
+            if grad is None:
+                return none
+            G = _ours(grad.detach())
+            if isinstance(out, SparseTensor):
+                if not (isinstance(G, SparseTensor) and same_pattern(G, out)):
+                    G = out._replace_values(values_of(G, out).astype(out.dtype, copy=False))
+            cts = list(back(G))
+            cts += [None] * (len(args) - len(cts))
+            grads = [None] * len(layouts)
+            for (kind, v), arg, ct in zip(spec, args, cts):
+                if kind == "t":
+                    grads[v] = wrap_cotangent(arg, ct)
+                elif kind == "list":
+                    cl = ct if isinstance(ct, list) else [None] * len(v)
+                    for (k2, v2), a2, c2 in zip(v, arg, cl):
+                        if k2 == "t":
+                            grads[v2] = wrap_cotangent(a2, c2)
+            out_grads = []
+            for g, t in zip(grads, ctx.needs_input_grad[3:]):
+                out_grads.append(_theirs(g) if (g is not None and t) else None)
+            return (None, None, None) + tuple(out_grads)
+
+    _FUNCTION = SparseRule
+    return _FUNCTION
+
+
+def apply(name: str, args: tuple, kwargs: dict):
+    """Run rule ``name`` on torch (or sparsetensor/NumPy) arguments, differentiable through torch."""
+    torch = _torch()
+    if name not in RULES:
+        raise NotImplementedError(f"sparsetensor.torch: no derivative rule for {name!r}")
+    for k, v in kwargs.items():
+        if isinstance(v, torch.Tensor):
+            raise TypeError(f"sparsetensor.torch.{name}: pass the tensor {k}= as a positional argument")
+    flat, spec = _flatten(args)
+    for i, t in enumerate(flat):
+        _check_input(t, name, f"tensor argument {i}")
+    return _function().apply(name, spec, dict(kwargs), *flat)
+
+
+def differentiable_input(t) -> bool:
+    return differentiable(t)

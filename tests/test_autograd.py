@@ -1,0 +1,480 @@
+"""The engine-free derivative rules (sparsetensor.autograd.vjp) against NumPy central differences.
+
+For an op ``out = f(*args)`` and a random output cotangent ``g``, ``L = Re<g, out>`` (over
+the stored values when ``out`` is sparse) is differentiated by central differences w.r.t.
+every stored value of every floating argument (real and imaginary parts), and compared
+with the pullback's cotangents (PyTorch's convention: ``dL/dRe + 1j * dL/dIm``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import sparsetensor as st
+from sparsetensor.autograd import DenseGradientError, vjp
+
+from conftest import INDEX_DTYPES, LAYOUTS
+
+EPS = 1e-6
+
+
+def _rand(rng, shape, dtype):
+    x = rng.standard_normal(shape)
+    if np.dtype(dtype).kind == "c":
+        x = x + 1j * rng.standard_normal(shape)
+    return x.astype(dtype)
+
+
+def make(rng, layout, shape, *, dtype=np.float64, index_dtype=np.int64, density=0.5, blocksize=None,
+         batch_dim=0, dense_dim=0, nnz0=False):
+    """A random sparse tensor of ``layout`` whose stored values are all nonzero."""
+    a = _rand(rng, shape, dtype)
+    lead = len(shape) - dense_dim
+    if nnz0:
+        a[...] = 0
+    elif layout in ("bsr", "bsc"):
+        m = batch_dim
+        rb, cb = blocksize
+        nb = (shape[m] // rb, shape[m + 1] // cb)
+        keep = rng.random(shape[:m] + nb) < density
+        if m:  # every batch the same number of blocks
+            keep[...] = keep.reshape((-1,) + nb)[0]
+        mask = keep.repeat(rb, axis=m).repeat(cb, axis=m + 1)
+        a *= mask.reshape(mask.shape + (1,) * dense_dim)
+    else:
+        keep = rng.random(shape[:lead]) < density
+        if batch_dim:
+            keep[...] = keep.reshape((-1,) + shape[batch_dim:lead])[0]
+        a *= keep.reshape(keep.shape + (1,) * dense_dim)
+    return st.from_dense(a, layout, blocksize=blocksize, batch_dim=batch_dim, dense_dim=dense_dim,
+                         index_dtype=index_dtype)
+
+
+def _inner(g, out):
+    """Re<g, out>: over the stored values of a sparse ``out`` (``g`` of its pattern)."""
+    if isinstance(out, st.SparseTensor):
+        return float(np.real(np.vdot(g.values(), out.values())))
+    return float(np.real(np.vdot(g, out)))
+
+
+def _perturbations(x):
+    """(index, setter) pairs for every stored value (or element) of ``x``."""
+    v = x.values() if isinstance(x, st.SparseTensor) else np.asarray(x)
+    for k in range(v.size):
+        def with_delta(delta, k=k):
+            w = v.copy().reshape(-1)
+            w[k] += delta
+            w = w.reshape(v.shape)
+            return x._replace_values(w) if isinstance(x, st.SparseTensor) else w
+        yield k, with_delta
+
+
+def check(fn, *args, rng=None, kwargs=None, nondiff=(), atol=1e-5, rtol=1e-5):
+    """Compare vjp(fn, *args) with central differences; returns the cotangents."""
+    rng = np.random.default_rng(0) if rng is None else rng
+    kwargs = kwargs or {}
+    out, pullback = vjp(fn, *args, **kwargs)
+    dtype = out.dtype
+    if isinstance(out, st.SparseTensor):
+        g = out._replace_values(_rand(rng, out.values().shape, dtype))
+    else:
+        g = _rand(rng, np.shape(out), dtype)
+    cts = pullback(g)
+    assert len(cts) == len(args)
+
+    def loss(new_args):
+        o, _ = vjp(fn, *new_args, **kwargs)
+        if isinstance(out, st.SparseTensor):
+            assert o.values().shape == out.values().shape
+        return _inner(g, o)
+
+    def slots():
+        for i, a in enumerate(args):
+            if isinstance(a, list):
+                for j, t in enumerate(a):
+                    yield (i, j), t, cts[i][j]
+            else:
+                yield (i, None), a, cts[i]
+
+    checked = 0
+    for (i, j), a, ct in slots():
+        if not st.autograd.differentiable(a) or i in nondiff:
+            assert ct is None
+            continue
+        assert ct is not None, f"argument {i} has no cotangent"
+        if isinstance(a, st.SparseTensor):
+            assert ct.layout == a.layout and ct.shape == a.shape
+            assert ct.values().shape == a.values().shape and ct.dtype == a.dtype
+            ctv = ct.values()
+        elif isinstance(ct, st.SparseTensor):  # a dense argument with sparse rows (embeddings)
+            assert ct.shape == np.shape(a) and ct.is_coalesced()
+            ctv = ct.to_dense()
+        else:
+            assert ct.shape == np.shape(a)
+            ctv = ct
+        cplx = np.dtype(a.dtype).kind == "c"
+        fd = np.zeros(ctv.size, dtype=np.complex128 if cplx else np.float64)
+        for k, with_delta in _perturbations(a):
+            for unit in ((1, 1j) if cplx else (1,)):
+                def replaced(delta):
+                    new = list(args)
+                    if j is None:
+                        new[i] = with_delta(delta * unit)
+                    else:
+                        new[i] = list(args[i])
+                        new[i][j] = with_delta(delta * unit)
+                    return new
+                d = (loss(replaced(EPS)) - loss(replaced(-EPS))) / (2 * EPS)
+                fd[k] += d * unit
+        np.testing.assert_allclose(ctv.reshape(-1), fd, atol=atol, rtol=rtol, err_msg=f"argument {i}/{j}")
+        checked += 1
+    assert checked, "nothing was differentiated"
+    return cts
+
+
+BLOCK = {"bsr": (2, 2), "bsc": (2, 2)}
+
+
+def _layout_params():
+    return [pytest.param(lay, idt, id=f"{lay}-{np.dtype(idt).name}") for lay in LAYOUTS for idt in INDEX_DTYPES]
+
+
+# -- products ----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("layout,idt", _layout_params())
+@pytest.mark.parametrize("dtype", [np.float64, np.complex128])
+def test_matmul_sparse_dense(layout, idt, dtype):
+    rng = np.random.default_rng(1)
+    A = make(rng, layout, (4, 6), dtype=dtype, index_dtype=idt, blocksize=BLOCK.get(layout))
+    X = _rand(rng, (6, 3), dtype)
+    check(st.matmul, A, X, rng=rng)
+    check(st.matmul, _rand(rng, (2, 4), dtype), A, rng=rng)
+    check(st.mv, A, _rand(rng, (6,), dtype), rng=rng)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_matmul_empty(layout):
+    rng = np.random.default_rng(2)
+    A = make(rng, layout, (4, 6), nnz0=True, blocksize=BLOCK.get(layout))
+    out, pb = vjp(st.matmul, A, np.ones((6, 2)))
+    dA, dX = pb(np.ones((4, 2)))
+    assert dA.nnz == 0 and dA.layout == A.layout
+    np.testing.assert_array_equal(dX, 0)
+
+
+def test_matmul_mixed_dtypes_and_float32():
+    rng = np.random.default_rng(3)
+    A = make(rng, "csr", (5, 4), dtype=np.float32)
+    X = _rand(rng, (4, 3), np.float64)
+    out, pb = vjp(st.matmul, A, X)
+    dA, dX = pb(np.ones(out.shape))
+    assert dA.dtype == np.float32 and dX.dtype == np.float64
+    np.testing.assert_allclose(dA.to_dense(), (np.ones((5, 3)) @ X.T) * (A.to_dense() != 0), rtol=1e-6)
+
+
+@pytest.mark.parametrize("layout", ["csr", "csc", "bsr", "bsc"])
+def test_bmm_batched(layout):
+    rng = np.random.default_rng(4)
+    A = make(rng, layout, (2, 4, 4), batch_dim=1, blocksize=BLOCK.get(layout))
+    check(st.bmm, A, _rand(rng, (2, 4, 3), np.float64), rng=rng)
+    check(st.matmul, A, _rand(rng, (4, 3), np.float64), rng=rng)  # broadcast dense factor
+
+
+def test_matmul_broadcast_sparse_factor():
+    rng = np.random.default_rng(5)
+    A = make(rng, "csr", (4, 5))
+    check(st.matmul, A, _rand(rng, (3, 5, 2), np.float64), rng=rng)
+
+
+def test_matmul_batched_coo():
+    rng = np.random.default_rng(6)
+    A = make(rng, "coo", (2, 3, 4))
+    check(st.matmul, A, _rand(rng, (2, 4, 2), np.float64), rng=rng)
+
+
+@pytest.mark.parametrize("la,lb", [("csr", "csr"), ("csr", "csc"), ("coo", "coo"), ("csc", "csc"),
+                                   ("bsr", "bsr")])
+@pytest.mark.parametrize("dtype", [np.float64, np.complex128])
+def test_matmul_sparse_sparse(la, lb, dtype):
+    rng = np.random.default_rng(7)
+    A = make(rng, la, (4, 6), dtype=dtype, blocksize=BLOCK.get(la))
+    B = make(rng, lb, (6, 4), dtype=dtype, blocksize=BLOCK.get(lb))
+    dA, dB = check(st.matmul, A, B, rng=rng)
+    assert dA.nnz == A.nnz and dB.nnz == B.nnz
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_addmm(layout):
+    rng = np.random.default_rng(8)
+    A = make(rng, layout, (4, 6), blocksize=BLOCK.get(layout))
+    check(st.addmm, _rand(rng, (1, 3), np.float64), A, _rand(rng, (6, 3), np.float64), rng=rng,
+          kwargs=dict(beta=0.5, alpha=2.0))
+    check(st.addmm, _rand(rng, (4, 4), np.float64), A, make(rng, layout, (6, 4), blocksize=BLOCK.get(layout)),
+          rng=rng, kwargs=dict(alpha=-1.5))
+
+
+@pytest.mark.parametrize("layout", ["csr", "csc"])
+@pytest.mark.parametrize("dtype", [np.float64, np.complex128])
+def test_sampled_addmm(layout, dtype):
+    rng = np.random.default_rng(9)
+    S = make(rng, layout, (4, 5), dtype=dtype)
+    check(st.sampled_addmm, S, _rand(rng, (4, 3), dtype), _rand(rng, (3, 5), dtype), rng=rng,
+          kwargs=dict(beta=0.5, alpha=1.5))
+
+
+# -- elementwise -----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("layout,idt", _layout_params())
+@pytest.mark.parametrize("dtype", [np.float64, np.complex128])
+def test_add_sub_mul(layout, idt, dtype):
+    rng = np.random.default_rng(10)
+    kw = dict(dtype=dtype, index_dtype=idt, blocksize=BLOCK.get(layout))
+    a, b = make(rng, layout, (4, 6), **kw), make(rng, layout, (4, 6), **kw)
+    D = _rand(rng, (4, 6), dtype)
+    check(st.add, a, b, rng=rng, kwargs=dict(alpha=2.0))
+    check(st.sub, a, b, rng=rng)
+    check(st.add, a, D, rng=rng)
+    check(st.sub, D, a, rng=rng)
+    check(st.mul, a, b, rng=rng)
+    check(st.mul, a, D, rng=rng)
+    check(st.mul, D[0], a, rng=rng)  # broadcast dense factor
+    check(st.mul, a, 2.5, rng=rng)
+    check(st.div, a, D, rng=rng)
+    check(st.div, a, 4.0, rng=rng)
+
+
+def test_add_mixed_layouts_and_hybrid():
+    rng = np.random.default_rng(11)
+    a = make(rng, "coo", (4, 6, 2), dense_dim=1)
+    b = make(rng, "coo", (4, 6, 2), dense_dim=1)
+    check(st.add, a, b, rng=rng)
+    check(st.mul, a, b, rng=rng)
+    c = make(rng, "csr", (4, 6))
+    check(st.add, c, make(rng, "coo", (4, 6)), rng=rng)
+
+
+def test_uncoalesced_duplicates():
+    rng = np.random.default_rng(12)
+    a = st.sparse_coo_tensor([[0, 1, 0, 2], [1, 0, 1, 2]], [1.0, 2.0, 3.0, -1.5], size=(3, 3))
+    assert not a.is_coalesced()
+    dA, dX = check(st.matmul, a, _rand(rng, (3, 2), np.float64), rng=rng)
+    np.testing.assert_array_equal(dA.indices(), a.indices())  # the argument's own pattern, duplicates kept
+    check(st.ops.pointwise.sin, a, rng=rng)
+    check("coalesce", a, rng=rng)
+    check("to_dense", a, rng=rng)
+    check(st.mul, a, a.coalesce(), rng=rng)
+
+
+# -- unary ---------------------------------------------------------------------------------------
+UNARY_REAL = ["neg", "abs", "sqrt", "square", "sin", "sinh", "tan", "tanh", "asin", "asinh", "atan", "atanh",
+              "expm1", "log1p", "relu", "frac"]
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("name", UNARY_REAL)
+def test_unary(layout, name):
+    rng = np.random.default_rng(13)
+    t = make(rng, layout, (4, 6), blocksize=BLOCK.get(layout))
+    if name in ("sqrt", "log1p"):
+        t = t._replace_values(np.abs(t.values()) + 0.5)
+    if name in ("asin", "atanh"):
+        t = t._replace_values(np.clip(t.values(), -0.5, 0.5) + 0.01)
+    if name == "abs" and layout in ("bsr", "bsc"):  # no zeros inside the blocks (abs has no derivative at 0)
+        t = t._replace_values(t.values() + 0.01 * (t.values() == 0))
+    if name == "relu":
+        t = t._replace_values(t.values() + 0.01 * np.sign(t.values()) + 0.01 * (t.values() == 0))
+    check(getattr(st.ops.pointwise, name), t, rng=rng)
+
+
+@pytest.mark.parametrize("name", ["neg", "abs", "sqrt", "square", "sin", "tanh", "expm1", "log1p", "conj",
+                                  "real", "imag"])
+def test_unary_complex(name):
+    rng = np.random.default_rng(14)
+    t = make(rng, "csr", (3, 4), dtype=np.complex128)
+    check(getattr(st.ops.pointwise, name), t, rng=rng)
+
+
+def test_pow_and_scale():
+    rng = np.random.default_rng(15)
+    t = make(rng, "coo", (3, 4))
+    t = t._replace_values(np.abs(t.values()) + 0.5)
+    check(st.ops.pointwise.pow, t, 2.5, rng=rng)
+    check("scale", t, -3.0, rng=rng)
+
+
+@pytest.mark.parametrize("name", ["exp", "cos", "log", "sigmoid"])
+def test_dense_gradient_ops_raise(name):
+    t = make(np.random.default_rng(16), "csr", (3, 3))
+    with pytest.raises(DenseGradientError, match=rf"{name}.*to_dense\(\)"):
+        vjp(getattr(st.ops.pointwise, name), t)
+
+
+# -- reductions ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dim,keepdim", [(None, False), (0, False), (1, True), (-1, False), ((0, 1), False)])
+def test_sum(layout, dim, keepdim):
+    rng = np.random.default_rng(17)
+    t = make(rng, layout, (4, 6), blocksize=BLOCK.get(layout))
+    check(st.ops.reduce.sum, t, dim, keepdim, rng=rng)
+    check(st.ops.reduce.mean, t, dim, keepdim, rng=rng)
+
+
+@pytest.mark.parametrize("dim,keepdim", [(0, False), (1, False), (2, True), ((0, 2), False), (3, False),
+                                         (None, False)])
+def test_sum_hybrid_coo(dim, keepdim):
+    rng = np.random.default_rng(18)
+    t = make(rng, "coo", (3, 4, 2, 2), dense_dim=1)
+    check(st.ops.reduce.sum, t, dim, keepdim, rng=rng)
+
+
+@pytest.mark.parametrize("layout", ["csr", "bsr"])
+@pytest.mark.parametrize("dim", [0, 1, 2, 3, (2, 3)])
+def test_sum_batched_hybrid_compressed(layout, dim):
+    rng = np.random.default_rng(19)
+    t = make(rng, layout, (2, 4, 4, 2), batch_dim=1, dense_dim=1, blocksize=BLOCK.get(layout))
+    check(st.ops.reduce.sum, t, dim, False, rng=rng)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("log", [False, True])
+@pytest.mark.parametrize("dim", [0, 1])
+def test_softmax(layout, log, dim):
+    rng = np.random.default_rng(20)
+    t = make(rng, layout, (4, 6), blocksize=BLOCK.get(layout))
+    check(st.ops.reduce.log_softmax if log else st.ops.reduce.softmax, t, dim, rng=rng)
+
+
+def test_softmax_hybrid_dense_dim():
+    rng = np.random.default_rng(21)
+    t = make(rng, "coo", (3, 4, 3), dense_dim=1)
+    check("softmax", t, 2, rng=rng)
+    check("log_softmax", t, 0, rng=rng)
+
+
+# -- conversions, shape and indexing ---------------------------------------------------------------------
+@pytest.mark.parametrize("layout,idt", _layout_params())
+def test_to_dense_and_sparse_mask(layout, idt):
+    rng = np.random.default_rng(22)
+    t = make(rng, layout, (4, 6), index_dtype=idt, blocksize=BLOCK.get(layout))
+    check("to_dense", t, rng=rng)
+    check(st.sparse_mask, _rand(rng, (4, 6), np.float64), t, rng=rng, nondiff=(1,))
+    check(st.sparse_mask, make(rng, "coo", (4, 6)), t, rng=rng, nondiff=(1,))
+    check("values", t, rng=rng)
+
+
+def test_from_dense():
+    rng = np.random.default_rng(23)
+    a = make(rng, "coo", (4, 6)).to_dense()
+    for layout, bs in (("bsr", (2, 2)), ("coo", None), ("csc", None)):
+        out, pb = vjp(st.from_dense, a, layout, blocksize=bs)
+        G = out._replace_values(_rand(rng, out.values().shape, np.float64))
+        ga = pb(G)[0]
+        np.testing.assert_array_equal(ga, G.to_dense())
+
+
+@pytest.mark.parametrize("src", LAYOUTS)
+@pytest.mark.parametrize("dst", LAYOUTS)
+def test_layout_conversions(src, dst):
+    rng = np.random.default_rng(24)
+    t = make(rng, src, (4, 6), blocksize=BLOCK.get(src))
+    check("to_sparse", t, dst, rng=rng, kwargs=dict(blocksize=BLOCK.get(dst)))
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_transpose_and_mT(layout):
+    rng = np.random.default_rng(25)
+    t = make(rng, layout, (4, 6), blocksize=BLOCK.get(layout))
+    check("mT", t, rng=rng)
+    check("transpose", t, 0, 1, rng=rng)
+    h = make(rng, "coo", (3, 4, 2, 3), dense_dim=2)
+    check("transpose", h, 2, 3, rng=rng)
+    check("transpose", h, 0, 1, rng=rng)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dim", [0, 1])
+def test_narrow_select_index_select(layout, dim):
+    rng = np.random.default_rng(26)
+    t = make(rng, layout, (4, 6), blocksize=BLOCK.get(layout), density=0.7)
+    check("narrow", t, dim, 2, 2, rng=rng)
+    if layout not in ("bsr", "bsc"):
+        check("select", t, dim, 1, rng=rng)
+        check("index_select", t, dim, np.array([3, 0, 3, 1]), rng=rng)
+
+
+def test_shape_ops_dense_and_batch_dims():
+    rng = np.random.default_rng(27)
+    h = make(rng, "coo", (4, 3, 4), dense_dim=1)
+    check("narrow", h, 2, 1, 2, rng=rng)
+    check("select", h, 2, 3, rng=rng)
+    check("index_select", h, 2, np.array([1, 1, 0]), rng=rng)
+    b = make(rng, "csr", (3, 4, 4), batch_dim=1)
+    check("narrow", b, 0, 1, 2, rng=rng)
+    check("select", b, 0, 2, rng=rng)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dim", [0, 1])
+def test_cat(layout, dim):
+    rng = np.random.default_rng(28)
+    kw = dict(blocksize=BLOCK.get(layout))
+    ts = [make(rng, layout, (4, 6), **kw), make(rng, layout, (4, 6), **kw), make(rng, layout, (4, 6), nnz0=True, **kw)]
+    check(st.cat, ts, dim, rng=rng)
+
+
+# -- embeddings -----------------------------------------------------------------------------------------
+def test_embedding_rules():
+    rng = np.random.default_rng(30)
+    W = _rand(rng, (6, 3), np.float64)
+    idx = np.array([[1, 4, 1], [0, 4, 4]])
+    (gW, _) = check(st.autograd.embedding, W, idx, rng=rng)
+    assert gW.layout == st.sparse_coo and gW.sparse_dim == 1 and gW.dense_dim == 1 and gW.nnz == 3
+    off = np.array([0, 2, 2])
+    check(st.autograd.embedding_bag, W, idx.reshape(-1), off, "mean", rng=rng)
+    check(st.autograd.embedding_bag, W, idx, None, "sum", _rand(rng, idx.shape, np.float64), rng=rng)
+    with pytest.raises(IndexError, match="out of range"):
+        vjp(st.autograd.embedding, W, np.array([6]))
+    with pytest.raises(TypeError, match="integer"):
+        vjp(st.autograd.embedding, W, np.array([1.0]))
+
+
+# -- bad input --------------------------------------------------------------------------------------
+def test_bad_cotangents():
+    rng = np.random.default_rng(29)
+    a, b = make(rng, "csr", (4, 6)), make(rng, "csr", (4, 6))
+    out, pb = vjp(st.mul, a, 2.0)
+    with pytest.raises(ValueError, match="pattern"):
+        pb(st.from_dense(np.ones((4, 6)), "csr"))
+    with pytest.raises(ValueError, match="shape"):
+        pb(np.ones((4, 5)))
+    out, pb = vjp(st.matmul, a, np.ones((6, 2)))
+    with pytest.raises(ValueError, match="shape"):
+        pb(np.ones((4, 3)))
+    with pytest.raises(TypeError, match="array"):
+        pb(b)
+    with pytest.raises(NotImplementedError, match="no derivative rule"):
+        vjp(np.linalg.norm, a)
+
+
+def test_integer_arguments_are_not_differentiated():
+    a = st.sparse_csr_tensor([0, 1, 2], [0, 1], np.array([1, 2]), size=(2, 2))
+    out, pb = vjp(st.matmul, a, np.ones((2, 1)))
+    da, dx = pb(np.ones((2, 1)))
+    assert da is None and dx.shape == (2, 1)
+    np.testing.assert_array_equal(dx, [[1.0], [2.0]])
+
+
+def test_doctests():
+    import doctest
+
+    import sparsetensor.autograd as ag
+
+    result = doctest.testmod(ag, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    assert result.attempted and result.failed == 0
+
+
+def test_import_does_not_need_torch():
+    import subprocess
+    import sys
+
+    code = "import sys, sparsetensor; sparsetensor.autograd.vjp; assert 'torch' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True)
