@@ -33,6 +33,7 @@ from .ops.blas import addmm, bmm, hspmm, linear, matmul, mm, mv, smm, sspaddmm
 from .ops.binary import add, div, maximum, minimum, mul, sub
 from .ops.shape import cat, sparse_mask, stack
 from .ops.spgemm import sampled_addmm, spgemm
+from . import optim  # noqa: E402  (st.optim: sparse optimizers)
 
 __version__ = "0.1.0"
 
