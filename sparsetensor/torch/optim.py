@@ -104,7 +104,7 @@ class SGD(torch.optim.SGD):
                     state["momentum_buffer"] = torch.sparse_coo_tensor(
                         torch.from_numpy(U.indices_of(keys, sparse_shape)),
                         torch.from_numpy(vals.reshape((keys.shape[0],) + tuple(g.shape[g.sparse_dim:]))),
-                        p.shape, is_coalesced=True)
+                        p.shape, is_coalesced=True, check_invariants=False)
         return loss
 
     def _takes(self, group, p) -> bool:
