@@ -341,3 +341,12 @@ def test_unsupported_combinations_raise_as_torch_does():
     with pytest.raises(ValueError, match="dense-dim mismatch"):
         opt.step([full])
     assert not np.isnan(W).any()
+
+
+@pytest.mark.parametrize("name", ["sparsetensor.optim", "sparsetensor.optim._optimizers"])
+def test_doctests(name):
+    import doctest
+    import importlib
+
+    result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    assert result.failed == 0 and result.attempted > 0

@@ -210,3 +210,10 @@ def test_importing_sparsetensor_does_not_import_torch():
     code = "import sys, sparsetensor, sparsetensor.optim, sparsetensor.torch; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_doctests():
+    import doctest
+
+    result = doctest.testmod(sto, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    assert result.failed == 0 and result.attempted > 0

@@ -154,7 +154,7 @@ class SGD(Optimizer):
     >>> g = st.sparse_coo_tensor([[1, 3, 1]], np.ones((3, 2)), size=(4, 2))
     >>> opt.step([g])
     >>> W[:, 0]
-    array([ 1.,  0.,  1.,  0.5])
+    array([1. , 0. , 1. , 0.5])
     """
 
     def __init__(self, params, lr: float = 1e-3, momentum: float = 0, dampening: float = 0,
@@ -233,8 +233,8 @@ class SparseAdam(Optimizer):
     >>> opt = st.optim.SparseAdam([W], lr=1e-2)
     >>> g = st.sparse_coo_tensor([[3, 7, 3]], np.ones((3, 8), np.float32), size=(1000, 8))
     >>> opt.step([g])
-    >>> W[3, 0], W[7, 0], W[0, 0], opt.state[0]["step"]
-    (-0.01, -0.01, 0.0, 1)
+    >>> W[:, 0].round(6)[[3, 7, 0]], opt.state[0]["step"]
+    (array([-0.01, -0.01,  0.  ], dtype=float32), 1)
     """
 
     def __init__(self, params, lr: float = 1e-3, betas: tuple = (0.9, 0.999), eps: float = 1e-8,
