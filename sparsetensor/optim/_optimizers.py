@@ -210,6 +210,7 @@ class SGD(Optimizer):
         sparse_shape = tuple(g.shape[:g.sparse_dim])
         old = None
         if buf is not None:
+            buf = buf._coalesced_checked()  # a loaded buffer may be unsorted: keys must be sorted and distinct
             old = (U.keys_of(buf.indices(), sparse_shape), U.values_2d(buf.values(), buf.nnz))
         out = U.sgd_sparse(p, r, old, **kw)
         if out is None:

@@ -153,12 +153,13 @@ def sgd_sparse(param: np.ndarray, r: Runs, buf, *, lr: float, momentum: float, d
             buf_src = np.arange(k, dtype=np.int64)
             grad_run = np.full(k, -1, np.int64)
             grad_run[pos] = np.arange(u, dtype=np.int64)
-        else:
-            keys = np.union1d(old_keys, r.rows)
+        else:  # merge the new rows in (two sorted runs: the stable sort merges them in linear time)
+            new = r.rows[~hit]
+            keys = np.sort(np.concatenate([old_keys, new]), kind="stable")
             buf_src = np.full(keys.shape[0], -1, np.int64)
-            buf_src[np.searchsorted(keys, old_keys)] = np.arange(k, dtype=np.int64)
+            buf_src[np.arange(k, dtype=np.int64) + np.searchsorted(new, old_keys)] = np.arange(k, dtype=np.int64)
             grad_run = np.full(keys.shape[0], -1, np.int64)
-            grad_run[np.searchsorted(keys, r.rows)] = np.arange(u, dtype=np.int64)
+            grad_run[pos + np.searchsorted(new, r.rows)] = np.arange(u, dtype=np.int64)
             out = np.empty((keys.shape[0], E), param.dtype)
     _kernels.sgd_momentum(keys, grad_run, buf_src, r.run_ptr, r.perm, r.values, old, out, p.rows, scratch,
                           lr, momentum, dampening, nesterov, buf is None, maximize, r.threads)
@@ -218,6 +219,8 @@ def adagrad_dense(param: np.ndarray, grad: np.ndarray, state_sum: np.ndarray, *,
 
 def keys_of(indices: np.ndarray, sparse_shape: tuple) -> np.ndarray:
     """Row keys (int64) of coalesced index columns (``(S, k)``) over the sparse dims."""
+    if indices.shape[0] == 0:  # no sparse dims: one row
+        return np.zeros(indices.shape[1], np.int64)
     if indices.shape[0] == 1:
         return np.ascontiguousarray(indices[0], dtype=np.int64)
     return np.ravel_multi_index(tuple(indices), sparse_shape).astype(np.int64, copy=False)
@@ -227,4 +230,6 @@ def indices_of(keys: np.ndarray, sparse_shape: tuple) -> np.ndarray:
     """The ``(S, k)`` int64 index columns of row keys."""
     if len(sparse_shape) == 1:
         return keys.reshape(1, -1)
+    if len(sparse_shape) == 0:
+        return np.empty((0, keys.shape[0]), np.int64)
     return np.stack(np.unravel_index(keys, sparse_shape)).astype(np.int64, copy=False)
