@@ -350,3 +350,21 @@ def test_doctests(name):
 
     result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
     assert result.failed == 0 and result.attempted > 0
+
+
+def test_edge_shapes():
+    """One row, zero rows, and a gradient with no sparse dims (every entry is the one row)."""
+    stream = grad_stream(10, (1, 3), np.float64, steps=20)
+    W0 = start_param(10, (1, 3), np.float64)
+    for name, kw in (CONFIGS[3], CONFIGS[7], CONFIGS[10]):
+        W, _ = run_ours(name, kw, W0, stream)
+        assert_close(W, reference(name, kw, W0, stream), 1e-10)
+    W = np.zeros((0, 3))
+    st.optim.SparseAdam([W]).step([st.sparse_coo_tensor(np.zeros((1, 0), np.int64), np.zeros((0, 3)), size=(0, 3))])
+    g = st.sparse_coo_tensor(np.zeros((0, 2), np.int64), np.array([[1.0, 2, 3], [1, 1, 1]]), size=(3,))
+    W = np.zeros(3)
+    opt = st.optim.SGD([W], lr=1.0, momentum=0.5)
+    opt.step([g])
+    opt.step([g])
+    np.testing.assert_array_equal(W, [-5.0, -7.5, -10.0])  # -(g) - (0.5 g + g), g = [2, 3, 4]
+    np.testing.assert_array_equal(opt.state[0]["momentum_buffer"].values(), [[3.0, 4.5, 6.0]])
