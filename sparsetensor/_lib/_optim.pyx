@@ -22,7 +22,7 @@ from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
 import numpy as np
 
 from ._parallel cimport st_omp_thread_num
-from ._runs cimport _reduce_run, pos_t
+from ._runs cimport pos_t
 
 cdef extern from *:
     """
@@ -110,8 +110,10 @@ OPS = {"sgd": OP_SGD, "adagrad": OP_ADAGRAD, "adam": OP_ADAM}
 # Runs per dynamically scheduled chunk of the update loops: a heavy run (a row repeated
 # thousands of times, as Zipf-distributed ids give) holds up one chunk, not a thread's share.
 cdef Py_ssize_t RUN_CHUNK = 16
-# How many runs ahead the update prefetches the parameter row.
+# How many runs ahead the update prefetches the parameter (and state) rows, and how many
+# sorted positions ahead a run's sum prefetches the gradient rows.
 cdef Py_ssize_t PREFETCH_RUNS = 4
+cdef Py_ssize_t PREFETCH_ROWS = 8
 
 
 def bucket_runs(const uint32_t[::1] low_keys, const int64_t[::1] bucket_starts, const int64_t[::1] offsets,
@@ -164,10 +166,24 @@ cdef inline void _update_row(int op, float_t* p, float_t* s1, float_t* s2, const
 
 
 cdef inline void _sum_run(float_t* acc, const float_t* grad, const pos_t* perm, Py_ssize_t a, Py_ssize_t b,
-                          Py_ssize_t E, bint negate) noexcept nogil:
-    """``acc[:E]`` = the sum of gradient rows ``perm[a:b]`` in that order (negated when asked)."""
-    cdef Py_ssize_t e
-    _reduce_run(acc, grad, perm, a, b, E, False)
+                          Py_ssize_t E, bint negate, Py_ssize_t nnz) noexcept nogil:
+    """``acc[:E]`` = the sum of gradient rows ``perm[a:b]`` in that order (negated when asked).
+    The rows are scattered over the gradient: each is asked for PREFETCH_ROWS positions ahead."""
+    cdef Py_ssize_t k, e, off, nbytes = E * <Py_ssize_t>sizeof(float_t)
+    cdef const float_t* row
+    cdef const char* ahead
+    for k in range(a, b):
+        if k + PREFETCH_ROWS < nnz:
+            ahead = <const char*>(grad + <Py_ssize_t>perm[k + PREFETCH_ROWS] * E)
+            for off in range(0, nbytes, 64):
+                st_prefetch(ahead + off)
+        row = grad + <Py_ssize_t>perm[k] * E
+        if k == a:
+            for e in range(E):
+                acc[e] = row[e]
+        else:
+            for e in range(E):
+                acc[e] = acc[e] + row[e]
     if negate:
         for e in range(E):
             acc[e] = -acc[e]
@@ -182,7 +198,7 @@ def update_runs(int op, const int64_t[::1] rows, const int64_t[::1] run_ptr, con
     ``scratch`` is ``(nthreads, E)``: each thread's summed row. Coefficients per op: see
     :func:`_update_row`; they are rounded to the parameter's dtype first, as torch does.
     """
-    cdef Py_ssize_t nruns = rows.shape[0], E = param.shape[1], j, nchunks, c, r
+    cdef Py_ssize_t nruns = rows.shape[0], E = param.shape[1], j, nchunks, c, r, nnz = perm.shape[0]
     cdef float_t* acc
     cdef float_t* s1
     cdef float_t* s2
@@ -207,7 +223,7 @@ def update_runs(int op, const int64_t[::1] rows, const int64_t[::1] run_ptr, con
                     if s2base != NULL:
                         st_prefetch(s2base + r)
                 r = rows[j]
-                _sum_run(acc, gbase, pp, run_ptr[j], run_ptr[j + 1], E, negate)
+                _sum_run(acc, gbase, pp, run_ptr[j], run_ptr[j + 1], E, negate, nnz)
                 s1 = s1base + r * E if s1base != NULL else NULL
                 s2 = s2base + r * E if s2base != NULL else NULL
                 _update_row(op, pbase + r * E, s1, s2, acc, E, k0, k1, k2, k3)
@@ -227,7 +243,7 @@ def sgd_momentum(const int64_t[::1] rows, const int64_t[::1] grad_run, const int
     buffer row, or, with ``nesterov``, times ``g + momentum * buffer``. ``buf_out`` may be
     ``buf_in`` when ``buf_src[j] == j`` for every old row.
     """
-    cdef Py_ssize_t n = rows.shape[0], E = param.shape[1], j, e, nchunks, c, gj, bj
+    cdef Py_ssize_t n = rows.shape[0], E = param.shape[1], j, e, nchunks, c, gj, bj, nnz = perm.shape[0]
     cdef float_t* acc
     cdef float_t* p
     cdef float_t* bo
@@ -245,7 +261,7 @@ def sgd_momentum(const int64_t[::1] rows, const int64_t[::1] grad_run, const int
                 gj = grad_run[j]
                 bj = buf_src[j]
                 if gj >= 0:
-                    _sum_run(acc, &grad[0, 0], pp, run_ptr[gj], run_ptr[gj + 1], E, negate)
+                    _sum_run(acc, &grad[0, 0], pp, run_ptr[gj], run_ptr[gj + 1], E, negate, nnz)
                 else:
                     for e in range(E):
                         acc[e] = 0
