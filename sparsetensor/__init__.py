@@ -40,6 +40,7 @@ from .interop import chunk as _chunk
 _protocols.bind()
 _chunk.bind()  # pickling, Dask's tokenize/sizeof, operators that give way to lazy collections
 from . import autograd
+from . import optim  # noqa: E402  (st.optim: sparse optimizers)
 
 __version__ = "0.1.0"
 

@@ -18,6 +18,10 @@ pattern. Both ways of asking for it work:
 CUDA tensors raise :class:`NotImplementedError`; ``import sparsetensor.torch`` imports
 torch, ``import sparsetensor`` does not.
 
+:mod:`sparsetensor.torch.optim` has ``SGD``, ``SparseAdam`` and ``Adagrad`` as
+``torch.optim.Optimizer`` subclasses, drop-in for ``torch.optim``'s, whose sparse gradients
+go through our one-pass kernels.
+
 Examples
 --------
 >>> import torch, sparsetensor.torch as stt
