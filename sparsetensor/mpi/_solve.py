@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 from mpi4py import MPI
 
@@ -24,7 +26,7 @@ def norm(comm, a: np.ndarray) -> float:
 
 
 def cg(A: DistCSR, b, x0=None, *, rtol: float = 1e-8, atol: float = 0.0, maxiter: int | None = None, M=None,
-       callback=None, threads: int | None = None):
+       callback=None, threads: int | None = None, stats: dict | None = None):
     """Solve ``A x = b`` by conjugate gradient, ``A`` Hermitian positive definite (collective).
 
     The iteration of :func:`scipy.sparse.linalg.cg` step for step, with global
@@ -49,6 +51,11 @@ def cg(A: DistCSR, b, x0=None, *, rtol: float = 1e-8, atol: float = 0.0, maxiter
         ``d = A.diagonal()`` for Jacobi).
     callback : callable, optional
         ``callback(x)`` after each iteration, with this rank's slice.
+    threads : int, optional
+        Threads for the local products.
+    stats : dict, optional
+        Filled with ``iterations``, ``seconds`` (the iterations, this rank) and
+        ``seconds_reductions`` (time in the dot-product allreduces, this rank).
 
     Returns
     -------
@@ -103,14 +110,30 @@ def cg(A: DistCSR, b, x0=None, *, rtol: float = 1e-8, atol: float = 0.0, maxiter
     def matvec(v):
         return A.matvec(v, threads=threads, check=False)
 
+    timing = {"iterations": 0, "seconds": 0.0, "seconds_reductions": 0.0}
+
+    def timed(f, *args):
+        t0 = time.perf_counter()
+        out = f(comm, *args)
+        timing["seconds_reductions"] += time.perf_counter() - t0
+        return out
+
+    def finish(result):
+        timing["seconds"] = time.perf_counter() - start
+        if stats is not None:
+            stats.update(timing)
+        return result
+
     any_x = comm.allreduce(bool(x.any()), op=MPI.LOR)
     r = b - matvec(x) if any_x else b.copy()
     rho_prev, p = None, None
+    start = time.perf_counter()
     for iteration in range(maxiter):
-        if norm(comm, r) < atol:
-            return x, 0
+        if timed(norm, r) < atol:
+            return finish((x, 0))
+        timing["iterations"] = iteration + 1
         z = psolve(r)
-        rho_cur = dot(comm, r, z)
+        rho_cur = timed(dot, r, z)
         if iteration > 0:
             beta = rho_cur / rho_prev
             p *= beta
@@ -119,10 +142,10 @@ def cg(A: DistCSR, b, x0=None, *, rtol: float = 1e-8, atol: float = 0.0, maxiter
             p = np.empty_like(r)
             p[:] = z[:]
         q = matvec(p)
-        alpha = rho_cur / dot(comm, p, q)
+        alpha = rho_cur / timed(dot, p, q)
         x += alpha * p
         r -= alpha * q
         rho_prev = rho_cur
         if callback:
             callback(x)
-    return x, maxiter
+    return finish((x, maxiter))
