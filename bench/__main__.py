@@ -14,7 +14,7 @@ sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _root]
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench")
-    parser.add_argument("name", choices=["validate", "coalesce", "convert", "spmm", "elementwise", "cuda"], help="which benchmark")
+    parser.add_argument("name", choices=["validate", "coalesce", "convert", "spmm", "elementwise", "cuda", "mpi"], help="which benchmark")
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
     parser.add_argument("--threads", type=int, default=None, help="threads for ours and torch (default: all)")
     args = parser.parse_args(argv)
@@ -35,6 +35,10 @@ def main(argv=None) -> int:
         from . import cuda
 
         cuda.run(quick=args.quick)
+    elif args.name == "mpi":
+        from . import mpi
+
+        mpi.run(quick=args.quick)
     elif args.name == "convert":
         from . import convert
 

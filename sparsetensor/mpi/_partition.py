@@ -96,8 +96,8 @@ def local_csr(crow64: np.ndarray, cols: np.ndarray, vals: np.ndarray, ncols: int
     bad = np.flatnonzero((d < 0) | (d > ncols))
     if bad.size:
         i = int(bad[0]) + 1
-        e = InvariantError("5.3", "csr", f"crow_indices[..., i] - crow_indices[..., i-1] must be in [0, ncols={ncols}]; "
-                                         f"i={i}: got {d[bad[0]]}", index=i)
+        e = InvariantError("5.3", "csr", f"crow_indices[..., i] - crow_indices[..., i-1] must be in "
+                                         f"[0, ncols={ncols}]; i={i}: got {d[bad[0]]}", index=i)
         raise _globalize(e, r0, r1, p0, rank)
     crow = crow64.astype(cols.dtype)
     t = sparse_csr_tensor(crow, cols, vals, size=(nloc, ncols), check_invariants=False)

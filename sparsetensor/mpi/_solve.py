@@ -13,16 +13,25 @@ from ._matrix import DistCSR
 __all__ = ["cg", "dot", "norm"]
 
 
+def _local_dot(a: np.ndarray, b: np.ndarray):
+    return np.vdot(a, b) if np.iscomplexobj(a) or np.iscomplexobj(b) else np.dot(a, b)
+
+
+def _sum(comm, value):
+    """Allreduce one number through a buffer (no pickling): float64 or complex128."""
+    buf = np.array([value], dtype=np.complex128 if np.iscomplexobj(value) else np.float64)
+    comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM)
+    return buf[0]
+
+
 def dot(comm, a: np.ndarray, b: np.ndarray):
     """The global dot product of distributed vectors (``vdot``, conjugating ``a``, for complex), collective."""
-    local = np.vdot(a, b) if np.iscomplexobj(a) or np.iscomplexobj(b) else np.dot(a, b)
-    return comm.allreduce(local, op=MPI.SUM)
+    return _sum(comm, _local_dot(a, b))
 
 
 def norm(comm, a: np.ndarray) -> float:
     """The global 2-norm of a distributed vector, collective."""
-    local = np.vdot(a, a).real if np.iscomplexobj(a) else np.dot(a, a)
-    return float(np.sqrt(comm.allreduce(float(local), op=MPI.SUM)))
+    return float(np.sqrt(_sum(comm, float(np.vdot(a, a).real))))
 
 
 def cg(A: DistCSR, b, x0=None, *, rtol: float = 1e-8, atol: float = 0.0, maxiter: int | None = None, M=None,
@@ -30,9 +39,9 @@ def cg(A: DistCSR, b, x0=None, *, rtol: float = 1e-8, atol: float = 0.0, maxiter
     """Solve ``A x = b`` by conjugate gradient, ``A`` Hermitian positive definite (collective).
 
     The iteration of :func:`scipy.sparse.linalg.cg` step for step, with global
-    dot products (one allreduce each, two per iteration) and distributed
-    products (:meth:`DistCSR.matvec`). ``b`` and ``x0`` are this rank's slices
-    (``A.row_range``); so is the result.
+    reductions (three one-number allreduces per iteration: the residual norm
+    and two dot products) and distributed products (:meth:`DistCSR.matvec`).
+    ``b`` and ``x0`` are this rank's slices (``A.row_range``); so is the result.
 
     Parameters
     ----------
@@ -112,9 +121,9 @@ def cg(A: DistCSR, b, x0=None, *, rtol: float = 1e-8, atol: float = 0.0, maxiter
 
     timing = {"iterations": 0, "seconds": 0.0, "seconds_reductions": 0.0}
 
-    def timed(f, *args):
+    def reduce(local):
         t0 = time.perf_counter()
-        out = f(comm, *args)
+        out = _sum(comm, local)
         timing["seconds_reductions"] += time.perf_counter() - t0
         return out
 
@@ -129,11 +138,11 @@ def cg(A: DistCSR, b, x0=None, *, rtol: float = 1e-8, atol: float = 0.0, maxiter
     rho_prev, p = None, None
     start = time.perf_counter()
     for iteration in range(maxiter):
-        if timed(norm, r) < atol:
+        if np.sqrt(reduce(float(np.vdot(r, r).real))) < atol:
             return finish((x, 0))
         timing["iterations"] = iteration + 1
         z = psolve(r)
-        rho_cur = timed(dot, r, z)
+        rho_cur = reduce(_local_dot(r, z))
         if iteration > 0:
             beta = rho_cur / rho_prev
             p *= beta
@@ -142,7 +151,7 @@ def cg(A: DistCSR, b, x0=None, *, rtol: float = 1e-8, atol: float = 0.0, maxiter
             p = np.empty_like(r)
             p[:] = z[:]
         q = matvec(p)
-        alpha = rho_cur / timed(dot, p, q)
+        alpha = rho_cur / reduce(_local_dot(p, q))
         x += alpha * p
         r -= alpha * q
         rho_prev = rho_cur
