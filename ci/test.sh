@@ -19,7 +19,8 @@ if ! python -m pip install -q "cuda-bindings>=13,<14" "nvidia-cuda-nvrtc>=13,<14
   echo "the cuda extra could not be installed: the NVRTC compile test will skip"
 fi
 echo "== installing mpi4py and MPICH for the sparsetensor.mpi tests (they must run in CI)"
-python -m pip install -q mpi4py mpich && export SPARSETENSOR_REQUIRE_MPI=1
+python -m pip install -q mpi4py mpich
+export SPARSETENSOR_REQUIRE_MPI=1
 # -P: do not put the current directory (the source tree) on sys.path
 python -P -c "import sparsetensor; print('sparsetensor', sparsetensor.__version__, 'from', sparsetensor.__file__)"
 echo "== sparsetensor (the README's main job, on a smaller matrix)"
