@@ -190,6 +190,20 @@ def suite_products(tmp):
     r0, r1 = A.row_range
     close(A @ x[r0:r1], st.matmul(good, x)[r0:r1], (abs(good.to_dense()) @ x)[r0:r1], np.float64, "unsorted")
     passed("unsorted-rows-repaired")
+    # ranks x threads: a matrix large enough for the kernels' threads (work above their grain)
+    n = 3000
+    rng = np.random.default_rng(16)
+    rows = np.repeat(np.arange(n), 40)
+    big = st.sparse_coo_tensor(np.stack([rows, rng.integers(0, n, rows.size)]), rng.standard_normal(rows.size),
+                               (n, n)).coalesce().to_sparse_csr()
+    A = stmpi.DistCSR.from_global(big if rank == 0 else None, comm=comm)
+    r0, r1 = A.row_range
+    X = rng.standard_normal((n, 4))
+    bound = st.matmul(big.abs(), np.abs(X))[r0:r1]
+    close(A.matvec(X[r0:r1], threads=2), st.matmul(big, X, threads=1)[r0:r1], bound, np.float64, "threads")
+    close(A.rmatvec(X[r0:r1], threads=2), st.matmul(big.mT, X, threads=1)[r0:r1],
+          st.matmul(big.mT.abs(), np.abs(X))[r0:r1], np.float64, "threads rmatvec")
+    passed("threads-2")
     # from_local: each rank passes its own rows
     t = random_matrix(29, 29, 0.15, 11, hub=20)
     s = starts_with_empty_rank(29)
