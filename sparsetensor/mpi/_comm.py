@@ -13,7 +13,7 @@ from mpi4py import MPI
 
 from .._errors import InvariantError
 
-__all__ = ["agree", "bytes_of", "gatherv", "scatterv", "RemoteError"]
+__all__ = ["agree", "first_failing", "bytes_of", "gatherv", "scatterv", "RemoteError"]
 
 
 class RemoteError(RuntimeError):
@@ -41,10 +41,17 @@ def _rebuild(payload, rank: int, size: int) -> BaseException:
         return RemoteError(f"{etype.__name__}: {msg}{where}")
 
 
+def first_failing(comm, failed: bool) -> int | None:
+    """The lowest rank that passed ``failed=True``, or None: one integer allreduce (collective)."""
+    v = np.array([comm.size - comm.rank if failed else 0], dtype=np.int64)
+    comm.Allreduce(MPI.IN_PLACE, v, op=MPI.MAX)
+    return None if v[0] == 0 else comm.size - int(v[0])
+
+
 def agree(comm, fn, *args, **kwargs):
     """Run ``fn(*args, **kwargs)`` on every rank; if it raised on any rank, raise on every rank.
 
-    One ``allgather`` of a flag decides. The lowest failing rank broadcasts its
+    One integer allreduce decides (:func:`first_failing`). The lowest failing rank broadcasts its
     exception (type, message; for :class:`~sparsetensor.InvariantError` also the
     invariant, layout, batch and index); failing ranks raise their own
     exception, the others raise the broadcast copy, its message ending with
@@ -56,10 +63,9 @@ def agree(comm, fn, *args, **kwargs):
         result = fn(*args, **kwargs)
     except Exception as e:  # any error must reach every rank, or the others hang
         err = e
-    flags = comm.allgather(err is not None)
-    if not any(flags):
+    src = first_failing(comm, err is not None)
+    if src is None:
         return result
-    src = flags.index(True)
     payload = comm.bcast(_payload(err) if comm.rank == src else None, root=src)
     if err is not None:
         raise err

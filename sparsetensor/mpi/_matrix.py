@@ -285,12 +285,12 @@ class DistCSR:
             return x
         comm, size = self._comm, self._comm.size
         ncol = x.shape[1] if x.ndim == 2 else -1
+        # one allreduce: the first bad rank, and whether the column counts and dtypes agree
         v = np.array([size - comm.rank if bad else 0, ncol, -ncol, x.dtype.num, -x.dtype.num], dtype=np.int64)
         comm.Allreduce(MPI.IN_PLACE, v, op=MPI.MAX)
         if v[0]:
             src = size - int(v[0])
-            msg = comm.bcast(bad if comm.rank == src else None, root=src)
-            raise ValueError(msg)
+            raise ValueError(comm.bcast(bad if comm.rank == src else None, root=src))
         if v[1] != -v[2]:
             raise ValueError(f"{op}: the operand has different shapes on different ranks (1-d on some, or different "
                              f"column counts); this rank: {x.shape}")
