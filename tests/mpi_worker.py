@@ -172,6 +172,8 @@ def suite_products(tmp):
                 check_matrix(f"empty-rank-{tag}", t, row_starts=starts_with_empty_rank(37))
         t, s = no_ghost_matrix(24, 2, idt)
         check_matrix(f"no-ghosts-rank0-{np.dtype(idt).name}", t, row_starts=s)
+    band = np.diag(np.arange(1.0, 41)) + np.diag(np.full(39, -1.0), 1) + 2j * np.diag(np.full(38, 1.0), -2)
+    check_matrix("banded-few-ghost-rows", st.from_dense(band))  # the off-diagonal product over its rows only
     check_matrix("tiny-3x3", random_matrix(3, 3, 0.6, 3))
     check_matrix("rect-37x23", random_matrix(37, 23, 0.15, 4, hub=2))
     check_matrix("rect-23x37", random_matrix(23, 37, 0.15, 5), col_starts=starts_with_empty_rank(37))
