@@ -278,6 +278,13 @@ def suite_solve_io(tmp):
     comm.Barrier()
     from sparsetensor.mpi.__main__ import main
 
+    assert main(["generate", "--rmat", "6", "--edge-factor", "4", os.path.join(tmp, "r.mtx")]) == 0
+    assert main(["generate", "--stencil", "7", "--grid", "4", "--index-dtype", "int64", os.path.join(tmp, "s7.npz")]) == 0
+    from sparsetensor.mpi._generate import rmat, stencil
+
+    assert np.allclose(st.load(os.path.join(tmp, "r.mtx")).to_dense(), rmat(6, 4).to_dense())
+    assert np.array_equal(st.load(os.path.join(tmp, "s7.npz")).to_dense(), stencil(4, 7).to_dense())
+    assert main(["cg", os.path.join(tmp, "r.mtx"), "--jacobi"]) == 0
     assert main(["cg", os.path.join(tmp, "s.npz"), "--json"]) == 0
     assert main(["spmv", os.path.join(tmp, "s.npz"), "--repeat", "3", "--columns", "2"]) == 0
     passed("cli")
