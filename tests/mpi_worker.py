@@ -206,6 +206,20 @@ def suite_products(tmp):
     close(A.rmatvec(X[r0:r1], threads=2), st.matmul(big.mT, X, threads=1)[r0:r1],
           st.matmul(big.mT.abs(), np.abs(X))[r0:r1], np.float64, "threads rmatvec")
     passed("threads-2")
+    # another root: the last rank holds the matrix and receives the gathers
+    t = random_matrix(26, 26, 0.2, 17, np.complex128, np.int32, hub=25)
+    last = size - 1
+    A = stmpi.DistCSR.from_global(t if rank == last else None, comm=comm, root=last)
+    r0, r1 = A.row_range
+    x = np.linspace(0, 1, 26)
+    g = A.gather(A @ x[r0:r1], root=last)
+    back = A.to_global(root=last)
+    if rank == last:
+        close(g, st.matmul(t, x), abs(t.to_dense()) @ x, np.complex128, "root gather")
+        assert np.array_equal(back.to_dense(), t.to_dense())
+    else:
+        assert g is None and back is None
+    passed("root-last-rank")
     # from_local: each rank passes its own rows
     t = random_matrix(29, 29, 0.15, 11, hub=20)
     s = starts_with_empty_rank(29)
@@ -279,7 +293,8 @@ def suite_solve_io(tmp):
     from sparsetensor.mpi.__main__ import main
 
     assert main(["generate", "--rmat", "6", "--edge-factor", "4", os.path.join(tmp, "r.mtx")]) == 0
-    assert main(["generate", "--stencil", "7", "--grid", "4", "--index-dtype", "int64", os.path.join(tmp, "s7.npz")]) == 0
+    s7 = os.path.join(tmp, "s7.npz")
+    assert main(["generate", "--stencil", "7", "--grid", "4", "--index-dtype", "int64", s7]) == 0
     from sparsetensor.mpi._generate import rmat, stencil
 
     assert np.allclose(st.load(os.path.join(tmp, "r.mtx")).to_dense(), rmat(6, 4).to_dense())
