@@ -206,6 +206,13 @@ def suite_products(tmp):
     close(A.rmatvec(X[r0:r1], threads=2), st.matmul(big.mT, X, threads=1)[r0:r1],
           st.matmul(big.mT.abs(), np.abs(X))[r0:r1], np.float64, "threads rmatvec")
     passed("threads-2")
+    # the diagonal product in chunks with MPI progress between them (large exchanges)
+    A.progress_threshold, A.progress_chunks = 0, 5
+    close(A.matvec(X[r0:r1]), st.matmul(big, X)[r0:r1], bound, np.float64, "progress chunks")
+    x1 = X[:, 0].copy()
+    close(A @ x1[r0:r1], st.matmul(big, x1)[r0:r1], st.matmul(big.abs(), np.abs(x1))[r0:r1], np.float64, "chunks 1-d")
+    assert A.comm_stats()["bytes_received_per_product"][rank] == 8 * A.ghosts.shape[0]
+    passed("progress-chunks")
     # another root: the last rank holds the matrix and receives the gathers
     t = random_matrix(26, 26, 0.2, 17, np.complex128, np.int32, hub=25)
     last = size - 1

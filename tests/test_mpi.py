@@ -103,7 +103,7 @@ PRODUCT_CASES = ([f"square-hub-empty-rows-{i}-{v}" for i in ("int32", "int64")
                  + ["empty-rank-int32-float64", "empty-rank-int64-float64"]
                  + ["no-ghosts-rank0-int32", "no-ghosts-rank0-int64", "banded-few-ghost-rows", "tiny-3x3",
                     "rect-37x23", "rect-23x37", "no-entries", "coo-input", "csc-input", "unsorted-rows-repaired",
-                    "threads-2", "root-last-rank", "from-local"])
+                    "threads-2", "progress-chunks", "root-last-rank", "from-local"])
 
 
 @pytest.mark.parametrize("n", RANKS)
