@@ -22,7 +22,7 @@ def main(argv=None) -> int:
 
         return builds.main(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m bench")
-    parser.add_argument("name", choices=["validate", "coalesce", "convert", "spmm", "elementwise", "cuda", "structures", "overhead", "solvers", "grad", "optim"], help="which benchmark")
+    parser.add_argument("name", choices=["validate", "coalesce", "convert", "spmm", "elementwise", "cuda", "structures", "overhead", "solvers", "grad", "optim", "mpi"], help="which benchmark")
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
     parser.add_argument("--threads", type=int, default=None, help="threads for ours and torch (default: all)")
     args = parser.parse_args(argv)
@@ -64,6 +64,10 @@ def main(argv=None) -> int:
         from . import optim
 
         optim.run(threads=args.threads or 2, **(dict(rows=100_000, batch=1 << 13, steps=3, repeat=2) if args.quick else {}))
+    elif args.name == "mpi":
+        from . import mpi
+
+        mpi.run(quick=args.quick)
     elif args.name == "convert":
         from . import convert
 

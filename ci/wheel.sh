@@ -57,6 +57,11 @@ echo "== installing the CUDA extra (cuda-bindings + NVRTC) for the kernel compil
 if ! python -m pip install -q "cuda-bindings>=13,<14" "nvidia-cuda-nvrtc>=13,<14"; then
   echo "the cuda extra could not be installed: the NVRTC compile test will skip"
 fi
+echo "== installing mpi4py and MPICH for the sparsetensor.mpi tests (they must run in CI)"
+python -m pip install -q mpi4py mpich
+export SPARSETENSOR_REQUIRE_MPI=1
+echo "== installing dask[array] and distributed for the Dask chunk tests"
+python -m pip install -q "dask[array]" distributed
 # -P: do not put the current directory (the source tree) on sys.path
 python -P -c "import sparsetensor as st; print('sparsetensor', st.__version__, 'from', st.__file__); st.show_config()"
 python -P -c "import sparsetensor, sys; sys.exit(0 if 'site-packages' in sparsetensor.__file__ else 'not the wheel')"

@@ -1,0 +1,27 @@
+"""Distributed sparse matrices on MPI ranks (mpi4py): PETSc's MPIAIJ model over our CSR tensors.
+
+``pip install "sparsetensor[mpi]"`` (mpi4py; ``pip install mpich`` gives an MPI
+and its ``mpiexec`` where none is installed). ``import sparsetensor`` never
+imports this package or mpi4py.
+
+- :class:`DistCSR`: rows in contiguous ranges per rank, each rank's rows held as
+  a diagonal block (owned columns) and an off-diagonal block (ghost columns);
+  ``A @ x``, :meth:`DistCSR.rmatvec`, :meth:`DistCSR.gather`,
+  :meth:`DistCSR.to_global`, :meth:`DistCSR.comm_stats`.
+- :func:`load`: each rank reads its rows of a ``.npz`` file (or root reads and
+  scatters); :func:`cg`: distributed conjugate gradient.
+- ``python -m sparsetensor.mpi {generate,cg,spmv}``: the command line for batch jobs.
+"""
+
+try:
+    from mpi4py import MPI  # noqa: F401
+except ImportError as e:  # pragma: no cover - depends on the environment
+    raise ImportError("sparsetensor.mpi needs mpi4py: pip install \"sparsetensor[mpi]\" (or pip install mpi4py mpich "
+                      f"for an MPI as well); importing it failed: {e}") from None
+
+from ._comm import RemoteError, agree
+from ._load import load
+from ._matrix import DistCSR
+from ._solve import cg, dot, norm
+
+__all__ = ["DistCSR", "load", "cg", "dot", "norm", "agree", "RemoteError"]

@@ -1,0 +1,107 @@
+"""Collective helpers: agreeing on errors, and moving NumPy arrays as bytes.
+
+Every collective entry point of :mod:`sparsetensor.mpi` runs its local work
+through :func:`agree`: an exception on any rank makes every rank raise (the
+failing rank its own exception, the others a copy naming the rank), so no rank
+goes on into a collective that the failing rank will never join.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from mpi4py import MPI
+
+from .._errors import InvariantError
+
+__all__ = ["agree", "first_failing", "bytes_of", "gatherv", "scatterv", "RemoteError"]
+
+
+class RemoteError(RuntimeError):
+    """Another rank raised an exception whose type cannot be rebuilt here."""
+
+
+def _payload(err: BaseException):
+    if isinstance(err, InvariantError):
+        prefix = f"{err.layout} invariant {err.invariant}: "
+        msg = str(err)
+        msg = msg[len(prefix):] if msg.startswith(prefix) else msg
+        return ("invariant", err.invariant, err.layout, msg, err.batch, err.index)
+    return ("other", type(err), str(err))
+
+
+def _rebuild(payload, rank: int, size: int) -> BaseException:
+    where = f" [raised on rank {rank} of {size}]"
+    if payload[0] == "invariant":
+        _, inv, layout, msg, batch, index = payload
+        return InvariantError(inv, layout, msg + where, batch=batch, index=index)
+    _, etype, msg = payload
+    try:
+        return etype(msg + where)
+    except Exception:  # an exception type that does not take one message
+        return RemoteError(f"{etype.__name__}: {msg}{where}")
+
+
+def first_failing(comm, failed: bool) -> int | None:
+    """The lowest rank that passed ``failed=True``, or None: one integer allreduce (collective)."""
+    v = np.array([comm.size - comm.rank if failed else 0], dtype=np.int64)
+    comm.Allreduce(MPI.IN_PLACE, v, op=MPI.MAX)
+    return None if v[0] == 0 else comm.size - int(v[0])
+
+
+def agree(comm, fn, *args, **kwargs):
+    """Run ``fn(*args, **kwargs)`` on every rank; if it raised on any rank, raise on every rank.
+
+    One integer allreduce decides (:func:`first_failing`). The lowest failing rank broadcasts its
+    exception (type, message; for :class:`~sparsetensor.InvariantError` also the
+    invariant, layout, batch and index); failing ranks raise their own
+    exception, the others raise the broadcast copy, its message ending with
+    ``[raised on rank r of n]``.
+    """
+    err = None
+    result = None
+    try:
+        result = fn(*args, **kwargs)
+    except Exception as e:  # any error must reach every rank, or the others hang
+        err = e
+    src = first_failing(comm, err is not None)
+    if src is None:
+        return result
+    payload = comm.bcast(_payload(err) if comm.rank == src else None, root=src)
+    if err is not None:
+        raise err
+    raise _rebuild(payload, src, comm.size)
+
+
+def bytes_of(a: np.ndarray) -> np.ndarray:
+    """A C-contiguous array's data as a flat ``uint8`` view (dtype-agnostic MPI transfers)."""
+    return a.reshape(-1).view(np.uint8)
+
+
+def gatherv(comm, a: np.ndarray, root: int, tail: tuple, dtype) -> np.ndarray | None:
+    """Concatenate every rank's ``a`` (shape ``(n_r,) + tail``, ``dtype``) along axis 0 on ``root``."""
+    a = np.ascontiguousarray(a, dtype=dtype)
+    counts = comm.gather(a.shape[0], root=root)
+    if comm.rank != root:
+        comm.Gatherv(bytes_of(a), None, root=root)
+        return None
+    out = np.empty((sum(counts),) + tuple(tail), dtype=dtype)
+    row = int(np.prod(tail, dtype=np.int64)) * np.dtype(dtype).itemsize
+    nbytes = np.asarray(counts, dtype=np.int64) * row
+    displs = np.concatenate([[0], np.cumsum(nbytes)[:-1]]).astype(np.int64)
+    comm.Gatherv(bytes_of(a), [bytes_of(out), nbytes, displs, MPI.BYTE], root=root)
+    return out
+
+
+def scatterv(comm, a: np.ndarray | None, counts, root: int, tail: tuple, dtype) -> np.ndarray:
+    """Send rows ``[sum(counts[:r]), sum(counts[:r+1]))`` of ``a`` (on ``root``) to rank ``r``."""
+    dtype = np.dtype(dtype)
+    out = np.empty((int(counts[comm.rank]),) + tuple(tail), dtype=dtype)
+    if comm.rank != root:
+        comm.Scatterv(None, bytes_of(out), root=root)
+        return out
+    a = np.ascontiguousarray(a, dtype=dtype)
+    row = int(np.prod(tail, dtype=np.int64)) * dtype.itemsize
+    nbytes = np.asarray(counts, dtype=np.int64) * row
+    displs = np.concatenate([[0], np.cumsum(nbytes)[:-1]]).astype(np.int64)
+    comm.Scatterv([bytes_of(a), nbytes, displs, MPI.BYTE], bytes_of(out), root=root)
+    return out

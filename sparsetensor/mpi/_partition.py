@@ -1,0 +1,147 @@
+"""Row and column partitions, and the per-rank validation and split of a row block.
+
+A partition of ``n`` rows over ``P`` ranks is an int64 array ``starts`` of
+length ``P + 1``: rank ``r`` owns ``[starts[r], starts[r + 1])``. The local
+work here (no communication) turns a rank's rows, with global column indices,
+into the two blocks of PETSc's MPIAIJ format.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from .._errors import InvariantError
+from .._factory import sparse_csr_tensor
+
+__all__ = ["balanced_starts", "even_starts", "check_starts", "check_row_pointers", "local_csr", "split_blocks"]
+
+
+def even_starts(n: int, size: int) -> np.ndarray:
+    """``n`` items in ``size`` contiguous ranges whose lengths differ by at most one."""
+    return (np.arange(size + 1, dtype=np.int64) * n) // size
+
+
+def balanced_starts(crow: np.ndarray, size: int) -> np.ndarray:
+    """Row ranges balanced by nnz: each row weighs its entries plus one (empty rows spread too).
+
+    ``crow`` may be unchecked: the result is always a valid partition.
+    """
+    n = crow.shape[0] - 1
+    w = crow.astype(np.int64) + np.arange(n + 1, dtype=np.int64)
+    total = int(w[-1]) if n >= 0 else 0
+    targets = (np.arange(1, size, dtype=np.int64) * total + size // 2) // size
+    inner = np.clip(np.searchsorted(w, targets, side="left"), 0, n)
+    starts = np.concatenate([[0], inner, [n]]).astype(np.int64)
+    return np.maximum.accumulate(starts)
+
+
+def check_starts(starts, n: int, size: int, name: str) -> np.ndarray:
+    """A user's partition as an int64 array, or ``ValueError`` saying what is wrong."""
+    s = np.asarray(starts)
+    if s.ndim != 1 or s.shape[0] != size + 1 or (s.size and s.dtype.kind not in "iu"):
+        raise ValueError(f"{name} must be {size + 1} integers (one more than the number of ranks), got {starts!r}")
+    s = s.astype(np.int64)
+    if s[0] != 0 or s[-1] != n or np.any(np.diff(s) < 0):
+        raise ValueError(f"{name} must start at 0, end at {n} and never decrease; got {s.tolist()}")
+    return s
+
+
+def check_row_pointers(crow: np.ndarray, starts: np.ndarray, nnz: int) -> None:
+    """Invariants 5.1, 5.2 and the rank boundaries of ``crow`` (what splitting it needs), on the whole matrix."""
+    n = crow.shape[0] - 1
+    if crow[0] != 0:
+        raise InvariantError("5.1", "csr", f"crow_indices[..., 0] must be 0; got {crow[0]}")
+    if crow[n] != nnz:
+        raise InvariantError("5.2", "csr", f"crow_indices[..., -1] must equal nnz={nnz}; got {crow[n]}")
+    at = crow[starts].astype(np.int64)
+    bad = np.flatnonzero((at < 0) | (at > nnz) | (np.diff(at, prepend=0) < 0))
+    if bad.size:
+        i = int(starts[bad[0]])
+        raise InvariantError("5.3", "csr", f"crow_indices must not decrease and stay in [0, nnz={nnz}]: global "
+                                           f"i={i} (a rank boundary): got {at[bad[0]]}", index=i)
+
+
+_ROW_POS = re.compile(r"(row|i=)\s*(\d+)(, position (\d+))?")
+
+
+def _globalize(e: InvariantError, r0: int, r1: int, p0: int, rank: int) -> InvariantError:
+    """``e`` (found in local rows) renumbered to global rows and positions, naming the rank."""
+    prefix = f"{e.layout} invariant {e.invariant}: "
+    msg = str(e)[len(prefix):] if str(e).startswith(prefix) else str(e)
+
+    def repl(m):
+        head = "global row " if m[1] == "row" else "global i="
+        out = f"{head}{int(m[2]) + r0}"
+        return out + (f", position {int(m[4]) + p0}" if m[3] else "")
+
+    msg = _ROW_POS.sub(repl, msg, count=1)
+    index = None if e.index is None else e.index + r0
+    return InvariantError(e.invariant, e.layout, f"{msg} (rows [{r0}, {r1}) of rank {rank})", index=index)
+
+
+def local_csr(crow64: np.ndarray, cols: np.ndarray, vals: np.ndarray, ncols: int, r0: int, p0: int, rank: int,
+              canonical: bool):
+    """Validate one rank's rows (global columns) and return them as a checked CSR tensor.
+
+    ``crow64``: the rank's row pointers from 0 (int64, possibly broken); ``p0``: the
+    global position of its first entry. Errors name global rows and positions.
+    A part that breaks only 5.6 (unsorted or duplicate columns) is repaired by
+    ``coalesce`` when ``canonical`` is false, as :func:`sparsetensor.load` does.
+    """
+    nloc = crow64.shape[0] - 1
+    r1 = r0 + nloc
+    d = np.diff(crow64)
+    bad = np.flatnonzero((d < 0) | (d > ncols))
+    if bad.size:
+        i = int(bad[0]) + 1
+        e = InvariantError("5.3", "csr", f"crow_indices[..., i] - crow_indices[..., i-1] must be in "
+                                         f"[0, ncols={ncols}]; i={i}: got {d[bad[0]]}", index=i)
+        raise _globalize(e, r0, r1, p0, rank)
+    crow = crow64.astype(cols.dtype)
+    t = sparse_csr_tensor(crow, cols, vals, size=(nloc, ncols), check_invariants=False)
+    try:
+        t.check_invariants()
+        t._canonical = True  # checked: 5.6 holds (as sparsetensor.io marks a checked file)
+    except InvariantError as e:
+        if e.invariant != "5.6" or canonical:
+            raise _globalize(e, r0, r1, p0, rank) from None
+        if cols.size and (cols.min() < 0 or cols.max() >= ncols):  # 5.6 is reported before later bounds
+            j = int(np.flatnonzero((cols < 0) | (cols >= ncols))[0])
+            row = int(np.searchsorted(crow64, j, side="right")) - 1
+            inv = "5.4" if cols[j] < 0 else "5.5"
+            e = InvariantError(inv, "csr", f"col_indices out of [0, ncols={ncols}); row {row}, position {j}: "
+                                           f"got {cols[j]}", index=row)
+            raise _globalize(e, r0, r1, p0, rank) from None
+        t = t.coalesce()
+    return t
+
+
+def split_blocks(t, c0: int, c1: int):
+    """(diagonal block, off-diagonal block, ghosts) of a checked local CSR ``t`` with global columns.
+
+    The diagonal block holds columns ``[c0, c1)`` renumbered from 0; the
+    off-diagonal block's columns are positions in ``ghosts``, the sorted
+    distinct global columns outside ``[c0, c1)``. Row order and each row's
+    column order are kept, so canonical input gives canonical blocks.
+    """
+    crow, cols, vals = t.crow_indices(), t.col_indices(), t.values()
+    idt = cols.dtype
+    nloc = crow.shape[0] - 1
+    rows = np.repeat(np.arange(nloc, dtype=np.int64), np.diff(crow))
+    own = (cols >= c0) & (cols < c1)
+    off = ~own
+    ghosts = np.unique(cols[off]).astype(np.int64)
+
+    def block(mask, c, ncols):
+        counts = np.bincount(rows[mask], minlength=nloc)
+        cr = np.zeros(nloc + 1, dtype=idt)
+        np.cumsum(counts, out=cr[1:])
+        b = sparse_csr_tensor(cr, c.astype(idt, copy=False), vals[mask], size=(nloc, ncols), check_invariants=False)
+        b._canonical = t.is_coalesced()  # a subsequence of each checked row keeps its order
+        return b
+
+    diag = block(own, cols[own] - idt.type(c0), c1 - c0)
+    offd = block(off, np.searchsorted(ghosts, cols[off]), ghosts.shape[0])
+    return diag, offd, ghosts

@@ -1,0 +1,397 @@
+"""Run under mpiexec by tests/test_mpi.py: ``python -m mpi4py tests/mpi_worker.py SUITE TMPDIR``.
+
+(``-m mpi4py`` aborts every rank when one raises, so a failed check cannot hang the others.)
+
+Every rank builds the same global matrices from fixed seeds, computes the
+single-process sparsetensor results itself (the oracle), and checks its own
+part of the distributed results against them. Rank 0 prints ``PASS name`` per
+case; any failed check raises (a nonzero exit). The ``errors`` suites print
+one line per case that raised to ``TMPDIR/raised.RANK.txt``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+import scipy.sparse as sp
+import scipy.sparse.linalg as sla
+from mpi4py import MPI
+
+import sparsetensor as st
+from sparsetensor import mpi as stmpi
+
+comm = MPI.COMM_WORLD
+rank, size = comm.rank, comm.size
+
+
+def passed(name):
+    comm.Barrier()
+    if rank == 0:
+        print("PASS", name, flush=True)
+
+
+def raised(tmp, case, e):
+    """Record on this rank that ``case`` raised ``e`` (a file per rank: output lines of ranks interleave)."""
+    line = "\t".join([case, type(e).__name__, str(getattr(e, "invariant", "")), str(e).replace("\n", " ")])
+    with open(os.path.join(tmp, f"raised.{rank}.txt"), "a") as f:
+        f.write(line + "\n")
+
+
+# -- matrices --------------------------------------------------------------------------------
+def random_matrix(m, n, density, seed, dtype=np.float64, index_dtype=np.int64, hub=None, empty_rows=()):
+    """A canonical CSR tensor; ``hub``: a row with every column; ``empty_rows`` stay empty."""
+    rng = np.random.default_rng(seed)
+    d = (rng.random((m, n)) < density) * rng.integers(1, 9, size=(m, n)) * rng.choice([-1, 1], size=(m, n)) / 4
+    if np.dtype(dtype).kind == "c":
+        d = d + 1j * (d != 0) * rng.integers(-3, 4, size=(m, n))
+    if hub is not None and m and n:
+        d[hub] = rng.integers(1, 9, size=n)
+    for r in empty_rows:
+        d[r] = 0
+    return st.from_dense(d.astype(dtype)).to(index_dtype=index_dtype)
+
+
+def starts_with_empty_rank(n):
+    """Row starts in which rank 1 (when there are 2 or more ranks) owns no rows."""
+    s = (np.arange(size + 1) * n) // size
+    if size >= 2:
+        s[1] = 0
+    return s
+
+
+def no_ghost_matrix(n, seed, index_dtype):
+    """Rank 0's rows only touch rank 0's columns (with even row starts)."""
+    s = (np.arange(size + 1) * n) // size
+    d = random_matrix(n, n, 0.2, seed, index_dtype=index_dtype).to_dense()
+    d[s[0]:s[1], :s[0]] = 0
+    d[s[0]:s[1], s[1]:] = 0
+    return st.from_dense(d).to(index_dtype=index_dtype), s
+
+
+def spd_matrix(n, seed, dtype=np.float64):
+    rng = np.random.default_rng(seed)
+    b = (rng.random((n, n)) < 0.15) * rng.standard_normal((n, n))
+    if np.dtype(dtype).kind == "c":
+        b = b + 1j * (b != 0) * rng.standard_normal((n, n))
+    a = b @ b.conj().T + n * 0.5 * np.eye(n)
+    a[np.abs(a) < 1e-300] = 0
+    return st.from_dense(a.astype(dtype))
+
+
+# -- checks ----------------------------------------------------------------------------------
+def tol(dtype):
+    return 1e-5 if np.dtype(dtype) in (np.float32, np.complex64) else 1e-12
+
+
+def close(got, want, bound, dtype, what):
+    """``|got - want| <= tol * (|A| |x|)``: relative to the sum of magnitudes that each entry adds up."""
+    err = np.abs(np.asarray(got) - want)
+    lim = tol(dtype) * np.maximum(bound, np.finfo(np.float64).tiny)
+    assert got.shape == want.shape, (what, got.shape, want.shape)
+    assert np.all(err <= lim), f"{what}: rank {rank}: max error {err.max()} over bound {(err / lim).max()}"
+
+
+def serial_ghosts(t, rs, cs):
+    """Ghost counts per rank computed from the global matrix."""
+    d = t.to_dense()
+    out = []
+    for q in range(size):
+        cols = np.flatnonzero(np.any(d[rs[q]:rs[q + 1]] != 0, axis=0))
+        out.append(int(np.sum((cols < cs[q]) | (cols >= cs[q + 1]))))
+    return out
+
+
+def check_matrix(name, t, **kw):
+    """Build from the global tensor and check every product and transfer against the serial results."""
+    A = stmpi.DistCSR.from_global(t if rank == 0 else None, comm=comm, **kw)
+    M, K = t.shape
+    rs, cs = A.row_starts, A.col_starts
+    r0, r1 = A.row_range
+    c0, c1 = A.col_range
+    assert A.shape == (M, K) and A.nnz == t.nnz and A.dtype == t.dtype and A.index_dtype == t.index_dtype
+    assert (r0, r1) == (rs[rank], rs[rank + 1]) and (c0, c1) == (cs[rank], cs[rank + 1])
+    assert comm.allreduce(A.nnz_local) == t.nnz
+    if kw.get("row_starts") is not None:
+        assert np.array_equal(rs, kw["row_starts"])
+    absA = abs(t.to_dense())
+    rng = np.random.default_rng(7)
+    for ncols in (None, 3):
+        shape_x = (K,) if ncols is None else (K, ncols)
+        x = rng.standard_normal(shape_x).astype(t.dtype)
+        if t.dtype.kind == "c":
+            x = x + 1j * rng.standard_normal(shape_x)
+        x = x.astype(t.dtype)
+        y = A @ x[c0:c1]
+        want = st.matmul(t, x)
+        close(y, want[r0:r1], (absA @ abs(x))[r0:r1], t.dtype, f"{name} matvec N={ncols}")
+        stats = A.comm_stats()
+        item = np.dtype(t.dtype).itemsize * (1 if ncols is None else ncols)
+        assert stats["ghosts_per_rank"] == serial_ghosts(t, rs, cs), (stats["ghosts_per_rank"], name)
+        assert stats["bytes_received_per_product"] == [item * g for g in stats["ghosts_per_rank"]], stats
+        assert sum(stats["bytes_sent_per_product"]) == sum(stats["bytes_received_per_product"])
+        assert sum(stats["messages_per_product"]) == sum(len(nb) for nb in stats["neighbours_per_rank"])
+        g = A.gather(y)
+        if rank == 0:
+            assert np.array_equal(g, np.concatenate(comm.gather(y, root=0)))
+        else:
+            comm.gather(y, root=0)
+        assert np.array_equal(A.scatter(x if rank == 0 else None, part="cols"), x[c0:c1])
+        assert np.array_equal(A.scatter(want if rank == 0 else None), A.scatter(want if rank == 0 else None))
+        # A^T x and A^H x
+        u = rng.standard_normal((M,) if ncols is None else (M, ncols)).astype(t.dtype)
+        z = A.rmatvec(u[r0:r1])
+        close(z, st.matmul(t.mT, u)[c0:c1], (absA.T @ abs(u))[c0:c1], t.dtype, f"{name} rmatvec N={ncols}")
+        assert A.comm_stats()["bytes_sent_per_product"] == [item * gh for gh in stats["ghosts_per_rank"]]
+        if t.dtype.kind == "c":
+            zh = A.rmatvec(u[r0:r1], adjoint=True)
+            close(zh, st.matmul(t.mT.conj(), u)[c0:c1], (absA.T @ abs(u))[c0:c1], t.dtype, f"{name} adjoint")
+        assert np.array_equal(A.gather(z, part="cols"), np.concatenate(comm.allgather(z))) or rank != 0
+    back = A.to_global()
+    t = t.to_sparse_csr()
+    if rank == 0:
+        assert back.layout is st.sparse_csr and back.index_dtype == t.index_dtype and back.dtype == t.dtype
+        assert back.shape == t.shape
+        for a, b in ((back.crow_indices(), t.crow_indices()), (back.col_indices(), t.col_indices()),
+                     (back.values(), t.values())):
+            assert np.array_equal(a, b), name
+    if M == K and A.row_starts.tolist() == A.col_starts.tolist():
+        assert np.array_equal(A.diagonal(), np.diagonal(t.to_dense())[r0:r1])
+    A.free()
+    passed(name)
+
+
+def suite_products(tmp):
+    for idt in (np.int32, np.int64):
+        for dt in (np.float32, np.float64, np.complex128):
+            tag = f"{np.dtype(idt).name}-{np.dtype(dt).name}"
+            t = random_matrix(37, 37, 0.12, 1, dt, idt, hub=5, empty_rows=(0, 9, 36))
+            check_matrix(f"square-hub-empty-rows-{tag}", t)
+            if dt == np.float64:
+                check_matrix(f"empty-rank-{tag}", t, row_starts=starts_with_empty_rank(37))
+        t, s = no_ghost_matrix(24, 2, idt)
+        check_matrix(f"no-ghosts-rank0-{np.dtype(idt).name}", t, row_starts=s)
+    band = np.diag(np.arange(1.0, 41)) + np.diag(np.full(39, -1.0), 1) + 2j * np.diag(np.full(38, 1.0), -2)
+    check_matrix("banded-few-ghost-rows", st.from_dense(band))  # the off-diagonal product over its rows only
+    check_matrix("tiny-3x3", random_matrix(3, 3, 0.6, 3))
+    check_matrix("rect-37x23", random_matrix(37, 23, 0.15, 4, hub=2))
+    check_matrix("rect-23x37", random_matrix(23, 37, 0.15, 5), col_starts=starts_with_empty_rank(37))
+    check_matrix("no-entries", random_matrix(10, 10, 0.0, 6))
+    check_matrix("coo-input", random_matrix(30, 30, 0.1, 8).to_sparse_coo())
+    check_matrix("csc-input", random_matrix(30, 30, 0.1, 9).to_sparse_csc())
+    # unsorted (non-canonical) rows are repaired on each rank, as st.load repairs a file
+    good = random_matrix(30, 30, 0.3, 10)
+    crow, cols, vals = good.crow_indices(), good.col_indices().copy(), good.values().copy()
+    for i in range(30):
+        cols[crow[i]:crow[i + 1]] = cols[crow[i]:crow[i + 1]][::-1]
+        vals[crow[i]:crow[i + 1]] = vals[crow[i]:crow[i + 1]][::-1]
+    unsorted = st.sparse_csr_tensor(crow, cols, vals, size=(30, 30), check_invariants=False)
+    A = stmpi.DistCSR.from_global(unsorted if rank == 0 else None, comm=comm)
+    x = np.arange(30.0)
+    r0, r1 = A.row_range
+    close(A @ x[r0:r1], st.matmul(good, x)[r0:r1], (abs(good.to_dense()) @ x)[r0:r1], np.float64, "unsorted")
+    passed("unsorted-rows-repaired")
+    # ranks x threads: a matrix large enough for the kernels' threads (work above their grain)
+    n = 3000
+    rng = np.random.default_rng(16)
+    rows = np.repeat(np.arange(n), 40)
+    big = st.sparse_coo_tensor(np.stack([rows, rng.integers(0, n, rows.size)]), rng.standard_normal(rows.size),
+                               (n, n)).coalesce().to_sparse_csr()
+    A = stmpi.DistCSR.from_global(big if rank == 0 else None, comm=comm)
+    r0, r1 = A.row_range
+    X = rng.standard_normal((n, 4))
+    bound = st.matmul(big.abs(), np.abs(X))[r0:r1]
+    close(A.matvec(X[r0:r1], threads=2), st.matmul(big, X, threads=1)[r0:r1], bound, np.float64, "threads")
+    close(A.rmatvec(X[r0:r1], threads=2), st.matmul(big.mT, X, threads=1)[r0:r1],
+          st.matmul(big.mT.abs(), np.abs(X))[r0:r1], np.float64, "threads rmatvec")
+    passed("threads-2")
+    # the diagonal product in chunks with MPI progress between them (large exchanges)
+    A.progress_threshold, A.progress_chunks = 0, 5
+    close(A.matvec(X[r0:r1]), st.matmul(big, X)[r0:r1], bound, np.float64, "progress chunks")
+    x1 = X[:, 0].copy()
+    close(A @ x1[r0:r1], st.matmul(big, x1)[r0:r1], st.matmul(big.abs(), np.abs(x1))[r0:r1], np.float64, "chunks 1-d")
+    assert A.comm_stats()["bytes_received_per_product"][rank] == 8 * A.ghosts.shape[0]
+    passed("progress-chunks")
+    # another root: the last rank holds the matrix and receives the gathers
+    t = random_matrix(26, 26, 0.2, 17, np.complex128, np.int32, hub=25)
+    last = size - 1
+    A = stmpi.DistCSR.from_global(t if rank == last else None, comm=comm, root=last)
+    r0, r1 = A.row_range
+    x = np.linspace(0, 1, 26)
+    g = A.gather(A @ x[r0:r1], root=last)
+    back = A.to_global(root=last)
+    if rank == last:
+        close(g, st.matmul(t, x), abs(t.to_dense()) @ x, np.complex128, "root gather")
+        assert np.array_equal(back.to_dense(), t.to_dense())
+    else:
+        assert g is None and back is None
+    passed("root-last-rank")
+    # from_local: each rank passes its own rows
+    t = random_matrix(29, 29, 0.15, 11, hub=20)
+    s = starts_with_empty_rank(29)
+    mine = st.from_dense(t.to_dense()[s[rank]:s[rank + 1]])
+    A = stmpi.DistCSR.from_local(mine, comm=comm)
+    assert np.array_equal(A.row_starts, s)
+    back = A.to_global()
+    if rank == 0:
+        assert np.array_equal(back.to_dense(), t.to_dense())
+    passed("from-local")
+
+
+def suite_solve_io(tmp):
+    # cg against scipy's cg: the same iterates (few iterations) and the same solution
+    for dt in (np.float64, np.complex128):
+        t = spd_matrix(40, 12, dt)
+        m = t.to_scipy()
+        rng = np.random.default_rng(3)
+        b = rng.standard_normal(40).astype(dt)
+        A = stmpi.DistCSR.from_global(t if rank == 0 else None, comm=comm)
+        r0, r1 = A.row_range
+        for maxiter in (3, None):
+            ours, theirs = [], []
+            x, info = stmpi.cg(A, b[r0:r1], rtol=1e-10, maxiter=maxiter, callback=lambda v: ours.append(v.copy()))
+            xr, ir = sla.cg(m, b, rtol=1e-10, maxiter=maxiter, callback=lambda v: theirs.append(v.copy()))
+            assert info == ir and len(ours) == len(theirs), (info, ir, len(ours), len(theirs))
+            for k, (a, c) in enumerate(zip(ours, theirs)):
+                scale = np.abs(c).max()
+                assert np.abs(a - c[r0:r1]).max() <= 1e-10 * scale, (k, np.abs(a - c[r0:r1]).max())
+            assert np.abs(x - xr[r0:r1]).max() <= 1e-10 * np.abs(xr).max()
+        assert info == 0 and np.linalg.norm(m @ xr - b) <= 1e-9 * np.linalg.norm(b)
+        # Jacobi preconditioner through M, and a starting guess
+        d = A.diagonal()
+        x, info = stmpi.cg(A, b[r0:r1], x0=np.ones(r1 - r0, dt), M=lambda r: r / d, rtol=1e-10)
+        xr, ir = sla.cg(m, b, x0=np.ones(40, dt), M=sp.diags(1 / m.diagonal()), rtol=1e-10)
+        assert info == ir == 0 and np.abs(x - xr[r0:r1]).max() <= 1e-8 * np.abs(xr).max()
+        passed(f"cg-vs-scipy-{np.dtype(dt).name}")
+    # a zero right-hand side, and an unconverged solve (info = maxiter)
+    z, info = stmpi.cg(A, np.zeros(r1 - r0, np.complex128))
+    assert info == 0 and not z.any()
+    passed("cg-zero-rhs")
+    # load: .npz (each rank maps its rows), .mtx and other layouts (root reads and scatters)
+    t = random_matrix(41, 41, 0.1, 13, np.float64, np.int32, hub=40, empty_rows=(3,))
+    t64 = random_matrix(41, 41, 0.1, 14, np.complex128, np.int64, hub=0)
+    paths = {name: os.path.join(tmp, name) for name in ("m.npz", "m64.npz", "m.mtx", "coo.npz", "z.npz")}
+    if rank == 0:
+        st.save(paths["m.npz"], t)
+        st.save(paths["m64.npz"], t64)
+        st.write_mtx(paths["m.mtx"], t)
+        st.save(paths["coo.npz"], t.to_sparse_coo())
+        st.save(paths["z.npz"], t, compress=True)
+    comm.Barrier()
+    for name, ref, kw in (("m.npz", t, {}), ("m64.npz", t64, {}), ("m.mtx", t, {}), ("coo.npz", t, {}),
+                          ("z.npz", t, {}), ("m.npz", t, {"row_starts": starts_with_empty_rank(41)})):
+        A = stmpi.load(paths[name], comm=comm, **kw)
+        back = A.to_global()
+        if rank == 0:
+            assert np.array_equal(back.to_dense(), ref.to_dense()), name
+            if name.endswith(".npz") and name != "coo.npz":
+                assert back.index_dtype == ref.index_dtype
+        r0, r1 = A.row_range
+        x = np.linspace(-1, 1, 41)
+        close(A @ x[r0:r1], st.matmul(ref, x)[r0:r1], (abs(ref.to_dense()) @ abs(x))[r0:r1], ref.dtype, name)
+        passed(f"load-{name}" + ("-row-starts" if kw else ""))
+    if rank == 0:  # the CLI on a generated stencil
+        from sparsetensor.mpi._generate import stencil
+
+        s = stencil(5)
+        st.save(os.path.join(tmp, "s.npz"), s)
+    comm.Barrier()
+    from sparsetensor.mpi.__main__ import main
+
+    assert main(["generate", "--rmat", "6", "--edge-factor", "4", os.path.join(tmp, "r.mtx")]) == 0
+    s7 = os.path.join(tmp, "s7.npz")
+    assert main(["generate", "--stencil", "7", "--grid", "4", "--index-dtype", "int64", s7]) == 0
+    from sparsetensor.mpi._generate import rmat, stencil
+
+    assert np.allclose(st.load(os.path.join(tmp, "r.mtx")).to_dense(), rmat(6, 4).to_dense())
+    assert np.array_equal(st.load(os.path.join(tmp, "s7.npz")).to_dense(), stencil(4, 7).to_dense())
+    assert main(["cg", os.path.join(tmp, "r.mtx"), "--jacobi"]) == 0
+    assert main(["cg", os.path.join(tmp, "s.npz"), "--json"]) == 0
+    assert main(["spmv", os.path.join(tmp, "s.npz"), "--repeat", "3", "--columns", "2"]) == 0
+    passed("cli")
+
+
+def suite_doctest(tmp):
+    import doctest
+    import importlib
+
+    for mod in ("sparsetensor.mpi._matrix", "sparsetensor.mpi._load", "sparsetensor.mpi._solve",
+                "sparsetensor.mpi._generate"):
+        r = doctest.testmod(importlib.import_module(mod), optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+        assert r.failed == 0 and r.attempted > 0, (mod, r)
+    passed("doctests")
+
+
+# -- errors: every rank must raise ------------------------------------------------------------
+def bad_rank():
+    return size - 1
+
+
+def suite_errors(tmp):
+    """Each case: a part that is bad on one rank only; every rank prints RAISED and goes on."""
+    n = 4 * size + 3
+    t = random_matrix(n, n, 0.3, 15, hub=1)
+    s = (np.arange(size + 1) * n) // size
+    crow, cols, vals = t.crow_indices(), t.col_indices().copy(), t.values()
+    last = s[bad_rank()]  # the first row of the last rank
+    row = next(i for i in range(last, n) if crow[i + 1] > crow[i])
+    cols[crow[row + 1] - 1] = n + 5  # column out of bounds in a row of the last rank
+    broken = st.sparse_csr_tensor(crow, cols, vals, size=(n, n), check_invariants=False)
+    try:
+        stmpi.DistCSR.from_global(broken if rank == 0 else None, comm=comm, row_starts=s)
+    except st.InvariantError as e:
+        assert e.invariant == "5.5" and f"global row {row}" in str(e) and e.index == row, str(e)
+        raised(tmp, "column-out-of-bounds", e)
+    comm.Barrier()
+    # a decreasing row pointer inside the last rank's rows
+    crow2 = crow.copy()
+    crow2[n - 1] = crow2[n - 2] - 1 if crow2[n - 2] > 0 else crow2[n - 1]
+    broken = st.sparse_csr_tensor(crow2, t.col_indices(), vals, size=(n, n), check_invariants=False)
+    try:
+        stmpi.DistCSR.from_global(broken if rank == 0 else None, comm=comm, row_starts=s)
+    except st.InvariantError as e:
+        assert e.invariant == "5.3" and f"i={n - 1}" in str(e), str(e)
+        raised(tmp, "row-pointer-decreases", e)
+    comm.Barrier()
+    # a wrong operand on one rank only
+    A = stmpi.DistCSR.from_global(t if rank == 0 else None, comm=comm)
+    c0, c1 = A.col_range
+    x = np.ones(c1 - c0 + (1 if rank == bad_rank() else 0))
+    try:
+        A @ x
+    except ValueError as e:
+        raised(tmp, "operand-shape", e)
+    comm.Barrier()
+    # a file whose last rank's rows are broken: every rank maps its rows, the last one finds it
+    path = os.path.join(tmp, "bad.npz")
+    if rank == 0:
+        with st.check_invariants(False):
+            st.save(path, st.sparse_csr_tensor(crow, cols, vals, size=(n, n), check_invariants=False))
+    comm.Barrier()
+    try:
+        stmpi.load(path, comm=comm, row_starts=s)
+    except st.InvariantError as e:
+        assert e.invariant == "5.5" and "bad.npz" in str(e) and f"global row {row}" in str(e), str(e)
+        raised(tmp, "load-bad-file", e)
+    comm.Barrier()
+    # bad user row_starts (found on root)
+    try:
+        stmpi.DistCSR.from_global(t if rank == 0 else None, comm=comm, row_starts=[0, n + 1] + [n] * (size - 1))
+    except ValueError as e:
+        raised(tmp, "bad-row-starts", e)
+    comm.Barrier()
+    if rank == 0:
+        print("DONE", flush=True)
+
+
+def suite_all(tmp):
+    for suite in (suite_products, suite_solve_io, suite_errors) + ((suite_doctest,) if size == 2 else ()):
+        suite(tmp)
+
+
+SUITES = {"products": suite_products, "solve_io": suite_solve_io, "errors": suite_errors, "doctest": suite_doctest,
+          "all": suite_all}
+
+if __name__ == "__main__":
+    SUITES[sys.argv[1]](sys.argv[2])
