@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import contextvars
 import os
 
@@ -50,14 +51,23 @@ def resolve_check(check_invariants) -> bool:
     return _CHECK.get() if check_invariants is None else bool(check_invariants)
 
 
-def _default_threads() -> int:
-    env = os.environ.get("OMP_NUM_THREADS", "").split(",")[0].strip()
-    if env.isdigit() and int(env) > 0:
-        return int(env)
+@functools.lru_cache(maxsize=None)
+def _cpus() -> int:
+    """The CPUs this process may run on, asked once (a system call: it was most of the
+    per-call cost of a small product)."""
     try:
         return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):  # pragma: no cover - non-Linux
         return os.cpu_count() or 1
+
+
+def _default_threads() -> int:
+    env = os.environ.get("OMP_NUM_THREADS")
+    if env:
+        env = env.split(",")[0].strip()
+        if env.isdigit() and int(env) > 0:
+            return int(env)
+    return _cpus()
 
 
 def set_num_threads(n: int | None) -> None:
@@ -78,9 +88,9 @@ def num_threads(threads: int | None = None, work: int | None = None, grain: int 
     units of ``work`` run on one thread: spawning threads would cost more.
     """
     n = threads if threads is not None else _THREADS.get()
-    n = _default_threads() if n is None else int(n)
+    if n is None:  # the default: small inputs need not look it up
+        return 1 if work is not None and work < grain else _default_threads()
+    n = int(n)
     if n < 1:
         raise ValueError(f"number of threads must be >= 1, got {n}")
-    if work is not None and work < grain:
-        return 1
-    return n
+    return 1 if work is not None and work < grain else n

@@ -3,40 +3,42 @@ SciPy's linear operator (:mod:`sparsetensor.interop.linop`), NumPy's ``__array_f
 (:mod:`sparsetensor.interop.array_function`), indexing (:mod:`sparsetensor.ops.indexing`) and
 ``diagonal``/``trace`` (:mod:`sparsetensor.ops.diagonal`).
 
-``METHODS`` is the one table (attribute name -> function or property); :func:`bind` sets them on
-the class once, when :mod:`sparsetensor` is imported. No per-call imports.
+``ROWS`` are rows of the op table (:class:`sparsetensor._api.Op`); :func:`bind` adds them to
+the table once, when :mod:`sparsetensor` is imported. No per-call imports.
 """
 
 from __future__ import annotations
 
+from . import _api
+from ._api import Op
 from ._tensor import SparseTensor
 from .interop import array_function, linop
 from .ops import diagonal, indexing
 
-__all__ = ["METHODS", "bind"]
+__all__ = ["ROWS", "bind"]
 
-METHODS = [
+ROWS = (
     # SciPy's LinearOperator protocol (aslinearoperator and the iterative solvers)
-    ("matvec", linop.matvec),
-    ("rmatvec", linop.rmatvec),
-    ("matmat", linop.matmat),
-    ("rmatmat", linop.rmatmat),
-    ("adjoint", linop.adjoint),
-    ("H", property(linop.adjoint, doc="The conjugate transpose (see adjoint).")),
+    Op("matvec", linop.matvec, function=False),
+    Op("rmatvec", linop.rmatvec, function=False),
+    Op("matmat", linop.matmat, function=False),
+    Op("rmatmat", linop.rmatmat, function=False),
+    Op("adjoint", linop.adjoint, function=False),
+    Op("H", linop.adjoint, function=False, kind="property"),
     # SciPy's sparse constructors and direct solvers get a TypeError naming to_scipy() instead of densifying
-    ("__array__", linop.array_refusing_scipy(SparseTensor.__array__)),
+    Op("__array__", linop.array_refusing_scipy(SparseTensor.__array__), function=False),
     # NumPy's function protocol (NEP 18)
-    ("__array_function__", array_function.array_function),
+    Op("__array_function__", array_function.array_function, function=False),
     # indexing
-    ("__getitem__", indexing.getitem),
-    ("__setitem__", indexing.setitem),
-    # ops that NumPy and SciPy users call as methods
-    ("diagonal", diagonal.diagonal),
-    ("trace", diagonal.trace),
-]
+    Op("__getitem__", indexing.getitem, function=False),
+    Op("__setitem__", indexing.setitem, function=False),
+    # ops that NumPy and SciPy users call as methods (st.diagonal / st.trace too)
+    Op("diagonal", diagonal.diagonal),
+    Op("trace", diagonal.trace),
+)
 
 
-def bind(cls=SparseTensor) -> None:
-    """Set every entry of :data:`METHODS` on ``cls`` (once, at import)."""
-    for name, fn in METHODS:
-        setattr(cls, name, fn)
+def bind() -> list:
+    """Add :data:`ROWS` to the op table (:func:`sparsetensor._api.bind`), once, at import of
+    :mod:`sparsetensor`; returns the ``st.*`` function names they add."""
+    return _api.bind(ROWS, globals())
