@@ -165,18 +165,22 @@ cdef inline void _update_row(int op, float_t* p, float_t* s1, float_t* s2, const
         st_adam_row_f64(p, s1, s2, g, E, c0, c1, c2, c3)
 
 
+cdef inline void _prefetch_row(const void* row, Py_ssize_t nbytes) noexcept nogil:
+    """Ask for every cache line of a row that is about to be read."""
+    cdef Py_ssize_t off
+    for off in range(0, nbytes, 64):
+        st_prefetch(<const char*>row + off)
+
+
 cdef inline void _sum_run(float_t* acc, const float_t* grad, const pos_t* perm, Py_ssize_t a, Py_ssize_t b,
                           Py_ssize_t E, bint negate, Py_ssize_t nnz) noexcept nogil:
     """``acc[:E]`` = the sum of gradient rows ``perm[a:b]`` in that order (negated when asked).
     The rows are scattered over the gradient: each is asked for PREFETCH_ROWS positions ahead."""
-    cdef Py_ssize_t k, e, off, nbytes = E * <Py_ssize_t>sizeof(float_t)
+    cdef Py_ssize_t k, e, nbytes = E * <Py_ssize_t>sizeof(float_t)
     cdef const float_t* row
-    cdef const char* ahead
     for k in range(a, b):
         if k + PREFETCH_ROWS < nnz:
-            ahead = <const char*>(grad + <Py_ssize_t>perm[k + PREFETCH_ROWS] * E)
-            for off in range(0, nbytes, 64):
-                st_prefetch(ahead + off)
+            _prefetch_row(grad + <Py_ssize_t>perm[k + PREFETCH_ROWS] * E, nbytes)
         row = grad + <Py_ssize_t>perm[k] * E
         if k == a:
             for e in range(E):
@@ -199,6 +203,7 @@ def update_runs(int op, const int64_t[::1] rows, const int64_t[::1] run_ptr, con
     :func:`_update_row`; they are rounded to the parameter's dtype first, as torch does.
     """
     cdef Py_ssize_t nruns = rows.shape[0], E = param.shape[1], j, nchunks, c, r, nnz = perm.shape[0]
+    cdef Py_ssize_t nbytes = E * <Py_ssize_t>sizeof(float_t)
     cdef float_t* acc
     cdef float_t* s1
     cdef float_t* s2
@@ -217,11 +222,11 @@ def update_runs(int op, const int64_t[::1] rows, const int64_t[::1] run_ptr, con
             for j in range(c * RUN_CHUNK, min((c + 1) * RUN_CHUNK, nruns)):
                 if j + PREFETCH_RUNS < nruns:  # the rows are scattered: ask for them ahead
                     r = rows[j + PREFETCH_RUNS] * E
-                    st_prefetch(pbase + r)
+                    _prefetch_row(pbase + r, nbytes)
                     if s1base != NULL:
-                        st_prefetch(s1base + r)
+                        _prefetch_row(s1base + r, nbytes)
                     if s2base != NULL:
-                        st_prefetch(s2base + r)
+                        _prefetch_row(s2base + r, nbytes)
                 r = rows[j]
                 _sum_run(acc, gbase, pp, run_ptr[j], run_ptr[j + 1], E, negate, nnz)
                 s1 = s1base + r * E if s1base != NULL else NULL
