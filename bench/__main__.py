@@ -14,7 +14,7 @@ sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _root]
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench")
-    parser.add_argument("name", choices=["validate", "coalesce", "convert", "spmm", "elementwise", "cuda", "solvers"], help="which benchmark")
+    parser.add_argument("name", choices=["validate", "coalesce", "convert", "spmm", "elementwise", "cuda", "solvers", "dask"], help="which benchmark")
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
     parser.add_argument("--threads", type=int, default=None, help="threads for ours and torch (default: all)")
     args = parser.parse_args(argv)
@@ -35,6 +35,11 @@ def main(argv=None) -> int:
         from . import solvers
 
         solvers.run(threads=args.threads, **(dict(grids=(100, 300), repeat=3) if args.quick else {}))
+    elif args.name == "dask":
+        from . import dask as dask_bench
+
+        kw = dict(nrows=40_000, ncols=40_000, nnz=400_000, repeat=2) if args.quick else {}
+        dask_bench.run(threads=args.threads, **kw)
     elif args.name == "cuda":
         from . import cuda
 

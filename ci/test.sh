@@ -18,6 +18,8 @@ echo "== installing the CUDA extra (cuda-bindings + NVRTC) for the kernel compil
 if ! python -m pip install -q "cuda-bindings>=13,<14" "nvidia-cuda-nvrtc>=13,<14"; then
   echo "the cuda extra could not be installed: the NVRTC compile test will skip"
 fi
+echo "== installing the dask extra (dask[array], distributed) for the Dask chunk tests"
+python -m pip install -q "dask[array]>=2024.1" "distributed>=2024.1"
 # -P: do not put the current directory (the source tree) on sys.path
 python -P -c "import sparsetensor; print('sparsetensor', sparsetensor.__version__, 'from', sparsetensor.__file__)"
 echo "== sparsetensor (the README's main job, on a smaller matrix)"
