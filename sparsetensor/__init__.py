@@ -13,6 +13,7 @@ import os as _os
 _os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from ._config import check_invariants, get_check_invariants, num_threads, set_num_threads
+from ._construct import diags, eye, random, rmat, stencil, zeros
 from ._dense import from_dense
 from ._dtypes import INDEX_DTYPES, VALUE_DTYPES
 from ._errors import InvariantError
@@ -50,6 +51,7 @@ __all__ = [
     "save", "load", "read_mtx", "write_mtx", "cat", "stack", "sparse_mask",
     "matmul", "mm", "mv", "bmm", "addmm", "smm", "hspmm", "sspaddmm", "linear",
     "add", "sub", "mul", "div", "maximum", "minimum", "spgemm", "sampled_addmm", "diagonal", "trace",
+    "zeros", "eye", "diags", "random", "rmat", "stencil",
     "check_invariants", "get_check_invariants", "num_threads", "set_num_threads",
     "INDEX_DTYPES", "VALUE_DTYPES", "__version__",
 ]

@@ -565,6 +565,89 @@ def _mm_error(path: str, e: Exception) -> str:
     return f"{path}: line {m[1]}: {m[2]}" if m else f"{path}: {msg}"
 
 
+def _open_text(path: str):
+    opener = gzip.open if path.endswith(".gz") else open
+    return opener(path, "rt", encoding="latin-1")
+
+
+def _mtx_lines(f):
+    """(line number, tokens) of the lines after the banner that are neither comments nor blank."""
+    for no, line in enumerate(f, 2):
+        tokens = line.split()
+        if tokens and not tokens[0].startswith("%"):
+            yield no, tokens
+
+
+def _mtx_rule(path: str, line: int, rule: str) -> ValueError:
+    return ValueError(f"{path}: line {line}: {rule} (Matrix Market rule)")
+
+
+def _entry_line(path: str, k: int) -> int:
+    """The line of the file's entry ``k`` (0-based, after the size line): read only on an error."""
+    with _open_text(path) as f:
+        f.readline()
+        lines = _mtx_lines(f)
+        next(lines)  # the size line
+        for j, (no, _) in enumerate(lines):
+            if j == k:
+                return no
+    return -1  # pragma: no cover - SciPy read the entry, so it exists
+
+
+def _mtx_header(path: str):
+    """(symmetry, field, size line, size tokens, first entry line or None) from the banner and the
+    lines after it; None when the file cannot be read as text (SciPy's reader reports that)."""
+    try:
+        with _open_text(path) as f:
+            banner = f.readline().lower().split()
+            lines = _mtx_lines(f)
+            size_line, size = next(lines, (2, []))
+            first = next(lines, None)
+    except (OSError, EOFError, zlib.error):
+        return None
+    symmetry, field = (banner[4], banner[3]) if len(banner) >= 5 else ("general", "real")
+    return symmetry, field, size_line, size, first
+
+
+def _check_mtx_square(path: str, header) -> None:
+    """A symmetric, skew-symmetric or hermitian matrix must be square. Checked before SciPy reads
+    the file: SciPy 1.17 mirrors a non-square symmetric ``array`` file out of bounds (heap
+    corruption, a crash later)."""
+    if header is None:
+        return
+    symmetry, _, size_line, size, _ = header
+    try:
+        rows, cols = int(size[0]), int(size[1])
+    except (IndexError, ValueError):
+        return  # a malformed size line: SciPy's reader names it
+    if symmetry != "general" and rows != cols:
+        raise _mtx_rule(path, size_line, f"a {symmetry} matrix must be square, got size {rows} x {cols}")
+
+
+def _check_mtx_entries(path: str, header, m) -> None:
+    """Refuse what SciPy's reader accepts but Matrix Market forbids: a diagonal entry in a
+    skew-symmetric matrix, a non-real diagonal entry in a hermitian one, a value column in a
+    pattern one (checked on its first entry line). The entries are those SciPy parsed: the
+    file's own come first, in file order, before the mirrored ones it appends."""
+    if header is None or isinstance(m, np.ndarray):
+        return
+    symmetry, field, _, size, first = header
+    if field == "pattern" and first is not None and len(first[1]) != 2:
+        raise _mtx_rule(path, first[0], f"a pattern matrix has no value column, got {' '.join(first[1])!r}")
+    if symmetry in ("skew-symmetric", "hermitian"):
+        n_file = int(size[2]) if len(size) >= 3 else m.nnz
+        row, col = m.coords
+        diag = row[:n_file] == col[:n_file]
+        if symmetry == "hermitian":
+            diag &= m.data[:n_file].imag != 0
+        if diag.any():
+            k = int(np.argmax(diag))
+            what = ("a skew-symmetric matrix has no diagonal entries" if symmetry == "skew-symmetric"
+                    else "a hermitian matrix has a real diagonal")
+            raise _mtx_rule(path, _entry_line(path, k),
+                            f"{what}, got ({row[k] + 1}, {col[k] + 1}) = {m.data[k]}")
+
+
 def read_mtx(path):
     """Read a Matrix Market file (``.mtx``, or gzipped ``.mtx.gz``) as a COO tensor.
 
@@ -591,7 +674,12 @@ def read_mtx(path):
         No such file.
     ValueError
         A malformed file: the message names the file and, when SciPy knows it,
-        the line (``"m.mtx: line 4: Invalid floating-point value."``).
+        the line (``"m.mtx: line 4: Invalid floating-point value."``). Also a file
+        that breaks a Matrix Market rule SciPy does not enforce, with the line and
+        the rule: a ``symmetric``/``skew-symmetric``/``hermitian`` matrix that is not
+        square, a diagonal entry in a ``skew-symmetric`` one, a non-real diagonal
+        entry in a ``hermitian`` one, a value column in a ``pattern`` one (checked
+        on its first entry).
 
     Examples
     --------
@@ -608,12 +696,15 @@ def read_mtx(path):
     sio, _ = _import_scipy_io()
     if not os.path.exists(path):
         raise FileNotFoundError(errno.ENOENT, "No such Matrix Market file", path)
+    header = _mtx_header(path)
+    _check_mtx_square(path, header)
     try:
         m = sio.mmread(path, spmatrix=False)
     except FileNotFoundError:
         raise
     except (ValueError, RuntimeError, EOFError, OSError, zlib.error) as e:
         raise ValueError(_mm_error(path, e)) from None
+    _check_mtx_entries(path, header, m)
     if isinstance(m, np.ndarray):
         return m
     row, col = m.coords

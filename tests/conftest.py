@@ -127,3 +127,18 @@ def assert_matches_scipy_csr(got, ref, rtol=1e-12):
 def rng(request):
     # a stable seed per test, different between tests
     return np.random.default_rng(zlib.crc32(request.node.nodeid.encode()))
+
+
+def layout_tensor(layout, dtype=np.float64, index_dtype=np.int64, *, batch=(), dense=(), seed=0, shape=(4, 6)):
+    """(tensor, dense array) of a random ``batch + shape + dense`` array in ``layout`` (2 x 2 blocks for
+    bsr/bsc; ``batch`` only for the compressed layouts)."""
+    rng = np.random.default_rng(seed)
+    bs = (2, 2) if layout in ("bsr", "bsc") else (1, 1)
+    a = random_dense(rng, batch=batch, blocks=(shape[0] // bs[0], shape[1] // bs[1]), blocksize=bs, dense=dense,
+                     dtype=dtype)
+    if layout == "coo":
+        t = st.from_dense(a, "coo", dense_dim=len(dense))
+    else:
+        t = st.from_dense(a, layout, blocksize=bs if bs != (1, 1) else None, batch_dim=len(batch),
+                          dense_dim=len(dense))
+    return t.to(index_dtype=index_dtype), a

@@ -8,22 +8,13 @@ import pytest
 
 import sparsetensor as st
 
-from conftest import INDEX_DTYPES, LAYOUTS, random_dense
+from conftest import INDEX_DTYPES, LAYOUTS, layout_tensor
 
 DTYPES = [np.float64, np.int32, np.complex128, np.bool_]
 
 
-def _make(layout, dtype=np.float64, index_dtype=np.int64, seed=0, batch=(), dense=(), shape=(4, 6)):
-    rng = np.random.default_rng(seed)
-    bs = (2, 2) if layout in ("bsr", "bsc") else (1, 1)
-    a = random_dense(rng, batch=batch, blocks=(shape[0] // bs[0], shape[1] // bs[1]), blocksize=bs, dense=dense,
-                     dtype=dtype)
-    if layout == "coo":
-        t = st.from_dense(a, "coo", dense_dim=len(dense))
-    else:
-        t = st.from_dense(a, layout, blocksize=bs if bs != (1, 1) else None, batch_dim=len(batch),
-                          dense_dim=len(dense))
-    return t.to(index_dtype=index_dtype), a
+def _make(layout, dtype=np.float64, index_dtype=np.int64, batch=(), dense=(), seed=0, shape=(4, 6)):
+    return layout_tensor(layout, dtype, index_dtype, batch=batch, dense=dense, seed=seed, shape=shape)
 
 
 def _dense(x):

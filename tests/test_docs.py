@@ -11,7 +11,9 @@ MODULES = ["sparsetensor._errors", "sparsetensor._config", "sparsetensor._factor
            "sparsetensor._dense", "sparsetensor.interop.scipy",
            "sparsetensor._coalesce", "sparsetensor._convert", "sparsetensor.ops.shape",
            "sparsetensor.ops.pointwise", "sparsetensor.ops.reduce", "sparsetensor.ops.blas",
-           "sparsetensor.ops.binary", "sparsetensor.ops.spgemm"]
+           "sparsetensor.ops.binary", "sparsetensor.ops.spgemm", "sparsetensor.interop.linop",
+           "sparsetensor.interop.array_function", "sparsetensor.ops.indexing", "sparsetensor.ops.diagonal",
+           "sparsetensor._construct"]
 
 
 @pytest.mark.parametrize("name", MODULES)
@@ -25,6 +27,7 @@ def test_public_functions_have_examples():
     import sparsetensor as st
 
     for name in ["sparse_coo_tensor", "sparse_csr_tensor", "sparse_csc_tensor", "sparse_bsr_tensor",
-                 "sparse_bsc_tensor", "sparse_compressed_tensor", "from_dense", "check_invariants"]:
+                 "sparse_bsc_tensor", "sparse_compressed_tensor", "from_dense", "check_invariants",
+                 "zeros", "eye", "diags", "random", "rmat", "stencil", "diagonal", "trace"]:
         doc = getattr(st, name).__doc__ or ""
         assert "Examples" in doc and ">>>" in doc, name

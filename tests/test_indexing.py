@@ -8,20 +8,11 @@ import pytest
 
 import sparsetensor as st
 
-from conftest import INDEX_DTYPES, LAYOUTS, random_dense
+from conftest import INDEX_DTYPES, LAYOUTS, layout_tensor
 
 
 def _make(layout, dtype=np.float64, index_dtype=np.int64, batch=(), dense=(), seed=0, shape=(4, 6)):
-    rng = np.random.default_rng(seed)
-    bs = (2, 2) if layout in ("bsr", "bsc") else (1, 1)
-    a = random_dense(rng, batch=batch, blocks=(shape[0] // bs[0], shape[1] // bs[1]), blocksize=bs, dense=dense,
-                     dtype=dtype)
-    if layout == "coo":
-        t = st.from_dense(a, "coo", dense_dim=len(dense))
-    else:
-        t = st.from_dense(a, layout, blocksize=bs if bs != (1, 1) else None, batch_dim=len(batch),
-                          dense_dim=len(dense))
-    return t.to(index_dtype=index_dtype), a
+    return layout_tensor(layout, dtype, index_dtype, batch=batch, dense=dense, seed=seed, shape=shape)
 
 
 def _check(t, a, key):

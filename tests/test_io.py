@@ -7,6 +7,7 @@ import doctest
 import gzip
 import json
 import os
+import re
 import struct
 import zipfile
 
@@ -781,3 +782,37 @@ def test_doctests():
     for name in ("save", "load", "read_mtx", "write_mtx"):
         doc = getattr(stio, name).__doc__
         assert "Examples" in doc and ">>>" in doc, name
+
+
+# -- Matrix Market rules SciPy's reader does not enforce ----------------------------------------------
+@pytest.mark.parametrize("suffix", [".mtx", ".mtx.gz"])
+@pytest.mark.parametrize("text, line, rule", [
+    ("%%MatrixMarket matrix coordinate real symmetric\n% a comment\n3 4 2\n1 1 4.0\n3 1 -1.5\n", 3, "must be square"),
+    ("%%MatrixMarket matrix coordinate integer hermitian\n2 3 1\n1 1 4\n", 2, "must be square"),
+    ("%%MatrixMarket matrix array real symmetric\n2 3\n1\n2\n3\n4\n5\n6\n", 2, "must be square"),
+    ("%%MatrixMarket matrix coordinate real skew-symmetric\n3 3 3\n2 1 4.0\n\n3 2 1.0\n3 3 -1.5\n", 6,
+     "no diagonal entries"),
+    ("%%MatrixMarket matrix coordinate complex hermitian\n3 3 3\n2 1 4.0 1.0\n2 2 3.0 0.0\n3 3 -1.5 2.0\n", 5,
+     "real diagonal"),
+    ("%%MatrixMarket matrix coordinate pattern general\n3 3 2\n2 1 4.0\n3 3 -1.5\n", 3, "no value column"),
+])
+def test_mtx_rules(tmp_path, suffix, text, line, rule):
+    path = tmp_path / ("bad" + suffix)
+    if suffix.endswith(".gz"):
+        with gzip.open(path, "wt") as f:
+            f.write(text)
+    else:
+        path.write_text(text)
+    with pytest.raises(ValueError, match=rf"bad{re.escape(suffix)}: line {line}: .*{rule}.*Matrix Market rule"):
+        st.read_mtx(path)
+
+
+def test_mtx_rules_accept_valid_files(tmp_path):
+    ok = {"skew.mtx": "%%MatrixMarket matrix coordinate real skew-symmetric\n3 3 1\n2 1 4.0\n",
+          "herm.mtx": "%%MatrixMarket matrix coordinate complex hermitian\n2 2 2\n1 1 3.0 0.0\n2 1 1.0 2.0\n",
+          "pat.mtx": "%%MatrixMarket matrix coordinate pattern symmetric\n2 2 1\n2 1\n"}
+    dense = {"skew.mtx": [[0, -4, 0], [4, 0, 0], [0, 0, 0]], "herm.mtx": [[3, 1 - 2j], [1 + 2j, 0]],
+             "pat.mtx": [[0, 1], [1, 0]]}
+    for name, text in ok.items():
+        (tmp_path / name).write_text(text)
+        np.testing.assert_array_equal(st.read_mtx(tmp_path / name).to_dense(), dense[name])

@@ -9,6 +9,9 @@ product is one call of :func:`sparsetensor.ops.blas.matmul` on the tensor as it 
 no copy), with ``conj`` applied to the dense side for complex tensors
 (``A^H x = conj(A^T conj(x))``), so the tensor's values are never copied.
 
+A coo tensor is converted to csr inside every product (a sort unless it is coalesced):
+convert it once with ``t.to_sparse_csr()`` before handing it to a solver.
+
 What needs more than products:
 
 - ``scipy.sparse.linalg.expm_multiply(t, B)`` treats an object that is neither a SciPy
