@@ -81,7 +81,7 @@ def run(repeat: int = 5, threads=None, nrows: int = 2_000_000, ncols: int = 2_00
     print(f"{nrows} x {ncols}, nnz {A.nnz}, {nblocks} row blocks, 2 workers x {per_worker} threads "
           f"(single process: {threads} threads); load average {load:.2f}")
     with distributed.LocalCluster(n_workers=2, threads_per_worker=per_worker, processes=True,
-                                  dashboard_address=None) as cluster, distributed.Client(cluster) as client:
+                                  dashboard_address=":0") as cluster, distributed.Client(cluster) as client:
         client.run(st.set_num_threads, per_worker)  # each worker's kernels use its own threads
         ours = client.persist(st.dask.from_sparse(t, chunks=(rows, -1)))
         theirs = client.persist(da.from_array(A, chunks=(rows, -1), asarray=False))
