@@ -22,7 +22,7 @@ def main(argv=None) -> int:
 
         return builds.main(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m bench")
-    parser.add_argument("name", choices=["validate", "coalesce", "convert", "spmm", "elementwise", "cuda", "structures", "overhead", "solvers", "grad", "optim", "mpi"], help="which benchmark")
+    parser.add_argument("name", choices=["validate", "coalesce", "convert", "spmm", "elementwise", "cuda", "structures", "overhead", "solvers", "grad", "optim", "mpi", "dask"], help="which benchmark")
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
     parser.add_argument("--threads", type=int, default=None, help="threads for ours and torch (default: all)")
     args = parser.parse_args(argv)
@@ -56,6 +56,11 @@ def main(argv=None) -> int:
 
         kw = dict(n=4096, nnz=40_000, spgemm_n=512, bsr_n=512, repeat=3, quick=True) if args.quick else {}
         grad.run(threads=args.threads, **kw)
+    elif args.name == "dask":
+        from . import dask as dask_bench
+
+        kw = dict(nrows=40_000, ncols=40_000, nnz=400_000, repeat=2) if args.quick else {}
+        dask_bench.run(threads=args.threads, **kw)
     elif args.name == "cuda":
         from . import cuda
 

@@ -274,8 +274,8 @@ def test_load_errors(sync, tmp_path):
 @pytest.fixture(scope="module")
 def client():
     distributed = pytest.importorskip("distributed")
-    with distributed.LocalCluster(n_workers=2, processes=True, threads_per_worker=1, dashboard_address=None,
-                                  worker_dashboard_address=None) as cluster, distributed.Client(cluster) as c:
+    with distributed.LocalCluster(n_workers=2, processes=True, threads_per_worker=1, dashboard_address=":0",
+                                  worker_dashboard_address=":0") as cluster, distributed.Client(cluster) as c:
         yield c
 
 

@@ -15,6 +15,9 @@
 - The binary operators and ``__array_ufunc__`` return ``NotImplemented`` for a lazy collection
   (anything with ``__dask_graph__``), so ``t @ dask_array`` and ``dask_array @ t`` stay lazy
   instead of computing the collection through ``np.asarray``.
+- NumPy functions that Dask calls on chunks, added to ``__array_function__``'s whitelist:
+  ``np.zeros_like`` (an nnz-0 tensor), ``np.nansum``, ``np.round``; ``np.ones_like``,
+  ``np.full_like`` and ``np.empty_like`` raise ``ValueError`` (their result is dense).
 
 :func:`bind` installs all of these on :class:`~sparsetensor.SparseTensor` once, at import
 (wrapping the operators that ``_tensor.py`` defines).
@@ -174,6 +177,7 @@ def _deferring(method):
     op.__name__ = op.__qualname__ = method.__name__
     op.__doc__ = method.__doc__
     op.__wrapped__ = method
+    op.defers_to_lazy = True
     return op
 
 
@@ -185,6 +189,7 @@ def _deferring_ufunc(method):
 
     array_ufunc.__name__ = array_ufunc.__qualname__ = "__array_ufunc__"
     array_ufunc.__wrapped__ = method
+    array_ufunc.defers_to_lazy = True
     return array_ufunc
 
 
@@ -214,7 +219,7 @@ def bind(cls=SparseTensor) -> None:
         setattr(cls, name, fn)
     for name in DEFERRING + ("__array_ufunc__",):
         current = getattr(cls, name)
-        if getattr(current, "__wrapped__", None) is not None:
+        if getattr(current, "defers_to_lazy", False):
             continue  # bound already
         setattr(cls, name, _deferring_ufunc(current) if name == "__array_ufunc__" else _deferring(current))
 
