@@ -323,3 +323,10 @@ def test_values_computed_not_leaf(layout):
     stt.matmul(build(v2), X).backward(G)  # the values-leaf shortcut
     torch.testing.assert_close(v.grad, 2.0 * v2.grad)
     gradcheck(lambda v, X: stt.matmul(build(v * 1.5), X), v.detach().clone().requires_grad_(), X)
+
+
+def test_doctests():
+    import doctest
+
+    result = doctest.testmod(stt, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    assert result.attempted and result.failed == 0
