@@ -33,9 +33,17 @@ from .ops.blas import addmm, bmm, hspmm, linear, matmul, mm, mv, smm, sspaddmm
 from .ops.binary import add, div, maximum, minimum, mul, sub
 from .ops.shape import cat, sparse_mask, stack
 from .ops.spgemm import sampled_addmm, spgemm
-from . import autograd
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name):
+    # st.autograd (the derivative rules and vjp) loads on first use: it imports every ops module
+    if name == "autograd":
+        import importlib
+
+        return importlib.import_module(".autograd", __name__)
+    raise AttributeError(f"module 'sparsetensor' has no attribute {name!r}")
 
 __all__ = [
     "InvariantError", "Layout", "SparseTensor", "COOTensor", "CompressedTensor",
