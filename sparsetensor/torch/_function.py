@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._tensor import SparseTensor
-from ..autograd import differentiable, wrap_cotangent
+from ..autograd import wrap_cotangent
 from ..autograd._core import same_pattern, values_of
 from ..autograd.rules import RULES
 from ..interop.torch import from_torch, to_torch
