@@ -1,7 +1,8 @@
 """Gradients through sparse products: sparsetensor.torch vs PyTorch, in one process.
 
 - GCN layer, forward + backward of ``Y = A @ (X W)`` with gradients for X, W and A's
-  values (A built from a values leaf with ``torch.sparse_csr_tensor``): A is CSR with
+  values (ours: A built from a values leaf with ``torch.sparse_csr_tensor``; torch: a CSR
+  leaf, since its constructor's backward densifies the gradient): A is CSR with
   131,072 rows and about 2M nnz, uniform and R-MAT (a = 0.57, b = c = 0.19) patterns, 64
   features, float32. Ours: ``sparsetensor.torch.matmul``; torch: ``torch.sparse.mm``
   (the backward PyTorch has for CSR @ dense).
@@ -97,20 +98,26 @@ def run(repeat: int = 5, threads=None, n: int = 131072, nnz: int = 2_000_000, fe
     for name, maker in (("uniform", uniform_csr), ("rmat", rmat_csr)):
         crow, col, val = maker(n, nnz, 1)
         v, build = csr_leaf(crow, col, val, (n, n))
+        # torch: a CSR leaf (its constructor's backward from a values leaf densifies n x n)
+        A_leaf = torch.sparse_csr_tensor(torch.from_numpy(crow), torch.from_numpy(col),
+                                         torch.from_numpy(val.copy()), (n, n)).requires_grad_()
 
-        def step(mm):
-            for p in (X, W, v):
-                p.grad = None
-            mm(build(), X @ W).backward(G)
+        def ours_step():
+            X.grad = W.grad = v.grad = None
+            stt.matmul(build(), X @ W).backward(G)
 
-        step(stt.matmul)
+        def torch_step():
+            X.grad = W.grad = A_leaf.grad = None
+            torch.sparse.mm(A_leaf, X @ W).backward(G)
+
+        ours_step()
         ours = [t.grad.clone() for t in (X, W, v)]
-        step(torch.sparse.mm)
-        for a, b in zip(ours, (X.grad, W.grad, v.grad)):
+        torch_step()
+        assert torch.equal(A_leaf.grad.col_indices(), A_leaf.col_indices())
+        for a, b in zip(ours, (X.grad, W.grad, A_leaf.grad.values())):
             torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-3)
         rec = {"case": f"GCN layer fwd+bwd, {name}, {n} rows, nnz={col.size}, {features} features",
-               "ours_s": median_time(lambda: step(stt.matmul), repeat),
-               "torch_s": median_time(lambda: step(torch.sparse.mm), repeat)}
+               "ours_s": median_time(ours_step, repeat), "torch_s": median_time(torch_step, repeat)}
         records.append(rec)
         print(f"  {rec['case']}: done")
 

@@ -39,10 +39,18 @@ from .interop import chunk as _chunk
 
 _protocols.bind()
 _chunk.bind()  # pickling, Dask's tokenize/sizeof, operators that give way to lazy collections
-from . import autograd
 from . import optim  # noqa: E402  (st.optim: sparse optimizers)
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name):
+    # st.autograd (the derivative rules and vjp) loads on first use: it imports every ops module
+    if name == "autograd":
+        import importlib
+
+        return importlib.import_module(".autograd", __name__)
+    raise AttributeError(f"module 'sparsetensor' has no attribute {name!r}")
 
 __all__ = [
     "InvariantError", "Layout", "SparseTensor", "COOTensor", "CompressedTensor",

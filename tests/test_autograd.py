@@ -478,3 +478,12 @@ def test_import_does_not_need_torch():
 
     code = "import sys, sparsetensor; sparsetensor.autograd.vjp; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_embeddings_doctests():
+    import doctest
+
+    import sparsetensor.autograd.embeddings as emb
+
+    result = doctest.testmod(emb, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    assert result.attempted and result.failed == 0

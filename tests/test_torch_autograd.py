@@ -308,3 +308,25 @@ def test_import_sparsetensor_does_not_import_torch():
 
     code = "import sys, sparsetensor; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_values_computed_not_leaf(layout):
+    """Values that are not a leaf (scaled here) take torch's own constructor backward."""
+    A = random_sparse(layout, (4, 6), 29)
+    idx, vals = members(A)
+    v, build = builder(A)
+    X = dense((6, 2), 30)
+    G = torch.randn(4, 2, dtype=F64)
+    stt.matmul(build(2.0 * v), X).backward(G)
+    v2 = v.detach().clone().requires_grad_()
+    stt.matmul(build(v2), X).backward(G)  # the values-leaf shortcut
+    torch.testing.assert_close(v.grad, 2.0 * v2.grad)
+    gradcheck(lambda v, X: stt.matmul(build(v * 1.5), X), v.detach().clone().requires_grad_(), X)
+
+
+def test_doctests():
+    import doctest
+
+    result = doctest.testmod(stt, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    assert result.attempted and result.failed == 0

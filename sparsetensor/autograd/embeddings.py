@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._tensor import COOTensor
-from .rules import RULES, _rule
+from .rules import _rule
 
 __all__ = ["embedding", "embedding_bag", "bag_ids"]
 
@@ -148,6 +148,3 @@ def _embedding_bag_rule(weight, idx, offsets=None, mode="sum", per_sample_weight
         return _row_gradient(flat, rows, w.shape), None, None, None, gpsw
 
     return out, back
-
-
-RULES["embedding"].__doc__ = embedding.__doc__

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._tensor import SparseTensor
-from ..autograd import differentiable, wrap_cotangent
+from ..autograd import wrap_cotangent
 from ..autograd._core import same_pattern, values_of
 from ..autograd.rules import RULES
 from ..interop.torch import from_torch, to_torch
@@ -69,6 +69,28 @@ def _theirs(x):
     return torch.from_numpy(a)
 
 
+_CONSTRUCTORS = ("SparseCompressedTensorBackward0", "SparseCooTensorWithDimsAndTensorsBackward0")
+
+
+def _values_leaf(t):
+    """The values leaf a sparse ``t`` was built from by torch's constructor, or None.
+
+    torch's backward of ``sparse_compressed_tensor(..., values)`` densifies the gradient
+    (``to_dense`` + ``sparse_mask``: memory of the full matrix). When ``t``'s values are a
+    leaf, the bridge hands that leaf its gradient directly (the same values, in the same
+    order) and skips the constructor's backward."""
+    fn = t.grad_fn
+    if fn is None or type(fn).__name__ not in _CONSTRUCTORS or len(fn.next_functions) != 1:
+        return None
+    node = fn.next_functions[0][0]
+    leaf = getattr(node, "variable", None)
+    vals = t._values() if t.layout == _torch().sparse_coo else t.values()
+    if leaf is None or leaf.shape != vals.shape or leaf.data_ptr() != vals.data_ptr() or \
+            leaf.stride() != vals.stride():
+        return None
+    return leaf
+
+
 def _flatten(args):
     """(torch tensors in order, the arguments with each tensor replaced by a slot marker)."""
     flat, spec = [], []
@@ -108,8 +130,11 @@ def _function():
         """Forward and backward of one op of sparsetensor's rule table."""
 
         @staticmethod
-        def forward(ctx, name, spec, kwargs, *tensors):
+        def forward(ctx, name, specs, kwargs, *tensors):
             ctx.set_materialize_grads(False)
+            spec, leaves = specs
+            tensors = tensors[:len(tensors) - len(leaves)]  # the values leaves come last
+            ctx.leaves = leaves
             converted = [_ours(t) for t in tensors]
             args = _rebuild(spec, converted)
             out, back = RULES[name](*args, **kwargs)
@@ -123,9 +148,8 @@ def _function():
         @staticmethod
         def backward(ctx, grad):
             name, spec, args, out, back, layouts = ctx.rule
-            none = (None, None, None) + (None,) * len(layouts)
             if grad is None:
-                return none
+                return (None, None, None) + (None,) * (len(layouts) + len(ctx.leaves))
             G = _ours(grad.detach())
             if isinstance(out, SparseTensor):
                 if not (isinstance(G, SparseTensor) and same_pattern(G, out)):
@@ -141,9 +165,13 @@ def _function():
                     for (k2, v2), a2, c2 in zip(v, arg, cl):
                         if k2 == "t":
                             grads[v2] = wrap_cotangent(a2, c2)
-            out_grads = []
-            for g, t in zip(grads, ctx.needs_input_grad[3:]):
-                out_grads.append(_theirs(g) if (g is not None and t) else None)
+            out_grads = [None] * (len(layouts) + len(ctx.leaves))
+            for i, (g, need) in enumerate(zip(grads, ctx.needs_input_grad[3:])):
+                if g is not None and need:
+                    out_grads[i] = _theirs(g)
+            for i, j in ctx.leaves.items():  # a values leaf gets the values of its tensor's gradient
+                if grads[i] is not None and ctx.needs_input_grad[3 + j]:
+                    out_grads[j] = _theirs(np.ascontiguousarray(grads[i].values()))
             return (None, None, None) + tuple(out_grads)
 
     _FUNCTION = SparseRule
@@ -159,10 +187,13 @@ def apply(name: str, args: tuple, kwargs: dict):
         if isinstance(v, torch.Tensor):
             raise TypeError(f"sparsetensor.torch.{name}: pass the tensor {k}= as a positional argument")
     flat, spec = _flatten(args)
+    leaves, extra = {}, []
     for i, t in enumerate(flat):
         _check_input(t, name, f"tensor argument {i}")
-    return _function().apply(name, spec, dict(kwargs), *flat)
-
-
-def differentiable_input(t) -> bool:
-    return differentiable(t)
+        if t.layout != torch.strided and t.requires_grad:
+            leaf = _values_leaf(t)
+            if leaf is not None:  # its gradient goes to the values leaf directly
+                leaves[i] = len(flat) + len(extra)
+                extra.append(leaf)
+                flat[i] = t.detach()
+    return _function().apply(name, (spec, leaves), dict(kwargs), *flat, *extra)
