@@ -61,6 +61,6 @@ __all__ = [
     "diagonal", "trace", "zeros", "eye", "diags", "random", "rmat", "stencil",
     "check_invariants", "get_check_invariants", "num_threads", "set_num_threads",
     "INDEX_DTYPES", "VALUE_DTYPES", "show_config", "__version__",
+    "autograd", "optim",
     *_api.__all__,
-from . import autograd
 ]

@@ -28,6 +28,7 @@ import numpy as np
 from . import _coalesce, _convert, _dense
 from ._tensor import COOTensor, CompressedTensor, SparseTensor
 from .interop import scipy as _scipy, torch as _torch
+from .interop.chunk import defer_to_lazy as _lazy, defer_to_lazy_ufunc as _lazy_ufunc
 from .ops import binary, blas, inplace, join, mask, pointwise, reduce, select, spgemm
 
 __all__: list = []  # filled from the table below
@@ -244,21 +245,22 @@ OPS: tuple = (
     Op("to_torch", to_torch, function=False),
     Op("coalesce", _coo_coalesce, function=False, cls=COOTensor),
     Op("coalesce", _compressed_coalesce, function=False, cls=CompressedTensor, aliases=("sum_duplicates",)),
-    # operators
-    Op("__add__", binary.add, function=False),
-    Op("__radd__", _reflected(binary.add, "__radd__"), function=False),
-    Op("__sub__", binary.sub, function=False),
-    Op("__rsub__", _reflected(binary.sub, "__rsub__"), function=False),
-    Op("__mul__", binary.mul, function=False),
-    Op("__rmul__", _reflected(binary.mul, "__rmul__"), function=False),
-    Op("__truediv__", binary.div, function=False),
-    Op("__rtruediv__", _reflected(binary.div, "__rtruediv__"), function=False),
-    Op("__matmul__", blas.matmul, function=False),
-    Op("__rmatmul__", _reflected(blas.matmul, "__rmatmul__"), function=False),
+    # operators; the binary ones and __array_ufunc__ give way to a lazy collection (Dask: the product
+    # stays lazy; see interop/chunk.py)
+    Op("__add__", _lazy(binary.add), function=False),
+    Op("__radd__", _lazy(_reflected(binary.add, "__radd__")), function=False),
+    Op("__sub__", _lazy(binary.sub), function=False),
+    Op("__rsub__", _lazy(_reflected(binary.sub, "__rsub__")), function=False),
+    Op("__mul__", _lazy(binary.mul), function=False),
+    Op("__rmul__", _lazy(_reflected(binary.mul, "__rmul__")), function=False),
+    Op("__truediv__", _lazy(binary.div), function=False),
+    Op("__rtruediv__", _lazy(_reflected(binary.div, "__rtruediv__")), function=False),
+    Op("__matmul__", _lazy(blas.matmul), function=False),
+    Op("__rmatmul__", _lazy(_reflected(blas.matmul, "__rmatmul__")), function=False),
     Op("__abs__", pointwise.abs, function=False),
     Op("__neg__", pointwise.neg, function=False),
     Op("__pow__", _pow_operator, function=False),
-    Op("__array_ufunc__", _array_ufunc, function=False),
+    Op("__array_ufunc__", _lazy_ufunc(_array_ufunc), function=False),
     # per-layout hooks (private): an op picks its layout's body by method lookup, not by isinstance
     Op("_reduce_calc", reduce._reduce_coo, function=False, cls=COOTensor),
     Op("_reduce_calc", reduce._reduce_compressed, function=False, cls=CompressedTensor),

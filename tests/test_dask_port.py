@@ -221,6 +221,6 @@ def test_numel(numel, axis, keepdims):
 def test_query_planning():
     """The whole file again with ``array.query-planning`` on (a fresh process: Dask reads it once)."""
     env = dict(os.environ, DASK_ARRAY__QUERY_PLANNING="True")
-    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__],
+    r = subprocess.run([sys.executable, "-P", "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__],
                        env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]

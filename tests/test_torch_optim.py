@@ -208,7 +208,7 @@ def test_importing_sparsetensor_does_not_import_torch():
     import sys
 
     code = "import sys, sparsetensor, sparsetensor.optim, sparsetensor.torch; print('torch' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, "-P", "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
 

@@ -35,7 +35,7 @@ from .._tensor import COOTensor, SparseTensor
 from ..ops import reduce as _reduce
 from .array_function import HANDLED
 
-__all__ = ["rebuild", "tokenize", "reduce", "sizeof", "zeros", "is_lazy_collection", "bind", "DEFERRING", "FUNCTIONS"]
+__all__ = ["rebuild", "tokenize", "reduce", "sizeof", "zeros", "is_lazy_collection", "defer_to_lazy", "defer_to_lazy_ufunc", "bind", "DEFERRING", "FUNCTIONS"]
 
 # the operators that give way to a lazy collection (the other operand's reflected method runs)
 DEFERRING = ("__matmul__", "__rmatmul__", "__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__",
@@ -168,7 +168,7 @@ def is_lazy_collection(x) -> bool:
     return hasattr(type(x), "__dask_graph__")
 
 
-def _deferring(method):
+def defer_to_lazy(method):
     def op(self, other):
         if is_lazy_collection(other):
             return NotImplemented
@@ -181,7 +181,7 @@ def _deferring(method):
     return op
 
 
-def _deferring_ufunc(method):
+def defer_to_lazy_ufunc(method):
     def array_ufunc(self, ufunc, name, *inputs, **kwargs):
         if any(is_lazy_collection(x) for x in inputs + tuple(kwargs.get("out") or ())):
             return NotImplemented
@@ -221,5 +221,5 @@ def bind(cls=SparseTensor) -> None:
         current = getattr(cls, name)
         if getattr(current, "defers_to_lazy", False):
             continue  # bound already
-        setattr(cls, name, _deferring_ufunc(current) if name == "__array_ufunc__" else _deferring(current))
+        setattr(cls, name, defer_to_lazy_ufunc(current) if name == "__array_ufunc__" else defer_to_lazy(current))
 
