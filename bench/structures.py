@@ -1,7 +1,8 @@
 """Every op on the structures users have, at three sizes, against SciPy, torch and GraphBLAS.
 
-Structures: the 2-D 5-point stencil, the 3-D 27-point stencil (HPCG: 26 on the diagonal, -1
-off it) and an R-MAT power-law graph (Graph500: a=.57, b=c=.19, edge factor 16), at about
+Structures (from ``st.stencil`` and ``st.rmat``): the 2-D 5-point stencil, the 3-D 27-point
+stencil (HPCG: 26 on the diagonal, -1 off it) and an R-MAT power-law graph (Graph500: a=.57,
+b=c=.19, edge factor 16), at about
 10^5, 10^6 and 10^7 nnz (``--quick``: the smallest only), float64 values, int32 indices.
 
 Ops (2 threads for everyone: ours, torch, GraphBLAS's ``nthreads``; SciPy is single-threaded):
@@ -31,58 +32,21 @@ from ._common import median_time, print_table, write_json
 SIZES = {"5pt": (141, 447, 1414), "27pt": (16, 33, 72), "rmat": (13, 16, 19)}
 
 
-def stencil_csr(grid: int, points: int):
-    """(crow, col, values, n) of the 2-D 5-point (``grid`` x ``grid``) or 3-D 27-point stencil."""
-    dims = (grid, grid) if points == 5 else (grid, grid, grid)
-    n = int(np.prod(dims))
-    coords = np.stack(np.unravel_index(np.arange(n), dims), axis=1)
-    if points == 5:
-        offsets = np.array([(0, 0), (-1, 0), (1, 0), (0, -1), (0, 1)])
-        diag, off = 4.0, -1.0
-    else:
-        offsets = np.array([(i, j, k) for i in (-1, 0, 1) for j in (-1, 0, 1) for k in (-1, 0, 1)])
-        diag, off = 26.0, -1.0
-    nb = coords[:, None, :] + offsets[None, :, :]
-    ok = np.all((nb >= 0) & (nb < np.array(dims)), axis=2)
-    cols = np.ravel_multi_index(tuple(np.where(ok[..., None], nb, 0).transpose(2, 0, 1)), dims)
-    rows = np.broadcast_to(np.arange(n)[:, None], cols.shape)
-    rows, cols = rows[ok], cols[ok]
-    order = np.lexsort((cols, rows))
-    rows, cols = rows[order], cols[order]
-    vals = np.where(rows == cols, diag, off)
-    crow = np.zeros(n + 1, np.int32)
-    np.cumsum(np.bincount(rows, minlength=n), out=crow[1:])
-    return crow, cols.astype(np.int32), vals, n
-
-
-def rmat_csr(scale: int, edge_factor: int = 16, seed: int = 0):
-    """(crow, col, values, n): an R-MAT graph, duplicates merged, no self-loop removal."""
-    rng = np.random.default_rng(seed)
-    n, m = 1 << scale, edge_factor << scale
-    rows = np.zeros(m, np.int64)
-    cols = np.zeros(m, np.int64)
-    for bit in range(scale):
-        r = rng.random(m)
-        down = r >= 0.57 + 0.19          # quadrants c, d: row bit set
-        right = ((r >= 0.57) & (r < 0.76)) | (r >= 0.95)  # quadrants b, d: column bit set
-        rows |= down.astype(np.int64) << bit
-        cols |= right.astype(np.int64) << bit
-    perm = rng.permutation(n)           # Graph500 permutes the vertices
-    keys = np.unique(perm[rows] * n + perm[cols])
-    rows, cols = np.divmod(keys, n)
-    crow = np.zeros(n + 1, np.int32)
-    np.cumsum(np.bincount(rows, minlength=n), out=crow[1:])
-    return crow, cols.astype(np.int32), rng.random(cols.size) + 0.5, n
+def _members(t):
+    """(crow, col, values, n) of a square CSR tensor, int32 indices."""
+    t = t.to(index_dtype=np.int32)
+    return t.crow_indices(), t.col_indices(), t.values(), t.shape[0]
 
 
 def _matrices(quick: bool):
     k = 1 if quick else 3
     for name, sizes in SIZES.items():
         for s in sizes[:k]:
-            if name == "rmat":
-                yield f"rmat s={s}", rmat_csr(s)
+            if name == "rmat":  # values: the edge multiplicities (st.rmat sums repeated edges)
+                yield f"rmat s={s}", _members(st.rmat(s, 16, np.random.default_rng(0)))
             else:
-                yield f"{name} g={s}", stencil_csr(s, 5 if name == "5pt" else 27)
+                grid, points = ((s, s), 5) if name == "5pt" else ((s, s, s), 27)
+                yield f"{name} g={s}", _members(st.stencil(grid, points))
 
 
 def _peers():
