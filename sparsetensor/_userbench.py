@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import statistics
 import time
+import warnings
 
 import numpy as np
 
-__all__ = ["run_user_bench"]
+__all__ = ["run_user_bench", "installed_peers", "structure_cases"]
 
 
 def median_time(fn, repeat: int = 7, warmup: int = 1) -> float:
@@ -43,6 +44,107 @@ def peers(threads=None, torch_threads=None):
     if torch is not None:
         torch.set_num_threads(nthreads if torch_threads is None else torch_threads)
     return torch, sp, nthreads
+
+
+def installed_peers(threads: int) -> dict:
+    """``{"scipy": scipy.sparse, "torch": torch, "graphblas": graphblas}`` for those installed,
+    torch and GraphBLAS set to ``threads`` threads (SciPy is single-threaded)."""
+    out = {}
+    try:
+        import scipy.sparse as sp
+
+        out["scipy"] = sp
+    except ImportError:
+        pass
+    try:
+        import torch
+
+        torch.set_num_threads(threads)
+        out["torch"] = torch
+    except ImportError:
+        pass
+    try:
+        import graphblas as gb
+
+        gb.ss.config["nthreads"] = threads
+        out["graphblas"] = gb
+    except ImportError:
+        pass
+    return out
+
+
+def structure_cases(t, peers: dict, threads: int, ops=None) -> dict:
+    """``{op: {library: zero-argument callable}}`` for the ops users run on a square CSR matrix ``t``:
+
+    - ``check``: the full invariant check of the members (torch ``check_invariants=True``,
+      SciPy ``check_format(full_check=True)`` and ``has_canonical_format``);
+    - ``csr->csc``: the transpose into the other compressed layout (GraphBLAS ``A.T.new()``);
+    - ``spmv``, ``spmm32``: ``A @ x`` with a vector and with 32 dense columns;
+    - ``spgemm``: ``A @ A`` with sorted output (SciPy's product + ``sort_indices()``; GraphBLAS's
+      natural output; torch's ``A @ A`` of CSR);
+    - ``add``: ``A + B`` with B the transpose of A stored as CSR (GraphBLAS ``ewise_add``).
+
+    ``ops`` picks a subset (default: all). ``peers`` is :func:`installed_peers`'s dict."""
+    import sparsetensor as st
+
+    crow, col, val, n = t.crow_indices(), t.col_indices(), t.values(), t.shape[0]
+    tt = t.to_sparse_csc().mT  # A^T stored as CSR
+    x = np.random.default_rng(1).random(n)
+    X = np.random.default_rng(2).random((n, 32))
+    cases = {
+        "check": {"ours": lambda: st.sparse_csr_tensor(crow, col, val, (n, n), check_invariants=True)},
+        "csr->csc": {"ours": lambda: t.to_sparse_csc(threads=threads)},
+        "spmv": {"ours": lambda: st.matmul(t, x, threads=threads)},
+        "spmm32": {"ours": lambda: st.matmul(t, X, threads=threads)},
+        "spgemm": {"ours": lambda: st.matmul(t, t, threads=threads)},
+        "add": {"ours": lambda: st.add(t, tt, threads=threads)},
+    }
+    if "scipy" in peers:
+        sp = peers["scipy"]
+        A = sp.csr_array((val, col, crow), shape=(n, n))
+        B = sp.csr_array((tt.values(), tt.col_indices(), tt.crow_indices()), shape=(n, n))
+
+        def scipy_check():  # what ours checks: the format, and sorted distinct columns (5.6)
+            m = sp.csr_array((val, col, crow), shape=(n, n))
+            m.check_format(full_check=True)
+            return m.has_canonical_format  # computed on a new matrix, never cached
+
+        def scipy_spgemm():
+            c = A @ A
+            c.has_sorted_indices = False  # drop the cached flag so the sort really runs
+            c.sort_indices()
+
+        for op, f in (("check", scipy_check), ("csr->csc", A.tocsc), ("spmv", lambda: A @ x),
+                      ("spmm32", lambda: A @ X), ("spgemm", scipy_spgemm), ("add", lambda: A + B)):
+            cases[op]["scipy"] = f
+    if "torch" in peers:
+        torch = peers["torch"]
+        c_, p_, v_ = torch.from_numpy(crow), torch.from_numpy(col), torch.from_numpy(val)
+        with warnings.catch_warnings():  # "Sparse CSR tensor support is in beta state"
+            warnings.simplefilter("ignore", UserWarning)
+            T = torch.sparse_csr_tensor(c_, p_, v_, (n, n), check_invariants=False)
+            TB = torch.sparse_csr_tensor(torch.from_numpy(tt.crow_indices()), torch.from_numpy(tt.col_indices()),
+                                         torch.from_numpy(tt.values()), (n, n), check_invariants=False)
+        tx, tX = torch.from_numpy(x), torch.from_numpy(X)
+        for op, f in (("check", lambda: torch.sparse_csr_tensor(c_, p_, v_, (n, n), check_invariants=True)),
+                      ("csr->csc", T.to_sparse_csc), ("spmv", lambda: T @ tx), ("spmm32", lambda: T @ tX),
+                      ("spgemm", lambda: T @ T), ("add", lambda: T + TB)):
+            cases[op]["torch"] = f
+    if "graphblas" in peers:
+        gb = peers["graphblas"]
+
+        def gb_matrix(m):
+            return gb.Matrix.ss.import_csr(nrows=n, ncols=n, indptr=m.crow_indices().astype(np.int64),
+                                           col_indices=m.col_indices().astype(np.int64), values=m.values(),
+                                           take_ownership=False)
+
+        G, GB = gb_matrix(t), gb_matrix(tt)
+        gx, gX = gb.Vector.from_dense(x), gb.Matrix.from_dense(X)
+        for op, f in (("csr->csc", lambda: G.T.new()), ("spmv", lambda: G.mxv(gx).new()),
+                      ("spmm32", lambda: G.mxm(gX).new()), ("spgemm", lambda: G.mxm(G).new()),
+                      ("add", lambda: G.ewise_add(GB).new())):
+            cases[op]["graphblas"] = f
+    return {op: fns for op, fns in cases.items() if ops is None or op in ops}
 
 
 def run_user_bench(t, name: str, repeat: int = 5, progress=None, out=None) -> list[dict]:

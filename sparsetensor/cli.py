@@ -1,6 +1,7 @@
 """The command line: ``python -m sparsetensor`` (also installed as ``sparsetensor``).
 
-With no arguments it runs a short self-demonstration on a generated matrix.
+With no arguments it runs the demonstration of :mod:`sparsetensor._demo`: a stencil and a
+power-law graph, checked, converted and multiplied, against SciPy, PyTorch and GraphBLAS.
 Subcommands: ``info``, ``check``, ``convert``, ``spy``, ``bench`` (see ``--help``).
 Exit status: 0 success, 1 an invariant is broken (``check``), 2 a user error
 (missing or unreadable file, invalid option, refusing to overwrite).
@@ -14,7 +15,7 @@ import time
 
 import numpy as np
 
-__all__ = ["main", "demo"]
+__all__ = ["main"]
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
 
@@ -39,59 +40,6 @@ def _random_csr_arrays(n: int, per_row: int, seed: int, index_dtype=np.int32):
     np.cumsum(np.bincount(rows, minlength=n), out=crow[1:])
     values = rng.standard_normal(cols.size).astype(np.float32)
     return crow, cols.astype(index_dtype), values
-
-
-def demo(size: int = 3000, per_row: int = 10, seed: int = 0, out=sys.stdout) -> None:
-    """Build a random matrix in several layouts, validate, convert, and time against SciPy."""
-    import sparsetensor as st
-
-    def say(*a):
-        print(*a, file=out)
-
-    crow, col, val = _random_csr_arrays(size, per_row, seed)
-    t0 = time.perf_counter()
-    csr = st.sparse_csr_tensor(crow, col, val, size=(size, size))
-    say(f"built {csr!r} with a full invariant check in {1e3 * (time.perf_counter() - t0):.2f} ms")
-    dense = csr.to_dense()
-    say(f"to_dense -> {dense.dtype}{list(dense.shape)}, {np.count_nonzero(dense)} nonzeros")
-    for layout, kw in (("coo", {}), ("csc", {}), ("bsr", {"blocksize": (4, 4)}), ("bsc", {"blocksize": (2, 5)})):
-        if size % 20 and layout in ("bsr", "bsc"):
-            continue
-        t = st.from_dense(dense, layout, **kw)
-        t.check_invariants()
-        ok = np.array_equal(t.to_dense(), dense)
-        say(f"from_dense -> {t!r}: invariants hold, round trip {'exact' if ok else 'WRONG'}")
-    csc = csr.mT
-    say(f"csr.mT is a view: {csc.layout}, shares values: {np.shares_memory(csc.values(), csr.values())}")
-    try:
-        st.sparse_csr_tensor(crow[::-1].copy(), col, val, size=(size, size))
-    except st.InvariantError as e:
-        say(f"a corrupted crow_indices is refused: {str(e)[:100]}")
-
-    say("")
-    say(f"timings (median of 5, {st.num_threads()} threads), ours vs SciPy:")
-    ours_check = _best_of(lambda: csr.check_invariants())
-    ours_dense = _best_of(lambda: csr.to_dense())
-    ours_from = _best_of(lambda: st.from_dense(dense, "csr"))
-    rows = [("full invariant check", ours_check), ("csr -> dense", ours_dense), ("dense -> csr", ours_from)]
-    try:
-        import scipy.sparse as sp
-    except ImportError:
-        for name, ours in rows:
-            say(f"  {name:22s} {1e3 * ours:9.3f} ms   (SciPy not installed)")
-        return
-    m = sp.csr_array((val, col, crow), shape=(size, size))
-
-    def scipy_check():
-        m.check_format(full_check=True)
-        m.has_sorted_indices = False  # force the sortedness scan each time
-        _ = m.has_sorted_indices
-
-    peers = [scipy_check, lambda: m.toarray(), lambda: sp.csr_array(dense)]
-    say(f"  {'operation':22s} {'ours ms':>9s} {'scipy ms':>9s} {'speedup':>8s}")
-    for (name, ours), peer in zip(rows, peers):
-        theirs = _best_of(peer)
-        say(f"  {name:22s} {1e3 * ours:9.3f} {1e3 * theirs:9.3f} {theirs / ours:7.1f}x")
 
 
 # -- helpers ------------------------------------------------------------------------------
@@ -381,10 +329,13 @@ def cmd_bench(args) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sparsetensor", description=__doc__.splitlines()[0],
-                                     epilog="With no subcommand: a self-demonstration on a generated matrix.")
-    parser.add_argument("--size", type=int, default=3000, help="demo: rows/cols of the matrix (default 3000)")
-    parser.add_argument("--per-row", type=int, default=10, help="demo: nonzeros per row on average (default 10)")
-    parser.add_argument("--seed", type=int, default=0, help="demo: random seed")
+                                     epilog="With no subcommand: the demonstration (a 27-point stencil and an R-MAT "
+                                            "graph against SciPy, PyTorch and GraphBLAS, where installed).")
+    parser.add_argument("--size", type=int, default=2_000_000,
+                        help="demo: about this many nonzeros per matrix (default 2000000)")
+    parser.add_argument("--threads", type=int, default=None, help="demo: threads for everyone (default: all CPUs)")
+    parser.add_argument("--repeat", type=int, default=3, help="demo: timed runs per case, the median shown")
+    parser.add_argument("--seed", type=int, default=0, help="demo: random seed of the R-MAT graph")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     p = sub.add_parser("info", help="shape, dtypes, nnz, row statistics, memory, suggested BSR blocksize")
     p.add_argument("file")
@@ -424,9 +375,11 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command is None:
-            if args.size < 1 or args.per_row < 0:
-                parser.error("--size must be >= 1 and --per-row >= 0")
-            demo(args.size, args.per_row, args.seed)
+            if args.size < 1 or args.repeat < 1 or (args.threads is not None and args.threads < 1):
+                parser.error("--size, --repeat and --threads must be >= 1")
+            from ._demo import demo
+
+            demo(args.size, args.threads, args.repeat, args.seed, progress=_Progress())
             return EXIT_OK
         return args.func(args)
     except UserError as e:

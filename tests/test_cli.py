@@ -34,6 +34,11 @@ def test_demo_runs_and_reports():
     assert "invariants hold, round trip exact" in out.stdout
     assert "WRONG" not in out.stdout
     assert "is refused: csr invariant" in out.stdout
+    for matrix in ("27-point stencil", "R-MAT"):  # every op on both structures, one row each
+        for op in ("check", "csr->csc", "spmv", "spmm32", "spgemm", "add"):
+            assert sum(f" {op} " in line for line in out.stdout.splitlines()
+                       if line.strip().startswith(matrix)) == 1, (matrix, op, out.stdout)
+    assert "ours is the fastest in" in out.stdout and "Warning" not in out.stderr
 
 
 def test_bad_arguments_exit_2():
