@@ -46,7 +46,7 @@ def main(argv=None) -> int:
     elif args.name == "overhead":
         from . import overhead
 
-        overhead.run(**(dict(repeat=20, number=10) if args.quick else {}))
+        overhead.run(threads=args.threads, **(dict(repeat=10, number=10) if args.quick else {}))
     elif args.name == "solvers":
         from . import solvers
 

@@ -21,35 +21,27 @@ import os
 
 import numpy as np
 
+import sparsetensor as st
+
 from ._common import median_time, peers, print_table, write_json
 
 
 def uniform_csr(n: int, nnz: int, seed: int):
-    rng = np.random.default_rng(seed)
-    keys = np.unique(rng.integers(0, n, nnz).astype(np.int64) * n + rng.integers(0, n, nnz))
-    return _csr_of(keys, n, rng)
+    """(crow, col, values) of an n x n uniform random pattern with ``nnz`` entries (``st.random``)."""
+    return _members(st.random((n, n), density=nnz / (n * n), layout="csr", rng=np.random.default_rng(seed)), seed)
 
 
-def rmat_csr(n: int, nnz: int, seed: int, a=0.57, b=0.19, c=0.19):
-    """An R-MAT pattern (power-law rows and columns), n a power of two, duplicates dropped."""
-    rng = np.random.default_rng(seed)
-    levels = int(np.log2(n))
-    rows = np.zeros(nnz, np.int64)
-    cols = np.zeros(nnz, np.int64)
-    for _ in range(levels):
-        r = rng.random(nnz)
-        down = r >= a + b
-        right = ((r >= a) & (r < a + b)) | (r >= a + b + c)
-        rows = 2 * rows + down
-        cols = 2 * cols + right
-    return _csr_of(np.unique(rows * n + cols), n, rng)
+def rmat_csr(n: int, nnz: int, seed: int):
+    """(crow, col, values) of a Graph500 R-MAT pattern (power-law rows and columns; ``st.rmat``),
+    ``n`` a power of two, about ``nnz`` entries (repeated edges merged)."""
+    return _members(st.rmat(int(np.log2(n)), max(1, nnz // n), np.random.default_rng(seed)), seed)
 
 
-def _csr_of(keys, n, rng):
-    rows, cols = np.divmod(keys, n)
-    crow = np.zeros(n + 1, np.int64)
-    np.cumsum(np.bincount(rows, minlength=n), out=crow[1:])
-    return crow, cols, (rng.standard_normal(cols.size) / 4).astype(np.float32)
+def _members(t, seed):
+    """The tensor's csr members with int64 indices and float32 values N(0, 1/16)."""
+    rng = np.random.default_rng(seed + 1)
+    col = t.col_indices().astype(np.int64)
+    return t.crow_indices().astype(np.int64), col, (rng.standard_normal(col.size) / 4).astype(np.float32)
 
 
 def _status_kb(field: str) -> float:

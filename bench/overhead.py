@@ -1,9 +1,14 @@
-"""Per-call overhead of small ops on a 10 x 10 tensor (what a user pays when the work is tiny).
+"""Fixed costs: every common op on a 10 x 10 matrix and on ~10^4 nonzeros, ours vs SciPy.
 
-``python -m bench overhead``; or ``python bench/overhead.py [--repeat N]`` with ``PYTHONPATH``
-choosing the tree to time. Prints the median microseconds per call of ``t @ x``, ``t + t``,
-``t.sum()``, ``t.to_sparse("csc")``, ``st.sum(t)`` and ``t.abs()`` (each the median of
-``repeat`` batches of ``number`` calls).
+``python -m bench overhead``; or ``python bench/overhead.py`` with ``PYTHONPATH`` choosing the
+tree to time (two trees compared in one sitting). At these sizes the work is tiny and the time
+is what each library pays per call: argument checks, dispatch, allocation, thread start. The
+ops are those of :func:`sparsetensor._userbench.structure_cases` (check, csr->csc, spmv,
+spmm32, spgemm, add) plus ``sum``, ``sum(dim=1)``, ``abs``, ``to_dense`` and csr -> coo; matrices
+are a 10 x 10 random matrix (30 nnz) and the 5-point stencil of a 45 x 45 grid (9,945 nnz),
+float64 with int32 indices. Prints the median microseconds per call (medians of ``repeat``
+batches of ``number`` calls) and SciPy's time over ours (above 1: ours is cheaper). The target
+(issue #15): at 10^4 nnz within 1.5x of SciPy's overhead, i.e. a ratio of at least 0.67.
 """
 
 from __future__ import annotations
@@ -15,45 +20,69 @@ import time
 import numpy as np
 
 
-def cases():
+def _matrices():
     import sparsetensor as st
 
     rng = np.random.default_rng(0)
     d = np.where(rng.random((10, 10)) < 0.3, rng.random((10, 10)), 0.0)
-    t = st.from_dense(d, layout="csr")
-    x = rng.random(10)
-    out = {
-        "t @ x": lambda: t @ x,
-        "t + t": lambda: t + t,
-        "t.sum()": lambda: t.sum(),
-        't.to_sparse("csc")': lambda: t.to_sparse("csc"),
-        "t.abs()": lambda: t.abs(),
-    }
-    if hasattr(st, "sum"):
-        out["st.sum(t)"] = lambda: st.sum(t)
+    yield "10x10", st.from_dense(d, layout="csr").to(index_dtype=np.int32)
+    yield "5pt 45^2", st.stencil((45, 45), 5, index_dtype=np.int32)
+
+
+def cases(t, threads):
+    """{op: {"ours": fn, "scipy": fn}} on the csr tensor ``t``."""
+    import sparsetensor as st
+    from sparsetensor._userbench import installed_peers, structure_cases
+
+    peers = {k: v for k, v in installed_peers(threads).items() if k == "scipy"}
+    out = structure_cases(t, peers, threads)
+    extra = {"sum": (lambda: t.sum(), "sum"), "sum(dim=1)": (lambda: st.sum(t, dim=1), "sum1"),
+             "abs": (lambda: t.abs(), "abs"), "to_dense": (lambda: t.to_dense(), "toarray"),
+             "csr->coo": (lambda: t.to_sparse_coo(), "tocoo")}
+    A = t.to_scipy() if "scipy" in peers else None
+    scipy_fns = {} if A is None else {"sum": A.sum, "sum1": lambda: A.sum(axis=1), "abs": lambda: abs(A),
+                                      "toarray": A.toarray, "tocoo": A.tocoo}
+    for op, (ours, key) in extra.items():
+        out[op] = {"ours": ours} | ({"scipy": scipy_fns[key]} if key in scipy_fns else {})
     return out
 
 
-def run(repeat: int = 200, number: int = 50) -> dict:
-    res = {}
-    for name, fn in cases().items():
+def _time(fn, repeat, number):
+    for _ in range(number):
+        fn()
+    batches = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
         for _ in range(number):
             fn()
-        batches = []
-        for _ in range(repeat):
-            t0 = time.perf_counter()
-            for _ in range(number):
-                fn()
-            batches.append((time.perf_counter() - t0) / number)
-        res[name] = statistics.median(batches) * 1e6
-    for name, us in res.items():
-        print(f"{name:22s} {us:8.2f} us")
-    return res
+        batches.append((time.perf_counter() - t0) / number)
+    return statistics.median(batches)
+
+
+def run(repeat: int = 30, number: int = 20, threads=None) -> list:
+    import os
+
+    import sparsetensor as st
+
+    threads = st.num_threads(threads)
+    print(f"load average before: {os.getloadavg()}; threads: {threads}")
+    records = []
+    print(f"{'matrix':9s} {'op':11s} {'ours us':>9s} {'scipy us':>9s} {'scipy/ours':>10s}")
+    for name, t in _matrices():
+        for op, fns in cases(t, threads).items():
+            us = {lib: _time(fn, repeat, number) * 1e6 for lib, fn in fns.items()}
+            r = us["scipy"] / us["ours"] if "scipy" in us else None
+            records.append({"matrix": name, "nnz": int(t.nnz), "op": op, "us": us, "scipy_over_ours": r})
+            print(f"{name:9s} {op:11s} {us['ours']:9.2f} {us.get('scipy', float('nan')):9.2f} "
+                  f"{r if r is not None else float('nan'):10.2f}", flush=True)
+    print(f"load average after: {os.getloadavg()}")
+    return records
 
 
 if __name__ == "__main__":
     p = argparse.ArgumentParser()
-    p.add_argument("--repeat", type=int, default=200)
-    p.add_argument("--number", type=int, default=50)
+    p.add_argument("--repeat", type=int, default=30)
+    p.add_argument("--number", type=int, default=20)
+    p.add_argument("--threads", type=int, default=None)
     a = p.parse_args()
-    run(a.repeat, a.number)
+    run(a.repeat, a.number, a.threads)

@@ -31,7 +31,7 @@ from ._canonical import Parts, as_parts, build, ensure_valid, same_nnz
 from ._dtypes import check_fits, raw_view
 from ._errors import InvariantError
 from ._lib import _convert as _kernels
-from ._tensor import COOTensor, SparseTensor
+from ._tensor import COOTensor, CompressedTensor, SparseTensor
 from ._validate import raise_coo_error
 
 __all__ = ["to_sparse"]
@@ -108,10 +108,7 @@ def to_sparse(t, layout, *, blocksize=None, dense_dim=None, threads: int | None 
     bs, same = check_target(t, layout, blocksize, dense_dim)
     if same:
         return t
-    if isinstance(t, COOTensor):
-        parts = _coo_to_rows(t, threads)
-    else:
-        parts = as_parts(ensure_valid(t, repair=True, threads=threads))
+    parts = t._source_parts(threads)  # the layout's hook: _coo_to_rows or _compressed_parts
     if layout is L.sparse_coo:
         if not parts.layout.compressed_rows:
             parts = _transpose(parts, threads)
@@ -239,6 +236,11 @@ def _rows_to_coo(parts: Parts, threads) -> COOTensor:
     _kernels.rows_to_coo(c, p, v, rb, cb, coords, oi, ov, num_threads(threads, ov.size + oi.size))
     values = ov.view(parts.dtype).reshape((N,) + parts.dense)
     return COOTensor(oi, values, batch + parts.sparse + parts.dense, coalesced=True, checked=True)
+
+
+def _compressed_parts(t: CompressedTensor, threads) -> Parts:
+    """The ``_source_parts`` hook of the compressed layouts: the canonical form of a valid ``t``."""
+    return as_parts(ensure_valid(t, repair=True, threads=threads))
 
 
 def _coo_to_rows(t: COOTensor, threads) -> Parts:

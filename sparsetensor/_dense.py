@@ -20,7 +20,7 @@ from ._canonical import check_ends, same_nnz
 from ._config import num_threads
 from ._dtypes import VALUE_DTYPES, arith_view, as_index_dtype, check_fits, raw_view, zero_test_view
 from ._lib import _dense as _kernels
-from ._tensor import COOTensor, CompressedTensor
+from ._tensor import COOTensor, CompressedTensor, SparseTensor
 from ._validate import raise_compressed_error, raise_coo_error
 
 __all__ = ["to_dense", "from_dense", "check_from_dense", "DensePlan"]
@@ -42,11 +42,9 @@ def _kernel_views(values: np.ndarray, out: np.ndarray, accumulate: bool):
 
 def to_dense(t, *, threads: int | None = None) -> np.ndarray:
     """The dense array of a sparse tensor; duplicates (possible only in unchecked input) are summed."""
-    if isinstance(t, CompressedTensor):
-        return _compressed_to_dense(t, threads)
-    if isinstance(t, COOTensor):
-        return _coo_to_dense(t, threads)
-    raise TypeError(f"to_dense expects a sparse tensor, got {type(t).__name__}")
+    if not isinstance(t, SparseTensor):
+        raise TypeError(f"to_dense expects a sparse tensor, got {type(t).__name__}")
+    return t._to_dense(threads)  # the layout's body: _coo_to_dense or _compressed_to_dense
 
 
 def _compressed_to_dense(t: CompressedTensor, threads) -> np.ndarray:

@@ -358,14 +358,17 @@ def _sampled(name: str, t: SparseTensor, dense: np.ndarray, combine, threads) ->
         raise ValueError(f"{name}: the dense operand must broadcast to the sparse operand's shape, got "
                          f"{describe(t)} and {describe(dense)}")
     _result_dtype(name, t, dense)
-    if isinstance(t, COOTensor):
-        if not t.is_coalesced():
-            check_coo_indices(t.indices(), t.shape, threads=threads)
-        full = np.broadcast_to(dense, t.shape)
-        gathered = full[tuple(t.indices())] if t.sparse_dim else np.broadcast_to(full, (t.nnz,) + full.shape)
-        return _with_values(name, t, combine(t.values(), gathered))
-    t = ensure_valid(t, repair=True, threads=threads)
-    return _with_values(name, t, combine(t.values(), _gather_compressed(t, dense, threads)))
+    t, gathered = t._sample_dense(dense, threads)  # the layout's hook: _sample_coo or _sample_compressed
+    return _with_values(name, t, combine(t.values(), gathered))
+
+
+def _sample_coo(t: COOTensor, dense: np.ndarray, threads) -> tuple:
+    """The ``_sample_dense`` hook of COO: ``(t, dense at t's entries)``, the indices bounds-checked
+    first (NumPy would wrap a negative index)."""
+    if not t.is_coalesced():
+        check_coo_indices(t.indices(), t.shape, threads=threads)
+    full = np.broadcast_to(dense, t.shape)
+    return t, full[tuple(t.indices())] if t.sparse_dim else np.broadcast_to(full, (t.nnz,) + full.shape)
 
 
 def _as_4d(full: np.ndarray, shape4: tuple) -> np.ndarray:
@@ -377,8 +380,10 @@ def _as_4d(full: np.ndarray, shape4: tuple) -> np.ndarray:
         return np.ascontiguousarray(full).reshape(shape4)
 
 
-def _gather_compressed(t: CompressedTensor, dense: np.ndarray, threads) -> np.ndarray:
-    """``dense`` (broadcast to t's shape) at t's entries, shaped like ``t.values()``."""
+def _sample_compressed(t: CompressedTensor, dense: np.ndarray, threads) -> tuple:
+    """The ``_sample_dense`` hook of the compressed layouts: ``(valid t, dense (broadcast to t's
+    shape) at t's entries, shaped like t.values())``."""
+    t = ensure_valid(t, repair=True, threads=threads)
     m = t.batch_dim
     batch = t.shape[:m]
     B, D = math.prod(batch), math.prod(t.shape[m + 2:])
@@ -392,7 +397,7 @@ def _gather_compressed(t: CompressedTensor, dense: np.ndarray, threads) -> np.nd
     _kernels.gather_compressed(c.reshape(B, c.shape[-1]), t.plain_indices().reshape(B, t.nnz), raw, Rb, Cb,
                                t.layout.compressed_rows, out, num_threads(threads, out.size))
     block = (Rb, Cb) if t.layout.blocked else ()
-    return out.view(dense.dtype).reshape(batch + (t.nnz,) + block + t.shape[m + 2:])
+    return t, out.view(dense.dtype).reshape(batch + (t.nnz,) + block + t.shape[m + 2:])
 
 
 def _typed(scale, dtype: np.dtype):
@@ -414,10 +419,19 @@ def _sparse_plus_dense(name: str, t: SparseTensor, t_scale, dense: np.ndarray, d
     out = np.array(dense, dtype=dtype, order="C", copy=True)
     if d_scale != 1:
         np.multiply(out, _typed(d_scale, dtype), out=out)
-    if isinstance(t, COOTensor):
-        t = t._coalesced_checked(threads)  # NumPy would wrap a negative index; each position is added once
-        out[tuple(t.indices())] += _scaled(t.values(), t_scale, dtype)
-        return out
+    return t._add_to_dense(out, t_scale, dtype, threads)  # the layout's hook: _add_coo_to or _add_compressed_to
+
+
+def _add_coo_to(t: COOTensor, out: np.ndarray, t_scale, dtype: np.dtype, threads) -> np.ndarray:
+    """The ``_add_to_dense`` hook of COO: ``out += t_scale * t`` in place; returns ``out``."""
+    t = t._coalesced_checked(threads)  # NumPy would wrap a negative index; each position is added once
+    out[tuple(t.indices())] += _scaled(t.values(), t_scale, dtype)
+    return out
+
+
+def _add_compressed_to(t: CompressedTensor, out: np.ndarray, t_scale, dtype: np.dtype, threads) -> np.ndarray:
+    """The ``_add_to_dense`` hook of the compressed layouts: ``out + t_scale * t`` (``out`` itself
+    unless float16 accumulates in a float32 copy)."""
     t = ensure_valid(t, repair=True, threads=threads)
     m = t.batch_dim
     B, D = math.prod(t.shape[:m]), math.prod(t.shape[m + 2:])
@@ -447,9 +461,8 @@ def _merge(name: str, a: SparseTensor, b: SparseTensor, dtype: np.dtype, op: int
                          f"(batch_dim={b.batch_dim}, dense_dim={b.dense_dim})")
     kdt, logical = kernel_dtype(dtype)
     alpha_k = _kernel_scalar(alpha, kdt)
-    if isinstance(a, COOTensor):
-        return _merge_coo(a, b, dtype, kdt, logical, op, union, alpha_k, threads)
-    return _merge_compressed(a, b, dtype, kdt, logical, op, union, alpha_k, threads)
+    # the layout's hook: _merge_coo or _merge_compressed
+    return a._merge_with(b, dtype, kdt, logical, op, union, alpha_k, threads)
 
 
 def _finish_values(ov: np.ndarray, dtype: np.dtype, logical: bool) -> np.ndarray:

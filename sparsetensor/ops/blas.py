@@ -269,7 +269,7 @@ def _dense_sparse(X: np.ndarray, S: SparseTensor, rt, op, threads, operands):
     """``X @ S`` as ``(S.mT @ X.mT).mT``; a 1-d ``X`` is a row vector."""
     if X.ndim == 0:
         raise _mismatch(op, *operands, "matmul needs at least 1-d operands")
-    if isinstance(S, COOTensor) and S.sparse_dim == 1:  # a sparse column vector, K x 1
+    if S.sparse_dim == 1:  # a sparse (coo) column vector, K x 1
         idx = S.indices()
         S = COOTensor(np.concatenate([idx, np.zeros_like(idx)]), S.values(), S.shape + (1,), S.is_coalesced())
         r = _dense_sparse(X, S, rt, op, threads, operands)
@@ -556,7 +556,7 @@ def sspaddmm(input, mat1, mat2, *, beta=1, alpha=1, threads: int | None = None):
     if not isinstance(input, SparseTensor):
         raise TypeError(f"{op}: input must be sparse, got {type(input).__name__}")
     _sparse_ndim(op, input, 2, "a 2-d sparse input")
-    inp = input if isinstance(input, COOTensor) else input.to_sparse_coo(threads=threads)
+    inp = input.to_sparse_coo(threads=threads)  # input itself when it is coo
     D = _as_dense(mat2, op, "mat2")
     rows, vals, rt, csr = _hspmm_work(mat1, D, op, threads, (inp.dtype,))
     M, N = csr.shape[0], vals.shape[1]

@@ -15,7 +15,7 @@ import operator
 import numpy as np
 
 from .._canonical import ensure_valid
-from .._tensor import DENSIFY_LIMIT, COOTensor, SparseTensor
+from .._tensor import DENSIFY_LIMIT, SparseTensor
 
 __all__ = ["diagonal", "trace"]
 
@@ -68,7 +68,7 @@ def diagonal(t, offset: int = 0, dim1: int = 0, dim2: int = 1):
     (array([2, 4]), array([5]))
     """
     offset, d1, d2 = _dims(t, offset, dim1, dim2, "diagonal")
-    coo = t if isinstance(t, COOTensor) else t.to_sparse_coo()
+    coo = t.to_sparse_coo()  # t itself when it is coo
     coo = ensure_valid(coo)
     shape = t.shape
     n1, n2 = shape[d1], shape[d2]

@@ -30,7 +30,7 @@ import operator
 import numpy as np
 
 from .. import _layout as L
-from .._tensor import CompressedTensor, SparseTensor
+from .._tensor import SparseTensor
 from .shape import index_select, narrow, select
 
 __all__ = ["getitem", "setitem"]
@@ -107,7 +107,7 @@ def _check_array(a: np.ndarray, size: int, d: int) -> np.ndarray:
 
 def _cuts_blocks(t, d: int, comp, size: int) -> bool:
     """True when ``comp`` along sparse dim ``d`` of a blocked tensor does not keep whole blocks."""
-    if not (isinstance(t, CompressedTensor) and t.layout.blocked):
+    if not t.layout.blocked:
         return False
     m = t.batch_dim
     if not m <= d < m + 2:
@@ -122,7 +122,7 @@ def _cuts_blocks(t, d: int, comp, size: int) -> bool:
 
 
 def _batched_sparse(t, d: int) -> bool:
-    return isinstance(t, CompressedTensor) and t.batch_dim > 0 and t.batch_dim <= d < t.batch_dim + 2
+    return t.layout.compressed and 0 < t.batch_dim <= d < t.batch_dim + 2
 
 
 def _unblocked(t):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._dtypes import check_fits
-from .._tensor import COOTensor, SparseTensor
+from .._tensor import COOTensor, CompressedTensor, SparseTensor
 from ._common import describe
 from ._shape_common import _require_sparse, _contiguous_values
 
@@ -33,12 +33,20 @@ def zero_(t):
     (True, 0, array([0, 0, 0]))
     """
     _require_sparse(t, "zero_")
+    return t._zero_()  # the layout's hook: _zero_coo or _zero_compressed
+
+
+def _zero_coo(t: COOTensor) -> COOTensor:
+    """The ``_zero_`` hook of COO."""
+    t._indices = np.empty((t.sparse_dim, 0), dtype=t.index_dtype)
+    t._values = np.empty((0,) + t.shape[t.sparse_dim:], dtype=t.dtype)
+    t._coalesced = True
+    return t
+
+
+def _zero_compressed(t: CompressedTensor) -> CompressedTensor:
+    """The ``_zero_`` hook of the compressed layouts."""
     dt = t.index_dtype
-    if isinstance(t, COOTensor):
-        t._indices = np.empty((t.sparse_dim, 0), dtype=dt)
-        t._values = np.empty((0,) + t.shape[t.sparse_dim:], dtype=t.dtype)
-        t._coalesced = True
-        return t
     m = t.batch_dim
     batch = t.shape[:m]
     t._compressed = np.zeros(batch + (t.compressed_indices().shape[-1],), dtype=dt)
@@ -94,16 +102,25 @@ def copy_(dst, src, *, threads: int | None = None):
                          batch_dim=dst.batch_dim, index_dtype=dst.index_dtype, threads=threads)
         sources = [a]
     new = new.astype(dst.dtype, copy=False)._with_index_dtype(dst.index_dtype)
-    if isinstance(dst, COOTensor):
-        dst._indices = _own(new.indices(), sources)
-        dst._values = _own(new.values(), sources)
-        dst._coalesced = new.is_coalesced()
-        dst._checked = new._checked
-    else:
-        dst._compressed = _own(new.compressed_indices(), sources)
-        dst._plain = _own(new.plain_indices(), sources)
-        dst._values = _own(new.values(), sources)
-        dst._canonical = new.is_coalesced()
+    return dst._take_members(new, sources)  # the layout's hook: _take_coo or _take_compressed
+
+
+def _take_coo(dst: COOTensor, new: COOTensor, sources) -> COOTensor:
+    """The ``_take_members`` hook of COO: ``dst`` takes ``new``'s members (copies of those that may
+    share memory with ``sources``) and flags."""
+    dst._indices = _own(new.indices(), sources)
+    dst._values = _own(new.values(), sources)
+    dst._coalesced = new.is_coalesced()
+    dst._checked = new._checked
+    return dst
+
+
+def _take_compressed(dst: CompressedTensor, new: CompressedTensor, sources) -> CompressedTensor:
+    """The ``_take_members`` hook of the compressed layouts (see :func:`_take_coo`)."""
+    dst._compressed = _own(new.compressed_indices(), sources)
+    dst._plain = _own(new.plain_indices(), sources)
+    dst._values = _own(new.values(), sources)
+    dst._canonical = new.is_coalesced()
     return dst
 
 
@@ -143,24 +160,32 @@ def resize_as_(t, other):
     """
     _require_sparse(t, "resize_as_")
     _require_sparse(other, "resize_as_", "other")
-    shape, n = tuple(other.shape), other.dense_dim
+    return t._resize_as(tuple(other.shape), other.dense_dim, other)  # _resize_coo or _resize_compressed
+
+
+def _resize_coo(t: COOTensor, shape: tuple, n: int, other) -> COOTensor:
+    """The ``_resize_as`` hook of COO: ``t`` resized in place to ``shape`` with ``n`` dense dims."""
     dt = t.index_dtype
-    if isinstance(t, COOTensor):
-        S = len(shape) - n
-        if t.nnz and (S, n) != (t.sparse_dim, t.dense_dim):
-            raise ValueError(f"resize_as_: changing the split of a non-empty coo tensor (sparse_dim {t.sparse_dim} -> "
-                             f"{S}, dense_dim {t.dense_dim} -> {n}) is not supported; t is a {describe(t, dtype=False)}, other a "
-                             f"{describe(other, dtype=False)}")
-        _no_shrink(t, shape, other)
-        check_fits(dt, "coo", **{f"size[{d}]": shape[d] for d in range(S)})
-        if t.nnz == 0:
-            t._indices = np.empty((S, 0), dtype=dt)
-            t._values = np.empty((0,) + shape[S:], dtype=t.dtype)
-            t._coalesced = True
-        else:
-            t._values = _grown_values(t.values(), 1, t.shape[S:], shape[S:])
-        t._shape = shape
-        return t
+    S = len(shape) - n
+    if t.nnz and (S, n) != (t.sparse_dim, t.dense_dim):
+        raise ValueError(f"resize_as_: changing the split of a non-empty coo tensor (sparse_dim {t.sparse_dim} -> "
+                         f"{S}, dense_dim {t.dense_dim} -> {n}) is not supported; t is a {describe(t, dtype=False)}, other a "
+                         f"{describe(other, dtype=False)}")
+    _no_shrink(t, shape, other)
+    check_fits(dt, "coo", **{f"size[{d}]": shape[d] for d in range(S)})
+    if t.nnz == 0:
+        t._indices = np.empty((S, 0), dtype=dt)
+        t._values = np.empty((0,) + shape[S:], dtype=t.dtype)
+        t._coalesced = True
+    else:
+        t._values = _grown_values(t.values(), 1, t.shape[S:], shape[S:])
+    t._shape = shape
+    return t
+
+
+def _resize_compressed(t: CompressedTensor, shape: tuple, n: int, other) -> CompressedTensor:
+    """The ``_resize_as`` hook of the compressed layouts (see :func:`_resize_coo`)."""
+    dt = t.index_dtype
     m = len(shape) - 2 - n
     if m < 0:
         raise ValueError(f"resize_as_: a {t.layout.name} tensor needs 2 sparse dims; other is a {describe(other, dtype=False)} with "

@@ -89,9 +89,8 @@ def cat(tensors, dim: int = 0, *, threads: int | None = None):
     total = sum(t.shape[d] for t in tensors)
     shape = first.shape[:d] + (total,) + first.shape[d + 1:]
     kind = _kind(first, d)
-    if isinstance(first, COOTensor):
-        return _coo_cat(tensors, d, kind, shape)
-    return _compressed_cat(tensors, d, kind, shape, "cat", threads)
+    # the layout's hook: _coo_cat or _compressed_cat
+    return type(first)._cat_calc(tensors, d, kind, shape, "cat", threads)
 
 
 def _same_arrays(arrays) -> bool:
@@ -99,7 +98,7 @@ def _same_arrays(arrays) -> bool:
     return all(a is a0 or (a.shape == a0.shape and np.array_equal(a, a0)) for a in arrays[1:])
 
 
-def _coo_cat(tensors: list, d: int, kind: str, shape: tuple) -> COOTensor:
+def _coo_cat(tensors: list, d: int, kind: str, shape: tuple, op: str, threads) -> COOTensor:
     first = tensors[0]
     dt = first.index_dtype
     if kind == "sparse":
@@ -142,7 +141,7 @@ def _compressed_cat(tensors: list, d: int, kind: str, shape: tuple, op: str, thr
                 [t.plain_indices() for t in tensors]):
             v = np.concatenate([t.values() for t in tensors], axis=ax)
             return _compressed(first, first.compressed_indices(), first.plain_indices(), v, shape)
-        coo = _coo_cat([t.to_sparse(L.sparse_coo, threads=threads) for t in tensors], d, kind, shape)
+        coo = _coo_cat([t.to_sparse(L.sparse_coo, threads=threads) for t in tensors], d, kind, shape, op, threads)
         bs = first.blocksize if first.layout.blocked else None
         return coo.coalesce(threads=threads).to_sparse(first.layout, blocksize=bs, threads=threads)
     parts = [_parts(t, threads) for t in tensors]
@@ -186,15 +185,19 @@ def _members(t: CompressedTensor):
     return t.compressed_indices(), t.plain_indices(), t.values()
 
 
-def _unsqueeze(t, d: int):
-    """``t`` with a new dim of size 1 at ``d`` (0 <= d <= t.ndim)."""
+def _unsqueeze_coo(t: COOTensor, d: int) -> COOTensor:
+    """The ``_unsqueeze`` hook of COO: ``t`` with a new dim of size 1 at ``d`` (0 <= d <= t.ndim)."""
     shape = t.shape[:d] + (1,) + t.shape[d:]
-    if isinstance(t, COOTensor):
-        S = t.sparse_dim
-        if d <= S:
-            idx = np.insert(t.indices(), d, 0, axis=0)
-            return COOTensor(idx, t.values(), shape, t.is_coalesced())
-        return COOTensor(t.indices(), np.expand_dims(t.values(), d - S + 1), shape, t.is_coalesced(), t._checked)
+    S = t.sparse_dim
+    if d <= S:
+        idx = np.insert(t.indices(), d, 0, axis=0)
+        return COOTensor(idx, t.values(), shape, t.is_coalesced())
+    return COOTensor(t.indices(), np.expand_dims(t.values(), d - S + 1), shape, t.is_coalesced(), t._checked)
+
+
+def _unsqueeze_compressed(t: CompressedTensor, d: int) -> CompressedTensor:
+    """The ``_unsqueeze`` hook of the compressed layouts: a new batch or dense dim at ``d``."""
+    shape = t.shape[:d] + (1,) + t.shape[d:]
     m = t.batch_dim
     if d <= m:
         members = (np.expand_dims(a, d) for a in _members(t))
@@ -234,4 +237,4 @@ def stack(tensors, dim: int = 0, *, threads: int | None = None):
             raise ValueError(f"stack: tensors[0] has shape {first.shape} and tensors[{k}] has shape {t.shape}; "
                              "they must be equal")
     d = normalize_dim(dim, first.ndim + 1, "stack")
-    return cat([_unsqueeze(t, d) for t in tensors], d, threads=threads)
+    return cat([t._unsqueeze(d) for t in tensors], d, threads=threads)

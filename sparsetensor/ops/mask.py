@@ -12,7 +12,6 @@ from .. import _layout as L
 from .._canonical import ensure_valid
 from .._dtypes import VALUE_DTYPES
 from .._tensor import COOTensor, CompressedTensor, SparseTensor
-from .._validate import check_coo_indices
 from ._common import describe
 from ._shape_common import _require_sparse
 
@@ -20,12 +19,15 @@ __all__ = ["sparse_mask"]
 
 
 # -- sparse_mask -------------------------------------------------------------------------------------
-def _element_coords(mask, threads) -> tuple:
-    """(checked mask, coordinates (S, N) of every element of ``mask``'s values in order).
+def _coo_coords(mask: COOTensor, threads) -> tuple:
+    """The ``_element_coords`` hook of COO: ``(mask, its indices)``, not yet bounds-checked (see
+    :func:`_linear`)."""
+    return mask, mask.indices()
 
-    COO coordinates are the mask's own indices, not yet bounds-checked (see :func:`_linear`)."""
-    if isinstance(mask, COOTensor):
-        return mask, mask.indices()
+
+def _compressed_coords(mask: CompressedTensor, threads) -> tuple:
+    """The ``_element_coords`` hook of the compressed layouts: ``(valid mask, coordinates (S, N) of
+    every element of its values in order)``."""
     mask = ensure_valid(mask, repair=True, threads=threads)
     m = mask.batch_dim
     batch = mask.shape[:m]
@@ -52,8 +54,7 @@ def _linear(coords: np.ndarray, sparse: tuple, mask, threads) -> np.ndarray:
     try:
         return np.ravel_multi_index(coords, sparse)
     except ValueError:
-        if isinstance(mask, COOTensor):
-            check_coo_indices(mask.indices(), mask.shape, threads=threads)
+        ensure_valid(mask, threads=threads)  # an out-of-bounds index raises InvariantError (C4/C5) here
         raise
 
 
@@ -108,7 +109,7 @@ def sparse_mask(t, mask, *, threads: int | None = None):
                          "shapes (and dense dims) must agree")
     if not sparse_t and a.dtype not in VALUE_DTYPES:
         raise TypeError(f"sparse_mask: unsupported value dtype {a.dtype}")
-    mask, coords = _element_coords(mask, threads)
+    mask, coords = mask._element_coords(threads)  # the layout's hook: _coo_coords or _compressed_coords
     if sparse_t:
         gathered = _lookup(a, coords, mask, threads)
     else:
@@ -117,7 +118,4 @@ def sparse_mask(t, mask, *, threads: int | None = None):
         gathered = np.take(rows, _linear(coords, sparse, mask, threads), axis=0)
     vshape = mask.values().shape
     values = np.ascontiguousarray(gathered).reshape(vshape)
-    if isinstance(mask, COOTensor):
-        return COOTensor(mask.indices().copy(), values, mask.shape, mask.is_coalesced())
-    return CompressedTensor(mask.compressed_indices().copy(), mask.plain_indices().copy(), values, mask.shape,
-                            mask.layout, canonical=True)
+    return mask._replace_values(values, copy_indices=True)
