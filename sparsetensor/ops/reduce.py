@@ -67,6 +67,8 @@ def _normalize_dims(dim, ndim: int, name: str):
     """``None`` -> every dim; an int or a sequence of ints -> sorted distinct dims in ``[0, ndim)``."""
     if dim is None:
         return tuple(range(ndim))
+    if type(dim) is int:  # the common case
+        return (normalize_dim(dim, ndim, name),)
     try:
         dims = (operator.index(dim),)
     except TypeError:
@@ -181,6 +183,8 @@ def _batch_offsets(c: np.ndarray, nnz: int) -> np.ndarray:
     """The compressed indices ``(B, n + 1)`` of B batches as offsets ``(B * n + 1,)`` into their
     concatenated entries (batch b's entries start at ``b * nnz``)."""
     B = c.shape[0]
+    if B == 1:  # one batch: the compressed indices themselves
+        return c[0].astype(np.int64, copy=False)
     off = np.empty(B * (c.shape[1] - 1) + 1, dtype=np.int64)
     off[:-1] = (c[:, :-1].astype(np.int64) + (np.arange(B, dtype=np.int64) * nnz)[:, None]).ravel()
     off[-1] = B * nnz
@@ -359,10 +363,10 @@ def _compressed_dense(t: CompressedTensor, dims: tuple, op, threads) -> np.ndarr
             V = op.reduce(V, axis=3, keepdims=True)  # the kernel reduces the leading block axis
         # rows of W: (plain_len or 1 items, keep_len * D lanes)
         W = np.ascontiguousarray(V).reshape(B * nnz, -1) if B * nnz else np.empty((0, keep_len * D), V.dtype)
-        counts = np.diff(c, axis=1)
         seg = _segments(op, W, _batch_offsets(c, nnz), keep_len * D, None, threads)
         out = seg.reshape(B, c.shape[1] - 1, keep_len, D)
-        out = _with_zeros(op, out, counts * plain_len, cols if by_rows else rows)
+        if op is not np.add:
+            out = _with_zeros(op, out, np.diff(c, axis=1) * plain_len, cols if by_rows else rows)
         K = out.shape[1] * keep_len
         out = out.reshape((B, K) + dense_kd)
         out = out.reshape(batch + ((K, 1) if by_rows else (1, K)) + dense_kd)
