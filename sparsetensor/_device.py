@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["as_device", "is_device_like", "is_device_array", "move"]
+__all__ = ["as_device", "is_device_like", "is_device_array", "move", "device_constructor"]
 
 _KDL_CUDA = 2  # DLPack device type of CUDA memory (NumPy's __dlpack_device__ says kDLCPU = 1)
 
@@ -54,8 +54,17 @@ def as_device(device) -> str:
 
 
 def move(t, device: str):
-    """``t`` copied to CUDA device ``device``: the one place that loads the optional CUDA
-    backend for a move (``t.to``, ``t.cuda()``, the constructors' ``device=``)."""
+    """``t`` copied to CUDA device ``device`` (``t.to``, ``t.cuda()``, the constructors' ``device=``)."""
     from .cuda import to_device
 
     return to_device(t, device)
+
+
+def device_constructor(kind: str):
+    """The CUDA backend's constructor for members in device memory: ``"coo"`` gives
+    ``sparsetensor.cuda.coo_tensor``, ``"compressed"`` ``sparsetensor.cuda.compressed_tensor``.
+    With :func:`move` and :func:`as_device` the only places below the CUDA package that load it
+    (on first use: the factory calls this when it is given a device array)."""
+    from .cuda import tensor
+
+    return {"coo": tensor.coo_tensor, "compressed": tensor.compressed_tensor}[kind]

@@ -11,7 +11,7 @@ import numpy as np
 
 from . import _layout as L
 from ._config import resolve_check
-from ._device import as_device, is_device_array, move
+from ._device import as_device, device_constructor, is_device_array, move
 from ._dtypes import INDEX_DTYPES, VALUE_DTYPES, as_value_dtype
 from ._errors import InvariantError
 from ._meta import as_size, block_ndim, compressed_meta, coo_meta, values_contiguous
@@ -130,10 +130,8 @@ def sparse_coo_tensor(indices, values, size=None, *, dtype=None, device=None, ch
            [4., 0., 5.]])
     """
     if is_device_array(indices) or is_device_array(values):
-        from .cuda.tensor import coo_tensor
-
-        return coo_tensor(indices, values, size, dtype=dtype, device=device, check_invariants=check_invariants,
-                          is_coalesced=is_coalesced)
+        return device_constructor("coo")(indices, values, size, dtype=dtype, device=device,
+                                         check_invariants=check_invariants, is_coalesced=is_coalesced)
     device = as_device(device)
     values = _as_values(values, dtype)
     indices, shape = coo_indices_and_shape(_as_index_array(indices, "indices", "coo"), values, size)
@@ -226,10 +224,8 @@ def sparse_compressed_tensor(compressed_indices, plain_indices, values, size=Non
     if not layout.compressed:
         raise ValueError(f"sparse_compressed_tensor needs a compressed layout (csr, csc, bsr, bsc), got {layout!r}")
     if any(is_device_array(x) for x in (compressed_indices, plain_indices, values)):
-        from .cuda.tensor import compressed_tensor
-
-        return compressed_tensor(compressed_indices, plain_indices, values, size, layout=layout, dtype=dtype,
-                                 device=device, check_invariants=check_invariants)
+        return device_constructor("compressed")(compressed_indices, plain_indices, values, size, layout=layout,
+                                                dtype=dtype, device=device, check_invariants=check_invariants)
     device = as_device(device)
     values = _as_values(values, dtype)
     compressed = _as_index_array(compressed_indices, layout.compressed_name, layout.name)
