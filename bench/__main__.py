@@ -25,6 +25,8 @@ def main(argv=None) -> int:
     parser.add_argument("name", choices=["validate", "coalesce", "convert", "spmm", "elementwise", "cuda", "structures", "overhead", "solvers", "grad", "optim", "mpi", "dask"], help="which benchmark")
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
     parser.add_argument("--threads", type=int, default=None, help="threads for ours and torch (default: all)")
+    parser.add_argument("--sizes", default=None,
+                        help="structures: which of the three sizes, e.g. 0,1 (default: all; --quick: 0)")
     args = parser.parse_args(argv)
     if args.name == "validate":
         from . import validate
@@ -42,7 +44,8 @@ def main(argv=None) -> int:
     elif args.name == "structures":
         from . import structures
 
-        structures.run(threads=args.threads, quick=args.quick)
+        sizes = tuple(int(k) for k in args.sizes.split(",")) if args.sizes else None
+        structures.run(threads=args.threads, quick=args.quick, sizes=sizes)
     elif args.name == "overhead":
         from . import overhead
 
