@@ -21,6 +21,18 @@ def read_bandwidth(nbytes: int = 1 << 29, repeat: int = 7) -> float:
     return nbytes / t
 
 
+def read_bandwidth_threads(threads: int, nbytes: int = 1 << 29, repeat: int = 7) -> float:
+    """Bytes per second of one streaming read of a large array with ``threads`` threads (torch's
+    sum when torch is installed, else NumPy's single-threaded sum)."""
+    try:
+        import torch
+    except ImportError:
+        return read_bandwidth(nbytes, repeat)
+    torch.set_num_threads(threads)
+    a = torch.ones(nbytes // 8, dtype=torch.float64)
+    return nbytes / median_time(lambda: a.sum(), repeat)
+
+
 def machine() -> dict:
     return {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
             "cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),

@@ -9,6 +9,12 @@ Ops: those of :func:`sparsetensor._userbench.structure_cases` (the same table th
 ``sparsetensor`` demo prints): check, csr->csc, spmv, spmm32, spgemm, add; 2 threads for
 everyone (ours, torch, GraphBLAS's ``nthreads``; SciPy is single-threaded).
 
+Where a case is bound by memory traffic, ``roof ms`` is the least traffic it needs (int32
+indices, float64 values: read the operands once, write the result once; see
+:func:`traffic`) over this machine's read bandwidth with the same threads, measured in the
+run, and ``roof/ours`` how close ours comes to it (1.0: at the bound; above 1 where the
+operands fit in cache, as at 10^5 nnz, so that the bound means something from 10^6 on).
+
 The table gives, per case, our time and each peer's time over ours (above 1: ours is faster);
 ``best`` is the fastest peer's ratio. Ratios come from one process run, medians of repeats.
 """
@@ -22,7 +28,7 @@ import numpy as np
 import sparsetensor as st
 from sparsetensor._userbench import installed_peers, structure_cases
 
-from ._common import median_time, print_table, write_json
+from ._common import median_time, print_table, read_bandwidth_threads, write_json
 
 SIZES = {"5pt": (141, 447, 1414), "27pt": (16, 33, 72), "rmat": (13, 16, 19)}
 
@@ -39,12 +45,25 @@ def _matrices(which: tuple):
                 yield f"{name} g={s}", st.stencil(grid, points, index_dtype=np.int32)
 
 
+def traffic(op: str, n: int, nnz: int, nnz_out: int = 0):
+    """The least bytes ``op`` moves on an n x n CSR matrix with ``nnz`` entries (int32 indices,
+    float64 values), or None for SpGEMM (bound by its products, not by memory traffic)."""
+    members = 4 * (n + 1) + 12 * nnz  # crow, col, values
+    return {"check": 4 * (n + 1) + 4 * nnz,  # the indices are read once
+            "csr->csc": 2 * members,  # read, write
+            "spmv": members + 16 * n,  # + x read, y written
+            "spmm32": members + 2 * 8 * 32 * n,
+            "add": 2 * members + 4 * (n + 1) + 12 * nnz_out}.get(op)
+
+
 def run(threads: int | None = None, quick: bool = False, repeat: int = 5, ops=None, sizes=None) -> list:
     threads = threads or 2
     peers = installed_peers(threads)
     libs = [p for p in ("scipy", "torch", "graphblas") if p in peers]
     rows, records = [], []
     print(f"load average before: {os.getloadavg()}; threads: {threads}; peers: {', '.join(libs)}", flush=True)
+    bw = read_bandwidth_threads(threads)
+    print(f"read bandwidth with {threads} threads: {bw / 1e9:.1f} GB/s", flush=True)
     for name, t in _matrices(sizes if sizes is not None else (0,) if quick else (0, 1, 2)):
         for op, fns in structure_cases(t, peers, threads, ops).items():
             if op == "spgemm" and name.startswith("rmat") and t.shape[0] > (1 << 16):
@@ -53,12 +72,17 @@ def run(threads: int | None = None, quick: bool = False, repeat: int = 5, ops=No
                      for lib, f in fns.items()}
             ratios = {lib: times[lib] / times["ours"] for lib in libs if lib in times}
             best = min(ratios.values()) if ratios else float("nan")
+            nbytes = traffic(op, t.shape[0], t.nnz, fns["ours"]().nnz if op == "add" else 0)
+            roof = nbytes / bw if nbytes else None
             rows.append([name, f"{t.nnz:,}", op, f"{times['ours'] * 1e3:.3g}"]
-                        + [f"{ratios[lib]:.2f}" if lib in ratios else "-" for lib in libs] + [f"{best:.2f}"])
-            records.append({"matrix": name, "nnz": int(t.nnz), "op": op, "seconds": times, "ratios": ratios})
+                        + [f"{ratios[lib]:.2f}" if lib in ratios else "-" for lib in libs] + [f"{best:.2f}"]
+                        + ([f"{roof * 1e3:.3g}", f"{roof / times['ours']:.2f}"] if roof else ["-", "-"]))
+            records.append({"matrix": name, "nnz": int(t.nnz), "op": op, "seconds": times, "ratios": ratios,
+                            "roofline_s": roof})
             print("  ".join(rows[-1]), flush=True)
     print()
-    print_table(["matrix", "nnz", "op", "ours ms"] + [f"{lib}/ours" for lib in libs] + ["best"], rows)
+    print_table(["matrix", "nnz", "op", "ours ms"] + [f"{lib}/ours" for lib in libs] + ["best", "roof ms", "roof/ours"],
+                rows)
     print(f"load average after: {os.getloadavg()}")
-    write_json("structures", {"threads": threads, "results": records})
+    write_json("structures", {"threads": threads, "read_bandwidth": bw, "results": records})
     return records
