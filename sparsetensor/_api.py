@@ -21,12 +21,13 @@ calls ``bind(rows)`` at its import, and lists its function names in its ``__all_
 
 from __future__ import annotations
 
+import functools
 from typing import Callable, NamedTuple
 
 import numpy as np
 
 from . import _coalesce, _convert, _dense
-from ._tensor import COOTensor, CompressedTensor, SparseTensor
+from ._tensor import COOTensor, CompressedTensor, SparseTensor, _SparseBase
 from .interop import scipy as _scipy, torch as _torch
 from .interop.chunk import defer_to_lazy as _lazy, defer_to_lazy_ufunc as _lazy_ufunc
 from .ops import binary, blas, inplace, join, mask, pointwise, reduce, select, spgemm
@@ -303,9 +304,25 @@ OPS: tuple = (
 )
 
 
+def _on_any_device(name: str, impl):
+    """The ``st.*`` function of a method row: ``impl`` for CPU tensors (and everything else), and
+    for a tensor of another device's class (``sparsetensor.cuda``'s, which share ``_SparseBase``)
+    that class's own method of the same name, so that ``st.sum(t)`` works wherever ``t.sum()``
+    does. One ``isinstance`` test more than the method costs."""
+    def fn(*args, **kwargs):
+        t = args[0] if args else None
+        if isinstance(t, _SparseBase) and not isinstance(t, SparseTensor):
+            return getattr(type(t), name)(*args, **kwargs)
+        return impl(*args, **kwargs)
+
+    functools.update_wrapper(fn, impl)  # name, docs, signature (``__wrapped__``) of the method
+    return fn
+
+
 def bind(rows, namespace: dict | None = None) -> list:
     """Attach the methods of ``rows`` to their classes and put their functions in ``namespace``
-    (this module's globals when None); returns the function names, for an ``__all__``."""
+    (this module's globals when None); returns the function names, for an ``__all__``. A row
+    that is a method of every layout and a function gives the function of :func:`_on_any_device`."""
     namespace = globals() if namespace is None else namespace
     names = []
     for op in rows:
@@ -313,7 +330,8 @@ def bind(rows, namespace: dict | None = None) -> list:
             if op.method:
                 setattr(op.cls, name, property(op.impl, doc=op.impl.__doc__) if op.kind == "property" else op.impl)
             if op.function:
-                namespace[name] = op.impl
+                device_too = op.method and op.kind == "method" and op.cls is SparseTensor
+                namespace[name] = _on_any_device(name, op.impl) if device_too else op.impl
                 names.append(name)
     return names
 

@@ -33,8 +33,9 @@ def test_every_row_is_bound_once():
             if op.method:
                 attr = inspect.getattr_static(op.cls, name)
                 assert (attr.fget if op.kind == "property" else attr) is op.impl, name
-            if op.function:
-                assert getattr(st, name) is op.impl, name
+            if op.function:  # a method of every layout: the method itself behind the device hand-off
+                fn = getattr(st, name)
+                assert fn is op.impl or (op.method and fn.__wrapped__ is op.impl), name
                 assert name in st.__all__, name
 
 
@@ -43,7 +44,7 @@ def test_method_and_function_are_the_same_code():
     assert len(both) > 50
     for op in both:
         for name in (op.name,) + op.aliases:
-            assert getattr(st.SparseTensor, name) is getattr(st, name), name
+            assert getattr(st.SparseTensor, name) is getattr(st, name).__wrapped__, name
 
 
 @pytest.mark.parametrize("name", ["narrow", "select", "index_select", "sum", "mean", "amax", "amin", "max", "min",

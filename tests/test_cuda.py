@@ -603,6 +603,20 @@ def test_add_mul_errors(backend, rng):
         cuda.add(a, cuda.DeviceArray.from_host(np.zeros((4, 5), np.float32)))
 
 
+def test_module_functions_reach_device_tensors(backend, rng):
+    """st.* functions take a device tensor as its methods do (the same kernels), and name what has none."""
+    t = make(rng, ("csr", (), (), None), np.float64, np.int32, blocks=(6, 5))
+    d = cuda.to_device(t)
+    x = rng.standard_normal(t.shape[1])
+    assert_values(st.matmul(d, cuda.DeviceArray.from_host(x)).get(), t.to_dense() @ x)
+    assert_values(st.sum(d, 1).get(), t.to_dense().sum(1))
+    assert_values(st.add(d, d, alpha=2).cpu().to_dense(), 3 * t.to_dense())
+    assert_values(st.abs(d).cpu().to_dense(), np.abs(t.to_dense()))
+    assert st.transpose(d, 0, 1).layout is st.sparse_csc and st.transpose(d, 0, 1).device == d.device
+    with pytest.raises(NotImplementedError, match="softmax of a csr tensor on cuda"):
+        st.softmax(d, 1)
+
+
 # -- products -------------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("dtype", FLOATS, ids=str)

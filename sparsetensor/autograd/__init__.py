@@ -66,6 +66,7 @@ def _resolve(fn, args: tuple):
     else:
         if not _BY_FUNCTION:
             _BY_FUNCTION.update(_function_names())
+        fn = inspect.unwrap(fn)  # st.* functions wrap the ops' own (sparsetensor._api)
         name = _BY_FUNCTION.get(fn)
         if name is None and isinstance(fn, property):
             name = fn.fget.__name__

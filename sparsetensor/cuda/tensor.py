@@ -95,7 +95,7 @@ class CudaSparseTensor(_SparseBase):
     def mm(self, other):
         return matmul(self, other)
 
-    mv = mm
+    mv = matmul = dot = mm  # torch's and NumPy's names, as on the CPU classes
 
     def __add__(self, other):
         return add(self, other)
