@@ -50,7 +50,10 @@ def run_one(python: str, level: str | None, name: str, quick: bool, threads: int
     env.pop("SPARSETENSOR_CPU_LEVEL", None)
     if level:
         env["SPARSETENSOR_CPU_LEVEL"] = level
-    cmd = [python, "-m", "bench", name] + (["--quick"] if quick else []) + \
+    # -P and the repository appended last: `bench` comes from here, sparsetensor from the build's
+    # site-packages (never this checkout's unbuilt sources, which `python -m bench` would import)
+    launcher = f"import runpy, sys; sys.path.append({str(ROOT)!r}); runpy.run_module('bench', run_name='__main__')"
+    cmd = [python, "-P", "-c", launcher, name] + (["--quick"] if quick else []) + \
         ([] if threads is None else ["--threads", str(threads)])
     info = subprocess.run([python, "-P", "-c", "import sparsetensor as st, json; "
                            "print(json.dumps(st.show_config(mode='dicts')))"],
