@@ -57,11 +57,18 @@ def _bits_dtype(wt: np.dtype) -> np.dtype:
     return _UNSIGNED[wt.itemsize] if wt.kind in "biu" else wt
 
 
+_RESULTS: dict = {}  # (dtypes) -> their result dtype, for the supported combinations
+
+
 def _result_dtype(op: str, *dtypes) -> np.dtype:
+    rt = _RESULTS.get(dtypes)
+    if rt is not None:
+        return rt
     rt = np.result_type(*dtypes)
     if rt not in _RESULT_DTYPES:
         raise TypeError(f"{op}: unsupported dtype combination {', '.join(str(np.dtype(d)) for d in dtypes)} "
                         f"(result {rt})")
+    _RESULTS[dtypes] = rt
     return rt
 
 
@@ -188,6 +195,7 @@ def _compressed_product(S: CompressedTensor, D: np.ndarray, rt: np.dtype, op: st
     Bs, Bd, Bo = math.prod(s_batch), math.prod(d_batch), math.prod(out_batch)
     wt = _work_dtype(rt)
     kt = _bits_dtype(wt)
+    logical = wt.kind == "b"
     Rb, Cb = S.blocksize
     nnz = S.nnz
     values = S.values()
@@ -206,7 +214,7 @@ def _compressed_product(S: CompressedTensor, D: np.ndarray, rt: np.dtype, op: st
     nt = num_threads(threads, Bo * (nnz * Rb * Cb + M) * N, grain=GRAIN_PRODUCT)
     found = _kernels.spmm(c2, p2, values.view(kt), dense.view(kt), out.view(kt), sb, db, (Rb, Cb),
                           S.layout.compressed_rows, nt, block_transposed=block_transposed,
-                          logical=wt == np.bool_, checked=S.is_coalesced())
+                          logical=logical, checked=S.is_coalesced())
     if found is not None:
         raise_compressed_error(found, err.layout, s_batch, err.plain_size, nnz)
     return out.reshape(out_batch + ((M,) if vector else (M, N)))
