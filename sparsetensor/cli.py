@@ -271,7 +271,7 @@ def cmd_spy(args) -> int:
         import matplotlib.pyplot as plt
     except ImportError:
         raise UserError("spy needs matplotlib: pip install 'sparsetensor[plot]'") from None
-    from .io import _atomic_write
+    from ._files import atomic_write as _atomic_write
 
     width, height = args.width, args.height or args.width
     if width < 16 or height < 16:

@@ -10,7 +10,7 @@ import dask.array as da
 import numpy as np
 from dask.array.core import normalize_chunks
 
-from .. import io as _io
+from .. import _files, io as _io
 from .._errors import InvariantError
 from .._factory import sparse_compressed_tensor
 from .._tensor import SparseTensor
@@ -117,7 +117,7 @@ class _FileBlocks:
             return sparse_compressed_tensor(np.asarray(c[i0:i1 + 1]) - c.dtype.type(lo), p[lo:hi], v[lo:hi],
                                             tuple(shape), layout=self.layout, check_invariants=True)
         except InvariantError as e:
-            raise _io._in_file(e, path) from None
+            raise _files.in_file(e, path) from None
 
     def __getitem__(self, key):
         key = tuple(key) + (slice(None),) * (self.ndim - len(tuple(key)))

@@ -8,7 +8,7 @@ import zipfile
 import numpy as np
 from mpi4py import MPI
 
-from .. import io as _io
+from .. import _files, io as _io
 from .._errors import InvariantError
 from ._comm import agree
 from ._matrix import DistCSR
@@ -19,7 +19,7 @@ __all__ = ["load"]
 
 def _plan(path: str, size: int, row_starts, col_starts):
     """On root: how to read ``path``. ``None``: root reads it all and scatters; else the split of a mapped csr file."""
-    if _io._is_mtx(path):
+    if _files.is_mtx(path):
         return None
     file_size = os.stat(path).st_size
     try:
@@ -53,7 +53,7 @@ def _plan(path: str, size: int, row_starts, col_starts):
     try:
         check_row_pointers(crow, starts, nnz)
     except InvariantError as e:
-        raise _io._in_file(e, path) from None
+        raise _files.in_file(e, path) from None
     cstarts = DistCSR._col_starts(shape, starts, col_starts, size)
     at = crow[starts].astype(np.int64)
     return shape, starts, cstarts, at, bool(meta["coalesced"])
@@ -118,4 +118,4 @@ def load(path, comm=None, root: int = 0, row_starts=None, col_starts=None) -> Di
     try:
         return build()
     except InvariantError as e:  # every rank raises; name the file
-        raise _io._in_file(e, path) from None
+        raise _files.in_file(e, path) from None
