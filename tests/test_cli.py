@@ -44,6 +44,9 @@ def test_demo_runs_and_reports():
 def test_bad_arguments_exit_2():
     out = run("--size", 0)
     assert out.returncode == 2 and "--size" in out.stderr
+    for opt in ("--threads", "--repeat"):
+        out = run(opt, 0)
+        assert out.returncode == 2 and opt in out.stderr
     out = run("nosuchcommand")
     assert out.returncode == 2
 
