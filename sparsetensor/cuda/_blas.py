@@ -18,6 +18,7 @@ import math
 import numpy as np
 
 from .. import _layout as L
+from ..ops.blas import _result_dtype, product_shape
 from . import _primitives as P
 from ._array import DeviceArray, as_device_array
 from ._module import BLOCK, grid_for, launch
@@ -88,37 +89,32 @@ def matmul(a, x):
     if not isinstance(a, CudaSparseTensor):
         raise NotImplementedError(f"matmul on cuda with a {type(a).__name__} left operand: only sparse @ dense has "
                                   "a GPU kernel")
+    user = a
     a = _as_rows(a, "matmul")
     dev = a._dev()
     x = _dense_operand(x, dev, "matmul")
-    if x.dtype != a.dtype:
-        raise TypeError(f"matmul on cuda needs one dtype, got {a.layout.name} {a.dtype} and dense {x.dtype}")
+    # the CPU's rules (sparsetensor.ops.blas): result dtype, shapes, broadcasting, the errors
+    rt = _result_dtype("matmul", a.dtype, x.dtype)
+    if rt != a.dtype or rt != x.dtype:
+        raise NotImplementedError(f"matmul on cuda of {a.dtype} and {x.dtype} operands: the {rt} result needs a "
+                                  "value cast that has no GPU kernel; give both operands one dtype")
+    plan = product_shape(a, x, "matmul", (user, x))
+    B = math.prod(a.shape[:a.batch_dim])
+    if plan.sb.shape[0] != B or (B > 1 and not (plan.sb == np.arange(B)).all()):
+        raise NotImplementedError(f"matmul on cuda broadcasting the batch dims of the sparse operand "
+                                  f"{a.shape[:a.batch_dim]} to {plan.out_batch}")
+    if x.ndim <= 2 or math.prod(x.shape[:-2]) == 1:
+        x_bstride = 0  # one dense operand for every batch
+    elif (plan.db == np.arange(B)).all():
+        x_bstride = plan.K * plan.N
+    else:
+        raise NotImplementedError(f"matmul on cuda broadcasting the batch dims of the dense operand {x.shape[:-2]} "
+                                  f"to {plan.out_batch}")
     vkey = P.value_key(a.dtype, "matmul")
     ik = P.index_key(a.index_dtype)
-    m = a.batch_dim
-    batch = a.shape[:m]
-    B = math.prod(batch)
-    M, K = a.shape[m], a.shape[m + 1]
+    M, K, N = plan.M, plan.K, plan.N
     rb, cb = a.blocksize
-    vector = x.ndim == 1 and m == 0
-    if vector:
-        if x.shape != (K,):
-            raise ValueError(f"matmul: {a.layout.name} {a.shape} @ dense {x.shape}: expected a vector of {K}")
-        N, x_bstride = 1, 0
-    else:
-        if x.ndim == 2:
-            x_bstride = 0
-        elif x.ndim == m + 2 and x.shape[:m] == batch:
-            x_bstride = K * x.shape[-1]
-        else:
-            raise ValueError(f"matmul: {a.layout.name} {a.shape} @ dense {x.shape}: expected dense (K, N) or "
-                             f"batch + (K, N) with batch={batch}, K={K}")
-        if x.shape[-2] != K:
-            raise ValueError(f"matmul: {a.layout.name} {a.shape} @ dense {x.shape}: inner sizes {K} and "
-                             f"{x.shape[-2]} differ")
-        N = x.shape[-1]
-    out_shape = (M,) if vector else batch + (M, N)
-    y = P.empty(dev, out_shape, a.dtype)
+    y = P.empty(dev, plan.out_shape, a.dtype)
     if y.size == 0:
         return y
     c, p, v = a.compressed_indices(), a.plain_indices(), a.values()

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 import numbers
+from typing import NamedTuple
 
 import numpy as np
 
@@ -158,6 +159,37 @@ def _batch_maps(s_batch: tuple, d_batch: tuple, op, operands):
     return out_batch, _batch_map(s_batch, out_batch), _batch_map(d_batch, out_batch)
 
 
+class ProductShape(NamedTuple):
+    """The shapes of ``S @ D`` (sparse @ dense), resolved once for every device: NumPy's matmul
+    rules, a 1-d ``D`` being a vector, batch dims broadcast."""
+
+    out_shape: tuple  # the result's shape
+    out_batch: tuple
+    sb: np.ndarray  # int64 (B_out,): the batch of S each output batch reads
+    db: np.ndarray  # int64 (B_out,): the batch of D each output batch reads
+    M: int
+    K: int
+    N: int  # 1 for a vector
+
+
+def product_shape(S, D, op: str, operands, transposed: bool = False) -> ProductShape:
+    """The :class:`ProductShape` of sparse ``S`` (no dense dims) times dense ``D`` (anything with
+    ``shape``), or the ``ValueError`` naming both of the user's ``operands`` (``transposed``: the
+    user asked for ``D.mT @ S.mT``)."""
+    d_shape = tuple(D.shape)
+    if not d_shape:
+        raise _mismatch(op, *operands, "matmul needs at least 1-d operands")
+    m = S.batch_dim
+    s_batch, (M, K) = S.shape[:m], S.shape[m:m + 2]
+    vector = len(d_shape) == 1
+    d_batch, Kd, N = ((), d_shape[0], 1) if vector else (d_shape[:-2], d_shape[-2], d_shape[-1])
+    if Kd != K:
+        raise _mismatch(op, *operands, f"inner sizes differ ({Kd} != {K})" if transposed
+                        else f"inner sizes differ ({K} != {Kd})")
+    out_batch, sb, db = _batch_maps(s_batch, d_batch, op, operands)
+    return ProductShape(out_batch + ((M,) if vector else (M, N)), out_batch, sb, db, M, K, N)
+
+
 def _product(S: SparseTensor, D: np.ndarray, rt: np.dtype, op: str, threads, operands, err_tensor=None,
              transposed=False):
     """``S @ D`` in the working dtype of ``rt``, NumPy matmul shapes (1-D ``D`` is a vector).
@@ -184,15 +216,10 @@ def _compressed_product(S: CompressedTensor, D: np.ndarray, rt: np.dtype, op: st
     if S.dense_dim:
         raise NotImplementedError(f"{op}: a hybrid {err.layout.name} tensor (dense_dim={S.dense_dim}) times a "
                                   "dense array is not supported")
-    m = S.batch_dim
-    s_batch, (M, K) = S.shape[:m], S.shape[m:m + 2]
-    vector = D.ndim == 1
-    d_batch, Kd, N = ((), D.shape[0], 1) if vector else (D.shape[:-2], D.shape[-2], D.shape[-1])
-    if Kd != K:
-        raise _mismatch(op, *operands, f"inner sizes differ ({Kd} != {K})" if transposed
-                        else f"inner sizes differ ({K} != {Kd})")
-    out_batch, sb, db = _batch_maps(s_batch, d_batch, op, operands)
-    Bs, Bd, Bo = math.prod(s_batch), math.prod(d_batch), math.prod(out_batch)
+    plan = product_shape(S, D, op, operands, transposed)
+    M, K, N, sb, db = plan.M, plan.K, plan.N, plan.sb, plan.db
+    s_batch = S.shape[:S.batch_dim]
+    Bs, Bd, Bo = math.prod(s_batch), math.prod(D.shape[:-2]), math.prod(plan.out_batch)
     wt = _work_dtype(rt)
     kt = _bits_dtype(wt)
     logical = wt.kind == "b"
@@ -217,7 +244,7 @@ def _compressed_product(S: CompressedTensor, D: np.ndarray, rt: np.dtype, op: st
                           logical=logical, checked=S.is_coalesced())
     if found is not None:
         raise_compressed_error(found, err.layout, s_batch, err.plain_size, nnz)
-    return out.reshape(out_batch + ((M,) if vector else (M, N)))
+    return out.reshape(plan.out_shape)
 
 
 def _coo_product(S: COOTensor, D: np.ndarray, rt, op, threads, operands, err_tensor=None, transposed=False):
