@@ -14,6 +14,7 @@ from libc.string cimport memcpy, memset
 
 import numpy as np
 
+from ._balance cimport balanced_split
 from ._types cimport index2_t, index_t, raw_t
 
 cdef extern from *:
@@ -61,31 +62,39 @@ cdef Py_ssize_t MAX_BUCKETS = 2048
 cdef Py_ssize_t BUCKET_BYTES = 1 << 19
 # Below this many bytes of output the direct scatter stays in cache anyway.
 cdef Py_ssize_t BUCKETED_MIN_BYTES = 1 << 20
+# Entries per thread of a batch transposed on several threads.
+cdef Py_ssize_t DIRECT_GRAIN = 32768
 # Batches smaller than this (nnz * E) are transposed one per thread.
 cdef Py_ssize_t SMALL_BATCH = 1 << 16
 
 
-def _tune(max_buckets=None, direct_max_plain=None, bucketed_min_bytes=None, bucket_bytes=None):
-    """Set the transpose's tuning constants (benchmarks only); returns the previous ones."""
-    global MAX_BUCKETS, DIRECT_MAX_PLAIN, BUCKETED_MIN_BYTES, BUCKET_BYTES
-    old = (MAX_BUCKETS, DIRECT_MAX_PLAIN, BUCKETED_MIN_BYTES, BUCKET_BYTES)
-    if bucket_bytes is not None:
-        BUCKET_BYTES = bucket_bytes
+def _tune(max_buckets=None, direct_max_plain=None, bucketed_min_bytes=None, bucket_bytes=None, direct_grain=None):
+    """Set the transpose's tuning constants (benchmarks and tests); returns the previous ones,
+    in the order of the arguments."""
+    global MAX_BUCKETS, DIRECT_MAX_PLAIN, BUCKETED_MIN_BYTES, BUCKET_BYTES, DIRECT_GRAIN
+    old = (MAX_BUCKETS, DIRECT_MAX_PLAIN, BUCKETED_MIN_BYTES, BUCKET_BYTES, DIRECT_GRAIN)
     if max_buckets is not None:
         MAX_BUCKETS = max_buckets
     if direct_max_plain is not None:
         DIRECT_MAX_PLAIN = direct_max_plain
     if bucketed_min_bytes is not None:
         BUCKETED_MIN_BYTES = bucketed_min_bytes
+    if bucket_bytes is not None:
+        BUCKET_BYTES = bucket_bytes
+    if direct_grain is not None:
+        DIRECT_GRAIN = max(1, direct_grain)
     return old
 
 
 def _aligned_empty(shape, dtype):
     """np.empty(shape, dtype) starting at a 64-byte boundary (a view into a slightly larger buffer)."""
     dtype = np.dtype(dtype)
-    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    cdef Py_ssize_t nbytes = dtype.itemsize, off
+    for x in shape:
+        nbytes *= <Py_ssize_t>x
     buf = np.empty(nbytes + 64, dtype=np.uint8)
-    off = (-buf.ctypes.data) % 64
+    cdef uint8_t[::1] raw = buf
+    off = (-<Py_ssize_t>&raw[0]) & 63
     return buf[off:off + nbytes].view(dtype).reshape(shape)
 
 
@@ -104,42 +113,6 @@ cdef inline void _copy(raw_t* dst, const raw_t* src, Py_ssize_t E) noexcept nogi
     else:
         for e in range(E):
             dst[e] = src[e]
-
-
-# -- work partitions -----------------------------------------------------------------------
-cdef inline int64_t _unit_weight(const index_t* c, Py_ssize_t n, Py_ssize_t nnz, Py_ssize_t step,
-                                 Py_ssize_t nu, Py_ssize_t u, Py_ssize_t U) noexcept nogil:
-    """Work before unit u: entries before it plus units before it (monotone in u)."""
-    cdef Py_ssize_t b, i
-    if u >= U:
-        return <int64_t>(U // nu if nu else 0) * nnz + U
-    b = u // nu
-    i = u - b * nu
-    return <int64_t>b * nnz + c[b * (n + 1) + i * step] + u
-
-
-cdef void _split_units(const index_t* c, Py_ssize_t B, Py_ssize_t n, Py_ssize_t nnz, Py_ssize_t step,
-                       int T, Py_ssize_t* bounds) noexcept nogil:
-    """Split the B * (n // step) units (a unit is `step` consecutive compressed slices of one
-    batch) into T contiguous ranges of about equal work (entries + units)."""
-    cdef Py_ssize_t nu = n // step
-    cdef Py_ssize_t U = B * nu
-    cdef int64_t total = _unit_weight(c, n, nnz, step, nu, U, U)
-    cdef int64_t goal
-    cdef Py_ssize_t lo, hi, mid
-    cdef int t
-    bounds[0] = 0
-    for t in range(1, T):
-        goal = total * t // T
-        lo, hi = bounds[t - 1], U
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if _unit_weight(c, n, nnz, step, nu, mid, U) < goal:
-                lo = mid + 1
-            else:
-                hi = mid
-        bounds[t] = lo
-    bounds[T] = U
 
 
 # -- transpose: counting sort of the plain indices ----------------------------------------------
@@ -162,8 +135,12 @@ cdef void _count(const index_t* c, const index_t* p, Py_ssize_t r0, Py_ssize_t r
                  int64_t* cnt, Py_ssize_t NB) noexcept nogil:
     cdef Py_ssize_t k
     memset(cnt, 0, NB * sizeof(int64_t))
-    for k in range(c[r0], c[r1]):
-        cnt[p[k] >> shift] += 1
+    if shift == 0:
+        for k in range(c[r0], c[r1]):
+            cnt[p[k]] += 1
+    else:
+        for k in range(c[r0], c[r1]):
+            cnt[p[k] >> shift] += 1
 
 
 cdef inline void _scatter_e(const index_t* c, const index_t* p, const raw_t* v, Py_ssize_t E, Py_ssize_t r0,
@@ -338,7 +315,7 @@ cdef int _transpose_one(const index_t* c, const index_t* p, const raw_t* v, Py_s
     cdef int64_t q, x
     cdef void* keys = <void*>side if side != NULL else <void*>op
     cdef bint wide = side != NULL or sizeof(index_t) == 8
-    _split_units(c, 1, n, c[n], 1, T, rows)
+    balanced_split(c, c[n], <const index_t*>NULL, 0, 1, n, 1, 1, T, rows)
     if T == 1:
         _count(c, p, 0, n, shift if bucketed else 0, cnt, NB)
     else:
@@ -376,7 +353,7 @@ cdef int _transpose_one(const index_t* c, const index_t* p, const raw_t* v, Py_s
     oc[0] = 0
     if T == 1:
         return _sort_buckets(keys, wide, op, ov, E, bstart, 0, NB, shift, nplain, oc)
-    _split_units(<const int64_t*>bstart, 1, NB, bstart[NB], 1, T, rows)  # buckets of about equal work
+    balanced_split(<const int64_t*>bstart, bstart[NB], <const int64_t*>NULL, 0, 1, NB, 1, 1, T, rows)  # buckets of about equal work
     for t in prange(T, num_threads=T, schedule="static", chunksize=1):
         failed[t] = _sort_buckets(keys, wide, op, ov, E, bstart, rows[t], rows[t + 1], shift, nplain, oc)
     for t in range(T):
@@ -390,16 +367,20 @@ def compressed_transpose(const index_t[:, ::1] compressed, const index_t[:, ::1]
     bsr -> bsc), each new slice sorted by the old compressed index. Values move as chunks of E.
     Returns the new (compressed, plain, values)."""
     cdef Py_ssize_t B = compressed.shape[0], n = compressed.shape[1] - 1, nnz = plain.shape[1]
-    cdef Py_ssize_t E = values.shape[2], nplain = plain_size, NB, b
-    cdef int shift = 0, T = max(1, nthreads), Ti, w, err = 0
+    cdef Py_ssize_t E = values.shape[2], nplain = plain_size, NB, b, Ti, workers, slen, per_worker
+    cdef int shift = 0, T = max(1, nthreads), w, err = 0
     cdef bint per_batch = T > 1 and B > 1 and (B >= 4 * T or nnz * max(E, 1) < SMALL_BATCH)
     cdef Py_ssize_t isz = sizeof(index_t), rsz = sizeof(raw_t)
     cdef bint bucketed = (nplain > DIRECT_MAX_PLAIN and E * rsz < 64
                           and nnz * (isz + E * rsz) > BUCKETED_MIN_BYTES)
     idt, rdt = _index_dtype(isz), _raw_dtype(rsz)
     out_c = np.empty((B, nplain + 1), dtype=idt)
-    out_p = _aligned_empty((B, nnz), idt)  # aligned for the streaming stores
-    out_v = _aligned_empty((B, nnz, E), rdt)
+    if bucketed:  # aligned for the streaming stores
+        out_p = _aligned_empty((B, nnz), idt)
+        out_v = _aligned_empty((B, nnz, E), rdt)
+    else:
+        out_p = np.empty((B, nnz), dtype=idt)
+        out_v = np.empty((B, nnz, E), dtype=rdt)
     if B == 0:
         return out_c, out_p, out_v
     if bucketed:
@@ -410,41 +391,54 @@ def compressed_transpose(const index_t[:, ::1] compressed, const index_t[:, ::1]
             shift += 1
         bucketed = shift > 0
     NB = ((nplain + (1 << shift) - 1) >> shift) if bucketed else nplain
-    Ti = 1 if per_batch else max(1, min(T, nnz // 32768 + 1))
+    Ti = 1 if per_batch else max(1, min(T, nnz // DIRECT_GRAIN + 1))
     workers = T if per_batch else 1
     # direct mode keeps one counter per plain index and thread: bound that memory
     while Ti > 1 and not bucketed and Ti * NB > max(nnz, 1 << 20):
         Ti -= 1
-    cdef Py_ssize_t[:, ::1] rows = np.zeros((workers, Ti + 1), dtype=np.intp)
-    cdef int64_t[:, ::1] cnt = np.zeros((workers, Ti * NB + 1), dtype=np.int64)
-    cdef int64_t[:, ::1] bstart = np.zeros((workers, NB + 1), dtype=np.int64)
     # the bucket keys (old compressed index << shift | offset) go to the output's plain index when
     # they fit its width; else to uint64 rows of WC-aligned length, batch b starting at offset
     # (b * nnz) % WC as it does in the outputs
     cdef bint use_side = bucketed and isz == 4 and n > 0 and ((n - 1) >> (32 - shift)) > 0
-    cdef Py_ssize_t slen = ((nnz + 2 * WC) // WC * WC) if use_side else 1
-    cdef uint64_t[:, ::1] side = _aligned_empty((workers, slen), np.uint64)
-    cdef int[:, ::1] failed = np.zeros((workers, Ti), dtype=np.intc)
-    cdef int[::1] status = np.zeros(B, dtype=np.intc)
+    slen = ((nnz + 2 * WC) // WC * WC) if use_side else 0
+    # one scratch block per worker: row bounds, counters, bucket starts, failure flags
+    per_worker = (Ti + 1) + (Ti * NB + 1) + (NB + 1) + Ti
+    cdef int64_t* scratch = <int64_t*>malloc((workers * per_worker + B) * sizeof(int64_t))
+    cdef uint64_t* side = <uint64_t*>_alloc64(workers * slen * sizeof(uint64_t)) if use_side else NULL
+    if scratch == NULL or (use_side and side == NULL):
+        free(scratch)
+        free(side)
+        raise MemoryError("compressed_transpose: out of memory for the scratch buffers")
     cdef index_t[:, ::1] oc = out_c
     cdef index_t[:, ::1] op = out_p
     cdef raw_t[:, :, ::1] ov = out_v
     cdef const raw_t* vp = &values[0, 0, 0]
+    cdef int64_t* status = scratch + workers * per_worker
+    cdef int64_t* mine
     with nogil:
         if per_batch:
             for b in prange(B, num_threads=T, schedule="dynamic"):
                 w = threadid()
-                status[b] = _transpose_one(&compressed[b, 0], &plain[b, 0], vp + b * nnz * E, n, nplain, E, shift,
-                                           bucketed, 1, &oc[b, 0], &op[b, 0], &ov[b, 0, 0], (b * nnz) % WC,
-                                           &rows[w, 0], &cnt[w, 0], &bstart[w, 0],
-                                           &side[w, (b * nnz) % WC] if use_side else NULL, &failed[w, 0])
+                mine = scratch + w * per_worker
+                status[b] = _transpose_one(&compressed[b, 0], &plain[b, 0], vp + b * nnz * E, n,
+                                           nplain, E, shift, bucketed, 1, &oc[b, 0], &op[b, 0],
+                                           &ov[b, 0, 0], (b * nnz) % WC, <Py_ssize_t*>mine,
+                                           mine + (Ti + 1), mine + (Ti + 1) + (Ti * NB + 1),
+                                           side + w * slen + (b * nnz) % WC if use_side else NULL,
+                                           <int*>(mine + (Ti + 1) + (Ti * NB + 1) + (NB + 1)))
         else:
             for b in range(B):
-                status[b] = _transpose_one(&compressed[b, 0], &plain[b, 0], vp + b * nnz * E, n, nplain, E, shift,
-                                           bucketed, Ti, &oc[b, 0], &op[b, 0], &ov[b, 0, 0], (b * nnz) % WC,
-                                           &rows[0, 0], &cnt[0, 0], &bstart[0, 0],
-                                           &side[0, (b * nnz) % WC] if use_side else NULL, &failed[0, 0])
-    if np.asarray(status).any():
+                status[b] = _transpose_one(&compressed[b, 0], &plain[b, 0], vp + b * nnz * E, n,
+                                           nplain, E, shift, bucketed, Ti, &oc[b, 0], &op[b, 0],
+                                           &ov[b, 0, 0], (b * nnz) % WC, <Py_ssize_t*>scratch,
+                                           scratch + (Ti + 1), scratch + (Ti + 1) + (Ti * NB + 1),
+                                           side + (b * nnz) % WC if use_side else NULL,
+                                           <int*>(scratch + (Ti + 1) + (Ti * NB + 1) + (NB + 1)))
+        for b in range(B):
+            err = err | <int>status[b]
+    free(scratch)
+    free(side)
+    if err:
         raise MemoryError("compressed_transpose: out of memory for the bucket buffers")
     return out_c, out_p, out_v
 
@@ -498,7 +492,7 @@ def rows_to_coo(const index_t[:, ::1] compressed, const index_t[:, ::1] plain, c
     cdef const index_t* bc = &batch_coords[0, 0]
     cdef index_t* oi = &out_indices[0, 0]
     cdef raw_t* ov = &out_values[0, 0]
-    _split_units(c, B, n, nnz, 1, T, &bounds[0])
+    balanced_split(c, nnz, <const index_t*>NULL, 0, B, n, 1, 1, T, &bounds[0])
     with nogil:
         if T == 1:
             _rows_to_coo(c, p, v, n, nnz, Rb, Cb, Er, bc, m, B, oi, N, ov, 0, B * n)
@@ -825,7 +819,7 @@ def group_count(const index_t[:, ::1] compressed, const index_t[:, ::1] plain, P
     cdef int64_t[:, ::1] cur = np.zeros((T, 2 * bc), dtype=np.int64)
     cdef const index_t* c = &compressed[0, 0]
     cdef const index_t* p = &plain[0, 0]
-    _split_units(c, B, n, nnz, bc, T, &bounds[0])
+    balanced_split(c, nnz, <const index_t*>NULL, 0, B, n, bc, 1, T, &bounds[0])
     with nogil:
         for t in prange(T, num_threads=T, schedule="static", chunksize=1):
             _group_units(c, p, <const uint8_t*>NULL, n, nnz, bc, bp, 0, 0, 0, bounds[t], bounds[t + 1],
@@ -852,7 +846,7 @@ def group_fill(const index_t[:, ::1] compressed, const index_t[:, ::1] plain, co
     cdef const index_t* oc = &out_compressed[0, 0]
     cdef index_t* op = &out_plain[0, 0]
     cdef raw_t* ov = &out_values[0, 0, 0]
-    _split_units(c, B, n, nnz, bc, T, &bounds[0])
+    balanced_split(c, nnz, <const index_t*>NULL, 0, B, n, bc, 1, T, &bounds[0])
     with nogil:
         for t in prange(T, num_threads=T, schedule="static", chunksize=1):
             _group_units(c, p, v, n, nnz, bc, bp, Er, stride_c, stride_p, bounds[t], bounds[t + 1], &cur[t, 0],
@@ -907,7 +901,7 @@ def compressed_expand(const index_t[:, ::1] compressed, const index_t[:, ::1] pl
     cdef index_t* oc = &out_compressed[0, 0]
     cdef index_t* op = &out_plain[0, 0]
     cdef raw_t* ov = &out_values[0, 0, 0]
-    _split_units(c, B, n, nnz, 1, T, &bounds[0])
+    balanced_split(c, nnz, <const index_t*>NULL, 0, B, n, 1, 1, T, &bounds[0])
     with nogil:
         if T == 1:
             _expand_units(c, p, v, n, nnz, bc, bp, Er, stride_c, stride_p, 0, B * n, oc, op, ov)
