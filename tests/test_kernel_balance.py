@@ -45,7 +45,8 @@ def canon(a, index_dtype, batch=1):
 # -- transpose ---------------------------------------------------------------------------------
 MODES = {
     "direct": dict(direct_max_plain=1 << 40, direct_grain=1),
-    "bucketed": dict(direct_max_plain=0, bucketed_min_bytes=0),
+    "bucketed": dict(direct_max_plain=0, bucketed_min_bytes=0, direct_max_band=-1),
+    "banded": dict(direct_max_plain=0, bucketed_min_bytes=0, direct_max_band=1 << 40),
     "default": {},
 }
 
