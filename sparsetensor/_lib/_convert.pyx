@@ -180,36 +180,37 @@ cdef void _scatter(const index_t* c, const index_t* p, const raw_t* v, Py_ssize_
         _scatter_e(c, p, v, E, r0, r1, cur, op, ov)
 
 
+cdef inline void _exclusive_scan(index2_t* cnt, Py_ssize_t NB, int T, index2_t* start) noexcept nogil:
+    """start[b] = the entries before bucket b (start[NB]: all of them); cnt[t * NB + b], thread t's
+    count of bucket b, becomes where its entries of b begin: after those of threads before t."""
+    cdef Py_ssize_t b
+    cdef int t
+    cdef index2_t q = 0, x
+    for b in range(NB):
+        start[b] = q
+        for t in range(T):
+            x = cnt[t * NB + b]
+            cnt[t * NB + b] = q
+            q = q + x
+    start[NB] = q
+
+
 cdef void _transpose_direct(const index_t* c, const index_t* p, const raw_t* v, Py_ssize_t n, Py_ssize_t nplain,
                             Py_ssize_t E, int T, index_t* oc, index_t* op, raw_t* ov, Py_ssize_t* rows,
                             index_t* cur) noexcept nogil:
     """Direct mode on T threads: thread t counts and then scatters the entries of its slices (of
     about equal entries) with cursors cur[t * nplain:], of the index width (as SciPy's csr_tocsc;
     the counters and the scan then move half the bytes of int64 ones)."""
-    cdef Py_ssize_t j
     cdef int t
-    cdef index_t q = 0, x
     if T == 1:
         _count_direct(c, p, 0, n, cur, nplain)
-        for j in range(nplain):
-            oc[j] = q
-            x = cur[j]
-            cur[j] = q
-            q = q + x
-        oc[nplain] = q
+        _exclusive_scan(cur, nplain, 1, oc)
         _scatter(c, p, v, E, 0, n, cur, op, ov)
         return
     balanced_split(c, c[n], <const index_t*>NULL, 0, 1, n, 1, 1, T, rows)
     for t in prange(T, num_threads=T, schedule="static", chunksize=1):
         _count_direct(c, p, rows[t], rows[t + 1], cur + t * nplain, nplain)
-    # exclusive scan over (plain index, thread): thread t's entries of index j follow those of t - 1
-    for j in range(nplain):
-        oc[j] = q
-        for t in range(T):
-            x = cur[t * nplain + j]
-            cur[t * nplain + j] = q
-            q = q + x
-    oc[nplain] = q
+    _exclusive_scan(cur, nplain, T, oc)
     for t in prange(T, num_threads=T, schedule="static", chunksize=1):
         _scatter(c, p, v, E, rows[t], rows[t + 1], cur + t * nplain, op, ov)
 
@@ -358,9 +359,7 @@ cdef int _transpose_one(const index_t* c, const index_t* p, const raw_t* v, Py_s
     """Transpose one batch on T threads (see above); the bucket keys go to side when it is not
     NULL (uint64), else to op (its own width). Returns nonzero when out of memory."""
     cdef Py_ssize_t NB = ((nplain + (1 << shift) - 1) >> shift) if bucketed else nplain
-    cdef Py_ssize_t b
     cdef int t, err = 0
-    cdef int64_t q, x
     cdef void* keys = <void*>side if side != NULL else <void*>op
     cdef bint wide = side != NULL or sizeof(index_t) == 8
     if not bucketed:
@@ -372,15 +371,7 @@ cdef int _transpose_one(const index_t* c, const index_t* p, const raw_t* v, Py_s
     else:
         for t in prange(T, num_threads=T, schedule="static", chunksize=1):
             _count(c, p, rows[t], rows[t + 1], shift, cnt + t * NB, NB)
-    # exclusive scan over (bucket, thread): thread t's entries of bucket b follow those of t - 1
-    q = 0
-    for b in range(NB):
-        bstart[b] = q
-        for t in range(T):
-            x = cnt[t * NB + b]
-            cnt[t * NB + b] = q
-            q = q + x
-    bstart[NB] = q
+    _exclusive_scan(cnt, NB, T, bstart)
     if T == 1:
         err = _scatter_buckets(c, p, v, E, 0, n, shift, NB, phase, cnt, keys, wide, ov)
     else:
