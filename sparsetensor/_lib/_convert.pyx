@@ -61,14 +61,16 @@ cdef Py_ssize_t DIRECT_MAX_PLAIN = 4096
 cdef Py_ssize_t MAX_BUCKETS = 2048
 cdef Py_ssize_t BUCKET_BYTES = 1 << 19
 # Below this many bytes of output the direct scatter stays in cache anyway.
-# Below this many bytes of entries (indices and values) the direct scatter's misses are L3
-# hits (measured on a 32 MB L3: direct is 1.2-3.5x faster than bucketed at 1e5-1e6 nnz).
-cdef Py_ssize_t BUCKETED_MIN_BYTES = 1 << 24
+# Below this many bytes of entries (indices and values) the direct scatter's misses are cache
+# hits: measured (1 thread, 32 MB L3, 512 KB L2) on R-MAT graphs, direct vs bucketed is 0.52
+# vs 1.66 ms at 1.3 MB (scale 13), 3.1 vs 3.6 at 2.7 MB, 8.0 vs 8.2 at 5.7 MB, 19.1 vs 15.6 at 11 MB.
+cdef Py_ssize_t BUCKETED_MIN_BYTES = 1 << 22
 # Above it, a banded matrix (most plain indices within DIRECT_MAX_BAND of the diagonal:
 # stencils, FEM meshes) still scatters directly, its few live write streams staying in
-# cache (3x faster than bucketed for a 5-point stencil of 1e7 nnz); a negative value never
-# counts a matrix as banded.
-cdef Py_ssize_t DIRECT_MAX_BAND = 1 << 16
+# cache: 2.9x faster than bucketed for a 5-point stencil of 1e6 nnz, 1.4x for a 27-point
+# one, 4x for a 5-point one of 1e7 nnz. The band bounds the live write streams (about
+# 2 x band cache lines of each output); a negative value never counts a matrix as banded.
+cdef Py_ssize_t DIRECT_MAX_BAND = 1 << 13
 # Entries per thread of a batch transposed on several threads.
 cdef Py_ssize_t DIRECT_GRAIN = 32768
 # Batches smaller than this (nnz * E) are transposed one per thread.
