@@ -99,8 +99,8 @@ def test_transpose_modes_small_and_empty(rng, mode, index_dtype, shape, nnz):
 
 def test_tune_returns_and_restores():
     old = _convert._tune()
-    assert _convert._tune(direct_grain=5)[: len(old)] == old
-    assert _convert._tune(*old)[-1] == 5
+    assert _convert._tune(direct_grain=5, direct_max_band=-1) == old
+    assert _convert._tune(*old)[4:] == (5, -1)  # (direct_grain, direct_max_band)
     assert _convert._tune() == old
 
 
