@@ -52,8 +52,9 @@ cdef enum:
     SUB_SHIFT = 6
     SUB = 64
 
-# A plain dimension larger than this is transposed through cache-sized buckets
-# (two streaming passes) instead of one scatter with a write stream per column.
+# A plain dimension larger than this may be transposed through cache-sized buckets
+# (two streaming passes) instead of one scatter with a write stream per column (see
+# BUCKETED_MIN_BYTES and DIRECT_MAX_BAND).
 cdef Py_ssize_t DIRECT_MAX_PLAIN = 4096
 # Number of buckets of the bucketed transpose: at most MAX_BUCKETS, so that one thread's
 # write-combining buffers (WC entries x 2 arrays per bucket) stay in L2, and about
@@ -129,10 +130,12 @@ cdef inline void _copy(raw_t* dst, const raw_t* src, Py_ssize_t E) noexcept nogi
 
 # -- transpose: counting sort of the plain indices ----------------------------------------------
 #
-# Direct mode (few plain indices, or big entries): one counter per plain index and thread;
-# every entry is scattered straight to its final place.
-# Bucketed mode (many plain indices): a scatter with one write stream per plain index
-# would miss the cache on every write, so entries are first partitioned into buckets of
+# Direct mode (few plain indices, big entries, entries that fit the cache, or a banded
+# matrix): one counter per plain index and thread, of the index width; every entry is
+# scattered straight to its final place, each thread taking slices of about equal entries.
+# Bucketed mode (many plain indices, spread far from the diagonal, beyond the cache): a
+# scatter with one write stream per plain index would miss the cache on every write, so
+# entries are first partitioned into buckets of
 # 2**shift consecutive plain indices (few, cache-resident write streams), each as one key
 # (old compressed index << shift | offset in the bucket) and its values; then each bucket,
 # small enough for L2, is counting-sorted by offset into its final place. The keys live in
