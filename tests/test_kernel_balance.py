@@ -267,3 +267,22 @@ def test_segment_checks_stay():
         _reduce.segment_sum(np.array([0, 2, 4], np.int64), np.array([0, 1, -2, 3], np.int64), x, out, 2)
     with pytest.raises(ValueError, match="perm"):
         _reduce.segment_sum(np.array([0, 2, 4], np.int64), np.array([0, 1, 2], np.int64), x, out, 2)
+
+
+def test_spmm_wrapper_checks_stay():
+    c, p, v = np.array([[0, 1, 2]]), np.array([[1, 0]]), np.array([[[2.0], [3.0]]])
+    d, out, z = np.ones((1, 2, 1)), np.empty((1, 2, 1)), np.zeros(1, np.int64)
+    with pytest.raises(TypeError, match="compressed must be int32 or int64"):
+        _spmm.spmm(c.astype(np.int16), p.astype(np.int16), v, d, out, z, z, (1, 1), True, 2)
+    with pytest.raises(TypeError, match="plain must have dtype int64"):
+        _spmm.spmm(c, p.astype(np.int32), v, d, out, z, z, (1, 1), True, 2)
+    with pytest.raises(TypeError, match="kernel dtype"):
+        _spmm.spmm(c, p, v.astype(np.float16), d.astype(np.float16), out.astype(np.float16), z, z, (1, 1), True, 2)
+    with pytest.raises(ValueError, match="C-contiguous"):
+        _spmm.spmm(c, p, v, np.ones((1, 1, 4))[:, :, ::2].reshape(1, 2, 1)[:, ::-1], out, z, z, (1, 1), True, 2)
+    with pytest.raises(ValueError, match="sbatch must be in"):
+        _spmm.spmm(c, p, v, d, out, z + 1, z, (1, 1), True, 2)
+    with pytest.raises(ValueError, match="blocksize must be positive"):
+        _spmm.spmm(c, p, v, d, out, z, z, (0, 1), True, 2)
+    assert _spmm.spmm(c, p, v, d, out, z, z, (1, 1), True, 2) is None
+    np.testing.assert_array_equal(out.ravel(), [2.0, 3.0])

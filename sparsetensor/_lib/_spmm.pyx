@@ -712,15 +712,17 @@ def spmm(compressed, plain, values, dense, out, sbatch, dbatch, blocksize, compr
     >>> out.ravel()
     array([40., 30.])
     """
-    Rb, Cb = (int(x) for x in blocksize)
+    cdef Py_ssize_t Rb, Cb
+    Rb, Cb = blocksize
     if Rb < 1 or Cb < 1:
         raise ValueError(f"blocksize must be positive, got {tuple(blocksize)}")
     _require(compressed, "compressed", 2)
-    if compressed.dtype not in (_INT32, _INT64):
-        raise TypeError(f"compressed must be int32 or int64, got {compressed.dtype}")
     _require(plain, "plain", 2, compressed.dtype)
     _require(values, "values", 3)
-    if values.dtype not in _KERNEL_DTYPES:
+    kernel = _KERNELS.get((compressed.dtype, values.dtype))  # one hash lookup checks both dtypes
+    if kernel is None:
+        if compressed.dtype not in (_INT32, _INT64):
+            raise TypeError(f"compressed must be int32 or int64, got {compressed.dtype}")
         raise TypeError(f"values must have a kernel dtype ({', '.join(map(str, _KERNEL_DTYPES))}), "
                         f"got {values.dtype}")
     if logical and values.dtype != _KERNEL_DTYPES[0]:
@@ -751,7 +753,6 @@ def spmm(compressed, plain, values, dense, out, sbatch, dbatch, blocksize, compr
     if K == 0 or nnz == 0:
         out[...] = 0
         return None
-    kernel = _KERNELS[compressed.dtype, values.dtype]
     args = (_flat(compressed), _flat(plain), _flat(values), _flat(dense), out.reshape(-1), sbatch, dbatch,
             Bs, nc, nplain, nnz, Rb, Cb, bool(block_transposed), M, K, N, bool(logical), bool(checked),
             bool(compressed_rows), int(nthreads))
