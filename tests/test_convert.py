@@ -459,11 +459,17 @@ def _csc_reference(crow, col, vals, ncols):
 @pytest.mark.parametrize("batch", [3, 9])
 def test_large_batched_transpose(rng, batch, dtype, dense, index_dtype, threads):
     """Bucketed transposes of batches whose nnz is not a multiple of the write-combining width."""
+    from sparsetensor._lib import _convert as kernels
+
     rows, cols, nnz = 700, 20_011, 150_001
     crow, col = _random_csr(rng, rows, cols, nnz, index_dtype, batch=batch)
     vals = nonzero_values(rng, (batch, nnz) + dense, dtype)
     t = make("csr", (crow, col, vals), (batch, rows, cols) + dense)
-    out = t.to_sparse_csc(threads=threads)
+    old = kernels._tune(bucketed_min_bytes=0, direct_max_band=-1)  # bucketed at this size
+    try:
+        out = t.to_sparse_csc(threads=threads)
+    finally:
+        kernels._tune(*old)
     check_result(out, "csc", t.shape, np.dtype(dtype), np.dtype(index_dtype))
     for b in range(batch):
         assert_same([x[b] for x in members(out)], _csc_reference(crow[b], col[b], vals[b], cols))
@@ -482,7 +488,8 @@ def test_bucket_keys_wider_than_the_index(rng, rows, index_dtype, threads):
     crow, col = _random_csr(rng, rows, cols, nnz, index_dtype)
     vals = rng.standard_normal(nnz).astype(np.float32)
     t = make("csr", (crow[0], col[0], vals), (rows, cols))
-    old = kernels._tune(max_buckets=1)  # as few buckets as 2**16 plain indices each allow
+    # bucketed at this size, with as few buckets as 2**16 plain indices each allow
+    old = kernels._tune(max_buckets=1, bucketed_min_bytes=0, direct_max_band=-1)
     try:
         out = t.to_sparse_csc(threads=threads)
     finally:

@@ -14,6 +14,7 @@ from libc.string cimport memcpy, memset
 
 import numpy as np
 
+from ._balance cimport balanced_split
 from ._types cimport index2_t, index_t, raw_t
 
 cdef extern from *:
@@ -51,8 +52,9 @@ cdef enum:
     SUB_SHIFT = 6
     SUB = 64
 
-# A plain dimension larger than this is transposed through cache-sized buckets
-# (two streaming passes) instead of one scatter with a write stream per column.
+# A plain dimension larger than this may be transposed through cache-sized buckets
+# (two streaming passes) instead of one scatter with a write stream per column (see
+# BUCKETED_MIN_BYTES and DIRECT_MAX_BAND).
 cdef Py_ssize_t DIRECT_MAX_PLAIN = 4096
 # Number of buckets of the bucketed transpose: at most MAX_BUCKETS, so that one thread's
 # write-combining buffers (WC entries x 2 arrays per bucket) stay in L2, and about
@@ -60,32 +62,52 @@ cdef Py_ssize_t DIRECT_MAX_PLAIN = 4096
 cdef Py_ssize_t MAX_BUCKETS = 2048
 cdef Py_ssize_t BUCKET_BYTES = 1 << 19
 # Below this many bytes of output the direct scatter stays in cache anyway.
-cdef Py_ssize_t BUCKETED_MIN_BYTES = 1 << 20
+# Below this many bytes of entries (indices and values) the direct scatter's misses are cache
+# hits: measured (1 thread, 32 MB L3, 512 KB L2) on R-MAT graphs, direct vs bucketed is 0.52
+# vs 1.66 ms at 1.3 MB (scale 13), 3.1 vs 3.6 at 2.7 MB, 8.0 vs 8.2 at 5.7 MB, 19.1 vs 15.6 at 11 MB.
+cdef Py_ssize_t BUCKETED_MIN_BYTES = 1 << 22
+# Above it, a banded matrix (most plain indices within DIRECT_MAX_BAND of the diagonal:
+# stencils, FEM meshes) still scatters directly, its few live write streams staying in
+# cache: 2.9x faster than bucketed for a 5-point stencil of 1e6 nnz, 1.4x for a 27-point
+# one, 4x for a 5-point one of 1e7 nnz. The band bounds the live write streams (about
+# 2 x band cache lines of each output); a negative value never counts a matrix as banded.
+cdef Py_ssize_t DIRECT_MAX_BAND = 1 << 13
+# Entries per thread of a batch transposed on several threads.
+cdef Py_ssize_t DIRECT_GRAIN = 32768
 # Batches smaller than this (nnz * E) are transposed one per thread.
 cdef Py_ssize_t SMALL_BATCH = 1 << 16
 
 
-def _tune(max_buckets=None, direct_max_plain=None, bucketed_min_bytes=None, bucket_bytes=None):
-    """Set the transpose's tuning constants (benchmarks only); returns the previous ones."""
-    global MAX_BUCKETS, DIRECT_MAX_PLAIN, BUCKETED_MIN_BYTES, BUCKET_BYTES
-    old = (MAX_BUCKETS, DIRECT_MAX_PLAIN, BUCKETED_MIN_BYTES, BUCKET_BYTES)
-    if bucket_bytes is not None:
-        BUCKET_BYTES = bucket_bytes
+def _tune(max_buckets=None, direct_max_plain=None, bucketed_min_bytes=None, bucket_bytes=None, direct_grain=None,
+          direct_max_band=None):
+    """Set the transpose's tuning constants (benchmarks and tests); returns the previous ones,
+    in the order of the arguments."""
+    global MAX_BUCKETS, DIRECT_MAX_PLAIN, BUCKETED_MIN_BYTES, BUCKET_BYTES, DIRECT_GRAIN, DIRECT_MAX_BAND
+    old = (MAX_BUCKETS, DIRECT_MAX_PLAIN, BUCKETED_MIN_BYTES, BUCKET_BYTES, DIRECT_GRAIN, DIRECT_MAX_BAND)
     if max_buckets is not None:
         MAX_BUCKETS = max_buckets
     if direct_max_plain is not None:
         DIRECT_MAX_PLAIN = direct_max_plain
     if bucketed_min_bytes is not None:
         BUCKETED_MIN_BYTES = bucketed_min_bytes
+    if bucket_bytes is not None:
+        BUCKET_BYTES = bucket_bytes
+    if direct_grain is not None:
+        DIRECT_GRAIN = max(1, direct_grain)
+    if direct_max_band is not None:
+        DIRECT_MAX_BAND = direct_max_band
     return old
 
 
 def _aligned_empty(shape, dtype):
     """np.empty(shape, dtype) starting at a 64-byte boundary (a view into a slightly larger buffer)."""
     dtype = np.dtype(dtype)
-    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    cdef Py_ssize_t nbytes = dtype.itemsize, off
+    for x in shape:
+        nbytes *= <Py_ssize_t>x
     buf = np.empty(nbytes + 64, dtype=np.uint8)
-    off = (-buf.ctypes.data) % 64
+    cdef uint8_t[::1] raw = buf
+    off = (-<Py_ssize_t>&raw[0]) & 63
     return buf[off:off + nbytes].view(dtype).reshape(shape)
 
 
@@ -106,48 +128,14 @@ cdef inline void _copy(raw_t* dst, const raw_t* src, Py_ssize_t E) noexcept nogi
             dst[e] = src[e]
 
 
-# -- work partitions -----------------------------------------------------------------------
-cdef inline int64_t _unit_weight(const index_t* c, Py_ssize_t n, Py_ssize_t nnz, Py_ssize_t step,
-                                 Py_ssize_t nu, Py_ssize_t u, Py_ssize_t U) noexcept nogil:
-    """Work before unit u: entries before it plus units before it (monotone in u)."""
-    cdef Py_ssize_t b, i
-    if u >= U:
-        return <int64_t>(U // nu if nu else 0) * nnz + U
-    b = u // nu
-    i = u - b * nu
-    return <int64_t>b * nnz + c[b * (n + 1) + i * step] + u
-
-
-cdef void _split_units(const index_t* c, Py_ssize_t B, Py_ssize_t n, Py_ssize_t nnz, Py_ssize_t step,
-                       int T, Py_ssize_t* bounds) noexcept nogil:
-    """Split the B * (n // step) units (a unit is `step` consecutive compressed slices of one
-    batch) into T contiguous ranges of about equal work (entries + units)."""
-    cdef Py_ssize_t nu = n // step
-    cdef Py_ssize_t U = B * nu
-    cdef int64_t total = _unit_weight(c, n, nnz, step, nu, U, U)
-    cdef int64_t goal
-    cdef Py_ssize_t lo, hi, mid
-    cdef int t
-    bounds[0] = 0
-    for t in range(1, T):
-        goal = total * t // T
-        lo, hi = bounds[t - 1], U
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if _unit_weight(c, n, nnz, step, nu, mid, U) < goal:
-                lo = mid + 1
-            else:
-                hi = mid
-        bounds[t] = lo
-    bounds[T] = U
-
-
 # -- transpose: counting sort of the plain indices ----------------------------------------------
 #
-# Direct mode (few plain indices, or big entries): one counter per plain index and thread;
-# every entry is scattered straight to its final place.
-# Bucketed mode (many plain indices): a scatter with one write stream per plain index
-# would miss the cache on every write, so entries are first partitioned into buckets of
+# Direct mode (few plain indices, big entries, entries that fit the cache, or a banded
+# matrix): one counter per plain index and thread, of the index width; every entry is
+# scattered straight to its final place, each thread taking slices of about equal entries.
+# Bucketed mode (many plain indices, spread far from the diagonal, beyond the cache): a
+# scatter with one write stream per plain index would miss the cache on every write, so
+# entries are first partitioned into buckets of
 # 2**shift consecutive plain indices (few, cache-resident write streams), each as one key
 # (old compressed index << shift | offset in the bucket) and its values; then each bucket,
 # small enough for L2, is counting-sorted by offset into its final place. The keys live in
@@ -166,27 +154,70 @@ cdef void _count(const index_t* c, const index_t* p, Py_ssize_t r0, Py_ssize_t r
         cnt[p[k] >> shift] += 1
 
 
+cdef void _count_direct(const index_t* c, const index_t* p, Py_ssize_t r0, Py_ssize_t r1, index_t* cnt,
+                        Py_ssize_t nplain) noexcept nogil:
+    """cnt[j] = entries of slices [r0, r1) at plain index j (fits index_t: at most nnz)."""
+    cdef Py_ssize_t k
+    memset(cnt, 0, nplain * sizeof(index_t))
+    for k in range(c[r0], c[r1]):
+        cnt[p[k]] += 1
+
+
 cdef inline void _scatter_e(const index_t* c, const index_t* p, const raw_t* v, Py_ssize_t E, Py_ssize_t r0,
-                            Py_ssize_t r1, int64_t* cur, index_t* op, raw_t* ov) noexcept nogil:
+                            Py_ssize_t r1, index_t* cur, index_t* op, raw_t* ov) noexcept nogil:
     cdef Py_ssize_t i, k
-    cdef int64_t q
-    cdef index_t j
+    cdef index_t j, q
     for i in range(r0, r1):
         for k in range(c[i], c[i + 1]):
             j = p[k]
             q = cur[j]
             cur[j] = q + 1
             op[q] = <index_t>i
-            _copy(ov + q * E, v + k * E, E)
+            _copy(ov + <Py_ssize_t>q * E, v + k * E, E)
 
 
 cdef void _scatter(const index_t* c, const index_t* p, const raw_t* v, Py_ssize_t E, Py_ssize_t r0,
-                   Py_ssize_t r1, int64_t* cur, index_t* op, raw_t* ov) noexcept nogil:
-    """Direct mode: move each entry of slices [r0, r1) to the next free slot of its plain index."""
+                   Py_ssize_t r1, index_t* cur, index_t* op, raw_t* ov) noexcept nogil:
+    """Move each entry of slices [r0, r1) to the next free slot (cur) of its plain index."""
     if E == 1:
         _scatter_e(c, p, v, 1, r0, r1, cur, op, ov)
     else:
         _scatter_e(c, p, v, E, r0, r1, cur, op, ov)
+
+
+cdef inline void _exclusive_scan(index2_t* cnt, Py_ssize_t NB, int T, index2_t* start) noexcept nogil:
+    """start[b] = the entries before bucket b (start[NB]: all of them); cnt[t * NB + b], thread t's
+    count of bucket b, becomes where its entries of b begin: after those of threads before t."""
+    cdef Py_ssize_t b
+    cdef int t
+    cdef index2_t q = 0, x
+    for b in range(NB):
+        start[b] = q
+        for t in range(T):
+            x = cnt[t * NB + b]
+            cnt[t * NB + b] = q
+            q = q + x
+    start[NB] = q
+
+
+cdef void _transpose_direct(const index_t* c, const index_t* p, const raw_t* v, Py_ssize_t n, Py_ssize_t nplain,
+                            Py_ssize_t E, int T, index_t* oc, index_t* op, raw_t* ov, Py_ssize_t* rows,
+                            index_t* cur) noexcept nogil:
+    """Direct mode on T threads: thread t counts and then scatters the entries of its slices (of
+    about equal entries) with cursors cur[t * nplain:], of the index width (as SciPy's csr_tocsc;
+    the counters and the scan then move half the bytes of int64 ones)."""
+    cdef int t
+    if T == 1:
+        _count_direct(c, p, 0, n, cur, nplain)
+        _exclusive_scan(cur, nplain, 1, oc)
+        _scatter(c, p, v, E, 0, n, cur, op, ov)
+        return
+    balanced_split(c, c[n], <const index_t*>NULL, 0, 1, n, 1, 1, T, rows)
+    for t in prange(T, num_threads=T, schedule="static", chunksize=1):
+        _count_direct(c, p, rows[t], rows[t + 1], cur + t * nplain, nplain)
+    _exclusive_scan(cur, nplain, T, oc)
+    for t in prange(T, num_threads=T, schedule="static", chunksize=1):
+        _scatter(c, p, v, E, rows[t], rows[t + 1], cur + t * nplain, op, ov)
 
 
 cdef inline void _flush(int64_t q, Py_ssize_t f, Py_ssize_t E, const key_t* bkey, const raw_t* bval, key_t* keys,
@@ -333,36 +364,19 @@ cdef int _transpose_one(const index_t* c, const index_t* p, const raw_t* v, Py_s
     """Transpose one batch on T threads (see above); the bucket keys go to side when it is not
     NULL (uint64), else to op (its own width). Returns nonzero when out of memory."""
     cdef Py_ssize_t NB = ((nplain + (1 << shift) - 1) >> shift) if bucketed else nplain
-    cdef Py_ssize_t b, j
     cdef int t, err = 0
-    cdef int64_t q, x
     cdef void* keys = <void*>side if side != NULL else <void*>op
     cdef bint wide = side != NULL or sizeof(index_t) == 8
-    _split_units(c, 1, n, c[n], 1, T, rows)
+    if not bucketed:
+        _transpose_direct(c, p, v, n, nplain, E, T, oc, op, ov, rows, <index_t*>cnt)
+        return 0
+    balanced_split(c, c[n], <const index_t*>NULL, 0, 1, n, 1, 1, T, rows)
     if T == 1:
-        _count(c, p, 0, n, shift if bucketed else 0, cnt, NB)
+        _count(c, p, 0, n, shift, cnt, NB)
     else:
         for t in prange(T, num_threads=T, schedule="static", chunksize=1):
-            _count(c, p, rows[t], rows[t + 1], shift if bucketed else 0, cnt + t * NB, NB)
-    # exclusive scan over (bucket, thread): thread t's entries of bucket b follow those of t - 1
-    q = 0
-    for b in range(NB):
-        bstart[b] = q
-        for t in range(T):
-            x = cnt[t * NB + b]
-            cnt[t * NB + b] = q
-            q = q + x
-    bstart[NB] = q
-    if not bucketed:
-        if T == 1:
-            _scatter(c, p, v, E, 0, n, cnt, op, ov)
-        else:
-            for t in prange(T, num_threads=T, schedule="static", chunksize=1):
-                _scatter(c, p, v, E, rows[t], rows[t + 1], cnt + t * NB, op, ov)
-        oc[0] = 0
-        for j in range(nplain):
-            oc[j + 1] = <index_t>bstart[j + 1]
-        return 0
+            _count(c, p, rows[t], rows[t + 1], shift, cnt + t * NB, NB)
+    _exclusive_scan(cnt, NB, T, bstart)
     if T == 1:
         err = _scatter_buckets(c, p, v, E, 0, n, shift, NB, phase, cnt, keys, wide, ov)
     else:
@@ -376,12 +390,28 @@ cdef int _transpose_one(const index_t* c, const index_t* p, const raw_t* v, Py_s
     oc[0] = 0
     if T == 1:
         return _sort_buckets(keys, wide, op, ov, E, bstart, 0, NB, shift, nplain, oc)
-    _split_units(<const int64_t*>bstart, 1, NB, bstart[NB], 1, T, rows)  # buckets of about equal work
+    balanced_split(<const int64_t*>bstart, bstart[NB], <const int64_t*>NULL, 0, 1, NB, 1, 1, T, rows)  # buckets of about equal work
     for t in prange(T, num_threads=T, schedule="static", chunksize=1):
         failed[t] = _sort_buckets(keys, wide, op, ov, E, bstart, rows[t], rows[t + 1], shift, nplain, oc)
     for t in range(T):
         err = err | failed[t]
     return err
+
+
+cdef bint _banded(const index_t* c, const index_t* p, Py_ssize_t n, Py_ssize_t nplain) noexcept nogil:
+    """Whether at least 15/16 of the entries of a sample of slices (of the first batch) lie within
+    DIRECT_MAX_BAND plain indices of the diagonal (slice i's diagonal: i * nplain / n)."""
+    cdef Py_ssize_t S = min(n, <Py_ssize_t>256), s, i, k, far = 0, total = 0
+    cdef double scale = <double>nplain / n if n else 0, d, band = DIRECT_MAX_BAND
+    if DIRECT_MAX_BAND < 0:
+        return False
+    for s in range(S):
+        i = (2 * s + 1) * n // (2 * S)
+        for k in range(c[i], c[i + 1]):
+            d = p[k] - i * scale
+            far += (d > band) | (d < -band)
+        total += c[i + 1] - c[i]
+    return far * 16 <= total
 
 
 def compressed_transpose(const index_t[:, ::1] compressed, const index_t[:, ::1] plain,
@@ -390,16 +420,21 @@ def compressed_transpose(const index_t[:, ::1] compressed, const index_t[:, ::1]
     bsr -> bsc), each new slice sorted by the old compressed index. Values move as chunks of E.
     Returns the new (compressed, plain, values)."""
     cdef Py_ssize_t B = compressed.shape[0], n = compressed.shape[1] - 1, nnz = plain.shape[1]
-    cdef Py_ssize_t E = values.shape[2], nplain = plain_size, NB, b
-    cdef int shift = 0, T = max(1, nthreads), Ti, w, err = 0
+    cdef Py_ssize_t E = values.shape[2], nplain = plain_size, NB, b, Ti, workers, slen, per_worker
+    cdef int shift = 0, T = max(1, nthreads), w, err = 0
     cdef bint per_batch = T > 1 and B > 1 and (B >= 4 * T or nnz * max(E, 1) < SMALL_BATCH)
     cdef Py_ssize_t isz = sizeof(index_t), rsz = sizeof(raw_t)
     cdef bint bucketed = (nplain > DIRECT_MAX_PLAIN and E * rsz < 64
-                          and nnz * (isz + E * rsz) > BUCKETED_MIN_BYTES)
+                          and nnz * (isz + E * rsz) > BUCKETED_MIN_BYTES
+                          and B > 0 and not _banded(&compressed[0, 0], &plain[0, 0], n, nplain))
     idt, rdt = _index_dtype(isz), _raw_dtype(rsz)
     out_c = np.empty((B, nplain + 1), dtype=idt)
-    out_p = _aligned_empty((B, nnz), idt)  # aligned for the streaming stores
-    out_v = _aligned_empty((B, nnz, E), rdt)
+    if bucketed:  # aligned for the streaming stores
+        out_p = _aligned_empty((B, nnz), idt)
+        out_v = _aligned_empty((B, nnz, E), rdt)
+    else:
+        out_p = np.empty((B, nnz), dtype=idt)
+        out_v = np.empty((B, nnz, E), dtype=rdt)
     if B == 0:
         return out_c, out_p, out_v
     if bucketed:
@@ -410,41 +445,54 @@ def compressed_transpose(const index_t[:, ::1] compressed, const index_t[:, ::1]
             shift += 1
         bucketed = shift > 0
     NB = ((nplain + (1 << shift) - 1) >> shift) if bucketed else nplain
-    Ti = 1 if per_batch else max(1, min(T, nnz // 32768 + 1))
+    Ti = 1 if per_batch else max(1, min(T, nnz // DIRECT_GRAIN + 1))
     workers = T if per_batch else 1
     # direct mode keeps one counter per plain index and thread: bound that memory
     while Ti > 1 and not bucketed and Ti * NB > max(nnz, 1 << 20):
         Ti -= 1
-    cdef Py_ssize_t[:, ::1] rows = np.zeros((workers, Ti + 1), dtype=np.intp)
-    cdef int64_t[:, ::1] cnt = np.zeros((workers, Ti * NB + 1), dtype=np.int64)
-    cdef int64_t[:, ::1] bstart = np.zeros((workers, NB + 1), dtype=np.int64)
     # the bucket keys (old compressed index << shift | offset) go to the output's plain index when
     # they fit its width; else to uint64 rows of WC-aligned length, batch b starting at offset
     # (b * nnz) % WC as it does in the outputs
     cdef bint use_side = bucketed and isz == 4 and n > 0 and ((n - 1) >> (32 - shift)) > 0
-    cdef Py_ssize_t slen = ((nnz + 2 * WC) // WC * WC) if use_side else 1
-    cdef uint64_t[:, ::1] side = _aligned_empty((workers, slen), np.uint64)
-    cdef int[:, ::1] failed = np.zeros((workers, Ti), dtype=np.intc)
-    cdef int[::1] status = np.zeros(B, dtype=np.intc)
+    slen = ((nnz + 2 * WC) // WC * WC) if use_side else 0
+    # one scratch block per worker: row bounds, counters, bucket starts, failure flags
+    per_worker = (Ti + 1) + (Ti * NB + 1) + (NB + 1) + Ti
+    cdef int64_t* scratch = <int64_t*>malloc((workers * per_worker + B) * sizeof(int64_t))
+    cdef uint64_t* side = <uint64_t*>_alloc64(workers * slen * sizeof(uint64_t)) if use_side else NULL
+    if scratch == NULL or (use_side and side == NULL):
+        free(scratch)
+        free(side)
+        raise MemoryError("compressed_transpose: out of memory for the scratch buffers")
     cdef index_t[:, ::1] oc = out_c
     cdef index_t[:, ::1] op = out_p
     cdef raw_t[:, :, ::1] ov = out_v
     cdef const raw_t* vp = &values[0, 0, 0]
+    cdef int64_t* status = scratch + workers * per_worker
+    cdef int64_t* mine
     with nogil:
         if per_batch:
             for b in prange(B, num_threads=T, schedule="dynamic"):
                 w = threadid()
-                status[b] = _transpose_one(&compressed[b, 0], &plain[b, 0], vp + b * nnz * E, n, nplain, E, shift,
-                                           bucketed, 1, &oc[b, 0], &op[b, 0], &ov[b, 0, 0], (b * nnz) % WC,
-                                           &rows[w, 0], &cnt[w, 0], &bstart[w, 0],
-                                           &side[w, (b * nnz) % WC] if use_side else NULL, &failed[w, 0])
+                mine = scratch + w * per_worker
+                status[b] = _transpose_one(&compressed[b, 0], &plain[b, 0], vp + b * nnz * E, n,
+                                           nplain, E, shift, bucketed, 1, &oc[b, 0], &op[b, 0],
+                                           &ov[b, 0, 0], (b * nnz) % WC, <Py_ssize_t*>mine,
+                                           mine + (Ti + 1), mine + (Ti + 1) + (Ti * NB + 1),
+                                           side + w * slen + (b * nnz) % WC if use_side else NULL,
+                                           <int*>(mine + (Ti + 1) + (Ti * NB + 1) + (NB + 1)))
         else:
             for b in range(B):
-                status[b] = _transpose_one(&compressed[b, 0], &plain[b, 0], vp + b * nnz * E, n, nplain, E, shift,
-                                           bucketed, Ti, &oc[b, 0], &op[b, 0], &ov[b, 0, 0], (b * nnz) % WC,
-                                           &rows[0, 0], &cnt[0, 0], &bstart[0, 0],
-                                           &side[0, (b * nnz) % WC] if use_side else NULL, &failed[0, 0])
-    if np.asarray(status).any():
+                status[b] = _transpose_one(&compressed[b, 0], &plain[b, 0], vp + b * nnz * E, n,
+                                           nplain, E, shift, bucketed, Ti, &oc[b, 0], &op[b, 0],
+                                           &ov[b, 0, 0], (b * nnz) % WC, <Py_ssize_t*>scratch,
+                                           scratch + (Ti + 1), scratch + (Ti + 1) + (Ti * NB + 1),
+                                           side + (b * nnz) % WC if use_side else NULL,
+                                           <int*>(scratch + (Ti + 1) + (Ti * NB + 1) + (NB + 1)))
+        for b in range(B):
+            err = err | <int>status[b]
+    free(scratch)
+    free(side)
+    if err:
         raise MemoryError("compressed_transpose: out of memory for the bucket buffers")
     return out_c, out_p, out_v
 
@@ -498,7 +546,7 @@ def rows_to_coo(const index_t[:, ::1] compressed, const index_t[:, ::1] plain, c
     cdef const index_t* bc = &batch_coords[0, 0]
     cdef index_t* oi = &out_indices[0, 0]
     cdef raw_t* ov = &out_values[0, 0]
-    _split_units(c, B, n, nnz, 1, T, &bounds[0])
+    balanced_split(c, nnz, <const index_t*>NULL, 0, B, n, 1, 1, T, &bounds[0])
     with nogil:
         if T == 1:
             _rows_to_coo(c, p, v, n, nnz, Rb, Cb, Er, bc, m, B, oi, N, ov, 0, B * n)
@@ -825,7 +873,7 @@ def group_count(const index_t[:, ::1] compressed, const index_t[:, ::1] plain, P
     cdef int64_t[:, ::1] cur = np.zeros((T, 2 * bc), dtype=np.int64)
     cdef const index_t* c = &compressed[0, 0]
     cdef const index_t* p = &plain[0, 0]
-    _split_units(c, B, n, nnz, bc, T, &bounds[0])
+    balanced_split(c, nnz, <const index_t*>NULL, 0, B, n, bc, 1, T, &bounds[0])
     with nogil:
         for t in prange(T, num_threads=T, schedule="static", chunksize=1):
             _group_units(c, p, <const uint8_t*>NULL, n, nnz, bc, bp, 0, 0, 0, bounds[t], bounds[t + 1],
@@ -852,7 +900,7 @@ def group_fill(const index_t[:, ::1] compressed, const index_t[:, ::1] plain, co
     cdef const index_t* oc = &out_compressed[0, 0]
     cdef index_t* op = &out_plain[0, 0]
     cdef raw_t* ov = &out_values[0, 0, 0]
-    _split_units(c, B, n, nnz, bc, T, &bounds[0])
+    balanced_split(c, nnz, <const index_t*>NULL, 0, B, n, bc, 1, T, &bounds[0])
     with nogil:
         for t in prange(T, num_threads=T, schedule="static", chunksize=1):
             _group_units(c, p, v, n, nnz, bc, bp, Er, stride_c, stride_p, bounds[t], bounds[t + 1], &cur[t, 0],
@@ -907,7 +955,7 @@ def compressed_expand(const index_t[:, ::1] compressed, const index_t[:, ::1] pl
     cdef index_t* oc = &out_compressed[0, 0]
     cdef index_t* op = &out_plain[0, 0]
     cdef raw_t* ov = &out_values[0, 0, 0]
-    _split_units(c, B, n, nnz, 1, T, &bounds[0])
+    balanced_split(c, nnz, <const index_t*>NULL, 0, B, n, 1, 1, T, &bounds[0])
     with nogil:
         if T == 1:
             _expand_units(c, p, v, n, nnz, bc, bp, Er, stride_c, stride_p, 0, B * n, oc, op, ov)

@@ -21,7 +21,9 @@ import numpy as np
 
 from cython.parallel cimport prange
 from libc.stdint cimport int64_t, uint8_t
+from libc.stdlib cimport free, malloc
 
+from sparsetensor._lib._balance cimport balanced_split
 from sparsetensor._lib._types cimport index_t, num_t
 
 from sparsetensor._lib._fromdense import dense_to_compressed, dense_to_coo
@@ -164,7 +166,7 @@ def _c2d_kernel(
     Py_ssize_t Rb, Py_ssize_t Cb, Py_ssize_t D, bint rows, int mode, int nthreads,
 ):
     cdef _Geom g = _geom(B, NR, NC, D, Rb, Cb, rows)
-    cdef Py_ssize_t s, nslots = B * g.nc
+    cdef Py_ssize_t s, t, part, nslots = B * g.nc, nparts = 1
     cdef int nerr = 0, code = _OK
     cdef int64_t where[3]
     cdef int nt = _threads(nthreads, B * nnz * Rb * Cb * D + nslots, nslots)
@@ -172,12 +174,22 @@ def _c2d_kernel(
     cdef const index_t* pp = &plain[0]
     cdef const num_t* vp = &values[0]
     cdef num_t* op = &out[0]
+    cdef Py_ssize_t* bounds
     where[0] = where[1] = where[2] = 0
     # Slot s writes only the output rows (compressed_rows) or columns (not) of
-    # its own compressed index, so no two threads ever write one element.
+    # its own compressed index, so no two threads ever write one element. The slots
+    # are cut into ranges of about equal entries (balanced_split), a few per thread.
     if nt > 1:
-        for s in prange(nslots, nogil=True, num_threads=nt, schedule="guided"):
-            nerr += _c2d_slot(cp, pp, vp, op, &g, nnz, s, mode, NULL)
+        nparts = min(nslots, 8 * nt)
+        bounds = <Py_ssize_t*>malloc((nparts + 1) * sizeof(Py_ssize_t))
+        if bounds == NULL:
+            raise MemoryError()
+        with nogil:
+            balanced_split(cp, nnz, <const index_t*>NULL, 0, B, g.nc, 1, Rb * Cb * D, nparts, bounds)
+            for part in prange(nparts, num_threads=nt, schedule="dynamic"):
+                for t in range(bounds[part], bounds[part + 1]):
+                    nerr += _c2d_slot(cp, pp, vp, op, &g, nnz, t, mode, NULL)
+        free(bounds)
     else:
         with nogil:
             for s in range(nslots):

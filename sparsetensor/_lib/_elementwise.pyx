@@ -14,13 +14,20 @@
 cimport cython
 from cython.parallel cimport prange
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
+from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy, memmove
 
 import numpy as np
 
+from ._balance cimport balanced_split
 from ._types cimport index_t, value_t
 
 include "_merge_ops.pxi"
+
+# Row ranges per thread of the two-pass merges (dynamic schedule), and the work (rows +
+# entries) below which a merge runs on one thread.
+cdef Py_ssize_t PARTS_PER_THREAD = 8
+cdef Py_ssize_t PARALLEL_MIN = 1 << 15
 
 
 # Element types the gather moves: raw bytes of 1, 2, 4 or 8 bytes, and complex128.
@@ -127,12 +134,12 @@ def merge_count(const index_t[:, ::1] a_compressed, const index_t[:, ::1] a_plai
                 bint union, int64_t[:, ::1] counts, int nthreads):
     """counts[b, i] = the size of the union (or intersection) of row i's plain indices in a and b."""
     cdef Py_ssize_t B = a_compressed.shape[0], n = a_compressed.shape[1] - 1
-    cdef Py_ssize_t R = B * n, ch, r0, r1
-    cdef Py_ssize_t nchunks = (R + ROW_CHUNK - 1) // ROW_CHUNK
-    cdef int T = max(1, min(nthreads, nchunks))
+    cdef Py_ssize_t R = B * n, ch, nparts
+    cdef int T = _threads(nthreads, R, a_plain.shape[1] + b_plain.shape[1])
     cdef Py_ssize_t sa = a_plain.shape[1], sb = b_plain.shape[1]
     cdef const index_t* ap = NULL
     cdef const index_t* bp = NULL
+    cdef Py_ssize_t* bounds
     _check_pair(a_compressed, a_plain, b_compressed, b_plain)
     if counts.shape[0] != B or counts.shape[1] != n:
         raise ValueError(f"counts must have shape ({B}, {n}), got ({counts.shape[0]}, {counts.shape[1]})")
@@ -142,11 +149,35 @@ def merge_count(const index_t[:, ::1] a_compressed, const index_t[:, ::1] a_plai
         ap = &a_plain[0, 0]
     if sb:
         bp = &b_plain[0, 0]
+    if T == 1:
+        with nogil:
+            _count_chunk(0, R, n, union, &a_compressed[0, 0], ap, sa, &b_compressed[0, 0], bp, sb, &counts[0, 0])
+        return
+    nparts = min(R, PARTS_PER_THREAD * T)
+    bounds = _row_parts(&a_compressed[0, 0], sa, &b_compressed[0, 0], sb, B, n, nparts)
     with nogil:
-        for ch in prange(nchunks, num_threads=T, schedule="dynamic", chunksize=1):
-            r0 = ch * ROW_CHUNK
-            r1 = min(R, r0 + ROW_CHUNK)
-            _count_chunk(r0, r1, n, union, &a_compressed[0, 0], ap, sa, &b_compressed[0, 0], bp, sb, &counts[0, 0])
+        for ch in prange(nparts, num_threads=T, schedule="dynamic", chunksize=1):
+            _count_chunk(bounds[ch], bounds[ch + 1], n, union, &a_compressed[0, 0], ap, sa, &b_compressed[0, 0], bp,
+                         sb, &counts[0, 0])
+    free(bounds)
+
+
+cdef int _threads(int nthreads, Py_ssize_t rows, Py_ssize_t entries) noexcept nogil:
+    """Threads for a merge of this many rows and entries: one below PARALLEL_MIN of work."""
+    if nthreads <= 1 or rows < 2 or rows + entries < PARALLEL_MIN:
+        return 1
+    return nthreads
+
+
+cdef Py_ssize_t* _row_parts(const index_t* ac, Py_ssize_t sa, const index_t* bc, Py_ssize_t sb, Py_ssize_t B,
+                            Py_ssize_t n, Py_ssize_t nparts) except NULL:
+    """nparts + 1 bounds of flat row ranges of about equal work (rows + entries of a and b);
+    free() them."""
+    cdef Py_ssize_t* bounds = <Py_ssize_t*>malloc((nparts + 1) * sizeof(Py_ssize_t))
+    if bounds == NULL:
+        raise MemoryError()
+    balanced_split(ac, sa, bc, sb, B, n, 1, 1, nparts, bounds)
+    return bounds
 
 
 cdef _check_pair(const index_t[:, ::1] a_compressed, const index_t[:, ::1] a_plain,
@@ -330,10 +361,10 @@ def merge_union(const index_t[:, ::1] a_compressed, const index_t[:, ::1] a_plai
     Each thread merges a range of rows from the upper bound of its start on; the ranges then
     move down to close up. Fills out_compressed (1, n + 1) and returns the nnz (the filled
     prefix of out_plain and out_values). op and alpha as for merge_fill."""
-    cdef Py_ssize_t n = a_compressed.shape[1] - 1, E = out_values.shape[2], i, lo, hi, mid, pos, start
+    cdef Py_ssize_t n = a_compressed.shape[1] - 1, E = out_values.shape[2], i, pos, start
     cdef Py_ssize_t sa = a_plain.shape[1], sb = b_plain.shape[1], ub = sa + sb
-    cdef int T = max(1, min(nthreads, n // ROW_CHUNK + 1)), t
-    cdef int64_t goal, shift
+    cdef int T = _threads(nthreads, n, ub), t
+    cdef int64_t shift
     cdef value_t zero = 0
     cdef const value_t* av = &zero
     cdef const value_t* bv = &zero
@@ -362,18 +393,7 @@ def merge_union(const index_t[:, ::1] a_compressed, const index_t[:, ::1] a_plai
     if sb:
         bp = &b_plain[0, 0]
         bv = &b_values[0, 0, 0]
-    # row ranges of about equal work (entries + rows)
-    bounds[T] = n
-    for t in range(1, T):
-        goal = (<int64_t>ub + n) * t // T
-        lo, hi = bounds[t - 1], n
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if ac[mid] + bc[mid] + mid < goal:
-                lo = mid + 1
-            else:
-                hi = mid
-        bounds[t] = lo
+    balanced_split(ac, sa, bc, sb, 1, n, 1, 1, T, &bounds[0])  # row ranges of about equal work
     with nogil:
         if T == 1:
             ends[0] = _union_range_op(op, 0, n, ac, ap, av, bc, bp, bv, oc, &out_plain[0, 0], &out_values[0, 0, 0],
@@ -406,9 +426,9 @@ def merge_fill(const index_t[:, ::1] a_compressed, const index_t[:, ::1] a_plain
     the prefix sums of merge_count's counts. ``logical``: uint8 values are bools (ADD and MAX are or,
     MUL and MIN are and)."""
     cdef Py_ssize_t B = a_compressed.shape[0], n = a_compressed.shape[1] - 1
-    cdef Py_ssize_t R = B * n, E = out_values.shape[2], ch, r0, r1
-    cdef Py_ssize_t nchunks = (R + ROW_CHUNK - 1) // ROW_CHUNK
-    cdef int T = max(1, min(nthreads, nchunks))
+    cdef Py_ssize_t R = B * n, E = out_values.shape[2], ch, nparts
+    cdef int T = _threads(nthreads, R, out_plain.shape[1])
+    cdef Py_ssize_t* bounds
     cdef Py_ssize_t sa = a_plain.shape[1], sb = b_plain.shape[1], so = out_plain.shape[1]
     cdef value_t zero = 0
     cdef const value_t* av = &zero
@@ -437,12 +457,19 @@ def merge_fill(const index_t[:, ::1] a_compressed, const index_t[:, ::1] a_plain
     if sb:
         bp = &b_plain[0, 0]
         bv = &b_values[0, 0, 0]
-    with nogil:
-        for ch in prange(nchunks, num_threads=T, schedule="dynamic", chunksize=1):
-            r0 = ch * ROW_CHUNK
-            r1 = min(R, r0 + ROW_CHUNK)
-            _fill_chunk(r0, r1, n, op, union, &a_compressed[0, 0], ap, av, sa, &b_compressed[0, 0], bp, bv, sb,
+    if T == 1:
+        with nogil:
+            _fill_chunk(0, R, n, op, union, &a_compressed[0, 0], ap, av, sa, &b_compressed[0, 0], bp, bv, sb,
                         &out_compressed[0, 0], &out_plain[0, 0], &out_values[0, 0, 0], so, E, alpha, logical)
+        return
+    nparts = min(R, PARTS_PER_THREAD * T)
+    bounds = _row_parts(&a_compressed[0, 0], sa, &b_compressed[0, 0], sb, B, n, nparts)
+    with nogil:
+        for ch in prange(nparts, num_threads=T, schedule="dynamic", chunksize=1):
+            _fill_chunk(bounds[ch], bounds[ch + 1], n, op, union, &a_compressed[0, 0], ap, av, sa, &b_compressed[0, 0],
+                        bp, bv, sb, &out_compressed[0, 0], &out_plain[0, 0], &out_values[0, 0, 0], so, E, alpha,
+                        logical)
+    free(bounds)
 
 
 def _fill_indices_only(const index_t[:, ::1] a_compressed, const index_t[:, ::1] a_plain,

@@ -13,10 +13,12 @@ the ``nogil`` loops never read or write out of bounds.
 
 from cython.parallel cimport prange
 from libc.math cimport exp, expf, log, logf, INFINITY
-from libc.stdint cimport int64_t
+from libc.stdint cimport int64_t, uint64_t
+from libc.stdlib cimport free, malloc
 
 import numpy as np
 
+from ._balance cimport balanced_split
 from ._types cimport index_t, real_t, value_t
 
 ctypedef float complex cfloat_t
@@ -28,6 +30,8 @@ ctypedef fused float_t:
 
 # Below this many value elements the kernels run on the calling thread.
 cdef Py_ssize_t PARALLEL_MIN = 1 << 15
+# Segment ranges per thread (dynamic schedule).
+cdef Py_ssize_t PARTS_PER_THREAD = 8
 
 cdef enum:
     OP_SUM = 0
@@ -43,14 +47,22 @@ cdef int _threads(int nthreads, Py_ssize_t work) noexcept nogil:
 
 def _check(const int64_t[::1] offsets, const int64_t[::1] perm, Py_ssize_t n, Py_ssize_t G):
     """Offsets non-decreasing within [0, n] (G + 1 of them); perm empty or of length n with entries in [0, n)."""
+    cdef Py_ssize_t g, i
+    cdef bint bad = False
     if offsets.shape[0] != G + 1:
         raise ValueError(f"offsets must have {G + 1} entries, got {offsets.shape[0]}")
-    a = np.asarray(offsets)
-    if G and (a[0] < 0 or a[G] > n or (np.diff(a) < 0).any()):
-        raise ValueError(f"offsets must be non-decreasing within [0, {n}]")
+    if G:
+        bad = offsets[0] < 0 or offsets[G] > n
+        for g in range(G):
+            bad = bad | (offsets[g + 1] < offsets[g])
+        if bad:
+            raise ValueError(f"offsets must be non-decreasing within [0, {n}]")
     if perm.shape[0]:
-        p = np.asarray(perm)
-        if perm.shape[0] != n or p.min() < 0 or p.max() >= n:
+        bad = perm.shape[0] != n
+        if not bad:
+            for i in range(n):
+                bad = bad | (<uint64_t>perm[i] >= <uint64_t>n)
+        if bad:
             raise ValueError(f"perm must hold {n} rows in [0, {n})")
 
 
@@ -62,11 +74,12 @@ cdef inline Py_ssize_t _row(const int64_t* perm, Py_ssize_t i) noexcept nogil:
     return perm[i] if perm != NULL else i
 
 
-cdef void _segment_sum(const int64_t* off, const int64_t* perm, const value_t* x, value_t* out, Py_ssize_t G,
-                       Py_ssize_t K, Py_ssize_t E, int nthreads) noexcept nogil:
+cdef void _segment_sum(const int64_t* off, const int64_t* perm, const value_t* x, value_t* out, Py_ssize_t g0,
+                       Py_ssize_t g1, Py_ssize_t K, Py_ssize_t E) noexcept nogil:
+    """Segments [g0, g1)."""
     cdef Py_ssize_t W = K * E, g, i, k, e, r
     cdef value_t acc
-    for g in prange(G, schedule="guided", num_threads=nthreads):
+    for g in range(g0, g1):
         for e in range(E):  # a local accumulator per lane (out may alias nothing, but the compiler cannot know)
             acc = 0
             for i in range(off[g], off[g + 1]):
@@ -76,12 +89,13 @@ cdef void _segment_sum(const int64_t* off, const int64_t* perm, const value_t* x
             out[g * E + e] = acc
 
 
-cdef void _segment_minmax(const int64_t* off, const int64_t* perm, const real_t* x, real_t* out, Py_ssize_t G,
-                          Py_ssize_t K, Py_ssize_t E, bint is_max, int nthreads) noexcept nogil:
-    """out[g, e] starts as the identity (the caller fills it); NaN propagates, as in np.maximum."""
+cdef void _segment_minmax(const int64_t* off, const int64_t* perm, const real_t* x, real_t* out, Py_ssize_t g0,
+                          Py_ssize_t g1, Py_ssize_t K, Py_ssize_t E, bint is_max) noexcept nogil:
+    """Segments [g0, g1); out[g, e] starts as the identity (the caller fills it); NaN propagates,
+    as in np.maximum."""
     cdef Py_ssize_t W = K * E, g, i, k, e, r
     cdef real_t v, acc
-    for g in prange(G, schedule="guided", num_threads=nthreads):
+    for g in range(g0, g1):
         for e in range(E):
             acc = out[g * E + e]
             for i in range(off[g], off[g + 1]):
@@ -94,6 +108,18 @@ cdef void _segment_minmax(const int64_t* off, const int64_t* perm, const real_t*
                     elif v < acc or v != v:
                         acc = v
             out[g * E + e] = acc
+
+
+cdef Py_ssize_t* _segment_parts(const int64_t* off, Py_ssize_t n, Py_ssize_t G, Py_ssize_t W, int nt,
+                                Py_ssize_t* nparts) except NULL:
+    """Segment ranges of about equal work (W per row plus one per segment), a few per thread;
+    free() them."""
+    nparts[0] = min(G, PARTS_PER_THREAD * nt)
+    cdef Py_ssize_t* bounds = <Py_ssize_t*>malloc((nparts[0] + 1) * sizeof(Py_ssize_t))
+    if bounds == NULL:
+        raise MemoryError()
+    balanced_split(off, n, <const int64_t*>NULL, 0, 1, G, 1, W, nparts[0], bounds)
+    return bounds
 
 
 cdef Py_ssize_t _segment_items(const int64_t[::1] offsets, const int64_t[::1] perm, Py_ssize_t n,
@@ -118,8 +144,17 @@ def segment_sum(const int64_t[::1] offsets, const int64_t[::1] perm, const value
     cdef int nt = _threads(nthreads, x.shape[0] * x.shape[1])
     cdef const int64_t* pp = &perm[0] if perm.shape[0] else NULL
     cdef const value_t* xp = &x[0, 0] if n else NULL
+    cdef Py_ssize_t part, nparts
+    cdef Py_ssize_t* bounds
+    if nt == 1:
+        with nogil:
+            _segment_sum(&offsets[0], pp, xp, &out[0, 0], 0, G, K, E)
+        return
+    bounds = _segment_parts(&offsets[0], n, G, K * E, nt, &nparts)
     with nogil:
-        _segment_sum(&offsets[0], pp, xp, &out[0, 0], G, K, E, nt)
+        for part in prange(nparts, schedule="dynamic", num_threads=nt):
+            _segment_sum(&offsets[0], pp, xp, &out[0, 0], bounds[part], bounds[part + 1], K, E)
+    free(bounds)
 
 
 def segment_minmax(const int64_t[::1] offsets, const int64_t[::1] perm, const real_t[:, ::1] x,
@@ -132,8 +167,17 @@ def segment_minmax(const int64_t[::1] offsets, const int64_t[::1] perm, const re
     cdef int nt = _threads(nthreads, x.shape[0] * x.shape[1])
     cdef const int64_t* pp = &perm[0] if perm.shape[0] else NULL
     cdef const real_t* xp = &x[0, 0] if n else NULL
+    cdef Py_ssize_t part, nparts
+    cdef Py_ssize_t* bounds
+    if nt == 1:
+        with nogil:
+            _segment_minmax(&offsets[0], pp, xp, &out[0, 0], 0, G, K, E, is_max)
+        return
+    bounds = _segment_parts(&offsets[0], n, G, K * E, nt, &nparts)
     with nogil:
-        _segment_minmax(&offsets[0], pp, xp, &out[0, 0], G, K, E, is_max, nt)
+        for part in prange(nparts, schedule="dynamic", num_threads=nt):
+            _segment_minmax(&offsets[0], pp, xp, &out[0, 0], bounds[part], bounds[part + 1], K, E, is_max)
+    free(bounds)
 
 
 # ---------------------------------------------------------------------------

@@ -47,6 +47,7 @@ from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport calloc, free, malloc
 from libc.string cimport memset
 
+from sparsetensor._lib._balance cimport balanced_split
 from sparsetensor._lib._types cimport index_t, num_t
 
 
@@ -186,41 +187,6 @@ cdef inline bint _bad_plain(int64_t p, Py_ssize_t nplain) noexcept nogil:
 
 
 # --------------------------------------------------------------------------
-# work split
-
-cdef inline int64_t _cost(const index_t* cp, Py_ssize_t i, Py_ssize_t nnz, Py_ssize_t w) noexcept nogil:
-    cdef int64_t c = cp[i]
-    if c < 0:
-        c = 0
-    elif c > nnz:
-        c = nnz
-    return c * w + i
-
-
-cdef void _split(const index_t* cp, Py_ssize_t nc, Py_ssize_t nnz, Py_ssize_t w, Py_ssize_t parts,
-                 Py_ssize_t* bounds) noexcept nogil:
-    """bounds[0..parts]: slot boundaries of about equal work ``w * entries + slots``.
-
-    A binary search over the compressed index; with broken (non-monotone) input
-    the boundaries are still non-decreasing and within [0, nc]."""
-    cdef Py_ssize_t t, lo, hi, mid
-    cdef int64_t base = _cost(cp, 0, nnz, w), total = _cost(cp, nc, nnz, w) - base, target
-    bounds[0] = 0
-    bounds[parts] = nc
-    for t in range(1, parts):
-        target = base + total * t // parts
-        lo = bounds[t - 1]
-        hi = nc
-        while lo < hi:
-            mid = lo + (hi - lo) // 2
-            if _cost(cp, mid, nnz, w) < target:
-                lo = mid + 1
-            else:
-                hi = mid
-        bounds[t] = lo
-
-
-# --------------------------------------------------------------------------
 # gather: compressed rows
 
 cdef int _gather_rows(const index_t* cp, const index_t* pp, const num_t* vp, const num_t* dp,
@@ -332,7 +298,7 @@ cdef int _gather(const index_t* cp, const index_t* pp, const num_t* vp, const nu
         raise MemoryError()
     with nogil:
         for s in range(Bs):
-            _split(cp + s * (nc + 1), nc, nnz, Cb, P, bounds + s * (P + 1))
+            balanced_split(cp + s * (nc + 1), nnz, <const index_t*>NULL, 0, 1, nc, 1, Cb, P, bounds + s * (P + 1))
         if nt > 1:
             for task in prange(ntasks, num_threads=nt, schedule="dynamic"):
                 bo = task // P
@@ -569,7 +535,7 @@ cdef int _scatter_private(const index_t* cp, const index_t* pp, const num_t* vp,
             for bo in range(Bo):
                 s = sb[bo]
                 bufs[0] = op + bo * MN
-                _split(cp + s * (nc + 1), nc, nnz, g.bs * g.N, nt, bounds)
+                balanced_split(cp + s * (nc + 1), nnz, <const index_t*>NULL, 0, 1, nc, 1, g.bs * g.N, nt, bounds)
                 for t in prange(nt, num_threads=nt, schedule="static"):
                     nerr += _scatter_range(cp + s * (nc + 1), pp + s * nnz, vp + s * nnz * g.bs, dp + db[bo] * KN,
                                            bufs[t], g, 0, g.nplain, bounds[t], bounds[t + 1])
@@ -650,15 +616,19 @@ cdef bint _batches_in_range(const int64_t[::1] batches, int64_t n) noexcept:
     return True
 
 
-def _require(a, name, ndim, dtype=None):
+cdef _require(a, str name, int ndim, dtype=None):
+    """O(1) checks of an argument: an ndarray of ndim dims, C-contiguous, of dtype (when given)."""
     if not isinstance(a, np.ndarray):
         raise TypeError(f"{name} must be a numpy.ndarray, got {type(a).__name__}")
     if a.ndim != ndim:
         raise ValueError(f"{name} must be {ndim}-dimensional, got shape {a.shape}")
     if not a.flags.c_contiguous:
         raise ValueError(f"{name} must be C-contiguous, got strides {a.strides} for shape {a.shape}")
-    if dtype is not None and a.dtype != dtype:
+    if dtype is not None and a.dtype is not dtype and a.dtype != dtype:
         raise TypeError(f"{name} must have dtype {np.dtype(dtype)}, got {a.dtype}")
+
+
+_INT32, _INT64 = np.dtype(np.int32), np.dtype(np.int64)
 
 
 def _flat(a):
@@ -691,7 +661,7 @@ def find_broken_index(compressed, plain, plain_size):
     """
     _require(compressed, "compressed", 2)
     _require(plain, "plain", 2, compressed.dtype)
-    if compressed.dtype not in (np.int32, np.int64):
+    if compressed.dtype not in (_INT32, _INT64):
         raise TypeError(f"compressed must be int32 or int64, got {compressed.dtype}")
     B, nc1 = compressed.shape
     if plain.shape[0] != B or nc1 < 1:
@@ -742,25 +712,27 @@ def spmm(compressed, plain, values, dense, out, sbatch, dbatch, blocksize, compr
     >>> out.ravel()
     array([40., 30.])
     """
-    Rb, Cb = (int(x) for x in blocksize)
+    cdef Py_ssize_t Rb, Cb
+    Rb, Cb = blocksize
     if Rb < 1 or Cb < 1:
         raise ValueError(f"blocksize must be positive, got {tuple(blocksize)}")
     _require(compressed, "compressed", 2)
-    if compressed.dtype not in (np.int32, np.int64):
-        raise TypeError(f"compressed must be int32 or int64, got {compressed.dtype}")
     _require(plain, "plain", 2, compressed.dtype)
     _require(values, "values", 3)
-    if values.dtype not in _KERNEL_DTYPES:
+    kernel = _KERNELS.get((compressed.dtype, values.dtype))  # one hash lookup checks both dtypes
+    if kernel is None:
+        if compressed.dtype not in (_INT32, _INT64):
+            raise TypeError(f"compressed must be int32 or int64, got {compressed.dtype}")
         raise TypeError(f"values must have a kernel dtype ({', '.join(map(str, _KERNEL_DTYPES))}), "
                         f"got {values.dtype}")
-    if logical and values.dtype != np.uint8:
+    if logical and values.dtype != _KERNEL_DTYPES[0]:
         raise TypeError(f"logical products need uint8 values, got {values.dtype}")
     _require(dense, "dense", 3, values.dtype)
     _require(out, "out", 3, values.dtype)
     if not out.flags.writeable:
         raise ValueError("out must be writeable")
-    _require(sbatch, "sbatch", 1, np.int64)
-    _require(dbatch, "dbatch", 1, np.int64)
+    _require(sbatch, "sbatch", 1, _INT64)
+    _require(dbatch, "dbatch", 1, _INT64)
     Bs, nnz = plain.shape
     Bd, K, N = dense.shape
     Bo, M = out.shape[0], out.shape[1]
@@ -781,7 +753,6 @@ def spmm(compressed, plain, values, dense, out, sbatch, dbatch, blocksize, compr
     if K == 0 or nnz == 0:
         out[...] = 0
         return None
-    kernel = _KERNELS[compressed.dtype, values.dtype]
     args = (_flat(compressed), _flat(plain), _flat(values), _flat(dense), out.reshape(-1), sbatch, dbatch,
             Bs, nc, nplain, nnz, Rb, Cb, bool(block_transposed), M, K, N, bool(logical), bool(checked),
             bool(compressed_rows), int(nthreads))

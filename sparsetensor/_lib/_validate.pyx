@@ -15,6 +15,10 @@ from libc.stdint cimport int32_t, int64_t, uint8_t, uint64_t, INT32_MAX
 
 import numpy as np
 
+# dtype objects compared by the wrappers (cheaper than comparing with np.int32 itself)
+_INT32, _INT64 = np.dtype(np.int32), np.dtype(np.int64)
+_INDEX_DTYPES = (_INT32, _INT64)
+
 from sparsetensor._lib._types cimport index_t
 
 # Below this many index elements the kernels run on the calling thread.
@@ -334,7 +338,7 @@ def validate_compressed(compressed, plain, plain_size, nthreads):
     cdef int64_t[:, ::1] work
     cdef int64_t res
     cdef int nchunks
-    if compressed.dtype != plain.dtype or compressed.dtype not in (np.int32, np.int64):
+    if compressed.dtype != plain.dtype or compressed.dtype not in _INDEX_DTYPES:
         raise TypeError(f"expected int32 or int64 indices of one dtype, got "
                         f"{compressed.dtype=} and {plain.dtype=}")
     if (compressed.ndim != 2 or plain.ndim != 2 or compressed.shape[1] < 1
@@ -345,7 +349,7 @@ def validate_compressed(compressed, plain, plain_size, nthreads):
         raise ValueError(f"expected plain_size >= 0, got {plain_size=}")
     nchunks = _nchunks(nthreads, compressed.size + plain.size)
     work = np.zeros((nchunks + 1, SLOT), np.int64)
-    if compressed.dtype == np.int32:
+    if compressed.dtype == _INT32:
         c32 = compressed
         p32 = plain
         with nogil:
@@ -432,9 +436,9 @@ cdef int64_t _coo_bounds_kernel(const index_t[:, ::1] indices, const int64_t[::1
 
 
 def _check_coo_args(indices, shape):
-    if indices.dtype not in (np.int32, np.int64):
+    if indices.dtype not in _INDEX_DTYPES:
         raise TypeError(f"expected int32 or int64 indices, got {indices.dtype=}")
-    if shape.dtype != np.int64:
+    if shape.dtype != _INT64:
         raise TypeError(f"expected int64 shape, got {shape.dtype=}")
     if indices.ndim != 2 or shape.shape != (indices.shape[0],):
         raise ValueError(f"expected indices (S, nnz) and shape (S,), got "
@@ -474,7 +478,7 @@ def validate_coo(indices, shape, nthreads):
     shp = shape
     nchunks = _nchunks(nthreads, indices.size)
     work = np.zeros((nchunks + 1, SLOT), np.int64)
-    if indices.dtype == np.int32:
+    if indices.dtype == _INT32:
         i32 = indices
         with nogil:
             res = _coo_bounds_kernel(i32, shp, nchunks, work)
@@ -577,7 +581,7 @@ def coo_is_coalesced(indices, shape, nthreads):
     _check_coo_args(indices, shape)
     nchunks = _nchunks(nthreads, indices.size)
     work = np.zeros((nchunks + 1, SLOT), np.int64)
-    if indices.dtype == np.int32:
+    if indices.dtype == _INT32:
         i32 = indices
         with nogil:
             res = _coalesced_kernel(i32, nchunks, work)
