@@ -57,11 +57,16 @@ def index_dtype_of(arr: np.ndarray, name: str, layout: str) -> np.dtype:
     raise InvariantError("1.3", layout, f"{name} must have dtype int32 or int64, got {dt}")
 
 
+_INDEX_MAX = {np.dtype(np.int32): (1 << 31) - 1, np.dtype(np.int64): (1 << 63) - 1}
+
+
 def check_fits(index_dtype: np.dtype, layout: str, **sizes: int) -> None:
     """Raise if a size or nnz does not fit ``index_dtype`` (invariant 1.3)."""
     from ._errors import InvariantError
 
-    limit = np.iinfo(index_dtype).max
+    limit = _INDEX_MAX.get(index_dtype)
+    if limit is None:
+        limit = int(np.iinfo(index_dtype).max)
     for name, value in sizes.items():
         if value > limit:
             raise InvariantError("1.3", layout,
