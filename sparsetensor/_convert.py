@@ -30,7 +30,7 @@ from ._config import num_threads
 from ._canonical import Parts, as_parts, build, ensure_valid, same_nnz
 from ._dtypes import check_fits, raw_view
 from ._errors import InvariantError
-from ._lib import _convert as _kernels
+from ._lib import _convert as _kernels, _transpose as _transpose_kernels
 from ._tensor import COOTensor, CompressedTensor, SparseTensor
 from ._validate import raise_coo_error
 
@@ -167,8 +167,8 @@ def _route(parts: Parts, layout: L.Layout, bs: tuple, threads) -> Parts:
 
 def _transpose(parts: Parts, threads) -> Parts:
     """csr <-> csc, bsr <-> bsc: a counting sort of the plain indices in every batch."""
-    c, p, v = _kernels.compressed_transpose(parts.compressed, parts.plain, parts.values, parts.plain_size,
-                                            num_threads(threads, parts.work))
+    c, p, v = _transpose_kernels.compressed_transpose(parts.compressed, parts.plain, parts.values,
+                                                      parts.plain_size, num_threads(threads, parts.work))
     return parts.with_members(c, p, v, parts.layout.transposed)
 
 

@@ -459,7 +459,7 @@ def _csc_reference(crow, col, vals, ncols):
 @pytest.mark.parametrize("batch", [3, 9])
 def test_large_batched_transpose(rng, batch, dtype, dense, index_dtype, threads):
     """Bucketed transposes of batches whose nnz is not a multiple of the write-combining width."""
-    from sparsetensor._lib import _convert as kernels
+    from sparsetensor._lib import _transpose as kernels
 
     rows, cols, nnz = 700, 20_011, 150_001
     crow, col = _random_csr(rng, rows, cols, nnz, index_dtype, batch=batch)
@@ -482,7 +482,7 @@ def test_large_batched_transpose(rng, batch, dtype, dense, index_dtype, threads)
 def test_bucket_keys_wider_than_the_index(rng, rows, index_dtype, threads):
     """Buckets of 2**16 plain indices: an int32 key (row << 16 | offset) overflows past 65536 rows
     and goes to a uint64 side array; below that, and for int64, keys live in the output itself."""
-    from sparsetensor._lib import _convert as kernels
+    from sparsetensor._lib import _transpose as kernels
 
     cols, nnz = 140_000, 200_000
     crow, col = _random_csr(rng, rows, cols, nnz, index_dtype)

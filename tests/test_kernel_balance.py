@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import sparsetensor as st
-from sparsetensor._lib import _convert, _dense, _elementwise, _reduce, _spmm
+from sparsetensor._lib import _dense, _elementwise, _reduce, _spmm, _transpose
 
 sp = pytest.importorskip("scipy.sparse")
 
@@ -63,11 +63,11 @@ def test_transpose_modes_match_scipy(rng, mode, index_dtype, dtype, E, batch, th
     raw = vals.view(np.dtype(f"u{np.dtype(dtype).itemsize}") if np.dtype(dtype).itemsize <= 8 else np.uint64)
     if np.dtype(dtype).itemsize == 16:
         raw = raw.reshape(batch, a.nnz, 2 * E)
-    old = _convert._tune(**MODES[mode])
+    old = _transpose._tune(**MODES[mode])
     try:
-        oc, op, ov = _convert.compressed_transpose(c, p, raw, a.shape[1], threads)
+        oc, op, ov = _transpose.compressed_transpose(c, p, raw, a.shape[1], threads)
     finally:
-        _convert._tune(*old)
+        _transpose._tune(*old)
     ref = a.tocsc()
     order = sp.csr_array((np.arange(a.nnz) + 1.0, a.indices, a.indptr), shape=a.shape).tocsc().data.astype(np.int64) - 1
     assert oc.dtype == index_dtype and op.dtype == index_dtype
@@ -85,28 +85,28 @@ def test_transpose_modes_small_and_empty(rng, mode, index_dtype, shape, nnz):
     flat = np.sort(rng.choice(n * m, size=nnz, replace=False)) if n * m else np.zeros(0, np.int64)
     a = sp.csr_array((np.arange(1.0, nnz + 1), np.divmod(flat, m)), shape=shape)
     c, p, v = canon(a, index_dtype)
-    old = _convert._tune(**MODES[mode])
+    old = _transpose._tune(**MODES[mode])
     try:
         for threads in THREADS:
-            oc, op, ov = _convert.compressed_transpose(c, p, v.view(np.uint64)[..., None], m, threads)
+            oc, op, ov = _transpose.compressed_transpose(c, p, v.view(np.uint64)[..., None], m, threads)
             ref = a.tocsc()
             np.testing.assert_array_equal(oc[0], ref.indptr)
             np.testing.assert_array_equal(op[0], ref.indices)
             np.testing.assert_array_equal(ov[0, :, 0].view(np.float64), ref.data)
     finally:
-        _convert._tune(*old)
+        _transpose._tune(*old)
 
 
 def test_tune_returns_and_restores():
-    old = _convert._tune()
-    assert _convert._tune(direct_grain=5, direct_max_band=-1) == old
-    assert _convert._tune(*old)[4:] == (5, -1)  # (direct_grain, direct_max_band)
-    assert _convert._tune() == old
+    old = _transpose._tune()
+    assert _transpose._tune(direct_grain=5, direct_max_band=-1) == old
+    assert _transpose._tune(*old)[4:] == (5, -1)  # (direct_grain, direct_max_band)
+    assert _transpose._tune() == old
 
 
 def test_aligned_empty_is_aligned():
     for shape, dtype in [((3, 5), np.int32), ((0,), np.float64), ((2, 0, 3), np.uint8), ((7,), np.complex128)]:
-        a = _convert._aligned_empty(shape, dtype)
+        a = _transpose._aligned_empty(shape, dtype)
         assert a.shape == shape and a.dtype == dtype
         assert a.size == 0 or a.__array_interface__["data"][0] % 64 == 0  # nothing is stored to an empty one
 

@@ -1,4 +1,4 @@
-"""Layout conversion kernels (Cython, OpenMP). Inputs are trusted to have the shapes and
+"""Layout conversion kernels besides the transpose (sparsetensor._lib._transpose; Cython, OpenMP). Inputs are trusted to have the shapes and
 dtypes documented here and to satisfy invariants 5.1-5.6 (unchecked input is scanned first by
 sparsetensor._lib._validate.validate_compressed): the Python wrappers in sparsetensor._convert see to it.
 
@@ -6,16 +6,6 @@ Arrays use the canonical form of sparsetensor._convert: compressed (B, n + 1), p
 (B, nnz) of one index dtype (int32 or int64), values (B, nnz, E) as a raw unsigned view
 (uint8/16/32/64, sparsetensor._dtypes.raw_view), E = the raw items of one entry."""
 import numpy as np
-
-def compressed_transpose(
-    compressed: np.ndarray,  # (B, n + 1) index
-    plain: np.ndarray,       # (B, nnz), same dtype
-    values: np.ndarray,      # (B, nnz, E) raw
-    plain_size: int,
-    nthreads: int,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]: ...
-    # (compressed (B, plain_size + 1), plain (B, nnz), values (B, nnz, E)): entries regrouped by
-    # plain index, each new slice sorted by the old compressed index (a stable counting sort)
 
 def rows_to_coo(
     compressed: np.ndarray,   # (B, nbr + 1) index, rows compressed (csr/bsr)
@@ -71,8 +61,3 @@ def compressed_expand(
     out_values: np.ndarray,      # (B, nnz * Rb * Cb, Er) raw, filled
     nthreads: int,
 ) -> None: ...
-
-def _tune(max_buckets: int | None = None, direct_max_plain: int | None = None,
-          bucketed_min_bytes: int | None = None, bucket_bytes: int | None = None,
-          direct_grain: int | None = None, direct_max_band: int | None = None) -> tuple[int, int, int, int, int, int]: ...
-def _aligned_empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray: ...

@@ -1,0 +1,488 @@
+# The counting-sort transpose of the compressed layouts (csr <-> csc, bsr <-> bsc, every batch):
+# the kernel behind every conversion that changes which dim is compressed.
+#
+# It sees the canonical form of sparsetensor._convert: compressed (B, n + 1), plain (B, nnz),
+# values (B, nnz, E) as raw unsigned integers (sparsetensor._dtypes.raw_view), E the raw items of
+# one entry (block x dense). Values are only moved, never combined. Inputs are trusted to satisfy
+# invariants 5.1-5.6: _validate.validate_compressed is the guard that the wrapper runs first on
+# input that was not checked, so that no kernel reads out of bounds.
+from cython.parallel cimport prange, threadid
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from libc.stdlib cimport calloc, free, malloc
+from libc.string cimport memcpy, memset
+
+import numpy as np
+
+from ._balance cimport balanced_split
+from ._items cimport copy_items as _copy
+from ._types cimport index2_t, index_t, raw_t
+
+cdef extern from *:
+    """
+    #include <stdlib.h>
+    #include <string.h>
+    #if defined(__SSE2__)
+    #include <emmintrin.h>
+    /* Copy nbytes (a multiple of 16) from a 16-byte aligned src to a 16-byte aligned dst with
+       non-temporal stores: the target lines are written without being read first. */
+    static inline void st_stream_copy(void* dst, const void* src, size_t nbytes) {
+        __m128i* d = (__m128i*)dst;
+        const __m128i* s = (const __m128i*)src;
+        size_t i;
+        for (i = 0; i < nbytes / 16; i++) _mm_stream_si128(d + i, _mm_load_si128(s + i));
+    }
+    static inline void st_stream_fence(void) { _mm_sfence(); }
+    #else
+    static inline void st_stream_copy(void* dst, const void* src, size_t nbytes) { memcpy(dst, src, nbytes); }
+    static inline void st_stream_fence(void) {}
+    #endif
+    /* 64-byte aligned memory, released with free(); NULL when out of memory. */
+    static inline void* st_alloc64(size_t nbytes) { return aligned_alloc(64, (nbytes + 64) / 64 * 64); }
+    """
+    void st_stream_copy(void* dst, const void* src, size_t nbytes) nogil
+    void st_stream_fence() nogil
+    void* _alloc64 "st_alloc64"(size_t nbytes) nogil
+
+# Entries per write-combining buffer of the bucketed transpose (32 keeps every flush a
+# multiple of 32 bytes, so streaming stores stay 16-byte aligned).
+cdef enum:
+    WC = 32
+# The in-cache sort of a bucket first groups its entries by SUB = 2**SUB_SHIFT offsets.
+cdef enum:
+    SUB_SHIFT = 6
+    SUB = 64
+
+# A plain dimension larger than this may be transposed through cache-sized buckets
+# (two streaming passes) instead of one scatter with a write stream per column (see
+# BUCKETED_MIN_BYTES and DIRECT_MAX_BAND).
+cdef Py_ssize_t DIRECT_MAX_PLAIN = 4096
+# Number of buckets of the bucketed transpose: at most MAX_BUCKETS, so that one thread's
+# write-combining buffers (WC entries x 2 arrays per bucket) stay in L2, and about
+# BUCKET_BYTES of entries each, so that a bucket and its side copy are sorted within L2.
+cdef Py_ssize_t MAX_BUCKETS = 2048
+cdef Py_ssize_t BUCKET_BYTES = 1 << 19
+# Below this many bytes of output the direct scatter stays in cache anyway.
+# Below this many bytes of entries (indices and values) the direct scatter's misses are cache
+# hits: measured (1 thread, 32 MB L3, 512 KB L2) on R-MAT graphs, direct vs bucketed is 0.52
+# vs 1.66 ms at 1.3 MB (scale 13), 3.1 vs 3.6 at 2.7 MB, 8.0 vs 8.2 at 5.7 MB, 19.1 vs 15.6 at 11 MB.
+cdef Py_ssize_t BUCKETED_MIN_BYTES = 1 << 22
+# Above it, a banded matrix (most plain indices within DIRECT_MAX_BAND of the diagonal:
+# stencils, FEM meshes) still scatters directly, its few live write streams staying in
+# cache: 2.9x faster than bucketed for a 5-point stencil of 1e6 nnz, 1.4x for a 27-point
+# one, 4x for a 5-point one of 1e7 nnz. The band bounds the live write streams (about
+# 2 x band cache lines of each output); a negative value never counts a matrix as banded.
+cdef Py_ssize_t DIRECT_MAX_BAND = 1 << 13
+# Entries per thread of a batch transposed on several threads.
+cdef Py_ssize_t DIRECT_GRAIN = 32768
+# Batches smaller than this (nnz * E) are transposed one per thread.
+cdef Py_ssize_t SMALL_BATCH = 1 << 16
+
+
+def _tune(max_buckets=None, direct_max_plain=None, bucketed_min_bytes=None, bucket_bytes=None, direct_grain=None,
+          direct_max_band=None):
+    """Set the transpose's tuning constants (benchmarks and tests); returns the previous ones,
+    in the order of the arguments."""
+    global MAX_BUCKETS, DIRECT_MAX_PLAIN, BUCKETED_MIN_BYTES, BUCKET_BYTES, DIRECT_GRAIN, DIRECT_MAX_BAND
+    old = (MAX_BUCKETS, DIRECT_MAX_PLAIN, BUCKETED_MIN_BYTES, BUCKET_BYTES, DIRECT_GRAIN, DIRECT_MAX_BAND)
+    if max_buckets is not None:
+        MAX_BUCKETS = max_buckets
+    if direct_max_plain is not None:
+        DIRECT_MAX_PLAIN = direct_max_plain
+    if bucketed_min_bytes is not None:
+        BUCKETED_MIN_BYTES = bucketed_min_bytes
+    if bucket_bytes is not None:
+        BUCKET_BYTES = bucket_bytes
+    if direct_grain is not None:
+        DIRECT_GRAIN = max(1, direct_grain)
+    if direct_max_band is not None:
+        DIRECT_MAX_BAND = direct_max_band
+    return old
+
+
+def _aligned_empty(shape, dtype):
+    """np.empty(shape, dtype) starting at a 64-byte boundary (a view into a slightly larger buffer)."""
+    dtype = np.dtype(dtype)
+    cdef Py_ssize_t nbytes = dtype.itemsize, off
+    for x in shape:
+        nbytes *= <Py_ssize_t>x
+    buf = np.empty(nbytes + 64, dtype=np.uint8)
+    cdef uint8_t[::1] raw = buf
+    off = (-<Py_ssize_t>&raw[0]) & 63
+    return buf[off:off + nbytes].view(dtype).reshape(shape)
+
+
+def _index_dtype(Py_ssize_t itemsize):
+    return np.int32 if itemsize == 4 else np.int64
+
+
+def _raw_dtype(Py_ssize_t itemsize):
+    return {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[itemsize]
+
+
+# -- transpose: counting sort of the plain indices ----------------------------------------------
+#
+# Direct mode (few plain indices, big entries, entries that fit the cache, or a banded
+# matrix): one counter per plain index and thread, of the index width; every entry is
+# scattered straight to its final place, each thread taking slices of about equal entries.
+# Bucketed mode (many plain indices, spread far from the diagonal, beyond the cache): a
+# scatter with one write stream per plain index would miss the cache on every write, so
+# entries are first partitioned into buckets of
+# 2**shift consecutive plain indices (few, cache-resident write streams), each as one key
+# (old compressed index << shift | offset in the bucket) and its values; then each bucket,
+# small enough for L2, is counting-sorted by offset into its final place. The keys live in
+# the output's plain index itself when they fit its width, else in a uint64 side array.
+# Both passes stream. The hot loops are specialised for one raw item per entry (E == 1).
+ctypedef fused key_t:
+    uint32_t
+    uint64_t
+
+
+cdef void _count(const index_t* c, const index_t* p, Py_ssize_t r0, Py_ssize_t r1, int shift,
+                 int64_t* cnt, Py_ssize_t NB) noexcept nogil:
+    cdef Py_ssize_t k
+    memset(cnt, 0, NB * sizeof(int64_t))
+    for k in range(c[r0], c[r1]):
+        cnt[p[k] >> shift] += 1
+
+
+cdef void _count_direct(const index_t* c, const index_t* p, Py_ssize_t r0, Py_ssize_t r1, index_t* cnt,
+                        Py_ssize_t nplain) noexcept nogil:
+    """cnt[j] = entries of slices [r0, r1) at plain index j (fits index_t: at most nnz)."""
+    cdef Py_ssize_t k
+    memset(cnt, 0, nplain * sizeof(index_t))
+    for k in range(c[r0], c[r1]):
+        cnt[p[k]] += 1
+
+
+cdef inline void _scatter_e(const index_t* c, const index_t* p, const raw_t* v, Py_ssize_t E, Py_ssize_t r0,
+                            Py_ssize_t r1, index_t* cur, index_t* op, raw_t* ov) noexcept nogil:
+    cdef Py_ssize_t i, k
+    cdef index_t j, q
+    for i in range(r0, r1):
+        for k in range(c[i], c[i + 1]):
+            j = p[k]
+            q = cur[j]
+            cur[j] = q + 1
+            op[q] = <index_t>i
+            _copy(ov + <Py_ssize_t>q * E, v + k * E, E)
+
+
+cdef void _scatter(const index_t* c, const index_t* p, const raw_t* v, Py_ssize_t E, Py_ssize_t r0,
+                   Py_ssize_t r1, index_t* cur, index_t* op, raw_t* ov) noexcept nogil:
+    """Move each entry of slices [r0, r1) to the next free slot (cur) of its plain index."""
+    if E == 1:
+        _scatter_e(c, p, v, 1, r0, r1, cur, op, ov)
+    else:
+        _scatter_e(c, p, v, E, r0, r1, cur, op, ov)
+
+
+cdef inline void _exclusive_scan(index2_t* cnt, Py_ssize_t NB, int T, index2_t* start) noexcept nogil:
+    """start[b] = the entries before bucket b (start[NB]: all of them); cnt[t * NB + b], thread t's
+    count of bucket b, becomes where its entries of b begin: after those of threads before t."""
+    cdef Py_ssize_t b
+    cdef int t
+    cdef index2_t q = 0, x
+    for b in range(NB):
+        start[b] = q
+        for t in range(T):
+            x = cnt[t * NB + b]
+            cnt[t * NB + b] = q
+            q = q + x
+    start[NB] = q
+
+
+cdef void _transpose_direct(const index_t* c, const index_t* p, const raw_t* v, Py_ssize_t n, Py_ssize_t nplain,
+                            Py_ssize_t E, int T, index_t* oc, index_t* op, raw_t* ov, Py_ssize_t* rows,
+                            index_t* cur) noexcept nogil:
+    """Direct mode on T threads: thread t counts and then scatters the entries of its slices (of
+    about equal entries) with cursors cur[t * nplain:], of the index width (as SciPy's csr_tocsc;
+    the counters and the scan then move half the bytes of int64 ones)."""
+    cdef int t
+    if T == 1:
+        _count_direct(c, p, 0, n, cur, nplain)
+        _exclusive_scan(cur, nplain, 1, oc)
+        _scatter(c, p, v, E, 0, n, cur, op, ov)
+        return
+    balanced_split(c, c[n], <const index_t*>NULL, 0, 1, n, 1, 1, T, rows)
+    for t in prange(T, num_threads=T, schedule="static", chunksize=1):
+        _count_direct(c, p, rows[t], rows[t + 1], cur + t * nplain, nplain)
+    _exclusive_scan(cur, nplain, T, oc)
+    for t in prange(T, num_threads=T, schedule="static", chunksize=1):
+        _scatter(c, p, v, E, rows[t], rows[t + 1], cur + t * nplain, op, ov)
+
+
+cdef inline void _flush(int64_t q, Py_ssize_t f, Py_ssize_t E, const key_t* bkey, const raw_t* bval, key_t* keys,
+                        raw_t* ov) noexcept nogil:
+    if f == WC:  # a whole buffer to an aligned place: stream it past the cache
+        st_stream_copy(keys + q, bkey, WC * sizeof(key_t))
+        st_stream_copy(ov + q * E, bval, WC * E * sizeof(raw_t))
+    else:
+        memcpy(keys + q, bkey, f * sizeof(key_t))
+        memcpy(ov + q * E, bval, f * E * sizeof(raw_t))
+
+
+cdef inline int _scatter_keys(const index_t* c, const index_t* p, const raw_t* v, Py_ssize_t E, Py_ssize_t r0,
+                              Py_ssize_t r1, int shift, Py_ssize_t NB, Py_ssize_t phase, int64_t* cur, key_t* keys,
+                              raw_t* ov) noexcept nogil:
+    cdef Py_ssize_t i, k, b, f
+    cdef int64_t q
+    cdef key_t j, row, mask = ((<key_t>1) << shift) - 1
+    cdef key_t* bkey = <key_t*>_alloc64(NB * WC * sizeof(key_t))
+    cdef raw_t* bval = <raw_t*>_alloc64(NB * WC * E * sizeof(raw_t))
+    cdef int32_t* fill = <int32_t*>calloc(NB + 1, sizeof(int32_t))
+    if bkey == NULL or bval == NULL or fill == NULL:
+        free(bkey)
+        free(bval)
+        free(fill)
+        return 1
+    for i in range(r0, r1):
+        row = (<key_t>i) << shift
+        for k in range(c[i], c[i + 1]):
+            j = <key_t>p[k]
+            b = <Py_ssize_t>(j >> shift)
+            f = fill[b]
+            bkey[b * WC + f] = row | (j & mask)
+            _copy(bval + (b * WC + f) * E, v + k * E, E)
+            f += 1
+            q = cur[b]
+            if f == WC - ((phase + q) & (WC - 1)):
+                _flush(q, f, E, bkey + b * WC, bval + b * WC * E, keys, ov)
+                cur[b] = q + f
+                f = 0
+            fill[b] = <int32_t>f
+    for b in range(NB):
+        if fill[b]:
+            _flush(cur[b], fill[b], E, bkey + b * WC, bval + b * WC * E, keys, ov)
+            cur[b] += fill[b]
+    st_stream_fence()
+    free(bkey)
+    free(bval)
+    free(fill)
+    return 0
+
+
+cdef int _scatter_buckets(const index_t* c, const index_t* p, const raw_t* v, Py_ssize_t E, Py_ssize_t r0,
+                          Py_ssize_t r1, int shift, Py_ssize_t NB, Py_ssize_t phase, int64_t* cur, void* keys,
+                          bint wide, raw_t* ov) noexcept nogil:
+    """Bucketed mode: move each entry of slices [r0, r1) to the next free slot of its bucket (cur):
+    its key to keys (uint64 if wide, else uint32), its values to ov.
+
+    Entries gather per bucket in small cache-resident buffers of WC entries (software write
+    combining), flushed when the target reaches a multiple of WC entries: whole buffers then
+    go out with non-temporal stores, which skip reading the target lines first. Element q of
+    the outputs is aligned when (phase + q) % WC == 0. Returns 1 when out of memory."""
+    if wide:
+        if E == 1:
+            return _scatter_keys(c, p, v, 1, r0, r1, shift, NB, phase, cur, <uint64_t*>keys, ov)
+        return _scatter_keys(c, p, v, E, r0, r1, shift, NB, phase, cur, <uint64_t*>keys, ov)
+    if E == 1:
+        return _scatter_keys(c, p, v, 1, r0, r1, shift, NB, phase, cur, <uint32_t*>keys, ov)
+    return _scatter_keys(c, p, v, E, r0, r1, shift, NB, phase, cur, <uint32_t*>keys, ov)
+
+
+cdef inline int _sort_keys(const key_t* keys, index_t* op, raw_t* ov, Py_ssize_t E, const int64_t* bstart,
+                           Py_ssize_t b0, Py_ssize_t b1, int shift, Py_ssize_t nplain, index_t* oc) noexcept nogil:
+    cdef Py_ssize_t b, q, jj, w, j0, lo, m, t, size = 0, W = <Py_ssize_t>1 << shift
+    cdef int64_t s, x, pos
+    cdef key_t key, mask = ((<key_t>1) << shift) - 1
+    for b in range(b0, b1):
+        size = max(size, <Py_ssize_t>(bstart[b + 1] - bstart[b]))
+    cdef int64_t* loc = <int64_t*>malloc(W * sizeof(int64_t))
+    cdef int64_t* sub = <int64_t*>malloc(((W >> SUB_SHIFT) + 1) * sizeof(int64_t))
+    cdef key_t* bkey = <key_t*>malloc(size * sizeof(key_t) + 1)
+    cdef raw_t* bval = <raw_t*>malloc(size * E * sizeof(raw_t) + 1)
+    if loc == NULL or sub == NULL or bkey == NULL or bval == NULL:
+        free(loc)
+        free(sub)
+        free(bkey)
+        free(bval)
+        return 1
+    for b in range(b0, b1):
+        lo, m = bstart[b], bstart[b + 1] - bstart[b]
+        j0 = b << shift
+        w = min(W, nplain - j0)
+        memset(loc, 0, w * sizeof(int64_t))
+        for q in range(m):
+            loc[keys[lo + q] & mask] += 1
+        s = lo
+        for jj in range(w):
+            if (jj & (SUB - 1)) == 0:
+                sub[jj >> SUB_SHIFT] = s - lo
+            x = loc[jj]
+            loc[jj] = s
+            s = s + x
+            oc[j0 + jj + 1] = <index_t>s
+        # two scatters, each with few write streams: by groups of SUB offsets into the side
+        # buffers (laid out as the final places are), then by offset into the final places
+        for q in range(m):
+            key = keys[lo + q]
+            t = sub[<Py_ssize_t>(key & mask) >> SUB_SHIFT]
+            sub[<Py_ssize_t>(key & mask) >> SUB_SHIFT] = t + 1
+            bkey[t] = key
+            _copy(bval + t * E, ov + (lo + q) * E, E)
+        for q in range(m):
+            key = bkey[q]
+            jj = <Py_ssize_t>(key & mask)
+            pos = loc[jj]
+            loc[jj] = pos + 1
+            op[pos] = <index_t>(key >> shift)
+            _copy(ov + pos * E, bval + q * E, E)
+    free(loc)
+    free(sub)
+    free(bkey)
+    free(bval)
+    return 0
+
+
+cdef int _sort_buckets(const void* keys, bint wide, index_t* op, raw_t* ov, Py_ssize_t E, const int64_t* bstart,
+                       Py_ssize_t b0, Py_ssize_t b1, int shift, Py_ssize_t nplain, index_t* oc) noexcept nogil:
+    """Counting sort of each bucket of [b0, b1) by the offsets in its keys, into op (the old
+    compressed index) and ov, in place (keys may be op itself); writes oc for the bucket's
+    plain indices. Returns 1 when out of memory (nothing is left allocated)."""
+    if wide:
+        if E == 1:
+            return _sort_keys(<const uint64_t*>keys, op, ov, 1, bstart, b0, b1, shift, nplain, oc)
+        return _sort_keys(<const uint64_t*>keys, op, ov, E, bstart, b0, b1, shift, nplain, oc)
+    if E == 1:
+        return _sort_keys(<const uint32_t*>keys, op, ov, 1, bstart, b0, b1, shift, nplain, oc)
+    return _sort_keys(<const uint32_t*>keys, op, ov, E, bstart, b0, b1, shift, nplain, oc)
+
+
+cdef int _transpose_one(const index_t* c, const index_t* p, const raw_t* v, Py_ssize_t n, Py_ssize_t nplain,
+                        Py_ssize_t E, int shift, bint bucketed, int T, index_t* oc, index_t* op, raw_t* ov,
+                        Py_ssize_t phase, Py_ssize_t* rows, int64_t* cnt, int64_t* bstart, uint64_t* side,
+                        int* failed) noexcept nogil:
+    """Transpose one batch on T threads (see above); the bucket keys go to side when it is not
+    NULL (uint64), else to op (its own width). Returns nonzero when out of memory."""
+    cdef Py_ssize_t NB = ((nplain + (1 << shift) - 1) >> shift) if bucketed else nplain
+    cdef int t, err = 0
+    cdef void* keys = <void*>side if side != NULL else <void*>op
+    cdef bint wide = side != NULL or sizeof(index_t) == 8
+    if not bucketed:
+        _transpose_direct(c, p, v, n, nplain, E, T, oc, op, ov, rows, <index_t*>cnt)
+        return 0
+    balanced_split(c, c[n], <const index_t*>NULL, 0, 1, n, 1, 1, T, rows)
+    if T == 1:
+        _count(c, p, 0, n, shift, cnt, NB)
+    else:
+        for t in prange(T, num_threads=T, schedule="static", chunksize=1):
+            _count(c, p, rows[t], rows[t + 1], shift, cnt + t * NB, NB)
+    _exclusive_scan(cnt, NB, T, bstart)
+    if T == 1:
+        err = _scatter_buckets(c, p, v, E, 0, n, shift, NB, phase, cnt, keys, wide, ov)
+    else:
+        for t in prange(T, num_threads=T, schedule="static", chunksize=1):
+            failed[t] = _scatter_buckets(c, p, v, E, rows[t], rows[t + 1], shift, NB, phase, cnt + t * NB, keys,
+                                         wide, ov)
+        for t in range(T):
+            err = err | failed[t]
+    if err:
+        return err
+    oc[0] = 0
+    if T == 1:
+        return _sort_buckets(keys, wide, op, ov, E, bstart, 0, NB, shift, nplain, oc)
+    balanced_split(<const int64_t*>bstart, bstart[NB], <const int64_t*>NULL, 0, 1, NB, 1, 1, T, rows)  # buckets of about equal work
+    for t in prange(T, num_threads=T, schedule="static", chunksize=1):
+        failed[t] = _sort_buckets(keys, wide, op, ov, E, bstart, rows[t], rows[t + 1], shift, nplain, oc)
+    for t in range(T):
+        err = err | failed[t]
+    return err
+
+
+cdef bint _banded(const index_t* c, const index_t* p, Py_ssize_t n, Py_ssize_t nplain) noexcept nogil:
+    """Whether at least 15/16 of the entries of a sample of slices (of the first batch) lie within
+    DIRECT_MAX_BAND plain indices of the diagonal (slice i's diagonal: i * nplain / n)."""
+    cdef Py_ssize_t S = min(n, <Py_ssize_t>256), s, i, k, far = 0, total = 0
+    cdef double scale = <double>nplain / n if n else 0, d, band = DIRECT_MAX_BAND
+    if DIRECT_MAX_BAND < 0:
+        return False
+    for s in range(S):
+        i = (2 * s + 1) * n // (2 * S)
+        for k in range(c[i], c[i + 1]):
+            d = p[k] - i * scale
+            far += (d > band) | (d < -band)
+        total += c[i + 1] - c[i]
+    return far * 16 <= total
+
+
+def compressed_transpose(const index_t[:, ::1] compressed, const index_t[:, ::1] plain,
+                         const raw_t[:, :, ::1] values, Py_ssize_t plain_size, int nthreads):
+    """Counting-sort transpose of every batch: entries regrouped by plain index (csr -> csc,
+    bsr -> bsc), each new slice sorted by the old compressed index. Values move as chunks of E.
+    Returns the new (compressed, plain, values)."""
+    cdef Py_ssize_t B = compressed.shape[0], n = compressed.shape[1] - 1, nnz = plain.shape[1]
+    cdef Py_ssize_t E = values.shape[2], nplain = plain_size, NB, b, Ti, workers, slen, per_worker
+    cdef int shift = 0, T = max(1, nthreads), w, err = 0
+    cdef bint per_batch = T > 1 and B > 1 and (B >= 4 * T or nnz * max(E, 1) < SMALL_BATCH)
+    cdef Py_ssize_t isz = sizeof(index_t), rsz = sizeof(raw_t)
+    cdef bint bucketed = (nplain > DIRECT_MAX_PLAIN and E * rsz < 64
+                          and nnz * (isz + E * rsz) > BUCKETED_MIN_BYTES
+                          and B > 0 and not _banded(&compressed[0, 0], &plain[0, 0], n, nplain))
+    idt, rdt = _index_dtype(isz), _raw_dtype(rsz)
+    out_c = np.empty((B, nplain + 1), dtype=idt)
+    if bucketed:  # aligned for the streaming stores
+        out_p = _aligned_empty((B, nnz), idt)
+        out_v = _aligned_empty((B, nnz, E), rdt)
+    else:
+        out_p = np.empty((B, nnz), dtype=idt)
+        out_v = np.empty((B, nnz, E), dtype=rdt)
+    if B == 0:
+        return out_c, out_p, out_v
+    if bucketed:
+        # buckets of about BUCKET_BYTES, so that one is sorted within L2; at most MAX_BUCKETS
+        # of them, so that the write-combining buffers stay cached; 2**shift <= 2**16
+        target = min(MAX_BUCKETS, max(64, nnz * (isz + E * rsz) // BUCKET_BYTES))
+        while shift < 16 and ((nplain + (1 << shift) - 1) >> shift) > target:
+            shift += 1
+        bucketed = shift > 0
+    NB = ((nplain + (1 << shift) - 1) >> shift) if bucketed else nplain
+    Ti = 1 if per_batch else max(1, min(T, nnz // DIRECT_GRAIN + 1))
+    workers = T if per_batch else 1
+    # direct mode keeps one counter per plain index and thread: bound that memory
+    while Ti > 1 and not bucketed and Ti * NB > max(nnz, 1 << 20):
+        Ti -= 1
+    # the bucket keys (old compressed index << shift | offset) go to the output's plain index when
+    # they fit its width; else to uint64 rows of WC-aligned length, batch b starting at offset
+    # (b * nnz) % WC as it does in the outputs
+    cdef bint use_side = bucketed and isz == 4 and n > 0 and ((n - 1) >> (32 - shift)) > 0
+    slen = ((nnz + 2 * WC) // WC * WC) if use_side else 0
+    # one scratch block per worker: row bounds, counters, bucket starts, failure flags
+    per_worker = (Ti + 1) + (Ti * NB + 1) + (NB + 1) + Ti
+    cdef int64_t* scratch = <int64_t*>malloc((workers * per_worker + B) * sizeof(int64_t))
+    cdef uint64_t* side = <uint64_t*>_alloc64(workers * slen * sizeof(uint64_t)) if use_side else NULL
+    if scratch == NULL or (use_side and side == NULL):
+        free(scratch)
+        free(side)
+        raise MemoryError("compressed_transpose: out of memory for the scratch buffers")
+    cdef index_t[:, ::1] oc = out_c
+    cdef index_t[:, ::1] op = out_p
+    cdef raw_t[:, :, ::1] ov = out_v
+    cdef const raw_t* vp = &values[0, 0, 0]
+    cdef int64_t* status = scratch + workers * per_worker
+    cdef int64_t* mine
+    with nogil:
+        if per_batch:
+            for b in prange(B, num_threads=T, schedule="dynamic"):
+                w = threadid()
+                mine = scratch + w * per_worker
+                status[b] = _transpose_one(&compressed[b, 0], &plain[b, 0], vp + b * nnz * E, n,
+                                           nplain, E, shift, bucketed, 1, &oc[b, 0], &op[b, 0],
+                                           &ov[b, 0, 0], (b * nnz) % WC, <Py_ssize_t*>mine,
+                                           mine + (Ti + 1), mine + (Ti + 1) + (Ti * NB + 1),
+                                           side + w * slen + (b * nnz) % WC if use_side else NULL,
+                                           <int*>(mine + (Ti + 1) + (Ti * NB + 1) + (NB + 1)))
+        else:
+            for b in range(B):
+                status[b] = _transpose_one(&compressed[b, 0], &plain[b, 0], vp + b * nnz * E, n,
+                                           nplain, E, shift, bucketed, Ti, &oc[b, 0], &op[b, 0],
+                                           &ov[b, 0, 0], (b * nnz) % WC, <Py_ssize_t*>scratch,
+                                           scratch + (Ti + 1), scratch + (Ti + 1) + (Ti * NB + 1),
+                                           side + (b * nnz) % WC if use_side else NULL,
+                                           <int*>(scratch + (Ti + 1) + (Ti * NB + 1) + (NB + 1)))
+        for b in range(B):
+            err = err | <int>status[b]
+    free(scratch)
+    free(side)
+    if err:
+        raise MemoryError("compressed_transpose: out of memory for the bucket buffers")
+    return out_c, out_p, out_v
