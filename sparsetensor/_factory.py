@@ -92,6 +92,11 @@ def coo_indices_and_shape(indices, values, size, index_extrema=_host_index_extre
     return indices, as_size(size)
 
 
+def _all_host(*members) -> bool:
+    """True when every member is a NumPy array (the common case, decided without the device probe)."""
+    return all(type(x) is np.ndarray for x in members)
+
+
 def sparse_coo_tensor(indices, values, size=None, *, dtype=None, device=None, check_invariants=None,
                       is_coalesced=None) -> COOTensor:
     """Build a COO tensor from ``indices`` (``(sparse_dim, nnz)``) and ``values`` (``(nnz,) + dense``).
@@ -129,7 +134,7 @@ def sparse_coo_tensor(indices, values, size=None, *, dtype=None, device=None, ch
     array([[0., 0., 3.],
            [4., 0., 5.]])
     """
-    if is_device_array(indices) or is_device_array(values):
+    if not _all_host(indices, values) and (is_device_array(indices) or is_device_array(values)):
         return device_constructor("coo")(indices, values, size, dtype=dtype, device=device,
                                          check_invariants=check_invariants, is_coalesced=is_coalesced)
     device = as_device(device)
@@ -223,7 +228,8 @@ def sparse_compressed_tensor(compressed_indices, plain_indices, values, size=Non
     layout = L.as_layout(layout)
     if not layout.compressed:
         raise ValueError(f"sparse_compressed_tensor needs a compressed layout (csr, csc, bsr, bsc), got {layout!r}")
-    if any(is_device_array(x) for x in (compressed_indices, plain_indices, values)):
+    if not _all_host(compressed_indices, plain_indices, values) and any(
+            is_device_array(x) for x in (compressed_indices, plain_indices, values)):
         return device_constructor("compressed")(compressed_indices, plain_indices, values, size, layout=layout,
                                                 dtype=dtype, device=device, check_invariants=check_invariants)
     device = as_device(device)
