@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._errors import InvariantError
+
 __all__ = ["VALUE_DTYPES", "INDEX_DTYPES", "as_value_dtype", "as_index_dtype", "index_dtype_of",
            "check_fits", "raw_view", "zero_test_view", "arith_view"]
 
@@ -49,8 +51,6 @@ def as_index_dtype(dtype) -> np.dtype:
 
 def index_dtype_of(arr: np.ndarray, name: str, layout: str) -> np.dtype:
     """The index dtype of a user's index array; other integer dtypes are refused, never cast."""
-    from ._errors import InvariantError
-
     dt = arr.dtype
     if dt in INDEX_DTYPES:
         return dt
@@ -62,8 +62,6 @@ _INDEX_MAX = {np.dtype(np.int32): (1 << 31) - 1, np.dtype(np.int64): (1 << 63) -
 
 def check_fits(index_dtype: np.dtype, layout: str, **sizes: int) -> None:
     """Raise if a size or nnz does not fit ``index_dtype`` (invariant 1.3)."""
-    from ._errors import InvariantError
-
     limit = _INDEX_MAX.get(index_dtype)
     if limit is None:
         limit = int(np.iinfo(index_dtype).max)
