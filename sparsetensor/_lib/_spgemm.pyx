@@ -2,16 +2,23 @@
 #
 # SpGEMM is row-parallel over the canonical form compressed (B, n + 1), plain (B, nnz),
 # values (B, nnz, Rb * Kb) of both operands (rows compressed: csr/bsr; the Python wrapper
-# turns every other layout into it). A row's products are summed per column in one of two ways:
+# turns every other layout into it). A csr row picks how its products are summed per column by
+# the number k of B rows it combines, its products ub and the span [lo, hi] of its columns
+# (Gustavson's row-by-row product with the accumulators of Nagasaka et al. 2018, plus two):
 #
-# - expand-sort-compress (csr rows of at most ESC_MAX products, and no more products than output
-#   columns): the products are collected with their columns, sorted (a counting sort on the high
-#   bits of the row's column range, then an insertion pass; quicksort for crowded buckets) and
-#   summed per column in order of discovery; everything stays in a few KiB of scratch;
-# - the slot array (longer rows, block rows): a per-thread array over the output columns says
-#   where each column's sum is; the distinct columns are collected and sorted as above.
+# - merge (k <= MERGE_MAX): the k sorted B rows are merged, a scaled copy for k = 1;
+# - dense (a span of at most DENSE_MAX columns, and at most DENSE_SPAN columns per product:
+#   stencils, banded rows, hubs of small graphs): the sums go to a dense array over the span and
+#   a bit per column marks the columns hit; reading the set bits in order gives the row sorted,
+#   without a sort;
+# - expand-sort-compress (ub <= ESC_MAX, and no more products than output columns): the
+#   products are collected with their columns, sorted (a counting sort on the high bits of the
+#   row's column range, then an insertion pass; quicksort for crowded buckets) and summed per
+#   column in order of discovery; everything stays in a few KiB of scratch;
+# - the slot array (the other rows, and every block row): a per-thread array over the output
+#   columns says where each column's sum is; the distinct columns are collected and sorted as above.
 #
-# Both sum in the same order (A's entries, then B's), so the results are the same bit for bit.
+# All sum in the same order (A's entries, then B's), so the results are the same bit for bit.
 # csr products run in one fused pass (spgemm_flops, then spgemm_fused): the output has room for
 # every product, rows are written one after another per part of rows and the parts are moved
 # together. Products with too many products for that room, and bsr, run two passes: symbolic (the
@@ -34,6 +41,7 @@ cdef extern from *:
     #include <string.h>
     #include <stddef.h>
     static inline int st_bitlen64(uint64_t x) { return x ? 64 - __builtin_clzll(x) : 0; }
+    static inline int st_ctz64(uint64_t x) { return __builtin_ctzll(x); }
     static inline void st_prefetch(const void* p) { __builtin_prefetch(p, 0, 3); }
 
     /* Dot products with four independent vector accumulators (SSE2 baseline). */
@@ -62,6 +70,7 @@ cdef extern from *:
     ST_DEFINE_DOT(f64, double, st_v2d, 2, ST_HSUM2)
     """
     int st_bitlen64(uint64_t x) nogil
+    int st_ctz64(uint64_t x) nogil
     void st_prefetch(const void* p) nogil
     float st_dot_f32(const float* x, const float* y, Py_ssize_t n) nogil
     double st_dot_f64(const double* x, const double* y, Py_ssize_t n) nogil
@@ -79,6 +88,48 @@ cdef Py_ssize_t ESC_MAX = 8192
 cdef int ESC_SHIFT = -1
 # Parts per thread of the fused pass (dynamic schedule); more balance the load, each adds a move.
 cdef Py_ssize_t PARTS_PER_THREAD = 4
+# csr rows combining at most this many rows of B are merged (MERGE_CAP: the most a merge can take).
+cdef enum:
+    MERGE_CAP = 64
+cdef Py_ssize_t MERGE_MAX = 2
+# csr rows whose output columns span at most DENSE_MAX columns, and at most DENSE_SPAN per
+# product, are summed in a dense accumulator over that span (_dense_row).
+cdef Py_ssize_t DENSE_MAX = 1 << 16
+cdef Py_ssize_t DENSE_SPAN = 32
+# The accumulator of every csr row that it can take, for tests and benchmarks (AUTO: by the row).
+cdef enum:
+    AUTO = 0
+    MERGE = 1
+    DENSE = 2
+    ESC = 3
+    SLOTS = 4
+cdef int FORCE = AUTO
+_ACCUMULATORS = {"auto": AUTO, "merge": MERGE, "dense": DENSE, "esc": ESC, "slots": SLOTS}
+
+
+def _tune(accumulator=None, merge_max=None, dense_max=None, dense_span=None, esc_max=None, parts_per_thread=None):
+    """Set the csr accumulator choice (benchmarks and tests only): ``accumulator`` forces one of
+    "merge", "dense", "esc", "slots" for every row it can take ("auto": by the row); the others are
+    the thresholds above. Returns the previous settings, as keyword arguments."""
+    global FORCE, MERGE_MAX, DENSE_MAX, DENSE_SPAN, ESC_MAX, PARTS_PER_THREAD
+    names = {v: k for k, v in _ACCUMULATORS.items()}
+    old = dict(accumulator=names[FORCE], merge_max=MERGE_MAX, dense_max=DENSE_MAX, dense_span=DENSE_SPAN,
+               esc_max=ESC_MAX, parts_per_thread=PARTS_PER_THREAD)
+    if accumulator is not None:
+        if accumulator not in _ACCUMULATORS:
+            raise ValueError(f"accumulator must be one of {sorted(_ACCUMULATORS)}, got {accumulator!r}")
+        FORCE = _ACCUMULATORS[accumulator]
+    if merge_max is not None:
+        MERGE_MAX = min(max(int(merge_max), 0), MERGE_CAP)
+    if dense_max is not None:
+        DENSE_MAX = max(int(dense_max), 0)
+    if dense_span is not None:
+        DENSE_SPAN = max(int(dense_span), 0)
+    if esc_max is not None:
+        ESC_MAX = max(int(esc_max), 0)
+    if parts_per_thread is not None:
+        PARTS_PER_THREAD = max(int(parts_per_thread), 1)
+    return old
 cdef uint64_t LOW32 = 0xffffffffu
 
 
@@ -217,6 +268,9 @@ cdef struct Scratch:
     void* sums            # (maxc + 1) * E values
     int32_t* hist         # 4 * maxc + 4
     Py_ssize_t room       # maxc
+    void* dense           # dense_room values: the dense accumulator (csr), allocated on first use
+    uint64_t* bits        # dense_room / 64 + 1 words: which of them hold a sum (all clear between rows)
+    Py_ssize_t dense_room
 
 
 cdef Scratch* _scratch_new(Py_ssize_t n, Py_ssize_t E, Py_ssize_t itemsize, Py_ssize_t maxc) noexcept nogil:
@@ -227,6 +281,7 @@ cdef Scratch* _scratch_new(Py_ssize_t n, Py_ssize_t E, Py_ssize_t itemsize, Py_s
         return NULL
     s.n = n
     s.room = maxc
+    s.dense_room = min(n, DENSE_MAX) if E == 1 else 0
     s.words = <uint64_t*>malloc((maxc + 1) * sizeof(uint64_t))
     s.sorted = <uint64_t*>malloc((maxc + 1) * sizeof(uint64_t))
     s.sums = malloc((maxc + 1) * E * itemsize + 1)
@@ -249,8 +304,21 @@ cdef bint _scratch_slots(Scratch* s) noexcept nogil:
     return True
 
 
+cdef bint _scratch_dense(Scratch* s, Py_ssize_t itemsize) noexcept nogil:
+    """Allocate the dense accumulator on first use; False when out of memory."""
+    if s.bits != NULL:
+        return True
+    s.dense = malloc(s.dense_room * itemsize + 1)
+    if s.dense == NULL:
+        return False
+    s.bits = <uint64_t*>calloc((s.dense_room >> 6) + 1, sizeof(uint64_t))
+    return s.bits != NULL
+
+
 cdef void _scratch_free(Scratch* s) noexcept nogil:
     if s != NULL:
+        free(s.dense)
+        free(s.bits)
         free(s.slots)
         free(s.words)
         free(s.sorted)
@@ -466,6 +534,104 @@ cdef inline value_t _product(value_t x, value_t y, bint logical) noexcept nogil:
     return x * y
 
 
+cdef inline value_t _sum(value_t x, value_t y, bint logical) noexcept nogil:
+    if value_t is uint8_t:
+        if logical:
+            return x | y
+    return x + y
+
+
+cdef Py_ssize_t _merge_row(const index_t* ac, const index_t* ap, const value_t* av,
+                           const index_t* bc, const index_t* bp, const value_t* bv,
+                           Py_ssize_t i, bint logical, Py_ssize_t cap, index_t* out_p, value_t* out_v) noexcept nogil:
+    """Row i of a csr product combining at most MERGE_CAP rows of B, by merging them: each output
+    column is the smallest head column of the B rows, summed over the rows in order (the order of
+    the other accumulators). At most ``cap`` entries; the number written is returned."""
+    cdef Py_ssize_t k = ac[i + 1] - ac[i], t, q = 0, kb, kb1, j, jmin
+    cdef Py_ssize_t head[MERGE_CAP]
+    cdef Py_ssize_t end[MERGE_CAP]
+    cdef value_t x[MERGE_CAP]
+    cdef value_t v
+    cdef bint first
+    if k == 1:  # a scaled copy of one row of B
+        kb1 = bc[ap[ac[i]] + 1]
+        x[0] = av[ac[i]]
+        for kb in range(bc[ap[ac[i]]], kb1):
+            if q >= cap:
+                break
+            out_p[q] = bp[kb]
+            out_v[q] = _product(x[0], bv[kb], logical)
+            q += 1
+        return q
+    for t in range(k):
+        head[t] = bc[ap[ac[i] + t]]
+        end[t] = bc[ap[ac[i] + t] + 1]
+        x[t] = av[ac[i] + t]
+    while q < cap:
+        jmin = -1
+        for t in range(k):
+            if head[t] < end[t]:
+                j = bp[head[t]]
+                if jmin < 0 or j < jmin:
+                    jmin = j
+        if jmin < 0:
+            break
+        first = True
+        for t in range(k):
+            if head[t] < end[t] and bp[head[t]] == jmin:
+                if first:
+                    v = _product(x[t], bv[head[t]], logical)
+                    first = False
+                else:
+                    v = _sum(v, _product(x[t], bv[head[t]], logical), logical)
+                head[t] += 1
+        out_p[q] = <index_t>jmin
+        out_v[q] = v
+        q += 1
+    return q
+
+
+cdef Py_ssize_t _dense_row(const index_t* ac, const index_t* ap, const value_t* av,
+                           const index_t* bc, const index_t* bp, const value_t* bv,
+                           Py_ssize_t i, bint logical, Scratch* s, Py_ssize_t lo, Py_ssize_t width,
+                           Py_ssize_t cap, index_t* out_p, value_t* out_v) noexcept nogil:
+    """Row i of a csr product whose columns lie in [lo, lo + width), width at most the scratch's
+    dense room: the sums accumulate in a dense array over that span, a bit per column says which
+    hold one, and the set bits, read in order, give the columns sorted (no sort). At most ``cap``
+    entries; the number written is returned."""
+    cdef Py_ssize_t ka, kb, kb1, j, w, q = 0, nw = ((width - 1) >> 6) + 1
+    cdef uint64_t* bits = s.bits
+    cdef value_t* acc = <value_t*>s.dense
+    cdef uint64_t word, bit
+    cdef value_t x, p
+    for ka in range(ac[i], ac[i + 1]):
+        x = av[ka]
+        kb1 = bc[ap[ka] + 1]
+        for kb in range(bc[ap[ka]], kb1):
+            j = bp[kb] - lo
+            if <uint64_t>j >= <uint64_t>width:  # only for rows that are not sorted (never from the wrappers)
+                j = width - 1
+            p = _product(x, bv[kb], logical)
+            bit = (<uint64_t>1) << (j & 63)
+            if bits[j >> 6] & bit:
+                acc[j] = _sum(acc[j], p, logical)
+            else:
+                bits[j >> 6] |= bit
+                acc[j] = p
+    for w in range(nw):
+        word = bits[w]
+        if word == 0:
+            continue
+        bits[w] = 0
+        while word != 0 and q < cap:
+            j = (w << 6) + st_ctz64(word)
+            word &= word - 1
+            out_p[q] = <index_t>(lo + j)
+            out_v[q] = acc[j]
+            q += 1
+    return q
+
+
 cdef Py_ssize_t _esc_row(const index_t* ac, const index_t* ap, const value_t* av,
                          const index_t* bc, const index_t* bp, const value_t* bv,
                          Py_ssize_t i, bint logical, Scratch* s, Py_ssize_t ub, Py_ssize_t lo, Py_ssize_t hi,
@@ -522,10 +688,13 @@ cdef Py_ssize_t _row(const index_t* ac, const index_t* ap, const value_t* av,
                      const index_t* bc, const index_t* bp, const value_t* bv,
                      Py_ssize_t i, Py_ssize_t Rb, Py_ssize_t Kb, Py_ssize_t Cb, bint logical,
                      Scratch* s, Py_ssize_t cap, index_t* out_p, value_t* out_v) noexcept nogil:
-    """Row i of A @ B, at most ``cap`` entries: csr rows of at most ESC_MAX products (and the
-    scratch's room) by expand-sort-compress, others with the slot array. Returns the number
+    """Row i of A @ B, at most ``cap`` entries. csr rows pick their accumulator by the rows of B
+    they combine (k), their products (ub) and the span of their columns: merge (k <= MERGE_MAX),
+    dense (a span of at most DENSE_MAX columns and DENSE_SPAN per product), expand-sort-compress
+    (ub <= ESC_MAX), else the slot array, which also takes every block row. Returns the number
     written, -1 when out of memory."""
-    cdef Py_ssize_t ka, kb0, kb1, ub = 0, lo = -1, hi = -1
+    cdef Py_ssize_t ka, kb0, kb1, ub = 0, lo = -1, hi = -1, k, width
+    cdef int acc = FORCE
     if Rb == 1 and Kb == 1 and Cb == 1:
         for ka in range(ac[i], ac[i + 1]):
             kb0 = bc[ap[ka]]
@@ -538,9 +707,29 @@ cdef Py_ssize_t _row(const index_t* ac, const index_t* ap, const value_t* av,
                     hi = bp[kb1 - 1]
         if ub == 0 or cap <= 0:
             return 0
-        if ub <= ESC_MAX and ub <= s.n and ub <= s.room:
-            if hi < lo:  # only for rows that are not sorted, which the wrappers never pass
-                hi = lo
+        if hi < lo:  # only for rows that are not sorted, which the wrappers never pass
+            hi = lo
+        k = ac[i + 1] - ac[i]
+        width = hi - lo + 1
+        if acc == MERGE and k > MERGE_CAP or acc == DENSE and width > s.dense_room or \
+                acc == ESC and (ub > s.room or ub > s.n):
+            acc = AUTO
+        if acc == AUTO:
+            if k <= MERGE_MAX:
+                acc = MERGE
+            elif width <= s.dense_room and width <= DENSE_SPAN * ub:
+                acc = DENSE
+            elif ub <= ESC_MAX and ub <= s.n and ub <= s.room:
+                acc = ESC
+            else:
+                acc = SLOTS
+        if acc == MERGE:
+            return _merge_row(ac, ap, av, bc, bp, bv, i, logical, cap, out_p, out_v)
+        if acc == DENSE:
+            if not _scratch_dense(s, sizeof(value_t)):
+                return -1
+            return _dense_row(ac, ap, av, bc, bp, bv, i, logical, s, lo, width, cap, out_p, out_v)
+        if acc == ESC:
             return _esc_row(ac, ap, av, bc, bp, bv, i, logical, s, ub, lo, hi, cap, out_p, out_v)
     if not _scratch_slots(s):
         return -1
@@ -606,8 +795,8 @@ def spgemm_numeric(const index_t[:, ::1] a_compressed, const index_t[:, ::1] a_p
                 raise ValueError("spgemm_numeric: out_compressed must be non-decreasing")
             if cnt > maxc:
                 maxc = cnt
-    if EO == 1 and Kb == 1 and maxc < ESC_MAX:
-        maxc = ESC_MAX
+    if EO == 1 and Kb == 1 and maxc < min(ESC_MAX, ncols):
+        maxc = min(ESC_MAX, ncols)
     with nogil, parallel(num_threads=T):
         s = _scratch_new(ncols, EO, sizeof(value_t), maxc)
         if s == NULL:
