@@ -20,8 +20,9 @@
 #
 # All sum in the same order (A's entries, then B's), so the results are the same bit for bit.
 # csr products run in one fused pass (spgemm_flops, then spgemm_fused): the output has room for
-# every product, rows are written one after another per part of rows and the parts are moved
-# together. Products with too many products for that room, and bsr, run two passes: symbolic (the
+# every product; the rows are split into parts of about equal products, each part's rows are
+# written one after another (the first part's into the output, the others' into buffers of their
+# own) and the parts are copied together. Products with too many products for that room, and bsr, run two passes: symbolic (the
 # distinct columns of every row, counted with a per-thread marker array), then numeric into the
 # exact output. Output rows are canonical (invariant 5.6). Explicit zeros from cancellation stay
 # entries (a structural product). Inputs are trusted to satisfy 5.1-5.5 (the wrapper scans
@@ -29,7 +30,7 @@
 from cython.parallel cimport parallel, prange
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint64_t
 from libc.stdlib cimport calloc, free, malloc
-from libc.string cimport memmove, memset
+from libc.string cimport memcpy, memset
 
 import numpy as np
 
@@ -304,13 +305,20 @@ cdef bint _scratch_slots(Scratch* s) noexcept nogil:
     return True
 
 
-cdef bint _scratch_dense(Scratch* s, Py_ssize_t itemsize) noexcept nogil:
-    """Allocate the dense accumulator on first use; False when out of memory."""
+cdef bint _scratch_dense(Scratch* s, value_t zero) noexcept nogil:
+    """Allocate the dense accumulator on first use, filled with ``zero`` (the identity of the
+    sums), and its bits, all clear; False when out of memory."""
+    cdef Py_ssize_t j
+    cdef value_t* acc
     if s.bits != NULL:
         return True
-    s.dense = malloc(s.dense_room * itemsize + 1)
     if s.dense == NULL:
-        return False
+        s.dense = malloc(s.dense_room * sizeof(value_t) + 1)
+        if s.dense == NULL:
+            return False
+        acc = <value_t*>s.dense
+        for j in range(s.dense_room):
+            acc[j] = zero
     s.bits = <uint64_t*>calloc((s.dense_room >> 6) + 1, sizeof(uint64_t))
     return s.bits != NULL
 
@@ -591,19 +599,27 @@ cdef Py_ssize_t _merge_row(const index_t* ac, const index_t* ap, const value_t* 
     return q
 
 
+cdef inline value_t _identity(const value_t* of) noexcept nogil:
+    """The exact identity of the sums of values like ``*of`` (not read): -0.0 for floats (-0.0 + x is x for every x, -0.0 and NaN
+    included; 0.0 + -0.0 is 0.0), 0 for integers (and 0 | x for bools)."""
+    cdef value_t z = 0
+    return -z
+
+
 cdef Py_ssize_t _dense_row(const index_t* ac, const index_t* ap, const value_t* av,
                            const index_t* bc, const index_t* bp, const value_t* bv,
                            Py_ssize_t i, bint logical, Scratch* s, Py_ssize_t lo, Py_ssize_t width,
                            Py_ssize_t cap, index_t* out_p, value_t* out_v) noexcept nogil:
     """Row i of a csr product whose columns lie in [lo, lo + width), width at most the scratch's
-    dense room: the sums accumulate in a dense array over that span, a bit per column says which
-    hold one, and the set bits, read in order, give the columns sorted (no sort). At most ``cap``
-    entries; the number written is returned."""
+    dense room: the sums accumulate in a dense array over that span, which holds the identity of
+    the sums between rows (so that every product is added, without a branch, and the first one
+    keeps its bits), a bit per column says which hold a sum, and the set bits, read in order, give
+    the columns sorted (no sort). At most ``cap`` entries; the number written is returned."""
     cdef Py_ssize_t ka, kb, kb1, j, w, q = 0, nw = ((width - 1) >> 6) + 1
     cdef uint64_t* bits = s.bits
     cdef value_t* acc = <value_t*>s.dense
-    cdef uint64_t word, bit
-    cdef value_t x, p
+    cdef uint64_t word
+    cdef value_t x, zero = _identity(av)
     for ka in range(ac[i], ac[i + 1]):
         x = av[ka]
         kb1 = bc[ap[ka] + 1]
@@ -611,24 +627,21 @@ cdef Py_ssize_t _dense_row(const index_t* ac, const index_t* ap, const value_t* 
             j = bp[kb] - lo
             if <uint64_t>j >= <uint64_t>width:  # only for rows that are not sorted (never from the wrappers)
                 j = width - 1
-            p = _product(x, bv[kb], logical)
-            bit = (<uint64_t>1) << (j & 63)
-            if bits[j >> 6] & bit:
-                acc[j] = _sum(acc[j], p, logical)
-            else:
-                bits[j >> 6] |= bit
-                acc[j] = p
+            acc[j] = _sum(acc[j], _product(x, bv[kb], logical), logical)
+            bits[j >> 6] |= (<uint64_t>1) << (j & 63)
     for w in range(nw):
         word = bits[w]
         if word == 0:
             continue
         bits[w] = 0
-        while word != 0 and q < cap:
+        while word != 0:
             j = (w << 6) + st_ctz64(word)
             word &= word - 1
-            out_p[q] = <index_t>(lo + j)
-            out_v[q] = acc[j]
-            q += 1
+            if q < cap:
+                out_p[q] = <index_t>(lo + j)
+                out_v[q] = acc[j]
+                q += 1
+            acc[j] = zero
     return q
 
 
@@ -726,7 +739,7 @@ cdef Py_ssize_t _row(const index_t* ac, const index_t* ap, const value_t* av,
         if acc == MERGE:
             return _merge_row(ac, ap, av, bc, bp, bv, i, logical, cap, out_p, out_v)
         if acc == DENSE:
-            if not _scratch_dense(s, sizeof(value_t)):
+            if not _scratch_dense(s, _identity(av)):
                 return -1
             return _dense_row(ac, ap, av, bc, bp, bv, i, logical, s, lo, width, cap, out_p, out_v)
         if acc == ESC:
@@ -819,8 +832,8 @@ def spgemm_numeric(const index_t[:, ::1] a_compressed, const index_t[:, ::1] a_p
 # One pass instead of symbolic + numeric: every row may write its upper bound of entries (the
 # products it forms), so the output is allocated with room for all products (prefix sums from
 # spgemm_flops); rows are split into parts of about equal products, each part writes its rows one
-# after another from the part's first bound, and the parts are moved together at the end (one
-# part, and no move, on one thread).
+# after another, and the parts are copied together at the end (one part, and no copy, on one
+# thread).
 def spgemm_flops(const index_t[:, ::1] a_compressed, const index_t[:, ::1] a_plain,
                  const index_t[:, ::1] b_compressed, int64_t[::1] prefix, int nthreads):
     """prefix[r + 1] - prefix[r] = the products of flat row r (batch r // n, row r % n) of
@@ -863,21 +876,22 @@ cdef Py_ssize_t _fused_part(Py_ssize_t r0, Py_ssize_t r1, Py_ssize_t n, const in
                             const index_t* ac, Py_ssize_t sac, const index_t* ap, Py_ssize_t sap, const value_t* av,
                             const index_t* bc, Py_ssize_t sbc, const index_t* bp, Py_ssize_t sbp, const value_t* bv,
                             int64_t* counts, index_t* op, value_t* ov, bint logical, Scratch* s) noexcept nogil:
-    """The flat rows r0 <= r < r1, written one after another from prefix[r0]; each row at most up to
-    the next row's bound. Returns the number written, -1 when out of memory."""
-    cdef Py_ssize_t r, b, i, c, pos = prefix[r0]
+    """The flat rows r0 <= r < r1, written one after another into op/ov (room for
+    prefix[r1] - prefix[r0] entries); each row at most up to the next row's bound. Returns the
+    number written, -1 when out of memory."""
+    cdef Py_ssize_t r, b, i, c, pos = 0, base = prefix[r0]
     for r in range(r0, r1):
         b = r // n
         i = r - b * n
         _prefetch_ahead(ac + b * sac, ap + b * sap, bc + b * sbc, bp + b * sbp, <const char*>(bv + b * sbp),
                         sizeof(value_t), i, n)
         c = _row(ac + b * sac, ap + b * sap, av + b * sap, bc + b * sbc, bp + b * sbp, bv + b * sbp, i, 1, 1, 1,
-                 logical, s, prefix[r + 1] - pos, op + pos, ov + pos)
+                 logical, s, prefix[r + 1] - base - pos, op + pos, ov + pos)
         if c < 0:
             return -1
         counts[r] = c
         pos += c
-    return pos - prefix[r0]
+    return pos
 
 
 def spgemm_fused(const index_t[:, ::1] a_compressed, const index_t[:, ::1] a_plain,
@@ -889,10 +903,11 @@ def spgemm_fused(const index_t[:, ::1] a_compressed, const index_t[:, ::1] a_pla
     """csr A @ B in one pass: counts[r] = the entries of flat row r (batch r // n, row r % n),
     whose sorted columns and sums are out_plain/out_values[sum(counts[:r]):][:counts[r]] on
     return (rows of all batches one after another). ``prefix``/``maxub`` come from spgemm_flops;
-    out_plain and out_values have room for prefix[-1] entries. Values are (B, nnz). Returns
+    out_plain and out_values have room for prefix[-1] entries, of which only the first
+    sum(counts) are written (the others are never touched). Values are (B, nnz). Returns
     the number of entries written (sum(counts))."""
     cdef Py_ssize_t B = a_compressed.shape[0], n = a_compressed.shape[1] - 1
-    cdef Py_ssize_t R = B * n, r, p, lo_p, hi_p, mid, pos, c, room
+    cdef Py_ssize_t R = B * n, r, p, lo_p, hi_p, mid, pos, c, room, room_p
     cdef int64_t total
     cdef int T
     cdef Py_ssize_t nparts
@@ -900,6 +915,11 @@ def spgemm_fused(const index_t[:, ::1] a_compressed, const index_t[:, ::1] a_pla
     cdef int[::1] failed = np.zeros(1, dtype=np.intc)
     cdef int64_t[::1] bounds
     cdef int64_t[::1] written
+    cdef int64_t[::1] offsets
+    cdef index_t** part_p = NULL
+    cdef value_t** part_v = NULL
+    cdef index_t* dst_p
+    cdef value_t* dst_v
     if (a_plain.shape[0] != B or b_compressed.shape[0] != B or b_plain.shape[0] != B or a_values.shape[0] != B
             or b_values.shape[0] != B or a_values.shape[1] != a_plain.shape[1]
             or b_values.shape[1] != b_plain.shape[1]):
@@ -920,6 +940,7 @@ def spgemm_fused(const index_t[:, ::1] a_compressed, const index_t[:, ::1] a_pla
     nparts = 1 if T == 1 else min(R, T * PARTS_PER_THREAD)
     bounds = np.empty(nparts + 1, dtype=np.int64)
     written = np.zeros(nparts, dtype=np.int64)
+    offsets = np.zeros(nparts, dtype=np.int64)
     bounds[0] = 0
     bounds[nparts] = R
     for p in range(1, nparts):  # the first row whose products start at or after p / nparts of them
@@ -932,30 +953,59 @@ def spgemm_fused(const index_t[:, ::1] a_compressed, const index_t[:, ::1] a_pla
             else:
                 hi_p = mid
         bounds[p] = lo_p
+    # Part 0 writes at the start of the output, every other part into a buffer of its own (only the
+    # pages it writes are ever touched), which is copied after the parts before it at the end: the
+    # output's pages are touched once, in order (no room left between parts, no move).
+    part_p = <index_t**>calloc(nparts, sizeof(index_t*))
+    part_v = <value_t**>calloc(nparts, sizeof(value_t*))
+    if part_p == NULL or part_v == NULL:
+        free(part_p)
+        free(part_v)
+        raise MemoryError("spgemm: out of memory for the parts of the output")
     with nogil, parallel(num_threads=T):
         s = _scratch_new(ncols, 1, sizeof(value_t), room)
         if s == NULL:
             failed[0] = 1
         for p in prange(nparts, schedule="dynamic", chunksize=1):
             if s != NULL and not failed[0] and bounds[p] < bounds[p + 1]:
-                c = _fused_part(bounds[p], bounds[p + 1], n, &prefix[0], &a_compressed[0, 0],
-                                a_compressed.shape[1], &a_plain[0, 0], a_plain.shape[1], &a_values[0, 0],
-                                &b_compressed[0, 0], b_compressed.shape[1], &b_plain[0, 0], b_plain.shape[1],
-                                &b_values[0, 0], &counts[0], &out_plain[0], &out_values[0], logical, s)
-                if c < 0:
+                if p == 0:
+                    dst_p = &out_plain[0]
+                    dst_v = &out_values[0]
+                else:
+                    room_p = prefix[bounds[p + 1]] - prefix[bounds[p]]
+                    part_p[p] = <index_t*>malloc(room_p * sizeof(index_t) + 1)
+                    part_v[p] = <value_t*>malloc(room_p * sizeof(value_t) + 1)
+                    dst_p = part_p[p]
+                    dst_v = part_v[p]
+                if dst_p == NULL or dst_v == NULL:
                     failed[0] = 1
                 else:
-                    written[p] = c
+                    c = _fused_part(bounds[p], bounds[p + 1], n, &prefix[0], &a_compressed[0, 0],
+                                    a_compressed.shape[1], &a_plain[0, 0], a_plain.shape[1], &a_values[0, 0],
+                                    &b_compressed[0, 0], b_compressed.shape[1], &b_plain[0, 0], b_plain.shape[1],
+                                    &b_values[0, 0], &counts[0], dst_p, dst_v, logical, s)
+                    if c < 0:
+                        failed[0] = 1
+                    else:
+                        written[p] = c
         _scratch_free(s)
+    pos = 0
+    for p in range(nparts):
+        offsets[p] = pos
+        pos += written[p]
+    if not failed[0]:
+        with nogil:
+            for p in prange(1, nparts, num_threads=T, schedule="dynamic", chunksize=1):
+                if written[p]:
+                    memcpy(&out_plain[offsets[p]], part_p[p], written[p] * sizeof(index_t))
+                    memcpy(&out_values[offsets[p]], part_v[p], written[p] * sizeof(value_t))
+    for p in range(nparts):
+        free(part_p[p])
+        free(part_v[p])
+    free(part_p)
+    free(part_v)
     if failed[0]:
         raise MemoryError(f"spgemm: out of memory for the per-thread accumulators ({ncols} columns)")
-    pos = written[0]
-    with nogil:
-        for p in range(1, nparts):
-            if written[p] and pos != prefix[bounds[p]]:
-                memmove(&out_plain[pos], &out_plain[prefix[bounds[p]]], written[p] * sizeof(index_t))
-                memmove(&out_values[pos], &out_values[prefix[bounds[p]]], written[p] * sizeof(value_t))
-            pos += written[p]
     return pos
 
 
