@@ -5,7 +5,7 @@
 Every configuration is a set of ``sparsetensor._lib._spgemm._tune`` settings; ``old`` is the
 choice before the merge and dense accumulators (expand-sort-compress up to ESC_MAX products,
 else the slot array), ``new`` the defaults, the others force one accumulator on every row it can
-take. Times are medians of ``--repeat`` runs of ``st.matmul(a, a)``; each configuration's result
+take; a configuration may also be settings, ``esc_max=1024+merge_max=4``. Times are medians of ``--repeat`` runs of ``st.matmul(a, a)``, the configurations taking turns; each configuration's result
 is compared with the first one's, bit for bit. The load average is printed before and after.
 """
 
@@ -32,6 +32,17 @@ CONFIGS = {
 }
 
 
+def _config(name: str) -> dict:
+    """A named configuration, or settings such as ``esc_max=1024+merge_max=4``."""
+    if "=" not in name:
+        return CONFIGS[name]
+    out = {}
+    for item in name.split("+"):
+        key, value = item.split("=")
+        out[key] = value if key == "accumulator" else int(value)
+    return out
+
+
 def _same(x, y) -> bool:
     return all(np.array_equal(np.asarray(a).view(np.uint8), np.asarray(b).view(np.uint8))
                for a, b in ((x.crow_indices(), y.crow_indices()), (x.col_indices(), y.col_indices()),
@@ -48,18 +59,26 @@ def run(quick: bool, threads: int, configs: list[str], repeat: int, only: str | 
         if name.startswith("rmat") and n > (1 << 16):
             continue  # as in bench.structures
         t = st.sparse_csr_tensor(crow, col, val, (n, n))
-        times, first = {}, None
-        for cfg in configs:
-            _spgemm._tune(**{**defaults, **CONFIGS[cfg]})
+        first = None
+        for cfg in configs:  # every configuration gives the first one's arrays, bit for bit
+            _spgemm._tune(**{**defaults, **_config(cfg)})
             try:
                 c = st.matmul(t, t, threads=threads)
-                if first is None:
-                    first = c
-                elif not _same(first, c):
-                    raise AssertionError(f"{name}: {cfg} differs from {configs[0]}")
-                times[cfg] = median_time(lambda: st.matmul(t, t, threads=threads), repeat)
             finally:
                 _spgemm._tune(**defaults)
+            if first is None:
+                first = c
+            elif not _same(first, c):
+                raise AssertionError(f"{name}: {cfg} differs from {configs[0]}")
+        samples = {cfg: [] for cfg in configs}
+        for _ in range(repeat):  # round robin, so that a change of load hits every configuration
+            for cfg in configs:
+                _spgemm._tune(**{**defaults, **_config(cfg)})
+                try:
+                    samples[cfg].append(median_time(lambda: st.matmul(t, t, threads=threads), 1, warmup=0))
+                finally:
+                    _spgemm._tune(**defaults)
+        times = {cfg: float(np.median(v)) for cfg, v in samples.items()}
         rows.append([name, f"{len(col):,}", f"{first.nnz:,}"] + [f"{times[c] * 1e3:.3g}" for c in configs]
                     + [f"{times[configs[0]] / times[configs[-1]]:.2f}"])
         print("  ".join(rows[-1]), flush=True)
@@ -73,7 +92,8 @@ def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help=f"the smallest sizes only (of {SIZES})")
     p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--configs", default="old,new", help=f"comma-separated, of {sorted(CONFIGS)}")
+    p.add_argument("--configs", default="old,new",
+                   help=f"comma-separated, of {sorted(CONFIGS)} or settings such as esc_max=1024+merge_max=4")
     p.add_argument("--repeat", type=int, default=7)
     p.add_argument("--only", default=None, help="matrices whose name starts with this (5pt, 27pt, rmat)")
     a = p.parse_args(argv)
