@@ -615,20 +615,28 @@ cdef Py_ssize_t _dense_row(const index_t* ac, const index_t* ap, const value_t* 
     the sums between rows (so that every product is added, without a branch, and the first one
     keeps its bits), a bit per column says which hold a sum, and the set bits, read in order, give
     the columns sorted (no sort). At most ``cap`` entries; the number written is returned."""
-    cdef Py_ssize_t ka, kb, kb1, j, w, q = 0, nw = ((width - 1) >> 6) + 1
+    cdef Py_ssize_t ka, kb, kb1, j, w, cw, q = 0, nw = ((width - 1) >> 6) + 1
     cdef uint64_t* bits = s.bits
     cdef value_t* acc = <value_t*>s.dense
-    cdef uint64_t word
+    cdef uint64_t word, cb
     cdef value_t x, zero = _identity(av)
     for ka in range(ac[i], ac[i + 1]):
         x = av[ka]
         kb1 = bc[ap[ka] + 1]
+        cw = 0  # the bits of a run of columns in one word are collected in cb, then or-ed in at once
+        cb = 0
         for kb in range(bc[ap[ka]], kb1):
             j = bp[kb] - lo
             if <uint64_t>j >= <uint64_t>width:  # only for rows that are not sorted (never from the wrappers)
                 j = width - 1
             acc[j] = _sum(acc[j], _product(x, bv[kb], logical), logical)
-            bits[j >> 6] |= (<uint64_t>1) << (j & 63)
+            w = j >> 6
+            if w != cw:
+                bits[cw] |= cb
+                cw = w
+                cb = 0
+            cb |= (<uint64_t>1) << (j & 63)
+        bits[cw] |= cb
     for w in range(nw):
         word = bits[w]
         if word == 0:
