@@ -43,6 +43,7 @@ cdef extern from *:
     #include <stddef.h>
     static inline int st_bitlen64(uint64_t x) { return x ? 64 - __builtin_clzll(x) : 0; }
     static inline int st_ctz64(uint64_t x) { return __builtin_ctzll(x); }
+    static inline int st_popcount64(uint64_t x) { return __builtin_popcountll(x); }
     static inline void st_prefetch(const void* p) { __builtin_prefetch(p, 0, 3); }
 
     /* Dot products with four independent vector accumulators (SSE2 baseline). */
@@ -72,6 +73,7 @@ cdef extern from *:
     """
     int st_bitlen64(uint64_t x) nogil
     int st_ctz64(uint64_t x) nogil
+    int st_popcount64(uint64_t x) nogil
     void st_prefetch(const void* p) nogil
     float st_dot_f32(const float* x, const float* y, Py_ssize_t n) nogil
     double st_dot_f64(const double* x, const double* y, Py_ssize_t n) nogil
@@ -96,7 +98,7 @@ cdef Py_ssize_t MERGE_MAX = 2
 # csr rows whose output columns span at most DENSE_MAX columns, and at most DENSE_SPAN per
 # product, are summed in a dense accumulator over that span (_dense_row).
 cdef Py_ssize_t DENSE_MAX = 1 << 16
-cdef Py_ssize_t DENSE_SPAN = 32
+cdef Py_ssize_t DENSE_SPAN = 128
 # The accumulator of every csr row that it can take, for tests and benchmarks (AUTO: by the row).
 cdef enum:
     AUTO = 0
@@ -139,18 +141,23 @@ cdef struct Marks:
     int32_t* mark    # the stamp of the last row that hit each column
     Py_ssize_t n
     int32_t stamp
+    uint64_t* bits   # (min(n, DENSE_MAX) >> 6) + 1 words, all clear between rows: a bit per column
+    Py_ssize_t bits_room
 
 
 cdef Marks* _marks_new(Py_ssize_t n) noexcept nogil:
-    """A marker array of n columns (heap-allocated: one per thread), or NULL when out of memory."""
-    cdef Marks* m = <Marks*>malloc(sizeof(Marks))
+    """A marker array of n columns and a bitmap of min(n, DENSE_MAX) (heap-allocated: one per
+    thread), or NULL when out of memory."""
+    cdef Marks* m = <Marks*>calloc(1, sizeof(Marks))
     if m == NULL:
         return NULL
     m.n = n
     m.stamp = 0
+    m.bits_room = min(n, DENSE_MAX)
     m.mark = <int32_t*>malloc((n + 1) * sizeof(int32_t))
-    if m.mark == NULL:
-        free(m)
+    m.bits = <uint64_t*>calloc((m.bits_room >> 6) + 1, sizeof(uint64_t))
+    if m.mark == NULL or m.bits == NULL:
+        _marks_free(m)
         return NULL
     memset(m.mark, 0xff, (n + 1) * sizeof(int32_t))  # -1: no row yet
     return m
@@ -158,6 +165,7 @@ cdef Marks* _marks_new(Py_ssize_t n) noexcept nogil:
 
 cdef void _marks_free(Marks* m) noexcept nogil:
     if m != NULL:
+        free(m.bits)
         free(m.mark)
         free(m)
 
@@ -187,12 +195,43 @@ cdef inline void _prefetch_ahead(const index_t* a_c, const index_t* a_p, const i
                 st_prefetch(b_v + k * b_entry_bytes)
 
 
+cdef int64_t _symbolic_bits(const index_t* a_c, const index_t* a_p, const index_t* b_c, const index_t* b_p,
+                            Py_ssize_t i, Py_ssize_t lo, Py_ssize_t width, uint64_t* bits) noexcept nogil:
+    """The distinct columns of row i, all in [lo, lo + width): a bit per column, counted (and
+    cleared) at the end; the bits of a run of columns in one word are or-ed in at once."""
+    cdef Py_ssize_t ka, kb, kb1, j, w, cw, nw = ((width - 1) >> 6) + 1
+    cdef uint64_t cb
+    cdef int64_t cnt = 0
+    for ka in range(a_c[i], a_c[i + 1]):
+        kb1 = b_c[a_p[ka] + 1]
+        cw = 0
+        cb = 0
+        for kb in range(b_c[a_p[ka]], kb1):
+            j = b_p[kb] - lo
+            if <uint64_t>j >= <uint64_t>width:  # only for rows that are not sorted (never from the wrappers)
+                j = width - 1
+            w = j >> 6
+            if w != cw:
+                bits[cw] |= cb
+                cw = w
+                cb = 0
+            cb |= (<uint64_t>1) << (j & 63)
+        bits[cw] |= cb
+    for w in range(nw):
+        if bits[w]:
+            cnt += st_popcount64(bits[w])
+            bits[w] = 0
+    return cnt
+
+
 cdef void _symbolic_chunk(Py_ssize_t r0, Py_ssize_t r1, Py_ssize_t n,
                           const index_t* ac, Py_ssize_t sac, const index_t* ap, Py_ssize_t sap,
                           const index_t* bc, Py_ssize_t sbc, const index_t* bp, Py_ssize_t sbp,
                           int64_t* counts, Marks* m) noexcept nogil:
-    """counts[r] for the flat rows r0 <= r < r1 (row r = batch r // n, row r % n); s* are batch strides."""
-    cdef Py_ssize_t r, b, i, ka, kb, kb1, j
+    """counts[r] for the flat rows r0 <= r < r1 (row r = batch r // n, row r % n); s* are batch
+    strides. Rows whose columns span at most the bitmap's room, and at most DENSE_SPAN columns per
+    product, are counted with the bitmap, the others with the marker array."""
+    cdef Py_ssize_t r, b, i, ka, kb, kb0, kb1, j, ub, lo, hi
     cdef int32_t stamp
     cdef int64_t cnt
     cdef int32_t* mark = m.mark
@@ -207,9 +246,29 @@ cdef void _symbolic_chunk(Py_ssize_t r0, Py_ssize_t r1, Py_ssize_t n,
         a_p = ap + b * sap
         b_c = bc + b * sbc
         b_p = bp + b * sbp
+        _prefetch_ahead(a_c, a_p, b_c, b_p, NULL, 0, i, n)
+        ub = 0
+        lo = -1
+        hi = -1
+        for ka in range(a_c[i], a_c[i + 1]):
+            kb0 = b_c[a_p[ka]]
+            kb1 = b_c[a_p[ka] + 1]
+            if kb0 < kb1:
+                ub += kb1 - kb0
+                if lo < 0 or b_p[kb0] < lo:
+                    lo = b_p[kb0]
+                if b_p[kb1 - 1] > hi:
+                    hi = b_p[kb1 - 1]
+        if ub == 0:
+            counts[r] = 0
+            continue
+        if hi < lo:  # only for rows that are not sorted, which the wrappers never pass
+            hi = lo
+        if hi - lo + 1 <= m.bits_room and hi - lo + 1 <= DENSE_SPAN * ub and FORCE != SLOTS:
+            counts[r] = _symbolic_bits(a_c, a_p, b_c, b_p, i, lo, hi - lo + 1, m.bits)
+            continue
         stamp = _next_stamp(m)
         cnt = 0
-        _prefetch_ahead(a_c, a_p, b_c, b_p, NULL, 0, i, n)
         for ka in range(a_c[i], a_c[i + 1]):
             kb1 = b_c[a_p[ka] + 1]
             for kb in range(b_c[a_p[ka]], kb1):
