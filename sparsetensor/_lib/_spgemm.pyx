@@ -195,6 +195,26 @@ cdef inline void _prefetch_ahead(const index_t* a_c, const index_t* a_p, const i
                 st_prefetch(b_v + k * b_entry_bytes)
 
 
+cdef inline Py_ssize_t _row_span(const index_t* ac, const index_t* ap, const index_t* bc, const index_t* bp,
+                                 Py_ssize_t i, Py_ssize_t* lo, Py_ssize_t* hi) noexcept nogil:
+    """The products of row i of A @ B (the sum of the lengths of the B rows it combines), and in
+    lo/hi the span of its columns, from the first and last columns of those rows (hi >= lo, also
+    for rows that are not sorted, which the wrappers never pass); lo = hi = -1 without products."""
+    cdef Py_ssize_t ka, kb0, kb1, ub = 0, l = -1, h = -1
+    for ka in range(ac[i], ac[i + 1]):
+        kb0 = bc[ap[ka]]
+        kb1 = bc[ap[ka] + 1]
+        if kb0 < kb1:
+            ub += kb1 - kb0
+            if l < 0 or bp[kb0] < l:
+                l = bp[kb0]
+            if bp[kb1 - 1] > h:
+                h = bp[kb1 - 1]
+    lo[0] = l
+    hi[0] = h if h >= l else l
+    return ub
+
+
 cdef int64_t _symbolic_bits(const index_t* a_c, const index_t* a_p, const index_t* b_c, const index_t* b_p,
                             Py_ssize_t i, Py_ssize_t lo, Py_ssize_t width, uint64_t* bits) noexcept nogil:
     """The distinct columns of row i, all in [lo, lo + width): a bit per column, counted (and
@@ -231,7 +251,7 @@ cdef void _symbolic_chunk(Py_ssize_t r0, Py_ssize_t r1, Py_ssize_t n,
     """counts[r] for the flat rows r0 <= r < r1 (row r = batch r // n, row r % n); s* are batch
     strides. Rows whose columns span at most the bitmap's room, and at most DENSE_SPAN columns per
     product, are counted with the bitmap, the others with the marker array."""
-    cdef Py_ssize_t r, b, i, ka, kb, kb0, kb1, j, ub, lo, hi
+    cdef Py_ssize_t r, b, i, ka, kb, kb1, j, ub, lo, hi
     cdef int32_t stamp
     cdef int64_t cnt
     cdef int32_t* mark = m.mark
@@ -247,23 +267,10 @@ cdef void _symbolic_chunk(Py_ssize_t r0, Py_ssize_t r1, Py_ssize_t n,
         b_c = bc + b * sbc
         b_p = bp + b * sbp
         _prefetch_ahead(a_c, a_p, b_c, b_p, NULL, 0, i, n)
-        ub = 0
-        lo = -1
-        hi = -1
-        for ka in range(a_c[i], a_c[i + 1]):
-            kb0 = b_c[a_p[ka]]
-            kb1 = b_c[a_p[ka] + 1]
-            if kb0 < kb1:
-                ub += kb1 - kb0
-                if lo < 0 or b_p[kb0] < lo:
-                    lo = b_p[kb0]
-                if b_p[kb1 - 1] > hi:
-                    hi = b_p[kb1 - 1]
+        ub = _row_span(a_c, a_p, b_c, b_p, i, &lo, &hi)
         if ub == 0:
             counts[r] = 0
             continue
-        if hi < lo:  # only for rows that are not sorted, which the wrappers never pass
-            hi = lo
         if hi - lo + 1 <= m.bits_room and hi - lo + 1 <= DENSE_SPAN * ub and FORCE != SLOTS:
             counts[r] = _symbolic_bits(a_c, a_p, b_c, b_p, i, lo, hi - lo + 1, m.bits)
             continue
@@ -502,19 +509,8 @@ cdef Py_ssize_t _spa_row(const index_t* ac, const index_t* ap, const value_t* av
     cdef const value_t* xb
     cdef value_t* acc
     cdef value_t x, p, zero = 0
-    # the row's column range, from the first and last columns of the B rows it combines
-    for ka in range(ac[i], ac[i + 1]):
-        kb0 = bc[ap[ka]]
-        kb1 = bc[ap[ka] + 1]
-        if kb0 < kb1:
-            if lo < 0 or bp[kb0] < lo:
-                lo = bp[kb0]
-            if bp[kb1 - 1] > hi:
-                hi = bp[kb1 - 1]
-    if hi < 0:
+    if _row_span(ac, ap, bc, bp, i, &lo, &hi) == 0:
         return 0
-    if hi < lo:  # only for rows that are not sorted, which the wrappers never pass: keep nb >= 1
-        hi = lo
     sh = st_bitlen64(<uint64_t>(hi - lo)) - st_bitlen64(<uint64_t>count) - 1
     if sh < 0:
         sh = 0
@@ -773,22 +769,12 @@ cdef Py_ssize_t _row(const index_t* ac, const index_t* ap, const value_t* av,
     dense (a span of at most DENSE_MAX columns and DENSE_SPAN per product), expand-sort-compress
     (ub <= ESC_MAX), else the slot array, which also takes every block row. Returns the number
     written, -1 when out of memory."""
-    cdef Py_ssize_t ka, kb0, kb1, ub = 0, lo = -1, hi = -1, k, width
+    cdef Py_ssize_t ub, lo, hi, k, width
     cdef int acc = FORCE
     if Rb == 1 and Kb == 1 and Cb == 1:
-        for ka in range(ac[i], ac[i + 1]):
-            kb0 = bc[ap[ka]]
-            kb1 = bc[ap[ka] + 1]
-            if kb0 < kb1:
-                ub += kb1 - kb0
-                if lo < 0 or bp[kb0] < lo:
-                    lo = bp[kb0]
-                if bp[kb1 - 1] > hi:
-                    hi = bp[kb1 - 1]
+        ub = _row_span(ac, ap, bc, bp, i, &lo, &hi)
         if ub == 0 or cap <= 0:
             return 0
-        if hi < lo:  # only for rows that are not sorted, which the wrappers never pass
-            hi = lo
         k = ac[i + 1] - ac[i]
         width = hi - lo + 1
         if acc == MERGE and k > MERGE_CAP or acc == DENSE and width > s.dense_room or \
