@@ -215,6 +215,23 @@ cdef inline Py_ssize_t _row_span(const index_t* ac, const index_t* ap, const ind
     return ub
 
 
+cdef inline Py_ssize_t _mark(uint64_t* bits, Py_ssize_t col, Py_ssize_t lo, Py_ssize_t width, Py_ssize_t* cw,
+                              uint64_t* cb) noexcept nogil:
+    """Mark column ``col`` of the span [lo, lo + width) in ``bits``; returns its offset in the span.
+    The bits of a run of columns in one word (cw) are collected in cb and or-ed in when the run
+    ends (and by the caller after the last column): no store-to-load chain per column."""
+    cdef Py_ssize_t j = col - lo, w
+    if <uint64_t>j >= <uint64_t>width:  # only for rows that are not sorted (never from the wrappers)
+        j = width - 1
+    w = j >> 6
+    if w != cw[0]:
+        bits[cw[0]] |= cb[0]
+        cw[0] = w
+        cb[0] = 0
+    cb[0] |= (<uint64_t>1) << (j & 63)
+    return j
+
+
 cdef int64_t _symbolic_bits(const index_t* a_c, const index_t* a_p, const index_t* b_c, const index_t* b_p,
                             Py_ssize_t i, Py_ssize_t lo, Py_ssize_t width, uint64_t* bits) noexcept nogil:
     """The distinct columns of row i, all in [lo, lo + width): a bit per column, counted (and
@@ -227,15 +244,7 @@ cdef int64_t _symbolic_bits(const index_t* a_c, const index_t* a_p, const index_
         cw = 0
         cb = 0
         for kb in range(b_c[a_p[ka]], kb1):
-            j = b_p[kb] - lo
-            if <uint64_t>j >= <uint64_t>width:  # only for rows that are not sorted (never from the wrappers)
-                j = width - 1
-            w = j >> 6
-            if w != cw:
-                bits[cw] |= cb
-                cw = w
-                cb = 0
-            cb |= (<uint64_t>1) << (j & 63)
+            _mark(bits, b_p[kb], lo, width, &cw, &cb)
         bits[cw] |= cb
     for w in range(nw):
         if bits[w]:
@@ -678,19 +687,11 @@ cdef Py_ssize_t _dense_row(const index_t* ac, const index_t* ap, const value_t* 
     for ka in range(ac[i], ac[i + 1]):
         x = av[ka]
         kb1 = bc[ap[ka] + 1]
-        cw = 0  # the bits of a run of columns in one word are collected in cb, then or-ed in at once
+        cw = 0
         cb = 0
         for kb in range(bc[ap[ka]], kb1):
-            j = bp[kb] - lo
-            if <uint64_t>j >= <uint64_t>width:  # only for rows that are not sorted (never from the wrappers)
-                j = width - 1
+            j = _mark(bits, bp[kb], lo, width, &cw, &cb)
             acc[j] = _sum(acc[j], _product(x, bv[kb], logical), logical)
-            w = j >> 6
-            if w != cw:
-                bits[cw] |= cb
-                cw = w
-                cb = 0
-            cb |= (<uint64_t>1) << (j & 63)
         bits[cw] |= cb
     for w in range(nw):
         word = bits[w]
