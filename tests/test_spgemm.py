@@ -649,6 +649,14 @@ def test_accumulators_unsorted_rows_never_break_memory(rng, accumulator):
     test_rows_claimed_sorted_but_not_never_break_memory(rng)
 
 
+def test_more_than_2_32_columns_are_refused():
+    """Column offsets within a row are kept in 32 bits: wider products raise instead of colliding."""
+    a = st.sparse_csr_tensor(np.array([0, 3]), np.array([0, 1, 2]), np.ones(3), size=(1, 3))
+    b = st.sparse_csr_tensor(np.array([0, 1, 2, 3]), np.array([0, 2**32 + 1, 1]), np.ones(3), size=(3, 2**33 + 5))
+    with pytest.raises(NotImplementedError, match="2\\*\\*32"):
+        spgemm(a, b)
+
+
 def test_tune_rejects_unknown_accumulator():
     from sparsetensor._lib import _spgemm
 
