@@ -79,10 +79,11 @@ def spgemm(a, b, *, threads: int | None = None):
     sums into a dense array over that window (each thread keeps one of up to 65536 values
     and a bit per column) and reads it out in order; other rows of few products are summed
     by sorting them; each thread keeps, for longer rows (and blocks), an index over the
-    (block) columns of ``b`` (8 bytes per column) and room for the longest output row. csr products are computed in one pass into arrays with room for every product
-    (pages never written are never used), which are then shrunk; beyond 1 GiB of room a
-    counting pass sizes the output first. Output rows are sorted (PyTorch's and SciPy's
-    CPU products leave them unsorted).
+    (block) columns of ``b`` (8 bytes per column) and room for the longest output row.
+    Small csr products are computed in one pass into arrays with room for every product
+    (pages never written are never used), which are then shrunk; beyond 32 MiB of room a
+    counting pass sizes the output first, so that the output's pages are written once.
+    Output rows are sorted (PyTorch's and SciPy's CPU products leave them unsorted).
 
     Examples
     --------
@@ -190,9 +191,12 @@ def _spgemm_rows(a: CompressedTensor, b: CompressedTensor, threads) -> Compresse
 # The kernels sort and index columns by their offset in a row's span in 32 bits.
 _MAX_COLUMNS = 1 << 32
 
-# The fused csr pass allocates room for every product (a bound on the entries); beyond this
-# many bytes of room it runs the symbolic pass first and allocates the exact output.
-_FUSED_BYTES = 1 << 30
+# The fused csr pass allocates room for every product (a bound on the entries), and its parts
+# after the first write into buffers of their own that are copied into the output at the end.
+# Beyond this many bytes of room (where the C library maps fresh, unwritten pages for every
+# call) it runs the symbolic pass first, which is cheap for the rows of a narrow span (a
+# bitmap count), and allocates the exact output: its pages are written once, in place.
+_FUSED_BYTES = 32 << 20
 
 
 def _output_rows(counts: np.ndarray, layout, idx_dt, shape, m: int):
