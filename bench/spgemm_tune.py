@@ -4,7 +4,7 @@
 
 Every configuration is a set of ``sparsetensor._lib._spgemm._tune`` settings; ``old`` is the
 choice before the merge and dense accumulators (expand-sort-compress up to ESC_MAX products,
-else the slot array), ``new`` the defaults, the others force one accumulator on every row it can
+else the slot array; the fused pass up to 1 GiB of room; the marker array in the symbolic pass), ``new`` the defaults, the others force one accumulator on every row it can
 take; a configuration may also be settings, ``esc_max=1024+merge_max=4``. Times are medians of ``--repeat`` runs of ``st.matmul(a, a)``, the configurations taking turns; each configuration's result
 is compared with the first one's, bit for bit. The load average is printed before and after.
 """
@@ -18,12 +18,13 @@ import numpy as np
 
 import sparsetensor as st
 from sparsetensor._lib import _spgemm
+from sparsetensor.ops import spgemm as _ops
 
 from ._common import median_time, print_table
 from .structures import SIZES, _matrices
 
 CONFIGS = {
-    "old": dict(merge_max=0, dense_max=0),
+    "old": dict(merge_max=0, dense_max=0, fused_bytes=1 << 30),
     "new": {},
     "merge": dict(accumulator="merge", merge_max=64),
     "dense": dict(accumulator="dense"),
@@ -43,6 +44,14 @@ def _config(name: str) -> dict:
     return out
 
 
+def _set(defaults: dict, settings: dict) -> None:
+    """Apply ``settings`` over ``defaults``: the kernel's _tune, and fused_bytes (the wrapper's
+    _FUSED_BYTES, the most room of the fused pass)."""
+    settings = {**defaults, **settings}
+    _ops._FUSED_BYTES = settings.pop("fused_bytes")
+    _spgemm._tune(**settings)
+
+
 def _same(x, y) -> bool:
     return all(np.array_equal(np.asarray(a).view(np.uint8), np.asarray(b).view(np.uint8))
                for a, b in ((x.crow_indices(), y.crow_indices()), (x.col_indices(), y.col_indices()),
@@ -50,7 +59,7 @@ def _same(x, y) -> bool:
 
 
 def run(quick: bool, threads: int, configs: list[str], repeat: int, only: str | None) -> None:
-    defaults = _spgemm._tune()
+    defaults = {**_spgemm._tune(), "fused_bytes": _ops._FUSED_BYTES}
     print(f"load average before: {os.getloadavg()}; threads: {threads}; defaults: {defaults}", flush=True)
     rows = []
     for name, (crow, col, val, n) in _matrices(quick):
@@ -61,11 +70,11 @@ def run(quick: bool, threads: int, configs: list[str], repeat: int, only: str | 
         t = st.sparse_csr_tensor(crow, col, val, (n, n))
         first = None
         for cfg in configs:  # every configuration gives the first one's arrays, bit for bit
-            _spgemm._tune(**{**defaults, **_config(cfg)})
+            _set(defaults, _config(cfg))
             try:
                 c = st.matmul(t, t, threads=threads)
             finally:
-                _spgemm._tune(**defaults)
+                _set(defaults, {})
             if first is None:
                 first = c
             elif not _same(first, c):
@@ -73,11 +82,11 @@ def run(quick: bool, threads: int, configs: list[str], repeat: int, only: str | 
         samples = {cfg: [] for cfg in configs}
         for _ in range(repeat):  # round robin, so that a change of load hits every configuration
             for cfg in configs:
-                _spgemm._tune(**{**defaults, **_config(cfg)})
+                _set(defaults, _config(cfg))
                 try:
                     samples[cfg].append(median_time(lambda: st.matmul(t, t, threads=threads), 1, warmup=0))
                 finally:
-                    _spgemm._tune(**defaults)
+                    _set(defaults, {})
         times = {cfg: float(np.median(v)) for cfg, v in samples.items()}
         rows.append([name, f"{len(col):,}", f"{first.nnz:,}"] + [f"{times[c] * 1e3:.3g}" for c in configs]
                     + [f"{times[configs[0]] / times[configs[-1]]:.2f}"])
