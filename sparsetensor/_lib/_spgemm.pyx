@@ -22,9 +22,10 @@
 # csr products run in one fused pass (spgemm_flops, then spgemm_fused): the output has room for
 # every product; the rows are split into parts of about equal products, each part's rows are
 # written one after another (the first part's into the output, the others' into buffers of their
-# own) and the parts are copied together. Products with too many products for that room, and bsr, run two passes: symbolic (the
-# distinct columns of every row, counted with a per-thread marker array), then numeric into the
-# exact output. Output rows are canonical (invariant 5.6). Explicit zeros from cancellation stay
+# own) and the parts are copied together. Products with more room than the wrapper allows, and
+# bsr, run two passes: symbolic (the distinct columns of every row, counted with a per-thread
+# bitmap for rows of a narrow span, else a per-thread marker array), then numeric into the exact
+# output. Output rows are canonical (invariant 5.6). Explicit zeros from cancellation stay
 # entries (a structural product). Inputs are trusted to satisfy 5.1-5.5 (the wrapper scans
 # unchecked input first), so that no kernel reads out of bounds; no row writes past its room.
 from cython.parallel cimport parallel, prange
