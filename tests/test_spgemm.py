@@ -526,3 +526,139 @@ def test_large_threads_parts_match_scipy(rng):
     ref = (A @ A).tocsr()
     for threads in (1, 2, 3):
         assert_matches_scipy_csr(spgemm(tA, tA, threads=threads), ref)
+
+
+# -- the csr accumulators: each one forced, against the others and the oracles -------------------------
+ACCUMULATORS = ["auto", "merge", "dense", "esc", "slots"]
+# settings under which a forced accumulator takes every row it can (merge: rows of at most 64 entries
+# of A; esc: rows of at most as many products as columns; dense and slots: every row here)
+_FORCED = {"auto": {}, "merge": dict(merge_max=64), "esc": dict(esc_max=10**9), "dense": {}, "slots": {}}
+
+
+@pytest.fixture
+def accumulator(request):
+    """Force one csr accumulator (sparsetensor._lib._spgemm._tune) for the test, then restore."""
+    from sparsetensor._lib import _spgemm
+
+    old = _spgemm._tune(accumulator=request.param, **_FORCED[request.param])
+    yield request.param
+    _spgemm._tune(**old)
+
+
+def _rough_dense(rng, dtype, n=200, ncols=3000):
+    """_binned_dense with values whose sums round (so that only one summation order gives the bits),
+    banded rows (a narrow span: dense) and rows of one and two entries (merge)."""
+    a, b = _binned_dense(rng, np.dtype(np.float64), n=n, ncols=ncols)
+    for i in range(20, 40):  # banded: A rows near the diagonal, B rows a band around column 3 i
+        a[i, :] = 0
+        a[i, i - 3:i + 4] = 1.0
+        b[i, :] = 0
+        b[i, 3 * i - 10:3 * i + 11] = 1.0
+    a[50, :], a[51, :] = 0, 0
+    a[50, 130] = 1.0                  # one B row: a scaled copy
+    a[51, [130, 131]] = 1.0           # two B rows: a merge
+    dtype = np.dtype(dtype)
+    if dtype.kind == "f":
+        a = np.where(a != 0, rng.standard_normal(a.shape), 0).astype(dtype)
+        b = np.where(b != 0, rng.standard_normal(b.shape), 0).astype(dtype)
+    elif dtype.kind == "c":
+        a = np.where(a != 0, rng.standard_normal(a.shape) + 1j * rng.standard_normal(a.shape), 0).astype(dtype)
+        b = np.where(b != 0, rng.standard_normal(b.shape) - 1j * rng.standard_normal(b.shape), 0).astype(dtype)
+    elif dtype == np.bool_:
+        a, b = a != 0, b != 0
+    else:
+        a, b = a.astype(dtype), b.astype(dtype)
+    return a, b
+
+
+@pytest.mark.parametrize("accumulator", ACCUMULATORS, indirect=True)
+@pytest.mark.parametrize("dtype,index_dtype", [(np.dtype(d), np.dtype(i)) for d, i in (
+    ("float64", "int32"), ("float32", "int64"), ("complex128", "int32"), ("complex64", "int64"), ("int32", "int32"),
+    ("int8", "int64"), ("uint8", "int32"), ("bool", "int64"), ("float16", "int32"))])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_accumulators_agree_bit_for_bit(rng, accumulator, dtype, index_dtype, threads):
+    """Every accumulator gives the arrays of the slot array (the same sums in the same order), and the
+    product of the oracle; in the fused pass and in the two passes."""
+    import sparsetensor.ops.spgemm as mod
+    from sparsetensor._lib import _spgemm
+
+    a, b = _rough_dense(rng, dtype)
+    A, B = _sparse(a, "csr", index_dtype), _sparse(b, "csr", index_dtype)
+    got = spgemm(A, B, threads=threads)
+    _check_product(got, a, b)
+    old = _spgemm._tune(accumulator="slots")
+    try:
+        ref = spgemm(A, B, threads=threads)
+    finally:
+        _spgemm._tune(**old)
+    for x, y in zip(snapshot(got), snapshot(ref)):
+        np.testing.assert_array_equal(x.view(np.uint8), y.view(np.uint8))
+    fused_bytes, mod._FUSED_BYTES = mod._FUSED_BYTES, 0
+    try:
+        two_pass = spgemm(A, B, threads=threads)
+    finally:
+        mod._FUSED_BYTES = fused_bytes
+    for x, y in zip(snapshot(two_pass), snapshot(ref)):
+        np.testing.assert_array_equal(x.view(np.uint8), y.view(np.uint8))
+
+
+@pytest.mark.parametrize("accumulator", ACCUMULATORS, indirect=True)
+def test_accumulators_keep_zeros_and_signs(accumulator):
+    """Cancellation gives explicit zeros; -0.0 products keep their sign where nothing is added."""
+    a = st.sparse_csr_tensor([0, 2, 3, 6], [0, 1, 0, 0, 1, 2], [1.0, 1.0, -0.0, 1.0, 1.0, 2.0], size=(3, 3))
+    b = st.sparse_csr_tensor([0, 2, 4, 5], [0, 2, 0, 2, 1], [1.0, 3.0, -1.0, -3.0, 0.5], size=(3, 3))
+    c = spgemm(a, b)
+    c.check_invariants()
+    np.testing.assert_array_equal(c.crow_indices(), [0, 2, 4, 7])
+    np.testing.assert_array_equal(c.col_indices(), [0, 2, 0, 2, 0, 1, 2])
+    np.testing.assert_array_equal(c.values(), [0.0, 0.0, -0.0, -0.0, 0.0, 1.0, 0.0])  # == ignores signs
+    assert np.signbit(c.values()).tolist() == [False, False, True, True, False, False, False]
+
+
+@pytest.mark.parametrize("accumulator", ACCUMULATORS, indirect=True)
+@pytest.mark.parametrize("batch", [(2,), (2, 3)])
+def test_accumulators_batched(rng, accumulator, batch):
+    a0, b0 = _rough_dense(rng, np.float64, n=220, ncols=600)
+    a = np.stack([a0 * (k + 1) for k in range(int(np.prod(batch)))]).reshape(batch + a0.shape)
+    b = np.stack([b0 * (k + 2) for k in range(int(np.prod(batch)))]).reshape(batch + b0.shape)
+    C = spgemm(_sparse(a, "csr", batch_dim=len(batch)), _sparse(b, "csr", batch_dim=len(batch)), threads=2)
+    _check_product(C, a, b, len(batch))
+
+
+@pytest.mark.parametrize("accumulator", ACCUMULATORS, indirect=True)
+@pytest.mark.parametrize("points", [5, 27])
+def test_accumulators_stencils_match_scipy(accumulator, points):
+    sp = pytest.importorskip("scipy.sparse")
+    grid = (23, 19) if points == 5 else (7, 6, 5)
+    t = st.stencil(grid, points).to(index_dtype=np.int32)
+    A = sp.csr_array((t.values(), t.col_indices(), t.crow_indices()), shape=t.shape)
+    for threads in (1, 2):
+        assert_matches_scipy_csr(spgemm(t, t, threads=threads), (A @ A).tocsr())
+
+
+@pytest.mark.parametrize("accumulator", ACCUMULATORS, indirect=True)
+def test_accumulators_rmat_match_scipy(accumulator):
+    sp = pytest.importorskip("scipy.sparse")
+    t = st.rmat(9, 8, np.random.default_rng(3)).to(index_dtype=np.int64)
+    A = sp.csr_array((t.values(), t.col_indices(), t.crow_indices()), shape=t.shape)
+    assert_matches_scipy_csr(spgemm(t, t, threads=2), (A @ A).tocsr())
+
+
+@pytest.mark.parametrize("accumulator", ACCUMULATORS, indirect=True)
+def test_accumulators_unsorted_rows_never_break_memory(rng, accumulator):
+    test_rows_claimed_sorted_but_not_never_break_memory(rng)
+
+
+def test_more_than_2_32_columns_are_refused():
+    """Column offsets within a row are kept in 32 bits: wider products raise instead of colliding."""
+    a = st.sparse_csr_tensor(np.array([0, 3]), np.array([0, 1, 2]), np.ones(3), size=(1, 3))
+    b = st.sparse_csr_tensor(np.array([0, 1, 2, 3]), np.array([0, 2**32 + 1, 1]), np.ones(3), size=(3, 2**33 + 5))
+    with pytest.raises(NotImplementedError, match="2\\*\\*32"):
+        spgemm(a, b)
+
+
+def test_tune_rejects_unknown_accumulator():
+    from sparsetensor._lib import _spgemm
+
+    with pytest.raises(ValueError, match="accumulator"):
+        _spgemm._tune(accumulator="heap")

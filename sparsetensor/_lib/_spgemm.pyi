@@ -55,6 +55,15 @@ def spgemm_fused(
     nthreads: int,
 ) -> int: ...                    # entries written: sum(counts)
 
+def _tune(
+    accumulator: str | None = None,     # "auto", or force "merge", "dense", "esc", "slots" on the csr rows it can take
+    merge_max: int | None = None,       # csr rows combining at most this many B rows are merged (at most 64)
+    dense_max: int | None = None,       # the widest column span of the dense accumulator
+    dense_span: int | None = None,      # ... and its most columns per product
+    esc_max: int | None = None,         # the most products of an expand-sort-compress row
+    parts_per_thread: int | None = None,  # parts of the fused pass per thread
+) -> dict: ...                          # the previous settings, as keyword arguments
+
 def sampled_addmm(
     compressed: np.ndarray,  # (B, M + 1) index, csr pattern
     plain: np.ndarray,       # (B, nnz)

@@ -2,27 +2,36 @@
 #
 # SpGEMM is row-parallel over the canonical form compressed (B, n + 1), plain (B, nnz),
 # values (B, nnz, Rb * Kb) of both operands (rows compressed: csr/bsr; the Python wrapper
-# turns every other layout into it). A row's products are summed per column in one of two ways:
+# turns every other layout into it). A csr row picks how its products are summed per column by
+# the number k of B rows it combines, its products ub and the span [lo, hi] of its columns
+# (Gustavson's row-by-row product with the accumulators of Nagasaka et al. 2018, plus two):
 #
-# - expand-sort-compress (csr rows of at most ESC_MAX products, and no more products than output
-#   columns): the products are collected with their columns, sorted (a counting sort on the high
-#   bits of the row's column range, then an insertion pass; quicksort for crowded buckets) and
-#   summed per column in order of discovery; everything stays in a few KiB of scratch;
-# - the slot array (longer rows, block rows): a per-thread array over the output columns says
-#   where each column's sum is; the distinct columns are collected and sorted as above.
+# - merge (k <= MERGE_MAX): the k sorted B rows are merged, a scaled copy for k = 1;
+# - dense (a span of at most DENSE_MAX columns, and at most DENSE_SPAN columns per product:
+#   stencils, banded rows, hubs of small graphs): the sums go to a dense array over the span and
+#   a bit per column marks the columns hit; reading the set bits in order gives the row sorted,
+#   without a sort;
+# - expand-sort-compress (ub <= ESC_MAX, and no more products than output columns): the
+#   products are collected with their columns, sorted (a counting sort on the high bits of the
+#   row's column range, then an insertion pass; quicksort for crowded buckets) and summed per
+#   column in order of discovery; everything stays in a few KiB of scratch;
+# - the slot array (the other rows, and every block row): a per-thread array over the output
+#   columns says where each column's sum is; the distinct columns are collected and sorted as above.
 #
-# Both sum in the same order (A's entries, then B's), so the results are the same bit for bit.
+# All sum in the same order (A's entries, then B's), so the results are the same bit for bit.
 # csr products run in one fused pass (spgemm_flops, then spgemm_fused): the output has room for
-# every product, rows are written one after another per part of rows and the parts are moved
-# together. Products with too many products for that room, and bsr, run two passes: symbolic (the
-# distinct columns of every row, counted with a per-thread marker array), then numeric into the
-# exact output. Output rows are canonical (invariant 5.6). Explicit zeros from cancellation stay
+# every product; the rows are split into parts of about equal products, each part's rows are
+# written one after another (the first part's into the output, the others' into buffers of their
+# own) and the parts are copied together. Products with more room than the wrapper allows, and
+# bsr, run two passes: symbolic (the distinct columns of every row, counted with a per-thread
+# bitmap for rows of a narrow span, else a per-thread marker array), then numeric into the exact
+# output. Output rows are canonical (invariant 5.6). Explicit zeros from cancellation stay
 # entries (a structural product). Inputs are trusted to satisfy 5.1-5.5 (the wrapper scans
 # unchecked input first), so that no kernel reads out of bounds; no row writes past its room.
 from cython.parallel cimport parallel, prange
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint64_t
 from libc.stdlib cimport calloc, free, malloc
-from libc.string cimport memmove, memset
+from libc.string cimport memcpy, memset
 
 import numpy as np
 
@@ -34,6 +43,8 @@ cdef extern from *:
     #include <string.h>
     #include <stddef.h>
     static inline int st_bitlen64(uint64_t x) { return x ? 64 - __builtin_clzll(x) : 0; }
+    static inline int st_ctz64(uint64_t x) { return __builtin_ctzll(x); }
+    static inline int st_popcount64(uint64_t x) { return __builtin_popcountll(x); }
     static inline void st_prefetch(const void* p) { __builtin_prefetch(p, 0, 3); }
 
     /* Dot products with four independent vector accumulators (SSE2 baseline). */
@@ -62,6 +73,8 @@ cdef extern from *:
     ST_DEFINE_DOT(f64, double, st_v2d, 2, ST_HSUM2)
     """
     int st_bitlen64(uint64_t x) nogil
+    int st_ctz64(uint64_t x) nogil
+    int st_popcount64(uint64_t x) nogil
     void st_prefetch(const void* p) nogil
     float st_dot_f32(const float* x, const float* y, Py_ssize_t n) nogil
     double st_dot_f64(const double* x, const double* y, Py_ssize_t n) nogil
@@ -79,6 +92,48 @@ cdef Py_ssize_t ESC_MAX = 8192
 cdef int ESC_SHIFT = -1
 # Parts per thread of the fused pass (dynamic schedule); more balance the load, each adds a move.
 cdef Py_ssize_t PARTS_PER_THREAD = 4
+# csr rows combining at most this many rows of B are merged (MERGE_CAP: the most a merge can take).
+cdef enum:
+    MERGE_CAP = 64
+cdef Py_ssize_t MERGE_MAX = 2
+# csr rows whose output columns span at most DENSE_MAX columns, and at most DENSE_SPAN per
+# product, are summed in a dense accumulator over that span (_dense_row).
+cdef Py_ssize_t DENSE_MAX = 1 << 16
+cdef Py_ssize_t DENSE_SPAN = 128
+# The accumulator of every csr row that it can take, for tests and benchmarks (AUTO: by the row).
+cdef enum:
+    AUTO = 0
+    MERGE = 1
+    DENSE = 2
+    ESC = 3
+    SLOTS = 4
+cdef int FORCE = AUTO
+_ACCUMULATORS = {"auto": AUTO, "merge": MERGE, "dense": DENSE, "esc": ESC, "slots": SLOTS}
+
+
+def _tune(accumulator=None, merge_max=None, dense_max=None, dense_span=None, esc_max=None, parts_per_thread=None):
+    """Set the csr accumulator choice (benchmarks and tests only): ``accumulator`` forces one of
+    "merge", "dense", "esc", "slots" for every row it can take ("auto": by the row); the others are
+    the thresholds above. Returns the previous settings, as keyword arguments."""
+    global FORCE, MERGE_MAX, DENSE_MAX, DENSE_SPAN, ESC_MAX, PARTS_PER_THREAD
+    names = {v: k for k, v in _ACCUMULATORS.items()}
+    old = dict(accumulator=names[FORCE], merge_max=MERGE_MAX, dense_max=DENSE_MAX, dense_span=DENSE_SPAN,
+               esc_max=ESC_MAX, parts_per_thread=PARTS_PER_THREAD)
+    if accumulator is not None:
+        if accumulator not in _ACCUMULATORS:
+            raise ValueError(f"accumulator must be one of {sorted(_ACCUMULATORS)}, got {accumulator!r}")
+        FORCE = _ACCUMULATORS[accumulator]
+    if merge_max is not None:
+        MERGE_MAX = min(max(int(merge_max), 0), MERGE_CAP)
+    if dense_max is not None:
+        DENSE_MAX = max(int(dense_max), 0)
+    if dense_span is not None:
+        DENSE_SPAN = max(int(dense_span), 0)
+    if esc_max is not None:
+        ESC_MAX = max(int(esc_max), 0)
+    if parts_per_thread is not None:
+        PARTS_PER_THREAD = max(int(parts_per_thread), 1)
+    return old
 cdef uint64_t LOW32 = 0xffffffffu
 
 
@@ -87,18 +142,23 @@ cdef struct Marks:
     int32_t* mark    # the stamp of the last row that hit each column
     Py_ssize_t n
     int32_t stamp
+    uint64_t* bits   # (min(n, DENSE_MAX) >> 6) + 1 words, all clear between rows: a bit per column
+    Py_ssize_t bits_room
 
 
 cdef Marks* _marks_new(Py_ssize_t n) noexcept nogil:
-    """A marker array of n columns (heap-allocated: one per thread), or NULL when out of memory."""
-    cdef Marks* m = <Marks*>malloc(sizeof(Marks))
+    """A marker array of n columns and a bitmap of min(n, DENSE_MAX) (heap-allocated: one per
+    thread), or NULL when out of memory."""
+    cdef Marks* m = <Marks*>calloc(1, sizeof(Marks))
     if m == NULL:
         return NULL
     m.n = n
     m.stamp = 0
+    m.bits_room = min(n, DENSE_MAX)
     m.mark = <int32_t*>malloc((n + 1) * sizeof(int32_t))
-    if m.mark == NULL:
-        free(m)
+    m.bits = <uint64_t*>calloc((m.bits_room >> 6) + 1, sizeof(uint64_t))
+    if m.mark == NULL or m.bits == NULL:
+        _marks_free(m)
         return NULL
     memset(m.mark, 0xff, (n + 1) * sizeof(int32_t))  # -1: no row yet
     return m
@@ -106,6 +166,7 @@ cdef Marks* _marks_new(Py_ssize_t n) noexcept nogil:
 
 cdef void _marks_free(Marks* m) noexcept nogil:
     if m != NULL:
+        free(m.bits)
         free(m.mark)
         free(m)
 
@@ -135,12 +196,72 @@ cdef inline void _prefetch_ahead(const index_t* a_c, const index_t* a_p, const i
                 st_prefetch(b_v + k * b_entry_bytes)
 
 
+cdef inline Py_ssize_t _row_span(const index_t* ac, const index_t* ap, const index_t* bc, const index_t* bp,
+                                 Py_ssize_t i, Py_ssize_t* lo, Py_ssize_t* hi) noexcept nogil:
+    """The products of row i of A @ B (the sum of the lengths of the B rows it combines), and in
+    lo/hi the span of its columns, from the first and last columns of those rows (hi >= lo, also
+    for rows that are not sorted, which the wrappers never pass); lo = hi = -1 without products."""
+    cdef Py_ssize_t ka, kb0, kb1, ub = 0, l = -1, h = -1
+    for ka in range(ac[i], ac[i + 1]):
+        kb0 = bc[ap[ka]]
+        kb1 = bc[ap[ka] + 1]
+        if kb0 < kb1:
+            ub += kb1 - kb0
+            if l < 0 or bp[kb0] < l:
+                l = bp[kb0]
+            if bp[kb1 - 1] > h:
+                h = bp[kb1 - 1]
+    lo[0] = l
+    hi[0] = h if h >= l else l
+    return ub
+
+
+cdef inline Py_ssize_t _mark(uint64_t* bits, Py_ssize_t col, Py_ssize_t lo, Py_ssize_t width, Py_ssize_t* cw,
+                              uint64_t* cb) noexcept nogil:
+    """Mark column ``col`` of the span [lo, lo + width) in ``bits``; returns its offset in the span.
+    The bits of a run of columns in one word (cw) are collected in cb and or-ed in when the run
+    ends (and by the caller after the last column): no store-to-load chain per column."""
+    cdef Py_ssize_t j = col - lo, w
+    if <uint64_t>j >= <uint64_t>width:  # only for rows that are not sorted (never from the wrappers)
+        j = width - 1
+    w = j >> 6
+    if w != cw[0]:
+        bits[cw[0]] |= cb[0]
+        cw[0] = w
+        cb[0] = 0
+    cb[0] |= (<uint64_t>1) << (j & 63)
+    return j
+
+
+cdef int64_t _symbolic_bits(const index_t* a_c, const index_t* a_p, const index_t* b_c, const index_t* b_p,
+                            Py_ssize_t i, Py_ssize_t lo, Py_ssize_t width, uint64_t* bits) noexcept nogil:
+    """The distinct columns of row i, all in [lo, lo + width): a bit per column, counted (and
+    cleared) at the end; the bits of a run of columns in one word are or-ed in at once."""
+    cdef Py_ssize_t ka, kb, kb1, j, w, cw, nw = ((width - 1) >> 6) + 1
+    cdef uint64_t cb
+    cdef int64_t cnt = 0
+    for ka in range(a_c[i], a_c[i + 1]):
+        kb1 = b_c[a_p[ka] + 1]
+        cw = 0
+        cb = 0
+        for kb in range(b_c[a_p[ka]], kb1):
+            _mark(bits, b_p[kb], lo, width, &cw, &cb)
+        bits[cw] |= cb
+    for w in range(nw):
+        if bits[w]:
+            cnt += st_popcount64(bits[w])
+            bits[w] = 0
+    return cnt
+
+
 cdef void _symbolic_chunk(Py_ssize_t r0, Py_ssize_t r1, Py_ssize_t n,
                           const index_t* ac, Py_ssize_t sac, const index_t* ap, Py_ssize_t sap,
                           const index_t* bc, Py_ssize_t sbc, const index_t* bp, Py_ssize_t sbp,
                           int64_t* counts, Marks* m) noexcept nogil:
-    """counts[r] for the flat rows r0 <= r < r1 (row r = batch r // n, row r % n); s* are batch strides."""
-    cdef Py_ssize_t r, b, i, ka, kb, kb1, j
+    """counts[r] for the flat rows r0 <= r < r1 (row r = batch r // n, row r % n); s* are batch
+    strides. Rows whose columns span at most the bitmap's room, and at most DENSE_SPAN columns per
+    product, are counted with the bitmap, the others with the marker array."""
+    cdef Py_ssize_t r, b, i, ka, kb, kb1, j, ub, lo, hi
     cdef int32_t stamp
     cdef int64_t cnt
     cdef int32_t* mark = m.mark
@@ -155,9 +276,16 @@ cdef void _symbolic_chunk(Py_ssize_t r0, Py_ssize_t r1, Py_ssize_t n,
         a_p = ap + b * sap
         b_c = bc + b * sbc
         b_p = bp + b * sbp
+        _prefetch_ahead(a_c, a_p, b_c, b_p, NULL, 0, i, n)
+        ub = _row_span(a_c, a_p, b_c, b_p, i, &lo, &hi)
+        if ub == 0:
+            counts[r] = 0
+            continue
+        if hi - lo + 1 <= m.bits_room and hi - lo + 1 <= DENSE_SPAN * ub and FORCE != SLOTS:
+            counts[r] = _symbolic_bits(a_c, a_p, b_c, b_p, i, lo, hi - lo + 1, m.bits)
+            continue
         stamp = _next_stamp(m)
         cnt = 0
-        _prefetch_ahead(a_c, a_p, b_c, b_p, NULL, 0, i, n)
         for ka in range(a_c[i], a_c[i + 1]):
             kb1 = b_c[a_p[ka] + 1]
             for kb in range(b_c[a_p[ka]], kb1):
@@ -217,6 +345,9 @@ cdef struct Scratch:
     void* sums            # (maxc + 1) * E values
     int32_t* hist         # 4 * maxc + 4
     Py_ssize_t room       # maxc
+    void* dense           # dense_room values: the dense accumulator (csr), allocated on first use
+    uint64_t* bits        # dense_room / 64 + 1 words: which of them hold a sum (all clear between rows)
+    Py_ssize_t dense_room
 
 
 cdef Scratch* _scratch_new(Py_ssize_t n, Py_ssize_t E, Py_ssize_t itemsize, Py_ssize_t maxc) noexcept nogil:
@@ -227,6 +358,7 @@ cdef Scratch* _scratch_new(Py_ssize_t n, Py_ssize_t E, Py_ssize_t itemsize, Py_s
         return NULL
     s.n = n
     s.room = maxc
+    s.dense_room = min(n, DENSE_MAX) if E == 1 else 0
     s.words = <uint64_t*>malloc((maxc + 1) * sizeof(uint64_t))
     s.sorted = <uint64_t*>malloc((maxc + 1) * sizeof(uint64_t))
     s.sums = malloc((maxc + 1) * E * itemsize + 1)
@@ -249,8 +381,28 @@ cdef bint _scratch_slots(Scratch* s) noexcept nogil:
     return True
 
 
+cdef bint _scratch_dense(Scratch* s, value_t zero) noexcept nogil:
+    """Allocate the dense accumulator on first use, filled with ``zero`` (the identity of the
+    sums), and its bits, all clear; False when out of memory."""
+    cdef Py_ssize_t j
+    cdef value_t* acc
+    if s.bits != NULL:
+        return True
+    if s.dense == NULL:
+        s.dense = malloc(s.dense_room * sizeof(value_t) + 1)
+        if s.dense == NULL:
+            return False
+        acc = <value_t*>s.dense
+        for j in range(s.dense_room):
+            acc[j] = zero
+    s.bits = <uint64_t*>calloc((s.dense_room >> 6) + 1, sizeof(uint64_t))
+    return s.bits != NULL
+
+
 cdef void _scratch_free(Scratch* s) noexcept nogil:
     if s != NULL:
+        free(s.dense)
+        free(s.bits)
         free(s.slots)
         free(s.words)
         free(s.sorted)
@@ -367,19 +519,8 @@ cdef Py_ssize_t _spa_row(const index_t* ac, const index_t* ap, const value_t* av
     cdef const value_t* xb
     cdef value_t* acc
     cdef value_t x, p, zero = 0
-    # the row's column range, from the first and last columns of the B rows it combines
-    for ka in range(ac[i], ac[i + 1]):
-        kb0 = bc[ap[ka]]
-        kb1 = bc[ap[ka] + 1]
-        if kb0 < kb1:
-            if lo < 0 or bp[kb0] < lo:
-                lo = bp[kb0]
-            if bp[kb1 - 1] > hi:
-                hi = bp[kb1 - 1]
-    if hi < 0:
+    if _row_span(ac, ap, bc, bp, i, &lo, &hi) == 0:
         return 0
-    if hi < lo:  # only for rows that are not sorted, which the wrappers never pass: keep nb >= 1
-        hi = lo
     sh = st_bitlen64(<uint64_t>(hi - lo)) - st_bitlen64(<uint64_t>count) - 1
     if sh < 0:
         sh = 0
@@ -466,6 +607,109 @@ cdef inline value_t _product(value_t x, value_t y, bint logical) noexcept nogil:
     return x * y
 
 
+cdef inline value_t _sum(value_t x, value_t y, bint logical) noexcept nogil:
+    if value_t is uint8_t:
+        if logical:
+            return x | y
+    return x + y
+
+
+cdef Py_ssize_t _merge_row(const index_t* ac, const index_t* ap, const value_t* av,
+                           const index_t* bc, const index_t* bp, const value_t* bv,
+                           Py_ssize_t i, bint logical, Py_ssize_t cap, index_t* out_p, value_t* out_v) noexcept nogil:
+    """Row i of a csr product combining at most MERGE_CAP rows of B, by merging them: each output
+    column is the smallest head column of the B rows, summed over the rows in order (the order of
+    the other accumulators). At most ``cap`` entries; the number written is returned."""
+    cdef Py_ssize_t k = ac[i + 1] - ac[i], t, q = 0, kb, kb1, j, jmin
+    cdef Py_ssize_t head[MERGE_CAP]
+    cdef Py_ssize_t end[MERGE_CAP]
+    cdef value_t x[MERGE_CAP]
+    cdef value_t v
+    cdef bint first
+    if k == 1:  # a scaled copy of one row of B
+        kb1 = bc[ap[ac[i]] + 1]
+        x[0] = av[ac[i]]
+        for kb in range(bc[ap[ac[i]]], kb1):
+            if q >= cap:
+                break
+            out_p[q] = bp[kb]
+            out_v[q] = _product(x[0], bv[kb], logical)
+            q += 1
+        return q
+    for t in range(k):
+        head[t] = bc[ap[ac[i] + t]]
+        end[t] = bc[ap[ac[i] + t] + 1]
+        x[t] = av[ac[i] + t]
+    while q < cap:
+        jmin = -1
+        for t in range(k):
+            if head[t] < end[t]:
+                j = bp[head[t]]
+                if jmin < 0 or j < jmin:
+                    jmin = j
+        if jmin < 0:
+            break
+        first = True
+        for t in range(k):
+            if head[t] < end[t] and bp[head[t]] == jmin:
+                if first:
+                    v = _product(x[t], bv[head[t]], logical)
+                    first = False
+                else:
+                    v = _sum(v, _product(x[t], bv[head[t]], logical), logical)
+                head[t] += 1
+        out_p[q] = <index_t>jmin
+        out_v[q] = v
+        q += 1
+    return q
+
+
+cdef inline value_t _identity(const value_t* of) noexcept nogil:
+    """The exact identity of the sums of values like ``*of`` (not read): -0.0 for floats (-0.0 + x is x for every x, -0.0 and NaN
+    included; 0.0 + -0.0 is 0.0), 0 for integers (and 0 | x for bools)."""
+    cdef value_t z = 0
+    return -z
+
+
+cdef Py_ssize_t _dense_row(const index_t* ac, const index_t* ap, const value_t* av,
+                           const index_t* bc, const index_t* bp, const value_t* bv,
+                           Py_ssize_t i, bint logical, Scratch* s, Py_ssize_t lo, Py_ssize_t width,
+                           Py_ssize_t cap, index_t* out_p, value_t* out_v) noexcept nogil:
+    """Row i of a csr product whose columns lie in [lo, lo + width), width at most the scratch's
+    dense room: the sums accumulate in a dense array over that span, which holds the identity of
+    the sums between rows (so that every product is added, without a branch, and the first one
+    keeps its bits), a bit per column says which hold a sum, and the set bits, read in order, give
+    the columns sorted (no sort). At most ``cap`` entries; the number written is returned."""
+    cdef Py_ssize_t ka, kb, kb1, j, w, cw, q = 0, nw = ((width - 1) >> 6) + 1
+    cdef uint64_t* bits = s.bits
+    cdef value_t* acc = <value_t*>s.dense
+    cdef uint64_t word, cb
+    cdef value_t x, zero = _identity(av)
+    for ka in range(ac[i], ac[i + 1]):
+        x = av[ka]
+        kb1 = bc[ap[ka] + 1]
+        cw = 0
+        cb = 0
+        for kb in range(bc[ap[ka]], kb1):
+            j = _mark(bits, bp[kb], lo, width, &cw, &cb)
+            acc[j] = _sum(acc[j], _product(x, bv[kb], logical), logical)
+        bits[cw] |= cb
+    for w in range(nw):
+        word = bits[w]
+        if word == 0:
+            continue
+        bits[w] = 0
+        while word != 0:
+            j = (w << 6) + st_ctz64(word)
+            word &= word - 1
+            if q < cap:
+                out_p[q] = <index_t>(lo + j)
+                out_v[q] = acc[j]
+                q += 1
+            acc[j] = zero
+    return q
+
+
 cdef Py_ssize_t _esc_row(const index_t* ac, const index_t* ap, const value_t* av,
                          const index_t* bc, const index_t* bp, const value_t* bv,
                          Py_ssize_t i, bint logical, Scratch* s, Py_ssize_t ub, Py_ssize_t lo, Py_ssize_t hi,
@@ -522,25 +766,38 @@ cdef Py_ssize_t _row(const index_t* ac, const index_t* ap, const value_t* av,
                      const index_t* bc, const index_t* bp, const value_t* bv,
                      Py_ssize_t i, Py_ssize_t Rb, Py_ssize_t Kb, Py_ssize_t Cb, bint logical,
                      Scratch* s, Py_ssize_t cap, index_t* out_p, value_t* out_v) noexcept nogil:
-    """Row i of A @ B, at most ``cap`` entries: csr rows of at most ESC_MAX products (and the
-    scratch's room) by expand-sort-compress, others with the slot array. Returns the number
+    """Row i of A @ B, at most ``cap`` entries. csr rows pick their accumulator by the rows of B
+    they combine (k), their products (ub) and the span of their columns: merge (k <= MERGE_MAX),
+    dense (a span of at most DENSE_MAX columns and DENSE_SPAN per product), expand-sort-compress
+    (ub <= ESC_MAX), else the slot array, which also takes every block row. Returns the number
     written, -1 when out of memory."""
-    cdef Py_ssize_t ka, kb0, kb1, ub = 0, lo = -1, hi = -1
+    cdef Py_ssize_t ub, lo, hi, k, width
+    cdef int acc = FORCE
     if Rb == 1 and Kb == 1 and Cb == 1:
-        for ka in range(ac[i], ac[i + 1]):
-            kb0 = bc[ap[ka]]
-            kb1 = bc[ap[ka] + 1]
-            if kb0 < kb1:
-                ub += kb1 - kb0
-                if lo < 0 or bp[kb0] < lo:
-                    lo = bp[kb0]
-                if bp[kb1 - 1] > hi:
-                    hi = bp[kb1 - 1]
+        ub = _row_span(ac, ap, bc, bp, i, &lo, &hi)
         if ub == 0 or cap <= 0:
             return 0
-        if ub <= ESC_MAX and ub <= s.n and ub <= s.room:
-            if hi < lo:  # only for rows that are not sorted, which the wrappers never pass
-                hi = lo
+        k = ac[i + 1] - ac[i]
+        width = hi - lo + 1
+        if acc == MERGE and k > MERGE_CAP or acc == DENSE and width > s.dense_room or \
+                acc == ESC and (ub > s.room or ub > s.n):
+            acc = AUTO
+        if acc == AUTO:
+            if k <= MERGE_MAX:
+                acc = MERGE
+            elif width <= s.dense_room and width <= DENSE_SPAN * ub:
+                acc = DENSE
+            elif ub <= ESC_MAX and ub <= s.n and ub <= s.room:
+                acc = ESC
+            else:
+                acc = SLOTS
+        if acc == MERGE:
+            return _merge_row(ac, ap, av, bc, bp, bv, i, logical, cap, out_p, out_v)
+        if acc == DENSE:
+            if not _scratch_dense(s, _identity(av)):
+                return -1
+            return _dense_row(ac, ap, av, bc, bp, bv, i, logical, s, lo, width, cap, out_p, out_v)
+        if acc == ESC:
             return _esc_row(ac, ap, av, bc, bp, bv, i, logical, s, ub, lo, hi, cap, out_p, out_v)
     if not _scratch_slots(s):
         return -1
@@ -606,8 +863,8 @@ def spgemm_numeric(const index_t[:, ::1] a_compressed, const index_t[:, ::1] a_p
                 raise ValueError("spgemm_numeric: out_compressed must be non-decreasing")
             if cnt > maxc:
                 maxc = cnt
-    if EO == 1 and Kb == 1 and maxc < ESC_MAX:
-        maxc = ESC_MAX
+    if EO == 1 and Kb == 1 and maxc < min(ESC_MAX, ncols):
+        maxc = min(ESC_MAX, ncols)
     with nogil, parallel(num_threads=T):
         s = _scratch_new(ncols, EO, sizeof(value_t), maxc)
         if s == NULL:
@@ -630,8 +887,8 @@ def spgemm_numeric(const index_t[:, ::1] a_compressed, const index_t[:, ::1] a_p
 # One pass instead of symbolic + numeric: every row may write its upper bound of entries (the
 # products it forms), so the output is allocated with room for all products (prefix sums from
 # spgemm_flops); rows are split into parts of about equal products, each part writes its rows one
-# after another from the part's first bound, and the parts are moved together at the end (one
-# part, and no move, on one thread).
+# after another, and the parts are copied together at the end (one part, and no copy, on one
+# thread).
 def spgemm_flops(const index_t[:, ::1] a_compressed, const index_t[:, ::1] a_plain,
                  const index_t[:, ::1] b_compressed, int64_t[::1] prefix, int nthreads):
     """prefix[r + 1] - prefix[r] = the products of flat row r (batch r // n, row r % n) of
@@ -674,21 +931,22 @@ cdef Py_ssize_t _fused_part(Py_ssize_t r0, Py_ssize_t r1, Py_ssize_t n, const in
                             const index_t* ac, Py_ssize_t sac, const index_t* ap, Py_ssize_t sap, const value_t* av,
                             const index_t* bc, Py_ssize_t sbc, const index_t* bp, Py_ssize_t sbp, const value_t* bv,
                             int64_t* counts, index_t* op, value_t* ov, bint logical, Scratch* s) noexcept nogil:
-    """The flat rows r0 <= r < r1, written one after another from prefix[r0]; each row at most up to
-    the next row's bound. Returns the number written, -1 when out of memory."""
-    cdef Py_ssize_t r, b, i, c, pos = prefix[r0]
+    """The flat rows r0 <= r < r1, written one after another into op/ov (room for
+    prefix[r1] - prefix[r0] entries); each row at most up to the next row's bound. Returns the
+    number written, -1 when out of memory."""
+    cdef Py_ssize_t r, b, i, c, pos = 0, base = prefix[r0]
     for r in range(r0, r1):
         b = r // n
         i = r - b * n
         _prefetch_ahead(ac + b * sac, ap + b * sap, bc + b * sbc, bp + b * sbp, <const char*>(bv + b * sbp),
                         sizeof(value_t), i, n)
         c = _row(ac + b * sac, ap + b * sap, av + b * sap, bc + b * sbc, bp + b * sbp, bv + b * sbp, i, 1, 1, 1,
-                 logical, s, prefix[r + 1] - pos, op + pos, ov + pos)
+                 logical, s, prefix[r + 1] - base - pos, op + pos, ov + pos)
         if c < 0:
             return -1
         counts[r] = c
         pos += c
-    return pos - prefix[r0]
+    return pos
 
 
 def spgemm_fused(const index_t[:, ::1] a_compressed, const index_t[:, ::1] a_plain,
@@ -700,10 +958,11 @@ def spgemm_fused(const index_t[:, ::1] a_compressed, const index_t[:, ::1] a_pla
     """csr A @ B in one pass: counts[r] = the entries of flat row r (batch r // n, row r % n),
     whose sorted columns and sums are out_plain/out_values[sum(counts[:r]):][:counts[r]] on
     return (rows of all batches one after another). ``prefix``/``maxub`` come from spgemm_flops;
-    out_plain and out_values have room for prefix[-1] entries. Values are (B, nnz). Returns
+    out_plain and out_values have room for prefix[-1] entries, of which only the first
+    sum(counts) are written (the others are never touched). Values are (B, nnz). Returns
     the number of entries written (sum(counts))."""
     cdef Py_ssize_t B = a_compressed.shape[0], n = a_compressed.shape[1] - 1
-    cdef Py_ssize_t R = B * n, r, p, lo_p, hi_p, mid, pos, c, room
+    cdef Py_ssize_t R = B * n, r, p, lo_p, hi_p, mid, pos, c, room, room_p
     cdef int64_t total
     cdef int T
     cdef Py_ssize_t nparts
@@ -711,6 +970,11 @@ def spgemm_fused(const index_t[:, ::1] a_compressed, const index_t[:, ::1] a_pla
     cdef int[::1] failed = np.zeros(1, dtype=np.intc)
     cdef int64_t[::1] bounds
     cdef int64_t[::1] written
+    cdef int64_t[::1] offsets
+    cdef index_t** part_p = NULL
+    cdef value_t** part_v = NULL
+    cdef index_t* dst_p
+    cdef value_t* dst_v
     if (a_plain.shape[0] != B or b_compressed.shape[0] != B or b_plain.shape[0] != B or a_values.shape[0] != B
             or b_values.shape[0] != B or a_values.shape[1] != a_plain.shape[1]
             or b_values.shape[1] != b_plain.shape[1]):
@@ -731,6 +995,7 @@ def spgemm_fused(const index_t[:, ::1] a_compressed, const index_t[:, ::1] a_pla
     nparts = 1 if T == 1 else min(R, T * PARTS_PER_THREAD)
     bounds = np.empty(nparts + 1, dtype=np.int64)
     written = np.zeros(nparts, dtype=np.int64)
+    offsets = np.zeros(nparts, dtype=np.int64)
     bounds[0] = 0
     bounds[nparts] = R
     for p in range(1, nparts):  # the first row whose products start at or after p / nparts of them
@@ -743,30 +1008,59 @@ def spgemm_fused(const index_t[:, ::1] a_compressed, const index_t[:, ::1] a_pla
             else:
                 hi_p = mid
         bounds[p] = lo_p
+    # Part 0 writes at the start of the output, every other part into a buffer of its own (only the
+    # pages it writes are ever touched), which is copied after the parts before it at the end: the
+    # output's pages are touched once, in order (no room left between parts, no move).
+    part_p = <index_t**>calloc(nparts, sizeof(index_t*))
+    part_v = <value_t**>calloc(nparts, sizeof(value_t*))
+    if part_p == NULL or part_v == NULL:
+        free(part_p)
+        free(part_v)
+        raise MemoryError("spgemm: out of memory for the parts of the output")
     with nogil, parallel(num_threads=T):
         s = _scratch_new(ncols, 1, sizeof(value_t), room)
         if s == NULL:
             failed[0] = 1
         for p in prange(nparts, schedule="dynamic", chunksize=1):
             if s != NULL and not failed[0] and bounds[p] < bounds[p + 1]:
-                c = _fused_part(bounds[p], bounds[p + 1], n, &prefix[0], &a_compressed[0, 0],
-                                a_compressed.shape[1], &a_plain[0, 0], a_plain.shape[1], &a_values[0, 0],
-                                &b_compressed[0, 0], b_compressed.shape[1], &b_plain[0, 0], b_plain.shape[1],
-                                &b_values[0, 0], &counts[0], &out_plain[0], &out_values[0], logical, s)
-                if c < 0:
+                if p == 0:
+                    dst_p = &out_plain[0]
+                    dst_v = &out_values[0]
+                else:
+                    room_p = prefix[bounds[p + 1]] - prefix[bounds[p]]
+                    part_p[p] = <index_t*>malloc(room_p * sizeof(index_t) + 1)
+                    part_v[p] = <value_t*>malloc(room_p * sizeof(value_t) + 1)
+                    dst_p = part_p[p]
+                    dst_v = part_v[p]
+                if dst_p == NULL or dst_v == NULL:
                     failed[0] = 1
                 else:
-                    written[p] = c
+                    c = _fused_part(bounds[p], bounds[p + 1], n, &prefix[0], &a_compressed[0, 0],
+                                    a_compressed.shape[1], &a_plain[0, 0], a_plain.shape[1], &a_values[0, 0],
+                                    &b_compressed[0, 0], b_compressed.shape[1], &b_plain[0, 0], b_plain.shape[1],
+                                    &b_values[0, 0], &counts[0], dst_p, dst_v, logical, s)
+                    if c < 0:
+                        failed[0] = 1
+                    else:
+                        written[p] = c
         _scratch_free(s)
+    pos = 0
+    for p in range(nparts):
+        offsets[p] = pos
+        pos += written[p]
+    if not failed[0]:
+        with nogil:
+            for p in prange(1, nparts, num_threads=T, schedule="dynamic", chunksize=1):
+                if written[p]:
+                    memcpy(&out_plain[offsets[p]], part_p[p], written[p] * sizeof(index_t))
+                    memcpy(&out_values[offsets[p]], part_v[p], written[p] * sizeof(value_t))
+    for p in range(nparts):
+        free(part_p[p])
+        free(part_v[p])
+    free(part_p)
+    free(part_v)
     if failed[0]:
         raise MemoryError(f"spgemm: out of memory for the per-thread accumulators ({ncols} columns)")
-    pos = written[0]
-    with nogil:
-        for p in range(1, nparts):
-            if written[p] and pos != prefix[bounds[p]]:
-                memmove(&out_plain[pos], &out_plain[prefix[bounds[p]]], written[p] * sizeof(index_t))
-                memmove(&out_values[pos], &out_values[prefix[bounds[p]]], written[p] * sizeof(value_t))
-            pos += written[p]
     return pos
 
 

@@ -67,18 +67,23 @@ def spgemm(a, b, *, threads: int | None = None):
         Different value dtypes (PyTorch refuses them too) or a non-sparse operand.
     NotImplementedError
         Dense (hybrid) dims, a blocked operand next to an unblocked one, coo with
-        ``sparse_dim != 2``.
+        ``sparse_dim != 2``, ``b`` with more than 2**32 (block) columns.
 
     Notes
     -----
     Sums are taken in the value dtype (integers wrap); float16 is computed in float32
-    and rounded once; bool products are logical and, sums logical or. Rows of few products
-    are summed by sorting them; each thread keeps, for longer rows (and blocks), an index
-    over the (block) columns of ``b`` (8 bytes per column) and room for the longest output
-    row. csr products are computed in one pass into arrays with room for every product
-    (pages never written are never used), which are then shrunk; beyond 1 GiB of room a
-    counting pass sizes the output first. Output rows are sorted (PyTorch's and SciPy's
-    CPU products leave them unsorted).
+    and rounded once; bool products are logical and, sums logical or. Every row sums its
+    products in the same order (a's entries, then b's), whichever way it takes, so results
+    are the same bit for bit for any thread count. A csr row that combines one or two rows
+    of ``b`` merges them; one whose columns span a narrow window (stencils, banded rows)
+    sums into a dense array over that window (each thread keeps one of up to 65536 values
+    and a bit per column) and reads it out in order; other rows of few products are summed
+    by sorting them; each thread keeps, for longer rows (and blocks), an index over the
+    (block) columns of ``b`` (8 bytes per column) and room for the longest output row.
+    Small csr products are computed in one pass into arrays with room for every product
+    (pages never written are never used), which are then shrunk; beyond 32 MiB of room a
+    counting pass sizes the output first, so that the output's pages are written once.
+    Output rows are sorted (PyTorch's and SciPy's CPU products leave them unsorted).
 
     Examples
     --------
@@ -149,6 +154,9 @@ def _spgemm_rows(a: CompressedTensor, b: CompressedTensor, threads) -> Compresse
     (Rb, Kb), (_, Cb) = a.blocksize, b.blocksize
     n = a.compressed_indices().shape[-1] - 1      # (block) rows of A
     ncols = b.plain_size                          # (block) columns of B
+    if ncols > _MAX_COLUMNS:
+        raise NotImplementedError(f"spgemm of a right operand with more than 2**32 (block) columns is not supported "
+                                  f"(the kernels keep column offsets in 32 bits), got {_describe(b)}")
     shape = batch + (a.shape[m], b.shape[m + 1])
     layout = a.layout
     dtype = a.dtype
@@ -180,9 +188,15 @@ def _spgemm_rows(a: CompressedTensor, b: CompressedTensor, threads) -> Compresse
                             canonical=True)
 
 
-# The fused csr pass allocates room for every product (a bound on the entries); beyond this
-# many bytes of room it runs the symbolic pass first and allocates the exact output.
-_FUSED_BYTES = 1 << 30
+# The kernels sort and index columns by their offset in a row's span in 32 bits.
+_MAX_COLUMNS = 1 << 32
+
+# The fused csr pass allocates room for every product (a bound on the entries), and its parts
+# after the first write into buffers of their own that are copied into the output at the end.
+# Beyond this many bytes of room (where the C library maps fresh, unwritten pages for every
+# call) it runs the symbolic pass first, which is cheap for the rows of a narrow span (a
+# bitmap count), and allocates the exact output: its pages are written once, in place.
+_FUSED_BYTES = 32 << 20
 
 
 def _output_rows(counts: np.ndarray, layout, idx_dt, shape, m: int):
