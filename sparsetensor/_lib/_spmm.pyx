@@ -652,9 +652,6 @@ cdef tuple _ends(cnp.ndarray compressed, int icode, Py_ssize_t B, Py_ssize_t nc,
     return None
 
 
-_INT32, _INT64 = np.dtype(np.int32), np.dtype(np.int64)
-
-
 def _flat(a):
     """A 1-D view; one element of scratch when empty, so kernels can take ``&view[0]``."""
     return a.reshape(-1) if a.size else np.zeros(1, a.dtype)
