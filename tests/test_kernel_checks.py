@@ -298,3 +298,39 @@ def test_sort_kernel_mismatches():
         _sum_duplicates.compressed_write(c, c[:, :4].copy(), p, perm, out_p, vals, out_v, False, 1)
     with pytest.raises(ValueError, match="compressed_write"):
         _sum_duplicates.compressed_write(c, c, p, perm, out_p, vals[:3].copy(), out_v, False, 1)
+
+
+def test_optim_kernel_mismatches():
+    from sparsetensor._lib import _optim
+
+    rows, run_ptr = np.array([0, 2], np.int64), np.array([0, 1, 3], np.int64)
+    perm, grad = np.array([0, 1, 2], np.int64), np.ones((3, 2))
+    param, scratch = np.zeros((3, 2)), np.empty((2, 2))
+    sgd = _optim.OPS["sgd"]
+    _optim.update_runs(sgd, rows, run_ptr, perm, grad, param, param, param, scratch, -1.0, 0, 0, 0, False, 2)
+    np.testing.assert_array_equal(param, [[-1, -1], [0, 0], [-2, -2]])
+
+    def update(**kw):
+        a = dict(rows=rows, run_ptr=run_ptr, perm=perm, grad=grad, scratch=scratch, nthreads=2) | kw
+        _optim.update_runs(sgd, a["rows"], a["run_ptr"], a["perm"], a["grad"], param, param, param, a["scratch"],
+                           -1.0, 0, 0, 0, False, a["nthreads"])
+
+    for bad in (dict(rows=np.array([0, 3], np.int64)), dict(run_ptr=np.array([0, 2, 1], np.int64)),
+                dict(run_ptr=np.array([0, 1, 4], np.int64)), dict(perm=np.array([0, 1, 5], np.int64)),
+                dict(grad=np.ones((3, 3))), dict(scratch=np.empty((1, 2))), dict(run_ptr=np.array([0, 3], np.int64))):
+        with pytest.raises(ValueError, match="update_runs"):
+            update(**bad)
+    with pytest.raises(ValueError, match="state arrays"):
+        _optim.update_runs(_optim.OPS["adagrad"], rows, run_ptr, perm, grad, param, np.zeros((2, 2)), param,
+                           scratch, -1.0, 0, 0, 0, False, 1)
+    grad_run, buf_src = np.array([0, 1], np.int64), np.array([-1, -1], np.int64)
+    old, out = np.empty((0, 2)), np.empty((2, 2))
+    with pytest.raises(ValueError, match="sgd_momentum"):
+        _optim.sgd_momentum(rows, np.array([0, 2], np.int64), buf_src, run_ptr, perm, grad, old, out, param,
+                            scratch, 0.1, 0.9, 0.0, False, True, False, 1)
+    with pytest.raises(ValueError, match="sgd_momentum"):
+        _optim.sgd_momentum(rows, grad_run, np.array([-1, 0], np.int64), run_ptr, perm, grad, old, out, param,
+                            scratch, 0.1, 0.9, 0.0, False, True, False, 1)
+    with pytest.raises(ValueError, match="bucket_runs"):
+        _optim.bucket_runs(np.zeros(3, np.uint32), np.array([0, 2], np.int64), np.array([0, 1], np.int64), 4, 0,
+                           np.empty(1, np.int64), np.empty(2, np.int64), 1)  # bucket_starts end short of 3 keys
