@@ -498,30 +498,40 @@ def compressed_tensor(compressed_indices, plain_indices, values, size=None, *, l
 
 # -- op entry points (implemented in the op modules) ---------------------------------------------------
 
-def validate(t) -> None:
-    """Check every invariant of device tensor ``t`` on the device (see :mod:`._validate`)."""
-    from ._validate import check_tensor
+def _device_tensor(t, op: str):
+    if not isinstance(t, CudaSparseTensor):
+        raise TypeError(f"{op} expects a CUDA sparse tensor, got {type(t).__name__}")
+    return t
 
-    check_tensor(t)
+
+def validate(t) -> None:
+    """Check every invariant of device tensor ``t`` on the device (the backend's ``validate``)."""
+    from ._backend import validate as _validate
+
+    _validate(_device_tensor(t, "validate"))
 
 
 def coalesce(t):
-    """COO: sort and sum duplicates on the device; compressed: repair unsorted rows (see :mod:`._coalesce`)."""
-    from ._coalesce import coalesce as _coalesce
+    """COO: sort and sum duplicates on the device; compressed: repair unsorted rows (the backend's
+    ``coalesce``, see :mod:`._coalesce`)."""
+    from ._backend import coalesce as _coalesce
 
-    return _coalesce(t)
+    return _coalesce(_device_tensor(t, "coalesce"))
 
 
 def to_sparse(t, layout, *, blocksize=None, dense_dim=None):
-    from ._convert import to_sparse as _to_sparse
+    """``t`` in another layout: the CPU's op (:func:`sparsetensor._convert.to_sparse`: its argument
+    checks, then the backend's ``convert``), on the device."""
+    from .._convert import to_sparse as _to_sparse
 
-    return _to_sparse(t, layout, blocksize=blocksize, dense_dim=dense_dim)
+    return _to_sparse(_device_tensor(t, "to_sparse"), layout, blocksize=blocksize, dense_dim=dense_dim)
 
 
 def to_dense(t) -> DeviceArray:
-    from ._dense import to_dense as _to_dense
+    """The dense DeviceArray of ``t`` (the CPU's op, :func:`sparsetensor._dense.to_dense`, on the device)."""
+    from .._dense import to_dense as _to_dense
 
-    return _to_dense(t)
+    return _to_dense(_device_tensor(t, "to_dense"))
 
 
 def from_dense(array, layout="csr", *, blocksize=None, dense_dim=0, batch_dim=0, index_dtype=np.int64, device=None):

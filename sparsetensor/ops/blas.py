@@ -32,8 +32,8 @@ from typing import NamedTuple
 import numpy as np
 
 from .. import _layout as L
-from .._canonical import check_ends
-from .._config import GRAIN_PRODUCT, num_threads
+from .._backend import backend_for
+from .._backend._views import UNSIGNED as _UNSIGNED, work_dtype as _work_dtype
 from .._tensor import COOTensor, CompressedTensor, SparseTensor
 from .._validate import raise_compressed_error
 from .._lib import _spmm as _kernels
@@ -44,18 +44,6 @@ __all__ = ["matmul", "mm", "mv", "bmm", "addmm", "smm", "hspmm", "sspaddmm", "li
 _RESULT_DTYPES = frozenset(np.dtype(d) for d in (
     "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
     "float16", "float32", "float64", "complex64", "complex128"))
-_UNSIGNED = {1: np.dtype(np.uint8), 2: np.dtype(np.uint16), 4: np.dtype(np.uint32), 8: np.dtype(np.uint64)}
-
-
-# -- dtypes and operands ----------------------------------------------------------------------
-def _work_dtype(rt: np.dtype) -> np.dtype:
-    """The dtype a product is computed in: float16 widens to float32."""
-    return np.dtype(np.float32) if rt == np.float16 else rt
-
-
-def _bits_dtype(wt: np.dtype) -> np.dtype:
-    """The kernels' view of ``wt``: integers and bool as unsigned of their width."""
-    return _UNSIGNED[wt.itemsize] if wt.kind in "biu" else wt
 
 
 _RESULTS: dict = {}  # (dtypes) -> their result dtype, for the supported combinations
@@ -122,20 +110,6 @@ def _scalar(op: str, name: str, x, rt: np.dtype):
 # -- the core: sparse @ dense ---------------------------------------------------------------
 _ZERO = np.zeros(1, dtype=np.int64)
 _ZERO.flags.writeable = False
-
-
-_LINE = 64  # bytes in a cache line
-
-
-def _aligned_copy(a: np.ndarray, dtype) -> np.ndarray:
-    """A C-contiguous copy of ``a`` in ``dtype`` whose data starts on a cache line."""
-    dtype = np.dtype(dtype)
-    nbytes = a.size * dtype.itemsize
-    buf = np.empty(nbytes + _LINE, dtype=np.uint8)
-    start = -buf.ctypes.data % _LINE
-    out = buf[start:start + nbytes].view(dtype).reshape(a.shape)
-    np.copyto(out, a, casting="unsafe")
-    return out
 
 
 def _batch_map(batch: tuple, out_batch: tuple) -> np.ndarray:
@@ -217,34 +191,7 @@ def _compressed_product(S: CompressedTensor, D: np.ndarray, rt: np.dtype, op: st
         raise NotImplementedError(f"{op}: a hybrid {err.layout.name} tensor (dense_dim={S.dense_dim}) times a "
                                   "dense array is not supported")
     plan = product_shape(S, D, op, operands, transposed)
-    M, K, N, sb, db = plan.M, plan.K, plan.N, plan.sb, plan.db
-    s_batch = S.shape[:S.batch_dim]
-    Bs, Bd, Bo = math.prod(s_batch), math.prod(D.shape[:-2]), math.prod(plan.out_batch)
-    wt = _work_dtype(rt)
-    kt = _bits_dtype(wt)
-    logical = wt.kind == "b"
-    Rb, Cb = S.blocksize
-    nnz = S.nnz
-    values = S.values()
-    block_transposed = False
-    if S.layout.blocked and not values.flags.c_contiguous and values.swapaxes(-1, -2).flags.c_contiguous:
-        values, block_transposed = values.swapaxes(-1, -2), True  # a transpose view: read blocks column-major
-    values = np.ascontiguousarray(values, dtype=wt).reshape(Bs, nnz, Rb * Cb)
-    if D.dtype != wt or not D.flags.c_contiguous:  # a copy anyway: rows start on cache lines
-        dense = _aligned_copy(D, wt).reshape(Bd, K, N)
-    else:
-        dense = D.reshape(Bd, K, N)
-    out = np.empty((Bo, M, N), dtype=wt)
-    check_ends(S, err)  # the kernel checks 5.3-5.5 as it scans
-    c, p = S.compressed_indices(), S.plain_indices()
-    c2, p2 = c.reshape(Bs, c.shape[-1]), p.reshape(Bs, nnz)
-    nt = num_threads(threads, Bo * (nnz * Rb * Cb + M) * N, grain=GRAIN_PRODUCT)
-    found = _kernels.spmm(c2, p2, values.view(kt), dense.view(kt), out.view(kt), sb, db, (Rb, Cb),
-                          S.layout.compressed_rows, nt, block_transposed=block_transposed,
-                          logical=logical, checked=S.is_coalesced())
-    if found is not None:
-        raise_compressed_error(found, err.layout, s_batch, err.plain_size, nnz)
-    return out.reshape(plan.out_shape)
+    return backend_for(S, D).spmm(S, D, plan, rt, threads, err)
 
 
 def _coo_product(S: COOTensor, D: np.ndarray, rt, op, threads, operands, err_tensor=None, transposed=False):

@@ -45,6 +45,7 @@ import operator
 
 import numpy as np
 
+from .._backend import backend_for
 from .._canonical import ensure_valid
 from .._config import num_threads
 from .._dtypes import as_value_dtype
@@ -399,7 +400,7 @@ def _run(t, dim, keepdim: bool, op, work_dtype, threads, name: str):
         t = t._replace_values(t.values().astype(work_dtype))
     if dim is None and op is np.add:
         # every dim: the values' sum; no index is read
-        r = np.asarray(np.add.reduce(t.values(), axis=None)).reshape((1,) * t.ndim)
+        r = backend_for(t).reduce_sum(t, threads).reshape((1,) * t.ndim)
     else:
         r = t._reduce_calc(dims, op, threads)
     return _squeeze(r, dims, keepdim)
