@@ -22,7 +22,10 @@ from .._validate import raise_coo_error
 def convert(t, layout: L.Layout, bs: tuple, threads=None):
     """``t`` in ``layout`` with blocksize ``bs`` (checked by :func:`sparsetensor._convert.check_target`;
     ``t`` has another layout or blocksize): a canonical / coalesced new tensor."""
-    parts = _compressed_parts(t, threads) if t.layout.compressed else _coo_to_rows(t, threads)
+    if t.layout.compressed:
+        parts = as_parts(ensure_valid(t, repair=True, threads=threads))  # _compressed_parts, inlined
+    else:
+        parts = _coo_to_rows(t, threads)
     if layout is L.sparse_coo:
         if not parts.layout.compressed_rows:
             parts = _transpose(parts, threads)
