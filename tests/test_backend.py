@@ -134,3 +134,46 @@ def test_shared_op_code_on_device_tensors(backend, rng):
         a = np.zeros((2, 3, 3))
         a[0, 0, 0] = 1.0
         st.from_dense(st.cuda.DeviceArray.from_host(a), "csr", batch_dim=1)
+
+
+@pytest.mark.parametrize("layout,bs", [("csr", None), ("csc", None), ("bsr", (2, 3)), ("coo", None)])
+def test_device_products_run_the_op_code(backend, rng, layout, bs):
+    """``d @ x``, ``d.mm``, ``d.mv`` and ``st.matmul(d, x)`` of a device tensor run
+    sparsetensor.ops.blas (its shape rules, broadcasting and errors), then the CUDA ``spmm``."""
+    t = make(rng, (layout, (), (), bs), np.float64, np.int32, blocks=(3, 2))
+    d = t.cuda()
+    K = t.shape[1]
+    x, v = rng.standard_normal((K, 5)), rng.standard_normal(K)
+    dx, dv = st.cuda.DeviceArray.from_host(x), st.cuda.DeviceArray.from_host(v)
+    want = t.to_dense() @ x
+    for got in (d @ dx, d.mm(dx), d.matmul(dx), st.matmul(d, dx), st.mm(d, dx)):
+        assert got.shape == want.shape
+        assert_values(got.get(), want)
+    assert_values(d.mv(dv).get(), t.to_dense() @ v)
+    with pytest.raises(NotImplementedError, match="broadcasting the batch dims of the sparse operand"):
+        st.matmul(d, st.cuda.DeviceArray.from_host(np.stack([x, 2 * x])))  # the CPU broadcasts; no GPU kernel yet
+    bad = np.zeros((K + 1, 2))
+    with pytest.raises(ValueError) as cpu_err:
+        t @ bad
+    with pytest.raises(ValueError) as gpu_err:
+        d @ st.cuda.DeviceArray.from_host(bad)
+    assert "on cuda:0 by a dense array" in str(gpu_err.value)
+    assert str(gpu_err.value).replace(" on cuda:0", "") == str(cpu_err.value)  # the CPU's words
+
+
+def test_device_product_errors(backend, rng):
+    t = make(rng, ("csr", (), (), None), np.float32)
+    d = t.cuda()
+    x = np.ones((t.shape[1], 2), np.float32)
+    with pytest.raises(ValueError, match="operands on different devices: cuda:0 and cpu"):
+        d @ x
+    with pytest.raises(ValueError, match="operands on different devices: cpu and cuda:0"):
+        t @ st.cuda.DeviceArray.from_host(x)
+    with pytest.raises(NotImplementedError, match="float64 result needs a value cast"):
+        d @ st.cuda.DeviceArray.from_host(x.astype(np.float64))
+    with pytest.raises(NotImplementedError, match="spgemm .* on cuda:0 has no GPU kernel"):
+        d @ d.mT
+    with pytest.raises(NotImplementedError, match="dense @ sparse on cuda:0"):
+        st.matmul(st.cuda.DeviceArray.from_host(np.ones((2, t.shape[0]), np.float32)), d)
+    with pytest.raises(NotImplementedError, match="sparse_dim=3"):
+        make(rng, ("coo", (3,), (), None), np.float32).cuda() @ st.cuda.DeviceArray.from_host(x)

@@ -70,6 +70,17 @@ def _rows(a):
     return a if a.layout.compressed_rows else transpose_compressed(a)
 
 
+def coo_product(S, D, rt, op: str, threads, operands, err_tensor=None, transposed=False):
+    """The ``_matmul_dense`` hook of a device COO tensor: a 2-d one through csr (converted on the
+    device); batched or hybrid coo has no GPU kernel."""
+    from ..ops.blas import _compressed_product
+
+    if S.sparse_dim != 2 or S.dense_dim:
+        raise NotImplementedError(f"{op} of a coo tensor with sparse_dim={S.sparse_dim}, dense_dim={S.dense_dim} on "
+                                  f"{S.device} has no GPU kernel")
+    return _compressed_product(_as_rows(S, op), D, rt, op, threads, operands, S, transposed)
+
+
 def _tpr(nnz: int, rows: int) -> int:
     """Threads per row for SpMV: the power of two nearest the mean row length, in [1, 32]."""
     mean = nnz / max(rows, 1)

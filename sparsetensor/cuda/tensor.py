@@ -18,7 +18,9 @@ from __future__ import annotations
 import numpy as np
 
 from .. import _layout as L
+from ..ops import blas as _blas_ops
 from ._array import DeviceArray, as_device_array
+from ._blas import coo_product as _coo_product
 from .._tensor import _COOBase, _CompressedBase, _SparseBase
 from ._driver import get_device
 
@@ -89,13 +91,12 @@ class CudaSparseTensor(_SparseBase):
         validate(self)
 
     # -- ops with a GPU kernel -------------------------------------------------------------------
-    def __matmul__(self, other):
-        return matmul(self, other)
-
-    def mm(self, other):
-        return matmul(self, other)
-
-    mv = matmul = dot = mm  # torch's and NumPy's names, as on the CPU classes
+    # products: the CPU's op code (sparsetensor.ops.blas: operands, dtypes, shapes and broadcasting
+    # resolved once), then the CUDA backend's ``spmm`` through the layout's ``_matmul_dense`` hook
+    __matmul__ = _blas_ops.matmul
+    mm = _blas_ops.mm
+    mv = _blas_ops.mv
+    matmul = dot = __matmul__  # torch's and NumPy's names, as on the CPU classes
 
     def __add__(self, other):
         return add(self, other)
@@ -228,6 +229,12 @@ class CudaCompressedTensor(_CompressedBase, CudaSparseTensor):
             return self.mT
         raise NotImplementedError(f"transpose({dim0}, {dim1}) of a {self._layout.name} tensor on cuda: only the two "
                                   "sparse dims (.mT) have a GPU kernel")
+
+
+# the layouts' ``_matmul_dense`` hooks (sparsetensor.ops.blas calls them): compressed tensors take the
+# CPU classes' own body (shapes resolved once, then the backend's spmm); 2-d coo goes through csr
+CudaCompressedTensor._matmul_dense = _blas_ops._compressed_product
+CudaCOOTensor._matmul_dense = _coo_product
 
 
 def _pointwise_method(name: str):

@@ -34,7 +34,8 @@ import numpy as np
 from .. import _layout as L
 from .._backend import backend_for
 from .._backend._views import UNSIGNED as _UNSIGNED, work_dtype as _work_dtype
-from .._tensor import COOTensor, CompressedTensor, SparseTensor
+from .._device import device_array, is_device_array
+from .._tensor import COOTensor, CompressedTensor, SparseTensor, _SparseBase
 from .._validate import raise_compressed_error
 from .._lib import _spmm as _kernels
 from ._common import broadcasts_to, describe
@@ -67,8 +68,16 @@ def _finish(arr: np.ndarray, rt: np.dtype) -> np.ndarray:
 
 
 def _as_dense(x, op: str, name: str) -> np.ndarray:
-    if isinstance(x, SparseTensor):
-        raise TypeError(f"{op}: {name} must be dense, got a sparse {x.layout.name} tensor")
+    """The dense operand as an array of its device: a NumPy array, or a device array (CuPy, PyTorch
+    CUDA, DeviceArray) left where it is (the backend multiplies it there, or names the mix)."""
+    if type(x) is not np.ndarray:
+        if isinstance(x, _SparseBase):
+            raise TypeError(f"{op}: {name} must be dense, got a sparse {x.layout.name} tensor")
+        if is_device_array(x):
+            x = device_array(x)
+            if x.dtype not in _RESULT_DTYPES:
+                raise TypeError(f"{op}: {name} has unsupported dtype {x.dtype}")
+            return x
     a = np.asarray(x)
     if a.dtype not in _RESULT_DTYPES:
         raise TypeError(f"{op}: {name} has unsupported dtype {a.dtype}")
@@ -174,7 +183,7 @@ def _product(S: SparseTensor, D: np.ndarray, rt: np.dtype, op: str, threads, ope
     """
     if D.ndim == 0:
         raise _mismatch(op, *operands, "matmul needs at least 1-d operands")
-    if not isinstance(S, SparseTensor):
+    if not isinstance(S, _SparseBase):
         raise TypeError(f"{op}: expected a sparse tensor, got {type(S).__name__}")
     return S._matmul_dense(D, rt, op, threads, operands, err_tensor, transposed)
 
@@ -264,12 +273,15 @@ def _dense_sparse(X: np.ndarray, S: SparseTensor, rt, op, threads, operands):
 
 def _matmul_work(a, b, op, threads, extra_dtypes=()):
     """(result in the working dtype, result dtype) of ``a @ b`` with one sparse operand."""
-    if isinstance(a, SparseTensor):
+    if isinstance(a, _SparseBase):
         D = _as_dense(b, op, "the second operand")
         rt = _result_dtype(op, a.dtype, D.dtype, *extra_dtypes)
         return _product(a, D, rt, op, threads, (a, b)), rt
     X = _as_dense(a, op, "the first operand")
     rt = _result_dtype(op, X.dtype, b.dtype, *extra_dtypes)
+    if backend_for(X, b).device != "cpu":  # (a CPU/GPU mix raised there)
+        raise NotImplementedError(f"{op}: dense @ sparse on {b.device} has no GPU kernel; use (s.mT @ x.mT).mT or "
+                                  "move the operands to the host")
     return _dense_sparse(X, b, rt, op, threads, (a, b)), rt
 
 
@@ -328,7 +340,7 @@ def matmul(a, b, *, threads: int | None = None):
     >>> matmul(np.array([[1.0, 1.0]]), a)
     array([[3., 2., 4.]])
     """
-    a_sparse, b_sparse = isinstance(a, SparseTensor), isinstance(b, SparseTensor)
+    a_sparse, b_sparse = isinstance(a, _SparseBase), isinstance(b, _SparseBase)
     if a_sparse and b_sparse:
         return _spgemm(a, b)
     if not (a_sparse or b_sparse):
@@ -338,7 +350,7 @@ def matmul(a, b, *, threads: int | None = None):
 
 
 def _sparse_ndim(op: str, t, ndim: int, what: str):
-    if isinstance(t, SparseTensor):
+    if isinstance(t, _SparseBase):
         if t.ndim != ndim or t.dense_dim:
             raise ValueError(f"{op}: expected {what}, got a {_describe(t)}"
                              + (f" with dense_dim={t.dense_dim}" if t.dense_dim else ""))
@@ -373,7 +385,7 @@ def mv(a, v, *, threads: int | None = None):
     >>> mv(st.sparse_csr_tensor([0, 1, 2], [1, 0], [2.0, 3.0]), np.array([1.0, 2.0]))
     array([4., 3.])
     """
-    if not isinstance(a, SparseTensor):
+    if not isinstance(a, _SparseBase):
         raise TypeError(f"mv: the matrix must be sparse, got {type(a).__name__}")
     _sparse_ndim("mv", a, 2, "a 2-d matrix")
     _sparse_ndim("mv", v, 1, "a 1-d vector")
