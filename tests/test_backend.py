@@ -177,3 +177,36 @@ def test_device_product_errors(backend, rng):
         st.matmul(st.cuda.DeviceArray.from_host(np.ones((2, t.shape[0]), np.float32)), d)
     with pytest.raises(NotImplementedError, match="sparse_dim=3"):
         make(rng, ("coo", (3,), (), None), np.float32).cuda() @ st.cuda.DeviceArray.from_host(x)
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if not c[1] or c[0] == "coo"], ids=str)
+def test_device_add_sub_run_the_op_code(backend, rng, case):
+    """``d + d``, ``d - d``, ``d.add(e, alpha=)`` and ``st.add`` of device tensors run sparsetensor.ops.binary
+    (alpha rules, layout conversion of the second operand: the CPU's semantics), then the CUDA merge."""
+    t, u = make(rng, case, np.float64), make(rng, case, np.float64)
+    d, e = t.cuda(), u.cuda()
+    for got, want in ((d + e, t + u), (d - e, t - u), (d.add(e, alpha=3), t.add(u, alpha=3)),
+                      (st.sub(d, e, alpha=2), st.sub(t, u, alpha=2))):
+        assert got.device == "cuda:0"
+        assert_same(got, want, exact=False)
+    with pytest.raises(TypeError, match="alpha must not be a complex number"):
+        d.add(e, alpha=1j)
+    if case[0] == "csr":  # csr + csc: the second operand converted on the device, as on the CPU
+        assert_same(d + u.to_sparse("csc").cuda(), t + u.to_sparse("csc"), exact=False)
+
+
+def test_device_add_errors(backend, rng):
+    t = make(rng, ("csr", (), (), None), np.float32)
+    d = t.cuda()
+    with pytest.raises(ValueError, match="operands on different devices: cuda:0 and cpu"):
+        d + t
+    with pytest.raises(ValueError, match="operands on different devices: cpu and cuda:0"):
+        st.add(t, d)
+    with pytest.raises(NotImplementedError, match="adding a scalar"):
+        d + 1.0
+    with pytest.raises(NotImplementedError, match="only two sparse tensors have a GPU kernel"):
+        d + st.cuda.DeviceArray.from_host(np.ones(t.shape, np.float32))
+    with pytest.raises(NotImplementedError, match="float64 result needs a value cast"):
+        d + make(rng, ("csr", (), (), None), np.float64).cuda()
+    with pytest.raises(ValueError, match="same shape"):
+        d + make(rng, ("csr", (), (), None), np.float32, blocks=(3, 3)).cuda()

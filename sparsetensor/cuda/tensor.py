@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import _layout as L
-from ..ops import blas as _blas_ops
+from ..ops import binary as _binary_ops, blas as _blas_ops
 from ._array import DeviceArray, as_device_array
 from ._blas import coo_product as _coo_product
 from .._tensor import _COOBase, _CompressedBase, _SparseBase
@@ -65,10 +65,12 @@ class CudaSparseTensor(_SparseBase):
         """A CPU tensor with host copies of the members (``t.to("cpu")``)."""
         return to_host(self)
 
-    def to_dense(self) -> DeviceArray:
+    def to_dense(self, *, threads=None) -> DeviceArray:
+        """The dense DeviceArray (``threads``, the CPU's parameter, is accepted and unused)."""
         return to_dense(self)
 
-    def to_sparse(self, layout=None, *, blocksize=None, dense_dim=None):
+    def to_sparse(self, layout=None, *, blocksize=None, dense_dim=None, threads=None):
+        """Another layout, on the device (``threads``, the CPU's parameter, is accepted and unused)."""
         return to_sparse(self, self._layout if layout is None else layout, blocksize=blocksize, dense_dim=dense_dim)
 
     def to_sparse_coo(self):
@@ -98,17 +100,10 @@ class CudaSparseTensor(_SparseBase):
     mv = _blas_ops.mv
     matmul = dot = __matmul__  # torch's and NumPy's names, as on the CPU classes
 
-    def __add__(self, other):
-        return add(self, other)
-
-    def add(self, other, *, alpha=1):
-        return add(self, other, alpha=alpha)
-
-    def __sub__(self, other):
-        return add(self, other, alpha=-1)
-
-    def sub(self, other, *, alpha=1):
-        return add(self, other, alpha=-alpha)
+    # add/sub: the CPU's op code (sparsetensor.ops.binary: dtypes, alpha, layouts resolved once), then
+    # the CUDA backend's merge
+    __add__ = add = _binary_ops.add
+    __sub__ = sub = _binary_ops.sub
 
     def __mul__(self, other):
         return mul(self, other)

@@ -52,7 +52,8 @@ from .._canonical import ensure_valid
 from .._dtypes import VALUE_DTYPES
 from .._lib import _dense as _dense_kernels
 from .._lib import _elementwise as _kernels
-from .._tensor import COOTensor, CompressedTensor, SparseTensor
+from .._device import is_device_array
+from .._tensor import COOTensor, CompressedTensor, SparseTensor, _SparseBase
 from .._validate import check_coo_indices
 from ._common import broadcasts_to, describe
 
@@ -63,9 +64,12 @@ __all__ = ["add", "sub", "mul", "div", "maximum", "minimum", "neg"]
 
 
 def _operand(x, name: str):
-    """("sparse" | "dense" | "scalar", x as a tensor, an array or a scalar)."""
+    """("sparse" | "dense" | "scalar" | "device", x as a tensor, an array or a scalar); "device": a
+    CUDA tensor or device array, which only a merge of two sparse tensors takes (see :func:`_on_device`)."""
     if isinstance(x, SparseTensor):
         return "sparse", x
+    if isinstance(x, _SparseBase) or is_device_array(x):
+        return "device", x
     if isinstance(x, (numbers.Number, np.generic)):
         if isinstance(x, np.generic) and x.dtype.kind not in "biufc":
             raise TypeError(f"{name}: unsupported operand {x!r}")
@@ -78,8 +82,19 @@ def _operand(x, name: str):
     return "dense", arr
 
 
+def _on_device(name: str, ka: str, kb: str, a, b) -> tuple:
+    """The kinds of two operands one of which is on a CUDA device: two sparse tensors are merged
+    on their device (a CPU/GPU mix raises there); anything else has no GPU kernel (a mix raises
+    ValueError naming both devices, else NotImplementedError)."""
+    if isinstance(a, _SparseBase) and isinstance(b, _SparseBase):
+        return "sparse", "sparse"
+    backend_for(a, b)
+    raise NotImplementedError(f"{name}({describe(a)}, {describe(b)}): only two sparse tensors have a GPU kernel "
+                              "(a merge); move the operands to the host with .cpu()")
+
+
 def _result_dtype(name: str, *xs) -> np.dtype:
-    dt = np.result_type(*(x.dtype if isinstance(x, SparseTensor) else x for x in xs))
+    dt = np.result_type(*(x.dtype if isinstance(x, _SparseBase) else x for x in xs))
     if dt not in VALUE_DTYPES:
         raise TypeError(f"{name}: the result dtype {dt} of {' and '.join(describe(x) for x in xs)} is not a "
                         f"supported value dtype ({', '.join(map(str, VALUE_DTYPES))})")
@@ -163,12 +178,14 @@ def sub(a, b, *, alpha=1, threads: int | None = None):
 
 def _add(name: str, a, b, alpha, threads, negate: bool = False):
     (ka, a), (kb, b) = _operand(a, name), _operand(b, name)
-    if "sparse" not in (ka, kb):
+    if "sparse" not in (ka, kb) and "device" not in (ka, kb):
         raise TypeError(f"{name} expects at least one sparse tensor, got {describe(a)} and {describe(b)}")
     if "scalar" in (ka, kb):
         raise NotImplementedError(f"{name}({describe(a)}, {describe(b)}): adding a scalar to a sparse tensor "
                                   "would specify every element and is not supported (as in PyTorch); use "
                                   "t.to_dense() with the scalar instead")
+    if "device" in (ka, kb):
+        ka, kb = _on_device(name, ka, kb, a, b)
     dtype = _result_dtype(name, a, b)
     if negate and dtype == np.bool_:
         raise TypeError("sub: subtraction, the `-` operator, with two bool tensors is not supported; use "
@@ -201,6 +218,8 @@ def mul(a, b, *, threads: int | None = None):
     array([2., 4., 6.])
     """
     (ka, a), (kb, b) = _operand(a, "mul"), _operand(b, "mul")
+    if "device" in (ka, kb):
+        ka, kb = _on_device("mul", ka, kb, a, b)
     if "sparse" not in (ka, kb):
         raise TypeError(f"mul expects at least one sparse tensor, got {describe(a)} and {describe(b)}")
     if ka == kb == "sparse":
@@ -243,6 +262,8 @@ def div(a, b, *, rounding_mode=None, threads: int | None = None):
         raise NotImplementedError(f"div with rounding_mode={rounding_mode!r}: only true division "
                                   "(rounding_mode=None) is supported")
     (ka, a), (kb, b) = _operand(a, "div"), _operand(b, "div")
+    if "device" in (ka, kb):
+        ka, kb = _on_device("div", ka, kb, a, b)
     if kb == "sparse":
         raise NotImplementedError(f"div({describe(a)}, {describe(b)}): division by a sparse tensor is not "
                                   "supported (its unspecified elements are zeros); divide by a scalar or a dense "
@@ -290,11 +311,13 @@ def minimum(a, b, *, threads: int | None = None):
 
 def _extremum(name, a, b, ufunc, threads):
     (ka, a), (kb, b) = _operand(a, name), _operand(b, name)
-    if "sparse" not in (ka, kb):
+    if "sparse" not in (ka, kb) and "device" not in (ka, kb):
         raise TypeError(f"{name} expects at least one sparse tensor, got {describe(a)} and {describe(b)}")
     if "scalar" in (ka, kb):
         raise NotImplementedError(f"{name}({describe(a)}, {describe(b)}) with a scalar is not supported; use "
                                   "t.to_dense() with the scalar instead")
+    if "device" in (ka, kb):
+        ka, kb = _on_device(name, ka, kb, a, b)
     dtype = _result_dtype(name, a, b)
     if dtype.kind == "c":
         raise TypeError(f"{name} is not defined for complex tensors: {describe(a)} and {describe(b)}")
