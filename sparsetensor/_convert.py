@@ -92,12 +92,12 @@ def to_sparse(t, layout, *, blocksize=None, dense_dim=None, threads: int | None 
            [0, 2, 1]])
     """
     layout = L.as_layout(layout)
-    if isinstance(t, np.ndarray):
-        from ._dense import from_dense
-
-        return from_dense(t, layout, blocksize=blocksize, dense_dim=0 if dense_dim is None else dense_dim,
-                          threads=threads)
     if not isinstance(t, _SparseBase):
+        if isinstance(t, np.ndarray):
+            from ._dense import from_dense
+
+            return from_dense(t, layout, blocksize=blocksize, dense_dim=0 if dense_dim is None else dense_dim,
+                              threads=threads)
         raise TypeError(f"to_sparse expects a sparse tensor or a NumPy array, got {type(t).__name__}")
     bs, same = check_target(t, layout, blocksize, dense_dim)
     if same:
@@ -114,7 +114,7 @@ def check_target(t, layout: L.Layout, blocksize, dense_dim) -> tuple:
         raise ValueError(f"a {t.layout.name} -> {layout.name} conversion keeps the dense dims: dense_dim must be "
                          f"{t.dense_dim} (or None), got {dense_dim}")
     bs = _target_blocksize(t, layout, blocksize)
-    return bs, t.layout is layout and (not layout.blocked or t.blocksize == bs)
+    return bs, t._layout is layout and (not layout.blocked or t.blocksize == bs)
 
 
 def _target_blocksize(t, layout: L.Layout, blocksize) -> tuple:

@@ -451,9 +451,11 @@ def _add_compressed_to(t: CompressedTensor, out: np.ndarray, t_scale, dtype: np.
 # -- sparse-sparse merges ---------------------------------------------------------------------------------
 def _merge(name: str, a: SparseTensor, b: SparseTensor, dtype: np.dtype, op: str, alpha, threads) -> SparseTensor:
     """Resolve two sparse operands once (shape, layout, dims), then the device's ``merge`` kernel."""
-    _same_shape(name, a, b)
-    if a.layout is not b.layout or (a.layout.blocked and a.blocksize != b.blocksize):
-        b = b.to_sparse(a.layout, blocksize=a.blocksize if a.layout.blocked else None, threads=threads)
+    if a._shape != b._shape:
+        _same_shape(name, a, b)
+    layout = a._layout
+    if layout is not b._layout or (layout.blocked and a.blocksize != b.blocksize):
+        b = b.to_sparse(layout, blocksize=a.blocksize if layout.blocked else None, threads=threads)
     if a.dense_dim != b.dense_dim or a.batch_dim != b.batch_dim:
         raise ValueError(f"{name}: the operands must have the same batch and dense dims, got {describe(a)} "
                          f"(batch_dim={a.batch_dim}, dense_dim={a.dense_dim}) and {describe(b)} "

@@ -78,7 +78,8 @@ def _as_dense(x, op: str, name: str) -> np.ndarray:
             if x.dtype not in _RESULT_DTYPES:
                 raise TypeError(f"{op}: {name} has unsupported dtype {x.dtype}")
             return x
-    a = np.asarray(x)
+        x = np.asarray(x)
+    a = x
     if a.dtype not in _RESULT_DTYPES:
         raise TypeError(f"{op}: {name} has unsupported dtype {a.dtype}")
     return a
