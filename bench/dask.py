@@ -80,12 +80,14 @@ def _graphs(x, D, nblocks):
         return np.asarray(b.sum(axis=0)).reshape(1, -1)
 
     def _rowsum(b):
-        return np.asarray(b.sum(axis=1)).reshape(-1)
+        return np.asarray(b.sum(axis=1)).reshape(-1, 1)
 
     # concatenate=False: with True, Dask joins D's blocks for every task, a copy of D per task
     mm = da.blockwise(_mm, "ij", x, "ik", D, "kj", dtype=np.float64, concatenate=False)
     s0 = x.map_blocks(_colsum, chunks=((1,) * nblocks, x.chunks[1]), dtype=np.float64).sum(axis=0)
-    s1 = x.map_blocks(_rowsum, drop_axis=1, chunks=(x.chunks[0],), dtype=np.float64)
+    # (rows, 1) blocks: with drop_axis=1 Dask would first join each block with itself along axis 1
+    # (scipy.sparse.hstack of one block for scipy chunks: a copy), which is not the kernel's time
+    s1 = x.map_blocks(_rowsum, chunks=(x.chunks[0], (1,)), dtype=np.float64)
     return {"spmm": mm, "sum0": s0, "sum1": s1}
 
 
