@@ -39,23 +39,21 @@ import numpy as np
 
 
 def _events_timer(dev):
-    """``time(fn, repeat)``: median milliseconds of ``fn`` on our stream, by CUDA events."""
-    from sparsetensor.cuda._driver import check, driver
+    """``time(fn, repeat)``: median milliseconds of ``fn`` on our stream, by CUDA events (cuda.core)."""
+    from cuda.core import EventOptions
 
-    drv = driver()
-    start = check(drv.cuEventCreate(0), "cuEventCreate")
-    end = check(drv.cuEventCreate(0), "cuEventCreate")
+    timing = EventOptions(timing_enabled=True)
 
     def time(fn, repeat):
         fn()
         dev.synchronize()
         out = []
         for _ in range(repeat):
-            check(drv.cuEventRecord(start, dev.stream), "cuEventRecord")
+            start = dev.stream.record(options=timing)
             fn()
-            check(drv.cuEventRecord(end, dev.stream), "cuEventRecord")
-            check(drv.cuEventSynchronize(end), "cuEventSynchronize")
-            out.append(float(check(drv.cuEventElapsedTime(start, end), "cuEventElapsedTime")))
+            end = dev.stream.record(options=timing)
+            end.sync()
+            out.append(float(end - start))
         return statistics.median(out)
 
     return time

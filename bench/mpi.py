@@ -13,8 +13,10 @@ For each matrix and configuration, ``mpiexec -n R python -m sparsetensor.mpi spm
 100`` times CG iterations. Reported: time per product (the slowest rank), GFLOP/s,
 the communication share (exchange time not hidden behind the diagonal block, over
 the product time; for CG also the allreduces), and the bytes exchanged per product
-against ``8 x ghosts x N`` (equal: no redundant traffic). ``ratio`` is the speed of
-2 x 1 over 1 x 2 (above 1: two ranks are faster).
+against ``8 x ghosts x N`` (equal: no redundant traffic). ``speed vs 1x2`` is the speed of
+2 x 1 over 1 x 2 (above 1: two ranks are faster). Two ranks run with each ghost exchange
+(``--exchange p2p``: Isend/Irecv per neighbour; ``neighbor``: one Ineighbor_alltoallv on a
+distributed-graph communicator); ``neighbor vs p2p`` is the speed of the latter over the former.
 
 The weak-scaling model (beyond this machine) is printed with its assumptions: see
 :func:`model`.
@@ -33,7 +35,7 @@ import numpy as np
 
 from ._common import print_table, write_json
 
-CONFIGS = [(1, 2), (2, 1)]  # (ranks, threads per rank)
+CONFIGS = [(1, 2, "p2p"), (2, 1, "p2p"), (2, 1, "neighbor")]  # (ranks, threads per rank, ghost exchange)
 
 # Network assumptions of the model (an HDR InfiniBand class cluster, one rank per node).
 BANDWIDTH = 12.5e9   # bytes/s per node and direction (100 Gb/s)
@@ -49,10 +51,10 @@ def _mpiexec() -> list[str]:
     return [exe, "-launcher", "fork"] if ("HYDRA" in version or "MPICH" in version) else [exe]
 
 
-def _launch(mpiexec, ranks, threads, args) -> dict:
+def _launch(mpiexec, ranks, threads, args, exchange="p2p") -> dict:
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
     cmd = [*mpiexec, "-n", str(ranks), sys.executable, "-m", "sparsetensor.mpi", *args, "--threads", str(threads),
-           "--json"]
+           "--exchange", exchange, "--json"]
     r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
     lines = [ln for ln in r.stdout.splitlines() if ln.startswith("{")]
     if not lines:
@@ -123,25 +125,29 @@ def run(quick: bool = False, grid: int | None = None, scale: int | None = None, 
                              ("SpMM N=16", ["spmv", path, "--repeat", str(repeat), "--columns", "16"]),
                              ("CG iteration", ["cg", path, "--maxiter", str(maxiter), "--rtol", "1e-30"])):
                 times = {}
-                for ranks, threads in CONFIGS:
-                    r = _launch(mpiexec, ranks, threads, args)
+                for ranks, threads, exchange in CONFIGS:
+                    r = _launch(mpiexec, ranks, threads, args, exchange)
                     r.update(matrix=name, op=op)
                     results.append(r)
                     per = r["seconds_per_product"] if op != "CG iteration" else r["seconds_per_iteration"]
-                    times[(ranks, threads)] = per
+                    times[(ranks, threads, exchange)] = per
                     ghosts = sum(r["ghosts_per_rank"])
                     N = r.get("columns", 1)
                     sent = r.get("bytes_per_product")
-                    rows.append([name, op, f"{ranks} x {threads}", per * 1e3, r.get("gflops", float("nan")),
+                    rows.append([name, op, f"{ranks} x {threads}" + (f" {exchange}" if ranks > 1 else ""), per * 1e3,
+                                 r.get("gflops", float("nan")),
                                  f"{r['communication_share']:.0%}", ghosts,
                                  "-" if sent is None else sent,
                                  "-" if sent is None else ("yes" if sent == 8 * ghosts * N else "NO")])
-                rows[-1].append(f"{times[(1, 2)] / times[(2, 1)]:.2f}")
+                rows[-2].append(f"{times[(1, 2, 'p2p')] / times[(2, 1, 'p2p')]:.2f}")
+                rows[-1].append(f"{times[(1, 2, 'p2p')] / times[(2, 1, 'neighbor')]:.2f}")
+                rows[-1].append(f"{times[(2, 1, 'p2p')] / times[(2, 1, 'neighbor')]:.2f}")
         print()
         print_table(["matrix", "op", "ranks x threads", "ms", "GFLOP/s", "comm share", "ghosts", "bytes/product",
-                     "== 8 x ghosts x N", "ratio 2x1 / 1x2"], [r + [""] * (10 - len(r)) for r in rows])
+                     "== 8 x ghosts x N", "speed vs 1x2", "neighbor vs p2p"], [r + [""] * (11 - len(r)) for r in rows])
         # the model, from the measured 2-rank SpMV rate of the stencil (per rank)
-        sten = next(r for r in results if r["op"] == "SpMV" and r["ranks"] == 2 and r["matrix"].startswith("stencil"))
+        sten = next(r for r in results if r["op"] == "SpMV" and r["ranks"] == 2 and r["matrix"].startswith("stencil")
+                    and r["exchange"] == "p2p")
         rate = sten["gflops"] * 1e9 / sten["ranks"]
         g = 100
         table = model(rate, g)

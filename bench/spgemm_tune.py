@@ -18,7 +18,7 @@ import numpy as np
 
 import sparsetensor as st
 from sparsetensor._lib import _spgemm
-from sparsetensor.ops import spgemm as _ops
+from sparsetensor._backend import _spgemm as _ops  # the CPU SpGEMM kernels
 
 from ._common import median_time, print_table
 from .structures import SIZES, _matrices

@@ -54,8 +54,8 @@ echo "== installing torch==2.13.0 (CPU) for the conformance tests"
 if ! python -m pip install -q torch==2.13.0; then
   echo "torch==2.13.0 could not be installed: the PyTorch conformance tests will skip"
 fi
-echo "== installing the CUDA extra (cuda-bindings + NVRTC) for the kernel compile test (no GPU needed)"
-if ! python -m pip install -q "cuda-bindings>=13,<14" "nvidia-cuda-nvrtc>=13,<14"; then
+echo "== installing the CUDA extra (cuda-core + cuda-bindings + NVRTC) for the kernel compile test (no GPU needed)"
+if ! python -m pip install -q "cuda-core>=1.2.2,<2" "cuda-bindings>=13,<14" "nvidia-cuda-nvrtc>=13,<14"; then
   echo "the cuda extra could not be installed: the NVRTC compile test will skip"
 fi
 echo "== installing mpi4py and MPICH for the sparsetensor.mpi tests (they must run in CI)"

@@ -26,7 +26,8 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
-from . import _coalesce, _convert, _dense
+from . import _convert, _dense
+from ._backend import backend_for
 from ._tensor import COOTensor, CompressedTensor, SparseTensor, _SparseBase
 from .interop import scipy as _scipy, torch as _torch
 from .interop.chunk import defer_to_lazy as _lazy, defer_to_lazy_ufunc as _lazy_ufunc
@@ -157,7 +158,7 @@ def _coo_coalesce(self, *, threads: int | None = None) -> COOTensor:
 
     An already coalesced tensor is returned as it is (no copy).
     """
-    return self if self._coalesced else _coalesce.coalesce(self, threads=threads)
+    return self if self._coalesced else backend_for(self).coalesce(self, threads)
 
 
 def _compressed_coalesce(self, *, threads: int | None = None) -> CompressedTensor:
@@ -165,7 +166,7 @@ def _compressed_coalesce(self, *, threads: int | None = None) -> CompressedTenso
 
     A tensor known to satisfy 5.6 is returned as it is (no copy).
     """
-    return self if self._canonical else _coalesce.sum_duplicates(self, threads=threads)
+    return self if self._canonical else backend_for(self).coalesce(self, threads)
 
 
 _coo_coalesce.__name__ = _compressed_coalesce.__name__ = "coalesce"
@@ -285,12 +286,6 @@ OPS: tuple = (
     Op("_sample_dense", binary._sample_compressed, function=False, cls=CompressedTensor),
     Op("_add_to_dense", binary._add_coo_to, function=False, cls=COOTensor),
     Op("_add_to_dense", binary._add_compressed_to, function=False, cls=CompressedTensor),
-    Op("_merge_with", binary._merge_coo, function=False, cls=COOTensor),
-    Op("_merge_with", binary._merge_compressed, function=False, cls=CompressedTensor),
-    Op("_source_parts", _convert._coo_to_rows, function=False, cls=COOTensor),
-    Op("_source_parts", _convert._compressed_parts, function=False, cls=CompressedTensor),
-    Op("_to_dense", _dense._coo_to_dense, function=False, cls=COOTensor),
-    Op("_to_dense", _dense._compressed_to_dense, function=False, cls=CompressedTensor),
     Op("_matmul_dense", blas._coo_product, function=False, cls=COOTensor),
     Op("_matmul_dense", blas._compressed_product, function=False, cls=CompressedTensor),
     Op("_transpose_sparse", select._transpose_sparse_coo, function=False, cls=COOTensor),

@@ -1,4 +1,4 @@
-"""Dense <-> sparse: ``t.to_dense()`` and :func:`from_dense`, over the Cython kernels.
+"""Dense <-> sparse: ``t.to_dense()`` and :func:`from_dense`, over the backend kernels.
 
 The kernels see every tensor in one canonical form: compressed ``(B, n + 1)``,
 plain ``(B, nnz)``, values ``(B, nnz, Rb, Cb, D)`` and dense ``(B, R, C, D)``,
@@ -9,81 +9,24 @@ reinterpreted as raw unsigned integers when they are only moved (see
 
 from __future__ import annotations
 
-import math
 import operator
 from typing import NamedTuple
 
 import numpy as np
 
-from . import _layout as L
-from ._canonical import same_nnz
-from ._config import num_threads
-from ._dtypes import VALUE_DTYPES, arith_view, as_index_dtype, check_fits, raw_view, zero_test_view
-from ._lib import _dense as _kernels
-from ._tensor import COOTensor, CompressedTensor, SparseTensor
-from ._validate import raise_compressed_error, raise_coo_error
+from . import _device, _layout as L
+from ._backend import backend_for
+from ._dtypes import VALUE_DTYPES, as_index_dtype, check_fits
+from ._tensor import _SparseBase
 
 __all__ = ["to_dense", "from_dense", "check_from_dense", "DensePlan"]
 
 
-def _kernel_views(values: np.ndarray, out: np.ndarray, accumulate: bool):
-    """The views a scatter kernel takes: raw for moves, arithmetic (float16 widened) for sums.
-
-    Returns ``(values_view, out_view, widened)``; ``widened`` is a float32 buffer to copy
-    back into ``out`` when ``out`` is float16 and the kernel accumulated.
-    """
-    if not accumulate:
-        return raw_view(values), raw_view(out), None
-    if out.dtype == np.float16:
-        buf = np.zeros(out.shape, np.float32)
-        return arith_view(values), buf, buf
-    return arith_view(values), arith_view(out), None
-
-
 def to_dense(t, *, threads: int | None = None) -> np.ndarray:
     """The dense array of a sparse tensor; duplicates (possible only in unchecked input) are summed."""
-    if not isinstance(t, SparseTensor):
+    if not isinstance(t, _SparseBase):
         raise TypeError(f"to_dense expects a sparse tensor, got {type(t).__name__}")
-    return t._to_dense(threads)  # the layout's body: _coo_to_dense or _compressed_to_dense
-
-
-def _compressed_to_dense(t: CompressedTensor, threads) -> np.ndarray:
-    m = t.batch_dim
-    batch = t.shape[:m]
-    rows, cols = t.shape[m], t.shape[m + 1]
-    rb, cb = t.blocksize
-    B, D = math.prod(batch), math.prod(t.shape[m + 2:])
-    out = np.zeros(t.shape, dtype=t.dtype)
-    values = np.ascontiguousarray(t.values()).reshape(B, t.nnz, rb, cb, D)
-    accumulate = not t.is_coalesced()
-    v, o, widened = _kernel_views(values, out.reshape(B, rows, cols, D), accumulate)
-    c = t.compressed_indices().reshape(B, t.compressed_indices().shape[-1])
-    p = t.plain_indices().reshape(B, t.nnz)
-    # the kernel checks 5.3-5.5 as it scans (never reading out of bounds), then 5.1/5.2 of a
-    # tensor that was never checked, and reports the first broken one
-    found = _kernels.compressed_to_dense(c, p, v, o, t.layout.compressed_rows, accumulate,
-                                         num_threads(threads, values.size), check_ends=not t.is_coalesced())
-    if found is not None:
-        raise_compressed_error(found, t.layout, batch, t.plain_size, t.nnz)
-    if widened is not None:
-        out[...] = widened.reshape(out.shape)
-    return out
-
-
-def _coo_to_dense(t: COOTensor, threads) -> np.ndarray:
-    S = t.sparse_dim
-    M, D = math.prod(t.shape[:S]), math.prod(t.shape[S:])
-    out = np.zeros(t.shape, dtype=t.dtype)
-    values = np.ascontiguousarray(t.values()).reshape(t.nnz, D)
-    accumulate = not t.is_coalesced()
-    v, o, widened = _kernel_views(values, out.reshape(M, D), accumulate)
-    shape = np.asarray(t.shape[:S], dtype=np.int64)
-    found = _kernels.coo_to_dense(t.indices(), v, shape, o, accumulate, num_threads(threads, values.size))
-    if found is not None:
-        raise_coo_error(found, t.shape)
-    if widened is not None:
-        out[...] = widened.reshape(out.shape)
-    return out
+    return backend_for(t).to_dense(t, threads)
 
 
 def _as_blocksize(blocksize, layout: L.Layout) -> tuple:
@@ -178,31 +121,13 @@ def from_dense(array, layout="csr", *, blocksize=None, dense_dim: int = 0, batch
     >>> bool((t.to_dense() == a).all())
     True
     """
+    backend = backend_for(array)
+    if backend.device != "cpu":  # a device array (CuPy, PyTorch, DeviceArray) stays on its device
+        a = _device.device_array(array)
+        plan = check_from_dense(a.shape, a.dtype, layout, blocksize, dense_dim, batch_dim, index_dtype)
+        return backend.from_dense(a, plan, threads)
     a = np.asarray(array)
     plan = check_from_dense(a.shape, a.dtype, layout, blocksize, dense_dim, batch_dim, index_dtype)
-    layout, idx_dt, batch, sparse, dense, bs = plan
-    a = np.ascontiguousarray(a)
-    if layout is L.sparse_coo:
-        return _dense_to_coo(a, plan, threads)
-    rows, cols = sparse
-    B, D = math.prod(batch), math.prod(dense)
-    z = zero_test_view(a.reshape(B, rows, cols, D))
-    r = raw_view(a.reshape(B, rows, cols, D))
-    c, p, v, counts = _kernels.dense_to_compressed(z, r, bs[0], bs[1], layout.compressed_rows, idx_dt,
-                                                   num_threads(threads, a.size), float16=a.dtype == np.float16)
-    same_nnz(counts, batch, f"every batch of a {layout.name} tensor must have the same nnz")
-    nnz = p.shape[-1]
-    values = v.view(a.dtype).reshape(batch + (nnz,) + (bs if layout.blocked else ()) + dense)
-    return CompressedTensor(c.reshape(batch + (c.shape[-1],)), p.reshape(batch + (nnz,)), values,
-                            a.shape, layout, canonical=True)
+    return backend.from_dense(np.ascontiguousarray(a), plan, threads)
 
 
-def _dense_to_coo(a: np.ndarray, plan: DensePlan, threads) -> COOTensor:
-    sparse, dense = plan.sparse, plan.dense
-    M, D = math.prod(sparse), math.prod(dense)
-    z = zero_test_view(a.reshape(M, D))
-    r = raw_view(a.reshape(M, D))
-    idx, v = _kernels.dense_to_coo(z, r, np.asarray(sparse, dtype=np.int64), plan.index_dtype,
-                                   num_threads(threads, a.size), float16=a.dtype == np.float16)
-    values = v.view(a.dtype).reshape((idx.shape[1],) + dense)
-    return COOTensor(idx, values, a.shape, coalesced=True, checked=True)

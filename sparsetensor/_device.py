@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["as_device", "is_device_like", "is_device_array", "move", "device_constructor"]
+__all__ = ["as_device", "is_device_like", "is_device_array", "move", "backend", "device_array", "device_constructor"]
 
 _KDL_CUDA = 2  # DLPack device type of CUDA memory (NumPy's __dlpack_device__ says kDLCPU = 1)
 
@@ -58,6 +58,23 @@ def move(t, device: str):
     from .cuda import to_device
 
     return to_device(t, device)
+
+
+def backend(device: str):
+    """The kernels of CUDA device ``device`` (:mod:`sparsetensor.cuda._backend`, the same names as
+    :mod:`sparsetensor._backend.cpu`); what :func:`sparsetensor._backend.backend_for` returns for
+    device operands."""
+    from .cuda import _backend
+
+    return _backend
+
+
+def device_array(x):
+    """Device array ``x`` (anything :func:`is_device_array` accepts) as a
+    ``sparsetensor.cuda.DeviceArray``, without a copy."""
+    from .cuda import as_device_array
+
+    return as_device_array(x)
 
 
 def device_constructor(kind: str):

@@ -116,38 +116,44 @@ def check_matrix(name, t, **kw):
     if kw.get("row_starts") is not None:
         assert np.array_equal(rs, kw["row_starts"])
     absA = abs(t.to_dense())
-    rng = np.random.default_rng(7)
-    for ncols in (None, 3):
-        shape_x = (K,) if ncols is None else (K, ncols)
-        x = rng.standard_normal(shape_x).astype(t.dtype)
-        if t.dtype.kind == "c":
-            x = x + 1j * rng.standard_normal(shape_x)
-        x = x.astype(t.dtype)
-        y = A @ x[c0:c1]
-        want = st.matmul(t, x)
-        close(y, want[r0:r1], (absA @ abs(x))[r0:r1], t.dtype, f"{name} matvec N={ncols}")
-        stats = A.comm_stats()
-        item = np.dtype(t.dtype).itemsize * (1 if ncols is None else ncols)
-        assert stats["ghosts_per_rank"] == serial_ghosts(t, rs, cs), (stats["ghosts_per_rank"], name)
-        assert stats["bytes_received_per_product"] == [item * g for g in stats["ghosts_per_rank"]], stats
-        assert sum(stats["bytes_sent_per_product"]) == sum(stats["bytes_received_per_product"])
-        assert sum(stats["messages_per_product"]) == sum(len(nb) for nb in stats["neighbours_per_rank"])
-        g = A.gather(y)
-        if rank == 0:
-            assert np.array_equal(g, np.concatenate(comm.gather(y, root=0)))
-        else:
-            comm.gather(y, root=0)
-        assert np.array_equal(A.scatter(x if rank == 0 else None, part="cols"), x[c0:c1])
-        assert np.array_equal(A.scatter(want if rank == 0 else None), A.scatter(want if rank == 0 else None))
-        # A^T x and A^H x
-        u = rng.standard_normal((M,) if ncols is None else (M, ncols)).astype(t.dtype)
-        z = A.rmatvec(u[r0:r1])
-        close(z, st.matmul(t.mT, u)[c0:c1], (absA.T @ abs(u))[c0:c1], t.dtype, f"{name} rmatvec N={ncols}")
-        assert A.comm_stats()["bytes_sent_per_product"] == [item * gh for gh in stats["ghosts_per_rank"]]
-        if t.dtype.kind == "c":
-            zh = A.rmatvec(u[r0:r1], adjoint=True)
-            close(zh, st.matmul(t.mT.conj(), u)[c0:c1], (absA.T @ abs(u))[c0:c1], t.dtype, f"{name} adjoint")
-        assert np.array_equal(A.gather(z, part="cols"), np.concatenate(comm.allgather(z))) or rank != 0
+    first = {}  # the p2p results: the neighbourhood collective must give the same bits
+    for mode in stmpi.EXCHANGES:
+        A.set_exchange(mode)
+        assert A.exchange == mode and A.comm_stats()["exchange"] == mode
+        rng = np.random.default_rng(7)
+        for ncols in (None, 3):
+            shape_x = (K,) if ncols is None else (K, ncols)
+            x = rng.standard_normal(shape_x).astype(t.dtype)
+            if t.dtype.kind == "c":
+                x = x + 1j * rng.standard_normal(shape_x)
+            x = x.astype(t.dtype)
+            y = A @ x[c0:c1]
+            want = st.matmul(t, x)
+            close(y, want[r0:r1], (absA @ abs(x))[r0:r1], t.dtype, f"{name} matvec N={ncols}")
+            assert np.array_equal(first.setdefault(("y", ncols), y), y), (name, mode, "matvec differs by exchange")
+            stats = A.comm_stats()
+            item = np.dtype(t.dtype).itemsize * (1 if ncols is None else ncols)
+            assert stats["ghosts_per_rank"] == serial_ghosts(t, rs, cs), (stats["ghosts_per_rank"], name)
+            assert stats["bytes_received_per_product"] == [item * g for g in stats["ghosts_per_rank"]], stats
+            assert sum(stats["bytes_sent_per_product"]) == sum(stats["bytes_received_per_product"])
+            assert sum(stats["messages_per_product"]) == sum(len(nb) for nb in stats["neighbours_per_rank"])
+            g = A.gather(y)
+            if rank == 0:
+                assert np.array_equal(g, np.concatenate(comm.gather(y, root=0)))
+            else:
+                comm.gather(y, root=0)
+            assert np.array_equal(A.scatter(x if rank == 0 else None, part="cols"), x[c0:c1])
+            assert np.array_equal(A.scatter(want if rank == 0 else None), A.scatter(want if rank == 0 else None))
+            # A^T x and A^H x
+            u = rng.standard_normal((M,) if ncols is None else (M, ncols)).astype(t.dtype)
+            z = A.rmatvec(u[r0:r1])
+            close(z, st.matmul(t.mT, u)[c0:c1], (absA.T @ abs(u))[c0:c1], t.dtype, f"{name} rmatvec N={ncols}")
+            assert np.array_equal(first.setdefault(("z", ncols), z), z), (name, mode, "rmatvec differs by exchange")
+            assert A.comm_stats()["bytes_sent_per_product"] == [item * gh for gh in stats["ghosts_per_rank"]]
+            if t.dtype.kind == "c":
+                zh = A.rmatvec(u[r0:r1], adjoint=True)
+                close(zh, st.matmul(t.mT.conj(), u)[c0:c1], (absA.T @ abs(u))[c0:c1], t.dtype, f"{name} adjoint")
+            assert np.array_equal(A.gather(z, part="cols"), np.concatenate(comm.allgather(z))) or rank != 0
     back = A.to_global()
     t = t.to_sparse_csr()
     if rank == 0:
@@ -160,6 +166,9 @@ def check_matrix(name, t, **kw):
         assert np.array_equal(A.diagonal(), np.diagonal(t.to_dense())[r0:r1])
     A.free()
     passed(name)
+
+
+DistCSR_progress = (stmpi.DistCSR.progress_threshold, stmpi.DistCSR.progress_chunks)
 
 
 def suite_products(tmp):
@@ -202,16 +211,20 @@ def suite_products(tmp):
     r0, r1 = A.row_range
     X = rng.standard_normal((n, 4))
     bound = st.matmul(big.abs(), np.abs(X))[r0:r1]
-    close(A.matvec(X[r0:r1], threads=2), st.matmul(big, X, threads=1)[r0:r1], bound, np.float64, "threads")
-    close(A.rmatvec(X[r0:r1], threads=2), st.matmul(big.mT, X, threads=1)[r0:r1],
-          st.matmul(big.mT.abs(), np.abs(X))[r0:r1], np.float64, "threads rmatvec")
-    passed("threads-2")
-    # the diagonal product in chunks with MPI progress between them (large exchanges)
-    A.progress_threshold, A.progress_chunks = 0, 5
-    close(A.matvec(X[r0:r1]), st.matmul(big, X)[r0:r1], bound, np.float64, "progress chunks")
     x1 = X[:, 0].copy()
-    close(A @ x1[r0:r1], st.matmul(big, x1)[r0:r1], st.matmul(big.abs(), np.abs(x1))[r0:r1], np.float64, "chunks 1-d")
-    assert A.comm_stats()["bytes_received_per_product"][rank] == 8 * A.ghosts.shape[0]
+    for mode in stmpi.EXCHANGES:
+        A.set_exchange(mode)
+        A.progress_threshold, A.progress_chunks = DistCSR_progress
+        close(A.matvec(X[r0:r1], threads=2), st.matmul(big, X, threads=1)[r0:r1], bound, np.float64, "threads")
+        close(A.rmatvec(X[r0:r1], threads=2), st.matmul(big.mT, X, threads=1)[r0:r1],
+              st.matmul(big.mT.abs(), np.abs(X))[r0:r1], np.float64, "threads rmatvec")
+        # the diagonal product in chunks with MPI progress between them (large exchanges)
+        A.progress_threshold, A.progress_chunks = 0, 5
+        close(A.matvec(X[r0:r1]), st.matmul(big, X)[r0:r1], bound, np.float64, f"progress chunks {mode}")
+        close(A @ x1[r0:r1], st.matmul(big, x1)[r0:r1], st.matmul(big.abs(), np.abs(x1))[r0:r1], np.float64,
+              f"chunks 1-d {mode}")
+        assert A.comm_stats()["bytes_received_per_product"][rank] == 8 * A.ghosts.shape[0]
+    passed("threads-2")
     passed("progress-chunks")
     # another root: the last rank holds the matrix and receives the gathers
     t = random_matrix(26, 26, 0.2, 17, np.complex128, np.int32, hub=25)
@@ -249,14 +262,20 @@ def suite_solve_io(tmp):
         A = stmpi.DistCSR.from_global(t if rank == 0 else None, comm=comm)
         r0, r1 = A.row_range
         for maxiter in (3, None):
-            ours, theirs = [], []
-            x, info = stmpi.cg(A, b[r0:r1], rtol=1e-10, maxiter=maxiter, callback=lambda v: ours.append(v.copy()))
-            xr, ir = sla.cg(m, b, rtol=1e-10, maxiter=maxiter, callback=lambda v: theirs.append(v.copy()))
-            assert info == ir and len(ours) == len(theirs), (info, ir, len(ours), len(theirs))
-            for k, (a, c) in enumerate(zip(ours, theirs)):
-                scale = np.abs(c).max()
-                assert np.abs(a - c[r0:r1]).max() <= 1e-10 * scale, (k, np.abs(a - c[r0:r1]).max())
-            assert np.abs(x - xr[r0:r1]).max() <= 1e-10 * np.abs(xr).max()
+            xs = []
+            for mode in stmpi.EXCHANGES:
+                A.set_exchange(mode)
+                ours, theirs = [], []
+                x, info = stmpi.cg(A, b[r0:r1], rtol=1e-10, maxiter=maxiter, callback=lambda v: ours.append(v.copy()))
+                xr, ir = sla.cg(m, b, rtol=1e-10, maxiter=maxiter, callback=lambda v: theirs.append(v.copy()))
+                assert info == ir and len(ours) == len(theirs), (info, ir, len(ours), len(theirs))
+                for k, (a, c) in enumerate(zip(ours, theirs)):
+                    scale = np.abs(c).max()
+                    assert np.abs(a - c[r0:r1]).max() <= 1e-10 * scale, (k, np.abs(a - c[r0:r1]).max())
+                assert np.abs(x - xr[r0:r1]).max() <= 1e-10 * np.abs(xr).max()
+                xs.append(x)
+            assert np.array_equal(xs[0], xs[1]), "cg differs by exchange mode"
+            A.set_exchange("p2p")
         assert info == 0 and np.linalg.norm(m @ xr - b) <= 1e-9 * np.linalg.norm(b)
         # Jacobi preconditioner through M, and a starting guess
         d = A.diagonal()
@@ -281,7 +300,7 @@ def suite_solve_io(tmp):
     comm.Barrier()
     for name, ref, kw in (("m.npz", t, {}), ("m64.npz", t64, {}), ("m.mtx", t, {}), ("coo.npz", t, {}),
                           ("z.npz", t, {}), ("m.npz", t, {"row_starts": starts_with_empty_rank(41)})):
-        A = stmpi.load(paths[name], comm=comm, **kw)
+        A = stmpi.load(paths[name], comm=comm, exchange="neighbor" if name.startswith("m") else "p2p", **kw)
         back = A.to_global()
         if rank == 0:
             assert np.array_equal(back.to_dense(), ref.to_dense()), name
@@ -309,6 +328,8 @@ def suite_solve_io(tmp):
     assert main(["cg", os.path.join(tmp, "r.mtx"), "--jacobi"]) == 0
     assert main(["cg", os.path.join(tmp, "s.npz"), "--json"]) == 0
     assert main(["spmv", os.path.join(tmp, "s.npz"), "--repeat", "3", "--columns", "2"]) == 0
+    assert main(["spmv", os.path.join(tmp, "s.npz"), "--repeat", "3", "--exchange", "neighbor", "--json"]) == 0
+    assert main(["cg", os.path.join(tmp, "s.npz"), "--exchange", "neighbor"]) == 0
     passed("cli")
 
 
@@ -363,6 +384,20 @@ def suite_errors(tmp):
     except ValueError as e:
         raised(tmp, "operand-shape", e)
     comm.Barrier()
+    # an unknown exchange mode on one rank only
+    try:
+        A.set_exchange("bogus" if rank == bad_rank() else "neighbor")
+    except ValueError as e:
+        raised(tmp, "exchange-mode", e)
+    comm.Barrier()
+    if size > 1:  # valid modes that differ between ranks: every rank raises instead of a half-built graph
+        try:
+            A.set_exchange("neighbor" if rank == bad_rank() else "p2p")
+        except ValueError as e:
+            assert "same mode" in str(e), str(e)
+            passed("exchange-modes-disagree")
+        else:
+            raise AssertionError("set_exchange with different modes did not raise")
     # a file whose last rank's rows are broken: every rank maps its rows, the last one finds it
     path = os.path.join(tmp, "bad.npz")
     if rank == 0:

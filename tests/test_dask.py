@@ -96,6 +96,25 @@ def test_from_array_default_meta(sync):
     np.testing.assert_allclose(np.asarray((x @ np.ones(a.shape[1])).compute()), a.sum(axis=1))
 
 
+def test_one_block_along_dropped_axis_is_not_copied(sync, monkeypatch):
+    """map_blocks(drop_axis=...) and blockwise contractions join a single block: the chunk itself, no cat."""
+    from sparsetensor.dask import _register
+
+    t, a = make("csr")
+    x = st.dask.from_sparse(t, chunks=(7, -1))
+    joined = []
+    monkeypatch.setattr(_register, "cat", lambda arrays, axis: joined.append(len(arrays)) or st.cat(arrays, axis))
+    got = x.map_blocks(lambda b: np.asarray(b.sum(axis=1)).reshape(-1), drop_axis=1, dtype=np.float64).compute()
+    np.testing.assert_allclose(got, a.sum(axis=1))
+    assert joined == []
+    assert _register._concatenate([t], axis=1) is t and _register._concatenate([t], axis=-1) is t
+    np.testing.assert_array_equal(_register._concatenate([t, t], axis=-1).to_dense(), np.concatenate([a, a], axis=1))
+    assert joined == [2]
+    got = x.compute()  # joining the row blocks still goes through cat
+    np.testing.assert_array_equal(got.to_dense(), a)
+    assert joined[1:] == [3]
+
+
 class _Counting:
     """A dense Dask array whose chunk function counts its calls (nothing may compute it early)."""
 

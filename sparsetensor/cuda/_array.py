@@ -1,8 +1,9 @@
 """``DeviceArray``: a C-contiguous array in CUDA device memory.
 
 A DeviceArray is a view (pointer, shape, dtype) of a memory owner: a
-:class:`~sparsetensor.cuda._driver.Buffer` from the stream-ordered pool, or a foreign
-array (CuPy, PyTorch, ...) taken without a copy. It exposes
+:class:`cuda.core.Buffer` from the device's stream-ordered pool, or a
+``cuda.core.utils.StridedMemoryView`` of a foreign array (CuPy, PyTorch, ...) taken
+without a copy. It exposes
 ``__cuda_array_interface__`` (v3, with our stream) and ``__dlpack__`` /
 ``__dlpack_device__``, so CuPy and PyTorch take it without a copy; ``.get()`` and
 ``np.asarray`` copy it to the host.
@@ -22,7 +23,6 @@ import numpy as np
 __all__ = ["DeviceArray", "as_device_array"]
 
 _KDL_CUDA = 2
-_KDL_CUDA_MANAGED = 13
 # DLPack dtype codes
 _DL_INT, _DL_UINT, _DL_FLOAT, _DL_COMPLEX, _DL_BOOL = 0, 1, 2, 5, 6
 
@@ -232,8 +232,9 @@ class DeviceArray:
 
         dev = device if hasattr(device, "alloc") else get_device(device)
         shape = (operator.index(shape),) if isinstance(shape, (int, np.integer)) else tuple(shape)
-        buf = dev.alloc(math.prod(shape) * np.dtype(dtype).itemsize)
-        return DeviceArray(buf, buf.ptr, shape, dtype, dev)
+        nbytes = math.prod(shape) * np.dtype(dtype).itemsize
+        buf = dev.alloc(nbytes) if nbytes else None  # a cuda.core Buffer (the emulator: host memory)
+        return DeviceArray(buf, 0 if buf is None else int(buf.handle), shape, dtype, dev)
 
     @staticmethod
     def zeros(shape, dtype, device=None) -> "DeviceArray":
@@ -261,70 +262,96 @@ def _same_device(device, ordinal):
     return dev
 
 
-def _from_cai(obj, device) -> DeviceArray:
-    cai = obj.__cuda_array_interface__
-    shape = tuple(cai["shape"])
-    dtype = np.dtype(cai["typestr"])
-    if cai.get("descr") and len(cai["descr"]) > 1:
-        dtype = np.dtype(cai["descr"])
-    strides = cai.get("strides")
+def _strided_memory_view():
+    try:
+        from cuda.core.utils import StridedMemoryView
+    except ImportError as e:
+        raise ImportError("taking DLPack / __cuda_array_interface__ arrays needs cuda-python's cuda.core: "
+                          "pip install 'sparsetensor[cuda]'") from e
+    return StridedMemoryView
+
+
+def _consumer_stream(dev) -> int:
+    """The stream handle cuda.core orders the producer's work before (-1: none, on the emulator)."""
+    return -1 if getattr(dev, "emulated", False) else dev.stream_handle
+
+
+def _from_view(view, dev, owner) -> DeviceArray:
+    """A DeviceArray of a ``cuda.core.utils.StridedMemoryView`` (C-contiguous only)."""
+    shape, dtype = tuple(view.shape), np.dtype(view.dtype)
+    strides = view.strides  # in elements; None: compact row-major
     if strides is not None and math.prod(shape) > 1:
-        want = _c_strides(shape, dtype.itemsize)
+        want = _c_strides(shape, 1)
         if any(s != w for s, w, n in zip(strides, want, shape) if n > 1):
-            raise ValueError(f"only C-contiguous device arrays are taken without a copy; got strides {strides} "
-                             f"for shape {shape} (make it contiguous first, e.g. x.contiguous())")
-    ptr = int(cai["data"][0])
-    dev = _resolve_device(device, ptr)
-    stream = cai.get("stream")
-    if stream is not None:
-        if stream in (1, 2):
-            from ._driver import check, driver
-
-            check(driver().cuStreamSynchronize(driver().CUstream(stream)), "cuStreamSynchronize")
-        else:
-            dev.wait_external_stream(int(stream))
-    return DeviceArray(obj, ptr, shape, dtype, dev)
+            raise ValueError(f"only C-contiguous device arrays are taken without a copy; got strides {tuple(strides)} "
+                             f"(in elements) for shape {shape} (make it contiguous first, e.g. x.contiguous())")
+    return DeviceArray(owner, view.ptr, shape, dtype, dev)
 
 
-def _resolve_device(device, ptr: int):
-    """The device of the memory at ``ptr`` (asked of the driver), checked against ``device``."""
-    from ._driver import get_device
+class _OneCapsule:
+    """A DLPack producer that hands out one capsule already made (for StridedMemoryView)."""
 
-    explicit = device is not None
-    dev = (device if hasattr(device, "alloc") else get_device(device)) if explicit else get_device(0)
-    if getattr(dev, "emulated", False) or not ptr:
-        return dev
-    return _same_device(dev if explicit else None, _pointer_device(ptr))
+    __slots__ = ("capsule", "ordinal")
+
+    def __init__(self, capsule, ordinal: int):
+        self.capsule, self.ordinal = capsule, ordinal
+
+    def __dlpack__(self, **_):
+        return self.capsule
+
+    def __dlpack_device__(self):
+        return (_KDL_CUDA, self.ordinal)
 
 
-def _pointer_device(ptr: int) -> int:
-    from ._driver import check, driver
+def _from_dlpack(capsule, device) -> DeviceArray:
+    """A DeviceArray of an unconsumed ``dltensor`` capsule of CUDA memory (cuda.core consumes it;
+    the producer's deleter runs when the array's last view is collected)."""
+    ordinal = 0 if device is None else device.ordinal
+    view = _strided_memory_view().from_dlpack(_OneCapsule(capsule, ordinal), -1)
+    return _from_view(view, device, view)
 
-    drv = driver()
-    attr = drv.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
-    return int(check(drv.cuPointerGetAttribute(attr, ptr), "cuPointerGetAttribute"))
+
+def _from_cai(obj, device, explicit: bool) -> DeviceArray:
+    if getattr(device, "emulated", False):  # host memory: the emulator reads the interface itself
+        view = device.view_cai(obj)
+        return _from_view(view, device, view)
+    smv = _strided_memory_view()
+    view = smv.from_cuda_array_interface(obj, _consumer_stream(device))
+    if view.device_id != device.ordinal:
+        if explicit or view.device_id < 0:
+            where = "host memory" if view.device_id < 0 else f"cuda:{view.device_id}"
+            raise ValueError(f"the array lives on {where}, not on {device.name}; copy it first")
+        device = _same_device(None, view.device_id)
+        view = smv.from_cuda_array_interface(obj, _consumer_stream(device))  # ordered on that device's stream
+    return _from_view(view, device, view)
 
 
 def as_device_array(obj, device=None) -> DeviceArray:
-    """``obj`` as a DeviceArray without a copy: a DeviceArray, anything with
-    ``__cuda_array_interface__`` (CuPy, Numba, PyTorch CUDA tensors) or a CUDA
-    ``__dlpack__``. Host arrays are refused here (use :meth:`DeviceArray.from_host`)."""
+    """``obj`` as a DeviceArray without a copy: a DeviceArray, a CUDA ``__dlpack__`` producer
+    or anything with ``__cuda_array_interface__`` (CuPy, Numba, PyTorch CUDA tensors), read
+    through ``cuda.core.utils.StridedMemoryView``, which also orders the producer's queued work
+    before our stream. Host arrays are refused here (use :meth:`DeviceArray.from_host`)."""
     if isinstance(obj, DeviceArray):
         if device is not None:
             _same_device(device, obj.device_id)
         return obj
-    if hasattr(obj, "__cuda_array_interface__"):
-        return _from_cai(obj, device)
     if hasattr(obj, "__dlpack__") and hasattr(obj, "__dlpack_device__"):
         kind, ordinal = obj.__dlpack_device__()
         if int(kind) != _KDL_CUDA:
-            raise TypeError(f"a DLPack array on device type {int(kind)} is not a CUDA device array")
+            raise TypeError(f"a DLPack array on device type {int(kind)} is not a CUDA device array "
+                            f"(CUDA is {_KDL_CUDA}); copy host arrays with DeviceArray.from_host")
         dev = _same_device(device, int(ordinal))
-        return _from_dlpack(obj.__dlpack__(stream=dev.stream_handle), dev)
+        view = _strided_memory_view().from_dlpack(obj, _consumer_stream(dev))
+        return _from_view(view, dev, view)
+    if hasattr(obj, "__cuda_array_interface__"):
+        from ._driver import get_device
+
+        dev = device if hasattr(device, "alloc") else get_device(device)
+        return _from_cai(obj, dev, device is not None)
     raise TypeError(f"{type(obj).__name__} is not a CUDA device array (no __cuda_array_interface__ or __dlpack__)")
 
 
-# -- DLPack through ctypes ------------------------------------------------------------------------
+# -- DLPack export through ctypes (cuda.core reads DLPack; it makes no capsules of our views) ----
 
 class _DLDevice(ctypes.Structure):
     _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
@@ -348,7 +375,6 @@ _DELETER = ctypes.CFUNCTYPE(None, ctypes.POINTER(_DLManagedTensor))
 _DLManagedTensor._fields_ = [("dl_tensor", _DLTensor), ("manager_ctx", ctypes.c_void_p), ("deleter", _DELETER)]
 
 _CAPSULE_NAME = ctypes.create_string_buffer(b"dltensor")
-_USED_NAME = ctypes.create_string_buffer(b"used_dltensor")
 _exported: dict = {}   # address of a DLManagedTensor we made -> what keeps it and the array alive
 
 _capsule_new = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)(
@@ -357,12 +383,6 @@ _capsule_is_valid_raw = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.
     ("PyCapsule_IsValid", ctypes.pythonapi))
 _capsule_pointer_raw = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)(
     ("PyCapsule_GetPointer", ctypes.pythonapi))
-_capsule_is_valid = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.c_void_p)(
-    ("PyCapsule_IsValid", ctypes.pythonapi))
-_capsule_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_void_p)(
-    ("PyCapsule_GetPointer", ctypes.pythonapi))
-_capsule_set_name = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.c_void_p)(
-    ("PyCapsule_SetName", ctypes.pythonapi))
 
 
 @_DELETER
@@ -386,17 +406,6 @@ def _dl_dtype(dt: np.dtype) -> _DLDataType:
     return _DLDataType(code, dt.itemsize * 8, 1)
 
 
-def _np_dtype(t: _DLDataType) -> np.dtype:
-    if t.lanes != 1:
-        raise BufferError(f"DLPack arrays with {t.lanes} lanes are not supported")
-    kinds = {_DL_INT: "i", _DL_UINT: "u", _DL_FLOAT: "f", _DL_COMPLEX: "c"}
-    if t.code == _DL_BOOL and t.bits == 8:
-        return np.dtype(np.bool_)
-    if t.code not in kinds:
-        raise BufferError(f"DLPack dtype code {t.code} is not supported")
-    return np.dtype(f"{kinds[t.code]}{t.bits // 8}")
-
-
 def _dlpack_capsule(a: DeviceArray):
     managed = _DLManagedTensor()
     shape = (ctypes.c_int64 * max(a.ndim, 1))(*a.shape)
@@ -413,38 +422,3 @@ def _dlpack_capsule(a: DeviceArray):
     address = ctypes.addressof(managed)
     _exported[address] = (managed, shape, a)
     return _capsule_new(address, ctypes.addressof(_CAPSULE_NAME), ctypes.cast(_capsule_destructor, ctypes.c_void_p))
-
-
-class _DLPackOwner:
-    """Keeps an imported DLManagedTensor alive; calls its deleter when collected."""
-
-    __slots__ = ("address", "capsule_owner")
-
-    def __init__(self, address: int, capsule_owner):
-        self.address = address
-        self.capsule_owner = capsule_owner
-
-    def __del__(self):
-        managed = ctypes.cast(self.address, ctypes.POINTER(_DLManagedTensor))
-        if managed.contents.deleter:
-            managed.contents.deleter(managed)
-
-
-def _from_dlpack(capsule, device) -> DeviceArray:
-    if not _capsule_is_valid(capsule, ctypes.addressof(_CAPSULE_NAME)):
-        raise BufferError("expected an unconsumed 'dltensor' capsule")
-    address = _capsule_pointer(capsule, ctypes.addressof(_CAPSULE_NAME))
-    t = ctypes.cast(address, ctypes.POINTER(_DLManagedTensor)).contents.dl_tensor
-    if t.device.device_type != _KDL_CUDA:
-        raise BufferError(f"DLPack device type {t.device.device_type} is not CUDA ({_KDL_CUDA})")
-    shape = tuple(t.shape[i] for i in range(t.ndim))
-    dtype = _np_dtype(t.dtype)
-    if t.strides and math.prod(shape) > 1:
-        strides = tuple(t.strides[i] * dtype.itemsize for i in range(t.ndim))
-        want = _c_strides(shape, dtype.itemsize)
-        if any(s != w for s, w, n in zip(strides, want, shape) if n > 1):
-            raise ValueError(f"only C-contiguous device arrays are taken without a copy; got strides "
-                             f"{tuple(t.strides[i] for i in range(t.ndim))} (in elements) for shape {shape}")
-    ptr = (t.data or 0) + t.byte_offset
-    _capsule_set_name(capsule, ctypes.addressof(_USED_NAME))  # consumed: we call the deleter now
-    return DeviceArray(_DLPackOwner(address, None), ptr, shape, dtype, device)

@@ -48,21 +48,37 @@ def _dense_operand(x, dev, op: str) -> DeviceArray:
 
 def _as_rows(a, op: str):
     """``a`` as a canonical csr/bsr device tensor without dense dims."""
-    from ._convert import to_sparse, transpose_compressed
+    from ._convert import convert
     from .tensor import CudaCOOTensor
-    from ._validate import checked
 
     if isinstance(a, CudaCOOTensor):
         if a.sparse_dim != 2 or a.dense_dim:
             raise NotImplementedError(f"{op} of a coo tensor with sparse_dim={a.sparse_dim}, dense_dim={a.dense_dim} "
                                       "on cuda")
-        a = to_sparse(a, L.sparse_csr)
+        a = convert(a, L.sparse_csr, (1, 1))
     if a.dense_dim:
         raise NotImplementedError(f"{op} of a {a.layout.name} tensor with dense_dim={a.dense_dim} on cuda")
+    return _rows(a)
+
+
+def _rows(a):
+    """A canonical device compressed tensor in csr/bsr (csc/bsc transposed on the device)."""
+    from ._convert import transpose_compressed
+    from ._validate import checked
+
     a = checked(a)
-    if not a.layout.compressed_rows:
-        a = transpose_compressed(a)
-    return a
+    return a if a.layout.compressed_rows else transpose_compressed(a)
+
+
+def coo_product(S, D, rt, op: str, threads, operands, err_tensor=None, transposed=False):
+    """The ``_matmul_dense`` hook of a device COO tensor: a 2-d one through csr (converted on the
+    device); batched or hybrid coo has no GPU kernel."""
+    from ..ops.blas import _compressed_product
+
+    if S.sparse_dim != 2 or S.dense_dim:
+        raise NotImplementedError(f"{op} of a coo tensor with sparse_dim={S.sparse_dim}, dense_dim={S.dense_dim} on "
+                                  f"{S.device} has no GPU kernel")
+    return _compressed_product(_as_rows(S, op), D, rt, op, threads, operands, S, transposed)
 
 
 def _tpr(nnz: int, rows: int) -> int:
@@ -95,10 +111,19 @@ def matmul(a, x):
     x = _dense_operand(x, dev, "matmul")
     # the CPU's rules (sparsetensor.ops.blas): result dtype, shapes, broadcasting, the errors
     rt = _result_dtype("matmul", a.dtype, x.dtype)
+    return spmm(a, x, product_shape(a, x, "matmul", (user, x)), rt)
+
+
+def spmm(a, x, plan, rt, threads=None, err=None):
+    """``a @ x`` for a device compressed tensor ``a`` without dense dims and a dense device array
+    ``x`` whose shapes ``plan`` (:class:`sparsetensor.ops.blas.ProductShape`) resolved, in ``rt``
+    (the ``spmm`` kernel of :mod:`._backend`): csc/bsc are transposed to csr/bsr on the device
+    first. The result dtype must be the operands' (a value cast has no GPU kernel)."""
     if rt != a.dtype or rt != x.dtype:
         raise NotImplementedError(f"matmul on cuda of {a.dtype} and {x.dtype} operands: the {rt} result needs a "
                                   "value cast that has no GPU kernel; give both operands one dtype")
-    plan = product_shape(a, x, "matmul", (user, x))
+    a = _rows(a)
+    dev = a._dev()
     B = math.prod(a.shape[:a.batch_dim])
     if plan.sb.shape[0] != B or (B > 1 and not (plan.sb == np.arange(B)).all()):
         raise NotImplementedError(f"matmul on cuda broadcasting the batch dims of the sparse operand "

@@ -24,7 +24,7 @@ from .._dtypes import check_fits
 from . import _primitives as P
 from ._validate import checked
 
-__all__ = ["to_sparse", "transpose_compressed", "matrix_transpose"]
+__all__ = ["convert", "transpose_compressed", "matrix_transpose"]
 
 
 def transpose_compressed(t):
@@ -142,18 +142,11 @@ def _coo_to_rows(t):
     return CudaCompressedTensor(comp.reshape(batch + (rows + 1,)), plain, values, t.shape, L.sparse_csr, True)
 
 
-def to_sparse(t, layout, *, blocksize=None, dense_dim=None):
-    """Convert a device tensor to another sparse layout (see the module docstring for what the
-    GPU does); converting to the tensor's own layout (and blocksize) returns ``t``."""
-    from .._convert import check_target
-    from .tensor import CudaCOOTensor, CudaSparseTensor
+def convert(t, layout, bs):
+    """``t`` in ``layout`` with blocksize ``bs`` (checked by :func:`sparsetensor._convert.check_target`;
+    another layout or blocksize than ``t``'s): the ``convert`` kernel of :mod:`._backend`."""
+    from .tensor import CudaCOOTensor
 
-    if not isinstance(t, CudaSparseTensor):
-        raise TypeError(f"expected a CUDA sparse tensor, got {type(t).__name__}")
-    layout = L.as_layout(layout)
-    bs, same = check_target(t, layout, blocksize, dense_dim)
-    if same:
-        return t
     if isinstance(t, CudaCOOTensor):
         if layout.blocked:
             raise NotImplementedError(f"to_sparse coo -> {layout.name} on cuda (grouping entries into blocks) "

@@ -103,15 +103,21 @@ def from_dense(array, layout="csr", *, blocksize=None, dense_dim: int = 0, batch
     >>> t.col_indices().get(), t.values().get()                            # doctest: +SKIP
     (array([1, 0]), array([1., 2.]))
     """
-    from .._canonical import same_nnz
     from .._dense import check_from_dense
-    from .tensor import CudaCompressedTensor, CudaCOOTensor
 
     if L.as_layout(layout) is L.strided:
         raise ValueError("from_dense needs a sparse layout, got strided")
     a = _as_dense_input(array, device)
+    return dense_to_sparse(a, check_from_dense(a.shape, a.dtype, layout, blocksize, dense_dim, batch_dim, index_dtype))
+
+
+def dense_to_sparse(a: DeviceArray, plan):
+    """The device tensor of dense device array ``a`` that ``plan`` (:class:`sparsetensor._dense.DensePlan`,
+    the arguments checked) describes (the ``from_dense`` kernel of :mod:`._backend`)."""
+    from .._canonical import same_nnz
+    from .tensor import CudaCompressedTensor, CudaCOOTensor
+
     dev = a._device
-    plan = check_from_dense(a.shape, a.dtype, layout, blocksize, dense_dim, batch_dim, index_dtype)
     layout, idx_dt, batch, sparse, dense, bs = plan
     zkey, mask, per_value = _ztest(a.dtype)
     rkey = P.raw_key(a.itemsize)

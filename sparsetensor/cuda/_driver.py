@@ -1,85 +1,66 @@
-"""The CUDA driver through ``cuda.bindings.driver``: devices, contexts, streams, memory.
+"""Devices, streams and memory through ``cuda.core`` (cuda-python's high-level layer).
 
-Every driver call goes through :func:`check`, which raises :class:`CudaError` with the
-driver's error name and text. Each device is used through its primary context (shared
-with PyTorch and CuPy), one non-blocking stream of ours (the device's default stream
-for sparsetensor), and its default stream-ordered memory pool (``cuMemAllocAsync`` /
-``cuMemFreeAsync``, release threshold raised so freed memory is reused); managed
-memory is never used.
+Each device is used through its primary context (shared with PyTorch and CuPy), one
+non-blocking :class:`cuda.core.Stream` of ours (the device's stream for sparsetensor)
+and the device's default stream-ordered pool through a
+:class:`cuda.core.DeviceMemoryResource` (which raises the pool's release threshold, so
+freed memory is reused); managed memory is never used.
 
-Nothing is imported or initialised until a function here is called.
+Nothing is imported or initialised until a function here is called; the kernel
+emulator of the tests (:mod:`sparsetensor.cuda._emulator`) installs itself in
+``_devices`` and stands in for :class:`Device`.
 """
 
 from __future__ import annotations
 
 import contextlib
-
 import ctypes
 import threading
 
 import numpy as np
 
-__all__ = ["CudaError", "driver", "check", "device_count", "is_available", "get_device", "Device", "Buffer",
-           "unavailable_reason", "stream_order", "stream_handle_of"]
+__all__ = ["CudaError", "core", "device_count", "is_available", "get_device", "Device", "unavailable_reason",
+           "stream_order", "stream_handle_of", "pack_args", "kernel_params"]
 
 _lock = threading.Lock()
 _devices: dict = {}
-_init_error: list = []   # [exception] once cuInit failed
-_initialised = False
+_INSTALL = "the CUDA backend needs cuda-python's cuda.core: pip install 'sparsetensor[cuda]'"
 
 
 class CudaError(RuntimeError):
-    """A CUDA driver call failed."""
+    """A CUDA call failed (the driver's or cuda.core's message attached)."""
 
 
-def driver():
+def core():
+    """The ``cuda.core`` module (ImportError naming the extra when it is missing)."""
     try:
-        from cuda.bindings import driver as drv
+        import cuda.core as cc
     except ImportError as e:
-        raise ImportError("the CUDA backend needs cuda-python: pip install 'sparsetensor[cuda]'") from e
-    return drv
+        raise ImportError(_INSTALL) from e
+    return cc
 
 
-def check(result, call: str):
-    """Unpack ``(CUresult, *values)``; raise :class:`CudaError` unless CUDA_SUCCESS."""
-    drv = driver()
-    err, *values = result if isinstance(result, tuple) else (result,)
-    if err != drv.CUresult.CUDA_SUCCESS:
-        try:
-            _, name = drv.cuGetErrorName(err)
-            _, text = drv.cuGetErrorString(err)
-            detail = f"{name.decode()}: {text.decode()}"
-        except Exception:  # noqa: BLE001 - the error text is best effort
-            detail = str(err)
-        raise CudaError(f"{call} failed: {detail}")
-    if not values:
-        return None
-    return values[0] if len(values) == 1 else tuple(values)
+@contextlib.contextmanager
+def errors(call: str):
+    """Re-raise what a cuda.core/cuda.bindings call raises as :class:`CudaError` naming ``call``."""
+    try:
+        yield
+    except (CudaError, ImportError, TypeError, ValueError):
+        raise
+    except Exception as e:  # cuda.core's CUDAError is not a RuntimeError; a missing driver is
+        raise CudaError(f"{call} failed: {type(e).__name__}: {e}") from e
 
 
-def _init():
-    global _initialised
-    if _initialised:
-        return
-    with _lock:
-        if _initialised:
-            return
-        if _init_error:
-            raise _init_error[0]
-        try:
-            check(driver().cuInit(0), "cuInit")
-        except Exception as e:  # no driver library, no device, ...
-            err = e if isinstance(e, (CudaError, ImportError)) else CudaError(f"cuInit failed: {type(e).__name__}: {e}")
-            _init_error.append(err)
-            raise err from e
-        _initialised = True
+def _count() -> int:
+    cc = core()
+    with errors("cuda.core.Device.get_all_devices"):
+        return len(cc.Device.get_all_devices())
 
 
 def unavailable_reason() -> str | None:
     """None when a CUDA device can be used, else why not (for skips and messages)."""
     try:
-        _init()
-        n = check(driver().cuDeviceGetCount(), "cuDeviceGetCount")
+        n = _count()
     except Exception as e:  # noqa: BLE001
         return f"{type(e).__name__}: {e}"
     return None if n > 0 else "the CUDA driver reports no device"
@@ -88,8 +69,7 @@ def unavailable_reason() -> str | None:
 def device_count() -> int:
     """The number of CUDA devices; 0 without cuda-python, a driver or a device."""
     try:
-        _init()
-        return int(check(driver().cuDeviceGetCount(), "cuDeviceGetCount"))
+        return _count()
     except Exception:  # noqa: BLE001
         return 0
 
@@ -156,33 +136,26 @@ def stream_order(stream, device="cuda"):
 
 
 class Device:
-    """One CUDA device as sparsetensor uses it: primary context, stream, pool, SM count."""
+    """One CUDA device as sparsetensor uses it: a :class:`cuda.core.Device` made current,
+    our non-blocking stream, the stream-ordered pool, SM count, compiled modules."""
 
     def __init__(self, ordinal: int):
-        drv = driver()
+        cc = core()
         self.ordinal = ordinal
-        self.handle = check(drv.cuDeviceGet(ordinal), "cuDeviceGet")
-        self.context = check(drv.cuDevicePrimaryCtxRetain(self.handle), "cuDevicePrimaryCtxRetain")
-        self.activate()
-        attr = drv.CUdevice_attribute
-        major = check(drv.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, self.handle),
-                      "cuDeviceGetAttribute")
-        minor = check(drv.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, self.handle),
-                      "cuDeviceGetAttribute")
-        self.compute_capability = (int(major), int(minor))
-        self.sm_count = int(check(drv.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
-                                                           self.handle), "cuDeviceGetAttribute"))
-        pools = check(drv.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED, self.handle),
-                      "cuDeviceGetAttribute")
-        if not pools:
-            raise CudaError(f"cuda:{ordinal} does not support stream-ordered memory pools (cuMemAllocAsync), "
-                            "which the sparsetensor CUDA backend needs")
-        self.stream = check(drv.cuStreamCreate(drv.CUstream_flags.CU_STREAM_NON_BLOCKING), "cuStreamCreate")
-        pool = check(drv.cuDeviceGetDefaultMemPool(self.handle), "cuDeviceGetDefaultMemPool")
-        check(drv.cuMemPoolSetAttribute(pool, drv.CUmemPool_attribute.CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
-                                        drv.cuuint64_t(2**64 - 1)), "cuMemPoolSetAttribute")
-        self.modules: dict = {}      # cache key -> CUmodule
-        self.functions: dict = {}    # (file, name expression) -> CUfunction
+        with errors(f"initialising cuda:{ordinal}"):
+            self.core = cc.Device(ordinal)
+            self.core.set_current()
+            props = self.core.properties
+            self.compute_capability = tuple(int(v) for v in self.core.compute_capability)
+            self.sm_count = int(props.multiprocessor_count)
+            if not props.memory_pools_supported:
+                raise CudaError(f"cuda:{ordinal} does not support stream-ordered memory pools (cuMemAllocAsync), "
+                                "which the sparsetensor CUDA backend needs")
+            self.stream = self.core.create_stream(options=cc.StreamOptions(nonblocking=True))
+            # no options: the device's default pool, release threshold raised by cuda.core (freed memory is reused)
+            self.memory = cc.DeviceMemoryResource(self.core)
+        self.modules: dict = {}      # cache key -> cuda.core ObjectCode loaded on this device
+        self.functions: dict = {}    # (file, kernel, keys) -> (cuda.core Kernel, KernelDecl)
 
     @property
     def name(self) -> str:
@@ -190,81 +163,71 @@ class Device:
 
     @property
     def stream_handle(self) -> int:
-        return int(self.stream)
+        return int(self.stream.handle)
 
     def activate(self) -> None:
-        check(driver().cuCtxSetCurrent(self.context), "cuCtxSetCurrent")
+        with errors("cuda.core.Device.set_current"):
+            self.core.set_current()
 
     def synchronize(self) -> None:
-        check(driver().cuStreamSynchronize(self.stream), "cuStreamSynchronize")
+        with errors("cuda.core.Stream.sync"):
+            self.stream.sync()
 
-    # -- memory --------------------------------------------------------------------------------
-    def alloc(self, nbytes: int) -> "Buffer":
-        return Buffer(self, nbytes)
+    # -- memory: raw addresses (DeviceArray views) wrapped as non-owning cuda.core Buffers ---------
+    def alloc(self, nbytes: int):
+        """A :class:`cuda.core.Buffer` of ``nbytes`` from the pool, allocated on our stream and
+        freed on it when collected; its address is ``int(buffer.handle)``."""
+        with errors("cuda.core.DeviceMemoryResource.allocate"):
+            return self.memory.allocate(int(nbytes), stream=self.stream)
+
+    def _view(self, ptr: int, nbytes: int):
+        return core().Buffer.from_handle(int(ptr), int(nbytes))
 
     def memset8(self, ptr: int, value: int, nbytes: int) -> None:
         if nbytes:
-            check(driver().cuMemsetD8Async(ptr, value, nbytes, self.stream), "cuMemsetD8Async")
-
-    def copy_htod(self, dst: int, host: np.ndarray) -> None:
-        """Copy a C-contiguous host array into device memory (stream-ordered; the host array
-        may be released when this returns: pageable memory is staged before the call returns)."""
-        if host.nbytes:
-            check(driver().cuMemcpyHtoDAsync(dst, host.ctypes.data, host.nbytes, self.stream), "cuMemcpyHtoDAsync")
-            self.synchronize()  # the host array may be a temporary of the caller
-
-    def copy_dtoh(self, host: np.ndarray, src: int) -> None:
-        if host.nbytes:
-            check(driver().cuMemcpyDtoHAsync(host.ctypes.data, src, host.nbytes, self.stream), "cuMemcpyDtoHAsync")
-        self.synchronize()
+            with errors("cuda.core.Buffer.fill"):
+                self._view(ptr, nbytes).fill(int(value), stream=self.stream)
 
     def copy_dtod(self, dst: int, src: int, nbytes: int) -> None:
         if nbytes:
-            check(driver().cuMemcpyDtoDAsync(dst, src, nbytes, self.stream), "cuMemcpyDtoDAsync")
+            with errors("cuda.core.Buffer.copy_from"):
+                self._view(dst, nbytes).copy_from(self._view(src, nbytes), stream=self.stream)
 
+    def copy_htod(self, dst: int, host: np.ndarray) -> None:
+        """Copy a C-contiguous host array into device memory (the host array may be released
+        when this returns: the copy is waited for)."""
+        if host.nbytes:
+            self.copy_dtod(dst, host.ctypes.data, host.nbytes)  # unified addressing: the driver sees a host source
+            self.synchronize()
+
+    def copy_dtoh(self, host: np.ndarray, src: int) -> None:
+        if host.nbytes:
+            self.copy_dtod(host.ctypes.data, src, host.nbytes)
+        self.synchronize()
+
+    # -- ordering against other streams of this device ------------------------------------------
     def wait_external_stream(self, handle: int) -> None:
         """Make our stream wait for the work queued so far on another stream of this device."""
-        self._order_streams(handle, after=self.stream_handle)
+        if handle is not None and int(handle) != self.stream_handle:
+            with errors("cuda.core.Stream.wait"):
+                self.stream.wait(_foreign_stream(handle))
 
     def make_external_stream_wait(self, handle: int) -> None:
         """Make another stream of this device wait for the work queued so far on ours."""
-        self._order_streams(self.stream_handle, after=handle)
-
-    def _order_streams(self, first: int, *, after: int) -> None:
-        """Stream ``after`` waits for the work queued so far on stream ``first`` (an event)."""
-        if first is None or after is None or first == after:
-            return
-        drv = driver()
-        event = check(drv.cuEventCreate(drv.CUevent_flags.CU_EVENT_DISABLE_TIMING), "cuEventCreate")
-        try:
-            check(drv.cuEventRecord(event, drv.CUstream(first)), "cuEventRecord")
-            check(drv.cuStreamWaitEvent(drv.CUstream(after), event, 0), "cuStreamWaitEvent")
-        finally:
-            check(drv.cuEventDestroy(event), "cuEventDestroy")
+        if handle is not None and int(handle) != self.stream_handle:
+            with errors("cuda.core.Stream.wait"):
+                _foreign_stream(handle).wait(self.stream)
 
 
-class Buffer:
-    """Device memory from the stream-ordered pool, freed on the device's stream when collected."""
-
-    __slots__ = ("device", "ptr", "nbytes", "__weakref__")
-
-    def __init__(self, device: Device, nbytes: int):
-        self.device = device
-        self.nbytes = int(nbytes)
-        self.ptr = 0
-        if self.nbytes:
-            device.activate()
-            self.ptr = int(check(driver().cuMemAllocAsync(self.nbytes, device.stream), "cuMemAllocAsync"))
-
-    def __del__(self):
-        if self.ptr:
-            ptr, self.ptr = self.ptr, 0
-            try:
-                drv = driver()
-                drv.cuCtxSetCurrent(self.device.context)
-                drv.cuMemFreeAsync(ptr, self.device.stream)
-            except Exception:  # noqa: BLE001 - interpreter shutdown: the driver frees the context
-                pass
+def _foreign_stream(handle: int):
+    """A cuda.core Stream for a raw handle (0/1: the legacy default stream, 2: per-thread)."""
+    cc = core()
+    handle = int(handle)
+    if handle in (0, 1):
+        return cc.LEGACY_DEFAULT_STREAM
+    if handle == 2:
+        return cc.PER_THREAD_DEFAULT_STREAM
+    return cc.Stream.from_handle(handle)
 
 
 def get_device(device=None) -> Device:
@@ -276,8 +239,7 @@ def get_device(device=None) -> Device:
         if emulated:  # the kernel emulator of the tests stands in for the machine's devices
             raise ValueError(f"cuda:{ordinal} does not exist; this machine has {len(emulated)} CUDA device(s) "
                              "(emulated)")
-        _init()
-        n = check(driver().cuDeviceGetCount(), "cuDeviceGetCount")
+        n = _count()
         if not 0 <= ordinal < n:
             raise ValueError(f"cuda:{ordinal} does not exist; this machine has {n} CUDA device(s)")
         with _lock:
@@ -288,15 +250,20 @@ def get_device(device=None) -> Device:
     return dev
 
 
-def kernel_params(values, kinds) -> tuple:
-    """A ``void**`` array for cuLaunchKernel: ``(address, keep-alive)``.
+# -- kernel arguments ------------------------------------------------------------------------------
+
+_CTYPES = {"p": ctypes.c_uint64, "q": ctypes.c_int64, "Q": ctypes.c_uint64, "i": ctypes.c_int32,
+           "d": ctypes.c_double}
+
+
+def pack_args(values, kinds) -> list:
+    """The kernel arguments as ctypes scalars of the declared widths (what ``cuda.core.launch``
+    takes; a bare Python int would be passed as a pointer-sized integer).
 
     ``kinds`` are the codes of :mod:`sparsetensor.cuda._source` ("p" pointer, "q" i64,
-    "Q" u64, "i" int, "d" double).
+    "Q" u64, "i" int, "d" double); a pointer is an int, None (null) or an object with ``.ptr``.
     """
-    ctor = {"p": ctypes.c_uint64, "q": ctypes.c_int64, "Q": ctypes.c_uint64, "i": ctypes.c_int32,
-            "d": ctypes.c_double}
-    holders = []
+    out = []
     for v, k in zip(values, kinds):
         if k == "p":
             v = 0 if v is None else (v if isinstance(v, int) else v.ptr)
@@ -304,6 +271,13 @@ def kernel_params(values, kinds) -> tuple:
             v = float(v)
         else:
             v = int(v)
-        holders.append(ctor[k](v))
+        out.append(_CTYPES[k](v))
+    return out
+
+
+def kernel_params(values, kinds) -> tuple:
+    """A ``void**`` array of the packed arguments (the emulator's launch ABI):
+    ``(address, keep-alive)``."""
+    holders = pack_args(values, kinds)
     arr = (ctypes.c_void_p * max(len(holders), 1))(*[ctypes.addressof(h) for h in holders])
     return ctypes.addressof(arr), (arr, holders)

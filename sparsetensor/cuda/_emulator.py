@@ -34,6 +34,7 @@ import subprocess
 import tempfile
 import threading
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -349,7 +350,9 @@ def build_library(name: str, cache_dir: Path | None = None):
 
 
 class _HostBuffer:
-    __slots__ = ("device", "ptr", "nbytes", "_mem", "__weakref__")
+    """Host memory standing in for a ``cuda.core.Buffer`` (its address is ``handle``)."""
+
+    __slots__ = ("device", "handle", "nbytes", "_mem", "__weakref__")
 
     def __init__(self, device, nbytes):
         self.device = device
@@ -357,7 +360,7 @@ class _HostBuffer:
         # 256-byte aligned, like cuMemAllocAsync; filled with a pattern so reads of memory
         # a kernel never wrote do not look like zeros
         self._mem = np.full(self.nbytes + 256, 0xA5, np.uint8) if self.nbytes else None
-        self.ptr = 0 if self._mem is None else (self._mem.ctypes.data + 255) // 256 * 256
+        self.handle = 0 if self._mem is None else (self._mem.ctypes.data + 255) // 256 * 256
 
 
 class EmulatedDevice:
@@ -410,6 +413,17 @@ class EmulatedDevice:
 
     def wait_external_stream(self, handle):
         pass
+
+    def view_cai(self, obj):
+        """What ``cuda.core.utils.StridedMemoryView`` gives of a ``__cuda_array_interface__``
+        array (ptr, shape, dtype, strides in elements), read here: cuda.core would ask the
+        driver where an emulated (host) pointer lives."""
+        cai = obj.__cuda_array_interface__
+        dtype = np.dtype(cai["descr"]) if len(cai.get("descr") or ()) > 1 else np.dtype(cai["typestr"])
+        strides = cai.get("strides")
+        return SimpleNamespace(ptr=int(cai["data"][0]), shape=tuple(cai["shape"]), dtype=dtype,
+                               device_id=self.ordinal,
+                               strides=None if strides is None else tuple(s / dtype.itemsize for s in strides))
 
     def make_external_stream_wait(self, handle):
         pass

@@ -1,8 +1,8 @@
-"""Kernels on a device: compile (through the cache), load with ``cuModuleLoadData``, launch.
+"""Kernels on a device: compile (through our cache), load as a ``cuda.core.ObjectCode``, launch.
 
 ``launch(device, "validate.cu", "compressed_plain", ("int64",), grid, block, *args)``
 finds the kernel's declaration in the ``.cu`` file, checks the argument count,
-packs the arguments by the declared parameter types, and calls ``cuLaunchKernel``
+packs the arguments by the declared parameter types, and calls ``cuda.core.launch``
 on the device's stream. A file is compiled once per architecture with all its
 instantiations (NVRTC, cached on disk and in memory) and loaded once per device.
 
@@ -16,7 +16,7 @@ from __future__ import annotations
 import threading
 
 from . import _nvrtc, _source
-from ._driver import Device, check, driver, kernel_params
+from ._driver import Device, core, errors, kernel_params, pack_args
 
 __all__ = ["launch", "grid_for", "target_for", "get_function", "BLOCK"]
 
@@ -38,32 +38,34 @@ def target_for(compute_capability: tuple) -> tuple:
 
 
 def _load(device: Device, name: str):
-    """The module of kernel file ``name`` on ``device`` (compiled and loaded once)."""
+    """The ``cuda.core.ObjectCode`` of kernel file ``name`` for ``device`` (compiled once per
+    architecture, wrapped once per device: the driver loads it into the device's context)."""
     arch, ptx = target_for(device.compute_capability)
     program = _nvrtc.compile_kernel_file(name, arch, ptx=ptx)
-    module = device.modules.get(program.key)
-    if module is None:
+    code = device.modules.get(program.key)
+    if code is None:
         with _lock:
-            module = device.modules.get(program.key)
-            if module is None:
-                device.activate()
-                image = program.image if program.is_cubin else program.image.rstrip(b"\0") + b"\0"
-                module = check(driver().cuModuleLoadData(image), f"cuModuleLoadData({name})")
-                device.modules[program.key] = module
-    return program, module
+            code = device.modules.get(program.key)
+            if code is None:
+                oc = core().ObjectCode
+                make = oc.from_cubin if program.is_cubin else oc.from_ptx
+                lowered = {expr: low.encode() for expr, low in program.lowered.items()}  # as Program.compile maps
+                code = device.modules[program.key] = make(program.image, name=name, symbol_mapping=lowered)
+    return code
 
 
 def get_function(device: Device, name: str, kernel: str, keys: tuple = ()):
-    """``(CUfunction, KernelDecl)`` of one instantiation."""
+    """``(cuda.core Kernel, KernelDecl)`` of one instantiation."""
     fkey = (name, kernel, tuple(keys))
     hit = device.functions.get(fkey)
     if hit is not None:
         return hit
     decl = _declaration(name, kernel)
     expr = _source.name_expression(decl, tuple(keys))
-    program, module = _load(device, name)
-    lowered = program.lowered[expr]
-    func = check(driver().cuModuleGetFunction(module, lowered.encode()), f"cuModuleGetFunction({expr})")
+    code = _load(device, name)
+    device.activate()
+    with errors(f"cuda.core.ObjectCode.get_kernel({expr})"):
+        func = code.get_kernel(expr)  # the symbol mapping turns the name expression into the lowered name
     device.functions[fkey] = (func, decl)
     return func, decl
 
@@ -97,11 +99,13 @@ def launch(device: Device, name: str, kernel: str, keys: tuple, grid, block, *ar
     bx, by, bz = (block, 1, 1) if isinstance(block, int) else tuple(block)
     if gx * gy * gz == 0:
         return
-    params, keep = kernel_params(args, decl.params)
     if getattr(device, "emulated", False):
+        params, keep = kernel_params(args, decl.params)
         device.emulate(name, kernel, tuple(keys), (gx, gy, gz), (bx, by, bz), shared, params)
+        del keep
         return
     func, _ = get_function(device, name, kernel, keys)
-    check(driver().cuLaunchKernel(func, gx, gy, gz, bx, by, bz, shared, device.stream, params, 0),
-          f"cuLaunchKernel({kernel})")
-    del keep  # the driver copied the arguments when cuLaunchKernel returned
+    cc = core()
+    with errors(f"cuda.core.launch({kernel})"):
+        config = cc.LaunchConfig(grid=(gx, gy, gz), block=(bx, by, bz), shmem_size=shared)
+        cc.launch(device.stream, config, func, *pack_args(args, decl.params))

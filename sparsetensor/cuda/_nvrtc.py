@@ -1,11 +1,15 @@
-"""Run-time compilation of the CUDA sources with NVRTC (``cuda.bindings.nvrtc``), cached.
+"""Run-time compilation of the CUDA sources with NVRTC through ``cuda.core.Program``, cached.
 
-:func:`compile_program` compiles one ``.cu`` source, with the ``.cuh`` files passed
-as NVRTC headers and template instantiations requested as name expressions, into a
-cubin for ``sm_XY`` (or PTX for ``compute_XY``). NVRTC needs no GPU, so every kernel
-can be compiled for any supported architecture on any machine.
+:func:`compile_program` compiles one ``.cu`` source, with the ``.cuh`` files as
+headers (written to a temporary include directory: cuda.core 1.2 takes no in-memory
+headers) and template instantiations requested as name expressions, into a cubin for
+``sm_XY`` (or PTX for ``compute_XY``). A cubin needs no GPU and no driver, so every
+kernel can be compiled for any supported architecture on any machine; PTX output
+needs the driver (cuda.core checks that the driver can load it). NVRTC's version and
+supported architectures come from ``cuda.bindings.nvrtc`` (cuda.core does not expose them).
 
-Compiled programs are cached
+Compiled programs are cached (cuda.core's own program caches do not keep the lowered
+names of name expressions, so this cache stays ours)
 
 - on disk, one file per program under :func:`cache_dir` (``$SPARSETENSOR_CUDA_CACHE``,
   else ``$XDG_CACHE_HOME/sparsetensor/cuda`` or ``~/.cache/sparsetensor/cuda``), named
@@ -17,8 +21,7 @@ Compiled programs are cached
 - in memory, per process (the device-independent result) -- loaded modules are
   cached per device by :mod:`sparsetensor.cuda._module`.
 
-Every NVRTC call is checked; a failed compile raises :class:`CompileError` carrying
-the NVRTC log.
+A failed compile raises :class:`CompileError` carrying the NVRTC log.
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ _lock = threading.Lock()
 
 
 class NVRTCError(RuntimeError):
-    """An NVRTC call failed (other than a compile error)."""
+    """NVRTC or cuda.core failed (other than a compile error)."""
 
 
 class CompileError(RuntimeError):
@@ -72,36 +75,27 @@ class Program:
         return self.target.startswith("sm_")
 
 
-def _nvrtc():
+def _nvrtc_query(call: str):
+    """A value of ``cuda.bindings.nvrtc`` that cuda.core does not expose (version, archs)."""
     try:
         from cuda.bindings import nvrtc
     except ImportError as e:  # pragma: no cover - depends on the environment
         raise ImportError("the CUDA backend needs cuda-python's NVRTC bindings: "
                           "pip install 'sparsetensor[cuda]' (cuda-bindings and nvidia-cuda-nvrtc)") from e
-    return nvrtc
-
-
-def _check(result, call: str):
-    """Unpack a ``(nvrtcResult, *values)`` tuple, raising :class:`NVRTCError` on failure."""
-    nvrtc = _nvrtc()
-    err, *values = result if isinstance(result, tuple) else (result,)
+    err, *values = getattr(nvrtc, call)()
     if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
-        _, text = nvrtc.nvrtcGetErrorString(err)
-        text = text.decode() if isinstance(text, bytes) else str(text)
-        raise NVRTCError(f"{call} failed: {text} ({int(err)})")
-    if not values:
-        return None
-    return values[0] if len(values) == 1 else tuple(values)
+        raise NVRTCError(f"{call} failed: {err!r}")
+    return values
 
 
 def nvrtc_version() -> tuple:
     """``(major, minor)`` of the NVRTC library in use."""
-    return tuple(_check(_nvrtc().nvrtcVersion(), "nvrtcVersion"))
+    return tuple(int(v) for v in _nvrtc_query("nvrtcVersion"))
 
 
 def supported_archs() -> list:
     """The ``sm_XY`` numbers (e.g. 80, 90) this NVRTC can compile for."""
-    return [int(a) for a in _check(_nvrtc().nvrtcGetSupportedArchs(), "nvrtcGetSupportedArchs")]
+    return [int(a) for a in _nvrtc_query("nvrtcGetSupportedArchs")[0]]
 
 
 def cache_dir() -> Path:
@@ -193,43 +187,81 @@ def write_atomic(path: Path, data: bytes) -> None:
         raise
 
 
-def _log(prog) -> str:
-    nvrtc = _nvrtc()
-    size = _check(nvrtc.nvrtcGetProgramLogSize(prog), "nvrtcGetProgramLogSize")
-    buf = b" " * size
-    _check(nvrtc.nvrtcGetProgramLog(prog, buf), "nvrtcGetProgramLog")
-    return buf.rstrip(b"\0 ").decode(errors="replace")
+# NVRTC options we pass (as strings: they are part of the cache key) -> cuda.core ProgramOptions fields
+_FLAGS = {"-lineinfo": "lineinfo", "--generate-line-info": "lineinfo", "-G": "debug", "--device-debug": "debug",
+          "--use_fast_math": "use_fast_math", "-use_fast_math": "use_fast_math"}
+_VALUED = {"--std": ("std", str), "-std": ("std", str), "--gpu-architecture": ("arch", str), "-arch": ("arch", str),
+           "--maxrregcount": ("max_register_count", int), "--fmad": ("fma", lambda v: v == "true"),
+           "--ftz": ("ftz", lambda v: v == "true"), "--prec-div": ("prec_div", lambda v: v == "true"),
+           "--prec-sqrt": ("prec_sqrt", lambda v: v == "true")}
+
+
+def program_options(name: str, options, include_dir: str | None = None):
+    """The ``cuda.core.ProgramOptions`` of NVRTC command-line ``options`` (``--std=c++17``,
+    ``--gpu-architecture=sm_90``, ``-lineinfo``, ``-DNAME[=V]``, ...); an option without a
+    ProgramOptions field raises ValueError. Headers are found only in ``include_dir``."""
+    fields: dict = {}
+    macros = []
+    for opt in options:
+        key, eq, value = opt.partition("=")
+        if opt in _FLAGS:
+            fields[_FLAGS[opt]] = True
+        elif eq and key in _VALUED:
+            field, conv = _VALUED[key]
+            fields[field] = conv(value)
+        elif opt.startswith("-D") and len(opt) > 2:
+            k, _, v = opt[2:].partition("=")
+            macros.append((k, v) if v else k)
+        else:
+            raise ValueError(f"NVRTC option {opt!r} has no cuda.core ProgramOptions equivalent here; known: "
+                             f"{sorted(_FLAGS) + sorted(_VALUED) + ['-DNAME[=VALUE]']}")
+    if macros:
+        fields["define_macro"] = macros
+    if "arch" not in fields:  # cuda.core would ask the current device (and need a driver)
+        raise ValueError(f"no --gpu-architecture in {list(options)}")
+    from cuda.core import ProgramOptions
+
+    return ProgramOptions(name=name, include_path=include_dir, no_source_include=True, **fields)
+
+
+def _write_headers(directory: str, headers: dict) -> None:
+    """cuda.core 1.2's Program takes no in-memory headers: write them where ``#include`` finds them."""
+    root = Path(directory)
+    for hname, data in headers.items():
+        rel = Path(hname)
+        if rel.is_absolute() or ".." in rel.parts:
+            raise ValueError(f"header name {hname!r} must be a relative path inside the include directory")
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(data)
 
 
 def _compile(name: str, source: bytes, headers: dict, name_expressions, options, target: str, key: str) -> Program:
-    nvrtc = _nvrtc()
-    hnames = sorted(headers)
-    prog = _check(nvrtc.nvrtcCreateProgram(source, name.encode(), len(hnames), [headers[h] for h in hnames],
-                                           [h.encode() for h in hnames]), "nvrtcCreateProgram")
     try:
-        for expr in name_expressions:
-            _check(nvrtc.nvrtcAddNameExpression(prog, expr.encode()), f"nvrtcAddNameExpression({expr})")
-        opts = [o.encode() for o in options]
-        err, = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
-        if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
-            if err == nvrtc.nvrtcResult.NVRTC_ERROR_COMPILATION:
-                raise CompileError(name, target, _log(prog))
-            _check((err,), "nvrtcCompileProgram")
-        if target.startswith("sm_"):
-            size = _check(nvrtc.nvrtcGetCUBINSize(prog), "nvrtcGetCUBINSize")
-            image = b" " * size
-            _check(nvrtc.nvrtcGetCUBIN(prog, image), "nvrtcGetCUBIN")
-        else:
-            size = _check(nvrtc.nvrtcGetPTXSize(prog), "nvrtcGetPTXSize")
-            image = b" " * size
-            _check(nvrtc.nvrtcGetPTX(prog, image), "nvrtcGetPTX")
-        lowered = {}
-        for expr in name_expressions:
-            low = _check(nvrtc.nvrtcGetLoweredName(prog, expr.encode()), f"nvrtcGetLoweredName({expr})")
-            lowered[expr] = low.decode() if isinstance(low, bytes) else str(low)
-    finally:
-        _check(nvrtc.nvrtcDestroyProgram(prog), "nvrtcDestroyProgram")
-    return Program(name, target, bytes(image), lowered, key)
+        from cuda.core import Program as CoreProgram
+    except ImportError as e:  # pragma: no cover - depends on the environment
+        raise ImportError("the CUDA backend compiles kernels with cuda-python's cuda.core: "
+                          "pip install 'sparsetensor[cuda]'") from e
+    with tempfile.TemporaryDirectory(prefix="sparsetensor-nvrtc-") as include_dir:
+        _write_headers(include_dir, headers)
+        opts = program_options(name, options, include_dir)
+        try:
+            code = CoreProgram(source.decode(), "c++", opts).compile("ptx" if target.startswith("compute_") else "cubin",
+                                                                   name_expressions=tuple(name_expressions))
+        except Exception as e:  # cuda.core's NVRTCError; a missing driver for PTX (see below)
+            text = str(e)
+            if "NVRTC_ERROR_COMPILATION" in text:
+                raise CompileError(name, target, text.partition("compilation log:")[2].strip("\n\0 ")) from None
+            if target.startswith("compute_") and type(e).__name__ == "DynamicLibNotFoundError":
+                raise NVRTCError(f"compiling {name} to PTX needs the CUDA driver: cuda.core asks it whether it can "
+                                 f"load the PTX ({e})") from e
+            raise NVRTCError(f"NVRTC failed on {name} for {target}: {type(e).__name__}: {text}") from e
+    lowered = {}
+    for expr in name_expressions:
+        low = code.symbol_mapping.get(expr)
+        if low is None:
+            raise NVRTCError(f"NVRTC gave no lowered name for {expr!r} in {name}")
+        lowered[expr] = low.decode() if isinstance(low, bytes) else str(low)
+    return Program(name, target, bytes(code.code), lowered, key)
 
 
 def compile_program(name: str, source: bytes, headers: dict, name_expressions, arch: int, *, ptx: bool = False,

@@ -59,7 +59,8 @@ def step_extrema(c) -> int:
     return int(_extrema(c, 1, length, 1, seg)[0][0])
 
 
-def _sum_all(t):
+def sum_all(t):
+    """The sum of every value of device tensor ``t``: a 0-d DeviceArray of its dtype."""
     dev = t._dev()
     v = t.values()
     key = P.value_key(v.dtype, "sum")
@@ -80,7 +81,7 @@ def sum(t, dim=None):  # noqa: A001 - torch's name
     from ._validate import checked
 
     if dim is None:
-        return _sum_all(t)
+        return sum_all(t)
     if not isinstance(t, CudaCompressedTensor) or not isinstance(dim, (int, np.integer)):
         raise NotImplementedError(f"sum over dim={dim!r} of a {t.layout.name} tensor on cuda: only dim=None, or one "
                                   "sparse dim of a compressed tensor, has a GPU kernel")

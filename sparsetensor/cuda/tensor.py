@@ -18,7 +18,9 @@ from __future__ import annotations
 import numpy as np
 
 from .. import _layout as L
+from ..ops import binary as _binary_ops, blas as _blas_ops
 from ._array import DeviceArray, as_device_array
+from ._blas import coo_product as _coo_product
 from .._tensor import _COOBase, _CompressedBase, _SparseBase
 from ._driver import get_device
 
@@ -63,10 +65,12 @@ class CudaSparseTensor(_SparseBase):
         """A CPU tensor with host copies of the members (``t.to("cpu")``)."""
         return to_host(self)
 
-    def to_dense(self) -> DeviceArray:
+    def to_dense(self, *, threads=None) -> DeviceArray:
+        """The dense DeviceArray (``threads``, the CPU's parameter, is accepted and unused)."""
         return to_dense(self)
 
-    def to_sparse(self, layout=None, *, blocksize=None, dense_dim=None):
+    def to_sparse(self, layout=None, *, blocksize=None, dense_dim=None, threads=None):
+        """Another layout, on the device (``threads``, the CPU's parameter, is accepted and unused)."""
         return to_sparse(self, self._layout if layout is None else layout, blocksize=blocksize, dense_dim=dense_dim)
 
     def to_sparse_coo(self):
@@ -89,25 +93,17 @@ class CudaSparseTensor(_SparseBase):
         validate(self)
 
     # -- ops with a GPU kernel -------------------------------------------------------------------
-    def __matmul__(self, other):
-        return matmul(self, other)
+    # products: the CPU's op code (sparsetensor.ops.blas: operands, dtypes, shapes and broadcasting
+    # resolved once), then the CUDA backend's ``spmm`` through the layout's ``_matmul_dense`` hook
+    __matmul__ = _blas_ops.matmul
+    mm = _blas_ops.mm
+    mv = _blas_ops.mv
+    matmul = dot = __matmul__  # torch's and NumPy's names, as on the CPU classes
 
-    def mm(self, other):
-        return matmul(self, other)
-
-    mv = matmul = dot = mm  # torch's and NumPy's names, as on the CPU classes
-
-    def __add__(self, other):
-        return add(self, other)
-
-    def add(self, other, *, alpha=1):
-        return add(self, other, alpha=alpha)
-
-    def __sub__(self, other):
-        return add(self, other, alpha=-1)
-
-    def sub(self, other, *, alpha=1):
-        return add(self, other, alpha=-alpha)
+    # add/sub: the CPU's op code (sparsetensor.ops.binary: dtypes, alpha, layouts resolved once), then
+    # the CUDA backend's merge
+    __add__ = add = _binary_ops.add
+    __sub__ = sub = _binary_ops.sub
 
     def __mul__(self, other):
         return mul(self, other)
@@ -228,6 +224,12 @@ class CudaCompressedTensor(_CompressedBase, CudaSparseTensor):
             return self.mT
         raise NotImplementedError(f"transpose({dim0}, {dim1}) of a {self._layout.name} tensor on cuda: only the two "
                                   "sparse dims (.mT) have a GPU kernel")
+
+
+# the layouts' ``_matmul_dense`` hooks (sparsetensor.ops.blas calls them): compressed tensors take the
+# CPU classes' own body (shapes resolved once, then the backend's spmm); 2-d coo goes through csr
+CudaCompressedTensor._matmul_dense = _blas_ops._compressed_product
+CudaCOOTensor._matmul_dense = _coo_product
 
 
 def _pointwise_method(name: str):
@@ -498,30 +500,40 @@ def compressed_tensor(compressed_indices, plain_indices, values, size=None, *, l
 
 # -- op entry points (implemented in the op modules) ---------------------------------------------------
 
-def validate(t) -> None:
-    """Check every invariant of device tensor ``t`` on the device (see :mod:`._validate`)."""
-    from ._validate import check_tensor
+def _device_tensor(t, op: str):
+    if not isinstance(t, CudaSparseTensor):
+        raise TypeError(f"{op} expects a CUDA sparse tensor, got {type(t).__name__}")
+    return t
 
-    check_tensor(t)
+
+def validate(t) -> None:
+    """Check every invariant of device tensor ``t`` on the device (the backend's ``validate``)."""
+    from ._backend import validate as _validate
+
+    _validate(_device_tensor(t, "validate"))
 
 
 def coalesce(t):
-    """COO: sort and sum duplicates on the device; compressed: repair unsorted rows (see :mod:`._coalesce`)."""
-    from ._coalesce import coalesce as _coalesce
+    """COO: sort and sum duplicates on the device; compressed: repair unsorted rows (the backend's
+    ``coalesce``, see :mod:`._coalesce`)."""
+    from ._backend import coalesce as _coalesce
 
-    return _coalesce(t)
+    return _coalesce(_device_tensor(t, "coalesce"))
 
 
 def to_sparse(t, layout, *, blocksize=None, dense_dim=None):
-    from ._convert import to_sparse as _to_sparse
+    """``t`` in another layout: the CPU's op (:func:`sparsetensor._convert.to_sparse`: its argument
+    checks, then the backend's ``convert``), on the device."""
+    from .._convert import to_sparse as _to_sparse
 
-    return _to_sparse(t, layout, blocksize=blocksize, dense_dim=dense_dim)
+    return _to_sparse(_device_tensor(t, "to_sparse"), layout, blocksize=blocksize, dense_dim=dense_dim)
 
 
 def to_dense(t) -> DeviceArray:
-    from ._dense import to_dense as _to_dense
+    """The dense DeviceArray of ``t`` (the CPU's op, :func:`sparsetensor._dense.to_dense`, on the device)."""
+    from .._dense import to_dense as _to_dense
 
-    return _to_dense(t)
+    return _to_dense(_device_tensor(t, "to_dense"))
 
 
 def from_dense(array, layout="csr", *, blocksize=None, dense_dim=0, batch_dim=0, index_dtype=np.int64, device=None):

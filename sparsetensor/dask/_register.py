@@ -34,6 +34,10 @@ def _concatenate(arrays, axis=0):
     if dense:
         raise NotImplementedError(f"Dask concatenate of sparse tensor chunks with {', '.join(sorted(set(dense)))} "
                                   "chunks (it would densify): convert one side first")
+    if len(arrays) == 1 and 0 <= axis + (arrays[0].ndim if axis < 0 else 0) < arrays[0].ndim:
+        # Dask joins the blocks along a contracted or dropped axis even when there is one
+        # (blockwise with concatenate=True, map_blocks(drop_axis=...)): no copy of the chunk
+        return arrays[0]
     return cat(arrays, axis)
 
 

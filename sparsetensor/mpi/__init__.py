@@ -20,8 +20,9 @@ except ImportError as e:  # pragma: no cover - depends on the environment
                       f"for an MPI as well); importing it failed: {e}") from None
 
 from ._comm import RemoteError, agree
+from ._exchange import MODES as EXCHANGES
 from ._load import load
 from ._matrix import DistCSR
 from ._solve import cg, dot, norm
 
-__all__ = ["DistCSR", "load", "cg", "dot", "norm", "agree", "RemoteError"]
+__all__ = ["DistCSR", "load", "cg", "dot", "norm", "agree", "RemoteError", "EXCHANGES"]

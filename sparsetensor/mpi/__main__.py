@@ -1,7 +1,7 @@
 """``python -m sparsetensor.mpi``: distributed solves and products for batch jobs.
 
     mpiexec -n 4 python -m sparsetensor.mpi cg m.npz [--rtol 1e-8] [--maxiter N] [--jacobi]
-    mpiexec -n 4 python -m sparsetensor.mpi spmv m.npz [--repeat 50] [--columns N]
+    mpiexec -n 4 python -m sparsetensor.mpi spmv m.npz [--repeat 50] [--columns N] [--exchange neighbor]
     python -m sparsetensor.mpi generate (--stencil 27 --grid 40 | --rmat 16 [--edge-factor 16]) m.npz
 
 ``cg`` solves ``A x = b`` with ``b = A @ s``, ``s[i] = 1 + sin(i) / 2`` (a known
@@ -46,6 +46,8 @@ def _parser() -> argparse.ArgumentParser:
         s.add_argument("path", help="the matrix: .npz (each rank maps its rows) or .mtx (rank 0 reads)")
         s.add_argument("--threads", type=int, default=None, help="threads per rank (default: OMP_NUM_THREADS)")
         s.add_argument("--json", action="store_true", help="print one JSON object on rank 0")
+        s.add_argument("--exchange", choices=("p2p", "neighbor"), default="p2p",
+                       help="ghost exchange: point-to-point messages or one neighbourhood collective")
         if name == "cg":
             s.add_argument("--rtol", type=float, default=1e-8)
             s.add_argument("--maxiter", type=int, default=None)
@@ -76,7 +78,7 @@ def _load(args, comm):
     from ._load import load
 
     t0 = time.perf_counter()
-    A = load(args.path, comm=comm)
+    A = load(args.path, comm=comm, exchange=args.exchange)
     return A, comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)
 
 
@@ -115,12 +117,12 @@ def _cg(args, comm) -> int:
     share = comm.allreduce((stats.get("seconds_reductions", 0.0) + exchange)
                            / max(stats.get("seconds", 0.0), 1e-300), op=MPI.MAX)
     its = stats.get("iterations", 0)
-    summary = {"command": "cg", "path": args.path, "ranks": comm.size, "threads": args.threads,
+    summary = {"command": "cg", "path": args.path, "ranks": comm.size, "threads": args.threads, "exchange": A.exchange,
                "shape": list(A.shape), "nnz": A.nnz, "info": info, "iterations": its, "relative_residual": res,
                "max_error": err, "seconds": seconds, "seconds_per_iteration": seconds / max(its, 1),
                "communication_share": share, "ghosts_per_rank": cs["ghosts_per_rank"], "load_seconds": t_load}
     lines = [f"cg on {args.path}: {A.shape[0]} x {A.shape[1]}, nnz {A.nnz}, {comm.size} ranks"
-             + (f" x {args.threads} threads" if args.threads else ""),
+             + (f" x {args.threads} threads" if args.threads else "") + f", {A.exchange} exchange",
              f"  info {info} ({'converged' if info == 0 else 'not converged'}), iterations {its}, "
              f"relative residual {res:.3e}, max |x - s| {err:.3e}",
              f"  time per iteration {seconds / max(its, 1) * 1e3:.3f} ms ({seconds:.3f} s in all; load "
@@ -155,13 +157,14 @@ def _spmv(args, comm) -> int:
     item = x.dtype.itemsize
     share = max(c / s if s else 0.0 for c, s in zip(cs["seconds_communication"], cs["seconds"]))
     summary = {"command": "spmv", "path": args.path, "ranks": comm.size, "threads": args.threads, "columns": N,
+               "exchange": A.exchange,
                "shape": list(A.shape), "nnz": A.nnz, "repeat": args.repeat, "seconds_per_product": per,
                "gflops": gflops, "bytes_per_product": sent, "ghosts": ghosts,
                "bytes_per_ghost_per_column": sent / (ghosts * N) if ghosts else None, "itemsize": item,
                "messages_per_product": int(sum(cs["messages_per_product"])), "communication_share": share,
                "ghosts_per_rank": cs["ghosts_per_rank"], "load_seconds": t_load}
     lines = [f"spmv on {args.path}: {A.shape[0]} x {A.shape[1]}, nnz {A.nnz}, N = {N}, {comm.size} ranks"
-             + (f" x {args.threads} threads" if args.threads else ""),
+             + (f" x {args.threads} threads" if args.threads else "") + f", {A.exchange} exchange",
              f"  time per product {per * 1e3:.3f} ms, {gflops:.2f} GFLOP/s (load {t_load:.3f} s)",
              f"  bytes exchanged per product {sent} = {item} x {ghosts} ghosts x {N} columns "
              f"({'no redundant traffic' if sent == item * ghosts * N else 'MISMATCH'}), "

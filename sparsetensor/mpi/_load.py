@@ -68,7 +68,7 @@ def _read_rows(path: str, r0: int, r1: int, p0: int, p1: int):
     return crow64, np.asarray(cols[p0:p1]), np.asarray(vals[p0:p1])
 
 
-def load(path, comm=None, root: int = 0, row_starts=None, col_starts=None) -> DistCSR:
+def load(path, comm=None, root: int = 0, row_starts=None, col_starts=None, exchange: str = "p2p") -> DistCSR:
     """A :class:`DistCSR` from a file (collective; every rank passes the same path).
 
     A csr ``.npz`` written by :func:`sparsetensor.save` (members stored, the
@@ -83,7 +83,7 @@ def load(path, comm=None, root: int = 0, row_starts=None, col_starts=None) -> Di
     ----------
     path : str or os.PathLike
         The same file on every rank (a shared file system).
-    comm, root, row_starts, col_starts
+    comm, root, row_starts, col_starts, exchange
         As for :meth:`DistCSR.from_global`.
 
     Examples
@@ -107,13 +107,15 @@ def load(path, comm=None, root: int = 0, row_starts=None, col_starts=None) -> Di
     plan = comm.bcast(plan, root=root)
     if plan is None:
         t = agree(comm, _io.load, path) if rank == root else agree(comm, lambda: None)
-        return DistCSR.from_global(t, comm=comm, root=root, row_starts=row_starts, col_starts=col_starts)
+        return DistCSR.from_global(t, comm=comm, root=root, row_starts=row_starts, col_starts=col_starts,
+                                   exchange=exchange)
     shape, starts, cstarts, at, canonical = plan
     r0, r1 = int(starts[rank]), int(starts[rank + 1])
     crow64, cols, vals = agree(comm, _read_rows, path, r0, r1, int(at[rank]), int(at[rank + 1]))
 
     def build():
-        return DistCSR._from_parts(comm, shape, starts, cstarts, crow64, cols, vals, int(at[rank]), canonical)
+        return DistCSR._from_parts(comm, shape, starts, cstarts, crow64, cols, vals, int(at[rank]), canonical,
+                                   exchange)
 
     try:
         return build()

@@ -12,7 +12,9 @@ A communication plan, built once, says which of its entries each rank sends to
 which: ``y = A @ x`` posts the receives of the ghost values and the sends of the
 entries others need (non-blocking point-to-point, one message per neighbour),
 multiplies the diagonal block while they travel, waits, then adds the
-off-diagonal block times the received ghosts. Each ghost value crosses the
+off-diagonal block times the received ghosts. ``exchange="neighbor"`` moves the
+same bytes with one ``MPI_Ineighbor_alltoallv`` on a distributed-graph
+communicator instead (see :mod:`sparsetensor.mpi._exchange`). Each ghost value crosses the
 network once per product: ``itemsize x ghosts x columns`` bytes per rank.
 """
 
@@ -27,13 +29,12 @@ from .._tensor import CompressedTensor, SparseTensor
 from .._factory import sparse_csr_tensor
 from .._layout import sparse_csr
 from ..ops.blas import matmul
-from ._comm import agree, bytes_of, gatherv, scatterv
+from ._comm import agree, gatherv, scatterv
+from ._exchange import GhostExchange, check_mode
 from ._partition import (balanced_starts, check_row_pointers, check_starts, even_starts, local_csr,
                          split_blocks)
 
 __all__ = ["DistCSR"]
-
-_TAG = 0x5354  # on the matrix's own duplicate of the communicator
 
 
 def _as_csr(t) -> CompressedTensor:
@@ -78,7 +79,7 @@ class DistCSR:
     """
 
     # -- construction ---------------------------------------------------------------------
-    def __init__(self, comm, shape, row_starts, col_starts, local, *, _internal=False):
+    def __init__(self, comm, shape, row_starts, col_starts, local, *, exchange="p2p", _internal=False):
         if not _internal:
             raise TypeError("build a DistCSR with DistCSR.from_global, DistCSR.from_local or sparsetensor.mpi.load")
         self._user_comm = comm
@@ -94,7 +95,7 @@ class DistCSR:
         self._diag, self._offd, self._ghosts = split_blocks(local, self._c0, self._c1)
         self._offd_rows, self._offd_compact = self._compress_rows(self._offd)
         self._nnz = int(self._comm.allreduce(self.nnz_local))
-        self._build_plan()
+        self._build_plan(exchange)
         self.reset_stats()
 
     @staticmethod
@@ -115,7 +116,7 @@ class DistCSR:
         b._canonical = offd.is_coalesced()  # the same rows, without the empty ones
         return rows, b
 
-    def _build_plan(self):
+    def _build_plan(self, exchange):
         comm, size = self._comm, self._comm.size
         owner = np.searchsorted(self._col_starts, self._ghosts, side="right") - 1
         recv_counts = np.bincount(owner, minlength=size).astype(np.int64)
@@ -130,14 +131,16 @@ class DistCSR:
             raise RuntimeError("sparsetensor.mpi: a rank asked for entries another rank does not own (internal error)")
         self._recv_plan = [(q, int(rdispl[q]), int(recv_counts[q])) for q in range(size) if recv_counts[q]]
         self._send_plan = [(q, int(sdispl[q]), int(send_counts[q])) for q in range(size) if send_counts[q]]
+        self._exchange = GhostExchange(comm, self._send_plan, self._recv_plan)
+        self.set_exchange(exchange)
 
     @classmethod
-    def _from_parts(cls, comm, shape, row_starts, col_starts, crow64, cols, vals, p0, canonical):
+    def _from_parts(cls, comm, shape, row_starts, col_starts, crow64, cols, vals, p0, canonical, exchange="p2p"):
         """Every rank: validate its rows (global columns), agree on errors, build."""
         rank = comm.rank
         r0 = int(row_starts[rank])
         local = agree(comm, local_csr, crow64, cols, vals, int(shape[1]), r0, p0, rank, canonical)
-        return cls(comm, shape, row_starts, col_starts, local, _internal=True)
+        return cls(comm, shape, row_starts, col_starts, local, exchange=exchange, _internal=True)
 
     @staticmethod
     def _col_starts(shape, row_starts, col_starts, size):
@@ -148,7 +151,7 @@ class DistCSR:
         return even_starts(shape[1], size)
 
     @classmethod
-    def from_global(cls, t, comm=None, root: int = 0, row_starts=None, col_starts=None):
+    def from_global(cls, t, comm=None, root: int = 0, row_starts=None, col_starts=None, exchange: str = "p2p"):
         """Distribute a matrix held by rank ``root`` (collective).
 
         Parameters
@@ -165,6 +168,8 @@ class DistCSR:
         col_starts : sequence of int, optional
             The column (input vector) partition; default: ``row_starts`` for a
             square matrix, an even split of the columns otherwise.
+        exchange : {"p2p", "neighbor"}
+            How products move ghost entries (see :meth:`set_exchange`).
 
         Every rank checks every invariant of its own rows; an error on any rank
         (or on ``root`` before the scatter) raises on every rank, naming the
@@ -193,10 +198,11 @@ class DistCSR:
         vals = scatterv(comm, c.values() if c is not None else None, nnzs, root, (), dtype)
         crow64 = np.zeros(counts.shape[0] + 1, dtype=np.int64)
         np.cumsum(counts, out=crow64[1:])
-        return cls._from_parts(comm, shape, starts, cstarts, crow64, cols, vals, int(p0s[comm.rank]), canonical)
+        return cls._from_parts(comm, shape, starts, cstarts, crow64, cols, vals, int(p0s[comm.rank]), canonical,
+                               exchange)
 
     @classmethod
-    def from_local(cls, t, comm=None, col_starts=None):
+    def from_local(cls, t, comm=None, col_starts=None, exchange: str = "p2p"):
         """Build from each rank's own rows (collective): ``t`` is this rank's row block.
 
         ``t`` is a 2-d sparse tensor of shape ``(rows on this rank, ncols)`` with
@@ -223,7 +229,7 @@ class DistCSR:
         p0 = int(nnz[:comm.rank].sum())
         crow64 = c.crow_indices().astype(np.int64)
         return cls._from_parts(comm, shape, starts, cstarts, crow64, c.col_indices(), c.values(), p0,
-                               c.is_coalesced())
+                               c.is_coalesced(), exchange)
 
     # -- attributes -----------------------------------------------------------------------
     @property
@@ -317,11 +323,24 @@ class DistCSR:
             raise TypeError(f"{op}: the operand has different dtypes on different ranks; this rank: {x.dtype}")
         return x
 
-    def _post(self, out_plan, in_plan, send, recv):
-        comm = self._comm
-        reqs = [comm.Irecv(bytes_of(recv[o:o + c]), source=q, tag=_TAG) for q, o, c in in_plan]
-        reqs += [comm.Isend(bytes_of(send[o:o + c]), dest=q, tag=_TAG) for q, o, c in out_plan]
-        return reqs
+    @property
+    def exchange(self) -> str:
+        """How products move ghost entries: ``"p2p"`` or ``"neighbor"`` (see :meth:`set_exchange`)."""
+        return self._exchange.mode
+
+    def set_exchange(self, mode: str) -> None:
+        """Choose how products move ghost entries (collective; every rank passes the same ``mode``).
+
+        ``"p2p"``: one non-blocking send and receive per neighbour rank (the default);
+        ``"neighbor"``: one ``MPI_Ineighbor_alltoallv`` on a distributed-graph
+        communicator built from the plan's neighbours (created here, once). Both
+        overlap the exchange with the diagonal block's product and move the same bytes.
+        """
+        agree(self._comm, check_mode, mode)
+        modes = self._comm.allgather(mode)
+        if len(set(modes)) != 1:
+            raise ValueError(f"set_exchange: every rank must pass the same mode, got {modes} (by rank)")
+        self._exchange.set_mode(mode)
 
     def _record(self, kind, send, recv, t_comm, t_total):
         s = self._stats
@@ -352,7 +371,7 @@ class DistCSR:
         t0 = time.perf_counter()
         recv = np.empty((self._ghosts.shape[0],) + x.shape[1:], dtype=x.dtype)
         send = np.take(x, self._send_idx, axis=0)
-        reqs = self._post(self._send_plan, self._recv_plan, send, recv)
+        reqs = self._exchange.post(send, recv)
         t1 = time.perf_counter()
         if send.nbytes + recv.nbytes > self.progress_threshold and self._diag.shape[0] > 1:
             y, t_test = self._diag_product_with_progress(x, reqs, threads)
@@ -432,7 +451,7 @@ class DistCSR:
             g = matmul(self._offd.mT, x, threads=threads)
         g = np.ascontiguousarray(g)
         recv = np.empty((self._send_idx.shape[0],) + g.shape[1:], dtype=g.dtype)
-        reqs = self._post(self._recv_plan, self._send_plan, g, recv)
+        reqs = self._exchange.post(g, recv, reverse=True)
         t1 = time.perf_counter()
         z = matmul(self._diag.mT, x, threads=threads)
         z = np.ascontiguousarray(z, dtype=np.result_type(z.dtype, g.dtype))
@@ -464,8 +483,8 @@ class DistCSR:
     def comm_stats(self) -> dict:
         """Communication figures of every rank (collective; every rank gets the same dict).
 
-        Keys: ``ghosts_per_rank`` (ghost entries of x each rank receives per
-        product and vector column), ``send_entries_per_rank`` (entries each rank
+        Keys: ``exchange`` (the mode, see :meth:`set_exchange`), ``ghosts_per_rank``
+        (ghost entries of x each rank receives per product and vector column), ``send_entries_per_rank`` (entries each rank
         sends), ``neighbours_per_rank`` (ranks each receives from),
         ``messages_per_product`` (messages each rank sends per product),
         ``bytes_sent_per_product`` / ``bytes_received_per_product`` (of each
@@ -480,7 +499,7 @@ class DistCSR:
         mine = dict(self._stats, ghosts=int(self._ghosts.shape[0]), send_entries=int(self._send_idx.shape[0]),
                     neighbours=[q for q, _, _ in self._recv_plan], messages=len(self._send_plan), last=self._last)
         every = self._comm.allgather(mine)
-        out = {"ranks": self._comm.size,
+        out = {"ranks": self._comm.size, "exchange": self.exchange,
                "ghosts_per_rank": [m["ghosts"] for m in every],
                "send_entries_per_rank": [m["send_entries"] for m in every],
                "neighbours_per_rank": [m["neighbours"] for m in every],
@@ -566,5 +585,6 @@ class DistCSR:
     def free(self) -> None:
         """Release the matrix's duplicate communicator (collective); the matrix is unusable afterwards."""
         if self._comm != MPI.COMM_NULL:
+            self._exchange.free()
             self._comm.Free()
 

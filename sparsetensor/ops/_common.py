@@ -1,5 +1,4 @@
-"""Helpers shared by the ops modules: operand descriptions for error messages and the
-dtype the Cython kernels compute in."""
+"""Helpers shared by the ops modules: operand descriptions for error messages, broadcasting."""
 
 from __future__ import annotations
 
@@ -29,25 +28,6 @@ def describe(x, *, dtype: bool = True) -> str:
     if isinstance(x, np.ndarray) and x.ndim:
         return f"dense array of shape {x.shape} ({x.dtype})"
     return f"scalar {x!r}"
-
-
-def kernel_dtype(dtype: np.dtype) -> tuple[np.dtype, bool]:
-    """The dtype the elementwise and SpGEMM kernels compute in, and whether it holds bools
-    (logical ops). (The sparse @ dense kernels read integers as unsigned bits instead:
-    ``ops.blas._bits_dtype``.)"""
-    if dtype == np.bool_:
-        return np.dtype(np.uint8), True
-    if dtype == np.float16:
-        return np.dtype(np.float32), False
-    return dtype, False
-
-
-def kernel_values(values: np.ndarray, shape: tuple, kdt: np.dtype) -> np.ndarray:
-    """``values`` as a C-contiguous array of ``shape`` in the kernels' dtype (bool viewed as uint8)."""
-    v = np.ascontiguousarray(values)
-    if v.dtype == np.bool_ and kdt == np.uint8:
-        return v.reshape(shape).view(np.uint8)
-    return v.astype(kdt, copy=False).reshape(shape)
 
 
 def broadcasts_to(shape: tuple, target: tuple) -> bool:

@@ -32,9 +32,10 @@ from typing import NamedTuple
 import numpy as np
 
 from .. import _layout as L
-from .._canonical import check_ends
-from .._config import GRAIN_PRODUCT, num_threads
-from .._tensor import COOTensor, CompressedTensor, SparseTensor
+from .._backend import backend_for
+from .._backend._views import UNSIGNED as _UNSIGNED, work_dtype as _work_dtype
+from .._device import device_array, is_device_array
+from .._tensor import COOTensor, CompressedTensor, SparseTensor, _SparseBase
 from .._validate import raise_compressed_error
 from .._lib import _spmm as _kernels
 from ._common import broadcasts_to, describe
@@ -44,18 +45,6 @@ __all__ = ["matmul", "mm", "mv", "bmm", "addmm", "smm", "hspmm", "sspaddmm", "li
 _RESULT_DTYPES = frozenset(np.dtype(d) for d in (
     "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
     "float16", "float32", "float64", "complex64", "complex128"))
-_UNSIGNED = {1: np.dtype(np.uint8), 2: np.dtype(np.uint16), 4: np.dtype(np.uint32), 8: np.dtype(np.uint64)}
-
-
-# -- dtypes and operands ----------------------------------------------------------------------
-def _work_dtype(rt: np.dtype) -> np.dtype:
-    """The dtype a product is computed in: float16 widens to float32."""
-    return np.dtype(np.float32) if rt == np.float16 else rt
-
-
-def _bits_dtype(wt: np.dtype) -> np.dtype:
-    """The kernels' view of ``wt``: integers and bool as unsigned of their width."""
-    return _UNSIGNED[wt.itemsize] if wt.kind in "biu" else wt
 
 
 _RESULTS: dict = {}  # (dtypes) -> their result dtype, for the supported combinations
@@ -79,9 +68,18 @@ def _finish(arr: np.ndarray, rt: np.dtype) -> np.ndarray:
 
 
 def _as_dense(x, op: str, name: str) -> np.ndarray:
-    if isinstance(x, SparseTensor):
-        raise TypeError(f"{op}: {name} must be dense, got a sparse {x.layout.name} tensor")
-    a = np.asarray(x)
+    """The dense operand as an array of its device: a NumPy array, or a device array (CuPy, PyTorch
+    CUDA, DeviceArray) left where it is (the backend multiplies it there, or names the mix)."""
+    if type(x) is not np.ndarray:
+        if isinstance(x, _SparseBase):
+            raise TypeError(f"{op}: {name} must be dense, got a sparse {x.layout.name} tensor")
+        if is_device_array(x):
+            x = device_array(x)
+            if x.dtype not in _RESULT_DTYPES:
+                raise TypeError(f"{op}: {name} has unsupported dtype {x.dtype}")
+            return x
+        x = np.asarray(x)
+    a = x
     if a.dtype not in _RESULT_DTYPES:
         raise TypeError(f"{op}: {name} has unsupported dtype {a.dtype}")
     return a
@@ -122,20 +120,6 @@ def _scalar(op: str, name: str, x, rt: np.dtype):
 # -- the core: sparse @ dense ---------------------------------------------------------------
 _ZERO = np.zeros(1, dtype=np.int64)
 _ZERO.flags.writeable = False
-
-
-_LINE = 64  # bytes in a cache line
-
-
-def _aligned_copy(a: np.ndarray, dtype) -> np.ndarray:
-    """A C-contiguous copy of ``a`` in ``dtype`` whose data starts on a cache line."""
-    dtype = np.dtype(dtype)
-    nbytes = a.size * dtype.itemsize
-    buf = np.empty(nbytes + _LINE, dtype=np.uint8)
-    start = -buf.ctypes.data % _LINE
-    out = buf[start:start + nbytes].view(dtype).reshape(a.shape)
-    np.copyto(out, a, casting="unsafe")
-    return out
 
 
 def _batch_map(batch: tuple, out_batch: tuple) -> np.ndarray:
@@ -200,7 +184,7 @@ def _product(S: SparseTensor, D: np.ndarray, rt: np.dtype, op: str, threads, ope
     """
     if D.ndim == 0:
         raise _mismatch(op, *operands, "matmul needs at least 1-d operands")
-    if not isinstance(S, SparseTensor):
+    if not isinstance(S, _SparseBase):
         raise TypeError(f"{op}: expected a sparse tensor, got {type(S).__name__}")
     return S._matmul_dense(D, rt, op, threads, operands, err_tensor, transposed)
 
@@ -217,34 +201,7 @@ def _compressed_product(S: CompressedTensor, D: np.ndarray, rt: np.dtype, op: st
         raise NotImplementedError(f"{op}: a hybrid {err.layout.name} tensor (dense_dim={S.dense_dim}) times a "
                                   "dense array is not supported")
     plan = product_shape(S, D, op, operands, transposed)
-    M, K, N, sb, db = plan.M, plan.K, plan.N, plan.sb, plan.db
-    s_batch = S.shape[:S.batch_dim]
-    Bs, Bd, Bo = math.prod(s_batch), math.prod(D.shape[:-2]), math.prod(plan.out_batch)
-    wt = _work_dtype(rt)
-    kt = _bits_dtype(wt)
-    logical = wt.kind == "b"
-    Rb, Cb = S.blocksize
-    nnz = S.nnz
-    values = S.values()
-    block_transposed = False
-    if S.layout.blocked and not values.flags.c_contiguous and values.swapaxes(-1, -2).flags.c_contiguous:
-        values, block_transposed = values.swapaxes(-1, -2), True  # a transpose view: read blocks column-major
-    values = np.ascontiguousarray(values, dtype=wt).reshape(Bs, nnz, Rb * Cb)
-    if D.dtype != wt or not D.flags.c_contiguous:  # a copy anyway: rows start on cache lines
-        dense = _aligned_copy(D, wt).reshape(Bd, K, N)
-    else:
-        dense = D.reshape(Bd, K, N)
-    out = np.empty((Bo, M, N), dtype=wt)
-    check_ends(S, err)  # the kernel checks 5.3-5.5 as it scans
-    c, p = S.compressed_indices(), S.plain_indices()
-    c2, p2 = c.reshape(Bs, c.shape[-1]), p.reshape(Bs, nnz)
-    nt = num_threads(threads, Bo * (nnz * Rb * Cb + M) * N, grain=GRAIN_PRODUCT)
-    found = _kernels.spmm(c2, p2, values.view(kt), dense.view(kt), out.view(kt), sb, db, (Rb, Cb),
-                          S.layout.compressed_rows, nt, block_transposed=block_transposed,
-                          logical=logical, checked=S.is_coalesced())
-    if found is not None:
-        raise_compressed_error(found, err.layout, s_batch, err.plain_size, nnz)
-    return out.reshape(plan.out_shape)
+    return backend_for(S, D).spmm(S, D, plan, rt, threads, err)
 
 
 def _coo_product(S: COOTensor, D: np.ndarray, rt, op, threads, operands, err_tensor=None, transposed=False):
@@ -317,12 +274,15 @@ def _dense_sparse(X: np.ndarray, S: SparseTensor, rt, op, threads, operands):
 
 def _matmul_work(a, b, op, threads, extra_dtypes=()):
     """(result in the working dtype, result dtype) of ``a @ b`` with one sparse operand."""
-    if isinstance(a, SparseTensor):
+    if isinstance(a, _SparseBase):
         D = _as_dense(b, op, "the second operand")
         rt = _result_dtype(op, a.dtype, D.dtype, *extra_dtypes)
         return _product(a, D, rt, op, threads, (a, b)), rt
     X = _as_dense(a, op, "the first operand")
     rt = _result_dtype(op, X.dtype, b.dtype, *extra_dtypes)
+    if backend_for(X, b).device != "cpu":  # (a CPU/GPU mix raised there)
+        raise NotImplementedError(f"{op}: dense @ sparse on {b.device} has no GPU kernel; use (s.mT @ x.mT).mT or "
+                                  "move the operands to the host")
     return _dense_sparse(X, b, rt, op, threads, (a, b)), rt
 
 
@@ -381,7 +341,7 @@ def matmul(a, b, *, threads: int | None = None):
     >>> matmul(np.array([[1.0, 1.0]]), a)
     array([[3., 2., 4.]])
     """
-    a_sparse, b_sparse = isinstance(a, SparseTensor), isinstance(b, SparseTensor)
+    a_sparse, b_sparse = isinstance(a, _SparseBase), isinstance(b, _SparseBase)
     if a_sparse and b_sparse:
         return _spgemm(a, b)
     if not (a_sparse or b_sparse):
@@ -391,7 +351,7 @@ def matmul(a, b, *, threads: int | None = None):
 
 
 def _sparse_ndim(op: str, t, ndim: int, what: str):
-    if isinstance(t, SparseTensor):
+    if isinstance(t, _SparseBase):
         if t.ndim != ndim or t.dense_dim:
             raise ValueError(f"{op}: expected {what}, got a {_describe(t)}"
                              + (f" with dense_dim={t.dense_dim}" if t.dense_dim else ""))
@@ -426,7 +386,7 @@ def mv(a, v, *, threads: int | None = None):
     >>> mv(st.sparse_csr_tensor([0, 1, 2], [1, 0], [2.0, 3.0]), np.array([1.0, 2.0]))
     array([4., 3.])
     """
-    if not isinstance(a, SparseTensor):
+    if not isinstance(a, _SparseBase):
         raise TypeError(f"mv: the matrix must be sparse, got {type(a).__name__}")
     _sparse_ndim("mv", a, 2, "a 2-d matrix")
     _sparse_ndim("mv", v, 1, "a 1-d vector")

@@ -32,6 +32,7 @@ import numbers
 
 import numpy as np
 
+from .._backend import backend_for
 from .._dtypes import VALUE_DTYPES
 from .._tensor import SparseTensor
 
@@ -66,10 +67,9 @@ def _apply(t, fn, name: str, *, linear: bool = False):
     if not linear:
         t = _coalesced(t)
     try:
-        values = fn(t.values())
+        values = backend_for(t).unary(t, name, fn)
     except TypeError as e:  # numpy.core._exceptions._UFuncNoLoopError and friends
         raise TypeError(f"{name} does not support dtype {t.dtype}: {e}") from None
-    values = np.asarray(values)
     _check_result_dtype(values.dtype, name, t)
     return t._replace_values(values)
 

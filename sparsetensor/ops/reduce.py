@@ -45,6 +45,7 @@ import operator
 
 import numpy as np
 
+from .._backend import backend_for
 from .._canonical import ensure_valid
 from .._config import num_threads
 from .._dtypes import as_value_dtype
@@ -392,14 +393,15 @@ def _compressed_dense(t: CompressedTensor, dims: tuple, op, threads) -> np.ndarr
 def _run(t, dim, keepdim: bool, op, work_dtype, threads, name: str):
     """Reduce ``t`` (values converted to ``work_dtype``) over ``dim``; returns the result and dims."""
     dims = _normalize_dims(dim, t.ndim, name)
-    _check_nonempty_reduction(op, t.shape, dims, name)
+    if op is not np.add:
+        _check_nonempty_reduction(op, t.shape, dims, name)
     if op is not np.add:
         t = _coalesced(t, threads)
     if t.dtype != work_dtype:
         t = t._replace_values(t.values().astype(work_dtype))
     if dim is None and op is np.add:
         # every dim: the values' sum; no index is read
-        r = np.asarray(np.add.reduce(t.values(), axis=None)).reshape((1,) * t.ndim)
+        r = backend_for(t).reduce_sum(t, threads).reshape((1,) * t.ndim)
     else:
         r = t._reduce_calc(dims, op, threads)
     return _squeeze(r, dims, keepdim)
@@ -443,9 +445,10 @@ def sum(t, dim=None, keepdim: bool = False, *, dtype=None, threads: int | None =
     (array([[0, 1, 2]]), array([1., 3., 2.]))
     """
     _check_tensor(t, "sum")
-    src = t.dtype if dtype is None else as_value_dtype(dtype)
+    have = t.dtype
+    src = have if dtype is None else as_value_dtype(dtype)
     out_dtype = _sum_dtype(src) if dtype is None else src
-    if src != t.dtype:
+    if src != have:
         t = t.astype(src, copy=False)
     r = _run(t, dim, keepdim, np.add, _work_dtype(out_dtype), threads, "sum")
     return _astype(r, out_dtype)

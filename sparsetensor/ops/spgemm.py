@@ -20,12 +20,13 @@ import numbers
 import numpy as np
 
 from .. import _layout as L
+from .._backend import backend_for
+from .._backend._views import kernel_dtype as _kernel_dtype
 from .._config import num_threads
 from .._canonical import ensure_valid
-from .._dtypes import check_fits
 from .._lib import _spgemm as _kernels
-from .._tensor import COOTensor, CompressedTensor, SparseTensor
-from ._common import describe as _describe, kernel_dtype as _kernel_dtype, kernel_values as _kernel_values
+from .._tensor import COOTensor, CompressedTensor, SparseTensor, _SparseBase
+from ._common import describe as _describe
 
 __all__ = ["spgemm", "sampled_addmm"]
 
@@ -94,7 +95,7 @@ def spgemm(a, b, *, threads: int | None = None):
     >>> c.crow_indices(), c.col_indices(), c.values()
     (array([0, 1, 2]), array([0, 0]), array([ 0., -2.]))
     """
-    if not isinstance(a, SparseTensor) or not isinstance(b, SparseTensor):
+    if not isinstance(a, _SparseBase) or not isinstance(b, _SparseBase):
         raise TypeError(f"spgemm expects two sparse tensors, got {type(a).__name__} and {type(b).__name__}")
     if a.dtype != b.dtype:
         raise TypeError(f"spgemm: the operands must have one value dtype, got {_describe(a)} and {_describe(b)}")
@@ -106,7 +107,7 @@ def spgemm(a, b, *, threads: int | None = None):
             raise NotImplementedError(f"spgemm of coo tensors needs sparse_dim == 2 (2-d matrices), got "
                                       f"{_describe(a)} @ {_describe(b)}")
         _check_shapes(a, b, 0)
-        return _spgemm_compressed(a.to_sparse_csr(threads=threads), b.to_sparse_csr(threads=threads),
+        return backend_for(a, b).spgemm(a.to_sparse_csr(threads=threads), b.to_sparse_csr(threads=threads),
                                   threads).to_sparse_coo(threads=threads)
     if isinstance(a, COOTensor):
         a = a.to_sparse_csr(threads=threads)
@@ -119,7 +120,7 @@ def spgemm(a, b, *, threads: int | None = None):
         raise ValueError(f"spgemm: the operands must have the same batch dims, got {_describe(a)} (batch_dim="
                          f"{a.batch_dim}) and {_describe(b)} (batch_dim={b.batch_dim})")
     _check_shapes(a, b, a.batch_dim)
-    return _spgemm_compressed(a, b, threads)
+    return backend_for(a, b).spgemm(a, b, threads)
 
 
 def _check_shapes(a, b, m: int) -> None:
@@ -131,117 +132,6 @@ def _check_shapes(a, b, m: int) -> None:
     if a.layout.blocked and a.blocksize[1] != b.blocksize[0]:
         raise ValueError(f"spgemm: the block columns of a must equal the block rows of b, got {_describe(a)} "
                          f"@ {_describe(b)}")
-
-
-def _spgemm_compressed(a: CompressedTensor, b: CompressedTensor, threads) -> CompressedTensor:
-    rows_a, rows_b = a.layout.compressed_rows, b.layout.compressed_rows
-    if not rows_a and not rows_b:
-        return _spgemm_rows(b.mT, a.mT, threads).mT  # (A @ B)^T = B^T @ A^T, csr views of csc operands
-    if not rows_a:
-        a = a.to_sparse(a.layout.transposed, blocksize=a.blocksize if a.layout.blocked else None, threads=threads)
-    if not rows_b:
-        b = b.to_sparse(b.layout.transposed, blocksize=b.blocksize if b.layout.blocked else None, threads=threads)
-    return _spgemm_rows(a, b, threads)
-
-
-def _spgemm_rows(a: CompressedTensor, b: CompressedTensor, threads) -> CompressedTensor:
-    """csr @ csr or bsr @ bsr (shapes, dtypes and blocks checked by the caller)."""
-    a, b = ensure_valid(a, repair=True, threads=threads), ensure_valid(b, repair=True, threads=threads)
-    idx_dt = a.index_dtype if a.index_dtype == b.index_dtype else np.dtype(np.int64)
-    m = a.batch_dim
-    batch = a.shape[:m]
-    B = math.prod(batch)
-    (Rb, Kb), (_, Cb) = a.blocksize, b.blocksize
-    n = a.compressed_indices().shape[-1] - 1      # (block) rows of A
-    ncols = b.plain_size                          # (block) columns of B
-    if ncols > _MAX_COLUMNS:
-        raise NotImplementedError(f"spgemm of a right operand with more than 2**32 (block) columns is not supported "
-                                  f"(the kernels keep column offsets in 32 bits), got {_describe(b)}")
-    shape = batch + (a.shape[m], b.shape[m + 1])
-    layout = a.layout
-    dtype = a.dtype
-    kdt, logical = _kernel_dtype(dtype)
-    ac = a.compressed_indices().astype(idx_dt, copy=False).reshape(B, n + 1)
-    ap = a.plain_indices().astype(idx_dt, copy=False).reshape(B, a.nnz)
-    bc = b.compressed_indices().astype(idx_dt, copy=False).reshape(B, b.compressed_indices().shape[-1])
-    bp = b.plain_indices().astype(idx_dt, copy=False).reshape(B, b.nnz)
-    nt = num_threads(threads, B * (a.nnz + b.nnz) * 8)
-    av = _kernel_values(a.values(), (B, a.nnz, Rb * Kb), kdt)
-    bv = _kernel_values(b.values(), (B, b.nnz, Kb * Cb), kdt)
-    if not layout.blocked and a.nnz and b.nnz:
-        prefix = np.empty(B * n + 1, dtype=np.int64)
-        maxub = _kernels.spgemm_flops(ac, ap, bc, prefix, nt)
-        room = int(prefix[-1])
-        if room * (idx_dt.itemsize + kdt.itemsize) <= _FUSED_BYTES:
-            return _spgemm_fused(ac, ap, av, bc, bp, bv, prefix, maxub, room, shape, batch, layout, dtype, kdt,
-                                 logical, idx_dt, ncols, threads)
-    counts = np.empty((B, n), dtype=np.int64)
-    _kernels.spgemm_symbolic(ac, ap, bc, bp, ncols, counts, nt)
-    nnz, oc = _output_rows(counts, layout, idx_dt, shape, m)
-    op = np.empty((B, nnz), dtype=idx_dt)
-    ov = np.empty((B, nnz, Rb * Cb), dtype=kdt)
-    _kernels.spgemm_numeric(ac, ap, av, bc, bp, bv, ncols, Rb, Kb, Cb, oc, op, ov, logical,
-                            num_threads(threads, B * nnz * 4))
-    values = ov.view(np.bool_) if logical else ov.astype(dtype, copy=False)
-    values = values.reshape(batch + (nnz,) + ((Rb, Cb) if layout.blocked else ()))
-    return CompressedTensor(oc.reshape(batch + (n + 1,)), op.reshape(batch + (nnz,)), values, shape, layout,
-                            canonical=True)
-
-
-# The kernels sort and index columns by their offset in a row's span in 32 bits.
-_MAX_COLUMNS = 1 << 32
-
-# The fused csr pass allocates room for every product (a bound on the entries), and its parts
-# after the first write into buffers of their own that are copied into the output at the end.
-# Beyond this many bytes of room (where the C library maps fresh, unwritten pages for every
-# call) it runs the symbolic pass first, which is cheap for the rows of a narrow span (a
-# bitmap count), and allocates the exact output: its pages are written once, in place.
-_FUSED_BYTES = 32 << 20
-
-
-def _output_rows(counts: np.ndarray, layout, idx_dt, shape, m: int):
-    """nnz per batch and the compressed indices (B, n + 1) of a product with ``counts`` (B, n)
-    entries per row; every batch of a compressed tensor has one nnz."""
-    B, n = counts.shape
-    per_batch = counts.sum(axis=1)
-    if B and np.any(per_batch != per_batch[0]):
-        raise ValueError(f"spgemm of batched {layout.name} tensors: the batches of the product have different "
-                         f"numbers of entries {per_batch.tolist()[:16]}; every batch of a {layout.name} tensor "
-                         "must have the same nnz")
-    nnz = int(per_batch[0]) if B else 0
-    check_fits(idx_dt, layout.name, nnz=nnz, nrows=shape[m], ncols=shape[m + 1])
-    oc = np.empty((B, n + 1), dtype=idx_dt)
-    oc[:, 0] = 0
-    np.cumsum(counts, axis=1, out=oc[:, 1:])
-    return nnz, oc
-
-
-def _shrink(x: np.ndarray, n: int) -> np.ndarray:
-    """The first n entries of a 1-d array that nothing else references (in place where NumPy can)."""
-    if x.shape[0] == n:
-        return x
-    try:
-        x.resize((n,), refcheck=False)  # realloc: shrinks without a copy
-        return x
-    except ValueError:
-        return x[:n].copy()
-
-
-def _spgemm_fused(ac, ap, av, bc, bp, bv, prefix, maxub, room, shape, batch, layout, dtype, kdt, logical, idx_dt,
-                  ncols, threads) -> CompressedTensor:
-    """csr @ csr in one pass (spgemm_fused) into arrays with room for every product."""
-    B, n = ac.shape[0], ac.shape[1] - 1
-    m = len(batch)
-    counts = np.empty(B * n, dtype=np.int64)
-    op = np.empty(room, dtype=idx_dt)
-    ov = np.empty(room, dtype=kdt)
-    total = _kernels.spgemm_fused(ac, ap, av.reshape(B, -1), bc, bp, bv.reshape(B, -1), ncols, prefix, maxub, counts,
-                                  op, ov, logical, num_threads(threads, room * 4))
-    nnz, oc = _output_rows(counts.reshape(B, n), layout, idx_dt, shape, m)
-    op, ov = _shrink(op, total), _shrink(ov, total)
-    values = ov.view(np.bool_) if logical else ov.astype(dtype, copy=False)
-    return CompressedTensor(oc.reshape(batch + (n + 1,)), op.reshape(batch + (nnz,)),
-                            values.reshape(batch + (nnz,)), shape, layout, canonical=True)
 
 
 # -- SDDMM -----------------------------------------------------------------------------------------

@@ -1,0 +1,77 @@
+"""The backend seam: one set of kernel names per device, picked by the operands' device.
+
+An op (``sparsetensor/ops/*``, ``_dense``, ``_convert``) resolves its operands, dtypes,
+shapes and broadcasting once, without looking at the device, and then calls
+``backend_for(*operands).<kernel>(...)``. Each backend is a module exposing the names in
+:data:`KERNELS`, each a checked ``def`` over that device's typed kernels:
+
+- :mod:`sparsetensor._backend.cpu`: the Cython kernels of ``sparsetensor/_lib``;
+- :mod:`sparsetensor.cuda._backend`: the NVRTC-compiled ``kernels/*.cu`` (loaded on first
+  use through :func:`sparsetensor._device.backend`, so ``import sparsetensor`` never needs
+  cuda-python). A kernel the device lacks raises ``NotImplementedError`` naming the op and
+  the device.
+
+``tests/test_backend.py`` checks that both modules define every name of :data:`KERNELS`
+with the same parameters.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import _device
+from .._tensor import COOTensor, CompressedTensor
+from . import cpu
+
+__all__ = ["KERNELS", "backend_for", "device_of", "cpu"]
+
+KERNELS = ("validate", "coalesce", "to_dense", "from_dense", "convert", "transpose", "spmm", "spgemm", "merge",
+           "reduce_sum", "unary")
+
+_HOST_TYPES = frozenset((COOTensor, CompressedTensor, np.ndarray))
+
+
+def device_of(x) -> str | None:
+    """``"cpu"``, ``"cuda:N"`` (or ``"cuda"`` when a device array does not say which), or None for
+    what lives nowhere in particular (Python scalars, lists, NumPy scalars)."""
+    if type(x) in _HOST_TYPES:
+        return "cpu"
+    d = getattr(x, "device", None)
+    if isinstance(d, str):  # our tensors (both devices), DeviceArray, NumPy 2 arrays
+        return d
+    if _device.is_device_array(x):  # CuPy, PyTorch CUDA tensors, __cuda_array_interface__
+        try:
+            return f"cuda:{int(x.__dlpack_device__()[1])}"
+        except Exception:  # noqa: BLE001 - only the interface: the ordinal is not said
+            return "cuda"
+    if d is not None and str(d) == "cpu":  # a CPU torch tensor
+        return "cpu"
+    return None
+
+
+def backend_for(*operands):
+    """The backend module of the operands' device (CPU for host-only operands).
+
+    Raises ValueError naming both devices when the operands live on different ones (a
+    CPU/GPU mix, or two GPUs): nothing is moved silently.
+    """
+    for x in operands:
+        if type(x) not in _HOST_TYPES:  # the common case, CPU tensors and arrays, costs this loop only
+            return _pick(operands)
+    return cpu
+
+
+def _pick(operands):
+    device = None
+    for x in operands:
+        d = device_of(x)
+        if d is None or d == device:
+            continue
+        if device is None:
+            device = d
+            continue
+        raise ValueError(f"operands on different devices: {device} and {d}; move one first (t.cpu(), "
+                         f"t.to({device!r}))")
+    if device is None or device == "cpu":
+        return cpu
+    return _device.backend(device)

@@ -1,0 +1,75 @@
+"""How the CPU kernels see values: the dtype they compute in (bool as uint8, float16 widened
+to float32) and C-contiguous arrays of that dtype."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._dtypes import check_fits
+
+
+def kernel_dtype(dtype: np.dtype) -> tuple[np.dtype, bool]:
+    """The dtype the elementwise and SpGEMM kernels compute in, and whether it holds bools
+    (logical ops). (The sparse @ dense kernels read integers as unsigned bits instead:
+    ``ops.blas.bits_dtype``.)"""
+    if dtype == np.bool_:
+        return np.dtype(np.uint8), True
+    if dtype == np.float16:
+        return np.dtype(np.float32), False
+    return dtype, False
+
+
+def kernel_values(values: np.ndarray, shape: tuple, kdt: np.dtype) -> np.ndarray:
+    """``values`` as a C-contiguous array of ``shape`` in the kernels' dtype (bool viewed as uint8)."""
+    v = np.ascontiguousarray(values)
+    if v.dtype == np.bool_ and kdt == np.uint8:
+        return v.reshape(shape).view(np.uint8)
+    return v.astype(kdt, copy=False).reshape(shape)
+
+
+UNSIGNED = {1: np.dtype(np.uint8), 2: np.dtype(np.uint16), 4: np.dtype(np.uint32), 8: np.dtype(np.uint64)}
+
+
+# -- dtypes and operands ----------------------------------------------------------------------
+def work_dtype(rt: np.dtype) -> np.dtype:
+    """The dtype a product is computed in: float16 widens to float32."""
+    return np.dtype(np.float32) if rt == np.float16 else rt
+
+
+def bits_dtype(wt: np.dtype) -> np.dtype:
+    """The kernels' view of ``wt``: integers and bool as unsigned of their width."""
+    return UNSIGNED[wt.itemsize] if wt.kind in "biu" else wt
+
+
+LINE = 64  # bytes in a cache line
+
+
+def aligned_copy(a: np.ndarray, dtype) -> np.ndarray:
+    """A C-contiguous copy of ``a`` in ``dtype`` whose data starts on a cache line."""
+    dtype = np.dtype(dtype)
+    nbytes = a.size * dtype.itemsize
+    buf = np.empty(nbytes + LINE, dtype=np.uint8)
+    start = -buf.ctypes.data % LINE
+    out = buf[start:start + nbytes].view(dtype).reshape(a.shape)
+    np.copyto(out, a, casting="unsafe")
+    return out
+
+
+
+
+def output_rows(counts: np.ndarray, layout, idx_dt, what: str, hint: str = "", **fits):
+    """``(nnz, compressed indices (B, n + 1))`` of a result with ``counts`` (B, n) entries per row,
+    or ValueError (``what`` made batches of different nnz: a compressed tensor has one) or the
+    index dtype's overflow error (``nnz`` and ``fits`` must fit ``idx_dt``)."""
+    B, n = counts.shape
+    per_batch = counts.sum(axis=1)
+    if B and np.any(per_batch != per_batch[0]):
+        raise ValueError(f"{what}: the batches of the result would have different numbers of entries "
+                         f"{per_batch.tolist()[:16]}; every batch of a {layout.name} tensor must have the same "
+                         f"nnz{hint}")
+    nnz = int(per_batch[0]) if B else 0
+    check_fits(idx_dt, layout.name, nnz=nnz, **fits)
+    oc = np.empty((B, n + 1), dtype=idx_dt)
+    oc[:, 0] = 0
+    np.cumsum(counts, axis=1, out=oc[:, 1:])
+    return nnz, oc

@@ -1,0 +1,182 @@
+"""The CPU backend: the kernel names of :data:`sparsetensor._backend.KERNELS` over the Cython
+kernels of ``sparsetensor/_lib`` (each a checked ``def``: shapes, dtypes and contiguity are
+made right here, indices are checked before or while a kernel reads them).
+
+The ops call these through :func:`sparsetensor._backend.backend_for` once they have resolved
+their operands; :mod:`sparsetensor.cuda._backend` has the same names for CUDA tensors.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .. import _layout as L
+from .._canonical import check_ends, same_nnz
+from .._coalesce import coalesce as _coalesce_coo, sum_duplicates as _sum_duplicates
+from .._config import GRAIN_PRODUCT, num_threads
+from .._dtypes import arith_view, raw_view, zero_test_view
+from .._lib import _dense as _dense_kernels
+from .._lib import _spmm as _spmm_kernels
+from .._tensor import COOTensor, CompressedTensor
+from .._validate import raise_compressed_error, raise_coo_error
+from ._convert import convert, transpose
+from ._merge import merge
+from ._spgemm import spgemm
+from ._views import aligned_copy, bits_dtype, work_dtype
+
+__all__ = ["device", "validate", "coalesce", "to_dense", "from_dense", "convert", "transpose", "spmm", "spgemm",
+           "merge", "reduce_sum", "unary"]
+
+device = "cpu"
+
+
+def validate(t, threads=None) -> None:
+    """Every invariant of ``t`` (the O(nnz) scans in parallel); raises InvariantError."""
+    t.check_invariants(threads=threads)
+
+
+def coalesce(t, threads=None):
+    """COO: sorted, distinct indices (duplicates summed); compressed: sorted, distinct plain
+    indices in every row (5.6 repaired). ``t`` itself when it already is."""
+    if t.layout.compressed:
+        return t if t._canonical else _sum_duplicates(t, threads=threads)
+    return t if t._coalesced else _coalesce_coo(t, threads=threads)
+
+
+def spmm(S, D, plan, rt, threads=None, err=None):
+    """``S @ D`` for a compressed ``S`` without dense dims and a dense ``D`` whose shapes ``plan``
+    (:class:`sparsetensor.ops.blas.ProductShape`) resolved: a NumPy array of ``plan.out_shape`` in
+    the working dtype of ``rt`` (float16 as float32; the op rounds once). csr/bsr gather by
+    rows, csc/bsc scatter by columns; indices are checked as the kernel scans (``err``: the
+    tensor to name in an InvariantError)."""
+    err = S if err is None else err
+    M, K, N, sb, db = plan.M, plan.K, plan.N, plan.sb, plan.db
+    s_batch = S.shape[:S.batch_dim]
+    Bs, Bd, Bo = math.prod(s_batch), math.prod(D.shape[:-2]), math.prod(plan.out_batch)
+    wt = work_dtype(rt)
+    kt = bits_dtype(wt)
+    logical = wt.kind == "b"
+    Rb, Cb = S.blocksize
+    nnz = S.nnz
+    values = S.values()
+    block_transposed = False
+    if S.layout.blocked and not values.flags.c_contiguous and values.swapaxes(-1, -2).flags.c_contiguous:
+        values, block_transposed = values.swapaxes(-1, -2), True  # a transpose view: read blocks column-major
+    values = np.ascontiguousarray(values, dtype=wt).reshape(Bs, nnz, Rb * Cb)
+    if D.dtype != wt or not D.flags.c_contiguous:  # a copy anyway: rows start on cache lines
+        dense = aligned_copy(D, wt).reshape(Bd, K, N)
+    else:
+        dense = D.reshape(Bd, K, N)
+    out = np.empty((Bo, M, N), dtype=wt)
+    check_ends(S, err)  # the kernel checks 5.3-5.5 as it scans
+    c, p = S.compressed_indices(), S.plain_indices()
+    c2, p2 = c.reshape(Bs, c.shape[-1]), p.reshape(Bs, nnz)
+    nt = num_threads(threads, Bo * (nnz * Rb * Cb + M) * N, grain=GRAIN_PRODUCT)
+    found = _spmm_kernels.spmm(c2, p2, values.view(kt), dense.view(kt), out.view(kt), sb, db, (Rb, Cb),
+                               S.layout.compressed_rows, nt, block_transposed=block_transposed,
+                               logical=logical, checked=S.is_coalesced())
+    if found is not None:
+        raise_compressed_error(found, err.layout, s_batch, err.plain_size, nnz)
+    return out.reshape(plan.out_shape)
+
+
+def to_dense(t, threads=None) -> np.ndarray:
+    """The dense array of ``t`` (duplicates, possible only in unchecked input, summed)."""
+    return (_compressed_to_dense if t.layout.compressed else _coo_to_dense)(t, threads)
+
+
+def from_dense(a: np.ndarray, plan, threads=None):
+    """The sparse tensor of C-contiguous ``a`` that ``plan`` (:class:`sparsetensor._dense.DensePlan`,
+    the arguments checked) describes; canonical / coalesced."""
+    if plan.layout is L.sparse_coo:
+        return _dense_to_coo(a, plan, threads)
+    layout, idx_dt, batch, (rows, cols), dense, bs = plan
+    B, D = math.prod(batch), math.prod(dense)
+    z = zero_test_view(a.reshape(B, rows, cols, D))
+    r = raw_view(a.reshape(B, rows, cols, D))
+    c, p, v, counts = _dense_kernels.dense_to_compressed(z, r, bs[0], bs[1], layout.compressed_rows, idx_dt,
+                                                         num_threads(threads, a.size), float16=a.dtype == np.float16)
+    same_nnz(counts, batch, f"every batch of a {layout.name} tensor must have the same nnz")
+    nnz = p.shape[-1]
+    values = v.view(a.dtype).reshape(batch + (nnz,) + (bs if layout.blocked else ()) + dense)
+    return CompressedTensor(c.reshape(batch + (c.shape[-1],)), p.reshape(batch + (nnz,)), values,
+                            a.shape, layout, canonical=True)
+
+
+def reduce_sum(t, threads=None):
+    """The sum of every element of ``t`` as a 0-d array of its values' dtype (the op has
+    converted them to the dtype it sums in); no index is read."""
+    return np.asarray(np.add.reduce(t.values(), axis=None))
+
+
+def unary(t, name: str, fn, threads=None) -> np.ndarray:
+    """The values of ``t`` (distinct indices when ``fn`` is nonlinear: the op made sure) mapped by
+    ``fn``, the NumPy function of the pointwise op ``name``, in NumPy's result dtype."""
+    return np.asarray(fn(t.values()))
+
+
+def _kernel_views(values: np.ndarray, out: np.ndarray, accumulate: bool):
+    """The views a scatter kernel takes: raw for moves, arithmetic (float16 widened) for sums.
+
+    Returns ``(values_view, out_view, widened)``; ``widened`` is a float32 buffer to copy
+    back into ``out`` when ``out`` is float16 and the kernel accumulated.
+    """
+    if not accumulate:
+        return raw_view(values), raw_view(out), None
+    if out.dtype == np.float16:
+        buf = np.zeros(out.shape, np.float32)
+        return arith_view(values), buf, buf
+    return arith_view(values), arith_view(out), None
+
+
+def _compressed_to_dense(t: CompressedTensor, threads) -> np.ndarray:
+    check_ends(t)  # the kernel checks 5.3-5.5 as it scans
+    m = t.batch_dim
+    batch = t.shape[:m]
+    rows, cols = t.shape[m], t.shape[m + 1]
+    rb, cb = t.blocksize
+    B, D = math.prod(batch), math.prod(t.shape[m + 2:])
+    out = np.zeros(t.shape, dtype=t.dtype)
+    values = np.ascontiguousarray(t.values()).reshape(B, t.nnz, rb, cb, D)
+    accumulate = not t.is_coalesced()
+    v, o, widened = _kernel_views(values, out.reshape(B, rows, cols, D), accumulate)
+    c = t.compressed_indices().reshape(B, t.compressed_indices().shape[-1])
+    p = t.plain_indices().reshape(B, t.nnz)
+    found = _dense_kernels.compressed_to_dense(c, p, v, o, t.layout.compressed_rows, accumulate,
+                                         num_threads(threads, values.size))
+    if found is not None:
+        raise_compressed_error(found, t.layout, batch, t.plain_size, t.nnz)
+    if widened is not None:
+        out[...] = widened.reshape(out.shape)
+    return out
+
+
+def _coo_to_dense(t: COOTensor, threads) -> np.ndarray:
+    S = t.sparse_dim
+    M, D = math.prod(t.shape[:S]), math.prod(t.shape[S:])
+    out = np.zeros(t.shape, dtype=t.dtype)
+    values = np.ascontiguousarray(t.values()).reshape(t.nnz, D)
+    accumulate = not t.is_coalesced()
+    v, o, widened = _kernel_views(values, out.reshape(M, D), accumulate)
+    shape = np.asarray(t.shape[:S], dtype=np.int64)
+    found = _dense_kernels.coo_to_dense(t.indices(), v, shape, o, accumulate, num_threads(threads, values.size))
+    if found is not None:
+        raise_coo_error(found, t.shape)
+    if widened is not None:
+        out[...] = widened.reshape(out.shape)
+    return out
+
+
+def _dense_to_coo(a: np.ndarray, plan, threads) -> COOTensor:
+    sparse, dense = plan.sparse, plan.dense
+    M, D = math.prod(sparse), math.prod(dense)
+    z = zero_test_view(a.reshape(M, D))
+    r = raw_view(a.reshape(M, D))
+    idx, v = _dense_kernels.dense_to_coo(z, r, np.asarray(sparse, dtype=np.int64), plan.index_dtype,
+                                   num_threads(threads, a.size), float16=a.dtype == np.float16)
+    values = v.view(a.dtype).reshape((idx.shape[1],) + dense)
+    return COOTensor(idx, values, a.shape, coalesced=True, checked=True)
+
+

@@ -1,0 +1,91 @@
+"""The CUDA backend: the kernel names of :data:`sparsetensor._backend.KERNELS`, with the
+parameters of :mod:`sparsetensor._backend.cpu`, over the NVRTC-compiled ``kernels/*.cu``
+(the op modules of this package: ``_validate``, ``_coalesce``, ``_dense``, ``_convert``,
+``_blas``, ``_binary``, ``_reduce``, ``_pointwise``).
+
+The ops resolve operands, dtypes and shapes once, device-independently, and then call
+``backend_for(*operands).<kernel>(...)``; for device operands that is this module. A kernel
+the GPU lacks, or an argument it cannot take (a value cast other than float16 <-> float32,
+an op with no kernel) raises NotImplementedError naming the op and the device; nothing is
+copied to the host.
+"""
+
+from __future__ import annotations
+
+from . import _binary, _blas, _coalesce, _convert, _dense, _pointwise, _reduce, _validate
+
+__all__ = ["device", "validate", "coalesce", "to_dense", "from_dense", "convert", "transpose", "spmm", "spgemm",
+           "merge", "reduce_sum", "unary"]
+
+device = "cuda"
+
+
+def _no_kernel(op: str, t) -> NotImplementedError:
+    return NotImplementedError(f"{op} of a {t.layout.name} tensor on {t.device} has no GPU kernel; run it on the "
+                               f"host with t.cpu()")
+
+
+def validate(t, threads=None) -> None:
+    """Every invariant of device tensor ``t``, the O(nnz) ones on the device; raises InvariantError."""
+    _validate.check_tensor(t)
+
+
+def coalesce(t, threads=None):
+    """COO: sorted, distinct indices (duplicates summed) on the device; compressed: 5.6 repaired."""
+    return t if t.is_coalesced() else _coalesce.coalesce(t)
+
+
+def to_dense(t, threads=None):
+    """The dense DeviceArray of ``t`` (duplicates summed)."""
+    return _dense.to_dense(t)
+
+
+def from_dense(a, plan, threads=None):
+    """The device tensor of dense device array ``a`` that ``plan`` (:class:`sparsetensor._dense.DensePlan`)
+    describes."""
+    return _dense.dense_to_sparse(a, plan)
+
+
+def convert(t, layout, bs, threads=None):
+    """``t`` in ``layout`` with blocksize ``bs`` (coo <-> csr, csr <-> csc, bsr <-> bsc on the
+    device; grouping into blocks or expanding them raises NotImplementedError)."""
+    return _convert.convert(t, layout, bs)
+
+
+def transpose(t, threads=None):
+    """csr <-> csc, bsr <-> bsc: the same matrix in the other orientation (a device radix sort)."""
+    return _convert.transpose_compressed(_validate.checked(t))
+
+
+def spmm(S, D, plan, rt, threads=None, err=None):
+    """``S @ D`` for a compressed ``S`` and a dense device ``D`` whose shapes ``plan`` resolved, in ``rt``."""
+    return _blas.spmm(S, D, plan, rt, threads, err)
+
+
+def spgemm(a, b, threads=None):
+    """Sparse @ sparse: no GPU kernel (NotImplementedError naming the op and the device)."""
+    raise NotImplementedError(f"spgemm (sparse @ sparse) of {a.layout.name} and {b.layout.name} tensors on "
+                              f"{a.device} has no GPU kernel; run it on the host with t.cpu()")
+
+
+def merge(a, b, dtype, op: str, alpha=1, threads=None):
+    """``a + alpha * b`` (``op="add"``: the union of the patterns) or ``a * b`` (``"mul"``: the
+    intersection) of two device tensors of one layout, in their dtype (the result dtype must be
+    theirs: a value cast has no GPU kernel); ``maximum``/``minimum`` have no GPU kernel."""
+    if op not in ("add", "mul"):
+        raise _no_kernel(op, a)
+    if not (a.dtype == b.dtype == dtype):
+        raise NotImplementedError(f"{op} on {a.device} of {a.dtype} and {b.dtype} operands: the {dtype} result needs "
+                                  "a value cast that has no GPU kernel; give both operands one dtype")
+    return _binary.add(a, b, alpha=alpha) if op == "add" else _binary.mul(a, b)
+
+
+def reduce_sum(t, threads=None):
+    """The sum of every value of ``t``: a 0-d DeviceArray of its dtype (float16 summed in float32)."""
+    return _reduce.sum_all(t)
+
+
+def unary(t, name: str, fn, threads=None):
+    """The values of ``t`` mapped by the pointwise op ``name`` (a GPU kernel of :data:`._pointwise.UNARY_OPS`;
+    ``fn``, the NumPy function, is not used on the device)."""
+    return _pointwise.unary(t, name).values()
