@@ -9,13 +9,19 @@ are a 10 x 10 random matrix (30 nnz) and the 5-point stencil of a 45 x 45 grid (
 float64 with int32 indices. Prints the median microseconds per call (medians of ``repeat``
 batches of ``number`` calls) and SciPy's time over ours (above 1: ours is cheaper). The target
 (issue #15): at 10^4 nnz within 1.5x of SciPy's overhead, i.e. a ratio of at least 0.67.
+
+``--spmm-ab OLD.so NEW.so`` times the product kernel's def wrapper alone (``_spmm.spmm`` on
+the same matrices, SpMV and 32 columns, checked and not): two builds of the extension module
+loaded side by side in one process and called alternately, so that both see the same load.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
+import timeit
 
 import numpy as np
 
@@ -60,8 +66,6 @@ def _time(fn, repeat, number):
 
 
 def run(repeat: int = 30, number: int = 20, threads=None) -> list:
-    import os
-
     import sparsetensor as st
 
     threads = st.num_threads(threads)
@@ -79,10 +83,55 @@ def run(repeat: int = 30, number: int = 20, threads=None) -> list:
     return records
 
 
+def _load_extension(path):
+    import importlib.machinery
+    import importlib.util
+
+    name = os.path.basename(path).split(".")[0]  # the module's own name: its init function's
+    loader = importlib.machinery.ExtensionFileLoader(name, path)
+    module = importlib.util.module_from_spec(importlib.util.spec_from_file_location(name, path, loader=loader))
+    loader.exec_module(module)
+    return module
+
+
+def spmm_ab(old_path: str, new_path: str, rounds: int = 15, number: int = 200) -> list:
+    """Microseconds per ``spmm`` call of two builds of ``_spmm`` (see the module docstring)."""
+    mods = {"old": _load_extension(old_path), "new": _load_extension(new_path)}
+    z = np.zeros(1, np.int64)
+    records = []
+    for name, t in _matrices():
+        c, p = t.crow_indices().reshape(1, -1), t.col_indices().reshape(1, -1)
+        v = t.values().reshape(1, -1, 1)
+        for N in (1, 32):
+            x = np.random.default_rng(1).standard_normal((1, t.shape[1], N))
+            want = t.to_dense() @ x[0]
+            for checked in (True, False):
+                fns = {}
+                for tag, m in mods.items():
+                    out = np.empty((1, t.shape[0], N))
+                    fns[tag] = (lambda m=m, out=out, checked=checked:
+                                m.spmm(c, p, v, x, out, z, z, (1, 1), True, 1, checked=checked))
+                    assert fns[tag]() is None
+                    np.testing.assert_allclose(out[0], want)
+                us = {tag: [] for tag in fns}
+                for _ in range(rounds):  # alternate, so that both see the same load
+                    for tag, fn in fns.items():
+                        us[tag].append(min(timeit.repeat(fn, number=number, repeat=3)) / number * 1e6)
+                med = {tag: statistics.median(u) for tag, u in us.items()}
+                records.append({"matrix": name, "N": N, "checked": checked, "us": med})
+                print(f"{name:9s} N={N:2d} checked={checked!s:5s} old {med['old']:7.2f} us  new {med['new']:7.2f} us  "
+                      f"old/new {med['old'] / med['new']:5.2f}", flush=True)
+    return records
+
+
 if __name__ == "__main__":
     p = argparse.ArgumentParser()
     p.add_argument("--repeat", type=int, default=30)
     p.add_argument("--number", type=int, default=20)
     p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--spmm-ab", nargs=2, metavar=("OLD_SO", "NEW_SO"), default=None)
     a = p.parse_args()
-    run(a.repeat, a.number, a.threads)
+    if a.spmm_ab:
+        spmm_ab(*a.spmm_ab)
+    else:
+        run(a.repeat, a.number, a.threads)

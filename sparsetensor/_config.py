@@ -11,7 +11,9 @@ __all__ = ["check_invariants", "get_check_invariants", "resolve_check", "num_thr
            "GRAIN", "GRAIN_PRODUCT"]
 
 # The one small-input gate: work (elements touched) below GRAIN runs on one thread, where
-# spawning threads would cost more than the work. Products count multiply-adds, each worth
+# spawning threads would cost more than the work. Kernels use the thread count they are
+# handed; one that splits its own work further gives each thread at least
+# ENTRIES_PER_THREAD (sparsetensor/_lib/_parallel.pxd; GRAIN is 8 of them). Products count multiply-adds, each worth
 # about two elements: about 50-100 us of work, well above the cost of a parallel region on
 # an idle machine (on a busy one, waking a second thread can cost a scheduler tick).
 GRAIN = 1 << 18

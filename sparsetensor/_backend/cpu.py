@@ -13,7 +13,7 @@ import math
 import numpy as np
 
 from .. import _layout as L
-from .._canonical import check_ends, same_nnz
+from .._canonical import same_nnz
 from .._coalesce import coalesce as _coalesce_coo, sum_duplicates as _sum_duplicates
 from .._config import GRAIN_PRODUCT, num_threads
 from .._dtypes import arith_view, raw_view, zero_test_view
@@ -70,13 +70,12 @@ def spmm(S, D, plan, rt, threads=None, err=None):
     else:
         dense = D.reshape(Bd, K, N)
     out = np.empty((Bo, M, N), dtype=wt)
-    check_ends(S, err)  # the kernel checks 5.3-5.5 as it scans
     c, p = S.compressed_indices(), S.plain_indices()
     c2, p2 = c.reshape(Bs, c.shape[-1]), p.reshape(Bs, nnz)
     nt = num_threads(threads, Bo * (nnz * Rb * Cb + M) * N, grain=GRAIN_PRODUCT)
     found = _spmm_kernels.spmm(c2, p2, values.view(kt), dense.view(kt), out.view(kt), sb, db, (Rb, Cb),
                                S.layout.compressed_rows, nt, block_transposed=block_transposed,
-                               logical=logical, checked=S.is_coalesced())
+                               logical=logical, checked=S.is_coalesced())  # unless checked: 5.1-5.5
     if found is not None:
         raise_compressed_error(found, err.layout, s_batch, err.plain_size, nnz)
     return out.reshape(plan.out_shape)
@@ -132,7 +131,6 @@ def _kernel_views(values: np.ndarray, out: np.ndarray, accumulate: bool):
 
 
 def _compressed_to_dense(t: CompressedTensor, threads) -> np.ndarray:
-    check_ends(t)  # the kernel checks 5.3-5.5 as it scans
     m = t.batch_dim
     batch = t.shape[:m]
     rows, cols = t.shape[m], t.shape[m + 1]
@@ -144,8 +142,9 @@ def _compressed_to_dense(t: CompressedTensor, threads) -> np.ndarray:
     v, o, widened = _kernel_views(values, out.reshape(B, rows, cols, D), accumulate)
     c = t.compressed_indices().reshape(B, t.compressed_indices().shape[-1])
     p = t.plain_indices().reshape(B, t.nnz)
+    # the kernel checks 5.3-5.5 as it scans, then 5.1/5.2 of a tensor that was never checked
     found = _dense_kernels.compressed_to_dense(c, p, v, o, t.layout.compressed_rows, accumulate,
-                                         num_threads(threads, values.size))
+                                               num_threads(threads, values.size), check_ends=not t.is_coalesced())
     if found is not None:
         raise_compressed_error(found, t.layout, batch, t.plain_size, t.nnz)
     if widened is not None:

@@ -103,6 +103,11 @@ cdef object _first_error(const int64_t[:, ::1] state):
     return None
 
 
+cdef _check_shape(str kernel, Py_ssize_t S, Py_ssize_t got):
+    if got != S:
+        raise ValueError(f"{kernel}: shape must have one size per index row ({S}), got {got}")
+
+
 def coo_order(const index_t[:, ::1] indices, const int64_t[::1] shape, bint stop_early, int nthreads):
     """Bounds (C4/C5) and order of the index columns.
 
@@ -112,6 +117,7 @@ def coo_order(const index_t[:, ::1] indices, const int64_t[::1] shape, bint stop
     at its first unsorted pair, leaving the rest of its bounds unchecked.
     """
     cdef Py_ssize_t S = indices.shape[0], n = indices.shape[1], c
+    _check_shape("coo_order", S, shape.shape[0])
     cdef Py_ssize_t nchunks = _sort_chunks(n, nthreads)
     state_arr = np.zeros((nchunks, 5), np.int64)
     state_arr[:, 0] = -1
@@ -285,6 +291,7 @@ def _linearized(const index_t[:, ::1] indices, const int64_t[::1] shape, int shi
     ``(key >> shift) & (2**width - 1)``. Returns ``(error, keys, hist, state)``; ``error``
     is ``(C4 | C5, dim, position, value)`` for the first index out of bounds, else None."""
     cdef Py_ssize_t S = indices.shape[0], n = indices.shape[1], c
+    _check_shape("coo sort", S, shape.shape[0])
     cdef int64_t mask = ((<int64_t>1) << width) - 1
     keys_arr = np.empty(n, np.int64)
     hist_arr = np.zeros((nchunks, mask + 1), np.int64)
@@ -320,6 +327,9 @@ def coo_sort(const index_t[:, ::1] indices, const int64_t[::1] shape, int nbits,
     """
     cdef Py_ssize_t n = indices.shape[1], c
     cdef Py_ssize_t nchunks = _sort_chunks(n, nthreads)
+    if payload.shape[0] != 0 and payload.shape[0] != n:
+        raise ValueError(f"coo_sort: payload must be empty or have one item per index column ({n}), "
+                         f"got {payload.shape[0]}")
     cdef int passes, width
     passes, width = radix_digits(nbits)
     cdef Py_ssize_t nb = (<Py_ssize_t>1) << width
@@ -395,6 +405,9 @@ def coo_head_flags(const index_t[:, ::1] indices, const pos_t[::1] perm, int64_t
     (the comparison-sort path: a cumulative sum then gives run keys). Empty ``perm`` is the identity."""
     cdef Py_ssize_t S = indices.shape[0], n = indices.shape[1], c
     cdef Py_ssize_t nt = max(1, min(nthreads, n))
+    if (perm.shape[0] != 0 and perm.shape[0] != n) or keys.shape[0] != n:
+        raise ValueError(f"coo_head_flags: perm must be empty or of length {n} and keys of length {n}, got "
+                         f"{perm.shape[0]} and {keys.shape[0]}")
     cdef const index_t* idx = &indices[0, 0] if S > 0 and n > 0 else NULL
     cdef const pos_t* pp = &perm[0] if perm.shape[0] > 0 else NULL
     with nogil:
@@ -593,6 +606,9 @@ def coo_bucket_sort(const index_t[:, ::1] indices, const int64_t[::1] shape, int
     """
     cdef Py_ssize_t n = indices.shape[1], c
     cdef Py_ssize_t nchunks = _sort_chunks(n, nthreads)
+    if payload.shape[0] != 0 and payload.shape[0] != n:
+        raise ValueError(f"coo_bucket_sort: payload must be empty or have one item per index column ({n}), "
+                         f"got {payload.shape[0]}")
     cdef Py_ssize_t nb = (<Py_ssize_t>1) << width
     cdef int64_t mask = nb - 1
     cdef int shift = nbits - width, top

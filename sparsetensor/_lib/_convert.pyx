@@ -16,7 +16,21 @@ import numpy as np
 
 from ._balance cimport balanced_split
 from ._items cimport copy_items as _copy
+from ._parallel cimport split_threads
 from ._types cimport index2_t, index_t, raw_t
+
+
+# -- shape checks of the defs below: every array against the others, before any pointer is taken
+cdef _require(bint ok, str kernel, str what):
+    if not ok:
+        raise ValueError(f"{kernel}: {what}")
+
+
+cdef _check_blocks(str kernel, Py_ssize_t bc, Py_ssize_t bp, Py_ssize_t stride_c, Py_ssize_t stride_p):
+    """Block extents >= 1, and strides that keep every item (dc, dp) inside its bc * bp block."""
+    _require(bc >= 1 and bp >= 1 and stride_c >= 0 and stride_p >= 0
+             and (bc - 1) * stride_c + (bp - 1) * stride_p < bc * bp, kernel,
+             f"bad block geometry bc={bc}, bp={bp}, stride_c={stride_c}, stride_p={stride_p}")
 
 
 # -- compressed (rows) -> COO ----------------------------------------------------------------------
@@ -59,6 +73,13 @@ def rows_to_coo(const index_t[:, ::1] compressed, const index_t[:, ::1] plain, c
     cdef Py_ssize_t B = compressed.shape[0], n = compressed.shape[1] - 1, nnz = plain.shape[1]
     cdef Py_ssize_t m = batch_coords.shape[0], N = out_indices.shape[1], Er = out_values.shape[1]
     cdef int T = max(1, nthreads), t
+    _require(n >= 0 and plain.shape[0] == B and values.shape[0] == B and values.shape[1] == nnz
+             and Rb >= 1 and Cb >= 1 and values.shape[2] == Rb * Cb * Er and batch_coords.shape[1] == B
+             and out_indices.shape[0] == m + 2 and N == B * nnz * Rb * Cb and out_values.shape[0] == N,
+             "rows_to_coo", f"shapes do not match: compressed ({B}, {n + 1}), plain ({plain.shape[0]}, {nnz}), "
+             f"values ({values.shape[0]}, {values.shape[1]}, {values.shape[2]}), blocks ({Rb}, {Cb}), "
+             f"batch_coords ({m}, {batch_coords.shape[1]}), out_indices ({out_indices.shape[0]}, {N}), "
+             f"out_values ({out_values.shape[0]}, {Er})")
     if B == 0 or n == 0:
         return
     cdef Py_ssize_t[::1] bounds = np.zeros(T + 1, dtype=np.intp)
@@ -308,7 +329,14 @@ def coo_to_rows(const index_t[:, ::1] indices, const int64_t[::1] sizes, index2_
     arrays may have been written since), so that no write leaves ptr and ptr is monotone."""
     cdef Py_ssize_t S = indices.shape[0], N = indices.shape[1]
     cdef int64_t F = ptr.shape[0] - 1
-    cdef int T = max(1, min(nthreads, N // 32768 + 1)), t
+    cdef int T = split_threads(nthreads, N), t
+    cdef Py_ssize_t d
+    cdef object rows = 1
+    _require(S >= 2 and sizes.shape[0] == S, "coo_to_rows",
+             f"indices ({S}, {N}) need S >= 2 sparse dims and sizes of S entries, got {sizes.shape[0]}")
+    for d in range(S - 1):
+        rows *= sizes[d]
+    _require(F == rows, "coo_to_rows", f"ptr must have prod(sizes[:-1]) + 1 = {rows + 1} entries, got {F + 1}")
     if N == 0:
         ptr[:] = 0
         return None
@@ -389,6 +417,11 @@ def group_count(const index_t[:, ::1] compressed, const index_t[:, ::1] plain, P
     """counts[b, I] = distinct blocks (p // bp) in slices I*bc .. I*bc + bc - 1 of batch b."""
     cdef Py_ssize_t B = compressed.shape[0], n = compressed.shape[1] - 1, nnz = plain.shape[1]
     cdef int T = max(1, nthreads), t
+    _check_blocks("group_count", bc, bp, 0, 0)
+    _require(n >= 0 and n % bc == 0 and plain.shape[0] == B and counts.shape[0] == B
+             and counts.shape[1] == n // bc, "group_count",
+             f"compressed ({B}, {n + 1}) ({n} slots, a multiple of bc={bc}), plain ({plain.shape[0]}, {nnz}) "
+             f"and counts ({counts.shape[0]}, {counts.shape[1]}) do not match")
     if B == 0 or n == 0:
         return
     cdef Py_ssize_t[::1] bounds = np.zeros(T + 1, dtype=np.intp)
@@ -412,6 +445,22 @@ def group_fill(const index_t[:, ::1] compressed, const index_t[:, ::1] plain, co
     cdef Py_ssize_t B = compressed.shape[0], n = compressed.shape[1] - 1, nnz = plain.shape[1]
     cdef Py_ssize_t Er = values.shape[2], nnzb = out_plain.shape[1]
     cdef int T = max(1, nthreads), t
+    cdef Py_ssize_t I
+    _check_blocks("group_fill", bc, bp, stride_c, stride_p)
+    _require(n >= 0 and n % bc == 0 and plain.shape[0] == B and values.shape[0] == B and values.shape[1] == nnz
+             and out_compressed.shape[0] == B and out_compressed.shape[1] == n // bc + 1
+             and out_plain.shape[0] == B and out_values.shape[0] == B and out_values.shape[1] == nnzb
+             and out_values.shape[2] == bc * bp * Er, "group_fill",
+             f"shapes do not match: compressed ({B}, {n + 1}), plain ({plain.shape[0]}, {nnz}), values "
+             f"({values.shape[0]}, {values.shape[1]}, {Er}), out_compressed ({out_compressed.shape[0]}, "
+             f"{out_compressed.shape[1]}), out_plain ({out_plain.shape[0]}, {nnzb}), out_values "
+             f"({out_values.shape[0]}, {out_values.shape[1]}, {out_values.shape[2]}), blocks {bc} x {bp}")
+    for t in range(B):  # where each block slice starts writing: within [0, nnzb], in order
+        _require(out_compressed[t, 0] == 0 and out_compressed[t, n // bc] == nnzb, "group_fill",
+                 f"out_compressed[{t}] must run from 0 to nnzb={nnzb}")
+        for I in range(n // bc):
+            _require(out_compressed[t, I] <= out_compressed[t, I + 1], "group_fill",
+                     f"out_compressed[{t}] must be non-decreasing")
     if B == 0 or n == 0 or nnzb == 0:
         return
     cdef Py_ssize_t[::1] bounds = np.zeros(T + 1, dtype=np.intp)
@@ -465,6 +514,17 @@ def compressed_expand(const index_t[:, ::1] compressed, const index_t[:, ::1] pl
     cdef Py_ssize_t B = compressed.shape[0], n = compressed.shape[1] - 1, nnz = plain.shape[1]
     cdef Py_ssize_t Er = out_values.shape[2]
     cdef int T = max(1, nthreads), t
+    cdef Py_ssize_t RC = bc * bp
+    _check_blocks("compressed_expand", bc, bp, stride_c, stride_p)
+    _require(n >= 0 and plain.shape[0] == B and values.shape[0] == B and values.shape[1] == nnz
+             and values.shape[2] == RC * Er and out_compressed.shape[0] == B and out_compressed.shape[1] == n * bc + 1
+             and out_plain.shape[0] == B and out_plain.shape[1] == nnz * RC and out_values.shape[0] == B
+             and out_values.shape[1] == nnz * RC, "compressed_expand",
+             f"shapes do not match: compressed ({B}, {n + 1}), plain ({plain.shape[0]}, {nnz}), values "
+             f"({values.shape[0]}, {values.shape[1]}, {values.shape[2]}), out_compressed "
+             f"({out_compressed.shape[0]}, {out_compressed.shape[1]}), out_plain ({out_plain.shape[0]}, "
+             f"{out_plain.shape[1]}), out_values ({out_values.shape[0]}, {out_values.shape[1]}, {Er}), "
+             f"blocks {bc} x {bp}")
     if B == 0:
         return
     if n == 0:

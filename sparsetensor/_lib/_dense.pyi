@@ -36,11 +36,14 @@ def compressed_to_dense(
     nthreads: int,
     *,
     logical: bool = False,   # accumulate uint8 values with logical or (implied for bool)
+    check_ends: bool = False,  # also check 5.1/5.2 (O(B), after the scan)
 ) -> CompressedError | None: ...
     # ("5.3", b, i, -1, compressed[b, i]): entry i outside [0, nnz] or below entry i - 1
     # ("5.4" | "5.5", b, i, k, plain[b, k]): plain index < 0 or >= number of plain blocks
+    # ("5.1" | "5.2", b, i, -1, compressed[b, i]): with check_ends, when the scan found none of
+    #   those, the first batch that does not start at 0 / end at nnz
     # The first in (batch, compressed index, position) order; out is then partially
-    # written. 5.1, 5.2 and 5.6 are not checked. Race free: each compressed index is
+    # written. 5.6 is not checked. Race free: each compressed index is
     # handled by one thread and owns its output rows (csr/bsr) or columns (csc/bsc).
 
 def coo_to_dense(

@@ -163,13 +163,13 @@ def _c2d_kernel(
     const index_t[::1] compressed, const index_t[::1] plain,
     const num_t[::1] values, num_t[::1] out,
     Py_ssize_t B, Py_ssize_t nnz, Py_ssize_t NR, Py_ssize_t NC,
-    Py_ssize_t Rb, Py_ssize_t Cb, Py_ssize_t D, bint rows, int mode, int nthreads,
+    Py_ssize_t Rb, Py_ssize_t Cb, Py_ssize_t D, bint rows, int mode, int nthreads, bint check_ends,
 ):
     cdef _Geom g = _geom(B, NR, NC, D, Rb, Cb, rows)
     cdef Py_ssize_t s, t, part, nslots = B * g.nc, nparts = 1
     cdef int nerr = 0, code = _OK
     cdef int64_t where[3]
-    cdef int nt = _threads(nthreads, B * nnz * Rb * Cb * D + nslots, nslots)
+    cdef int nt = _threads(nthreads, nslots)
     cdef const index_t* cp = &compressed[0]
     cdef const index_t* pp = &plain[0]
     cdef const num_t* vp = &values[0]
@@ -197,6 +197,14 @@ def _c2d_kernel(
                 if nerr:
                     break
     if nerr == 0:
+        # 5.1 and 5.2 (O(B)): the scan checks 5.3-5.5 but trusts where each batch's first
+        # slot starts and its last ends (a broken end drops entries silently, reads nothing out
+        # of bounds)
+        for s in range(B if check_ends else 0):
+            if cp[s * (g.nc + 1)] != 0:
+                return ("5.1", s, 0, -1, int(cp[s * (g.nc + 1)]))
+            if cp[s * (g.nc + 1) + g.nc] != nnz:
+                return ("5.2", s, g.nc, -1, int(cp[s * (g.nc + 1) + g.nc]))
         return None
     with nogil:
         for s in range(nslots):
@@ -207,7 +215,7 @@ def _c2d_kernel(
 
 
 def compressed_to_dense(compressed, plain, values, out, compressed_rows, accumulate,
-                        nthreads, *, logical=False):
+                        nthreads, *, logical=False, check_ends=False):
     """Scatter the blocks of a batched compressed tensor into a zero-filled dense array.
 
     Parameters
@@ -230,14 +238,20 @@ def compressed_to_dense(compressed, plain, values, out, compressed_rows, accumul
         OpenMP threads; small inputs run serially.
     logical : bool, keyword-only
         Accumulate uint8 `values` with logical or (implied for a bool dtype).
+    check_ends : bool, keyword-only
+        Also check invariants 5.1 and 5.2 (an O(B) look, after the scan): for indices that
+        were never checked, where a batch that does not start at 0 or end at nnz would lose
+        entries silently.
 
     Returns
     -------
     None, or the first broken index found as (invariant, batch, row, position, value):
     ``("5.3", b, i, -1, compressed[b, i])`` when an entry is outside ``[0, nnz]`` or
     below its predecessor, ``("5.4" | "5.5", b, slot, k, plain[b, k])`` for a plain
-    index below 0 or not below the number of plain blocks. `out` is then
-    partially written. Invariants 5.1, 5.2 and 5.6 are not checked.
+    index below 0 or not below the number of plain blocks; when the scan finds none of
+    these and `check_ends`, ``("5.1" | "5.2", b, i, -1, compressed[b, i])`` for the first
+    batch that does not start at 0 or end at nnz. `out` is then partially written.
+    Invariant 5.6 is not checked.
 
     Examples
     --------
@@ -272,7 +286,7 @@ def compressed_to_dense(compressed, plain, values, out, compressed_rows, accumul
         raise ValueError(f"expected compressed {(B, nc + 1)} and plain {(B, nnz)}, "
                          f"got {compressed.shape} and {plain.shape}")
     return _c2d_kernel(_flat(compressed), _flat(plain), _flat(v), _flat(o), B, nnz, NR, NC,
-                       Rb, Cb, v.shape[4], bool(compressed_rows), mode, int(nthreads))
+                       Rb, Cb, v.shape[4], bool(compressed_rows), mode, int(nthreads), bool(check_ends))
 
 
 # --------------------------------------------------------------------------
@@ -307,7 +321,7 @@ def _coo2d_kernel(
     cdef int nerr = 0, code = _OK
     cdef int64_t where[3]
     # Accumulating duplicates is serial: two entries may hit one element.
-    cdef int nt = 1 if mode != _COPY else _threads(nthreads, nnz * (S + D), nnz)
+    cdef int nt = 1 if mode != _COPY else _threads(nthreads, nnz)
     cdef const index_t* ip = &indices[0]
     cdef const int64_t* sp = &shape[0]
     cdef const num_t* vp = &values[0]

@@ -3,10 +3,6 @@
 # the O(1) Python-level checks and views of their wrappers; each including module does
 # ``import numpy as np``.
 
-# Below this many element operations a kernel runs serially: starting an
-# OpenMP team costs more than it saves.
-cdef Py_ssize_t _MIN_PARALLEL_WORK = 1 << 16
-
 _UINT_OF_SIZE = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
 
@@ -34,9 +30,10 @@ cdef _Geom _geom(Py_ssize_t B, Py_ssize_t NR, Py_ssize_t NC, Py_ssize_t D,
     return g
 
 
-cdef int _threads(int nthreads, Py_ssize_t work, Py_ssize_t ntasks) noexcept nogil:
-    """Threads to use: 1 for small inputs or fewer than two tasks."""
-    if nthreads <= 1 or ntasks < 2 or work < _MIN_PARALLEL_WORK:
+cdef int _threads(int nthreads, Py_ssize_t ntasks) noexcept nogil:
+    """Threads to use: the count handed in (small inputs get 1 from the gate,
+    sparsetensor._config.num_threads), at most one per task."""
+    if nthreads <= 1 or ntasks < 2:
         return 1
     if nthreads > ntasks:
         return <int>ntasks

@@ -24,10 +24,9 @@ from ._types cimport index_t, value_t
 
 include "_merge_ops.pxi"
 
-# Row ranges per thread of the two-pass merges (dynamic schedule), and the work (rows +
-# entries) below which a merge runs on one thread.
+# Row ranges per thread of the two-pass merges (dynamic schedule). Small merges are handed
+# nthreads = 1 by the one gate, sparsetensor._config.num_threads.
 cdef Py_ssize_t PARTS_PER_THREAD = 8
-cdef Py_ssize_t PARALLEL_MIN = 1 << 15
 
 
 # Element types the gather moves: raw bytes of 1, 2, 4 or 8 bytes, and complex128.
@@ -135,7 +134,7 @@ def merge_count(const index_t[:, ::1] a_compressed, const index_t[:, ::1] a_plai
     """counts[b, i] = the size of the union (or intersection) of row i's plain indices in a and b."""
     cdef Py_ssize_t B = a_compressed.shape[0], n = a_compressed.shape[1] - 1
     cdef Py_ssize_t R = B * n, ch, nparts
-    cdef int T = _threads(nthreads, R, a_plain.shape[1] + b_plain.shape[1])
+    cdef int T = _threads(nthreads, R)
     cdef Py_ssize_t sa = a_plain.shape[1], sb = b_plain.shape[1]
     cdef const index_t* ap = NULL
     cdef const index_t* bp = NULL
@@ -162,9 +161,9 @@ def merge_count(const index_t[:, ::1] a_compressed, const index_t[:, ::1] a_plai
     free(bounds)
 
 
-cdef int _threads(int nthreads, Py_ssize_t rows, Py_ssize_t entries) noexcept nogil:
-    """Threads for a merge of this many rows and entries: one below PARALLEL_MIN of work."""
-    if nthreads <= 1 or rows < 2 or rows + entries < PARALLEL_MIN:
+cdef int _threads(int nthreads, Py_ssize_t rows) noexcept nogil:
+    """Threads for a merge of this many rows: the count handed in, one for fewer than two rows."""
+    if nthreads <= 1 or rows < 2:
         return 1
     return nthreads
 
@@ -363,7 +362,7 @@ def merge_union(const index_t[:, ::1] a_compressed, const index_t[:, ::1] a_plai
     prefix of out_plain and out_values). op and alpha as for merge_fill."""
     cdef Py_ssize_t n = a_compressed.shape[1] - 1, E = out_values.shape[2], i, pos, start
     cdef Py_ssize_t sa = a_plain.shape[1], sb = b_plain.shape[1], ub = sa + sb
-    cdef int T = _threads(nthreads, n, ub), t
+    cdef int T = _threads(nthreads, n), t
     cdef int64_t shift
     cdef value_t zero = 0
     cdef const value_t* av = &zero
@@ -427,7 +426,7 @@ def merge_fill(const index_t[:, ::1] a_compressed, const index_t[:, ::1] a_plain
     MUL and MIN are and)."""
     cdef Py_ssize_t B = a_compressed.shape[0], n = a_compressed.shape[1] - 1
     cdef Py_ssize_t R = B * n, E = out_values.shape[2], ch, nparts
-    cdef int T = _threads(nthreads, R, out_plain.shape[1])
+    cdef int T = _threads(nthreads, R)
     cdef Py_ssize_t* bounds
     cdef Py_ssize_t sa = a_plain.shape[1], sb = b_plain.shape[1], so = out_plain.shape[1]
     cdef value_t zero = 0

@@ -12,6 +12,7 @@ from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport calloc, free, realloc
 from libc.string cimport memcpy, memset
 
+from sparsetensor._lib._parallel cimport ENTRIES_PER_THREAD
 from sparsetensor._lib._types cimport index_t
 
 include "_dense_common.pxi"
@@ -430,7 +431,9 @@ def _d2c_transpose(const int64_t[::1] roff, const int64_t[::1] rplain, const uin
     cdef Py_ssize_t b, t
     cdef Py_ssize_t width = max(16, _STRIPE_BYTES // (bb + 8), 4 * nrb * ncb // max(nnz, 1))
     # Tasks: batches times column ranges, each range a whole number of stripes.
-    cdef int nt = _threads(nthreads, B * (nnz + nrb + ncb), B * ncb // width)
+    # (a phase whose size the gate did not see: at least two threads' worth of entries, as
+    # the shared grain of _parallel.pxd counts them, to run on more than one)
+    cdef int nt = _threads(nthreads if B * (nnz + nrb + ncb) >= 2 * ENTRIES_PER_THREAD else 1, B * ncb // width)
     cdef Py_ssize_t span, nranges = 1
     if nt > 1 and B < 4 * nt:
         nranges = max(1, min(ncb // width, 4 * nt))
@@ -557,7 +560,7 @@ def dense_to_compressed(dense, raw, Rb, Cb, compressed_rows, index_dtype, nthrea
     bb = Rb * Cb * eb
     out_dtype = (dense if raw is None else raw).dtype
     nslots = B * nrb
-    nt = _threads(int(nthreads), B * NR * NC * Dz, nslots)
+    nt = _threads(int(nthreads), nslots)
     bufs = _Buffers(_tasks(nt, nslots))
     counts = np.zeros(nslots, np.int64)
     flags = np.empty(bufs.n * ncb if Rb > 1 else 0, np.uint8)
@@ -726,7 +729,7 @@ def dense_to_coo(dense, raw, shape, index_dtype, nthreads, *, float16=False):
         raise ValueError(f"shape {tuple(shape.tolist())} does not fit index dtype int32")
     out_dtype = (dense if raw is None else raw).dtype
     eb = Dr * r.itemsize
-    nt = _threads(int(nthreads), M * Dz, M)
+    nt = _threads(int(nthreads), M)
     bufs = _Buffers(_tasks(nt, M))
     _d2coo_scan(_flat(z), _bytes(r), bufs, M, Dz, eb, mask, nt)
     starts = np.zeros(bufs.n + 1, np.int64)

@@ -116,6 +116,55 @@ cdef Py_ssize_t PREFETCH_RUNS = 4
 cdef Py_ssize_t PREFETCH_ROWS = 8
 
 
+
+# -- the checks of the defs below: shapes against each other, and the O(runs + nnz) index
+# arrays that address other arrays (rows into param, perm into grad, runs into run_ptr)
+cdef _require(bint ok, str kernel, str what):
+    if not ok:
+        raise ValueError(f"{kernel}: {what}")
+
+
+cdef bint _within(const int64_t[::1] a, int64_t lo, int64_t hi) noexcept:
+    """Every a[i] in [lo, hi)."""
+    cdef Py_ssize_t i
+    cdef bint ok = True
+    with nogil:
+        for i in range(a.shape[0]):
+            ok = ok & (a[i] >= lo) & (a[i] < hi)
+    return ok
+
+
+cdef bint _monotone(const int64_t[::1] a, int64_t lo, int64_t hi) noexcept:
+    """a non-empty and non-decreasing within [lo, hi]."""
+    cdef Py_ssize_t i, n = a.shape[0]
+    cdef bint ok = n >= 1 and a[0] >= lo and a[n - 1] <= hi
+    with nogil:
+        for i in range(1, n if ok else 0):
+            ok = ok & (a[i] >= a[i - 1])
+    return ok
+
+
+cdef bint _runs_ok(const int64_t[::1] run_ptr, const pos_t[::1] perm, Py_ssize_t ngrad) noexcept:
+    """run_ptr non-decreasing within [0, len(perm)], perm entries in [0, ngrad)."""
+    cdef Py_ssize_t i
+    cdef bint ok = _monotone(run_ptr, 0, perm.shape[0])
+    with nogil:
+        for i in range(perm.shape[0] if ok else 0):
+            ok = ok & (perm[i] >= 0) & (perm[i] < ngrad)
+    return ok
+
+
+cdef _check_update(str kernel, const int64_t[::1] rows, const int64_t[::1] run_ptr, Py_ssize_t nruns,
+                   const pos_t[::1] perm, Py_ssize_t ngrad, Py_ssize_t gcols, Py_ssize_t prows, Py_ssize_t E,
+                   Py_ssize_t srows, Py_ssize_t scols, int nthreads):
+    _require(gcols == E and scols == E and srows >= max(nthreads, 1) and run_ptr.shape[0] == nruns + 1,
+             kernel, f"grad (., {gcols}), param (., {E}), scratch ({srows}, {scols}) for {nthreads} threads and "
+             f"run_ptr ({run_ptr.shape[0]},) for {nruns} runs do not match")
+    _require(_within(rows, 0, prows), kernel, f"rows must be in [0, {prows})")
+    _require(_runs_ok(run_ptr, perm, ngrad), kernel,
+             f"run_ptr must be non-decreasing within [0, {perm.shape[0]}] and perm within [0, {ngrad})")
+
+
 def bucket_runs(const uint32_t[::1] low_keys, const int64_t[::1] bucket_starts, const int64_t[::1] offsets,
                 int shift, int64_t base, int64_t[::1] rows, int64_t[::1] run_ptr, int nthreads):
     """The runs of equal keys of :func:`sparsetensor._lib._coalesce.coo_bucket_sort`'s output.
@@ -126,6 +175,13 @@ def bucket_runs(const uint32_t[::1] low_keys, const int64_t[::1] bucket_starts, 
     cdef Py_ssize_t nb = bucket_starts.shape[0] - 1, b, i, hi
     cdef int64_t j
     cdef uint32_t low_mask = <uint32_t>(((<uint64_t>1) << shift) - 1)
+    _require(nb >= 0 and 0 <= shift <= 32 and offsets.shape[0] == nb + 1 and run_ptr.shape[0] == rows.shape[0] + 1,
+             "bucket_runs", f"bucket_starts ({nb + 1},), offsets ({offsets.shape[0]},), rows ({rows.shape[0]},), "
+             f"run_ptr ({run_ptr.shape[0]},) and shift {shift} do not match")
+    _require(bucket_starts[0] == 0 and bucket_starts[nb] == low_keys.shape[0] and offsets[0] == 0
+             and offsets[nb] == rows.shape[0] and _monotone(bucket_starts, 0, low_keys.shape[0])
+             and _monotone(offsets, 0, rows.shape[0]), "bucket_runs",
+             "bucket_starts must run from 0 to len(low_keys) and offsets from 0 to len(rows), non-decreasing")
     run_ptr[run_ptr.shape[0] - 1] = bucket_starts[nb]
     with nogil:
         for b in prange(nb, schedule="dynamic", num_threads=nthreads):
@@ -213,6 +269,11 @@ def update_runs(int op, const int64_t[::1] rows, const int64_t[::1] run_ptr, con
     cdef const float_t* gbase = &grad[0, 0] if E > 0 and grad.shape[0] > 0 else NULL
     cdef const pos_t* pp = &perm[0] if perm.shape[0] > 0 else NULL
     cdef float_t k0 = <float_t>c0, k1 = <float_t>c1, k2 = <float_t>c2, k3 = <float_t>c3
+    _check_update("update_runs", rows, run_ptr, nruns, perm, grad.shape[0], grad.shape[1], param.shape[0], E,
+                  scratch.shape[0], scratch.shape[1], nthreads)
+    _require((op == OP_SGD or (state1.shape[0] == param.shape[0] and state1.shape[1] == E))
+             and (op != OP_ADAM or (state2.shape[0] == param.shape[0] and state2.shape[1] == E)),
+             "update_runs", "the optimizer's state arrays must have the shape of param")
     if nruns == 0 or E == 0:
         return
     nchunks = (nruns + RUN_CHUNK - 1) // RUN_CHUNK
@@ -256,6 +317,12 @@ def sgd_momentum(const int64_t[::1] rows, const int64_t[::1] grad_run, const int
     cdef float_t b
     cdef float_t k_lr = <float_t>(-lr), k_m = <float_t>momentum, k_d = <float_t>(1.0 - dampening)
     cdef const pos_t* pp = &perm[0] if perm.shape[0] > 0 else NULL
+    _check_update("sgd_momentum", rows, run_ptr, run_ptr.shape[0] - 1, perm, grad.shape[0], grad.shape[1],
+                  param.shape[0], E, scratch.shape[0], scratch.shape[1], nthreads)
+    _require(grad_run.shape[0] == n and buf_src.shape[0] == n and buf_out.shape[0] == n and buf_out.shape[1] == E
+             and buf_in.shape[1] == E and _within(grad_run, -1, run_ptr.shape[0] - 1)
+             and _within(buf_src, -1, buf_in.shape[0]), "sgd_momentum",
+             f"grad_run and buf_src ({n},) must index runs and buf_in rows (or be -1), buf_out must be ({n}, {E})")
     if n == 0 or E == 0:
         return
     nchunks = (n + RUN_CHUNK - 1) // RUN_CHUNK

@@ -12,3 +12,21 @@ cdef extern from *:
     """
     int st_omp_thread_num() nogil
     int st_have_openmp() nogil
+
+
+# Thread counts. The gate is sparsetensor._config.num_threads (GRAIN = 2**18 units of work
+# there, i.e. 8 x ENTRIES_PER_THREAD): below it a kernel is handed nthreads = 1, and a kernel
+# uses the count it is handed. A kernel that splits its own work further (a count known only
+# inside it, or ranges of entries) gives each thread at least ENTRIES_PER_THREAD entries:
+# this is the one constant for that, read from here.
+cdef enum:
+    ENTRIES_PER_THREAD = 32768
+
+
+cdef inline int split_threads(int nthreads, Py_ssize_t entries) noexcept nogil:
+    """Threads for `entries` split into contiguous ranges inside a kernel: at most nthreads,
+    and one more for every ENTRIES_PER_THREAD entries."""
+    cdef Py_ssize_t t = entries // ENTRIES_PER_THREAD + 1
+    if nthreads <= 1:
+        return 1
+    return nthreads if nthreads < t else <int>t

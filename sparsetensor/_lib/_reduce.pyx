@@ -28,8 +28,6 @@ ctypedef fused float_t:
     float
     double
 
-# Below this many value elements the kernels run on the calling thread.
-cdef Py_ssize_t PARALLEL_MIN = 1 << 15
 # Segment ranges per thread (dynamic schedule).
 cdef Py_ssize_t PARTS_PER_THREAD = 8
 
@@ -41,8 +39,9 @@ cdef enum:
 OPS = {"sum": OP_SUM, "max": OP_MAX, "min": OP_MIN}
 
 
-cdef int _threads(int nthreads, Py_ssize_t work) noexcept nogil:
-    return 1 if nthreads < 1 or work < PARALLEL_MIN else nthreads
+cdef int _threads(int nthreads) noexcept nogil:
+    """The count handed in (small inputs get 1 from the gate, sparsetensor._config.num_threads)."""
+    return 1 if nthreads < 1 else nthreads
 
 
 def _check(const int64_t[::1] offsets, const int64_t[::1] perm, Py_ssize_t n, Py_ssize_t G):
@@ -141,7 +140,7 @@ def segment_sum(const int64_t[::1] offsets, const int64_t[::1] perm, const value
     cdef Py_ssize_t K = _segment_items(offsets, perm, n, x.shape[1], G, E)
     if K < 0:
         return
-    cdef int nt = _threads(nthreads, x.shape[0] * x.shape[1])
+    cdef int nt = _threads(nthreads)
     cdef const int64_t* pp = &perm[0] if perm.shape[0] else NULL
     cdef const value_t* xp = &x[0, 0] if n else NULL
     cdef Py_ssize_t part, nparts
@@ -164,7 +163,7 @@ def segment_minmax(const int64_t[::1] offsets, const int64_t[::1] perm, const re
     cdef Py_ssize_t K = _segment_items(offsets, perm, n, x.shape[1], G, E)
     if K < 0:
         return
-    cdef int nt = _threads(nthreads, x.shape[0] * x.shape[1])
+    cdef int nt = _threads(nthreads)
     cdef const int64_t* pp = &perm[0] if perm.shape[0] else NULL
     cdef const real_t* xp = &x[0, 0] if n else NULL
     cdef Py_ssize_t part, nparts
@@ -231,7 +230,7 @@ def scatter_reduce(const index_t[::1] keys, const value_t[:, ::1] x, value_t[:, 
         return
     bad_arr = np.full(C, -1, dtype=np.int64)
     cdef int64_t[::1] bad = bad_arr
-    cdef int nt = _threads(nthreads, n * x.shape[1]) if C > 1 else 1
+    cdef int nt = _threads(nthreads) if C > 1 else 1
     cdef Py_ssize_t M = out.shape[1], E = out.shape[2]
     if M == 0 or E == 0:
         if M == 0:
@@ -317,7 +316,7 @@ def segment_softmax(const int64_t[::1] offsets, const int64_t[::1] perm, const f
     if G == 0 or E == 0 or n == 0:
         return
     cdef Py_ssize_t K = x.shape[1] // E
-    cdef int nt = _threads(nthreads, n * x.shape[1])
+    cdef int nt = _threads(nthreads)
     with nogil:
         _segment_softmax(&offsets[0], &perm[0] if perm.shape[0] else NULL, &x[0, 0], &out[0, 0], G, K, E,
                          take_log, nt)

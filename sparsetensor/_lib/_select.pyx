@@ -25,6 +25,19 @@ cdef Py_ssize_t CHUNK = 4096
 cdef Py_ssize_t INSERTION_MAX = 16
 
 
+cdef _require(bint ok, str kernel, str what):
+    """The shape checks of the defs below: every array against the others, before any pointer."""
+    if not ok:
+        raise ValueError(f"{kernel}: {what}")
+
+
+cdef bint _canonical_shapes(const index_t[:, ::1] compressed, const index_t[:, ::1] plain,
+                            Py_ssize_t vb, Py_ssize_t vn) noexcept:
+    """compressed (B, n + 1), plain (B, nnz) and values (vb, vn, E) of one tensor agree."""
+    cdef Py_ssize_t B = compressed.shape[0]
+    return compressed.shape[1] >= 1 and plain.shape[0] == B and vb == B and vn == plain.shape[1]
+
+
 # -- the map --------------------------------------------------------------------------------
 def build_map(const index_t[::1] index, Py_ssize_t size):
     """The (first, targets) map of ``index`` over ``[0, size)``; entries must be in range.
@@ -33,6 +46,8 @@ def build_map(const index_t[::1] index, Py_ssize_t size):
     and a stable fill, so each old coordinate's new coordinates come out ascending.
     """
     cdef Py_ssize_t K = index.shape[0], k, j
+    for k in range(K):
+        _require(0 <= index[k] < size, "build_map", f"index[{k}] = {index[k]} is outside [0, {size})")
     first_arr = np.zeros(size + 1, dtype=np.int64)
     targets_arr = np.empty(K, dtype=np.int64)
     cdef int64_t[::1] first = first_arr
@@ -65,6 +80,9 @@ def coo_index_select(const index_t[:, ::1] indices, const raw_t[:, ::1] values, 
     cdef Py_ssize_t S = indices.shape[0], nnz = indices.shape[1], E = values.shape[1]
     cdef Py_ssize_t size = first.shape[0] - 1
     cdef int T = <int>max(1, min(<Py_ssize_t>nthreads, nnz // CHUNK + 1))
+    _require(values.shape[0] == nnz and 0 <= dim < S and size >= 0 and targets.shape[0] == first[size] >= 0,
+             "coo_index_select", f"indices ({S}, {nnz}), values ({values.shape[0]}, {E}), dim {dim}, first "
+             f"({size + 1},) and targets ({targets.shape[0]},) do not match")
     cdef Py_ssize_t t, e, lo, hi, s, q, pos
     cdef int64_t j, cnt
     offsets_arr = np.zeros(T + 1, dtype=np.int64)
@@ -122,6 +140,13 @@ def gather_rows(const index_t[:, ::1] compressed, const index_t[:, ::1] plain, c
     """
     cdef Py_ssize_t B = out_compressed.shape[0], K = rows.shape[0], E = values.shape[2]
     cdef Py_ssize_t u, b, k, r, s0, n, d
+    _require(_canonical_shapes(compressed, plain, values.shape[0], values.shape[1]) and compressed.shape[0] == B
+             and out_compressed.shape[1] == K + 1 and out_plain.shape[0] == B and out_values.shape[0] == B
+             and out_values.shape[1] == out_plain.shape[1] and out_values.shape[2] == E, "gather_rows",
+             "the input (B, n + 1), (B, nnz), (B, nnz, E) and output (B, K + 1), (B, nnz'), (B, nnz', E) "
+             "shapes do not match")
+    for k in range(K):
+        _require(0 <= rows[k] < compressed.shape[1] - 1, "gather_rows", f"rows[{k}] = {rows[k]} is out of range")
     with nogil:
         for u in prange(B * K, num_threads=nthreads, schedule="guided"):
             b = u // K
@@ -156,6 +181,9 @@ def plain_range(const index_t[:, ::1] compressed, const index_t[:, ::1] plain, i
     (position) and ``counts[b, i]`` (length), found by binary search."""
     cdef Py_ssize_t B = compressed.shape[0], n = compressed.shape[1] - 1
     cdef Py_ssize_t r, b, i, k0, k1
+    _require(_canonical_shapes(compressed, plain, plain.shape[0], plain.shape[1]) and starts.shape[0] == B
+             and starts.shape[1] == n and counts.shape[0] == B and counts.shape[1] == n, "plain_range",
+             "compressed (B, n + 1), plain (B, nnz), starts and counts (B, n) do not match")
     with nogil:
         for r in prange(B * n, num_threads=nthreads, schedule="static"):
             b = r // n
@@ -173,6 +201,12 @@ def copy_segments(const index_t[:, ::1] plain, const raw_t[:, :, ::1] values, co
     plain indices minus ``shift``."""
     cdef Py_ssize_t B = out_compressed.shape[0], n = out_compressed.shape[1] - 1, E = values.shape[2]
     cdef Py_ssize_t r, b, i, k, s0, d, length
+    _require(plain.shape[0] == B and values.shape[0] == B and values.shape[1] == plain.shape[1]
+             and starts.shape[0] == B and starts.shape[1] == n and out_plain.shape[0] == B
+             and out_values.shape[0] == B and out_values.shape[1] == out_plain.shape[1]
+             and out_values.shape[2] == E and n >= 0, "copy_segments",
+             "plain (B, nnz), values (B, nnz, E), starts (B, n), out_compressed (B, n + 1), out_plain "
+             "(B, nnz') and out_values (B, nnz', E) do not match")
     with nogil:
         for r in prange(B * n, num_threads=nthreads, schedule="guided"):
             b = r // n
@@ -193,6 +227,9 @@ def plain_count(const index_t[:, ::1] compressed, const index_t[:, ::1] plain, c
     cdef Py_ssize_t B = compressed.shape[0], n = compressed.shape[1] - 1
     cdef Py_ssize_t r, b, i, k
     cdef int64_t cnt, j
+    _require(_canonical_shapes(compressed, plain, plain.shape[0], plain.shape[1]) and first.shape[0] >= 1
+             and counts.shape[0] == B and counts.shape[1] == n, "plain_count",
+             "compressed (B, n + 1), plain (B, nnz), first (size + 1,) and counts (B, n) do not match")
     with nogil:
         for r in prange(B * n, num_threads=nthreads, schedule="guided"):
             b = r // n
@@ -266,6 +303,12 @@ def plain_fill(const index_t[:, ::1] compressed, const index_t[:, ::1] plain, co
     cdef Py_ssize_t B = compressed.shape[0], n = compressed.shape[1] - 1, E = values.shape[2]
     cdef Py_ssize_t r, b, i, k, q, u, d0, e
     cdef int64_t j
+    _require(_canonical_shapes(compressed, plain, values.shape[0], values.shape[1]) and first.shape[0] >= 1
+             and targets.shape[0] == first[first.shape[0] - 1] and out_compressed.shape[0] == B
+             and out_compressed.shape[1] == n + 1 and out_plain.shape[0] == B and out_values.shape[0] == B
+             and out_values.shape[1] == out_plain.shape[1] and out_values.shape[2] == E and max_row >= 0,
+             "plain_fill", "compressed (B, n + 1), plain (B, nnz), values (B, nnz, E), the map (first, targets) "
+             "and out_compressed (B, n + 1), out_plain (B, nnz'), out_values (B, nnz', E) do not match")
     cdef int T = max(1, nthreads)
     perm_arr = np.empty((T, max(max_row, 1)), dtype=np.int64)
     cdef int64_t[:, ::1] perm_all = perm_arr
@@ -310,6 +353,11 @@ def cat_rows(const index_t[:, ::1] compressed, const index_t[:, ::1] plain, cons
     """
     cdef Py_ssize_t B = compressed.shape[0], n = compressed.shape[1] - 1, E = values.shape[2]
     cdef Py_ssize_t r, b, i, k, s0, s1, d
+    _require(_canonical_shapes(compressed, plain, values.shape[0], values.shape[1]) and cursor.shape[0] == B
+             and cursor.shape[1] == n and out_plain.shape[0] == B and out_values.shape[0] == B
+             and out_values.shape[1] == out_plain.shape[1] and out_values.shape[2] == E, "cat_rows",
+             "compressed (B, n + 1), plain (B, nnz), values (B, nnz, E), cursor (B, n), out_plain (B, nnz') "
+             "and out_values (B, nnz', E) do not match")
     with nogil:
         for r in prange(B * n, num_threads=nthreads, schedule="guided"):
             b = r // n

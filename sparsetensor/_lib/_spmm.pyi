@@ -8,6 +8,8 @@ not trusted unless ``checked=True``.
 import numpy as np
 
 # (invariant, batch of A, compressed slot, position, offending value):
+# ("5.1" | "5.2", b, i, -1, compressed[b, i]) for a batch that does not start at 0 or end at nnz
+#   (spmm without checked=True, when the scan finds none of the errors below);
 # ("5.3", b, i, -1, compressed[b, i] - compressed[b, i - 1] (or compressed[b, 0] for i == 0))
 #   for an entry outside [0, nnz] or below its predecessor;
 # ("5.4" | "5.5", b, i, k, plain[b, k]) for a plain index < 0 or >= the plain size.

@@ -35,18 +35,20 @@ integer and bool dtype (signed integers are viewed as unsigned: products and
 sums modulo 2**bits are the same bits, and unsigned overflow is defined in C;
 bool is uint8 with ``logical=True``: an or of ands), float32/64 and
 complex64/128. Index contents are never trusted unless ``checked=True`` says
-that invariants 5.1-5.6 were proven: every compressed entry is kept within
-``[0, nnz]`` and at or above its predecessor, every plain index below the
-plain size, and a broken one is reported as an error tuple instead of being
-followed.
+that invariants 5.1-5.6 were proven: each batch must start at 0 and end at nnz
+(5.1, 5.2, looked at after the scan), every compressed entry is kept within ``[0, nnz]``
+and at or above its predecessor, every plain index below the plain size, and a
+broken one is reported as an error tuple instead of being followed.
 """
 import numpy as np
 
+cimport numpy as cnp
 from cython.parallel cimport prange
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport calloc, free, malloc
 from libc.string cimport memset
 
+from sparsetensor._lib._arrays cimport _array, _dim, _index_code, _value_code
 from sparsetensor._lib._balance cimport balanced_split
 from sparsetensor._lib._types cimport index_t, num_t
 
@@ -68,9 +70,6 @@ cdef extern from "_spmm_simd.h" nogil:
                           Py_ssize_t, Py_ssize_t, int64_t, int64_t, int)
 
 
-# Below this many multiply-adds a product runs on one thread (the wrapper in
-# sparsetensor.ops.blas asks for one thread below a larger grain already).
-cdef Py_ssize_t _MIN_PARALLEL_WORK = 1 << 15
 # Row chunks per thread of the gather kernel (dynamic schedule).
 cdef Py_ssize_t _CHUNKS_PER_THREAD = 8
 cdef enum:
@@ -86,6 +85,8 @@ cdef enum:
     _OK = 0
     _BAD_COMPRESSED = 1
     _PLAIN_TOO_LARGE = 3
+
+cnp.import_array()
 
 _KERNEL_DTYPES = tuple(np.dtype(d) for d in (np.uint8, np.uint16, np.uint32, np.uint64, np.float32,
                                               np.float64, np.complex64, np.complex128))
@@ -122,8 +123,10 @@ def simd_available():
     return bool(ST_SPMM_SIMD)
 
 
-cdef int _threads(int nthreads, Py_ssize_t work, Py_ssize_t ntasks) noexcept nogil:
-    if nthreads <= 1 or ntasks < 2 or work < _MIN_PARALLEL_WORK:
+cdef int _threads(int nthreads, Py_ssize_t ntasks) noexcept nogil:
+    """The count handed in (small products get 1 from the gate, sparsetensor._config.num_threads),
+    at most one per task."""
+    if nthreads <= 1 or ntasks < 2:
         return 1
     if nthreads > ntasks:
         return <int>ntasks
@@ -490,27 +493,48 @@ cdef int _scatter(const index_t* cp, const index_t* pp, const num_t* vp, const n
     return nerr
 
 
-def _product_kernel(const index_t[::1] compressed, const index_t[::1] plain, const num_t[::1] values,
-                    const num_t[::1] dense, num_t[::1] out, const int64_t[::1] sbatch,
-                    const int64_t[::1] dbatch, Py_ssize_t Bs, Py_ssize_t nc, Py_ssize_t nplain,
-                    Py_ssize_t nnz, Py_ssize_t Rb, Py_ssize_t Cb, bint block_transposed,
-                    Py_ssize_t M, Py_ssize_t K, Py_ssize_t N, bint logical, bint checked, bint rows,
-                    int nthreads):
+# The arrays of one product as raw pointers, and the specialisation for their dtypes.
+cdef struct _Args:
+    const void* c
+    const void* p
+    const void* v
+    const void* d
+    void* o
+    const int64_t* sb
+    const int64_t* db
+
+
+cdef int _product(const _Args* a, const _Geo* g, Py_ssize_t Bs, Py_ssize_t Bo, bint rows, int nthreads,
+                  const index_t* itype, const num_t* vtype) except -1:
     """out[bo] = A[sbatch[bo]] @ dense[dbatch[bo]]: the gather kernel for compressed rows, the
-    scatter kernel for compressed columns. 0, or nonzero on a broken index."""
-    cdef _Geo g = _geo(nc, nplain, nnz, Rb, Cb, block_transposed, M, K, N, logical, checked)
-    cdef Py_ssize_t Bo = sbatch.shape[0], work = Bo * (nnz * g.bs * N + M * N)
-    cdef int nt = _threads(nthreads, work, Bo * (nc if rows else nplain))
-    cdef const index_t* cp = &compressed[0]
-    cdef const index_t* pp = &plain[0]
-    cdef const num_t* vp = &values[0]
-    cdef const num_t* dp = &dense[0]
-    cdef num_t* op = &out[0]
-    cdef const int64_t* sb = &sbatch[0]
-    cdef const int64_t* db = &dbatch[0]
+    scatter kernel for compressed columns. 0, or nonzero on a broken index. (itype and vtype are
+    NULL: they only select the specialisation.)"""
+    cdef int nt = _threads(nthreads, Bo * (g.nc if rows else g.nplain))
     if rows:
-        return _gather(cp, pp, vp, dp, op, sb, db, &g, Bs, Bo, nt)
-    return _scatter(cp, pp, vp, dp, op, sb, db, &g, Bs, Bo, nt)
+        return _gather(<const index_t*>a.c, <const index_t*>a.p, <const num_t*>a.v, <const num_t*>a.d,
+                       <num_t*>a.o, a.sb, a.db, g, Bs, Bo, nt)
+    return _scatter(<const index_t*>a.c, <const index_t*>a.p, <const num_t*>a.v, <const num_t*>a.d,
+                    <num_t*>a.o, a.sb, a.db, g, Bs, Bo, nt)
+
+
+cdef int _run(int icode, int vcode, const _Args* a, const _Geo* g, Py_ssize_t Bs, Py_ssize_t Bo, bint rows,
+              int nt) except -1:
+    """_product for index dtype code icode (0 int32, 1 int64) and kernel dtype code vcode."""
+    if icode == 0:
+        return _run_values(<const int32_t*>NULL, vcode, a, g, Bs, Bo, rows, nt)
+    return _run_values(<const int64_t*>NULL, vcode, a, g, Bs, Bo, rows, nt)
+
+
+cdef int _run_values(const index_t* itype, int vcode, const _Args* a, const _Geo* g, Py_ssize_t Bs, Py_ssize_t Bo,
+                     bint rows, int nt) except -1:
+    if vcode == 0: return _product(a, g, Bs, Bo, rows, nt, itype, <const uint8_t*>NULL)
+    if vcode == 1: return _product(a, g, Bs, Bo, rows, nt, itype, <const uint16_t*>NULL)
+    if vcode == 2: return _product(a, g, Bs, Bo, rows, nt, itype, <const uint32_t*>NULL)
+    if vcode == 3: return _product(a, g, Bs, Bo, rows, nt, itype, <const uint64_t*>NULL)
+    if vcode == 4: return _product(a, g, Bs, Bo, rows, nt, itype, <const float*>NULL)
+    if vcode == 5: return _product(a, g, Bs, Bo, rows, nt, itype, <const double*>NULL)
+    if vcode == 6: return _product(a, g, Bs, Bo, rows, nt, itype, <const float complex*>NULL)
+    return _product(a, g, Bs, Bo, rows, nt, itype, <const double complex*>NULL)
 
 
 cdef int _scatter_private(const index_t* cp, const index_t* pp, const num_t* vp, const num_t* dp, num_t* op,
@@ -598,37 +622,34 @@ def _locate_kernel(const index_t[::1] compressed, const index_t[::1] plain, Py_s
 # --------------------------------------------------------------------------
 # Python-facing functions
 
-_C_NAMES = {np.dtype(np.int32): "int32_t", np.dtype(np.int64): "int64_t", np.dtype(np.uint8): "uint8_t",
-            np.dtype(np.uint16): "uint16_t", np.dtype(np.uint32): "uint32_t", np.dtype(np.uint64): "uint64_t",
-            np.dtype(np.float32): "float", np.dtype(np.float64): "double",
-            np.dtype(np.complex64): "float complex", np.dtype(np.complex128): "double complex"}
-# The specialisations of the fused kernel by (index dtype, value dtype):
-# looked up once here, so that a call does not pay for Cython's fused-type dispatch.
-_KERNELS = {(i, v): _product_kernel.__signatures__[f"{_C_NAMES[i]}|{_C_NAMES[v]}"]
-            for i in (np.dtype(np.int32), np.dtype(np.int64)) for v in _KERNEL_DTYPES}
+# -- the checks of the arrays (O(1) each, _arrays.pxd: no memoryview to acquire per array; a
+# small product's time was mostly those acquisitions and a fused-type dispatch)
 
-
-cdef bint _batches_in_range(const int64_t[::1] batches, int64_t n) noexcept:
-    cdef Py_ssize_t b
-    for b in range(batches.shape[0]):
-        if batches[b] < 0 or batches[b] >= n:
+cdef bint _batches_in_range(cnp.ndarray batches, int64_t n) noexcept:
+    cdef const int64_t* b = <const int64_t*>cnp.PyArray_DATA(batches)
+    cdef Py_ssize_t i
+    for i in range(_dim(batches, 0)):
+        if b[i] < 0 or b[i] >= n:
             return False
     return True
 
 
-cdef _require(a, str name, int ndim, dtype=None):
-    """O(1) checks of an argument: an ndarray of ndim dims, C-contiguous, of dtype (when given)."""
-    if not isinstance(a, np.ndarray):
-        raise TypeError(f"{name} must be a numpy.ndarray, got {type(a).__name__}")
-    if a.ndim != ndim:
-        raise ValueError(f"{name} must be {ndim}-dimensional, got shape {a.shape}")
-    if not a.flags.c_contiguous:
-        raise ValueError(f"{name} must be C-contiguous, got strides {a.strides} for shape {a.shape}")
-    if dtype is not None and a.dtype is not dtype and a.dtype != dtype:
-        raise TypeError(f"{name} must have dtype {np.dtype(dtype)}, got {a.dtype}")
-
-
-_INT32, _INT64 = np.dtype(np.int32), np.dtype(np.int64)
+cdef tuple _ends(cnp.ndarray compressed, int icode, Py_ssize_t B, Py_ssize_t nc, Py_ssize_t nnz):
+    """Invariants 5.1 and 5.2 of every batch (an O(B) look; the kernels check 5.3-5.5 as they
+    scan, trusting where each batch's first slot starts and its last ends): the first broken one
+    as ("5.1" | "5.2", b, i, -1, value), or None."""
+    cdef const int32_t* c32 = <const int32_t*>cnp.PyArray_DATA(compressed)
+    cdef const int64_t* c64 = <const int64_t*>cnp.PyArray_DATA(compressed)
+    cdef Py_ssize_t b
+    cdef int64_t first, last
+    for b in range(B):
+        first = c32[b * (nc + 1)] if icode == 0 else c64[b * (nc + 1)]
+        last = c32[b * (nc + 1) + nc] if icode == 0 else c64[b * (nc + 1) + nc]
+        if first != 0:
+            return ("5.1", b, 0, -1, int(first))
+        if last != nnz:
+            return ("5.2", b, nc, -1, int(last))
+    return None
 
 
 def _flat(a):
@@ -659,10 +680,9 @@ def find_broken_index(compressed, plain, plain_size):
     >>> find_broken_index(np.array([[0, 1, 2]]), np.array([[0, 3]]), 3)
     ('5.5', 0, 1, 1, 3)
     """
-    _require(compressed, "compressed", 2)
-    _require(plain, "plain", 2, compressed.dtype)
-    if compressed.dtype not in (_INT32, _INT64):
-        raise TypeError(f"compressed must be int32 or int64, got {compressed.dtype}")
+    cdef cnp.ndarray c = _array(compressed, "compressed", 2), p = _array(plain, "plain", 2)
+    if _index_code(c) < 0 or _index_code(p) != _index_code(c):
+        raise TypeError(f"compressed and plain must be int32 or int64 of one dtype, got {compressed.dtype} and {plain.dtype}")
     B, nc1 = compressed.shape
     if plain.shape[0] != B or nc1 < 1:
         raise ValueError(f"compressed {compressed.shape} and plain {plain.shape} do not fit")
@@ -699,8 +719,9 @@ def spmm(compressed, plain, values, dense, out, sbatch, dbatch, blocksize, compr
 
     Returns
     -------
-    None, or the first broken index as :func:`find_broken_index` reports it
-    (`out` is then partially written).
+    None, or the first broken index as :func:`find_broken_index` reports it; when there is
+    none and not `checked`, ``("5.1" | "5.2", b, i, -1, compressed[b, i])`` for the first
+    batch that does not start at 0 or end at nnz (`out` is then partially written).
 
     Examples
     --------
@@ -712,52 +733,70 @@ def spmm(compressed, plain, values, dense, out, sbatch, dbatch, blocksize, compr
     >>> out.ravel()
     array([40., 30.])
     """
-    cdef Py_ssize_t Rb, Cb
+    cdef Py_ssize_t Rb, Cb, Bs, nnz, Bd, K, N, Bo, M, nc, nplain
+    cdef int icode, vcode, err
+    cdef bint rows = compressed_rows
+    cdef _Geo g
+    cdef _Args args
     Rb, Cb = blocksize
     if Rb < 1 or Cb < 1:
         raise ValueError(f"blocksize must be positive, got {tuple(blocksize)}")
-    _require(compressed, "compressed", 2)
-    _require(plain, "plain", 2, compressed.dtype)
-    _require(values, "values", 3)
-    kernel = _KERNELS.get((compressed.dtype, values.dtype))  # one hash lookup checks both dtypes
-    if kernel is None:
-        if compressed.dtype not in (_INT32, _INT64):
-            raise TypeError(f"compressed must be int32 or int64, got {compressed.dtype}")
+    cdef cnp.ndarray c = _array(compressed, "compressed", 2), p = _array(plain, "plain", 2)
+    cdef cnp.ndarray v = _array(values, "values", 3), d = _array(dense, "dense", 3), o = _array(out, "out", 3)
+    cdef cnp.ndarray sb = _array(sbatch, "sbatch", 1), db = _array(dbatch, "dbatch", 1)
+    icode, vcode = _index_code(c), _value_code(v)
+    if icode < 0:
+        raise TypeError(f"compressed must be int32 or int64, got {compressed.dtype}")
+    if _index_code(p) != icode:
+        raise TypeError(f"plain must have dtype {compressed.dtype}, got {plain.dtype}")
+    if vcode < 0:
         raise TypeError(f"values must have a kernel dtype ({', '.join(map(str, _KERNEL_DTYPES))}), "
                         f"got {values.dtype}")
-    if logical and values.dtype != _KERNEL_DTYPES[0]:
+    if logical and vcode != 0:
         raise TypeError(f"logical products need uint8 values, got {values.dtype}")
-    _require(dense, "dense", 3, values.dtype)
-    _require(out, "out", 3, values.dtype)
-    if not out.flags.writeable:
+    if _value_code(d) != vcode or cnp.PyArray_ITEMSIZE(d) != cnp.PyArray_ITEMSIZE(v):
+        raise TypeError(f"dense must have dtype {values.dtype}, got {dense.dtype}")
+    if _value_code(o) != vcode or cnp.PyArray_ITEMSIZE(o) != cnp.PyArray_ITEMSIZE(v):
+        raise TypeError(f"out must have dtype {values.dtype}, got {out.dtype}")
+    if not cnp.PyArray_ISWRITEABLE(o):
         raise ValueError("out must be writeable")
-    _require(sbatch, "sbatch", 1, _INT64)
-    _require(dbatch, "dbatch", 1, _INT64)
-    Bs, nnz = plain.shape
-    Bd, K, N = dense.shape
-    Bo, M = out.shape[0], out.shape[1]
-    if values.shape != (Bs, nnz, Rb * Cb):
+    if _index_code(sb) != 1 or _index_code(db) != 1:
+        raise TypeError(f"sbatch and dbatch must have dtype int64, got {sbatch.dtype} and {dbatch.dtype}")
+    Bs, nnz = _dim(p, 0), _dim(p, 1)
+    Bd, K, N = _dim(d, 0), _dim(d, 1), _dim(d, 2)
+    Bo, M = _dim(o, 0), _dim(o, 1)
+    if _dim(v, 0) != Bs or _dim(v, 1) != nnz or _dim(v, 2) != Rb * Cb:
         raise ValueError(f"values must have shape {(Bs, nnz, Rb * Cb)}, got {values.shape}")
-    if out.shape[2] != N or M % Rb or K % Cb:
+    if _dim(o, 2) != N or M % Rb or K % Cb:
         raise ValueError(f"out {out.shape} and dense {dense.shape} do not fit blocksize {(Rb, Cb)}")
-    nc = M // Rb if compressed_rows else K // Cb
-    nplain = K // Cb if compressed_rows else M // Rb
-    if compressed.shape != (Bs, nc + 1):
+    nc = M // Rb if rows else K // Cb
+    nplain = K // Cb if rows else M // Rb
+    if _dim(c, 0) != Bs or _dim(c, 1) != nc + 1:
         raise ValueError(f"compressed must have shape {(Bs, nc + 1)}, got {compressed.shape}")
-    if sbatch.shape != (Bo,) or dbatch.shape != (Bo,):
+    if _dim(sb, 0) != Bo or _dim(db, 0) != Bo:
         raise ValueError(f"sbatch and dbatch must have shape {(Bo,)}, got {sbatch.shape} and {dbatch.shape}")
-    if not _batches_in_range(sbatch, Bs) or not _batches_in_range(dbatch, Bd):
+    if not _batches_in_range(sb, Bs) or not _batches_in_range(db, Bd):
         raise ValueError(f"sbatch must be in [0, {Bs}) and dbatch in [0, {Bd})")
+    if not checked and (nnz == 0 or Bo == 0 or M == 0 or N == 0 or K == 0):  # no kernel scans the indices
+        found = _locate_kernel(_flat(compressed), _flat(plain), Bs, nc, nnz, nplain)
+        if found is not None:
+            return found
     if Bo == 0 or M == 0 or N == 0:
-        return None
+        return None if checked else _ends(c, icode, Bs, nc, nnz)
     if K == 0 or nnz == 0:
         out[...] = 0
-        return None
-    args = (_flat(compressed), _flat(plain), _flat(values), _flat(dense), out.reshape(-1), sbatch, dbatch,
-            Bs, nc, nplain, nnz, Rb, Cb, bool(block_transposed), M, K, N, bool(logical), bool(checked),
-            bool(compressed_rows), int(nthreads))
-    if kernel(*args) == 0:
-        return None
+        return None if checked else _ends(c, icode, Bs, nc, nnz)
+    g = _geo(nc, nplain, nnz, Rb, Cb, block_transposed, M, K, N, logical, checked)
+    args.c = cnp.PyArray_DATA(c)
+    args.p = cnp.PyArray_DATA(p)
+    args.v = cnp.PyArray_DATA(v)
+    args.d = cnp.PyArray_DATA(d)
+    args.o = cnp.PyArray_DATA(o)
+    args.sb = <const int64_t*>cnp.PyArray_DATA(sb)
+    args.db = <const int64_t*>cnp.PyArray_DATA(db)
+    err = _run(icode, vcode, &args, &g, Bs, Bo, rows, nthreads)
+    if err == 0:
+        return None if checked else _ends(c, icode, Bs, nc, nnz)
     found = _locate_kernel(_flat(compressed), _flat(plain), Bs, nc, nnz, nplain)
     if found is None:  # pragma: no cover - the kernels and the scan agree
         raise AssertionError("a product kernel found a broken index that the scan did not")

@@ -266,6 +266,13 @@ def compressed_write(const index_t[:, ::1] compressed, const index_t[:, ::1] new
     values of each run of equal ones (``values``: ``(B * nnz, E)``, ``out``: ``(B * nnz_out, E)``)."""
     cdef Py_ssize_t B = compressed.shape[0], ncomp = compressed.shape[1], nnz = plain.shape[1]
     cdef Py_ssize_t nnz_out = out_plain.shape[1], E = values.shape[1], nrows = B * (ncomp - 1), c
+    if (ncomp < 1 or new_compressed.shape[0] != B or new_compressed.shape[1] != ncomp or plain.shape[0] != B
+            or perm.shape[0] != B or perm.shape[1] != nnz or out_plain.shape[0] != B
+            or values.shape[0] != B * nnz or out.shape[0] != B * nnz_out or out.shape[1] != E):
+        raise ValueError(f"compressed_write: compressed ({B}, {ncomp}), new_compressed ({new_compressed.shape[0]}, "
+                         f"{new_compressed.shape[1]}), plain ({plain.shape[0]}, {nnz}), perm ({perm.shape[0]}, "
+                         f"{perm.shape[1]}), out_plain ({out_plain.shape[0]}, {nnz_out}), values ({values.shape[0]}, "
+                         f"{E}) and out ({out.shape[0]}, {out.shape[1]}) do not match")
     if nrows == 0 or nnz_out == 0:
         return
     cdef Py_ssize_t nchunks = max(1, min(nrows, 64 * nthreads, nrows // 256 + 1))

@@ -15,6 +15,7 @@ import numpy as np
 
 from ._balance cimport balanced_split
 from ._items cimport copy_items as _copy
+from ._parallel cimport ENTRIES_PER_THREAD
 from ._types cimport index2_t, index_t, raw_t
 
 cdef extern from *:
@@ -72,8 +73,9 @@ cdef Py_ssize_t BUCKETED_MIN_BYTES = 1 << 22
 # one, 4x for a 5-point one of 1e7 nnz. The band bounds the live write streams (about
 # 2 x band cache lines of each output); a negative value never counts a matrix as banded.
 cdef Py_ssize_t DIRECT_MAX_BAND = 1 << 13
-# Entries per thread of a batch transposed on several threads.
-cdef Py_ssize_t DIRECT_GRAIN = 32768
+# Entries per thread of a batch transposed on several threads (the shared grain of
+# _parallel.pxd; tests tune it down to cover the threaded paths on small inputs).
+cdef Py_ssize_t DIRECT_GRAIN = ENTRIES_PER_THREAD
 # Batches smaller than this (nnz * E) are transposed one per thread.
 cdef Py_ssize_t SMALL_BATCH = 1 << 16
 
@@ -415,6 +417,9 @@ def compressed_transpose(const index_t[:, ::1] compressed, const index_t[:, ::1]
     cdef int shift = 0, T = max(1, nthreads), w, err = 0
     cdef bint per_batch = T > 1 and B > 1 and (B >= 4 * T or nnz * max(E, 1) < SMALL_BATCH)
     cdef Py_ssize_t isz = sizeof(index_t), rsz = sizeof(raw_t)
+    if n < 0 or plain.shape[0] != B or values.shape[0] != B or values.shape[1] != nnz or nplain < 0:
+        raise ValueError(f"compressed_transpose: compressed ({B}, {n + 1}), plain ({plain.shape[0]}, {nnz}), values "
+                         f"({values.shape[0]}, {values.shape[1]}, {E}) and plain_size {nplain} do not match")
     cdef bint bucketed = (nplain > DIRECT_MAX_PLAIN and E * rsz < 64
                           and nnz * (isz + E * rsz) > BUCKETED_MIN_BYTES
                           and B > 0 and not _banded(&compressed[0, 0], &plain[0, 0], n, nplain))

@@ -21,9 +21,6 @@ _INDEX_DTYPES = (_INT32, _INT64)
 
 from sparsetensor._lib._types cimport index_t
 
-# Below this many index elements the kernels run on the calling thread.
-cdef int64_t PARALLEL_MIN = 100_000
-
 cdef enum:
     # Positions per cache-sized block: the fast pass over a block is followed
     # by the checks that re-read it while it is still in L2.
@@ -62,9 +59,12 @@ cdef inline int64_t _split(int64_t total, int64_t nchunks, int64_t c) noexcept n
 
 
 cdef int _nchunks(nthreads, int64_t nelements):
-    """Chunks (= threads) to use: 1 for small inputs or nthreads <= 1, at most 1024."""
+    """Chunks (= threads) to use: the count handed in (small inputs get 1 from the gate,
+    sparsetensor._config.num_threads), at most one per element and at most 1024."""
     cdef int64_t t = nthreads
-    if t <= 1 or nelements < PARALLEL_MIN:
+    if t > nelements:
+        t = nelements
+    if t <= 1:
         return 1
     return <int>(t if t < 1024 else 1024)
 
