@@ -4,8 +4,8 @@
 #
 #   ci/aarch64.sh [smoke|kernels|full|PYTEST-ARGS...]
 #     smoke    cross build + ci/cpu_smoke.py (every layout built, converted, multiplied, vs NumPy)
+#              (the default: the mode cheap enough for CI)
 #     kernels  smoke + the kernel test files (KERNEL_TESTS, the ones ci/wheel.sh reruns per level)
-#              (the default)
 #     full     smoke + the whole test suite
 #     anything else: smoke + pytest with those arguments, e.g. tests/test_blas.py -k spmv
 #
@@ -15,9 +15,9 @@
 #   2. a sysroot (not installed: extracted): Debian bookworm's arm64 python3.11 and the
 #      libraries it needs (apt-get download with a private apt configuration that leaves the
 #      machine's apt and dpkg alone, then dpkg -x), and aarch64 wheels of NumPy (+ pytest,
-#      hypothesis, SciPy for the test modes) from PyPI (pip install --platform --target).
-#      Kept in $AARCH64_CACHE/sysroot (default ~/.cache/sparsetensor-aarch64) and reused
-#      while its stamp (the package list and pins below) matches.
+#      hypothesis, SciPy in $AARCH64_CACHE/testsite, fetched only when tests run) from PyPI
+#      (pip install --platform --target). Kept in $AARCH64_CACHE/sysroot (default
+#      ~/.cache/sparsetensor-aarch64) and reused while its stamp (the pins below) matches.
 #   3. meson setup with ci/aarch64-linux-gnu.ini (Meson runs the sysroot's python3.11 under
 #      qemu to learn the extension suffix and the include directories), ninja, meson install
 #      into a staging directory: on aarch64 there is one CPU level, the compiler's default
@@ -28,7 +28,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$(pwd)
-mode=${1:-kernels}
+mode=${1:-smoke}
 start=$SECONDS
 step() { echo "== [aarch64 $((SECONDS - start)) s] $*"; }
 
@@ -48,6 +48,15 @@ skip() {
   exit "${AARCH64_REQUIRE:-0}"
 }
 
+# aarch64_wheels DIR REQUIREMENT...: aarch64 CPython 3.11 wheels from PyPI, unpacked into DIR
+aarch64_wheels() {
+  local dir=$1
+  shift
+  python3 -m pip install -q --disable-pip-version-check --target "$dir" --only-binary=:all: \
+    --platform manylinux2014_aarch64 --platform manylinux_2_28_aarch64 --implementation cp \
+    --python-version 3.11 --abi cp311 "$@" 2>&1 | grep -v "WARNING: \(Location\|Running pip\)" || true
+}
+
 step "tools: aarch64-linux-gnu-gcc, qemu-aarch64"
 need=()
 command -v aarch64-linux-gnu-gcc >/dev/null 2>&1 || need+=(gcc-aarch64-linux-gnu)
@@ -65,7 +74,7 @@ cache=${AARCH64_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/sparsetensor-aarch64}
 root=$cache/sysroot
 # one build directory per source tree, kept between runs: ninja rebuilds what changed
 build=$cache/build-$(echo "$repo" | md5sum | cut -c1-12)
-stamp="debs: $(echo $DEBS) wheels: $WHEELS $TEST_WHEELS"
+stamp="debs: $(echo $DEBS) wheels: $WHEELS"
 if [[ "$(cat "$root/.stamp" 2>/dev/null)" != "$stamp" ]]; then
   step "sysroot $root: Debian arm64 python3.11, then aarch64 wheels"
   rm -rf "$root" "$root.apt" "$cache"/build-*
@@ -114,11 +123,7 @@ EOF
     "$root" "$root/usr/bin/python3-qemu" "$root/usr/bin/python3.11" >"$root/usr/bin/python3-qemu"
   chmod +x "$root/usr/bin/python3-qemu"
   # on that python's sys.path (Debian's site.py adds <prefix>/lib/python3/dist-packages)
-  site="$root/usr/lib/python3/dist-packages"
-  # shellcheck disable=SC2086
-  python3 -m pip install -q --disable-pip-version-check --target "$site" --only-binary=:all: \
-    --platform manylinux2014_aarch64 --platform manylinux_2_28_aarch64 --implementation cp \
-    --python-version 3.11 --abi cp311 $WHEELS $TEST_WHEELS 2>&1 | grep -v "WARNING: \(Location\|Running pip\)" || true
+  aarch64_wheels "$root/usr/lib/python3/dist-packages" $WHEELS
   rm -rf "$apt"
   echo "$stamp" >"$root/.stamp"
 fi
@@ -164,6 +169,17 @@ case "$mode" in
   *) tests=("$@") ;;
 esac
 if ((${#tests[@]})); then
+  # the test tools: not needed by the smoke test, so kept apart from the sysroot
+  testsite=$cache/testsite
+  if [[ "$(cat "$testsite/.stamp" 2>/dev/null)" != "$TEST_WHEELS" ]]; then
+    step "aarch64 wheels for the tests: $TEST_WHEELS"
+    rm -rf "$testsite"
+    # shellcheck disable=SC2086
+    aarch64_wheels "$testsite" $TEST_WHEELS $WHEELS  # SciPy resolved against the pinned NumPy,
+    rm -rf "$testsite"/numpy "$testsite"/numpy-* "$testsite"/numpy.libs "$testsite"/bin  # which the sysroot has
+    echo "$TEST_WHEELS" >"$testsite/.stamp"
+  fi
+  export PYTHONPATH="$PYTHONPATH:$testsite"
   step "pytest ${tests[*]} under qemu-aarch64"
   "$py" -P -m pytest -q -p no:cacheprovider "${tests[@]}"
 fi
