@@ -5,7 +5,8 @@
 #   ci/aarch64.sh [smoke|kernels|full|PYTEST-ARGS...]
 #     smoke    cross build + ci/cpu_smoke.py (every layout built, converted, multiplied, vs NumPy)
 #              (the default: the mode cheap enough for CI)
-#     kernels  smoke + the kernel test files (KERNEL_TESTS, the ones ci/wheel.sh reruns per level)
+#     kernels  smoke + tests/test_dispatch.py and the kernel test files (KERNEL_TESTS, the ones
+#              ci/wheel.sh reruns per level)
 #     full     smoke + the whole test suite
 #     anything else: smoke + pytest with those arguments, e.g. tests/test_blas.py -k spmv
 #
@@ -170,7 +171,7 @@ esac
 
 case "$mode" in
   smoke) tests=() ;;
-  kernels) read -r -a tests <<<"$(echo $KERNEL_TESTS)" ;;
+  kernels) read -r -a tests <<<"tests/test_dispatch.py $(echo $KERNEL_TESTS)" ;;
   full) tests=(tests) ;;
   *) tests=("$@") ;;
 esac
