@@ -31,9 +31,8 @@ from ._coalesce import sum_duplicates
 from ._dtypes import raw_view
 from ._errors import InvariantError
 from ._tensor import COOTensor, CompressedTensor
-from ._validate import raise_compressed_error
 
-__all__ = ["ensure_valid", "Parts", "as_parts", "build", "same_nnz", "SHOW_BATCHES", "check_ends"]
+__all__ = ["ensure_valid", "Parts", "as_parts", "build", "same_nnz", "SHOW_BATCHES"]
 
 # Batches whose nnz differ are listed in errors up to this many.
 SHOW_BATCHES = 16
@@ -135,28 +134,3 @@ def ensure_valid(t, *, repair: bool = False, threads: int | None = None):
         except (NotImplementedError, ImportError):
             raise e from None  # no coalescing for this tensor: report what needs it
     return t
-
-
-def check_ends(t, named=None) -> None:
-    """Invariants 5.1 and 5.2 (an O(batch) look) of a compressed tensor that was never checked.
-
-    For kernels that check 5.3-5.5 as they scan the rows but trust where the first row starts
-    and the last one ends: without this, ``crow_indices[0] != 0`` or ``crow_indices[-1] != nnz``
-    would silently drop entries. ``named`` is the tensor to name in the error (``t`` may be
-    its transpose view). With nnz == 0 the kernels scan nothing, so the whole O(batch x rows)
-    check runs instead.
-    """
-    if t._canonical:
-        return
-    if t.nnz == 0:
-        t.check_invariants()
-        return
-    named = t if named is None else named
-    c = t.compressed_indices()
-    c2 = c.reshape(-1, c.shape[-1])
-    for inv, column, want in (("5.1", 0, 0), ("5.2", -1, t.nnz)):
-        bad = np.flatnonzero(c2[:, column] != want)
-        if bad.size:
-            b = int(bad[0])
-            raise_compressed_error((inv, b, 0, -1, int(c2[b, column])), named.layout, c.shape[:-1],
-                                   named.plain_size, t.nnz)
