@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
 import zlib
 
 import numpy as np
@@ -111,6 +114,14 @@ def assert_unchanged(t, snap):
     """The member arrays of ``t`` still equal its earlier ``snapshot`` (inputs are never modified)."""
     for x, y in zip(snapshot(t), snap):
         np.testing.assert_array_equal(x, y)
+
+
+def assert_python_prints_ok(code: str) -> None:
+    """Run ``code`` in a fresh interpreter (from ``tests/``, so never the source tree's package)
+    and require it to exit 0 having printed exactly ``ok``: for checks that need a clean
+    ``sys.modules`` (an optional dependency hidden, what an import pulls in)."""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=os.path.dirname(__file__))
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
 
 
 def assert_matches_scipy_csr(got, ref, rtol=1e-12):

@@ -22,7 +22,6 @@ from __future__ import annotations
 import ctypes
 import math
 import os
-import subprocess
 import sys
 import zlib
 
@@ -34,7 +33,7 @@ from sparsetensor._tensor import COOTensor, CompressedTensor
 from sparsetensor.cuda import _driver, _emulator
 from sparsetensor.cuda._array import DeviceArray, _dlpack_capsule, _DLManagedTensor, _from_dlpack, as_device_array
 
-from conftest import random_dense
+from conftest import assert_python_prints_ok, random_dense
 
 cuda = pytest.importorskip("sparsetensor.cuda")
 
@@ -1180,16 +1179,14 @@ def test_import_without_cuda_python():
             "try:\n    stc.to_device(t)\nexcept ImportError as e:\n    assert 'sparsetensor[cuda]' in str(e)\n"
             "else:\n    raise SystemExit('no ImportError')\n"
             "print('ok')\n")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=os.path.dirname(__file__))
-    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+    assert_python_prints_ok(code)
 
 
 def test_import_is_lazy():
     code = ("import sys, sparsetensor, sparsetensor.cuda\n"
             "assert not any(m.startswith('cuda') for m in sys.modules), sorted(m for m in sys.modules if 'cuda' in m)\n"
             "print('ok')\n")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=os.path.dirname(__file__))
-    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+    assert_python_prints_ok(code)
 
 
 def test_emulator_half_conversion():

@@ -10,14 +10,12 @@ runs them on one when present and on the kernel emulator otherwise.
 from __future__ import annotations
 
 import ctypes
-import os
-import subprocess
-import sys
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
+from conftest import assert_python_prints_ok
 from sparsetensor.cuda import _array, _driver, _emulator, _nvrtc
 from sparsetensor.cuda._array import DeviceArray, as_device_array
 
@@ -199,5 +197,4 @@ def test_without_cuda_core_the_backend_is_unavailable():
             "except ImportError as e:\n    assert 'sparsetensor[cuda]' in str(e), e\n"
             "else:\n    raise SystemExit('no ImportError')\n"
             "print('ok')\n")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=os.path.dirname(__file__))
-    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+    assert_python_prints_ok(code)
