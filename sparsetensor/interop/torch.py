@@ -19,7 +19,7 @@ from .._config import resolve_check
 from .._factory import sparse_compressed_tensor, sparse_coo_tensor
 from .._tensor import COOTensor, CompressedTensor
 
-__all__ = ["from_torch", "to_torch", "import_torch"]
+__all__ = ["from_torch", "to_torch"]
 
 
 def import_torch():
@@ -29,7 +29,7 @@ def import_torch():
         import torch
     except ImportError:
         raise ImportError("PyTorch interop needs torch, an optional dependency of sparsetensor: "
-                          "pip install 'sparsetensor[torch]'") from None
+                          "pip install torch (or 'sparsetensor[torch]')") from None
     return torch
 
 
