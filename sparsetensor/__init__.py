@@ -40,6 +40,7 @@ from .interop import chunk as _chunk
 _protocols.bind()
 _chunk.bind()  # pickling, Dask's tokenize/sizeof, operators that give way to lazy collections
 from . import optim  # noqa: E402  (st.optim: sparse optimizers)
+from . import cuda as _cuda  # noqa: E402,F401  (registers the CUDA device with _device; loads no cuda-python)
 
 __version__ = "0.1.0"
 

@@ -1088,8 +1088,8 @@ def test_wired_methods(backend, rng):
     assert_values(d.t().to_dense().get(), dense.T)
     x = rng.standard_normal(t.shape[1]).astype(np.float32)
     assert_values(d.mv(cuda.DeviceArray.from_host(x)).get(), dense @ x)
-    with pytest.raises(NotImplementedError, match="keepdim"):
-        d.sum(1, keepdim=True)
+    # the CPU's semantics on both devices (issue #10): keepdim keeps the summed dim with size 1
+    assert_values(d.sum(1, keepdim=True).get(), dense.sum(axis=1, keepdims=True))
     with pytest.raises(NotImplementedError, match="round with arguments"):
         d.round(2)
     assert len(d) == t.shape[0] and d.size(-1) == t.shape[1] and d.numel() == t.numel()

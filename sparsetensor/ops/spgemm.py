@@ -25,7 +25,7 @@ from .._backend._views import kernel_dtype as _kernel_dtype
 from .._config import num_threads
 from .._canonical import ensure_valid
 from .._lib import _spgemm as _kernels
-from .._tensor import COOTensor, CompressedTensor, SparseTensor, _SparseBase
+from .._tensor import COOTensor, CompressedTensor, SparseTensor
 from ._common import describe as _describe
 
 __all__ = ["spgemm", "sampled_addmm"]
@@ -95,7 +95,7 @@ def spgemm(a, b, *, threads: int | None = None):
     >>> c.crow_indices(), c.col_indices(), c.values()
     (array([0, 1, 2]), array([0, 0]), array([ 0., -2.]))
     """
-    if not isinstance(a, _SparseBase) or not isinstance(b, _SparseBase):
+    if not isinstance(a, SparseTensor) or not isinstance(b, SparseTensor):
         raise TypeError(f"spgemm expects two sparse tensors, got {type(a).__name__} and {type(b).__name__}")
     if a.dtype != b.dtype:
         raise TypeError(f"spgemm: the operands must have one value dtype, got {_describe(a)} and {_describe(b)}")
