@@ -709,6 +709,43 @@ def test_sampled_addmm(backend, rng, dtype):
         assert_values(cuda.to_dense(got).get(), cast(want, dtype))
 
 
+def test_sampled_addmm_through_the_op(backend, rng):
+    """st.sampled_addmm of a device tensor: the CPU's op (checks, csc through the transpose), then the
+    CUDA backend's sddmm; a host operand next to it names both devices."""
+    t = make(rng, ("csr", (), (), None), np.float64, np.int32, nnz=9, blocks=(6, 5))
+    m1, m2 = rng.standard_normal((6, 7)), rng.standard_normal((7, 5))
+    d1, d2 = cuda.DeviceArray.from_host(m1), cuda.DeviceArray.from_host(m2)
+    for s in (t, t.to_sparse_csc()):
+        got = st.sampled_addmm(s.cuda(), d1, d2, beta=0.5, alpha=2.0)
+        assert got.device == "cuda:0" and got.layout is s.layout
+        assert_values(got.to_dense().get(), st.sampled_addmm(s, m1, m2, beta=0.5, alpha=2.0).to_dense())
+    with pytest.raises(ValueError, match="different devices"):
+        st.sampled_addmm(t.cuda(), m1, d2)
+    with pytest.raises(TypeError, match="dtype of input"):
+        st.sampled_addmm(t.cuda(), cuda.DeviceArray.from_host(m1.astype(np.float32)), d2)
+
+
+def test_scalar_and_pointwise_through_the_ops(backend, rng):
+    """Methods of a device tensor run the CPU's op code (argument checks, coalescing) and the CUDA
+    backend's kernels: the same results as on the CPU, the CPU's errors."""
+    t = make(rng, ("coo", (), (), None), np.float32, np.int64)
+    d = t.cuda()
+    a = abs(t)
+    for got, want in ((d * 2.5, t * 2.5), (2.5 * d, 2.5 * t), (d / 4, t / 4), (d ** 2, t ** 2), (a.cuda().sqrt(), a.sqrt()),
+                      (st.abs(d), st.abs(t)), (d.round(), t.round())):
+        assert got.device == "cuda:0" and got.dtype == want.dtype
+        assert_values(got.to_dense().get(), want.to_dense())
+    with pytest.raises(ValueError, match="not zero-preserving"):
+        d ** 0
+    with pytest.raises(ValueError, match="different devices"):
+        d * np.ones(t.shape, np.float32)
+    with pytest.raises(NotImplementedError, match="sum over dims"):
+        d.sum((0, 1))
+    with pytest.raises(NotImplementedError, match="sum over dim=1 of a coo tensor on cuda"):
+        d.sum(1)
+    assert_values(d.sum().get(), t.sum())
+
+
 # -- sums --------------------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("dtype", FLOATS, ids=str)

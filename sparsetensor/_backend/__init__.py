@@ -29,9 +29,10 @@ from . import cpu
 __all__ = ["KERNELS", "backend_for", "device_of", "cpu"]
 
 KERNELS = ("validate", "coalesce", "to_dense", "from_dense", "convert", "transpose", "spmm", "spgemm", "merge",
-           "reduce_sum", "reduce_sum_dims", "unary")
+           "reduce_sum", "reduce_sum_dims", "unary", "sddmm")
 
 _TENSOR_TYPES = frozenset((COOTensor, CompressedTensor))
+_NDARRAY = np.ndarray
 
 
 def device_of(x) -> str | None:
@@ -59,8 +60,10 @@ def backend_for(*operands):
     CPU/GPU mix, or two GPUs): nothing is moved silently.
     """
     for x in operands:  # the common case, CPU tensors and arrays, costs this loop only
-        if type(x) is not np.ndarray and (type(x) not in _TENSOR_TYPES or type(x._values) is not np.ndarray):
-            return _pick(operands)
+        tx = type(x)
+        if tx is _NDARRAY or (tx in _TENSOR_TYPES and type(x._values) is _NDARRAY):
+            continue
+        return _pick(operands)
     return cpu
 
 

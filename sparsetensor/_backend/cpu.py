@@ -23,11 +23,12 @@ from .._tensor import COOTensor, CompressedTensor
 from .._validate import raise_compressed_error, raise_coo_error
 from ._convert import convert, transpose
 from ._merge import merge
+from ._sddmm import sddmm
 from ._spgemm import spgemm
 from ._views import aligned_copy, bits_dtype, work_dtype
 
 __all__ = ["device", "validate", "coalesce", "to_dense", "from_dense", "convert", "transpose", "spmm", "spgemm",
-           "merge", "reduce_sum", "reduce_sum_dims", "unary"]
+           "merge", "reduce_sum", "reduce_sum_dims", "unary", "sddmm"]
 
 device = "cpu"
 

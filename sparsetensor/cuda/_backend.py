@@ -15,7 +15,7 @@ from __future__ import annotations
 from . import _binary, _blas, _coalesce, _convert, _dense, _pointwise, _reduce, _validate
 
 __all__ = ["device", "validate", "coalesce", "to_dense", "from_dense", "convert", "transpose", "spmm", "spgemm",
-           "merge", "reduce_sum", "reduce_sum_dims", "unary"]
+           "merge", "reduce_sum", "reduce_sum_dims", "unary", "sddmm"]
 
 device = "cuda"
 
@@ -105,3 +105,14 @@ def unary(t, name: str, fn, threads=None, arg=None):
         raise NotImplementedError(f"{name} with arguments ({arg!r}) of a {t.layout.name} tensor on {t.device} has no "
                                   "GPU kernel; run it on the host with t.cpu()")
     return _pointwise.unary(t, name).values()
+
+
+def sddmm(input, mat1, mat2, batch: tuple, beta, alpha, threads=None):
+    """``beta * input + alpha * (mat1 @ mat2)`` at the pattern of device csr ``input`` (shapes and
+    dtypes resolved by the op; ``mat1``/``mat2`` dense device arrays, 2-d or of ``input``'s batch).
+    Broadcasting ``input``'s batch has no GPU kernel."""
+    if batch != input.shape[:input.batch_dim]:
+        have = input.shape[:input.batch_dim]
+        raise NotImplementedError(f"sampled_addmm on {input.device} broadcasting the batch {have} of the input to "
+                                  f"{batch} has no GPU kernel")
+    return _blas.sampled_addmm(input, mat1, mat2, beta=beta, alpha=alpha)
