@@ -731,8 +731,8 @@ def test_scalar_and_pointwise_through_the_ops(backend, rng):
     t = make(rng, ("coo", (), (), None), np.float32, np.int64)
     d = t.cuda()
     a = abs(t)
-    for got, want in ((d * 2.5, t * 2.5), (2.5 * d, 2.5 * t), (d / 4, t / 4), (d ** 2, t ** 2), (a.cuda().sqrt(), a.sqrt()),
-                      (st.abs(d), st.abs(t)), (d.round(), t.round())):
+    for got, want in ((d * 2.5, t * 2.5), (2.5 * d, 2.5 * t), (d / 4, t / 4), (d ** 2, t ** 2),
+                      (a.cuda().sqrt(), a.sqrt()), (st.abs(d), st.abs(t)), (d.round(), t.round())):
         assert got.device == "cuda:0" and got.dtype == want.dtype
         assert_values(got.to_dense().get(), want.to_dense())
     with pytest.raises(ValueError, match="not zero-preserving"):
