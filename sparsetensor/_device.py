@@ -21,7 +21,7 @@ modules on first use):
 from __future__ import annotations
 
 __all__ = ["as_device", "is_device_like", "is_device_array", "register", "move", "to_host", "backend",
-           "device_array", "device_constructor"]
+           "device_array", "device_constructor", "require_host"]
 
 _KDL_CUDA = 2  # DLPack device type of CUDA memory (NumPy's __dlpack_device__ says kDLCPU = 1)
 
@@ -59,6 +59,16 @@ def is_device_array(x) -> bool:
         except Exception:  # noqa: BLE001 - a producer that cannot say where it lives is not ours to take
             return False
     return False
+
+
+def require_host(t, what: str):
+    """``t`` when its members are in host memory; a tensor on a CUDA device raises
+    NotImplementedError naming ``what`` (an exit that hands host memory to another library, or
+    a format that stores it): nothing is copied to the host unasked."""
+    if t.is_cuda:
+        raise NotImplementedError(f"{what} of a {t.layout.name} tensor on {t.device} needs host memory; move it "
+                                  "with t.cpu() first")
+    return t
 
 
 def as_device(device) -> str:

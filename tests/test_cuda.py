@@ -842,6 +842,23 @@ def test_no_silent_host_copy(backend, rng):
     assert (np.asarray(d.values()) == d.values().get()).all()  # a DeviceArray copies when asked
 
 
+def test_exits_need_host_memory(backend, rng, tmp_path):
+    """One class tree: the exits of CPU tensors are reachable with device members; those that hand
+    host memory to another library (or pickle it) refuse them, naming the exit and the device;
+    the file writers copy to the host, as their job is writing host memory to a file."""
+    import pickle
+
+    t = make(rng, ("csr", (), (), None))
+    d = t.cuda()
+    for call, what in ((lambda: st.to_scipy(d), "to_scipy"), (lambda: st.to_torch(d), "to_torch"),
+                       (lambda: pickle.dumps(d), "pickling"), (lambda: st.diagonal(d), "diagonal"),
+                       (lambda: d[0], "__getitem__"), (lambda: st.cat([t, d]), "cat")):
+        with pytest.raises(NotImplementedError, match=f"{what}.* on cuda:0"):
+            call()
+    st.save(tmp_path / "d.npz", d)
+    assert_same(d, st.load(tmp_path / "d.npz"))
+
+
 # -- constructors from device arrays (issue #5: zero-copy, device, dtype, size estimation) ----------------
 
 def outcome(call):
