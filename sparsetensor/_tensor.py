@@ -39,6 +39,8 @@ REPR_LIMIT = 64
 # np.asarray(t) densifies only up to this many elements (see __array__).
 DENSIFY_LIMIT = 1 << 27
 
+_NDARRAY = np.ndarray
+
 
 def _fmt_array(name: str, a: np.ndarray) -> str:
     body = np.array2string(a, separator=", ", threshold=REPR_LIMIT, prefix=" " * (len("tensor(") + len(name) + 1))
@@ -87,12 +89,13 @@ class SparseTensor:
     @property
     def device(self) -> str:
         """``"cpu"``, or ``"cuda:N"`` for device members (the values' device)."""
-        return self.values().device
+        return self._values.device
 
     @property
     def is_cuda(self) -> bool:
         """True when the members live on a CUDA device."""
-        return self.values().device != "cpu"
+        v = self._values
+        return type(v) is not _NDARRAY and v.device != "cpu"
 
     @property
     def device_id(self) -> int:
