@@ -330,9 +330,9 @@ def mul(a, b):
 
 
 def sum(t, dim=None):  # noqa: A001 - torch's name
-    from ._reduce import sum as _sum
-
-    return _sum(t, dim)
+    """``t.sum(dim)`` of device tensor ``t``: the op (:func:`sparsetensor.ops.reduce.sum`), then the
+    backend's ``reduce_sum``/``reduce_sum_dims``."""
+    return _device_tensor(t, "sum").sum(dim)
 
 
 def unary(t, op: str):
