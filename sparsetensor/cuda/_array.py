@@ -221,32 +221,35 @@ class DeviceArray:
         return out
 
     # -- the member operations of the tensor classes (sparsetensor._tensor), on the device -------
+    def _run(self, file: str, kernel: str, keys: tuple, n: int, *args) -> None:
+        """Launch a grid-stride kernel of ``file`` over ``n`` items on this array's device."""
+        from ._module import BLOCK, grid_for, launch
+
+        dev = self._require_device()
+        if n > 0:
+            launch(dev, file, kernel, keys, grid_for(dev, n, BLOCK), BLOCK, *args)
+
     def astype(self, dtype, copy: bool = True) -> "DeviceArray":
         """A device array of ``dtype`` (a new one, also for the same dtype unless ``copy=False``).
 
         The GPU converts float16 <-> float32 and int32 <-> int64 (index dtypes); other pairs
         raise NotImplementedError naming them (convert on the CPU)."""
-        from . import _primitives as P
-
         dt = np.dtype(dtype)
         if dt == self._dtype:
             return self.copy() if copy else self
         pair = (self._dtype.name, dt.name)
-        dev = self._require_device()
-        if pair == ("float16", "float32"):
-            return P.half_to_float(dev, self)
-        if pair == ("float32", "float16"):
-            return P.float_to_half(dev, self)
-        if set(pair) == {"int32", "int64"}:
-            return P.cast_index(dev, self, dt)
+        kernel = {("float16", "float32"): ("cast_half_float", ()), ("float32", "float16"): ("cast_float_half", ()),
+                  ("int32", "int64"): ("cast_index", pair), ("int64", "int32"): ("cast_index", pair)}.get(pair)
+        if kernel is not None:
+            out = DeviceArray.empty(self._shape, dt, self._require_device())
+            self._run("pointwise.cu", kernel[0], kernel[1], self.size, self, out, self.size)
+            return out
         raise NotImplementedError(f"astype {self._dtype} -> {dt} on {self.device} has no GPU kernel (float16 <-> "
                                   "float32 and int32 <-> int64 only); convert on the CPU")
 
     def swapaxes(self, axis1: int, axis2: int) -> "DeviceArray":
         """A new C-contiguous array with two adjacent axes swapped (device memory holds no
         strided views); other pairs raise NotImplementedError."""
-        from . import _primitives as P
-
         a, b = sorted(operator.index(x) % self.ndim for x in (axis1, axis2))
         if a == b:
             return self
@@ -257,9 +260,7 @@ class DeviceArray:
         lead, rows, cols = math.prod(self._shape[:a]), self._shape[a], self._shape[b]
         width = math.prod(self._shape[b + 1:])
         out = DeviceArray.empty(self._shape[:a] + (cols, rows) + self._shape[b + 1:], self._dtype, dev)
-        if out.size:
-            P.run(dev, "convert.cu", "transpose_blocks", (P.raw_key(self.itemsize),), out.size, self, lead, rows,
-                  cols, width, out)
+        self._run("convert.cu", "transpose_blocks", (self.itemsize,), out.size, self, lead, rows, cols, width, out)
         return out
 
     def take(self, indices, axis: int = 0) -> "DeviceArray":

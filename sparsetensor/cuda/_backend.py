@@ -55,7 +55,7 @@ def convert(t, layout, bs, threads=None):
 
 def transpose(t, threads=None):
     """csr <-> csc, bsr <-> bsc: the same matrix in the other orientation (a device radix sort)."""
-    return _convert.transpose_compressed(_validate.checked(t))
+    return _convert.transpose_compressed(_coalesce.checked(t))
 
 
 def spmm(S, D, plan, rt, threads=None, err=None):

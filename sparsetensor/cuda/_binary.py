@@ -21,9 +21,9 @@ import numpy as np
 
 from . import _primitives as P
 from ._pointwise import mul_scalar
-from ._validate import checked
+from ._coalesce import checked
 from .._tensor import COOTensor, CompressedTensor
-from .tensor import CudaSparseTensor
+from ._classes import CudaSparseTensor
 
 __all__ = ["add", "mul"]
 

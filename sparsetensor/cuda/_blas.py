@@ -23,7 +23,7 @@ from . import _primitives as P
 from ._array import DeviceArray, as_device_array
 from ._module import BLOCK, grid_for, launch
 from .._tensor import CompressedTensor
-from .tensor import CudaCOOTensor, CudaCompressedTensor, CudaSparseTensor
+from ._classes import CudaCOOTensor, CudaCompressedTensor, CudaSparseTensor
 
 __all__ = ["matmul", "sampled_addmm"]
 
@@ -64,7 +64,7 @@ def _as_rows(a, op: str):
 def _rows(a):
     """A canonical device compressed tensor in csr/bsr (csc/bsc transposed on the device)."""
     from ._convert import transpose_compressed
-    from ._validate import checked
+    from ._coalesce import checked
 
     a = checked(a)
     return a if a.layout.compressed_rows else transpose_compressed(a)
@@ -158,7 +158,7 @@ def sampled_addmm(input, mat1, mat2, *, beta=1.0, alpha=1.0):
     ``B + (M, K)``, ``B + (K, N)``, or shared 2-d ones). ``beta == 0`` ignores ``input``'s
     values (NaN included), as PyTorch does. Returns a csr tensor sharing ``input``'s indices.
     """
-    from ._validate import checked
+    from ._coalesce import checked
 
     if not isinstance(input, CudaCompressedTensor) or input.layout is not L.sparse_csr:
         raise NotImplementedError(f"sampled_addmm on cuda needs a csr input, got "

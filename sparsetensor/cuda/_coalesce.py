@@ -20,9 +20,9 @@ from .._validate import raise_compressed_error, raise_coo_error
 from . import _primitives as P
 from ._validate import compressed_report, coo_report
 from .._tensor import COOTensor, CompressedTensor
-from .tensor import CudaCOOTensor, CudaCompressedTensor
+from ._classes import CudaCOOTensor, CudaCompressedTensor
 
-__all__ = ["coalesce", "sum_duplicates"]
+__all__ = ["coalesce", "sum_duplicates", "checked"]
 
 _U64_SPAN = 1 << 64
 
@@ -145,3 +145,17 @@ def sum_duplicates(t):
     out_vals = _sum_runs(dev, v.reshape(N, math.prod(tail)), perm, starts, nout_total, "sum_duplicates")
     return CompressedTensor(new_comp.reshape(batch + (n + 1,)), new_plain.reshape(batch + (nnz_out,)),
                                 out_vals.reshape(batch + (nnz_out,) + tail), t.shape, layout, True)
+
+
+def checked(t):
+    """``t`` if it is known to satisfy 5.1-5.6 (canonical), else scanned on the device: broken
+    indices raise InvariantError; unsorted or duplicate plain indices (5.6) are repaired with
+    :func:`sum_duplicates` (as the CPU's conversions do). Returns a canonical tensor."""
+    if t.is_coalesced():
+        return t
+    found = compressed_report(t)
+    if found is None:
+        return CompressedTensor(t.compressed_indices(), t.plain_indices(), t.values(), t.shape, t.layout, True)
+    if found[0] == "5.6":
+        return sum_duplicates(t)
+    raise_compressed_error(found, t.layout, t.shape[:t.batch_dim], t.plain_size, t.nnz)

@@ -22,11 +22,11 @@ import numpy as np
 from .. import _layout as L
 from .._dtypes import check_fits
 from . import _primitives as P
-from ._validate import checked
+from ._coalesce import checked
 from .._tensor import COOTensor, CompressedTensor
-from .tensor import CudaCOOTensor
+from ._classes import CudaCOOTensor
 
-__all__ = ["convert", "transpose_compressed", "matrix_transpose"]
+__all__ = ["convert", "transpose_compressed"]
 
 
 def transpose_compressed(t):
@@ -59,28 +59,6 @@ def transpose_compressed(t):
     values = P.gather_rows(dev, v.reshape((N,) + tail), perm, N)
     return CompressedTensor(comp.reshape(batch + (ps + 1,)), plain.reshape(batch + (nnz,)),
                                 values.reshape(v.shape), t.shape, out_layout, True)
-
-
-def matrix_transpose(t):
-    """``t.mT``: csr <-> csc sharing every member; bsr <-> bsc sharing the indices, with the
-    blocks transposed into new (contiguous) values on the device."""
-
-    m, dd = t.batch_dim, t.dense_dim
-    shape = list(t.shape)
-    shape[m], shape[m + 1] = shape[m + 1], shape[m]
-    values = t.values()
-    if t.layout.blocked:
-        dev = t.values()._device
-        rb, cb = t.blocksize
-        nblocks = math.prod(values.shape[:m + 1])
-        W = math.prod(values.shape[m + 3:])
-        out = P.empty(dev, values.shape[:m + 1] + (cb, rb) + values.shape[m + 3:], values.dtype)
-        P.run(dev, "convert.cu", "transpose_blocks", (P.raw_key(values.itemsize),), nblocks * rb * cb * W,
-              values, nblocks, rb, cb, W, out)
-        values = out
-    del dd
-    return CompressedTensor(t.compressed_indices(), t.plain_indices(), values, tuple(shape), t.layout.transposed,
-                                t.is_coalesced())
 
 
 def _rows_to_coo(t):

@@ -18,7 +18,7 @@ from .. import _layout as L
 from . import _primitives as P
 from ._array import DeviceArray, as_device_array
 from .._tensor import COOTensor, CompressedTensor
-from .tensor import CudaCOOTensor, CudaCompressedTensor
+from ._classes import CudaCOOTensor, CudaCompressedTensor
 
 __all__ = ["to_dense", "from_dense"]
 
@@ -47,7 +47,7 @@ def to_dense(t) -> DeviceArray:
 
 
 def _compressed_to_dense(t) -> DeviceArray:
-    from ._validate import checked
+    from ._coalesce import checked
 
     t = checked(t)  # indices proven in bounds; duplicates summed
     dev = t.values()._device

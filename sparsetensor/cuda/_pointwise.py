@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import _primitives as P
-from .tensor import CudaCOOTensor
+from ._classes import CudaCOOTensor
 
 __all__ = ["UNARY_OPS", "unary", "scalar_op", "mul_scalar", "div_scalar", "pow_scalar"]
 
@@ -33,7 +33,7 @@ _SCALAR = {"mul": 0, "div": 1, "pow": 2}
 
 
 def _prepared(t, linear: bool):
-    from ._validate import checked
+    from ._coalesce import checked
 
     if linear:
         return t

@@ -21,7 +21,7 @@ import numpy as np
 
 from . import _primitives as P
 from ._module import launch
-from .tensor import CudaCompressedTensor
+from ._classes import CudaCompressedTensor
 
 __all__ = ["sum", "index_extrema", "step_extrema"]
 
@@ -78,7 +78,7 @@ def sum_all(t):
 def sum(t, dim=None):  # noqa: A001 - torch's name
     """Sum of all elements (``dim=None``) or over one sparse dim of a compressed tensor."""
     from ._convert import transpose_compressed
-    from ._validate import checked
+    from ._coalesce import checked
 
     if dim is None:
         return sum_all(t)

@@ -17,8 +17,7 @@ from .. import _layout as L
 from .._errors import InvariantError
 from .._validate import raise_compressed_error, raise_coo_error
 from . import _primitives as P
-from .._tensor import CompressedTensor
-from .tensor import CudaCOOTensor, CudaCompressedTensor
+from ._classes import CudaCOOTensor, CudaCompressedTensor
 
 __all__ = ["check_tensor", "check_compressed", "check_coo", "compressed_report", "coo_report", "CODES"]
 
@@ -112,23 +111,6 @@ def check_tensor(t) -> None:
         check_compressed(t)
     else:
         raise TypeError(f"expected a CUDA sparse tensor, got {type(t).__name__}")
-
-
-def checked(t):
-    """``t`` if it is known to satisfy 5.1-5.6 (canonical), else scanned on the device: broken
-    indices raise InvariantError; unsorted or duplicate plain indices (5.6) are repaired with
-    coalesce (as the CPU's conversions do). Returns a canonical tensor."""
-    if t.is_coalesced():
-        return t
-    found = compressed_report(t)
-    if found is None:
-
-        return CompressedTensor(t.compressed_indices(), t.plain_indices(), t.values(), t.shape, t.layout, True)
-    if found[0] == "5.6":
-        from ._coalesce import sum_duplicates
-
-        return sum_duplicates(t)
-    raise_compressed_error(found, t.layout, t.shape[:t.batch_dim], t.plain_size, t.nnz)
 
 
 def is_layout(t, layout) -> bool:

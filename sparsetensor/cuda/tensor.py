@@ -22,41 +22,12 @@ import numpy as np
 from .. import _layout as L
 from .._tensor import COOTensor, CompressedTensor, SparseTensor
 from ._array import DeviceArray, as_device_array
+from ._classes import CudaCOOTensor, CudaCompressedTensor, CudaSparseTensor
 from ._driver import get_device
 
 __all__ = ["CudaSparseTensor", "CudaCOOTensor", "CudaCompressedTensor", "to_device", "to_host", "coo_tensor",
            "compressed_tensor", "validate", "coalesce", "to_sparse", "to_dense", "from_dense", "matmul", "add", "mul",
            "sum", "unary", "sampled_addmm", "is_cuda_tensor"]
-
-
-class _OnDevice(type):
-    """``isinstance(t, CudaSparseTensor)``: ``t`` is a sparse tensor whose members live on a CUDA
-    device (the same classes as on the CPU; ``t.is_cuda``)."""
-
-    def __instancecheck__(cls, t):
-        return isinstance(t, cls._cpu_class) and t.is_cuda
-
-    def __subclasscheck__(cls, sub):
-        return False
-
-
-class CudaSparseTensor(metaclass=_OnDevice):
-    """Not a class of tensors: a test. ``isinstance(t, CudaSparseTensor)`` means a sparse tensor
-    (:class:`~sparsetensor.SparseTensor`) on a CUDA device."""
-
-    _cpu_class = SparseTensor
-
-
-class CudaCOOTensor(metaclass=_OnDevice):
-    """``isinstance(t, CudaCOOTensor)``: a :class:`~sparsetensor.COOTensor` on a CUDA device."""
-
-    _cpu_class = COOTensor
-
-
-class CudaCompressedTensor(metaclass=_OnDevice):
-    """``isinstance(t, CudaCompressedTensor)``: a :class:`~sparsetensor.CompressedTensor` on a CUDA device."""
-
-    _cpu_class = CompressedTensor
 
 
 def is_cuda_tensor(t) -> bool:
