@@ -62,9 +62,11 @@ def backend_for(*operands):
     """
     for x in operands:  # the common case, CPU tensors and arrays, costs this loop only
         tx = type(x)
-        if tx is _NDARRAY or (tx in _TENSOR_TYPES and type(x._values) is _NDARRAY):
-            continue
-        return _pick(operands)
+        if tx in _TENSOR_TYPES:
+            if type(x._values) is not _NDARRAY:
+                return _pick(operands)
+        elif tx is not _NDARRAY:
+            return _pick(operands)
     return cpu
 
 
