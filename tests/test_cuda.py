@@ -737,6 +737,7 @@ def test_scalar_and_pointwise_through_the_ops(backend, rng):
         assert_values(got.to_dense().get(), want.to_dense())
     with pytest.raises(ValueError, match="not zero-preserving"):
         d ** 0
+    assert_values((np.float32(2) * d).to_dense().get(), (np.float32(2) * t).to_dense())  # NumPy scalar first
     with pytest.raises(ValueError, match="different devices"):
         d * np.ones(t.shape, np.float32)
     with pytest.raises(NotImplementedError, match="sum over dims"):
