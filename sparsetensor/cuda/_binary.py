@@ -19,10 +19,10 @@ import numbers
 
 import numpy as np
 
+from .._tensor import COOTensor, CompressedTensor
 from . import _primitives as P
 from ._pointwise import mul_scalar
 from ._coalesce import checked
-from .._tensor import COOTensor, CompressedTensor
 from ._classes import CudaSparseTensor
 
 __all__ = ["add", "mul"]

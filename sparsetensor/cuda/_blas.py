@@ -18,11 +18,11 @@ import math
 import numpy as np
 
 from .. import _layout as L
+from .._tensor import CompressedTensor
 from ..ops.blas import _result_dtype, product_shape
 from . import _primitives as P
 from ._array import DeviceArray, as_device_array
 from ._module import BLOCK, grid_for, launch
-from .._tensor import CompressedTensor
 from ._classes import CudaCOOTensor, CudaCompressedTensor, CudaSparseTensor
 
 __all__ = ["matmul", "sampled_addmm"]

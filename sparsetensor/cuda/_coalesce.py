@@ -16,10 +16,10 @@ import math
 
 import numpy as np
 
+from .._tensor import COOTensor, CompressedTensor
 from .._validate import raise_compressed_error, raise_coo_error
 from . import _primitives as P
 from ._validate import compressed_report, coo_report
-from .._tensor import COOTensor, CompressedTensor
 from ._classes import CudaCOOTensor, CudaCompressedTensor
 
 __all__ = ["coalesce", "sum_duplicates", "checked"]

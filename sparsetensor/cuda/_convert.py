@@ -21,9 +21,9 @@ import numpy as np
 
 from .. import _layout as L
 from .._dtypes import check_fits
+from .._tensor import COOTensor, CompressedTensor
 from . import _primitives as P
 from ._coalesce import checked
-from .._tensor import COOTensor, CompressedTensor
 from ._classes import CudaCOOTensor
 
 __all__ = ["convert", "transpose_compressed"]

@@ -15,9 +15,9 @@ import math
 import numpy as np
 
 from .. import _layout as L
+from .._tensor import COOTensor, CompressedTensor
 from . import _primitives as P
 from ._array import DeviceArray, as_device_array
-from .._tensor import COOTensor, CompressedTensor
 from ._classes import CudaCOOTensor, CudaCompressedTensor
 
 __all__ = ["to_dense", "from_dense"]
