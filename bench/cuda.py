@@ -143,6 +143,7 @@ SIZES = {"full": (2_000_000, 1024, 100_000_000, 6_250_000, 16), "quick": (200_00
 def run(quick=False, repeat=7, emulate=False):
     """Run the benchmarks; ``emulate=True`` runs tiny sizes on the CPU emulator of the kernels
     (a smoke test of this script, no timing meaning, no peers)."""
+    import sparsetensor as st
     import sparsetensor.cuda as stc
     from sparsetensor.cuda._driver import get_device
 
@@ -268,7 +269,7 @@ def run(quick=False, repeat=7, emulate=False):
     record(f"csr->csc {big.nnz:,} nnz", ms, 2 * (col.nbytes + val.nbytes) + 2 * crow.nbytes, peers,
            "torch/ours >= 2")
 
-    unchecked = stc.CudaCompressedTensor(big.crow_indices(), big.col_indices(), big.values(), big.shape, big.layout)
+    unchecked = st.CompressedTensor(big.crow_indices(), big.col_indices(), big.values(), big.shape, big.layout)
     ms = ours_t(lambda: stc.validate(unchecked), repeat)
     peers = {}
     if torch is not None:

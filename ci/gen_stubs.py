@@ -73,7 +73,7 @@ def render_tensor_stub() -> str:
     out = [HEADER, IMPORTS, ""]
     out.append(f"__all__ = {T.__all__!r}\n")
     out.append(f"REPR_LIMIT: int\nDENSIFY_LIMIT: int\n")
-    for cls in (T._SparseBase, T.SparseTensor, T._COOBase, T.COOTensor, T._CompressedBase, T.CompressedTensor):
+    for cls in (T.SparseTensor, T.COOTensor, T.CompressedTensor):
         out.append("\n" + "\n".join(_class_stub(cls, T.__name__)) + "\n")
     return "\n".join(out).rstrip() + "\n"
 
@@ -84,7 +84,7 @@ def render_api_stub() -> str:
     out = [HEADER, IMPORTS, "from ._tensor import COOTensor, CompressedTensor, SparseTensor\n"]
     out.append(f"__all__ = {sorted(set(_api.__all__))!r}\n")
     out.append("class Op(NamedTuple):\n    name: str\n    impl: Callable\n    method: bool\n    function: bool\n"
-               "    aliases: tuple\n    cls: type\n    kind: str\n")
+               "    aliases: tuple\n    cls: type\n    kind: str\n    gpu: bool\n")
     out.append("OPS: tuple[Op, ...]\n")
     out.append("def bind(rows, namespace: dict | None = ...) -> list: ...\n")
     for name in sorted(set(_api.__all__)):

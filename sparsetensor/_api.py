@@ -28,7 +28,7 @@ import numpy as np
 
 from . import _convert, _dense
 from ._backend import backend_for
-from ._tensor import COOTensor, CompressedTensor, SparseTensor, _SparseBase
+from ._tensor import COOTensor, CompressedTensor, SparseTensor
 from .interop import scipy as _scipy, torch as _torch
 from .interop.chunk import defer_to_lazy as _lazy, defer_to_lazy_ufunc as _lazy_ufunc
 from .ops import binary, blas, inplace, join, mask, pointwise, reduce, select, spgemm
@@ -45,6 +45,9 @@ class Op(NamedTuple):
     aliases : other names for both.
     cls : the class that gets the method (``SparseTensor``: every layout).
     kind : ``"method"`` (default) or ``"property"``.
+    gpu : whether the op runs on a CUDA device (its op code calls the backend's kernels, which
+        raise NotImplementedError naming what the GPU lacks); False: a tensor on a GPU raises
+        NotImplementedError naming the op and the device before the op runs (:func:`_host_only`).
     """
 
     name: str
@@ -54,6 +57,7 @@ class Op(NamedTuple):
     aliases: tuple = ()
     cls: type = SparseTensor
     kind: str = "method"
+    gpu: bool = False
 
 
 # -- small adapters (the rest of the table binds the ops' own functions) -------------------------------
@@ -85,7 +89,19 @@ def _pow_operator(self, exponent):
     return pointwise.pow(self, exponent)
 
 
+_SCALAR_UFUNCS = {np.multiply: binary.mul, np.true_divide: binary.div}
+
+
 def _array_ufunc(self, ufunc, method, *inputs, **kwargs):
+    if self.is_cuda:  # NumPy works on host memory: nothing here copies a device tensor to the host
+        if ufunc is np.matmul:  # ndarray @ t
+            raise NotImplementedError(f"__rmatmul__ (a NumPy array @ a {self.layout.name} tensor on {self.device}) "
+                                      "has no GPU kernel; move the operands to one device")
+        if ufunc in _SCALAR_UFUNCS and method == "__call__" and not kwargs and len(inputs) == 2 and \
+                any(isinstance(x, np.generic) for x in inputs):  # np.float32(2) * t: the operator's op
+            return _SCALAR_UFUNCS[ufunc](*inputs)
+        raise TypeError(f"NumPy's {ufunc.__name__} does not run on a {self.layout.name} tensor on {self.device}; use "
+                        "the tensor's methods, or t.cpu()")
     if ufunc is np.matmul and method == "__call__" and not kwargs:  # ndarray @ sparse
         return blas.matmul(*inputs)
     return pointwise.array_ufunc(self, ufunc, method, *inputs, **kwargs)
@@ -190,15 +206,18 @@ _POINTWISE = ("abs", "neg", "negative", "sign", "sgn", "sqrt", "square", "sin", 
               "asinh", "atan", "atanh", "expm1", "log1p", "ceil", "floor", "round", "trunc", "frac", "relu",
               "conj", "pow", "exp", "exp2", "cos", "cosh", "acos", "acosh", "log", "log2", "log10", "sigmoid",
               "rsqrt", "reciprocal")
+# those with f(0) != 0: refused on the CPU (ValueError), not run on a GPU
+_DENSE_AT_ZERO = frozenset(("exp", "exp2", "cos", "cosh", "acos", "acosh", "log", "log2", "log10", "sigmoid", "rsqrt",
+                            "reciprocal"))
 
 OPS: tuple = (
-    *(Op(name, getattr(pointwise, name)) for name in _POINTWISE),
+    *(Op(name, getattr(pointwise, name), gpu=name not in _DENSE_AT_ZERO) for name in _POINTWISE),
     Op("real", _real, function=False, kind="property"),
     Op("imag", _imag, function=False, kind="property"),
     Op("real", pointwise.real, method=False),
     Op("imag", pointwise.imag, method=False),
     # reductions (NumPy's axis=/keepdims=/out= accepted where np.sum & co. pass them)
-    Op("sum", _numpy_axis(reduce.sum)),
+    Op("sum", _numpy_axis(reduce.sum), gpu=True),
     Op("mean", _numpy_axis(reduce.mean)),
     Op("amax", _numpy_axis(reduce.amax), aliases=("max",)),
     Op("amin", _numpy_axis(reduce.amin), aliases=("min",)),
@@ -206,8 +225,8 @@ OPS: tuple = (
     Op("softmax", reduce.softmax),
     Op("log_softmax", reduce.log_softmax),
     # shape and indexing
-    Op("transpose", select.transpose),
-    Op("t", t, method=False),  # the method is _SparseBase.t (CPU and CUDA)
+    Op("transpose", select.transpose, gpu=True),
+    Op("t", t, method=False, gpu=True),  # the method is SparseTensor.t
     Op("narrow", select.narrow, aliases=("narrow_copy",)),
     Op("select", select.select),
     Op("index_select", select.index_select),
@@ -220,49 +239,49 @@ OPS: tuple = (
     Op("copy_", inplace.copy_, function=False),
     Op("resize_as_", inplace.resize_as_, function=False),
     # products
-    Op("matmul", blas.matmul, aliases=("dot",)),
-    Op("mm", blas.mm),
-    Op("mv", blas.mv),
+    Op("matmul", blas.matmul, aliases=("dot",), gpu=True),
+    Op("mm", blas.mm, gpu=True),
+    Op("mv", blas.mv, gpu=True),
     Op("bmm", blas.bmm),
     Op("smm", blas.smm),
     Op("hspmm", blas.hspmm),
     Op("addmm", blas.addmm, method=False),
     Op("sspaddmm", blas.sspaddmm, method=False),
     Op("linear", blas.linear, method=False),
-    Op("spgemm", spgemm.spgemm, method=False),
-    Op("sampled_addmm", spgemm.sampled_addmm, method=False),
+    Op("spgemm", spgemm.spgemm, method=False, gpu=True),
+    Op("sampled_addmm", spgemm.sampled_addmm, method=False, gpu=True),
     # elementwise with another operand
-    Op("add", binary.add),
-    Op("sub", binary.sub),
-    Op("mul", binary.mul, aliases=("multiply",)),
-    Op("div", binary.div),
-    Op("maximum", binary.maximum),
-    Op("minimum", binary.minimum),
+    Op("add", binary.add, gpu=True),
+    Op("sub", binary.sub, gpu=True),
+    Op("mul", binary.mul, aliases=("multiply",), gpu=True),
+    Op("div", binary.div, gpu=True),
+    Op("maximum", binary.maximum, gpu=True),
+    Op("minimum", binary.minimum, gpu=True),
     # conversions and exits (the functions of the same names are sparsetensor.to_scipy & co.)
-    Op("to_dense", to_dense, function=False),
-    Op("to_sparse", to_sparse, function=False),
-    *(Op(f"to_sparse_{name}", _to_layout(name, name in ("bsr", "bsc")), function=False)
+    Op("to_dense", to_dense, function=False, gpu=True),
+    Op("to_sparse", to_sparse, function=False, gpu=True),
+    *(Op(f"to_sparse_{name}", _to_layout(name, name in ("bsr", "bsc")), function=False, gpu=True)
       for name in ("coo", "csr", "csc", "bsr", "bsc")),
     Op("to_scipy", to_scipy, function=False),
     Op("to_torch", to_torch, function=False),
-    Op("coalesce", _coo_coalesce, function=False, cls=COOTensor),
-    Op("coalesce", _compressed_coalesce, function=False, cls=CompressedTensor, aliases=("sum_duplicates",)),
+    Op("coalesce", _coo_coalesce, function=False, cls=COOTensor, gpu=True),
+    Op("coalesce", _compressed_coalesce, function=False, cls=CompressedTensor, aliases=("sum_duplicates",), gpu=True),
     # operators; the binary ones and __array_ufunc__ give way to a lazy collection (Dask: the product
     # stays lazy; see interop/chunk.py)
-    Op("__add__", _lazy(binary.add), function=False),
-    Op("__radd__", _lazy(_reflected(binary.add, "__radd__")), function=False),
-    Op("__sub__", _lazy(binary.sub), function=False),
-    Op("__rsub__", _lazy(_reflected(binary.sub, "__rsub__")), function=False),
-    Op("__mul__", _lazy(binary.mul), function=False),
-    Op("__rmul__", _lazy(_reflected(binary.mul, "__rmul__")), function=False),
-    Op("__truediv__", _lazy(binary.div), function=False),
-    Op("__rtruediv__", _lazy(_reflected(binary.div, "__rtruediv__")), function=False),
-    Op("__matmul__", _lazy(blas.matmul), function=False),
-    Op("__rmatmul__", _lazy(_reflected(blas.matmul, "__rmatmul__")), function=False),
-    Op("__abs__", pointwise.abs, function=False),
-    Op("__neg__", pointwise.neg, function=False),
-    Op("__pow__", _pow_operator, function=False),
-    Op("__array_ufunc__", _lazy_ufunc(_array_ufunc), function=False),
+    Op("__add__", _lazy(binary.add), function=False, gpu=True),
+    Op("__radd__", _lazy(_reflected(binary.add, "__radd__")), function=False, gpu=True),
+    Op("__sub__", _lazy(binary.sub), function=False, gpu=True),
+    Op("__rsub__", _lazy(_reflected(binary.sub, "__rsub__")), function=False, gpu=True),
+    Op("__mul__", _lazy(binary.mul), function=False, gpu=True),
+    Op("__rmul__", _lazy(_reflected(binary.mul, "__rmul__")), function=False, gpu=True),
+    Op("__truediv__", _lazy(binary.div), function=False, gpu=True),
+    Op("__rtruediv__", _lazy(_reflected(binary.div, "__rtruediv__")), function=False, gpu=True),
+    Op("__matmul__", _lazy(blas.matmul), function=False, gpu=True),
+    Op("__rmatmul__", _lazy(_reflected(blas.matmul, "__rmatmul__")), function=False, gpu=True),
+    Op("__abs__", pointwise.abs, function=False, gpu=True),
+    Op("__neg__", pointwise.neg, function=False, gpu=True),
+    Op("__pow__", _pow_operator, function=False, gpu=True),
+    Op("__array_ufunc__", _lazy_ufunc(_array_ufunc), function=False, gpu=True),
     # per-layout hooks (private): an op picks its layout's body by method lookup, not by isinstance
     Op("_reduce_calc", reduce._reduce_coo, function=False, cls=COOTensor),
     Op("_reduce_calc", reduce._reduce_compressed, function=False, cls=CompressedTensor),
@@ -299,34 +318,65 @@ OPS: tuple = (
 )
 
 
-def _on_any_device(name: str, impl):
-    """The ``st.*`` function of a method row: ``impl`` for CPU tensors (and everything else), and
-    for a tensor of another device's class (``sparsetensor.cuda``'s, which share ``_SparseBase``)
-    that class's own method of the same name, so that ``st.sum(t)`` works wherever ``t.sum()``
-    does. One ``isinstance`` test more than the method costs."""
+_TENSOR_TYPES = frozenset((COOTensor, CompressedTensor))
+_NDARRAY = np.ndarray
+
+
+def _on_gpu(x) -> bool:
+    if isinstance(x, SparseTensor):
+        return x.is_cuda
+    return isinstance(x, (list, tuple)) and any(isinstance(y, SparseTensor) and y.is_cuda for y in x)
+
+
+def _host_only(name: str, impl):
+    """``impl`` for an op with no GPU path: a first operand on a CUDA device (a tensor, or one in a
+    sequence of tensors) raises NotImplementedError naming the op and the device (nothing is
+    copied to the host); the function is marked ``no_gpu_kernel``."""
     def fn(*args, **kwargs):
-        t = args[0] if args else None
-        if isinstance(t, _SparseBase) and not isinstance(t, SparseTensor):
-            return getattr(type(t), name)(*args, **kwargs)
+        # a CPU tensor costs two type tests; anything else the full test
+        if args and (type(args[0]) not in _TENSOR_TYPES or type(args[0]._values) is not _NDARRAY) and \
+                _on_gpu(args[0]):
+            t = args[0] if isinstance(args[0], SparseTensor) else next(y for y in args[0] if _on_gpu(y))
+            raise NotImplementedError(f"{name} of a {t.layout.name} tensor on {t.device} has no GPU kernel; run it "
+                                      f"on the host with t.cpu().{name}")
         return impl(*args, **kwargs)
 
-    functools.update_wrapper(fn, impl)  # name, docs, signature (``__wrapped__``) of the method
+    functools.update_wrapper(fn, impl)  # name, docs, signature (``__wrapped__``)
+    fn.no_gpu_kernel = True
     return fn
+
+
+def _for_devices(rows) -> tuple:
+    """``rows`` with every public row that has no GPU path (``gpu=False``) split into one row per
+    name, its implementation the :func:`_host_only` guard naming that name; the per-layout
+    hooks (``_name``) are left as they are (the ops call them after resolving the device)."""
+    out = []
+    for op in rows:
+        hook = op.name.startswith("_") and not op.name.startswith("__")
+        if op.gpu or hook or getattr(op.impl, "no_gpu_kernel", False):
+            out.append(op)
+            continue
+        out.extend(op._replace(name=name, aliases=(), impl=_host_only(name, op.impl))
+                   for name in (op.name,) + tuple(op.aliases))
+    return tuple(out)
+
+
+OPS = _for_devices(OPS)
 
 
 def bind(rows, namespace: dict | None = None) -> list:
     """Attach the methods of ``rows`` to their classes and put their functions in ``namespace``
-    (this module's globals when None); returns the function names, for an ``__all__``. A row
-    that is a method of every layout and a function gives the function of :func:`_on_any_device`."""
+    (this module's globals when None); returns the function names, for an ``__all__``. The
+    method and the function of a row are one object; rows without ``gpu`` are guarded first
+    (:func:`_for_devices`)."""
     namespace = globals() if namespace is None else namespace
     names = []
-    for op in rows:
+    for op in _for_devices(rows):
         for name in (op.name,) + tuple(op.aliases):
             if op.method:
                 setattr(op.cls, name, property(op.impl, doc=op.impl.__doc__) if op.kind == "property" else op.impl)
             if op.function:
-                device_too = op.method and op.kind == "method" and op.cls is SparseTensor
-                namespace[name] = _on_any_device(name, op.impl) if device_too else op.impl
+                namespace[name] = op.impl
                 names.append(name)
     return names
 

@@ -18,6 +18,7 @@ class Op(NamedTuple):
     aliases: tuple
     cls: type
     kind: str
+    gpu: bool
 
 OPS: tuple[Op, ...]
 

@@ -26,7 +26,7 @@ import numpy as np
 
 from . import _layout as L
 from ._backend import backend_for
-from ._tensor import _SparseBase
+from ._tensor import SparseTensor
 
 __all__ = ["to_sparse"]
 
@@ -92,7 +92,7 @@ def to_sparse(t, layout, *, blocksize=None, dense_dim=None, threads: int | None 
            [0, 2, 1]])
     """
     layout = L.as_layout(layout)
-    if not isinstance(t, _SparseBase):
+    if not isinstance(t, SparseTensor):
         if isinstance(t, np.ndarray):
             from ._dense import from_dense
 

@@ -17,14 +17,14 @@ import numpy as np
 from . import _device, _layout as L
 from ._backend import backend_for
 from ._dtypes import VALUE_DTYPES, as_index_dtype, check_fits
-from ._tensor import _SparseBase
+from ._tensor import SparseTensor
 
 __all__ = ["to_dense", "from_dense", "check_from_dense", "DensePlan"]
 
 
 def to_dense(t, *, threads: int | None = None) -> np.ndarray:
     """The dense array of a sparse tensor; duplicates (possible only in unchecked input) are summed."""
-    if not isinstance(t, _SparseBase):
+    if not isinstance(t, SparseTensor):
         raise TypeError(f"to_dense expects a sparse tensor, got {type(t).__name__}")
     return backend_for(t).to_dense(t, threads)
 

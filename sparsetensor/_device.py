@@ -1,10 +1,44 @@
-"""Devices: ``"cpu"`` (NumPy arrays) and ``"cuda"``/``"cuda:N"`` (sparsetensor.cuda, optional)."""
+"""Devices: ``"cpu"`` (NumPy arrays) and ``"cuda"``/``"cuda:N"`` (sparsetensor.cuda, optional).
+
+This module imports nothing of the package: it sits at the bottom, below the tensor
+classes. A device package above it (``sparsetensor.cuda``) registers itself with
+:func:`register` when it is imported (``import sparsetensor`` imports it; importing it
+loads no cuda-python); the functions here look the device up in that registry, so every
+call goes down, never up into the device package's modules.
+
+A registered device is an object with these callables (all loading the device's
+modules on first use):
+
+- ``get_device(spec)``: the device's name (``"cuda:N"``) for a spec, raising
+  ``NotImplementedError`` saying why when it cannot be used, ``ValueError`` when it does
+  not exist;
+- ``to_device(t, device)``, ``to_host(t)``: tensor moves (the same classes);
+- ``backend()``: the kernel module (the names of :data:`sparsetensor._backend.KERNELS`);
+- ``as_device_array(x)``: a foreign device array as the package's array, without a copy;
+- ``coo_tensor``, ``compressed_tensor``: the constructors for members in device memory.
+"""
 
 from __future__ import annotations
 
-__all__ = ["as_device", "is_device_like", "is_device_array", "move", "backend", "device_array", "device_constructor"]
+__all__ = ["as_device", "is_device_like", "is_device_array", "register", "move", "to_host", "backend",
+           "device_array", "device_constructor", "require_host"]
 
 _KDL_CUDA = 2  # DLPack device type of CUDA memory (NumPy's __dlpack_device__ says kDLCPU = 1)
+
+_DEVICES: dict = {}  # "cuda" -> the registered device package (see the module docstring)
+
+
+def register(kind: str, hooks) -> None:
+    """Register the device package of device type ``kind`` (``"cuda"``): called by that
+    package at its import."""
+    _DEVICES[kind] = hooks
+
+
+def _hooks(kind: str = "cuda"):
+    h = _DEVICES.get(kind)
+    if h is None:
+        raise NotImplementedError(f"device {kind!r}: no device package is registered for it; tensors live on 'cpu'")
+    return h
 
 
 def is_device_like(x) -> bool:
@@ -27,6 +61,16 @@ def is_device_array(x) -> bool:
     return False
 
 
+def require_host(t, what: str):
+    """``t`` when its members are in host memory; a tensor on a CUDA device raises
+    NotImplementedError naming ``what`` (an exit that hands host memory to another library, or
+    a format that stores it): nothing is copied to the host unasked."""
+    if t.is_cuda:
+        raise NotImplementedError(f"{what} of a {t.layout.name} tensor on {t.device} needs host memory; move it "
+                                  "with t.cpu() first")
+    return t
+
+
 def as_device(device) -> str:
     """Normalise a device spec (``"cpu"``, ``"cuda"``, ``"cuda:N"``, an ordinal ``N``, a torch
     device) to ``"cpu"`` or ``"cuda:N"``.
@@ -43,45 +87,37 @@ def as_device(device) -> str:
     if s == "cpu":
         return "cpu"
     if s == "cuda" or s.startswith("cuda:"):
-        from .cuda import _driver
-
-        try:
-            return _driver.get_device(s).name
-        except (ImportError, _driver.CudaError) as e:
-            raise NotImplementedError(f"device {s!r}: CUDA is not available here ({type(e).__name__}: {e}); "
-                                      "tensors live on 'cpu'") from None
+        return _hooks("cuda").get_device(s)
     raise ValueError(f"unknown device {device!r}; expected 'cpu' or 'cuda[:N]'")
 
 
 def move(t, device: str):
-    """``t`` copied to CUDA device ``device`` (``t.to``, ``t.cuda()``, the constructors' ``device=``)."""
-    from .cuda import to_device
+    """``t`` copied to CUDA device ``device`` (``t.to``, ``t.cuda()``, the constructors' ``device=``):
+    the same class, with device members."""
+    return _hooks("cuda").to_device(t, device)
 
-    return to_device(t, device)
+
+def to_host(t):
+    """Device tensor ``t`` with host copies of its members (``t.cpu()``): the same class."""
+    return _hooks("cuda").to_host(t)
 
 
 def backend(device: str):
     """The kernels of CUDA device ``device`` (:mod:`sparsetensor.cuda._backend`, the same names as
     :mod:`sparsetensor._backend.cpu`); what :func:`sparsetensor._backend.backend_for` returns for
     device operands."""
-    from .cuda import _backend
-
-    return _backend
+    return _hooks("cuda").backend()
 
 
 def device_array(x):
     """Device array ``x`` (anything :func:`is_device_array` accepts) as a
     ``sparsetensor.cuda.DeviceArray``, without a copy."""
-    from .cuda import as_device_array
-
-    return as_device_array(x)
+    return _hooks("cuda").as_device_array(x)
 
 
 def device_constructor(kind: str):
     """The CUDA backend's constructor for members in device memory: ``"coo"`` gives
-    ``sparsetensor.cuda.coo_tensor``, ``"compressed"`` ``sparsetensor.cuda.compressed_tensor``.
-    With :func:`move` and :func:`as_device` the only places below the CUDA package that load it
-    (on first use: the factory calls this when it is given a device array)."""
-    from .cuda import tensor
-
-    return {"coo": tensor.coo_tensor, "compressed": tensor.compressed_tensor}[kind]
+    ``sparsetensor.cuda.coo_tensor``, ``"compressed"`` ``sparsetensor.cuda.compressed_tensor``
+    (the factory calls this when it is given a device array)."""
+    h = _hooks("cuda")
+    return {"coo": h.coo_tensor, "compressed": h.compressed_tensor}[kind]

@@ -213,6 +213,7 @@ def _as_scipy_coo(t, sp):
         return t.astype(np.float32) if t.dtype == np.float16 else t
     if not isinstance(t, (COOTensor, CompressedTensor)):
         raise TypeError(f"write_mtx expects a sparse tensor or a NumPy array, got {type(t).__name__}")
+    t = t.cpu()  # as save(): the file is written from host memory
     if t.ndim != 2 or t.batch_dim or t.dense_dim:
         raise ValueError(f"Matrix Market holds 2-d matrices: cannot write a {t.layout.name} tensor of shape "
                          f"{t.shape} (batch_dim={t.batch_dim}, dense_dim={t.dense_dim}); write each matrix "

@@ -26,7 +26,7 @@ ROWS = (
     Op("adjoint", linop.adjoint, function=False),
     Op("H", linop.adjoint, function=False, kind="property"),
     # SciPy's sparse constructors and direct solvers get a TypeError naming to_scipy() instead of densifying
-    Op("__array__", linop.array_refusing_scipy(SparseTensor.__array__), function=False),
+    Op("__array__", linop.array_refusing_scipy(SparseTensor.__array__), function=False, gpu=True),
     # NumPy's function protocol (NEP 18)
     Op("__array_function__", array_function.array_function, function=False),
     # indexing

@@ -11,6 +11,12 @@ class constructors here trust their arguments. The classes hold the members, the
 attributes and the O(1)/O(nnz) checks; the ops (``t.sum()``, ``t @ x``, ``t.to_sparse()``,
 ...) are bound onto them once, from the one table of public ops in :mod:`sparsetensor._api`,
 which also makes the ``st.*`` functions. This module imports nothing above itself.
+
+One class tree serves every device: the members are NumPy arrays on the CPU or
+``sparsetensor.cuda.DeviceArray``s on a CUDA device, and ``device``/``is_cuda`` come from
+them. What the classes do with members is device-neutral (``.copy()``, ``.astype()``,
+``.swapaxes()``, shapes); the O(nnz) check of device members is the device backend's,
+reached through :mod:`sparsetensor._device` (below this module).
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ import math
 import numpy as np
 
 from . import _layout as L
-from ._device import as_device, is_device_like, move
+from ._device import as_device, backend, is_device_like, move, to_host
 from ._dtypes import as_index_dtype, as_value_dtype, check_fits
 from ._meta import compressed_meta, coo_meta, normalize_dim
 from ._validate import check_compressed_indices, check_coo_indices
@@ -33,21 +39,23 @@ REPR_LIMIT = 64
 # np.asarray(t) densifies only up to this many elements (see __array__).
 DENSIFY_LIMIT = 1 << 27
 
+_NDARRAY = np.ndarray
+
 
 def _fmt_array(name: str, a: np.ndarray) -> str:
     body = np.array2string(a, separator=", ", threshold=REPR_LIMIT, prefix=" " * (len("tensor(") + len(name) + 1))
     return f"{name}={body}"
 
 
-class _SparseBase:
-    """What every sparse tensor shares, on the CPU and on a CUDA device
-    (:mod:`sparsetensor.cuda.tensor`): shape attributes, ``to``/``astype``, the summary line.
+class SparseTensor:
+    """Base of the sparse tensor classes: what every layout shares, on every device.
 
-    Subclasses provide ``device``, ``values()``, ``_replace_values``, ``_cast_values`` and
-    ``_cast_index`` (a member array converted to a dtype: NumPy or a device kernel).
+    Subclasses provide ``values()``, ``_replace_values``, ``_members`` and the layout's
+    attributes.
     """
 
-    __slots__ = ()
+    __slots__ = ("_shape", "_layout", "__weakref__")
+    __array_priority__ = 1000
 
     # -- attributes ---------------------------------------------------------------
     @property
@@ -78,6 +86,27 @@ class _SparseBase:
     def is_sparse(self) -> bool:
         return True
 
+    @property
+    def device(self) -> str:
+        """``"cpu"``, or ``"cuda:N"`` for device members (the values' device)."""
+        return self._values.device
+
+    @property
+    def is_cuda(self) -> bool:
+        """True when the members live on a CUDA device."""
+        v = self._values
+        return type(v) is not _NDARRAY and v.device != "cpu"
+
+    @property
+    def device_id(self) -> int:
+        """The CUDA device ordinal of the members; -1 on the CPU (torch's ``get_device``)."""
+        return self.values().device_id if self.is_cuda else -1
+
+    @property
+    def index_dtype(self) -> np.dtype:
+        """The dtype of the index arrays (int32 or int64)."""
+        raise NotImplementedError
+
     def numel(self) -> int:
         """The number of indexable elements (invariant 3.11)."""
         return math.prod(self._shape)
@@ -93,7 +122,8 @@ class _SparseBase:
         ``t.to("cuda")``, ``t.to("cuda:1")``, ``t.to(index_dtype=np.int32)``.
 
         Dtypes are converted on the CPU when the move involves it (before moving to a
-        device, after moving to the host), on the device otherwise.
+        device, after moving to the host), on the device otherwise. A move gives the same
+        class with the members on the other device.
 
         Examples
         --------
@@ -107,9 +137,10 @@ class _SparseBase:
                 device = a
             else:
                 dtype = a
-        there = self.device if device is None else as_device(device)
-        if there != self.device:
-            if self.device == "cpu":
+        here = self.device
+        there = here if device is None else as_device(device)
+        if there != here:
+            if here == "cpu":
                 return move(self.to(dtype=dtype, index_dtype=index_dtype), there)
             if there == "cpu":
                 return self.cpu().to(dtype=dtype, index_dtype=index_dtype)
@@ -127,12 +158,19 @@ class _SparseBase:
         """This tensor on a CUDA device (``sparsetensor.cuda``); see ``t.to("cuda")``."""
         return self.to(device="cuda" if device is None else device)
 
+    def cpu(self):
+        """This tensor with its members on the host: itself on the CPU, else host copies."""
+        return to_host(self) if self.is_cuda else self
+
     def astype(self, dtype, copy: bool = True):
-        """The same tensor with values converted to ``dtype`` (indices shared unless ``copy``)."""
+        """The same tensor with values converted to ``dtype`` (indices shared unless ``copy``).
+
+        On a CUDA device the members convert themselves (float16 <-> float32 only; other
+        pairs raise NotImplementedError naming them)."""
         dt = as_value_dtype(dtype)
         if dt == self.dtype and not copy:
             return self
-        return self._replace_values(self._cast_values(self.values(), dt), copy_indices=copy)
+        return self._replace_values(self.values().astype(dt), copy_indices=copy)
 
     @property
     def T(self):
@@ -143,36 +181,10 @@ class _SparseBase:
     def t(self):
         return self.T
 
-    # -- printing -----------------------------------------------------------------
-    def _summary(self) -> str:
-        extra = self._summary_extra()
-        where = "" if self.device == "cpu" else f", device={self.device!r}"
-        return (f"{self._layout.name}({self.dtype}{list(self._shape)}, nnz={self.nnz}"
-                f"{extra}, index={self.index_dtype}{where})")
-
-
-class SparseTensor(_SparseBase):
-    """Base of the sparse tensor classes: what every layout shares."""
-
-    __slots__ = ("_shape", "_layout", "__weakref__")
-    __array_priority__ = 1000
-
-    @property
-    def device(self) -> str:
-        return "cpu"
-
-    @property
-    def index_dtype(self) -> np.dtype:
-        """The dtype of the index arrays (int32 or int64)."""
-        raise NotImplementedError
-
-    @staticmethod
-    def _cast_values(a: np.ndarray, dtype) -> np.ndarray:
-        return a.astype(dtype)
-
-    _cast_index = _cast_values
-
     def __array__(self, dtype=None, copy=None):
+        if self.is_cuda:
+            raise TypeError(f"a {self._layout.name} tensor on {self.device} does not convert to a NumPy array "
+                            "implicitly; use .cpu() or .to_dense().get()")
         if copy is False:
             raise ValueError("a sparse tensor cannot be viewed as a dense array without a copy")
         if self.numel() > DENSIFY_LIMIT:
@@ -181,16 +193,17 @@ class SparseTensor(_SparseBase):
         dense = self.to_dense()
         return dense if dtype is None else dense.astype(dtype, copy=False)
 
-    def cpu(self):
-        return self
-
     @property
     def mT(self):
-        """The transpose of the two sparse (matrix) dims: a view for compressed layouts."""
+        """The transpose of the two sparse (matrix) dims: a view for compressed layouts (on a
+        CUDA device, bsr/bsc blocks are transposed into new contiguous values)."""
         return self._matrix_transpose()
 
     def check_invariants(self, *, threads: int | None = None) -> None:
         """Re-check every invariant of this tensor (O(1) and O(nnz)); raise :class:`InvariantError`.
+
+        Device members are checked on their device (the backend's ``validate``), with the
+        same invariant numbers and messages.
 
         Examples
         --------
@@ -202,12 +215,22 @@ class SparseTensor(_SparseBase):
         ...
         sparsetensor._errors.InvariantError: csr invariant 5.6: col_indices must be sorted with distinct values within each row; row 0, position 1: got 0 after a value >= it
         """
-        raise NotImplementedError
+        if self.is_cuda:
+            backend(self.device).validate(self, threads)
+        else:
+            self._check_host(threads)
+        self._set_validated()
 
     # -- printing -----------------------------------------------------------------
+    def _summary(self) -> str:
+        extra = self._summary_extra()
+        where = "" if self.device == "cpu" else f", device={self.device!r}"
+        return (f"{self._layout.name}({self.dtype}{list(self._shape)}, nnz={self.nnz}"
+                f"{extra}, index={self.index_dtype}{where})")
+
     def __repr__(self) -> str:
         members = self._members()
-        if sum(a.size for _, a in members) > REPR_LIMIT:
+        if self.is_cuda or sum(a.size for _, a in members) > REPR_LIMIT:
             return self._summary()
         parts = [_fmt_array(name, a) for name, a in members]
         parts.append(f"size={self._shape}, nnz={self.nnz}")
@@ -217,10 +240,27 @@ class SparseTensor(_SparseBase):
         return "tensor(" + ",\n       ".join(parts) + ")"
 
 
-class _COOBase:
-    """The members and attributes of a COO tensor, shared by the CPU and CUDA classes."""
+class COOTensor(SparseTensor):
+    """A COO tensor: ``indices`` of shape ``(sparse_dim, nnz)``, ``values`` of shape ``(nnz,) + dense``.
 
-    __slots__ = ()
+    Build one with :func:`sparsetensor.sparse_coo_tensor`.
+
+    ``checked`` is the indices' provenance: True when they are known to satisfy C4/C5 (and C6
+    when ``coalesced``), because a full check ran or a kernel of ours produced them. Kernels
+    may then skip reading parts of the indices (coo -> csr reads only the row indices);
+    False (the default, always safe) makes them check what they read.
+    """
+
+    __slots__ = ("_indices", "_values", "_coalesced", "_checked")
+
+    def __init__(self, indices: np.ndarray, values: np.ndarray, shape: tuple, coalesced: bool = False,
+                 checked: bool = False):
+        self._indices = indices
+        self._values = values
+        self._shape = tuple(shape)
+        self._layout = L.sparse_coo
+        self._coalesced = bool(coalesced)
+        self._checked = bool(checked)
 
     @property
     def nnz(self) -> int:
@@ -267,41 +307,16 @@ class _COOBase:
     def _replace_values(self, values, copy_indices=False):
         return self._like(self._indices.copy() if copy_indices else self._indices, values)
 
-    def _like(self, indices, values):
-        """A tensor of this shape whose indices equal this one's in value (flags carried over)."""
-        return type(self)(indices, values, self._shape, self._coalesced)
 
     def _with_index_dtype(self, index_dtype):
         dt = as_index_dtype(index_dtype)
         if dt == self.index_dtype:
             return self
         check_fits(dt, "coo", **{f"size[{d}]": self._shape[d] for d in range(self.sparse_dim)})
-        return self._like(self._cast_index(self._indices, dt), self._values)
-
-
-class COOTensor(_COOBase, SparseTensor):
-    """A COO tensor: ``indices`` of shape ``(sparse_dim, nnz)``, ``values`` of shape ``(nnz,) + dense``.
-
-    Build one with :func:`sparsetensor.sparse_coo_tensor`.
-
-    ``checked`` is the indices' provenance: True when they are known to satisfy C4/C5 (and C6
-    when ``coalesced``), because a full check ran or a kernel of ours produced them. Kernels
-    may then skip reading parts of the indices (coo -> csr reads only the row indices);
-    False (the default, always safe) makes them check what they read.
-    """
-
-    __slots__ = ("_indices", "_values", "_coalesced", "_checked")
-
-    def __init__(self, indices: np.ndarray, values: np.ndarray, shape: tuple, coalesced: bool = False,
-                 checked: bool = False):
-        self._indices = indices
-        self._values = values
-        self._shape = tuple(shape)
-        self._layout = L.sparse_coo
-        self._coalesced = bool(coalesced)
-        self._checked = bool(checked)
+        return self._like(self._indices.astype(dt), self._values)
 
     def _like(self, indices, values):
+        """A tensor of this shape whose indices equal this one's in value (flags carried over)."""
         return COOTensor(indices, values, self._shape, self._coalesced, self._checked)
 
     def _coalesced_checked(self, threads: int | None = None) -> "COOTensor":
@@ -315,10 +330,18 @@ class COOTensor(_COOBase, SparseTensor):
     def _members(self):
         return [("indices", self._indices), ("values", self._values)]
 
-    def check_invariants(self, *, threads: int | None = None) -> None:
+    @property
+    def _validated(self) -> bool:
+        """The one meaning of *validated* (see :mod:`sparsetensor._canonical`): C4/C5 (and C6
+        when coalesced) known to hold; set by a full check or by our kernels."""
+        return self._checked
+
+    def _set_validated(self) -> None:
+        self._checked = True
+
+    def _check_host(self, threads) -> None:
         coo_meta(self._indices, self._values, self._shape)
         check_coo_indices(self._indices, self._shape, coalesced=self._coalesced, threads=threads)
-        self._checked = True
 
     def _matrix_transpose(self):
         if self.sparse_dim < 2:
@@ -326,10 +349,23 @@ class COOTensor(_COOBase, SparseTensor):
         return self.transpose(self.sparse_dim - 2, self.sparse_dim - 1)
 
 
-class _CompressedBase:
-    """The members and attributes of a CSR/CSC/BSR/BSC tensor, shared by the CPU and CUDA classes."""
+class CompressedTensor(SparseTensor):
+    """A CSR, CSC, BSR or BSC tensor, with batch and dense dims (seed 003).
 
-    __slots__ = ()
+    Build one with :func:`sparsetensor.sparse_csr_tensor` and friends, or
+    :func:`sparsetensor.sparse_compressed_tensor`.
+    """
+
+    __slots__ = ("_compressed", "_plain", "_values", "_canonical")
+
+    def __init__(self, compressed: np.ndarray, plain: np.ndarray, values: np.ndarray, shape: tuple,
+                 layout: L.Layout, canonical: bool = False):
+        self._compressed = compressed
+        self._plain = plain
+        self._values = values
+        self._shape = tuple(shape)
+        self._layout = layout
+        self._canonical = bool(canonical)
 
     # -- attributes ---------------------------------------------------------------
     @property
@@ -428,39 +464,29 @@ class _CompressedBase:
             return self
         m = self.batch_dim
         check_fits(dt, self._layout.name, nnz=self.nnz, nrows=self._shape[m], ncols=self._shape[m + 1])
-        return type(self)(self._cast_index(self._compressed, dt), self._cast_index(self._plain, dt), self._values,
-                          self._shape, self._layout, self._canonical)
-
-
-class CompressedTensor(_CompressedBase, SparseTensor):
-    """A CSR, CSC, BSR or BSC tensor, with batch and dense dims (seed 003).
-
-    Build one with :func:`sparsetensor.sparse_csr_tensor` and friends, or
-    :func:`sparsetensor.sparse_compressed_tensor`.
-    """
-
-    __slots__ = ("_compressed", "_plain", "_values", "_canonical")
-
-    def __init__(self, compressed: np.ndarray, plain: np.ndarray, values: np.ndarray, shape: tuple,
-                 layout: L.Layout, canonical: bool = False):
-        self._compressed = compressed
-        self._plain = plain
-        self._values = values
-        self._shape = tuple(shape)
-        self._layout = layout
-        self._canonical = bool(canonical)
+        return type(self)(self._compressed.astype(dt), self._plain.astype(dt), self._values, self._shape,
+                          self._layout, self._canonical)
 
     def _members(self):
         return [(self._layout.compressed_name, self._compressed), (self._layout.plain_name, self._plain),
                 ("values", self._values)]
 
-    def check_invariants(self, *, threads: int | None = None) -> None:
-        meta = compressed_meta(self._compressed, self._plain, self._values, self._shape, self._layout)
-        check_compressed_indices(self._compressed, self._plain, self._layout, meta.plain_size, threads=threads)
+    @property
+    def _validated(self) -> bool:
+        """The one meaning of *validated* (see :mod:`sparsetensor._canonical`): 5.1-5.6 known to
+        hold (``is_coalesced()``); set by a full check or by our kernels."""
+        return self._canonical
+
+    def _set_validated(self) -> None:
         self._canonical = True
 
+    def _check_host(self, threads) -> None:
+        meta = compressed_meta(self._compressed, self._plain, self._values, self._shape, self._layout)
+        check_compressed_indices(self._compressed, self._plain, self._layout, meta.plain_size, threads=threads)
+
     def _matrix_transpose(self) -> "CompressedTensor":
-        """csr <-> csc, bsr <-> bsc sharing indices and values (seed 003, "BSR transpose as a view")."""
+        """csr <-> csc, bsr <-> bsc sharing indices and values (seed 003, "BSR transpose as a view");
+        device values cannot be strided views, so there the blocks are transposed into new ones."""
         m, n = self.batch_dim, self.dense_dim
         shape = list(self._shape)
         shape[m], shape[m + 1] = shape[m + 1], shape[m]

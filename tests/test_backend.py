@@ -101,6 +101,29 @@ def test_spmm_and_from_dense_agree(backend, rng, layout, bs):
     assert_same(backend_for(dx).from_dense(st.cuda.DeviceArray.from_host(dense), plan), cpu.from_dense(dense, plan))
 
 
+@pytest.mark.parametrize("case", [c for c in CASES if c[0] != "coo"], ids=[i for c, i in zip(CASES, CASE_IDS)
+                                                                        if c[0] != "coo"])
+def test_scalar_sum_dims_and_sddmm_agree(backend, rng, case):
+    """The kernels that scalar ops, sum(dim) and sampled_addmm reach through the ops (issue #10)."""
+    t = make(rng, case, np.float64)
+    d = t.cuda()
+    g = backend_for(d)
+    for name, fn, arg in (("mul", np.multiply, -2.5), ("div", np.true_divide, 4.0), ("pow", np.power, 2),
+                          ("round", np.round, 0)):
+        assert_values(g.unary(d, name, fn, None, arg).get(), np.ascontiguousarray(cpu.unary(t, name, fn, None, arg)))
+    m = t.batch_dim
+    for dim in (m, m + 1):
+        assert_values(g.reduce_sum_dims(d, (dim,)).get(), cpu.reduce_sum_dims(t, (dim,)))
+    with pytest.raises(NotImplementedError, match="round with arguments"):
+        g.unary(d, "round", np.round, None, 2)
+    if case[0] == "csr" and not case[2]:
+        batch, (M, N) = t.shape[:m], t.shape[m:m + 2]
+        m1, m2 = rng.standard_normal(batch + (M, 3)), rng.standard_normal((3, N))
+        want = cpu.sddmm(t, m1, m2, batch, 0.5, 2.0)
+        got = g.sddmm(d, st.cuda.DeviceArray.from_host(m1), st.cuda.DeviceArray.from_host(m2), batch, 0.5, 2.0)
+        assert_same(got, want, exact=False)
+
+
 def test_missing_kernels_name_op_and_device(backend, rng):
     t = make(rng, ("csr", (), (), None), np.float64)
     d = t.cuda()

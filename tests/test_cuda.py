@@ -709,6 +709,44 @@ def test_sampled_addmm(backend, rng, dtype):
         assert_values(cuda.to_dense(got).get(), cast(want, dtype))
 
 
+def test_sampled_addmm_through_the_op(backend, rng):
+    """st.sampled_addmm of a device tensor: the CPU's op (checks, csc through the transpose), then the
+    CUDA backend's sddmm; a host operand next to it names both devices."""
+    t = make(rng, ("csr", (), (), None), np.float64, np.int32, nnz=9, blocks=(6, 5))
+    m1, m2 = rng.standard_normal((6, 7)), rng.standard_normal((7, 5))
+    d1, d2 = cuda.DeviceArray.from_host(m1), cuda.DeviceArray.from_host(m2)
+    for s in (t, t.to_sparse_csc()):
+        got = st.sampled_addmm(s.cuda(), d1, d2, beta=0.5, alpha=2.0)
+        assert got.device == "cuda:0" and got.layout is s.layout
+        assert_values(got.to_dense().get(), st.sampled_addmm(s, m1, m2, beta=0.5, alpha=2.0).to_dense())
+    with pytest.raises(ValueError, match="different devices"):
+        st.sampled_addmm(t.cuda(), m1, d2)
+    with pytest.raises(TypeError, match="dtype of input"):
+        st.sampled_addmm(t.cuda(), cuda.DeviceArray.from_host(m1.astype(np.float32)), d2)
+
+
+def test_scalar_and_pointwise_through_the_ops(backend, rng):
+    """Methods of a device tensor run the CPU's op code (argument checks, coalescing) and the CUDA
+    backend's kernels: the same results as on the CPU, the CPU's errors."""
+    t = make(rng, ("coo", (), (), None), np.float32, np.int64)
+    d = t.cuda()
+    a = abs(t)
+    for got, want in ((d * 2.5, t * 2.5), (2.5 * d, 2.5 * t), (d / 4, t / 4), (d ** 2, t ** 2),
+                      (a.cuda().sqrt(), a.sqrt()), (st.abs(d), st.abs(t)), (d.round(), t.round())):
+        assert got.device == "cuda:0" and got.dtype == want.dtype
+        assert_values(got.to_dense().get(), want.to_dense())
+    with pytest.raises(ValueError, match="not zero-preserving"):
+        d ** 0
+    assert_values((np.float32(2) * d).to_dense().get(), (np.float32(2) * t).to_dense())  # NumPy scalar first
+    with pytest.raises(ValueError, match="different devices"):
+        d * np.ones(t.shape, np.float32)
+    with pytest.raises(NotImplementedError, match="sum over dims"):
+        d.sum((0, 1))
+    with pytest.raises(NotImplementedError, match="sum over dim=1 of a coo tensor on cuda"):
+        d.sum(1)
+    assert_values(d.sum().get(), t.sum())
+
+
 # -- sums --------------------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("dtype", FLOATS, ids=str)
@@ -803,6 +841,23 @@ def test_no_silent_host_copy(backend, rng):
     with pytest.raises(TypeError, match="implicitly"):
         np.asarray(d)
     assert (np.asarray(d.values()) == d.values().get()).all()  # a DeviceArray copies when asked
+
+
+def test_exits_need_host_memory(backend, rng, tmp_path):
+    """One class tree: the exits of CPU tensors are reachable with device members; those that hand
+    host memory to another library (or pickle it) refuse them, naming the exit and the device;
+    the file writers copy to the host, as their job is writing host memory to a file."""
+    import pickle
+
+    t = make(rng, ("csr", (), (), None))
+    d = t.cuda()
+    for call, what in ((lambda: st.to_scipy(d), "to_scipy"), (lambda: st.to_torch(d), "to_torch"),
+                       (lambda: pickle.dumps(d), "pickling"), (lambda: st.diagonal(d), "diagonal"),
+                       (lambda: d[0], "__getitem__"), (lambda: st.cat([t, d]), "cat")):
+        with pytest.raises(NotImplementedError, match=f"{what}.* on cuda:0"):
+            call()
+    st.save(tmp_path / "d.npz", d)
+    assert_same(d, st.load(tmp_path / "d.npz"))
 
 
 # -- constructors from device arrays (issue #5: zero-copy, device, dtype, size estimation) ----------------
@@ -1088,8 +1143,8 @@ def test_wired_methods(backend, rng):
     assert_values(d.t().to_dense().get(), dense.T)
     x = rng.standard_normal(t.shape[1]).astype(np.float32)
     assert_values(d.mv(cuda.DeviceArray.from_host(x)).get(), dense @ x)
-    with pytest.raises(NotImplementedError, match="keepdim"):
-        d.sum(1, keepdim=True)
+    # the CPU's semantics on both devices (issue #10): keepdim keeps the summed dim with size 1
+    assert_values(d.sum(1, keepdim=True).get(), dense.sum(axis=1, keepdims=True))
     with pytest.raises(NotImplementedError, match="round with arguments"):
         d.round(2)
     assert len(d) == t.shape[0] and d.size(-1) == t.shape[1] and d.numel() == t.numel()
@@ -1195,18 +1250,16 @@ def test_emulator_half_conversion():
     saved = _driver._devices.get(0)
     dev = _emulator.install()
     try:
-        from sparsetensor.cuda import _primitives as P
-
         bits = np.arange(65536, dtype=np.uint16)
         h = bits.view(np.float16)
-        f = P.half_to_float(dev, DeviceArray.from_host(h, dev)).get()
+        f = DeviceArray.from_host(h, dev).astype(np.float32).get()  # the cast kernels behind DeviceArray.astype
         ok = ~np.isnan(h)
         assert (f[ok] == h[ok].astype(np.float32)).all() and np.isnan(f[~ok]).all()
         rng = np.random.default_rng(0)
         x = np.concatenate([rng.standard_normal(20000).astype(np.float32) * 10.0 ** rng.integers(-9, 6, 20000),
                             np.array([65504, 65519.99, 65520, 1e-8, 2.0**-25, 2.0**-24 * 1.5, np.inf, -0.0],
                                      np.float32)]).astype(np.float32)
-        g = P.float_to_half(dev, DeviceArray.from_host(x, dev)).get()
+        g = DeviceArray.from_host(x, dev).astype(np.float16).get()
         with np.errstate(over="ignore"):
             assert (g.view(np.uint16) == x.astype(np.float16).view(np.uint16)).all()
     finally:

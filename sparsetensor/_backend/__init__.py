@@ -6,10 +6,13 @@ shapes and broadcasting once, without looking at the device, and then calls
 :data:`KERNELS`, each a checked ``def`` over that device's typed kernels:
 
 - :mod:`sparsetensor._backend.cpu`: the Cython kernels of ``sparsetensor/_lib``;
-- :mod:`sparsetensor.cuda._backend`: the NVRTC-compiled ``kernels/*.cu`` (loaded on first
-  use through :func:`sparsetensor._device.backend`, so ``import sparsetensor`` never needs
-  cuda-python). A kernel the device lacks raises ``NotImplementedError`` naming the op and
-  the device.
+- :mod:`sparsetensor.cuda._backend`: the NVRTC-compiled ``kernels/*.cu``, found through the
+  device registry of :mod:`sparsetensor._device` (the CUDA package registers itself there
+  at import and loads cuda-python only on first use). A kernel the device lacks raises
+  ``NotImplementedError`` naming the op and the device.
+
+A tensor's device is its members' (one class tree: :class:`~sparsetensor.COOTensor` and
+:class:`~sparsetensor.CompressedTensor` hold NumPy arrays or device arrays).
 
 ``tests/test_backend.py`` checks that both modules define every name of :data:`KERNELS`
 with the same parameters.
@@ -26,18 +29,20 @@ from . import cpu
 __all__ = ["KERNELS", "backend_for", "device_of", "cpu"]
 
 KERNELS = ("validate", "coalesce", "to_dense", "from_dense", "convert", "transpose", "spmm", "spgemm", "merge",
-           "reduce_sum", "unary", "gather_slices", "remap_plain", "narrow_plain", "cat_plain", "index_select_coo")
+           "reduce_sum", "reduce_sum_dims", "unary", "sddmm", "gather_slices", "remap_plain", "narrow_plain",
+           "cat_plain", "index_select_coo")
 
-_HOST_TYPES = frozenset((COOTensor, CompressedTensor, np.ndarray))
+_TENSOR_TYPES = frozenset((COOTensor, CompressedTensor))
+_NDARRAY = np.ndarray
 
 
 def device_of(x) -> str | None:
     """``"cpu"``, ``"cuda:N"`` (or ``"cuda"`` when a device array does not say which), or None for
     what lives nowhere in particular (Python scalars, lists, NumPy scalars)."""
-    if type(x) in _HOST_TYPES:
+    if type(x) is np.ndarray:
         return "cpu"
     d = getattr(x, "device", None)
-    if isinstance(d, str):  # our tensors (both devices), DeviceArray, NumPy 2 arrays
+    if isinstance(d, str):  # our tensors (their values' device), DeviceArray, NumPy 2 arrays
         return d
     if _device.is_device_array(x):  # CuPy, PyTorch CUDA tensors, __cuda_array_interface__
         try:
@@ -55,8 +60,12 @@ def backend_for(*operands):
     Raises ValueError naming both devices when the operands live on different ones (a
     CPU/GPU mix, or two GPUs): nothing is moved silently.
     """
-    for x in operands:
-        if type(x) not in _HOST_TYPES:  # the common case, CPU tensors and arrays, costs this loop only
+    for x in operands:  # the common case, CPU tensors and arrays, costs this loop only
+        tx = type(x)
+        if tx in _TENSOR_TYPES:
+            if type(x._values) is not _NDARRAY:
+                return _pick(operands)
+        elif tx is not _NDARRAY:
             return _pick(operands)
     return cpu
 

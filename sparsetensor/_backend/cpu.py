@@ -23,13 +23,14 @@ from .._tensor import COOTensor, CompressedTensor
 from .._validate import raise_compressed_error, raise_coo_error
 from ._convert import convert, transpose
 from ._merge import merge
+from ._sddmm import sddmm
 from ._select import cat_plain, gather_slices, index_select_coo, narrow_plain, remap_plain
 from ._spgemm import spgemm
 from ._views import aligned_copy, bits_dtype, work_dtype
 
 __all__ = ["device", "validate", "coalesce", "to_dense", "from_dense", "convert", "transpose", "spmm", "spgemm",
-           "merge", "reduce_sum", "unary", "gather_slices", "remap_plain", "narrow_plain", "cat_plain",
-           "index_select_coo"]
+           "merge", "reduce_sum", "reduce_sum_dims", "unary", "sddmm", "gather_slices", "remap_plain",
+           "narrow_plain", "cat_plain", "index_select_coo"]
 
 device = "cpu"
 
@@ -112,10 +113,19 @@ def reduce_sum(t, threads=None):
     return np.asarray(np.add.reduce(t.values(), axis=None))
 
 
-def unary(t, name: str, fn, threads=None) -> np.ndarray:
+def reduce_sum_dims(t, dims: tuple, threads=None):
+    """The sum of ``t`` over the normalised ``dims``, which stay with size 1: a dense array, or a
+    sparse tensor while sparse dims of a COO tensor (batch dims of a compressed one) remain (the
+    layout's ``_reduce_calc`` hook; the op has converted the values to the dtype it sums in)."""
+    return t._reduce_calc(dims, np.add, threads)
+
+
+def unary(t, name: str, fn, threads=None, arg=None) -> np.ndarray:
     """The values of ``t`` (distinct indices when ``fn`` is nonlinear: the op made sure) mapped by
-    ``fn``, the NumPy function of the pointwise op ``name``, in NumPy's result dtype."""
-    return np.asarray(fn(t.values()))
+    ``fn``, the NumPy function of the pointwise op ``name`` (``fn(values, arg)`` when the op has
+    a scalar argument: ``mul``/``div``/``pow`` by a scalar, ``round``'s decimals), in NumPy's
+    result dtype."""
+    return np.asarray(fn(t.values()) if arg is None else fn(t.values(), arg))
 
 
 def _kernel_views(values: np.ndarray, out: np.ndarray, accumulate: bool):

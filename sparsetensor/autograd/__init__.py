@@ -72,8 +72,7 @@ def _resolve(fn, args: tuple):
             name = fn.fget.__name__
         if name is None:
             qual = getattr(fn, "__qualname__", "")
-            if qual.split(".")[0] in ("SparseTensor", "COOTensor", "CompressedTensor", "_COOBase",
-                                      "_CompressedBase", "_SparseBase"):
+            if qual.split(".")[0] in ("SparseTensor", "COOTensor", "CompressedTensor"):
                 name = fn.__name__
     if name not in RULES:
         raise NotImplementedError(f"vjp: no derivative rule for {getattr(fn, '__name__', fn)!r}; the table has: "

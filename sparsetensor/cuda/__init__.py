@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import importlib
 
+from .. import _device
+
 __all__ = [
     "DeviceArray", "as_device_array", "is_available", "device_count", "unavailable_reason", "synchronize",
     "stream_order",
@@ -56,6 +58,60 @@ def __getattr__(name):
 
 def __dir__():
     return sorted(set(globals()) | set(__all__))
+
+
+class _Registered:
+    """What :mod:`sparsetensor._device` looks up for ``"cuda"`` (registered below): each entry
+    loads this package's modules on first use, so the registration itself costs no import."""
+
+    @staticmethod
+    def get_device(spec) -> str:
+        from . import _driver
+
+        try:
+            return _driver.get_device(spec).name
+        except (ImportError, _driver.CudaError) as e:
+            raise NotImplementedError(f"device {spec!r}: CUDA is not available here ({type(e).__name__}: {e}); "
+                                      "tensors live on 'cpu'") from None
+
+    @staticmethod
+    def backend():
+        from . import _backend
+
+        return _backend
+
+    @staticmethod
+    def to_device(t, device):
+        from .tensor import to_device
+
+        return to_device(t, device)
+
+    @staticmethod
+    def to_host(t):
+        from .tensor import to_host
+
+        return to_host(t)
+
+    @staticmethod
+    def as_device_array(x):
+        from ._array import as_device_array
+
+        return as_device_array(x)
+
+    @staticmethod
+    def coo_tensor(*args, **kwargs):
+        from .tensor import coo_tensor
+
+        return coo_tensor(*args, **kwargs)
+
+    @staticmethod
+    def compressed_tensor(*args, **kwargs):
+        from .tensor import compressed_tensor
+
+        return compressed_tensor(*args, **kwargs)
+
+
+_device.register("cuda", _Registered)
 
 
 def synchronize(device="cuda") -> None:

@@ -220,6 +220,62 @@ class DeviceArray:
         dev.copy_dtod(out.ptr, self._ptr, self.nbytes)
         return out
 
+    # -- the member operations of the tensor classes (sparsetensor._tensor), on the device -------
+    def _run(self, file: str, kernel: str, keys: tuple, n: int, *args) -> None:
+        """Launch a grid-stride kernel of ``file`` over ``n`` items on this array's device."""
+        from ._module import BLOCK, grid_for, launch
+
+        dev = self._require_device()
+        if n > 0:
+            launch(dev, file, kernel, keys, grid_for(dev, n, BLOCK), BLOCK, *args)
+
+    def astype(self, dtype, copy: bool = True) -> "DeviceArray":
+        """A device array of ``dtype`` (a new one, also for the same dtype unless ``copy=False``).
+
+        The GPU converts float16 <-> float32 and int32 <-> int64 (index dtypes); other pairs
+        raise NotImplementedError naming them (convert on the CPU)."""
+        dt = np.dtype(dtype)
+        if dt == self._dtype:
+            return self.copy() if copy else self
+        pair = (self._dtype.name, dt.name)
+        kernel = {("float16", "float32"): ("cast_half_float", ()), ("float32", "float16"): ("cast_float_half", ()),
+                  ("int32", "int64"): ("cast_index", pair), ("int64", "int32"): ("cast_index", pair)}.get(pair)
+        if kernel is not None:
+            out = DeviceArray.empty(self._shape, dt, self._require_device())
+            self._run("pointwise.cu", kernel[0], kernel[1], self.size, self, out, self.size)
+            return out
+        raise NotImplementedError(f"astype {self._dtype} -> {dt} on {self.device} has no GPU kernel (float16 <-> "
+                                  "float32 and int32 <-> int64 only); convert on the CPU")
+
+    def swapaxes(self, axis1: int, axis2: int) -> "DeviceArray":
+        """A new C-contiguous array with two adjacent axes swapped (device memory holds no
+        strided views); other pairs raise NotImplementedError."""
+        a, b = sorted(operator.index(x) % self.ndim for x in (axis1, axis2))
+        if a == b:
+            return self
+        if b != a + 1:
+            raise NotImplementedError(f"swapaxes({axis1}, {axis2}) of a {self.ndim}-d array on {self.device}: only "
+                                      "adjacent axes have a GPU kernel")
+        dev = self._require_device()
+        lead, rows, cols = math.prod(self._shape[:a]), self._shape[a], self._shape[b]
+        width = math.prod(self._shape[b + 1:])
+        out = DeviceArray.empty(self._shape[:a] + (cols, rows) + self._shape[b + 1:], self._dtype, dev)
+        self._run("convert.cu", "transpose_blocks", (self.itemsize,), out.size, self, lead, rows, cols, width, out)
+        return out
+
+    def take(self, indices, axis: int = 0) -> "DeviceArray":
+        """A new array of the rows ``indices`` (host integers) along axis 0, as NumPy's ``take``."""
+        if operator.index(axis) != 0:
+            raise NotImplementedError(f"take along axis {axis} on {self.device}: only axis 0 has a GPU kernel")
+        dev = self._require_device()
+        rows = [operator.index(i) % self._shape[0] for i in indices]
+        out = DeviceArray.empty((len(rows),) + self._shape[1:], self._dtype, dev)
+        row_bytes = self.nbytes // max(self._shape[0], 1)
+        for k, r in enumerate(rows):
+            if row_bytes:
+                dev.copy_dtod(out.ptr + k * row_bytes, self._ptr + r * row_bytes, row_bytes)
+        return out
+
     def _require_device(self):
         if self._device is None:
             raise RuntimeError("this DeviceArray has no device (a metadata-only array)")

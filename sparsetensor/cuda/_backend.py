@@ -15,8 +15,8 @@ from __future__ import annotations
 from . import _binary, _blas, _coalesce, _convert, _dense, _pointwise, _reduce, _validate
 
 __all__ = ["device", "validate", "coalesce", "to_dense", "from_dense", "convert", "transpose", "spmm", "spgemm",
-           "merge", "reduce_sum", "unary", "gather_slices", "remap_plain", "narrow_plain", "cat_plain",
-           "index_select_coo"]
+           "merge", "reduce_sum", "reduce_sum_dims", "unary", "sddmm", "gather_slices", "remap_plain",
+           "narrow_plain", "cat_plain", "index_select_coo"]
 
 device = "cuda"
 
@@ -55,7 +55,7 @@ def convert(t, layout, bs, threads=None):
 
 def transpose(t, threads=None):
     """csr <-> csc, bsr <-> bsc: the same matrix in the other orientation (a device radix sort)."""
-    return _convert.transpose_compressed(_validate.checked(t))
+    return _convert.transpose_compressed(_coalesce.checked(t))
 
 
 def spmm(S, D, plan, rt, threads=None, err=None):
@@ -86,10 +86,37 @@ def reduce_sum(t, threads=None):
     return _reduce.sum_all(t)
 
 
-def unary(t, name: str, fn, threads=None):
-    """The values of ``t`` mapped by the pointwise op ``name`` (a GPU kernel of :data:`._pointwise.UNARY_OPS`;
-    ``fn``, the NumPy function, is not used on the device)."""
+def reduce_sum_dims(t, dims: tuple, threads=None):
+    """The sum over one sparse dim of a compressed tensor (``dims``: normalised; it stays with
+    size 1); other dims raise NotImplementedError naming them."""
+    if len(dims) != 1:
+        raise NotImplementedError(f"sum over dims {dims} of a {t.layout.name} tensor on {t.device}: only one sparse "
+                                  "dim of a compressed tensor has a GPU kernel")
+    (d,) = dims
+    return _reduce.sum(t, d).reshape(t.shape[:d] + (1,) + t.shape[d + 1:])
+
+
+def unary(t, name: str, fn, threads=None, arg=None):
+    """The values of ``t`` mapped by the pointwise op ``name``: a GPU kernel of
+    :data:`._pointwise.UNARY_OPS`, or ``mul``/``div``/``pow`` by the scalar ``arg`` (in the
+    values' dtype); ``fn``, the NumPy function, is not used on the device."""
+    if name in ("mul", "div", "pow"):
+        return _pointwise.scalar_op(t, arg, name).values()
+    if arg is not None and arg != 0:
+        raise NotImplementedError(f"{name} with arguments ({arg!r}) of a {t.layout.name} tensor on {t.device} has no "
+                                  "GPU kernel; run it on the host with t.cpu()")
     return _pointwise.unary(t, name).values()
+
+
+def sddmm(input, mat1, mat2, batch: tuple, beta, alpha, threads=None):
+    """``beta * input + alpha * (mat1 @ mat2)`` at the pattern of device csr ``input`` (shapes and
+    dtypes resolved by the op; ``mat1``/``mat2`` dense device arrays, 2-d or of ``input``'s batch).
+    Broadcasting ``input``'s batch has no GPU kernel."""
+    if batch != input.shape[:input.batch_dim]:
+        have = input.shape[:input.batch_dim]
+        raise NotImplementedError(f"sampled_addmm on {input.device} broadcasting the batch {have} of the input to "
+                                  f"{batch} has no GPU kernel")
+    return _blas.sampled_addmm(input, mat1, mat2, beta=beta, alpha=alpha)
 
 
 def _no_select_kernel(op: str, layout) -> NotImplementedError:

@@ -19,9 +19,11 @@ import numbers
 
 import numpy as np
 
+from .._tensor import COOTensor, CompressedTensor
 from . import _primitives as P
 from ._pointwise import mul_scalar
-from ._validate import checked
+from ._coalesce import checked
+from ._classes import CudaSparseTensor
 
 __all__ = ["add", "mul"]
 
@@ -29,7 +31,6 @@ _UNION, _INTERSECTION = 0, 1
 
 
 def _check_pair(op: str, a, b):
-    from .tensor import CudaSparseTensor
 
     if not isinstance(b, CudaSparseTensor) or not isinstance(a, CudaSparseTensor):
         raise NotImplementedError(f"{op} on cuda of {type(a).__name__} and {type(b).__name__}: only two CUDA sparse "
@@ -73,10 +74,9 @@ def mul(a, b):
 
 
 def _merge(a, b, mode: int, alpha):
-    from .tensor import CudaCompressedTensor
 
     a, b = checked(a), checked(b)
-    dev = a._dev()
+    dev = a.values()._device
     m = a.batch_dim
     batch = a.shape[:m]
     B = math.prod(batch)
@@ -105,7 +105,7 @@ def _merge(a, b, mode: int, alpha):
     P.run(dev, "binary.cu", "merge_write", (P.value_key(va.dtype, "add"), ik), B * n, ca, pa, va, a.nnz, cb, pb, vb,
           b.nnz, B, n, W, mode, s.real, s.imag, scan, plain, vals)
     comp = P.batch_offsets(dev, scan, B, n, 1, ca.dtype)
-    return CudaCompressedTensor(comp.reshape(batch + (n + 1,)), plain, vals, a.shape, a.layout, True)
+    return CompressedTensor(comp.reshape(batch + (n + 1,)), plain, vals, a.shape, a.layout, True)
 
 
 def _concat_indices(dev, ia, ib):
@@ -120,20 +120,18 @@ def _concat_indices(dev, ia, ib):
 
 
 def _coo_add(a, b, alpha):
-    from .tensor import CudaCOOTensor
 
-    dev = a._dev()
+    dev = a.values()._device
     vb = b.values() if complex(alpha) == 1 else mul_scalar(b, alpha).values()
     idx = _concat_indices(dev, a.indices(), b.indices())
     vals = P.concat(dev, [a.values(), vb])
-    return CudaCOOTensor(idx, vals, a.shape, False).coalesce()
+    return COOTensor(idx, vals, a.shape, False).coalesce()
 
 
 def _coo_mul(a, b):
-    from .tensor import CudaCOOTensor
 
     a, b = a.coalesce(), b.coalesce()
-    dev = a._dev()
+    dev = a.values()._device
     S = a.sparse_dim
     span = math.prod(a.shape[:S])
     if span > 1 << 64:
@@ -160,4 +158,4 @@ def _coo_mul(a, b):
     vals = P.empty(dev, (nout,) + dense, a.dtype)
     P.run(dev, "coalesce.cu", "pair_products", (P.value_key(a.dtype, "mul"),), nout * W, perm, starts, nout, na,
           a.values(), b.values(), W, vals)
-    return CudaCOOTensor(idx, vals, a.shape, True)
+    return COOTensor(idx, vals, a.shape, True)

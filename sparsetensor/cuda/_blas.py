@@ -18,10 +18,12 @@ import math
 import numpy as np
 
 from .. import _layout as L
+from .._tensor import CompressedTensor
 from ..ops.blas import _result_dtype, product_shape
 from . import _primitives as P
 from ._array import DeviceArray, as_device_array
 from ._module import BLOCK, grid_for, launch
+from ._classes import CudaCOOTensor, CudaCompressedTensor, CudaSparseTensor
 
 __all__ = ["matmul", "sampled_addmm"]
 
@@ -33,7 +35,6 @@ _BSR_TILED_MIN_N = 16
 
 
 def _dense_operand(x, dev, op: str) -> DeviceArray:
-    from .tensor import CudaSparseTensor
 
     if isinstance(x, CudaSparseTensor):
         raise NotImplementedError(f"{op} of two sparse tensors on cuda (SpGEMM) has no GPU kernel")
@@ -49,7 +50,6 @@ def _dense_operand(x, dev, op: str) -> DeviceArray:
 def _as_rows(a, op: str):
     """``a`` as a canonical csr/bsr device tensor without dense dims."""
     from ._convert import convert
-    from .tensor import CudaCOOTensor
 
     if isinstance(a, CudaCOOTensor):
         if a.sparse_dim != 2 or a.dense_dim:
@@ -64,21 +64,10 @@ def _as_rows(a, op: str):
 def _rows(a):
     """A canonical device compressed tensor in csr/bsr (csc/bsc transposed on the device)."""
     from ._convert import transpose_compressed
-    from ._validate import checked
+    from ._coalesce import checked
 
     a = checked(a)
     return a if a.layout.compressed_rows else transpose_compressed(a)
-
-
-def coo_product(S, D, rt, op: str, threads, operands, err_tensor=None, transposed=False):
-    """The ``_matmul_dense`` hook of a device COO tensor: a 2-d one through csr (converted on the
-    device); batched or hybrid coo has no GPU kernel."""
-    from ..ops.blas import _compressed_product
-
-    if S.sparse_dim != 2 or S.dense_dim:
-        raise NotImplementedError(f"{op} of a coo tensor with sparse_dim={S.sparse_dim}, dense_dim={S.dense_dim} on "
-                                  f"{S.device} has no GPU kernel")
-    return _compressed_product(_as_rows(S, op), D, rt, op, threads, operands, S, transposed)
 
 
 def _tpr(nnz: int, rows: int) -> int:
@@ -100,14 +89,13 @@ def matmul(a, x):
     >>> stc.matmul(a, stc.DeviceArray.from_host(np.array([1.0, 10.0]))).get()         # doctest: +SKIP
     array([20.,  3.])
     """
-    from .tensor import CudaSparseTensor
 
     if not isinstance(a, CudaSparseTensor):
         raise NotImplementedError(f"matmul on cuda with a {type(a).__name__} left operand: only sparse @ dense has "
                                   "a GPU kernel")
     user = a
     a = _as_rows(a, "matmul")
-    dev = a._dev()
+    dev = a.values()._device
     x = _dense_operand(x, dev, "matmul")
     # the CPU's rules (sparsetensor.ops.blas): result dtype, shapes, broadcasting, the errors
     rt = _result_dtype("matmul", a.dtype, x.dtype)
@@ -123,7 +111,7 @@ def spmm(a, x, plan, rt, threads=None, err=None):
         raise NotImplementedError(f"matmul on cuda of {a.dtype} and {x.dtype} operands: the {rt} result needs a "
                                   "value cast that has no GPU kernel; give both operands one dtype")
     a = _rows(a)
-    dev = a._dev()
+    dev = a.values()._device
     B = math.prod(a.shape[:a.batch_dim])
     if plan.sb.shape[0] != B or (B > 1 and not (plan.sb == np.arange(B)).all()):
         raise NotImplementedError(f"matmul on cuda broadcasting the batch dims of the sparse operand "
@@ -170,8 +158,7 @@ def sampled_addmm(input, mat1, mat2, *, beta=1.0, alpha=1.0):
     ``B + (M, K)``, ``B + (K, N)``, or shared 2-d ones). ``beta == 0`` ignores ``input``'s
     values (NaN included), as PyTorch does. Returns a csr tensor sharing ``input``'s indices.
     """
-    from .tensor import CudaCompressedTensor
-    from ._validate import checked
+    from ._coalesce import checked
 
     if not isinstance(input, CudaCompressedTensor) or input.layout is not L.sparse_csr:
         raise NotImplementedError(f"sampled_addmm on cuda needs a csr input, got "
@@ -179,7 +166,7 @@ def sampled_addmm(input, mat1, mat2, *, beta=1.0, alpha=1.0):
     if input.dense_dim:
         raise NotImplementedError("sampled_addmm on cuda of a csr tensor with dense dims")
     t = checked(input)
-    dev = t._dev()
+    dev = t.values()._device
     m1, m2 = _dense_operand(mat1, dev, "sampled_addmm"), _dense_operand(mat2, dev, "sampled_addmm")
     if not (m1.dtype == m2.dtype == t.dtype):
         raise TypeError(f"sampled_addmm on cuda needs one dtype, got {t.dtype}, {m1.dtype} and {m2.dtype}")
@@ -207,4 +194,4 @@ def sampled_addmm(input, mat1, mat2, *, beta=1.0, alpha=1.0):
         launch(dev, "blas.cu", "csr_sddmm", (vkey, P.index_key(t.index_dtype)), grid_for(dev, B * nnz * 32), BLOCK,
                t.compressed_indices(), t.plain_indices(), t.values(), B, M, nnz, m1, strides[0], m2, strides[1], K, N,
                a.real, a.imag, b.real, b.imag, int(b != 0), out)
-    return CudaCompressedTensor(t.compressed_indices(), t.plain_indices(), out, t.shape, t.layout, True)
+    return CompressedTensor(t.compressed_indices(), t.plain_indices(), out, t.shape, t.layout, True)

@@ -16,11 +16,13 @@ import math
 
 import numpy as np
 
+from .._tensor import COOTensor, CompressedTensor
 from .._validate import raise_compressed_error, raise_coo_error
 from . import _primitives as P
 from ._validate import compressed_report, coo_report
+from ._classes import CudaCOOTensor, CudaCompressedTensor
 
-__all__ = ["coalesce", "sum_duplicates"]
+__all__ = ["coalesce", "sum_duplicates", "checked"]
 
 _U64_SPAN = 1 << 64
 
@@ -57,7 +59,6 @@ def coalesce(t):
     an already sorted and distinct tensor is returned sharing its arrays, marked
     coalesced. Synchronises twice (the order check, the result's nnz).
     """
-    from .tensor import CudaCompressedTensor, CudaCOOTensor
 
     if isinstance(t, CudaCompressedTensor):
         return sum_duplicates(t)
@@ -68,15 +69,15 @@ def coalesce(t):
     idx, vals = t.indices(), t.values()
     S, n = idx.shape
     if n == 0:
-        return CudaCOOTensor(idx, vals, t.shape, True)
+        return COOTensor(idx, vals, t.shape, True)
     span = math.prod(t.shape[:S])
     if span > _U64_SPAN:
         raise NotImplementedError(f"coalesce on cuda: the sparse dims {t.shape[:S]} have {span} coordinates, "
                                   "more than a 64-bit key holds")
-    dev = t._dev()
+    dev = t.values()._device
     found = coo_report(t, order=True)
     if found is None:
-        return CudaCOOTensor(idx, vals, t.shape, True)
+        return COOTensor(idx, vals, t.shape, True)
     if found[0] != "C6":
         raise_coo_error(found, t.shape)
     shape = P.from_host(dev, np.asarray(t.shape[:S], dtype=np.int64))
@@ -90,7 +91,7 @@ def coalesce(t):
           out_idx)
     dense = vals.shape[1:]
     out_vals = _sum_runs(dev, vals.reshape(n, math.prod(dense)), perm, starts, nout, "coalesce")
-    return CudaCOOTensor(out_idx, out_vals.reshape((nout,) + dense), t.shape, True)
+    return COOTensor(out_idx, out_vals.reshape((nout,) + dense), t.shape, True)
 
 
 def sum_duplicates(t):
@@ -100,7 +101,6 @@ def sum_duplicates(t):
     longer than the plain size before its duplicates are summed); batches that end up
     with different nnz raise ValueError; an already canonical tensor is returned as it is.
     """
-    from .tensor import CudaCompressedTensor
 
     if t.is_coalesced():
         return t
@@ -114,11 +114,11 @@ def sum_duplicates(t):
     if found is not None:
         raise_compressed_error(found, layout, batch, ps, nnz)
     if compressed_report(t, check_order=True, max_step=_U64_SPAN - 1) is None:
-        return CudaCompressedTensor(c, p, v, t.shape, layout, True)
+        return CompressedTensor(c, p, v, t.shape, layout, True)
     span = B * n * ps
     if span > _U64_SPAN:
         raise NotImplementedError(f"sum_duplicates on cuda: {B} x {n} x {ps} positions exceed a 64-bit key")
-    dev = t._dev()
+    dev = t.values()._device
     ik = (P.index_key(c.dtype),)
     N = B * nnz
     major = P.empty(dev, (N,), c.dtype)
@@ -143,5 +143,19 @@ def sum_duplicates(t):
     new_comp = P.batch_offsets(dev, ptr, B, n, 1, c.dtype)
     tail = v.shape[m + 1:]
     out_vals = _sum_runs(dev, v.reshape(N, math.prod(tail)), perm, starts, nout_total, "sum_duplicates")
-    return CudaCompressedTensor(new_comp.reshape(batch + (n + 1,)), new_plain.reshape(batch + (nnz_out,)),
+    return CompressedTensor(new_comp.reshape(batch + (n + 1,)), new_plain.reshape(batch + (nnz_out,)),
                                 out_vals.reshape(batch + (nnz_out,) + tail), t.shape, layout, True)
+
+
+def checked(t):
+    """``t`` if it is known to satisfy 5.1-5.6 (canonical), else scanned on the device: broken
+    indices raise InvariantError; unsorted or duplicate plain indices (5.6) are repaired with
+    :func:`sum_duplicates` (as the CPU's conversions do). Returns a canonical tensor."""
+    if t.is_coalesced():
+        return t
+    found = compressed_report(t)
+    if found is None:
+        return CompressedTensor(t.compressed_indices(), t.plain_indices(), t.values(), t.shape, t.layout, True)
+    if found[0] == "5.6":
+        return sum_duplicates(t)
+    raise_compressed_error(found, t.layout, t.shape[:t.batch_dim], t.plain_size, t.nnz)

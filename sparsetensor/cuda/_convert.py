@@ -21,18 +21,19 @@ import numpy as np
 
 from .. import _layout as L
 from .._dtypes import check_fits
+from .._tensor import COOTensor, CompressedTensor
 from . import _primitives as P
-from ._validate import checked
+from ._coalesce import checked
+from ._classes import CudaCOOTensor
 
-__all__ = ["convert", "transpose_compressed", "matrix_transpose"]
+__all__ = ["convert", "transpose_compressed"]
 
 
 def transpose_compressed(t):
     """csr -> csc, csc -> csr, bsr -> bsc, bsc -> bsr of a canonical device tensor (the same
     matrix in the other orientation; blocks move whole)."""
-    from .tensor import CudaCompressedTensor
 
-    dev = t._dev()
+    dev = t.values()._device
     m = t.batch_dim
     batch = t.shape[:m]
     B = math.prod(batch)
@@ -44,7 +45,7 @@ def transpose_compressed(t):
     tail = v.shape[m + 1:]
     if N == 0:
         comp = P.zeros(dev, batch + (ps + 1,), c.dtype)
-        return CudaCompressedTensor(comp, P.empty(dev, batch + (0,), c.dtype), P.empty(dev, v.shape, v.dtype),
+        return CompressedTensor(comp, P.empty(dev, batch + (0,), c.dtype), P.empty(dev, v.shape, v.dtype),
                                     t.shape, out_layout, True)
     major = P.empty(dev, (N,), c.dtype)
     P.run(dev, "convert.cu", "expand_major", ik, N, c, B, n, nnz, major)
@@ -56,41 +57,17 @@ def transpose_compressed(t):
     comp = P.batch_offsets(dev, ptr, B, ps, 1, c.dtype)
     plain = P.gather_rows(dev, major, perm, N)
     values = P.gather_rows(dev, v.reshape((N,) + tail), perm, N)
-    return CudaCompressedTensor(comp.reshape(batch + (ps + 1,)), plain.reshape(batch + (nnz,)),
+    return CompressedTensor(comp.reshape(batch + (ps + 1,)), plain.reshape(batch + (nnz,)),
                                 values.reshape(v.shape), t.shape, out_layout, True)
-
-
-def matrix_transpose(t):
-    """``t.mT``: csr <-> csc sharing every member; bsr <-> bsc sharing the indices, with the
-    blocks transposed into new (contiguous) values on the device."""
-    from .tensor import CudaCompressedTensor
-
-    m, dd = t.batch_dim, t.dense_dim
-    shape = list(t.shape)
-    shape[m], shape[m + 1] = shape[m + 1], shape[m]
-    values = t.values()
-    if t.layout.blocked:
-        dev = t._dev()
-        rb, cb = t.blocksize
-        nblocks = math.prod(values.shape[:m + 1])
-        W = math.prod(values.shape[m + 3:])
-        out = P.empty(dev, values.shape[:m + 1] + (cb, rb) + values.shape[m + 3:], values.dtype)
-        P.run(dev, "convert.cu", "transpose_blocks", (P.raw_key(values.itemsize),), nblocks * rb * cb * W,
-              values, nblocks, rb, cb, W, out)
-        values = out
-    del dd
-    return CudaCompressedTensor(t.compressed_indices(), t.plain_indices(), values, tuple(shape), t.layout.transposed,
-                                t.is_coalesced())
 
 
 def _rows_to_coo(t):
     """A canonical device csr tensor -> coalesced COO (batch dims lead the sparse dims)."""
-    from .tensor import CudaCOOTensor
 
     if t.layout.blocked:
         raise NotImplementedError(f"to_sparse {t.layout.name} -> coo on cuda (expanding blocks into entries) "
                                   "has no GPU kernel; convert on the CPU")
-    dev = t._dev()
+    dev = t.values()._device
     m = t.batch_dim
     batch = t.shape[:m]
     B = math.prod(batch)
@@ -105,20 +82,19 @@ def _rows_to_coo(t):
     bshape = P.from_host(dev, np.asarray(batch, dtype=np.int64)) if m else None
     P.run(dev, "convert.cu", "rows_to_coo_indices", ik, N, major, p, B, nnz, m, bshape, idx)
     dense = t.shape[m + 2:]
-    return CudaCOOTensor(idx, v.reshape((N,) + dense), t.shape, True)
+    return COOTensor(idx, v.reshape((N,) + dense), t.shape, True)
 
 
 def _coo_to_rows(t):
     """Coalesced COO with sparse_dim = k + 2 -> canonical csr with k batch dims; the plain
     indices and values are views of the COO's last index row and its values."""
-    from .tensor import CudaCompressedTensor
 
     S = t.sparse_dim
     if S < 2:
         raise ValueError(f"coo -> compressed needs sparse_dim >= 2 (batch dims + rows, cols), got sparse_dim={S}")
     if not t.is_coalesced():
         t = t.coalesce()
-    dev = t._dev()
+    dev = t.values()._device
     idx, vals = t.indices(), t.values()
     batch, (rows, cols), dense = t.shape[:S - 2], t.shape[S - 2:S], t.shape[S:]
     B, N = math.prod(batch), t.nnz
@@ -139,13 +115,12 @@ def _coo_to_rows(t):
     comp = P.batch_offsets(dev, ptr, B, rows, 1, idx.dtype)
     plain = idx[S - 1].reshape(batch + (nnz,))
     values = vals.reshape(batch + (nnz,) + dense)
-    return CudaCompressedTensor(comp.reshape(batch + (rows + 1,)), plain, values, t.shape, L.sparse_csr, True)
+    return CompressedTensor(comp.reshape(batch + (rows + 1,)), plain, values, t.shape, L.sparse_csr, True)
 
 
 def convert(t, layout, bs):
     """``t`` in ``layout`` with blocksize ``bs`` (checked by :func:`sparsetensor._convert.check_target`;
     another layout or blocksize than ``t``'s): the ``convert`` kernel of :mod:`._backend`."""
-    from .tensor import CudaCOOTensor
 
     if isinstance(t, CudaCOOTensor):
         if layout.blocked:

@@ -15,8 +15,10 @@ import math
 import numpy as np
 
 from .. import _layout as L
+from .._tensor import COOTensor, CompressedTensor
 from . import _primitives as P
 from ._array import DeviceArray, as_device_array
+from ._classes import CudaCOOTensor, CudaCompressedTensor
 
 __all__ = ["to_dense", "from_dense"]
 
@@ -36,7 +38,6 @@ def _ztest(dtype: np.dtype):
 
 def to_dense(t) -> DeviceArray:
     """The dense device array of a device sparse tensor (shape ``t.shape``, dtype ``t.dtype``)."""
-    from .tensor import CudaCompressedTensor, CudaCOOTensor
 
     if isinstance(t, CudaCompressedTensor):
         return _compressed_to_dense(t)
@@ -46,10 +47,10 @@ def to_dense(t) -> DeviceArray:
 
 
 def _compressed_to_dense(t) -> DeviceArray:
-    from ._validate import checked
+    from ._coalesce import checked
 
     t = checked(t)  # indices proven in bounds; duplicates summed
-    dev = t._dev()
+    dev = t.values()._device
     m = t.batch_dim
     B = math.prod(t.shape[:m])
     NR, NC = t.shape[m], t.shape[m + 1]
@@ -71,7 +72,7 @@ def _compressed_to_dense(t) -> DeviceArray:
 
 def _coo_to_dense(t) -> DeviceArray:
     t = t.coalesce()  # checks the bounds (C4/C5); sums duplicates
-    dev = t._dev()
+    dev = t.values()._device
     idx, v = t.indices(), t.values()
     S, nnz = idx.shape
     W = math.prod(t.shape[S:])
@@ -115,7 +116,6 @@ def dense_to_sparse(a: DeviceArray, plan):
     """The device tensor of dense device array ``a`` that ``plan`` (:class:`sparsetensor._dense.DensePlan`,
     the arguments checked) describes (the ``from_dense`` kernel of :mod:`._backend`)."""
     from .._canonical import same_nnz
-    from .tensor import CudaCompressedTensor, CudaCOOTensor
 
     dev = a._device
     layout, idx_dt, batch, sparse, dense, bs = plan
@@ -133,7 +133,7 @@ def dense_to_sparse(a: DeviceArray, plan):
         vals = P.empty(dev, (nnz,) + dense, a.dtype)
         shape = P.from_host(dev, np.asarray(sparse, dtype=np.int64))
         P.run(dev, "dense.cu", "dense_to_coo", (rkey, ik), M, a, scan, M, W, S, shape, nnz, idx, vals)
-        return CudaCOOTensor(idx, vals, a.shape, True)
+        return COOTensor(idx, vals, a.shape, True)
 
     rows, cols = sparse
     B, W = math.prod(batch), math.prod(dense)
@@ -155,4 +155,4 @@ def dense_to_sparse(a: DeviceArray, plan):
     P.run(dev, "dense.cu", "dense_to_compressed", (rkey, ik), total, a, scan, B, rows, cols, W, bs[0], bs[1], int(crow),
           plain, vals)
     comp = P.batch_offsets(dev, scan, B, nmajor, nminor, idx_dt)
-    return CudaCompressedTensor(comp.reshape(batch + (nmajor + 1,)), plain, vals, a.shape, layout, True)
+    return CompressedTensor(comp.reshape(batch + (nmajor + 1,)), plain, vals, a.shape, layout, True)

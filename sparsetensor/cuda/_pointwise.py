@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import _primitives as P
+from ._classes import CudaCOOTensor
 
 __all__ = ["UNARY_OPS", "unary", "scalar_op", "mul_scalar", "div_scalar", "pow_scalar"]
 
@@ -32,8 +33,7 @@ _SCALAR = {"mul": 0, "div": 1, "pow": 2}
 
 
 def _prepared(t, linear: bool):
-    from .tensor import CudaCOOTensor
-    from ._validate import checked
+    from ._coalesce import checked
 
     if linear:
         return t
@@ -65,7 +65,7 @@ def unary(t, op: str):
     if op == "conj" and dt.kind != "c":
         return t  # as torch: a real tensor is its own conjugate
     t = _prepared(t, linear)
-    dev = t._dev()
+    dev = t.values()._device
     v = t.values()
     n = v.size
     if dt.kind == "c" and op in ("abs", "absolute"):
@@ -96,7 +96,7 @@ def scalar_op(t, scalar, op: str):
             raise ValueError(f"pow with exponent {scalar!r} does not preserve zeros (0 ** {scalar!r} != 0); "
                              "use the dense array")
     t = _prepared(t, op != "pow")
-    dev = t._dev()
+    dev = t.values()._device
     v = t.values()
     out = P.empty(dev, v.shape, v.dtype)
     P.run(dev, "pointwise.cu", "scalar_op", (key,), v.size, v, out, v.size, _SCALAR[op], s.real, s.imag)

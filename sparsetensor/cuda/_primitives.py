@@ -125,15 +125,6 @@ def take_strided(dev: Device, arr: DeviceArray, step: int, count: int) -> Device
     return out
 
 
-def cast_index(dev: Device, arr: DeviceArray, dtype) -> DeviceArray:
-    dt = np.dtype(dtype)
-    if arr.dtype == dt:
-        return arr
-    out = empty(dev, arr.shape, dt)
-    run(dev, "pointwise.cu", "cast_index", (index_key(arr.dtype), index_key(dt)), arr.size, arr, out, arr.size)
-    return out
-
-
 def gather_rows(dev: Device, arr: DeviceArray, perm: DeviceArray, nrows: int) -> DeviceArray:
     """``out[j] = arr[perm[j]]`` over the leading axis (any dtype: rows move as raw items)."""
     row_shape = arr.shape[1:]
@@ -141,18 +132,6 @@ def gather_rows(dev: Device, arr: DeviceArray, perm: DeviceArray, nrows: int) ->
     item = arr.itemsize
     W = int(np.prod(row_shape, dtype=np.int64)) if row_shape else 1
     run(dev, "convert.cu", "gather_rows", (raw_key(item),), nrows * W, arr, perm, nrows, W, out)
-    return out
-
-
-def half_to_float(dev: Device, arr: DeviceArray) -> DeviceArray:
-    out = empty(dev, arr.shape, np.float32)
-    run(dev, "pointwise.cu", "cast_half_float", (), arr.size, arr, out, arr.size)
-    return out
-
-
-def float_to_half(dev: Device, arr: DeviceArray) -> DeviceArray:
-    out = empty(dev, arr.shape, np.float16)
-    run(dev, "pointwise.cu", "cast_float_half", (), arr.size, arr, out, arr.size)
     return out
 
 

@@ -21,6 +21,7 @@ import numpy as np
 
 from . import _primitives as P
 from ._module import launch
+from ._classes import CudaCompressedTensor
 
 __all__ = ["sum", "index_extrema", "step_extrema"]
 
@@ -61,7 +62,7 @@ def step_extrema(c) -> int:
 
 def sum_all(t):
     """The sum of every value of device tensor ``t``: a 0-d DeviceArray of its dtype."""
-    dev = t._dev()
+    dev = t.values()._device
     v = t.values()
     key = P.value_key(v.dtype, "sum")
     acc = np.dtype(np.float32) if v.dtype == np.float16 else v.dtype
@@ -77,8 +78,7 @@ def sum_all(t):
 def sum(t, dim=None):  # noqa: A001 - torch's name
     """Sum of all elements (``dim=None``) or over one sparse dim of a compressed tensor."""
     from ._convert import transpose_compressed
-    from .tensor import CudaCompressedTensor
-    from ._validate import checked
+    from ._coalesce import checked
 
     if dim is None:
         return sum_all(t)
@@ -98,7 +98,7 @@ def sum(t, dim=None):  # noqa: A001 - torch's name
     plain_dim = m + 1 if t.layout.compressed_rows else m
     if d != plain_dim:
         t = transpose_compressed(t)
-    dev = t._dev()
+    dev = t.values()._device
     batch = t.shape[:m]
     B = math.prod(batch)
     rows = t.layout.compressed_rows

@@ -17,6 +17,7 @@ from .. import _layout as L
 from .._errors import InvariantError
 from .._validate import raise_compressed_error, raise_coo_error
 from . import _primitives as P
+from ._classes import CudaCOOTensor, CudaCompressedTensor
 
 __all__ = ["check_tensor", "check_compressed", "check_coo", "compressed_report", "coo_report", "CODES"]
 
@@ -37,7 +38,7 @@ def compressed_report(t, *, check_order: bool = True, max_step: int | None = Non
 
     ``max_step`` replaces 5.3's upper bound (the plain size), e.g. ``2**64 - 1`` to check
     only that the compressed indices do not decrease (what sum_duplicates needs)."""
-    dev = t._dev()
+    dev = t.values()._device
     c, p = t.compressed_indices(), t.plain_indices()
     B = math.prod(c.shape[:-1])
     n = c.shape[-1] - 1
@@ -70,7 +71,7 @@ def check_compressed(t, *, check_order: bool = True) -> None:
 def coo_report(t, *, order: bool):
     """``None``, or ``("C4" | "C5", dim, pos, value)`` for a bounds violation, or
     ``("C6", -1, pos, 0)`` for the first column not after its predecessor (with ``order``)."""
-    dev = t._dev()
+    dev = t.values()._device
     idx = t.indices()
     S, nnz = idx.shape
     ik = (P.index_key(idx.dtype),)
@@ -101,7 +102,6 @@ def check_coo(t) -> None:
 def check_tensor(t) -> None:
     """Every invariant of a device tensor: the O(1) member checks, then the O(nnz) scans on the device."""
     from .._meta import compressed_meta, coo_meta
-    from .tensor import CudaCOOTensor, CudaCompressedTensor
 
     if isinstance(t, CudaCOOTensor):
         coo_meta(t.indices(), t.values(), t.shape)
@@ -111,24 +111,6 @@ def check_tensor(t) -> None:
         check_compressed(t)
     else:
         raise TypeError(f"expected a CUDA sparse tensor, got {type(t).__name__}")
-
-
-def checked(t):
-    """``t`` if it is known to satisfy 5.1-5.6 (canonical), else scanned on the device: broken
-    indices raise InvariantError; unsorted or duplicate plain indices (5.6) are repaired with
-    coalesce (as the CPU's conversions do). Returns a canonical tensor."""
-    if t.is_coalesced():
-        return t
-    found = compressed_report(t)
-    if found is None:
-        from .tensor import CudaCompressedTensor
-
-        return CudaCompressedTensor(t.compressed_indices(), t.plain_indices(), t.values(), t.shape, t.layout, True)
-    if found[0] == "5.6":
-        from ._coalesce import sum_duplicates
-
-        return sum_duplicates(t)
-    raise_compressed_error(found, t.layout, t.shape[:t.batch_dim], t.plain_size, t.nnz)
 
 
 def is_layout(t, layout) -> bool:

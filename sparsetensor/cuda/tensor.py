@@ -1,12 +1,14 @@
-"""Sparse tensors on a CUDA device, and the device op entry points.
+"""Sparse tensors on a CUDA device: moves, constructors from device arrays, the device op
+entry points.
 
-:class:`CudaCOOTensor` and :class:`CudaCompressedTensor` mirror the CPU classes
-(:class:`~sparsetensor.COOTensor`, :class:`~sparsetensor.CompressedTensor`): the
-same attribute and method names, with :class:`~sparsetensor.cuda.DeviceArray`
-members. They are not subclasses of the CPU classes, so no NumPy code path ever
-takes them by accident; an op without a GPU kernel raises
-:class:`NotImplementedError` naming the op, and nothing is copied to the host
-unless asked (``cpu()``, ``to("cpu")``, :func:`to_host`).
+A tensor on a CUDA device is a :class:`~sparsetensor.COOTensor` or
+:class:`~sparsetensor.CompressedTensor` whose members are
+:class:`~sparsetensor.cuda.DeviceArray`s (one class tree for both devices); its ops are
+the CPU's op code, which calls the CUDA backend's kernels (:mod:`._backend`). An op
+without a GPU kernel raises :class:`NotImplementedError` naming the op, and nothing is
+copied to the host unless asked (``cpu()``, ``to("cpu")``, :func:`to_host`).
+:class:`CudaSparseTensor`, :class:`CudaCOOTensor` and :class:`CudaCompressedTensor` are
+``isinstance`` tests for "that class, on a GPU", not classes of their own.
 
 Move tensors with :func:`to_device` / :func:`to_host`; build them from device
 arrays (CuPy, PyTorch CUDA tensors, DeviceArrays: zero-copy) with
@@ -18,10 +20,9 @@ from __future__ import annotations
 import numpy as np
 
 from .. import _layout as L
-from ..ops import binary as _binary_ops, blas as _blas_ops
+from .._tensor import COOTensor, CompressedTensor, SparseTensor
 from ._array import DeviceArray, as_device_array
-from ._blas import coo_product as _coo_product
-from .._tensor import _COOBase, _CompressedBase, _SparseBase
+from ._classes import CudaCOOTensor, CudaCompressedTensor, CudaSparseTensor
 from ._driver import get_device
 
 __all__ = ["CudaSparseTensor", "CudaCOOTensor", "CudaCompressedTensor", "to_device", "to_host", "coo_tensor",
@@ -29,252 +30,8 @@ __all__ = ["CudaSparseTensor", "CudaCOOTensor", "CudaCompressedTensor", "to_devi
            "sum", "unary", "sampled_addmm", "is_cuda_tensor"]
 
 
-class CudaSparseTensor(_SparseBase):
-    """What the two device tensor classes share (the attributes shared with the CPU classes
-    come from :class:`sparsetensor._tensor._SparseBase`)."""
-
-    __slots__ = ("_shape", "_layout", "__weakref__")
-    __array_priority__ = 1000
-    __array_ufunc__ = None  # NumPy refuses ufuncs and ``ndarray OP t`` (TypeError) instead of densifying
-
-    @property
-    def device(self) -> str:
-        return self.values().device
-
-    @property
-    def device_id(self) -> int:
-        return self.values().device_id
-
-    @property
-    def is_cuda(self) -> bool:
-        return True
-
-    def _dev(self):
-        return self.values()._device
-
-    def _cast_values(self, a: DeviceArray, dtype) -> DeviceArray:
-        return cast_values(a, dtype)
-
-    def _cast_index(self, a: DeviceArray, dtype) -> DeviceArray:
-        from . import _primitives as P
-
-        return P.cast_index(self._dev(), a, dtype)
-
-    # -- moves and conversions -------------------------------------------------------------------
-    def cpu(self):
-        """A CPU tensor with host copies of the members (``t.to("cpu")``)."""
-        return to_host(self)
-
-    def to_dense(self, *, threads=None) -> DeviceArray:
-        """The dense DeviceArray (``threads``, the CPU's parameter, is accepted and unused)."""
-        return to_dense(self)
-
-    def to_sparse(self, layout=None, *, blocksize=None, dense_dim=None, threads=None):
-        """Another layout, on the device (``threads``, the CPU's parameter, is accepted and unused)."""
-        return to_sparse(self, self._layout if layout is None else layout, blocksize=blocksize, dense_dim=dense_dim)
-
-    def to_sparse_coo(self):
-        return self.to_sparse(L.sparse_coo)
-
-    def to_sparse_csr(self, *, dense_dim=None):
-        return self.to_sparse(L.sparse_csr, dense_dim=dense_dim)
-
-    def to_sparse_csc(self, *, dense_dim=None):
-        return self.to_sparse(L.sparse_csc, dense_dim=dense_dim)
-
-    def to_sparse_bsr(self, blocksize, *, dense_dim=None):
-        return self.to_sparse(L.sparse_bsr, blocksize=blocksize, dense_dim=dense_dim)
-
-    def to_sparse_bsc(self, blocksize, *, dense_dim=None):
-        return self.to_sparse(L.sparse_bsc, blocksize=blocksize, dense_dim=dense_dim)
-
-    def check_invariants(self) -> None:
-        """Every invariant, the O(nnz) ones on the device; raises :class:`~sparsetensor.InvariantError`."""
-        validate(self)
-
-    # -- ops with a GPU kernel -------------------------------------------------------------------
-    # products: the CPU's op code (sparsetensor.ops.blas: operands, dtypes, shapes and broadcasting
-    # resolved once), then the CUDA backend's ``spmm`` through the layout's ``_matmul_dense`` hook
-    __matmul__ = _blas_ops.matmul
-    mm = _blas_ops.mm
-    mv = _blas_ops.mv
-    matmul = dot = __matmul__  # torch's and NumPy's names, as on the CPU classes
-
-    # add/sub: the CPU's op code (sparsetensor.ops.binary: dtypes, alpha, layouts resolved once), then
-    # the CUDA backend's merge
-    __add__ = add = _binary_ops.add
-    __sub__ = sub = _binary_ops.sub
-
-    def __mul__(self, other):
-        return mul(self, other)
-
-    __rmul__ = mul = __mul__
-
-    def __truediv__(self, other):
-        from ._pointwise import div_scalar
-
-        return div_scalar(self, other)
-
-    div = __truediv__
-
-    def __pow__(self, exponent):
-        from ._pointwise import pow_scalar
-
-        return pow_scalar(self, exponent)
-
-    pow = __pow__
-
-    def __neg__(self):
-        return unary(self, "neg")
-
-    def __abs__(self):
-        return unary(self, "abs")
-
-    def sum(self, dim=None, keepdim=False):
-        """Sum of all elements (a 0-d DeviceArray) or over one sparse dim of a compressed tensor."""
-        if keepdim:
-            raise NotImplementedError(f"sum(keepdim=True) of a {self._layout.name} tensor on cuda has no GPU kernel")
-        return sum(self, dim)
-
-    def __array__(self, dtype=None, copy=None):
-        raise TypeError(f"a {self._layout.name} tensor on {self.device} does not convert to a NumPy array "
-                        "implicitly; use .cpu() or .to_dense().get()")
-
-    __repr__ = _SparseBase._summary
-
-
-class CudaCOOTensor(_COOBase, CudaSparseTensor):
-    """A COO tensor on a CUDA device: ``indices`` ``(sparse_dim, nnz)``, ``values`` ``(nnz,) + dense``."""
-
-    __slots__ = ("_indices", "_values", "_coalesced")
-
-    def __init__(self, indices: DeviceArray, values: DeviceArray, shape: tuple, coalesced: bool = False):
-        self._indices = indices
-        self._values = values
-        self._shape = tuple(int(s) for s in shape)
-        self._layout = L.sparse_coo
-        self._coalesced = bool(coalesced)
-
-    def coalesce(self) -> "CudaCOOTensor":
-        return coalesce(self)
-
-    def transpose(self, dim0: int, dim1: int):
-        """Swapping two sparse dims permutes the index rows (device copies; the result is not
-        coalesced, as on the CPU); transposing dense dims has no GPU kernel."""
-        from .._meta import normalize_dim
-        from . import _primitives as P
-
-        a, b = normalize_dim(dim0, self.ndim), normalize_dim(dim1, self.ndim)
-        S = self.sparse_dim
-        if a == b:
-            return self
-        if a >= S or b >= S:
-            raise NotImplementedError(f"transpose({dim0}, {dim1}) of a coo tensor on cuda: only sparse dims have a "
-                                      "GPU kernel")
-        dev, idx = self._dev(), self._indices
-        out = P.empty(dev, idx.shape, idx.dtype)
-        for r in range(S):
-            src = {a: b, b: a}.get(r, r)
-            dev.copy_dtod(out[r].ptr, idx[src].ptr, idx[src].nbytes)
-        shape = list(self._shape)
-        shape[a], shape[b] = shape[b], shape[a]
-        return CudaCOOTensor(out, self._values, tuple(shape), False)
-
-    @property
-    def mT(self):
-        """The transpose of the last two sparse dims (see :meth:`transpose`)."""
-        if self.sparse_dim < 2:
-            raise ValueError(f"mT needs at least 2 sparse dims, got sparse_dim={self.sparse_dim}")
-        return self.transpose(self.sparse_dim - 2, self.sparse_dim - 1)
-
-
-class CudaCompressedTensor(_CompressedBase, CudaSparseTensor):
-    """A CSR, CSC, BSR or BSC tensor on a CUDA device (batch and dense dims as on the CPU)."""
-
-    __slots__ = ("_compressed", "_plain", "_values", "_canonical")
-
-    def __init__(self, compressed: DeviceArray, plain: DeviceArray, values: DeviceArray, shape: tuple,
-                 layout: L.Layout, canonical: bool = False):
-        self._compressed = compressed
-        self._plain = plain
-        self._values = values
-        self._shape = tuple(int(s) for s in shape)
-        self._layout = layout
-        self._canonical = bool(canonical)
-
-    def coalesce(self):
-        return coalesce(self)
-
-    sum_duplicates = coalesce
-
-    @property
-    def mT(self):
-        """The transpose of the two sparse dims: csr <-> csc shares every member; bsr <-> bsc
-        shares the indices and transposes the blocks on the device (values must stay contiguous)."""
-        from ._convert import matrix_transpose
-
-        return matrix_transpose(self)
-
-    def transpose(self, dim0: int, dim1: int):
-        """Swapping the two sparse dims is ``mT``; other transposes have no GPU kernel."""
-        from .._meta import normalize_dim
-
-        m = self.batch_dim
-        if {normalize_dim(dim0, self.ndim), normalize_dim(dim1, self.ndim)} == {m, m + 1}:
-            return self.mT
-        raise NotImplementedError(f"transpose({dim0}, {dim1}) of a {self._layout.name} tensor on cuda: only the two "
-                                  "sparse dims (.mT) have a GPU kernel")
-
-
-# the layouts' ``_matmul_dense`` hooks (sparsetensor.ops.blas calls them): compressed tensors take the
-# CPU classes' own body (shapes resolved once, then the backend's spmm); 2-d coo goes through csr
-CudaCompressedTensor._matmul_dense = _blas_ops._compressed_product
-CudaCOOTensor._matmul_dense = _coo_product
-
-
-def _pointwise_method(name: str):
-    def method(self, *args, **kwargs):
-        if args or kwargs:
-            raise NotImplementedError(f"{name} with arguments {args or ''}{kwargs or ''} of a {self._layout.name} "
-                                      "tensor on cuda has no GPU kernel")
-        return unary(self, name)
-
-    method.__name__ = method.__qualname__ = name
-    method.__doc__ = f"``{name}`` of every specified value, on the device (see :func:`sparsetensor.cuda.unary`)."
-    return method
-
-
-def _no_kernel(name: str, is_property: bool = False):
-    def method(self, *args, **kwargs):
-        call = name if is_property else f"{name}(...)"
-        raise NotImplementedError(f"{name} of a {self._layout.name} tensor on {self.device} has no GPU kernel; "
-                                  f"run it on the host with t.cpu().{call}")
-
-    method.__name__ = method.__qualname__ = name
-    method.no_gpu_kernel = True
-    return property(method) if is_property else method
-
-
-def _wire_methods():
-    """Every public method of the CPU classes exists on the device classes: with a GPU kernel,
-    or raising NotImplementedError naming the op (never a silent copy to the host)."""
-    from .._tensor import COOTensor, CompressedTensor
-    from ._pointwise import UNARY_OPS
-
-    for name in UNARY_OPS:
-        if not hasattr(CudaSparseTensor, name):
-            setattr(CudaSparseTensor, name, _pointwise_method(name))
-    dunders = {"__radd__", "__rsub__", "__rtruediv__", "__rmatmul__"}
-    for cpu, dev in ((COOTensor, CudaCOOTensor), (CompressedTensor, CudaCompressedTensor)):
-        for name in dir(cpu):
-            if (name.startswith("_") and name not in dunders) or hasattr(dev, name):
-                continue
-            attr = next(k.__dict__[name] for k in cpu.__mro__ if name in k.__dict__)
-            setattr(dev, name, _no_kernel(name, isinstance(attr, property)))
-
-
 def is_cuda_tensor(t) -> bool:
-    return isinstance(t, CudaSparseTensor)
+    return isinstance(t, SparseTensor) and t.is_cuda
 
 
 # -- moving between host and device ------------------------------------------------------------------
@@ -296,31 +53,27 @@ def to_device(t, device="cuda"):
     >>> (to_host(d).to_dense() == t.to_dense()).all()              # doctest: +SKIP
     True
     """
-    from .._tensor import COOTensor, CompressedTensor
-
     dev = get_device(device)
-    if isinstance(t, CudaSparseTensor):
+    if not isinstance(t, SparseTensor):
+        raise TypeError(f"to_device expects a sparse tensor, got {type(t).__name__}")
+    if t.is_cuda:
         if t.device_id == dev.ordinal:
             return t
         t = to_host(t)
     if isinstance(t, COOTensor):
-        return CudaCOOTensor(DeviceArray.from_host(t.indices(), dev), DeviceArray.from_host(t.values(), dev),
-                             t.shape, t.is_coalesced())
-    if isinstance(t, CompressedTensor):
-        return CudaCompressedTensor(DeviceArray.from_host(t.compressed_indices(), dev),
-                                    DeviceArray.from_host(t.plain_indices(), dev),
-                                    DeviceArray.from_host(np.ascontiguousarray(t.values()), dev),
-                                    t.shape, t.layout, t.is_coalesced())
-    raise TypeError(f"to_device expects a sparse tensor, got {type(t).__name__}")
+        return COOTensor(DeviceArray.from_host(t.indices(), dev), DeviceArray.from_host(t.values(), dev),
+                         t.shape, t.is_coalesced(), t._checked)
+    return CompressedTensor(DeviceArray.from_host(t.compressed_indices(), dev),
+                            DeviceArray.from_host(t.plain_indices(), dev),
+                            DeviceArray.from_host(np.ascontiguousarray(t.values()), dev),
+                            t.shape, t.layout, t.is_coalesced())
 
 
 def to_host(t):
-    """A CPU tensor (NumPy members) with the contents and flags of device tensor ``t``."""
-    from .._tensor import COOTensor, CompressedTensor
-
-    if isinstance(t, CudaCOOTensor):
-        return COOTensor(t.indices().get(), t.values().get(), t.shape, t.is_coalesced())
-    if isinstance(t, CudaCompressedTensor):
+    """The same class with host copies (NumPy members) of device tensor ``t``'s members and its flags."""
+    if isinstance(t, COOTensor) and t.is_cuda:
+        return COOTensor(t.indices().get(), t.values().get(), t.shape, t.is_coalesced(), t._checked)
+    if isinstance(t, CompressedTensor) and t.is_cuda:
         return CompressedTensor(t.compressed_indices().get(), t.plain_indices().get(), t.values().get(), t.shape,
                                 t.layout, t.is_coalesced())
     raise TypeError(f"to_host expects a CUDA sparse tensor, got {type(t).__name__}")
@@ -329,21 +82,11 @@ def to_host(t):
 def cast_values(a: DeviceArray, dtype) -> DeviceArray:
     """Device values converted to ``dtype`` (a new array, also when the dtype is the same).
 
-    The GPU converts between float16 and float32 only; other pairs raise
-    NotImplementedError naming them (convert on the CPU)."""
+    The GPU converts between float16 and float32 only (:meth:`DeviceArray.astype`); other
+    pairs raise NotImplementedError naming them (convert on the CPU)."""
     from .._dtypes import as_value_dtype
-    from . import _primitives as P
 
-    dt = as_value_dtype(dtype)
-    pair = (a.dtype.name, dt.name)
-    if dt == a.dtype:
-        return a.copy()
-    if pair == ("float16", "float32"):
-        return P.half_to_float(a._device, a)
-    if pair == ("float32", "float16"):
-        return P.float_to_half(a._device, a)
-    raise NotImplementedError(f"astype {a.dtype} -> {dt} on cuda has no GPU kernel (float16 <-> float32 only); "
-                              "convert on the CPU")
+    return a.astype(as_value_dtype(dtype))
 
 
 def _place_members(members: dict, device):
@@ -420,7 +163,7 @@ def _device_index(x, dev, name: str, layout: str) -> DeviceArray:
 
 
 def coo_tensor(indices, values, size=None, *, dtype=None, device=None, check_invariants=None,
-               is_coalesced=None) -> CudaCOOTensor:
+               is_coalesced=None) -> COOTensor:
     """A COO tensor on a CUDA device; what :func:`sparsetensor.sparse_coo_tensor` builds from device arrays.
 
     Members that are device arrays (DeviceArray, CuPy, PyTorch CUDA tensors, any
@@ -452,14 +195,14 @@ def coo_tensor(indices, values, size=None, *, dtype=None, device=None, check_inv
     idx = _device_index(m["indices"], dev, "indices", "coo")
     idx, shape = coo_indices_and_shape(idx, vals, size, _index_extrema)
     coo_meta(idx, vals, shape)
-    t = CudaCOOTensor(idx, vals, shape, bool(is_coalesced) or idx.shape[1] <= 1)
+    t = COOTensor(idx, vals, shape, bool(is_coalesced) or idx.shape[1] <= 1)
     if resolve_check(check_invariants):
-        validate(t)
+        t.check_invariants()
     return t
 
 
 def compressed_tensor(compressed_indices, plain_indices, values, size=None, *, layout, dtype=None, device=None,
-                      check_invariants=None) -> CudaCompressedTensor:
+                      check_invariants=None) -> CompressedTensor:
     """A csr/csc/bsr/bsc tensor on a CUDA device; what :func:`sparsetensor.sparse_compressed_tensor`
     builds from device arrays.
 
@@ -491,49 +234,39 @@ def compressed_tensor(compressed_indices, plain_indices, values, size=None, *, l
     shape = as_size(size)
     compressed_meta(c, p, v, shape, layout)
     check = resolve_check(check_invariants)
-    t = CudaCompressedTensor(c, p, v, shape, layout, canonical=False)
+    t = CompressedTensor(c, p, v, shape, layout, canonical=False)
     if check:
-        validate(t)
-        t._canonical = True
+        t.check_invariants()
     return t
 
 
-# -- op entry points (implemented in the op modules) ---------------------------------------------------
+# -- op entry points: the ops of sparsetensor (the same code as on the CPU, then the CUDA backend) ----------
 
 def _device_tensor(t, op: str):
-    if not isinstance(t, CudaSparseTensor):
+    if not is_cuda_tensor(t):
         raise TypeError(f"{op} expects a CUDA sparse tensor, got {type(t).__name__}")
     return t
 
 
 def validate(t) -> None:
-    """Check every invariant of device tensor ``t`` on the device (the backend's ``validate``)."""
-    from ._backend import validate as _validate
-
-    _validate(_device_tensor(t, "validate"))
+    """Check every invariant of device tensor ``t`` on the device (``t.check_invariants()``)."""
+    _device_tensor(t, "validate").check_invariants()
 
 
 def coalesce(t):
-    """COO: sort and sum duplicates on the device; compressed: repair unsorted rows (the backend's
-    ``coalesce``, see :mod:`._coalesce`)."""
-    from ._backend import coalesce as _coalesce
-
-    return _coalesce(_device_tensor(t, "coalesce"))
+    """COO: sort and sum duplicates on the device; compressed: repair unsorted rows (``t.coalesce()``)."""
+    return _device_tensor(t, "coalesce").coalesce()
 
 
 def to_sparse(t, layout, *, blocksize=None, dense_dim=None):
-    """``t`` in another layout: the CPU's op (:func:`sparsetensor._convert.to_sparse`: its argument
-    checks, then the backend's ``convert``), on the device."""
-    from .._convert import to_sparse as _to_sparse
-
-    return _to_sparse(_device_tensor(t, "to_sparse"), layout, blocksize=blocksize, dense_dim=dense_dim)
+    """``t`` in another layout (``t.to_sparse(...)``: the CPU's argument checks, then the backend's
+    ``convert``), on the device."""
+    return _device_tensor(t, "to_sparse").to_sparse(layout, blocksize=blocksize, dense_dim=dense_dim)
 
 
 def to_dense(t) -> DeviceArray:
-    """The dense DeviceArray of ``t`` (the CPU's op, :func:`sparsetensor._dense.to_dense`, on the device)."""
-    from .._dense import to_dense as _to_dense
-
-    return _to_dense(_device_tensor(t, "to_dense"))
+    """The dense DeviceArray of ``t`` (``t.to_dense()``)."""
+    return _device_tensor(t, "to_dense").to_dense()
 
 
 def from_dense(array, layout="csr", *, blocksize=None, dense_dim=0, batch_dim=0, index_dtype=np.int64, device=None):
@@ -568,15 +301,12 @@ def mul(a, b):
 
 
 def sum(t, dim=None):  # noqa: A001 - torch's name
-    from ._reduce import sum as _sum
-
-    return _sum(t, dim)
+    """``t.sum(dim)`` of device tensor ``t``: the op (:func:`sparsetensor.ops.reduce.sum`), then the
+    backend's ``reduce_sum``/``reduce_sum_dims``."""
+    return _device_tensor(t, "sum").sum(dim)
 
 
 def unary(t, op: str):
     from ._pointwise import unary as _unary
 
     return _unary(t, op)
-
-
-_wire_methods()

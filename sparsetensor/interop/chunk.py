@@ -30,6 +30,7 @@ import hashlib
 import numpy as np
 
 from .. import _layout as L
+from .._device import require_host
 from .._factory import sparse_compressed_tensor, sparse_coo_tensor
 from .._tensor import COOTensor, SparseTensor
 from ..ops import reduce as _reduce
@@ -43,13 +44,10 @@ DEFERRING = ("__matmul__", "__rmatmul__", "__add__", "__radd__", "__sub__", "__r
 
 
 def _members(t) -> tuple:
+    require_host(t, "pickling or tokenizing")  # a device pointer means nothing in another process
     if isinstance(t, COOTensor):
         return (t.indices(), t.values())
     return (t.compressed_indices(), t.plain_indices(), t.values())
-
-
-def _validated(t) -> bool:
-    return t._checked if isinstance(t, COOTensor) else t._canonical
 
 
 def rebuild(layout: str, shape: tuple, members: tuple, coalesced: bool, validated: bool):
@@ -74,7 +72,7 @@ def reduce(self):
     """``__reduce__``: :func:`rebuild` and the members (the tensor's own arrays, no copy)."""
     coalesced = self.is_coalesced()
     return rebuild, (self.layout.name, tuple(int(s) for s in self.shape), _members(self), coalesced,
-                     _validated(self))
+                     self._validated)
 
 
 def tokenize(self) -> tuple:

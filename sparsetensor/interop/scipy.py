@@ -13,6 +13,7 @@ import numpy as np
 
 from .. import _layout as L
 from .._canonical import ensure_valid
+from .._device import require_host
 from .._dtypes import INDEX_DTYPES, VALUE_DTYPES
 from .._errors import InvariantError
 from .._factory import sparse_compressed_tensor, sparse_coo_tensor
@@ -129,6 +130,7 @@ def to_scipy(t, kind: str = "array"):
         raise ValueError(f"kind must be 'array' or 'matrix', got {kind!r}")
     if not isinstance(t, (COOTensor, CompressedTensor)):
         raise TypeError(f"to_scipy expects a sparse tensor, got {type(t).__name__}")
+    require_host(t, "to_scipy")
     name = t.layout.name
     if t.dtype == np.float16:
         raise TypeError("SciPy sparse does not support float16 values; convert first, e.g. t.to(np.float32)")

@@ -15,6 +15,7 @@ import numpy as np
 
 from .. import _layout as L
 from .._canonical import ensure_valid
+from .._device import require_host
 from .._config import resolve_check
 from .._factory import sparse_compressed_tensor, sparse_coo_tensor
 from .._tensor import COOTensor, CompressedTensor
@@ -174,7 +175,7 @@ def to_torch(t, *, copy: bool | None = None, check_invariants: bool | None = Non
         return _tensor_of(torch, t, copy, "the array")
     if not isinstance(t, (COOTensor, CompressedTensor)):
         raise TypeError(f"to_torch expects a sparse tensor or a NumPy array, got {type(t).__name__}")
-    t = ensure_valid(t.cpu(), repair=True)
+    t = ensure_valid(require_host(t, "to_torch"), repair=True)
     check = resolve_check(check_invariants)
     values = _tensor_of(torch, t.values(), copy, "values")
     if isinstance(t, COOTensor):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._tensor import _SparseBase
+from .._tensor import SparseTensor
 
 
 def _where(x) -> str:
@@ -16,7 +16,7 @@ def describe(x, *, dtype: bool = True) -> str:
     """A sparse tensor, dense array or scalar operand, in words (for error messages); with
     ``dtype=False`` the layout (or "dense array") and shape only. Tensors and arrays on a
     CUDA device say so."""
-    if isinstance(x, _SparseBase):
+    if isinstance(x, SparseTensor):
         if not dtype:
             return f"{x.layout.name} tensor of shape {tuple(x.shape)}{_where(x)}"
         extra = f", blocksize={x.blocksize}" if x.layout.blocked else ""

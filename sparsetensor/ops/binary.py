@@ -53,7 +53,7 @@ from .._dtypes import VALUE_DTYPES
 from .._lib import _dense as _dense_kernels
 from .._lib import _elementwise as _kernels
 from .._device import is_device_array
-from .._tensor import COOTensor, CompressedTensor, SparseTensor, _SparseBase
+from .._tensor import COOTensor, CompressedTensor, SparseTensor
 from .._validate import check_coo_indices
 from ._common import broadcasts_to, describe
 
@@ -64,11 +64,11 @@ __all__ = ["add", "sub", "mul", "div", "maximum", "minimum", "neg"]
 
 
 def _operand(x, name: str):
-    """("sparse" | "dense" | "scalar" | "device", x as a tensor, an array or a scalar); "device": a
-    CUDA tensor or device array, which only a merge of two sparse tensors takes (see :func:`_on_device`)."""
+    """("sparse" | "dense" | "scalar" | "device", x as a tensor, an array or a scalar); "sparse": a
+    tensor of any device; "device": a dense CUDA array, which no op here takes (see :func:`_on_device`)."""
     if isinstance(x, SparseTensor):
         return "sparse", x
-    if isinstance(x, _SparseBase) or is_device_array(x):
+    if is_device_array(x):
         return "device", x
     if isinstance(x, (numbers.Number, np.generic)):
         if isinstance(x, np.generic) and x.dtype.kind not in "biufc":
@@ -83,18 +83,15 @@ def _operand(x, name: str):
 
 
 def _on_device(name: str, ka: str, kb: str, a, b) -> tuple:
-    """The kinds of two operands one of which is on a CUDA device: two sparse tensors are merged
-    on their device (a CPU/GPU mix raises there); anything else has no GPU kernel (a mix raises
-    ValueError naming both devices, else NotImplementedError)."""
-    if isinstance(a, _SparseBase) and isinstance(b, _SparseBase):
-        return "sparse", "sparse"
+    """Two operands one of which is a dense CUDA array: no GPU kernel takes a dense device operand
+    here (a CPU/GPU mix raises ValueError naming both devices, else NotImplementedError)."""
     backend_for(a, b)
     raise NotImplementedError(f"{name}({describe(a)}, {describe(b)}): only two sparse tensors have a GPU kernel "
                               "(a merge); move the operands to the host with .cpu()")
 
 
 def _result_dtype(name: str, *xs) -> np.dtype:
-    dt = np.result_type(*(x.dtype if isinstance(x, _SparseBase) else x for x in xs))
+    dt = np.result_type(*(x.dtype if isinstance(x, SparseTensor) else x for x in xs))
     if dt not in VALUE_DTYPES:
         raise TypeError(f"{name}: the result dtype {dt} of {' and '.join(describe(x) for x in xs)} is not a "
                         f"supported value dtype ({', '.join(map(str, VALUE_DTYPES))})")
@@ -195,6 +192,7 @@ def _add(name: str, a, b, alpha, threads, negate: bool = False):
         alpha = -alpha
     if ka == kb == "sparse":
         return _merge(name, a, b, dtype, "add", alpha, threads)
+    backend_for(a, b)  # a sparse tensor on a GPU with a host array: ValueError naming both devices
     if ka == "sparse":
         return _sparse_plus_dense(name, a, 1, b, alpha, dtype, threads)
     return _sparse_plus_dense(name, b, alpha, a, 1, dtype, threads)
@@ -227,10 +225,10 @@ def mul(a, b, *, threads: int | None = None):
         return _merge("mul", a, b, dtype, "mul", 1, threads)
     if ka == "sparse":
         if kb == "scalar":
-            return _with_values("mul", a, np.multiply(a.values(), b))
+            return _by_scalar("mul", a, b, np.multiply, threads)
         return _sampled("mul", a, b, lambda v, g: np.multiply(v, g), threads)
     if ka == "scalar":
-        return _with_values("mul", b, np.multiply(a, b.values()))
+        return _by_scalar("mul", b, a, np.multiply, threads)
     return _sampled("mul", b, a, lambda v, g: np.multiply(g, v), threads)
 
 
@@ -271,7 +269,7 @@ def div(a, b, *, rounding_mode=None, threads: int | None = None):
     if ka != "sparse":
         raise TypeError(f"div expects a sparse dividend, got {describe(a)}")
     if kb == "scalar":
-        return _with_values("div", a, np.true_divide(a.values(), b))
+        return _by_scalar("div", a, b, np.true_divide, threads)
     return _sampled("div", a, b, lambda v, g: np.true_divide(v, g), threads)
 
 
@@ -324,6 +322,7 @@ def _extremum(name, a, b, ufunc, threads):
     if ka == kb == "sparse":
         return _merge(name, a, b, dtype, name, 1, threads)
     _same_shape(name, a, b)
+    backend_for(a, b)  # a sparse tensor on a GPU with a host array: ValueError naming both devices
     da = a.to_dense(threads=threads) if ka == "sparse" else a
     db = b.to_dense(threads=threads) if kb == "sparse" else b
     return ufunc(da, db, dtype=dtype)
@@ -347,8 +346,14 @@ def neg(a):
 
 
 # -- value-only operations ------------------------------------------------------------------------------
-def _with_values(name: str, t: SparseTensor, values: np.ndarray) -> SparseTensor:
-    return t._replace_values(_checked_values(name, np.asarray(values)))
+def _with_values(name: str, t: SparseTensor, values) -> SparseTensor:
+    return t._replace_values(_checked_values(name, values))
+
+
+def _by_scalar(name: str, t: SparseTensor, scalar, ufunc, threads) -> SparseTensor:
+    """``ufunc(values, scalar)`` with t's pattern: the device's ``unary`` kernel with the scalar
+    (NumPy's result dtype on the CPU; on a GPU the values' dtype, or NotImplementedError)."""
+    return _with_values(name, t, backend_for(t).unary(t, name, ufunc, threads, scalar))
 
 
 def _sampled(name: str, t: SparseTensor, dense: np.ndarray, combine, threads) -> SparseTensor:
@@ -357,6 +362,7 @@ def _sampled(name: str, t: SparseTensor, dense: np.ndarray, combine, threads) ->
         raise ValueError(f"{name}: the dense operand must broadcast to the sparse operand's shape, got "
                          f"{describe(t)} and {describe(dense)}")
     _result_dtype(name, t, dense)
+    backend_for(t, dense)  # a sparse tensor on a GPU with a host array: ValueError naming both devices
     t, gathered = t._sample_dense(dense, threads)  # the layout's hook: _sample_coo or _sample_compressed
     return _with_values(name, t, combine(t.values(), gathered))
 

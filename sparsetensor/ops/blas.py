@@ -35,7 +35,7 @@ from .. import _layout as L
 from .._backend import backend_for
 from .._backend._views import UNSIGNED as _UNSIGNED, work_dtype as _work_dtype
 from .._device import device_array, is_device_array
-from .._tensor import COOTensor, CompressedTensor, SparseTensor, _SparseBase
+from .._tensor import COOTensor, CompressedTensor, SparseTensor
 from .._validate import raise_compressed_error
 from .._lib import _spmm as _kernels
 from ._common import broadcasts_to, describe
@@ -71,7 +71,7 @@ def _as_dense(x, op: str, name: str) -> np.ndarray:
     """The dense operand as an array of its device: a NumPy array, or a device array (CuPy, PyTorch
     CUDA, DeviceArray) left where it is (the backend multiplies it there, or names the mix)."""
     if type(x) is not np.ndarray:
-        if isinstance(x, _SparseBase):
+        if isinstance(x, SparseTensor):
             raise TypeError(f"{op}: {name} must be dense, got a sparse {x.layout.name} tensor")
         if is_device_array(x):
             x = device_array(x)
@@ -184,7 +184,7 @@ def _product(S: SparseTensor, D: np.ndarray, rt: np.dtype, op: str, threads, ope
     """
     if D.ndim == 0:
         raise _mismatch(op, *operands, "matmul needs at least 1-d operands")
-    if not isinstance(S, _SparseBase):
+    if not isinstance(S, SparseTensor):
         raise TypeError(f"{op}: expected a sparse tensor, got {type(S).__name__}")
     return S._matmul_dense(D, rt, op, threads, operands, err_tensor, transposed)
 
@@ -212,6 +212,9 @@ def _coo_product(S: COOTensor, D: np.ndarray, rt, op, threads, operands, err_ten
     sd = S.sparse_dim
     if sd == 0:
         raise _mismatch(op, *operands, "matmul needs at least 1-d operands")
+    if sd != 2 and S.is_cuda:
+        raise NotImplementedError(f"{op} of a coo tensor with sparse_dim={sd} on {S.device} has no GPU kernel (2-d "
+                                  "coo goes through csr)")
     if sd == 1:  # a sparse vector: a 1 x K matrix
         (K,) = S.shape
         idx = S.indices()
@@ -274,7 +277,7 @@ def _dense_sparse(X: np.ndarray, S: SparseTensor, rt, op, threads, operands):
 
 def _matmul_work(a, b, op, threads, extra_dtypes=()):
     """(result in the working dtype, result dtype) of ``a @ b`` with one sparse operand."""
-    if isinstance(a, _SparseBase):
+    if isinstance(a, SparseTensor):
         D = _as_dense(b, op, "the second operand")
         rt = _result_dtype(op, a.dtype, D.dtype, *extra_dtypes)
         return _product(a, D, rt, op, threads, (a, b)), rt
@@ -341,7 +344,7 @@ def matmul(a, b, *, threads: int | None = None):
     >>> matmul(np.array([[1.0, 1.0]]), a)
     array([[3., 2., 4.]])
     """
-    a_sparse, b_sparse = isinstance(a, _SparseBase), isinstance(b, _SparseBase)
+    a_sparse, b_sparse = isinstance(a, SparseTensor), isinstance(b, SparseTensor)
     if a_sparse and b_sparse:
         return _spgemm(a, b)
     if not (a_sparse or b_sparse):
@@ -351,7 +354,7 @@ def matmul(a, b, *, threads: int | None = None):
 
 
 def _sparse_ndim(op: str, t, ndim: int, what: str):
-    if isinstance(t, _SparseBase):
+    if isinstance(t, SparseTensor):
         if t.ndim != ndim or t.dense_dim:
             raise ValueError(f"{op}: expected {what}, got a {_describe(t)}"
                              + (f" with dense_dim={t.dense_dim}" if t.dense_dim else ""))
@@ -386,7 +389,7 @@ def mv(a, v, *, threads: int | None = None):
     >>> mv(st.sparse_csr_tensor([0, 1, 2], [1, 0], [2.0, 3.0]), np.array([1.0, 2.0]))
     array([4., 3.])
     """
-    if not isinstance(a, _SparseBase):
+    if not isinstance(a, SparseTensor):
         raise TypeError(f"mv: the matrix must be sparse, got {type(a).__name__}")
     _sparse_ndim("mv", a, 2, "a 2-d matrix")
     _sparse_ndim("mv", v, 1, "a 1-d vector")

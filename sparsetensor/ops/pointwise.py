@@ -61,13 +61,14 @@ def _coalesced(t):
     return t if t.is_coalesced() else t.coalesce()
 
 
-def _apply(t, fn, name: str, *, linear: bool = False):
-    """A tensor with ``t``'s pattern and values ``fn(values)``; nonlinear ``fn`` needs distinct indices."""
+def _apply(t, fn, name: str, *, linear: bool = False, arg=None):
+    """A tensor with ``t``'s pattern and values ``fn(values)`` (``fn(values, arg)`` with a scalar
+    argument), computed by the device's ``unary`` kernel; nonlinear ``fn`` needs distinct indices."""
     _check_tensor(t, name)
     if not linear:
         t = _coalesced(t)
     try:
-        values = backend_for(t).unary(t, name, fn)
+        values = backend_for(t).unary(t, name, fn, None, arg)
     except TypeError as e:  # numpy.core._exceptions._UFuncNoLoopError and friends
         raise TypeError(f"{name} does not support dtype {t.dtype}: {e}") from None
     _check_result_dtype(values.dtype, name, t)
@@ -177,7 +178,7 @@ def round(t, decimals: int = 0):
     decimals = int(decimals)
     if t.dtype.kind in "biu" and decimals >= 0:
         return _apply(t, np.copy, "round")
-    return _apply(t, lambda v: np.round(v, decimals), "round")
+    return _apply(t, np.round, "round", arg=decimals)
 
 
 def frac(t):
@@ -296,7 +297,7 @@ def pow(t, exponent):
         raise ValueError(f"pow(t, {exponent!r}) is not zero-preserving (0 ** {exponent!r} != 0), so it cannot "
                          "keep the sparsity pattern; only exponents > 0 are supported. Call .to_dense() first "
                          f"(np.power(t.to_dense(), {exponent!r}))")
-    return _apply(t, lambda v: np.power(v, e), "pow")
+    return _apply(t, np.power, "pow", arg=e)
 
 
 def _scale(t, scalar, *, divide: bool = False):

@@ -116,7 +116,8 @@ def _map(result, fn):
     """Apply ``fn`` to a dense result, or to the values of a sparse one."""
     if isinstance(result, SparseTensor):
         return result._replace_values(np.ascontiguousarray(fn(result.values())))
-    return np.asarray(fn(result))
+    out = fn(result)
+    return np.asarray(out) if isinstance(out, np.generic) else out
 
 
 def _astype(result, dtype: np.dtype):
@@ -206,7 +207,7 @@ def _squeeze(result, dims: tuple, keepdim: bool):
     sparse one by its layout's hook (``_reduce_return``)."""
     if keepdim:
         return result
-    if isinstance(result, np.ndarray):
+    if not isinstance(result, SparseTensor):  # a dense array of the tensor's device
         return result.reshape(tuple(s for d, s in enumerate(result.shape) if d not in dims))
     return result._reduce_return(dims)
 
@@ -402,6 +403,8 @@ def _run(t, dim, keepdim: bool, op, work_dtype, threads, name: str):
     if dim is None and op is np.add:
         # every dim: the values' sum; no index is read
         r = backend_for(t).reduce_sum(t, threads).reshape((1,) * t.ndim)
+    elif op is np.add:
+        r = backend_for(t).reduce_sum_dims(t, dims, threads)
     else:
         r = t._reduce_calc(dims, op, threads)
     return _squeeze(r, dims, keepdim)

@@ -69,6 +69,9 @@ def transpose(t, dim0: int, dim1: int):
     shape[d0], shape[d1] = shape[d1], shape[d0]
     if k0 == "sparse":
         return t._transpose_sparse(d0, d1)
+    if t.is_cuda:
+        raise NotImplementedError(f"transpose({dim0}, {dim1}) of a {t.layout.name} tensor on {t.device}: only sparse "
+                                  "dims have a GPU kernel")
     if k0 == "batch":
         c, p, v = (np.ascontiguousarray(a.swapaxes(d0, d1)) for a in (t.compressed_indices(), t.plain_indices(),
                                                                        t.values()))
@@ -82,8 +85,9 @@ def transpose(t, dim0: int, dim1: int):
 # a sparse dim.
 def _transpose_sparse_coo(t: COOTensor, d0: int, d1: int) -> COOTensor:
     """The ``_transpose_sparse`` hook of COO: the two index rows swapped (values shared)."""
-    idx = t.indices().copy()
-    idx[[d0, d1]] = idx[[d1, d0]]
+    rows = list(range(t.sparse_dim))
+    rows[d0], rows[d1] = d1, d0
+    idx = t.indices().take(rows, axis=0)  # a new array (NumPy's or a device array's take)
     shape = list(t.shape)
     shape[d0], shape[d1] = shape[d1], shape[d0]
     return COOTensor(idx, t.values(), tuple(shape), False)

@@ -14,18 +14,14 @@ reduced to rows-compressed operands (csr/bsr):
 
 from __future__ import annotations
 
-import math
 import numbers
 
 import numpy as np
 
 from .. import _layout as L
 from .._backend import backend_for
-from .._backend._views import kernel_dtype as _kernel_dtype
-from .._config import num_threads
-from .._canonical import ensure_valid
-from .._lib import _spgemm as _kernels
-from .._tensor import COOTensor, CompressedTensor, SparseTensor, _SparseBase
+from .._device import device_array, is_device_array
+from .._tensor import COOTensor, SparseTensor
 from ._common import describe as _describe
 
 __all__ = ["spgemm", "sampled_addmm"]
@@ -95,7 +91,7 @@ def spgemm(a, b, *, threads: int | None = None):
     >>> c.crow_indices(), c.col_indices(), c.values()
     (array([0, 1, 2]), array([0, 0]), array([ 0., -2.]))
     """
-    if not isinstance(a, _SparseBase) or not isinstance(b, _SparseBase):
+    if not isinstance(a, SparseTensor) or not isinstance(b, SparseTensor):
         raise TypeError(f"spgemm expects two sparse tensors, got {type(a).__name__} and {type(b).__name__}")
     if a.dtype != b.dtype:
         raise TypeError(f"spgemm: the operands must have one value dtype, got {_describe(a)} and {_describe(b)}")
@@ -135,6 +131,11 @@ def _check_shapes(a, b, m: int) -> None:
 
 
 # -- SDDMM -----------------------------------------------------------------------------------------
+def _dense_operand(x):
+    """A dense operand as an array of its device: NumPy, or a device array left where it is."""
+    return device_array(x) if is_device_array(x) else np.asarray(x)
+
+
 def _check_scalar(name: str, value, dtype: np.dtype):
     """``value`` (alpha/beta) as a Python number of the kind ``dtype`` computes in (PyTorch's rules)."""
     if isinstance(value, np.ndarray) and value.ndim == 0:
@@ -199,8 +200,8 @@ def sampled_addmm(input, mat1, mat2, *, beta=1.0, alpha=1.0, threads: int | None
     if not isinstance(input, SparseTensor):
         raise TypeError(f"sampled_addmm expects a sparse csr input, got {type(input).__name__}")
     if input.layout is L.sparse_csc:
-        m1 = np.asarray(mat1)
-        m2 = np.asarray(mat2)
+        m1 = _dense_operand(mat1)
+        m2 = _dense_operand(mat2)
         if m1.ndim < 2 or m2.ndim < 2:
             raise ValueError(f"sampled_addmm: mat1 and mat2 must be at least 2-d, got shapes {m1.shape} and {m2.shape}")
         return sampled_addmm(input.mT, m2.swapaxes(-1, -2), m1.swapaxes(-1, -2), beta=beta, alpha=alpha,
@@ -210,8 +211,8 @@ def sampled_addmm(input, mat1, mat2, *, beta=1.0, alpha=1.0, threads: int | None
     if input.dense_dim:
         raise NotImplementedError(f"sampled_addmm: expected an input without dense (hybrid) dims, got "
                                   f"{_describe(input)} with dense_dim={input.dense_dim}")
-    mat1 = np.asarray(mat1)
-    mat2 = np.asarray(mat2)
+    mat1 = _dense_operand(mat1)
+    mat2 = _dense_operand(mat2)
     if mat1.ndim < 2 or mat2.ndim < 2:
         raise ValueError(f"sampled_addmm: mat1 and mat2 must be at least 2-d, got shapes {mat1.shape} and {mat2.shape}")
     dtype = input.dtype
@@ -237,23 +238,5 @@ def sampled_addmm(input, mat1, mat2, *, beta=1.0, alpha=1.0, threads: int | None
                          f"mat2 {b2}") from None
     beta_k = _check_scalar("beta", beta, dtype)
     alpha_k = _check_scalar("alpha", alpha, dtype)
-    kdt, _ = _kernel_dtype(dtype)
-    inp = ensure_valid(input, repair=True, threads=threads)
-    B, B1, B2 = math.prod(batch), math.prod(b1), math.prod(b2)
-    c, p, v = inp.compressed_indices(), inp.plain_indices(), inp.values()
-    nnz = inp.nnz
-    if in_batch != batch:  # the pattern repeats over the broadcast batch
-        c = np.broadcast_to(c, batch + c.shape[-1:]).copy()
-        p = np.broadcast_to(p, batch + (nnz,)).copy()
-        v = np.broadcast_to(v, batch + (nnz,))
-    v2 = np.ascontiguousarray(v, dtype=kdt).reshape(B, nnz)
-    m1 = np.ascontiguousarray(mat1, dtype=kdt).reshape(B1, M, K)
-    m2t = np.ascontiguousarray(mat2.swapaxes(-1, -2), dtype=kdt).reshape(B2, N, K)
-    map1 = np.broadcast_to(np.arange(B1, dtype=np.int64).reshape(b1), batch).ravel()
-    map2 = np.broadcast_to(np.arange(B2, dtype=np.int64).reshape(b2), batch).ravel()
-    out = np.empty((B, nnz), dtype=kdt)
-    _kernels.sampled_addmm(c.reshape(B, M + 1), p.reshape(B, nnz), v2, m1, m2t, map1, map2, beta_k, alpha_k, out,
-                           num_threads(threads, B * nnz * max(K, 1)))
-    values = out.astype(dtype, copy=False).reshape(batch + (nnz,))
-    return CompressedTensor(c, p, values, batch + (M, N), L.sparse_csr, canonical=True)
+    return backend_for(input, mat1, mat2).sddmm(input, mat1, mat2, batch, beta_k, alpha_k, threads)
 
