@@ -9,18 +9,9 @@ import numpy as np
 import pytest
 
 from sparsetensor._lib import _spmm
+from test_blas import simd  # noqa: F401 (the fixture: the AVX-512 path, where compiled in, and the portable loops)
 
 Z = np.zeros(1, np.int64)
-
-
-@pytest.fixture(params=["simd", "portable"])
-def simd(request):
-    previous = _spmm.set_simd(request.param == "simd")
-    if request.param == "simd" and not _spmm.simd_available():
-        _spmm.set_simd(previous)
-        pytest.skip("this build has no AVX-512 paths (built without -march=native or on another CPU)")
-    yield request.param
-    _spmm.set_simd(previous)
 
 
 def matrix(rng, lengths, ncols, dtype, index_dtype):

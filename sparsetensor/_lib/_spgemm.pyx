@@ -264,20 +264,27 @@ cdef int64_t _symbolic_bits(const index_t* a_c, const index_t* a_p, const index_
     return cnt
 
 
+cdef inline Py_ssize_t _flag(uint8_t* flags, Py_ssize_t col, Py_ssize_t lo, Py_ssize_t last) noexcept nogil:
+    """Flag column ``col`` of the span [lo, lo + last]; returns its offset in the span (a plain
+    store: no branch on the flags, no read-modify-write)."""
+    cdef Py_ssize_t j = col - lo
+    if <uint64_t>j > <uint64_t>last:  # only for rows that are not sorted (never from the wrappers)
+        j = last
+    flags[j] = 1
+    return j
+
+
 cdef int64_t _symbolic_flags(const index_t* a_c, const index_t* a_p, const index_t* b_c, const index_t* b_p,
                              Py_ssize_t i, Py_ssize_t lo, Py_ssize_t width, uint8_t* flags) noexcept nogil:
     """The distinct columns of row i, all in [lo, lo + width): a flag byte per column (a plain
     store per product), counted (and cleared) eight at a time at the end."""
-    cdef Py_ssize_t ka, kb, kb1, j, w, nw = (width + 7) >> 3, last = width - 1
+    cdef Py_ssize_t ka, kb, kb1, w, nw = (width + 7) >> 3, last = width - 1
     cdef uint64_t word
     cdef int64_t cnt = 0
     for ka in range(a_c[i], a_c[i + 1]):
         kb1 = b_c[a_p[ka] + 1]
         for kb in range(b_c[a_p[ka]], kb1):
-            j = b_p[kb] - lo
-            if <uint64_t>j > <uint64_t>last:  # only for rows that are not sorted (never from the wrappers)
-                j = last
-            flags[j] = 1
+            _flag(flags, b_p[kb], lo, last)
     for w in range(nw):
         memcpy(&word, flags + (w << 3), 8)
         if word:
@@ -712,6 +719,18 @@ cdef inline value_t _identity(const value_t* of) noexcept nogil:
     return -z
 
 
+cdef inline Py_ssize_t _take(value_t* acc, Py_ssize_t j, value_t zero, Py_ssize_t lo, Py_ssize_t q, Py_ssize_t cap,
+                             index_t* out_p, value_t* out_v) noexcept nogil:
+    """Column lo + j of a dense row (sum acc[j]) as entry q when q < cap, acc[j] reset to zero;
+    returns the entries written."""
+    if q < cap:
+        out_p[q] = <index_t>(lo + j)
+        out_v[q] = acc[j]
+        q += 1
+    acc[j] = zero
+    return q
+
+
 cdef Py_ssize_t _dense_row(const index_t* ac, const index_t* ap, const value_t* av,
                            const index_t* bc, const index_t* bp, const value_t* bv,
                            Py_ssize_t i, bint logical, Scratch* s, Py_ssize_t lo, Py_ssize_t width,
@@ -743,11 +762,7 @@ cdef Py_ssize_t _dense_row(const index_t* ac, const index_t* ap, const value_t* 
         while word != 0:
             j = (w << 6) + st_ctz64(word)
             word &= word - 1
-            if q < cap:
-                out_p[q] = <index_t>(lo + j)
-                out_v[q] = acc[j]
-                q += 1
-            acc[j] = zero
+            q = _take(acc, j, zero, lo, q, cap, out_p, out_v)
     return q
 
 
@@ -767,10 +782,7 @@ cdef Py_ssize_t _dense_flags_row(const index_t* ac, const index_t* ap, const val
         x = av[ka]
         kb1 = bc[ap[ka] + 1]
         for kb in range(bc[ap[ka]], kb1):
-            j = bp[kb] - lo
-            if <uint64_t>j > <uint64_t>last:  # only for rows that are not sorted (never from the wrappers)
-                j = last
-            flags[j] = 1
+            j = _flag(flags, bp[kb], lo, last)
             acc[j] = _sum(acc[j], _product(x, bv[kb], logical), logical)
     for w in range((width + 7) >> 3):
         memcpy(&word, flags + (w << 3), 8)
@@ -780,11 +792,7 @@ cdef Py_ssize_t _dense_flags_row(const index_t* ac, const index_t* ap, const val
         while word != 0:  # one set bit per flagged byte
             j = (w << 3) + (st_ctz64(word) >> 3)
             word &= word - 1
-            if q < cap:
-                out_p[q] = <index_t>(lo + j)
-                out_v[q] = acc[j]
-                q += 1
-            acc[j] = zero
+            q = _take(acc, j, zero, lo, q, cap, out_p, out_v)
     return q
 
 
