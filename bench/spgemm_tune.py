@@ -30,6 +30,7 @@ CONFIGS = {
     "dense": dict(accumulator="dense"),
     "esc": dict(accumulator="esc"),
     "slots": dict(accumulator="slots"),
+    "bits": dict(flag_span=0),  # the dense accumulator marks columns with bits in every row (no flag bytes)
 }
 
 

@@ -536,10 +536,13 @@ def test_large_threads_parts_match_scipy(rng):
 
 
 # -- the csr accumulators: each one forced, against the others and the oracles -------------------------
-ACCUMULATORS = ["auto", "merge", "dense", "esc", "slots"]
+ACCUMULATORS = ["auto", "merge", "dense", "dense-flags", "dense-bits", "esc", "slots"]
 # settings under which a forced accumulator takes every row it can (merge: rows of at most 64 entries
-# of A; esc: rows of at most as many products as columns; dense and slots: every row here)
-_FORCED = {"auto": {}, "merge": dict(merge_max=64), "esc": dict(esc_max=10**9), "dense": {}, "slots": {}}
+# of A; esc: rows of at most as many products as columns; dense and slots: every row here; the
+# dense accumulator marking its columns with flag bytes, or with bits, in every row)
+_FORCED = {"auto": {}, "merge": dict(merge_max=64), "esc": dict(esc_max=10**9), "dense": {}, "slots": {},
+           "dense-flags": dict(accumulator="dense", flag_span=10**9),
+           "dense-bits": dict(accumulator="dense", flag_span=0)}
 
 
 @pytest.fixture
@@ -547,7 +550,7 @@ def accumulator(request):
     """Force one csr accumulator (sparsetensor._lib._spgemm._tune) for the test, then restore."""
     from sparsetensor._lib import _spgemm
 
-    old = _spgemm._tune(accumulator=request.param, **_FORCED[request.param])
+    old = _spgemm._tune(**{"accumulator": request.param, **_FORCED[request.param]})
     yield request.param
     _spgemm._tune(**old)
 

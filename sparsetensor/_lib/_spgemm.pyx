@@ -9,8 +9,9 @@
 # - merge (k <= MERGE_MAX): the k sorted B rows are merged, a scaled copy for k = 1;
 # - dense (a span of at most DENSE_MAX columns, and at most DENSE_SPAN columns per product:
 #   stencils, banded rows, hubs of small graphs): the sums go to a dense array over the span and
-#   a bit per column marks the columns hit; reading the set bits in order gives the row sorted,
-#   without a sort;
+#   a flag byte per column (a plain store: no branch, no read-modify-write chain) or, for spans
+#   wider than FLAG_SPAN columns per product, a bit marks the columns hit; reading the marks in
+#   order gives the row sorted, without a sort;
 # - expand-sort-compress (ub <= ESC_MAX, and no more products than output columns): the
 #   products are collected with their columns, sorted (a counting sort on the high bits of the
 #   row's column range, then an insertion pass; quicksort for crowded buckets) and summed per
@@ -23,9 +24,9 @@
 # every product; the rows are split into parts of about equal products, each part's rows are
 # written one after another (the first part's into the output, the others' into buffers of their
 # own) and the parts are copied together. Products with more room than the wrapper allows, and
-# bsr, run two passes: symbolic (the distinct columns of every row, counted with a per-thread
-# bitmap for rows of a narrow span, else a per-thread marker array), then numeric into the exact
-# output. Output rows are canonical (invariant 5.6). Explicit zeros from cancellation stay
+# bsr, run two passes: symbolic (the distinct columns of every row, counted with per-thread
+# flags or a bitmap for rows of a narrow span, else a per-thread marker array), then numeric
+# into the exact output. Output rows are canonical (invariant 5.6). Explicit zeros from cancellation stay
 # entries (a structural product). Inputs are trusted to satisfy 5.1-5.5 (the wrapper scans
 # unchecked input first), so that no kernel reads out of bounds; no row writes past its room.
 from cython.parallel cimport parallel, prange
@@ -100,6 +101,9 @@ cdef Py_ssize_t MERGE_MAX = 2
 # product, are summed in a dense accumulator over that span (_dense_row).
 cdef Py_ssize_t DENSE_MAX = 1 << 16
 cdef Py_ssize_t DENSE_SPAN = 128
+# Such rows whose span is at most FLAG_SPAN columns per product mark the columns hit with a flag
+# byte each (stencils: the scan of the span is cheap next to the products), wider ones with a bit.
+cdef Py_ssize_t FLAG_SPAN = 16
 # The accumulator of every csr row that it can take, for tests and benchmarks (AUTO: by the row).
 cdef enum:
     AUTO = 0
@@ -111,14 +115,15 @@ cdef int FORCE = AUTO
 _ACCUMULATORS = {"auto": AUTO, "merge": MERGE, "dense": DENSE, "esc": ESC, "slots": SLOTS}
 
 
-def _tune(accumulator=None, merge_max=None, dense_max=None, dense_span=None, esc_max=None, parts_per_thread=None):
+def _tune(accumulator=None, merge_max=None, dense_max=None, dense_span=None, esc_max=None, parts_per_thread=None,
+          flag_span=None):
     """Set the csr accumulator choice (benchmarks and tests only): ``accumulator`` forces one of
     "merge", "dense", "esc", "slots" for every row it can take ("auto": by the row); the others are
     the thresholds above. Returns the previous settings, as keyword arguments."""
-    global FORCE, MERGE_MAX, DENSE_MAX, DENSE_SPAN, ESC_MAX, PARTS_PER_THREAD
+    global FORCE, MERGE_MAX, DENSE_MAX, DENSE_SPAN, ESC_MAX, PARTS_PER_THREAD, FLAG_SPAN
     names = {v: k for k, v in _ACCUMULATORS.items()}
     old = dict(accumulator=names[FORCE], merge_max=MERGE_MAX, dense_max=DENSE_MAX, dense_span=DENSE_SPAN,
-               esc_max=ESC_MAX, parts_per_thread=PARTS_PER_THREAD)
+               esc_max=ESC_MAX, parts_per_thread=PARTS_PER_THREAD, flag_span=FLAG_SPAN)
     if accumulator is not None:
         if accumulator not in _ACCUMULATORS:
             raise ValueError(f"accumulator must be one of {sorted(_ACCUMULATORS)}, got {accumulator!r}")
@@ -133,6 +138,8 @@ def _tune(accumulator=None, merge_max=None, dense_max=None, dense_span=None, esc
         ESC_MAX = max(int(esc_max), 0)
     if parts_per_thread is not None:
         PARTS_PER_THREAD = max(int(parts_per_thread), 1)
+    if flag_span is not None:
+        FLAG_SPAN = max(int(flag_span), 0)
     return old
 cdef uint64_t LOW32 = 0xffffffffu
 
@@ -143,11 +150,12 @@ cdef struct Marks:
     Py_ssize_t n
     int32_t stamp
     uint64_t* bits   # (min(n, DENSE_MAX) >> 6) + 1 words, all clear between rows: a bit per column
+    uint8_t* flags   # bits_room + 8 bytes, all clear between rows: a flag byte per column
     Py_ssize_t bits_room
 
 
 cdef Marks* _marks_new(Py_ssize_t n) noexcept nogil:
-    """A marker array of n columns and a bitmap of min(n, DENSE_MAX) (heap-allocated: one per
+    """A marker array of n columns, and a bitmap and flags of min(n, DENSE_MAX) (heap-allocated: one per
     thread), or NULL when out of memory."""
     cdef Marks* m = <Marks*>calloc(1, sizeof(Marks))
     if m == NULL:
@@ -157,7 +165,8 @@ cdef Marks* _marks_new(Py_ssize_t n) noexcept nogil:
     m.bits_room = min(n, DENSE_MAX)
     m.mark = <int32_t*>malloc((n + 1) * sizeof(int32_t))
     m.bits = <uint64_t*>calloc((m.bits_room >> 6) + 1, sizeof(uint64_t))
-    if m.mark == NULL or m.bits == NULL:
+    m.flags = <uint8_t*>calloc(m.bits_room + 8, 1)
+    if m.mark == NULL or m.bits == NULL or m.flags == NULL:
         _marks_free(m)
         return NULL
     memset(m.mark, 0xff, (n + 1) * sizeof(int32_t))  # -1: no row yet
@@ -167,6 +176,7 @@ cdef Marks* _marks_new(Py_ssize_t n) noexcept nogil:
 cdef void _marks_free(Marks* m) noexcept nogil:
     if m != NULL:
         free(m.bits)
+        free(m.flags)
         free(m.mark)
         free(m)
 
@@ -254,13 +264,43 @@ cdef int64_t _symbolic_bits(const index_t* a_c, const index_t* a_p, const index_
     return cnt
 
 
+cdef inline Py_ssize_t _flag(uint8_t* flags, Py_ssize_t col, Py_ssize_t lo, Py_ssize_t last) noexcept nogil:
+    """Flag column ``col`` of the span [lo, lo + last]; returns its offset in the span (a plain
+    store: no branch on the flags, no read-modify-write)."""
+    cdef Py_ssize_t j = col - lo
+    if <uint64_t>j > <uint64_t>last:  # only for rows that are not sorted (never from the wrappers)
+        j = last
+    flags[j] = 1
+    return j
+
+
+cdef int64_t _symbolic_flags(const index_t* a_c, const index_t* a_p, const index_t* b_c, const index_t* b_p,
+                             Py_ssize_t i, Py_ssize_t lo, Py_ssize_t width, uint8_t* flags) noexcept nogil:
+    """The distinct columns of row i, all in [lo, lo + width): a flag byte per column (a plain
+    store per product), counted (and cleared) eight at a time at the end."""
+    cdef Py_ssize_t ka, kb, kb1, w, nw = (width + 7) >> 3, last = width - 1
+    cdef uint64_t word
+    cdef int64_t cnt = 0
+    for ka in range(a_c[i], a_c[i + 1]):
+        kb1 = b_c[a_p[ka] + 1]
+        for kb in range(b_c[a_p[ka]], kb1):
+            _flag(flags, b_p[kb], lo, last)
+    for w in range(nw):
+        memcpy(&word, flags + (w << 3), 8)
+        if word:
+            cnt += st_popcount64(word)
+            memset(flags + (w << 3), 0, 8)
+    return cnt
+
+
 cdef void _symbolic_chunk(Py_ssize_t r0, Py_ssize_t r1, Py_ssize_t n,
                           const index_t* ac, Py_ssize_t sac, const index_t* ap, Py_ssize_t sap,
                           const index_t* bc, Py_ssize_t sbc, const index_t* bp, Py_ssize_t sbp,
                           int64_t* counts, Marks* m) noexcept nogil:
     """counts[r] for the flat rows r0 <= r < r1 (row r = batch r // n, row r % n); s* are batch
     strides. Rows whose columns span at most the bitmap's room, and at most DENSE_SPAN columns per
-    product, are counted with the bitmap, the others with the marker array."""
+    product, are counted with the flags (at most FLAG_SPAN columns per product) or the bitmap,
+    the others with the marker array."""
     cdef Py_ssize_t r, b, i, ka, kb, kb1, j, ub, lo, hi
     cdef int32_t stamp
     cdef int64_t cnt
@@ -282,7 +322,10 @@ cdef void _symbolic_chunk(Py_ssize_t r0, Py_ssize_t r1, Py_ssize_t n,
             counts[r] = 0
             continue
         if hi - lo + 1 <= m.bits_room and hi - lo + 1 <= DENSE_SPAN * ub and FORCE != SLOTS:
-            counts[r] = _symbolic_bits(a_c, a_p, b_c, b_p, i, lo, hi - lo + 1, m.bits)
+            if hi - lo + 1 <= FLAG_SPAN * ub:
+                counts[r] = _symbolic_flags(a_c, a_p, b_c, b_p, i, lo, hi - lo + 1, m.flags)
+            else:
+                counts[r] = _symbolic_bits(a_c, a_p, b_c, b_p, i, lo, hi - lo + 1, m.bits)
             continue
         stamp = _next_stamp(m)
         cnt = 0
@@ -346,7 +389,8 @@ cdef struct Scratch:
     int32_t* hist         # 4 * maxc + 4
     Py_ssize_t room       # maxc
     void* dense           # dense_room values: the dense accumulator (csr), allocated on first use
-    uint64_t* bits        # dense_room / 64 + 1 words: which of them hold a sum (all clear between rows)
+    uint64_t* bits        # dense_room / 64 + 1 words: which of them hold a sum, a bit each, or
+    uint8_t* flags        # dense_room + 8 bytes: a flag byte each (all clear between rows)
     Py_ssize_t dense_room
 
 
@@ -383,10 +427,10 @@ cdef bint _scratch_slots(Scratch* s) noexcept nogil:
 
 cdef bint _scratch_dense(Scratch* s, value_t zero) noexcept nogil:
     """Allocate the dense accumulator on first use, filled with ``zero`` (the identity of the
-    sums), and its bits, all clear; False when out of memory."""
+    sums), and its bits and flags, all clear; False when out of memory."""
     cdef Py_ssize_t j
     cdef value_t* acc
-    if s.bits != NULL:
+    if s.bits != NULL and s.flags != NULL:
         return True
     if s.dense == NULL:
         s.dense = malloc(s.dense_room * sizeof(value_t) + 1)
@@ -395,14 +439,18 @@ cdef bint _scratch_dense(Scratch* s, value_t zero) noexcept nogil:
         acc = <value_t*>s.dense
         for j in range(s.dense_room):
             acc[j] = zero
-    s.bits = <uint64_t*>calloc((s.dense_room >> 6) + 1, sizeof(uint64_t))
-    return s.bits != NULL
+    if s.bits == NULL:
+        s.bits = <uint64_t*>calloc((s.dense_room >> 6) + 1, sizeof(uint64_t))
+    if s.flags == NULL:
+        s.flags = <uint8_t*>calloc(s.dense_room + 8, 1)
+    return s.bits != NULL and s.flags != NULL
 
 
 cdef void _scratch_free(Scratch* s) noexcept nogil:
     if s != NULL:
         free(s.dense)
         free(s.bits)
+        free(s.flags)
         free(s.slots)
         free(s.words)
         free(s.sorted)
@@ -671,6 +719,18 @@ cdef inline value_t _identity(const value_t* of) noexcept nogil:
     return -z
 
 
+cdef inline Py_ssize_t _take(value_t* acc, Py_ssize_t j, value_t zero, Py_ssize_t lo, Py_ssize_t q, Py_ssize_t cap,
+                             index_t* out_p, value_t* out_v) noexcept nogil:
+    """Column lo + j of a dense row (sum acc[j]) as entry q when q < cap, acc[j] reset to zero;
+    returns the entries written."""
+    if q < cap:
+        out_p[q] = <index_t>(lo + j)
+        out_v[q] = acc[j]
+        q += 1
+    acc[j] = zero
+    return q
+
+
 cdef Py_ssize_t _dense_row(const index_t* ac, const index_t* ap, const value_t* av,
                            const index_t* bc, const index_t* bp, const value_t* bv,
                            Py_ssize_t i, bint logical, Scratch* s, Py_ssize_t lo, Py_ssize_t width,
@@ -702,11 +762,37 @@ cdef Py_ssize_t _dense_row(const index_t* ac, const index_t* ap, const value_t* 
         while word != 0:
             j = (w << 6) + st_ctz64(word)
             word &= word - 1
-            if q < cap:
-                out_p[q] = <index_t>(lo + j)
-                out_v[q] = acc[j]
-                q += 1
-            acc[j] = zero
+            q = _take(acc, j, zero, lo, q, cap, out_p, out_v)
+    return q
+
+
+cdef Py_ssize_t _dense_flags_row(const index_t* ac, const index_t* ap, const value_t* av,
+                                 const index_t* bc, const index_t* bp, const value_t* bv,
+                                 Py_ssize_t i, bint logical, Scratch* s, Py_ssize_t lo, Py_ssize_t width,
+                                 Py_ssize_t cap, index_t* out_p, value_t* out_v) noexcept nogil:
+    """_dense_row for spans of at most FLAG_SPAN columns per product: a flag byte per column
+    instead of a bit (a plain store per product: no branch per change of word, no
+    read-modify-write chain), read eight at a time in order (a scan of width / 8 words)."""
+    cdef Py_ssize_t ka, kb, kb1, j, w, q = 0, last = width - 1
+    cdef uint8_t* flags = s.flags
+    cdef value_t* acc = <value_t*>s.dense
+    cdef uint64_t word
+    cdef value_t x, zero = _identity(av)
+    for ka in range(ac[i], ac[i + 1]):
+        x = av[ka]
+        kb1 = bc[ap[ka] + 1]
+        for kb in range(bc[ap[ka]], kb1):
+            j = _flag(flags, bp[kb], lo, last)
+            acc[j] = _sum(acc[j], _product(x, bv[kb], logical), logical)
+    for w in range((width + 7) >> 3):
+        memcpy(&word, flags + (w << 3), 8)
+        if word == 0:
+            continue
+        memset(flags + (w << 3), 0, 8)
+        while word != 0:  # one set bit per flagged byte
+            j = (w << 3) + (st_ctz64(word) >> 3)
+            word &= word - 1
+            q = _take(acc, j, zero, lo, q, cap, out_p, out_v)
     return q
 
 
@@ -796,6 +882,8 @@ cdef Py_ssize_t _row(const index_t* ac, const index_t* ap, const value_t* av,
         if acc == DENSE:
             if not _scratch_dense(s, _identity(av)):
                 return -1
+            if width <= FLAG_SPAN * ub:
+                return _dense_flags_row(ac, ap, av, bc, bp, bv, i, logical, s, lo, width, cap, out_p, out_v)
             return _dense_row(ac, ap, av, bc, bp, bv, i, logical, s, lo, width, cap, out_p, out_v)
         if acc == ESC:
             return _esc_row(ac, ap, av, bc, bp, bv, i, logical, s, ub, lo, hi, cap, out_p, out_v)

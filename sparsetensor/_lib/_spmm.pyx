@@ -11,8 +11,8 @@ block columns (csc/bsc). Two kernels:
   output rows, so there are no races. ``N == 1`` with 1 x 1 blocks (SpMV) has
   its own loop with a scalar accumulator. For float32/float64 the AVX-512
   paths of ``_spmm_simd.h`` replace the loops when the build targets AVX-512
-  (SpMV with masked gathers, a row of the output held in registers, register
-  tiles of 4 block rows x 4 vectors for BSR); each output element is summed
+  (SpMV: masked gathers, 8 rows summed at once by a transpose tree; a row of
+  the output in registers; 4 block rows x 4 vectors for BSR); each output element is summed
   in one fixed order, so results do not depend on the thread count.
 - *scatter* (compressed columns): block column ``j`` adds ``A_k @
   dense[j*Cb : +Cb, :]`` into output block row ``plain[k]``, reading the dense

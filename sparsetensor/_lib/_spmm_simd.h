@@ -11,8 +11,8 @@
  * `nplain` the plain indices. Results are written, never accumulated: out rows need no
  * initialisation.
  *
- * Register tiles: SpMV gathers up to 16 (float/int32) or 8 lanes of x per instruction,
- * with a masked tail, so a row of ~10 entries is one or two gathers; CSR x dense keeps a
+ * Register tiles: SpMV gathers 8 lanes of x per instruction, with a masked tail, so a row
+ * of ~10 entries is one or two gathers, and sums 8 rows at once (a transpose tree); CSR x dense keeps a
  * row of up to 4 vectors (64 floats / 32 doubles) of the output in registers while it
  * streams the row's entries; BSR x dense keeps a tile of up to 4 block rows x 4 vectors
  * in registers across all blocks of a block row (4 broadcasts and up to 4 loads feed 16
@@ -41,13 +41,6 @@ static inline __mmask8 st_mask8(ptrdiff_t w) {
     return w >= 8 ? (__mmask8)0xFF : w <= 0 ? (__mmask8)0 : (__mmask8)((1u << w) - 1u);
 }
 
-static inline float st_hsum256(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
 #define ST_SLOT_GUARD                                                          \
     int64_t lo = cp[i], hi = cp[i + 1];                                        \
     if (!checked && (lo < 0 || hi < lo || hi > nnz)) return ST_BAD_COMPRESSED;
@@ -62,31 +55,90 @@ static inline float st_hsum256(__m256 v) {
  * One template (a macro) per (value, index) type: T the element, IT the index, LIMT the
  * index vector (LIM its bound), AT the accumulator of L lanes with mask MT; LOADI/MLOADI
  * load L indices (masked), GE/MGE compare them with the bound, LOADV/MLOADV load values,
- * GATHER/MGATHER gather x (element size S), FMA and SUM accumulate and reduce. */
+ * GATHER/MGATHER gather x (element size S), FMA accumulates; RED sums L accumulators into
+ * one vector of L row sums (lane r: row r), STOREM stores it masked.
+ *
+ * Rows go in groups of L: each row's products are gathered into its own accumulator, and the
+ * group's L accumulators are reduced together by a transpose tree (st_red*), which costs
+ * about two shuffles and one add per row instead of a full horizontal sum per row, and
+ * stores L outputs at once. A row's lanes are summed in one fixed order whatever its position
+ * in a group (the tree adds lane pairs, then pairs of pairs, ...), and a range's last group is
+ * padded with zero accumulators, so results do not depend on how rows are split into ranges
+ * (the thread count). */
+
+/* lane r of the result: the sum of a[r]'s 8 lanes, ((0+1)+(2+3))+((4+5)+(6+7)) */
+ST_INLINE __m512d st_red8_pd(const __m512d *a) {
+    __m512d b[4];
+    for (int j = 0; j < 4; j++)  /* lanes alternate rows 2j, 2j+1; 128-bit lane q: partial q */
+        b[j] = _mm512_add_pd(_mm512_unpacklo_pd(a[2 * j], a[2 * j + 1]),
+                             _mm512_unpackhi_pd(a[2 * j], a[2 * j + 1]));
+    __m512d c0 = _mm512_add_pd(_mm512_shuffle_f64x2(b[0], b[1], 0x88), _mm512_shuffle_f64x2(b[0], b[1], 0xDD));
+    __m512d c1 = _mm512_add_pd(_mm512_shuffle_f64x2(b[2], b[3], 0x88), _mm512_shuffle_f64x2(b[2], b[3], 0xDD));
+    return _mm512_add_pd(_mm512_shuffle_f64x2(c0, c1, 0x88), _mm512_shuffle_f64x2(c0, c1, 0xDD));
+}
+
+/* lane r of the result: the sum of a[r]'s 8 lanes, ((0+2)+(1+3))+((4+6)+(5+7)) */
+ST_INLINE __m256 st_red8_ps(const __m256 *a) {
+    __m256 q[2];
+    for (int j = 0; j < 2; j++) {  /* rows 4j..4j+3: element r of each 128-bit half */
+        const __m256 *b = a + 4 * j;
+        __m256 t0 = _mm256_add_ps(_mm256_unpacklo_ps(b[0], b[1]), _mm256_unpackhi_ps(b[0], b[1]));
+        __m256 t1 = _mm256_add_ps(_mm256_unpacklo_ps(b[2], b[3]), _mm256_unpackhi_ps(b[2], b[3]));
+        q[j] = _mm256_add_ps(
+            _mm256_castpd_ps(_mm256_unpacklo_pd(_mm256_castps_pd(t0), _mm256_castps_pd(t1))),
+            _mm256_castpd_ps(_mm256_unpackhi_pd(_mm256_castps_pd(t0), _mm256_castps_pd(t1))));
+    }
+    return _mm256_add_ps(_mm256_permute2f128_ps(q[0], q[1], 0x20), _mm256_permute2f128_ps(q[0], q[1], 0x31));
+}
 
 #define ST_DEFINE_SPMV(NAME, T, IT, LIMT, LIM, AT, L, MT, MASK, ZERO, LOADI, MLOADI, GE, MGE, \
-                       LOADV, MLOADV, GATHER, MGATHER, S, FMA, SUM)                            \
-static int st_spmv_##NAME(const IT *cp, const IT *pp, const T *vp, const T *x, T *y,           \
-                          ptrdiff_t i0, ptrdiff_t i1, int64_t nnz, int64_t nplain, int checked) { \
+                       LOADV, MLOADV, GATHER, MGATHER, S, FMA, RED, STOREM)                    \
+/* *acc = the products of entries [lo, hi), lane-wise; nonzero on a broken index */       \
+ST_INLINE int st_spmv_row_##NAME(const IT *pp, const T *vp, const T *x, int64_t lo, int64_t hi, \
+                                 int64_t nplain, int checked, AT *acc) {                       \
     const LIMT lim = LIM;                                                                      \
-    for (ptrdiff_t i = i0; i < i1; i++) {                                                      \
-        ST_SLOT_GUARD                                                                          \
-        AT acc = ZERO();                                                                       \
-        int64_t k = lo;                                                                        \
-        for (; k + L <= hi; k += L) {                                                          \
-            LIMT c = LOADI(pp + k);                                                            \
-            if (!checked && GE(c, lim)) return ST_BAD_PLAIN;                                   \
-            acc = FMA(LOADV(vp + k), GATHER(c, x, S), acc);                                    \
+    AT a = ZERO();                                                                             \
+    int64_t k = lo;                                                                            \
+    for (; k + L <= hi; k += L) {                                                              \
+        LIMT c = LOADI(pp + k);                                                                \
+        if (!checked && GE(c, lim)) return 1;                                                  \
+        a = FMA(LOADV(vp + k), GATHER(c, x, S), a);                                            \
+    }                                                                                          \
+    if (k < hi) {                                                                              \
+        MT m = MASK(hi - k);                                                                   \
+        LIMT c = MLOADI(m, pp + k);                                                            \
+        if (!checked && MGE(m, c, lim)) return 1;                                              \
+        a = FMA(MLOADV(m, vp + k), MGATHER(ZERO(), m, c, x, S), a);                            \
+    }                                                                                          \
+    *acc = a;                                                                                  \
+    return 0;                                                                                  \
+}                                                                                              \
+                                                                                               \
+ST_INLINE int st_spmv_rows_##NAME(const IT *cp, const IT *pp, const T *vp, const T *x, T *y,     \
+                                  ptrdiff_t i0, ptrdiff_t i1, int64_t nnz, int64_t nplain,     \
+                                  const int checked) {                                         \
+    AT acc[L];                                                                                 \
+    for (ptrdiff_t i = i0; i < i1; i += L) {                                                   \
+        const int R = i1 - i < L ? (int)(i1 - i) : L;                                          \
+        int64_t lo = cp[i];                                                                    \
+        _Pragma("GCC unroll 8") for (int r = 0; r < L; r++) {                                 \
+            if (r >= R) { acc[r] = ZERO(); continue; }                                         \
+            const int64_t hi = cp[i + r + 1];                                                  \
+            if (!checked && (lo < 0 || hi < lo || hi > nnz)) return ST_BAD_COMPRESSED;         \
+            if (st_spmv_row_##NAME(pp, vp, x, lo, hi, nplain, checked, acc + r))               \
+                return ST_BAD_PLAIN;                                                           \
+            lo = hi;                                                                           \
         }                                                                                      \
-        if (k < hi) {                                                                          \
-            MT m = MASK(hi - k);                                                               \
-            LIMT c = MLOADI(m, pp + k);                                                        \
-            if (!checked && MGE(m, c, lim)) return ST_BAD_PLAIN;                               \
-            acc = FMA(MLOADV(m, vp + k), MGATHER(ZERO(), m, c, x, S), acc);                    \
-        }                                                                                      \
-        y[i] = SUM(acc);                                                                       \
+        STOREM(y + i, MASK(R), RED(acc));                                                      \
     }                                                                                          \
     return 0;                                                                                  \
+}                                                                                              \
+                                                                                               \
+/* one copy without the guards, one with them */                                               \
+static int st_spmv_##NAME(const IT *cp, const IT *pp, const T *vp, const T *x, T *y,           \
+                          ptrdiff_t i0, ptrdiff_t i1, int64_t nnz, int64_t nplain, int checked) { \
+    return checked ? st_spmv_rows_##NAME(cp, pp, vp, x, y, i0, i1, nnz, nplain, 1)             \
+                   : st_spmv_rows_##NAME(cp, pp, vp, x, y, i0, i1, nnz, nplain, 0);            \
 }
 
 /* bound of an int32 index vector: nplain, saturated */
@@ -94,26 +146,27 @@ static int st_spmv_##NAME(const IT *cp, const IT *pp, const T *vp, const T *x, T
 #define ST_LOAD512I(p) _mm512_loadu_si512((const void *)(p))
 #define ST_LOAD256I(p) _mm256_loadu_si256((const __m256i *)(p))
 
-ST_DEFINE_SPMV(f32_i32, float, int32_t, __m512i, ST_LIM32(_mm512_set1_epi32), __m512, 16,
-               __mmask16, st_mask16, _mm512_setzero_ps, ST_LOAD512I, _mm512_maskz_loadu_epi32,
-               _mm512_cmpge_epu32_mask, _mm512_mask_cmpge_epu32_mask, _mm512_loadu_ps,
-               _mm512_maskz_loadu_ps, _mm512_i32gather_ps, _mm512_mask_i32gather_ps, 4,
-               _mm512_fmadd_ps, _mm512_reduce_add_ps)
+#define ST_GATHER256_PS(c, x, S) _mm256_i32gather_ps(x, c, S)
+ST_DEFINE_SPMV(f32_i32, float, int32_t, __m256i, ST_LIM32(_mm256_set1_epi32), __m256, 8,
+               __mmask8, st_mask8, _mm256_setzero_ps, ST_LOAD256I, _mm256_maskz_loadu_epi32,
+               _mm256_cmpge_epu32_mask, _mm256_mask_cmpge_epu32_mask, _mm256_loadu_ps,
+               _mm256_maskz_loadu_ps, ST_GATHER256_PS, _mm256_mmask_i32gather_ps, 4,
+               _mm256_fmadd_ps, st_red8_ps, _mm256_mask_storeu_ps)
 ST_DEFINE_SPMV(f32_i64, float, int64_t, __m512i, _mm512_set1_epi64(nplain), __m256, 8,
                __mmask8, st_mask8, _mm256_setzero_ps, ST_LOAD512I, _mm512_maskz_loadu_epi64,
                _mm512_cmpge_epu64_mask, _mm512_mask_cmpge_epu64_mask, _mm256_loadu_ps,
                _mm256_maskz_loadu_ps, _mm512_i64gather_ps, _mm512_mask_i64gather_ps, 4,
-               _mm256_fmadd_ps, st_hsum256)
+               _mm256_fmadd_ps, st_red8_ps, _mm256_mask_storeu_ps)
 ST_DEFINE_SPMV(f64_i32, double, int32_t, __m256i, ST_LIM32(_mm256_set1_epi32), __m512d, 8,
                __mmask8, st_mask8, _mm512_setzero_pd, ST_LOAD256I, _mm256_maskz_loadu_epi32,
                _mm256_cmpge_epu32_mask, _mm256_mask_cmpge_epu32_mask, _mm512_loadu_pd,
                _mm512_maskz_loadu_pd, _mm512_i32gather_pd, _mm512_mask_i32gather_pd, 8,
-               _mm512_fmadd_pd, _mm512_reduce_add_pd)
+               _mm512_fmadd_pd, st_red8_pd, _mm512_mask_storeu_pd)
 ST_DEFINE_SPMV(f64_i64, double, int64_t, __m512i, _mm512_set1_epi64(nplain), __m512d, 8,
                __mmask8, st_mask8, _mm512_setzero_pd, ST_LOAD512I, _mm512_maskz_loadu_epi64,
                _mm512_cmpge_epu64_mask, _mm512_mask_cmpge_epu64_mask, _mm512_loadu_pd,
                _mm512_maskz_loadu_pd, _mm512_i64gather_pd, _mm512_mask_i64gather_pd, 8,
-               _mm512_fmadd_pd, _mm512_reduce_add_pd)
+               _mm512_fmadd_pd, st_red8_pd, _mm512_mask_storeu_pd)
 
 /* ------------------------------------------------- CSR x dense, BSR x dense
  * One template (a macro) per (value, index) type: T the element, IT the index, VT the

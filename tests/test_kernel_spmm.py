@@ -1,0 +1,100 @@
+"""The SpMV kernel of sparsetensor._lib._spmm called directly: rows of every length in every
+position of a group of 8 (the AVX-512 path sums 8 rows at once), row ranges cut anywhere
+(threads), and broken indices at every position of a group, with the AVX-512 path and the
+portable loops."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sparsetensor._lib import _spmm
+from test_blas import simd  # noqa: F401 (the fixture: the AVX-512 path, where compiled in, and the portable loops)
+
+Z = np.zeros(1, np.int64)
+
+
+def matrix(rng, lengths, ncols, dtype, index_dtype):
+    """(crow, col, values) of a CSR matrix with rows of the given lengths (sorted distinct columns)."""
+    crow = np.concatenate([[0], np.cumsum(lengths)]).astype(index_dtype)
+    col = np.concatenate([np.sort(rng.choice(ncols, n, replace=False)) for n in lengths] + [np.zeros(0, int)])
+    values = rng.standard_normal(int(crow[-1])).astype(dtype)
+    return crow, col.astype(index_dtype), values
+
+
+def spmv(crow, col, values, x, nthreads=1, checked=True, nrows=None):
+    n = len(crow) - 1 if nrows is None else nrows
+    out = np.full((1, n, 1), np.nan, values.dtype)
+    found = _spmm.spmm(crow.reshape(1, -1), col.reshape(1, -1), values.reshape(1, -1, 1), x.reshape(1, -1, 1), out,
+                       Z, Z, (1, 1), True, nthreads, checked=checked)
+    return found, out.ravel()
+
+
+def oracle(crow, col, values, x):
+    n = len(crow) - 1
+    rows = np.repeat(np.arange(n), np.diff(crow))
+    return np.bincount(rows, values.astype(np.float64) * x.astype(np.float64)[col], minlength=n)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("index_dtype", ["int32", "int64"])
+def test_row_lengths_and_group_positions(simd, dtype, index_dtype):
+    """Rows of 0..40 entries at every position of a group of 8, and row counts that leave
+    every possible remainder after the last whole group."""
+    rng = np.random.default_rng(0)
+    tol = 1e-5 if dtype == "float32" else 1e-12
+    for nrows in (1, 3, 7, 8, 9, 15, 16, 17, 41):
+        lengths = rng.permutation(np.arange(41))[:nrows] if nrows <= 41 else None
+        crow, col, values = matrix(rng, lengths, 64, dtype, index_dtype)
+        x = rng.standard_normal(64).astype(dtype)
+        for checked in (True, False):
+            found, y = spmv(crow, col, values, x, checked=checked)
+            assert found is None
+            np.testing.assert_allclose(y, oracle(crow, col, values, x), rtol=tol, atol=tol * 10)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("index_dtype", ["int32", "int64"])
+def test_any_split_gives_the_same_bits(simd, dtype, index_dtype):
+    """Every row is summed in one order whatever range (thread, group position) it falls in."""
+    rng = np.random.default_rng(1)
+    lengths = rng.integers(0, 30, 20001)
+    lengths[rng.integers(0, len(lengths), 5)] = 3000  # a few long rows: uneven ranges
+    crow, col, values = matrix(rng, lengths, 4000, dtype, index_dtype)
+    x = rng.standard_normal(4000).astype(dtype)
+    _, y1 = spmv(crow, col, values, x, 1)
+    for nt in (2, 3, 5):
+        _, y = spmv(crow, col, values, x, nt)
+        np.testing.assert_array_equal(y, y1)
+    tol = 1e-4 if dtype == "float32" else 1e-11
+    np.testing.assert_allclose(y1, oracle(crow, col, values, x), rtol=tol, atol=tol * 10)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("index_dtype", ["int32", "int64"])
+@pytest.mark.parametrize("row", [0, 3, 7, 8, 12, 19])
+def test_broken_index_at_every_group_position(simd, dtype, index_dtype, row):
+    """Unchecked input: a plain index out of range, negative, or a compressed entry out of
+    order in row ``row`` (of 20) is reported, never followed."""
+    rng = np.random.default_rng(2)
+    lengths = np.full(20, 11)
+    crow, col, values = matrix(rng, lengths, 50, dtype, index_dtype)
+    x = rng.standard_normal(50).astype(dtype)
+    k = int(crow[row]) + 9  # in the masked tail of an 8-lane gather
+    for bad, want in ((50, "5.5"), (1 << 30, "5.5"), (-1, "5.4")):
+        c = col.copy()
+        c[k] = bad
+        found, _ = spmv(crow, c, values, x, checked=False)
+        assert found is not None and found[0] == want and found[2] == row and found[3] == k, found
+        c = col.copy()
+        c[int(crow[row])] = bad  # in a whole 8-lane gather
+        found, _ = spmv(crow, c, values, x, checked=False)
+        assert found is not None and found[0] == want and found[2] == row, found
+    cr = crow.copy()
+    cr[row + 1] = cr[row] - 1  # below its predecessor
+    found, _ = spmv(cr, col, values, x, checked=False)
+    assert found is not None and found[0] == "5.3", found
+    cr = crow.copy()
+    cr[row + 1] = len(col) + 5  # past nnz
+    found, _ = spmv(cr, col, values, x, checked=False)
+    assert found is not None and found[0] == "5.3", found
