@@ -23,11 +23,12 @@ from .._tensor import COOTensor, CompressedTensor
 from .._validate import raise_compressed_error, raise_coo_error
 from ._convert import convert, transpose
 from ._merge import merge
+from ._reduce import compressed_sum, plain_sum
 from ._spgemm import spgemm
 from ._views import aligned_copy, bits_dtype, work_dtype
 
 __all__ = ["device", "validate", "coalesce", "to_dense", "from_dense", "convert", "transpose", "spmm", "spgemm",
-           "merge", "reduce_sum", "unary"]
+           "merge", "reduce_sum", "unary", "compressed_sum", "plain_sum"]
 
 device = "cpu"
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from . import _binary, _blas, _coalesce, _convert, _dense, _pointwise, _reduce, _validate
 
 __all__ = ["device", "validate", "coalesce", "to_dense", "from_dense", "convert", "transpose", "spmm", "spgemm",
-           "merge", "reduce_sum", "unary"]
+           "merge", "reduce_sum", "unary", "compressed_sum", "plain_sum"]
 
 device = "cuda"
 
@@ -89,3 +89,13 @@ def unary(t, name: str, fn, threads=None):
     """The values of ``t`` mapped by the pointwise op ``name`` (a GPU kernel of :data:`._pointwise.UNARY_OPS`;
     ``fn``, the NumPy function, is not used on the device)."""
     return _pointwise.unary(t, name).values()
+
+
+def compressed_sum(t, x, threads=None):
+    """The sums per compressed slot (ops.reduce, one sparse dim): no GPU kernel behind this name yet."""
+    raise _no_kernel("compressed_sum", t)
+
+
+def plain_sum(t, x, threads=None):
+    """The sums per plain index (ops.reduce, one sparse dim): no GPU kernel behind this name yet."""
+    raise _no_kernel("plain_sum", t)

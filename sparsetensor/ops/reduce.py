@@ -357,6 +357,14 @@ def _compressed_dense(t: CompressedTensor, dims: tuple, op, threads) -> np.ndarr
         out = op.reduce(V, axis=(1, 2, 3), initial=init)  # (B, D)
         out = _with_zeros(op, out, np.full(B, nnz * rb * cb), rows * cols)
         out = out.reshape(batch + (1, 1) + dense_kd)
+    elif op is np.add and V.dtype != np.bool_:  # (a sum of bools is their "or": below, as a maximum)
+        # one sparse dim summed: per compressed index (row of csr, column of csc) when it is the
+        # plain dim, else per plain index; the block's axis along that dim is summed with it
+        A, K, E = (rb, cb, D) if red_cols else (1, rb, cb * D)
+        backend = backend_for(t)
+        kernel = backend.compressed_sum if red_cols == by_rows else backend.plain_sum
+        n = rows if red_cols else cols
+        out = kernel(t, V.reshape(B, nnz, A, K, E), threads).reshape(batch + ((n, 1) if red_cols else (1, n)) + dense_kd)
     elif red_cols == by_rows:
         # the plain dim is reduced: a segment per compressed index (row of csr, column of csc)
         plain_axis, keep_len, plain_len = (3, rb, cb) if by_rows else (2, cb, rb)
