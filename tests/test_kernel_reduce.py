@@ -198,8 +198,25 @@ def test_mismatched_arrays_raise():
         _reduce.plain_sum(c, p, np.ones((1, 4, 1, 1, 1)), np.empty((1, 3, 1, 1)), 1)
     with pytest.raises(ValueError, match="at least one entry"):
         _reduce.compressed_sum(np.zeros((1, 0), np.int64), x, np.empty((1, 0, 1, 1)), 1)
-    with pytest.raises(ValueError, match="Buffer dtype mismatch"):
+    with pytest.raises(TypeError, match="one sum dtype"):
         _reduce.compressed_sum(c, x, np.empty((1, 2, 1, 1), np.float32), 1)
+    for bad in (np.bool_, np.float16, np.uint16):
+        with pytest.raises(TypeError, match="one sum dtype"):
+            _reduce.plain_sum(c, p, x.astype(bad), np.empty((1, 3, 1, 1), bad), 1)
+    with pytest.raises(TypeError, match="int32 or int64"):
+        _reduce.plain_sum(c, p.astype(np.int32), x, np.empty((1, 3, 1, 1)), 1)
+    with pytest.raises(TypeError, match="int32 or int64"):
+        _reduce.compressed_sum(c.astype(np.float64), x, np.empty((1, 2, 1, 1)), 1)
+    with pytest.raises(ValueError, match="C-contiguous"):
+        _reduce.compressed_sum(c, np.ones((1, 3, 1, 2, 1))[:, :, :, ::2], np.empty((1, 2, 1, 1)), 1)
+    with pytest.raises(ValueError, match="5-dimensional"):
+        _reduce.plain_sum(c, p, np.ones((1, 3, 1)), np.empty((1, 3, 1, 1)), 1)
+    with pytest.raises(TypeError, match="numpy.ndarray"):
+        _reduce.compressed_sum([[0, 1, 3]], x, np.empty((1, 2, 1, 1)), 1)
+    ro = np.empty((1, 2, 1, 1))
+    ro.flags.writeable = False
+    with pytest.raises(TypeError, match="writeable"):
+        _reduce.compressed_sum(c, x, ro, 1)
 
 
 @pytest.mark.parametrize("threads", THREADS)

@@ -16,8 +16,10 @@ from libc.math cimport exp, expf, log, logf, INFINITY
 from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint64_t
 from libc.stdlib cimport free, malloc, qsort
 
+cimport numpy as cnp
 import numpy as np
 
+from ._arrays cimport _array, _dim, _index_code
 from ._balance cimport balanced_split
 from ._parallel cimport split_threads
 from ._types cimport index_t, real_t, value_t
@@ -38,6 +40,8 @@ cdef enum:
     OP_MIN = 2
 
 OPS = {"sum": OP_SUM, "max": OP_MAX, "min": OP_MIN}
+
+cnp.import_array()
 
 
 cdef int _threads(int nthreads) noexcept nogil:
@@ -334,15 +338,53 @@ cdef inline int64_t _clamp(int64_t v, int64_t nnz) noexcept nogil:
     return 0 if v < 0 else (nnz if v > nnz else v)
 
 
-def _check_compressed(const index_t[:, ::1] c, Py_ssize_t nnz):
+cdef Py_ssize_t _bad_ends(const index_t* c, Py_ssize_t B, Py_ssize_t G, int64_t nnz) noexcept nogil:
+    """The first batch whose compressed indices do not start at 0 and end at nnz, or -1."""
+    cdef Py_ssize_t b
+    for b in range(B):
+        if c[b * (G + 1)] != 0 or c[b * (G + 1) + G] != nnz:
+            return b
+    return -1
+
+
+cdef enum:
+    # the value dtypes of the sums (_sum_code)
+    V_I8, V_I16, V_I32, V_I64, V_U8, V_F32, V_F64, V_C64, V_C128
+
+
+cdef int _sum_code(cnp.ndarray a) noexcept:
+    """The V_* code of a's dtype (native byte order), or -1."""
+    cdef int t = cnp.PyArray_TYPE(a)
+    cdef Py_ssize_t size = cnp.PyArray_ITEMSIZE(a)
+    if not cnp.PyArray_ISNOTSWAPPED(a):
+        return -1
+    if t == cnp.NPY_BYTE:
+        return V_I8
+    if t == cnp.NPY_SHORT:
+        return V_I16
+    if t == cnp.NPY_INT or t == cnp.NPY_LONG or t == cnp.NPY_LONGLONG:
+        return V_I32 if size == 4 else (V_I64 if size == 8 else -1)
+    if t == cnp.NPY_UBYTE:
+        return V_U8
+    if t == cnp.NPY_FLOAT:
+        return V_F32
+    if t == cnp.NPY_DOUBLE:
+        return V_F64
+    if t == cnp.NPY_CFLOAT:
+        return V_C64
+    if t == cnp.NPY_CDOUBLE:
+        return V_C128
+    return -1
+
+
+cdef int _check_ends(cnp.ndarray c, int icode, Py_ssize_t B, Py_ssize_t G, Py_ssize_t nnz) except -1:
     """c[b, 0] == 0 and c[b, G] == nnz for every batch (the slots are checked as they are read)."""
-    cdef Py_ssize_t b, G = c.shape[1] - 1
-    if G < 0:
-        raise ValueError("compressed indices must have at least one entry per batch")
-    for b in range(c.shape[0]):
-        if c[b, 0] != 0 or c[b, G] != nnz:
-            raise ValueError(f"compressed indices of batch {b} must start at 0 and end at nnz = {nnz}, "
-                             f"got {c[b, 0]} and {c[b, G]}")
+    cdef Py_ssize_t b = (_bad_ends(<const int32_t*>cnp.PyArray_DATA(c), B, G, nnz) if icode == 0 else
+                         _bad_ends(<const int64_t*>cnp.PyArray_DATA(c), B, G, nnz))
+    if b >= 0:
+        raise ValueError(f"compressed indices of batch {b} must start at 0 and end at nnz = {nnz}, "
+                         f"got {c[b, 0]} and {c[b, G]}")
+    return 0
 
 
 def _raise_found(int kind, int64_t where, Py_ssize_t G, Py_ssize_t nnz):
@@ -435,71 +477,109 @@ cdef int64_t _slot_sums(const index_t* c, const value_t* x, value_t* out, Py_ssi
     return -1
 
 
-def compressed_sum(const index_t[:, ::1] compressed, const value_t[:, :, :, :, ::1] x,
-                   value_t[:, :, :, ::1] out, int nthreads):
+cdef int64_t _compressed_core(const index_t* cp, const value_t* xp, value_t* op_, Py_ssize_t B, Py_ssize_t G,
+                             Py_ssize_t nnz, Py_ssize_t A, Py_ssize_t K, Py_ssize_t E, int nt) noexcept nogil:
+    """compressed_sum on checked shapes (B * G > 0, A * E > 0); returns the first broken slot,
+    -1, or -2 when out of memory."""
+    cdef Py_ssize_t L = A * E, U = B * G, part, s
+    cdef int64_t N = <int64_t>B * nnz, found = -1
+    cdef Py_ssize_t* slots
+    cdef int64_t* entries
+    cdef int64_t* bad
+    cdef value_t* tails
+    if nt == 1:
+        return _slot_sums(cp, xp, op_, G, nnz, A, K, E, 0, U, 0, N, U, <value_t*>NULL)
+    slots = <Py_ssize_t*>malloc((nt + 1) * sizeof(Py_ssize_t))
+    entries = <int64_t*>malloc((nt + 1) * sizeof(int64_t))
+    bad = <int64_t*>malloc(nt * sizeof(int64_t))
+    tails = <value_t*>malloc(nt * L * sizeof(value_t))
+    if slots == NULL or entries == NULL or bad == NULL or tails == NULL:
+        found = -2
+    else:
+        for part in range(nt + 1):
+            _merge_path(cp, G, nnz, U, N, (<int64_t>U + N) * part // nt, &slots[part], &entries[part])
+            if part:  # broken indices may bend the path: keep the ranges in order
+                slots[part] = max(slots[part], slots[part - 1])
+                entries[part] = max(entries[part], entries[part - 1])
+        slots[nt] = U
+        entries[nt] = N
+        for part in prange(nt, schedule="static", num_threads=nt):
+            bad[part] = _slot_sums(cp, xp, op_, G, nnz, A, K, E, slots[part], slots[part + 1], entries[part],
+                                   entries[part + 1], U, tails + part * L)
+        for part in range(nt):
+            found = bad[part] if found < 0 else found
+        if found < 0:  # a range's tail belongs to the slot the next range starts in
+            for part in range(nt - 1):
+                if slots[part + 1] < U:
+                    for s in range(L):
+                        op_[slots[part + 1] * L + s] = op_[slots[part + 1] * L + s] + tails[part * L + s]
+    free(slots)
+    free(entries)
+    free(bad)
+    free(tails)
+    return found
+
+
+cdef int64_t _compressed_typed(const index_t* c, int vcode, const void* x, void* out, Py_ssize_t B, Py_ssize_t G,
+                               Py_ssize_t nnz, Py_ssize_t A, Py_ssize_t K, Py_ssize_t E, int nt) noexcept nogil:
+    if vcode == V_I8:
+        return _compressed_core(c, <const int8_t*>x, <int8_t*>out, B, G, nnz, A, K, E, nt)
+    if vcode == V_I16:
+        return _compressed_core(c, <const int16_t*>x, <int16_t*>out, B, G, nnz, A, K, E, nt)
+    if vcode == V_I32:
+        return _compressed_core(c, <const int32_t*>x, <int32_t*>out, B, G, nnz, A, K, E, nt)
+    if vcode == V_I64:
+        return _compressed_core(c, <const int64_t*>x, <int64_t*>out, B, G, nnz, A, K, E, nt)
+    if vcode == V_U8:
+        return _compressed_core(c, <const uint8_t*>x, <uint8_t*>out, B, G, nnz, A, K, E, nt)
+    if vcode == V_F32:
+        return _compressed_core(c, <const float*>x, <float*>out, B, G, nnz, A, K, E, nt)
+    if vcode == V_F64:
+        return _compressed_core(c, <const double*>x, <double*>out, B, G, nnz, A, K, E, nt)
+    if vcode == V_C64:
+        return _compressed_core(c, <const cfloat_t*>x, <cfloat_t*>out, B, G, nnz, A, K, E, nt)
+    return _compressed_core(c, <const cdouble_t*>x, <cdouble_t*>out, B, G, nnz, A, K, E, nt)
+
+
+def compressed_sum(compressed, x, out, int nthreads):
     """out[b, g, a, e] = sum of x[b, j, a, k, e] over the entries j of slot g (c[b, g] <= j <
     c[b, g + 1]) and the K items k: the row sums of csr (column sums of csc).
 
     Threads split the slots and entries together (merge-path ranges: one long slot is
     shared by several threads, whose partial sums are added at the end), so a hub row
-    holds up no thread. Floating sums are four interleaved running sums per slot.
+    holds up no thread. Floating sums are sets of partial sums added pairwise.
     """
-    cdef Py_ssize_t B = compressed.shape[0], G = compressed.shape[1] - 1, nnz = x.shape[1]
-    cdef Py_ssize_t A = x.shape[2], K = x.shape[3], E = x.shape[4], L = A * E, U, part, nparts, s
+    cdef cnp.ndarray c = _array(compressed, "compressed", 2), xa = _array(x, "x", 5), o = _array(out, "out", 4)
+    cdef int icode = _index_code(c), vcode = _sum_code(xa)
+    cdef Py_ssize_t B = _dim(c, 0), G = _dim(c, 1) - 1, nnz = _dim(xa, 1)
+    cdef Py_ssize_t A = _dim(xa, 2), K = _dim(xa, 3), E = _dim(xa, 4)
+    cdef int64_t found = -1
+    if icode < 0:
+        raise TypeError(f"compressed must be int32 or int64, got {compressed.dtype}")
+    if vcode < 0 or cnp.PyArray_TYPE(o) != cnp.PyArray_TYPE(xa) or not cnp.PyArray_ISWRITEABLE(o):
+        raise TypeError(f"x and out must have one sum dtype (int8..int64, uint8, float32/64, complex64/128) and out "
+                        f"be writeable, got {x.dtype} and {out.dtype}")
     if G < 0:
         raise ValueError("compressed indices must have at least one entry per batch")
-    if (x.shape[0] != B or out.shape[0] != B or out.shape[1] != G or out.shape[2] != A
-            or out.shape[3] != E):
-        raise ValueError(f"compressed ({B}, {G + 1}), x {tuple([x.shape[i] for i in range(5)])} and out {tuple([out.shape[i] for i in range(4)])} "
-                         "disagree: want x (B, nnz, A, K, E) and out (B, G, A, E)")
-    _check_compressed(compressed, nnz)
-    U = B * G
-    if U == 0 or L == 0:
+    if _dim(xa, 0) != B or _dim(o, 0) != B or _dim(o, 1) != G or _dim(o, 2) != A or _dim(o, 3) != E:
+        raise ValueError(f"compressed {compressed.shape}, x {x.shape} and out {out.shape} disagree: want "
+                         "x (B, nnz, A, K, E) and out (B, G, A, E)")
+    _check_ends(c, icode, B, G, nnz)
+    if B * G == 0 or A * E == 0:
         return
-    cdef const index_t* cp = &compressed[0, 0]
-    cdef const value_t* xp = &x[0, 0, 0, 0, 0] if nnz * A * K else NULL
-    cdef value_t* op_ = &out[0, 0, 0, 0]
-    cdef int64_t N = <int64_t>B * nnz, found = -1
-    cdef int nt = split_threads(_threads(nthreads), N * L * K)
-    if nt == 1:
-        with nogil:
-            found = _slot_sums(cp, xp, op_, G, nnz, A, K, E, 0, U, 0, N, U, NULL)
-        if found >= 0:
-            _raise_found(BAD_COMPRESSED, found, G, nnz)
-        return
-    nparts = nt
-    cdef Py_ssize_t* slots = <Py_ssize_t*>malloc((nparts + 1) * sizeof(Py_ssize_t))
-    cdef int64_t* entries = <int64_t*>malloc((nparts + 1) * sizeof(int64_t))
-    cdef int64_t* bad = <int64_t*>malloc(nparts * sizeof(int64_t))
-    cdef value_t* tails = <value_t*>malloc(nparts * L * sizeof(value_t))
-    try:
-        if slots == NULL or entries == NULL or bad == NULL or tails == NULL:
-            raise MemoryError()
-        with nogil:
-            for part in range(nparts + 1):
-                _merge_path(cp, G, nnz, U, N, (<int64_t>U + N) * part // nparts, &slots[part], &entries[part])
-                if part:  # broken indices may bend the path: keep the ranges in order
-                    slots[part] = max(slots[part], slots[part - 1])
-                    entries[part] = max(entries[part], entries[part - 1])
-            slots[nparts] = U
-            entries[nparts] = N
-            for part in prange(nparts, schedule="static", num_threads=nt):
-                bad[part] = _slot_sums(cp, xp, op_, G, nnz, A, K, E, slots[part], slots[part + 1], entries[part],
-                                       entries[part + 1], U, tails + part * L)
-            for part in range(nparts):
-                found = bad[part] if found < 0 else found
-            if found < 0:
-                for part in range(nparts - 1):
-                    if slots[part + 1] < U:
-                        for s in range(L):
-                            op_[slots[part + 1] * L + s] = op_[slots[part + 1] * L + s] + tails[part * L + s]
-        if found >= 0:
-            _raise_found(BAD_COMPRESSED, found, G, nnz)
-    finally:
-        free(slots)
-        free(entries)
-        free(bad)
-        free(tails)
+    cdef const void* cp = cnp.PyArray_DATA(c)
+    cdef const void* xp = cnp.PyArray_DATA(xa)
+    cdef void* op_ = cnp.PyArray_DATA(o)
+    cdef int nt = split_threads(_threads(nthreads), <int64_t>B * nnz * A * K * E)
+    with nogil:
+        if icode == 0:
+            found = _compressed_typed(<const int32_t*>cp, vcode, xp, op_, B, G, nnz, A, K, E, nt)
+        else:
+            found = _compressed_typed(<const int64_t*>cp, vcode, xp, op_, B, G, nnz, A, K, E, nt)
+    if found == -2:
+        raise MemoryError()
+    if found >= 0:
+        _raise_found(BAD_COMPRESSED, found, G, nnz)
 
 
 # -- column sums (the compressed dim reduced): a scatter by plain index ------------------------------
@@ -512,41 +592,55 @@ cdef inline void _add_entry(const value_t* xe, value_t* o, Py_ssize_t A, Py_ssiz
         _lanes_add(xe, 1, A, K, E, o)
 
 
+cdef Py_ssize_t _first_descent(const index_t* c, Py_ssize_t B, Py_ssize_t G) noexcept nogil:
+    """The first flattened slot where c[b, g + 1] < c[b, g], or -1 (one branch-free pass first)."""
+    cdef Py_ssize_t b, g
+    cdef bint bad = False
+    for b in range(B):
+        for g in range(G):
+            bad = bad | (c[b * (G + 1) + g + 1] < c[b * (G + 1) + g])
+    if bad:
+        for b in range(B):
+            for g in range(G):
+                if c[b * (G + 1) + g + 1] < c[b * (G + 1) + g]:
+                    return b * G + g
+    return -1
+
+
 cdef int64_t _scatter_serial(const index_t* c, const index_t* p, const value_t* x, value_t* out, Py_ssize_t B,
                              Py_ssize_t G, int64_t nnz, Py_ssize_t P, Py_ssize_t A, Py_ssize_t K, Py_ssize_t E,
                              int* kind) noexcept nogil:
-    """out (zeroed here) += every entry at its plain index, slot by slot; returns -1, or the
-    flattened slot (kind BAD_COMPRESSED) or entry (BAD_PLAIN) where an index is broken."""
-    cdef Py_ssize_t W = A * K * E, L = A * E, b, r
-    cdef int64_t j, lo, hi, q
+    """out (zeroed here) += every entry at its plain index; returns -1, or the flattened slot
+    (kind BAD_COMPRESSED) or entry (BAD_PLAIN) where an index is broken. The slots only need
+    to be in order (their ends are checked by the wrapper): then every entry is in exactly
+    one slot, and the entries are added in one flat pass."""
+    cdef Py_ssize_t W = A * K * E, L = A * E, b
+    cdef int64_t j, q, found = _first_descent(c, B, G)
     cdef const index_t* pb
     cdef const value_t* xb
     cdef value_t* ob
+    if found >= 0:
+        kind[0] = BAD_COMPRESSED
+        return found
     _zero(out, B * P * L)
     for b in range(B):
         pb = p + b * nnz
         xb = x + b * nnz * W
         ob = out + b * P * L
-        for r in range(G):
-            lo = c[b * (G + 1) + r]
-            hi = c[b * (G + 1) + r + 1]
-            if _bad_slot(lo, hi, nnz):
-                kind[0] = BAD_COMPRESSED
-                return b * G + r
-            if W == 1:
-                for j in range(lo, hi):
-                    q = pb[j]
-                    if <uint64_t>q >= <uint64_t>P:
-                        kind[0] = BAD_PLAIN
-                        return b * nnz + j
-                    ob[q] = ob[q] + xb[j]
-            else:
-                for j in range(lo, hi):
-                    q = pb[j]
-                    if <uint64_t>q >= <uint64_t>P:
-                        kind[0] = BAD_PLAIN
-                        return b * nnz + j
-                    _add_entry(xb + j * W, ob + q * L, A, K, E)
+        if W == 1:
+            for j in range(nnz):
+                q = pb[j]
+                if <uint64_t>q >= <uint64_t>P:
+                    kind[0] = BAD_PLAIN
+                    return b * nnz + j
+                ob[q] = ob[q] + xb[j]
+        else:
+            for j in range(nnz):
+                q = pb[j]
+                if <uint64_t>q >= <uint64_t>P:
+                    kind[0] = BAD_PLAIN
+                    return b * nnz + j
+                _add_entry(xb + j * W, ob + q * L, A, K, E)
     return -1
 
 
@@ -632,8 +726,64 @@ cdef int _plain_splits(const index_t* p, int64_t N, Py_ssize_t P, int nparts, in
     return 0
 
 
-def plain_sum(const index_t[:, ::1] compressed, const index_t[:, ::1] plain, const value_t[:, :, :, :, ::1] x,
-              value_t[:, :, :, ::1] out, int nthreads):
+cdef int64_t _plain_core(const index_t* cp, const index_t* pp, const value_t* xp, value_t* op_, Py_ssize_t B,
+                        Py_ssize_t G, Py_ssize_t nnz, Py_ssize_t P, Py_ssize_t A, Py_ssize_t K, Py_ssize_t E, int nt,
+                        int* kind) noexcept nogil:
+    """plain_sum on checked shapes (B * G > 0); returns -1, the flattened slot (kind
+    BAD_COMPRESSED) or entry (BAD_PLAIN) of the first broken index, or -2 when out of memory."""
+    cdef int64_t N = <int64_t>B * nnz, found = -1, total = 0
+    cdef int part
+    cdef int64_t* bounds
+    cdef int64_t* bad
+    cdef int64_t* done
+    kind[0] = BAD_COMPRESSED
+    # a range per thread pays when the slots are not many more than the entries per thread:
+    # every thread walks every slot
+    if nt > 1 and P > 1 and A * E and <int64_t>B * G * 2 <= N:
+        bounds = <int64_t*>malloc((nt + 1) * sizeof(int64_t))
+        bad = <int64_t*>malloc(nt * sizeof(int64_t))
+        done = <int64_t*>malloc(nt * sizeof(int64_t))
+        if bounds == NULL or bad == NULL or done == NULL or _plain_splits(pp, N, P, nt, bounds) != 0:
+            total = -1
+        else:
+            for part in prange(nt, schedule="static", num_threads=nt):
+                bad[part] = _scatter_range(cp, pp, xp, op_, B, G, nnz, P, A, K, E, bounds[part], bounds[part + 1],
+                                           -1 if part == 0 else (1 if part == nt - 1 else 0), &done[part])
+            for part in range(nt):
+                found = bad[part] if found < 0 else found
+                total = total + done[part]
+        free(bounds)
+        free(bad)
+        free(done)
+        if found >= 0 or total == N:
+            return found
+    # one thread: also where a slot's plain indices are unsorted or out of range
+    return _scatter_serial(cp, pp, xp, op_, B, G, nnz, P, A, K, E, kind)
+
+
+cdef int64_t _plain_typed(const index_t* c, const index_t* p, int vcode, const void* x, void* out, Py_ssize_t B,
+                          Py_ssize_t G, Py_ssize_t nnz, Py_ssize_t P, Py_ssize_t A, Py_ssize_t K, Py_ssize_t E, int nt,
+                          int* kind) noexcept nogil:
+    if vcode == V_I8:
+        return _plain_core(c, p, <const int8_t*>x, <int8_t*>out, B, G, nnz, P, A, K, E, nt, kind)
+    if vcode == V_I16:
+        return _plain_core(c, p, <const int16_t*>x, <int16_t*>out, B, G, nnz, P, A, K, E, nt, kind)
+    if vcode == V_I32:
+        return _plain_core(c, p, <const int32_t*>x, <int32_t*>out, B, G, nnz, P, A, K, E, nt, kind)
+    if vcode == V_I64:
+        return _plain_core(c, p, <const int64_t*>x, <int64_t*>out, B, G, nnz, P, A, K, E, nt, kind)
+    if vcode == V_U8:
+        return _plain_core(c, p, <const uint8_t*>x, <uint8_t*>out, B, G, nnz, P, A, K, E, nt, kind)
+    if vcode == V_F32:
+        return _plain_core(c, p, <const float*>x, <float*>out, B, G, nnz, P, A, K, E, nt, kind)
+    if vcode == V_F64:
+        return _plain_core(c, p, <const double*>x, <double*>out, B, G, nnz, P, A, K, E, nt, kind)
+    if vcode == V_C64:
+        return _plain_core(c, p, <const cfloat_t*>x, <cfloat_t*>out, B, G, nnz, P, A, K, E, nt, kind)
+    return _plain_core(c, p, <const cdouble_t*>x, <cdouble_t*>out, B, G, nnz, P, A, K, E, nt, kind)
+
+
+def plain_sum(compressed, plain, x, out, int nthreads):
     """out[b, q, a, e] = sum of x[b, j, a, k, e] over the entries j with plain[b, j] == q and the
     K items k: the column sums of csr (row sums of csc). Plain indices out of [0, P) raise
     ValueError naming the entry.
@@ -644,55 +794,42 @@ def plain_sum(const index_t[:, ::1] compressed, const index_t[:, ::1] plain, con
     the order one thread would add it. Slots whose plain indices are not sorted show up in
     the count of entries added; the sum is then redone on one thread.
     """
-    cdef Py_ssize_t B = compressed.shape[0], G = compressed.shape[1] - 1, nnz = plain.shape[1]
-    cdef Py_ssize_t A = x.shape[2], K = x.shape[3], E = x.shape[4], L = A * E, P = out.shape[1], part
-    if (plain.shape[0] != B or x.shape[0] != B or x.shape[1] != nnz or out.shape[0] != B or out.shape[2] != A
-            or out.shape[3] != E):
-        raise ValueError(f"compressed ({B}, {G + 1}), plain {(plain.shape[0], plain.shape[1])}, x {tuple([x.shape[i] for i in range(5)])} and out "
-                         f"{tuple([out.shape[i] for i in range(4)])} disagree: want plain (B, nnz), x (B, nnz, A, K, E), out (B, P, A, E)")
-    _check_compressed(compressed, nnz)
-    if B == 0 or G == 0:
+    cdef cnp.ndarray c = _array(compressed, "compressed", 2), pa = _array(plain, "plain", 2)
+    cdef cnp.ndarray xa = _array(x, "x", 5), o = _array(out, "out", 4)
+    cdef int icode = _index_code(c), vcode = _sum_code(xa), kind = BAD_COMPRESSED
+    cdef Py_ssize_t B = _dim(c, 0), G = _dim(c, 1) - 1, nnz = _dim(pa, 1), P = _dim(o, 1)
+    cdef Py_ssize_t A = _dim(xa, 2), K = _dim(xa, 3), E = _dim(xa, 4)
+    cdef int64_t found = -1
+    if icode < 0 or _index_code(pa) != icode:
+        raise TypeError(f"compressed and plain must be int32 or int64, of one dtype, got {compressed.dtype} and "
+                        f"{plain.dtype}")
+    if vcode < 0 or cnp.PyArray_TYPE(o) != cnp.PyArray_TYPE(xa) or not cnp.PyArray_ISWRITEABLE(o):
+        raise TypeError(f"x and out must have one sum dtype (int8..int64, uint8, float32/64, complex64/128) and out "
+                        f"be writeable, got {x.dtype} and {out.dtype}")
+    if G < 0:
+        raise ValueError("compressed indices must have at least one entry per batch")
+    if (_dim(pa, 0) != B or _dim(xa, 0) != B or _dim(xa, 1) != nnz or _dim(o, 0) != B or _dim(o, 2) != A
+            or _dim(o, 3) != E):
+        raise ValueError(f"compressed {compressed.shape}, plain {plain.shape}, x {x.shape} and out {out.shape} "
+                         "disagree: want plain (B, nnz), x (B, nnz, A, K, E), out (B, P, A, E)")
+    _check_ends(c, icode, B, G, nnz)
+    if B * G == 0:
         out[...] = 0
         return
-    cdef const index_t* cp = &compressed[0, 0]
-    cdef const index_t* pp = &plain[0, 0] if nnz else NULL
-    cdef const value_t* xp = &x[0, 0, 0, 0, 0] if nnz * A * K * E else NULL
-    cdef value_t* op_ = &out[0, 0, 0, 0] if P * L else NULL
-    cdef int64_t N = <int64_t>B * nnz, found = -1, total = 0
-    cdef int kind = BAD_COMPRESSED, nt = split_threads(_threads(nthreads), N * L * K), nparts = nt
-    cdef int64_t* bounds = NULL
-    cdef int64_t* bad = NULL
-    cdef int64_t* done = NULL
-    # a range per thread pays when the slots are not many more than the entries per thread:
-    # every thread walks every slot
-    if nt > 1 and P > 1 and L and <int64_t>B * G * 2 <= N:
-        bounds = <int64_t*>malloc((nparts + 1) * sizeof(int64_t))
-        bad = <int64_t*>malloc(nparts * sizeof(int64_t))
-        done = <int64_t*>malloc(nparts * sizeof(int64_t))
-        try:
-            if bounds == NULL or bad == NULL or done == NULL:
-                raise MemoryError()
-            with nogil:
-                if _plain_splits(pp, N, P, nparts, bounds) == 0:
-                    for part in prange(nparts, schedule="static", num_threads=nt):
-                        bad[part] = _scatter_range(cp, pp, xp, op_, B, G, nnz, P, A, K, E, bounds[part],
-                                                   bounds[part + 1], -1 if part == 0 else (1 if part == nparts - 1 else 0),
-                                                   &done[part])
-                    for part in range(nparts):
-                        found = bad[part] if found < 0 else found
-                        total = total + done[part]
-                else:
-                    total = -1
-        finally:
-            free(bounds)
-            free(bad)
-            free(done)
-        if found >= 0:
-            _raise_found(BAD_COMPRESSED, found, G, nnz)
-        if total == N:
-            return
-    with nogil:  # one thread: also where a slot's plain indices are unsorted or out of range
-        found = _scatter_serial(cp, pp, xp, op_, B, G, nnz, P, A, K, E, &kind)
+    cdef const void* cp = cnp.PyArray_DATA(c)
+    cdef const void* pp = cnp.PyArray_DATA(pa)
+    cdef const void* xp = cnp.PyArray_DATA(xa)
+    cdef void* op_ = cnp.PyArray_DATA(o)
+    cdef int nt = split_threads(_threads(nthreads), <int64_t>B * nnz * A * K * E)
+    with nogil:
+        if icode == 0:
+            found = _plain_typed(<const int32_t*>cp, <const int32_t*>pp, vcode, xp, op_, B, G, nnz, P, A, K, E, nt,
+                                 &kind)
+        else:
+            found = _plain_typed(<const int64_t*>cp, <const int64_t*>pp, vcode, xp, op_, B, G, nnz, P, A, K, E, nt,
+                                 &kind)
+    if found == -2:
+        raise MemoryError()
     if found >= 0:
         _raise_found(kind, found, G, nnz)
 
