@@ -21,7 +21,8 @@ from hypothesis import strategies as hs
 
 import sparsetensor as st
 from sparsetensor._lib import _validate as _validate_kernels
-from conftest import HAVE_TORCH, INDEX_DTYPES, LAYOUTS, VALUE_DTYPES, nonzero_values, random_dense, requires_torch
+from conftest import (HAVE_TORCH, INDEX_DTYPES, LAYOUTS, VALUE_DTYPES, compressed_members, nonzero_values, random_dense,
+                      requires_torch)
 
 pytestmark = pytest.mark.filterwarnings("ignore:Sparse:UserWarning")  # torch's beta/invariant notes
 
@@ -85,24 +86,7 @@ def expand_spec(blocks, bs):
 
 def ref_compressed(a, m, spec, layout, bs, index_dtype):
     """The canonical members of ``layout`` whose specified blocks are ``spec`` (B, nbr, nbc)."""
-    batch, rows, cols, dense, B, D = _geometry(a, m)
-    rb, cb = bs
-    blocks = a.reshape(B, rows // rb, rb, cols // cb, cb, D).transpose(0, 1, 3, 2, 4, 5)
-    by_rows = layout in BY_ROWS
-    comp, plain, vals = [], [], []
-    for b in range(B):
-        mb = spec[b] if by_rows else spec[b].T
-        major, minor = np.nonzero(mb)
-        comp.append(np.concatenate([[0], np.cumsum(np.bincount(major, minlength=mb.shape[0]))]))
-        plain.append(minor)
-        r, c = (major, minor) if by_rows else (minor, major)
-        vals.append(blocks[b, r, c])
-    nnz = int(spec[0].sum()) if B else 0
-    n_major = (rows // rb) if by_rows else (cols // cb)
-    vshape = batch + (nnz,) + ((rb, cb) if layout in BLOCKED else ()) + dense
-    return (np.array(comp, dtype=index_dtype).reshape(batch + (n_major + 1,)),
-            np.array(plain, dtype=index_dtype).reshape(batch + (nnz,)),
-            np.array(vals, dtype=a.dtype).reshape(vshape))
+    return compressed_members(a, spec, layout, bs, m, index_dtype)
 
 
 def ref_coo(a, m, elements, index_dtype):

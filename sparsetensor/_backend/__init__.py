@@ -26,7 +26,8 @@ from . import cpu
 __all__ = ["KERNELS", "backend_for", "device_of", "cpu"]
 
 KERNELS = ("validate", "coalesce", "to_dense", "from_dense", "convert", "transpose", "spmm", "spgemm", "merge",
-           "reduce_sum", "unary", "compressed_sum", "plain_sum")
+           "reduce_sum", "unary", "gather_slices", "remap_plain", "narrow_plain", "cat_plain", "index_select_coo",
+           "compressed_sum", "plain_sum")
 
 _HOST_TYPES = frozenset((COOTensor, CompressedTensor, np.ndarray))
 

@@ -24,11 +24,13 @@ from .._validate import raise_compressed_error, raise_coo_error
 from ._convert import convert, transpose
 from ._merge import merge
 from ._reduce import compressed_sum, plain_sum
+from ._select import cat_plain, gather_slices, index_select_coo, narrow_plain, remap_plain
 from ._spgemm import spgemm
 from ._views import aligned_copy, bits_dtype, work_dtype
 
 __all__ = ["device", "validate", "coalesce", "to_dense", "from_dense", "convert", "transpose", "spmm", "spgemm",
-           "merge", "reduce_sum", "unary", "compressed_sum", "plain_sum"]
+           "merge", "reduce_sum", "unary", "gather_slices", "remap_plain", "narrow_plain", "cat_plain",
+           "index_select_coo", "compressed_sum", "plain_sum"]
 
 device = "cpu"
 

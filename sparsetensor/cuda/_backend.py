@@ -15,7 +15,8 @@ from __future__ import annotations
 from . import _binary, _blas, _coalesce, _convert, _dense, _pointwise, _reduce, _validate
 
 __all__ = ["device", "validate", "coalesce", "to_dense", "from_dense", "convert", "transpose", "spmm", "spgemm",
-           "merge", "reduce_sum", "unary", "compressed_sum", "plain_sum"]
+           "merge", "reduce_sum", "unary", "gather_slices", "remap_plain", "narrow_plain", "cat_plain",
+           "index_select_coo", "compressed_sum", "plain_sum"]
 
 device = "cuda"
 
@@ -89,6 +90,39 @@ def unary(t, name: str, fn, threads=None):
     """The values of ``t`` mapped by the pointwise op ``name`` (a GPU kernel of :data:`._pointwise.UNARY_OPS`;
     ``fn``, the NumPy function, is not used on the device)."""
     return _pointwise.unary(t, name).values()
+
+
+def _no_select_kernel(op: str, layout) -> NotImplementedError:
+    return NotImplementedError(f"{op} of a {layout.name} tensor on cuda has no GPU kernel; run it on the host "
+                               "with t.cpu()")
+
+
+def gather_slices(parts, rows, what: str, threads=None):
+    """Compressed slices ``rows`` of every batch (index_select / narrow along the compressed
+    dim): no GPU kernel (NotImplementedError naming the op)."""
+    raise _no_select_kernel(what, parts.layout)
+
+
+def remap_plain(parts, index, nondecreasing: bool, what: str, threads=None):
+    """Every slice's entries mapped through ``index`` (index_select along the plain dim): no GPU kernel."""
+    raise _no_select_kernel(what, parts.layout)
+
+
+def narrow_plain(parts, start: int, length: int, threads=None):
+    """The plain indices in ``[start, start + length)`` of every slice (narrow along the plain dim):
+    no GPU kernel."""
+    raise _no_select_kernel("narrow", parts.layout)
+
+
+def cat_plain(parts: list, sizes: list, limits: dict, threads=None):
+    """Compressed tensors side by side along the plain dim (cat): no GPU kernel."""
+    raise _no_select_kernel("cat", parts[0].layout)
+
+
+def index_select_coo(indices, raw, d: int, idx, shape: tuple, threads=None):
+    """index_select of a COO tensor along sparse dim ``d``: no GPU kernel."""
+    raise NotImplementedError("index_select of a coo tensor on cuda has no GPU kernel; run it on the host with "
+                              "t.cpu()")
 
 
 def compressed_sum(t, x, threads=None):

@@ -123,7 +123,7 @@ def zeros(t, shape=None, dtype=None):
         sparse_dim = t.sparse_dim if len(shape) == t.ndim else len(shape)
         return sparse_coo_tensor(np.zeros((sparse_dim, 0), it), np.zeros((0,) + shape[sparse_dim:], dt), shape,
                                  is_coalesced=True)
-    m, n = t.batch_dim, t.dense_dim
+    m = t.batch_dim
     layout = t.layout
     block = tuple(t.blocksize) if layout.blocked else ()
     if block and (shape[m] % block[0] or shape[m + 1] % block[1]):

@@ -19,15 +19,17 @@ from .._config import resolve_check
 from .._factory import sparse_compressed_tensor, sparse_coo_tensor
 from .._tensor import COOTensor, CompressedTensor
 
-__all__ = ["from_torch", "to_torch"]
+__all__ = ["from_torch", "to_torch", "import_torch"]
 
 
-def _import_torch():
+def import_torch():
+    """The ``torch`` module, imported on first use (sparsetensor never needs it to import); an
+    ImportError saying how to install it where it is missing."""
     try:
         import torch
     except ImportError:
         raise ImportError("PyTorch interop needs torch, an optional dependency of sparsetensor: "
-                          "pip install torch") from None
+                          "pip install 'sparsetensor[torch]'") from None
     return torch
 
 
@@ -77,7 +79,7 @@ def from_torch(t, *, check_invariants: bool = True):
     >>> t.layout, t.col_indices(), np.shares_memory(t.values(), x.values().numpy())
     (st.sparse_csr, array([1, 0]), True)
     """
-    torch = _import_torch()
+    torch = import_torch()
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"from_torch expects a torch.Tensor, got {type(t).__name__}")
     if t.device.type != "cpu":
@@ -167,7 +169,7 @@ def to_torch(t, *, copy: bool | None = None, check_invariants: bool | None = Non
     >>> x.layout, x.values().data_ptr() == t.values().ctypes.data
     (torch.sparse_bsr, True)
     """
-    torch = _import_torch()
+    torch = import_torch()
     if isinstance(t, np.ndarray):
         return _tensor_of(torch, t, copy, "the array")
     if not isinstance(t, (COOTensor, CompressedTensor)):

@@ -7,10 +7,9 @@ from __future__ import annotations
 import numpy as np
 
 from .. import _layout as L
-from .._config import num_threads
+from .._backend import backend_for
 from .._canonical import build
 from .._dtypes import VALUE_DTYPES, check_fits
-from .._lib import _select as _kernels
 from .._meta import normalize_dim
 from .._tensor import COOTensor, CompressedTensor, SparseTensor
 from ._common import describe
@@ -164,20 +163,8 @@ def _compressed_cat(tensors: list, d: int, kind: str, shape: tuple, op: str, thr
                           values=np.concatenate([q.values for q in parts], axis=1),
                           sparse=_resized(p0, True, sum(sizes)))
         return build(out)
-    out_c = np.zeros_like(p0.compressed, dtype=np.int64)
-    for q in parts:
-        out_c += q.compressed
-    total = int(out_c[0, -1]) if B else 0
-    check_fits(c_dt, first.layout.name, nnz=total, **{f"size[{d}]": shape[d]})
-    cursor = out_c[:, :-1].copy()
-    out_p = np.empty((B, total), dtype=c_dt)
-    out_v = np.empty((B, total, p0.values.shape[2]), dtype=p0.values.dtype)
-    nt = num_threads(threads, out_v.size + out_p.size)
-    offset = 0
-    for q, s in zip(parts, sizes):
-        _kernels.cat_rows(q.compressed, q.plain, q.values, offset, cursor, out_p, out_v, nt)
-        offset += s
-    out = p0._replace(compressed=out_c.astype(c_dt), plain=out_p, values=out_v, sparse=_resized(p0, False, offset))
+    out_c, out_p, out_v = backend_for(p0.compressed).cat_plain(parts, sizes, {f"size[{d}]": shape[d]}, threads)
+    out = p0._replace(compressed=out_c, plain=out_p, values=out_v, sparse=_resized(p0, False, sum(sizes)))
     return build(out)
 
 

@@ -1,7 +1,7 @@
 """Selection and views: transpose, narrow, select, index_select, nonzero, count_nonzero, for
 every layout, with batch and dense dims (the rules are :mod:`sparsetensor.ops.shape`'s).
 
-The kernels are in :mod:`sparsetensor._lib._select`.
+The kernels are behind the backend (:mod:`sparsetensor._backend._select` on the CPU).
 """
 
 from __future__ import annotations
@@ -12,13 +12,11 @@ import operator
 import numpy as np
 
 from .. import _layout as L
-from .._config import num_threads
-from .._canonical import build, ensure_valid, same_nnz
+from .._backend import backend_for
+from .._canonical import build, ensure_valid
 from .._dtypes import check_fits
-from .._lib import _select as _kernels
 from .._meta import normalize_dim
 from .._tensor import COOTensor, CompressedTensor
-from .._validate import raise_coo_error
 from ._shape_common import (
     _require_sparse,
     _kind,
@@ -98,58 +96,25 @@ def _transpose_sparse_compressed(t: CompressedTensor, d0: int, d1: int) -> Compr
 
 
 # -- compressed selection along a sparse dim -------------------------------------------------------
-def _slot_outputs(parts, counts: np.ndarray, what: str):
-    """Empty (compressed, plain, values) of a result whose slot i of batch b holds ``counts[b, i]``
-    entries (the compressed index already filled in); every batch must have the same nnz."""
-    c, v = parts.compressed, parts.values
-    B = c.shape[0]
-    per_batch = counts.sum(axis=1, dtype=np.int64)
-    same_nnz(per_batch, parts.batch, f"{what} of a batched {parts.layout.name} tensor: every batch of the result "
-              "must have the same nnz")
-    nnz = int(per_batch[0]) if B else 0
-    check_fits(c.dtype, parts.layout.name, nnz=nnz)
-    out_c = np.zeros((B, counts.shape[1] + 1), dtype=c.dtype)
-    np.cumsum(counts, axis=1, dtype=c.dtype, out=out_c[:, 1:])
-    return out_c, np.empty((B, nnz), dtype=c.dtype), np.empty((B, nnz, v.shape[2]), dtype=v.dtype)
-
-
 def _gather_compressed(parts, rows: np.ndarray, size: int, what: str, threads):
     """Compressed slices ``rows`` (block units) of every batch, in that order (repeats allowed)."""
-    c, p, v = parts.compressed, parts.plain, parts.values
-    B, K = c.shape[0], rows.shape[0]
-    lengths = np.diff(c, axis=1)[:, rows] if B else np.zeros((0, K), np.int64)
-    out_c, out_p, out_v = _slot_outputs(parts, lengths, what)
-    _kernels.gather_rows(c, p, v, rows, out_c, out_p, out_v,
-                         num_threads(threads, out_p.shape[1] * max(v.shape[2], 1) + B * K))
-    return parts._replace(compressed=out_c, plain=out_p, values=out_v, sparse=_resized(parts, True, size))
+    members = backend_for(parts.compressed).gather_slices(parts, rows, what, threads)
+    return parts._replace(compressed=members[0], plain=members[1], values=members[2],
+                          sparse=_resized(parts, True, size))
 
 
 def _remap_plain(parts, index: np.ndarray, size: int, what: str, threads):
     """Every slice's entries mapped through ``index`` (new plain j gets old plain index[j])."""
-    c, p, v = parts.compressed, parts.plain, parts.values
-    B, n = c.shape[0], c.shape[1] - 1
-    check_fits(c.dtype, parts.layout.name, **{"ncols" if parts.layout.compressed_rows else "nrows": size})
-    first, targets = _kernels.build_map(index, parts.plain_size)
-    nt = num_threads(threads, p.size * max(v.shape[2], 1) + c.size)
-    counts = np.empty((B, n), dtype=np.int64)
-    _kernels.plain_count(c, p, first, counts, nt)
-    out_c, out_p, out_v = _slot_outputs(parts, counts, what)
-    max_row = int(counts.max()) if counts.size else 0
-    _kernels.plain_fill(c, p, v, first, targets, out_c, out_p, out_v, not _is_nondecreasing(index), max_row, nt)
-    return parts._replace(compressed=out_c, plain=out_p, values=out_v, sparse=_resized(parts, False, size))
+    members = backend_for(parts.compressed).remap_plain(parts, index, _is_nondecreasing(index), what, threads)
+    return parts._replace(compressed=members[0], plain=members[1], values=members[2],
+                          sparse=_resized(parts, False, size))
 
 
 def _narrow_plain(parts, start: int, length: int, threads):
-    """Plain indices in [start, start + length) (block units) of every slice: a binary search per
-    slice (the slices are sorted) and one segment copy."""
-    c, p, v = parts.compressed, parts.plain, parts.values
-    B, n = c.shape[0], c.shape[1] - 1
-    starts = np.empty((B, n), dtype=np.int64)
-    counts = np.empty((B, n), dtype=np.int64)
-    _kernels.plain_range(c, p, start, start + length, starts, counts, num_threads(threads, c.size * 16))
-    out_c, out_p, out_v = _slot_outputs(parts, counts, "narrow")
-    _kernels.copy_segments(p, v, starts, out_c, start, out_p, out_v, num_threads(threads, out_v.size + c.size))
-    return parts._replace(compressed=out_c, plain=out_p, values=out_v, sparse=_resized(parts, False, length))
+    """Plain indices in [start, start + length) (block units) of every slice."""
+    members = backend_for(parts.compressed).narrow_plain(parts, start, length, threads)
+    return parts._replace(compressed=members[0], plain=members[1], values=members[2],
+                          sparse=_resized(parts, False, length))
 
 
 # -- narrow -----------------------------------------------------------------------------------------
@@ -356,11 +321,7 @@ def _index_select_coo(t: COOTensor, d: int, idx: np.ndarray, shape: tuple, threa
     nnz = indices.shape[1]
     values = t.values()
     raw = _value_rows(values, nnz)
-    first, targets = _kernels.build_map(idx, t.shape[d])
-    found, oi, ov = _kernels.coo_index_select(indices, raw, d, first, targets,
-                                              num_threads(threads, nnz * (indices.shape[0] + raw.shape[1])))
-    if found is not None:
-        raise_coo_error(found, t.shape)
+    oi, ov = backend_for(t).index_select_coo(indices, raw, d, idx, t.shape, threads)
     out_values = ov.view(values.dtype).reshape((oi.shape[1],) + values.shape[1:])
     return COOTensor(oi, out_values, shape, t.is_coalesced() and _is_increasing(idx))
 

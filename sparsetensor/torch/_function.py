@@ -19,29 +19,20 @@ from .._tensor import SparseTensor
 from ..autograd import wrap_cotangent
 from ..autograd._core import same_pattern, values_of
 from ..autograd.rules import RULES
-from ..interop.torch import from_torch, to_torch
+from ..interop.torch import from_torch, import_torch, to_torch
 
 __all__ = ["apply"]
 
 _FUNCTION = None
 
 
-def _torch():
-    try:
-        import torch
-    except ImportError:
-        raise ImportError("sparsetensor.torch needs PyTorch, an optional dependency: pip install "
-                          "'sparsetensor[torch]'") from None
-    return torch
-
-
 def _is_tensor(x) -> bool:
-    torch = _torch()
+    torch = import_torch()
     return isinstance(x, torch.Tensor)
 
 
 def _check_input(t, name: str, position: str):
-    torch = _torch()
+    torch = import_torch()
     if t.device.type != "cpu":
         raise NotImplementedError(f"sparsetensor.torch.{name}: {position} is a {t.device.type} tensor; the "
                                   "sparsetensor autograd bridge runs on the CPU only (no CUDA kernel for this "
@@ -60,7 +51,7 @@ def _ours(t):
 
 def _theirs(x):
     """Our result as a torch tensor sharing its memory (read-only arrays are copied)."""
-    torch = _torch()
+    torch = import_torch()
     if isinstance(x, SparseTensor):
         return to_torch(x, check_invariants=False)
     a = np.asarray(x)
@@ -84,7 +75,7 @@ def _values_leaf(t):
         return None
     node = fn.next_functions[0][0]
     leaf = getattr(node, "variable", None)
-    vals = t._values() if t.layout == _torch().sparse_coo else t.values()
+    vals = t._values() if t.layout == import_torch().sparse_coo else t.values()
     if leaf is None or leaf.shape != vals.shape or leaf.data_ptr() != vals.data_ptr() or \
             leaf.stride() != vals.stride():
         return None
@@ -124,7 +115,7 @@ def _function():
     global _FUNCTION
     if _FUNCTION is not None:
         return _FUNCTION
-    torch = _torch()
+    torch = import_torch()
 
     class SparseRule(torch.autograd.Function):
         """Forward and backward of one op of sparsetensor's rule table."""
@@ -180,7 +171,7 @@ def _function():
 
 def apply(name: str, args: tuple, kwargs: dict):
     """Run rule ``name`` on torch (or sparsetensor/NumPy) arguments, differentiable through torch."""
-    torch = _torch()
+    torch = import_torch()
     if name not in RULES:
         raise NotImplementedError(f"sparsetensor.torch: no derivative rule for {name!r}")
     for k, v in kwargs.items():

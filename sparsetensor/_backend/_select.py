@@ -1,0 +1,115 @@
+"""CPU kernels of selection and joining (:mod:`sparsetensor.ops.select`, :mod:`sparsetensor.ops.join`)
+over :mod:`sparsetensor._lib._select`.
+
+The ops resolve dims, sizes and block units; these take a compressed tensor in the kernels'
+standard form (:class:`sparsetensor._canonical.Parts`, validated) and return the new members
+``(compressed, plain, values)`` in that form, every batch with the same nnz (or ValueError
+naming what ``what`` did). Index arithmetic is checked against the index dtype before a
+kernel writes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._canonical import same_nnz
+from .._config import num_threads
+from .._dtypes import check_fits
+from .._lib import _select as _kernels
+from .._validate import raise_coo_error
+
+__all__ = ["gather_slices", "remap_plain", "narrow_plain", "cat_plain", "index_select_coo"]
+
+
+def _slot_outputs(parts, counts: np.ndarray, what: str):
+    """Empty (compressed, plain, values) of a result whose slot i of batch b holds ``counts[b, i]``
+    entries (the compressed index already filled in); every batch must have the same nnz."""
+    c, v = parts.compressed, parts.values
+    B = c.shape[0]
+    per_batch = counts.sum(axis=1, dtype=np.int64)
+    same_nnz(per_batch, parts.batch, f"{what} of a batched {parts.layout.name} tensor: every batch of the result "
+              "must have the same nnz")
+    nnz = int(per_batch[0]) if B else 0
+    check_fits(c.dtype, parts.layout.name, nnz=nnz)
+    out_c = np.zeros((B, counts.shape[1] + 1), dtype=c.dtype)
+    np.cumsum(counts, axis=1, dtype=c.dtype, out=out_c[:, 1:])
+    return out_c, np.empty((B, nnz), dtype=c.dtype), np.empty((B, nnz, v.shape[2]), dtype=v.dtype)
+
+
+def gather_slices(parts, rows: np.ndarray, what: str, threads=None):
+    """Compressed slices ``rows`` (int64, block units, in range) of every batch, in that order
+    (repeats allowed)."""
+    c, p, v = parts.compressed, parts.plain, parts.values
+    B, K = c.shape[0], rows.shape[0]
+    lengths = np.diff(c, axis=1)[:, rows] if B else np.zeros((0, K), np.int64)
+    out_c, out_p, out_v = _slot_outputs(parts, lengths, what)
+    _kernels.gather_rows(c, p, v, rows, out_c, out_p, out_v,
+                         num_threads(threads, out_p.shape[1] * max(v.shape[2], 1) + B * K))
+    return out_c, out_p, out_v
+
+
+def remap_plain(parts, index: np.ndarray, nondecreasing: bool, what: str, threads=None):
+    """Every slice's entries mapped through ``index`` (new plain j gets old plain ``index[j]``;
+    ``nondecreasing``: ``index`` is, so the entries of a slice stay sorted without a sort)."""
+    c, p, v = parts.compressed, parts.plain, parts.values
+    B, n = c.shape[0], c.shape[1] - 1
+    check_fits(c.dtype, parts.layout.name, **{"ncols" if parts.layout.compressed_rows else "nrows": index.shape[0]})
+    first, targets = _kernels.build_map(index, parts.plain_size)
+    nt = num_threads(threads, p.size * max(v.shape[2], 1) + c.size)
+    counts = np.empty((B, n), dtype=np.int64)
+    _kernels.plain_count(c, p, first, counts, nt)
+    out_c, out_p, out_v = _slot_outputs(parts, counts, what)
+    max_row = int(counts.max()) if counts.size else 0
+    _kernels.plain_fill(c, p, v, first, targets, out_c, out_p, out_v, not nondecreasing, max_row, nt)
+    return out_c, out_p, out_v
+
+
+def narrow_plain(parts, start: int, length: int, threads=None):
+    """Plain indices in ``[start, start + length)`` (block units) of every slice, shifted to
+    start at 0: a binary search per slice (the slices are sorted) and one segment copy."""
+    c, p, v = parts.compressed, parts.plain, parts.values
+    B, n = c.shape[0], c.shape[1] - 1
+    starts = np.empty((B, n), dtype=np.int64)
+    counts = np.empty((B, n), dtype=np.int64)
+    _kernels.plain_range(c, p, start, start + length, starts, counts, num_threads(threads, c.size * 16))
+    out_c, out_p, out_v = _slot_outputs(parts, counts, "narrow")
+    _kernels.copy_segments(p, v, starts, out_c, start, out_p, out_v, num_threads(threads, out_v.size + c.size))
+    return out_c, out_p, out_v
+
+
+def cat_plain(parts: list, sizes: list, limits: dict, threads=None):
+    """The tensors of ``parts`` (one layout, index and value dtype, equal compressed sizes)
+    side by side along the plain dim: input k's plain indices shifted by the sizes (block
+    units) of the inputs before it; each slice keeps its entries sorted. ``limits``: the
+    result's sizes to check against the index dtype besides its nnz (names as the error
+    gives them)."""
+    p0 = parts[0]
+    c_dt = p0.compressed.dtype
+    B = p0.compressed.shape[0]
+    out_c = np.zeros_like(p0.compressed, dtype=np.int64)
+    for q in parts:
+        out_c += q.compressed
+    total = int(out_c[0, -1]) if B else 0
+    check_fits(c_dt, p0.layout.name, nnz=total, **limits)
+    cursor = out_c[:, :-1].copy()
+    out_p = np.empty((B, total), dtype=c_dt)
+    out_v = np.empty((B, total, p0.values.shape[2]), dtype=p0.values.dtype)
+    nt = num_threads(threads, out_v.size + out_p.size)
+    offset = 0
+    for q, s in zip(parts, sizes):
+        _kernels.cat_rows(q.compressed, q.plain, q.values, offset, cursor, out_p, out_v, nt)
+        offset += s
+    return out_c.astype(c_dt), out_p, out_v
+
+
+def index_select_coo(indices: np.ndarray, raw: np.ndarray, d: int, idx: np.ndarray, shape: tuple, threads=None):
+    """The entries of COO ``indices`` (C-contiguous, coalesced or not) and raw value rows ``raw``
+    whose coordinate along ``d`` is in ``idx`` (repeats give copies), that coordinate replaced by
+    its position in ``idx``: ``(indices, raw values)``. ``shape``: the input's; an index out of
+    it raises InvariantError."""
+    first, targets = _kernels.build_map(idx, shape[d])
+    found, oi, ov = _kernels.coo_index_select(indices, raw, d, first, targets,
+                                              num_threads(threads, indices.shape[1] * (indices.shape[0] + raw.shape[1])))
+    if found is not None:
+        raise_coo_error(found, shape)
+    return oi, ov
