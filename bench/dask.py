@@ -32,6 +32,10 @@ between workers, and the share of the wall time the two workers spent computing;
 chunk kernels alone (one thread, this process, summed over the chunks, halved for two
 workers): the floor a two-worker run can reach. The machine may be shared: compare only
 ratios from one run.
+
+``python -m bench.dask --sum-ab OLD.so NEW.so`` times the row and column sum kernels of one
+chunk (250k x 2M, 5M nnz) by two builds of ``sparsetensor/_lib/_reduce`` loaded side by side
+and by SciPy, on 1 and 2 threads, taking turns in one process.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ import shutil
 import statistics
 import time
 import tempfile
+import timeit
 
 import numpy as np
 
@@ -236,3 +241,91 @@ def run(repeat: int = 5, threads=None, nrows: int = 2_000_000, ncols: int = 2_00
     print_table(["op", "setup", "wall", "tasks", "task compute", "transfers", "workers busy", "kernels / 2"], split)
     write_json("dask", {"nrows": nrows, "ncols": ncols, "nnz": int(A.nnz), "blocks": nblocks, "threads": threads,
                         "workers": 2, "threads_per_worker": per_worker, "load_average": load, "results": records})
+
+
+# -- the chunk kernels alone: two builds of sparsetensor/_lib/_reduce side by side -----------------------
+def _load_extension(path):
+    import importlib.machinery
+    import importlib.util
+
+    loader = importlib.machinery.ExtensionFileLoader("_reduce", path)
+    module = importlib.util.module_from_spec(importlib.util.spec_from_file_location("_reduce", path, loader=loader))
+    loader.exec_module(module)
+    return module
+
+
+def _sum_calls(m, A, nt):
+    """(row sums, column sums) of scipy csr ``A`` by the sum kernels of ``_reduce`` module ``m``, as
+    sparsetensor.ops.reduce calls them in that build (for an older build: its Python steps too)."""
+    n, ncols = A.shape
+    if hasattr(m, "compressed_sum"):
+        c, p, x = A.indptr.reshape(1, -1), A.indices.reshape(1, -1), A.data.reshape(1, -1, 1, 1, 1)
+
+        def rows():
+            out = np.empty((1, n, 1, 1))
+            m.compressed_sum(c, x, out, nt)
+            return out.ravel()
+
+        def cols():
+            out = np.empty((1, ncols, 1, 1))
+            m.plain_sum(c, p, x, out, nt)
+            return out.ravel()
+        return rows, cols
+    none, x = np.empty(0, np.int64), A.data.reshape(-1, 1)
+
+    def rows_old():
+        out = np.empty((n, 1))
+        m.segment_sum(A.indptr.astype(np.int64), none, x, out, nt)
+        return out.ravel()
+
+    def cols_old():
+        C = nt if nt > 1 and ncols * nt <= A.nnz else 1
+        out = np.zeros((C, ncols, 1))
+        m.scatter_reduce(A.indices, x, out, "sum", nt)
+        return (out.sum(axis=0) if C > 1 else out[0]).ravel()
+    return rows_old, cols_old
+
+
+def sum_kernels_ab(old_path: str, new_path: str, nrows: int = 250_000, ncols: int = 2_000_000,
+                   nnz: int = 5_000_000, rounds: int = 9) -> list:
+    """Milliseconds of the row and column sums of one Dask chunk (``nrows`` x ``ncols``, ``nnz``,
+    float64, int32 indices) by two builds of the ``_reduce`` kernels and by SciPy, on 1 and 2
+    threads, in this process, taking turns (min over rounds of the min of 3 calls)."""
+    A = _matrix(nrows, ncols, nnz)
+    mods = {"old": _load_extension(old_path), "new": _load_extension(new_path)}
+    want = {"sum1": np.asarray(A.sum(axis=1)).ravel(), "sum0": np.asarray(A.sum(axis=0)).ravel()}
+    print(f"{nrows} x {ncols}, nnz {A.nnz}: values {A.data.nbytes / 1e6:.0f} MB, indices "
+          f"{A.indices.nbytes / 1e6:.0f} MB; load average {os.getloadavg()}")
+    records = []
+    for nt in (1, 2):
+        fns = {}
+        for tag, m in mods.items():
+            rows, cols = _sum_calls(m, A, nt)
+            fns[(tag, "sum1")], fns[(tag, "sum0")] = rows, cols
+        fns[("scipy", "sum1")], fns[("scipy", "sum0")] = (lambda: A.sum(axis=1)), (lambda: A.sum(axis=0))
+        for (tag, op), fn in fns.items():
+            if not np.allclose(np.asarray(fn()).ravel(), want[op], rtol=1e-9, atol=1e-9):
+                raise AssertionError(f"{op} of the {tag} build differs from SciPy's")
+        best = dict.fromkeys(fns, float("inf"))
+        for _ in range(rounds):  # alternate, so that all see the same load
+            for key, fn in fns.items():
+                best[key] = min(best[key], min(timeit.repeat(fn, number=1, repeat=3)))
+        for op, nbytes in (("sum1", A.data.nbytes + A.indptr.nbytes),
+                           ("sum0", A.data.nbytes + A.indices.nbytes + A.indptr.nbytes + ncols * 8)):
+            ms = {tag: best[(tag, op)] * 1e3 for tag in ("old", "new", "scipy")}
+            records.append({"threads": nt, "op": op, "ms": ms, "new_GB_per_s": nbytes / ms["new"] / 1e6})
+            print(f"threads {nt} {op}: old {ms['old']:7.2f} ms  new {ms['new']:7.2f} ms  scipy {ms['scipy']:7.2f} ms"
+                  f"  old/new {ms['old'] / ms['new']:5.2f}  scipy/new {ms['scipy'] / ms['new']:5.2f}"
+                  f"  new reads {nbytes / ms['new'] / 1e6:5.1f} GB/s", flush=True)
+    print(f"load average after: {os.getloadavg()}")
+    return records
+
+
+if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m bench.dask")
+    parser.add_argument("--sum-ab", nargs=2, metavar=("OLD_SO", "NEW_SO"), required=True,
+                        help="time the sum kernels of two builds of _reduce on one chunk")
+    args = parser.parse_args()
+    sum_kernels_ab(*args.sum_ab)

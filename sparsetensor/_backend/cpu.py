@@ -23,6 +23,7 @@ from .._tensor import COOTensor, CompressedTensor
 from .._validate import raise_compressed_error, raise_coo_error
 from ._convert import convert, transpose
 from ._merge import merge
+from ._reduce import compressed_sum, plain_sum
 from ._sddmm import sddmm
 from ._select import cat_plain, gather_slices, index_select_coo, narrow_plain, remap_plain
 from ._spgemm import spgemm
@@ -30,7 +31,7 @@ from ._views import aligned_copy, bits_dtype, work_dtype
 
 __all__ = ["device", "validate", "coalesce", "to_dense", "from_dense", "convert", "transpose", "spmm", "spgemm",
            "merge", "reduce_sum", "reduce_sum_dims", "unary", "sddmm", "gather_slices", "remap_plain",
-           "narrow_plain", "cat_plain", "index_select_coo"]
+           "narrow_plain", "cat_plain", "index_select_coo", "compressed_sum", "plain_sum"]
 
 device = "cpu"
 

@@ -46,3 +46,23 @@ def segment_softmax(
     take_log: bool,        # log-softmax
     nthreads: int,
 ) -> None: ...
+
+# Sums over one sparse dim of compressed storage. compressed (B, G + 1) int32 or int64 with
+# compressed[b, 0] == 0 and compressed[b, G] == nnz (ValueError otherwise; every slot is checked
+# non-decreasing within [0, nnz] as it is read); x (B, nnz, A, K, E) C-contiguous, int8..int64,
+# uint8, float32/64, complex64/128: per entry, the K items are summed and the A * E lanes kept.
+
+def compressed_sum(
+    compressed: np.ndarray,  # (B, G + 1)
+    x: np.ndarray,           # (B, nnz, A, K, E)
+    out: np.ndarray,         # (B, G, A, E), x's dtype; overwritten: the sum over each slot's entries
+    nthreads: int,           # merge-path ranges of slots and entries (a long slot is shared)
+) -> None: ...
+
+def plain_sum(
+    compressed: np.ndarray,  # (B, G + 1)
+    plain: np.ndarray,       # (B, nnz), compressed's dtype, each in [0, P) (ValueError naming the entry)
+    x: np.ndarray,           # (B, nnz, A, K, E)
+    out: np.ndarray,         # (B, P, A, E), x's dtype; overwritten: the sum over the entries at each plain index
+    nthreads: int,           # threads own ranges of [0, P) (slots with sorted plain indices); else one thread
+) -> None: ...

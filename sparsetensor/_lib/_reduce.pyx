@@ -13,12 +13,15 @@ the ``nogil`` loops never read or write out of bounds.
 
 from cython.parallel cimport prange
 from libc.math cimport exp, expf, log, logf, INFINITY
-from libc.stdint cimport int64_t, uint64_t
-from libc.stdlib cimport free, malloc
+from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint64_t
+from libc.stdlib cimport free, malloc, qsort
 
+cimport numpy as cnp
 import numpy as np
 
+from ._arrays cimport _array, _dim, _index_code
 from ._balance cimport balanced_split
+from ._parallel cimport split_threads
 from ._types cimport index_t, real_t, value_t
 
 ctypedef float complex cfloat_t
@@ -37,6 +40,8 @@ cdef enum:
     OP_MIN = 2
 
 OPS = {"sum": OP_SUM, "max": OP_MAX, "min": OP_MIN}
+
+cnp.import_array()
 
 
 cdef int _threads(int nthreads) noexcept nogil:
@@ -248,6 +253,13 @@ def scatter_reduce(const index_t[::1] keys, const value_t[:, ::1] x, value_t[:, 
     if hits.size:
         i = int(hits.min())
         raise ValueError(f"key {keys[i]} of row {i} is out of range [0, {out.shape[1]})")
+
+
+# ---------------------------------------------------------------------------
+# sums over one sparse dim of compressed storage: _reduce_sums.pxi
+# ---------------------------------------------------------------------------
+
+include "_reduce_sums.pxi"
 
 
 # ---------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from . import _binary, _blas, _coalesce, _convert, _dense, _pointwise, _reduce, 
 
 __all__ = ["device", "validate", "coalesce", "to_dense", "from_dense", "convert", "transpose", "spmm", "spgemm",
            "merge", "reduce_sum", "reduce_sum_dims", "unary", "sddmm", "gather_slices", "remap_plain",
-           "narrow_plain", "cat_plain", "index_select_coo"]
+           "narrow_plain", "cat_plain", "index_select_coo", "compressed_sum", "plain_sum"]
 
 device = "cuda"
 
@@ -150,3 +150,13 @@ def index_select_coo(indices, raw, d: int, idx, shape: tuple, threads=None):
     """index_select of a COO tensor along sparse dim ``d``: no GPU kernel."""
     raise NotImplementedError("index_select of a coo tensor on cuda has no GPU kernel; run it on the host with "
                               "t.cpu()")
+
+
+def compressed_sum(t, x, threads=None):
+    """The sums per compressed slot (ops.reduce, one sparse dim): no GPU kernel behind this name yet."""
+    raise _no_kernel("compressed_sum", t)
+
+
+def plain_sum(t, x, threads=None):
+    """The sums per plain index (ops.reduce, one sparse dim): no GPU kernel behind this name yet."""
+    raise _no_kernel("plain_sum", t)

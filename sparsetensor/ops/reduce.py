@@ -318,6 +318,8 @@ def _group_by(t: COOTensor, kept: list, rest: list, threads):
 def _reduce_compressed(t: CompressedTensor, dims: tuple, op, threads):
     """The ``_reduce_calc`` hook of the compressed layouts."""
     m = t.batch_dim
+    if op is np.add and ((m in dims) != ((m + 1) in dims)) and t.dtype != np.bool_:
+        return _sum_sparse_dim(t, dims, threads)  # row or column sums (a sum of bools, their "or": below)
     b = 2 if t.layout.blocked else 0
     batch_dims = [d for d in dims if d < m]
     sparse_dims = [d for d in dims if m <= d < m + 2]
@@ -332,6 +334,34 @@ def _reduce_compressed(t: CompressedTensor, dims: tuple, op, threads):
     v = np.ascontiguousarray(op.reduce(t.values(), axis=value_axes, keepdims=True))
     shape = tuple(1 if d in dims else s for d, s in enumerate(t.shape))
     return CompressedTensor(t.compressed_indices(), t.plain_indices(), v, shape, t.layout, t.is_coalesced())
+
+
+def _sum_sparse_dim(t: CompressedTensor, dims: tuple, threads) -> np.ndarray:
+    """The sum over ``dims`` (one of the two sparse dims, and any batch and dense dims) of a
+    compressed tensor, the reduced dims kept as size 1: per compressed index (a row of csr, a
+    column of csc) when the summed sparse dim is the plain one, else per plain index. The
+    block's axis along the summed dim is summed with it (the kernels' K items), the rest of a
+    block and the dense items are the kernels' A * E lanes."""
+    if not t.is_coalesced():
+        t = ensure_valid(t, repair=True, threads=threads)
+    m = t.batch_dim
+    columns = (m + 1) in dims
+    batch = t.shape[:m]
+    rb, cb = t.blocksize
+    v = t.values()
+    if dims[-1] >= m + 2:  # dense dims: summed in the values first
+        b = 2 if t.layout.blocked else 0
+        v = np.add.reduce(v, axis=tuple(d - 1 + b for d in dims if d >= m + 2), keepdims=True)
+    dense = v.shape[v.ndim - t.dense_dim:] if t.dense_dim else ()
+    D = math.prod(dense)
+    backend = backend_for(t)
+    kernel = backend.compressed_sum if columns == t.layout.compressed_rows else backend.plain_sum
+    x = v.reshape((math.prod(batch), t.nnz) + ((rb, cb, D) if columns else (1, rb, cb * D)))
+    n = t.shape[m] if columns else t.shape[m + 1]
+    out = kernel(t, x, threads).reshape(batch + ((n, 1) if columns else (1, n)) + dense)
+    if dims[0] < m:  # batch dims: summed in the result
+        out = np.add.reduce(out, axis=tuple(d for d in dims if d < m), keepdims=True)
+    return out
 
 
 def _compressed_dense(t: CompressedTensor, dims: tuple, op, threads) -> np.ndarray:
