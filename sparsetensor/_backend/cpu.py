@@ -18,12 +18,13 @@ from .._coalesce import coalesce as _coalesce_coo, sum_duplicates as _sum_duplic
 from .._config import GRAIN_PRODUCT, num_threads
 from .._dtypes import arith_view, raw_view, zero_test_view
 from .._lib import _dense as _dense_kernels
+from .._lib import _elementwise as _sampling_kernels
 from .._lib import _spmm as _spmm_kernels
 from .._tensor import COOTensor, CompressedTensor
 from .._validate import raise_compressed_error, raise_coo_error
 from ._convert import convert, transpose
 from ._merge import merge
-from ._reduce import compressed_sum, plain_sum
+from ._reduce import compressed_sum, plain_sum, scatter_reduce, segment_reduce, segment_softmax
 from ._sddmm import sddmm
 from ._select import cat_plain, gather_slices, index_select_coo, narrow_plain, remap_plain
 from ._spgemm import spgemm
@@ -31,7 +32,8 @@ from ._views import aligned_copy, bits_dtype, work_dtype
 
 __all__ = ["device", "validate", "coalesce", "to_dense", "from_dense", "convert", "transpose", "spmm", "spgemm",
            "merge", "reduce_sum", "reduce_sum_dims", "unary", "sddmm", "gather_slices", "remap_plain",
-           "narrow_plain", "cat_plain", "index_select_coo", "compressed_sum", "plain_sum"]
+           "narrow_plain", "cat_plain", "index_select_coo", "compressed_sum", "plain_sum", "segment_reduce",
+           "scatter_reduce", "segment_softmax", "sample_dense", "add_to_dense", "check_bounds"]
 
 device = "cpu"
 
@@ -39,6 +41,15 @@ device = "cpu"
 def validate(t, threads=None) -> None:
     """Every invariant of ``t`` (the O(nnz) scans in parallel); raises InvariantError."""
     t.check_invariants(threads=threads)
+
+
+def check_bounds(t, threads=None) -> None:
+    """Invariants 5.1-5.5 of 2-d compressed ``t`` (every index safe to read; rows may be unsorted
+    or hold duplicates); raises InvariantError naming the first broken one."""
+    c, p = t.compressed_indices(), t.plain_indices()
+    found = _spmm_kernels.find_broken_index(c.reshape(1, -1), p.reshape(1, -1), t.plain_size)
+    if found is not None:
+        raise_compressed_error(found, t.layout, (), t.plain_size, t.nnz)
 
 
 def coalesce(t, threads=None):
@@ -127,6 +138,55 @@ def unary(t, name: str, fn, threads=None, arg=None) -> np.ndarray:
     a scalar argument: ``mul``/``div``/``pow`` by a scalar, ``round``'s decimals), in NumPy's
     result dtype."""
     return np.asarray(fn(t.values()) if arg is None else fn(t.values(), arg))
+
+
+def sample_dense(t, dense: np.ndarray, threads=None) -> np.ndarray:
+    """``dense`` (broadcast to the shape of ``t``, a validated compressed tensor) at ``t``'s
+    entries: an array shaped like ``t.values()`` in ``dense``'s dtype."""
+    m = t.batch_dim
+    batch = t.shape[:m]
+    B, D = math.prod(batch), math.prod(t.shape[m + 2:])
+    R, C = t.shape[m:m + 2]
+    Rb, Cb = t.blocksize
+    d4 = _as_4d(np.broadcast_to(dense, t.shape), (B, R, C, D))
+    raw = d4 if d4.dtype == np.complex128 else d4.view({1: np.uint8, 2: np.uint16, 4: np.uint32,
+                                                       8: np.uint64}[d4.dtype.itemsize])
+    out = np.empty((B, t.nnz, Rb * Cb * D), dtype=raw.dtype)
+    c = t.compressed_indices()
+    _sampling_kernels.gather_compressed(c.reshape(B, c.shape[-1]), t.plain_indices().reshape(B, t.nnz), raw, Rb, Cb,
+                                        t.layout.compressed_rows, out, num_threads(threads, out.size))
+    block = (Rb, Cb) if t.layout.blocked else ()
+    return out.view(dense.dtype).reshape(batch + (t.nnz,) + block + t.shape[m + 2:])
+
+
+def add_to_dense(t, values: np.ndarray, out: np.ndarray, threads=None) -> np.ndarray:
+    """``out`` plus the validated compressed tensor ``t`` with values ``values`` (shaped like
+    ``t.values()``, in ``out``'s dtype), added in place into ``out`` (float16: into a float32
+    copy, rounded once); returns the sum."""
+    dtype = out.dtype
+    m = t.batch_dim
+    B, D = math.prod(t.shape[:m]), math.prod(t.shape[m + 2:])
+    R, C = t.shape[m:m + 2]
+    Rb, Cb = t.blocksize
+    kdt = np.dtype(np.float32) if dtype == np.float16 else dtype  # float16 accumulates in float32
+    acc = out if kdt == dtype else out.astype(kdt)
+    v = np.ascontiguousarray(values, dtype=kdt).reshape(B, t.nnz, Rb, Cb, D)
+    c = t.compressed_indices()
+    found = _dense_kernels.compressed_to_dense(c.reshape(B, c.shape[-1]), t.plain_indices().reshape(B, t.nnz), v,
+                                               acc.reshape(B, R, C, D), t.layout.compressed_rows, True,
+                                               num_threads(threads, v.size))
+    if found is not None:
+        raise_compressed_error(found, t.layout, t.shape[:m], t.plain_size, t.nnz)
+    return acc if kdt == dtype else acc.astype(dtype)
+
+
+def _as_4d(full: np.ndarray, shape4: tuple) -> np.ndarray:
+    """``full`` reshaped to ``shape4`` without a copy when its strides allow it (a broadcast view
+    usually does); else a contiguous copy."""
+    try:
+        return np.reshape(full, shape4, copy=False)
+    except ValueError:
+        return np.ascontiguousarray(full).reshape(shape4)
 
 
 def _kernel_views(values: np.ndarray, out: np.ndarray, accumulate: bool):

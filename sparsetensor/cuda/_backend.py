@@ -16,7 +16,8 @@ from . import _binary, _blas, _coalesce, _convert, _dense, _pointwise, _reduce, 
 
 __all__ = ["device", "validate", "coalesce", "to_dense", "from_dense", "convert", "transpose", "spmm", "spgemm",
            "merge", "reduce_sum", "reduce_sum_dims", "unary", "sddmm", "gather_slices", "remap_plain",
-           "narrow_plain", "cat_plain", "index_select_coo", "compressed_sum", "plain_sum"]
+           "narrow_plain", "cat_plain", "index_select_coo", "compressed_sum", "plain_sum", "segment_reduce",
+           "scatter_reduce", "segment_softmax", "sample_dense", "add_to_dense", "check_bounds"]
 
 device = "cuda"
 
@@ -160,3 +161,38 @@ def compressed_sum(t, x, threads=None):
 def plain_sum(t, x, threads=None):
     """The sums per plain index (ops.reduce, one sparse dim): no GPU kernel behind this name yet."""
     raise _no_kernel("plain_sum", t)
+
+
+def _no_values_kernel(op: str) -> NotImplementedError:
+    return NotImplementedError(f"{op} on cuda has no GPU kernel; run it on the host with t.cpu()")
+
+
+def segment_reduce(x, offsets, E: int, op: str, identity, perm=None, threads=None):
+    """``op`` over segments of rows (max/min and the sums over several dims of ops.reduce): no GPU kernel."""
+    raise _no_values_kernel(f"segment {op}")
+
+
+def scatter_reduce(keys, x, M: int, op: str, identity, threads=None):
+    """``out[keys[i]] op= x[i]`` (ops.reduce over plain dims): no GPU kernel."""
+    raise _no_values_kernel(f"scatter {op}")
+
+
+def segment_softmax(x, offsets, E: int, perm, log: bool, threads=None):
+    """Softmax over segments of rows (softmax, log_softmax): no GPU kernel."""
+    raise _no_values_kernel("log_softmax" if log else "softmax")
+
+
+def sample_dense(t, dense, threads=None):
+    """A dense operand at the entries of ``t`` (sparse * dense): no GPU kernel."""
+    raise _no_kernel("sampling a dense operand (sparse * dense)", t)
+
+
+def add_to_dense(t, values, out, threads=None):
+    """``out + t`` into a dense array (sparse + dense): no GPU kernel."""
+    raise _no_kernel("sparse + dense", t)
+
+
+def check_bounds(t, threads=None) -> None:
+    """Invariants 5.1-5.5 of a device tensor (indices safe to read), on the device: the full
+    check, which also asks for sorted, distinct plain indices (5.6)."""
+    _validate.check_tensor(t)

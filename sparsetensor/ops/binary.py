@@ -41,17 +41,13 @@ the sparse operand.
 
 from __future__ import annotations
 
-import math
 import numbers
 
 import numpy as np
 
 from .._backend import backend_for
-from .._config import num_threads
 from .._canonical import ensure_valid
 from .._dtypes import VALUE_DTYPES
-from .._lib import _dense as _dense_kernels
-from .._lib import _elementwise as _kernels
 from .._device import is_device_array
 from .._tensor import COOTensor, CompressedTensor, SparseTensor
 from .._validate import check_coo_indices
@@ -376,33 +372,11 @@ def _sample_coo(t: COOTensor, dense: np.ndarray, threads) -> tuple:
     return t, full[tuple(t.indices())] if t.sparse_dim else np.broadcast_to(full, (t.nnz,) + full.shape)
 
 
-def _as_4d(full: np.ndarray, shape4: tuple) -> np.ndarray:
-    """``full`` reshaped to ``shape4`` without a copy when its strides allow it (a broadcast view
-    usually does); else a contiguous copy."""
-    try:
-        return np.reshape(full, shape4, copy=False)
-    except ValueError:
-        return np.ascontiguousarray(full).reshape(shape4)
-
-
 def _sample_compressed(t: CompressedTensor, dense: np.ndarray, threads) -> tuple:
     """The ``_sample_dense`` hook of the compressed layouts: ``(valid t, dense (broadcast to t's
     shape) at t's entries, shaped like t.values())``."""
     t = ensure_valid(t, repair=True, threads=threads)
-    m = t.batch_dim
-    batch = t.shape[:m]
-    B, D = math.prod(batch), math.prod(t.shape[m + 2:])
-    R, C = t.shape[m:m + 2]
-    Rb, Cb = t.blocksize
-    d4 = _as_4d(np.broadcast_to(dense, t.shape), (B, R, C, D))
-    raw = d4 if d4.dtype == np.complex128 else d4.view({1: np.uint8, 2: np.uint16, 4: np.uint32,
-                                                       8: np.uint64}[d4.dtype.itemsize])
-    out = np.empty((B, t.nnz, Rb * Cb * D), dtype=raw.dtype)
-    c = t.compressed_indices()
-    _kernels.gather_compressed(c.reshape(B, c.shape[-1]), t.plain_indices().reshape(B, t.nnz), raw, Rb, Cb,
-                               t.layout.compressed_rows, out, num_threads(threads, out.size))
-    block = (Rb, Cb) if t.layout.blocked else ()
-    return t, out.view(dense.dtype).reshape(batch + (t.nnz,) + block + t.shape[m + 2:])
+    return t, backend_for(t, dense).sample_dense(t, dense, threads)
 
 
 def _typed(scale, dtype: np.dtype):
@@ -438,20 +412,7 @@ def _add_compressed_to(t: CompressedTensor, out: np.ndarray, t_scale, dtype: np.
     """The ``_add_to_dense`` hook of the compressed layouts: ``out + t_scale * t`` (``out`` itself
     unless float16 accumulates in a float32 copy)."""
     t = ensure_valid(t, repair=True, threads=threads)
-    m = t.batch_dim
-    B, D = math.prod(t.shape[:m]), math.prod(t.shape[m + 2:])
-    R, C = t.shape[m:m + 2]
-    Rb, Cb = t.blocksize
-    kdt = np.dtype(np.float32) if dtype == np.float16 else dtype  # float16 accumulates in float32
-    acc = out if kdt == dtype else out.astype(kdt)
-    v = np.ascontiguousarray(_scaled(t.values(), t_scale, dtype), dtype=kdt).reshape(B, t.nnz, Rb, Cb, D)
-    c = t.compressed_indices()
-    found = _dense_kernels.compressed_to_dense(c.reshape(B, c.shape[-1]), t.plain_indices().reshape(B, t.nnz), v,
-                                               acc.reshape(B, R, C, D), t.layout.compressed_rows, True,
-                                               num_threads(threads, v.size))
-    if found is not None:  # pragma: no cover - ensure_valid has scanned the indices
-        raise AssertionError(f"unexpected broken index {found}")
-    return acc if kdt == dtype else acc.astype(dtype)
+    return backend_for(t, out).add_to_dense(t, _scaled(t.values(), t_scale, dtype), out, threads)
 
 
 # -- sparse-sparse merges ---------------------------------------------------------------------------------

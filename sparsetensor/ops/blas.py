@@ -36,8 +36,6 @@ from .._backend import backend_for
 from .._backend._views import UNSIGNED as _UNSIGNED, work_dtype as _work_dtype
 from .._device import device_array, is_device_array
 from .._tensor import COOTensor, CompressedTensor, SparseTensor
-from .._validate import raise_compressed_error
-from .._lib import _spmm as _kernels
 from ._common import broadcasts_to, describe
 
 __all__ = ["matmul", "mm", "mv", "bmm", "addmm", "smm", "hspmm", "sspaddmm", "linear"]
@@ -465,9 +463,7 @@ def _rows_csr(S, op: str, threads) -> CompressedTensor:
     _sparse_ndim(op, S, 2, "a 2-d sparse matrix")
     csr = S.to_sparse_csr(threads=threads)
     if not csr.is_coalesced():
-        found = _kernels.find_broken_index(csr.crow_indices()[None], csr.col_indices()[None], csr.shape[1])
-        if found is not None:
-            raise_compressed_error(found, csr.layout, (), csr.shape[1], csr.nnz)
+        backend_for(csr).check_bounds(csr, threads)
     return csr
 
 

@@ -47,9 +47,7 @@ import numpy as np
 
 from .._backend import backend_for
 from .._canonical import ensure_valid
-from .._config import num_threads
 from .._dtypes import as_value_dtype
-from .._lib import _reduce as _kernels
 from .._meta import normalize_dim
 from .._tensor import COOTensor, CompressedTensor, SparseTensor
 from .._validate import check_coo_indices
@@ -124,7 +122,6 @@ def _astype(result, dtype: np.dtype):
     return _map(result, lambda v: v.astype(dtype, copy=False))
 
 
-_NO_PERM = np.empty(0, np.int64)
 
 
 def _kernel_view(x: np.ndarray):
@@ -147,6 +144,9 @@ def _back(out: np.ndarray, back):
     return out.view(np.bool_) if back == np.bool_ else out.astype(back)
 
 
+_OP_NAMES = {np.add: "sum", np.maximum: "max", np.minimum: "min"}
+
+
 def _segments(op, x: np.ndarray, offsets: np.ndarray, E: int, perm=None, threads=None) -> np.ndarray:
     """``op`` over the segments ``offsets[g]:offsets[g + 1]`` of ``x``'s rows (``x`` is ``(n, K * E)``,
     read through ``perm`` when given) and over the ``K`` items of a row: ``(G, E)``; an empty
@@ -154,31 +154,16 @@ def _segments(op, x: np.ndarray, offsets: np.ndarray, E: int, perm=None, threads
     xv, back = _kernel_view(x)
     if back == np.bool_ and op is np.add:
         op = np.maximum
-    G = offsets.shape[0] - 1
-    out = np.empty((G, E), dtype=xv.dtype)
-    offsets = np.ascontiguousarray(offsets, dtype=np.int64)
-    perm = _NO_PERM if perm is None else np.ascontiguousarray(perm, dtype=np.int64)
-    nt = num_threads(threads, xv.size)
-    if op is np.add:
-        _kernels.segment_sum(offsets, perm, xv, out, nt)
-    else:
-        out.fill(_identity(op, xv.dtype))
-        _kernels.segment_minmax(offsets, perm, xv, out, op is np.maximum, nt)
+    out = backend_for(x).segment_reduce(xv, offsets, E, _OP_NAMES[op], _identity(op, xv.dtype), perm, threads)
     return _back(out, back)
 
 
 def _scatter(op, keys: np.ndarray, x: np.ndarray, M: int, threads) -> np.ndarray:
-    """``out[keys[i]] op= x[i]`` into an ``(M, E)`` array starting from the identity. Large inputs
-    with a small ``M`` are split among threads, each into a private copy, then combined."""
+    """``out[keys[i]] op= x[i]`` into an ``(M, E)`` array starting from the identity."""
     xv, back = _kernel_view(x)
     if back == np.bool_ and op is np.add:
         op = np.maximum
-    nt = num_threads(threads, xv.size)
-    C = nt if nt > 1 and M * nt <= xv.shape[0] else 1
-    out = np.full((C, M, xv.shape[1]), _identity(op, xv.dtype), dtype=xv.dtype)
-    _kernels.scatter_reduce(np.ascontiguousarray(keys), xv, out,
-                            {np.add: "sum", np.maximum: "max", np.minimum: "min"}[op], nt)
-    return _back(op.reduce(out, axis=0) if C > 1 else out[0], back)
+    return _back(backend_for(x).scatter_reduce(keys, xv, M, _OP_NAMES[op], _identity(op, xv.dtype), threads), back)
 
 
 def _batch_offsets(c: np.ndarray, nnz: int) -> np.ndarray:
@@ -652,12 +637,7 @@ def norm(t, p="fro", dim=None, keepdim: bool = False, *, threads: int | None = N
 # -- softmax ---------------------------------------------------------------------------------------------
 def _segment_softmax(x: np.ndarray, offsets: np.ndarray, E: int, perm, log: bool, threads) -> np.ndarray:
     """Softmax of ``x`` (``(n, K * E)``, float32/64) over each segment's rows and ``K`` items, per lane."""
-    x = np.ascontiguousarray(x)
-    out = np.empty_like(x)
-    perm = _NO_PERM if perm is None else np.ascontiguousarray(perm, dtype=np.int64)
-    _kernels.segment_softmax(np.ascontiguousarray(offsets, dtype=np.int64), perm, x, out, E, log,
-                             num_threads(threads, x.size))
-    return out
+    return backend_for(x).segment_softmax(x, offsets, E, perm, log, threads)
 
 
 def _dense_softmax(v: np.ndarray, axis: int, log: bool) -> np.ndarray:
