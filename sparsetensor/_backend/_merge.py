@@ -63,21 +63,24 @@ def _merge_compressed(a, b, dtype, kdt, logical, op, union, alpha_k, threads) ->
     m = a.batch_dim
     batch = a.shape[:m]
     B = math.prod(batch)
-    n = a.compressed_indices().shape[-1] - 1
+    ac, ap = a.compressed_indices(), a.plain_indices()
+    bc, bp = b.compressed_indices(), b.plain_indices()
+    n = ac.shape[-1] - 1
     tail = a.values().shape[m + 1:]  # block + dense
     E = math.prod(tail)
-    ac = a.compressed_indices().astype(idx_dt, copy=False).reshape(B, n + 1)
-    ap = a.plain_indices().astype(idx_dt, copy=False).reshape(B, a.nnz)
-    bc = b.compressed_indices().astype(idx_dt, copy=False).reshape(B, n + 1)
-    bp = b.plain_indices().astype(idx_dt, copy=False).reshape(B, b.nnz)
-    nt = num_threads(threads, B * (a.nnz + b.nnz + n))
+    ac = ac.astype(idx_dt, copy=False).reshape(B, n + 1)
+    ap = ap.astype(idx_dt, copy=False).reshape(B, a.nnz)
+    bc = bc.astype(idx_dt, copy=False).reshape(B, n + 1)
+    bp = bp.astype(idx_dt, copy=False).reshape(B, b.nnz)
     layout = a.layout
-    if union and B == 1 and E >= 1 and a.nnz + b.nnz <= np.iinfo(idx_dt).max:
-        return _union_one_pass(a, b, ac, ap, bc, bp, dtype, kdt, logical, op, alpha_k, (batch, n, E, tail, nt))
+    room = B * (a.nnz + b.nnz) if union else B * min(a.nnz, b.nnz)
+    if E >= 1 and room <= np.iinfo(idx_dt).max:
+        return _merge_one_pass(a, b, ac, ap, bc, bp, dtype, kdt, logical, op, union, alpha_k,
+                               (batch, B, n, E, tail, room, threads))
+    # two passes (entries without values, or an upper bound past the index dtype): count, then fill
     counts = np.empty((B, n), dtype=np.int64)
-    _kernels.merge_count(ac, ap, bc, bp, union, counts, nt)
-    nnz, oc = output_rows(counts, layout, idx_dt, f"a batched {layout.name} operation",
-                          " (convert to coo, or make the patterns agree)")
+    _kernels.merge_count(ac, ap, bc, bp, union, counts, num_threads(threads, B * (a.nnz + b.nnz + n)))
+    nnz, oc = output_rows(counts, layout, idx_dt, _BATCHED.format(layout.name), _BATCHED_HINT)
     op_ = np.empty((B, nnz), dtype=idx_dt)
     ov = np.empty((B, nnz, E), dtype=kdt)
     av = kernel_values(a.values(), (B, a.nnz, E), kdt)
@@ -89,22 +92,39 @@ def _merge_compressed(a, b, dtype, kdt, logical, op, union, alpha_k, threads) ->
                             canonical=True)
 
 
-def _union_one_pass(a, b, ac, ap, bc, bp, dtype, kdt, logical, op, alpha_k, geometry) -> CompressedTensor:
-    """A union merge of one batch in one pass (no count pass): the output arrays are allocated for
-    nnz_a + nnz_b entries and the result keeps the filled prefix (at least half of them)."""
-    batch, n, E, tail, nt = geometry
-    ub, idx_dt = a.nnz + b.nnz, ac.dtype
-    if op == _kernels.ADD and alpha_k == 1:
+_BATCHED = "a batched {} operation"
+_BATCHED_HINT = " (convert to coo, or make the patterns agree)"
+
+
+def _merge_one_pass(a, b, ac, ap, bc, bp, dtype, kdt, logical, op, union, alpha_k, geometry) -> CompressedTensor:
+    """A merge in one pass (no count pass): the outputs are allocated for ``room`` entries, the upper
+    bound (nnz_a + nnz_b per batch for a union, the smaller nnz for an intersection), and the
+    result keeps the filled prefix. One batch's union runs :func:`merge_union` (measured faster
+    than :func:`merge_fused` there), everything else :func:`merge_fused`."""
+    batch, B, n, E, tail, room, threads = geometry
+    idx_dt, layout = ac.dtype, a.layout
+    nt = num_threads(threads, B * (a.nnz + b.nnz + n))
+    if union and op == _kernels.ADD and alpha_k == 1:
         op = _kernels.PLUS  # x + y: no multiply by alpha
-    oc = np.empty((1, n + 1), dtype=idx_dt)
-    op_ = np.empty((1, ub), dtype=idx_dt)
-    ov = np.empty((1, ub, E), dtype=kdt)
-    av = kernel_values(a.values(), (1, a.nnz, E), kdt)
-    bv = kernel_values(b.values(), (1, b.nnz, E), kdt)
-    nnz = _kernels.merge_union(ac, ap, av, bc, bp, bv, oc, op_, ov, op, alpha_k, logical, nt)
-    values = _finish_values(ov[:, :nnz], dtype, logical).reshape(batch + (nnz,) + tail)
-    return CompressedTensor(oc.reshape(batch + (n + 1,)), op_[:, :nnz].reshape(batch + (nnz,)), values, a.shape,
-                            a.layout, canonical=True)
+    av = kernel_values(a.values(), (B, a.nnz, E), kdt)
+    bv = kernel_values(b.values(), (B, b.nnz, E), kdt)
+    oc = np.empty((B, n + 1), dtype=idx_dt)
+    if union and B == 1:
+        op_, ov = np.empty((1, room), dtype=idx_dt), np.empty((1, room, E), dtype=kdt)
+        total = _kernels.merge_union(ac, ap, av, bc, bp, bv, oc, op_, ov, op, alpha_k, logical, nt)
+        op_, ov = op_[0], ov[0]
+    else:
+        op_, ov = np.empty(room, dtype=idx_dt), np.empty((room, E), dtype=kdt)
+        total = _kernels.merge_fused(ac, ap, av, bc, bp, bv, oc, op_, ov, op, union, alpha_k, logical, nt)
+        if B > 1 and np.any(oc[:, n] != oc[0, n]):  # raises: batches of different nnz
+            output_rows(np.diff(oc, axis=1), layout, idx_dt, _BATCHED.format(layout.name), _BATCHED_HINT)
+    nnz = total // B if B else 0
+    op_, ov = op_[:total], ov[:total]
+    if 2 * total < room:  # an intersection far below its bound: keep no more than twice the result
+        op_, ov = op_.copy(), ov.copy()
+    values = _finish_values(ov, dtype, logical).reshape(batch + (nnz,) + tail)
+    return CompressedTensor(oc.reshape(batch + (n + 1,)), op_.reshape(batch + (nnz,)), values, a.shape, layout,
+                            canonical=True)
 
 
 def _coo_keys(t: COOTensor, shape64: np.ndarray, nt: int) -> np.ndarray:
