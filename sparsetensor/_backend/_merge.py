@@ -104,18 +104,13 @@ def _merge_one_pass(ac, ap, av, bc, bp, bv, op, union, alpha_k, logical, room, n
     """A merge in one pass (no count pass) of the kernels' views (B, n + 1), (B, nnz), (B, nnz, E):
     the outputs are allocated for ``room`` entries, the upper bound (nnz_a + nnz_b per batch for a
     union, the smaller nnz for an intersection), and the filled prefix is returned as (compressed
-    (B, n + 1), plain (total,), values (total, E)). One batch's union runs :func:`merge_union`
-    (measured faster than :func:`merge_fused` there), everything else :func:`merge_fused`."""
+    (B, n + 1), plain (total,), values (total, E))."""
     B, n1 = ac.shape
     E = av.shape[2]
     idx_dt = ac.dtype
     if union and op == _kernels.ADD and alpha_k == 1:
         op = _kernels.PLUS  # x + y: no multiply by alpha
     oc = np.empty((B, n1), dtype=idx_dt)
-    if union and B == 1:
-        op_, ov = np.empty((1, room), dtype=idx_dt), np.empty((1, room, E), dtype=av.dtype)
-        total = _kernels.merge_union(ac, ap, av, bc, bp, bv, oc, op_, ov, op, alpha_k, logical, nt)
-        return oc, op_[0, :total], ov[0, :total]
     op_, ov = np.empty(room, dtype=idx_dt), np.empty((room, E), dtype=av.dtype)
     total = _kernels.merge_fused(ac, ap, av, bc, bp, bv, oc, op_, ov, op, union, alpha_k, logical, nt)
     if B > 1 and np.any(oc[:, -1] != oc[0, -1]):  # raises: batches of different nnz

@@ -54,7 +54,7 @@ def merge_union(
     alpha: complex,
     logical: bool,
     nthreads: int,
-) -> int: ...  # nnz: the union in one pass, without merge_count
+) -> int: ...  # nnz: the union in one pass, without merge_count (merge_fused of one batch)
 
 def merge_fused(
     a_compressed: np.ndarray, a_plain: np.ndarray,  # (B, n + 1), (B, nnz_a)
