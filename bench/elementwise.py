@@ -213,7 +213,7 @@ def _merge_paths(K, ac, ap, av, bc, bp, bv, union, nt):
     return two_pass if not union or B > 1 else one_pass_union, fused
 
 
-def merge_ab(old_path: str, grids=(16, 33, 72), batch=8, batch_grid=16, rounds=11, threads=None) -> list:
+def merge_ab(old_path: str, grids=(16, 33, 72), batch=8, batch_grid=16, rounds=15, threads=None) -> list:
     """Milliseconds per compressed merge, two builds of ``_elementwise`` (see the module docstring);
     medians of ``rounds`` alternating calls. Returns the records and prints a table."""
     from sparsetensor._lib import _elementwise as new_mod
@@ -222,7 +222,7 @@ def merge_ab(old_path: str, grids=(16, 33, 72), batch=8, batch_grid=16, rounds=1
 
     old_mod = _load_extension(old_path)
     nt = st.num_threads(threads)
-    print(f"threads {nt}; load average {os.getloadavg()}")
+    print(f"threads {nt}; load average {os.getloadavg()}; medians (and minima) of {rounds} calls each")
     cases = []
     for g in grids:
         A = st.stencil((g, g, g), 27, index_dtype=np.int32)
@@ -247,21 +247,27 @@ def merge_ab(old_path: str, grids=(16, 33, 72), batch=8, batch_grid=16, rounds=1
             assert all(np.array_equal(w, g) for w, g in zip(want, got))
             del want, got
             ms = {"old": [], "new": []}
-            for _ in range(rounds):  # alternate, so that both see the same load
-                for tag, fn in (("old", old_fn), ("new", new_fn)):
+            order = [("old", old_fn), ("new", new_fn)]
+            for _ in range(rounds):  # alternate (old new, new old, ...), so that both see the same load
+                for tag, fn in order:
                     t0 = time.perf_counter()
                     fn()
                     ms[tag].append((time.perf_counter() - t0) * 1e3)
+                order.reverse()
             med = {tag: statistics.median(v) for tag, v in ms.items()}
+            best = {tag: min(v) for tag, v in ms.items()}
             op = "A + A.T" if union else "A * A.T"
-            records.append({"case": name, "op": op, "threads": nt, "ms": med})
-            print(f"{name:26s} {op:8s} old {med['old']:9.3f} ms  new {med['new']:9.3f} ms  "
-                  f"old/new {med['old'] / med['new']:5.2f}", flush=True)
+            records.append({"case": name, "op": op, "threads": nt, "median_ms": med, "min_ms": best})
+            print(f"{name:26s} {op:8s} median old {med['old']:9.3f} new {med['new']:9.3f} ms, old/new "
+                  f"{med['old'] / med['new']:5.2f}; min old/new {best['old'] / best['new']:5.2f}", flush=True)
     return records
 
 
 if __name__ == "__main__":  # pragma: no cover
     if len(sys.argv) >= 3 and sys.argv[1] == "--merge-ab":
-        merge_ab(sys.argv[2], threads=int(sys.argv[3]) if len(sys.argv) > 3 else None)
+        kw = {"threads": int(sys.argv[3])} if len(sys.argv) > 3 else {}
+        if len(sys.argv) > 4:
+            kw["batch_grid"] = int(sys.argv[4])
+        merge_ab(sys.argv[2], **kw)
     else:
         run()

@@ -512,7 +512,7 @@ def _fill_indices_only(const index_t[:, ::1] a_compressed, const index_t[:, ::1]
 # touched twice.) The rows of all batches run one after another, so a batch starts where the one
 # before it ends: with one nnz per batch the output is (B, nnz) C-contiguous. A union of one
 # batch runs _union_batch (the same scheme, one range per thread, its row ends counted from
-# the upper bound on: measured 1.2-1.4x faster there than _fused_rows on one thread).
+# the upper bound on: 1.15x faster there than _fused_rows, 27-point stencil, g = 33, one thread).
 cdef Py_ssize_t _fused_rows(int op, bint union, Py_ssize_t r0, Py_ssize_t r1, Py_ssize_t n,
                             const index_t* ac, const index_t* ap, const value_t* av, Py_ssize_t sa,
                             const index_t* bc, const index_t* bp, const value_t* bv, Py_ssize_t sb,
@@ -625,10 +625,12 @@ def merge_fused(const index_t[:, ::1] a_compressed, const index_t[:, ::1] a_plai
                          f"{out_plain.shape[0]}, {out_values.shape[0]}")
     if room > limit:
         raise ValueError(f"merge_fused: room for {room} entries does not fit the index dtype")
-    out_compressed[:, :] = 0
     if R == 0 or room == 0:
+        out_compressed[:, :] = 0
         return 0
     oc = &out_compressed[0, 0]
+    for b in range(B):  # every row's end is written by the merge
+        oc[b * (n + 1)] = 0
     if sa:
         ap = &a_plain[0, 0]
         av = &a_values[0, 0, 0]
