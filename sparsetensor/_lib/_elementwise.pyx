@@ -293,6 +293,23 @@ cdef inline Py_ssize_t _fill_intersection(int op, const index_t* ap, const value
     return o
 
 
+cdef Py_ssize_t _fill_union_op(int op, const index_t* ap, const value_t* av, Py_ssize_t a0, Py_ssize_t a1,
+                               const index_t* bp, const value_t* bv, Py_ssize_t b0, Py_ssize_t b1,
+                               Py_ssize_t E, value_t alpha, bint logical,
+                               index_t* op_, value_t* ov, Py_ssize_t count) noexcept nogil:
+    """_fill_union with one call per constant op, so that the compiler specialises each inlined
+    merge loop (callers branch once per row, predictably)."""
+    if op == OP_PLUS:
+        return _fill_union(OP_PLUS, ap, av, a0, a1, bp, bv, b0, b1, E, alpha, logical, op_, ov, count)
+    if op == OP_ADD:
+        return _fill_union(OP_ADD, ap, av, a0, a1, bp, bv, b0, b1, E, alpha, logical, op_, ov, count)
+    if op == OP_MAX:
+        return _fill_union(OP_MAX, ap, av, a0, a1, bp, bv, b0, b1, E, alpha, logical, op_, ov, count)
+    if op == OP_MIN:
+        return _fill_union(OP_MIN, ap, av, a0, a1, bp, bv, b0, b1, E, alpha, logical, op_, ov, count)
+    return _fill_union(OP_MUL, ap, av, a0, a1, bp, bv, b0, b1, E, alpha, logical, op_, ov, count)
+
+
 cdef void _fill_chunk(Py_ssize_t r0, Py_ssize_t r1, Py_ssize_t n, int op, bint union,
                       const index_t* ac, const index_t* ap, const value_t* av, Py_ssize_t sa,
                       const index_t* bc, const index_t* bp, const value_t* bv, Py_ssize_t sb,
@@ -309,24 +326,10 @@ cdef void _fill_chunk(Py_ssize_t r0, Py_ssize_t r1, Py_ssize_t n, int op, bint u
         cnt = oc[b * (n + 1) + i + 1] - o
         if cnt <= 0:
             continue
-        # one call per constant op, so that the compiler specialises each inlined merge loop
         if union:
-            if op == OP_ADD:
-                _fill_union(OP_ADD, ap + b * sa, av + b * sa * E, ac[b * (n + 1) + i], ac[b * (n + 1) + i + 1],
-                            bp + b * sb, bv + b * sb * E, bc[b * (n + 1) + i], bc[b * (n + 1) + i + 1], E, alpha,
-                            logical, op_ + b * so + o, ov + (b * so + o) * E, cnt)
-            elif op == OP_MAX:
-                _fill_union(OP_MAX, ap + b * sa, av + b * sa * E, ac[b * (n + 1) + i], ac[b * (n + 1) + i + 1],
-                            bp + b * sb, bv + b * sb * E, bc[b * (n + 1) + i], bc[b * (n + 1) + i + 1], E, alpha,
-                            logical, op_ + b * so + o, ov + (b * so + o) * E, cnt)
-            elif op == OP_MIN:
-                _fill_union(OP_MIN, ap + b * sa, av + b * sa * E, ac[b * (n + 1) + i], ac[b * (n + 1) + i + 1],
-                            bp + b * sb, bv + b * sb * E, bc[b * (n + 1) + i], bc[b * (n + 1) + i + 1], E, alpha,
-                            logical, op_ + b * so + o, ov + (b * so + o) * E, cnt)
-            else:
-                _fill_union(OP_MUL, ap + b * sa, av + b * sa * E, ac[b * (n + 1) + i], ac[b * (n + 1) + i + 1],
-                            bp + b * sb, bv + b * sb * E, bc[b * (n + 1) + i], bc[b * (n + 1) + i + 1], E, alpha,
-                            logical, op_ + b * so + o, ov + (b * so + o) * E, cnt)
+            _fill_union_op(op, ap + b * sa, av + b * sa * E, ac[b * (n + 1) + i], ac[b * (n + 1) + i + 1],
+                           bp + b * sb, bv + b * sb * E, bc[b * (n + 1) + i], bc[b * (n + 1) + i + 1], E, alpha,
+                           logical, op_ + b * so + o, ov + (b * so + o) * E, cnt)
         else:
             _fill_intersection(op, ap + b * sa, av + b * sa * E, ac[b * (n + 1) + i], ac[b * (n + 1) + i + 1],
                                bp + b * sb, bv + b * sb * E, bc[b * (n + 1) + i], bc[b * (n + 1) + i + 1], E, alpha,
@@ -334,34 +337,18 @@ cdef void _fill_chunk(Py_ssize_t r0, Py_ssize_t r1, Py_ssize_t n, int op, bint u
 
 
 # -- one pass: union merges of one batch into an upper-bound output ------------------------------
-cdef inline Py_ssize_t _union_range(int op, Py_ssize_t r0, Py_ssize_t r1, const index_t* ac, const index_t* ap,
-                                    const value_t* av, const index_t* bc, const index_t* bp, const value_t* bv,
-                                    index_t* oc, index_t* op_, value_t* ov, Py_ssize_t E, value_t alpha,
-                                    bint logical) noexcept nogil:
+cdef Py_ssize_t _union_range(int op, Py_ssize_t r0, Py_ssize_t r1, const index_t* ac, const index_t* ap,
+                             const value_t* av, const index_t* bc, const index_t* bp, const value_t* bv,
+                             index_t* oc, index_t* op_, value_t* ov, Py_ssize_t E, value_t alpha,
+                             bint logical) noexcept nogil:
     """Rows [r0, r1) merged (union) one after another from position ac[r0] + bc[r0] on (an upper
     bound of where they start), each row closed up; oc[i + 1] = the end of row i. Returns the end."""
     cdef Py_ssize_t i, o = ac[r0] + bc[r0]
     for i in range(r0, r1):
-        o += _fill_union(op, ap, av, ac[i], ac[i + 1], bp, bv, bc[i], bc[i + 1], E, alpha, logical, op_ + o,
-                         ov + o * E, (ac[i + 1] - ac[i]) + (bc[i + 1] - bc[i]))
+        o += _fill_union_op(op, ap, av, ac[i], ac[i + 1], bp, bv, bc[i], bc[i + 1], E, alpha, logical, op_ + o,
+                            ov + o * E, (ac[i + 1] - ac[i]) + (bc[i + 1] - bc[i]))
         oc[i + 1] = <index_t>o
     return o
-
-
-cdef Py_ssize_t _union_range_op(int op, Py_ssize_t r0, Py_ssize_t r1, const index_t* ac, const index_t* ap,
-                                const value_t* av, const index_t* bc, const index_t* bp, const value_t* bv,
-                                index_t* oc, index_t* op_, value_t* ov, Py_ssize_t E, value_t alpha,
-                                bint logical) noexcept nogil:
-    # one call per constant op, so that the compiler specialises each inlined merge loop
-    if op == OP_PLUS:
-        return _union_range(OP_PLUS, r0, r1, ac, ap, av, bc, bp, bv, oc, op_, ov, E, alpha, logical)
-    if op == OP_ADD:
-        return _union_range(OP_ADD, r0, r1, ac, ap, av, bc, bp, bv, oc, op_, ov, E, alpha, logical)
-    if op == OP_MAX:
-        return _union_range(OP_MAX, r0, r1, ac, ap, av, bc, bp, bv, oc, op_, ov, E, alpha, logical)
-    if op == OP_MIN:
-        return _union_range(OP_MIN, r0, r1, ac, ap, av, bc, bp, bv, oc, op_, ov, E, alpha, logical)
-    return _union_range(OP_MUL, r0, r1, ac, ap, av, bc, bp, bv, oc, op_, ov, E, alpha, logical)
 
 
 cdef Py_ssize_t _union_batch(int op, int T, Py_ssize_t n, const index_t* ac, const index_t* ap, const value_t* av,
@@ -379,10 +366,10 @@ cdef Py_ssize_t _union_batch(int op, int T, Py_ssize_t n, const index_t* ac, con
     balanced_split(ac, sa, bc, sb, 1, n, 1, 1, T, &bounds[0])  # row ranges of about equal work
     with nogil:
         if T == 1:
-            ends[0] = _union_range_op(op, 0, n, ac, ap, av, bc, bp, bv, oc, op_, ov, E, alpha, logical)
+            ends[0] = _union_range(op, 0, n, ac, ap, av, bc, bp, bv, oc, op_, ov, E, alpha, logical)
         else:
             for t in prange(T, num_threads=T, schedule="static", chunksize=1):
-                ends[t] = _union_range_op(op, bounds[t], bounds[t + 1], ac, ap, av, bc, bp, bv, oc, op_, ov, E,
+                ends[t] = _union_range(op, bounds[t], bounds[t + 1], ac, ap, av, bc, bp, bv, oc, op_, ov, E,
                                           alpha, logical)
         pos = ends[0]
         for t in range(1, T):  # in order: a range moves to where the ones before it end
@@ -538,24 +525,9 @@ cdef Py_ssize_t _fused_rows(int op, bint union, Py_ssize_t r0, Py_ssize_t r1, Py
         pb = bp + b * sb
         va = av + b * sa * E
         vb = bv + b * sb * E
-        # one call per constant op (a predictable branch per row), so that the compiler specialises
-        # each inlined merge loop
         if union:
-            if op == OP_PLUS:
-                pos += _fill_union(OP_PLUS, pa, va, a0, a1, pb, vb, b0, b1, E, alpha, logical, op_ + pos,
-                                   ov + pos * E, (a1 - a0) + (b1 - b0))
-            elif op == OP_ADD:
-                pos += _fill_union(OP_ADD, pa, va, a0, a1, pb, vb, b0, b1, E, alpha, logical, op_ + pos,
-                                   ov + pos * E, (a1 - a0) + (b1 - b0))
-            elif op == OP_MAX:
-                pos += _fill_union(OP_MAX, pa, va, a0, a1, pb, vb, b0, b1, E, alpha, logical, op_ + pos,
-                                   ov + pos * E, (a1 - a0) + (b1 - b0))
-            elif op == OP_MIN:
-                pos += _fill_union(OP_MIN, pa, va, a0, a1, pb, vb, b0, b1, E, alpha, logical, op_ + pos,
-                                   ov + pos * E, (a1 - a0) + (b1 - b0))
-            else:
-                pos += _fill_union(OP_MUL, pa, va, a0, a1, pb, vb, b0, b1, E, alpha, logical, op_ + pos,
-                                   ov + pos * E, (a1 - a0) + (b1 - b0))
+            pos += _fill_union_op(op, pa, va, a0, a1, pb, vb, b0, b1, E, alpha, logical, op_ + pos, ov + pos * E,
+                                  (a1 - a0) + (b1 - b0))
         elif op == OP_MUL:
             pos += _fill_intersection(OP_MUL, pa, va, a0, a1, pb, vb, b0, b1, E, alpha, logical, op_ + pos,
                                       ov + pos * E, True)
