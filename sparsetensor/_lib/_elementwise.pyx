@@ -270,13 +270,13 @@ cdef inline Py_ssize_t _fill_intersection(int op, const index_t* ap, const value
     cdef Py_ssize_t ia = a0, ib = b0, o = 0, e
     cdef index_t x, y
     if spare and E == 1:
-        # o < min(a1 - a0, b1 - b0) inside the loop: every match so far moved both sides on
         while ia < a1 and ib < b1:
             x = ap[ia]
             y = bp[ib]
-            op_[o] = x
-            ov[o] = _apply(op, av[ia], bv[ib], alpha, logical)
-            o += x == y
+            if x == y:  # values are read only for matches (rare in unrelated patterns)
+                op_[o] = x
+                ov[o] = _apply(op, av[ia], bv[ib], alpha, logical)
+                o += 1
             ia += x <= y
             ib += y <= x
         return o
@@ -500,6 +500,80 @@ def _fill_indices_only(const index_t[:, ::1] a_compressed, const index_t[:, ::1]
 # before it ends: with one nnz per batch the output is (B, nnz) C-contiguous. A union of one
 # batch runs _union_batch (the same scheme, one range per thread, its row ends counted from
 # the upper bound on: 1.15x faster there than _fused_rows, 27-point stencil, g = 33, one thread).
+cdef inline void _intersect2(int op, const index_t* pa, const value_t* va, Py_ssize_t a0, Py_ssize_t a1,
+                             const index_t* pb, const value_t* vb, Py_ssize_t b0, Py_ssize_t b1,
+                             const index_t* pc, const value_t* vc, Py_ssize_t c0, Py_ssize_t c1,
+                             const index_t* pd, const value_t* vd, Py_ssize_t d0, Py_ssize_t d1,
+                             index_t* o1p, value_t* o1v, index_t* o2p, value_t* o2v, value_t alpha, bint logical,
+                             Py_ssize_t* counts) noexcept nogil:
+    """Two scalar rows intersected at once (rows a, b into o1 and rows c, d into o2): the two
+    dependency chains overlap, as in _count2. counts[0], counts[1] = the entries of each."""
+    cdef Py_ssize_t ia = a0, ib = b0, ic = c0, id_ = d0, n1 = 0, n2 = 0
+    cdef index_t x, y, u, v
+    while ia < a1 and ib < b1 and ic < c1 and id_ < d1:
+        x = pa[ia]
+        y = pb[ib]
+        u = pc[ic]
+        v = pd[id_]
+        if x == y:  # values are read only for matches (rare in unrelated patterns)
+            o1p[n1] = x
+            o1v[n1] = _apply(op, va[ia], vb[ib], alpha, logical)
+            n1 += 1
+        if u == v:
+            o2p[n2] = u
+            o2v[n2] = _apply(op, vc[ic], vd[id_], alpha, logical)
+            n2 += 1
+        ia += x <= y
+        ib += y <= x
+        ic += u <= v
+        id_ += v <= u
+    counts[0] = n1 + _fill_intersection(op, pa, va, ia, a1, pb, vb, ib, b1, 1, alpha, logical, o1p + n1, o1v + n1,
+                                        True)
+    counts[1] = n2 + _fill_intersection(op, pc, vc, ic, c1, pd, vd, id_, d1, 1, alpha, logical, o2p + n2, o2v + n2,
+                                        True)
+
+
+cdef inline Py_ssize_t _intersect_rows(int op, Py_ssize_t r0, Py_ssize_t r1, Py_ssize_t n,
+                                       const index_t* ac, const index_t* ap, const value_t* av, Py_ssize_t sa,
+                                       const index_t* bc, const index_t* bp, const value_t* bv, Py_ssize_t sb,
+                                       index_t* oc, index_t* op_, value_t* ov, value_t alpha,
+                                       bint logical) noexcept nogil:
+    """_fused_rows for scalar intersections, two rows at a time: the second row writes from the
+    first's bound on (its length in the operand of fewer entries) and moves down after."""
+    cdef Py_ssize_t r = r0, b = r0 // n, k, b2, k2, pos = 0, room
+    cdef Py_ssize_t cnt[2]
+    k = b * (n + 1) + r0 - b * n
+    while r < r1:
+        if k == (b + 1) * (n + 1) - 1:  # past the last row of batch b
+            b += 1
+            k += 1
+        if r + 1 == r1:
+            pos += _fill_intersection(op, ap + b * sa, av + b * sa, ac[k], ac[k + 1], bp + b * sb, bv + b * sb,
+                                      bc[k], bc[k + 1], 1, alpha, logical, op_ + pos, ov + pos, True)
+            oc[k + 1] = <index_t>pos
+            break
+        b2 = b
+        k2 = k + 1
+        if k2 == (b2 + 1) * (n + 1) - 1:
+            b2 += 1
+            k2 += 1
+        room = (ac[k + 1] - ac[k]) if sa <= sb else (bc[k + 1] - bc[k])
+        _intersect2(op, ap + b * sa, av + b * sa, ac[k], ac[k + 1], bp + b * sb, bv + b * sb, bc[k], bc[k + 1],
+                    ap + b2 * sa, av + b2 * sa, ac[k2], ac[k2 + 1], bp + b2 * sb, bv + b2 * sb, bc[k2], bc[k2 + 1],
+                    op_ + pos, ov + pos, op_ + pos + room, ov + pos + room, alpha, logical, cnt)
+        if cnt[0] < room and cnt[1]:
+            memmove(op_ + pos + cnt[0], op_ + pos + room, cnt[1] * sizeof(index_t))
+            memmove(ov + pos + cnt[0], ov + pos + room, cnt[1] * sizeof(value_t))
+        pos += cnt[0]
+        oc[k + 1] = <index_t>pos
+        pos += cnt[1]
+        oc[k2 + 1] = <index_t>pos
+        b = b2
+        k = k2 + 1
+        r += 2
+    return pos
+
+
 cdef Py_ssize_t _fused_rows(int op, bint union, Py_ssize_t r0, Py_ssize_t r1, Py_ssize_t n,
                             const index_t* ac, const index_t* ap, const value_t* av, Py_ssize_t sa,
                             const index_t* bc, const index_t* bp, const value_t* bv, Py_ssize_t sb,
@@ -512,6 +586,10 @@ cdef Py_ssize_t _fused_rows(int op, bint union, Py_ssize_t r0, Py_ssize_t r1, Py
     cdef const index_t* pb
     cdef const value_t* va
     cdef const value_t* vb
+    if not union and E == 1:
+        if op == OP_MUL:
+            return _intersect_rows(OP_MUL, r0, r1, n, ac, ap, av, sa, bc, bp, bv, sb, oc, op_, ov, alpha, logical)
+        return _intersect_rows(op, r0, r1, n, ac, ap, av, sa, bc, bp, bv, sb, oc, op_, ov, alpha, logical)
     k = b * (n + 1) + r0 - b * n  # slot of row (b, i) in the compressed index: (n + 1) per batch
     for r in range(r0, r1):
         if k == (b + 1) * (n + 1) - 1:  # past the last row of batch b (no division per row)
