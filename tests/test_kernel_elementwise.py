@@ -60,7 +60,8 @@ def _fused(a, b, union, code, alpha, threads):
 @pytest.mark.parametrize("same", [True, False])
 def test_merge_fused_matches_two_passes(rng, index_dtype, threads, union, code, same):
     for B, n, m, E, density in ((1, 1, 1, 1, 1.0), (1, 300, 40, 1, 0.2), (3, 200, 30, 2, 0.3), (2, 50, 9, 3, 0.5),
-                                (4, 1, 64, 1, 0.4), (2, 7, 5, 1, 0.0)):
+                                (4, 1, 64, 1, 0.4), (3, 5, 12, 1, 0.5), (2, 7, 5, 1, 0.0)):
+        # (3, 5, ...): scalar rows paired across batch ends (an odd row count per batch)
         a, b = _operands(rng, B, n, m, E, index_dtype, density, same)
         alpha = 1.0 if code == K.PLUS else -2.5
         want = _two_pass(a, b, union, K.ADD if code == K.PLUS else code, alpha, threads)
