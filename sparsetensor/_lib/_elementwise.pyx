@@ -351,6 +351,29 @@ cdef Py_ssize_t _union_range(int op, Py_ssize_t r0, Py_ssize_t r1, const index_t
     return o
 
 
+# Entries per piece of a parallel move down (below two pieces a move runs on one thread).
+cdef Py_ssize_t MOVE_PIECE = 1 << 16
+
+
+cdef void _move_down(index_t* p, value_t* v, Py_ssize_t E, Py_ssize_t dst, Py_ssize_t src, Py_ssize_t count,
+                     int T) noexcept nogil:
+    """Entries [src, src + count) of p (and rows of E values of v) to dst <= src. Where the two
+    ranges do not overlap (the common case: a range closes up past its own length) the copy is
+    split among T threads; else one memmove."""
+    cdef Py_ssize_t pieces = count // MOVE_PIECE, q, lo, hi
+    if count <= 0 or dst == src:
+        return
+    if T > 1 and pieces >= 2 and src - dst >= count:
+        for q in prange(pieces, num_threads=T, schedule="static"):
+            lo = count * q // pieces
+            hi = count * (q + 1) // pieces
+            memcpy(p + dst + lo, p + src + lo, (hi - lo) * sizeof(index_t))
+            memcpy(v + (dst + lo) * E, v + (src + lo) * E, (hi - lo) * E * sizeof(value_t))
+        return
+    memmove(p + dst, p + src, count * sizeof(index_t))
+    memmove(v + dst * E, v + src * E, count * E * sizeof(value_t))
+
+
 cdef Py_ssize_t _union_batch(int op, int T, Py_ssize_t n, const index_t* ac, const index_t* ap, const value_t* av,
                              Py_ssize_t sa, const index_t* bc, const index_t* bp, const value_t* bv, Py_ssize_t sb,
                              index_t* oc, index_t* op_, value_t* ov, Py_ssize_t E, value_t alpha,
@@ -376,8 +399,7 @@ cdef Py_ssize_t _union_batch(int op, int T, Py_ssize_t n, const index_t* ac, con
             start = ac[bounds[t]] + bc[bounds[t]]
             shift = start - pos
             if shift:
-                memmove(op_ + pos, op_ + start, (ends[t] - start) * sizeof(index_t))
-                memmove(ov + pos * E, ov + start * E, (ends[t] - start) * E * sizeof(value_t))
+                _move_down(op_, ov, E, pos, start, ends[t] - start, T)
                 for i in range(bounds[t] + 1, bounds[t + 1] + 1):
                     oc[i] = <index_t>(oc[i] - shift)
             pos += ends[t] - start
@@ -710,8 +732,7 @@ def merge_fused(const index_t[:, ::1] a_compressed, const index_t[:, ::1] a_plai
             offsets[p] = pos
             start = _room_before(union, bounds[p], n, ac, sa, bc, sb)
             if written[p] and start != pos:
-                memmove(&out_plain[pos], &out_plain[start], written[p] * sizeof(index_t))
-                memmove(&out_values[pos, 0], &out_values[start, 0], written[p] * E * sizeof(value_t))
+                _move_down(&out_plain[0], &out_values[0, 0], E, pos, start, written[p], T)
             pos += written[p]
     # Row ends so far count from their part's start; make them count from their batch's start.
     if B > 1 or nparts > 1:
