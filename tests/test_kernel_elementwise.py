@@ -122,3 +122,14 @@ def test_merge_fused_checks_its_arguments(index_dtype):
         call(cb=np.array([[0, 2]], index_dtype))
     with pytest.raises(ValueError, match="unknown op"):
         call(code=7)
+
+
+@pytest.mark.parametrize("B", [1, 3])
+def test_merge_fused_large_moves_in_parallel_pieces(rng, B):
+    # parts of >= 2 * 65536 entries close up in parallel pieces (source and destination apart)
+    a, b = _operands(rng, B, 3000, 200, 1, np.int32, 0.3, False)
+    for union, code in ((True, K.PLUS), (False, K.MUL)):
+        want = _two_pass(a, b, union, K.ADD if code == K.PLUS else code, 1.0, 1)
+        for threads in (2, 3):
+            for w, g in zip(want, _fused(a, b, union, code, 1.0, threads)):
+                np.testing.assert_array_equal(g, w)
