@@ -126,8 +126,14 @@ def test_merge_fused_checks_its_arguments(index_dtype):
 
 @pytest.mark.parametrize("B", [1, 3])
 def test_merge_fused_large_moves_in_parallel_pieces(rng, B):
-    # parts of >= 2 * 65536 entries close up in parallel pieces (source and destination apart)
-    a, b = _operands(rng, B, 3000, 200, 1, np.int32, 0.3, False)
+    # one pattern: each union part closes up past its own length (about half its bound), in
+    # parallel pieces when it holds >= 2 * 65536 entries; unrelated patterns overlap (memmove)
+    for same in (True, False):
+        _check_large(rng, B, same)
+
+
+def _check_large(rng, B, same):
+    a, b = _operands(rng, B, 6000, 200, 1, np.int32, 0.5, same)
     for union, code in ((True, K.PLUS), (False, K.MUL)):
         want = _two_pass(a, b, union, K.ADD if code == K.PLUS else code, 1.0, 1)
         for threads in (2, 3):
