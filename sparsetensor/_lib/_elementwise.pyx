@@ -608,10 +608,8 @@ cdef Py_ssize_t _fused_rows(int op, bint union, Py_ssize_t r0, Py_ssize_t r1, Py
     cdef const index_t* pb
     cdef const value_t* va
     cdef const value_t* vb
-    if not union and E == 1:
-        if op == OP_MUL:
-            return _intersect_rows(OP_MUL, r0, r1, n, ac, ap, av, sa, bc, bp, bv, sb, oc, op_, ov, alpha, logical)
-        return _intersect_rows(op, r0, r1, n, ac, ap, av, sa, bc, bp, bv, sb, oc, op_, ov, alpha, logical)
+    if not union and E == 1 and op == OP_MUL:  # (other ops: the row loop below; fewer inlined copies)
+        return _intersect_rows(OP_MUL, r0, r1, n, ac, ap, av, sa, bc, bp, bv, sb, oc, op_, ov, alpha, logical)
     k = b * (n + 1) + r0 - b * n  # slot of row (b, i) in the compressed index: (n + 1) per batch
     for r in range(r0, r1):
         if k == (b + 1) * (n + 1) - 1:  # past the last row of batch b (no division per row)
