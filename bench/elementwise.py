@@ -21,11 +21,20 @@ threaded runs slower than the one-thread runs; set ``OMP_WAIT_POLICY=passive`` o
 ``GOMP_SPINCOUNT=1000`` before starting Python there.
 
 Run with ``python -c "from bench import elementwise; elementwise.run()"``.
+
+``python -m bench.elementwise --merge-ab OLD.so`` times the compressed merge kernels of two builds
+of ``_elementwise`` loaded side by side in one process, called alternately (issue #15): the 27-point
+stencil's ``A * A.T`` (intersection) and ``A + A.T`` (union) at g = 16, 33, 72 and a batched case
+(B = 8), the old build's path (``merge_count``, prefix sum, ``merge_fill``; ``merge_union`` for an
+unbatched union) against the new one's (``merge_fused``), output allocation included.
 """
 
 from __future__ import annotations
 
 import os
+import statistics
+import sys
+import time
 
 import numpy as np
 
@@ -172,5 +181,93 @@ def run(repeat=7, threads=None, spgemm_n=100_000, spgemm_per_row=8, ew_n=200_000
     return records
 
 
+def _merge_paths(K, ac, ap, av, bc, bp, bv, union, nt):
+    """{"old": fn, "new": fn} of module K: the count + fill path (one-pass union for B == 1) and merge_fused."""
+    B, n = ac.shape[0], ac.shape[1] - 1
+    E = av.shape[2]
+    code = K.ADD if union else K.MUL
+
+    def two_pass():
+        counts = np.empty((B, n), dtype=np.int64)
+        K.merge_count(ac, ap, bc, bp, union, counts, nt)
+        nnz = int(counts[0].sum())
+        oc = np.empty((B, n + 1), dtype=ac.dtype)
+        oc[:, 0] = 0
+        np.cumsum(counts, axis=1, out=oc[:, 1:])
+        op_, ov = np.empty((B, nnz), dtype=ac.dtype), np.empty((B, nnz, E), dtype=av.dtype)
+        K.merge_fill(ac, ap, av, bc, bp, bv, oc, op_, ov, code, union, 1.0, False, nt)
+        return oc, op_.reshape(-1), ov.reshape(-1, E)
+
+    def one_pass_union():
+        ub = ap.shape[1] + bp.shape[1]
+        oc, op_, ov = np.empty((1, n + 1), dtype=ac.dtype), np.empty((1, ub), dtype=ac.dtype), np.empty((1, ub, E))
+        nnz = K.merge_union(ac, ap, av, bc, bp, bv, oc, op_, ov, K.PLUS, 1.0, False, nt)
+        return oc, op_[0, :nnz], ov[0, :nnz]
+
+    def fused():
+        room = B * (ap.shape[1] + bp.shape[1]) if union else B * min(ap.shape[1], bp.shape[1])
+        oc, op_, ov = np.empty((B, n + 1), dtype=ac.dtype), np.empty(room, dtype=ac.dtype), np.empty((room, E))
+        nnz = K.merge_fused(ac, ap, av, bc, bp, bv, oc, op_, ov, K.PLUS if union else K.MUL, union, 1.0, False, nt)
+        return oc, op_[:nnz], ov[:nnz]
+
+    return two_pass if not union or B > 1 else one_pass_union, fused
+
+
+def merge_ab(old_path: str, grids=(16, 33, 72), batch=8, batch_grid=16, rounds=15, threads=None) -> list:
+    """Milliseconds per compressed merge, two builds of ``_elementwise`` (see the module docstring);
+    medians of ``rounds`` alternating calls. Returns the records and prints a table."""
+    from sparsetensor._lib import _elementwise as new_mod
+
+    from .overhead import _load_extension
+
+    old_mod = _load_extension(old_path)
+    nt = st.num_threads(threads)
+    print(f"threads {nt}; load average {os.getloadavg()}; medians (and minima) of {rounds} calls each")
+    cases = []
+    for g in grids:
+        A = st.stencil((g, g, g), 27, index_dtype=np.int32)
+        AT = A.T.to_sparse_csr()
+        cases.append((f"g={g} (1 x {A.nnz})", [A], [AT]))
+    A = st.stencil((batch_grid,) * 3, 27, index_dtype=np.int32)
+    AT = A.T.to_sparse_csr()
+    rng = np.random.default_rng(0)
+    cases.append((f"g={batch_grid} B={batch} ({batch} x {A.nnz})", [A] * batch, [AT] * batch))
+    records = []
+    for name, As, Bs in cases:
+        ac = np.stack([t.crow_indices() for t in As])
+        ap = np.stack([t.col_indices() for t in As])
+        av = rng.standard_normal(ap.shape + (1,))
+        bc = np.stack([t.crow_indices() for t in Bs])
+        bp = np.stack([t.col_indices() for t in Bs])
+        bv = rng.standard_normal(bp.shape + (1,))
+        for union in (False, True):
+            old_fn, _ = _merge_paths(old_mod, ac, ap, av, bc, bp, bv, union, nt)
+            _, new_fn = _merge_paths(new_mod, ac, ap, av, bc, bp, bv, union, nt)
+            want, got = old_fn(), new_fn()
+            assert all(np.array_equal(w, g) for w, g in zip(want, got))
+            del want, got
+            ms = {"old": [], "new": []}
+            order = [("old", old_fn), ("new", new_fn)]
+            for _ in range(rounds):  # alternate (old new, new old, ...), so that both see the same load
+                for tag, fn in order:
+                    t0 = time.perf_counter()
+                    fn()
+                    ms[tag].append((time.perf_counter() - t0) * 1e3)
+                order.reverse()
+            med = {tag: statistics.median(v) for tag, v in ms.items()}
+            best = {tag: min(v) for tag, v in ms.items()}
+            op = "A + A.T" if union else "A * A.T"
+            records.append({"case": name, "op": op, "threads": nt, "median_ms": med, "min_ms": best})
+            print(f"{name:26s} {op:8s} median old {med['old']:9.3f} new {med['new']:9.3f} ms, old/new "
+                  f"{med['old'] / med['new']:5.2f}; min old/new {best['old'] / best['new']:5.2f}", flush=True)
+    return records
+
+
 if __name__ == "__main__":  # pragma: no cover
-    run()
+    if len(sys.argv) >= 3 and sys.argv[1] == "--merge-ab":
+        kw = {"threads": int(sys.argv[3])} if len(sys.argv) > 3 else {}
+        if len(sys.argv) > 4:
+            kw["batch_grid"] = int(sys.argv[4])
+        merge_ab(sys.argv[2], **kw)
+    else:
+        run()

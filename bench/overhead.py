@@ -4,7 +4,8 @@
 tree to time (two trees compared in one sitting). At these sizes the work is tiny and the time
 is what each library pays per call: argument checks, dispatch, allocation, thread start. The
 ops are those of :func:`sparsetensor._userbench.structure_cases` (check, csr->csc, spmv,
-spmm32, spgemm, add) plus ``sum``, ``sum(dim=1)``, ``sum(dim=0)``, ``abs``, ``to_dense`` and csr -> coo; matrices
+spmm32, spgemm, add) plus ``mul`` (``A * A.T``, SciPy ``A.multiply(B)``), ``sum``, ``sum(dim=1)``,
+``sum(dim=0)``, ``abs``, ``to_dense`` and csr -> coo; matrices
 are a 10 x 10 random matrix (30 nnz) and the 5-point stencil of a 45 x 45 grid (9,945 nnz),
 float64 with int32 indices. Prints the median microseconds per call (medians of ``repeat``
 batches of ``number`` calls) and SciPy's time over ours (above 1: ours is cheaper). The target
@@ -42,13 +43,16 @@ def cases(t, threads):
 
     peers = {k: v for k, v in installed_peers(threads).items() if k == "scipy"}
     out = structure_cases(t, peers, threads)
-    extra = {"sum": (lambda: t.sum(), "sum"), "sum(dim=1)": (lambda: st.sum(t, dim=1), "sum1"),
+    tt = t.to_sparse_csc().mT  # A^T stored as csr, as structure_cases' add
+    extra = {"mul": (lambda: st.mul(t, tt, threads=threads), "mul"),
+             "sum": (lambda: t.sum(), "sum"), "sum(dim=1)": (lambda: st.sum(t, dim=1), "sum1"),
              "sum(dim=0)": (lambda: st.sum(t, dim=0), "sum0"),
              "abs": (lambda: t.abs(), "abs"), "to_dense": (lambda: t.to_dense(), "toarray"),
              "csr->coo": (lambda: t.to_sparse_coo(), "tocoo")}
     A = t.to_scipy() if "scipy" in peers else None
-    scipy_fns = {} if A is None else {"sum": A.sum, "sum1": lambda: A.sum(axis=1), "sum0": lambda: A.sum(axis=0),
-                                      "abs": lambda: abs(A),
+    B = None if A is None else A.T.tocsr()
+    scipy_fns = {} if A is None else {"mul": lambda: A.multiply(B), "sum": A.sum, "sum1": lambda: A.sum(axis=1),
+                                      "sum0": lambda: A.sum(axis=0), "abs": lambda: abs(A),
                                       "toarray": A.toarray, "tocoo": A.tocoo}
     for op, (ours, key) in extra.items():
         out[op] = {"ours": ours} | ({"scipy": scipy_fns[key]} if key in scipy_fns else {})

@@ -334,3 +334,111 @@ def test_optim_kernel_mismatches():
     with pytest.raises(ValueError, match="bucket_runs"):
         _optim.bucket_runs(np.zeros(3, np.uint32), np.array([0, 2], np.int64), np.array([0, 1], np.int64), 4, 0,
                            np.empty(1, np.int64), np.empty(2, np.int64), 1)  # bucket_starts end short of 3 keys
+
+
+# -- the coalescing output passes: offsets, bucket starts, positions and shapes are checked --------
+def _coo_write_args(index_dtype, carry_values=False):
+    """Valid coo_write arguments for 6 columns (4 distinct) of a 3 x 4 coo tensor, as coalesce makes them."""
+    from sparsetensor._lib import _coalesce
+
+    idx = np.array([[2, 0, 1, 0, 2, 1], [3, 1, 0, 1, 3, 2]], index_dtype)
+    shape = np.array([3, 4], np.int64)
+    vals = np.arange(1.0, 7.0).reshape(6, 1)
+    found, keys, perm, offsets = _coalesce.coo_sort(idx, shape, 4, False, np.empty(0, np.int32), 2, 1)
+    assert found is None
+    nout = int(offsets[-1])
+    out_idx = np.empty((2, nout), index_dtype)
+    return dict(keys=keys, offsets=offsets, perm=perm, shape=shape, out_indices=out_idx.view(np.uint8),
+                indices=np.empty((0, 0), np.uint8), values=vals, out=np.empty((nout, 1)), logical_or=False,
+                nthreads=1), out_idx
+
+
+@pytest.mark.parametrize("index_dtype", INDEX_DTYPES)
+def test_coo_write_checks_its_arguments(index_dtype):
+    from sparsetensor._lib import _coalesce
+
+    args, out_idx = _coo_write_args(index_dtype)
+    _coalesce.coo_write(**args)
+    np.testing.assert_array_equal(out_idx, [[0, 1, 1, 2], [1, 0, 2, 3]])
+    np.testing.assert_array_equal(args["out"][:, 0], [6, 3, 6, 6])
+
+    def bad(match, **change):
+        a, _ = _coo_write_args(index_dtype)
+        a.update(change)
+        with pytest.raises(ValueError, match=match):
+            _coalesce.coo_write(**a)
+
+    n = args["keys"].size
+    bad("offsets", offsets=np.array([0, 2, 5], np.int64))  # ends past the 4 outputs
+    bad("offsets", offsets=np.array([0, 3, 2, 4], np.int64))  # decreasing
+    bad("offsets", offsets=np.array([4], np.int64))
+    bad("do not match the runs", offsets=np.array([0, 1, 4], np.int64))  # chunk 0 holds 2 runs: room for 1
+    bad("do not match the runs", offsets=np.array([0, 3, 4], np.int64))  # chunk 0 holds 2 runs: room for 3
+    bad("perm", perm=np.array([0, 1, 2, 3, 4, 6], np.int64))  # a position past values' rows
+    bad("perm", perm=np.array([0, 1, 2, -1, 4, 5], np.int64))
+    bad("perm", perm=np.arange(n - 1, dtype=np.int64))
+    bad("one row per key", perm=np.empty(0, np.int64), values=np.ones((n - 1, 1)))
+    bad("out must be", out=np.empty((4, 2)))
+    bad("out_indices", out_indices=np.empty((2, 4 * 3), np.uint8))
+    bad("one size per index row", shape=np.array([3], np.int64))
+    bad("at least 1", shape=np.array([0, 4], np.int64))
+    bad("indices must be empty", indices=np.empty((2, 5), np.uint8))
+    bad("from no keys", keys=np.empty(0, np.int64), perm=np.empty(0, np.int64), values=np.empty((0, 1)))
+
+
+@pytest.mark.parametrize("index_dtype", INDEX_DTYPES)
+def test_coo_write_buckets_checks_its_arguments(index_dtype):
+    from sparsetensor._lib import _coalesce
+
+    rng = np.random.default_rng(3)
+    n, size = 40_000, (300, 200)
+    idx = np.stack([rng.integers(0, s, n) for s in size]).astype(index_dtype)
+    shape = np.array(size, np.int64)
+    nbits = (size[0] * size[1] - 1).bit_length()
+    width = _coalesce.bucket_bits(n, nbits)
+    assert width > 0
+    found, lk, perm, bstart, offsets, shift, base = _coalesce.coo_bucket_sort(idx, shape, nbits, width,
+                                                                              np.empty(0, np.int32), 2)
+    assert found is None
+    vals = rng.standard_normal((n, 2))
+    nout = int(offsets[-1])
+
+    def call(**change):
+        a = dict(low_keys=lk, bucket_starts=bstart, offsets=offsets, shift=shift, base=base, perm=perm, shape=shape,
+                 out_indices=np.empty((2, nout), index_dtype).view(np.uint8), values=vals, out=np.empty((nout, 2)),
+                 logical_or=False, nthreads=2)
+        a.update(change)
+        _coalesce.coo_write_buckets(**a)
+        return a
+
+    a = call()
+    keys = np.ravel_multi_index(tuple(idx.astype(np.int64)), size)
+    uniq, inv = np.unique(keys, return_inverse=True)
+    want = np.zeros((uniq.size, 2))
+    np.add.at(want, inv, vals)
+    np.testing.assert_allclose(a["out"], want)
+    np.testing.assert_array_equal(a["out_indices"].view(index_dtype), np.stack(np.unravel_index(uniq, size)))
+
+    def bad(match, **change):
+        with pytest.raises(ValueError, match=match):
+            call(**change)
+
+    shifted = offsets.copy()
+    shifted[1:-1] += 1  # bucket 0 gets room for one more run, the last one less
+    bad("do not match the runs", offsets=shifted)
+    short = offsets.copy()
+    short[-1] += 5
+    bad("offsets", offsets=short)
+    bad("one entry per bucket", offsets=offsets[:-1].copy())
+    back = bstart.copy()
+    back[2] = back[1] - 1 if back[1] > 0 else back[3] + 1
+    bad("bucket_starts", bucket_starts=back)
+    past = bstart.copy()
+    past[-1] = n + 1
+    bad("bucket_starts", bucket_starts=past)
+    p = perm.copy()
+    p[n // 2] = n
+    bad("perm", perm=p)
+    bad("shift", shift=40)
+    bad("out must be", out=np.empty((nout, 3)))
+    bad("at least 1", shape=np.array([0, 200], np.int64))

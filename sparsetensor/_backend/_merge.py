@@ -59,52 +59,65 @@ def _finish_values(ov: np.ndarray, dtype: np.dtype, logical: bool) -> np.ndarray
 
 def _merge_compressed(a, b, dtype, kdt, logical, op, union, alpha_k, threads) -> CompressedTensor:
     a, b = ensure_valid(a, repair=True, threads=threads), ensure_valid(b, repair=True, threads=threads)
-    idx_dt = a.index_dtype if a.index_dtype == b.index_dtype else np.dtype(np.int64)
-    m = a.batch_dim
-    batch = a.shape[:m]
+    ac, ap, av = a._compressed, a._plain, a._values
+    bc, bp, bv = b._compressed, b._plain, b._values
+    idx_dt = ac.dtype if ac.dtype == bc.dtype else _INT64
+    m = ac.ndim - 1
+    batch = ac.shape[:m]
     B = math.prod(batch)
-    n = a.compressed_indices().shape[-1] - 1
-    tail = a.values().shape[m + 1:]  # block + dense
+    n = ac.shape[-1] - 1
+    sa, sb = ap.shape[-1], bp.shape[-1]
+    tail = av.shape[m + 1:]  # block + dense
     E = math.prod(tail)
-    ac = a.compressed_indices().astype(idx_dt, copy=False).reshape(B, n + 1)
-    ap = a.plain_indices().astype(idx_dt, copy=False).reshape(B, a.nnz)
-    bc = b.compressed_indices().astype(idx_dt, copy=False).reshape(B, n + 1)
-    bp = b.plain_indices().astype(idx_dt, copy=False).reshape(B, b.nnz)
-    nt = num_threads(threads, B * (a.nnz + b.nnz + n))
-    layout = a.layout
-    if union and B == 1 and E >= 1 and a.nnz + b.nnz <= np.iinfo(idx_dt).max:
-        return _union_one_pass(a, b, ac, ap, bc, bp, dtype, kdt, logical, op, alpha_k, (batch, n, E, tail, nt))
-    counts = np.empty((B, n), dtype=np.int64)
-    _kernels.merge_count(ac, ap, bc, bp, union, counts, nt)
-    nnz, oc = output_rows(counts, layout, idx_dt, f"a batched {layout.name} operation",
-                          " (convert to coo, or make the patterns agree)")
-    op_ = np.empty((B, nnz), dtype=idx_dt)
-    ov = np.empty((B, nnz, E), dtype=kdt)
-    av = kernel_values(a.values(), (B, a.nnz, E), kdt)
-    bv = kernel_values(b.values(), (B, b.nnz, E), kdt)
-    _kernels.merge_fill(ac, ap, av, bc, bp, bv, oc, op_, ov, op, union, alpha_k, logical,
-                        num_threads(threads, B * (nnz * max(E, 1) + n)))
+    ac = ac.astype(idx_dt, copy=False).reshape(B, n + 1)
+    ap = ap.astype(idx_dt, copy=False).reshape(B, sa)
+    bc = bc.astype(idx_dt, copy=False).reshape(B, n + 1)
+    bp = bp.astype(idx_dt, copy=False).reshape(B, sb)
+    av = kernel_values(av, (B, sa, E), kdt)
+    bv = kernel_values(bv, (B, sb, E), kdt)
+    layout = a._layout
+    room = B * (sa + sb) if union else B * min(sa, sb)
+    if E >= 1 and room <= _INDEX_MAX[idx_dt.itemsize]:
+        oc, op_, ov = _merge_one_pass(ac, ap, av, bc, bp, bv, op, union, alpha_k, logical, room,
+                                      num_threads(threads, B * (sa + sb + n)), layout)
+        nnz = op_.shape[0] // B if B else 0
+    else:  # two passes (entries without values, or an upper bound past the index dtype): count, then fill
+        counts = np.empty((B, n), dtype=np.int64)
+        _kernels.merge_count(ac, ap, bc, bp, union, counts, num_threads(threads, B * (sa + sb + n)))
+        nnz, oc = output_rows(counts, layout, idx_dt, _BATCHED.format(layout.name), _BATCHED_HINT)
+        op_ = np.empty((B, nnz), dtype=idx_dt)
+        ov = np.empty((B, nnz, E), dtype=kdt)
+        _kernels.merge_fill(ac, ap, av, bc, bp, bv, oc, op_, ov, op, union, alpha_k, logical,
+                            num_threads(threads, B * (nnz * max(E, 1) + n)))
     values = _finish_values(ov, dtype, logical).reshape(batch + (nnz,) + tail)
-    return CompressedTensor(oc.reshape(batch + (n + 1,)), op_.reshape(batch + (nnz,)), values, a.shape, layout,
+    return CompressedTensor(oc.reshape(batch + (n + 1,)), op_.reshape(batch + (nnz,)), values, a._shape, layout,
                             canonical=True)
 
 
-def _union_one_pass(a, b, ac, ap, bc, bp, dtype, kdt, logical, op, alpha_k, geometry) -> CompressedTensor:
-    """A union merge of one batch in one pass (no count pass): the output arrays are allocated for
-    nnz_a + nnz_b entries and the result keeps the filled prefix (at least half of them)."""
-    batch, n, E, tail, nt = geometry
-    ub, idx_dt = a.nnz + b.nnz, ac.dtype
-    if op == _kernels.ADD and alpha_k == 1:
+_INT64 = np.dtype(np.int64)
+_INDEX_MAX = {4: int(np.iinfo(np.int32).max), 8: int(np.iinfo(np.int64).max)}
+_BATCHED = "a batched {} operation"
+_BATCHED_HINT = " (convert to coo, or make the patterns agree)"
+
+
+def _merge_one_pass(ac, ap, av, bc, bp, bv, op, union, alpha_k, logical, room, nt, layout):
+    """A merge in one pass (no count pass) of the kernels' views (B, n + 1), (B, nnz), (B, nnz, E):
+    the outputs are allocated for ``room`` entries, the upper bound (nnz_a + nnz_b per batch for a
+    union, the smaller nnz for an intersection), and the filled prefix is returned as (compressed
+    (B, n + 1), plain (total,), values (total, E))."""
+    B, n1 = ac.shape
+    E = av.shape[2]
+    idx_dt = ac.dtype
+    if union and op == _kernels.ADD and alpha_k == 1:
         op = _kernels.PLUS  # x + y: no multiply by alpha
-    oc = np.empty((1, n + 1), dtype=idx_dt)
-    op_ = np.empty((1, ub), dtype=idx_dt)
-    ov = np.empty((1, ub, E), dtype=kdt)
-    av = kernel_values(a.values(), (1, a.nnz, E), kdt)
-    bv = kernel_values(b.values(), (1, b.nnz, E), kdt)
-    nnz = _kernels.merge_union(ac, ap, av, bc, bp, bv, oc, op_, ov, op, alpha_k, logical, nt)
-    values = _finish_values(ov[:, :nnz], dtype, logical).reshape(batch + (nnz,) + tail)
-    return CompressedTensor(oc.reshape(batch + (n + 1,)), op_[:, :nnz].reshape(batch + (nnz,)), values, a.shape,
-                            a.layout, canonical=True)
+    oc = np.empty((B, n1), dtype=idx_dt)
+    op_, ov = np.empty(room, dtype=idx_dt), np.empty((room, E), dtype=av.dtype)
+    total = _kernels.merge_fused(ac, ap, av, bc, bp, bv, oc, op_, ov, op, union, alpha_k, logical, nt)
+    if B > 1 and np.any(oc[:, -1] != oc[0, -1]):  # raises: batches of different nnz
+        output_rows(np.diff(oc, axis=1), layout, idx_dt, _BATCHED.format(layout.name), _BATCHED_HINT)
+    if 2 * total < room:  # an intersection far below its bound: keep no more than twice the result
+        return oc, op_[:total].copy(), ov[:total].copy()
+    return oc, op_[:total], ov[:total]
 
 
 def _coo_keys(t: COOTensor, shape64: np.ndarray, nt: int) -> np.ndarray:

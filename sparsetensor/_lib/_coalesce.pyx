@@ -463,14 +463,18 @@ cdef inline void _put_key(uint8_t* out_idx, Py_ssize_t nout, int isz, Py_ssize_t
     _put_index(out_idx, j, isz, key)
 
 
-cdef void _write_chunk(const int64_t* keys, Py_ssize_t n, Py_ssize_t lo, Py_ssize_t hi, int64_t j,
-                       const pos_t* perm, const int64_t* shape, const double* inv, Py_ssize_t S,
-                       uint8_t* out_idx, Py_ssize_t nout, const uint8_t* in_idx, int isz,
-                       const sum_t* vals, sum_t* out, Py_ssize_t E, bint logical_or) noexcept nogil:
+cdef int64_t _write_chunk(const int64_t* keys, Py_ssize_t n, Py_ssize_t lo, Py_ssize_t hi, int64_t j,
+                          int64_t jend, const pos_t* perm, const int64_t* shape, const double* inv, Py_ssize_t S,
+                          uint8_t* out_idx, Py_ssize_t nout, const uint8_t* in_idx, int isz,
+                          const sum_t* vals, sum_t* out, Py_ssize_t E, bint logical_or) noexcept nogil:
+    """The runs headed in keys[lo:hi] to outputs j, j + 1, ... (never to jend or past it: then -1).
+    Returns the output after the last run written."""
     cdef Py_ssize_t i = lo, e, d, col
     while i < hi and i > 0 and keys[i] == keys[i - 1]:  # the tail of a run headed in an earlier chunk
         i = i + 1
     while i < hi:
+        if j >= jend:  # more runs than the offsets made room for
+            return -1
         if perm != NULL and i + PREFETCH < n:  # the gather is random: ask for rows ahead
             st_prefetch(vals + <Py_ssize_t>perm[i + PREFETCH] * E)
         e = i + 1
@@ -486,6 +490,10 @@ cdef void _write_chunk(const int64_t* keys, Py_ssize_t n, Py_ssize_t lo, Py_ssiz
             _reduce_run(out + j * E, vals, perm, i, e, E, logical_or)
         j = j + 1
         i = e
+    return j
+
+
+include "_write_checks.pxi"
 
 
 def coo_write(const int64_t[::1] keys, const int64_t[::1] offsets, const pos_t[::1] perm,
@@ -497,11 +505,21 @@ def coo_write(const int64_t[::1] keys, const int64_t[::1] offsets, const pos_t[:
     Index arrays are passed as bytes (``(S, nout * itemsize)``, itemsize 4 or 8). The run's
     indices are the de-linearised key, or, when ``indices`` (the input's, as bytes) is not
     empty, a copy of the input column at the run's first position. Empty ``perm`` is the
-    identity; chunks and their output offsets come from ``offsets``.
+    identity; chunks and their output offsets come from ``offsets``. Arguments that disagree
+    (shapes, offsets that do not match the runs of ``keys``, positions outside ``values``) raise
+    ValueError; nothing is written outside the arrays.
     """
     cdef Py_ssize_t n = keys.shape[0], S = out_indices.shape[0], nout = out.shape[0], E = values.shape[1], c
     cdef Py_ssize_t nchunks = offsets.shape[0] - 1
-    cdef int isz = out_indices.shape[1] // nout if S > 0 and nout > 0 else 8
+    cdef int isz = _out_itemsize("coo_write", out_indices, nout, shape, E, out.shape[0], out.shape[1])
+    cdef int64_t[::1] ends
+    if nout > 0 and n == 0:
+        raise ValueError(f"coo_write: {nout} output rows from no keys")
+    _check_offsets("coo_write", offsets, nout)
+    _check_rows("coo_write", perm, n, values.shape[0], nthreads)
+    if indices.shape[0] > 0 and indices.shape[1] > 0 and (indices.shape[0] != S or indices.shape[1] != n * isz):
+        raise ValueError(f"coo_write: indices must be empty or ({S}, {n} * {isz}) bytes like the output's, got "
+                         f"({indices.shape[0]}, {indices.shape[1]})")
     cdef const pos_t* pp = &perm[0] if perm.shape[0] > 0 else NULL
     cdef uint8_t* op = &out_indices[0, 0] if S > 0 and nout > 0 else NULL
     cdef const uint8_t* ip = &indices[0, 0] if indices.shape[0] > 0 and indices.shape[1] > 0 else NULL
@@ -509,14 +527,16 @@ def coo_write(const int64_t[::1] keys, const int64_t[::1] offsets, const pos_t[:
     cdef sum_t* outp = &out[0, 0] if E > 0 and nout > 0 else NULL
     inv_arr = 1.0 / np.maximum(np.asarray(shape, dtype=np.float64), 1.0)
     cdef double[::1] invv = inv_arr
-    cdef const double* inv = &invv[0] if S > 0 and keys[n - 1] < DOUBLE_EXACT else NULL
+    cdef const double* inv = &invv[0] if S > 0 and n > 0 and keys[n - 1] < DOUBLE_EXACT else NULL
     cdef const int64_t* shp = &shape[0] if S > 0 else NULL
     if nout == 0:
         return
+    ends = np.empty(nchunks, dtype=np.int64)
     with nogil:
         for c in prange(nchunks, schedule="dynamic", num_threads=nthreads):
-            _write_chunk(&keys[0], n, _lo(c, n, nchunks), _lo(c + 1, n, nchunks), offsets[c], pp, shp, inv, S, op,
-                         nout, ip, isz, vp, outp, E, logical_or)
+            ends[c] = _write_chunk(&keys[0], n, _lo(c, n, nchunks), _lo(c + 1, n, nchunks), offsets[c],
+                                   offsets[c + 1], pp, shp, inv, S, op, nout, ip, isz, vp, outp, E, logical_or)
+    _check_ends("coo_write", ends, offsets, "chunk")
 
 
 # -- COO: bucket sort (keys of at most 32 bits below one radix digit) ----------------------------
@@ -675,7 +695,10 @@ def coo_bucket_sort(const index_t[:, ::1] indices, const int64_t[::1] shape, int
 cdef void _write_buckets(const uint32_t* lk, const int64_t* bstart, const int64_t* offsets, Py_ssize_t b0,
                          Py_ssize_t b1, int shift, int64_t base, const pos_t* perm, Py_ssize_t n,
                          const int64_t* shape, const double* inv, Py_ssize_t S, uint8_t* out_idx, Py_ssize_t nout,
-                         int isz, const sum_t* vals, sum_t* out, Py_ssize_t E, bint logical_or) noexcept nogil:
+                         int isz, const sum_t* vals, sum_t* out, Py_ssize_t E, bint logical_or,
+                         int64_t* ends) noexcept nogil:
+    """Buckets b0 <= b < b1; ends[b] = the output after bucket b's last run (-1: the bucket held
+    more runs than its offsets made room for, and stopped there)."""
     cdef Py_ssize_t b, i, e, hi
     cdef int64_t j
     cdef uint32_t low_mask = <uint32_t>(((<uint64_t>1) << shift) - 1)
@@ -684,6 +707,9 @@ cdef void _write_buckets(const uint32_t* lk, const int64_t* bstart, const int64_
         hi = bstart[b + 1]
         j = offsets[b]
         while i < hi:
+            if j >= offsets[b + 1]:
+                j = -1
+                break
             if perm != NULL and i + PREFETCH < n:  # the gather is random: ask for rows ahead
                 st_prefetch(vals + <Py_ssize_t>perm[i + PREFETCH] * E)
             e = i + 1
@@ -695,6 +721,7 @@ cdef void _write_buckets(const uint32_t* lk, const int64_t* bstart, const int64_
                 _reduce_run(out + j * E, vals, perm, i, e, E, logical_or)
             j = j + 1
             i = e
+        ends[b] = j
 
 
 def coo_write_buckets(const uint32_t[::1] low_keys, const int64_t[::1] bucket_starts, const int64_t[::1] offsets,
@@ -702,11 +729,28 @@ def coo_write_buckets(const uint32_t[::1] low_keys, const int64_t[::1] bucket_st
                       uint8_t[:, ::1] out_indices, const sum_t[:, ::1] values, sum_t[:, ::1] out, bint logical_or,
                       int nthreads):
     """:func:`coo_write` for the output of :func:`coo_bucket_sort`: run ``j`` (of equal keys) goes
-    to column ``j`` of the output indices (the key de-linearised) and row ``j`` of ``out``."""
+    to column ``j`` of the output indices (the key de-linearised) and row ``j`` of ``out``.
+    Arguments that disagree (shapes, bucket starts outside the keys, offsets that do not match the
+    runs, positions outside ``values``) raise ValueError; nothing is written outside the arrays."""
     cdef Py_ssize_t n = low_keys.shape[0], S = out_indices.shape[0], nout = out.shape[0], E = values.shape[1], c
-    cdef Py_ssize_t nb = bucket_starts.shape[0] - 1
+    cdef Py_ssize_t nb = bucket_starts.shape[0] - 1, b
     cdef Py_ssize_t nchunks = max(1, min(nb, 8 * nthreads if nthreads > 1 else 1))
-    cdef int isz = out_indices.shape[1] // nout if S > 0 and nout > 0 else 8
+    cdef int isz = _out_itemsize("coo_write_buckets", out_indices, nout, shape, E, out.shape[0], out.shape[1])
+    cdef int64_t[::1] ends
+    if not 0 <= shift <= 32:
+        raise ValueError(f"coo_write_buckets: shift must be in [0, 32], got {shift}")
+    if nb < 1 or offsets.shape[0] != nb + 1:
+        raise ValueError(f"coo_write_buckets: bucket_starts and offsets must have one entry per bucket and one "
+                         f"more, got {nb + 1} and {offsets.shape[0]}")
+    _check_offsets("coo_write_buckets", offsets, nout)
+    if bucket_starts[0] < 0 or bucket_starts[nb] > n:
+        raise ValueError(f"coo_write_buckets: bucket_starts must lie in [0, {n}], got {bucket_starts[0]} .. "
+                         f"{bucket_starts[nb]}")
+    for b in range(nb):
+        if bucket_starts[b + 1] < bucket_starts[b]:
+            raise ValueError(f"coo_write_buckets: bucket_starts must be non-decreasing, got {bucket_starts[b]} "
+                             f"then {bucket_starts[b + 1]} at {b + 1}")
+    _check_rows("coo_write_buckets", perm, n, values.shape[0], nthreads)
     cdef const pos_t* pp = &perm[0] if perm.shape[0] > 0 else NULL
     cdef uint8_t* op = &out_indices[0, 0] if S > 0 and nout > 0 else NULL
     cdef const sum_t* vp = &values[0, 0] if E > 0 else NULL
@@ -717,7 +761,9 @@ def coo_write_buckets(const uint32_t[::1] low_keys, const int64_t[::1] bucket_st
     cdef const int64_t* shp = &shape[0] if S > 0 else NULL
     if nout == 0:
         return
+    ends = np.empty(nb, dtype=np.int64)
     with nogil:
         for c in prange(nchunks, schedule="dynamic", num_threads=nthreads):
             _write_buckets(&low_keys[0], &bucket_starts[0], &offsets[0], _lo(c, nb, nchunks), _lo(c + 1, nb, nchunks),
-                           shift, base, pp, n, shp, inv, S, op, nout, isz, vp, outp, E, logical_or)
+                           shift, base, pp, n, shp, inv, S, op, nout, isz, vp, outp, E, logical_or, &ends[0])
+    _check_ends("coo_write_buckets", ends, offsets, "bucket")

@@ -54,7 +54,22 @@ def merge_union(
     alpha: complex,
     logical: bool,
     nthreads: int,
-) -> int: ...  # nnz: the union in one pass, without merge_count
+) -> int: ...  # nnz: the union in one pass, without merge_count (merge_fused of one batch)
+
+def merge_fused(
+    a_compressed: np.ndarray, a_plain: np.ndarray,  # (B, n + 1), (B, nnz_a)
+    a_values: np.ndarray,        # (B, nnz_a, E), E >= 1
+    b_compressed: np.ndarray, b_plain: np.ndarray,
+    b_values: np.ndarray,        # (B, nnz_b, E)
+    out_compressed: np.ndarray,  # (B, n + 1), filled: each batch's row pointers from 0
+    out_plain: np.ndarray,       # (room,): room = B * (nnz_a + nnz_b) (union), B * min(nnz_a, nnz_b)
+    out_values: np.ndarray,      # (room, E)
+    op: int,                     # as for merge_fill, PLUS too
+    union: bool,
+    alpha: complex,
+    logical: bool,
+    nthreads: int,
+) -> int: ...  # entries written (batch after batch): the union or intersection in one pass
 
 def gather_compressed(
     compressed: np.ndarray,   # (B, n + 1) index
