@@ -68,9 +68,9 @@ def run(threads: int | None = None, quick: bool = False, repeat: int = 5, ops=No
         for op, fns in structure_cases(t, peers, threads, ops).items():
             if op == "spgemm" and name.startswith("rmat") and t.shape[0] >= (1 << 16):
                 continue  # R-MAT squared from scale 16 on: a peer's product outgrew this machine's 23 GB
-            # two warm-up calls each: a first call that allocates 100+ MB can stall for 100-200 ms
-            # in the kernel's huge-page compaction (NumPy madvises its large arrays), whoever runs it
-            times = {lib: median_time(f, repeat, warmup=2) for lib, f in fns.items()}
+            # three warm-up calls each and 7 repeats: on this VM a call that faults in 100+ MB of
+            # fresh memory stalls now and then for 50-200 ms (whoever runs it), in streaks
+            times = {lib: median_time(f, max(repeat, 7), warmup=3) for lib, f in fns.items()}
             ratios = {lib: times[lib] / times["ours"] for lib in libs if lib in times}
             best = min(ratios.values()) if ratios else float("nan")
             nbytes = traffic(op, t.shape[0], t.nnz, fns["ours"]().nnz if op == "add" else 0)
