@@ -98,7 +98,7 @@ def from_scipy(m, *, check_invariants: bool = True):
         if e.invariant != "5.6":
             raise
         return t.coalesce()
-    t._canonical = True
+    t._set_validated()
     return t
 
 

@@ -52,7 +52,7 @@ def _zero_compressed(t: CompressedTensor) -> CompressedTensor:
     t._compressed = np.zeros(batch + (t.compressed_indices().shape[-1],), dtype=dt)
     t._plain = np.empty(batch + (0,), dtype=dt)
     t._values = np.empty(batch + (0,) + t.values().shape[m + 1:], dtype=t.dtype)
-    t._canonical = True
+    t._set_validated()
     return t
 
 
@@ -206,7 +206,7 @@ def _resize_compressed(t: CompressedTensor, shape: tuple, n: int, other) -> Comp
         t._compressed = np.zeros(shape[:m] + (nc,), dtype=dt)
         t._plain = np.empty(shape[:m] + (0,), dtype=dt)
         t._values = np.empty(shape[:m] + (0,) + block + shape[m + 2:], dtype=t.dtype)
-        t._canonical = True
+        t._set_validated()
         t._shape = shape
         return t
     _no_shrink(t, shape, other)
