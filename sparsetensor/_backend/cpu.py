@@ -149,8 +149,7 @@ def sample_dense(t, dense: np.ndarray, threads=None) -> np.ndarray:
     R, C = t.shape[m:m + 2]
     Rb, Cb = t.blocksize
     d4 = _as_4d(np.broadcast_to(dense, t.shape), (B, R, C, D))
-    raw = d4 if d4.dtype == np.complex128 else d4.view({1: np.uint8, 2: np.uint16, 4: np.uint32,
-                                                       8: np.uint64}[d4.dtype.itemsize])
+    raw = d4 if d4.dtype == np.complex128 else raw_view(d4)  # the kernel moves complex128 whole
     out = np.empty((B, t.nnz, Rb * Cb * D), dtype=raw.dtype)
     c = t.compressed_indices()
     _sampling_kernels.gather_compressed(c.reshape(B, c.shape[-1]), t.plain_indices().reshape(B, t.nnz), raw, Rb, Cb,

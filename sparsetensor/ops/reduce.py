@@ -303,8 +303,6 @@ def _group_by(t: COOTensor, kept: list, rest: list, threads):
 def _reduce_compressed(t: CompressedTensor, dims: tuple, op, threads):
     """The ``_reduce_calc`` hook of the compressed layouts."""
     m = t.batch_dim
-    if op is np.add and ((m in dims) != ((m + 1) in dims)) and t.dtype != np.bool_:
-        return _sum_sparse_dim(t, dims, threads)  # row or column sums (a sum of bools, their "or": below)
     b = 2 if t.layout.blocked else 0
     batch_dims = [d for d in dims if d < m]
     sparse_dims = [d for d in dims if m <= d < m + 2]
@@ -351,9 +349,12 @@ def _sum_sparse_dim(t: CompressedTensor, dims: tuple, threads) -> np.ndarray:
 
 def _compressed_dense(t: CompressedTensor, dims: tuple, op, threads) -> np.ndarray:
     """Reductions over a row or column dim of a compressed tensor: a dense result."""
+    m = t.batch_dim
+    if op is np.add and ((m in dims) != ((m + 1) in dims)) and t.dtype != np.bool_:
+        return _sum_sparse_dim(t, dims, threads)  # row or column sums (a sum of bools, their "or": below)
     if op is not np.add or not t.is_coalesced():
         t = _coalesced(t, threads) if op is not np.add else ensure_valid(t, repair=True, threads=threads)
-    m, b = t.batch_dim, (2 if t.layout.blocked else 0)
+    b = 2 if t.layout.blocked else 0
     batch = t.shape[:m]
     B, nnz = math.prod(batch), t.nnz
     rows, cols = t.shape[m], t.shape[m + 1]
