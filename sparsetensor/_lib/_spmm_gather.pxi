@@ -1,0 +1,138 @@
+# Included by _spmm.pyx: the gather kernel (compressed rows: csr/bsr). Holds the portable loops
+# over block rows (_gather_rows) and the SpMV loop (_gather_vec), the AVX-512 paths of
+# _spmm_simd.h (_gather_simd), the choice between them (_gather_task) and the row-parallel
+# driver over all output batches (_gather). The including module cimports index_t, num_t, the
+# libc types, prange, balanced_split and the st_gather_* declarations of _spmm_simd.h, and
+# defines _Geo, the return codes, _CHUNKS_PER_THREAD, _simd_enabled and the element operations
+# (_mul, _scale, _axpy, _block, _bad_slot, _bad_plain).
+
+
+# --------------------------------------------------------------------------
+# gather: compressed rows
+
+cdef int _gather_rows(const index_t* cp, const index_t* pp, const num_t* vp, const num_t* dp,
+                      num_t* op, const _Geo* g, Py_ssize_t i0, Py_ssize_t i1) noexcept nogil:
+    """Block rows [i0, i1) of one batch; returns an error code on a broken index."""
+    cdef Py_ssize_t i, k, N = g.N, rowlen = g.Rb * g.N, ldd = g.Cb * g.N
+    cdef int64_t lo, hi, col
+    cdef num_t* o
+    cdef bint checked = g.checked
+    for i in range(i0, i1):
+        lo = cp[i]
+        hi = cp[i + 1]
+        if not checked and _bad_slot(lo, hi, g.nnz):
+            return _BAD_COMPRESSED
+        o = op + i * rowlen
+        if g.bs == 1:
+            if lo == hi:
+                memset(o, 0, N * sizeof(num_t))
+                continue
+            col = pp[lo]
+            if not checked and _bad_plain(col, g.nplain):
+                return _PLAIN_TOO_LARGE
+            _scale(o, vp[lo], dp + col * N, N, g.logical)
+            for k in range(lo + 1, hi):
+                col = pp[k]
+                if not checked and _bad_plain(col, g.nplain):
+                    return _PLAIN_TOO_LARGE
+                _axpy(o, vp[k], dp + col * N, N, g.logical)
+        else:
+            memset(o, 0, rowlen * sizeof(num_t))
+            for k in range(lo, hi):
+                col = pp[k]
+                if not checked and _bad_plain(col, g.nplain):
+                    return _PLAIN_TOO_LARGE
+                _block(o, N, vp + k * g.bs, g, dp + col * ldd, N, N)
+    return _OK
+
+
+cdef int _gather_vec(const index_t* cp, const index_t* pp, const num_t* vp, const num_t* xp,
+                     num_t* yp, const _Geo* g, Py_ssize_t i0, Py_ssize_t i1) noexcept nogil:
+    """SpMV rows [i0, i1): y[i] = sum_k v[k] * x[plain[k]] (1 x 1 blocks, N == 1)."""
+    cdef Py_ssize_t i, k
+    cdef int64_t lo, hi, col
+    cdef num_t acc
+    cdef bint checked = g.checked
+    for i in range(i0, i1):
+        lo = cp[i]
+        hi = cp[i + 1]
+        if not checked and _bad_slot(lo, hi, g.nnz):
+            return _BAD_COMPRESSED
+        acc = 0
+        if num_t is uint8_t:
+            if g.logical:
+                for k in range(lo, hi):
+                    col = pp[k]
+                    if not checked and _bad_plain(col, g.nplain):
+                        return _PLAIN_TOO_LARGE
+                    acc = acc | ((vp[k] != 0) & (xp[col] != 0))
+                yp[i] = acc
+                continue
+        for k in range(lo, hi):
+            col = pp[k]
+            if not checked and _bad_plain(col, g.nplain):
+                return _PLAIN_TOO_LARGE
+            acc = acc + _mul(vp[k], xp[col])
+        yp[i] = acc
+    return _OK
+
+
+cdef int _gather_task(const index_t* cp, const index_t* pp, const num_t* vp, const num_t* dp,
+                      num_t* op, const _Geo* g, Py_ssize_t i0, Py_ssize_t i1) noexcept nogil:
+    if ST_SPMM_SIMD and (num_t is float or num_t is double) and _simd_enabled:
+        return _gather_simd(cp, pp, vp, dp, op, g, i0, i1)
+    if g.bs == 1 and g.N == 1:
+        return _gather_vec(cp, pp, vp, dp, op, g, i0, i1)
+    return _gather_rows(cp, pp, vp, dp, op, g, i0, i1)
+
+
+cdef int _gather_simd(const index_t* cp, const index_t* pp, const num_t* vp, const num_t* dp,
+                      num_t* op, const _Geo* g, Py_ssize_t i0, Py_ssize_t i1) noexcept nogil:
+    """The AVX-512 paths of _spmm_simd.h (float32/float64 only)."""
+    cdef int64_t nnz = g.nnz, npl = g.nplain
+    cdef int chk = g.checked
+    if num_t is float and index_t is int32_t:
+        return st_gather_f32_i32(cp, pp, vp, dp, op, g.N, g.Rb, g.Cb, g.ars, g.acs, i0, i1, nnz, npl, chk)
+    elif num_t is float:
+        return st_gather_f32_i64(cp, pp, vp, dp, op, g.N, g.Rb, g.Cb, g.ars, g.acs, i0, i1, nnz, npl, chk)
+    elif num_t is double and index_t is int32_t:
+        return st_gather_f64_i32(cp, pp, vp, dp, op, g.N, g.Rb, g.Cb, g.ars, g.acs, i0, i1, nnz, npl, chk)
+    elif num_t is double:
+        return st_gather_f64_i64(cp, pp, vp, dp, op, g.N, g.Rb, g.Cb, g.ars, g.acs, i0, i1, nnz, npl, chk)
+    else:
+        return -1
+
+
+cdef int _gather(const index_t* cp, const index_t* pp, const num_t* vp, const num_t* dp, num_t* op,
+                 const int64_t* sb, const int64_t* db, const _Geo* g, Py_ssize_t Bs, Py_ssize_t Bo,
+                 int nt) except -1:
+    """Every output batch by compressed rows, split into row ranges of about equal nnz."""
+    cdef Py_ssize_t nc = g.nc, nnz = g.nnz, Cb = g.Cb, M = g.M, K = g.K, N = g.N
+    cdef Py_ssize_t P = 1, ntasks, task, bo, s, t
+    cdef Py_ssize_t* bounds
+    cdef int nerr = 0
+    if nt > 1 and Bo < nt * _CHUNKS_PER_THREAD:
+        P = min(nc, (nt * _CHUNKS_PER_THREAD + Bo - 1) // Bo)
+    ntasks = Bo * P
+    bounds = <Py_ssize_t*>malloc(Bs * (P + 1) * sizeof(Py_ssize_t))
+    if bounds == NULL:
+        raise MemoryError()
+    with nogil:
+        for s in range(Bs):
+            balanced_split(cp + s * (nc + 1), nnz, <const index_t*>NULL, 0, 1, nc, 1, Cb, P, bounds + s * (P + 1))
+        if nt > 1:
+            for task in prange(ntasks, num_threads=nt, schedule="dynamic"):
+                bo = task // P
+                t = task % P
+                s = sb[bo]
+                nerr += _gather_task(cp + s * (nc + 1), pp + s * nnz, vp + s * nnz * g.bs, dp + db[bo] * K * N,
+                                     op + bo * M * N, g, bounds[s * (P + 1) + t], bounds[s * (P + 1) + t + 1])
+        else:
+            for bo in range(Bo):
+                s = sb[bo]
+                nerr = _gather_task(cp + s * (nc + 1), pp + s * nnz, vp + s * nnz * g.bs, dp + db[bo] * K * N,
+                                    op + bo * M * N, g, 0, nc)
+                if nerr:
+                    break
+    free(bounds)
+    return nerr
