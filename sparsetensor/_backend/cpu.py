@@ -79,7 +79,9 @@ def spmm(S, D, plan, rt, threads=None, err=None):
     block_transposed = False
     if S.layout.blocked and not values.flags.c_contiguous and values.swapaxes(-1, -2).flags.c_contiguous:
         values, block_transposed = values.swapaxes(-1, -2), True  # a transpose view: read blocks column-major
-    values = np.ascontiguousarray(values, dtype=wt).reshape(Bs, nnz, Rb * Cb)
+    if values.dtype != wt or not values.flags.c_contiguous:
+        values = np.ascontiguousarray(values, dtype=wt)
+    values = values.reshape(Bs, nnz, Rb * Cb)
     if D.dtype != wt or not D.flags.c_contiguous:  # a copy anyway: rows start on cache lines
         dense = aligned_copy(D, wt).reshape(Bd, K, N)
     else:
@@ -88,7 +90,11 @@ def spmm(S, D, plan, rt, threads=None, err=None):
     c, p = S.compressed_indices(), S.plain_indices()
     c2, p2 = c.reshape(Bs, c.shape[-1]), p.reshape(Bs, nnz)
     nt = num_threads(threads, Bo * (nnz * Rb * Cb + M) * N, grain=GRAIN_PRODUCT)
-    found = _spmm_kernels.spmm(c2, p2, values.view(kt), dense.view(kt), out.view(kt), sb, db, (Rb, Cb),
+    if kt != wt:  # integers and bool: the kernels' unsigned view (floats go as they are)
+        values, dense, kout = values.view(kt), dense.view(kt), out.view(kt)
+    else:
+        kout = out
+    found = _spmm_kernels.spmm(c2, p2, values, dense, kout, sb, db, (Rb, Cb),
                                S.layout.compressed_rows, nt, block_transposed=block_transposed,
                                logical=logical, checked=S.is_coalesced())  # unless checked: 5.1-5.5
     if found is not None:
