@@ -90,14 +90,19 @@ def sum(x, axis=None, dtype=None, keepdims=False, split_every=None):
     axis = tuple(sorted(axis))
     if not axis or type(probe) is not np.ndarray:
         return da.sum(x, axis=axis, dtype=dtype, keepdims=keepdims, split_every=split_every)
-    out_dtype = probe.dtype
+    return _sum_graph(x, _block_sum, axis, keepdims, probe.dtype, split_every)
+
+
+def _sum_graph(x, chunk, axis: tuple, keepdims: bool, out_dtype, split_every=None):
+    """The graph of :func:`sum` with ``chunk(block, axis, keepdims, dtype)`` as the chunk step
+    (bench/dask.py times it with a chunk step that only allocates its output: Dask's floor)."""
     meta = np.empty((0,) * (x.ndim if keepdims else x.ndim - len(axis)), dtype=out_dtype)
     if all(x.numblocks[a] == 1 for a in axis):  # one block along the summed axes: its sum is the result
-        fn = functools.partial(_block_sum, axis=axis, keepdims=keepdims, dtype=out_dtype)
+        fn = functools.partial(chunk, axis=axis, keepdims=keepdims, dtype=out_dtype)
         if keepdims:
             chunks = tuple((1,) if d in axis else c for d, c in enumerate(x.chunks))
             return x.map_blocks(fn, chunks=chunks, dtype=out_dtype, meta=meta)
         return x.map_blocks(fn, drop_axis=axis, dtype=out_dtype, meta=meta)
     # Dask binds dtype=out_dtype to both steps (they take a dtype argument)
-    return da.reduction(x, _block_sum, _add, axis=axis, keepdims=keepdims, dtype=out_dtype,
-                        split_every=split_every, concatenate=False, meta=meta, name="st-sum")
+    return da.reduction(x, chunk, _add, axis=axis, keepdims=keepdims, dtype=out_dtype, split_every=split_every,
+                        concatenate=False, meta=meta, name="st-sum")
