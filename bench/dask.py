@@ -39,7 +39,10 @@ instead of joined, one task per block for the row sums), and each way of summing
 chunk step that only returns zeros of the partial sum's shape and dtype. ``ours - floor`` is
 what our chunk step costs in the run (kernel and everything around it); ``floor + kernels / 2``
 is the best these graphs can reach. Where Dask put the blocks (``blocks on workers``) is
-printed: it decides which partial sums cross between the workers.
+printed: it decides how the work splits and which partial sums cross between the workers. By
+default the blocks are persisted as equal runs of neighbours per worker (Dask's co-assignment of
+root tasks, ``distributed.scheduler.worker-saturation: inf``), the same for both chunk types;
+``run(contiguous=False)`` leaves them where Dask's default queuing puts them.
 
 ``python -m bench.dask --sum-ab OLD.so NEW.so`` times the row and column sum kernels of one
 chunk (250k x 2M, 5M nnz) by two builds of ``sparsetensor/_lib/_reduce`` loaded side by side
@@ -187,7 +190,9 @@ def _stream(client, g) -> dict:
 
 
 def run(repeat: int = 5, threads=None, nrows: int = 2_000_000, ncols: int = 2_000_000, nnz: int = 40_000_000,
-        chunks_per_worker: int = 4):
+        chunks_per_worker: int = 4, contiguous: bool = True):
+    """``contiguous``: the blocks persisted as equal runs of neighbours per worker (Dask's co-assignment,
+    ``worker-saturation: inf``); False: where Dask's default queuing puts them (interleaved, often uneven)."""
     import dask
     import dask.array as da
     import distributed
@@ -211,6 +216,12 @@ def run(repeat: int = 5, threads=None, nrows: int = 2_000_000, ncols: int = 2_00
     # tasks away from their chunks (a stolen task ships its 60 MB chunk to the other worker)
     config = {"distributed.scheduler.active-memory-manager.start": False,
               "distributed.scheduler.work-stealing": False}
+    # where the blocks land: with Dask's default root-task queuing, on whichever worker is free when
+    # its load task is queued (seen: 5/3 and 7/1 splits, interleaved), so the kernels of one worker
+    # set the time and a sum's combines wait for partials of the other worker; with co-assignment
+    # (worker-saturation inf) each worker holds an equal run of neighbouring blocks, for both chunk types
+    if contiguous:
+        config["distributed.scheduler.worker-saturation"] = float("inf")
     try:
         with dask.config.set(config), \
                 distributed.LocalCluster(n_workers=2, threads_per_worker=per_worker, processes=True,
