@@ -36,9 +36,10 @@ ratios from one run.
 The sums are also timed through ``st.dask.sum`` (Dask's tree with the partial sums added
 instead of joined, one task per block for the row sums), and each way of summing (``x.sum``,
 ``st.dask.sum``) against Dask's floor: the same graph on the same persisted array with a
-chunk step that only returns zeros of the partial sum's shape and dtype. ``ours - floor`` is
-what our chunk step costs in the run (kernel and everything around it); ``floor + kernels / 2``
-is the best these graphs can reach. Where Dask put the blocks (``blocks on workers``) is
+chunk step that only returns ones of the partial sum's shape and dtype (a new array, written).
+``ours - floor`` is what our chunk step costs in the run beyond making its output (kernel and
+everything around it); ``floor + kernels / 2`` is the best these graphs can reach (it counts the
+writing of the outputs twice: 2-3 ms per 16 MB partial). Where Dask put the blocks (``blocks on workers``) is
 printed: it decides how the work splits and which partial sums cross between the workers. By
 default the blocks are persisted as equal runs of neighbours per worker (Dask's co-assignment of
 root tasks, ``distributed.scheduler.worker-saturation: inf``), the same for both chunk types;
@@ -109,22 +110,24 @@ def _graphs(x, D, nblocks):
 
 def _sum_graphs(x) -> dict:
     """The two sums of our array ``x`` by ``st.dask.sum``, and Dask's floor of each way of summing:
-    the same graph with a chunk step that only allocates its output (zeros of the partial sum's
-    shape and dtype), so that what is left is Dask's (tasks, combines, transfers)."""
+    the same graph with a chunk step that only fills its output (ones of the partial sum's shape and
+    dtype), so that what is left is Dask's (tasks, combines, transfers)."""
     import dask.array as da
     from dask.array import chunk
 
     from sparsetensor.dask._reduce import _sum_graph
 
-    def _zeros(b, axis, keepdims, dtype=None):  # a chunk step with no kernel
+    # a chunk step with no kernel that still makes its output as a kernel does: new pages, written
+    # (~3 ms per 16 MB partial; np.zeros would hand over untouched pages)
+    def _ones(b, axis, keepdims, dtype=None):
         shape = tuple(1 if d in axis else n for d, n in enumerate(b.shape))
-        return np.zeros(shape if keepdims else tuple(n for d, n in enumerate(shape) if d not in axis), dtype)
+        return np.ones(shape if keepdims else tuple(n for d, n in enumerate(shape) if d not in axis), dtype)
 
     out = {"ours, st.dask.sum": {}, "floor, x.sum": {}, "floor, st.dask.sum": {}}
     for op, ax in (("sum0", 0), ("sum1", 1)):
         out["ours, st.dask.sum"][op] = st.dask.sum(x, axis=ax)
-        out["floor, x.sum"][op] = da.reduction(x, _zeros, chunk.sum, axis=ax, dtype=np.float64)  # as da.sum does
-        out["floor, st.dask.sum"][op] = _sum_graph(x, _zeros, (ax,), False, np.dtype(np.float64))
+        out["floor, x.sum"][op] = da.reduction(x, _ones, chunk.sum, axis=ax, dtype=np.float64)  # as da.sum does
+        out["floor, st.dask.sum"][op] = _sum_graph(x, _ones, (ax,), False, np.dtype(np.float64))
     return out
 
 
@@ -291,7 +294,7 @@ def run(repeat: int = 5, threads=None, nrows: int = 2_000_000, ncols: int = 2_00
     print_table(["op", "scipy chunks, on workers", "ours, on workers", "scipy/ours", "ours dask API, on workers",
                  "ours st.dask.sum, on workers", "1 process", "best dask on workers / 1 process",
                  "ours dask API, to client", "to client / 1 process"], table)
-    print("\nthe sums against Dask's floor (the same graph, its chunk step only allocating zeros of the partial "
+    print("\nthe sums against Dask's floor (the same graph, its chunk step only returning ones of the partial "
           "sum's shape), on workers; kernels: 1 thread, summed over the chunks / 2; floor + kernels: the best "
           "reachable with these graphs")
     print_table(["op", "aggregation", "ours", "Dask floor", "ours - floor", "kernels / 2", "floor + kernels / 2",
