@@ -312,6 +312,15 @@ def test_st_sum_equals_single_process(sync, layout, blocksize, dtype, chunks, sp
                                            atol=1e-12)
 
 
+@pytest.mark.skipif(os.environ.get("DASK_ARRAY__QUERY_PLANNING") == "True", reason="this is the subprocess")
+def test_st_sum_query_planning():
+    """The st.dask.sum tests again with ``array.query-planning`` on (a fresh process: Dask reads it once)."""
+    env = dict(os.environ, DASK_ARRAY__QUERY_PLANNING="True")
+    r = subprocess.run([sys.executable, "-P", "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__, "-k",
+                        "st_sum and not query_planning"], env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0 and " passed" in r.stdout, r.stdout[-4000:] + r.stderr[-2000:]
+
+
 def test_st_sum_dtype_and_errors(sync):
     t, a = make("csr", dtype=np.int32)
     x = st.dask.from_sparse(t, chunks=(5, 3))

@@ -20,8 +20,15 @@ from dask.array.utils import validate_axis
 __all__ = ["sum"]
 
 
-def _block_sum(b, axis, keepdims, dtype=None):
+def _empty(ndim: int, axis: tuple, keepdims: bool, dtype):
+    """The metadata of a step's result: a zero-size array (Dask asks with ``computing_meta=True``)."""
+    return np.empty((0,) * (ndim if keepdims else ndim - len(axis)), dtype=dtype)
+
+
+def _block_sum(b, axis, keepdims, dtype=None, computing_meta=False):
     """The chunk step: the sum of one chunk over ``axis`` (NumPy's function protocol: our kernels)."""
+    if computing_meta:
+        return _empty(b.ndim, axis, keepdims, dtype if dtype is not None else np.float64)
     return np.sum(b, axis=axis, keepdims=keepdims, dtype=dtype)
 
 
@@ -33,11 +40,13 @@ def _leaves(parts):
         yield parts
 
 
-def _add(parts, axis, keepdims, dtype=None):
+def _add(parts, axis, keepdims, dtype=None, computing_meta=False):
     """The combine and aggregate steps: the sum of the partial sums ``parts`` (Dask's nested lists of
     arrays with the summed axes of size 1), added into one new array; the inputs are not written."""
     leaves = _leaves(parts)
     out = next(leaves)
+    if computing_meta:  # zero-size, which Dask reshapes to the step's ndim (the metadata it passes may have any)
+        return np.empty((0,) * max(out.ndim, 1), dtype=dtype if dtype is not None else out.dtype)
     for i, p in enumerate(leaves):
         out = np.add(out, p) if i == 0 else np.add(out, p, out=out)
     if dtype is not None and out.dtype != dtype:
