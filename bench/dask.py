@@ -33,6 +33,18 @@ chunk kernels alone (one thread, this process, summed over the chunks, halved fo
 workers): the floor a two-worker run can reach. The machine may be shared: compare only
 ratios from one run.
 
+The sums are also timed through ``st.dask.sum`` (Dask's tree with the partial sums added
+instead of joined, one task per block for the row sums), and each way of summing (``x.sum``,
+``st.dask.sum``) against Dask's floor: the same graph on the same persisted array with a
+chunk step that only returns ones of the partial sum's shape and dtype (a new array, written).
+``ours - floor`` is what our chunk step costs in the run beyond making its output (kernel and
+everything around it); ``floor + kernels / 2`` is the best these graphs can reach (it counts the
+writing of the outputs twice: 2-3 ms per 16 MB partial). Where Dask put the blocks (``blocks on workers``) is
+printed: it decides how the work splits and which partial sums cross between the workers. By
+default the blocks are persisted as equal runs of neighbours per worker (Dask's co-assignment of
+root tasks, ``distributed.scheduler.worker-saturation: inf``), the same for both chunk types;
+``run(contiguous=False)`` leaves them where Dask's default queuing puts them.
+
 ``python -m bench.dask --sum-ab OLD.so NEW.so`` times the row and column sum kernels of one
 chunk (250k x 2M, 5M nnz) by two builds of ``sparsetensor/_lib/_reduce`` loaded side by side
 and by SciPy, on 1 and 2 threads, taking turns in one process.
@@ -94,6 +106,29 @@ def _graphs(x, D, nblocks):
     # (scipy.sparse.hstack of one block for scipy chunks: a copy), which is not the kernel's time
     s1 = x.map_blocks(_rowsum, chunks=(x.chunks[0], (1,)), dtype=np.float64)
     return {"spmm": mm, "sum0": s0, "sum1": s1}
+
+
+def _sum_graphs(x) -> dict:
+    """The two sums of our array ``x`` by ``st.dask.sum``, and Dask's floor of each way of summing:
+    the same graph with a chunk step that only fills its output (ones of the partial sum's shape and
+    dtype), so that what is left is Dask's (tasks, combines, transfers)."""
+    import dask.array as da
+    from dask.array import chunk
+
+    from sparsetensor.dask._reduce import _sum_graph
+
+    # a chunk step with no kernel that still makes its output as a kernel does: new pages, written
+    # (~3 ms per 16 MB partial; np.zeros would hand over untouched pages)
+    def _ones(b, axis, keepdims, dtype=None):
+        shape = tuple(1 if d in axis else n for d, n in enumerate(b.shape))
+        return np.ones(shape if keepdims else tuple(n for d, n in enumerate(shape) if d not in axis), dtype)
+
+    out = {"ours, st.dask.sum": {}, "floor, x.sum": {}, "floor, st.dask.sum": {}}
+    for op, ax in (("sum0", 0), ("sum1", 1)):
+        out["ours, st.dask.sum"][op] = st.dask.sum(x, axis=ax)
+        out["floor, x.sum"][op] = da.reduction(x, _ones, chunk.sum, axis=ax, dtype=np.float64)  # as da.sum does
+        out["floor, st.dask.sum"][op] = _sum_graph(x, _ones, (ax,), False, np.dtype(np.float64))
+    return out
 
 
 def _kernels(blocks, Dn, to_scipy: bool) -> dict:
@@ -158,7 +193,9 @@ def _stream(client, g) -> dict:
 
 
 def run(repeat: int = 5, threads=None, nrows: int = 2_000_000, ncols: int = 2_000_000, nnz: int = 40_000_000,
-        chunks_per_worker: int = 4):
+        chunks_per_worker: int = 4, contiguous: bool = True):
+    """``contiguous``: the blocks persisted as equal runs of neighbours per worker (Dask's co-assignment,
+    ``worker-saturation: inf``); False: where Dask's default queuing puts them (interleaved, often uneven)."""
     import dask
     import dask.array as da
     import distributed
@@ -182,6 +219,12 @@ def run(repeat: int = 5, threads=None, nrows: int = 2_000_000, ncols: int = 2_00
     # tasks away from their chunks (a stolen task ships its 60 MB chunk to the other worker)
     config = {"distributed.scheduler.active-memory-manager.start": False,
               "distributed.scheduler.work-stealing": False}
+    # where the blocks land: with Dask's default root-task queuing, on whichever worker is free when
+    # its load task is queued (seen: 5/3 and 7/1 splits, interleaved), so the kernels of one worker
+    # set the time and a sum's combines wait for partials of the other worker; with co-assignment
+    # (worker-saturation inf) each worker holds an equal run of neighbouring blocks, for both chunk types
+    if contiguous:
+        config["distributed.scheduler.worker-saturation"] = float("inf")
     try:
         with dask.config.set(config), \
                 distributed.LocalCluster(n_workers=2, threads_per_worker=per_worker, processes=True,
@@ -196,6 +239,10 @@ def run(repeat: int = 5, threads=None, nrows: int = 2_000_000, ncols: int = 2_00
             theirs = client.persist(ours.map_blocks(lambda b: b.to_scipy(), meta=sp.csr_matrix((0, 0))))
             D = client.persist(da.random.default_rng(1).standard_normal((ncols, N), chunks=(-1, -1)))  # made there
             distributed.wait([ours, theirs, D])
+            who = client.who_has(ours)  # where Dask put the blocks (theirs: the same, tasks run where their data is)
+            workers = sorted({w for v in who.values() for w in v})
+            placement = [workers.index(who[k][0]) for k in sorted(who, key=lambda k: k[1])]
+            print(f"blocks on workers: {placement}")
             client.replicate(distributed.futures_of(D))  # D on both workers, as the blocks need it
             Dn = D.compute()
             st.set_num_threads(1)  # the chunk functions alone, one thread, in this process
@@ -203,30 +250,41 @@ def run(repeat: int = 5, threads=None, nrows: int = 2_000_000, ncols: int = 2_00
             kern = {"ours": _kernels(blocks, Dn, False), "scipy": _kernels(blocks, Dn, True)}
             del blocks
             graphs = {"scipy": _graphs(theirs, D, nblocks), "ours": _graphs(ours, D, nblocks),
-                      "ours, dask API": {"spmm": ours @ D, "sum0": ours.sum(axis=0), "sum1": ours.sum(axis=1)}}
+                      "ours, dask API": {"spmm": ours @ D, "sum0": ours.sum(axis=0), "sum1": ours.sum(axis=1)},
+                      **_sum_graphs(ours)}
             st.set_num_threads(threads)
             single = {"spmm": lambda: t @ Dn, "sum0": lambda: t.sum(axis=0), "sum1": lambda: t.sum(axis=1)}
-            table, split, records = [], [], []
+            table, split, floors, records = [], [], [], []
             for op in OPS:
                 ref = np.asarray(single[op]())
                 streams = {}
-                for name, g in graphs.items():
-                    got = np.asarray(g[op].compute())
-                    if not np.allclose(got.ravel(), ref.ravel(), rtol=1e-9, atol=1e-9):
+                here = {name: g[op] for name, g in graphs.items() if op in g}
+                for name, g in here.items():
+                    got = np.asarray(g.compute())
+                    if got.size != ref.size or not (name.startswith("floor") or
+                                                    np.allclose(got.ravel(), ref.ravel(), rtol=1e-9, atol=1e-9)):
                         raise AssertionError(f"{op} with {name} chunks differs from the single-process result")
-                    streams[name] = _stream(client, g[op])
-                runs = {name: (lambda g=g: _on_workers(client, g[op])) for name, g in graphs.items()}
+                    streams[name] = _stream(client, g)
+                runs = {name: (lambda g=g: _on_workers(client, g)) for name, g in here.items()}
                 runs["ours, dask API, to client"] = lambda: _seconds(graphs["ours, dask API"][op].compute)
                 runs["single"] = lambda: _seconds(single[op])
                 times = _interleaved(runs, repeat)
-                best = min(times["ours"], times["ours, dask API"])
+                best = min(times["ours"], times["ours, dask API"], times.get("ours, st.dask.sum", np.inf))
                 table.append([op, times["scipy"], times["ours"], times["scipy"] / times["ours"],
-                              times["ours, dask API"], times["single"], best / times["single"],
-                              times["ours, dask API, to client"], times["ours, dask API, to client"] / times["single"]])
+                              times["ours, dask API"], times.get("ours, st.dask.sum", "-"), times["single"],
+                              best / times["single"], times["ours, dask API, to client"],
+                              times["ours, dask API, to client"] / times["single"]])
+                half = kern["ours"][op] / 2
+                for way, name in (("x.sum", "ours, dask API"), ("st.dask.sum", "ours, st.dask.sum")):
+                    if f"floor, {way}" in times:
+                        ours_s, floor_s = times[name], times[f"floor, {way}"]
+                        floors.append([op, way, ours_s, floor_s, ours_s - floor_s, half, floor_s + half,
+                                       times["single"], ours_s / times["single"], (floor_s + half) / times["single"]])
                 for name, s in streams.items():
                     kname = "scipy" if name == "scipy" else "ours"
                     split.append([op, name, s["wall_s"], s["tasks"], s["compute_s"], s["transfer_s"],
-                                  f"{s['compute_s'] / (2 * per_worker * s['wall_s']):.0%}", kern[kname][op] / 2])
+                                  f"{s['compute_s'] / (2 * per_worker * s['wall_s']):.0%}",
+                                  "-" if name.startswith("floor") else kern[kname][op] / 2])
                 records.append({"op": op, **{k.replace(", ", "_").replace(" ", "_") + "_s": v
                                              for k, v in times.items()},
                                 "task_stream": streams, "kernels_1_thread_s": {k: v[op] for k, v in kern.items()}})
@@ -234,13 +292,19 @@ def run(repeat: int = 5, threads=None, nrows: int = 2_000_000, ncols: int = 2_00
         shutil.rmtree(tmp, ignore_errors=True)
     print("\nseconds; 'on workers': persist + wait, the result stays on the workers; 'to client': compute()")
     print_table(["op", "scipy chunks, on workers", "ours, on workers", "scipy/ours", "ours dask API, on workers",
-                 "1 process", "best dask on workers / 1 process", "ours dask API, to client",
-                 "to client / 1 process"], table)
+                 "ours st.dask.sum, on workers", "1 process", "best dask on workers / 1 process",
+                 "ours dask API, to client", "to client / 1 process"], table)
+    print("\nthe sums against Dask's floor (the same graph, its chunk step only returning ones of the partial "
+          "sum's shape), on workers; kernels: 1 thread, summed over the chunks / 2; floor + kernels: the best "
+          "reachable with these graphs")
+    print_table(["op", "aggregation", "ours", "Dask floor", "ours - floor", "kernels / 2", "floor + kernels / 2",
+                 "1 process", "ours / 1 process", "(floor + kernels / 2) / 1 process"], floors)
     print("\none 'on workers' run per setup, by the task stream (compute and transfer summed over tasks); "
           "kernels: the chunk functions alone, 1 thread, summed over the chunks / 2")
     print_table(["op", "setup", "wall", "tasks", "task compute", "transfers", "workers busy", "kernels / 2"], split)
     write_json("dask", {"nrows": nrows, "ncols": ncols, "nnz": int(A.nnz), "blocks": nblocks, "threads": threads,
-                        "workers": 2, "threads_per_worker": per_worker, "load_average": load, "results": records})
+                        "workers": 2, "threads_per_worker": per_worker, "load_average": load, "placement": placement,
+                        "results": records})
 
 
 # -- the chunk kernels alone: two builds of sparsetensor/_lib/_reduce side by side -----------------------

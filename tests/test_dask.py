@@ -289,6 +289,84 @@ def test_load_errors(sync, tmp_path):
         x.blocks[1].compute()
 
 
+# -- st.dask.sum: the aggregation of dense partial sums --------------------------------------------------
+@pytest.mark.parametrize("layout,blocksize", [c for c in CASES if c[0] != "coo"])
+@pytest.mark.parametrize("dtype", [np.float64, np.complex128, np.int32])
+@pytest.mark.parametrize("chunks,split_every", [((10, -1), None), ((4, 4), None), ((2, 2), 2), ((6, 12), {0: 3, 1: 2})])
+def test_st_sum_equals_single_process(sync, layout, blocksize, dtype, chunks, split_every):
+    t, a = make(layout, blocksize, dtype, np.int32)
+    x = st.dask.from_sparse(t, chunks=chunks)
+    for axis in (0, 1, -1, None, (0, 1), (1, 0)):
+        for keepdims in (False, True):
+            got = st.dask.sum(x, axis=axis, keepdims=keepdims, split_every=split_every)
+            want = np.asarray(t.sum(axis=axis, keepdim=keepdims))
+            assert got.shape == want.shape and got.dtype == want.dtype, (axis, keepdims)
+            r = got.compute()
+            assert type(r) is np.ndarray and r.shape == want.shape and r.dtype == want.dtype
+            if dtype == np.int32:
+                np.testing.assert_array_equal(r, want)
+                np.testing.assert_array_equal(r, a.sum(axis=axis, keepdims=keepdims))
+            else:
+                np.testing.assert_allclose(r, want, rtol=1e-12, atol=1e-12)
+                np.testing.assert_allclose(r, np.asarray(x.sum(axis=axis, keepdims=keepdims).compute()), rtol=1e-12,
+                                           atol=1e-12)
+
+
+@pytest.mark.skipif(os.environ.get("DASK_ARRAY__QUERY_PLANNING") == "True", reason="this is the subprocess")
+def test_st_sum_query_planning():
+    """The st.dask.sum tests again with ``array.query-planning`` on (a fresh process: Dask reads it once)."""
+    env = dict(os.environ, DASK_ARRAY__QUERY_PLANNING="True")
+    r = subprocess.run([sys.executable, "-P", "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__, "-k",
+                        "st_sum and not query_planning"], env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0 and " passed" in r.stdout, r.stdout[-4000:] + r.stderr[-2000:]
+
+
+def test_st_sum_dtype_and_errors(sync):
+    t, a = make("csr", dtype=np.int32)
+    x = st.dask.from_sparse(t, chunks=(5, 3))
+    got = st.dask.sum(x, axis=0, dtype=np.float32)
+    assert got.dtype == np.float32 and got.compute().dtype == np.float32
+    np.testing.assert_allclose(got.compute(), a.sum(axis=0).astype(np.float32))
+    assert st.dask.sum(x, axis=1).dtype == np.int64
+    with pytest.raises(np.exceptions.AxisError):
+        st.dask.sum(x, axis=2)
+    with pytest.raises(ValueError, match="repeats"):
+        st.dask.sum(x, axis=(0, 0))
+
+
+def test_st_sum_graph(sync, monkeypatch):
+    """One task per block when the summed axis has one block; the partials are added, never joined."""
+    t, a = make("csr", blocks=(24, 6))
+    x = st.dask.from_sparse(t, chunks=(4, -1))
+    s1 = st.dask.sum(x, axis=1)
+    assert s1.numblocks == (6,)
+    assert not any("aggregate" in str(k) or "partial" in str(k) for k in dict(s1.__dask_graph__()))
+    s0 = st.dask.sum(x, axis=0, split_every=2)
+    joined = []
+    real = np.concatenate
+    monkeypatch.setattr(np, "concatenate", lambda *args, **kw: joined.append(1) or real(*args, **kw))
+    np.testing.assert_allclose(s0.compute(), a.sum(axis=0), rtol=1e-12)
+    np.testing.assert_allclose(s1.compute(), a.sum(axis=1), rtol=1e-12)
+    assert not joined
+    parts = [np.ones((1, 3)), np.full((1, 3), 2.0), np.full((1, 3), 4.0)]
+    from sparsetensor.dask._reduce import _add
+    np.testing.assert_array_equal(_add([parts[:2], [parts[2]]], axis=(0,), keepdims=False), [7.0, 7.0, 7.0])
+    np.testing.assert_array_equal(parts[0], 1.0)  # the inputs are not written
+    assert _add([parts[1]], axis=(0,), keepdims=True) is parts[1]
+
+
+def test_st_sum_sparse_partials_are_x_sum(sync):
+    """coo chunks whose sum keeps a sparse dim: st.dask.sum is x.sum (a sparse result)."""
+    t, a = make("coo")
+    x = st.dask.from_sparse(t, chunks=(10, -1))
+    got = st.dask.sum(x, axis=0)
+    r = got.compute()
+    want = x.sum(axis=0).compute()
+    assert type(r) is type(want)
+    np.testing.assert_allclose(dense(r), dense(want), rtol=1e-12)
+    np.testing.assert_allclose(dense(r), a.sum(axis=0), rtol=1e-12)
+
+
 # -- on a cluster: 2 worker processes ---------------------------------------------------------------
 @pytest.fixture(scope="module")
 def client():
@@ -309,6 +387,9 @@ def test_cluster_spmm_sum_cat(client):
     got = (x + x).compute()
     assert isinstance(got, st.CompressedTensor) and got.index_dtype == np.int32
     np.testing.assert_array_equal(got.to_dense(), 2 * a)
+    np.testing.assert_allclose(st.dask.sum(x, axis=0, split_every=2).compute(), np.asarray(t.sum(axis=0)),
+                               rtol=1e-12)
+    np.testing.assert_allclose(st.dask.sum(x, axis=1).compute(), np.asarray(t.sum(axis=1)), rtol=1e-12)
     y = x.persist()  # chunks live on the workers, travel between them and back
     np.testing.assert_array_equal(y.T.compute().to_dense(), a.T)
 
@@ -323,7 +404,7 @@ def test_cluster_load(client, tmp_path):
 
 
 @pytest.mark.parametrize("name", ["sparsetensor.interop.chunk", "sparsetensor.dask", "sparsetensor.dask._array",
-                                  "sparsetensor.dask._meta"])
+                                  "sparsetensor.dask._meta", "sparsetensor.dask._reduce"])
 def test_doctests(name):
     """The examples in the docstrings of the Dask modules (here, not in test_docs.py: they need dask)."""
     import doctest

@@ -176,6 +176,15 @@ def test_sum_dtype_argument(dtype, layout, rng):
         check(r, want, t, d, np.dtype(dtype))
 
 
+def test_sum_dtype_argument_refused_names_the_supported(rng):
+    t, _ = make(rng, "csr", dtype=np.float64)
+    for bad in (np.uint64, "uint16", np.float128 if hasattr(np, "float128") else "uint32"):
+        with pytest.raises(TypeError, match=r"unsupported value dtype \w+; supported: bool, int8, .*, complex128$"):
+            R.sum(t, 0, dtype=bad)
+    with pytest.raises(TypeError, match="unsupported value dtype"):
+        R.sum(t, 0, dtype="not a dtype")
+
+
 def test_sum_of_int8_is_int64_and_float16_rounds_once(rng):
     t = st.sparse_coo_tensor([[0, 1, 2]], np.array([100, 100, 100], np.int8), size=(3,))
     assert R.sum(t) == 300 and R.sum(t).dtype == np.int64

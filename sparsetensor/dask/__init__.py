@@ -10,6 +10,9 @@ by :mod:`sparsetensor.interop.chunk` at ``import sparsetensor``.
 - :func:`load`: a Dask array over a file of :func:`sparsetensor.save`, each task reading its
   block of rows (csr/bsr) or columns (csc/bsc) from the mapped file.
 - :func:`meta_like`: the zero-size tensor Dask uses as a chunk's metadata.
+- :func:`sum`: ``x.sum`` with a cheaper aggregation of dense partial sums (row and column
+  sums of compressed chunks): partials added, not joined; no aggregate task per block
+  when the summed axes have one block.
 
 Ops on chunks that have no sparse implementation raise (``NotImplementedError``,
 ``TypeError`` or ``ValueError`` naming the op): nothing is densified silently.
@@ -33,8 +36,9 @@ from __future__ import annotations
 
 from ._array import from_sparse, load
 from ._meta import meta_like
+from ._reduce import sum
 from ._register import register
 
 register()
 
-__all__ = ["from_sparse", "load", "meta_like", "register"]
+__all__ = ["from_sparse", "load", "meta_like", "register", "sum"]
