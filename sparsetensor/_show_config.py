@@ -49,6 +49,7 @@ def _config() -> dict:
             "cpus_available": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
             "env OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"),
             "env OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY"),
+            "env GOMP_SPINCOUNT": os.environ.get("GOMP_SPINCOUNT"),
         },
         "python": {
             "version": sys.version.split()[0],
