@@ -14,8 +14,8 @@ cdef extern from *:
     int st_have_openmp() nogil
 
 
-# Thread counts. The gate is sparsetensor._config.num_threads (GRAIN = 2**18 units of work
-# there, i.e. 8 x ENTRIES_PER_THREAD): below it a kernel is handed nthreads = 1, and a kernel
+# Thread counts. The gate is sparsetensor._config.num_threads (GRAIN = 2**16 units of work
+# there, i.e. 2 x ENTRIES_PER_THREAD): below it a kernel is handed nthreads = 1, and a kernel
 # uses the count it is handed. A kernel that splits its own work further (a count known only
 # inside it, or ranges of entries) gives each thread at least ENTRIES_PER_THREAD entries:
 # this is the one constant for that, read from here.
