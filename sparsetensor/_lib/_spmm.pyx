@@ -7,7 +7,8 @@ block columns (csc/bsc). Two kernels:
 - *gather* (compressed rows): output block row ``i`` is the sum over its blocks
   ``k`` of ``A_k @ dense[plain[k]*Cb : +Cb, :]``. Row-parallel: the rows are
   pre-split into chunks of about equal work (entries and rows, by a binary
-  search of the compressed index), scheduled dynamically; every chunk owns its
+  search of the compressed index), scheduled statically (the same rows on the
+  same thread every call); every chunk owns its
   output rows, so there are no races. ``N == 1`` with 1 x 1 blocks (SpMV) has
   its own loop with a scalar accumulator. For float32/float64 the AVX-512
   paths of ``_spmm_simd.h`` replace the loops when the build targets AVX-512
@@ -70,9 +71,8 @@ cdef extern from "_spmm_simd.h" nogil:
                           Py_ssize_t, Py_ssize_t, int64_t, int64_t, int)
 
 
-# Row chunks per thread of the gather kernel (dynamic schedule; the chunks hold equal nnz). 4
-# rather than 8: 1.0-1.12x on SpMV at 10^5 nnz on 2 threads (fewer chunks to hand out), the
-# same at 10^6 (A/B in one process, idle machine).
+# Row chunks per thread of the gather kernel (the chunks hold equal nnz; a static schedule hands
+# each thread a contiguous run of them).
 cdef Py_ssize_t _CHUNKS_PER_THREAD = 4
 cdef enum:
     # The scatter kernel compacts the entries of a column in chunks of this many.

@@ -121,7 +121,10 @@ cdef int _gather(const index_t* cp, const index_t* pp, const num_t* vp, const nu
         for s in range(Bs):
             balanced_split(cp + s * (nc + 1), nnz, <const index_t*>NULL, 0, 1, nc, 1, Cb, P, bounds + s * (P + 1))
         if nt > 1:
-            for task in prange(ntasks, num_threads=nt, schedule="dynamic"):
+            # static: each thread gets the same contiguous row ranges on every call, so a
+            # repeated product (an iterative solver) finds its part of A in that core's cache:
+            # 1.02-1.14x over dynamic at 10^5-10^7 nnz on 2 threads (A/B, idle machine)
+            for task in prange(ntasks, num_threads=nt, schedule="static"):
                 bo = task // P
                 t = task % P
                 s = sb[bo]
