@@ -98,7 +98,10 @@ def demo(size: int = 2_000_000, threads: int | None = None, repeat: int = 3, see
             for lib, fn in fns.items():
                 if progress:
                     progress(f"[{done}/{total}] {label}: {op}, {lib} ...")
-                times[lib] = median_time(fn, repeat)
+                # two warm-up calls for every library: on an idle VM the first calls after
+                # another library ran pay for waking cores and threads (a 27-point SpMV at 2M nnz:
+                # 1.1, 1.0, then 0.45 ms for ours; 0.74, 0.52, then 0.45 ms for torch)
+                times[lib] = median_time(fn, repeat, warmup=2)
             if progress:
                 progress.done()
             ratios = {lib: times[lib] / times["ours"] for lib in libs if lib in times}
