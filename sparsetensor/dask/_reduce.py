@@ -105,7 +105,7 @@ def sum(x, axis=None, dtype=None, keepdims=False, split_every=None):
 def _sum_graph(x, chunk, axis: tuple, keepdims: bool, out_dtype, split_every=None):
     """The graph of :func:`sum` with ``chunk(block, axis, keepdims, dtype)`` as the chunk step
     (bench/dask.py times it with a chunk step that only fills its output: Dask's floor)."""
-    meta = np.empty((0,) * (x.ndim if keepdims else x.ndim - len(axis)), dtype=out_dtype)
+    meta = _empty(x.ndim, axis, keepdims, out_dtype)
     if all(x.numblocks[a] == 1 for a in axis):  # one block along the summed axes: its sum is the result
         fn = functools.partial(chunk, axis=axis, keepdims=keepdims, dtype=out_dtype)
         if keepdims:
