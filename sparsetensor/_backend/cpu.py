@@ -30,7 +30,8 @@ from ._select import cat_plain, gather_slices, index_select_coo, narrow_plain, r
 from ._spgemm import spgemm
 from ._views import aligned_copy, bits_dtype, work_dtype
 
-__all__ = ["device", "validate", "coalesce", "to_dense", "from_dense", "convert", "transpose", "spmm", "spgemm",
+__all__ = ["device", "validate", "coalesce", "to_dense", "from_dense", "convert", "transpose", "spmm", "spmm_csr",
+           "spgemm",
            "merge", "reduce_sum", "reduce_sum_dims", "unary", "sddmm", "gather_slices", "remap_plain",
            "narrow_plain", "cat_plain", "index_select_coo", "compressed_sum", "plain_sum", "segment_reduce",
            "scatter_reduce", "segment_softmax", "sample_dense", "add_to_dense", "check_bounds"]
@@ -100,6 +101,39 @@ def spmm(S, D, plan, rt, threads=None, err=None):
     if found is not None:
         raise_compressed_error(found, err.layout, s_batch, err.plain_size, nnz)
     return out.reshape(plan.out_shape)
+
+
+_ZERO = np.zeros(1, dtype=np.int64)
+_ZERO.flags.writeable = False
+_FLOATS = frozenset((np.dtype(np.float32), np.dtype(np.float64)))
+
+
+def spmm_csr(S, D, threads=None):
+    """``S @ D`` for the common case, or None where it is not that case: a 2-d csr ``S`` on the
+    host times a C-contiguous vector or matrix ``D`` of the same float dtype, inner sizes
+    matching. :func:`spmm`'s kernel call without its resolving of batch dims, block sizes,
+    working dtypes and copies, which cost more than the product below about 10^4 entries;
+    every other case (and every error) is left to the general path."""
+    v = S._values
+    if S._layout is not L.sparse_csr or type(v) is not np.ndarray or len(S._shape) != 2:
+        return None
+    dt = v.dtype
+    nd = D.ndim
+    if dt not in _FLOATS or D.dtype != dt or not 1 <= nd <= 2 or not D.flags.c_contiguous \
+            or not v.flags.c_contiguous:
+        return None
+    M, K = S._shape
+    if D.shape[0] != K:
+        return None
+    N = 1 if nd == 1 else D.shape[1]
+    nnz = v.shape[0]
+    out = np.empty(M * N, dtype=dt)
+    found = _spmm_kernels.spmm(S._compressed.reshape(1, M + 1), S._plain.reshape(1, nnz), v.reshape(1, nnz, 1),
+                               D.reshape(1, K, N), out.reshape(1, M, N), _ZERO, _ZERO, (1, 1), True,
+                               num_threads(threads, (nnz + M) * N, grain=GRAIN_PRODUCT), checked=S._canonical)
+    if found is not None:
+        raise_compressed_error(found, S.layout, (), K, nnz)
+    return out if nd == 1 else out.reshape(M, N)
 
 
 def to_dense(t, threads=None) -> np.ndarray:

@@ -163,7 +163,11 @@ def _round(a, decimals=0, out=None):
 
 def is_lazy_collection(x) -> bool:
     """True for a Dask collection (an object whose type has ``__dask_graph__``)."""
-    return hasattr(type(x), "__dask_graph__")
+    tx = type(x)  # arrays and scalars, the common operands, without hasattr's failed lookup
+    return tx not in _EAGER and hasattr(tx, "__dask_graph__")
+
+
+_EAGER = frozenset((np.ndarray, int, float, complex, bool))
 
 
 def defer_to_lazy(method):

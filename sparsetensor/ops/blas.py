@@ -32,7 +32,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .. import _layout as L
-from .._backend import backend_for
+from .._backend import backend_for, cpu as _cpu
 from .._backend._views import UNSIGNED as _UNSIGNED, work_dtype as _work_dtype
 from .._device import device_array, is_device_array
 from .._tensor import COOTensor, CompressedTensor, SparseTensor
@@ -342,6 +342,10 @@ def matmul(a, b, *, threads: int | None = None):
     >>> matmul(np.array([[1.0, 1.0]]), a)
     array([[3., 2., 4.]])
     """
+    if type(a) is CompressedTensor and type(b) is np.ndarray:  # the common case first: csr @ float
+        r = _cpu.spmm_csr(a, b, threads)
+        if r is not None:
+            return r
     a_sparse, b_sparse = isinstance(a, SparseTensor), isinstance(b, SparseTensor)
     if a_sparse and b_sparse:
         return _spgemm(a, b)
