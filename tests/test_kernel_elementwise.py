@@ -139,3 +139,64 @@ def _check_large(rng, B, same):
         for threads in (2, 3):
             for w, g in zip(want, _fused(a, b, union, code, 1.0, threads)):
                 np.testing.assert_array_equal(g, w)
+
+
+def _dense(c, p, v, n, m):
+    """(B, n, m, E) dense array of a batched pattern (c, p, v)."""
+    B, E = c.shape[0], v.shape[2]
+    d = np.zeros((B, n, m, E))
+    for b in range(B):
+        rows = np.repeat(np.arange(n), np.diff(c[b]))
+        d[b, rows, p[b]] = v[b]
+    return d
+
+
+@pytest.mark.parametrize("index_dtype", INDEX_DTYPES)
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("E", [1, 3])
+@pytest.mark.parametrize("union,code", [(True, K.ADD), (True, K.PLUS), (True, K.MAX), (False, K.MUL),
+                                        (False, K.MIN)])
+def test_merge_rows_of_one_pattern_match_dense(rng, index_dtype, threads, E, union, code):
+    # rows that agree (the shortcut: indices copied, values combined in place), rows of equal
+    # length that differ (in the first, a middle or the last index, past 32 bytes too) and rows
+    # that differ in length, against the op on dense arrays
+    n, m, B = 40, 90, 2
+    ca, pa = _pattern(rng, n, m, 0.3)
+    rows_a = np.split(pa, ca[1:-1])
+    rows_b = []
+    for i, r in enumerate(rows_a):
+        r = r.copy()
+        if i % 4 == 1 and r.size:  # same length, one index moved to a free column
+            free = np.setdiff1d(np.arange(m), r)
+            r[[0, r.size // 2, r.size - 1][i % 3]] = free[i % free.size]
+            r.sort()
+        elif i % 4 == 2:  # one index more
+            free = np.setdiff1d(np.arange(m), r)
+            r = np.sort(np.append(r, free[0]))
+        rows_b.append(r)
+    cb = np.concatenate([[0], np.cumsum([r.size for r in rows_b])])
+    pb = np.concatenate(rows_b)
+
+    def batch(c, p):
+        return (np.ascontiguousarray(np.broadcast_to(c, (B, c.size)), dtype=index_dtype),
+                np.ascontiguousarray(np.broadcast_to(p, (B, p.size)), dtype=index_dtype),
+                rng.standard_normal((B, p.size, E)))
+
+    a, b = batch(ca, pa), batch(cb, pb)
+    alpha = 1.0 if code == K.PLUS else -0.5
+    oc, op, ov = _fused(a, b, union, code, alpha, threads)
+    da, db = _dense(*a, n, m), _dense(*b, n, m)
+    expect = {K.ADD: lambda x, y: x + alpha * y, K.PLUS: lambda x, y: x + y, K.MAX: np.maximum,
+              K.MUL: lambda x, y: x * y, K.MIN: np.minimum}[code](da, db)
+    nnz = oc[0, -1]
+    got = _dense(oc, op.reshape(B, nnz), ov.reshape(B, nnz, E), n, m)
+    pattern_a = _dense(a[0], a[1], np.ones((B, a[1].shape[1], 1)), n, m)[..., 0] > 0
+    pattern_b = _dense(b[0], b[1], np.ones((B, b[1].shape[1], 1)), n, m)[..., 0] > 0
+    pattern = (pattern_a | pattern_b) if union else (pattern_a & pattern_b)
+    got_pattern = _dense(oc, op.reshape(B, nnz), np.ones((B, nnz, 1)), n, m)[..., 0] > 0
+    np.testing.assert_array_equal(got_pattern, pattern)
+    for bt in range(B):
+        for i in range(n):  # every output row sorted and distinct
+            row = op.reshape(B, nnz)[bt, oc[bt, i]:oc[bt, i + 1]]
+            assert np.all(np.diff(row) > 0)
+    np.testing.assert_array_equal(got[pattern], expect[pattern])

@@ -41,6 +41,61 @@ ctypedef fused move_t:
 
 
 # -- counting ----------------------------------------------------------------------------------
+cdef extern from *:
+    """
+    #include <stdint.h>
+    #include <string.h>
+    /* Whether n bytes at a and b are equal, 32 bytes per step: inline, where a call to memcmp
+       per row made the merge loop save its vector registers around every call. */
+    static inline int st_same_bytes(const void *a, const void *b, size_t n) {
+        const char *p = (const char *)a, *q = (const char *)b;
+        uint64_t x[4], y[4];
+        size_t k = 0;
+        for (; k + 32 <= n; k += 32) {
+            memcpy(x, p + k, 32); memcpy(y, q + k, 32);
+            if ((x[0] ^ y[0]) | (x[1] ^ y[1]) | (x[2] ^ y[2]) | (x[3] ^ y[3])) return 0;
+        }
+        for (; k + 8 <= n; k += 8) {
+            memcpy(x, p + k, 8); memcpy(y, q + k, 8);
+            if (x[0] != y[0]) return 0;
+        }
+        for (; k < n; k++)
+            if (p[k] != q[k]) return 0;
+        return 1;
+    }
+    """
+    bint st_same_bytes(const void* a, const void* b, size_t n) noexcept nogil
+
+
+cdef inline bint _same_row(const index_t* ap, Py_ssize_t a0, Py_ssize_t a1,
+                           const index_t* bp, Py_ssize_t b0, Py_ssize_t b1) noexcept nogil:
+    """Whether two rows hold the same indices: operands of one pattern (A + A.T of a symmetric
+    pattern, a stiffness plus a mass matrix) skip the merge for a copy and a straight loop over
+    the values (a failed compare stops at the first differing 32 bytes)."""
+    return a1 - a0 == b1 - b0 and a1 > a0 and st_same_bytes(ap + a0, bp + b0, (a1 - a0) * sizeof(index_t))
+
+
+cdef inline Py_ssize_t _fill_same(int op, const index_t* ap, const value_t* av, Py_ssize_t a0, Py_ssize_t a1,
+                                  const value_t* bv, Py_ssize_t b0, Py_ssize_t E, value_t alpha, bint logical,
+                                  index_t* op_, value_t* ov) noexcept nogil:
+    """Rows of one pattern (_same_row): the indices copied, the values combined in order (one
+    loop for both where E == 1, which the compiler keeps inline and vectorises)."""
+    cdef Py_ssize_t k, cnt = a1 - a0
+    ap = ap + a0
+    av = av + a0 * E
+    bv = bv + b0 * E
+    if E == 1:
+        for k in range(cnt):
+            op_[k] = ap[k]
+            ov[k] = _apply(op, av[k], bv[k], alpha, logical)
+        return cnt
+    for k in range(cnt):
+        op_[k] = ap[k]
+    for k in range(cnt * E):
+        ov[k] = _apply(op, av[k], bv[k], alpha, logical)
+    return cnt
+
+
 cdef inline int64_t _count_union(const index_t* ap, Py_ssize_t a0, Py_ssize_t a1,
                                  const index_t* bp, Py_ssize_t b0, Py_ssize_t b1) noexcept nogil:
     """The size of the union of two sorted rows, merged from both ends at once (two independent
@@ -48,6 +103,8 @@ cdef inline int64_t _count_union(const index_t* ap, Py_ssize_t a0, Py_ssize_t a1
     cdef Py_ssize_t ia = a0, ib = b0, ja = a1 - 1, jb = b1 - 1
     cdef int64_t cnt = 0
     cdef index_t x, y, u, v
+    if _same_row(ap, a0, a1, bp, b0, b1):
+        return a1 - a0
     while ia <= ja and ib <= jb:
         x = ap[ia]
         y = bp[ib]
@@ -69,6 +126,8 @@ cdef inline int64_t _count_intersection(const index_t* ap, Py_ssize_t a0, Py_ssi
     cdef Py_ssize_t ia = a0, ib = b0
     cdef int64_t cnt = 0
     cdef index_t x, y
+    if _same_row(ap, a0, a1, bp, b0, b1):
+        return a1 - a0
     while ia < a1 and ib < b1:
         x = ap[ia]
         y = bp[ib]
@@ -204,6 +263,8 @@ cdef inline Py_ssize_t _fill_union(int op, const index_t* ap, const value_t* av,
     cdef index_t x, y
     cdef bint ta, tb
     cdef value_t zero = 0
+    if _same_row(ap, a0, a1, bp, b0, b1):
+        return _fill_same(op, ap, av, a0, a1, bv, b0, E, alpha, logical, op_, ov)
     if E == 1:
         # from both ends at once, as _count_union: the front writes upwards from 0, the back
         # downwards from count - 1, and what is left comes from one side only
@@ -269,6 +330,8 @@ cdef inline Py_ssize_t _fill_intersection(int op, const index_t* ap, const value
     (not only for the count), so that a scalar row is merged branch free, every step writing."""
     cdef Py_ssize_t ia = a0, ib = b0, o = 0, e
     cdef index_t x, y
+    if _same_row(ap, a0, a1, bp, b0, b1):
+        return _fill_same(op, ap, av, a0, a1, bv, b0, E, alpha, logical, op_, ov)
     if spare and E == 1:
         while ia < a1 and ib < b1:
             x = ap[ia]
