@@ -16,7 +16,8 @@ run, and ``roof/ours`` how close ours comes to it (1.0: at the bound; above 1 wh
 operands fit in cache, as at 10^5 nnz, so that the bound means something from 10^6 on).
 
 The table gives, per case, our time and each peer's time over ours (above 1: ours is faster);
-``best`` is the fastest peer's ratio. Ratios come from one process run, medians of repeats.
+``best`` is the fastest peer's ratio. Ratios come from one process run: medians of 9 calls per library
+in three rounds that take turns (SpGEMM: 5 calls after one warm-up, in one round).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import os
 import numpy as np
 
 import sparsetensor as st
-from sparsetensor._userbench import installed_peers, structure_cases
+from sparsetensor._userbench import installed_peers, interleaved_medians, structure_cases
 
 from ._common import median_time, print_table, read_bandwidth_threads, write_json
 
@@ -68,12 +69,15 @@ def run(threads: int | None = None, quick: bool = False, repeat: int = 5, ops=No
         for op, fns in structure_cases(t, peers, threads, ops).items():
             if op == "spgemm" and name.startswith("rmat") and t.shape[0] >= (1 << 16):
                 continue  # R-MAT squared from scale 16 on: a peer's product outgrew this machine's 23 GB
-            # three warm-up calls each and 7 repeats: on this VM a call that faults in 100+ MB of
-            # fresh memory stalls now and then for 50-200 ms (whoever runs it), in streaks. SpGEMM
-            # keeps 1 + repeat calls: torch 2.13's CSR @ CSR does not give back about the product's
-            # size per call, and at 10^7 nnz ten calls outgrow this machine's memory
-            warm, rep = (1, repeat) if op == "spgemm" else (3, max(repeat, 7))
-            times = {lib: median_time(f, rep, warmup=warm) for lib, f in fns.items()}
+            # on this VM a call that faults in 100+ MB of fresh memory stalls now and then for
+            # 50-300 ms (whoever runs it), in streaks: the libraries take turns in three rounds of
+            # a warm-up call and 3 timed calls each, so that a streak is shared. SpGEMM keeps 1 +
+            # repeat calls in one round: torch 2.13's CSR @ CSR does not give back about the
+            # product's size per call, and at 10^7 nnz ten calls outgrow this machine's memory
+            if op == "spgemm":
+                times = {lib: median_time(f, repeat, warmup=1) for lib, f in fns.items()}
+            else:
+                times = interleaved_medians(fns, max(repeat, 9), warmup=1, rounds=3)
             ratios = {lib: times[lib] / times["ours"] for lib in libs if lib in times}
             best = min(ratios.values()) if ratios else float("nan")
             nbytes = traffic(op, t.shape[0], t.nnz, fns["ours"]().nnz if op == "add" else 0)

@@ -12,7 +12,7 @@ import warnings
 
 import numpy as np
 
-__all__ = ["run_user_bench", "installed_peers", "structure_cases"]
+__all__ = ["run_user_bench", "installed_peers", "structure_cases", "interleaved_medians"]
 
 
 def median_time(fn, repeat: int = 7, warmup: int = 1) -> float:
@@ -25,6 +25,26 @@ def median_time(fn, repeat: int = 7, warmup: int = 1) -> float:
         fn()
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
+
+
+def interleaved_medians(fns: dict, repeat: int = 9, warmup: int = 1, rounds: int = 3) -> dict:
+    """``{name: median seconds}`` of the zero-argument callables ``fns``, timed in ``rounds``
+    rounds: in each, every callable runs ``warmup`` untimed calls and then its share of the
+    ``repeat`` timed calls, one callable after another. Each callable keeps its cores and caches
+    warm for its own calls, and a slow spell of the machine (on a VM, faulting in fresh memory
+    stalls for 50-300 ms now and then, in streaks) falls on several callables' calls instead of
+    one's whole batch."""
+    per_round = -(-repeat // rounds)
+    times: dict = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            for _ in range(warmup):
+                fn()
+            for _ in range(per_round):
+                t0 = time.perf_counter()
+                fn()
+                times[name].append(time.perf_counter() - t0)
+    return {name: statistics.median(ts) for name, ts in times.items()}
 
 
 def peers(threads=None, torch_threads=None):

@@ -536,13 +536,16 @@ def test_large_threads_parts_match_scipy(rng):
 
 
 # -- the csr accumulators: each one forced, against the others and the oracles -------------------------
-ACCUMULATORS = ["auto", "merge", "dense", "dense-flags", "dense-bits", "esc", "slots"]
+ACCUMULATORS = ["auto", "merge", "dense", "dense-flags", "dense-bits", "esc", "esc-counting", "esc-in-place", "slots"]
 # settings under which a forced accumulator takes every row it can (merge: rows of at most 64 entries
 # of A; esc: rows of at most as many products as columns; dense and slots: every row here; the
-# dense accumulator marking its columns with flag bytes, or with bits, in every row)
+# dense accumulator marking its columns with flag bytes, or with bits, in every row; esc sorting every
+# row's products by the counting sort, or every row's in place)
 _FORCED = {"auto": {}, "merge": dict(merge_max=64), "esc": dict(esc_max=10**9), "dense": {}, "slots": {},
            "dense-flags": dict(accumulator="dense", flag_span=10**9),
-           "dense-bits": dict(accumulator="dense", flag_span=0)}
+           "dense-bits": dict(accumulator="dense", flag_span=0),
+           "esc-counting": dict(accumulator="esc", esc_max=10**9, esc_small=0),
+           "esc-in-place": dict(accumulator="esc", esc_max=10**9, esc_small=10**9)}
 
 
 @pytest.fixture
