@@ -545,7 +545,7 @@ _FORCED = {"auto": {}, "merge": dict(merge_max=64), "esc": dict(esc_max=10**9), 
            "dense-flags": dict(accumulator="dense", flag_span=10**9),
            "dense-bits": dict(accumulator="dense", flag_span=0),
            "esc-counting": dict(accumulator="esc", esc_max=10**9, esc_small=0),
-           "esc-in-place": dict(accumulator="esc", esc_max=10**9, esc_small=10**9)}
+           "esc-in-place": dict(accumulator="esc", esc_max=10**9, esc_small=10**9, esc_small_span=10**9)}
 
 
 @pytest.fixture

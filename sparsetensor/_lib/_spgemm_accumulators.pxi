@@ -446,7 +446,7 @@ cdef Py_ssize_t _esc_row(const index_t* ac, const index_t* ap, const value_t* av
     cdef value_t* vals = <value_t*>s.sums
     cdef value_t x
     cdef uint64_t w, col, prev = <uint64_t>-1
-    if ub <= ESC_SMALL:  # few products: sorted in place (no histogram to clear and sum)
+    if ub <= ESC_SMALL and hi - lo < ESC_SMALL_SPAN * ub:  # sorted in place (no histogram to clear and sum)
         for ka in range(ac[i], ac[i + 1]):
             x = av[ka]
             kb1 = bc[ap[ka] + 1]
