@@ -30,14 +30,17 @@ def median_time(fn, repeat: int = 7, warmup: int = 1) -> float:
 def interleaved_medians(fns: dict, repeat: int = 9, warmup: int = 1, rounds: int = 3) -> dict:
     """``{name: median seconds}`` of the zero-argument callables ``fns``, timed in ``rounds``
     rounds: in each, every callable runs ``warmup`` untimed calls and then its share of the
-    ``repeat`` timed calls, one callable after another. Each callable keeps its cores and caches
-    warm for its own calls, and a slow spell of the machine (on a VM, faulting in fresh memory
-    stalls for 50-300 ms now and then, in streaks) falls on several callables' calls instead of
-    one's whole batch."""
+    ``repeat`` timed calls, one callable after another, each round starting one callable further
+    on. Each callable keeps its cores and caches warm for its own calls, and a slow spell of the
+    machine falls on several callables' calls instead of one's whole batch: on a VM, memory that
+    another callable freed a while ago can be slow to fault in again (50-300 ms for 100+ MB), so
+    no callable always comes first after the others."""
     per_round = -(-repeat // rounds)
     times: dict = {name: [] for name in fns}
-    for _ in range(rounds):
-        for name, fn in fns.items():
+    names = list(fns)
+    for r in range(rounds):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            fn = fns[name]
             for _ in range(warmup):
                 fn()
             for _ in range(per_round):

@@ -156,3 +156,15 @@ def test_quiet_when_piped(matrix_file):
     path, _ = matrix_file
     out = run("info", path)
     assert "\r" not in out.stderr  # progress lines only on a terminal
+
+
+def test_interleaved_medians_take_turns():
+    from sparsetensor._userbench import interleaved_medians
+
+    log = []
+    fns = {name: (lambda name=name: log.append(name)) for name in ("a", "b", "c")}
+    medians = interleaved_medians(fns, repeat=6, warmup=1, rounds=3)
+    assert set(medians) == {"a", "b", "c"} and all(m >= 0 for m in medians.values())
+    # 3 rounds of 1 warm-up + 2 timed calls each, each round starting one callable further on
+    assert log == ["a"] * 3 + ["b"] * 3 + ["c"] * 3 + ["b"] * 3 + ["c"] * 3 + ["a"] * 3 \
+        + ["c"] * 3 + ["a"] * 3 + ["b"] * 3

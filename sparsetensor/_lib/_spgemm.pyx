@@ -39,6 +39,8 @@ from libc.stdint cimport int32_t, int64_t, uint8_t, uint64_t
 from libc.stdlib cimport calloc, free, malloc
 from libc.string cimport memcpy, memset
 
+from ._scratch cimport scratch_alloc, scratch_calloc
+
 import numpy as np
 
 from ._types cimport index_t, value_t
@@ -471,8 +473,8 @@ def spgemm_fused(const index_t[:, ::1] a_compressed, const index_t[:, ::1] a_pla
                     dst_v = &out_values[0]
                 else:
                     room_p = prefix[bounds[p + 1]] - prefix[bounds[p]]
-                    part_p[p] = <index_t*>malloc(room_p * sizeof(index_t) + 1)
-                    part_v[p] = <value_t*>malloc(room_p * sizeof(value_t) + 1)
+                    part_p[p] = <index_t*>scratch_alloc(room_p * sizeof(index_t) + 1)
+                    part_v[p] = <value_t*>scratch_alloc(room_p * sizeof(value_t) + 1)
                     dst_p = part_p[p]
                     dst_v = part_v[p]
                 if dst_p == NULL or dst_v == NULL:

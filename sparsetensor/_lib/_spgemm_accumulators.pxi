@@ -37,10 +37,10 @@ cdef Scratch* _scratch_new(Py_ssize_t n, Py_ssize_t E, Py_ssize_t itemsize, Py_s
     s.n = n
     s.room = maxc
     s.dense_room = min(n, DENSE_MAX) if E == 1 else 0
-    s.words = <uint64_t*>malloc((maxc + 1) * sizeof(uint64_t))
-    s.sorted = <uint64_t*>malloc((maxc + 1) * sizeof(uint64_t))
-    s.sums = malloc((maxc + 1) * E * itemsize + 1)
-    s.hist = <int32_t*>malloc((4 * maxc + 4) * sizeof(int32_t))
+    s.words = <uint64_t*>scratch_alloc((maxc + 1) * sizeof(uint64_t))
+    s.sorted = <uint64_t*>scratch_alloc((maxc + 1) * sizeof(uint64_t))
+    s.sums = scratch_alloc((maxc + 1) * E * itemsize + 1)
+    s.hist = <int32_t*>scratch_alloc((4 * maxc + 4) * sizeof(int32_t))
     if s.words == NULL or s.sorted == NULL or s.sums == NULL or s.hist == NULL:
         _scratch_free(s)
         return NULL
@@ -51,7 +51,7 @@ cdef bint _scratch_slots(Scratch* s) noexcept nogil:
     """Allocate the slot array on first use; False when out of memory."""
     if s.slots != NULL:
         return True
-    s.slots = <int32_t*>malloc((2 * s.n + 2) * sizeof(int32_t))
+    s.slots = <int32_t*>scratch_alloc((2 * s.n + 2) * sizeof(int32_t))
     if s.slots == NULL:
         return False
     memset(s.slots, 0xff, (2 * s.n + 2) * sizeof(int32_t))  # stamp -1: no row yet
@@ -67,16 +67,16 @@ cdef bint _scratch_dense(Scratch* s, value_t zero) noexcept nogil:
     if s.bits != NULL and s.flags != NULL:
         return True
     if s.dense == NULL:
-        s.dense = malloc(s.dense_room * sizeof(value_t) + 1)
+        s.dense = scratch_alloc(s.dense_room * sizeof(value_t) + 1)
         if s.dense == NULL:
             return False
         acc = <value_t*>s.dense
         for j in range(s.dense_room):
             acc[j] = zero
     if s.bits == NULL:
-        s.bits = <uint64_t*>calloc((s.dense_room >> 6) + 1, sizeof(uint64_t))
+        s.bits = <uint64_t*>scratch_calloc((s.dense_room >> 6) + 1, sizeof(uint64_t))
     if s.flags == NULL:
-        s.flags = <uint8_t*>calloc(s.dense_room + 8, 1)
+        s.flags = <uint8_t*>scratch_calloc(s.dense_room + 8, 1)
     return s.bits != NULL and s.flags != NULL
 
 

@@ -26,9 +26,9 @@ cdef Marks* _marks_new(Py_ssize_t n) noexcept nogil:
     m.n = n
     m.stamp = 0
     m.bits_room = min(n, DENSE_MAX)
-    m.mark = <int32_t*>malloc((n + 1) * sizeof(int32_t))
-    m.bits = <uint64_t*>calloc((m.bits_room >> 6) + 1, sizeof(uint64_t))
-    m.flags = <uint8_t*>calloc(m.bits_room + 8, 1)
+    m.mark = <int32_t*>scratch_alloc((n + 1) * sizeof(int32_t))
+    m.bits = <uint64_t*>scratch_calloc((m.bits_room >> 6) + 1, sizeof(uint64_t))
+    m.flags = <uint8_t*>scratch_calloc(m.bits_room + 8, 1)
     if m.mark == NULL or m.bits == NULL or m.flags == NULL:
         _marks_free(m)
         return NULL

@@ -92,7 +92,7 @@ cdef int _row_split(const index_t* pp, Py_ssize_t n, Py_ssize_t nplain, Py_ssize
     ``n`` entries (a histogram of a sample of the plain indices; out-of-range ones ignored)."""
     cdef Py_ssize_t nbins = min(nplain, <Py_ssize_t>4096), step = max(1, n // 65536), k, b, t
     cdef int64_t p, total = 0, acc = 0
-    cdef int64_t* counts = <int64_t*>calloc(nbins + 1, sizeof(int64_t))
+    cdef int64_t* counts = <int64_t*>scratch_calloc(nbins + 1, sizeof(int64_t))
     if counts == NULL:
         return -1
     k = 0
@@ -194,7 +194,7 @@ cdef int _scatter_private(const index_t* cp, const index_t* pp, const num_t* vp,
         if bounds == NULL or bufs == NULL:
             raise MemoryError()
         for t in range(1, nt):
-            bufs[t] = <num_t*>malloc(MN * sizeof(num_t))
+            bufs[t] = <num_t*>scratch_alloc(MN * sizeof(num_t))
             if bufs[t] == NULL:
                 raise MemoryError()
         width = (MN + nchunks - 1) // nchunks

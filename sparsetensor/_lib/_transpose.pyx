@@ -11,6 +11,8 @@ from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport calloc, free, malloc
 from libc.string cimport memcpy, memset
 
+from ._scratch cimport scratch_alloc, scratch_calloc
+
 import numpy as np
 
 from ._balance cimport balanced_split
@@ -231,7 +233,7 @@ cdef inline int _scatter_keys(const index_t* c, const index_t* p, const raw_t* v
     cdef key_t j, row, mask = ((<key_t>1) << shift) - 1
     cdef key_t* bkey = <key_t*>_alloc64(NB * WC * sizeof(key_t))
     cdef raw_t* bval = <raw_t*>_alloc64(NB * WC * E * sizeof(raw_t))
-    cdef int32_t* fill = <int32_t*>calloc(NB + 1, sizeof(int32_t))
+    cdef int32_t* fill = <int32_t*>scratch_calloc(NB + 1, sizeof(int32_t))
     if bkey == NULL or bval == NULL or fill == NULL:
         free(bkey)
         free(bval)
@@ -289,10 +291,10 @@ cdef inline int _sort_keys(const key_t* keys, index_t* op, raw_t* ov, Py_ssize_t
     cdef key_t key, mask = ((<key_t>1) << shift) - 1
     for b in range(b0, b1):
         size = max(size, <Py_ssize_t>(bstart[b + 1] - bstart[b]))
-    cdef int64_t* loc = <int64_t*>malloc(W * sizeof(int64_t))
-    cdef int64_t* sub = <int64_t*>malloc(((W >> SUB_SHIFT) + 1) * sizeof(int64_t))
-    cdef key_t* bkey = <key_t*>malloc(size * sizeof(key_t) + 1)
-    cdef raw_t* bval = <raw_t*>malloc(size * E * sizeof(raw_t) + 1)
+    cdef int64_t* loc = <int64_t*>scratch_alloc(W * sizeof(int64_t))
+    cdef int64_t* sub = <int64_t*>scratch_alloc(((W >> SUB_SHIFT) + 1) * sizeof(int64_t))
+    cdef key_t* bkey = <key_t*>scratch_alloc(size * sizeof(key_t) + 1)
+    cdef raw_t* bval = <raw_t*>scratch_alloc(size * E * sizeof(raw_t) + 1)
     if loc == NULL or sub == NULL or bkey == NULL or bval == NULL:
         free(loc)
         free(sub)
@@ -453,7 +455,7 @@ def compressed_transpose(const index_t[:, ::1] compressed, const index_t[:, ::1]
     slen = ((nnz + 2 * WC) // WC * WC) if use_side else 0
     # one scratch block per worker: row bounds, counters, bucket starts, failure flags
     per_worker = (Ti + 1) + (Ti * NB + 1) + (NB + 1) + Ti
-    cdef int64_t* scratch = <int64_t*>malloc((workers * per_worker + B) * sizeof(int64_t))
+    cdef int64_t* scratch = <int64_t*>scratch_alloc((workers * per_worker + B) * sizeof(int64_t))
     cdef uint64_t* side = <uint64_t*>_alloc64(workers * slen * sizeof(uint64_t)) if use_side else NULL
     if scratch == NULL or (use_side and side == NULL):
         free(scratch)
