@@ -29,6 +29,11 @@ def kernel_values(values: np.ndarray, shape: tuple, kdt: np.dtype) -> np.ndarray
 
 UNSIGNED = {1: np.dtype(np.uint8), 2: np.dtype(np.uint16), 4: np.dtype(np.uint32), 8: np.dtype(np.uint64)}
 
+# The batch map of a product without batch dims (every output batch reads batch 0), read-only:
+# ops.blas's ProductShape and the CPU backend's unbatched SpMV share it.
+NO_BATCH = np.zeros(1, dtype=np.int64)
+NO_BATCH.flags.writeable = False
+
 
 # -- dtypes and operands ----------------------------------------------------------------------
 def work_dtype(rt: np.dtype) -> np.dtype:

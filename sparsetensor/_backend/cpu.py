@@ -28,7 +28,7 @@ from ._reduce import compressed_sum, plain_sum, scatter_reduce, segment_reduce, 
 from ._sddmm import sddmm
 from ._select import cat_plain, gather_slices, index_select_coo, narrow_plain, remap_plain
 from ._spgemm import spgemm
-from ._views import aligned_copy, bits_dtype, work_dtype
+from ._views import NO_BATCH, aligned_copy, bits_dtype, work_dtype
 
 __all__ = ["device", "validate", "coalesce", "to_dense", "from_dense", "convert", "transpose", "spmm", "spmm_csr",
            "spgemm",
@@ -103,8 +103,6 @@ def spmm(S, D, plan, rt, threads=None, err=None):
     return out.reshape(plan.out_shape)
 
 
-_ZERO = np.zeros(1, dtype=np.int64)
-_ZERO.flags.writeable = False
 _FLOATS = frozenset((np.dtype(np.float32), np.dtype(np.float64)))
 
 
@@ -129,7 +127,7 @@ def spmm_csr(S, D, threads=None):
     nnz = v.shape[0]
     out = np.empty(M * N, dtype=dt)
     found = _spmm_kernels.spmm(S._compressed.reshape(1, M + 1), S._plain.reshape(1, nnz), v.reshape(1, nnz, 1),
-                               D.reshape(1, K, N), out.reshape(1, M, N), _ZERO, _ZERO, (1, 1), True,
+                               D.reshape(1, K, N), out.reshape(1, M, N), NO_BATCH, NO_BATCH, (1, 1), True,
                                num_threads(threads, (nnz + M) * N, grain=GRAIN_PRODUCT), checked=S._canonical)
     if found is not None:
         raise_compressed_error(found, S.layout, (), K, nnz)

@@ -446,34 +446,29 @@ cdef Py_ssize_t _esc_row(const index_t* ac, const index_t* ap, const value_t* av
     cdef value_t* vals = <value_t*>s.sums
     cdef value_t x
     cdef uint64_t w, col, prev = <uint64_t>-1
-    if ub <= ESC_SMALL and hi - lo < ESC_SMALL_SPAN * ub:  # sorted in place (no histogram to clear and sum)
-        for ka in range(ac[i], ac[i + 1]):
-            x = av[ka]
-            kb1 = bc[ap[ka] + 1]
-            for kb in range(bc[ap[ka]], kb1):
-                vals[c] = _product(x, bv[kb], logical)
-                words[c] = ((<uint64_t>(bp[kb] - lo)) << 32) | <uint64_t>c
-                c += 1
-        if c == 0:
-            return 0
+    # a few products over a narrow span are sorted in place (no histogram to clear and sum)
+    cdef bint in_place = ub <= ESC_SMALL and hi - lo < ESC_SMALL_SPAN * ub
+    if sh < 0:
+        sh = 0
+    nb = ((hi - lo) >> sh) + 1
+    if not in_place:
+        memset(hist, 0, (nb + 1) * sizeof(int32_t))
+    for ka in range(ac[i], ac[i + 1]):
+        x = av[ka]
+        kb1 = bc[ap[ka] + 1]
+        for kb in range(bc[ap[ka]], kb1):
+            j = bp[kb] - lo
+            vals[c] = _product(x, bv[kb], logical)
+            words[c] = ((<uint64_t>j) << 32) | <uint64_t>c
+            if not in_place:
+                hist[_bucket(j, sh, nb) + 1] += 1
+            c += 1
+    if c == 0:
+        return 0
+    if in_place:
         _sort_words(words, c)
         srt = words
     else:
-        if sh < 0:
-            sh = 0
-        nb = ((hi - lo) >> sh) + 1
-        memset(hist, 0, (nb + 1) * sizeof(int32_t))
-        for ka in range(ac[i], ac[i + 1]):
-            x = av[ka]
-            kb1 = bc[ap[ka] + 1]
-            for kb in range(bc[ap[ka]], kb1):
-                j = bp[kb] - lo
-                vals[c] = _product(x, bv[kb], logical)
-                words[c] = ((<uint64_t>j) << 32) | <uint64_t>c
-                hist[_bucket(j, sh, nb) + 1] += 1
-                c += 1
-        if c == 0:
-            return 0
         _bucket_sort(words, c, sh, nb, hist, srt)
     for t in range(c):
         w = srt[t]

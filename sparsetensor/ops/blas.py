@@ -33,7 +33,7 @@ import numpy as np
 
 from .. import _layout as L
 from .._backend import backend_for, cpu as _cpu
-from .._backend._views import UNSIGNED as _UNSIGNED, work_dtype as _work_dtype
+from .._backend._views import NO_BATCH, UNSIGNED as _UNSIGNED, work_dtype as _work_dtype
 from .._device import device_array, is_device_array
 from .._tensor import COOTensor, CompressedTensor, SparseTensor
 from ._common import broadcasts_to, describe
@@ -116,10 +116,6 @@ def _scalar(op: str, name: str, x, rt: np.dtype):
 
 
 # -- the core: sparse @ dense ---------------------------------------------------------------
-_ZERO = np.zeros(1, dtype=np.int64)
-_ZERO.flags.writeable = False
-
-
 def _batch_map(batch: tuple, out_batch: tuple) -> np.ndarray:
     """For each batch of ``out_batch`` (flat), the flat index of the batch of ``batch`` it reads."""
     B = math.prod(batch)
@@ -133,7 +129,7 @@ def _batch_map(batch: tuple, out_batch: tuple) -> np.ndarray:
 def _batch_maps(s_batch: tuple, d_batch: tuple, op, operands):
     """(output batch shape, sparse batch map, dense batch map): NumPy broadcasting of batch dims."""
     if not s_batch and not d_batch:
-        return (), _ZERO, _ZERO
+        return (), NO_BATCH, NO_BATCH
     try:
         out_batch = np.broadcast_shapes(s_batch, d_batch)
     except ValueError:
