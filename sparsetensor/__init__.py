@@ -16,7 +16,7 @@ import os as _os
 _os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 _os.environ.setdefault("GOMP_SPINCOUNT", "3000")
 
-from ._config import check_invariants, get_check_invariants, num_threads, set_num_threads
+from ._config import check_invariants, get_check_invariants, num_threads, pool_stats, set_num_threads, set_pool_limit
 from ._construct import diags, eye, random, rmat, stencil, zeros
 from ._dense import from_dense
 from ._dtypes import INDEX_DTYPES, VALUE_DTYPES
@@ -64,7 +64,7 @@ __all__ = [
     "sparse_bsr_tensor", "sparse_bsc_tensor", "from_dense", "from_scipy", "to_scipy", "from_torch", "to_torch",
     "save", "load", "read_mtx", "write_mtx",
     "diagonal", "trace", "zeros", "eye", "diags", "random", "rmat", "stencil",
-    "check_invariants", "get_check_invariants", "num_threads", "set_num_threads",
+    "check_invariants", "get_check_invariants", "num_threads", "set_num_threads", "set_pool_limit", "pool_stats",
     "INDEX_DTYPES", "VALUE_DTYPES", "show_config", "__version__",
     "autograd", "optim",
     *_api.__all__,

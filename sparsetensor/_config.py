@@ -1,4 +1,5 @@
-"""Per-context settings: the default of ``check_invariants`` and thread counts."""
+"""Per-context settings: the default of ``check_invariants`` and thread counts; the process-wide
+limit of the memory pool of large kernel outputs."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import contextvars
 import os
 
 __all__ = ["check_invariants", "get_check_invariants", "resolve_check", "num_threads", "set_num_threads",
-           "GRAIN", "GRAIN_PRODUCT"]
+           "set_pool_limit", "pool_stats", "GRAIN", "GRAIN_PRODUCT"]
 
 # The one small-input gate: work (elements touched) below GRAIN runs on one thread, where
 # waking threads would cost more than the work. Kernels use the thread count they are
@@ -99,3 +100,25 @@ def num_threads(threads: int | None = None, work: int | None = None, grain: int 
     if n < 1:
         raise ValueError(f"number of threads must be >= 1, got {n}")
     return 1 if work is not None and work < grain else n
+
+
+def set_pool_limit(nbytes: int) -> int:
+    """Keep at most ``nbytes`` of freed kernel outputs for reuse (process-wide); returns the old
+    limit. 0 turns the pool off and gives back what it keeps.
+
+    Kernel outputs and work arrays from 4 MiB up (an output of a 10^6-nnz transpose, SpGEMM,
+    sum, conversion or product) come from a pool of blocks that earlier ones gave back, so a
+    loop over large operands does not pay for fresh pages (a page fault and the kernel's zeroing
+    of each page: a quarter of a 10^7-nnz transpose). Kept blocks are marked ``MADV_FREE``: the
+    kernel may take their pages back under memory pressure. The default limit is an eighth of
+    the machine's memory, or the environment variable ``SPARSETENSOR_POOL_BYTES``.
+    """
+    from ._lib import _pool
+    return _pool.set_limit(nbytes)
+
+
+def pool_stats() -> dict:
+    """The memory pool's ``limit``, ``cached_bytes``, ``cached_blocks``, ``hits`` and ``misses``
+    (requests served from a kept block, and from fresh memory)."""
+    from ._lib import _pool
+    return _pool.stats()

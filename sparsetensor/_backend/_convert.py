@@ -15,6 +15,7 @@ from .._config import num_threads
 from .._dtypes import check_fits, raw_view
 from .._errors import InvariantError
 from .._lib import _convert as _kernels, _transpose as _transpose_kernels
+from .._lib._pool import empty
 from .._tensor import COOTensor, CompressedTensor
 from .._validate import raise_coo_error
 
@@ -85,7 +86,7 @@ def _group(parts: Parts, bs: tuple, threads) -> Parts:
     nnzb = int(per_batch[0]) if B else 0
     oc = np.zeros((B, n // bc + 1), dtype=c.dtype)
     np.cumsum(counts, axis=1, out=oc[:, 1:])
-    op = np.empty((B, nnzb), dtype=c.dtype)
+    op = empty((B, nnzb), dtype=c.dtype)
     ov = np.zeros((B, nnzb, bs[0] * bs[1] * Er), dtype=v.dtype)
     _kernels.group_fill(c, p, v, bc, bp, sc, sp, oc, op, ov, nt)
     return parts.with_members(oc, op, ov, layout, bs)
@@ -102,9 +103,9 @@ def _expand(parts: Parts, threads) -> Parts:
     nnz_out = nnz * RC
     layout = L.sparse_csr if parts.layout.compressed_rows else L.sparse_csc
     check_fits(c.dtype, layout.name, nnz=nnz_out)
-    oc = np.empty((B, n * bc + 1), dtype=c.dtype)
-    op = np.empty((B, nnz_out), dtype=c.dtype)
-    ov = np.empty((B, nnz_out, Er), dtype=v.dtype)
+    oc = empty((B, n * bc + 1), dtype=c.dtype)
+    op = empty((B, nnz_out), dtype=c.dtype)
+    ov = empty((B, nnz_out, Er), dtype=v.dtype)
     _kernels.compressed_expand(c, p, v, bc, bp, sc, sp, oc, op, ov, num_threads(threads, ov.size))
     return parts.with_members(oc, op, ov, layout, (1, 1))
 
@@ -121,9 +122,9 @@ def _rows_to_coo(parts: Parts, threads) -> COOTensor:
     if m:
         coords = np.array(np.unravel_index(np.arange(B), batch), dtype=idx_dt).reshape(m, B)
     else:
-        coords = np.empty((0, B), dtype=idx_dt)
-    oi = np.empty((m + 2, N), dtype=idx_dt)
-    ov = np.empty((N, Er), dtype=v.dtype)
+        coords = empty((0, B), dtype=idx_dt)
+    oi = empty((m + 2, N), dtype=idx_dt)
+    ov = empty((N, Er), dtype=v.dtype)
     _kernels.rows_to_coo(c, p, v, rb, cb, coords, oi, ov, num_threads(threads, ov.size + oi.size))
     values = ov.view(parts.dtype).reshape((N,) + parts.dense)
     return COOTensor(oi, values, batch + parts.sparse + parts.dense, coalesced=True, checked=True)
@@ -153,9 +154,9 @@ def _coo_to_rows(t: COOTensor, threads) -> Parts:
     raw = raw_view(values.reshape(N, math.prod(dense)))
     if B == 1:  # the row pointers are the compressed index: written in the index dtype
         check_fits(idx.dtype, "csr", nnz=N)
-        ptr = np.empty(rows + 1, dtype=idx.dtype)
+        ptr = empty(rows + 1, dtype=idx.dtype)
     else:
-        ptr = np.empty(B * rows + 1, dtype=np.int64)
+        ptr = empty(B * rows + 1, dtype=np.int64)
     trusted = t._checked
     work = (S - 1 if trusted else S) * N + ptr.size
     found = _kernels.coo_to_rows(idx, np.asarray(t.shape[:S], dtype=np.int64), ptr, num_threads(threads, work),

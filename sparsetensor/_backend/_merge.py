@@ -13,6 +13,7 @@ from .._canonical import ensure_valid
 from .._config import num_threads
 from .._dtypes import check_fits
 from .._lib import _convert as _convert_kernels
+from .._lib._pool import empty
 from .._lib import _coo_merge as _coo_kernels
 from .._lib import _elementwise as _kernels
 from .._tensor import COOTensor, CompressedTensor
@@ -82,11 +83,11 @@ def _merge_compressed(a, b, dtype, kdt, logical, op, union, alpha_k, threads) ->
                                       num_threads(threads, B * (sa + sb + n)), layout)
         nnz = op_.shape[0] // B if B else 0
     else:  # two passes (entries without values, or an upper bound past the index dtype): count, then fill
-        counts = np.empty((B, n), dtype=np.int64)
+        counts = empty((B, n), dtype=np.int64)
         _kernels.merge_count(ac, ap, bc, bp, union, counts, num_threads(threads, B * (sa + sb + n)))
         nnz, oc = output_rows(counts, layout, idx_dt, _BATCHED.format(layout.name), _BATCHED_HINT)
-        op_ = np.empty((B, nnz), dtype=idx_dt)
-        ov = np.empty((B, nnz, E), dtype=kdt)
+        op_ = empty((B, nnz), dtype=idx_dt)
+        ov = empty((B, nnz, E), dtype=kdt)
         _kernels.merge_fill(ac, ap, av, bc, bp, bv, oc, op_, ov, op, union, alpha_k, logical,
                             num_threads(threads, B * (nnz * max(E, 1) + n)))
     values = _finish_values(ov, dtype, logical).reshape(batch + (nnz,) + tail)
@@ -110,8 +111,8 @@ def _merge_one_pass(ac, ap, av, bc, bp, bv, op, union, alpha_k, logical, room, n
     idx_dt = ac.dtype
     if union and op == _kernels.ADD and alpha_k == 1:
         op = _kernels.PLUS  # x + y: no multiply by alpha
-    oc = np.empty((B, n1), dtype=idx_dt)
-    op_, ov = np.empty(room, dtype=idx_dt), np.empty((room, E), dtype=av.dtype)
+    oc = empty((B, n1), dtype=idx_dt)
+    op_, ov = empty(room, dtype=idx_dt), empty((room, E), dtype=av.dtype)
     total = _kernels.merge_fused(ac, ap, av, bc, bp, bv, oc, op_, ov, op, union, alpha_k, logical, nt)
     if B > 1 and np.any(oc[:, -1] != oc[0, -1]):  # raises: batches of different nnz
         output_rows(np.diff(oc, axis=1), layout, idx_dt, _BATCHED.format(layout.name), _BATCHED_HINT)
@@ -121,7 +122,7 @@ def _merge_one_pass(ac, ap, av, bc, bp, bv, op, union, alpha_k, logical, room, n
 
 
 def _coo_keys(t: COOTensor, shape64: np.ndarray, nt: int) -> np.ndarray:
-    keys = np.empty(t.nnz, dtype=np.int64)
+    keys = empty(t.nnz, dtype=np.int64)
     found = _coo_kernels.coo_ravel(np.ascontiguousarray(t.indices()), shape64, keys, nt)
     if found is not None:
         raise_coo_error(found, t.shape)
@@ -151,31 +152,31 @@ def _merge_coo(a, b, dtype, kdt, logical, op, union, alpha_k, threads) -> COOTen
         pick = np.arange(1, rows)
         bounds = np.unique(np.concatenate([ka[pick * a.nnz // rows], kb[pick * b.nnz // rows]]))
     else:
-        bounds = np.empty(0, dtype=np.int64)
+        bounds = empty(0, dtype=np.int64)
     n = bounds.size + 1
-    ac = np.empty((1, n + 1), dtype=np.int64)
-    bc = np.empty((1, n + 1), dtype=np.int64)
+    ac = empty((1, n + 1), dtype=np.int64)
+    bc = empty((1, n + 1), dtype=np.int64)
     ac[0, 0] = bc[0, 0] = 0
     ac[0, 1:n] = np.searchsorted(ka, bounds)
     bc[0, 1:n] = np.searchsorted(kb, bounds)
     ac[0, n], bc[0, n] = a.nnz, b.nnz
     tail = a.values().shape[1:]
     E = math.prod(tail)
-    counts = np.empty((1, n), dtype=np.int64)
+    counts = empty((1, n), dtype=np.int64)
     _kernels.merge_count(ac, ka.reshape(1, -1), bc, kb.reshape(1, -1), union, counts, nt)
     nnz = int(counts.sum())
     check_fits(idx_dt, "coo", nnz=nnz)
-    oc = np.empty((1, n + 1), dtype=np.int64)
+    oc = empty((1, n + 1), dtype=np.int64)
     oc[0, 0] = 0
     np.cumsum(counts[0], out=oc[0, 1:])
-    keys = np.empty((1, nnz), dtype=np.int64)
-    ov = np.empty((1, nnz, E), dtype=kdt)
+    keys = empty((1, nnz), dtype=np.int64)
+    ov = empty((1, nnz, E), dtype=kdt)
     av = kernel_values(a.values(), (1, a.nnz, E), kdt)
     bv = kernel_values(b.values(), (1, b.nnz, E), kdt)
     _kernels.merge_fill(ac, ka.reshape(1, -1), av, bc, kb.reshape(1, -1), bv, oc, keys, ov, op, union, alpha_k,
                         logical, num_threads(threads, nnz * max(E, 1)))
     if uniq is None:
-        indices = np.empty((S, nnz), dtype=idx_dt)
+        indices = empty((S, nnz), dtype=idx_dt)
         _coo_kernels.coo_unravel(keys[0], shape64, indices, num_threads(threads, nnz * S))
     else:
         indices = np.ascontiguousarray(uniq[:, keys[0]], dtype=idx_dt)
@@ -208,16 +209,16 @@ def _union_coo_one_pass(a, b, idx_dt, dtype, kdt, logical, op, alpha_k, threads)
     if S >= 2 and E >= 1 and F <= _COO_ROWS_PER_ENTRY * ub + _COO_ROWS_MIN and ub <= np.iinfo(idx_dt).max:
         sizes = np.asarray(a.shape[:S], dtype=np.int64)
         ac, bc = _coo_row_pointers(a, ai, sizes, idx_dt, nt), _coo_row_pointers(b, bi, sizes, idx_dt, nt)
-        oc = np.empty((1, F + 1), dtype=idx_dt)
-        op_ = np.empty((1, ub), dtype=idx_dt)
-        ov = np.empty((1, ub, E), dtype=kdt)
+        oc = empty((1, F + 1), dtype=idx_dt)
+        op_ = empty((1, ub), dtype=idx_dt)
+        ov = empty((1, ub, E), dtype=kdt)
         nnz = _kernels.merge_union(ac, ai[S - 1:], av, bc, bi[S - 1:], bv, oc, op_, ov, op, alpha_k, logical, nt)
-        indices = np.empty((S, nnz), dtype=idx_dt)
+        indices = empty((S, nnz), dtype=idx_dt)
         _coo_kernels.coo_rows_indices(oc, op_, sizes[:S - 1], indices, num_threads(threads, nnz * S))
         ov = ov[0]
     else:
-        out_indices = np.empty((S, ub), dtype=idx_dt)
-        ov = np.empty((ub, E), dtype=kdt)
+        out_indices = empty((S, ub), dtype=idx_dt)
+        ov = empty((ub, E), dtype=kdt)
         found = _coo_kernels.coo_merge_union(ai, av[0], bi, bv[0], np.asarray(a.shape[:S], dtype=np.int64),
                                          out_indices, ov, op, alpha_k, logical, True, nt)
         if found is None:
@@ -234,7 +235,7 @@ def _coo_row_pointers(t: COOTensor, indices: np.ndarray, sizes: np.ndarray, idx_
     that checks its bounds and order (InvariantError C4, C5, C6); the columns are not read when
     ``t`` was checked when built (``idx_dt`` holds ``t.nnz``: the caller made sure)."""
     F = math.prod(t.shape[:t.sparse_dim - 1])
-    ptr = np.empty(F + 1, dtype=idx_dt)
+    ptr = empty(F + 1, dtype=idx_dt)
     if _convert_kernels.coo_to_rows(indices, sizes, ptr, nt, trusted=t._checked) is not None:
         _raise_coo_broken(nt, t)
     return ptr.reshape(1, F + 1)

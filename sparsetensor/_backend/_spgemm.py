@@ -12,6 +12,7 @@ import numpy as np
 from .._canonical import ensure_valid
 from .._config import num_threads
 from .._lib import _spgemm as _kernels
+from .._lib._pool import empty
 from .._tensor import CompressedTensor
 from ._convert import transpose
 from ._views import kernel_dtype, kernel_values, output_rows
@@ -55,18 +56,18 @@ def _spgemm_rows(a: CompressedTensor, b: CompressedTensor, threads) -> Compresse
     av = kernel_values(a.values(), (B, a.nnz, Rb * Kb), kdt)
     bv = kernel_values(b.values(), (B, b.nnz, Kb * Cb), kdt)
     if not layout.blocked and a.nnz and b.nnz:
-        prefix = np.empty(B * n + 1, dtype=np.int64)
+        prefix = empty(B * n + 1, dtype=np.int64)
         maxub = _kernels.spgemm_flops(ac, ap, bc, prefix, nt)
         room = int(prefix[-1])
         if room * (idx_dt.itemsize + kdt.itemsize) <= _FUSED_BYTES:
             return _spgemm_fused(ac, ap, av, bc, bp, bv, prefix, maxub, room, shape, batch, layout, dtype, kdt,
                                  logical, idx_dt, ncols, threads)
-    counts = np.empty((B, n), dtype=np.int64)
+    counts = empty((B, n), dtype=np.int64)
     _kernels.spgemm_symbolic(ac, ap, bc, bp, ncols, counts, nt)
     nnz, oc = output_rows(counts, layout, idx_dt, f"spgemm of batched {layout.name} tensors", nrows=shape[m],
                           ncols=shape[m + 1])
-    op = np.empty((B, nnz), dtype=idx_dt)
-    ov = np.empty((B, nnz, Rb * Cb), dtype=kdt)
+    op = empty((B, nnz), dtype=idx_dt)
+    ov = empty((B, nnz, Rb * Cb), dtype=kdt)
     _kernels.spgemm_numeric(ac, ap, av, bc, bp, bv, ncols, Rb, Kb, Cb, oc, op, ov, logical,
                             num_threads(threads, B * nnz * 4))
     values = ov.view(np.bool_) if logical else ov.astype(dtype, copy=False)
@@ -103,9 +104,9 @@ def _spgemm_fused(ac, ap, av, bc, bp, bv, prefix, maxub, room, shape, batch, lay
     """csr @ csr in one pass (spgemm_fused) into arrays with room for every product."""
     B, n = ac.shape[0], ac.shape[1] - 1
     m = len(batch)
-    counts = np.empty(B * n, dtype=np.int64)
-    op = np.empty(room, dtype=idx_dt)
-    ov = np.empty(room, dtype=kdt)
+    counts = empty(B * n, dtype=np.int64)
+    op = empty(room, dtype=idx_dt)
+    ov = empty(room, dtype=kdt)
     total = _kernels.spgemm_fused(ac, ap, av.reshape(B, -1), bc, bp, bv.reshape(B, -1), ncols, prefix, maxub, counts,
                                   op, ov, logical, num_threads(threads, room * 4))
     nnz, oc = output_rows(counts.reshape(B, n), layout, idx_dt, f"spgemm of batched {layout.name} tensors",

@@ -18,6 +18,7 @@ from .._coalesce import coalesce as _coalesce_coo, sum_duplicates as _sum_duplic
 from .._config import GRAIN_PRODUCT, num_threads
 from .._dtypes import arith_view, raw_view, zero_test_view
 from .._lib import _dense as _dense_kernels
+from .._lib._pool import empty
 from .._lib import _elementwise as _sampling_kernels
 from .._lib import _spmm as _spmm_kernels
 from .._tensor import COOTensor, CompressedTensor
@@ -87,7 +88,7 @@ def spmm(S, D, plan, rt, threads=None, err=None):
         dense = aligned_copy(D, wt).reshape(Bd, K, N)
     else:
         dense = D.reshape(Bd, K, N)
-    out = np.empty((Bo, M, N), dtype=wt)
+    out = empty((Bo, M, N), dtype=wt)
     c, p = S.compressed_indices(), S.plain_indices()
     c2, p2 = c.reshape(Bs, c.shape[-1]), p.reshape(Bs, nnz)
     nt = num_threads(threads, Bo * (nnz * Rb * Cb + M) * N, grain=GRAIN_PRODUCT)
@@ -125,7 +126,7 @@ def spmm_csr(S, D, threads=None):
         return None
     N = 1 if nd == 1 else D.shape[1]
     nnz = v.shape[0]
-    out = np.empty(M * N, dtype=dt)
+    out = empty(M * N, dtype=dt)
     found = _spmm_kernels.spmm(S._compressed.reshape(1, M + 1), S._plain.reshape(1, nnz), v.reshape(1, nnz, 1),
                                D.reshape(1, K, N), out.reshape(1, M, N), NO_BATCH, NO_BATCH, (1, 1), True,
                                num_threads(threads, (nnz + M) * N, grain=GRAIN_PRODUCT), checked=S._canonical)
@@ -188,7 +189,7 @@ def sample_dense(t, dense: np.ndarray, threads=None) -> np.ndarray:
     Rb, Cb = t.blocksize
     d4 = _as_4d(np.broadcast_to(dense, t.shape), (B, R, C, D))
     raw = d4 if d4.dtype == np.complex128 else raw_view(d4)  # the kernel moves complex128 whole
-    out = np.empty((B, t.nnz, Rb * Cb * D), dtype=raw.dtype)
+    out = empty((B, t.nnz, Rb * Cb * D), dtype=raw.dtype)
     c = t.compressed_indices()
     _sampling_kernels.gather_compressed(c.reshape(B, c.shape[-1]), t.plain_indices().reshape(B, t.nnz), raw, Rb, Cb,
                                         t.layout.compressed_rows, out, num_threads(threads, out.size))

@@ -22,6 +22,7 @@ from libc.string cimport memset
 import numpy as np
 
 from ._parallel cimport st_omp_thread_num
+from ._pool cimport empty
 from ._radix cimport (_key_quot, st_bscatter_p8, st_bscatter_p16, st_bscatter_p32, st_bscatter_p64,
                       st_bucket_sort_p8, st_bucket_sort_p16, st_bucket_sort_p32, st_bucket_sort_p64, st_chunk_of,
                       st_prefetch, st_scatter_p8, st_scatter_p16, st_scatter_p32, st_scatter_p64)
@@ -293,7 +294,7 @@ def _linearized(const index_t[:, ::1] indices, const int64_t[::1] shape, int shi
     cdef Py_ssize_t S = indices.shape[0], n = indices.shape[1], c
     _check_shape("coo sort", S, shape.shape[0])
     cdef int64_t mask = ((<int64_t>1) << width) - 1
-    keys_arr = np.empty(n, np.int64)
+    keys_arr = empty(n, np.int64)
     hist_arr = np.zeros((nchunks, mask + 1), np.int64)
     state_arr = np.full((nchunks, 5), -1, np.int64)
     cdef int64_t[::1] keys = keys_arr
@@ -340,12 +341,12 @@ def coo_sort(const index_t[:, ::1] indices, const int64_t[::1] shape, int nbits,
     cdef int64_t[:, ::1] hist = hist_arr
     cdef int64_t varying = int(np.bitwise_or.reduce(state_arr[:, 3]) ^ np.bitwise_and.reduce(state_arr[:, 4]))
     if presorted or varying == 0:
-        return None, keys_arr, np.empty(0, np.int64), run_offsets(keys_arr, nout_chunks, nthreads)
-    kbuf_arr = np.empty(n, np.int64)
-    offs_arr = np.empty((nchunks, nb), np.int64)
+        return None, keys_arr, empty(0, np.int64), run_offsets(keys_arr, nout_chunks, nthreads)
+    kbuf_arr = empty(n, np.int64)
+    offs_arr = empty((nchunks, nb), np.int64)
     heads_arr = np.zeros((nthreads, nout_chunks), np.int64)
     cdef Py_ssize_t stride = (WORK_PER_BUCKET * nb + 7) // 8 * 8  # int64 words, whole 64-byte lines
-    work_arr = np.empty(nthreads * stride + 8, np.int64)
+    work_arr = empty(nthreads * stride + 8, np.int64)
     cdef int64_t[::1] kbuf = kbuf_arr
     cdef int64_t[:, ::1] offs = offs_arr
     cdef int64_t[:, ::1] heads = heads_arr
@@ -358,21 +359,21 @@ def coo_sort(const index_t[:, ::1] indices, const int64_t[::1] shape, int nbits,
     cdef bint swapped
     if payload.shape[0] > 0:  # carry the values
         dtype = np.asarray(payload).dtype
-        pos_arr, pbuf_arr = np.empty(n, dtype), np.empty(n, dtype)
+        pos_arr, pbuf_arr = empty(n, dtype), empty(n, dtype)
         pa, pb = pos_arr, pbuf_arr
         with nogil:
             swapped = _radix_sort(&keys[0], &kbuf[0], &payload[0], &pa[0], &pb[0], n, passes, width, varying,
                                   nchunks, nthreads, &hist[0, 0], &offs[0, 0], work, stride, nout_chunks,
                                   &heads[0, 0])
     elif n <= INT32_MAX:  # carry int32 positions
-        pos_arr, pbuf_arr = np.empty(n, np.int32), np.empty(n, np.int32)
+        pos_arr, pbuf_arr = empty(n, np.int32), empty(n, np.int32)
         p32, b32 = pos_arr, pbuf_arr
         with nogil:
             swapped = _radix_sort(&keys[0], &kbuf[0], <const int32_t*>NULL, &p32[0], &b32[0], n, passes, width,
                                   varying, nchunks, nthreads, &hist[0, 0], &offs[0, 0], work, stride,
                                   nout_chunks, &heads[0, 0])
     else:
-        pos_arr, pbuf_arr = np.empty(n, np.int64), np.empty(n, np.int64)
+        pos_arr, pbuf_arr = empty(n, np.int64), empty(n, np.int64)
         p64, b64 = pos_arr, pbuf_arr
         with nogil:
             swapped = _radix_sort(&keys[0], &kbuf[0], <const int64_t*>NULL, &p64[0], &b64[0], n, passes, width,
@@ -531,7 +532,7 @@ def coo_write(const int64_t[::1] keys, const int64_t[::1] offsets, const pos_t[:
     cdef const int64_t* shp = &shape[0] if S > 0 else NULL
     if nout == 0:
         return
-    ends = np.empty(nchunks, dtype=np.int64)
+    ends = empty(nchunks, dtype=np.int64)
     with nogil:
         for c in prange(nchunks, schedule="dynamic", num_threads=nthreads):
             ends[c] = _write_chunk(&keys[0], n, _lo(c, n, nchunks), _lo(c + 1, n, nchunks), offsets[c],
@@ -646,21 +647,21 @@ def coo_bucket_sort(const index_t[:, ::1] indices, const int64_t[::1] shape, int
             for c in prange(nchunks, schedule="dynamic", num_threads=nthreads):
                 _hist_chunk(&keys[0], _lo(c, n, nchunks), _lo(c + 1, n, nchunks), shift, mask, &hist[c, 0])
     cdef int64_t base = key_and & ~((1 << (shift + width)) - 1)  # the bits above the digit: the same in every key
-    bstart_arr = np.empty(nb + 1, np.int64)
+    bstart_arr = empty(nb + 1, np.int64)
     offsets = np.zeros(nb + 1, np.int64)
     cdef int64_t[::1] bstart = bstart_arr
     cdef int64_t[::1] distinct = offsets
-    offs_arr = np.empty((nchunks, nb), np.int64)
+    offs_arr = empty((nchunks, nb), np.int64)
     cdef int64_t[:, ::1] offs = offs_arr
     cdef Py_ssize_t stride = (WORK_PER_BUCKET * nb + 7) // 8 * 8
-    work_arr = np.empty(nthreads * stride + 8, np.int64)
+    work_arr = empty(nthreads * stride + 8, np.int64)
     cdef int64_t[::1] workv = work_arr
     cdef int64_t* work = &workv[0]
     work = work + ((64 - (<size_t>work) % 64) % 64) // 8  # align to 64 bytes
     cdef Py_ssize_t biggest = int(hist_arr.sum(axis=0).max())
-    cnt_arr = np.empty(nthreads * (3 << RADIX_BITS), np.uint32)
-    lk_arr = np.empty(n, np.uint32)
-    kscr_arr = np.empty(nthreads * biggest, np.uint32)
+    cnt_arr = empty(nthreads * (3 << RADIX_BITS), np.uint32)
+    lk_arr = empty(n, np.uint32)
+    kscr_arr = empty(nthreads * biggest, np.uint32)
     cdef uint32_t[::1] cnt = cnt_arr
     cdef uint32_t[::1] lk = lk_arr
     cdef uint32_t[::1] kscr = kscr_arr
@@ -669,20 +670,20 @@ def coo_bucket_sort(const index_t[:, ::1] indices, const int64_t[::1] shape, int
     cdef int64_t[::1] p64, s64
     if payload.shape[0] > 0:  # carry the values
         dtype = np.asarray(payload).dtype
-        pos_arr, pscr_arr = np.empty(n, dtype), np.empty(nthreads * biggest, dtype)
+        pos_arr, pscr_arr = empty(n, dtype), empty(nthreads * biggest, dtype)
         pa, pscr = pos_arr, pscr_arr
         with nogil:
             _bucket_sort(&keys[0], &payload[0], &lk[0], &pa[0], &kscr[0], &pscr[0], biggest, &cnt[0], n, shift,
                          width, nchunks, nthreads, &hist[0, 0], &offs[0, 0], work, stride, &bstart[0], &distinct[0])
     elif n <= INT32_MAX:  # carry int32 positions
-        pos_arr, pscr_arr = np.empty(n, np.int32), np.empty(nthreads * biggest, np.int32)
+        pos_arr, pscr_arr = empty(n, np.int32), empty(nthreads * biggest, np.int32)
         p32, s32 = pos_arr, pscr_arr
         with nogil:
             _bucket_sort(&keys[0], <const int32_t*>NULL, &lk[0], &p32[0], &kscr[0], &s32[0], biggest, &cnt[0], n,
                          shift, width, nchunks, nthreads, &hist[0, 0], &offs[0, 0], work, stride, &bstart[0],
                          &distinct[0])
     else:
-        pos_arr, pscr_arr = np.empty(n, np.int64), np.empty(nthreads * biggest, np.int64)
+        pos_arr, pscr_arr = empty(n, np.int64), empty(nthreads * biggest, np.int64)
         p64, s64 = pos_arr, pscr_arr
         with nogil:
             _bucket_sort(&keys[0], <const int64_t*>NULL, &lk[0], &p64[0], &kscr[0], &s64[0], biggest, &cnt[0], n,
@@ -761,7 +762,7 @@ def coo_write_buckets(const uint32_t[::1] low_keys, const int64_t[::1] bucket_st
     cdef const int64_t* shp = &shape[0] if S > 0 else NULL
     if nout == 0:
         return
-    ends = np.empty(nb, dtype=np.int64)
+    ends = empty(nb, dtype=np.int64)
     with nogil:
         for c in prange(nchunks, schedule="dynamic", num_threads=nthreads):
             _write_buckets(&low_keys[0], &bucket_starts[0], &offsets[0], _lo(c, nb, nchunks), _lo(c + 1, nb, nchunks),

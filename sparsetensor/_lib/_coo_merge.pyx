@@ -9,6 +9,7 @@ from libc.string cimport memcpy, memmove
 import numpy as np
 
 from ._radix cimport _key_quot
+from ._pool cimport empty
 from ._types cimport index_t, value_t
 
 include "_merge_ops.pxi"
@@ -452,10 +453,10 @@ def coo_merge_union(const index_t[:, ::1] a_indices, const value_t[:, ::1] a_val
         pos += cnt
     cdef Py_ssize_t nnz = pos
     if S == 0:
-        return np.empty((0, nnz), dtype=np.asarray(out_indices).dtype), nnz
+        return empty((0, nnz), dtype=np.asarray(out_indices).dtype), nnz
     if nnz == ub:
         return np.asarray(out_indices), nnz
-    result = np.empty((S, nnz), dtype=np.asarray(out_indices).dtype)
+    result = empty((S, nnz), dtype=np.asarray(out_indices).dtype)
     cdef index_t[:, ::1] res = result
     cdef index_t* ri = &res[0, 0]
     ends[0] = 0

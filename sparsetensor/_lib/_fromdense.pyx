@@ -7,6 +7,8 @@ are then copied into the outputs (and, for csc/bsc, transposed in column stripes
 """
 import numpy as np
 
+from ._pool cimport empty
+
 from cython.parallel cimport prange
 from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport calloc, free, realloc
@@ -439,8 +441,8 @@ def _d2c_transpose(const int64_t[::1] roff, const int64_t[::1] rplain, const uin
         nranges = max(1, min(ncb // width, 4 * nt))
     span = max(1, ((ncb + nranges - 1) // nranges + width - 1) // width) * width
     nranges = (ncb + span - 1) // span
-    cursor = np.empty(max(B * ncb, 1), np.int64)
-    rowcur = np.empty(max(B * nranges * nrb, 1), np.int64)
+    cursor = empty(max(B * ncb, 1), np.int64)
+    rowcur = empty(max(B * nranges * nrb, 1), np.int64)
     cdef const int64_t* rop = &roff[0]
     cdef const int64_t* rpp = &rplain[0]
     cdef const char* rvp = <const char*>&rvalues[0]
@@ -563,27 +565,27 @@ def dense_to_compressed(dense, raw, Rb, Cb, compressed_rows, index_dtype, nthrea
     nt = _threads(int(nthreads), nslots)
     bufs = _Buffers(_tasks(nt, nslots))
     counts = np.zeros(nslots, np.int64)
-    flags = np.empty(bufs.n * ncb if Rb > 1 else 0, np.uint8)
+    flags = empty(bufs.n * ncb if Rb > 1 else 0, np.uint8)
     _d2c_scan(_flat(z), _bytes(r), _flat(counts), _flat(flags), bufs, B, NR, NC, Dz, Rb, Cb,
               eb, mask, nt)
     roff = np.zeros((B, nrb + 1), np.int64)
     np.cumsum(counts.reshape(B, nrb), axis=1, out=roff[:, 1:])
     nnz_per_batch = roff[:, nrb].copy()
     if B and (nnz_per_batch != nnz_per_batch[0]).any():
-        return (np.empty((B, 0), index_dtype), np.empty((B, 0), index_dtype),
-                np.empty((B, 0, Rb, Cb, Dr), r.dtype).view(out_dtype), nnz_per_batch)
+        return (empty((B, 0), index_dtype), empty((B, 0), index_dtype),
+                empty((B, 0, Rb, Cb, Dr), r.dtype).view(out_dtype), nnz_per_batch)
     nnz = int(nnz_per_batch[0]) if B else 0
     if index_dtype == np.int32 and max(nnz, nplain - 1) > _INT32_MAX:
         raise ValueError(f"nnz={nnz} or {nplain} plain blocks do not fit index dtype int32")
-    plain = np.empty((B, nnz), index_dtype if rows else np.int64)
-    values = np.empty((B, nnz, Rb, Cb, Dr), r.dtype)
+    plain = empty((B, nnz), index_dtype if rows else np.int64)
+    values = empty((B, nnz, Rb, Cb, Dr), r.dtype)
     _d2c_assemble(_flat(roff), _flat(counts), bufs, _flat(plain), _bytes(values),
                   nslots, nrb, nnz, bb, nt)
     del bufs
     if rows:
         return roff.astype(index_dtype), plain, values.view(out_dtype), nnz_per_batch
-    coff = np.empty((B, ncb + 1), np.int64)
-    cplain = np.empty((B, nnz), index_dtype)
+    coff = empty((B, ncb + 1), np.int64)
+    cplain = empty((B, nnz), index_dtype)
     cvalues = np.empty_like(values)
     _d2c_transpose(_flat(roff), _flat(plain), _bytes(values), _flat(coff), _flat(cplain),
                    _bytes(cvalues), B, nrb, ncb, nnz, bb, int(nthreads))
@@ -735,7 +737,7 @@ def dense_to_coo(dense, raw, shape, index_dtype, nthreads, *, float16=False):
     starts = np.zeros(bufs.n + 1, np.int64)
     np.cumsum(bufs.sizes(), out=starts[1:])
     nnz = int(starts[bufs.n])
-    indices = np.empty((S, nnz), index_dtype)
-    values = np.empty((nnz, Dr), r.dtype)
+    indices = empty((S, nnz), index_dtype)
+    values = empty((nnz, Dr), r.dtype)
     _d2coo_assemble(starts, bufs, shape, _flat(indices), _bytes(values), S, nnz, eb, nt)
     return indices, values.view(out_dtype)

@@ -11,6 +11,7 @@ from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport calloc, free, malloc
 from libc.string cimport memcpy, memset
 
+from ._pool cimport empty
 from ._scratch cimport scratch_alloc, scratch_calloc
 
 import numpy as np
@@ -19,6 +20,8 @@ from ._balance cimport balanced_split
 from ._items cimport copy_items as _copy
 from ._parallel cimport ENTRIES_PER_THREAD
 from ._types cimport index2_t, index_t, raw_t
+
+from ._pool import MIN_BYTES as POOL_MIN_BYTES
 
 cdef extern from *:
     """
@@ -104,11 +107,14 @@ def _tune(max_buckets=None, direct_max_plain=None, bucketed_min_bytes=None, buck
 
 
 def _aligned_empty(shape, dtype):
-    """np.empty(shape, dtype) starting at a 64-byte boundary (a view into a slightly larger buffer)."""
+    """np.empty(shape, dtype) starting at a 64-byte boundary (the pool's from 4 MiB up, else a view
+    into a slightly larger buffer)."""
     dtype = np.dtype(dtype)
     cdef Py_ssize_t nbytes = dtype.itemsize, off
     for x in shape:
         nbytes *= <Py_ssize_t>x
+    if nbytes >= POOL_MIN_BYTES:
+        return empty(shape, dtype)
     buf = np.empty(nbytes + 64, dtype=np.uint8)
     cdef uint8_t[::1] raw = buf
     off = (-<Py_ssize_t>&raw[0]) & 63
@@ -426,13 +432,13 @@ def compressed_transpose(const index_t[:, ::1] compressed, const index_t[:, ::1]
                           and nnz * (isz + E * rsz) > BUCKETED_MIN_BYTES
                           and B > 0 and not _banded(&compressed[0, 0], &plain[0, 0], n, nplain))
     idt, rdt = _index_dtype(isz), _raw_dtype(rsz)
-    out_c = np.empty((B, nplain + 1), dtype=idt)
+    out_c = empty((B, nplain + 1), idt)
     if bucketed:  # aligned for the streaming stores
         out_p = _aligned_empty((B, nnz), idt)
         out_v = _aligned_empty((B, nnz, E), rdt)
     else:
-        out_p = np.empty((B, nnz), dtype=idt)
-        out_v = np.empty((B, nnz, E), dtype=rdt)
+        out_p = empty((B, nnz), idt)
+        out_v = empty((B, nnz, E), rdt)
     if B == 0:
         return out_c, out_p, out_v
     if bucketed:
