@@ -27,6 +27,9 @@ def main(argv=None) -> int:
     parser.add_argument("--threads", type=int, default=None, help="threads for ours and torch (default: all)")
     parser.add_argument("--sizes", default=None,
                         help="structures: which of the three sizes, e.g. 0,1 (default: all; --quick: 0)")
+    parser.add_argument("--rest", type=float, default=0.0,
+                        help="structures: after each case sleep this many times as long as it ran, so that the "
+                             "bench's own threads do not drive the load average up (1: about half the time)")
     args = parser.parse_args(argv)
     if args.name == "validate":
         from . import validate
@@ -45,7 +48,7 @@ def main(argv=None) -> int:
         from . import structures
 
         sizes = tuple(int(k) for k in args.sizes.split(",")) if args.sizes else None
-        structures.run(threads=args.threads, quick=args.quick, sizes=sizes)
+        structures.run(threads=args.threads, quick=args.quick, sizes=sizes, rest=args.rest)
     elif args.name == "overhead":
         from . import overhead
 

@@ -23,6 +23,7 @@ in three rounds that take turns (SpGEMM: 5 calls after one warm-up, in one round
 from __future__ import annotations
 
 import os
+import time
 
 import numpy as np
 
@@ -57,7 +58,12 @@ def traffic(op: str, n: int, nnz: int, nnz_out: int = 0):
             "add": 2 * members + 4 * (n + 1) + 12 * nnz_out}.get(op)
 
 
-def run(threads: int | None = None, quick: bool = False, repeat: int = 5, ops=None, sizes=None) -> list:
+def run(threads: int | None = None, quick: bool = False, repeat: int = 5, ops=None, sizes=None,
+        rest: float = 0.0) -> list:
+    """The table of every op x structure x size. ``rest``: after each case sleep ``rest`` times as
+    long as it took (2 busy threads drive the 1-minute load average towards 2 in a few minutes;
+    resting as long as running keeps it near 1). The highest 1-minute load seen after a case is
+    printed at the end."""
     threads = threads or 2
     peers = installed_peers(threads)
     libs = [p for p in ("scipy", "torch", "graphblas") if p in peers]
@@ -65,13 +71,17 @@ def run(threads: int | None = None, quick: bool = False, repeat: int = 5, ops=No
     print(f"load average before: {os.getloadavg()}; threads: {threads}; peers: {', '.join(libs)}", flush=True)
     bw = read_bandwidth_threads(threads)
     print(f"read bandwidth with {threads} threads: {bw / 1e9:.1f} GB/s", flush=True)
+    peak = os.getloadavg()[0]
     for name, t in _matrices(sizes if sizes is not None else (0,) if quick else (0, 1, 2)):
         for op, fns in structure_cases(t, peers, threads, ops).items():
+            start = time.perf_counter()
             if op == "spgemm" and name.startswith("rmat") and t.shape[0] >= (1 << 16):
                 continue  # R-MAT squared from scale 16 on: a peer's product outgrew this machine's 23 GB
             # on this VM a call that faults in 100+ MB of fresh memory stalls now and then for
-            # 50-300 ms (whoever runs it), in streaks: the libraries take turns in three rounds of
-            # a warm-up call and 3 timed calls each, so that a streak is shared. SpGEMM keeps 1 +
+            # 50-300 ms (whoever runs it), in streaks: the host takes back free memory (virtio-balloon
+            # free page reporting), and the first touch of such a page is slow (perf: clear_page_erms).
+            # The libraries take turns in three rounds of a warm-up call and 3 timed calls each, so
+            # that a streak is shared. SpGEMM keeps 1 +
             # repeat calls in one round: torch 2.13's CSR @ CSR does not give back about the
             # product's size per call, and at 10^7 nnz ten calls outgrow this machine's memory
             if op == "spgemm":
@@ -88,9 +98,13 @@ def run(threads: int | None = None, quick: bool = False, repeat: int = 5, ops=No
             records.append({"matrix": name, "nnz": int(t.nnz), "op": op, "seconds": times, "ratios": ratios,
                             "roofline_s": roof})
             print("  ".join(rows[-1]), flush=True)
+            if rest > 0:
+                time.sleep(rest * (time.perf_counter() - start))
+            peak = max(peak, os.getloadavg()[0])
     print()
     print_table(["matrix", "nnz", "op", "ours ms"] + [f"{lib}/ours" for lib in libs] + ["best", "roof ms", "roof/ours"],
                 rows)
-    print(f"load average after: {os.getloadavg()}")
-    write_json("structures", {"threads": threads, "read_bandwidth": bw, "results": records})
+    print(f"load average after: {os.getloadavg()}; highest 1-minute load after a case: {peak:.2f}")
+    write_json("structures", {"threads": threads, "read_bandwidth": bw, "rest": rest, "peak_load": peak,
+                              "results": records})
     return records

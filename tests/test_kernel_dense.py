@@ -638,3 +638,56 @@ def test_argument_errors():
     with pytest.raises(ValueError, match="expected indices"):
         _dense.coo_to_dense(np.zeros((2, 1), np.int64), np.zeros((1, 1)), np.array([3]),
                             np.zeros((3, 1)), False, 1)
+
+
+# ---------------------------------------------------------------- small 2-d csr/csc -> dense
+
+@pytest.mark.parametrize("dtype", [np.bool_, np.int8, np.int16, np.float32, np.float64, np.complex64,
+                                   np.complex128, np.uint64])
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+@pytest.mark.parametrize("rows", [True, False])
+def test_small_to_dense_2d_matches_the_general_kernel(dtype, index_dtype, rows):
+    import scipy.sparse as sp
+    rng = np.random.default_rng(5)
+    for shape in ((7, 11), (1, 1), (5, 0), (0, 4), (13, 3)):
+        A = sp.random(*shape, density=0.4, format="csr" if rows else "csc", random_state=rng)
+        A.sort_indices()
+        data = random_values(rng, A.data.shape, dtype)
+        c, p = A.indptr.astype(index_dtype), A.indices.astype(index_dtype)
+        out = np.zeros(shape, dtype)
+        assert _dense.small_to_dense_2d(c, p, data, out, rows) is True
+        ref = np.zeros((1,) + shape + (1,), dtype)
+        assert _dense.compressed_to_dense(c[None], p[None], data.reshape(1, -1, 1, 1, 1), ref, rows, False, 1) is None
+        assert np.array_equal(out, ref[0, ..., 0])
+
+
+def test_small_to_dense_2d_declines_what_it_does_not_move():
+    c, p = np.array([0, 1, 2]), np.array([1, 0])
+    v = np.array([5.0, 7.0])
+    out = np.zeros((2, 2))
+    assert not _dense.small_to_dense_2d(c.astype(np.int32), p, v, out, True)  # mixed index dtypes
+    assert not _dense.small_to_dense_2d(c, p, v, np.zeros((2, 2), np.float32), True)  # itemsize
+    assert not _dense.small_to_dense_2d(c, p, v, np.zeros((3, 2)), True)  # rows of out != n
+    assert not _dense.small_to_dense_2d(c, p, v[:1], out, True)  # values and plain differ
+    assert not _dense.small_to_dense_2d(c, np.array([1, 9, 0])[::2], v, out, True)  # strided
+    assert not _dense.small_to_dense_2d(c, p, v, np.zeros((2, 2)).T, True)  # out not C-contiguous
+    ro = np.zeros((2, 2))
+    ro.flags.writeable = False
+    assert not _dense.small_to_dense_2d(c, p, v, ro, True)
+    odd = np.zeros(2, dtype="V3")
+    assert not _dense.small_to_dense_2d(c, p, odd, np.zeros((2, 2), "V3"), True)  # 3-byte items
+    assert not _dense.small_to_dense_2d(list(c), p, v, out, True)
+    assert not out.any()  # nothing written on a decline
+    assert _dense.small_to_dense_2d(c, p, v, out, True) and np.array_equal(out, [[0, 5], [7, 0]])
+
+
+def test_to_dense_of_unchecked_duplicates_still_sums():
+    """The small path takes validated tensors only: unchecked input (duplicates possible) keeps
+    the general kernel, which sums them and checks the indices."""
+    import sparsetensor as sparse
+    with sparse.check_invariants(False):
+        t = sparse.sparse_csr_tensor([0, 2, 2], [1, 1], [2.0, 3.0], size=(2, 2))
+        bad = sparse.sparse_csr_tensor([0, 2, 2], [1, 5], [2.0, 3.0], size=(2, 2))
+    assert np.array_equal(t.to_dense(), [[0, 5], [0, 0]])
+    with pytest.raises(Exception, match="5.5|column|plain"):
+        bad.to_dense()

@@ -15,7 +15,7 @@ import numpy as np
 from .. import _layout as L
 from .._canonical import same_nnz
 from .._coalesce import coalesce as _coalesce_coo, sum_duplicates as _sum_duplicates
-from .._config import GRAIN_PRODUCT, num_threads
+from .._config import GRAIN, GRAIN_PRODUCT, num_threads
 from .._dtypes import arith_view, raw_view, zero_test_view
 from .._lib import _dense as _dense_kernels
 from .._lib._pool import empty
@@ -105,6 +105,7 @@ def spmm(S, D, plan, rt, threads=None, err=None):
 
 
 _FLOATS = frozenset((np.dtype(np.float32), np.dtype(np.float64)))
+_PLAIN_COMPRESSED = frozenset((L.sparse_csr, L.sparse_csc))
 
 
 def spmm_csr(S, D, threads=None):
@@ -137,6 +138,12 @@ def spmm_csr(S, D, threads=None):
 
 def to_dense(t, threads=None) -> np.ndarray:
     """The dense array of ``t`` (duplicates, possible only in unchecked input, summed)."""
+    v = t._values
+    if t._layout in _PLAIN_COMPRESSED and t._canonical and len(t._shape) == 2 and type(v) is np.ndarray \
+            and v.ndim == 1 and v.shape[0] < GRAIN:  # small and validated: skip the general path's set-up
+        out = np.zeros(t._shape, v.dtype)
+        if _dense_kernels.small_to_dense_2d(t._compressed, t._plain, v, out, t._layout is L.sparse_csr):
+            return out
     return (_compressed_to_dense if t.layout.compressed else _coo_to_dense)(t, threads)
 
 

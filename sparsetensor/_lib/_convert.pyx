@@ -44,6 +44,24 @@ cdef void _rows_to_coo(const index_t* c, const index_t* p, const raw_t* v, Py_ss
     cdef index_t col
     cdef const index_t* cb
     cdef const index_t* pb
+    if RC == 1:
+        # an entry keeps its flat position b * nnz + k: the plain indices and the values of the
+        # whole range move in one copy each, and only the row (and batch) indices are written
+        if u1 <= u0:
+            return
+        k0 = (u0 // n) * nnz + c[(u0 // n) * (n + 1) + u0 % n]
+        k1 = ((u1 - 1) // n) * nnz + c[((u1 - 1) // n) * (n + 1) + (u1 - 1) % n + 1]
+        memcpy(oi + (m + 1) * N + k0, p + k0, (k1 - k0) * sizeof(index_t))
+        memcpy(ov + k0 * Er, v + k0 * Er, (k1 - k0) * Er * sizeof(raw_t))
+        for u in range(u0, u1):
+            b = u // n
+            I = u - b * n
+            cb = c + b * (n + 1)
+            for k in range(b * nnz + cb[I], b * nnz + cb[I + 1]):
+                for d in range(m):
+                    oi[d * N + k] = bcoords[d * B + b]
+                oi[m * N + k] = <index_t>I
+        return
     for u in range(u0, u1):
         b = u // n
         I = u - b * n

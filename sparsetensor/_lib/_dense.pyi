@@ -58,3 +58,11 @@ def coo_to_dense(
     logical: bool = False,
 ) -> CooError | None: ...
     # ("C4" | "C5", d, k, indices[d, k]): index < 0 or >= shape[d]; first in (k, d) order
+
+def small_to_dense_2d(
+    compressed: np.ndarray,  # (n + 1,) int32/int64, C-contiguous, invariants 5.1-5.6 hold
+    plain: np.ndarray,  # (nnz,) dtype of compressed
+    values: np.ndarray,  # (nnz,) any dtype of 1, 2, 4, 8 or 16 bytes
+    out: np.ndarray,  # (R, C) C-contiguous, zero-filled, writeable, itemsize of values
+    rows: bool,  # csr (True) or csc
+) -> bool: ...  # False: nothing written, take compressed_to_dense
