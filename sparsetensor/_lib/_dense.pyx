@@ -309,6 +309,19 @@ cdef void _small_fill(const index_t* cp, const index_t* pp, const raw_t* vp, raw
                 op[at * E + e] = vp[k * E + e]
 
 
+cdef void _small_fill_items(const index_t* cp, const index_t* pp, const void* vp, void* op, Py_ssize_t isz,
+                           Py_ssize_t n, Py_ssize_t R, Py_ssize_t C, bint rows) noexcept nogil:
+    """_small_fill of items of isz bytes (16: two uint64 each)."""
+    if isz == 1:
+        _small_fill(cp, pp, <const uint8_t*>vp, <uint8_t*>op, n, R, C, 1, rows)
+    elif isz == 2:
+        _small_fill(cp, pp, <const uint16_t*>vp, <uint16_t*>op, n, R, C, 1, rows)
+    elif isz == 4:
+        _small_fill(cp, pp, <const uint32_t*>vp, <uint32_t*>op, n, R, C, 1, rows)
+    else:
+        _small_fill(cp, pp, <const uint64_t*>vp, <uint64_t*>op, n, R, C, isz // 8, rows)
+
+
 def small_to_dense_2d(compressed, plain, values, out, bint rows):
     """``out[...] = `` the 2-d csr (``rows``) or csc tensor, for the fixed cost of small inputs: one
     thread, C-API checks and no fused dispatch (a few microseconds less than compressed_to_dense).
@@ -336,27 +349,12 @@ def small_to_dense_2d(compressed, plain, values, out, bint rows):
     cdef void* pp = cnp.PyArray_DATA(p)
     cdef void* vp = cnp.PyArray_DATA(v)
     cdef void* op = cnp.PyArray_DATA(o)
-    cdef Py_ssize_t E = 2 if isz == 16 else 1
     if isz not in (1, 2, 4, 8, 16):
         return False
     if code == 0:
-        if isz == 1:
-            _small_fill(<int32_t*>cp, <int32_t*>pp, <uint8_t*>vp, <uint8_t*>op, n, R, C, 1, rows)
-        elif isz == 2:
-            _small_fill(<int32_t*>cp, <int32_t*>pp, <uint16_t*>vp, <uint16_t*>op, n, R, C, 1, rows)
-        elif isz == 4:
-            _small_fill(<int32_t*>cp, <int32_t*>pp, <uint32_t*>vp, <uint32_t*>op, n, R, C, 1, rows)
-        else:
-            _small_fill(<int32_t*>cp, <int32_t*>pp, <uint64_t*>vp, <uint64_t*>op, n, R, C, E, rows)
+        _small_fill_items(<int32_t*>cp, <int32_t*>pp, vp, op, isz, n, R, C, rows)
     else:
-        if isz == 1:
-            _small_fill(<int64_t*>cp, <int64_t*>pp, <uint8_t*>vp, <uint8_t*>op, n, R, C, 1, rows)
-        elif isz == 2:
-            _small_fill(<int64_t*>cp, <int64_t*>pp, <uint16_t*>vp, <uint16_t*>op, n, R, C, 1, rows)
-        elif isz == 4:
-            _small_fill(<int64_t*>cp, <int64_t*>pp, <uint32_t*>vp, <uint32_t*>op, n, R, C, 1, rows)
-        else:
-            _small_fill(<int64_t*>cp, <int64_t*>pp, <uint64_t*>vp, <uint64_t*>op, n, R, C, E, rows)
+        _small_fill_items(<int64_t*>cp, <int64_t*>pp, vp, op, isz, n, R, C, rows)
     return True
 
 
