@@ -150,3 +150,23 @@ def test_kernel_outputs_from_the_pool_are_right(pool):
         del csc, total, coo, back, y
     s1 = st.pool_stats()
     assert s1["hits"] > s0["hits"] and s1["misses"] > s0["misses"]
+
+
+def test_kernel_scratch_from_the_pool_is_right(pool):
+    """Kernels whose scratch passes 4 MiB (SpGEMM's per-thread accumulators and parts, the scatter
+    product's per-thread outputs), twice over: the second time in blocks the first gave back."""
+    t = st.stencil((700, 700), 5, index_dtype=np.int32)
+    A = t.to_scipy()
+    x = np.random.default_rng(0).standard_normal((A.shape[1], 4))
+    csc = t.to_sparse_csc()
+    ref_sq = (A @ A).tocsr()
+    ref_sq.sort_indices()
+    ref_mm = A @ x
+    s0 = st.pool_stats()
+    for _ in range(2):
+        sq = st.matmul(t, t, threads=2).to_scipy()
+        assert np.array_equal(sq.indptr, ref_sq.indptr) and np.array_equal(sq.indices, ref_sq.indices)
+        assert np.allclose(sq.data, ref_sq.data)
+        assert np.allclose(st.matmul(csc, x, threads=2), ref_mm)
+        del sq
+    assert st.pool_stats()["hits"] > s0["hits"]

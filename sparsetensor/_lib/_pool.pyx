@@ -9,6 +9,10 @@
 # loop over a large operator paid that on every call. Peers of PyTorch's caching allocator on
 # the GPU and of jemalloc's retained extents.
 #
+# Kernels take their scratch memory from the pool as well (pool_alloc / pool_free, through
+# _scratch.pxd): a 10^7-nnz SpGEMM's per-thread parts, a transpose's counters, the scatter
+# product's per-thread outputs.
+#
 # What: blocks are 2 MiB aligned multiples of 2 MiB, asked for transparent huge pages; a 64-byte
 # header before the data records the block's size. A freed block is kept (up to `limit` bytes,
 # oldest first out, at most POOL_SLOTS blocks) after MADV_FREE, which lets the kernel take its
@@ -216,9 +220,19 @@ cdef extern from *:
     size_t stp_set_limit(size_t limit) nogil
     void stp_stats(size_t* out) nogil
     size_t stp_limit() nogil
-    void* pool_alloc "stp_alloc"(size_t nbytes) nogil
-    void pool_free "stp_free"(void* p) nogil
+    void* stp_alloc(size_t nbytes) nogil
+    void stp_free(void* p) nogil
     void* stp_handler_ptr "(&stp_handler)"
+
+
+cdef void* pool_alloc(size_t nbytes) noexcept nogil:
+    """At least nbytes, 64-byte aligned (a kept block from 4 MiB up); NULL when out of memory.
+    Release with pool_free, from any thread."""
+    return stp_alloc(nbytes)
+
+
+cdef void pool_free(void* p) noexcept nogil:
+    stp_free(p)
 
 
 def _default_limit():

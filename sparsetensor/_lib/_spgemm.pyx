@@ -39,7 +39,7 @@ from libc.stdint cimport int32_t, int64_t, uint8_t, uint64_t
 from libc.stdlib cimport calloc, free, malloc
 from libc.string cimport memcpy, memset
 
-from ._scratch cimport scratch_alloc, scratch_calloc
+from ._scratch cimport scratch_alloc, scratch_calloc, scratch_free
 
 import numpy as np
 
@@ -500,8 +500,8 @@ def spgemm_fused(const index_t[:, ::1] a_compressed, const index_t[:, ::1] a_pla
                     memcpy(&out_plain[offsets[p]], part_p[p], written[p] * sizeof(index_t))
                     memcpy(&out_values[offsets[p]], part_v[p], written[p] * sizeof(value_t))
     for p in range(nparts):
-        free(part_p[p])
-        free(part_v[p])
+        scratch_free(part_p[p])
+        scratch_free(part_v[p])
     free(part_p)
     free(part_v)
     if failed[0]:

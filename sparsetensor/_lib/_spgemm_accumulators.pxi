@@ -82,14 +82,14 @@ cdef bint _scratch_dense(Scratch* s, value_t zero) noexcept nogil:
 
 cdef void _scratch_free(Scratch* s) noexcept nogil:
     if s != NULL:
-        free(s.dense)
-        free(s.bits)
-        free(s.flags)
-        free(s.slots)
-        free(s.words)
-        free(s.sorted)
-        free(s.sums)
-        free(s.hist)
+        scratch_free(s.dense)
+        scratch_free(s.bits)
+        scratch_free(s.flags)
+        scratch_free(s.slots)
+        scratch_free(s.words)
+        scratch_free(s.sorted)
+        scratch_free(s.sums)
+        scratch_free(s.hist)
         free(s)
 
 

@@ -38,9 +38,9 @@ cdef Marks* _marks_new(Py_ssize_t n) noexcept nogil:
 
 cdef void _marks_free(Marks* m) noexcept nogil:
     if m != NULL:
-        free(m.bits)
-        free(m.flags)
-        free(m.mark)
+        scratch_free(m.bits)
+        scratch_free(m.flags)
+        scratch_free(m.mark)
         free(m)
 
 

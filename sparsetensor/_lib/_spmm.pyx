@@ -49,7 +49,7 @@ from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport calloc, free, malloc
 from libc.string cimport memset
 
-from sparsetensor._lib._scratch cimport scratch_alloc, scratch_calloc
+from sparsetensor._lib._scratch cimport scratch_alloc, scratch_calloc, scratch_free
 
 from sparsetensor._lib._arrays cimport _array, _dim, _index_code, _value_code
 from sparsetensor._lib._balance cimport balanced_split

@@ -117,7 +117,7 @@ cdef int _row_split(const index_t* pp, Py_ssize_t n, Py_ssize_t nplain, Py_ssize
         while t < parts:
             bounds[t] = nplain
             t += 1
-    free(counts)
+    scratch_free(counts)
     return 0
 
 
@@ -216,7 +216,7 @@ cdef int _scatter_private(const index_t* cp, const index_t* pp, const num_t* vp,
     finally:
         if bufs != NULL:
             for t in range(1, nt):
-                free(bufs[t])
+                scratch_free(bufs[t])
         free(bufs)
         free(bounds)
     return nerr

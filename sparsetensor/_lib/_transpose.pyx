@@ -12,7 +12,7 @@ from libc.stdlib cimport calloc, free, malloc
 from libc.string cimport memcpy, memset
 
 from ._pool cimport empty
-from ._scratch cimport scratch_alloc, scratch_calloc
+from ._scratch cimport scratch_alloc, scratch_calloc, scratch_free
 
 import numpy as np
 
@@ -243,7 +243,7 @@ cdef inline int _scatter_keys(const index_t* c, const index_t* p, const raw_t* v
     if bkey == NULL or bval == NULL or fill == NULL:
         free(bkey)
         free(bval)
-        free(fill)
+        scratch_free(fill)
         return 1
     for i in range(r0, r1):
         row = (<key_t>i) << shift
@@ -267,7 +267,7 @@ cdef inline int _scatter_keys(const index_t* c, const index_t* p, const raw_t* v
     st_stream_fence()
     free(bkey)
     free(bval)
-    free(fill)
+    scratch_free(fill)
     return 0
 
 
@@ -302,10 +302,10 @@ cdef inline int _sort_keys(const key_t* keys, index_t* op, raw_t* ov, Py_ssize_t
     cdef key_t* bkey = <key_t*>scratch_alloc(size * sizeof(key_t) + 1)
     cdef raw_t* bval = <raw_t*>scratch_alloc(size * E * sizeof(raw_t) + 1)
     if loc == NULL or sub == NULL or bkey == NULL or bval == NULL:
-        free(loc)
-        free(sub)
-        free(bkey)
-        free(bval)
+        scratch_free(loc)
+        scratch_free(sub)
+        scratch_free(bkey)
+        scratch_free(bval)
         return 1
     for b in range(b0, b1):
         lo, m = bstart[b], bstart[b + 1] - bstart[b]
@@ -337,10 +337,10 @@ cdef inline int _sort_keys(const key_t* keys, index_t* op, raw_t* ov, Py_ssize_t
             loc[jj] = pos + 1
             op[pos] = <index_t>(key >> shift)
             _copy(ov + pos * E, bval + q * E, E)
-    free(loc)
-    free(sub)
-    free(bkey)
-    free(bval)
+    scratch_free(loc)
+    scratch_free(sub)
+    scratch_free(bkey)
+    scratch_free(bval)
     return 0
 
 
@@ -464,7 +464,7 @@ def compressed_transpose(const index_t[:, ::1] compressed, const index_t[:, ::1]
     cdef int64_t* scratch = <int64_t*>scratch_alloc((workers * per_worker + B) * sizeof(int64_t))
     cdef uint64_t* side = <uint64_t*>_alloc64(workers * slen * sizeof(uint64_t)) if use_side else NULL
     if scratch == NULL or (use_side and side == NULL):
-        free(scratch)
+        scratch_free(scratch)
         free(side)
         raise MemoryError("compressed_transpose: out of memory for the scratch buffers")
     cdef index_t[:, ::1] oc = out_c
@@ -494,7 +494,7 @@ def compressed_transpose(const index_t[:, ::1] compressed, const index_t[:, ::1]
                                            <int*>(scratch + (Ti + 1) + (Ti * NB + 1) + (NB + 1)))
         for b in range(B):
             err = err | <int>status[b]
-    free(scratch)
+    scratch_free(scratch)
     free(side)
     if err:
         raise MemoryError("compressed_transpose: out of memory for the bucket buffers")
