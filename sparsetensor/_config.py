@@ -111,7 +111,8 @@ def set_pool_limit(nbytes: int) -> int:
     loop over large operands does not pay for fresh pages (a page fault and the kernel's zeroing
     of each page: a quarter of a 10^7-nnz transpose). Kept blocks are marked ``MADV_FREE``: the
     kernel may take their pages back under memory pressure. The default limit is an eighth of
-    the machine's memory, or the environment variable ``SPARSETENSOR_POOL_BYTES``.
+    the memory the process may use (the machine's, or its cgroup's limit where lower), or the
+    environment variable ``SPARSETENSOR_POOL_BYTES``.
     """
     from ._lib import _pool
     return _pool.set_limit(nbytes)

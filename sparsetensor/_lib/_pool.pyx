@@ -235,8 +235,27 @@ cdef void pool_free(void* p) noexcept nogil:
     stp_free(p)
 
 
+def _memory_bytes():
+    """The memory this process may use: the machine's, or its cgroup's limit where lower (a
+    batch job's allocation)."""
+    import os
+    try:
+        total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):  # pragma: no cover - no sysconf
+        return 8 << 30
+    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            with open(path) as f:
+                text = f.read().strip()
+        except OSError:
+            continue
+        if text.isdigit():
+            total = min(total, int(text))
+    return total
+
+
 def _default_limit():
-    """An eighth of the machine's memory, or SPARSETENSOR_POOL_BYTES."""
+    """An eighth of the memory this process may use, or SPARSETENSOR_POOL_BYTES."""
     import os
     env = os.environ.get("SPARSETENSOR_POOL_BYTES", "").strip()
     if env:
@@ -247,10 +266,7 @@ def _default_limit():
         if value < 0:
             raise ValueError(f"SPARSETENSOR_POOL_BYTES must be >= 0, got {value}")
         return value
-    try:
-        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 8
-    except (AttributeError, ValueError, OSError):  # pragma: no cover - no sysconf
-        return 1 << 30
+    return _memory_bytes() // 8
 
 
 stp_init(_default_limit())
