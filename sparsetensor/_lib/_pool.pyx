@@ -18,8 +18,9 @@
 # oldest first out, at most POOL_SLOTS blocks) after MADV_FREE, which lets the kernel take its
 # pages back under memory pressure without a write to them; while it does not, the pages stay
 # mapped and a reuse costs nothing. A request takes the smallest kept block that is at least
-# its size and at most 1.25x it. Arrays are NumPy's own (NEP 49 handler), so they behave as
-# any other (resize, pickle, buffer protocol); only `empty` hands them out.
+# its size and at most 1.25x it. `empty` hands out arrays that are NumPy's own (NEP 49
+# handler), so they behave as any other (resize, pickle, buffer protocol); `pool_alloc` hands
+# out raw blocks for scratch.
 #
 # Locking: a spin lock around the table (a few dozen loads; no system call is made while it is
 # held), so that a block may be freed from any thread, with or without the GIL.
