@@ -122,7 +122,8 @@ def test_blocks_freed_from_many_threads(pool):
                                          ("-5", "SPARSETENSOR_POOL_BYTES must be >= 0")])
 def test_environment_sets_the_limit(env, expect):
     code = "import sparsetensor as st; print('limit', st.pool_stats()['limit'])"
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+    # cwd="/": the installed package is imported, never a source tree in the working directory
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd="/",
                        env={**os.environ, "SPARSETENSOR_POOL_BYTES": env})
     assert expect in r.stdout + r.stderr
 
