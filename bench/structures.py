@@ -37,9 +37,16 @@ SIZES = {"5pt": (141, 447, 1414), "27pt": (16, 33, 72), "rmat": (13, 16, 19)}
 
 def _matrices(which: tuple):
     """(label, square CSR tensor with int32 indices) of every structure at the sizes ``which``
-    (indices into ``SIZES``' tuples)."""
-    for name, sizes in SIZES.items():
-        for s in (sizes[k] for k in which):
+    (indices into ``SIZES``' tuples), the smallest size of every structure first.
+
+    Small before large: on this VM, once a process has given back gigabytes (a 10^7-nnz case's
+    arrays, the peers' copies), a wake-up of a second thread takes about 0.3 ms for several
+    seconds (a 2-thread check of 10^5 nnz went from 0.03 to 0.34 ms for over 7 s after 8 GB were
+    freed, with both threads waiting in the OpenMP barrier). That costs nothing at 10^7 nnz but
+    would swamp a 10^5-nnz case that followed one."""
+    for k in which:
+        for name, sizes in SIZES.items():
+            s = sizes[k]
             if name == "rmat":  # values: the edge multiplicities (st.rmat sums repeated edges)
                 yield f"rmat s={s}", st.rmat(s, 16, np.random.default_rng(0), index_dtype=np.int32)
             else:
