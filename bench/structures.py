@@ -22,6 +22,7 @@ in three rounds that take turns (SpGEMM: 5 calls after one warm-up, in one round
 
 from __future__ import annotations
 
+import gc
 import os
 import time
 
@@ -80,7 +81,8 @@ def run(threads: int | None = None, quick: bool = False, repeat: int = 5, ops=No
     print(f"read bandwidth with {threads} threads: {bw / 1e9:.1f} GB/s", flush=True)
     peak = os.getloadavg()[0]
     for name, t in _matrices(sizes if sizes is not None else (0,) if quick else (0, 1, 2)):
-        for op, fns in structure_cases(t, peers, threads, ops).items():
+        cases = structure_cases(t, peers, threads, ops)
+        for op, fns in cases.items():
             start = time.perf_counter()
             if op == "spgemm" and name.startswith("rmat") and t.shape[0] >= (1 << 16):
                 continue  # R-MAT squared from scale 16 on: a peer's product outgrew this machine's 23 GB
@@ -108,6 +110,10 @@ def run(threads: int | None = None, quick: bool = False, repeat: int = 5, ops=No
             if rest > 0:
                 time.sleep(rest * (time.perf_counter() - start))
             peak = max(peak, os.getloadavg()[0])
+        # give back this matrix and the peers' copies before the next one is built: two 10^7-nnz
+        # structures and their copies at once (with torch's SpGEMM holding memory) outgrew 23 GB
+        t = cases = fns = None
+        gc.collect()
     print()
     print_table(["matrix", "nnz", "op", "ours ms"] + [f"{lib}/ours" for lib in libs] + ["best", "roof ms", "roof/ours"],
                 rows)
