@@ -77,9 +77,8 @@ def run(threads: int | None = None, quick: bool = False, repeat: int = 5, ops=No
     libs = [p for p in ("scipy", "torch", "graphblas") if p in peers]
     rows, records = [], []
     print(f"load average before: {os.getloadavg()}; threads: {threads}; peers: {', '.join(libs)}", flush=True)
-    bw = read_bandwidth_threads(threads)
-    print(f"read bandwidth with {threads} threads: {bw / 1e9:.1f} GB/s", flush=True)
     peak = os.getloadavg()[0]
+    traffics = []
     for name, t in _matrices(sizes if sizes is not None else (0,) if quick else (0, 1, 2)):
         cases = structure_cases(t, peers, threads, ops)
         for op, fns in cases.items():
@@ -99,13 +98,10 @@ def run(threads: int | None = None, quick: bool = False, repeat: int = 5, ops=No
                 times = interleaved_medians(fns, max(repeat, 9), warmup=1, rounds=3)
             ratios = {lib: times[lib] / times["ours"] for lib in libs if lib in times}
             best = min(ratios.values()) if ratios else float("nan")
-            nbytes = traffic(op, t.shape[0], t.nnz, fns["ours"]().nnz if op == "add" else 0)
-            roof = nbytes / bw if nbytes else None
+            traffics.append(traffic(op, t.shape[0], t.nnz, fns["ours"]().nnz if op == "add" else 0))
             rows.append([name, f"{t.nnz:,}", op, f"{times['ours'] * 1e3:.3g}"]
-                        + [f"{ratios[lib]:.2f}" if lib in ratios else "-" for lib in libs] + [f"{best:.2f}"]
-                        + ([f"{roof * 1e3:.3g}", f"{roof / times['ours']:.2f}"] if roof else ["-", "-"]))
-            records.append({"matrix": name, "nnz": int(t.nnz), "op": op, "seconds": times, "ratios": ratios,
-                            "roofline_s": roof})
+                        + [f"{ratios[lib]:.2f}" if lib in ratios else "-" for lib in libs] + [f"{best:.2f}"])
+            records.append({"matrix": name, "nnz": int(t.nnz), "op": op, "seconds": times, "ratios": ratios})
             print("  ".join(rows[-1]), flush=True)
             if rest > 0:
                 time.sleep(rest * (time.perf_counter() - start))
@@ -114,6 +110,14 @@ def run(threads: int | None = None, quick: bool = False, repeat: int = 5, ops=No
         # structures and their copies at once (with torch's SpGEMM holding memory) outgrew 23 GB
         t = cases = fns = None
         gc.collect()
+    # the bandwidth last: its 512 MB, once given back, would slow the 10^5-nnz cases that follow
+    # (see _matrices)
+    bw = read_bandwidth_threads(threads)
+    print(f"read bandwidth with {threads} threads: {bw / 1e9:.1f} GB/s", flush=True)
+    for row, rec, nbytes in zip(rows, records, traffics):
+        roof = nbytes / bw if nbytes else None
+        rec["roofline_s"] = roof
+        row += [f"{roof * 1e3:.3g}", f"{roof / rec['seconds']['ours']:.2f}"] if roof else ["-", "-"]
     print()
     print_table(["matrix", "nnz", "op", "ours ms"] + [f"{lib}/ours" for lib in libs] + ["best", "roof ms", "roof/ours"],
                 rows)
