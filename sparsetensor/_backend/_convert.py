@@ -122,7 +122,7 @@ def _rows_to_coo(parts: Parts, threads) -> COOTensor:
     if m:
         coords = np.array(np.unravel_index(np.arange(B), batch), dtype=idx_dt).reshape(m, B)
     else:
-        coords = empty((0, B), dtype=idx_dt)
+        coords = np.empty((0, B), dtype=idx_dt)
     oi = empty((m + 2, N), dtype=idx_dt)
     ov = empty((N, Er), dtype=v.dtype)
     _kernels.rows_to_coo(c, p, v, rb, cb, coords, oi, ov, num_threads(threads, ov.size + oi.size))

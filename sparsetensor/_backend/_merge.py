@@ -152,21 +152,21 @@ def _merge_coo(a, b, dtype, kdt, logical, op, union, alpha_k, threads) -> COOTen
         pick = np.arange(1, rows)
         bounds = np.unique(np.concatenate([ka[pick * a.nnz // rows], kb[pick * b.nnz // rows]]))
     else:
-        bounds = empty(0, dtype=np.int64)
+        bounds = np.empty(0, dtype=np.int64)
     n = bounds.size + 1
-    ac = empty((1, n + 1), dtype=np.int64)
-    bc = empty((1, n + 1), dtype=np.int64)
+    ac = np.empty((1, n + 1), dtype=np.int64)
+    bc = np.empty((1, n + 1), dtype=np.int64)
     ac[0, 0] = bc[0, 0] = 0
     ac[0, 1:n] = np.searchsorted(ka, bounds)
     bc[0, 1:n] = np.searchsorted(kb, bounds)
     ac[0, n], bc[0, n] = a.nnz, b.nnz
     tail = a.values().shape[1:]
     E = math.prod(tail)
-    counts = empty((1, n), dtype=np.int64)
+    counts = np.empty((1, n), dtype=np.int64)
     _kernels.merge_count(ac, ka.reshape(1, -1), bc, kb.reshape(1, -1), union, counts, nt)
     nnz = int(counts.sum())
     check_fits(idx_dt, "coo", nnz=nnz)
-    oc = empty((1, n + 1), dtype=np.int64)
+    oc = np.empty((1, n + 1), dtype=np.int64)
     oc[0, 0] = 0
     np.cumsum(counts[0], out=oc[0, 1:])
     keys = empty((1, nnz), dtype=np.int64)

@@ -341,7 +341,7 @@ def coo_sort(const index_t[:, ::1] indices, const int64_t[::1] shape, int nbits,
     cdef int64_t[:, ::1] hist = hist_arr
     cdef int64_t varying = int(np.bitwise_or.reduce(state_arr[:, 3]) ^ np.bitwise_and.reduce(state_arr[:, 4]))
     if presorted or varying == 0:
-        return None, keys_arr, empty(0, np.int64), run_offsets(keys_arr, nout_chunks, nthreads)
+        return None, keys_arr, np.empty(0, np.int64), run_offsets(keys_arr, nout_chunks, nthreads)
     kbuf_arr = empty(n, np.int64)
     offs_arr = empty((nchunks, nb), np.int64)
     heads_arr = np.zeros((nthreads, nout_chunks), np.int64)
@@ -532,7 +532,7 @@ def coo_write(const int64_t[::1] keys, const int64_t[::1] offsets, const pos_t[:
     cdef const int64_t* shp = &shape[0] if S > 0 else NULL
     if nout == 0:
         return
-    ends = empty(nchunks, dtype=np.int64)
+    ends = np.empty(nchunks, dtype=np.int64)
     with nogil:
         for c in prange(nchunks, schedule="dynamic", num_threads=nthreads):
             ends[c] = _write_chunk(&keys[0], n, _lo(c, n, nchunks), _lo(c + 1, n, nchunks), offsets[c],
@@ -647,7 +647,7 @@ def coo_bucket_sort(const index_t[:, ::1] indices, const int64_t[::1] shape, int
             for c in prange(nchunks, schedule="dynamic", num_threads=nthreads):
                 _hist_chunk(&keys[0], _lo(c, n, nchunks), _lo(c + 1, n, nchunks), shift, mask, &hist[c, 0])
     cdef int64_t base = key_and & ~((1 << (shift + width)) - 1)  # the bits above the digit: the same in every key
-    bstart_arr = empty(nb + 1, np.int64)
+    bstart_arr = np.empty(nb + 1, np.int64)
     offsets = np.zeros(nb + 1, np.int64)
     cdef int64_t[::1] bstart = bstart_arr
     cdef int64_t[::1] distinct = offsets
@@ -659,7 +659,7 @@ def coo_bucket_sort(const index_t[:, ::1] indices, const int64_t[::1] shape, int
     cdef int64_t* work = &workv[0]
     work = work + ((64 - (<size_t>work) % 64) % 64) // 8  # align to 64 bytes
     cdef Py_ssize_t biggest = int(hist_arr.sum(axis=0).max())
-    cnt_arr = empty(nthreads * (3 << RADIX_BITS), np.uint32)
+    cnt_arr = np.empty(nthreads * (3 << RADIX_BITS), np.uint32)
     lk_arr = empty(n, np.uint32)
     kscr_arr = empty(nthreads * biggest, np.uint32)
     cdef uint32_t[::1] cnt = cnt_arr
@@ -762,7 +762,7 @@ def coo_write_buckets(const uint32_t[::1] low_keys, const int64_t[::1] bucket_st
     cdef const int64_t* shp = &shape[0] if S > 0 else NULL
     if nout == 0:
         return
-    ends = empty(nb, dtype=np.int64)
+    ends = np.empty(nb, dtype=np.int64)
     with nogil:
         for c in prange(nchunks, schedule="dynamic", num_threads=nthreads):
             _write_buckets(&low_keys[0], &bucket_starts[0], &offsets[0], _lo(c, nb, nchunks), _lo(c + 1, nb, nchunks),

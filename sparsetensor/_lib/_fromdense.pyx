@@ -572,8 +572,8 @@ def dense_to_compressed(dense, raw, Rb, Cb, compressed_rows, index_dtype, nthrea
     np.cumsum(counts.reshape(B, nrb), axis=1, out=roff[:, 1:])
     nnz_per_batch = roff[:, nrb].copy()
     if B and (nnz_per_batch != nnz_per_batch[0]).any():
-        return (empty((B, 0), index_dtype), empty((B, 0), index_dtype),
-                empty((B, 0, Rb, Cb, Dr), r.dtype).view(out_dtype), nnz_per_batch)
+        return (np.empty((B, 0), index_dtype), np.empty((B, 0), index_dtype),
+                np.empty((B, 0, Rb, Cb, Dr), r.dtype).view(out_dtype), nnz_per_batch)
     nnz = int(nnz_per_batch[0]) if B else 0
     if index_dtype == np.int32 and max(nnz, nplain - 1) > _INT32_MAX:
         raise ValueError(f"nnz={nnz} or {nplain} plain blocks do not fit index dtype int32")
