@@ -1,16 +1,19 @@
 """Every op on the structures users have, at three sizes, against SciPy, torch and GraphBLAS.
 
-Structures (from ``st.stencil`` and ``st.rmat``): the 2-D 5-point stencil, the 3-D 27-point
-stencil (HPCG: 26 on the diagonal, -1 off it) and an R-MAT power-law graph (Graph500: a=.57,
-b=c=.19, edge factor 16), at about
-10^5, 10^6 and 10^7 nnz (``--quick``: the smallest only; ``--sizes 0,1``: the first two), float64 values, int32 indices.
+Structures (from ``st.stencil``, ``st.diags`` and ``st.rmat``): the 2-D 5-point stencil, the
+3-D 7-point and 27-point stencils (HPCG's: 26 on the diagonal, -1 off it), a banded matrix (17
+diagonals), a block-structured FEM-like matrix (3 unknowns per point of a 27-point grid, BSR
+with 3x3 blocks; ``st.stencil(..., dofs=3)``) and an R-MAT power-law graph (Graph500: a=.57,
+b=c=.19, edge factor 16), at about 10^5, 10^6 and 10^7 nnz (element-wise: a 3x3 block counts
+9) (``--quick``: the smallest only; ``--sizes 0,1``: the first two), float64 values, int32 indices.
 
 Ops: those of :func:`sparsetensor._userbench.structure_cases` (the same table that the
-``sparsetensor`` demo prints): check, csr->csc, spmv, spmm32, spgemm, add; 2 threads for
-everyone (ours, torch, GraphBLAS's ``nthreads``; SciPy is single-threaded).
+``sparsetensor`` demo prints): check, csr->csc (bsr->bsc), spmv, spmm32, spgemm, add; 2 threads
+for everyone (ours, torch, GraphBLAS's ``nthreads``; SciPy is single-threaded). The BSR matrix
+runs as BSR for ours, SciPy and torch (which has no BSR @ BSR) and element-wise for GraphBLAS.
 
-Where a case is bound by memory traffic, ``roof ms`` is the least traffic it needs (int32
-indices, float64 values: read the operands once, write the result once; see
+Where a case is bound by memory traffic, ``roof ms`` is the least traffic it needs (the
+members' bytes: read the operands once, write the result once; see
 :func:`traffic`) over this machine's read bandwidth with the same threads, measured in the
 run, and ``roof/ours`` how close ours comes to it (1.0: at the bound; above 1 where the
 operands fit in cache, as at 10^5 nnz, so that the bound means something from 10^6 on).
@@ -33,12 +36,28 @@ from sparsetensor._userbench import installed_peers, interleaved_medians, struct
 
 from ._common import median_time, print_table, read_bandwidth_threads, write_json
 
-SIZES = {"5pt": (141, 447, 1414), "27pt": (16, 33, 72), "rmat": (13, 16, 19)}
+# per structure, the parameter of each size: grid side (stencils), rows (band), scale (R-MAT)
+SIZES = {"5pt": (141, 447, 1414), "7pt": (24, 52, 112), "27pt": (16, 33, 72), "band": (5900, 59000, 590000),
+         "fem3": (8, 17, 36), "rmat": (13, 16, 19)}
+
+
+def _structure(name: str, s: int):
+    """(label, square matrix with int32 indices) of structure ``name`` at size parameter ``s``."""
+    if name == "rmat":  # values: the edge multiplicities (st.rmat sums repeated edges)
+        return f"rmat s={s}", st.rmat(s, 16, np.random.default_rng(0), index_dtype=np.int32)
+    if name == "band":  # 17 diagonals, diagonally dominant
+        offsets = list(range(-8, 9))
+        diagonals = [np.full(s - abs(k), 16.0 if k == 0 else -1.0) for k in offsets]
+        return f"band n={s}", st.diags(diagonals, offsets, shape=(s, s), index_dtype=np.int32)
+    if name == "fem3":  # 3 unknowns per point of a 27-point grid: bsr with 3x3 blocks
+        return f"fem3 bsr g={s}", st.stencil((s, s, s), 27, layout="bsr", dofs=3, index_dtype=np.int32)
+    grid, points = ((s, s), 5) if name == "5pt" else ((s, s, s), int(name[:-2]))
+    return f"{name} g={s}", st.stencil(grid, points, index_dtype=np.int32)
 
 
 def _matrices(which: tuple):
-    """(label, square CSR tensor with int32 indices) of every structure at the sizes ``which``
-    (indices into ``SIZES``' tuples), the smallest size of every structure first.
+    """(label, square CSR or BSR tensor with int32 indices) of every structure at the sizes
+    ``which`` (indices into ``SIZES``' tuples), the smallest size of every structure first.
 
     Small before large: on this VM, once a process has given back gigabytes (a 10^7-nnz case's
     arrays, the peers' copies), a wake-up of a second thread takes about 0.3 ms for several
@@ -47,23 +66,24 @@ def _matrices(which: tuple):
     would swamp a 10^5-nnz case that followed one."""
     for k in which:
         for name, sizes in SIZES.items():
-            s = sizes[k]
-            if name == "rmat":  # values: the edge multiplicities (st.rmat sums repeated edges)
-                yield f"rmat s={s}", st.rmat(s, 16, np.random.default_rng(0), index_dtype=np.int32)
-            else:
-                grid, points = ((s, s), 5) if name == "5pt" else ((s, s, s), 27)
-                yield f"{name} g={s}", st.stencil(grid, points, index_dtype=np.int32)
+            yield _structure(name, sizes[k])
 
 
-def traffic(op: str, n: int, nnz: int, nnz_out: int = 0):
-    """The least bytes ``op`` moves on an n x n CSR matrix with ``nnz`` entries (int32 indices,
-    float64 values), or None for SpGEMM (bound by its products, not by memory traffic)."""
-    members = 4 * (n + 1) + 12 * nnz  # crow, col, values
-    return {"check": 4 * (n + 1) + 4 * nnz,  # the indices are read once
-            "csr->csc": 2 * members,  # read, write
-            "spmv": members + 16 * n,  # + x read, y written
-            "spmm32": members + 2 * 8 * 32 * n,
-            "add": 2 * members + 4 * (n + 1) + 12 * nnz_out}.get(op)
+def _nbytes(m) -> int:
+    """The bytes of a compressed tensor's three members."""
+    return m.crow_indices().nbytes + m.col_indices().nbytes + m.values().nbytes
+
+
+def traffic(op: str, t, out=None):
+    """The least bytes ``op`` moves on the square CSR/BSR matrix ``t`` (``out``: the result of
+    ``add``), or None for SpGEMM (bound by its products, not by memory traffic)."""
+    n, members = t.shape[0], _nbytes(t)
+    vector = t.values().itemsize * n
+    return {"check": t.crow_indices().nbytes + t.col_indices().nbytes,  # the indices are read once
+            "csr->csc": 2 * members, "bsr->bsc": 2 * members,  # read, write
+            "spmv": members + 2 * vector,  # + x read, y written
+            "spmm32": members + 2 * 32 * vector,
+            "add": 2 * members + (_nbytes(out) if out is not None else 0)}.get(op)
 
 
 def run(threads: int | None = None, quick: bool = False, repeat: int = 5, ops=None, sizes=None,
@@ -98,10 +118,10 @@ def run(threads: int | None = None, quick: bool = False, repeat: int = 5, ops=No
                 times = interleaved_medians(fns, max(repeat, 9), warmup=1, rounds=3)
             ratios = {lib: times[lib] / times["ours"] for lib in libs if lib in times}
             best = min(ratios.values()) if ratios else float("nan")
-            traffics.append(traffic(op, t.shape[0], t.nnz, fns["ours"]().nnz if op == "add" else 0))
-            rows.append([name, f"{t.nnz:,}", op, f"{times['ours'] * 1e3:.3g}"]
+            traffics.append(traffic(op, t, fns["ours"]() if op == "add" else None))
+            rows.append([name, f"{t.values().size:,}", op, f"{times['ours'] * 1e3:.3g}"]
                         + [f"{ratios[lib]:.2f}" if lib in ratios else "-" for lib in libs] + [f"{best:.2f}"])
-            records.append({"matrix": name, "nnz": int(t.nnz), "op": op, "seconds": times, "ratios": ratios})
+            records.append({"matrix": name, "nnz": int(t.values().size), "op": op, "seconds": times, "ratios": ratios})
             print("  ".join(rows[-1]), flush=True)
             if rest > 0:
                 time.sleep(rest * (time.perf_counter() - start))

@@ -363,7 +363,7 @@ _STENCILS = {(2, 5): "star", (3, 7): "star", (3, 27): "box"}
 
 
 def stencil(grid, points: int | None = None, *, layout="csr", dtype=np.float64, index_dtype=np.int64,
-            blocksize=None):
+            blocksize=None, dofs: int = 1):
     """The finite-difference Laplacian of a 2-d or 3-d grid: ``points - 1`` on the diagonal, -1 for
     each neighbour.
 
@@ -372,6 +372,12 @@ def stencil(grid, points: int | None = None, *, layout="csr", dtype=np.float64, 
     ``(x, y[, z])`` is row ``np.ravel_multi_index((x, y[, z]), grid)``; boundary points have
     fewer neighbours (Dirichlet). The 5-point matrix equals SciPy's
     ``kron(I, T) + kron(T, I)`` with ``T = tridiag(-1, 2, -1)``.
+
+    ``dofs``: unknowns per grid point, as in vector-valued FEM (3 for 3-d elasticity): the
+    matrix is ``kron(A, K)`` with ``A`` the scalar stencil and ``K = ones((dofs, dofs)) + dofs *
+    eye(dofs)`` (dense, symmetric positive definite), so every pair of coupled points is one
+    dense ``dofs x dofs`` block. bsr/bsc take those blocks (``blocksize`` defaults to
+    ``(dofs, dofs)``); the other layouts store the same matrix element-wise.
 
     Examples
     --------
@@ -384,8 +390,14 @@ def stencil(grid, points: int | None = None, *, layout="csr", dtype=np.float64, 
            [ 0., -1., -1.,  4.]])
     >>> st.stencil((3, 3, 3), 27).nnz
     343
+    >>> f = st.stencil((4, 4, 4), 27, layout="bsr", dofs=3)
+    >>> f.shape, f.values().shape
+    ((192, 192), (1000, 3, 3))
     """
     grid = tuple(operator.index(g) for g in grid)
+    dofs = operator.index(dofs)
+    if dofs < 1:
+        raise ValueError(f"stencil: dofs must be >= 1, got {dofs}")
     if points is None:
         points = 5 if len(grid) == 2 else 7
     kind = _STENCILS.get((len(grid), points))
@@ -410,7 +422,21 @@ def stencil(grid, points: int | None = None, *, layout="csr", dtype=np.float64, 
     rows, which = np.nonzero(ok)
     cols = rows + (shifts @ strides)[which]
     vals = np.where(rows == cols, points - 1, -1).astype(dt)
+    if dofs > 1:
+        return _point_blocks(rows, cols, vals, n, dofs, layout, idt, blocksize)
     if layout is L.sparse_csc:
         rows, cols = cols, rows
     t = _assemble(None, rows, cols, vals, (n, n), _element_layout(layout), idt, row_major=True)
     return _blocked_from(t, layout, bs)
+
+
+def _point_blocks(rows, cols, vals, n, dofs, layout, index_dtype, blocksize):
+    """``kron(A, K)`` of the n x n scalar matrix A (row-major entries ``rows, cols, vals``) with
+    ``K = ones + dofs * eye``: assembled as bsr with ``dofs x dofs`` blocks, then in ``layout``."""
+    K = (np.ones((dofs, dofs)) + dofs * np.eye(dofs)).astype(vals.dtype)
+    shape = (n * dofs, n * dofs)
+    block = (dofs, dofs)
+    t = _assemble(None, rows, cols, vals[:, None, None] * K, shape, L.sparse_bsr, index_dtype, block, row_major=True)
+    if layout.blocked and (blocksize is None or L.as_blocksize(blocksize) == block):
+        return t if layout is L.sparse_bsr else t.to_sparse(layout, blocksize=block)
+    return t.to_sparse(layout, blocksize=blocksize)

@@ -97,77 +97,103 @@ def installed_peers(threads: int) -> dict:
 
 
 def structure_cases(t, peers: dict, threads: int, ops=None) -> dict:
-    """``{op: {library: zero-argument callable}}`` for the ops users run on a square CSR matrix ``t``:
+    """``{op: {library: zero-argument callable}}`` for the ops users run on a square CSR or BSR
+    matrix ``t``:
 
     - ``check``: the full invariant check of the members (torch ``check_invariants=True``,
       SciPy ``check_format(full_check=True)`` and ``has_canonical_format``);
-    - ``csr->csc``: the transpose into the other compressed layout (GraphBLAS ``A.T.new()``);
+    - ``csr->csc`` (``bsr->bsc``): the transpose into the other compressed layout (SciPy's
+      ``tocsc()``, of bsr its ``transpose()``, a bsr of the transpose with the same blocks;
+      GraphBLAS ``A.T.new()``);
     - ``spmv``, ``spmm32``: ``A @ x`` with a vector and with 32 dense columns;
     - ``spgemm``: ``A @ A`` with sorted output (SciPy's product + ``sort_indices()``; GraphBLAS's
       natural output; torch's ``A @ A`` of CSR);
-    - ``add``: ``A + B`` with B the transpose of A stored as CSR (GraphBLAS ``ewise_add``).
+    - ``add``: ``A + B`` with B the transpose of A stored in A's layout (GraphBLAS ``ewise_add``).
 
+    torch has no BSR @ BSR and no working BSR + BSR (see :func:`_torch_cases`).
+
+    GraphBLAS has no blocks: for a bsr matrix it gets the same matrix element-wise (CSR).
     ``ops`` picks a subset (default: all). ``peers`` is :func:`installed_peers`'s dict."""
     import sparsetensor as st
 
+    blocked = t.layout.blocked
+    make = st.sparse_bsr_tensor if blocked else st.sparse_csr_tensor
+    conv = "bsr->bsc" if blocked else "csr->csc"
     crow, col, val, n = t.crow_indices(), t.col_indices(), t.values(), t.shape[0]
-    tt = t.to_sparse_csc().mT  # A^T stored as CSR
+    tt = (t.to_sparse_bsc(t.blocksize) if blocked else t.to_sparse_csc()).mT  # A^T stored in A's layout
     x = np.random.default_rng(1).random(n)
     X = np.random.default_rng(2).random((n, 32))
     cases = {
-        "check": {"ours": lambda: st.sparse_csr_tensor(crow, col, val, (n, n), check_invariants=True)},
-        "csr->csc": {"ours": lambda: t.to_sparse_csc(threads=threads)},
+        "check": {"ours": lambda: make(crow, col, val, (n, n), check_invariants=True)},
+        conv: {"ours": lambda: (t.to_sparse_bsc(t.blocksize, threads=threads) if blocked else t.to_sparse_csc(threads=threads))},
         "spmv": {"ours": lambda: st.matmul(t, x, threads=threads)},
         "spmm32": {"ours": lambda: st.matmul(t, X, threads=threads)},
         "spgemm": {"ours": lambda: st.matmul(t, t, threads=threads)},
         "add": {"ours": lambda: st.add(t, tt, threads=threads)},
     }
     if "scipy" in peers:
-        sp = peers["scipy"]
-        A = sp.csr_array((val, col, crow), shape=(n, n))
-        B = sp.csr_array((tt.values(), tt.col_indices(), tt.crow_indices()), shape=(n, n))
-
-        def scipy_check():  # what ours checks: the format, and sorted distinct columns (5.6)
-            m = sp.csr_array((val, col, crow), shape=(n, n))
-            m.check_format(full_check=True)
-            return m.has_canonical_format  # computed on a new matrix, never cached
-
-        def scipy_spgemm():
-            c = A @ A
-            c.has_sorted_indices = False  # drop the cached flag so the sort really runs
-            c.sort_indices()
-
-        for op, f in (("check", scipy_check), ("csr->csc", A.tocsc), ("spmv", lambda: A @ x),
-                      ("spmm32", lambda: A @ X), ("spgemm", scipy_spgemm), ("add", lambda: A + B)):
-            cases[op]["scipy"] = f
+        _scipy_cases(cases, conv, peers["scipy"], t, tt, x, X)
     if "torch" in peers:
-        torch = peers["torch"]
-        c_, p_, v_ = torch.from_numpy(crow), torch.from_numpy(col), torch.from_numpy(val)
-        with warnings.catch_warnings():  # "Sparse CSR tensor support is in beta state"
-            warnings.simplefilter("ignore", UserWarning)
-            T = torch.sparse_csr_tensor(c_, p_, v_, (n, n), check_invariants=False)
-            TB = torch.sparse_csr_tensor(torch.from_numpy(tt.crow_indices()), torch.from_numpy(tt.col_indices()),
-                                         torch.from_numpy(tt.values()), (n, n), check_invariants=False)
-        tx, tX = torch.from_numpy(x), torch.from_numpy(X)
-        for op, f in (("check", lambda: torch.sparse_csr_tensor(c_, p_, v_, (n, n), check_invariants=True)),
-                      ("csr->csc", T.to_sparse_csc), ("spmv", lambda: T @ tx), ("spmm32", lambda: T @ tX),
-                      ("spgemm", lambda: T @ T), ("add", lambda: T + TB)):
-            cases[op]["torch"] = f
+        _torch_cases(cases, conv, peers["torch"], t, tt, x, X)
     if "graphblas" in peers:
         gb = peers["graphblas"]
 
         def gb_matrix(m):
+            m = m.to_sparse_csr() if blocked else m
             return gb.Matrix.ss.import_csr(nrows=n, ncols=n, indptr=m.crow_indices().astype(np.int64),
                                            col_indices=m.col_indices().astype(np.int64), values=m.values(),
                                            take_ownership=False)
 
         G, GB = gb_matrix(t), gb_matrix(tt)
         gx, gX = gb.Vector.from_dense(x), gb.Matrix.from_dense(X)
-        for op, f in (("csr->csc", lambda: G.T.new()), ("spmv", lambda: G.mxv(gx).new()),
+        for op, f in ((conv, lambda: G.T.new()), ("spmv", lambda: G.mxv(gx).new()),
                       ("spmm32", lambda: G.mxm(gX).new()), ("spgemm", lambda: G.mxm(G).new()),
                       ("add", lambda: G.ewise_add(GB).new())):
             cases[op]["graphblas"] = f
     return {op: fns for op, fns in cases.items() if ops is None or op in ops}
+
+
+def _scipy_cases(cases, conv, sp, t, tt, x, X):
+    """SciPy's callables of :func:`structure_cases` (csr_array or bsr_array)."""
+    crow, col, val, n = t.crow_indices(), t.col_indices(), t.values(), t.shape[0]
+    kind = sp.bsr_array if t.layout.blocked else sp.csr_array
+    A = kind((val, col, crow), shape=(n, n))
+    B = kind((tt.values(), tt.col_indices(), tt.crow_indices()), shape=(n, n))
+
+    def check():  # what ours checks: the format, and sorted distinct columns (5.6)
+        m = kind((val, col, crow), shape=(n, n))
+        m.check_format(full_check=True)
+        return m.has_canonical_format  # computed on a new matrix, never cached
+
+    def spgemm():
+        c = A @ A
+        c.has_sorted_indices = False  # drop the cached flag so the sort really runs
+        c.sort_indices()
+
+    for op, f in (("check", check), (conv, A.transpose if t.layout.blocked else A.tocsc), ("spmv", lambda: A @ x),
+                  ("spmm32", lambda: A @ X), ("spgemm", spgemm), ("add", lambda: A + B)):
+        cases[op]["scipy"] = f
+
+
+def _torch_cases(cases, conv, torch, t, tt, x, X):
+    """torch's callables of :func:`structure_cases` (sparse_csr or sparse_bsr). torch 2.13 has no
+    BSR @ BSR, and its BSR + BSR of a matrix and its transpose fails inside MKL
+    (``SPARSE_STATUS_INVALID_VALUE``), so neither is timed."""
+    blocked, n = t.layout.blocked, t.shape[0]
+    make = torch.sparse_bsr_tensor if blocked else torch.sparse_csr_tensor
+    c_, p_, v_ = torch.from_numpy(t.crow_indices()), torch.from_numpy(t.col_indices()), torch.from_numpy(t.values())
+    with warnings.catch_warnings():  # "Sparse CSR tensor support is in beta state"
+        warnings.simplefilter("ignore", UserWarning)
+        T = make(c_, p_, v_, (n, n), check_invariants=False)
+        TB = make(torch.from_numpy(tt.crow_indices()), torch.from_numpy(tt.col_indices()),
+                  torch.from_numpy(tt.values()), (n, n), check_invariants=False)
+    tx, tX = torch.from_numpy(x), torch.from_numpy(X)
+    to_other = (lambda: T.to_sparse_bsc(t.blocksize)) if blocked else T.to_sparse_csc
+    for op, f in (("check", lambda: make(c_, p_, v_, (n, n), check_invariants=True)),
+                  (conv, to_other), ("spmv", lambda: T @ tx), ("spmm32", lambda: T @ tX),
+                  ("spgemm", None if blocked else (lambda: T @ T)), ("add", None if blocked else (lambda: T + TB))):
+        if f is not None:
+            cases[op]["torch"] = f
 
 
 def run_user_bench(t, name: str, repeat: int = 5, progress=None, out=None) -> list[dict]:

@@ -198,3 +198,22 @@ def test_stencil(layout, index_dtype):
     assert np.all(hpcg.diagonal() == 26) and hpcg.nnz == (3 * 4 - 2) ** 3  # 10 = 4 + 3 + 3 neighbour positions per axis
     with pytest.raises(ValueError, match="points"):
         st.stencil((3, 3), 7)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dofs", [2, 3])
+def test_stencil_dofs(layout, dofs):
+    """dofs unknowns per point: kron(A, ones + dofs * eye), one dense block per coupled pair."""
+    K = np.ones((dofs, dofs)) + dofs * np.eye(dofs)
+    grid, points = (3, 2, 3), 27
+    ref = np.kron(_box_reference(grid, points), K)
+    t = st.stencil(grid, points, layout=layout, index_dtype=np.int32, dofs=dofs)
+    np.testing.assert_array_equal(_ok(t, layout, np.int32), ref)
+    if layout in ("bsr", "bsc"):
+        assert t.blocksize == (dofs, dofs)  # the natural blocks by default
+        assert t.nnz == np.count_nonzero(_box_reference(grid, points))
+        other = st.stencil(grid, points, layout=layout, dofs=dofs, blocksize=(1, dofs))
+        assert other.blocksize == (1, dofs)
+        np.testing.assert_array_equal(other.to_dense(), ref)
+    with pytest.raises(ValueError, match="dofs"):
+        st.stencil(grid, points, layout=layout, dofs=0)
