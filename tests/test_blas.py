@@ -289,6 +289,32 @@ def test_simd_and_portable_paths(simd, blocksize, index_dtype, dtype, rng):
             blas.matmul(unchecked(s, plain=p), np.ones((a.shape[-1], 3), dtype))
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("index_dtype", INDEX_DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("blocksize", [(3, 3), (2, 5), (1, 9), (9, 1), (4, 8), (6, 6), (5, 7), (1, 17)])
+def test_bsr_times_vector(simd, blocksize, index_dtype, dtype, rng):
+    """BSR x vector on a 2-d matrix: the register path (Cb up to one vector's lanes, a block up
+    to four vectors), the tile path beyond it, blocks stored transposed (the bsr view of a bsc
+    tensor), unchecked input, and a broken index found before it is followed."""
+    Rb, Cb = blocksize
+    a = random_dense(rng, blocks=(11, 6), blocksize=blocksize, dtype=np.dtype(dtype), nnz=30, partial_blocks=False)
+    s = st.from_dense(a, "bsr", blocksize=blocksize, index_dtype=index_dtype)
+    view = st.from_dense(np.ascontiguousarray(a.T), "bsc", blocksize=(Cb, Rb), index_dtype=index_dtype).mT
+    assert view.layout == s.layout and (min(blocksize) == 1 or not view.values().flags.c_contiguous)
+    x = dense_operand(rng, (a.shape[1],), dtype)
+    for t in (s, unchecked(s), view):
+        assert_close(blas.matmul(t, x), reference(a, x, dtype))
+        assert_close(blas.matmul(t, x[:, None]), reference(a, x[:, None], dtype))
+    p = s.plain_indices().copy()
+    p[-1] = s.plain_size
+    with pytest.raises(st.InvariantError, match="5.5"):
+        blas.matmul(unchecked(s, plain=p), x)
+    c = s.compressed_indices().copy()
+    c[3] = c[4] + 1
+    with pytest.raises(st.InvariantError):
+        blas.matmul(unchecked(s, compressed=c), x)
+
+
 # -- threads ------------------------------------------------------------------------------------
 @pytest.mark.parametrize("layout", ["csr", "csc", "bsr", "bsc", "coo"])
 @pytest.mark.parametrize("dtype", ["float64", "int64", "bool", "float32"])

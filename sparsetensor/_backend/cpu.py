@@ -109,13 +109,20 @@ _PLAIN_COMPRESSED = frozenset((L.sparse_csr, L.sparse_csc))
 
 
 def spmm_csr(S, D, threads=None):
-    """``S @ D`` for the common case, or None where it is not that case: a 2-d csr ``S`` on the
-    host times a C-contiguous vector or matrix ``D`` of the same float dtype, inner sizes
-    matching. :func:`spmm`'s kernel call without its resolving of batch dims, block sizes,
-    working dtypes and copies, which cost more than the product below about 10^4 entries;
-    every other case (and every error) is left to the general path."""
+    """``S @ D`` for the common case, or None where it is not that case: a 2-d csr or bsr ``S``
+    on the host (C-contiguous values, no dense dims) times a C-contiguous vector or matrix ``D``
+    of the same float dtype, inner sizes matching. :func:`spmm`'s kernel call without its
+    resolving of batch dims, working dtypes and copies, which cost more than the product below
+    about 10^4 entries; every other case (and every error) is left to the general path."""
     v = S._values
-    if S._layout is not L.sparse_csr or type(v) is not np.ndarray or len(S._shape) != 2:
+    layout = S._layout
+    if type(v) is not np.ndarray or len(S._shape) != 2:
+        return None
+    if layout is L.sparse_csr:
+        Rb = Cb = 1
+    elif layout is L.sparse_bsr and v.ndim == 3:
+        Rb, Cb = v.shape[1], v.shape[2]
+    else:
         return None
     dt = v.dtype
     nd = D.ndim
@@ -127,12 +134,14 @@ def spmm_csr(S, D, threads=None):
         return None
     N = 1 if nd == 1 else D.shape[1]
     nnz = v.shape[0]
+    bs = Rb * Cb
     out = empty(M * N, dtype=dt)
-    found = _spmm_kernels.spmm(S._compressed.reshape(1, M + 1), S._plain.reshape(1, nnz), v.reshape(1, nnz, 1),
-                               D.reshape(1, K, N), out.reshape(1, M, N), NO_BATCH, NO_BATCH, (1, 1), True,
-                               num_threads(threads, (nnz + M) * N, grain=GRAIN_PRODUCT), checked=S._canonical)
+    found = _spmm_kernels.spmm(S._compressed.reshape(1, M // Rb + 1), S._plain.reshape(1, nnz),
+                               v.reshape(1, nnz, bs), D.reshape(1, K, N), out.reshape(1, M, N), NO_BATCH, NO_BATCH,
+                               (Rb, Cb), True, num_threads(threads, (nnz * bs + M) * N, grain=GRAIN_PRODUCT),
+                               checked=S._canonical)
     if found is not None:
-        raise_compressed_error(found, S.layout, (), K, nnz)
+        raise_compressed_error(found, S.layout, (), S.plain_size, nnz)
     return out if nd == 1 else out.reshape(M, N)
 
 

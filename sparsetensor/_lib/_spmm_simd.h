@@ -16,7 +16,10 @@
  * row of up to 4 vectors (64 floats / 32 doubles) of the output in registers while it
  * streams the row's entries; BSR x dense keeps a tile of up to 4 block rows x 4 vectors
  * in registers across all blocks of a block row (4 broadcasts and up to 4 loads feed 16
- * FMAs). Tile sizes are compile-time constants of always-inlined helpers.
+ * FMAs); BSR x vector loads each block's elements as up to 4 vectors and multiplies them by
+ * the block column's x entries spread over the lanes with one permute (a 3x3 float64 block:
+ * 2 loads, 1 load of x, 2 permutes, 2 FMAs), summing each row's lanes at the end of the
+ * block row. Tile sizes are compile-time constants of always-inlined helpers.
  */
 #ifndef ST_SPMM_SIMD_H
 #define ST_SPMM_SIMD_H
@@ -188,7 +191,7 @@ ST_DEFINE_SPMV(f64_i64, double, int64_t, __m512i, _mm512_set1_epi64(nplain), __m
  * One template (a macro) per (value, index) type: T the element, IT the index, VT the
  * vector, MT its mask, L its lanes. */
 
-#define ST_DEFINE(TN, IN, T, IT, VT, MT, L, MASK, SET1, ZERO, FMA, LOADZ, STOREM)                \
+#define ST_DEFINE(TN, IN, T, IT, VT, MT, L, MASK, SET1, ZERO, FMA, LOADZ, STOREM, PERM, ADD, IXT)  \
                                                                                                \
 /* o[0 : V vectors, masked] = sum_k v[k] * D[plain[k], 0 : ...] for one row */                 \
 ST_INLINE void st_row_tile_##TN##_##IN(const IT *pp, const T *vp, int64_t lo, int64_t hi,      \
@@ -290,6 +293,76 @@ static int st_bsr_rows_##TN##_##IN(const IT *cp, const IT *pp, const T *vp, cons
         }                                                                                      \
     }                                                                                          \
     return 0;                                                                                  \
+}                                                                                              \
+                                                                                               \
+/* one block row of BSR x vector: the blocks' elements in C vectors of L lanes (two sets of   \
+ * accumulators, even and odd blocks, for two FMA chains each), x's Cb entries of a block     \
+ * column spread over the lanes by ix (lane j: the column of block element j); the element    \
+ * sums go to buf (C * L) for the caller's row sums */                                         \
+ST_INLINE void st_bsr_vec_row_##TN##_##IN(const IT *pp, const T *vp, int64_t lo, int64_t hi,  \
+                                          const T *x, ptrdiff_t Cb, ptrdiff_t bs,             \
+                                          const __m512i *ix, MT mx, const MT *mv, T *buf,     \
+                                          const int C) {                                       \
+    VT a[4], b[4];                                                                             \
+    _Pragma("GCC unroll 4") for (int c = 0; c < 4; c++) { a[c] = ZERO(); b[c] = ZERO(); }      \
+    int64_t k = lo;                                                                            \
+    for (; k + 1 < hi; k += 2) {                                                               \
+        const VT x0 = LOADZ(mx, x + (ptrdiff_t)pp[k] * Cb);                                    \
+        const VT x1 = LOADZ(mx, x + (ptrdiff_t)pp[k + 1] * Cb);                                \
+        const T *v0 = vp + k * bs;                                                             \
+        _Pragma("GCC unroll 4") for (int c = 0; c < 4; c++) {                                  \
+            if (c < C) {                                                                       \
+                a[c] = FMA(LOADZ(mv[c], v0 + c * L), PERM(ix[c], x0), a[c]);                   \
+                b[c] = FMA(LOADZ(mv[c], v0 + bs + c * L), PERM(ix[c], x1), b[c]);              \
+            }                                                                                  \
+        }                                                                                      \
+    }                                                                                          \
+    if (k < hi) {                                                                              \
+        const VT x0 = LOADZ(mx, x + (ptrdiff_t)pp[k] * Cb);                                    \
+        _Pragma("GCC unroll 4") for (int c = 0; c < 4; c++)                                    \
+            if (c < C) a[c] = FMA(LOADZ(mv[c], vp + k * bs + c * L), PERM(ix[c], x0), a[c]);   \
+    }                                                                                          \
+    _Pragma("GCC unroll 4") for (int c = 0; c < 4; c++)                                        \
+        if (c < C) STOREM(buf + c * L, MASK(L), ADD(a[c], b[c]));                              \
+}                                                                                              \
+                                                                                               \
+/* block rows [i0, i1) of BSR x vector (N == 1) for Cb <= L and Rb * Cb <= 4 * L; returns -1  \
+ * (nothing written) for other blocks */                                                       \
+static int st_bsr_vec_##TN##_##IN(const IT *cp, const IT *pp, const T *vp, const T *x, T *y,  \
+                                  ptrdiff_t Rb, ptrdiff_t Cb, ptrdiff_t ars, ptrdiff_t acs,    \
+                                  ptrdiff_t i0, ptrdiff_t i1, int64_t nnz, int64_t nplain,     \
+                                  int checked) {                                               \
+    const ptrdiff_t bs = Rb * Cb;                                                              \
+    if (Cb > L || bs > 4 * L) return -1;                                                       \
+    const int C = (int)((bs + L - 1) / L);                                                     \
+    IXT lanes[4 * L] = {0};                                                                    \
+    for (ptrdiff_t r = 0; r < Rb; r++)                                                         \
+        for (ptrdiff_t c = 0; c < Cb; c++) lanes[r * ars + c * acs] = (IXT)c;                  \
+    __m512i ix[4];                                                                             \
+    MT mv[4];                                                                                  \
+    for (int c = 0; c < 4; c++) {                                                              \
+        ix[c] = _mm512_loadu_si512((const void *)(lanes + c * L));                             \
+        mv[c] = MASK(bs - c * L);                                                              \
+    }                                                                                          \
+    const MT mx = MASK(Cb);                                                                    \
+    T buf[4 * L];                                                                              \
+    for (ptrdiff_t i = i0; i < i1; i++) {                                                      \
+        ST_SLOT_GUARD                                                                          \
+        ST_PLAIN_GUARD                                                                         \
+        switch (C) {                                                                           \
+        case 1: st_bsr_vec_row_##TN##_##IN(pp, vp, lo, hi, x, Cb, bs, ix, mx, mv, buf, 1); break; \
+        case 2: st_bsr_vec_row_##TN##_##IN(pp, vp, lo, hi, x, Cb, bs, ix, mx, mv, buf, 2); break; \
+        case 3: st_bsr_vec_row_##TN##_##IN(pp, vp, lo, hi, x, Cb, bs, ix, mx, mv, buf, 3); break; \
+        default: st_bsr_vec_row_##TN##_##IN(pp, vp, lo, hi, x, Cb, bs, ix, mx, mv, buf, 4); break; \
+        }                                                                                      \
+        T *o = y + i * Rb;                                                                     \
+        for (ptrdiff_t r = 0; r < Rb; r++) {                                                   \
+            T sum = 0;                                                                         \
+            for (ptrdiff_t c = 0; c < Cb; c++) sum += buf[r * ars + c * acs];                  \
+            o[r] = sum;                                                                        \
+        }                                                                                      \
+    }                                                                                          \
+    return 0;                                                                                  \
 }
 
 #define ST_BLOCK_CASE(TN, IN, R, V)                                                            \
@@ -302,9 +375,11 @@ static int st_bsr_rows_##TN##_##IN(const IT *cp, const IT *pp, const T *vp, cons
 #define ST_STORE_PS(p, m, v) _mm512_mask_storeu_ps(p, m, v)
 #define ST_STORE_PD(p, m, v) _mm512_mask_storeu_pd(p, m, v)
 #define ST_F32(IN, IT) ST_DEFINE(f32, IN, float, IT, __m512, __mmask16, 16, st_mask16, ST_SET1_PS, \
-                                 _mm512_setzero_ps, _mm512_fmadd_ps, _mm512_maskz_loadu_ps, ST_STORE_PS)
+                                 _mm512_setzero_ps, _mm512_fmadd_ps, _mm512_maskz_loadu_ps, ST_STORE_PS, \
+                                 _mm512_permutexvar_ps, _mm512_add_ps, int32_t)
 #define ST_F64(IN, IT) ST_DEFINE(f64, IN, double, IT, __m512d, __mmask8, 8, st_mask8, ST_SET1_PD, \
-                                 _mm512_setzero_pd, _mm512_fmadd_pd, _mm512_maskz_loadu_pd, ST_STORE_PD)
+                                 _mm512_setzero_pd, _mm512_fmadd_pd, _mm512_maskz_loadu_pd, ST_STORE_PD, \
+                                 _mm512_permutexvar_pd, _mm512_add_pd, int64_t)
 ST_F32(i32, int32_t)
 ST_F32(i64, int64_t)
 ST_F64(i32, int32_t)
@@ -321,20 +396,27 @@ static int st_spmm_rows_##NAME(const IT *cp, const IT *pp, const T *vp, const T 
 static int st_bsr_rows_##NAME(const IT *cp, const IT *pp, const T *vp, const T *D, T *out,     \
                               ptrdiff_t N, ptrdiff_t Rb, ptrdiff_t Cb, ptrdiff_t ars,          \
                               ptrdiff_t acs, ptrdiff_t i0, ptrdiff_t i1, int64_t nnz,          \
-                              int64_t nplain, int checked) { return -1; }
+                              int64_t nplain, int checked) { return -1; }                      \
+static int st_bsr_vec_##NAME(const IT *cp, const IT *pp, const T *vp, const T *x, T *y,        \
+                             ptrdiff_t Rb, ptrdiff_t Cb, ptrdiff_t ars, ptrdiff_t acs,         \
+                             ptrdiff_t i0, ptrdiff_t i1, int64_t nnz, int64_t nplain,          \
+                             int checked) { return -1; }
 ST_STUB(f32_i32, float, int32_t)
 ST_STUB(f32_i64, float, int64_t)
 ST_STUB(f64_i32, double, int32_t)
 ST_STUB(f64_i64, double, int64_t)
 #endif
 
-/* The product of compressed slots [i0, i1) by the path that fits it: BSR x dense for
- * blocks (Rb * Cb > 1), SpMV for one dense column, else CSR x dense. */
+/* The product of compressed slots [i0, i1) by the path that fits it: BSR x vector for
+ * blocks (Rb * Cb > 1) and one dense column where the blocks fit its registers, BSR x dense
+ * for other blocks, SpMV for one dense column, else CSR x dense. */
 #define ST_DEFINE_GATHER(NAME, T, IT)                                                          \
 static inline int st_gather_##NAME(const IT *cp, const IT *pp, const T *vp, const T *D, T *out, \
                                    ptrdiff_t N, ptrdiff_t Rb, ptrdiff_t Cb, ptrdiff_t ars,     \
                                    ptrdiff_t acs, ptrdiff_t i0, ptrdiff_t i1, int64_t nnz,     \
                                    int64_t nplain, int checked) {                              \
+    if (Rb * Cb > 1 && N == 1 && Cb <= 64 / (ptrdiff_t)sizeof(T) && Rb * Cb <= 256 / (ptrdiff_t)sizeof(T)) \
+        return st_bsr_vec_##NAME(cp, pp, vp, D, out, Rb, Cb, ars, acs, i0, i1, nnz, nplain, checked); \
     if (Rb * Cb > 1)                                                                           \
         return st_bsr_rows_##NAME(cp, pp, vp, D, out, N, Rb, Cb, ars, acs, i0, i1, nnz, nplain, \
                                   checked);                                                    \
