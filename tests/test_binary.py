@@ -710,3 +710,26 @@ def test_sparse_plus_dense_checks_an_unchecked_coalesced_coo():
                              is_coalesced=True)
     with pytest.raises(st.InvariantError, match="C4"):
         s + np.zeros((2, 2))
+
+
+@pytest.mark.parametrize("dtype", ["bool", "int8", "float16", "float32", "float64", "complex128"])
+@pytest.mark.parametrize("blocksize", [(3, 3), (2, 5)])
+def test_transposed_block_views_merge(dtype, blocksize, rng):
+    """A + B^T with B^T the bsr view of a bsc tensor (its values: transposed blocks, not
+    C-contiguous), large enough for the block-transposing copy; the operands stay as they were."""
+    from sparsetensor._backend._views import contiguous_values
+
+    Rb, Cb = blocksize
+    a = random_dense(rng, batch=(2,), blocks=(40, 30), blocksize=blocksize, dtype=np.dtype(dtype), nnz=300)
+    b = np.ascontiguousarray(np.swapaxes(a, -1, -2))  # b^T has a's pattern: batches of one nnz
+    s = st.from_dense(a, "bsr", blocksize=blocksize, batch_dim=1)
+    view = st.from_dense(b, "bsc", blocksize=(Cb, Rb), batch_dim=1).mT  # b^T: blocks (Rb, Cb)
+    v = view.values()
+    assert v.size >= 4096 and not v.flags.c_contiguous
+    before = v.copy()
+    got = contiguous_values(v)
+    assert got.flags.c_contiguous and got.dtype == v.dtype
+    np.testing.assert_array_equal(got, v)
+    np.testing.assert_array_equal(view.values(), before)
+    want = a + np.swapaxes(b, -1, -2) if dtype != "bool" else a | np.swapaxes(b, -1, -2)
+    np.testing.assert_array_equal(add(s, view).to_dense(), want)

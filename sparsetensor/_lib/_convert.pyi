@@ -61,3 +61,9 @@ def compressed_expand(
     out_values: np.ndarray,      # (B, nnz * Rb * Cb, Er) raw, filled
     nthreads: int,
 ) -> None: ...
+
+def transpose_blocks(
+    src: np.ndarray,  # (n, R, C) raw, C-contiguous
+    dst: np.ndarray,  # (n, C, R) raw, filled: dst[k, j, i] = src[k, i, j]
+    nthreads: int,
+) -> None: ...

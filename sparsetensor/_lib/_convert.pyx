@@ -563,3 +563,25 @@ def compressed_expand(const index_t[:, ::1] compressed, const index_t[:, ::1] pl
             for t in prange(T, num_threads=T, schedule="static", chunksize=1):
                 _expand_units(c, p, v, n, nnz, bc, bp, Er, stride_c, stride_p, bounds[t], bounds[t + 1], oc, op,
                               ov)
+
+
+# --------------------------------------------------------------------------
+# transposed blocks
+
+def transpose_blocks(const raw_t[:, :, ::1] src, raw_t[:, :, ::1] dst, int nthreads):
+    """dst[k, j, i] = src[k, i, j] for n blocks of R x C items into C x R: the C-contiguous copy
+    of a transposed block view (the values of a bsc tensor's ``mT``, a bsr view). NumPy's
+    copy of such a view walks its tiny inner dims element by element."""
+    cdef Py_ssize_t n = src.shape[0], R = src.shape[1], C = src.shape[2], E = R * C, k, i, j
+    cdef int T = max(1, nthreads)
+    _require(dst.shape[0] == n and dst.shape[1] == C and dst.shape[2] == R, "transpose_blocks",
+             f"dst must be ({n}, {C}, {R}), got ({dst.shape[0]}, {dst.shape[1]}, {dst.shape[2]})")
+    if n == 0 or E == 0:
+        return
+    cdef const raw_t* s = &src[0, 0, 0]
+    cdef raw_t* d = &dst[0, 0, 0]
+    with nogil:
+        for k in prange(n, num_threads=T, schedule="static"):
+            for i in range(R):
+                for j in range(C):
+                    d[k * E + j * R + i] = s[k * E + i * C + j]
