@@ -90,6 +90,20 @@ def test_resize_keeps_the_data(pool):
     assert np.array_equal(a[:10], np.arange(10))
 
 
+def test_a_shrink_stays_in_place(pool):
+    """Shrinking a pooled array (the SpGEMM and merge outputs sized for an upper bound) keeps its
+    block: no copy, the same address, the data; freed, the whole block goes back to the pool."""
+    a = _pool.empty(4 * BIG, np.float64)
+    a[:] = np.arange(4 * BIG)
+    address = a.ctypes.data
+    a.resize(BIG // 3, refcheck=False)
+    assert a.ctypes.data == address and np.array_equal(a, np.arange(BIG // 3))
+    a[:] = -1.0  # the kept part stays writable
+    before = st.pool_stats()["cached_bytes"]
+    del a
+    assert st.pool_stats()["cached_bytes"] >= before + 4 * BIG * 8
+
+
 def test_blocks_freed_from_many_threads(pool):
     st.set_pool_limit(5 * _pool.MIN_BYTES)
     errors = []

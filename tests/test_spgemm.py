@@ -685,3 +685,23 @@ def test_tune_rejects_unknown_accumulator():
 
     with pytest.raises(ValueError, match="accumulator"):
         _spgemm._tune(accumulator="heap")
+
+
+def test_matmul_passes_threads_to_spgemm(monkeypatch):
+    """st.matmul(a, b, threads=k) of two sparse tensors runs SpGEMM with k threads (it ran with
+    the default before), as do addmm's sparse @ sparse and spgemm itself."""
+    import sparsetensor._backend._spgemm as kernels
+
+    seen = []
+    real = kernels.num_threads
+
+    def record(threads, *args, **kwargs):
+        seen.append(threads)
+        return real(threads, *args, **kwargs)
+
+    monkeypatch.setattr(kernels, "num_threads", record)
+    a = st.stencil((6, 6), index_dtype=np.int32)
+    for call in (lambda: st.matmul(a, a, threads=1), lambda: st.spgemm(a, a, threads=1)):
+        seen.clear()
+        np.testing.assert_array_equal(call().to_dense(), a.to_dense() @ a.to_dense())
+        assert seen and set(seen) == {1}

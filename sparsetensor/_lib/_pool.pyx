@@ -197,6 +197,16 @@ cdef extern from *:
         if (p == NULL) return stp_alloc(n);
         h = (stp_head *)((char *)p - STP_HEAD);
         have = h->magic == STP_BIG ? h->cap - STP_HEAD : h->cap;
+        if (h->magic == STP_BIG && n <= have) {
+            /* a shrink of a kept block stays in place (no copy, no fresh pages for a new one);
+               its whole 2 MiB pages past the new end go to the kernel lazily (MADV_FREE), so that
+               the memory is the system's again once it needs it. The block keeps its size. */
+    #if defined(__linux__) && defined(MADV_FREE)
+            size_t end = (n + STP_HEAD + STP_ALIGN - 1) & ~(STP_ALIGN - 1);
+            if (end < h->cap) madvise((char *)h + end, h->cap - end, MADV_FREE);
+    #endif
+            return p;
+        }
         q = stp_alloc(n);
         if (q == NULL) return NULL;
         memcpy(q, p, have < n ? have : n);

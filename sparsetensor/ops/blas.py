@@ -283,13 +283,13 @@ def _matmul_work(a, b, op, threads, extra_dtypes=()):
     return _dense_sparse(X, b, rt, op, threads, (a, b)), rt
 
 
-def _spgemm(a, b):
+def _spgemm(a, b, threads=None):
     try:
         from .spgemm import spgemm
     except ImportError:
         raise NotImplementedError(f"matmul of two sparse tensors ({a.layout.name} @ {b.layout.name}) needs "
                                   "sparsetensor.ops.spgemm, which this build lacks") from None
-    return spgemm(a, b)
+    return spgemm(a, b, threads=threads)
 
 
 # -- public API -------------------------------------------------------------------------------
@@ -344,7 +344,7 @@ def matmul(a, b, *, threads: int | None = None):
             return r
     a_sparse, b_sparse = isinstance(a, SparseTensor), isinstance(b, SparseTensor)
     if a_sparse and b_sparse:
-        return _spgemm(a, b)
+        return _spgemm(a, b, threads)
     if not (a_sparse or b_sparse):
         raise TypeError("matmul: expected at least one sparse operand; use numpy.matmul for dense arrays")
     r, rt = _matmul_work(a, b, "matmul", threads)
@@ -437,7 +437,7 @@ def addmm(input, mat1, mat2, *, beta=1, alpha=1, threads: int | None = None):
     _sparse_ndim(op, mat2, 2, "a 2-d matrix")
     inp = _as_dense(input, op, "input")
     if isinstance(mat1, SparseTensor) and isinstance(mat2, SparseTensor):
-        prod = _spgemm(mat1, mat2).to_dense(threads=threads)
+        prod = _spgemm(mat1, mat2, threads).to_dense(threads=threads)
         rt = _result_dtype(op, inp.dtype, prod.dtype)
         prod = prod.astype(_work_dtype(rt))
     elif isinstance(mat1, SparseTensor) or isinstance(mat2, SparseTensor):
