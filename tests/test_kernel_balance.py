@@ -286,3 +286,28 @@ def test_spmm_wrapper_checks_stay():
         _spmm.spmm(c, p, v, d, out, z, z, (0, 1), True, 2)
     assert _spmm.spmm(c, p, v, d, out, z, z, (1, 1), True, 2) is None
     np.testing.assert_array_equal(out.ravel(), [2.0, 3.0])
+
+
+@pytest.mark.parametrize("threads", THREADS)
+@pytest.mark.parametrize("index_dtype", INDEX_DTYPES)
+@pytest.mark.parametrize("E", [1, 4])
+def test_transpose_direct_banded_and_scattered(rng, index_dtype, E, threads):
+    """Direct mode splits a banded matrix's scatter by slices and any other by ranges of plain
+    indices (every thread reading every slice): both against SciPy, with a hub row."""
+    n = 6000
+    band = sp.diags_array([np.ones(n - abs(k)) for k in range(-3, 4)], offsets=list(range(-3, 4)), shape=(n, n))
+    for a in (sp.csr_array(band), skewed(rng, n, n, 50_000)):
+        a = sp.csr_array(a)
+        a.sort_indices()
+        c, p, _ = canon(a, index_dtype)
+        vals = rng.integers(1, 1 << 30, size=(1, a.nnz, E)).astype(np.uint32)
+        old = _transpose._tune(**MODES["direct"])
+        try:
+            oc, op, ov = _transpose.compressed_transpose(c, p, vals, n, threads)
+        finally:
+            _transpose._tune(*old)
+        ref = a.tocsc()
+        order = sp.csr_array((np.arange(a.nnz) + 1.0, a.indices, a.indptr), shape=a.shape).tocsc().data
+        np.testing.assert_array_equal(oc[0], ref.indptr)
+        np.testing.assert_array_equal(op[0], ref.indices)
+        np.testing.assert_array_equal(ov[0], vals[0][order.astype(np.int64) - 1])

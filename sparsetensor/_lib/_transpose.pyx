@@ -186,6 +186,46 @@ cdef void _scatter(const index_t* c, const index_t* p, const raw_t* v, Py_ssize_
         _scatter_e(c, p, v, E, r0, r1, cur, op, ov)
 
 
+cdef inline void _scatter_cols_1(const index_t* c, const index_t* p, const raw_t* v, Py_ssize_t n, index_t j0,
+                                 index_t j1, index_t* cur, index_t* op, raw_t* ov) noexcept nogil:
+    """Move the entries (one raw item each) of every slice whose plain index is in [j0, j1) to the
+    next free slot (cur) of that index, slices in order. Branch free: an entry outside the range
+    goes to local trash slots through the same loads and stores (on scattered plain indices a
+    branch would mispredict about every other entry)."""
+    cdef Py_ssize_t i, k
+    cdef index_t j, q, width = j1 - j0, trash_c = 0, trash_p = 0
+    cdef raw_t trash_v = 0
+    cdef index_t* cp
+    cdef bint inside
+    for i in range(n):
+        for k in range(c[i], c[i + 1]):
+            j = p[k]
+            inside = <size_t>(j - j0) < <size_t>width
+            cp = cur + j if inside else &trash_c
+            q = cp[0]
+            cp[0] = q + 1
+            (op + q if inside else &trash_p)[0] = <index_t>i
+            (ov + q if inside else &trash_v)[0] = v[k]
+
+
+cdef void _scatter_cols(const index_t* c, const index_t* p, const raw_t* v, Py_ssize_t E, Py_ssize_t n,
+                        index_t j0, index_t j1, index_t* cur, index_t* op, raw_t* ov) noexcept nogil:
+    """_scatter_cols_1 for entries of E raw items (blocks, dense dims: the copy outweighs a branch)."""
+    cdef Py_ssize_t i, k
+    cdef index_t j, q
+    if E == 1:
+        _scatter_cols_1(c, p, v, n, j0, j1, cur, op, ov)
+        return
+    for i in range(n):
+        for k in range(c[i], c[i + 1]):
+            j = p[k]
+            if j0 <= j < j1:
+                q = cur[j]
+                cur[j] = q + 1
+                op[q] = <index_t>i
+                _copy(ov + <Py_ssize_t>q * E, v + k * E, E)
+
+
 cdef inline void _exclusive_scan(index2_t* cnt, Py_ssize_t NB, int T, index2_t* start) noexcept nogil:
     """start[b] = the entries before bucket b (start[NB]: all of them); cnt[t * NB + b], thread t's
     count of bucket b, becomes where its entries of b begin: after those of threads before t."""
@@ -202,11 +242,15 @@ cdef inline void _exclusive_scan(index2_t* cnt, Py_ssize_t NB, int T, index2_t* 
 
 
 cdef void _transpose_direct(const index_t* c, const index_t* p, const raw_t* v, Py_ssize_t n, Py_ssize_t nplain,
-                            Py_ssize_t E, int T, index_t* oc, index_t* op, raw_t* ov, Py_ssize_t* rows,
-                            index_t* cur) noexcept nogil:
-    """Direct mode on T threads: thread t counts and then scatters the entries of its slices (of
-    about equal entries) with cursors cur[t * nplain:], of the index width (as SciPy's csr_tocsc;
-    the counters and the scan then move half the bytes of int64 ones)."""
+                            Py_ssize_t E, int T, bint banded, index_t* oc, index_t* op, raw_t* ov,
+                            Py_ssize_t* rows, index_t* cur) noexcept nogil:
+    """Direct mode on T threads: thread t counts the entries of its slices (of about equal
+    entries) with counters cur[t * nplain:], of the index width (as SciPy's csr_tocsc; the
+    counters and the scan then move half the bytes of int64 ones). A banded matrix then scatters
+    by the same slices (each thread's entries land near its own part of the output). Any other
+    scatters by ranges of plain indices of about equal entries, each thread reading every slice
+    and moving its range's entries: split by slices, two threads would write to the same output
+    lines (R-MAT at 10^5 nnz: no faster on two threads than on one)."""
     cdef int t
     if T == 1:
         _count_direct(c, p, 0, n, cur, nplain)
@@ -217,8 +261,14 @@ cdef void _transpose_direct(const index_t* c, const index_t* p, const raw_t* v, 
     for t in prange(T, num_threads=T, schedule="static", chunksize=1):
         _count_direct(c, p, rows[t], rows[t + 1], cur + t * nplain, nplain)
     _exclusive_scan(cur, nplain, T, oc)
+    if banded:
+        for t in prange(T, num_threads=T, schedule="static", chunksize=1):
+            _scatter(c, p, v, E, rows[t], rows[t + 1], cur + t * nplain, op, ov)
+        return
+    # cur[:nplain] now holds where each plain index's entries begin (thread 0's cursors)
+    balanced_split(oc, oc[nplain], <const index_t*>NULL, 0, 1, nplain, 1, 1, T, rows)
     for t in prange(T, num_threads=T, schedule="static", chunksize=1):
-        _scatter(c, p, v, E, rows[t], rows[t + 1], cur + t * nplain, op, ov)
+        _scatter_cols(c, p, v, E, n, <index_t>rows[t], <index_t>rows[t + 1], cur, op, ov)
 
 
 cdef inline void _flush(int64_t q, Py_ssize_t f, Py_ssize_t E, const key_t* bkey, const raw_t* bval, key_t* keys,
@@ -369,7 +419,10 @@ cdef int _transpose_one(const index_t* c, const index_t* p, const raw_t* v, Py_s
     cdef void* keys = <void*>side if side != NULL else <void*>op
     cdef bint wide = side != NULL or sizeof(index_t) == 8
     if not bucketed:
-        _transpose_direct(c, p, v, n, nplain, E, T, oc, op, ov, rows, <index_t*>cnt)
+        # slices of a matrix banded within an eighth of its plain size land near their own part
+        # of the output
+        _transpose_direct(c, p, v, n, nplain, E, T, T == 1 or _banded(c, p, n, nplain, nplain // 8), oc, op, ov,
+                          rows, <index_t*>cnt)
         return 0
     balanced_split(c, c[n], <const index_t*>NULL, 0, 1, n, 1, 1, T, rows)
     if T == 1:
@@ -399,12 +452,13 @@ cdef int _transpose_one(const index_t* c, const index_t* p, const raw_t* v, Py_s
     return err
 
 
-cdef bint _banded(const index_t* c, const index_t* p, Py_ssize_t n, Py_ssize_t nplain) noexcept nogil:
+cdef bint _banded(const index_t* c, const index_t* p, Py_ssize_t n, Py_ssize_t nplain,
+                  Py_ssize_t width) noexcept nogil:
     """Whether at least 15/16 of the entries of a sample of slices (of the first batch) lie within
-    DIRECT_MAX_BAND plain indices of the diagonal (slice i's diagonal: i * nplain / n)."""
+    ``width`` plain indices of the diagonal (slice i's diagonal: i * nplain / n)."""
     cdef Py_ssize_t S = min(n, <Py_ssize_t>256), s, i, k, far = 0, total = 0
-    cdef double scale = <double>nplain / n if n else 0, d, band = DIRECT_MAX_BAND
-    if DIRECT_MAX_BAND < 0:
+    cdef double scale = <double>nplain / n if n else 0, d, band = width
+    if width < 0:
         return False
     for s in range(S):
         i = (2 * s + 1) * n // (2 * S)
@@ -430,7 +484,7 @@ def compressed_transpose(const index_t[:, ::1] compressed, const index_t[:, ::1]
                          f"({values.shape[0]}, {values.shape[1]}, {E}) and plain_size {nplain} do not match")
     cdef bint bucketed = (nplain > DIRECT_MAX_PLAIN and E * rsz < 64
                           and nnz * (isz + E * rsz) > BUCKETED_MIN_BYTES
-                          and B > 0 and not _banded(&compressed[0, 0], &plain[0, 0], n, nplain))
+                          and B > 0 and not _banded(&compressed[0, 0], &plain[0, 0], n, nplain, DIRECT_MAX_BAND))
     idt, rdt = _index_dtype(isz), _raw_dtype(rsz)
     out_c = empty((B, nplain + 1), idt)
     if bucketed:  # aligned for the streaming stores
