@@ -20,6 +20,7 @@ from .._dtypes import arith_view, raw_view, zero_test_view
 from .._lib import _dense as _dense_kernels
 from .._lib._pool import empty
 from .._lib import _elementwise as _sampling_kernels
+from .._lib import _reduce as _reduce_kernels
 from .._lib import _spmm as _spmm_kernels
 from .._tensor import COOTensor, CompressedTensor
 from .._validate import raise_compressed_error, raise_coo_error
@@ -143,6 +144,36 @@ def spmm_csr(S, D, threads=None):
     if found is not None:
         raise_compressed_error(found, S.layout, (), S.plain_size, nnz)
     return out if nd == 1 else out.reshape(M, N)
+
+
+def slot_sums_2d(t, dim, threads=None):
+    """The row sums of a 2-d csr (``dim`` 1 or -1) or column sums of a 2-d csc (``dim`` 0 or -2)
+    with float values on the host, as a NumPy vector, or None where it is not that case:
+    :func:`compressed_sum` without the op's dim and dtype resolution, which costs more than
+    the sums of a small matrix (a 10 x 10 csr: 9 against 2 us). Every other case (and every
+    error) is left to the general path."""
+    v = t._values
+    layout = t._layout
+    if type(v) is not np.ndarray or len(t._shape) != 2 or v.ndim != 1 or v.dtype not in _FLOATS \
+            or not t._canonical:  # (unchecked input: the general path validates it first)
+        return None
+    if layout is L.sparse_csr:
+        if dim != 1 and dim != -1:
+            return None
+        n = t._shape[0]
+    elif layout is L.sparse_csc:
+        if dim != 0 and dim != -2:
+            return None
+        n = t._shape[1]
+    else:
+        return None
+    c = t._compressed
+    if not v.flags.c_contiguous or not c.flags.c_contiguous:
+        return None
+    out = np.empty(n, dtype=v.dtype)
+    _reduce_kernels.compressed_sum(c.reshape(1, n + 1), v.reshape(1, v.shape[0], 1, 1, 1), out.reshape(1, n, 1, 1),
+                                   num_threads(threads, v.shape[0]))
+    return out
 
 
 def to_dense(t, threads=None) -> np.ndarray:
