@@ -311,3 +311,19 @@ def test_transpose_direct_banded_and_scattered(rng, index_dtype, E, threads):
         np.testing.assert_array_equal(oc[0], ref.indptr)
         np.testing.assert_array_equal(op[0], ref.indices)
         np.testing.assert_array_equal(ov[0], vals[0][order.astype(np.int64) - 1])
+
+
+@pytest.mark.parametrize("threads", THREADS)
+def test_transpose_far_diagonals(rng, threads):
+    """Entries on a few diagonals far apart (a 3-d stencil's outer ones), large enough for the
+    bucketed mode's threshold: the direct scatter takes them; against SciPy."""
+    n = 100_000
+    offsets = [-12_000, -1, 0, 1, 12_000]
+    a = sp.csr_array(sp.diags_array([rng.random(n - abs(k)) for k in offsets], offsets=offsets, shape=(n, n)))
+    a.sort_indices()
+    c, p, v = canon(a, np.int32)
+    oc, op, ov = _transpose.compressed_transpose(c, p, v.view(np.uint64)[..., None], n, threads)
+    ref = a.tocsc()
+    np.testing.assert_array_equal(oc[0], ref.indptr)
+    np.testing.assert_array_equal(op[0], ref.indices)
+    np.testing.assert_array_equal(ov[0, :, 0].view(np.float64), ref.data)
