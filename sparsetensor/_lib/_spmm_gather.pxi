@@ -3,7 +3,7 @@
 # _spmm_simd.h (_gather_simd), the choice between them (_gather_task) and the row-parallel
 # driver over all output batches (_gather). The including module cimports index_t, num_t, the
 # libc types, prange, balanced_split and the st_gather_* declarations of _spmm_simd.h, and
-# defines _Geo, the return codes, _CHUNKS_PER_THREAD, _simd_enabled and the element operations
+# defines _Geo, the return codes, _CHUNKS_PER_THREAD, _GATHER_CHUNKS_PER_THREAD, _simd_enabled and the element operations
 # (_mul, _scale, _axpy, _block, _bad_slot, _bad_plain).
 
 
@@ -111,7 +111,9 @@ cdef int _gather(const index_t* cp, const index_t* pp, const num_t* vp, const nu
     cdef Py_ssize_t P = 1, ntasks, task, bo, s, t
     cdef Py_ssize_t* bounds
     cdef int nerr = 0
-    if nt > 1 and Bo < nt * _CHUNKS_PER_THREAD:
+    if nt > 1 and Bo == 1:  # one product: one row range per thread
+        P = min(nc, nt * _GATHER_CHUNKS_PER_THREAD)
+    elif nt > 1 and Bo < nt * _CHUNKS_PER_THREAD:  # batches: ranges of rows that share them out evenly
         P = min(nc, (nt * _CHUNKS_PER_THREAD + Bo - 1) // Bo)
     ntasks = Bo * P
     bounds = <Py_ssize_t*>malloc(Bs * (P + 1) * sizeof(Py_ssize_t))
