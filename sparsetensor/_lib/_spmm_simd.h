@@ -297,18 +297,23 @@ static int st_bsr_rows_##TN##_##IN(const IT *cp, const IT *pp, const T *vp, cons
                                                                                                \
 /* one block row of BSR x vector: the blocks' elements in C vectors of L lanes (two sets of   \
  * accumulators, even and odd blocks, for two FMA chains each), x's Cb entries of a block     \
- * column spread over the lanes by ix (lane j: the column of block element j); the element    \
- * sums go to buf (C * L) for the caller's row sums */                                         \
+ * column spread over the lanes by ix (lane j: the column of block element j); the R (0-2)    \
+ * elements past C full vectors in scalars (a 3x3 float64 block: one vector and one scalar    \
+ * instead of a second permute and FMA for one lane); the element sums go to buf for the      \
+ * caller's row sums */                                                                        \
 ST_INLINE void st_bsr_vec_row_##TN##_##IN(const IT *pp, const T *vp, int64_t lo, int64_t hi,  \
                                           const T *x, ptrdiff_t Cb, ptrdiff_t bs,             \
-                                          const __m512i *ix, MT mx, const MT *mv, T *buf,     \
-                                          const int C) {                                       \
+                                          const __m512i *ix, MT mx, const MT *mv,             \
+                                          const ptrdiff_t *tc, T *buf, const int C,           \
+                                          const int R) {                                       \
     VT a[4], b[4];                                                                             \
+    T sa[2] = {0, 0}, sb[2] = {0, 0};                                                          \
     _Pragma("GCC unroll 4") for (int c = 0; c < 4; c++) { a[c] = ZERO(); b[c] = ZERO(); }      \
     int64_t k = lo;                                                                            \
     for (; k + 1 < hi; k += 2) {                                                               \
-        const VT x0 = LOADZ(mx, x + (ptrdiff_t)pp[k] * Cb);                                    \
-        const VT x1 = LOADZ(mx, x + (ptrdiff_t)pp[k + 1] * Cb);                                \
+        const T *xa = x + (ptrdiff_t)pp[k] * Cb, *xb = x + (ptrdiff_t)pp[k + 1] * Cb;          \
+        const VT x0 = LOADZ(mx, xa);                                                           \
+        const VT x1 = LOADZ(mx, xb);                                                           \
         const T *v0 = vp + k * bs;                                                             \
         _Pragma("GCC unroll 4") for (int c = 0; c < 4; c++) {                                  \
             if (c < C) {                                                                       \
@@ -316,14 +321,25 @@ ST_INLINE void st_bsr_vec_row_##TN##_##IN(const IT *pp, const T *vp, int64_t lo,
                 b[c] = FMA(LOADZ(mv[c], v0 + bs + c * L), PERM(ix[c], x1), b[c]);              \
             }                                                                                  \
         }                                                                                      \
+        _Pragma("GCC unroll 2") for (int e = 0; e < 2; e++) {                                  \
+            if (e < R) {                                                                       \
+                sa[e] += v0[C * L + e] * xa[tc[e]];                                            \
+                sb[e] += v0[bs + C * L + e] * xb[tc[e]];                                       \
+            }                                                                                  \
+        }                                                                                      \
     }                                                                                          \
     if (k < hi) {                                                                              \
-        const VT x0 = LOADZ(mx, x + (ptrdiff_t)pp[k] * Cb);                                    \
+        const T *xa = x + (ptrdiff_t)pp[k] * Cb;                                               \
+        const VT x0 = LOADZ(mx, xa);                                                           \
         _Pragma("GCC unroll 4") for (int c = 0; c < 4; c++)                                    \
             if (c < C) a[c] = FMA(LOADZ(mv[c], vp + k * bs + c * L), PERM(ix[c], x0), a[c]);   \
+        _Pragma("GCC unroll 2") for (int e = 0; e < 2; e++)                                    \
+            if (e < R) sa[e] += vp[k * bs + C * L + e] * xa[tc[e]];                            \
     }                                                                                          \
     _Pragma("GCC unroll 4") for (int c = 0; c < 4; c++)                                        \
         if (c < C) STOREM(buf + c * L, MASK(L), ADD(a[c], b[c]));                              \
+    _Pragma("GCC unroll 2") for (int e = 0; e < 2; e++)                                        \
+        if (e < R) buf[C * L + e] = sa[e] + sb[e];                                             \
 }                                                                                              \
                                                                                                \
 /* block rows [i0, i1) of BSR x vector (N == 1) for Cb <= L and Rb * Cb <= 4 * L; returns -1  \
@@ -334,7 +350,9 @@ static int st_bsr_vec_##TN##_##IN(const IT *cp, const IT *pp, const T *vp, const
                                   int checked) {                                               \
     const ptrdiff_t bs = Rb * Cb;                                                              \
     if (Cb > L || bs > 4 * L) return -1;                                                       \
-    const int C = (int)((bs + L - 1) / L);                                                     \
+    /* C vectors (the last masked), or C full ones and R <= 2 elements in scalars */           \
+    int C = (int)((bs + L - 1) / L), R = 0;                                                    \
+    if (bs > L && bs % L != 0 && bs % L <= 2) { C = (int)(bs / L); R = (int)(bs % L); }        \
     IXT lanes[4 * L] = {0};                                                                    \
     for (ptrdiff_t r = 0; r < Rb; r++)                                                         \
         for (ptrdiff_t c = 0; c < Cb; c++) lanes[r * ars + c * acs] = (IXT)c;                  \
@@ -344,16 +362,18 @@ static int st_bsr_vec_##TN##_##IN(const IT *cp, const IT *pp, const T *vp, const
         ix[c] = _mm512_loadu_si512((const void *)(lanes + c * L));                             \
         mv[c] = MASK(bs - c * L);                                                              \
     }                                                                                          \
+    const ptrdiff_t tc[2] = {lanes[C * L], R > 1 ? lanes[C * L + 1] : 0};                      \
     const MT mx = MASK(Cb);                                                                    \
     T buf[4 * L];                                                                              \
     for (ptrdiff_t i = i0; i < i1; i++) {                                                      \
         ST_SLOT_GUARD                                                                          \
         ST_PLAIN_GUARD                                                                         \
-        switch (C) {                                                                           \
-        case 1: st_bsr_vec_row_##TN##_##IN(pp, vp, lo, hi, x, Cb, bs, ix, mx, mv, buf, 1); break; \
-        case 2: st_bsr_vec_row_##TN##_##IN(pp, vp, lo, hi, x, Cb, bs, ix, mx, mv, buf, 2); break; \
-        case 3: st_bsr_vec_row_##TN##_##IN(pp, vp, lo, hi, x, Cb, bs, ix, mx, mv, buf, 3); break; \
-        default: st_bsr_vec_row_##TN##_##IN(pp, vp, lo, hi, x, Cb, bs, ix, mx, mv, buf, 4); break; \
+        switch (C * 4 + R) {                                                                   \
+        ST_BSR_VEC_CASE(TN, IN, 1, 0) ST_BSR_VEC_CASE(TN, IN, 2, 0)                            \
+        ST_BSR_VEC_CASE(TN, IN, 3, 0) ST_BSR_VEC_CASE(TN, IN, 4, 0)                            \
+        ST_BSR_VEC_CASE(TN, IN, 1, 1) ST_BSR_VEC_CASE(TN, IN, 2, 1)                            \
+        ST_BSR_VEC_CASE(TN, IN, 3, 1) ST_BSR_VEC_CASE(TN, IN, 1, 2)                            \
+        ST_BSR_VEC_CASE(TN, IN, 2, 2) ST_BSR_VEC_CASE(TN, IN, 3, 2)                            \
         }                                                                                      \
         T *o = y + i * Rb;                                                                     \
         for (ptrdiff_t r = 0; r < Rb; r++) {                                                   \
@@ -364,6 +384,11 @@ static int st_bsr_vec_##TN##_##IN(const IT *cp, const IT *pp, const T *vp, const
     }                                                                                          \
     return 0;                                                                                  \
 }
+
+#define ST_BSR_VEC_CASE(TN, IN, C, R)                                                          \
+    case C * 4 + R:                                                                            \
+        st_bsr_vec_row_##TN##_##IN(pp, vp, lo, hi, x, Cb, bs, ix, mx, mv, tc, buf, C, R);      \
+        break;
 
 #define ST_BLOCK_CASE(TN, IN, R, V)                                                            \
     case R * 8 + V:                                                                            \
