@@ -119,6 +119,40 @@ def _random_csr(rng, n, per_row, index_dtype=np.int64):
     return crow.astype(index_dtype), col.astype(index_dtype), rng.standard_normal(col.size).astype(np.float32)
 
 
+class _Gen:
+    """Random inputs made on the device through torch when it has CUDA (seconds instead of the
+    host's minutes at 10^8 entries), else on the host with NumPy."""
+
+    def __init__(self, rng, torch, stc, dev):
+        self.rng, self.torch, self.stc, self.dev = rng, torch, stc, dev
+        if torch is not None:
+            self.g = torch.Generator(device="cuda").manual_seed(0)
+
+    def normal(self, shape):
+        if self.torch is None:
+            return self.stc.DeviceArray.from_host(self.rng.standard_normal(shape).astype(np.float32), self.dev)
+        return self.torch.randn(shape, generator=self.g, device="cuda", dtype=self.torch.float32)
+
+    def integers(self, high, shape):
+        if self.torch is None:
+            return self.stc.DeviceArray.from_host(self.rng.integers(0, high, shape), self.dev)
+        return self.torch.randint(0, high, shape, generator=self.g, device="cuda", dtype=self.torch.int64)
+
+    def csr(self, n, per_row, index_dtype):
+        """``(crow, col, values)`` of an n x n matrix with Poisson(per_row) distinct sorted columns a row."""
+        if self.torch is None:
+            return _random_csr(self.rng, n, per_row, index_dtype)
+        torch = self.torch
+        counts = torch.poisson(torch.full((n,), float(per_row), device="cuda"), generator=self.g).long()
+        row = torch.repeat_interleave(torch.arange(n, device="cuda"), counts)
+        key = torch.unique(row * n + torch.randint(0, n, (row.numel(),), generator=self.g, device="cuda"))
+        row, col = key // n, key % n
+        crow = torch.zeros(n + 1, dtype=torch.int64, device="cuda")
+        crow[1:] = torch.cumsum(torch.bincount(row, minlength=n), 0)
+        tdt = torch.int32 if np.dtype(index_dtype) == np.int32 else torch.int64
+        return crow.to(tdt), col.to(tdt), self.normal((col.numel(),))
+
+
 def _wall_timer(dev):
     import time as _time
 
@@ -138,6 +172,8 @@ def _wall_timer(dev):
 # (SpMM rows, BSR block rows, coalesce entries, CSR->CSC rows, nnz per row of that matrix)
 SIZES = {"full": (2_000_000, 1024, 100_000_000, 6_250_000, 16), "quick": (200_000, 256, 5_000_000, 1_000_000, 5),
          "emulate": (3000, 8, 20_000, 2000, 5)}
+# (27-point stencil grid side, R-MAT scale) of the structured SpMV/SpMM cases
+STRUCTURES = {"full": (100, 20), "quick": (40, 16), "emulate": (6, 8)}
 
 
 def run(quick=False, repeat=7, emulate=False):
@@ -185,6 +221,7 @@ def run(quick=False, repeat=7, emulate=False):
         print("compiling the kernels (cached after the first run) ...")
         stc.precompile()
     rng = np.random.default_rng(0)
+    gen = _Gen(rng, torch, stc, dev)
     records, rows = [], []
 
     def record(name, ours_ms, nbytes, peers: dict, target: str):
@@ -198,30 +235,41 @@ def run(quick=False, repeat=7, emulate=False):
                      rec.get("torch/ours", float("nan")), rec.get("cupy/ours", float("nan")), target])
         print(f"  {name}: {ours_ms:.3f} ms", flush=True)
 
-    # -- CSR SpMM / SpMV --------------------------------------------------------------------------------
-    crow, col, val = _random_csr(rng, n, 16, np.int32)
-    a = stc.compressed_tensor(crow, col, val, (n, n), layout="csr", check_invariants=True)
-    ta = tb = None
-    if torch is not None:
-        ta = torch.sparse_csr_tensor(torch.from_dlpack(a.crow_indices()), torch.from_dlpack(a.col_indices()),
-                                     torch.from_dlpack(a.values()), (n, n))
-    if cp is not None:
-        ca = csp.csr_matrix((cp.asarray(a.values()), cp.asarray(a.col_indices()), cp.asarray(a.crow_indices())),
-                            shape=(n, n))
-    for N in (1, 32, 128):
-        x = stc.DeviceArray.from_host(rng.standard_normal((n,) if N == 1 else (n, N)).astype(np.float32), dev)
-        ms = ours_t(lambda: stc.matmul(a, x), repeat)
-        peers = {}
+    # -- CSR SpMM / SpMV: uniform rows, then a 3-d 27-point stencil and an R-MAT graph (skewed rows) --
+    def csr_cases(label, a, Ns):
+        ta = ca = None
         if torch is not None:
-            tx = torch.from_dlpack(x)
-            tx2 = tx if N > 1 else tx[:, None]
-            peers["torch"] = torch_t(lambda: torch.sparse.mm(ta, tx2), repeat)
+            ta = torch.sparse_csr_tensor(torch.from_dlpack(a.crow_indices()), torch.from_dlpack(a.col_indices()),
+                                         torch.from_dlpack(a.values()), a.shape)
         if cp is not None:
-            cx = cp.asarray(x)
-            peers["cupy"] = cupy_t(lambda: ca @ cx, repeat)
-        nbytes = a.nnz * 8 + (n + 1) * 4 + 2 * n * N * 4
-        record(f"csr spmm {n:,} N={N}", ms, nbytes, peers, ">= 1.0")
-    del x
+            ca = csp.csr_matrix((cp.asarray(a.values()), cp.asarray(a.col_indices()),
+                                 cp.asarray(a.crow_indices())), shape=a.shape)
+        rows_, cols_ = a.shape
+        for N in Ns:
+            x = stc.as_device_array(gen.normal((cols_,) if N == 1 else (cols_, N)), dev)
+            ms = ours_t(lambda: stc.matmul(a, x), repeat)
+            peers = {}
+            if ta is not None:
+                tx = torch.from_dlpack(x)
+                tx2 = tx if N > 1 else tx[:, None]
+                peers["torch"] = torch_t(lambda: torch.sparse.mm(ta, tx2), repeat)
+            if ca is not None:
+                cx = cp.asarray(x)
+                peers["cupy"] = cupy_t(lambda: ca @ cx, repeat)
+            nbytes = a.nnz * 8 + (rows_ + 1) * 4 + (rows_ + cols_) * N * 4
+            record(f"{label} N={N}", ms, nbytes, peers, ">= 1.0")
+
+    crow, col, val = gen.csr(n, 16, np.int32)
+    a = stc.compressed_tensor(crow, col, val, (n, n), layout="csr", check_invariants=True)
+    csr_cases(f"csr spmm {n:,}", a, (1, 32, 128))
+    del a
+    g, scale = STRUCTURES["emulate" if emulate else "quick" if quick else "full"]
+    s27 = st.stencil((g, g, g), 27, dtype=np.float32, index_dtype=np.int32)
+    csr_cases(f"27pt g={g} {s27.nnz:,} nnz", stc.to_device(s27, "cuda"), (1, 32))
+    del s27
+    gr = st.rmat(scale, 16, np.random.default_rng(1), dtype=np.float32, index_dtype=np.int32)
+    csr_cases(f"rmat s={scale} {gr.nnz:,} nnz", stc.to_device(gr, "cuda"), (1, 32))
+    del gr
 
     # -- BSR SpMM --------------------------------------------------------------------------------------
     # nb block rows/cols of 32 x 32 blocks: 32768 x 32768 for nb = 1024
@@ -231,9 +279,9 @@ def run(quick=False, repeat=7, emulate=False):
     bcol = np.nonzero(blocks)[1]
     bval = rng.standard_normal((bcol.size, 32, 32)).astype(np.float32)
     b = stc.compressed_tensor(bcrow.astype(np.int32), bcol.astype(np.int32), bval, (nb * 32, nb * 32), layout="bsr")
-    X = stc.DeviceArray.from_host(rng.standard_normal((nb * 32, 256)).astype(np.float32), dev)
+    X = stc.as_device_array(gen.normal((nb * 32, 256)), dev)
     ms = ours_t(lambda: stc.matmul(b, X), repeat)
-    peers = {}
+    peers, tb = {}, None
     if torch is not None:
         tb = torch.sparse_bsr_tensor(torch.from_dlpack(b.crow_indices()), torch.from_dlpack(b.col_indices()),
                                      torch.from_dlpack(b.values()), b.shape)
@@ -244,8 +292,8 @@ def run(quick=False, repeat=7, emulate=False):
 
     # -- COO coalesce ------------------------------------------------------------------------------------
     side = 1 << 20
-    idx = rng.integers(0, side, (2, m))
-    vals = rng.standard_normal(m).astype(np.float32)
+    idx = gen.integers(side, (2, m))
+    vals = gen.normal((m,))
     coo = stc.coo_tensor(idx, vals, (side, side), check_invariants=False)
     ms = ours_t(lambda: stc.coalesce(coo), max(3, repeat // 2))
     peers = {}
@@ -258,7 +306,7 @@ def run(quick=False, repeat=7, emulate=False):
     del coo, idx
 
     # -- CSR -> CSC and validation ------------------------------------------------------------------------
-    crow, col, val = _random_csr(rng, rows_n, per_row, np.int64)
+    crow, col, val = gen.csr(rows_n, per_row, np.int64)
     big = stc.compressed_tensor(crow, col, val, (rows_n, rows_n), layout="csr", check_invariants=True)
     ms = ours_t(lambda: stc.to_sparse(big, "csc"), max(3, repeat // 2))
     peers = {}

@@ -1299,11 +1299,13 @@ def test_stream_order_waits_both_ways(backend, rng, monkeypatch, stream, handle)
 def test_stream_order_signals_on_error(backend, monkeypatch):
     dev = _driver.get_device(0)
     calls = []
-    monkeypatch.setattr(dev, "make_external_stream_wait", lambda h: calls.append(h))
+    # 7 is no stream: both crossings are recorded, not made (a real driver would dereference it)
+    monkeypatch.setattr(dev, "wait_external_stream", lambda h: calls.append(("wait", h)))
+    monkeypatch.setattr(dev, "make_external_stream_wait", lambda h: calls.append(("signal", h)))
     with pytest.raises(RuntimeError, match="boom"):
         with cuda.stream_order(7):
             raise RuntimeError("boom")
-    assert calls == [7]
+    assert calls == [("wait", 7), ("signal", 7)]
 
 
 def test_stream_order_rejects_non_streams(backend):

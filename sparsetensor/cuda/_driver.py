@@ -95,7 +95,8 @@ def parse_device(device) -> int:
 def stream_handle_of(stream) -> int:
     """The raw ``CUstream`` handle of ``stream``: an int, a ``CUstream``, an object with the
     ``__cuda_stream__`` protocol (cuda.core), a CuPy stream (``.ptr``) or a torch stream
-    (``.cuda_stream``)."""
+    (``.cuda_stream``). A raw handle is trusted as the driver trusts it: it must be a live
+    stream of the device (the driver cannot tell a stale or made-up handle from a stream)."""
     if hasattr(stream, "__cuda_stream__"):
         return int(stream.__cuda_stream__()[1])
     for attr in ("cuda_stream", "ptr"):
