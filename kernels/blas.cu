@@ -2,16 +2,40 @@
 // has B batches of its own or one shared, x_bstride = 0), and sampled dense-dense
 // products (SDDMM). Accumulation in acc<V> (float16 in float32, rounded once).
 #include "common.cuh"
+#include "scan.cuh"
 
 namespace st {
 
+// s + vals[k] * x[plain[k]] over k = first, first + step, ... < end, in that order: four
+// entries' loads issued before their products (one memory latency per four entries).
+template <typename V, typename I, typename A>
+__device__ __forceinline__ A strided_dot(const I* __restrict__ p, const V* __restrict__ v, const V* __restrict__ xb,
+                                         i64 k, i64 end, i64 step, A s) {
+    for (; k + 3 * step < end; k += 4 * step) {
+        const i64 p0 = p[k], p1 = p[k + step], p2 = p[k + 2 * step], p3 = p[k + 3 * step];
+        const A v0 = to_acc(v[k]), v1 = to_acc(v[k + step]), v2 = to_acc(v[k + 2 * step]),
+                v3 = to_acc(v[k + 3 * step]);
+        const A x0 = to_acc(xb[p0]), x1 = to_acc(xb[p1]), x2 = to_acc(xb[p2]), x3 = to_acc(xb[p3]);
+        s = s + v0 * x0;
+        s = s + v1 * x1;
+        s = s + v2 * x2;
+        s = s + v3 * x3;
+    }
+    for (; k < end; k += step) s = s + to_acc(v[k]) * to_acc(xb[p[k]]);
+    return s;
+}
+
 // y[b, r] = sum_k vals[b, k] * x[b, plain[b, k]] over row r: `tpr` threads (a power of two
-// <= 32) per row, reduced with shuffles. Every warp runs its loop the same number of times
-// (warp-uniform bounds), so the full-mask shuffles never diverge.
+// <= 32) per row, reduced with shuffles; each thread takes every tpr-th entry, four at a time
+// (four loads in flight before their products: a row costs one memory latency per four of
+// its entries a thread, not one per entry). Rows longer than `long_len` are skipped here:
+// csr_spmv_long_part and csr_spmv_long_sum write them. Every warp runs its loop the same
+// number of times (warp-uniform bounds), so the full-mask shuffles never diverge.
 // st:kernel value index
 template <typename V, typename I>
 __global__ void csr_spmv(const I* __restrict__ comp, const I* __restrict__ plain, const V* __restrict__ vals, i64 B,
-                         i64 nrows, i64 nnz, const V* __restrict__ x, i64 x_bstride, V* __restrict__ y, int tpr) {
+                         i64 nrows, i64 nnz, const V* __restrict__ x, i64 x_bstride, V* __restrict__ y, int tpr,
+                         i64 long_len) {
     typedef typename acc<V>::type A;
     const i64 gtid = (i64)blockIdx.x * blockDim.x + threadIdx.x;
     const int lane = threadIdx.x % tpr;
@@ -22,16 +46,61 @@ __global__ void csr_spmv(const I* __restrict__ comp, const I* __restrict__ plain
     for (i64 base = warp_first; base < total; base += ngroups) {
         const i64 row = group + (base - warp_first);
         A s = acc_zero<A>();
+        bool mine = false;
         if (row < total) {
             const i64 b = row / nrows, r = row - b * nrows;
             const I* c = comp + b * (nrows + 1);
             const I* p = plain + b * nnz;
             const V* v = vals + b * nnz;
             const V* xb = x + b * x_bstride;
-            for (i64 k = (i64)c[r] + lane; k < (i64)c[r + 1]; k += tpr) s = s + to_acc(v[k]) * to_acc(xb[p[k]]);
+            const i64 beg = c[r], end = c[r + 1];
+            mine = end - beg <= long_len;
+            if (mine) s = strided_dot(p, v, xb, beg + lane, end, (i64)tpr, s);
         }
         for (int off = tpr / 2; off > 0; off >>= 1) s = s + shfl_down(s, off, tpr);
-        if (row < total && lane == 0) y[row] = from_acc<V>(s);
+        if (mine && lane == 0) y[row] = from_acc<V>(s);
+    }
+}
+
+// The long rows of an SpMV (longer than csr_spmv's long_len), in pieces of at most `piece`
+// entries: piece q of long row long_rows[slot] (a row of all batches, b * nrows + r) is item
+// q = first[slot] + j, holding that row's entries j * piece ... (j + 1) * piece - 1.
+// part[q] = the sum of its products, one block per item (SPMV_LONG_THREADS threads).
+#define SPMV_LONG_THREADS 256
+// st:kernel value index
+template <typename V, typename I>
+__global__ void csr_spmv_long_part(const I* __restrict__ comp, const I* __restrict__ plain,
+                                   const V* __restrict__ vals, i64 nrows, i64 nnz, const V* __restrict__ x,
+                                   i64 x_bstride, const i64* __restrict__ long_rows,
+                                   const i64* __restrict__ item_slot, const i64* __restrict__ first, i64 nitems,
+                                   i64 piece, typename acc<V>::type* __restrict__ part) {
+    typedef typename acc<V>::type A;
+    for (i64 q = blockIdx.x; q < nitems; q += gridDim.x) {  // q is the same for the whole block
+        const i64 slot = item_slot[q], row = long_rows[slot];
+        const i64 b = row / nrows, r = row - b * nrows;
+        const I* c = comp + b * (nrows + 1);
+        const I* p = plain + b * nnz;
+        const V* v = vals + b * nnz;
+        const V* xb = x + b * x_bstride;
+        const i64 beg = (i64)c[r] + (q - first[slot]) * piece;
+        const i64 stop = c[r + 1], end = beg + piece < stop ? beg + piece : stop;
+        A s = acc_zero<A>();
+        s = block_sum(strided_dot(p, v, xb, beg + threadIdx.x, end, (i64)blockDim.x, s));
+        if (threadIdx.x == 0) part[q] = s;
+    }
+}
+
+// y[long_rows[slot]] = part[first[slot]] + ... + part[first[slot + 1] - 1], in that order
+// (deterministic), one thread per long row.
+// st:kernel value
+template <typename V>
+__global__ void csr_spmv_long_sum(const i64* __restrict__ long_rows, const i64* __restrict__ first, i64 nlong,
+                                  const typename acc<V>::type* __restrict__ part, V* __restrict__ y) {
+    typedef typename acc<V>::type A;
+    ST_GRID_LOOP(slot, nlong) {
+        A s = acc_zero<A>();
+        for (i64 q = first[slot]; q < first[slot + 1]; ++q) s = s + part[q];
+        y[long_rows[slot]] = from_acc<V>(s);
     }
 }
 

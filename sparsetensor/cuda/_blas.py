@@ -14,6 +14,7 @@ mat2)`` at the pattern of csr ``input`` (torch.sparse.sampled_addmm).
 from __future__ import annotations
 
 import math
+import weakref
 
 import numpy as np
 
@@ -71,12 +72,66 @@ def _rows(a):
 
 
 def _tpr(nnz: int, rows: int) -> int:
-    """Threads per row for SpMV: the power of two nearest the mean row length, in [1, 32]."""
+    """Threads per row for SpMV: the power of two nearest a quarter of the mean row length, in
+    [1, 32] (each thread takes about four entries of a row, loaded together)."""
     mean = nnz / max(rows, 1)
     t = 1
-    while t < 32 and t * 2 <= max(mean, 1) * 1.5:
+    while t < 32 and t * 8 <= mean * 1.5:
         t *= 2
     return t
+
+
+_LONG_PIECE = 2048  # entries of a long row per block of csr_spmv_long_part (SPMV_LONG_THREADS = 256)
+_SPMV_LONG_THREADS = 256
+_NO_LONG = np.iinfo(np.int64).max
+
+
+class _LongRows:
+    """The rows an SpMV hands to csr_spmv_long_part/_sum (longer than ``long_len``: 16 entries
+    a thread of csr_spmv), found once per compressed index array (a host copy, one sync) and
+    kept while the array lives: their ids (b * nrows + r), each row's first piece, each
+    piece's row. Only speed depends on it: csr_spmv skips exactly the rows longer than
+    ``long_len`` and the long kernels take exactly those."""
+
+    __slots__ = ("tpr", "long_len", "rows", "first", "item_slot", "nitems", "__weakref__")
+
+    def __init__(self, dev, c, B: int, M: int, tpr: int):
+        self.tpr, self.long_len = tpr, max(32, 16 * tpr)
+        lens = np.diff(c.get().reshape(B, M + 1).astype(np.int64), axis=1).ravel()
+        rows = np.flatnonzero(lens > self.long_len)
+        self.nitems = 0
+        self.rows = self.first = self.item_slot = None
+        if rows.size == 0:
+            self.long_len = _NO_LONG
+            return
+        pieces = -(-lens[rows] // _LONG_PIECE)
+        first = np.zeros(rows.size + 1, np.int64)
+        np.cumsum(pieces, out=first[1:])
+        self.nitems = int(first[-1])
+        self.rows = DeviceArray.from_host(rows.astype(np.int64), dev)
+        self.first = DeviceArray.from_host(first, dev)
+        self.item_slot = DeviceArray.from_host(np.repeat(np.arange(rows.size, dtype=np.int64), pieces), dev)
+
+
+_long_rows: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # compressed index -> _LongRows
+
+
+def _spmv(dev, vkey, ik, c, p, v, B, M, nnz, x, x_bstride, y, acc_dtype):
+    """y = a @ x for csr ``a`` and a vector ``x``: short rows by csr_spmv, long ones in pieces."""
+    tpr = _tpr(nnz, M)
+    plan = _long_rows.get(c)
+    if plan is None or plan.tpr != tpr:
+        plan = _long_rows[c] = _LongRows(dev, c, B, M, tpr)
+    launch(dev, "blas.cu", "csr_spmv", (vkey, ik), grid_for(dev, B * M * tpr), BLOCK, c, p, v, B, M, nnz, x,
+           x_bstride, y, tpr, plan.long_len)
+    if plan.nitems:
+        part = P.empty(dev, (plan.nitems,), acc_dtype)
+        launch(dev, "blas.cu", "csr_spmv_long_part", (vkey, ik), min(plan.nitems, dev.sm_count * 16),
+               _SPMV_LONG_THREADS, c, p, v, M, nnz, x, x_bstride, plan.rows, plan.item_slot, plan.first,
+               plan.nitems, _LONG_PIECE, part)
+        nlong = plan.rows.size
+        launch(dev, "blas.cu", "csr_spmv_long_sum", (vkey,), grid_for(dev, nlong), BLOCK, plan.rows, plan.first,
+               nlong, part, y)
 
 
 def matmul(a, x):
@@ -141,9 +196,8 @@ def spmm(a, x, plan, rt, threads=None, err=None):
     elif a.layout.blocked and (rb, cb) != (1, 1):
         P.run(dev, "blas.cu", "bsr_spmm", (vkey, ik), B * M * N, c, p, v, B, M // rb, a.nnz, rb, cb, x, x_bstride, N, y)
     elif N == 1:  # SpMV: x (K,), (K, 1) or batch + (K, 1) are K contiguous items per batch
-        tpr = _tpr(a.nnz, M)
-        launch(dev, "blas.cu", "csr_spmv", (vkey, ik), grid_for(dev, B * M * tpr), BLOCK, c, p, v, B, M, a.nnz, x,
-               x_bstride, y, tpr)
+        _spmv(dev, vkey, ik, c, p, v, B, M, a.nnz, x, x_bstride, y,
+              np.dtype(np.float32) if a.dtype == np.float16 else a.dtype)
     else:
         ngroups = -(-N // (32 * _SPMM_TILES))  # one warp per row and group of 128 columns
         launch(dev, "blas.cu", "csr_spmm", (vkey, ik), grid_for(dev, B * M * ngroups * 32), BLOCK, c, p, v, B, M,
