@@ -104,16 +104,60 @@ __global__ void csr_spmv_long_sum(const i64* __restrict__ long_rows, const i64* 
     }
 }
 
-// Y[b, r, :] = sum_k vals[b, k] * X[b, plain[b, k], :] for X (K, N) row-major: one warp per
-// (batch, row, group of SPMM_TILES tiles of 32 columns). The warp loads 32 (column, value)
-// pairs of the row at a time and broadcasts them with shuffles; lane l accumulates columns
-// l, l + 32, ... of its group, so a row is read once per 32 * SPMM_TILES columns and every
-// read of X is 32 consecutive items.
+// s[q] + vals[k] * X[plain[k], col0 + 32 q] over the entries k of [beg, end), in that order,
+// for q < SPMM_TILES and col0 + 32 q < N (lane l of the warp holds col0 = ... + l). The warp
+// loads 32 (column, value) pairs at a time and broadcasts them with shuffles (bounds are
+// warp-uniform), four entries' rows of X loaded before their products.
 #define SPMM_TILES 4
+template <typename V, typename I, typename A>
+__device__ __forceinline__ void warp_row_spmm(const I* __restrict__ p, const V* __restrict__ v,
+                                              const V* __restrict__ xb, i64 beg, i64 end, i64 N, i64 col0,
+                                              int lane, A* s) {
+    for (i64 k0 = beg; k0 < end; k0 += 32) {
+        i64 my_col = 0;
+        A my_val = acc_zero<A>();
+        if (k0 + lane < end) {
+            my_col = p[k0 + lane];
+            my_val = to_acc(v[k0 + lane]);
+        }
+        const int count = end - k0 < 32 ? (int)(end - k0) : 32;
+        int j = 0;
+        for (; j + 3 < count; j += 4) {
+            i64 cj[4];
+            A vj[4];
+            for (int u = 0; u < 4; ++u) {
+                cj[u] = shfl_idx(my_col, j + u);
+                vj[u] = shfl_idx(my_val, j + u);
+            }
+            for (int q = 0; q < SPMM_TILES; ++q) {
+                const i64 col = col0 + 32 * q;
+                if (col < N) {
+                    A xv[4];
+                    for (int u = 0; u < 4; ++u) xv[u] = to_acc(xb[cj[u] * N + col]);
+                    for (int u = 0; u < 4; ++u) s[q] = s[q] + vj[u] * xv[u];
+                }
+            }
+        }
+        for (; j < count; ++j) {
+            const i64 cj = shfl_idx(my_col, j);
+            const A vj = shfl_idx(my_val, j);
+            for (int q = 0; q < SPMM_TILES; ++q) {
+                const i64 col = col0 + 32 * q;
+                if (col < N) s[q] = s[q] + vj * to_acc(xb[cj * N + col]);
+            }
+        }
+    }
+}
+
+// Y[b, r, :] = sum_k vals[b, k] * X[b, plain[b, k], :] for X (K, N) row-major: one warp per
+// (batch, row, group of SPMM_TILES tiles of 32 columns); a row is read once per 32 *
+// SPMM_TILES columns and every read of X is 32 consecutive items. Rows longer than
+// `long_len` are skipped: csr_spmm_long_part and csr_spmm_long_sum write them.
 // st:kernel value index
 template <typename V, typename I>
 __global__ void csr_spmm(const I* __restrict__ comp, const I* __restrict__ plain, const V* __restrict__ vals, i64 B,
-                         i64 nrows, i64 nnz, const V* __restrict__ X, i64 x_bstride, i64 N, V* __restrict__ Y) {
+                         i64 nrows, i64 nnz, const V* __restrict__ X, i64 x_bstride, i64 N, V* __restrict__ Y,
+                         i64 long_len) {
     typedef typename acc<V>::type A;
     const int lane = threadIdx.x & 31;
     const i64 gwarp = ((i64)blockIdx.x * blockDim.x + threadIdx.x) / 32;
@@ -123,35 +167,63 @@ __global__ void csr_spmm(const I* __restrict__ comp, const I* __restrict__ plain
         const i64 group = w % ngroups, row = w / ngroups;
         const i64 b = row / nrows, r = row - b * nrows;
         const I* c = comp + b * (nrows + 1);
-        const I* p = plain + b * nnz;
-        const V* v = vals + b * nnz;
-        const V* xb = X + b * x_bstride;
+        const i64 beg = c[r], end = c[r + 1];
+        if (end - beg > long_len) continue;
         const i64 col0 = group * 32 * SPMM_TILES + lane;
-        const i64 k_end = c[r + 1];
         A s[SPMM_TILES];
         for (int q = 0; q < SPMM_TILES; ++q) s[q] = acc_zero<A>();
-        for (i64 k0 = c[r]; k0 < k_end; k0 += 32) {
-            i64 my_col = 0;
-            A my_val = acc_zero<A>();
-            if (k0 + lane < k_end) {
-                my_col = p[k0 + lane];
-                my_val = to_acc(v[k0 + lane]);
-            }
-            const int count = k_end - k0 < 32 ? (int)(k_end - k0) : 32;
-            for (int j = 0; j < count; ++j) {
-                const i64 cj = shfl_idx(my_col, j);
-                const A vj = shfl_idx(my_val, j);
-                const V* xr = xb + cj * N;
-                for (int q = 0; q < SPMM_TILES; ++q) {
-                    const i64 col = col0 + 32 * q;
-                    if (col < N) s[q] = s[q] + vj * to_acc(xr[col]);
-                }
-            }
-        }
+        warp_row_spmm(plain + b * nnz, vals + b * nnz, X + b * x_bstride, beg, end, N, col0, lane, s);
         for (int q = 0; q < SPMM_TILES; ++q) {
             const i64 col = col0 + 32 * q;
             if (col < N) Y[row * N + col] = from_acc<V>(s[q]);
         }
+    }
+}
+
+// The long rows of an SpMM in pieces (as csr_spmv_long_part's): part[q, :] = the products of
+// piece q with X, one warp per (piece, group of SPMM_TILES tiles of 32 columns).
+// st:kernel value index
+template <typename V, typename I>
+__global__ void csr_spmm_long_part(const I* __restrict__ comp, const I* __restrict__ plain,
+                                   const V* __restrict__ vals, i64 nrows, i64 nnz, const V* __restrict__ X,
+                                   i64 x_bstride, i64 N, const i64* __restrict__ long_rows,
+                                   const i64* __restrict__ item_slot, const i64* __restrict__ first, i64 nitems,
+                                   i64 piece, typename acc<V>::type* __restrict__ part) {
+    typedef typename acc<V>::type A;
+    const int lane = threadIdx.x & 31;
+    const i64 gwarp = ((i64)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+    const i64 nwarps = (i64)gridDim.x * blockDim.x / 32;
+    const i64 ngroups = (N + 32 * SPMM_TILES - 1) / (32 * SPMM_TILES);
+    for (i64 w = gwarp; w < nitems * ngroups; w += nwarps) {  // w is the same for the whole warp
+        const i64 group = w % ngroups, q = w / ngroups;
+        const i64 slot = item_slot[q], row = long_rows[slot];
+        const i64 b = row / nrows, r = row - b * nrows;
+        const I* c = comp + b * (nrows + 1);
+        const i64 beg = (i64)c[r] + (q - first[slot]) * piece, stop = c[r + 1];
+        const i64 col0 = group * 32 * SPMM_TILES + lane;
+        A s[SPMM_TILES];
+        for (int u = 0; u < SPMM_TILES; ++u) s[u] = acc_zero<A>();
+        warp_row_spmm(plain + b * nnz, vals + b * nnz, X + b * x_bstride, beg, beg + piece < stop ? beg + piece : stop,
+                      N, col0, lane, s);
+        for (int u = 0; u < SPMM_TILES; ++u) {
+            const i64 col = col0 + 32 * u;
+            if (col < N) part[q * N + col] = s[u];
+        }
+    }
+}
+
+// Y[long_rows[slot], n] = part[first[slot], n] + ... + part[first[slot + 1] - 1, n], in that
+// order (deterministic), one thread per (long row, column).
+// st:kernel value
+template <typename V>
+__global__ void csr_spmm_long_sum(const i64* __restrict__ long_rows, const i64* __restrict__ first, i64 nlong, i64 N,
+                                  const typename acc<V>::type* __restrict__ part, V* __restrict__ Y) {
+    typedef typename acc<V>::type A;
+    ST_GRID_LOOP(t, nlong * N) {
+        const i64 slot = t / N, col = t - slot * N;
+        A s = acc_zero<A>();
+        for (i64 q = first[slot]; q < first[slot + 1]; ++q) s = s + part[q * N + col];
+        Y[long_rows[slot] * N + col] = from_acc<V>(s);
     }
 }
 

@@ -677,17 +677,19 @@ def test_matmul_long_rows(backend, rng):
 
 @pytest.mark.parametrize("index_dtype", INDEX, ids=str)
 @pytest.mark.parametrize("dtype", FLOATS, ids=str)
-def test_spmv_skewed_rows(backend, rng, index_dtype, dtype):
-    """Power-law-like rows: the rows past csr_spmv's long_len (64 here: 4 threads a row) go in
-    pieces of 2048 entries (csr_spmv_long_part, then csr_spmv_long_sum in piece order); each
-    batch has its own long rows; every row is written once; the result is deterministic."""
+def test_products_skewed_rows(backend, rng, index_dtype, dtype):
+    """Power-law-like rows. SpMV: rows past csr_spmv's long_len (64 here: 4 threads a row) go
+    in pieces of 2048 entries (csr_spmv_long_part, then csr_spmv_long_sum in piece order).
+    SpMM: rows past 512 entries in pieces of 512 (csr_spmm_long_part/_sum), over one and two
+    groups of 128 columns. Each batch has its own long rows; every row is written once; the
+    result is deterministic."""
     from sparsetensor.cuda import _blas
 
-    B, M, K = 2, 600, 5000
+    B, M, K = 2, 600, 3000
     a0 = np.zeros((M, K))
     for r in range(M):  # short rows of 0-3 entries
         a0[r, rng.choice(K, int(rng.integers(0, 4)), replace=False)] = rng.standard_normal()
-    for r, n in ((3, 4500), (20, 64), (21, 65), (30, 2048), (40, 2049), (M - 1, 715)):
+    for r, n in ((3, 2600), (20, 64), (21, 65), (30, 2048), (40, 2049), (50, 512), (51, 513), (M - 1, 715)):
         a0[r] = 0
         a0[r, np.sort(rng.choice(K, n, replace=False))] = rng.standard_normal(n)
     # one nnz a batch (a batched csr tensor's rule); batch 1's long rows are 7 rows further on
@@ -697,18 +699,22 @@ def test_spmv_skewed_rows(backend, rng, index_dtype, dtype):
     assert _blas._tpr(t.nnz, M) == 4
     d = cuda.to_device(t)
     A = t.to_dense().astype(np.complex128)
-    for x in (rng.standard_normal((K, 1)), rng.standard_normal((B, K, 1))):
-        x = x.astype(dtype)
+    wide = [(K, 130)] if np.dtype(dtype) in (np.float32, np.complex128) else []  # two groups (slow on the emulator)
+    for shape in [(K, 1), (B, K, 1), (B, K, 3)] + wide:
+        x = rng.standard_normal(shape).astype(dtype)
         xd = cuda.DeviceArray.from_host(x)
         y = cuda.matmul(d, xd).get()
         want = A @ x.astype(np.complex128)
         scale = (np.abs(A) @ np.abs(x.astype(np.complex128))).max()
         np.testing.assert_allclose(y.astype(np.complex128), want, rtol=0, atol=TOL[np.dtype(dtype)] * scale)
-        assert np.array_equal(cuda.matmul(d, xd).get(), y, equal_nan=True)  # same pieces, same order
-    plan = _blas._long_rows[d.crow_indices()]
+        if shape[-1] == 1:
+            assert np.array_equal(cuda.matmul(d, xd).get(), y, equal_nan=True)  # same pieces, same order
     lens = np.diff(t.crow_indices().astype(np.int64), axis=1).ravel()
-    assert plan.long_len == 64 and np.array_equal(plan.rows.get(), np.flatnonzero(lens > 64))
-    assert plan.nitems == int((-(-lens[lens > 64] // 2048)).sum())
+    for (long_len, piece), plan in _blas._long_rows[d.crow_indices()].items():
+        assert (long_len, piece) in ((64, 2048), (512, 512))
+        assert plan.long_len == long_len and np.array_equal(plan.rows.get(), np.flatnonzero(lens > long_len))
+        assert plan.nitems == int((-(-lens[lens > long_len] // piece)).sum())
+    assert len(_blas._long_rows[d.crow_indices()]) == 2
 
 
 def test_matmul_errors(backend, rng):

@@ -81,57 +81,80 @@ def _tpr(nnz: int, rows: int) -> int:
     return t
 
 
-_LONG_PIECE = 2048  # entries of a long row per block of csr_spmv_long_part (SPMV_LONG_THREADS = 256)
-_SPMV_LONG_THREADS = 256
+_SPMV_PIECE, _SPMV_LONG_THREADS = 2048, 256  # a block of SPMV_LONG_THREADS takes a piece of a long row
+_SPMM_LONG, _SPMM_PIECE = 512, 512            # a warp takes a piece of a long row (16 loads of 32 entries)
+_SPMM_PART_BYTES = 256 << 20                  # at most this much for the pieces' partial rows
 _NO_LONG = np.iinfo(np.int64).max
 
 
 class _LongRows:
-    """The rows an SpMV hands to csr_spmv_long_part/_sum (longer than ``long_len``: 16 entries
-    a thread of csr_spmv), found once per compressed index array (a host copy, one sync) and
-    kept while the array lives: their ids (b * nrows + r), each row's first piece, each
-    piece's row. Only speed depends on it: csr_spmv skips exactly the rows longer than
-    ``long_len`` and the long kernels take exactly those."""
+    """The rows of a csr index array longer than ``long_len``, cut in pieces of ``piece``
+    entries for the long-row kernels of SpMV/SpMM: their ids (b * nrows + r), each row's
+    first piece, each piece's row. Found once per index array and threshold (a host copy,
+    one sync) and kept while the array lives. Only speed depends on it: the row kernels skip
+    exactly the rows longer than ``long_len`` and the long kernels take exactly those, so
+    the indices must not change in place after a product (as after a validation)."""
 
-    __slots__ = ("tpr", "long_len", "rows", "first", "item_slot", "nitems", "__weakref__")
+    __slots__ = ("long_len", "rows", "first", "item_slot", "nitems", "nlong")
 
-    def __init__(self, dev, c, B: int, M: int, tpr: int):
-        self.tpr, self.long_len = tpr, max(32, 16 * tpr)
+    def __init__(self, dev, c, B: int, M: int, long_len: int, piece: int):
         lens = np.diff(c.get().reshape(B, M + 1).astype(np.int64), axis=1).ravel()
-        rows = np.flatnonzero(lens > self.long_len)
-        self.nitems = 0
+        rows = np.flatnonzero(lens > long_len)
+        self.long_len, self.nlong, self.nitems = (long_len if rows.size else _NO_LONG), int(rows.size), 0
         self.rows = self.first = self.item_slot = None
-        if rows.size == 0:
-            self.long_len = _NO_LONG
-            return
-        pieces = -(-lens[rows] // _LONG_PIECE)
-        first = np.zeros(rows.size + 1, np.int64)
-        np.cumsum(pieces, out=first[1:])
-        self.nitems = int(first[-1])
-        self.rows = DeviceArray.from_host(rows.astype(np.int64), dev)
-        self.first = DeviceArray.from_host(first, dev)
-        self.item_slot = DeviceArray.from_host(np.repeat(np.arange(rows.size, dtype=np.int64), pieces), dev)
+        if rows.size:
+            pieces = -(-lens[rows] // piece)
+            first = np.zeros(rows.size + 1, np.int64)
+            np.cumsum(pieces, out=first[1:])
+            self.nitems = int(first[-1])
+            self.rows = DeviceArray.from_host(rows.astype(np.int64), dev)
+            self.first = DeviceArray.from_host(first, dev)
+            self.item_slot = DeviceArray.from_host(np.repeat(np.arange(rows.size, dtype=np.int64), pieces), dev)
 
 
-_long_rows: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # compressed index -> _LongRows
+_long_rows: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # index array -> {(long_len, piece): plan}
+
+
+def _long_plan(dev, c, B: int, M: int, long_len: int, piece: int) -> _LongRows:
+    plans = _long_rows.setdefault(c, {})
+    plan = plans.get((long_len, piece))
+    if plan is None:
+        plan = plans[(long_len, piece)] = _LongRows(dev, c, B, M, long_len, piece)
+    return plan
 
 
 def _spmv(dev, vkey, ik, c, p, v, B, M, nnz, x, x_bstride, y, acc_dtype):
-    """y = a @ x for csr ``a`` and a vector ``x``: short rows by csr_spmv, long ones in pieces."""
+    """y = a @ x for csr ``a`` and a vector ``x``: rows of up to 16 entries a thread by
+    csr_spmv, longer ones in pieces (a block each), summed per row in piece order."""
     tpr = _tpr(nnz, M)
-    plan = _long_rows.get(c)
-    if plan is None or plan.tpr != tpr:
-        plan = _long_rows[c] = _LongRows(dev, c, B, M, tpr)
+    plan = _long_plan(dev, c, B, M, max(32, 16 * tpr), _SPMV_PIECE)
     launch(dev, "blas.cu", "csr_spmv", (vkey, ik), grid_for(dev, B * M * tpr), BLOCK, c, p, v, B, M, nnz, x,
            x_bstride, y, tpr, plan.long_len)
-    if plan.nitems:
+    if plan.nlong:
         part = P.empty(dev, (plan.nitems,), acc_dtype)
         launch(dev, "blas.cu", "csr_spmv_long_part", (vkey, ik), min(plan.nitems, dev.sm_count * 16),
                _SPMV_LONG_THREADS, c, p, v, M, nnz, x, x_bstride, plan.rows, plan.item_slot, plan.first,
-               plan.nitems, _LONG_PIECE, part)
-        nlong = plan.rows.size
-        launch(dev, "blas.cu", "csr_spmv_long_sum", (vkey,), grid_for(dev, nlong), BLOCK, plan.rows, plan.first,
-               nlong, part, y)
+               plan.nitems, _SPMV_PIECE, part)
+        launch(dev, "blas.cu", "csr_spmv_long_sum", (vkey,), grid_for(dev, plan.nlong), BLOCK, plan.rows,
+               plan.first, plan.nlong, part, y)
+
+
+def _spmm(dev, vkey, ik, c, p, v, B, M, nnz, x, x_bstride, N, y, acc_dtype):
+    """Y = a @ X for csr ``a``: a warp per row and group of 128 columns, rows longer than
+    _SPMM_LONG in pieces (a warp each), summed per row in piece order."""
+    plan = _long_plan(dev, c, B, M, _SPMM_LONG, _SPMM_PIECE)
+    if plan.nlong and plan.nitems * N * acc_dtype.itemsize > _SPMM_PART_BYTES:
+        plan = None  # the pieces' partial rows would take too much room: every row in one warp
+    ngroups = -(-N // (32 * _SPMM_TILES))
+    launch(dev, "blas.cu", "csr_spmm", (vkey, ik), grid_for(dev, B * M * ngroups * 32), BLOCK, c, p, v, B, M, nnz,
+           x, x_bstride, N, y, plan.long_len if plan is not None else _NO_LONG)
+    if plan is not None and plan.nlong:
+        part = P.empty(dev, (plan.nitems, N), acc_dtype)
+        launch(dev, "blas.cu", "csr_spmm_long_part", (vkey, ik), grid_for(dev, plan.nitems * ngroups * 32), BLOCK,
+               c, p, v, M, nnz, x, x_bstride, N, plan.rows, plan.item_slot, plan.first, plan.nitems, _SPMM_PIECE,
+               part)
+        launch(dev, "blas.cu", "csr_spmm_long_sum", (vkey,), grid_for(dev, plan.nlong * N), BLOCK, plan.rows,
+               plan.first, plan.nlong, N, part, y)
 
 
 def matmul(a, x):
@@ -199,9 +222,8 @@ def spmm(a, x, plan, rt, threads=None, err=None):
         _spmv(dev, vkey, ik, c, p, v, B, M, a.nnz, x, x_bstride, y,
               np.dtype(np.float32) if a.dtype == np.float16 else a.dtype)
     else:
-        ngroups = -(-N // (32 * _SPMM_TILES))  # one warp per row and group of 128 columns
-        launch(dev, "blas.cu", "csr_spmm", (vkey, ik), grid_for(dev, B * M * ngroups * 32), BLOCK, c, p, v, B, M,
-               a.nnz, x, x_bstride, N, y)
+        _spmm(dev, vkey, ik, c, p, v, B, M, a.nnz, x, x_bstride, N, y,
+              np.dtype(np.float32) if a.dtype == np.float16 else a.dtype)
     return y
 
 
