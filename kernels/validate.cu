@@ -63,22 +63,42 @@ __global__ void compressed_steps(const I* __restrict__ comp, i64 B, i64 n, u64 p
 // Phase 2: 5.4 plain >= 0, 5.5 plain < plain_size and, when check_order, 5.6 (strictly
 // increasing within each row): a position k whose value is not above its predecessor's is
 // a violation unless k starts its row. Runs only when phases 0 and 1 found nothing, so
-// compressed is sorted with compressed[b, 0] = 0 and compressed[b, n] = nnz.
+// compressed is sorted with compressed[b, 0] = 0 and compressed[b, n] = nnz. One block per
+// tile of VALIDATE_TILE positions: two binary searches find the rows r0..r1 that hold the
+// tile, their starts are marked in shared memory, then every position is checked against
+// its predecessor and the marks (no search per row start).
+#define VALIDATE_TILE 2048
 // st:kernel index
 template <typename I>
 __global__ void compressed_plain(const I* __restrict__ comp, const I* __restrict__ plain, i64 B, i64 n, i64 nnz,
                                  i64 plain_size, int check_order, u64* key) {
     if (*key < PHASE(2)) return;  // 5.1-5.3 broken: compressed cannot be trusted
-    ST_GRID_LOOP(t, B * nnz) {
-        const i64 b = t / nnz, k = t - b * nnz;
+    __shared__ unsigned char starts[VALIDATE_TILE];
+    __shared__ i64 span[2];
+    const i64 tiles = (nnz + VALIDATE_TILE - 1) / VALIDATE_TILE;
+    for (i64 g = blockIdx.x; g < B * tiles; g += gridDim.x) {  // g is the same for the whole block
+        const i64 b = g / tiles, k0 = (g - b * tiles) * VALIDATE_TILE;
+        const i64 k1 = k0 + VALIDATE_TILE < nnz ? k0 + VALIDATE_TILE : nnz;
+        const I* c = comp + b * (n + 1);
         const I* p = plain + b * nnz;
-        const i64 v = p[k];
-        bool bad = v < 0 || v >= plain_size;
-        if (!bad && check_order && k > 0 && v <= (i64)p[k - 1]) {
-            const I* c = comp + b * (n + 1);
-            bad = (i64)c[slot_of(c, n, k)] != k;  // not the first position of its row
+        if (check_order) {
+            for (int i = threadIdx.x; i < VALIDATE_TILE; i += blockDim.x) starts[i] = 0;
+            if (threadIdx.x < 2) span[threadIdx.x] = slot_of(c, n, threadIdx.x == 0 ? k0 : k1 - 1);
+            __syncthreads();
+            // every row starting inside the tile is in r0..r1 (empty rows mark their start too)
+            for (i64 r = span[0] + threadIdx.x; r <= span[1]; r += blockDim.x) {
+                const i64 s = c[r];
+                if (s >= k0 && s < k1) starts[s - k0] = 1;
+            }
+            __syncthreads();
         }
-        if (bad) atomicMin(key, PHASE(2) | (u64)t);
+        for (i64 k = k0 + threadIdx.x; k < k1; k += blockDim.x) {
+            const i64 v = p[k];
+            bool bad = v < 0 || v >= plain_size;
+            if (!bad && check_order && k > 0 && v <= (i64)p[k - 1]) bad = !starts[k - k0];
+            if (bad) atomicMin(key, PHASE(2) | (u64)(b * nnz + k));
+        }
+        __syncthreads();  // the marks are reset for the next tile
     }
 }
 

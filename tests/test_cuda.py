@@ -288,6 +288,29 @@ def test_validate_coo_c6(backend):
     assert same_error(bad.check_invariants, lambda: cuda.validate(cuda.to_device(bad))) == "C6"
 
 
+@pytest.mark.parametrize("index_dtype", INDEX)
+def test_validate_tile_edges(backend, rng, index_dtype):
+    """compressed_plain marks row starts per tile of 2048 positions. A row that starts exactly at
+    a tile's first position is no 5.6 however small its first column; a 5.6 exactly at a tile
+    edge inside a row that crosses it is found; empty rows and a row over three tiles."""
+    T, K = 2048, 6000
+    lens = [T - 3, 3, 5000, 0, 0, 0, 900, 1, 0, 2]  # row 2 starts at T, spans 2T and 3T
+    c1 = np.concatenate([[0], np.cumsum(lens)])
+    p1 = np.concatenate([np.sort(rng.choice(K, n, replace=False)) for n in lens])
+    p1[T] = 0  # row 2's first column is below row 1's last: allowed, it starts a row
+    c = np.stack([c1, c1]).astype(index_dtype)
+    p = np.stack([p1, p1]).astype(index_dtype)
+    good = CompressedTensor(c, p, np.ones(p.shape), (2, len(lens), K), st.sparse_csr)
+    assert same_error(good.check_invariants, lambda: cuda.validate(cuda.to_device(good))) is None
+    for pos in (2 * T, 3 * T, T + 1, c1[6]):  # inside row 2 at tile edges, after a row start, row 6's first
+        q = p.copy()
+        start = pos == c1[6]
+        q[1, pos] = 0 if start else q[1, pos - 1]  # a row's first column may be below the previous one
+        bad = CompressedTensor(c, q, good.values(), good.shape, st.sparse_csr)
+        assert same_error(bad.check_invariants, lambda: cuda.validate(cuda.to_device(bad))) == (None if start
+                                                                                                else "5.6")
+
+
 def test_validate_large(backend, rng):
     """Several tiles and many blocks: the first violation must still be the CPU's."""
     n, nnz = 3000, 40000
