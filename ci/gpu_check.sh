@@ -1,0 +1,81 @@
+#!/bin/bash
+# The checks of the CUDA backend on a machine with an NVIDIA GPU, in one bounded run (GPU time
+# is lent in minutes). Run from the repository root:
+#
+#   BUDGET=400 OUT=/tmp/out bash ci/gpu_check.sh [build] [tests] [memcheck] [racecheck] [bench] [suite]
+#
+# (no step names: all of them, in that order). Each step gets at most its cap and what is left
+# of BUDGET seconds; its output goes to $OUT/<step>.log and its last lines to stdout.
+# - build: the kernels in place (meson, -Dnative=true, 16 jobs) unless .so files for this
+#   Python are there already; $OUT/lib.tgz keeps them for the next run (unpack it at the root).
+# - tests: tests/test_cuda*.py on the real device (the emulator's half deselected), 8 workers
+#   (xdist: a crashing test takes its worker down, not the run).
+# - memcheck / racecheck: compute-sanitizer over the GPU tests of tests/test_cuda.py, every
+#   worker process followed, a per-test timeout that names a test that hangs under the tool.
+# - bench: python -m bench.cuda (torch and CuPy as peers where installed).
+# - suite: the whole test suite on the machine (CPU tests too), 14 workers.
+set -u
+T0=$(date +%s)
+BUDGET=${BUDGET:-400}
+OUT=${OUT:-/tmp/gpu_check}
+mkdir -p "$OUT"
+steps=("$@")
+[ ${#steps[@]} -eq 0 ] && steps=(build tests memcheck racecheck bench suite)
+export PYTHONUNBUFFERED=1
+ln -sfn "$PWD" /tmp/st_root  # the source tree on the path under another name (bench/ drops the root)
+export PYTHONPATH=/tmp/st_root${PYTHONPATH:+:$PYTHONPATH}
+CS=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)
+PYTEST=(python3 -m pytest -q -p no:cacheprovider -p no:benchmark --tb=short -rfE)
+
+elapsed() { echo $(( $(date +%s) - T0 )); }
+step() {  # step NAME CAP CMD...: run CMD under min(CAP, time left), log to $OUT/NAME.log
+    local name=$1 cap=$2; shift 2
+    local left=$(( BUDGET - $(elapsed) ))
+    local t=$(( left < cap ? left : cap ))
+    if [ "$t" -lt 15 ]; then echo "=== $name: skipped, $left s left"; return; fi
+    echo "=== $name [$(elapsed) s] (limit $t s)"
+    timeout "$t" "$@" >"$OUT/$name.log" 2>&1
+    local rc=$?
+    grep -v -e "^[.sxFE]* *\[ *[0-9]*%\]$" -e "Warning" -e "warner(" "$OUT/$name.log" | tail -${TAIL:-25}
+    echo "=== $name rc=$rc [$(elapsed) s]"
+}
+
+{
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+    python3 -V
+    python3 -c "import cuda.core, cuda.bindings, numpy; print('cuda.core', cuda.core.__version__, 'cuda.bindings', cuda.bindings.__version__, 'numpy', numpy.__version__)"
+    python3 -c "from cuda.bindings import nvrtc, driver; print('NVRTC', nvrtc.nvrtcVersion()[1:], 'driver API', driver.cuDriverGetVersion()[1])"
+    python3 -c "import torch; print('torch', torch.__version__)" 2>/dev/null
+    python3 -c "import cupy; print('cupy', cupy.__version__)" 2>/dev/null
+    [ -n "$CS" ] && "$CS" --version | tail -1
+} 2>&1 | tee "$OUT/env.log"
+
+for s in "${steps[@]}"; do
+    case $s in
+    build)
+        suffix=$(python3 -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))")
+        if ls sparsetensor/_lib/*"$suffix" >/dev/null 2>&1; then
+            echo "=== build: kernels for $suffix already in place"
+        else
+            step build 300 bash -c "python3 -m mesonbuild.mesonmain setup /tmp/st_build -Dbuildtype=release \
+                -Dnative=true && ninja -C /tmp/st_build -j16 && cp /tmp/st_build/sparsetensor/_lib/*$suffix \
+                sparsetensor/_lib/ && tar czf $OUT/lib.tgz sparsetensor/_lib/*$suffix"
+        fi
+        python3 -c "import sparsetensor.cuda as c; c.precompile()" ;;
+    tests)
+        step tests 150 "${PYTEST[@]}" -n 8 tests/test_cuda.py tests/test_cuda_core.py tests/test_cuda_compile.py \
+            -k "not emulator" ;;
+    memcheck | racecheck)
+        [ -z "$CS" ] && { echo "=== $s: no compute-sanitizer here"; continue; }
+        step "$s" "${SANITIZER_CAP:-180}" "$CS" --tool "$s" --target-processes all --error-exitcode 9 \
+            "${PYTEST[@]}" -n 14 --timeout 120 --durations 5 tests/test_cuda.py -k gpu ;;
+    bench)
+        step bench 200 python3 -m bench.cuda
+        cp bench/results/cuda.json "$OUT/" 2>/dev/null ;;
+    suite)
+        step suite 150 "${PYTEST[@]}" -n 14 tests -k "not emulator" ;;
+    *)
+        echo "unknown step $s (build tests memcheck racecheck bench suite)"; exit 2 ;;
+    esac
+done
+echo "done in $(elapsed) s; logs in $OUT"
