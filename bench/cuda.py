@@ -176,9 +176,10 @@ SIZES = {"full": (2_000_000, 1024, 100_000_000, 6_250_000, 16), "quick": (200_00
 STRUCTURES = {"full": (100, 20), "quick": (40, 16), "emulate": (6, 8)}
 
 
-def run(quick=False, repeat=7, emulate=False):
+def run(quick=False, repeat=7, emulate=False, profile=False):
     """Run the benchmarks; ``emulate=True`` runs tiny sizes on the CPU emulator of the kernels
-    (a smoke test of this script, no timing meaning, no peers)."""
+    (a smoke test of this script, no timing meaning, no peers); ``profile=True`` adds each
+    case's time per kernel (one more call, CUDA events around every launch)."""
     import sparsetensor as st
     import sparsetensor.cuda as stc
     from sparsetensor.cuda._driver import get_device
@@ -211,7 +212,20 @@ def run(quick=False, repeat=7, emulate=False):
             cp = csp = None
 
     dev = get_device("cuda")
-    ours_t = _wall_timer(dev) if emulate else _events_timer(dev)
+    timer = _wall_timer(dev) if emulate else _events_timer(dev)
+    last_profile = {}
+
+    def ours_t(fn, repeat):
+        ms = timer(fn, repeat)
+        if profile:  # one more call with each kernel timed: where the time goes
+            from sparsetensor.cuda._module import profile as kernel_times
+
+            with kernel_times() as kernels:
+                fn()
+            last_profile.clear()
+            last_profile.update(kernels)
+        return ms
+
     torch_t = _torch_timer(torch) if torch is not None else None
     cupy_t = _cupy_timer(cp) if cp is not None else None
     bw = _copy_bandwidth(dev, ours_t, 1 << 20 if emulate else 1 << 30)
@@ -230,6 +244,10 @@ def run(quick=False, repeat=7, emulate=False):
         for k, v in peers.items():
             rec[f"{k}_ms"] = v
             rec[f"{k}/ours"] = v / ours_ms
+        if last_profile:
+            rec["kernels_ms"] = {k: v[1] for k, v in sorted(last_profile.items(), key=lambda kv: -kv[1][1])}
+            print("    " + ", ".join(f"{k} {v:.3f}" for k, v in list(rec["kernels_ms"].items())[:6]))
+            last_profile.clear()
         records.append(rec)
         rows.append([name, ours_ms, rec["GBps"], rec["of_copy_bw"],
                      rec.get("torch/ours", float("nan")), rec.get("cupy/ours", float("nan")), target])
@@ -346,8 +364,9 @@ def main(argv=None) -> int:
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--emulate", action="store_true",
                         help="tiny sizes on the CPU emulator of the kernels: a smoke test of this script")
+    parser.add_argument("--profile", action="store_true", help="also time each case's kernels one by one")
     args = parser.parse_args(argv)
-    run(quick=args.quick, repeat=args.repeat, emulate=args.emulate)
+    run(quick=args.quick, repeat=args.repeat, emulate=args.emulate, profile=args.profile)
     return 0
 
 

@@ -740,6 +740,25 @@ def test_products_skewed_rows(backend, rng, index_dtype, dtype):
     assert len(_blas._long_rows[d.crow_indices()]) == 2
 
 
+def test_profile_names_the_kernels(backend, rng):
+    """_module.profile() times each kernel launched in the block (events on a GPU, wall time on
+    the emulator), summed by kernel name; launches outside the block are not recorded."""
+    from sparsetensor.cuda._module import profile
+
+    d = cuda.to_device(make(rng, ("csr", (), (), None), np.float32, blocks=(6, 5)))
+    x = cuda.DeviceArray.from_host(rng.standard_normal(d.shape[1]).astype(np.float32))
+    cuda.matmul(d, x)
+    with profile() as kernels:
+        cuda.matmul(d, x)
+        cuda.matmul(d, x)
+        assert kernels == {}  # filled on exit
+    assert set(kernels) == {"csr_spmv"} and kernels["csr_spmv"][0] == 2 and kernels["csr_spmv"][1] >= 0
+    with profile():
+        with pytest.raises(RuntimeError, match="nest"):
+            with profile():
+                pass
+
+
 def test_matmul_errors(backend, rng):
     d = cuda.to_device(make(rng, ("csr", (), (), None), np.float32))
     # the CPU's rules: float32 @ float64 is float64 there; here the cast has no kernel and says so

@@ -13,12 +13,14 @@ compiles on load.
 
 from __future__ import annotations
 
+import contextlib
 import threading
+import time
 
 from . import _nvrtc, _source
 from ._driver import Device, core, errors, kernel_params, pack_args
 
-__all__ = ["launch", "grid_for", "target_for", "get_function", "BLOCK"]
+__all__ = ["launch", "grid_for", "target_for", "get_function", "BLOCK", "profile"]
 
 BLOCK = 256
 _lock = threading.Lock()
@@ -99,13 +101,53 @@ def launch(device: Device, name: str, kernel: str, keys: tuple, grid, block, *ar
     bx, by, bz = (block, 1, 1) if isinstance(block, int) else tuple(block)
     if gx * gy * gz == 0:
         return
+    timing = _profiled.get(threading.get_ident())
     if getattr(device, "emulated", False):
         params, keep = kernel_params(args, decl.params)
+        t0 = time.perf_counter()
         device.emulate(name, kernel, tuple(keys), (gx, gy, gz), (bx, by, bz), shared, params)
+        if timing is not None:
+            timing.append((kernel, 1e3 * (time.perf_counter() - t0)))
         del keep
         return
     func, _ = get_function(device, name, kernel, keys)
     cc = core()
     with errors(f"cuda.core.launch({kernel})"):
         config = cc.LaunchConfig(grid=(gx, gy, gz), block=(bx, by, bz), shmem_size=shared)
+        start = device.stream.record(options=cc.EventOptions(timing_enabled=True)) if timing is not None else None
         cc.launch(device.stream, config, func, *pack_args(args, decl.params))
+        if timing is not None:
+            timing.append((kernel, (start, device.stream.record(options=cc.EventOptions(timing_enabled=True)))))
+
+
+_profiled: dict = {}  # thread id -> the launches recorded inside profile()
+
+
+@contextlib.contextmanager
+def profile():
+    """Time every kernel this thread launches inside the block (CUDA events around each launch;
+    wall time on the emulator). Yields a dict, filled on exit, of kernel name -> (launches,
+    total milliseconds): where an op's device time goes, for tuning.
+
+    Examples
+    --------
+    >>> from sparsetensor.cuda._module import profile                 # doctest: +SKIP
+    >>> with profile() as kernels:                                     # doctest: +SKIP
+    ...     y = a @ x                                                  # doctest: +SKIP
+    >>> sorted(kernels.items(), key=lambda kv: -kv[1][1])[:3]          # doctest: +SKIP
+    """
+    me = threading.get_ident()
+    if me in _profiled:
+        raise RuntimeError("profile() blocks do not nest")
+    records = _profiled[me] = []
+    summary: dict = {}
+    try:
+        yield summary
+    finally:
+        del _profiled[me]
+        for kernel, t in records:
+            if isinstance(t, tuple):  # (start, end) events
+                t[1].sync()
+                t = float(t[1] - t[0])
+            n, total = summary.get(kernel, (0, 0.0))
+            summary[kernel] = (n + 1, total + t)
