@@ -70,7 +70,7 @@ for s in "${steps[@]}"; do
         step "$s" "${SANITIZER_CAP:-180}" "$CS" --tool "$s" --target-processes all --error-exitcode 9 \
             "${PYTEST[@]}" -n 14 --timeout 120 --durations 5 tests/test_cuda.py -k gpu ;;
     bench)
-        step bench 200 python3 -m bench.cuda
+        step bench 200 python3 -m bench.cuda --profile
         cp bench/results/cuda.json "$OUT/" 2>/dev/null ;;
     suite)
         step suite 150 "${PYTEST[@]}" -n 14 tests -k "not emulator" ;;
