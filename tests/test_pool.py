@@ -13,6 +13,7 @@ import sparsetensor as st
 from sparsetensor._lib import _pool
 
 BIG = _pool.MIN_BYTES // 8  # float64 items of the smallest pooled array
+BLOCK = _pool.BLOCK_MIN_BYTES // 8  # float64 items of the smallest block the pool keeps
 
 
 @pytest.fixture
@@ -52,22 +53,36 @@ def test_a_freed_block_is_reused(pool):
 
 
 def test_a_block_far_larger_than_the_request_is_not_handed_out(pool):
-    a = _pool.empty(8 * BIG, np.float64)
+    a = _pool.empty(8 * BLOCK, np.float64)
     del a
     s0 = st.pool_stats()
-    b = _pool.empty(BIG, np.float64)  # 4 MiB against a 32 MiB block
+    b = _pool.empty(BLOCK, np.float64)  # 4 MiB against a 32 MiB block
     s1 = st.pool_stats()
     assert s1["misses"] == s0["misses"] + 1 and s1["cached_blocks"] == s0["cached_blocks"]
     del b
 
 
+def test_mid_size_arrays_share_the_smallest_blocks(pool):
+    """From 256 KiB to 4 MiB an array takes a whole 4 MiB block (glibc would map and unmap the
+    same size again on every call of a loop), so any of them reuses any such block."""
+    a = _pool.empty(BIG, np.float64)  # 256 KiB
+    first = a.ctypes.data
+    del a
+    s0 = st.pool_stats()
+    b = _pool.empty(BLOCK - 64, np.float64)  # just under 4 MiB (64 items: the block's header)
+    s1 = st.pool_stats()
+    assert s1["hits"] == s0["hits"] + 1 and b.ctypes.data == first
+    b[:] = 1.0  # the whole request is writable
+    del b
+
+
 def test_limit_bounds_what_is_kept(pool):
-    st.set_pool_limit(3 * _pool.MIN_BYTES)
+    st.set_pool_limit(3 * _pool.BLOCK_MIN_BYTES)
     arrays = [_pool.empty(BIG, np.float64) for _ in range(4)]
     del arrays
     s = st.pool_stats()
-    assert s["cached_bytes"] <= 3 * _pool.MIN_BYTES and s["cached_blocks"] >= 1
-    assert st.set_pool_limit(0) == 3 * _pool.MIN_BYTES
+    assert s["cached_bytes"] <= 3 * _pool.BLOCK_MIN_BYTES and s["cached_blocks"] >= 1
+    assert st.set_pool_limit(0) == 3 * _pool.BLOCK_MIN_BYTES
     assert st.pool_stats()["cached_bytes"] == 0
     a = _pool.empty(BIG, np.float64)  # the pool off: plain NumPy memory, nothing kept
     del a
@@ -105,7 +120,7 @@ def test_a_shrink_stays_in_place(pool):
 
 
 def test_blocks_freed_from_many_threads(pool):
-    st.set_pool_limit(5 * _pool.MIN_BYTES)
+    st.set_pool_limit(5 * _pool.BLOCK_MIN_BYTES)
     errors = []
 
     def work(seed):
@@ -128,7 +143,7 @@ def test_blocks_freed_from_many_threads(pool):
         t.join()
     assert errors == []
     s = st.pool_stats()
-    assert s["cached_bytes"] <= 5 * _pool.MIN_BYTES and s["cached_blocks"] <= 5
+    assert s["cached_bytes"] <= 5 * _pool.BLOCK_MIN_BYTES and s["cached_blocks"] <= 5
 
 
 @pytest.mark.parametrize("env, expect", [("0", "limit 0"), ("12345678", "limit 12345678"),

@@ -1,4 +1,4 @@
-# The memory pool of large arrays: the outputs of the kernels from 4 MiB up are taken from
+# The memory pool of large arrays: the outputs of the kernels from 256 KiB up are taken from
 # blocks that earlier outputs gave back, instead of fresh memory from the operating system.
 #
 # Why: a fresh page costs a fault and the kernel's zeroing of it before the first store. At
@@ -6,15 +6,19 @@
 # a VM whose host takes back free memory (virtio-balloon free page reporting) the same
 # zeroing took 190 ms on one thread (perf: clear_page_erms under do_huge_pmd_anonymous_page).
 # glibc keeps allocations up to 32 MiB in its heap but maps and unmaps every larger one, so a
-# loop over a large operator paid that on every call. Peers of PyTorch's caching allocator on
+# loop over a large operator paid that on every call. Below 32 MiB its threshold follows the
+# last freed mapping, so an allocation of the same size as the one just freed is mapped
+# again: every 3 MB np.empty in a loop faulted its 768 pages, and a 10^5-nnz 27-point SpGEMM
+# (2.4 MB parts a thread) took 948 faults a call, 13% of its time. Hence arrays from 256 KiB
+# up come from the pool too, in blocks of at least 4 MiB (only the pages used are touched). Peers of PyTorch's caching allocator on
 # the GPU and of jemalloc's retained extents.
 #
 # Kernels take their scratch memory from the pool as well (pool_alloc / pool_free, through
 # _scratch.pxd): a 10^7-nnz SpGEMM's per-thread parts, a transpose's counters, the scatter
 # product's per-thread outputs.
 #
-# What: blocks are 2 MiB aligned multiples of 2 MiB, asked for transparent huge pages; a 64-byte
-# header before the data records the block's size. A freed block is kept (up to `limit` bytes,
+# What: blocks are 2 MiB aligned multiples of 2 MiB (4 MiB at least), asked for transparent
+# huge pages; a 64-byte header before the data records the block's size. A freed block is kept (up to `limit` bytes,
 # oldest first out, at most POOL_SLOTS blocks) after MADV_FREE, which lets the kernel take its
 # pages back under memory pressure without a write to them; while it does not, the pages stay
 # mapped and a reuse costs nothing. A request takes the smallest kept block that is at least
@@ -45,7 +49,9 @@ cdef extern from *:
     #endif
     #include "numpy/arrayobject.h"
 
-    #define STP_MIN ((size_t)4 << 20)
+    #define STP_FLOOR ((size_t)256 << 10)  /* pooled from here up ... */
+    #define STP_MIN ((size_t)4 << 20)       /* ... in blocks of at least this */
+    #define STP_LAZY ((size_t)16 << 20)     /* freed or shrunk: MADV_FREE from here up */
     #define STP_ALIGN ((size_t)2 << 20)
     #define STP_HEAD ((size_t)64)
     #define STP_SLOTS 32
@@ -85,7 +91,7 @@ cdef extern from *:
         size_t need;
         int i, best = -1;
         if (n > SIZE_MAX / 2) return NULL;
-        if (n + STP_HEAD < STP_MIN) {
+        if (n + STP_HEAD < STP_FLOOR) {
             h = (stp_head *)malloc(n + STP_HEAD);
             if (h == NULL) return NULL;
             h->cap = n;  /* a small block records the size asked for */
@@ -93,6 +99,7 @@ cdef extern from *:
             return (char *)h + STP_HEAD;
         }
         need = (n + STP_HEAD + STP_ALIGN - 1) & ~(STP_ALIGN - 1);
+        if (need < STP_MIN) need = STP_MIN;
         stp_lock();
         for (i = 0; i < stp.n; i++)
             if (stp.cap[i] >= need && stp.cap[i] - need <= need / 4 && (best < 0 || stp.cap[i] < stp.cap[best]))
@@ -137,7 +144,7 @@ cdef extern from *:
             return;
         }
     #if defined(__linux__) && defined(MADV_FREE)
-        madvise(h, cap, MADV_FREE);
+        if (cap >= STP_LAZY) madvise(h, cap, MADV_FREE);
     #endif
         stp_lock();
         while (stp.n > 0 && (stp.n == STP_SLOTS || stp.cached + cap > stp.limit)) {
@@ -200,10 +207,12 @@ cdef extern from *:
         if (h->magic == STP_BIG && n <= have) {
             /* a shrink of a kept block stays in place (no copy, no fresh pages for a new one);
                its whole 2 MiB pages past the new end go to the kernel lazily (MADV_FREE), so that
-               the memory is the system's again once it needs it. The block keeps its size. */
+               the memory is the system's again once it needs it, when they are STP_LAZY or more
+               (below, the system call and its TLB flush cost more than the pages are worth).
+               The block keeps its size. */
     #if defined(__linux__) && defined(MADV_FREE)
             size_t end = (n + STP_HEAD + STP_ALIGN - 1) & ~(STP_ALIGN - 1);
-            if (end < h->cap) madvise((char *)h + end, h->cap - end, MADV_FREE);
+            if (end + STP_LAZY <= h->cap) madvise((char *)h + end, h->cap - end, MADV_FREE);
     #endif
             return p;
         }
@@ -227,6 +236,7 @@ cdef extern from *:
     }
     """
     size_t POOL_MIN "STP_MIN"
+    size_t POOL_FLOOR "STP_FLOOR"
     void stp_init(size_t limit)
     size_t stp_set_limit(size_t limit) nogil
     void stp_stats(size_t* out) nogil
@@ -237,7 +247,7 @@ cdef extern from *:
 
 
 cdef void* pool_alloc(size_t nbytes) noexcept nogil:
-    """At least nbytes, 64-byte aligned (a kept block from 4 MiB up); NULL when out of memory.
+    """At least nbytes, 64-byte aligned (a kept block from 256 KiB up); NULL when out of memory.
     Release with pool_free, from any thread."""
     return stp_alloc(nbytes)
 
@@ -282,11 +292,12 @@ def _default_limit():
 
 stp_init(_default_limit())
 _HANDLER = PyCapsule_New(stp_handler_ptr, b"mem_handler", NULL)
-MIN_BYTES = POOL_MIN
+MIN_BYTES = POOL_FLOOR        # the smallest array the pool serves
+BLOCK_MIN_BYTES = POOL_MIN    # the smallest block it keeps
 
 
 cpdef object empty(object shape, object dtype):
-    """``np.empty(shape, dtype)``; from 4 MiB up (and while the pool's limit is not 0) its memory
+    """``np.empty(shape, dtype)``; from 256 KiB up (and while the pool's limit is not 0) its memory
     comes from the pool, 64-byte aligned."""
     cdef Py_ssize_t count = 1
     cdef cnp.dtype dt
@@ -295,10 +306,10 @@ cpdef object empty(object shape, object dtype):
             count *= <Py_ssize_t>x
     else:
         count *= <Py_ssize_t>shape
-    if count < <Py_ssize_t>(POOL_MIN >> 6) or stp_limit() == 0:  # small whatever the dtype's size
+    if count < <Py_ssize_t>(POOL_FLOOR >> 6) or stp_limit() == 0:  # small whatever the dtype's size
         return np.empty(shape, dtype)
     dt = dtype if isinstance(dtype, cnp.dtype) else np.dtype(dtype)
-    if count * dt.itemsize < <Py_ssize_t>POOL_MIN:
+    if count * dt.itemsize < <Py_ssize_t>POOL_FLOOR:
         return np.empty(shape, dt)
     old = PyDataMem_SetHandler(_HANDLER)
     try:
