@@ -7,7 +7,9 @@
 # (no step names: all of them, in that order). Each step gets at most its cap and what is left
 # of BUDGET seconds; its output goes to $OUT/<step>.log and its last lines to stdout.
 # - build: the kernels in place (meson, -Dnative=true, 16 jobs) unless .so files for this
-#   Python are there already; $OUT/lib.tgz keeps them for the next run (unpack it at the root).
+#   Python, built from these sources (a hash in sparsetensor/_lib/.built), are there already;
+#   $OUT/lib.tgz keeps them for the next run (unpack it at the root, carry sparsetensor/_lib's
+#   ignored files or the tarball).
 # - tests: tests/test_cuda*.py on the real device (the emulator's half deselected), 8 workers
 #   (xdist: a crashing test takes its worker down, not the run).
 # - memcheck / racecheck: compute-sanitizer over the GPU tests of tests/test_cuda.py, every
@@ -54,12 +56,18 @@ for s in "${steps[@]}"; do
     case $s in
     build)
         suffix=$(python3 -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))")
-        if ls sparsetensor/_lib/*"$suffix" >/dev/null 2>&1; then
-            echo "=== build: kernels for $suffix already in place"
+        # the kernels' sources, hashed: carried .so files of other sources are rebuilt
+        stamp=$(find sparsetensor/_lib -type f \( -name '*.pyx' -o -name '*.pxd' -o -name '*.pxi' -o -name '*.h' \
+            -o -name '*.c' -o -name 'meson.build' \) | sort | xargs cat | sha1sum | cut -c1-16)
+        if ls sparsetensor/_lib/*"$suffix" >/dev/null 2>&1 && [ "$(cat sparsetensor/_lib/.built 2>/dev/null)" = "$stamp" ]
+        then
+            echo "=== build: kernels for $suffix of these sources already in place ($stamp)"
         else
+            rm -f sparsetensor/_lib/*"$suffix" sparsetensor/_lib/_x86_64_v*/*"$suffix"
             step build 300 bash -c "python3 -m mesonbuild.mesonmain setup /tmp/st_build -Dbuildtype=release \
                 -Dnative=true && ninja -C /tmp/st_build -j16 && cp /tmp/st_build/sparsetensor/_lib/*$suffix \
-                sparsetensor/_lib/ && tar czf $OUT/lib.tgz sparsetensor/_lib/*$suffix"
+                sparsetensor/_lib/ && echo $stamp > sparsetensor/_lib/.built && \
+                tar czf $OUT/lib.tgz sparsetensor/_lib/*$suffix sparsetensor/_lib/.built"
         fi
         python3 -c "import sparsetensor.cuda as c; c.precompile()" ;;
     tests)
