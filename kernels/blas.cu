@@ -29,7 +29,7 @@ __device__ __forceinline__ A strided_dot(const I* __restrict__ p, const V* __res
 // <= 32) per row, reduced with shuffles; each thread takes every tpr-th entry, four at a time
 // (four loads in flight before their products: a row costs one memory latency per four of
 // its entries a thread, not one per entry). Rows longer than `long_len` are skipped here:
-// csr_spmv_long_part and csr_spmv_long_sum write them. Every warp runs its loop the same
+// csr_spmv_long_part and csr_long_sum write them. Every warp runs its loop the same
 // number of times (warp-uniform bounds), so the full-mask shuffles never diverge.
 // st:kernel value index
 template <typename V, typename I>
@@ -62,6 +62,19 @@ __global__ void csr_spmv(const I* __restrict__ comp, const I* __restrict__ plain
     }
 }
 
+// Piece q of the long rows (see csr_spmv_long_part): its batch b and entries [beg, end).
+template <typename I>
+__device__ __forceinline__ void long_piece(const I* __restrict__ comp, i64 nrows, const i64* __restrict__ long_rows,
+                                           const i64* __restrict__ item_slot, const i64* __restrict__ first,
+                                           i64 piece, i64 q, i64* b, i64* beg, i64* end) {
+    const i64 slot = item_slot[q], row = long_rows[slot];
+    *b = row / nrows;
+    const I* c = comp + *b * (nrows + 1);
+    const i64 r = row - *b * nrows, stop = c[r + 1];
+    *beg = (i64)c[r] + (q - first[slot]) * piece;
+    *end = *beg + piece < stop ? *beg + piece : stop;
+}
+
 // The long rows of an SpMV (longer than csr_spmv's long_len), in pieces of at most `piece`
 // entries: piece q of long row long_rows[slot] (a row of all batches, b * nrows + r) is item
 // q = first[slot] + j, holding that row's entries j * piece ... (j + 1) * piece - 1.
@@ -76,36 +89,16 @@ __global__ void csr_spmv_long_part(const I* __restrict__ comp, const I* __restri
                                    i64 piece, typename acc<V>::type* __restrict__ part) {
     typedef typename acc<V>::type A;
     for (i64 q = blockIdx.x; q < nitems; q += gridDim.x) {  // q is the same for the whole block
-        const i64 slot = item_slot[q], row = long_rows[slot];
-        const i64 b = row / nrows, r = row - b * nrows;
-        const I* c = comp + b * (nrows + 1);
-        const I* p = plain + b * nnz;
-        const V* v = vals + b * nnz;
-        const V* xb = x + b * x_bstride;
-        const i64 beg = (i64)c[r] + (q - first[slot]) * piece;
-        const i64 stop = c[r + 1], end = beg + piece < stop ? beg + piece : stop;
-        A s = acc_zero<A>();
-        s = block_sum(strided_dot(p, v, xb, beg + threadIdx.x, end, (i64)blockDim.x, s));
+        i64 b, beg, end;
+        long_piece(comp, nrows, long_rows, item_slot, first, piece, q, &b, &beg, &end);
+        const A s = block_sum(strided_dot(plain + b * nnz, vals + b * nnz, x + b * x_bstride, beg + threadIdx.x, end,
+                                          (i64)blockDim.x, acc_zero<A>()));
         if (threadIdx.x == 0) part[q] = s;
     }
 }
 
-// y[long_rows[slot]] = part[first[slot]] + ... + part[first[slot + 1] - 1], in that order
-// (deterministic), one thread per long row.
-// st:kernel value
-template <typename V>
-__global__ void csr_spmv_long_sum(const i64* __restrict__ long_rows, const i64* __restrict__ first, i64 nlong,
-                                  const typename acc<V>::type* __restrict__ part, V* __restrict__ y) {
-    typedef typename acc<V>::type A;
-    ST_GRID_LOOP(slot, nlong) {
-        A s = acc_zero<A>();
-        for (i64 q = first[slot]; q < first[slot + 1]; ++q) s = s + part[q];
-        y[long_rows[slot]] = from_acc<V>(s);
-    }
-}
-
-// s[q] + vals[k] * X[plain[k], col0 + 32 q] over the entries k of [beg, end), in that order,
-// for q < SPMM_TILES and col0 + 32 q < N (lane l of the warp holds col0 = ... + l). The warp
+// s[q] = vals[k] * X[plain[k], col0 + 32 q] summed over the entries k of [beg, end) in that
+// order, for q < SPMM_TILES and col0 + 32 q < N (lane l of the warp holds col0 = ... + l). The warp
 // loads 32 (column, value) pairs at a time and broadcasts them with shuffles (bounds are
 // warp-uniform), four entries' rows of X loaded before their products.
 #define SPMM_TILES 4
@@ -113,6 +106,7 @@ template <typename V, typename I, typename A>
 __device__ __forceinline__ void warp_row_spmm(const I* __restrict__ p, const V* __restrict__ v,
                                               const V* __restrict__ xb, i64 beg, i64 end, i64 N, i64 col0,
                                               int lane, A* s) {
+    for (int q = 0; q < SPMM_TILES; ++q) s[q] = acc_zero<A>();
     for (i64 k0 = beg; k0 < end; k0 += 32) {
         i64 my_col = 0;
         A my_val = acc_zero<A>();
@@ -149,10 +143,19 @@ __device__ __forceinline__ void warp_row_spmm(const I* __restrict__ p, const V* 
     }
 }
 
+// out[col0 + 32 q] = s[q] (as T: a value or an accumulator) for the columns below N.
+template <typename T, typename A>
+__device__ __forceinline__ void store_tiles(T* __restrict__ out, i64 N, i64 col0, const A* s) {
+    for (int q = 0; q < SPMM_TILES; ++q) {
+        const i64 col = col0 + 32 * q;
+        if (col < N) out[col] = from_acc<T>(s[q]);
+    }
+}
+
 // Y[b, r, :] = sum_k vals[b, k] * X[b, plain[b, k], :] for X (K, N) row-major: one warp per
 // (batch, row, group of SPMM_TILES tiles of 32 columns); a row is read once per 32 *
 // SPMM_TILES columns and every read of X is 32 consecutive items. Rows longer than
-// `long_len` are skipped: csr_spmm_long_part and csr_spmm_long_sum write them.
+// `long_len` are skipped: csr_spmm_long_part and csr_long_sum write them.
 // st:kernel value index
 template <typename V, typename I>
 __global__ void csr_spmm(const I* __restrict__ comp, const I* __restrict__ plain, const V* __restrict__ vals, i64 B,
@@ -171,12 +174,8 @@ __global__ void csr_spmm(const I* __restrict__ comp, const I* __restrict__ plain
         if (end - beg > long_len) continue;
         const i64 col0 = group * 32 * SPMM_TILES + lane;
         A s[SPMM_TILES];
-        for (int q = 0; q < SPMM_TILES; ++q) s[q] = acc_zero<A>();
         warp_row_spmm(plain + b * nnz, vals + b * nnz, X + b * x_bstride, beg, end, N, col0, lane, s);
-        for (int q = 0; q < SPMM_TILES; ++q) {
-            const i64 col = col0 + 32 * q;
-            if (col < N) Y[row * N + col] = from_acc<V>(s[q]);
-        }
+        store_tiles(Y + row * N, N, col0, s);
     }
 }
 
@@ -196,27 +195,21 @@ __global__ void csr_spmm_long_part(const I* __restrict__ comp, const I* __restri
     const i64 ngroups = (N + 32 * SPMM_TILES - 1) / (32 * SPMM_TILES);
     for (i64 w = gwarp; w < nitems * ngroups; w += nwarps) {  // w is the same for the whole warp
         const i64 group = w % ngroups, q = w / ngroups;
-        const i64 slot = item_slot[q], row = long_rows[slot];
-        const i64 b = row / nrows, r = row - b * nrows;
-        const I* c = comp + b * (nrows + 1);
-        const i64 beg = (i64)c[r] + (q - first[slot]) * piece, stop = c[r + 1];
+        i64 b, beg, end;
+        long_piece(comp, nrows, long_rows, item_slot, first, piece, q, &b, &beg, &end);
         const i64 col0 = group * 32 * SPMM_TILES + lane;
         A s[SPMM_TILES];
-        for (int u = 0; u < SPMM_TILES; ++u) s[u] = acc_zero<A>();
-        warp_row_spmm(plain + b * nnz, vals + b * nnz, X + b * x_bstride, beg, beg + piece < stop ? beg + piece : stop,
-                      N, col0, lane, s);
-        for (int u = 0; u < SPMM_TILES; ++u) {
-            const i64 col = col0 + 32 * u;
-            if (col < N) part[q * N + col] = s[u];
-        }
+        warp_row_spmm(plain + b * nnz, vals + b * nnz, X + b * x_bstride, beg, end, N, col0, lane, s);
+        store_tiles(part + q * N, N, col0, s);
     }
 }
 
 // Y[long_rows[slot], n] = part[first[slot], n] + ... + part[first[slot + 1] - 1, n], in that
-// order (deterministic), one thread per (long row, column).
+// order (deterministic), one thread per (long row, column): the long rows of an SpMV (N = 1)
+// or SpMM from the partial rows of their pieces.
 // st:kernel value
 template <typename V>
-__global__ void csr_spmm_long_sum(const i64* __restrict__ long_rows, const i64* __restrict__ first, i64 nlong, i64 N,
+__global__ void csr_long_sum(const i64* __restrict__ long_rows, const i64* __restrict__ first, i64 nlong, i64 N,
                                   const typename acc<V>::type* __restrict__ part, V* __restrict__ Y) {
     typedef typename acc<V>::type A;
     ST_GRID_LOOP(t, nlong * N) {

@@ -702,8 +702,8 @@ def test_matmul_long_rows(backend, rng):
 @pytest.mark.parametrize("dtype", FLOATS, ids=str)
 def test_products_skewed_rows(backend, rng, index_dtype, dtype):
     """Power-law-like rows. SpMV: rows past csr_spmv's long_len (64 here: 4 threads a row) go
-    in pieces of 2048 entries (csr_spmv_long_part, then csr_spmv_long_sum in piece order).
-    SpMM: rows past 512 entries in pieces of 512 (csr_spmm_long_part/_sum), over one and two
+    in pieces of 2048 entries (csr_spmv_long_part, then csr_long_sum in piece order).
+    SpMM: rows past 512 entries in pieces of 512 (csr_spmm_long_part, csr_long_sum), over one and two
     groups of 128 columns. Each batch has its own long rows; every row is written once; the
     result is deterministic."""
     from sparsetensor.cuda import _blas

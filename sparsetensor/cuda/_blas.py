@@ -97,9 +97,10 @@ class _LongRows:
 
     __slots__ = ("long_len", "rows", "first", "item_slot", "nitems", "nlong")
 
-    def __init__(self, dev, c, B: int, M: int, long_len: int, piece: int):
-        lens = np.diff(c.get().reshape(B, M + 1).astype(np.int64), axis=1).ravel()
-        rows = np.flatnonzero(lens > long_len)
+    def __init__(self, dev, c, B: int, M: int, long_len: int, piece: int, bound: int):
+        # no row is longer than min(nnz, plain size): then no host copy (no sync) is needed
+        lens = np.diff(c.get().reshape(B, M + 1).astype(np.int64), axis=1).ravel() if bound > long_len else ()
+        rows = np.flatnonzero(np.asarray(lens) > long_len)
         self.long_len, self.nlong, self.nitems = (long_len if rows.size else _NO_LONG), int(rows.size), 0
         self.rows = self.first = self.item_slot = None
         if rows.size:
@@ -115,19 +116,26 @@ class _LongRows:
 _long_rows: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # index array -> {(long_len, piece): plan}
 
 
-def _long_plan(dev, c, B: int, M: int, long_len: int, piece: int) -> _LongRows:
+def _long_plan(dev, c, B: int, M: int, bound: int, long_len: int, piece: int) -> _LongRows:
+    """The :class:`_LongRows` of index array ``c`` (rows of at most ``bound`` entries)."""
     plans = _long_rows.setdefault(c, {})
     plan = plans.get((long_len, piece))
     if plan is None:
-        plan = plans[(long_len, piece)] = _LongRows(dev, c, B, M, long_len, piece)
+        plan = plans[(long_len, piece)] = _LongRows(dev, c, B, M, long_len, piece, bound)
     return plan
 
 
-def _spmv(dev, vkey, ik, c, p, v, B, M, nnz, x, x_bstride, y, acc_dtype):
+def _long_sum(dev, vkey, plan, N, part, y) -> None:
+    """y's long rows (N columns) = their pieces' partial rows, summed in piece order."""
+    launch(dev, "blas.cu", "csr_long_sum", (vkey,), grid_for(dev, plan.nlong * N), BLOCK, plan.rows, plan.first,
+           plan.nlong, N, part, y)
+
+
+def _spmv(dev, vkey, ik, c, p, v, B, M, K, nnz, x, x_bstride, y, acc_dtype):
     """y = a @ x for csr ``a`` and a vector ``x``: rows of up to 16 entries a thread by
     csr_spmv, longer ones in pieces (a block each), summed per row in piece order."""
     tpr = _tpr(nnz, M)
-    plan = _long_plan(dev, c, B, M, max(32, 16 * tpr), _SPMV_PIECE)
+    plan = _long_plan(dev, c, B, M, min(nnz, K), max(32, 16 * tpr), _SPMV_PIECE)
     launch(dev, "blas.cu", "csr_spmv", (vkey, ik), grid_for(dev, B * M * tpr), BLOCK, c, p, v, B, M, nnz, x,
            x_bstride, y, tpr, plan.long_len)
     if plan.nlong:
@@ -135,14 +143,13 @@ def _spmv(dev, vkey, ik, c, p, v, B, M, nnz, x, x_bstride, y, acc_dtype):
         launch(dev, "blas.cu", "csr_spmv_long_part", (vkey, ik), min(plan.nitems, dev.sm_count * 16),
                _SPMV_LONG_THREADS, c, p, v, M, nnz, x, x_bstride, plan.rows, plan.item_slot, plan.first,
                plan.nitems, _SPMV_PIECE, part)
-        launch(dev, "blas.cu", "csr_spmv_long_sum", (vkey,), grid_for(dev, plan.nlong), BLOCK, plan.rows,
-               plan.first, plan.nlong, part, y)
+        _long_sum(dev, vkey, plan, 1, part, y)
 
 
-def _spmm(dev, vkey, ik, c, p, v, B, M, nnz, x, x_bstride, N, y, acc_dtype):
+def _spmm(dev, vkey, ik, c, p, v, B, M, K, nnz, x, x_bstride, N, y, acc_dtype):
     """Y = a @ X for csr ``a``: a warp per row and group of 128 columns, rows longer than
     _SPMM_LONG in pieces (a warp each), summed per row in piece order."""
-    plan = _long_plan(dev, c, B, M, _SPMM_LONG, _SPMM_PIECE)
+    plan = _long_plan(dev, c, B, M, min(nnz, K), _SPMM_LONG, _SPMM_PIECE)
     if plan.nlong and plan.nitems * N * acc_dtype.itemsize > _SPMM_PART_BYTES:
         plan = None  # the pieces' partial rows would take too much room: every row in one warp
     ngroups = -(-N // (32 * _SPMM_TILES))
@@ -153,8 +160,7 @@ def _spmm(dev, vkey, ik, c, p, v, B, M, nnz, x, x_bstride, N, y, acc_dtype):
         launch(dev, "blas.cu", "csr_spmm_long_part", (vkey, ik), grid_for(dev, plan.nitems * ngroups * 32), BLOCK,
                c, p, v, M, nnz, x, x_bstride, N, plan.rows, plan.item_slot, plan.first, plan.nitems, _SPMM_PIECE,
                part)
-        launch(dev, "blas.cu", "csr_spmm_long_sum", (vkey,), grid_for(dev, plan.nlong * N), BLOCK, plan.rows,
-               plan.first, plan.nlong, N, part, y)
+        _long_sum(dev, vkey, plan, N, part, y)
 
 
 def matmul(a, x):
@@ -219,11 +225,9 @@ def spmm(a, x, plan, rt, threads=None, err=None):
     elif a.layout.blocked and (rb, cb) != (1, 1):
         P.run(dev, "blas.cu", "bsr_spmm", (vkey, ik), B * M * N, c, p, v, B, M // rb, a.nnz, rb, cb, x, x_bstride, N, y)
     elif N == 1:  # SpMV: x (K,), (K, 1) or batch + (K, 1) are K contiguous items per batch
-        _spmv(dev, vkey, ik, c, p, v, B, M, a.nnz, x, x_bstride, y,
-              np.dtype(np.float32) if a.dtype == np.float16 else a.dtype)
+        _spmv(dev, vkey, ik, c, p, v, B, M, K, a.nnz, x, x_bstride, y, P.acc_dtype(a.dtype))
     else:
-        _spmm(dev, vkey, ik, c, p, v, B, M, a.nnz, x, x_bstride, N, y,
-              np.dtype(np.float32) if a.dtype == np.float16 else a.dtype)
+        _spmm(dev, vkey, ik, c, p, v, B, M, K, a.nnz, x, x_bstride, N, y, P.acc_dtype(a.dtype))
     return y
 
 

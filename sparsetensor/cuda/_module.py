@@ -101,7 +101,7 @@ def launch(device: Device, name: str, kernel: str, keys: tuple, grid, block, *ar
     bx, by, bz = (block, 1, 1) if isinstance(block, int) else tuple(block)
     if gx * gy * gz == 0:
         return
-    timing = _profiled.get(threading.get_ident())
+    timing = _profiled.get(threading.get_ident()) if _profiled else None
     if getattr(device, "emulated", False):
         params, keep = kernel_params(args, decl.params)
         t0 = time.perf_counter()

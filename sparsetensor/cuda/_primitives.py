@@ -39,6 +39,12 @@ def value_key(dtype, op: str) -> str:
     return _VALUE_KEYS[dt]
 
 
+def acc_dtype(dtype) -> np.dtype:
+    """The dtype kernels accumulate ``dtype`` values in (acc<V> of common.cuh: float16 in float32)."""
+    dt = np.dtype(dtype)
+    return np.dtype(np.float32) if dt == np.float16 else dt
+
+
 def raw_key(itemsize: int) -> int:
     if itemsize not in (1, 2, 4, 8, 16):
         raise TypeError(f"no raw kernel type for items of {itemsize} bytes")

@@ -65,7 +65,7 @@ def sum_all(t):
     dev = t.values()._device
     v = t.values()
     key = P.value_key(v.dtype, "sum")
-    acc = np.dtype(np.float32) if v.dtype == np.float16 else v.dtype
+    acc = P.acc_dtype(v.dtype)
     n = v.size
     out = P.empty(dev, (), v.dtype)
     nblocks = max(1, min(-(-n // _SUM_THREADS), _MAX_PARTIALS))
