@@ -247,52 +247,69 @@ __global__ void bsr_spmm(const I* __restrict__ comp, const I* __restrict__ plain
 }
 
 // The same product by tiles, for blocks of at most 32 x 32: one thread block of
-// BSR_WARPS warps per (batch, block row, 32 columns of Y). For each block of the row,
-// the block's values (Rb x Cb) and the rows of X it meets (Cb x 32) are staged in shared
-// memory; warp w then accumulates the output rows w, w + BSR_WARPS, ... at column
-// `lane`. X is read once per block row (not once per output row) and with full 32-item
-// transactions; shared reads are broadcasts (bs) or conflict-free rows (xs).
+// BSR_WARPS warps per (batch, block row, NT columns of Y), NT = 128 items of 4 bytes
+// (64 of 8, 32 of 16: 16 KB of X a block). For each block of the row, the block's values
+// (Rb x Cb) and the rows of X it meets (Cb x NT) are staged in shared memory; warp w then
+// accumulates the output rows w, w + BSR_WARPS, ... at the columns lane, lane + 32, ...:
+// a 4 x NT / 32 tile of sums a thread, so that every value read from shared memory feeds
+// several products. X is read once per block row and with whole-line transactions; shared
+// reads are broadcasts (bs) or conflict-free rows (xs).
 // Launched with exactly 32 * BSR_WARPS threads per block.
 #define BSR_TILE 32
 #define BSR_WARPS 8
+#define BSR_ROWS (BSR_TILE / BSR_WARPS)
 // st:kernel value index
 template <typename V, typename I>
 __global__ void bsr_spmm_tiled(const I* __restrict__ comp, const I* __restrict__ plain, const V* __restrict__ vals,
                                i64 B, i64 nbrows, i64 nnz, i64 Rb, i64 Cb, const V* __restrict__ X, i64 x_bstride,
                                i64 N, V* __restrict__ Y) {
     typedef typename acc<V>::type A;
-    __shared__ A xs[BSR_TILE][BSR_TILE];      // xs[j][l] = X[block col * Cb + j, tile column l]
+    constexpr int NT = sizeof(A) <= 4 ? 128 : sizeof(A) <= 8 ? 64 : 32, COLS = NT / 32;
+    __shared__ A xs[BSR_TILE][NT];            // xs[j][l] = X[block col * Cb + j, tile column l]
     __shared__ A bs[BSR_TILE][BSR_TILE + 1];  // bs[i][j] = the block's value (i, j)
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    const i64 ntiles = (N + BSR_TILE - 1) / BSR_TILE, M = nbrows * Rb, rc = Rb * Cb;
+    const i64 ntiles = (N + NT - 1) / NT, M = nbrows * Rb, rc = Rb * Cb;
     for (i64 tile = blockIdx.x; tile < B * nbrows * ntiles; tile += gridDim.x) {
         const i64 nt = tile % ntiles, row = tile / ntiles;  // row = b * nbrows + block row
-        const i64 b = row / nbrows, br = row - b * nbrows, n0 = nt * BSR_TILE;
+        const i64 b = row / nbrows, br = row - b * nbrows, n0 = nt * NT;
         const I* c = comp + b * (nbrows + 1);
-        A s[BSR_TILE / BSR_WARPS];
-        for (int m = 0; m < BSR_TILE / BSR_WARPS; ++m) s[m] = acc_zero<A>();
+        const int cols = N - n0 >= NT ? COLS : (int)((N - n0 + 31) / 32);  // 32-column groups in Y (warp-uniform)
+        A s[BSR_ROWS][COLS];
+#pragma unroll
+        for (int m = 0; m < BSR_ROWS; ++m)
+#pragma unroll
+            for (int q = 0; q < COLS; ++q) s[m][q] = acc_zero<A>();
         for (i64 k = c[br]; k < (i64)c[br + 1]; ++k) {
             const V* blk = vals + (b * nnz + k) * rc;
             const V* xr = X + b * x_bstride + (i64)plain[b * nnz + k] * Cb * N + n0;
             for (i64 e = threadIdx.x; e < rc; e += blockDim.x) bs[e / Cb][e % Cb] = to_acc(blk[e]);
-            for (i64 e = threadIdx.x; e < Cb * BSR_TILE; e += blockDim.x) {
-                const i64 j = e / BSR_TILE, l = e % BSR_TILE;
-                xs[j][l] = n0 + l < N ? to_acc(xr[j * N + l]) : acc_zero<A>();
+            for (i64 e = threadIdx.x; e < Cb * NT; e += blockDim.x) {
+                const i64 j = e / NT, l = e % NT;
+                if (l < 32 * cols) xs[j][l] = n0 + l < N ? to_acc(xr[j * N + l]) : acc_zero<A>();
             }
             __syncthreads();
             for (i64 j = 0; j < Cb; ++j) {
-                const A xv = xs[j][lane];
-                for (int m = 0; m < BSR_TILE / BSR_WARPS; ++m) {
-                    const int i = warp + m * BSR_WARPS;
-                    if (i < Rb) s[m] = s[m] + bs[i][j] * xv;
+                A xv[COLS];
+#pragma unroll
+                for (int q = 0; q < COLS; ++q) xv[q] = q < cols ? xs[j][lane + 32 * q] : acc_zero<A>();
+#pragma unroll
+                for (int m = 0; m < BSR_ROWS; ++m) {
+                    const A bv = bs[warp + m * BSR_WARPS][j];  // rows past Rb: never stored
+#pragma unroll
+                    for (int q = 0; q < COLS; ++q)
+                        if (q < cols) s[m][q] = s[m][q] + bv * xv[q];
                 }
             }
             __syncthreads();  // before the next block overwrites bs and xs
         }
-        if (n0 + lane < N) {
-            for (int m = 0; m < BSR_TILE / BSR_WARPS; ++m) {
-                const int i = warp + m * BSR_WARPS;
-                if (i < Rb) Y[(b * M + br * Rb + i) * N + n0 + lane] = from_acc<V>(s[m]);
+#pragma unroll
+        for (int m = 0; m < BSR_ROWS; ++m) {
+            const int i = warp + m * BSR_WARPS;
+            if (i >= Rb) continue;
+#pragma unroll
+            for (int q = 0; q < COLS; ++q) {
+                const i64 col = n0 + lane + 32 * q;
+                if (col < N) Y[(b * M + br * Rb + i) * N + col] = from_acc<V>(s[m][q]);
             }
         }
     }

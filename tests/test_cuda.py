@@ -391,6 +391,20 @@ def test_coalesce_large_and_bounds(backend, rng):
     same_error(bad.coalesce, lambda: cuda.coalesce(cuda.to_device(bad)))
 
 
+@pytest.mark.parametrize("n, bits, spread", [(1, 3, 8), (3 * 4096 + 123, 20, 5), (2 * 4096, 40, 1 << 40),
+                                              (4096 - 1, 16, 1 << 16)])
+def test_radix_sort_stable(backend, rng, n, bits, spread):
+    """Multi-tile, partial last tile, runs of one digit in a warp and a tile, equal keys: stable order."""
+    from sparsetensor.cuda import _primitives as P
+    keys = rng.integers(0, min(spread, 1 << bits), n).astype(np.uint64)
+    keys[n // 3: n // 2] = keys[0]  # a long run of one key, across warps and tiles
+    keys[::7] = (1 << bits) - 1
+    dev = _driver.get_device(0)
+    sk, perm = P.radix_sort(dev, P.from_host(dev, keys), bits)
+    want = np.argsort(keys, kind="stable")
+    assert (perm.get() == want).all() and (sk.get() == keys[want]).all()
+
+
 def test_coalesce_int_values(backend):
     t = st.sparse_coo_tensor([[1, 0]], np.array([3, 4], np.int16), (2,), check_invariants=False)
     assert_same(cuda.coalesce(cuda.to_device(t)), t.coalesce())  # no duplicates: values only move
@@ -676,7 +690,7 @@ def test_matmul_bsr_tiles(backend, rng, bs, dtype):
     d = cuda.to_device(t)
     A = t.to_dense().astype(np.complex128)
     K = A.shape[-1]
-    for N in (16, 45):
+    for N in (16, 45, 200):  # 200: a whole tile of 128 columns (4-byte sums) and a partial one
         for x in (rng.standard_normal((K, N)), rng.standard_normal((2, K, N))):
             x = x.astype(dtype)
             y = cuda.matmul(d, cuda.DeviceArray.from_host(x)).get()

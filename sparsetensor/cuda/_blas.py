@@ -219,7 +219,8 @@ def spmm(a, x, plan, rt, threads=None, err=None):
         dev.memset8(y.ptr, 0, y.nbytes)
         return y
     if a.layout.blocked and rb <= _BSR_TILE and cb <= _BSR_TILE and N >= _BSR_TILED_MIN_N and rb * cb >= 16:
-        tiles = B * (M // rb) * -(-N // _BSR_TILE)
+        nt = 512 // max(4, P.acc_dtype(a.dtype).itemsize)  # NT of bsr_spmm_tiled: 512 bytes of columns
+        tiles = B * (M // rb) * -(-N // nt)
         launch(dev, "blas.cu", "bsr_spmm_tiled", (vkey, ik), min(tiles, dev.sm_count * 64), _BSR_THREADS, c, p, v, B,
                M // rb, a.nnz, rb, cb, x, x_bstride, N, y)
     elif a.layout.blocked and (rb, cb) != (1, 1):

@@ -198,6 +198,7 @@ template <typename T> inline T exchange(T v, unsigned src_in_block) {
 #define gridDim (::emu::grid_dim)
 
 inline void __syncthreads() { ::emu::park(::emu::WAIT_BLOCK); }
+inline void __syncwarp(unsigned = 0xffffffffu) { ::emu::park(::emu::WAIT_WARP); }
 
 template <typename T> inline T __shfl_sync(unsigned, T v, int src, int width = 32) {
     unsigned l = ::emu::lane(), seg = l / width * width;
