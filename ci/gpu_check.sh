@@ -13,7 +13,8 @@
 # - tests: tests/test_cuda*.py on the real device (the emulator's half deselected), 8 workers
 #   (xdist: a crashing test takes its worker down, not the run).
 # - memcheck / racecheck: compute-sanitizer over the GPU tests of tests/test_cuda.py, every
-#   worker process followed, a per-test timeout that names a test that hangs under the tool.
+#   worker process followed, a per-test timeout (TEST_TIMEOUT, 120 s) that names a test that hangs
+#   under the tool.
 # - bench: python -m bench.cuda (torch and CuPy as peers where installed).
 # - suite: the whole test suite on the machine (CPU tests too), 14 workers.
 set -u
@@ -76,7 +77,7 @@ for s in "${steps[@]}"; do
     memcheck | racecheck)
         [ -z "$CS" ] && { echo "=== $s: no compute-sanitizer here"; continue; }
         step "$s" "${SANITIZER_CAP:-180}" "$CS" --tool "$s" --target-processes all --error-exitcode 9 \
-            "${PYTEST[@]}" -n 14 --timeout 120 --durations 5 tests/test_cuda.py -k gpu ;;
+            "${PYTEST[@]}" -n 14 --timeout "${TEST_TIMEOUT:-120}" --durations 5 tests/test_cuda.py -k gpu ;;
     bench)
         step bench 200 python3 -m bench.cuda --profile
         cp bench/results/cuda.json "$OUT/" 2>/dev/null ;;
