@@ -59,7 +59,7 @@ for s in "${steps[@]}"; do
         suffix=$(python3 -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))")
         # the kernels' sources, hashed: carried .so files of other sources are rebuilt
         stamp=$(find sparsetensor/_lib -type f \( -name '*.pyx' -o -name '*.pxd' -o -name '*.pxi' -o -name '*.h' \
-            -o -name '*.c' -o -name 'meson.build' \) | sort | xargs cat | sha1sum | cut -c1-16)
+            -o -name '*.c' -o -name 'meson.build' \) | LC_ALL=C sort | xargs cat | sha1sum | cut -c1-16)
         if ls sparsetensor/_lib/*"$suffix" >/dev/null 2>&1 && [ "$(cat sparsetensor/_lib/.built 2>/dev/null)" = "$stamp" ]
         then
             echo "=== build: kernels for $suffix of these sources already in place ($stamp)"

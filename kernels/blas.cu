@@ -7,7 +7,8 @@
 namespace st {
 
 // s + vals[k] * x[plain[k]] over k = first, first + step, ... < end, in that order: four
-// entries' loads issued before their products (one memory latency per four entries).
+// entries' loads issued before their products (one memory latency per four entries), and
+// the last one to three together too.
 template <typename V, typename I, typename A>
 __device__ __forceinline__ A strided_dot(const I* __restrict__ p, const V* __restrict__ v, const V* __restrict__ xb,
                                          i64 k, i64 end, i64 step, A s) {
@@ -21,7 +22,16 @@ __device__ __forceinline__ A strided_dot(const I* __restrict__ p, const V* __res
         s = s + v2 * x2;
         s = s + v3 * x3;
     }
-    for (; k < end; k += step) s = s + to_acc(v[k]) * to_acc(xb[p[k]]);
+    if (k < end) {  // the last one to three entries, their loads issued together as well
+        const bool h1 = k + step < end, h2 = k + 2 * step < end;
+        const i64 p0 = p[k], p1 = h1 ? (i64)p[k + step] : p0, p2 = h2 ? (i64)p[k + 2 * step] : p0;
+        const A v0 = to_acc(v[k]), v1 = h1 ? to_acc(v[k + step]) : acc_zero<A>(),
+                v2 = h2 ? to_acc(v[k + 2 * step]) : acc_zero<A>();
+        const A x0 = to_acc(xb[p0]), x1 = to_acc(xb[p1]), x2 = to_acc(xb[p2]);  // absent ones read x[p0]
+        s = s + v0 * x0;
+        if (h1) s = s + v1 * x1;  // not added when absent: 0 * inf would be NaN
+        if (h2) s = s + v2 * x2;
+    }
     return s;
 }
 

@@ -33,6 +33,17 @@
 
 namespace st {
 
+// Fold one candidate key a thread (KEY_NONE: none) into *key: the warp's least first, then one
+// atomic a warp. An unsorted COO's order check finds a violation at about every other position;
+// one atomic each on one address would serialise them all. Every lane of the warp must call it.
+__device__ __forceinline__ void warp_fold_min(u64* key, u64 mine) {
+    for (int off = 16; off > 0; off >>= 1) {
+        const u64 other = __shfl_down_sync(0xffffffffu, mine, off);
+        mine = other < mine ? other : mine;
+    }
+    if ((threadIdx.x & 31) == 0 && mine != KEY_NONE) atomicMin(key, mine);
+}
+
 // Phase 0: 5.1 compressed[b, 0] == 0 and 5.2 compressed[b, n] == nnz.
 // st:kernel index
 template <typename I>
@@ -156,15 +167,17 @@ __global__ void coo_bounds(const I* __restrict__ idx, i64 S, i64 nnz, const i64*
 // st:kernel index
 template <typename I>
 __global__ void coo_order(const I* __restrict__ idx, i64 S, i64 nnz, u64* key) {
-    if (*key < PHASE(1)) return;
+    if (__shfl_sync(0xffffffffu, (int)(*key < PHASE(1)), 0)) return;  // warp-uniform: warp_fold_min below
+    u64 first = KEY_NONE;
     ST_GRID_LOOP(k, nnz - 1) {
         int cmp = 0;
         for (i64 d = 0; d < S && cmp == 0; ++d) {
             const i64 a = idx[d * nnz + k], b = idx[d * nnz + k + 1];
             cmp = a < b ? -1 : (a > b ? 1 : 0);
         }
-        if (cmp >= 0) atomicMin(key, PHASE(1) | (u64)(k + 1));
+        if (cmp >= 0 && first == KEY_NONE) first = PHASE(1) | (u64)(k + 1);  // k grows: the thread's first
     }
+    warp_fold_min(key, first);
 }
 
 // out = [code, dim, position, value, 0, 0]; one thread.

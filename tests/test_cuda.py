@@ -712,6 +712,22 @@ def test_matmul_long_rows(backend, rng):
         assert_values(cuda.matmul(d, cuda.DeviceArray.from_host(x)).get(), a @ x)
 
 
+def test_spmv_inf_with_row_tails(backend):
+    """Rows of 1 to 11 entries (every tail length of csr_spmv's four-at-a-time loads), among
+    0, 6 or 30 rows of 60 (so 2, 8 or 16 threads a row), against x holding inf: an absent tail
+    entry must add nothing (0 * inf is NaN)."""
+    for extra in (0, 6, 30):
+        a = np.zeros((11 + extra, 64))
+        for r in range(11):
+            a[r, : r + 1] = 1.0 + r
+        a[11:, :60] = 0.5
+        x = np.full(64, 2.0)
+        x[0] = np.inf
+        d = cuda.from_dense(a, "csr")
+        y = cuda.matmul(d, cuda.DeviceArray.from_host(x)).get()
+        assert np.isposinf(y).all(), y
+
+
 @pytest.mark.parametrize("index_dtype", INDEX, ids=str)
 @pytest.mark.parametrize("dtype", FLOATS, ids=str)
 def test_products_skewed_rows(backend, rng, index_dtype, dtype):
