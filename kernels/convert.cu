@@ -2,10 +2,12 @@
 // gathers of whole entries, block transposes.
 //
 // csr -> csc (bsr -> bsc alike, over blocks), per batch b (sparsetensor/cuda/convert.py):
-//   expand_major (row of every entry) and plain_keys (b * ncols + col) -> radix sort of the
-//   keys carrying positions (stable: rows stay sorted within a column) -> lower_bounds of the
-//   sorted keys = the new compressed index -> gather_rows of the rows (new plain indices)
-//   and of the values (whole entries: blocks x dense dims).
+//   packed_major (position << rbits | row of every entry) and plain_keys (b * ncols + col)
+//   -> radix sort of the keys carrying that payload (stable: rows stay sorted within a
+//   column) -> lower_bounds of the sorted keys = the new compressed index -> unpack_major:
+//   the rows (new plain indices) and the values moved (whole entries: blocks x dense dims).
+//   When position and row do not fit 64 bits together: expand_major, positions as the
+//   payload, and gather_rows of the rows and of the values.
 #include "common.cuh"
 
 namespace st {
@@ -25,6 +27,32 @@ __global__ void expand_major(const I* __restrict__ comp, i64 B, i64 n, i64 nnz, 
 template <typename I>
 __global__ void plain_keys(const I* __restrict__ plain, i64 B, i64 nnz, i64 plain_size, u64* __restrict__ keys) {
     ST_GRID_LOOP(t, B * nnz) { keys[t] = (u64)(t / nnz) * (u64)plain_size + (u64)(i64)plain[t]; }
+}
+
+// out[t] = t << rbits | the major slot of position t (expand_major's): the sort payload of a
+// transpose, so that the sorted payload gives both the new plain index and the entry to move.
+// st:kernel index
+template <typename I>
+__global__ void packed_major(const I* __restrict__ comp, i64 B, i64 n, i64 nnz, int rbits, u64* __restrict__ out) {
+    ST_GRID_LOOP(t, B * nnz) {
+        const i64 b = t / nnz, k = t - b * nnz;
+        out[t] = ((u64)t << rbits) | (u64)slot_of(comp + b * (n + 1), n, k);
+    }
+}
+
+// The sorted payload of packed_major: plain[j] = its slot (the low rbits bits) and
+// out[j, :] = in[its position, :] for rows of W items of raw type R.
+// st:kernel raw index
+template <typename R, typename I>
+__global__ void unpack_major(const u64* __restrict__ payload, i64 N, int rbits, const R* __restrict__ in, i64 W,
+                             I* __restrict__ plain, R* __restrict__ out) {
+    const u64 mask = (1ull << rbits) - 1ull;
+    ST_GRID_LOOP(t, N * W) {
+        const i64 j = t / W, e = t - j * W;
+        const u64 pl = payload[j];
+        if (e == 0) plain[j] = (I)(i64)(pl & mask);
+        out[t] = in[(i64)(pl >> rbits) * W + e];
+    }
 }
 
 // out[j, :] = in[perm[j], :] for rows of W items of raw type R.

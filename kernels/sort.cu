@@ -17,6 +17,7 @@
 #define SORT_WARPS (SORT_THREADS / 32)
 #define SORT_TILE 4096
 #define RADIX 256
+#define SORT_ITEMS (SORT_TILE / SORT_THREADS)
 
 namespace st {
 
@@ -27,12 +28,19 @@ __global__ void radix_histogram(const u64* __restrict__ keys, i64 n, int shift, 
     __syncthreads();
     const i64 start = (i64)blockIdx.x * SORT_TILE;
     const i64 end = start + SORT_TILE < n ? start + SORT_TILE : n;
-    // one shared atomic per digit group of a warp: the high digits' passes often see one digit
-    for (i64 base = start; base < end; base += SORT_THREADS) {
-        const i64 i = base + threadIdx.x;
-        const int digit = i < end ? (int)((keys[i] >> shift) & (RADIX - 1)) : RADIX;
+    // the tile's keys loaded first (SORT_ITEMS loads in flight a thread), then one shared atomic
+    // per digit group of a warp: the high digits' passes often see one digit
+    u64 k[SORT_ITEMS];
+#pragma unroll
+    for (int r = 0; r < SORT_ITEMS; ++r) {
+        const i64 i = start + r * SORT_THREADS + threadIdx.x;
+        k[r] = i < end ? keys[i] : 0;
+    }
+    const unsigned below = (1u << (threadIdx.x & 31)) - 1u;
+#pragma unroll
+    for (int r = 0; r < SORT_ITEMS; ++r) {
+        const int digit = start + r * SORT_THREADS + threadIdx.x < end ? (int)((k[r] >> shift) & (RADIX - 1)) : RADIX;
         const unsigned peers = __match_any_sync(0xffffffffu, digit);
-        const unsigned below = (1u << (threadIdx.x & 31)) - 1u;
         if (digit < RADIX && (peers & below) == 0) atomicAdd(&counts[digit], (u32)__popc(peers));
     }
     __syncthreads();
@@ -45,7 +53,6 @@ __global__ void radix_histogram(const u64* __restrict__ keys, i64 n, int shift, 
 // the warps' counts of digit t into prefixes over the warps, and a block scan over the digits
 // gives each digit's start in the sorted tile: a key's place is start + warp prefix + rank.
 // vals_in == nullptr stands for the identity permutation (the first pass).
-#define SORT_ITEMS (SORT_TILE / SORT_THREADS)
 #define WARP_SPAN (SORT_ITEMS * 32)
 // st:kernel
 __global__ void radix_scatter(const u64* __restrict__ keys_in, const i64* __restrict__ vals_in,

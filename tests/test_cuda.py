@@ -459,6 +459,18 @@ def test_to_sparse(backend, rng, case, index_dtype):
         assert cuda.to_sparse(d, case[0], blocksize=case[3]) is d
 
 
+@pytest.mark.parametrize("case", [c for c in CASES if c[0] != "coo"], ids=lambda c: f"{c[0]}-b{len(c[1])}-d{len(c[2])}")
+def test_transpose_without_packed_payload(backend, rng, case, monkeypatch):
+    """Where position and row do not fit one 64-bit payload (forced here), the transpose sorts
+    positions and gathers the rows: the same result."""
+    from sparsetensor.cuda import _convert
+    t = make(rng, case)
+    want = t.to_sparse(t.layout.transposed, blocksize=t.blocksize) if t.layout.blocked else t.to_sparse(
+        t.layout.transposed)
+    monkeypatch.setattr(_convert, "_PAYLOAD_BITS", 0)
+    assert_same(_convert.transpose_compressed(cuda.to_device(t)), want)
+
+
 def test_to_sparse_unchecked_input(backend):
     u = CompressedTensor(np.array([0, 3, 4]), np.array([2, 0, 2, 1]), np.array([1.0, 2, 3, 4]), (2, 3), st.sparse_csr)
     assert_same(cuda.to_sparse(cuda.to_device(u), "csc"), u.to_sparse("csc"))

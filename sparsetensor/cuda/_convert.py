@@ -28,6 +28,8 @@ from ._classes import CudaCOOTensor
 
 __all__ = ["convert", "transpose_compressed"]
 
+_PAYLOAD_BITS = 64  # the sort's payload items (tests lower it to take the other path)
+
 
 def transpose_compressed(t):
     """csr -> csc, csc -> csr, bsr -> bsc, bsc -> bsr of a canonical device tensor (the same
@@ -47,16 +49,29 @@ def transpose_compressed(t):
         comp = P.zeros(dev, batch + (ps + 1,), c.dtype)
         return CompressedTensor(comp, P.empty(dev, batch + (0,), c.dtype), P.empty(dev, v.shape, v.dtype),
                                     t.shape, out_layout, True)
-    major = P.empty(dev, (N,), c.dtype)
-    P.run(dev, "convert.cu", "expand_major", ik, N, c, B, n, nnz, major)
     keys = P.empty(dev, (N,), np.uint64)
     P.run(dev, "convert.cu", "plain_keys", ik, N, p, B, nnz, ps, keys)
-    sorted_keys, perm = P.radix_sort(dev, keys, max(B * ps - 1, 0).bit_length())
+    bits = max(B * ps - 1, 0).bit_length()
+    rbits = max(n - 1, 0).bit_length()
+    entries = v.reshape((N,) + tail)
+    if (N - 1).bit_length() + rbits <= _PAYLOAD_BITS:  # position and row in one payload: no gather of rows
+        packed = P.empty(dev, (N,), np.uint64)
+        P.run(dev, "convert.cu", "packed_major", ik, N, c, B, n, nnz, rbits, packed)
+        sorted_keys, payload = P.radix_sort(dev, keys, bits, packed)
+        plain = P.empty(dev, (N,), c.dtype)
+        values = P.empty(dev, entries.shape, v.dtype)
+        W = math.prod(tail)
+        P.run(dev, "convert.cu", "unpack_major", (P.raw_key(v.itemsize),) + ik, N * W, payload, N, rbits, entries,
+              W, plain, values)
+    else:
+        major = P.empty(dev, (N,), c.dtype)
+        P.run(dev, "convert.cu", "expand_major", ik, N, c, B, n, nnz, major)
+        sorted_keys, perm = P.radix_sort(dev, keys, bits)
+        plain = P.gather_rows(dev, major, perm, N)
+        values = P.gather_rows(dev, entries, perm, N)
     ptr = P.empty(dev, (B * ps + 1,), np.int64)
     P.run(dev, "scan.cu", "lower_bounds", (), B * ps + 1, sorted_keys, N, B * ps, ptr)
     comp = P.batch_offsets(dev, ptr, B, ps, 1, c.dtype)
-    plain = P.gather_rows(dev, major, perm, N)
-    values = P.gather_rows(dev, v.reshape((N,) + tail), perm, N)
     return CompressedTensor(comp.reshape(batch + (ps + 1,)), plain.reshape(batch + (nnz,)),
                                 values.reshape(v.shape), t.shape, out_layout, True)
 

@@ -93,18 +93,19 @@ def exclusive_scan(dev: Device, counts: DeviceArray) -> DeviceArray:
     return out
 
 
-def radix_sort(dev: Device, keys: DeviceArray, bits: int) -> tuple:
+def radix_sort(dev: Device, keys: DeviceArray, bits: int, payload: DeviceArray | None = None) -> tuple:
     """Stable sort of uint64 ``keys`` whose values are below ``2**bits``.
 
     Returns ``(sorted_keys, perm)``: ``sorted_keys[j] = keys[perm[j]]``, equal keys in
-    input order. ``keys`` is not modified.
+    input order. With a ``payload`` (8-byte items, one a key), the second array is the
+    payload in that order instead (``payload[perm]``). Neither input is modified.
     """
     n = keys.size
     if n == 0:
         return empty(dev, (0,), np.uint64), empty(dev, (0,), np.int64)
     passes = max(1, -(-int(bits) // 8))
     ntiles = -(-n // SORT_TILE)
-    k_in, v_in = keys, None
+    k_in, v_in = keys, payload
     bufs_k = [empty(dev, (n,), np.uint64), empty(dev, (n,), np.uint64)]
     bufs_v = [empty(dev, (n,), np.int64), empty(dev, (n,), np.int64)]
     hist = empty(dev, (256 * ntiles,), np.int64)
