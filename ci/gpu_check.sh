@@ -14,7 +14,8 @@
 #   (xdist: a crashing test takes its worker down, not the run).
 # - memcheck / racecheck: compute-sanitizer over the GPU tests of tests/test_cuda.py, every
 #   worker process followed, a per-test timeout (TEST_TIMEOUT, 120 s) that names a test that hangs
-#   under the tool.
+#   under the tool; SAN_WORKERS xdist workers (14), SANITIZER_ARGS more pytest arguments (say
+#   "-v --maxfail 2": each test's outcome as it ends, and the first errors in full).
 # - bench: python -m bench.cuda (torch and CuPy as peers where installed).
 # - suite: the whole test suite on the machine (CPU tests too), 14 workers.
 set -u
@@ -77,7 +78,8 @@ for s in "${steps[@]}"; do
     memcheck | racecheck)
         [ -z "$CS" ] && { echo "=== $s: no compute-sanitizer here"; continue; }
         step "$s" "${SANITIZER_CAP:-180}" "$CS" --tool "$s" --target-processes all --error-exitcode 9 \
-            "${PYTEST[@]}" -n 14 --timeout "${TEST_TIMEOUT:-120}" --durations 5 tests/test_cuda.py -k gpu ;;
+            "${PYTEST[@]}" -n "${SAN_WORKERS:-14}" --timeout "${TEST_TIMEOUT:-120}" --durations 5 \
+            ${SANITIZER_ARGS:-} tests/test_cuda.py -k gpu ;;
     bench)
         step bench 200 python3 -m bench.cuda --profile
         cp bench/results/cuda.json "$OUT/" 2>/dev/null ;;
