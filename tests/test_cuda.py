@@ -743,7 +743,7 @@ def test_spmv_inf_with_row_tails(backend):
 @pytest.mark.parametrize("index_dtype", INDEX, ids=str)
 @pytest.mark.parametrize("dtype", FLOATS, ids=str)
 def test_products_skewed_rows(backend, rng, index_dtype, dtype):
-    """Power-law-like rows. SpMV: rows past csr_spmv's long_len (64 here: 4 threads a row) go
+    """Power-law-like rows. SpMV: rows past csr_spmv's long_len (32 here: 2 threads a row) go
     in pieces of 2048 entries (csr_spmv_long_part, then csr_long_sum in piece order).
     SpMM: rows past 512 entries in pieces of 512 (csr_spmm_long_part, csr_long_sum), over one and two
     groups of 128 columns. Each batch has its own long rows; every row is written once; the
@@ -754,14 +754,14 @@ def test_products_skewed_rows(backend, rng, index_dtype, dtype):
     a0 = np.zeros((M, K))
     for r in range(M):  # short rows of 0-3 entries
         a0[r, rng.choice(K, int(rng.integers(0, 4)), replace=False)] = rng.standard_normal()
-    for r, n in ((3, 2600), (20, 64), (21, 65), (30, 2048), (40, 2049), (50, 512), (51, 513), (M - 1, 715)):
+    for r, n in ((3, 2600), (20, 32), (21, 33), (30, 2048), (40, 2049), (50, 512), (51, 513), (M - 1, 715)):
         a0[r] = 0
         a0[r, np.sort(rng.choice(K, n, replace=False))] = rng.standard_normal(n)
     # one nnz a batch (a batched csr tensor's rule); batch 1's long rows are 7 rows further on
     a = np.stack([np.where(a0 != 0, rng.standard_normal(a0.shape), 0) for _ in range(B)])
     a[1] = np.roll(a[1], 7, axis=0)
     t = st.from_dense(a.astype(dtype), "csr", batch_dim=1, index_dtype=index_dtype)
-    assert _blas._tpr(t.nnz, M) == 4
+    assert _blas._tpr(t.nnz, M) == 2
     d = cuda.to_device(t)
     A = t.to_dense().astype(np.complex128)
     wide = [(K, 130)] if np.dtype(dtype) in (np.float32, np.complex128) else []  # two groups (slow on the emulator)
@@ -776,7 +776,7 @@ def test_products_skewed_rows(backend, rng, index_dtype, dtype):
             assert np.array_equal(cuda.matmul(d, xd).get(), y, equal_nan=True)  # same pieces, same order
     lens = np.diff(t.crow_indices().astype(np.int64), axis=1).ravel()
     for (long_len, piece), plan in _blas._long_rows[d.crow_indices()].items():
-        assert (long_len, piece) in ((64, 2048), (512, 512))
+        assert (long_len, piece) in ((32, 2048), (512, 512))
         assert plan.long_len == long_len and np.array_equal(plan.rows.get(), np.flatnonzero(lens > long_len))
         assert plan.nitems == int((-(-lens[lens > long_len] // piece)).sum())
     assert len(_blas._long_rows[d.crow_indices()]) == 2
