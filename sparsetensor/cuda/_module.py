@@ -14,6 +14,7 @@ compiles on load.
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 import time
 
@@ -78,11 +79,18 @@ def grid_for(device: Device, n: int, block: int = BLOCK, per_sm: int = 32) -> in
     return max(1, min(need, device.sm_count * per_sm))
 
 
+@functools.lru_cache(maxsize=None)
 def _declaration(name: str, kernel: str):
     decls = {k.name: k for k in _source.declarations(name).kernels}
     if kernel not in decls:
         raise KeyError(f"{name} declares no kernel {kernel!r}; it has {sorted(decls)}")
     return decls[kernel]
+
+
+@functools.lru_cache(maxsize=1024)
+def _config(grid: tuple, block: tuple, shared: int):
+    """The cuda.core LaunchConfig of a launch shape (made once: a launch costs microseconds)."""
+    return core().LaunchConfig(grid=grid, block=block, shmem_size=shared)
 
 
 def launch(device: Device, name: str, kernel: str, keys: tuple, grid, block, *args, shared: int = 0) -> None:
@@ -113,7 +121,7 @@ def launch(device: Device, name: str, kernel: str, keys: tuple, grid, block, *ar
     func, _ = get_function(device, name, kernel, keys)
     cc = core()
     with errors(f"cuda.core.launch({kernel})"):
-        config = cc.LaunchConfig(grid=(gx, gy, gz), block=(bx, by, bz), shmem_size=shared)
+        config = _config((gx, gy, gz), (bx, by, bz), shared)
         start = device.stream.record(options=cc.EventOptions(timing_enabled=True)) if timing is not None else None
         cc.launch(device.stream, config, func, *pack_args(args, decl.params))
         if timing is not None:
