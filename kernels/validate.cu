@@ -71,46 +71,52 @@ __global__ void compressed_steps(const I* __restrict__ comp, i64 B, i64 n, u64 p
     }
 }
 
-// Phase 2: 5.4 plain >= 0, 5.5 plain < plain_size and, when check_order, 5.6 (strictly
-// increasing within each row): a position k whose value is not above its predecessor's is
-// a violation unless k starts its row. Runs only when phases 0 and 1 found nothing, so
-// compressed is sorted with compressed[b, 0] = 0 and compressed[b, n] = nnz. One block per
-// tile of VALIDATE_TILE positions: two binary searches find the rows r0..r1 that hold the
-// tile, their starts are marked in shared memory, then every position is checked against
-// its predecessor and the marks (no search per row start).
-#define VALIDATE_TILE 2048
+// Phase 2, first step (with check_order): bit b * nnz + compressed[b, r] of marks for every row
+// r < n whose start is a position (< nnz): the positions that start a row, which 5.6 does not
+// compare with their predecessor (an empty row marks its successor's start). marks is zeroed
+// by the host. Bounds are tested here rather than trusted: it also runs when 5.1-5.3 failed.
 // st:kernel index
 template <typename I>
-__global__ void compressed_plain(const I* __restrict__ comp, const I* __restrict__ plain, i64 B, i64 n, i64 nnz,
-                                 i64 plain_size, int check_order, u64* key) {
-    if (*key < PHASE(2)) return;  // 5.1-5.3 broken: compressed cannot be trusted
-    __shared__ unsigned char starts[VALIDATE_TILE];
-    __shared__ i64 span[2];
-    const i64 tiles = (nnz + VALIDATE_TILE - 1) / VALIDATE_TILE;
-    for (i64 g = blockIdx.x; g < B * tiles; g += gridDim.x) {  // g is the same for the whole block
-        const i64 b = g / tiles, k0 = (g - b * tiles) * VALIDATE_TILE;
-        const i64 k1 = k0 + VALIDATE_TILE < nnz ? k0 + VALIDATE_TILE : nnz;
-        const I* c = comp + b * (n + 1);
-        const I* p = plain + b * nnz;
-        if (check_order) {
-            for (int i = threadIdx.x; i < VALIDATE_TILE; i += blockDim.x) starts[i] = 0;
-            if (threadIdx.x < 2) span[threadIdx.x] = slot_of(c, n, threadIdx.x == 0 ? k0 : k1 - 1);
-            __syncthreads();
-            // every row starting inside the tile is in r0..r1 (empty rows mark their start too)
-            for (i64 r = span[0] + threadIdx.x; r <= span[1]; r += blockDim.x) {
-                const i64 s = c[r];
-                if (s >= k0 && s < k1) starts[s - k0] = 1;
-            }
-            __syncthreads();
+__global__ void row_start_marks(const I* __restrict__ comp, i64 B, i64 n, i64 nnz, const u64* key,
+                                u32* __restrict__ marks) {
+    if (*key < PHASE(2)) return;  // the report is decided; the marks are not read
+    ST_GRID_LOOP(t, B * n) {
+        const i64 b = t / n, r = t - b * n;
+        const i64 s = comp[b * (n + 1) + r];
+        if (s >= 0 && s < nnz) {
+            const i64 bit = b * nnz + s;
+            atomicOr(&marks[bit >> 5], 1u << (bit & 31));
         }
-        for (i64 k = k0 + threadIdx.x; k < k1; k += blockDim.x) {
-            const i64 v = p[k];
-            bool bad = v < 0 || v >= plain_size;
-            if (!bad && check_order && k > 0 && v <= (i64)p[k - 1]) bad = !starts[k - k0];
-            if (bad) atomicMin(key, PHASE(2) | (u64)(b * nnz + k));
-        }
-        __syncthreads();  // the marks are reset for the next tile
     }
+}
+
+// Phase 2: 5.4 plain >= 0, 5.5 plain < plain_size and, when check_order, 5.6 (strictly
+// increasing within each row): a position whose value is not above its predecessor's is a
+// violation unless it starts a row (its bit in marks). Runs only when phases 0 and 1 found
+// nothing. A stream over the positions, four loads in flight a thread; no search, no
+// shared memory. marks is not read without check_order (it may be null then).
+// st:kernel index
+template <typename I>
+__global__ void compressed_plain(const I* __restrict__ plain, i64 B, i64 nnz, i64 plain_size, int check_order,
+                                 const u32* __restrict__ marks, u64* key) {
+    if (__shfl_sync(0xffffffffu, (int)(*key < PHASE(2)), 0)) return;  // warp-uniform: warp_fold_min below
+    const i64 N = B * nnz, stride = (i64)gridDim.x * blockDim.x;
+    u64 first = KEY_NONE;
+    for (i64 t0 = (i64)blockIdx.x * blockDim.x + threadIdx.x; t0 < N; t0 += 4 * stride) {
+        i64 v[4];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) v[u] = t0 + u * stride < N ? (i64)plain[t0 + u * stride] : 0;
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+            const i64 t = t0 + u * stride;
+            if (t >= N || first != KEY_NONE) continue;  // t grows: the thread's first finding is its least
+            bool bad = v[u] < 0 || v[u] >= plain_size;
+            if (!bad && check_order && (B == 1 ? t : t % nnz) > 0 && v[u] <= (i64)plain[t - 1])
+                bad = !((marks[t >> 5] >> (t & 31)) & 1u);
+            if (bad) first = PHASE(2) | (u64)t;
+        }
+    }
+    warp_fold_min(key, first);
 }
 
 // out = [code, batch, i, position, value, previous]; one thread.

@@ -290,9 +290,11 @@ def test_validate_coo_c6(backend):
 
 @pytest.mark.parametrize("index_dtype", INDEX)
 def test_validate_tile_edges(backend, rng, index_dtype):
-    """compressed_plain marks row starts per tile of 2048 positions. A row that starts exactly at
-    a tile's first position is no 5.6 however small its first column; a 5.6 exactly at a tile
-    edge inside a row that crosses it is found; empty rows and a row over three tiles."""
+    """compressed_plain reads a bit a position marking row starts (row_start_marks), 32 to a word,
+    batch after batch. A row that starts exactly at a word's or 2048-block's first position is no
+    5.6 however small its first column; a 5.6 exactly there inside a row that crosses it is found;
+    empty rows (their start is the next row's) and a long row; two batches (the second's bits
+    continue the first's)."""
     T, K = 2048, 6000
     lens = [T - 3, 3, 5000, 0, 0, 0, 900, 1, 0, 2]  # row 2 starts at T, spans 2T and 3T
     c1 = np.concatenate([[0], np.cumsum(lens)])

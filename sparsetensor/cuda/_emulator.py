@@ -233,6 +233,7 @@ inline int __ffs(unsigned x) { return __builtin_ffs(x); }
 // fibers never run concurrently: atomics are plain read-modify-writes
 template <typename T> inline T atomicAdd(T* p, T v) { T o = *p; *p = o + v; return o; }
 template <typename T> inline T atomicMin(T* p, T v) { T o = *p; if (v < o) *p = v; return o; }
+template <typename T> inline T atomicOr(T* p, T v) { T o = *p; *p = o | v; return o; }
 
 inline float st_emu_half_to_float(unsigned short h) {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu, bits;

@@ -24,7 +24,6 @@ __all__ = ["check_tensor", "check_compressed", "check_coo", "compressed_report",
 # report codes of validate.cu
 CODES = {1: "5.1", 2: "5.2", 3: "5.3", 4: "5.4", 5: "5.5", 6: "5.6", 7: "C4", 8: "C5", 9: "C6"}
 _KEY_NONE = 0xFF  # every byte of the key: all ones
-_VALIDATE_TILE = 2048  # VALIDATE_TILE of validate.cu
 
 
 def _key(dev):
@@ -51,8 +50,12 @@ def compressed_report(t, *, check_order: bool = True, max_step: int | None = Non
     P.run(dev, "validate.cu", "compressed_ends", ik, B, c, B, n, nnz, key)
     step = ps if max_step is None else max_step
     P.run(dev, "validate.cu", "compressed_steps", ik, B * n, c, B, n, step, key)
-    tiles = -(-nnz // _VALIDATE_TILE)  # one block per tile of positions (VALIDATE_TILE of validate.cu)
-    P.run(dev, "validate.cu", "compressed_plain", ik, B * tiles * P.BLOCK, c, p, B, n, nnz, ps, int(check_order), key)
+    marks = None
+    if check_order and B * nnz:
+        marks = P.empty(dev, (-(-B * nnz // 32),), np.uint32)  # a bit per position: does it start a row
+        dev.memset8(marks.ptr, 0, marks.nbytes)
+        P.run(dev, "validate.cu", "row_start_marks", ik, B * n, c, B, n, nnz, key, marks)
+    P.run(dev, "validate.cu", "compressed_plain", ik, -(-B * nnz // 4), p, B, nnz, ps, int(check_order), marks, key)
     P.run(dev, "validate.cu", "compressed_report", ik, 1, c, p, B, n, nnz, ps, key, out)
     r = P.read_ints(dev, out) if B else np.zeros(6, np.int64)
     code = int(r[0])
