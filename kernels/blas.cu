@@ -88,8 +88,9 @@ __device__ __forceinline__ void long_piece(const I* __restrict__ comp, i64 nrows
 // The long rows of an SpMV (longer than csr_spmv's long_len), in pieces of at most `piece`
 // entries: piece q of long row long_rows[slot] (a row of all batches, b * nrows + r) is item
 // q = first[slot] + j, holding that row's entries j * piece ... (j + 1) * piece - 1.
-// part[q] = the sum of its products, one block per item (SPMV_LONG_THREADS threads).
-#define SPMV_LONG_THREADS 256
+// part[q] = the sum of its products, one warp per item (a lane takes every 32nd entry, four
+// loads in flight; shuffles sum the lanes): a row of a few hundred entries costs one warp,
+// not a block and its barriers.
 // st:kernel value index
 template <typename V, typename I>
 __global__ void csr_spmv_long_part(const I* __restrict__ comp, const I* __restrict__ plain,
@@ -98,12 +99,15 @@ __global__ void csr_spmv_long_part(const I* __restrict__ comp, const I* __restri
                                    const i64* __restrict__ item_slot, const i64* __restrict__ first, i64 nitems,
                                    i64 piece, typename acc<V>::type* __restrict__ part) {
     typedef typename acc<V>::type A;
-    for (i64 q = blockIdx.x; q < nitems; q += gridDim.x) {  // q is the same for the whole block
+    const int lane = threadIdx.x & 31;
+    const i64 gwarp = ((i64)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+    const i64 nwarps = (i64)gridDim.x * blockDim.x / 32;
+    for (i64 q = gwarp; q < nitems; q += nwarps) {  // q is the same for the whole warp
         i64 b, beg, end;
         long_piece(comp, nrows, long_rows, item_slot, first, piece, q, &b, &beg, &end);
-        const A s = block_sum(strided_dot(plain + b * nnz, vals + b * nnz, x + b * x_bstride, beg + threadIdx.x, end,
-                                          (i64)blockDim.x, acc_zero<A>()));
-        if (threadIdx.x == 0) part[q] = s;
+        A s = strided_dot(plain + b * nnz, vals + b * nnz, x + b * x_bstride, beg + lane, end, (i64)32, acc_zero<A>());
+        for (int off = 16; off > 0; off >>= 1) s = s + shfl_down(s, off, 32);
+        if (lane == 0) part[q] = s;
     }
 }
 

@@ -83,7 +83,7 @@ def _tpr(nnz: int, rows: int) -> int:
     return t
 
 
-_SPMV_PIECE, _SPMV_LONG_THREADS = 2048, 256  # a block of SPMV_LONG_THREADS takes a piece of a long row
+_SPMV_PIECE = 256                             # a warp takes a piece of a long row (8 entries a lane)
 _SPMM_LONG, _SPMM_PIECE = 512, 512            # a warp takes a piece of a long row (16 loads of 32 entries)
 _SPMM_PART_BYTES = 256 << 20                  # at most this much for the pieces' partial rows
 _NO_LONG = np.iinfo(np.int64).max
@@ -135,15 +135,15 @@ def _long_sum(dev, vkey, plan, N, part, y) -> None:
 
 def _spmv(dev, vkey, ik, c, p, v, B, M, K, nnz, x, x_bstride, y, acc_dtype):
     """y = a @ x for csr ``a`` and a vector ``x``: rows of up to 16 entries a thread by
-    csr_spmv, longer ones in pieces (a block each), summed per row in piece order."""
+    csr_spmv, longer ones in pieces of 256 (a warp each), summed per row in piece order."""
     tpr = _tpr(nnz, M)
     plan = _long_plan(dev, c, B, M, min(nnz, K), max(32, 16 * tpr), _SPMV_PIECE)
     launch(dev, "blas.cu", "csr_spmv", (vkey, ik), grid_for(dev, B * M * tpr), BLOCK, c, p, v, B, M, nnz, x,
            x_bstride, y, tpr, plan.long_len)
     if plan.nlong:
         part = P.empty(dev, (plan.nitems,), acc_dtype)
-        launch(dev, "blas.cu", "csr_spmv_long_part", (vkey, ik), min(plan.nitems, dev.sm_count * 16),
-               _SPMV_LONG_THREADS, c, p, v, M, nnz, x, x_bstride, plan.rows, plan.item_slot, plan.first,
+        launch(dev, "blas.cu", "csr_spmv_long_part", (vkey, ik), grid_for(dev, plan.nitems * 32), BLOCK,
+               c, p, v, M, nnz, x, x_bstride, plan.rows, plan.item_slot, plan.first,
                plan.nitems, _SPMV_PIECE, part)
         _long_sum(dev, vkey, plan, 1, part, y)
 
