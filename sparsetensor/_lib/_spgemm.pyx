@@ -510,6 +510,11 @@ def spgemm_fused(const index_t[:, ::1] a_compressed, const index_t[:, ::1] a_pla
 
 
 # -- SDDMM ---------------------------------------------------------------------------------------
+# Each entry's dot product reads a row of mat2t picked by its column: a random row, so the first
+# lines of the row SDDMM_AHEAD entries on are prefetched (the hardware prefetcher follows a row
+# once it is read, not a jump to the next one).
+cdef Py_ssize_t SDDMM_AHEAD = 16
+cdef Py_ssize_t SDDMM_LINES = 4
 cdef inline value_t _dot(const value_t* x, const value_t* y, Py_ssize_t K) noexcept nogil:
     cdef value_t s0 = 0, s1 = 0, s2 = 0, s3 = 0
     cdef Py_ssize_t k = 0
@@ -539,7 +544,7 @@ def sampled_addmm(const index_t[:, ::1] compressed, const index_t[:, ::1] plain,
     (mat2 transposed, rows contiguous); values and out are (B, nnz)."""
     cdef Py_ssize_t B = compressed.shape[0], n = compressed.shape[1] - 1, nnz = plain.shape[1]
     cdef Py_ssize_t K = mat1.shape[2], N = mat2t.shape[1]
-    cdef Py_ssize_t R = B * n, r, b, i, k
+    cdef Py_ssize_t R = B * n, r, b, i, k, line
     cdef int T = max(1, min(nthreads, R // 64 + 1))
     cdef const value_t* x
     cdef const value_t* y
@@ -564,6 +569,10 @@ def sampled_addmm(const index_t[:, ::1] compressed, const index_t[:, ::1] plain,
                 continue
             x = &mat1[batch1[b], i, 0] if K else NULL
             for k in range(compressed[b, i], compressed[b, i + 1]):
+                if K and k + SDDMM_AHEAD < nnz:  # the row of mat2t an entry ahead needs: its first lines
+                    y = &mat2t[batch2[b], plain[b, k + SDDMM_AHEAD], 0]
+                    for line in range(0, min(K * <Py_ssize_t>sizeof(value_t), SDDMM_LINES * 64), 64):
+                        st_prefetch(<const char*>y + line)
                 y = &mat2t[batch2[b], plain[b, k], 0] if K else NULL
                 out[b, k] = beta * values[b, k] + alpha * (_dot(x, y, K) if K else zero)
 
