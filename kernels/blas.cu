@@ -58,7 +58,7 @@ __global__ void csr_spmv(const I* __restrict__ comp, const I* __restrict__ plain
         A s = acc_zero<A>();
         bool mine = false;
         if (row < total) {
-            const i64 b = row / nrows, r = row - b * nrows;
+            const i64 b = B == 1 ? 0 : row / nrows, r = row - b * nrows;  // a 64-bit division is ~70 instructions
             const I* c = comp + b * (nrows + 1);
             const I* p = plain + b * nnz;
             const V* v = vals + b * nnz;
@@ -114,8 +114,11 @@ __global__ void csr_spmv_long_part(const I* __restrict__ comp, const I* __restri
 // s[q] = vals[k] * X[plain[k], col0 + 32 q] summed over the entries k of [beg, end) in that
 // order, for q < SPMM_TILES and col0 + 32 q < N (lane l of the warp holds col0 = ... + l). The warp
 // loads 32 (column, value) pairs at a time and broadcasts them with shuffles (bounds are
-// warp-uniform), four entries' rows of X loaded before their products.
+// warp-uniform), SPMM_BATCH (4) entries' rows of X loaded before their products.
 #define SPMM_TILES 4
+#ifndef SPMM_BATCH  // entries whose rows of X are loaded together (a compile option, for timing variants)
+#define SPMM_BATCH 4
+#endif
 template <typename V, typename I, typename A>
 __device__ __forceinline__ void warp_row_spmm(const I* __restrict__ p, const V* __restrict__ v,
                                               const V* __restrict__ xb, i64 beg, i64 end, i64 N, i64 col0,
@@ -130,19 +133,19 @@ __device__ __forceinline__ void warp_row_spmm(const I* __restrict__ p, const V* 
         }
         const int count = end - k0 < 32 ? (int)(end - k0) : 32;
         int j = 0;
-        for (; j + 3 < count; j += 4) {
-            i64 cj[4];
-            A vj[4];
-            for (int u = 0; u < 4; ++u) {
+        for (; j + SPMM_BATCH - 1 < count; j += SPMM_BATCH) {
+            i64 cj[SPMM_BATCH];
+            A vj[SPMM_BATCH];
+            for (int u = 0; u < SPMM_BATCH; ++u) {
                 cj[u] = shfl_idx(my_col, j + u);
                 vj[u] = shfl_idx(my_val, j + u);
             }
             for (int q = 0; q < SPMM_TILES; ++q) {
                 const i64 col = col0 + 32 * q;
                 if (col < N) {
-                    A xv[4];
-                    for (int u = 0; u < 4; ++u) xv[u] = to_acc(xb[cj[u] * N + col]);
-                    for (int u = 0; u < 4; ++u) s[q] = s[q] + vj[u] * xv[u];
+                    A xv[SPMM_BATCH];
+                    for (int u = 0; u < SPMM_BATCH; ++u) xv[u] = to_acc(xb[cj[u] * N + col]);
+                    for (int u = 0; u < SPMM_BATCH; ++u) s[q] = s[q] + vj[u] * xv[u];
                 }
             }
         }
@@ -181,8 +184,8 @@ __global__ void csr_spmm(const I* __restrict__ comp, const I* __restrict__ plain
     const i64 nwarps = (i64)gridDim.x * blockDim.x / 32;
     const i64 ngroups = (N + 32 * SPMM_TILES - 1) / (32 * SPMM_TILES);
     for (i64 w = gwarp; w < B * nrows * ngroups; w += nwarps) {  // w is the same for the whole warp
-        const i64 group = w % ngroups, row = w / ngroups;
-        const i64 b = row / nrows, r = row - b * nrows;
+        const i64 row = ngroups == 1 ? w : w / ngroups, group = w - row * ngroups;
+        const i64 b = B == 1 ? 0 : row / nrows, r = row - b * nrows;
         const I* c = comp + b * (nrows + 1);
         const i64 beg = c[r], end = c[r + 1];
         if (end - beg > long_len) continue;

@@ -129,10 +129,31 @@ def test_pack_args_gives_ctypes_of_the_declared_widths():
     assert [type(x) for x in got] == [ctypes.c_uint64, ctypes.c_uint64, ctypes.c_int64, ctypes.c_uint64,
                                       ctypes.c_int32, ctypes.c_double]
     assert [x.value for x in got] == [0x1000, 0, -5, 2**64 - 1, 7, 2.5]
-    # cuda.core's launcher accepts exactly these (a bare int would be passed pointer-sized)
+
+
+_WIDTHS = {"p": ctypes.c_uint64, "q": ctypes.c_int64, "Q": ctypes.c_uint64, "i": ctypes.c_int32, "d": ctypes.c_double}
+
+
+@requires_core
+@pytest.mark.parametrize("values, kinds", [
+    ([0x1000, None, -5, 2**64 - 1, 7, 2.5], "ppqQid"),
+    ([2**63 - 1, -2**63, 2**31 - 1, -2**31, 0, -0.0, 2**40], "qqiiQdp"),
+    ([np.int64(9), np.int32(-3), np.uint64(5), np.float32(1.5), True, 0x1000], "qiQdip"),
+])
+def test_launch_args_reach_the_kernel_with_the_declared_widths(values, kinds):
+    """What cuda.core's own launcher (its ParamHolder) hands the driver for launch_args' values:
+    each parameter's bytes at its declared width, as the emulator's ctypes packing gives them."""
     from cuda.core._kernel_arg_handler import ParamHolder
 
-    assert ParamHolder(got).ptr != 0
+    a = DeviceArray(None, 0x1000, (3,), np.float32, None)
+    values = [a if v == 0x1000 and k == "p" else v for v, k in zip(values, kinds)]
+    held = ParamHolder(_driver.launch_args(values, kinds))
+    slots = (ctypes.c_void_p * len(kinds)).from_address(held.ptr)
+    got = [_WIDTHS[k].from_address(slots[i]).value for i, k in enumerate(kinds)]
+    address, keep = _driver.kernel_params(values, kinds)
+    ref = (ctypes.c_void_p * len(kinds)).from_address(address)
+    assert got == [_WIDTHS[k].from_address(ref[i]).value for i, k in enumerate(kinds)]
+    assert got[kinds.index("p")] in (0x1000, 2**40)
 
 
 # -- DLPack / CUDA array interface intake ----------------------------------------------------------------

@@ -23,6 +23,8 @@ from .._tensor import CompressedTensor
 from ..ops.blas import _result_dtype, product_shape
 from . import _primitives as P
 from ._array import DeviceArray, as_device_array
+from ._coalesce import checked
+from ._convert import convert, transpose_compressed
 from ._module import BLOCK, grid_for, launch
 from ._classes import CudaCOOTensor, CudaCompressedTensor, CudaSparseTensor
 
@@ -50,8 +52,6 @@ def _dense_operand(x, dev, op: str) -> DeviceArray:
 
 def _as_rows(a, op: str):
     """``a`` as a canonical csr/bsr device tensor without dense dims."""
-    from ._convert import convert
-
     if isinstance(a, CudaCOOTensor):
         if a.sparse_dim != 2 or a.dense_dim:
             raise NotImplementedError(f"{op} of a coo tensor with sparse_dim={a.sparse_dim}, dense_dim={a.dense_dim} "
@@ -64,9 +64,6 @@ def _as_rows(a, op: str):
 
 def _rows(a):
     """A canonical device compressed tensor in csr/bsr (csc/bsc transposed on the device)."""
-    from ._convert import transpose_compressed
-    from ._coalesce import checked
-
     a = checked(a)
     return a if a.layout.compressed_rows else transpose_compressed(a)
 
@@ -241,7 +238,6 @@ def sampled_addmm(input, mat1, mat2, *, beta=1.0, alpha=1.0):
     ``B + (M, K)``, ``B + (K, N)``, or shared 2-d ones). ``beta == 0`` ignores ``input``'s
     values (NaN included), as PyTorch does. Returns a csr tensor sharing ``input``'s indices.
     """
-    from ._coalesce import checked
 
     if not isinstance(input, CudaCompressedTensor) or input.layout is not L.sparse_csr:
         raise NotImplementedError(f"sampled_addmm on cuda needs a csr input, got "

@@ -20,7 +20,7 @@ import threading
 import numpy as np
 
 __all__ = ["CudaError", "core", "device_count", "is_available", "get_device", "Device", "unavailable_reason",
-           "stream_order", "stream_handle_of", "pack_args", "kernel_params"]
+           "stream_order", "stream_handle_of", "pack_args", "launch_args", "kernel_params", "reraise"]
 
 _lock = threading.Lock()
 _devices: dict = {}
@@ -45,10 +45,17 @@ def errors(call: str):
     """Re-raise what a cuda.core/cuda.bindings call raises as :class:`CudaError` naming ``call``."""
     try:
         yield
-    except (CudaError, ImportError, TypeError, ValueError):
-        raise
-    except Exception as e:  # cuda.core's CUDAError is not a RuntimeError; a missing driver is
-        raise CudaError(f"{call} failed: {type(e).__name__}: {e}") from e
+    except Exception as e:
+        reraise(call, e)
+
+
+def reraise(call: str, e: Exception):
+    """Raise ``e`` (caught from ``call``) as :func:`errors` does: ours, import, type and value
+    errors as they are, anything else as a :class:`CudaError` naming the call."""
+    if isinstance(e, (CudaError, ImportError, TypeError, ValueError)):
+        raise e
+    # cuda.core's CUDAError is not a RuntimeError; a missing driver is
+    raise CudaError(f"{call} failed: {type(e).__name__}: {e}") from e
 
 
 def _count() -> int:
@@ -178,8 +185,10 @@ class Device:
     def alloc(self, nbytes: int):
         """A :class:`cuda.core.Buffer` of ``nbytes`` from the pool, allocated on our stream and
         freed on it when collected; its address is ``int(buffer.handle)``."""
-        with errors("cuda.core.DeviceMemoryResource.allocate"):
+        try:  # not errors(): a context manager costs a microsecond, and every op allocates
             return self.memory.allocate(int(nbytes), stream=self.stream)
+        except Exception as e:
+            reraise("cuda.core.DeviceMemoryResource.allocate", e)
 
     def _view(self, ptr: int, nbytes: int):
         return core().Buffer.from_handle(int(ptr), int(nbytes))
@@ -258,8 +267,7 @@ _CTYPES = {"p": ctypes.c_uint64, "q": ctypes.c_int64, "Q": ctypes.c_uint64, "i":
 
 
 def pack_args(values, kinds) -> list:
-    """The kernel arguments as ctypes scalars of the declared widths (what ``cuda.core.launch``
-    takes; a bare Python int would be passed as a pointer-sized integer).
+    """The kernel arguments as ctypes scalars of the declared widths (the emulator's packing).
 
     ``kinds`` are the codes of :mod:`sparsetensor.cuda._source` ("p" pointer, "q" i64,
     "Q" u64, "i" int, "d" double); a pointer is an int, None (null) or an object with ``.ptr``.
@@ -274,6 +282,30 @@ def pack_args(values, kinds) -> list:
             v = int(v)
         out.append(_CTYPES[k](v))
     return out
+
+
+def launch_args(values, kinds) -> list:
+    """The kernel arguments as ``cuda.core.launch`` packs them fastest, each of its declared
+    width: pointers and i64 as Python ints (which cuda.core passes as an ``intptr_t``, 8 bytes),
+    u64 as ``numpy.uint64``, int as ``numpy.int32``, double as float. cuda.core tries its
+    NumPy and ctypes cases one by one: twelve ctypes arguments took 5.2 us to pack, these 0.4 us.
+    """
+    out = []
+    for v, k in zip(values, kinds):
+        if k == "p":
+            out.append(0 if v is None else (v if isinstance(v, int) else v.ptr))
+        elif k == "q":
+            out.append(int(v))
+        elif k == "i":
+            out.append(_INT32(v))
+        elif k == "d":
+            out.append(float(v))
+        else:
+            out.append(_UINT64(v))
+    return out
+
+
+_INT32, _UINT64 = np.int32, np.uint64
 
 
 def kernel_params(values, kinds) -> tuple:

@@ -19,7 +19,7 @@ import threading
 import time
 
 from . import _nvrtc, _source
-from ._driver import Device, core, errors, kernel_params, pack_args
+from ._driver import Device, core, errors, kernel_params, launch_args, reraise
 
 __all__ = ["launch", "grid_for", "target_for", "get_function", "BLOCK", "profile"]
 
@@ -94,38 +94,49 @@ def _config(grid: tuple, block: tuple, shared: int):
 
 
 def launch(device: Device, name: str, kernel: str, keys: tuple, grid, block, *args, shared: int = 0) -> None:
-    """Launch ``kernel`` of file ``name`` (instantiated for ``keys``) on the device's stream.
+    """Launch ``kernel`` of file ``name`` (instantiated for ``keys``, a tuple) on the device's stream.
 
     ``grid``/``block`` are ints or 3-tuples; ``args`` are ints, floats, None (a null
     pointer) or objects with a ``.ptr`` (device arrays), packed by the declared
     parameter types. A device with ``emulated = True`` (the CPU emulator of the tests,
     :mod:`sparsetensor.cuda._emulator`) runs the kernel itself.
+
+    This is on the path of every op: a small SpMV spends more time here and in the op's
+    Python than on the device, so the common case is one dict lookup and cuda.core's launch.
     """
-    decl = _declaration(name, kernel)
+    gx, gy, gz = (grid, 1, 1) if isinstance(grid, int) else tuple(grid)
+    bx, by, bz = (block, 1, 1) if isinstance(block, int) else tuple(block)
+    if type(keys) is not tuple:
+        keys = tuple(keys)
+    emulated = getattr(device, "emulated", False)
+    hit = None if emulated else device.functions.get((name, kernel, keys))
+    decl = hit[1] if hit is not None else _declaration(name, kernel)
     if len(args) != len(decl.params):
         raise TypeError(f"{name}:{kernel} takes {len(decl.params)} arguments ({', '.join(decl.param_names)}), "
                         f"got {len(args)}")
-    gx, gy, gz = (grid, 1, 1) if isinstance(grid, int) else tuple(grid)
-    bx, by, bz = (block, 1, 1) if isinstance(block, int) else tuple(block)
     if gx * gy * gz == 0:
         return
     timing = _profiled.get(threading.get_ident()) if _profiled else None
-    if getattr(device, "emulated", False):
+    if emulated:
         params, keep = kernel_params(args, decl.params)
         t0 = time.perf_counter()
-        device.emulate(name, kernel, tuple(keys), (gx, gy, gz), (bx, by, bz), shared, params)
+        device.emulate(name, kernel, keys, (gx, gy, gz), (bx, by, bz), shared, params)
         if timing is not None:
             timing.append((kernel, 1e3 * (time.perf_counter() - t0)))
         del keep
         return
-    func, _ = get_function(device, name, kernel, keys)
+    func = hit[0] if hit is not None else get_function(device, name, kernel, keys)[0]
     cc = core()
-    with errors(f"cuda.core.launch({kernel})"):
+    try:
         config = _config((gx, gy, gz), (bx, by, bz), shared)
-        start = device.stream.record(options=cc.EventOptions(timing_enabled=True)) if timing is not None else None
-        cc.launch(device.stream, config, func, *pack_args(args, decl.params))
-        if timing is not None:
-            timing.append((kernel, (start, device.stream.record(options=cc.EventOptions(timing_enabled=True)))))
+        if timing is None:
+            cc.launch(device.stream, config, func, *launch_args(args, decl.params))
+            return
+        start = device.stream.record(options=cc.EventOptions(timing_enabled=True))
+        cc.launch(device.stream, config, func, *launch_args(args, decl.params))
+        timing.append((kernel, (start, device.stream.record(options=cc.EventOptions(timing_enabled=True)))))
+    except Exception as e:
+        reraise(f"cuda.core.launch({kernel})", e)
 
 
 _profiled: dict = {}  # thread id -> the launches recorded inside profile()
