@@ -6,39 +6,43 @@
 
 namespace st {
 
-// s + vals[k] * x[plain[k]] over k = first, first + step, ... < end, in that order: four
-// entries' loads issued before their products (one memory latency per four entries), and
-// the last one to three together too.
+// s + vals[k] * x[plain[k]] over k = first, first + step, ... < end, in that order:
+// SPMV_BATCH entries' loads issued before their products (one memory latency per
+// SPMV_BATCH entries), and the last ones (fewer) together too. On an H100, 2 (32
+// registers) beat 4 (40) and 8 (56) by 4-9% on uniform, stencil and R-MAT rows, each
+// with its best threads a row (session 13's sweep).
+#ifndef SPMV_BATCH  // a compile option, for timing variants
+#define SPMV_BATCH 2
+#endif
 template <typename V, typename I, typename A>
 __device__ __forceinline__ A strided_dot(const I* __restrict__ p, const V* __restrict__ v, const V* __restrict__ xb,
                                          i64 k, i64 end, i64 step, A s) {
-    for (; k + 3 * step < end; k += 4 * step) {
-        const i64 p0 = p[k], p1 = p[k + step], p2 = p[k + 2 * step], p3 = p[k + 3 * step];
-        const A v0 = to_acc(v[k]), v1 = to_acc(v[k + step]), v2 = to_acc(v[k + 2 * step]),
-                v3 = to_acc(v[k + 3 * step]);
-        const A x0 = to_acc(xb[p0]), x1 = to_acc(xb[p1]), x2 = to_acc(xb[p2]), x3 = to_acc(xb[p3]);
-        s = s + v0 * x0;
-        s = s + v1 * x1;
-        s = s + v2 * x2;
-        s = s + v3 * x3;
+    for (; k + (SPMV_BATCH - 1) * step < end; k += SPMV_BATCH * step) {
+        i64 pj[SPMV_BATCH];
+        A vj[SPMV_BATCH], xj[SPMV_BATCH];
+        for (int u = 0; u < SPMV_BATCH; ++u) pj[u] = p[k + u * step];
+        for (int u = 0; u < SPMV_BATCH; ++u) vj[u] = to_acc(v[k + u * step]);
+        for (int u = 0; u < SPMV_BATCH; ++u) xj[u] = to_acc(xb[pj[u]]);
+        for (int u = 0; u < SPMV_BATCH; ++u) s = s + vj[u] * xj[u];
     }
-    if (k < end) {  // the last one to three entries, their loads issued together as well
-        const bool h1 = k + step < end, h2 = k + 2 * step < end;
-        const i64 p0 = p[k], p1 = h1 ? (i64)p[k + step] : p0, p2 = h2 ? (i64)p[k + 2 * step] : p0;
-        const A v0 = to_acc(v[k]), v1 = h1 ? to_acc(v[k + step]) : acc_zero<A>(),
-                v2 = h2 ? to_acc(v[k + 2 * step]) : acc_zero<A>();
-        const A x0 = to_acc(xb[p0]), x1 = to_acc(xb[p1]), x2 = to_acc(xb[p2]);  // absent ones read x[p0]
-        s = s + v0 * x0;
-        if (h1) s = s + v1 * x1;  // not added when absent: 0 * inf would be NaN
-        if (h2) s = s + v2 * x2;
+    if (k < end) {  // the last entries (fewer than SPMV_BATCH), their loads issued together as well
+        i64 pj[SPMV_BATCH - 1];
+        A vj[SPMV_BATCH - 1], xj[SPMV_BATCH - 1];
+        bool has[SPMV_BATCH - 1];
+        for (int u = 0; u < SPMV_BATCH - 1; ++u) has[u] = k + u * step < end;
+        for (int u = 0; u < SPMV_BATCH - 1; ++u) pj[u] = has[u] ? (i64)p[k + u * step] : 0;
+        for (int u = 0; u < SPMV_BATCH - 1; ++u) vj[u] = has[u] ? to_acc(v[k + u * step]) : acc_zero<A>();
+        for (int u = 0; u < SPMV_BATCH - 1; ++u) xj[u] = to_acc(xb[has[u] ? pj[u] : pj[0]]);  // absent: x[p0]
+        for (int u = 0; u < SPMV_BATCH - 1; ++u)
+            if (has[u]) s = s + vj[u] * xj[u];  // not added when absent: 0 * inf would be NaN
     }
     return s;
 }
 
 // y[b, r] = sum_k vals[b, k] * x[b, plain[b, k]] over row r: `tpr` threads (a power of two
-// <= 32) per row, reduced with shuffles; each thread takes every tpr-th entry, four at a time
-// (four loads in flight before their products: a row costs one memory latency per four of
-// its entries a thread, not one per entry). Rows longer than `long_len` are skipped here:
+// <= 32) per row, reduced with shuffles; each thread takes every tpr-th entry, SPMV_BATCH at
+// a time (their loads in flight together: a row costs one memory latency per SPMV_BATCH
+// of its entries a thread, not one per entry). Rows longer than `long_len` are skipped here:
 // csr_spmv_long_part and csr_long_sum write them. Every warp runs its loop the same
 // number of times (warp-uniform bounds), so the full-mask shuffles never diverge.
 // st:kernel value index

@@ -70,9 +70,10 @@ def _rows(a):
 
 def _tpr(nnz: int, rows: int) -> int:
     """Threads per row for SpMV: the power of two in (mean / 8, mean / 4] of the mean row length,
-    in [1, 32]: each thread takes four to eight entries of a row, four loaded together. On an
-    H100 this was the fastest of 1-32 for a 27-point stencil (mean 27: 4), a 7-point one (7: 1)
-    and uniform rows (16: 4)."""
+    in [1, 32]: each thread takes four to eight entries of a row, two loaded together
+    (SPMV_BATCH of blas.cu). In session 13's H100 sweep of 1-16 threads this was the fastest
+    or within 3% of it: 27-point stencil (mean 27: 4), 7-point (7: 1), R-MAT (15: 2),
+    uniform rows (16: 4; 8 was 2.6% faster)."""
     mean = nnz / max(rows, 1)
     t = 1
     while t < 32 and t * 8 <= mean:
