@@ -291,8 +291,8 @@ __global__ void bsr_spmm_tiled(const I* __restrict__ comp, const I* __restrict__
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const i64 ntiles = (N + NT - 1) / NT, M = nbrows * Rb, rc = Rb * Cb;
     for (i64 tile = blockIdx.x; tile < B * nbrows * ntiles; tile += gridDim.x) {
-        const i64 nt = tile % ntiles, row = tile / ntiles;  // row = b * nbrows + block row
-        const i64 b = row / nbrows, br = row - b * nbrows, n0 = nt * NT;
+        const i64 row = ntiles == 1 ? tile : tile / ntiles, nt = tile - row * ntiles;  // row = b * nbrows + block row
+        const i64 b = B == 1 ? 0 : row / nbrows, br = row - b * nbrows, n0 = nt * NT;
         const I* c = comp + b * (nbrows + 1);
         const int cols = N - n0 >= NT ? COLS : (int)((N - n0 + 31) / 32);  // 32-column groups in Y (warp-uniform)
         A s[BSR_ROWS][COLS];
@@ -303,11 +303,14 @@ __global__ void bsr_spmm_tiled(const I* __restrict__ comp, const I* __restrict__
         for (i64 k = c[br]; k < (i64)c[br + 1]; ++k) {
             const V* blk = vals + (b * nnz + k) * rc;
             const V* xr = X + b * x_bstride + (i64)plain[b * nnz + k] * Cb * N + n0;
-            for (i64 e = threadIdx.x; e < rc; e += blockDim.x) bs[e / Cb][e % Cb] = to_acc(blk[e]);
-            for (i64 e = threadIdx.x; e < Cb * NT; e += blockDim.x) {
-                const i64 j = e / NT, l = e % NT;
-                if (l < 32 * cols) xs[j][l] = n0 + l < N ? to_acc(xr[j * N + l]) : acc_zero<A>();
-            }
+            // a warp a row, a lane a column: no division (a 64-bit one by Cb was ~70 instructions an item)
+            for (int i = warp; i < Rb; i += BSR_WARPS)
+                if (lane < Cb) bs[i][lane] = to_acc(blk[i * Cb + lane]);
+            for (int j = warp; j < Cb; j += BSR_WARPS)
+                for (int q = 0; q < cols; ++q) {
+                    const int l = lane + 32 * q;
+                    xs[j][l] = n0 + l < N ? to_acc(xr[j * N + l]) : acc_zero<A>();
+                }
             __syncthreads();
             for (i64 j = 0; j < Cb; ++j) {
                 A xv[COLS];

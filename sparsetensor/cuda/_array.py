@@ -20,6 +20,8 @@ import operator
 
 import numpy as np
 
+from . import _driver
+
 __all__ = ["DeviceArray", "as_device_array"]
 
 _KDL_CUDA = 2
@@ -284,11 +286,10 @@ class DeviceArray:
     # -- construction ---------------------------------------------------------------------------
     @staticmethod
     def empty(shape, dtype, device=None) -> "DeviceArray":
-        from ._driver import get_device
-
-        dev = device if hasattr(device, "alloc") else get_device(device)
+        dev = device if hasattr(device, "alloc") else _driver.get_device(device)
         shape = (operator.index(shape),) if isinstance(shape, (int, np.integer)) else tuple(shape)
-        nbytes = math.prod(shape) * np.dtype(dtype).itemsize
+        dtype = np.dtype(dtype)
+        nbytes = math.prod(shape) * dtype.itemsize
         buf = dev.alloc(nbytes) if nbytes else None  # a cuda.core Buffer (the emulator: host memory)
         return DeviceArray(buf, 0 if buf is None else int(buf.handle), shape, dtype, dev)
 
@@ -308,11 +309,9 @@ class DeviceArray:
 
 
 def _same_device(device, ordinal):
-    from ._driver import get_device
-
     if device is None:
-        return get_device(ordinal)
-    dev = device if hasattr(device, "alloc") else get_device(device)
+        return _driver.get_device(ordinal)
+    dev = device if hasattr(device, "alloc") else _driver.get_device(device)
     if dev.ordinal != ordinal:
         raise ValueError(f"the array lives on cuda:{ordinal}, not on {dev.name}; copy it first")
     return dev
@@ -400,9 +399,7 @@ def as_device_array(obj, device=None) -> DeviceArray:
         view = _strided_memory_view().from_dlpack(obj, _consumer_stream(dev))
         return _from_view(view, dev, view)
     if hasattr(obj, "__cuda_array_interface__"):
-        from ._driver import get_device
-
-        dev = device if hasattr(device, "alloc") else get_device(device)
+        dev = device if hasattr(device, "alloc") else _driver.get_device(device)
         return _from_cai(obj, dev, device is not None)
     raise TypeError(f"{type(obj).__name__} is not a CUDA device array (no __cuda_array_interface__ or __dlpack__)")
 
