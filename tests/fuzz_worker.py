@@ -179,9 +179,10 @@ def main(seed: int, cases: int) -> int:
                 result = op()
             except ALLOWED:
                 continue
-            except Exception:  # noqa: BLE001 - anything else is the finding
+            except Exception as e:  # noqa: BLE001 - anything else is the finding
                 failures += 1
-                print("FAIL: unexpected exception", flush=True)
+                print(f"FAIL: unexpected exception {type(e).__module__}.{type(e).__name__}: {str(e)[:300]}",
+                      flush=True)
                 traceback.print_exc(file=sys.stdout)
                 continue
             if must_refuse and result is not None and broken is not None and broken not in REPAIRABLE:

@@ -23,9 +23,15 @@ if HAVE_TORCH:
                     "bsc": torch.sparse_bsc}
 
 
+def _torch_member(a: np.ndarray):
+    # an empty member with torch's own strides: torch 2.11 refuses the ones from_numpy gives it
+    # (pytorch/pytorch#178309), which would make it reject valid tensors
+    return torch.from_numpy(a) if a.size else torch.empty(a.shape, dtype=torch.from_numpy(a).dtype)
+
+
 def torch_accepts(c, p, v, shape, layout) -> tuple[bool, np.ndarray | None]:
     try:
-        t = torch.sparse_compressed_tensor(torch.from_numpy(c), torch.from_numpy(p), torch.from_numpy(v),
+        t = torch.sparse_compressed_tensor(_torch_member(c), _torch_member(p), _torch_member(v),
                                            shape, layout=TORCH_LAYOUT[layout], check_invariants=True)
     except RuntimeError:
         return False, None

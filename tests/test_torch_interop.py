@@ -83,6 +83,26 @@ def test_round_trip_shares_memory(rng, layout, index_dtype, dtype, batch, dense)
 
 
 @requires_torch
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_empty_members_get_torch_strides(layout):
+    """An nnz = 0 tensor (batched, with a dense dim) crosses over with members of torch's own
+    strides: NumPy gives an empty array zero strides, which torch 2.11's invariant check
+    refuses ("contiguous tensor per batch", pytorch/pytorch#178309)."""
+    blocked = layout in ("bsr", "bsc")
+    t = st.from_dense(np.zeros((2, 4, 6, 3), np.float32), layout, blocksize=(2, 3) if blocked else None,
+                      batch_dim=1, dense_dim=1)
+    assert t.nnz == 0
+    got = st.to_torch(t)
+    members = [got.indices(), got.values()] if layout == "coo" else \
+        [got.crow_indices() if layout in ("csr", "bsr") else got.ccol_indices(),
+         got.col_indices() if layout in ("csr", "bsr") else got.row_indices(), got.values()]
+    for m in members:
+        if m.numel() == 0:
+            assert m.stride() == torch.empty(m.shape).stride(), (m.shape, m.stride())
+    torch.testing.assert_close(got.to_dense(), torch.zeros(2, 4, 6, 3))
+
+
+@requires_torch
 def test_writes_are_seen_on_both_sides(rng):
     t, _ = make_tensor(rng, "csr", np.int32, np.float32, nnz=4)
     x = st.to_torch(t)

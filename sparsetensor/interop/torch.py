@@ -122,9 +122,13 @@ def _tensor_of(torch, a: np.ndarray, copy, what: str):
         if not a.dtype.isnative:
             a = a.astype(a.dtype.newbyteorder("="))
     try:
-        return torch.from_numpy(a)
+        out = torch.from_numpy(a)
     except TypeError as e:
         raise TypeError(f"to_torch: {what} has dtype {a.dtype}, which PyTorch does not support ({e})") from None
+    # nothing to share in an empty member; torch 2.11's invariant check refuses the strides
+    # from_numpy gives one ("expected col_indices to be a contiguous tensor per batch",
+    # pytorch/pytorch#178309), so an empty member is a new tensor of torch's own strides
+    return torch.empty(out.shape, dtype=out.dtype) if a.size == 0 else out
 
 
 def to_torch(t, *, copy: bool | None = None, check_invariants: bool | None = None):
