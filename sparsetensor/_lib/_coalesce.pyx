@@ -25,7 +25,8 @@ from ._parallel cimport st_omp_thread_num
 from ._pool cimport empty
 from ._radix cimport (_key_quot, st_bscatter_p8, st_bscatter_p16, st_bscatter_p32, st_bscatter_p64,
                       st_bucket_sort_p8, st_bucket_sort_p16, st_bucket_sort_p32, st_bucket_sort_p64, st_chunk_of,
-                      st_prefetch, st_scatter_p8, st_scatter_p16, st_scatter_p32, st_scatter_p64)
+                      st_scatter_p8, st_scatter_p16, st_scatter_p32, st_scatter_p64)
+from ._prefetch cimport st_prefetch
 from ._runs cimport _at, _lo, _reduce_run, pos_t, sum_t
 from ._types cimport index_t
 

@@ -22,15 +22,11 @@ from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
 import numpy as np
 
 from ._parallel cimport st_omp_thread_num
+from ._prefetch cimport st_prefetch
 from ._runs cimport pos_t
 
 cdef extern from *:
     """
-    #if defined(__GNUC__)
-    #define st_optim_prefetch(p) __builtin_prefetch(p)
-    #else
-    #define st_optim_prefetch(p) ((void)0)
-    #endif
     /* The row updates, in C so that they vectorise. GCC keeps a loop with sqrt scalar while
      * sqrt may set errno (the build does not pass -fno-math-errno), so the square roots are
      * taken in a separate pass with SSE/AVX instructions over a block of at most ST_BLOCK
@@ -88,7 +84,6 @@ cdef extern from *:
     ST_DEFINE_ROW_UPDATES(float, f32)
     ST_DEFINE_ROW_UPDATES(double, f64)
     """
-    void st_prefetch "st_optim_prefetch" (const void* p) nogil
     void st_adagrad_row_f32(float* p, float* s, const float* g, Py_ssize_t E, float nclr, float eps) nogil
     void st_adagrad_row_f64(double* p, double* s, const double* g, Py_ssize_t E, double nclr, double eps) nogil
     void st_adam_row_f32(float* p, float* m, float* v, const float* g, Py_ssize_t E, float c1, float c2, float eps,

@@ -143,11 +143,6 @@ cdef extern from *:
     ST_DEFINE_SCATTER(st_bscatter_p32, uint32_t, int32_t)
     ST_DEFINE_SCATTER(st_bscatter_p64, uint32_t, int64_t)
 
-    #if defined(__GNUC__)
-    #define st_prefetch(p) __builtin_prefetch(p)
-    #else
-    #define st_prefetch(p) ((void)0)
-    #endif
     /* Stable in-cache LSD radix sort of one bucket of (uint32 key, payload) pairs, k/p[0:m),
      * with scratch kb/pb of m pairs and cnt of 3 << ST_BUCKET_BITS counters. Only the bits
      * that vary within the bucket are sorted on, in as few digits of at most ST_BUCKET_BITS
@@ -211,7 +206,6 @@ cdef extern from *:
     ST_DEFINE_BUCKET_SORT(st_bucket_sort_p64, int64_t)
     """
     int64_t st_chunk_of(int64_t d, int64_t n, int64_t nchunks) nogil
-    void st_prefetch(const void* p) nogil
     void st_scatter_p8(const int64_t* keys, const uint8_t* pos, int64_t* kout, uint8_t* pout, int64_t lo, int64_t hi,
         int shift, int64_t mask, int64_t* offs, int64_t* work, int64_t* counts, int64_t n, int64_t nchunks,
         int count, int streaming) nogil

@@ -39,6 +39,7 @@ from libc.stdint cimport int32_t, int64_t, uint8_t, uint64_t
 from libc.stdlib cimport calloc, free, malloc
 from libc.string cimport memcpy, memset
 
+from ._prefetch cimport st_prefetch
 from ._scratch cimport scratch_alloc, scratch_calloc, scratch_free
 
 import numpy as np
@@ -53,7 +54,6 @@ cdef extern from *:
     static inline int st_bitlen64(uint64_t x) { return x ? 64 - __builtin_clzll(x) : 0; }
     static inline int st_ctz64(uint64_t x) { return __builtin_ctzll(x); }
     static inline int st_popcount64(uint64_t x) { return __builtin_popcountll(x); }
-    static inline void st_prefetch(const void* p) { __builtin_prefetch(p, 0, 3); }
 
     /* Dot products with four independent vector accumulators (SSE2 baseline). */
     typedef float st_v4f __attribute__((vector_size(16)));
@@ -83,7 +83,6 @@ cdef extern from *:
     int st_bitlen64(uint64_t x) nogil
     int st_ctz64(uint64_t x) nogil
     int st_popcount64(uint64_t x) nogil
-    void st_prefetch(const void* p) nogil
     float st_dot_f32(const float* x, const float* y, Py_ssize_t n) nogil
     double st_dot_f64(const double* x, const double* y, Py_ssize_t n) nogil
 

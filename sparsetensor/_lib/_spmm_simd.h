@@ -27,6 +27,8 @@
 #include <stdint.h>
 #include <stddef.h>
 
+#include "_prefetch.h"
+
 #define ST_BAD_COMPRESSED 1
 #define ST_BAD_PLAIN 3
 
@@ -105,8 +107,8 @@ ST_INLINE __m256 st_red8_ps(const __m256 *a) {
 #endif
 
 ST_INLINE void st_spmv_prefetch(const void *ip, const void *vp, size_t isz, size_t vsz) {
-    _mm_prefetch((const char *)((uintptr_t)vp + ST_SPMV_PF * vsz), _MM_HINT_T0);
-    _mm_prefetch((const char *)((uintptr_t)ip + ST_SPMV_PF * isz), _MM_HINT_T0);
+    st_prefetch_past(vp, ST_SPMV_PF * vsz);
+    st_prefetch_past(ip, ST_SPMV_PF * isz);
 }
 
 #define ST_DEFINE_SPMV(NAME, T, IT, LIMT, LIM, AT, L, MT, MASK, ZERO, LOADI, MLOADI, GE, MGE, \

@@ -19,17 +19,8 @@ import numpy as np
 _INT32, _INT64 = np.dtype(np.int32), np.dtype(np.int64)
 _INDEX_DTYPES = (_INT32, _INT64)
 
+from sparsetensor._lib._prefetch cimport st_prefetch_past
 from sparsetensor._lib._types cimport index_t
-
-cdef extern from *:
-    """
-    #include <stdint.h>
-    /* a prefetch `off` bytes past p: formed as an integer, and a prefetch never faults */
-    static inline void st_prefetch_past(const void* p, size_t off) {
-        __builtin_prefetch((const void*)((uintptr_t)p + off), 0, 3);
-    }
-    """
-    void st_prefetch_past(const void* p, size_t off) nogil
 
 cdef enum:
     # Positions per cache-sized block: the fast pass over a block is followed
