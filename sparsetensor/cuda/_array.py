@@ -318,12 +318,18 @@ def _same_device(device, ordinal):
 
 
 def _strided_memory_view():
-    try:
-        from cuda.core.utils import StridedMemoryView
-    except ImportError as e:
-        raise ImportError("taking DLPack / __cuda_array_interface__ arrays needs cuda-python's cuda.core: "
-                          "pip install 'sparsetensor[cuda]'") from e
-    return StridedMemoryView
+    global _SMV
+    if _SMV is None:  # imported once: this is on the path of every op given a CuPy or torch array
+        try:
+            from cuda.core.utils import StridedMemoryView
+        except ImportError as e:
+            raise ImportError("taking DLPack / __cuda_array_interface__ arrays needs cuda-python's cuda.core: "
+                              "pip install 'sparsetensor[cuda]'") from e
+        _SMV = StridedMemoryView
+    return _SMV
+
+
+_SMV = None
 
 
 def _consumer_stream(dev) -> int:

@@ -160,6 +160,7 @@ class Device:
                 raise CudaError(f"cuda:{ordinal} does not support stream-ordered memory pools (cuMemAllocAsync), "
                                 "which the sparsetensor CUDA backend needs")
             self.stream = self.core.create_stream(options=cc.StreamOptions(nonblocking=True))
+            self._stream_handle = int(self.stream.handle)  # asked per op (stream ordering, DLPack intake)
             # no options: the device's default pool, release threshold raised by cuda.core (freed memory is reused)
             self.memory = cc.DeviceMemoryResource(self.core)
         self.modules: dict = {}      # cache key -> cuda.core ObjectCode loaded on this device
@@ -171,7 +172,7 @@ class Device:
 
     @property
     def stream_handle(self) -> int:
-        return int(self.stream.handle)
+        return self._stream_handle
 
     def activate(self) -> None:
         with errors("cuda.core.Device.set_current"):
