@@ -393,7 +393,7 @@ def as_device_array(obj, device=None) -> DeviceArray:
     through ``cuda.core.utils.StridedMemoryView``, which also orders the producer's queued work
     before our stream. Host arrays are refused here (use :meth:`DeviceArray.from_host`)."""
     if isinstance(obj, DeviceArray):
-        if device is not None:
+        if device is not None and device is not obj._device:  # the same Device object: nothing to check
             _same_device(device, obj.device_id)
         return obj
     if hasattr(obj, "__dlpack__") and hasattr(obj, "__dlpack_device__"):

@@ -38,8 +38,6 @@ _BSR_TILED_MIN_N = 16
 
 
 def _dense_operand(x, dev, op: str) -> DeviceArray:
-    if type(x) is DeviceArray and x._device is dev:  # the common case, without as_device_array's checks
-        return x
     if isinstance(x, CudaSparseTensor):
         raise NotImplementedError(f"{op} of two sparse tensors on cuda (SpGEMM) has no GPU kernel")
     if isinstance(x, np.ndarray):

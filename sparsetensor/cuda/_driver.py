@@ -268,21 +268,13 @@ _CTYPES = {"p": ctypes.c_uint64, "q": ctypes.c_int64, "Q": ctypes.c_uint64, "i":
 
 
 def pack_args(values, kinds) -> list:
-    """The kernel arguments as ctypes scalars of the declared widths (the emulator's packing).
+    """The kernel arguments as ctypes scalars of the declared widths (the emulator's packing):
+    :func:`launch_args`' values, each in its ctypes type.
 
     ``kinds`` are the codes of :mod:`sparsetensor.cuda._source` ("p" pointer, "q" i64,
     "Q" u64, "i" int, "d" double); a pointer is an int, None (null) or an object with ``.ptr``.
     """
-    out = []
-    for v, k in zip(values, kinds):
-        if k == "p":
-            v = 0 if v is None else (v if isinstance(v, int) else v.ptr)
-        elif k == "d":
-            v = float(v)
-        else:
-            v = int(v)
-        out.append(_CTYPES[k](v))
-    return out
+    return [_CTYPES[k](v) for v, k in zip(launch_args(values, kinds), kinds)]
 
 
 def launch_args(values, kinds) -> list:
