@@ -101,3 +101,40 @@ def test_broken_index_at_every_group_position(simd, dtype, index_dtype, row):
     cr[row + 1] = len(col) + 5  # past nnz
     found, _ = spmv(cr, col, values, x, checked=False)
     assert found is not None and found[0] == "5.3", found
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_streaming_sizes(simd, dtype):
+    """Matrices large enough for the kernels' software prefetches (short CSR rows from 32 MB of
+    values and indices, BSR x vector from 4 MB): the same sums as the oracle, and a broken
+    index near the end is still reported."""
+    rng = np.random.default_rng(3)
+    nrows = 800_000  # rows of 0..11 entries: 4.4M entries, 35 MB with int32 indices and float32
+    lengths = rng.integers(0, 12, nrows)
+    crow = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+    col = rng.integers(0, 5000, int(crow[-1])).astype(np.int32)
+    values = rng.standard_normal(col.size).astype(dtype)
+    x = rng.standard_normal(5000).astype(dtype)
+    tol = 1e-4 if dtype == "float32" else 1e-11
+    for checked in (True, False):
+        found, y = spmv(crow, col, values, x, nthreads=2, checked=checked)
+        assert found is None
+        np.testing.assert_allclose(y, oracle(crow, col, values, x), rtol=tol, atol=tol * 10)
+    c = col.copy()
+    c[-3] = 5000
+    found, _ = spmv(crow, c, values, x, nthreads=2, checked=False)
+    assert found is not None and found[0] == "5.5" and found[3] == col.size - 3, found
+
+    scipy = pytest.importorskip("scipy.sparse")
+    nb, bcols = 30_000, 4000  # block rows of 0..4 3x3 blocks: 60k blocks, 4.6 MB of float64
+    blens = rng.integers(0, 5, nb)
+    bcrow = np.concatenate([[0], np.cumsum(blens)]).astype(np.int64)
+    bcol = np.concatenate([np.sort(rng.choice(bcols, n, replace=False)) for n in blens]).astype(np.int64)
+    bvals = rng.standard_normal((bcol.size, 3, 3)).astype(dtype)
+    xb = rng.standard_normal(3 * bcols).astype(dtype)
+    want = scipy.bsr_matrix((bvals.astype(np.float64), bcol, bcrow), shape=(3 * nb, 3 * bcols)) @ xb.astype(np.float64)
+    out = np.full((1, 3 * nb, 1), np.nan, dtype)
+    found = _spmm.spmm(bcrow.reshape(1, -1), bcol.reshape(1, -1), bvals.reshape(1, -1, 9), xb.reshape(1, -1, 1), out,
+                       Z, Z, (3, 3), True, 2, checked=False)
+    assert found is None
+    np.testing.assert_allclose(out.ravel(), want, rtol=tol, atol=tol * 10)

@@ -99,11 +99,24 @@ ST_INLINE __m256 st_red8_ps(const __m256 *a) {
 /* SpMV streams a row's values and indices once; the chunk loop prefetches them ST_SPMV_PF
  * entries ahead (4 KB of float64 values), which keeps more lines in flight than the hardware
  * prefetchers do across page boundaries (A/B, one process: 1.05x on the 27-point stencil
- * at 10^6 nnz, 1.2-1.5x at 10^7 and on R-MAT at 10^7; rows shorter than a chunk do not
- * prefetch and are unchanged). The address is formed as an integer and a prefetch never
- * faults, so looking past the end of the arrays is harmless. */
+ * at 10^6 nnz, 1.2-1.5x at 10^7 and on R-MAT at 10^7). A row shorter than a chunk prefetches
+ * once, at its start, where the matrix takes ST_SHORT_PF_MIN_BYTES or more (5- and 7-point
+ * stencils at 10^7 nnz: 1.2-1.3x; R-MAT at 10^7 0.98-1.0; at 10^6 nnz, from the caches, a
+ * prefetch a row cost 0-5%, hence the bound). BSR x vector prefetches the lines of each pair
+ * of blocks ST_BSR_PF bytes ahead where its blocks take ST_BSR_PF_MIN_BYTES or more (3x3
+ * float64 blocks: 1.13-1.6x at 10^7 nnz, 1.04-1.2x at 10^6). The address is formed as an
+ * integer and a prefetch never faults, so looking past the end of the arrays is harmless. */
 #ifndef ST_SPMV_PF
 #define ST_SPMV_PF 512
+#endif
+#ifndef ST_BSR_PF
+#define ST_BSR_PF 4096
+#endif
+#ifndef ST_SHORT_PF_MIN_BYTES
+#define ST_SHORT_PF_MIN_BYTES (32 << 20)
+#endif
+#ifndef ST_BSR_PF_MIN_BYTES
+#define ST_BSR_PF_MIN_BYTES (4 << 20)
 #endif
 
 ST_INLINE void st_spmv_prefetch(const void *ip, const void *vp, size_t isz, size_t vsz) {
@@ -137,7 +150,7 @@ ST_INLINE int st_spmv_row_##NAME(const IT *pp, const T *vp, const T *x, int64_t 
                                                                                                \
 ST_INLINE int st_spmv_rows_##NAME(const IT *cp, const IT *pp, const T *vp, const T *x, T *y,     \
                                   ptrdiff_t i0, ptrdiff_t i1, int64_t nnz, int64_t nplain,     \
-                                  const int checked) {                                         \
+                                  const int checked, const int pf) {                           \
     AT acc[L];                                                                                 \
     for (ptrdiff_t i = i0; i < i1; i += L) {                                                   \
         const int R = i1 - i < L ? (int)(i1 - i) : L;                                          \
@@ -146,6 +159,7 @@ ST_INLINE int st_spmv_rows_##NAME(const IT *cp, const IT *pp, const T *vp, const
             if (r >= R) { acc[r] = ZERO(); continue; }                                         \
             const int64_t hi = cp[i + r + 1];                                                  \
             if (!checked && (lo < 0 || hi < lo || hi > nnz)) return ST_BAD_COMPRESSED;         \
+            if (pf && hi - lo < L) st_spmv_prefetch(pp + lo, vp + lo, sizeof(IT), sizeof(T));  \
             if (st_spmv_row_##NAME(pp, vp, x, lo, hi, nplain, checked, acc + r))               \
                 return ST_BAD_PLAIN;                                                           \
             lo = hi;                                                                           \
@@ -158,8 +172,9 @@ ST_INLINE int st_spmv_rows_##NAME(const IT *cp, const IT *pp, const T *vp, const
 /* one copy without the guards, one with them */                                               \
 static int st_spmv_##NAME(const IT *cp, const IT *pp, const T *vp, const T *x, T *y,           \
                           ptrdiff_t i0, ptrdiff_t i1, int64_t nnz, int64_t nplain, int checked) { \
-    return checked ? st_spmv_rows_##NAME(cp, pp, vp, x, y, i0, i1, nnz, nplain, 1)             \
-                   : st_spmv_rows_##NAME(cp, pp, vp, x, y, i0, i1, nnz, nplain, 0);            \
+    const int pf = nnz * (int64_t)(sizeof(T) + sizeof(IT)) >= ST_SHORT_PF_MIN_BYTES;           \
+    return checked ? st_spmv_rows_##NAME(cp, pp, vp, x, y, i0, i1, nnz, nplain, 1, pf)         \
+                   : st_spmv_rows_##NAME(cp, pp, vp, x, y, i0, i1, nnz, nplain, 0, pf);        \
 }
 
 /* bound of an int32 index vector: nplain, saturated */
@@ -307,7 +322,7 @@ ST_INLINE void st_bsr_vec_row_##TN##_##IN(const IT *pp, const T *vp, int64_t lo,
                                           const T *x, ptrdiff_t Cb, ptrdiff_t bs,             \
                                           const __m512i *ix, MT mx, const MT *mv,             \
                                           const ptrdiff_t *tc, T *buf, const int C,           \
-                                          const int R) {                                       \
+                                          const int R, const int pf) {                         \
     VT a[4], b[4];                                                                             \
     T sa[2] = {0, 0}, sb[2] = {0, 0};                                                          \
     _Pragma("GCC unroll 4") for (int c = 0; c < 4; c++) { a[c] = ZERO(); b[c] = ZERO(); }      \
@@ -317,6 +332,11 @@ ST_INLINE void st_bsr_vec_row_##TN##_##IN(const IT *pp, const T *vp, int64_t lo,
         const VT x0 = LOADZ(mx, xa);                                                           \
         const VT x1 = LOADZ(mx, xb);                                                           \
         const T *v0 = vp + k * bs;                                                             \
+        if (pf) { /* the lines of this pair's blocks, ST_BSR_PF bytes on, and their indices */ \
+            for (ptrdiff_t off = 0; off < 2 * bs * (ptrdiff_t)sizeof(T); off += 64)           \
+                st_prefetch_past(v0, ST_BSR_PF + off);                                         \
+            st_prefetch_past(pp + k, ST_BSR_PF / 8);                                           \
+        }                                                                                      \
         _Pragma("GCC unroll 4") for (int c = 0; c < 4; c++) {                                  \
             if (c < C) {                                                                       \
                 a[c] = FMA(LOADZ(mv[c], v0 + c * L), PERM(ix[c], x0), a[c]);                   \
@@ -366,6 +386,7 @@ static int st_bsr_vec_##TN##_##IN(const IT *cp, const IT *pp, const T *vp, const
     }                                                                                          \
     const ptrdiff_t tc[2] = {lanes[C * L], R > 1 ? lanes[C * L + 1] : 0};                      \
     const MT mx = MASK(Cb);                                                                    \
+    const int pf = nnz * (int64_t)(bs * sizeof(T) + sizeof(IT)) >= ST_BSR_PF_MIN_BYTES;        \
     T buf[4 * L];                                                                              \
     for (ptrdiff_t i = i0; i < i1; i++) {                                                      \
         ST_SLOT_GUARD                                                                          \
@@ -389,7 +410,7 @@ static int st_bsr_vec_##TN##_##IN(const IT *cp, const IT *pp, const T *vp, const
 
 #define ST_BSR_VEC_CASE(TN, IN, C, R)                                                          \
     case C * 4 + R:                                                                            \
-        st_bsr_vec_row_##TN##_##IN(pp, vp, lo, hi, x, Cb, bs, ix, mx, mv, tc, buf, C, R);      \
+        st_bsr_vec_row_##TN##_##IN(pp, vp, lo, hi, x, Cb, bs, ix, mx, mv, tc, buf, C, R, pf);  \
         break;
 
 #define ST_BLOCK_CASE(TN, IN, R, V)                                                            \
