@@ -29,7 +29,18 @@ def _torch_member(a: np.ndarray):
     return torch.from_numpy(a) if a.size else torch.empty(a.shape, dtype=torch.from_numpy(a).dtype)
 
 
+def crashes_torch(c, p) -> bool:
+    """torch 2.13's invariant check crashes the process (a segfault, seen here about once in
+    eight runs of this file) on compressed indices with a nonzero entry when there are no
+    entries (nnz 0), e.g. [0, 2, 0]: its checks with nnz == 0 are pytorch/pytorch#115755 (open).
+    Such input breaks invariant 5.1-5.3 whatever else it holds, so it must be rejected; torch is
+    not asked."""
+    return p.shape[-1] == 0 and bool(c.any())
+
+
 def torch_accepts(c, p, v, shape, layout) -> tuple[bool, np.ndarray | None]:
+    if crashes_torch(c, p):
+        return False, None
     try:
         t = torch.sparse_compressed_tensor(_torch_member(c), _torch_member(p), _torch_member(v),
                                            shape, layout=TORCH_LAYOUT[layout], check_invariants=True)
