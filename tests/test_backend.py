@@ -17,7 +17,7 @@ from sparsetensor._backend import KERNELS, backend_for, cpu, device_of
 from sparsetensor._dense import check_from_dense
 from sparsetensor.ops.blas import product_shape
 
-from test_cuda import CASES, CASE_IDS, assert_same, assert_values, backend, make  # noqa: F401 - fixture
+from cuda_support import CASES, CASE_IDS, assert_same, assert_values, backend, make  # noqa: F401 - fixture
 
 cuda_backend = pytest.importorskip("sparsetensor.cuda._backend")
 

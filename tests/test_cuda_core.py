@@ -3,8 +3,8 @@
 packing for ``cuda.core.launch``, and DLPack / ``__cuda_array_interface__`` intake through
 ``cuda.core.utils.StridedMemoryView`` (host producers refused with a clear error).
 
-The device paths themselves (streams, the pool, launches) need a GPU; ``tests/test_cuda.py``
-runs them on one when present and on the kernel emulator otherwise.
+The device paths themselves (streams, the pool, launches) need a GPU; ``tests/test_cuda.py`` and
+``test_cuda_interop.py`` run them on one when present and on the kernel emulator otherwise.
 """
 
 from __future__ import annotations
