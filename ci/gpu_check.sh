@@ -16,7 +16,8 @@
 #   test_cuda_interop.py, every worker process followed, a per-test timeout (TEST_TIMEOUT,
 #   150 s: a worker's first test waits for CUDA to start under the tool, 30-70 s with 7-14
 #   workers on an H100) that names a test that hangs; SAN_WORKERS xdist workers (6: memcheck
-#   took 62 s for all the GPU tests), SANITIZER_ARGS more pytest arguments (say "-v --maxfail 2": each outcome as it ends, the first errors in full).
+#   took 62 s for all the GPU tests), SANITIZER_ARGS more pytest arguments (say "-v --maxfail
+#   2": each outcome as it ends, the first errors in full).
 # - bench: python -m bench.cuda (torch and CuPy as peers where installed).
 # - suite: the whole test suite on the machine (CPU tests too), 14 workers.
 set -u
