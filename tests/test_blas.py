@@ -291,7 +291,8 @@ def test_simd_and_portable_paths(simd, blocksize, index_dtype, dtype, rng):
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("index_dtype", INDEX_DTYPES, ids=lambda d: np.dtype(d).name)
-@pytest.mark.parametrize("blocksize", [(3, 3), (2, 5), (1, 9), (9, 1), (4, 8), (6, 6), (5, 7), (1, 17), (3, 6), (5, 5), (2, 9)])
+@pytest.mark.parametrize("blocksize", [(2, 2), (3, 3), (4, 4), (2, 5), (1, 9), (9, 1), (4, 8), (6, 6), (5, 7), (1, 17),
+                                       (3, 6), (5, 5), (2, 9), (17, 2)])
 def test_bsr_times_vector(simd, blocksize, index_dtype, dtype, rng):
     """BSR x vector on a 2-d matrix: the register path (Cb up to one vector's lanes, a block up
     to four vectors), the tile path beyond it, blocks stored transposed (the bsr view of a bsc

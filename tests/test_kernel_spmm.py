@@ -126,7 +126,7 @@ def test_streaming_sizes(simd, dtype):
     assert found is not None and found[0] == "5.5" and found[3] == col.size - 3, found
 
     scipy = pytest.importorskip("scipy.sparse")
-    nb, bcols = 30_000, 4000  # block rows of 0..4 3x3 blocks: 60k blocks, 4.6 MB of float64
+    nb, bcols = 50_000, 4000  # block rows of 0..4 3x3 blocks: 100k blocks, 4.4 MB of float32
     blens = rng.integers(0, 5, nb)
     bcrow = np.concatenate([[0], np.cumsum(blens)]).astype(np.int64)
     bcol = np.concatenate([np.sort(rng.choice(bcols, n, replace=False)) for n in blens]).astype(np.int64)
