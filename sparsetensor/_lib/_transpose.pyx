@@ -533,7 +533,9 @@ def compressed_transpose(const index_t[:, ::1] compressed, const index_t[:, ::1]
             shift += 1
         bucketed = shift > 0
     NB = ((nplain + (1 << shift) - 1) >> shift) if bucketed else nplain
-    Ti = 1 if per_batch else max(1, min(T, nnz // DIRECT_GRAIN + 1))
+    # threads by the items moved, not the entries: 10.6k 3x3 blocks (95k items) took 136 us on
+    # one thread and 83 us on two (grain by entries gave them one)
+    Ti = 1 if per_batch else max(1, min(T, nnz * max(E, 1) // DIRECT_GRAIN + 1))
     workers = T if per_batch else 1
     # direct mode keeps one counter per plain index and thread: bound that memory
     while Ti > 1 and not bucketed and Ti * NB > max(nnz, 1 << 20):
