@@ -93,6 +93,39 @@ def _cupy_timer(cp):
     return time
 
 
+def _host_per_call(stc, dev, gen, torch, cp, calls) -> dict:
+    """Microseconds a call of a 64 x 64 CSR SpMV costs (wall time over ``calls`` calls queued
+    back to back, one synchronisation at the end): the host's part of a call, the kernel being
+    tiny. Ours with a DeviceArray, a torch and a CuPy operand; torch's own ``sparse.mm``."""
+    import time
+
+    crow, col, val = gen.csr(64, 8, np.int32)
+    a = stc.compressed_tensor(crow, col, val, (64, 64), layout="csr", check_invariants=True)
+    x = stc.as_device_array(gen.normal((64,)), dev)
+
+    def per_call(fn, sync):
+        fn()
+        sync()
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        sync()
+        return (time.perf_counter() - t0) / calls * 1e6
+
+    out = {"ours, DeviceArray x": per_call(lambda: stc.matmul(a, x), dev.synchronize)}
+    if torch is not None:
+        tx = torch.from_dlpack(x)
+        out["ours, torch x"] = per_call(lambda: stc.matmul(a, tx), dev.synchronize)
+        ta = torch.sparse_csr_tensor(torch.from_dlpack(a.crow_indices()), torch.from_dlpack(a.col_indices()),
+                                     torch.from_dlpack(a.values()), a.shape)
+        tx2 = tx[:, None]
+        out["torch.sparse.mm"] = per_call(lambda: torch.sparse.mm(ta, tx2), torch.cuda.synchronize)
+    if cp is not None:
+        cx = cp.asarray(x)
+        out["ours, cupy x"] = per_call(lambda: stc.matmul(a, cx), dev.synchronize)
+    return out
+
+
 def _copy_bandwidth(dev, timer, nbytes=1 << 30) -> float:
     """Bytes per second moved (read + write) by a device-to-device copy."""
     from sparsetensor.cuda import DeviceArray
@@ -346,9 +379,12 @@ def run(quick=False, repeat=7, emulate=False, profile=False):
     record(f"csr validation {big.nnz:,} nnz", ms, col.nbytes + crow.nbytes, peers, "torch/ours >= 5")
 
     print_table(["case", "ours ms", "GB/s", "of copy bw", "torch/ours", "cupy/ours", "target"], rows)
+    host = _host_per_call(stc, dev, gen, torch, cp, 50 if emulate else 500)
+    print_table(["host time a call, 64 x 64 SpMV", "us"], [[k, v] for k, v in host.items()])
     info = {"machine": machine(), "device": {"ordinal": dev.ordinal, "cc": list(dev.compute_capability),
                                              "sms": dev.sm_count},
-            "copy_bandwidth_Bps": bw, "quick": quick, "emulated": emulate, "results": records}
+            "copy_bandwidth_Bps": bw, "quick": quick, "emulated": emulate, "results": records,
+            "host_us_per_call": host}
     if torch is not None:
         info["torch"] = torch.__version__
     if cp is not None:
