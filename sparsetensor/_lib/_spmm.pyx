@@ -52,7 +52,8 @@ from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport calloc, free, malloc
 from libc.string cimport memset
 
-from sparsetensor._lib._prefetch cimport st_prefetch_past
+from sparsetensor._lib._prefetch cimport (ST_BSR_PF, ST_BSR_PF_MIN_BYTES, ST_SHORT_PF_MIN_BYTES, ST_SPMV_PF,
+                                           st_prefetch_past)
 from sparsetensor._lib._scratch cimport scratch_alloc, scratch_calloc, scratch_free
 
 from sparsetensor._lib._arrays cimport _array, _dim, _index_code, _value_code
@@ -81,14 +82,6 @@ cdef extern from "_spmm_simd.h" nogil:
 # schedule hands each thread a contiguous run of them), and column chunks per thread of the
 # scatter kernel.
 cdef Py_ssize_t _CHUNKS_PER_THREAD = 4
-
-# Software prefetch of the portable loops (as _spmm_simd.h's): SpMV looks _PF_ENTRIES entries
-# ahead and blocks x vector _PF_BYTES, from a batch of _PF_MIN_BYTES (SpMV) or
-# _PF_MIN_BYTES_BLOCKS (blocks) of values and indices on (smaller ones stay in the caches).
-cdef Py_ssize_t _PF_ENTRIES = 512
-cdef Py_ssize_t _PF_BYTES = 4096
-cdef int64_t _PF_MIN_BYTES = 32 << 20
-cdef int64_t _PF_MIN_BYTES_BLOCKS = 4 << 20
 
 # The portable blocks x vector loop keeps a block row's output rows in locals up to this many.
 cdef enum:

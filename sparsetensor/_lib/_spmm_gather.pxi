@@ -80,9 +80,9 @@ cdef int _gather_vec(const index_t* cp, const index_t* pp, const num_t* vp, cons
 cdef int _gather_vec_stream(const index_t* cp, const index_t* pp, const num_t* vp, const num_t* xp,
                             num_t* yp, const _Geo* g, Py_ssize_t i0, Py_ssize_t i1) noexcept nogil:
     """_gather_vec (not logical) for a matrix that streams from memory: a row is read a cache
-    line of values at a time, and each line prefetches the one _PF_ENTRIES entries on, values
+    line of values at a time, and each line prefetches the one ST_SPMV_PF entries on, values
     and indices (as _spmm_simd.h). (The same step loop in _gather_vec, run once a row below
-    _PF_MIN_BYTES, cost 0.75-0.9x at 10^5-10^6 nnz.)"""
+    ST_SHORT_PF_MIN_BYTES, cost 0.75-0.9x at 10^5-10^6 nnz.)"""
     cdef Py_ssize_t i, k, k0, k1, step = 64 // sizeof(num_t)
     cdef int64_t lo, hi, col
     cdef num_t acc
@@ -96,8 +96,8 @@ cdef int _gather_vec_stream(const index_t* cp, const index_t* pp, const num_t* v
         k0 = lo
         while k0 < hi:
             k1 = min(k0 + step, hi)
-            st_prefetch_past(vp + k0, _PF_ENTRIES * sizeof(num_t))
-            st_prefetch_past(pp + k0, _PF_ENTRIES * sizeof(index_t))
+            st_prefetch_past(vp + k0, ST_SPMV_PF * sizeof(num_t))
+            st_prefetch_past(pp + k0, ST_SPMV_PF * sizeof(index_t))
             for k in range(k0, k1):
                 col = pp[k]
                 if not checked and _bad_plain(col, g.nplain):
@@ -134,10 +134,10 @@ cdef inline int _bvec_rows(const index_t* cp, const index_t* pp, const num_t* vp
                 return _PLAIN_TOO_LARGE
             a = vp + k * bs
             xq = xp + col * Cb
-            if pf:  # the lines of the block _PF_BYTES on, and its index
+            if pf:  # the lines of the block ST_BSR_PF on, and its index
                 for off in range(0, bs * <Py_ssize_t>sizeof(num_t), 64):
-                    st_prefetch_past(a, _PF_BYTES + off)
-                st_prefetch_past(pp + k, _PF_BYTES // 8)
+                    st_prefetch_past(a, ST_BSR_PF + off)
+                st_prefetch_past(pp + k, ST_BSR_PF // 8)
             for r in range(Rb):
                 for q in range(Cb):
                     acc[r] = acc[r] + _mul(a[r * ars + q * acs], xq[q])
@@ -163,8 +163,8 @@ cdef int _gather_bvec(const index_t* cp, const index_t* pp, const num_t* vp, con
                       num_t* yp, const _Geo* g, Py_ssize_t i0, Py_ssize_t i1) noexcept nogil:
     """Blocks x vector, block rows [i0, i1) (N == 1, Rb <= _BVEC_MAX_RB, not logical): each
     output row of a block row sums in a local, term by term in the order of _gather_rows.
-    Blocks that stream from memory prefetch the block _PF_BYTES on."""
-    if g.nnz * <int64_t>(g.bs * sizeof(num_t) + sizeof(index_t)) >= _PF_MIN_BYTES_BLOCKS:
+    Blocks that stream from memory prefetch the block ST_BSR_PF on."""
+    if g.nnz * <int64_t>(g.bs * sizeof(num_t) + sizeof(index_t)) >= ST_BSR_PF_MIN_BYTES:
         return _bvec_shapes(cp, pp, vp, xp, yp, g, i0, i1, True)
     return _bvec_shapes(cp, pp, vp, xp, yp, g, i0, i1, False)
 
@@ -174,7 +174,7 @@ cdef int _gather_task(const index_t* cp, const index_t* pp, const num_t* vp, con
     if ST_SPMM_SIMD and (num_t is float or num_t is double) and _simd_enabled:
         return _gather_simd(cp, pp, vp, dp, op, g, i0, i1)
     if g.bs == 1 and g.N == 1:
-        if not g.logical and g.nnz * <int64_t>(sizeof(num_t) + sizeof(index_t)) >= _PF_MIN_BYTES:
+        if not g.logical and g.nnz * <int64_t>(sizeof(num_t) + sizeof(index_t)) >= ST_SHORT_PF_MIN_BYTES:
             return _gather_vec_stream(cp, pp, vp, dp, op, g, i0, i1)
         return _gather_vec(cp, pp, vp, dp, op, g, i0, i1)
     if g.N == 1 and g.Rb <= _BVEC_MAX_RB and not g.logical:

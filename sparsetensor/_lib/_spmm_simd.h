@@ -105,19 +105,8 @@ ST_INLINE __m256 st_red8_ps(const __m256 *a) {
  * prefetch a row cost 0-5%, hence the bound). BSR x vector prefetches the lines of each pair
  * of blocks ST_BSR_PF bytes ahead where its blocks take ST_BSR_PF_MIN_BYTES or more (3x3
  * float64 blocks: 1.13-1.6x at 10^7 nnz, 1.04-1.2x at 10^6). The address is formed as an
- * integer and a prefetch never faults, so looking past the end of the arrays is harmless. */
-#ifndef ST_SPMV_PF
-#define ST_SPMV_PF 512
-#endif
-#ifndef ST_BSR_PF
-#define ST_BSR_PF 4096
-#endif
-#ifndef ST_SHORT_PF_MIN_BYTES
-#define ST_SHORT_PF_MIN_BYTES (32 << 20)
-#endif
-#ifndef ST_BSR_PF_MIN_BYTES
-#define ST_BSR_PF_MIN_BYTES (4 << 20)
-#endif
+ * integer and a prefetch never faults, so looking past the end of the arrays is harmless.
+ * The four distances and bounds live in _prefetch.h, shared with the portable loops. */
 
 ST_INLINE void st_spmv_prefetch(const void *ip, const void *vp, size_t isz, size_t vsz) {
     st_prefetch_past(vp, ST_SPMV_PF * vsz);
