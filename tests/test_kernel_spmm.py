@@ -138,3 +138,45 @@ def test_streaming_sizes(simd, dtype):
                        Z, Z, (3, 3), True, 2, checked=False)
     assert found is None
     np.testing.assert_allclose(out.ravel(), want, rtol=tol, atol=tol * 10)
+
+
+@pytest.mark.parametrize("nrows", [1, 9, 63, 200, 5000])
+@pytest.mark.parametrize("shape", [(1, 1, 1), (1, 1, 5), (3, 3, 1), (2, 4, 3)])
+def test_one_product_on_many_threads(simd, nrows, shape):
+    """One product split over more threads than this machine has cores: threads start late, and
+    those done with their own row range take blocks of the others' (``_gather_one``). The sums
+    are the same bits as on one thread (SpMV, SpMM, BSR x vector, BSR x dense), and a broken
+    index is reported wherever it lies, whichever thread meets it."""
+    Rb, Cb, N = shape
+    rng = np.random.default_rng(nrows)
+    lengths = rng.integers(0, 40, nrows)
+    lengths[rng.integers(0, nrows, 2)] = 300  # long rows: uneven blocks
+    ncols = 320
+    crow = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    col = np.concatenate([np.sort(rng.choice(ncols, n, replace=False)) for n in lengths]).astype(np.int64)
+    values = rng.standard_normal((1, col.size, Rb * Cb))
+    x = rng.standard_normal((1, ncols * Cb, N))
+
+    def run(c, nthreads):
+        out = np.full((1, nrows * Rb, N), np.nan)
+        found = _spmm.spmm(crow.reshape(1, -1), c.reshape(1, -1), values, x, out, Z, Z, (Rb, Cb), True, nthreads,
+                           checked=False)
+        return found, out
+
+    found, want = run(col, 1)
+    assert found is None
+    dense = np.zeros((nrows * Rb, ncols * Cb))
+    for i in range(nrows):
+        for k in range(crow[i], crow[i + 1]):
+            dense[i * Rb:(i + 1) * Rb, col[k] * Cb:(col[k] + 1) * Cb] += values[0, k].reshape(Rb, Cb)
+    np.testing.assert_allclose(want[0], dense @ x[0], rtol=1e-12, atol=1e-12)
+    for nt in (2, 7, 16):
+        found, y = run(col, nt)
+        assert found is None
+        np.testing.assert_array_equal(y, want)
+    for k in {0, col.size // 2, col.size - 1}:
+        c = col.copy()
+        c[k] = ncols
+        for nt in (2, 7, 16):
+            found, _ = run(c, nt)
+            assert found is not None and found[0] == "5.5" and found[3] == k, (nt, found)

@@ -8,7 +8,8 @@ block columns (csc/bsc). Two kernels:
   ``k`` of ``A_k @ dense[plain[k]*Cb : +Cb, :]``. Row-parallel: the rows are
   pre-split into chunks of about equal work (entries and rows, by a binary
   search of the compressed index), scheduled statically (the same rows on the
-  same thread every call); every chunk owns its
+  same thread every call); a thread done with its own rows takes blocks of rows
+  from the back of a late thread's range; every chunk owns its
   output rows, so there are no races. ``N == 1`` with 1 x 1 blocks (SpMV) has
   its own loop with a scalar accumulator, and ``N == 1`` with larger blocks one that sums a
   block row's outputs in locals (2x2, 3x3 and 4x4 blocks unrolled; a 3x3 float64 fem
@@ -47,7 +48,7 @@ broken one is reported as an error tuple instead of being followed.
 import numpy as np
 
 cimport numpy as cnp
-from cython.parallel cimport prange
+from cython.parallel cimport parallel, prange, threadid
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport calloc, free, malloc
 from libc.string cimport memset
@@ -58,6 +59,7 @@ from sparsetensor._lib._scratch cimport scratch_alloc, scratch_calloc, scratch_f
 
 from sparsetensor._lib._arrays cimport _array, _dim, _index_code, _value_code
 from sparsetensor._lib._balance cimport balanced_split
+from sparsetensor._lib._parallel cimport st_blocks, st_take_back, st_take_front
 from sparsetensor._lib._types cimport index_t, num_t
 
 
@@ -86,9 +88,15 @@ cdef Py_ssize_t _CHUNKS_PER_THREAD = 4
 # The portable blocks x vector loop keeps a block row's output rows in locals up to this many.
 cdef enum:
     _BVEC_MAX_RB = 16
-# ... and of one product (no batches): more chunks balance nothing there (one each took the
-# 2-thread SpMV of a banded matrix of 10^5 nnz from 27.6 to 26.3 us, SpMM unchanged).
-cdef Py_ssize_t _GATHER_CHUNKS_PER_THREAD = 1
+# ... and of one product (no batches): one row range per thread, worked in up to this many
+# blocks of rows of at least _GATHER_BLOCK_ITEMS items (entries x block size) each, a multiple
+# of 8 rows (the AVX-512 SpMV sums 8 rows at once), so that a thread that is done can take
+# blocks of one that started late (see _gather_one).
+cdef Py_ssize_t _GATHER_BLOCKS_PER_RANGE = 32
+cdef int64_t _GATHER_BLOCK_ITEMS = 4096
+cdef enum:
+    # a range's word of _gather_one alone in its cache line (both threads take from it)
+    _LINE_WORDS = 8
 cdef enum:
     # The scatter kernel compacts the entries of a column in chunks of this many.
     _SCATTER_CHUNK = 256
