@@ -11,35 +11,24 @@ cdef extern from *:
     #endif
     #include <stdint.h>
     /* A range of n blocks that its owner takes from the front and other threads from the
-     * back (st_take_front / st_take_back: a block index, or -1 once the two ends meet). The
+     * back (st_take(w, 0) / st_take(w, 1): a block index, or -1 once the two ends meet). The
      * word holds back << 32 | front; each take is one compare-and-swap. */
     static inline uint64_t st_blocks(uint32_t n) { return (uint64_t)n << 32; }
-    static inline int64_t st_take_front(uint64_t *w) {
+    static inline int64_t st_take(uint64_t *w, int from_back) {
         uint64_t old = __atomic_load_n(w, __ATOMIC_RELAXED), nw;
         uint32_t f, b;
         do {
             f = (uint32_t)old; b = (uint32_t)(old >> 32);
             if (f >= b) return -1;
-            nw = ((uint64_t)b << 32) | (uint64_t)(f + 1);
+            nw = from_back ? ((uint64_t)(b - 1) << 32) | (uint64_t)f : ((uint64_t)b << 32) | (uint64_t)(f + 1);
         } while (!__atomic_compare_exchange_n(w, &old, nw, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
-        return f;
-    }
-    static inline int64_t st_take_back(uint64_t *w) {
-        uint64_t old = __atomic_load_n(w, __ATOMIC_RELAXED), nw;
-        uint32_t f, b;
-        do {
-            f = (uint32_t)old; b = (uint32_t)(old >> 32);
-            if (f >= b) return -1;
-            nw = ((uint64_t)(b - 1) << 32) | (uint64_t)f;
-        } while (!__atomic_compare_exchange_n(w, &old, nw, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
-        return b - 1;
+        return from_back ? (int64_t)b - 1 : (int64_t)f;
     }
     """
     int st_omp_thread_num() nogil
     int st_have_openmp() nogil
     unsigned long long st_blocks(unsigned int n) nogil
-    long long st_take_front(unsigned long long* w) nogil
-    long long st_take_back(unsigned long long* w) nogil
+    long long st_take(unsigned long long* w, int from_back) nogil
 
 
 # Thread counts. The gate is sparsetensor._config.num_threads (GRAIN = 2**16 units of work

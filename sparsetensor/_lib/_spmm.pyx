@@ -59,7 +59,7 @@ from sparsetensor._lib._scratch cimport scratch_alloc, scratch_calloc, scratch_f
 
 from sparsetensor._lib._arrays cimport _array, _dim, _index_code, _value_code
 from sparsetensor._lib._balance cimport balanced_split
-from sparsetensor._lib._parallel cimport st_blocks, st_take_back, st_take_front
+from sparsetensor._lib._parallel cimport st_blocks, st_take
 from sparsetensor._lib._types cimport index_t, num_t
 
 

@@ -233,7 +233,7 @@ cdef int _gather_one(const index_t* cp, const index_t* pp, const num_t* vp, cons
                 lo = bounds[t]
                 hi = bounds[t + 1]
                 while True:
-                    k = st_take_front(&words[t * _LINE_WORDS]) if v == 0 else st_take_back(&words[t * _LINE_WORDS])
+                    k = st_take(&words[t * _LINE_WORDS], v != 0)
                     if k < 0:
                         break
                     r0 = lo + k * G
