@@ -14,7 +14,9 @@ block columns (csc/bsc). Two kernels:
   its own loop with a scalar accumulator, and ``N == 1`` with larger blocks one that sums a
   block row's outputs in locals (2x2, 3x3 and 4x4 blocks unrolled; a 3x3 float64 fem
   matrix: 5x the general loop at 10^6 nnz); both prefetch where the matrix streams from
-  memory (1.3-1.4x at 10^7 nnz). For float32/float64 the AVX-512
+  memory (1.3-1.4x at 10^7 nnz). CSR x dense with 16 or more columns keeps 16 columns of
+  an output row in locals while the row's entries stream by (1.2-2.2x the general loop
+  at N = 32 on stencils and R-MAT graphs, 10^5-10^6 nnz). For float32/float64 the AVX-512
   paths of ``_spmm_simd.h`` replace the loops when the build targets AVX-512
   (SpMV: masked gathers, 8 rows summed at once by a transpose tree; a row of
   the output in registers; 4 block rows x 4 vectors for BSR); each output element is summed
@@ -85,9 +87,11 @@ cdef extern from "_spmm_simd.h" nogil:
 # scatter kernel.
 cdef Py_ssize_t _CHUNKS_PER_THREAD = 4
 
-# The portable blocks x vector loop keeps a block row's output rows in locals up to this many.
+# The portable blocks x vector loop keeps a block row's output rows in locals up to this many,
+# and the portable CSR x dense loop this many columns of an output row.
 cdef enum:
     _BVEC_MAX_RB = 16
+    _TILE = 16
 # ... and of one product (no batches): one row range per thread, worked in up to this many
 # blocks of rows of at least _GATHER_BLOCK_ITEMS items (entries x block size) each, a multiple
 # of 8 rows (the AVX-512 SpMV sums 8 rows at once), so that a thread that is done can take

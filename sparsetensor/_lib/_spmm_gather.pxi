@@ -46,6 +46,53 @@ cdef int _gather_rows(const index_t* cp, const index_t* pp, const num_t* vp, con
     return _OK
 
 
+cdef int _gather_tiles(const index_t* cp, const index_t* pp, const num_t* vp, const num_t* dp,
+                       num_t* op, const _Geo* g, Py_ssize_t i0, Py_ssize_t i1) noexcept nogil:
+    """CSR x dense rows [i0, i1) (1 x 1 blocks, N >= _TILE, not logical): a row's outputs
+    _TILE columns at a time in locals (registers) while its entries stream by, instead of a
+    load and a store of the output row per entry; each output sums its terms in the order of
+    _gather_rows (the first product, then the others in entry order). Columns past the last
+    whole tile go through _scale/_axpy."""
+    cdef Py_ssize_t i, k, j, jt, t, N = g.N, nfull = g.N - g.N % _TILE
+    cdef int64_t lo, hi
+    cdef num_t acc[_TILE]
+    cdef num_t a
+    cdef const num_t* d
+    cdef num_t* o
+    cdef bint checked = g.checked
+    for i in range(i0, i1):
+        lo = cp[i]
+        hi = cp[i + 1]
+        if not checked:
+            if _bad_slot(lo, hi, g.nnz):
+                return _BAD_COMPRESSED
+            for k in range(lo, hi):
+                if _bad_plain(pp[k], g.nplain):
+                    return _PLAIN_TOO_LARGE
+        o = op + i * N
+        if lo == hi:
+            memset(o, 0, N * sizeof(num_t))
+            continue
+        for jt in range(nfull // _TILE):
+            j = jt * _TILE
+            a = vp[lo]
+            d = dp + <int64_t>pp[lo] * N + j
+            for t in range(_TILE):
+                acc[t] = _mul(a, d[t])
+            for k in range(lo + 1, hi):
+                a = vp[k]
+                d = dp + <int64_t>pp[k] * N + j
+                for t in range(_TILE):
+                    acc[t] = acc[t] + _mul(a, d[t])
+            for t in range(_TILE):
+                o[j + t] = acc[t]
+        if nfull < N:
+            _scale(o + nfull, vp[lo], dp + <int64_t>pp[lo] * N + nfull, N - nfull, False)
+            for k in range(lo + 1, hi):
+                _axpy(o + nfull, vp[k], dp + <int64_t>pp[k] * N + nfull, N - nfull, False)
+    return _OK
+
+
 cdef int _gather_vec(const index_t* cp, const index_t* pp, const num_t* vp, const num_t* xp,
                      num_t* yp, const _Geo* g, Py_ssize_t i0, Py_ssize_t i1) noexcept nogil:
     """SpMV rows [i0, i1): y[i] = sum_k v[k] * x[plain[k]] (1 x 1 blocks, N == 1)."""
@@ -179,6 +226,8 @@ cdef int _gather_task(const index_t* cp, const index_t* pp, const num_t* vp, con
         return _gather_vec(cp, pp, vp, dp, op, g, i0, i1)
     if g.N == 1 and g.Rb <= _BVEC_MAX_RB and not g.logical:
         return _gather_bvec(cp, pp, vp, dp, op, g, i0, i1)
+    if g.bs == 1 and g.N >= _TILE and not g.logical:
+        return _gather_tiles(cp, pp, vp, dp, op, g, i0, i1)
     return _gather_rows(cp, pp, vp, dp, op, g, i0, i1)
 
 
