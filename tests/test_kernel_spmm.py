@@ -141,13 +141,14 @@ def test_streaming_sizes(simd, dtype):
 
 
 @pytest.mark.parametrize("nrows", [1, 9, 63, 200, 5000])
-@pytest.mark.parametrize("shape", [(1, 1, 1), (1, 1, 5), (1, 1, 37), (3, 3, 1), (2, 4, 3)])
+@pytest.mark.parametrize("shape", [(1, 1, 1), (1, 1, 5), (1, 1, 37), (3, 3, 1), (2, 4, 3), (3, 3, 11), (4, 4, 16), (2, 3, 9)])
 def test_one_product_on_many_threads(simd, nrows, shape):
     """One product split over more threads than this machine has cores: threads start late, and
     those done with their own row range take blocks of the others' (``_gather_one``). The sums
     are the same bits as on one thread (SpMV, SpMM of 5 columns and of 37: two tiles of 16 in
-    locals and 5 more, BSR x vector, BSR x dense), and a broken index is reported wherever it
-    lies, whichever thread meets it."""
+    locals and 5 more, BSR x vector, BSR x dense with tiles of 8 columns in locals for 3x3, 4x4
+    and 2x3 blocks, whole and with columns left over), and a broken index is reported wherever
+    it lies, whichever thread meets it."""
     Rb, Cb, N = shape
     rng = np.random.default_rng(nrows)
     lengths = rng.integers(0, 40, nrows)

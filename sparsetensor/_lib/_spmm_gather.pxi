@@ -93,6 +93,71 @@ cdef int _gather_tiles(const index_t* cp, const index_t* pp, const num_t* vp, co
     return _OK
 
 
+cdef inline int _btile_rows(const index_t* cp, const index_t* pp, const num_t* vp, const num_t* dp,
+                            num_t* op, const _Geo* g, Py_ssize_t i0, Py_ssize_t i1, Py_ssize_t Rb,
+                            Py_ssize_t Cb, Py_ssize_t ars, Py_ssize_t acs) noexcept nogil:
+    """Blocks x dense, block rows [i0, i1) (N >= _BTILE, Rb <= _BTILE_MAX_RB, not logical): a
+    block row's Rb output rows, _BTILE columns at a time, in locals while its blocks stream by;
+    each output sums its terms in the order of _gather_rows (from 0, blocks in entry order, a
+    block's columns in order). The callers give the common block shapes as constants."""
+    cdef Py_ssize_t i, k, j, jt, t, r, q, N = g.N, nfull = g.N - g.N % _BTILE, bs = Rb * Cb
+    cdef int64_t lo, hi
+    cdef num_t acc[_BTILE_MAX_RB][_BTILE]
+    cdef num_t av
+    cdef const num_t* a
+    cdef const num_t* d
+    cdef num_t* o
+    cdef bint checked = g.checked
+    for i in range(i0, i1):
+        lo = cp[i]
+        hi = cp[i + 1]
+        if not checked:
+            if _bad_slot(lo, hi, g.nnz):
+                return _BAD_COMPRESSED
+            for k in range(lo, hi):
+                if _bad_plain(pp[k], g.nplain):
+                    return _PLAIN_TOO_LARGE
+        o = op + i * Rb * N
+        for jt in range(nfull // _BTILE):
+            j = jt * _BTILE
+            for r in range(Rb):
+                for t in range(_BTILE):
+                    acc[r][t] = 0
+            for k in range(lo, hi):
+                a = vp + k * bs
+                d = dp + <int64_t>pp[k] * Cb * N + j
+                for r in range(Rb):
+                    for q in range(Cb):
+                        av = a[r * ars + q * acs]
+                        for t in range(_BTILE):
+                            acc[r][t] = acc[r][t] + _mul(av, d[q * N + t])
+            for r in range(Rb):
+                for t in range(_BTILE):
+                    o[r * N + j + t] = acc[r][t]
+        if nfull < N:
+            for r in range(Rb):
+                memset(o + r * N + nfull, 0, (N - nfull) * sizeof(num_t))
+            for k in range(lo, hi):
+                a = vp + k * bs
+                d = dp + <int64_t>pp[k] * Cb * N + nfull
+                for r in range(Rb):
+                    for q in range(Cb):
+                        _axpy(o + r * N + nfull, a[r * ars + q * acs], d + q * N, N - nfull, False)
+    return _OK
+
+
+cdef int _gather_btiles(const index_t* cp, const index_t* pp, const num_t* vp, const num_t* dp,
+                        num_t* op, const _Geo* g, Py_ssize_t i0, Py_ssize_t i1) noexcept nogil:
+    if g.ars == g.Cb and g.acs == 1:  # row-major blocks of the common square shapes
+        if g.Rb == 2 and g.Cb == 2:
+            return _btile_rows(cp, pp, vp, dp, op, g, i0, i1, 2, 2, 2, 1)
+        if g.Rb == 3 and g.Cb == 3:
+            return _btile_rows(cp, pp, vp, dp, op, g, i0, i1, 3, 3, 3, 1)
+        if g.Rb == 4 and g.Cb == 4:
+            return _btile_rows(cp, pp, vp, dp, op, g, i0, i1, 4, 4, 4, 1)
+    return _btile_rows(cp, pp, vp, dp, op, g, i0, i1, g.Rb, g.Cb, g.ars, g.acs)
+
+
 cdef int _gather_vec(const index_t* cp, const index_t* pp, const num_t* vp, const num_t* xp,
                      num_t* yp, const _Geo* g, Py_ssize_t i0, Py_ssize_t i1) noexcept nogil:
     """SpMV rows [i0, i1): y[i] = sum_k v[k] * x[plain[k]] (1 x 1 blocks, N == 1)."""
@@ -228,6 +293,8 @@ cdef int _gather_task(const index_t* cp, const index_t* pp, const num_t* vp, con
         return _gather_bvec(cp, pp, vp, dp, op, g, i0, i1)
     if g.bs == 1 and g.N >= _TILE and not g.logical:
         return _gather_tiles(cp, pp, vp, dp, op, g, i0, i1)
+    if g.bs > 1 and g.N >= _BTILE and g.Rb <= _BTILE_MAX_RB and not g.logical:
+        return _gather_btiles(cp, pp, vp, dp, op, g, i0, i1)
     return _gather_rows(cp, pp, vp, dp, op, g, i0, i1)
 
 
