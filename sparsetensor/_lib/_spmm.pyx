@@ -87,14 +87,14 @@ cdef extern from "_spmm_simd.h" nogil:
 # scatter kernel.
 cdef Py_ssize_t _CHUNKS_PER_THREAD = 4
 
-# The portable blocks x vector loop keeps a block row's output rows in locals up to this many,
-# the portable CSR x dense loop this many columns of an output row, and the blocks x dense
-# loop this many columns of up to _BTILE_MAX_RB output rows.
+# The portable blocks x vector loop keeps a block row's output rows in locals up to this many;
+# the portable sparse x dense loop (_tile_rows) this many columns of a CSR output row, or of up
+# to _TILE_MAX_RB output rows of a block row.
 cdef enum:
     _BVEC_MAX_RB = 16
     _TILE = 16
     _BTILE = 8
-    _BTILE_MAX_RB = 4
+    _TILE_MAX_RB = 4
 # ... and of one product (no batches): one row range per thread, worked in up to this many
 # blocks of rows of at least _GATHER_BLOCK_ITEMS items (entries x block size) each, a multiple
 # of 8 rows (the AVX-512 SpMV sums 8 rows at once), so that a thread that is done can take
