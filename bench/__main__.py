@@ -30,7 +30,16 @@ def main(argv=None) -> int:
     parser.add_argument("--rest", type=float, default=0.0,
                         help="structures: after each case sleep this many times as long as it ran, so that the "
                              "bench's own threads do not drive the load average up (1: about half the time)")
+    parser.add_argument("--cpu-level", default=None, choices=["avx512", "avx2", "baseline"],
+                        help="run our kernels at this x86-64 level (SPARSETENSOR_CPU_LEVEL) and torch/MKL at "
+                             "the same instructions: what a CPU without AVX-512 (avx2) would see")
     args = parser.parse_args(argv)
+    if args.cpu_level:  # before any benchmark module imports sparsetensor or torch
+        if "torch" in sys.modules or "sparsetensor" in sys.modules:
+            raise SystemExit("--cpu-level must be set before torch or sparsetensor is imported")
+        from ._levels import level_env
+
+        os.environ.update(level_env(args.cpu_level))
     if args.name == "validate":
         from . import validate
 

@@ -11,6 +11,8 @@ import numpy as np
 
 from sparsetensor._userbench import median_time, peers  # noqa: F401 (shared with `sparsetensor bench`)
 
+from ._levels import LEVEL_VARS
+
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
@@ -36,7 +38,8 @@ def read_bandwidth_threads(threads: int, nbytes: int = 1 << 29, repeat: int = 7)
 def machine() -> dict:
     return {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
             "cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
-            "python": platform.python_version(), "numpy": np.__version__}
+            "python": platform.python_version(), "numpy": np.__version__,
+            **{k: os.environ[k] for k in LEVEL_VARS if os.environ.get(k)}}
 
 
 def peer_versions() -> dict:

@@ -5,7 +5,8 @@
 
 Each ``LABEL=PYTHON`` is a Python with a sparsetensor installed (e.g. one built with
 ``-Dnative=true``, one from the repaired wheel); ``LABEL:LEVEL=PYTHON`` runs that Python with
-``SPARSETENSOR_CPU_LEVEL=LEVEL``. Every benchmark runs in a fresh process per build,
+``SPARSETENSOR_CPU_LEVEL=LEVEL``, and torch and MKL at that level's instructions too
+(``_levels.PEER_LEVEL_ENV``). Every benchmark runs in a fresh process per build,
 one build after the other; the table shows, per case, each build's time and its ratios
 against torch and SciPy (peer time / our time, from the same run), and the JSON of all
 runs goes to ``bench/results/builds.json``.
@@ -21,6 +22,7 @@ import sys
 from pathlib import Path
 
 from ._common import RESULTS, print_table, write_json
+from ._levels import PEER_LEVEL_ENV, level_env
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT = ("spmm", "validate", "coalesce", "convert")
@@ -47,9 +49,10 @@ def parse_builds(specs: list[str]) -> list[tuple[str, str, str | None]]:
 
 def run_one(python: str, level: str | None, name: str, quick: bool, threads: int | None) -> dict:
     env = dict(os.environ)
-    env.pop("SPARSETENSOR_CPU_LEVEL", None)
+    for k in ("SPARSETENSOR_CPU_LEVEL", *PEER_LEVEL_ENV["avx2"]):
+        env.pop(k, None)
     if level:
-        env["SPARSETENSOR_CPU_LEVEL"] = level
+        env.update(level_env(level))
     # -P and the repository appended last: `bench` comes from here, sparsetensor from the build's
     # site-packages (never this checkout's unbuilt sources, which `python -m bench` would import)
     launcher = f"import runpy, sys; sys.path.append({str(ROOT)!r}); runpy.run_module('bench', run_name='__main__')"
