@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 from ._common import RESULTS, print_table, write_json
-from ._levels import PEER_LEVEL_ENV, level_env
+from ._levels import LEVEL_VARS, level_env
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT = ("spmm", "validate", "coalesce", "convert")
@@ -49,7 +49,7 @@ def parse_builds(specs: list[str]) -> list[tuple[str, str, str | None]]:
 
 def run_one(python: str, level: str | None, name: str, quick: bool, threads: int | None) -> dict:
     env = dict(os.environ)
-    for k in ("SPARSETENSOR_CPU_LEVEL", *PEER_LEVEL_ENV["avx2"]):
+    for k in LEVEL_VARS:
         env.pop(k, None)
     if level:
         env.update(level_env(level))
