@@ -259,11 +259,12 @@ def test_unsorted_and_duplicate_entries_are_summed(rng):
 
 @pytest.fixture(params=["simd", "portable"])
 def simd(request):
-    """Run a test with the AVX-512 paths (where compiled in) and with the portable loops."""
+    """Run a test with the SIMD paths (AVX-512, or the AVX2 SpMV; where compiled in) and with the
+    portable loops."""
     previous = _spmm.set_simd(request.param == "simd")
     if request.param == "simd" and not _spmm.simd_available():
         _spmm.set_simd(previous)
-        pytest.skip("this build has no AVX-512 paths (built without -march=native or on another CPU)")
+        pytest.skip("this build level has no SIMD paths (the baseline level, or another CPU)")
     yield request.param
     _spmm.set_simd(previous)
 
@@ -287,6 +288,38 @@ def test_simd_and_portable_paths(simd, blocksize, index_dtype, dtype, rng):
         p[1, 3] = s.plain_size
         with pytest.raises(st.InvariantError, match="5.5"):
             blas.matmul(unchecked(s, plain=p), np.ones((a.shape[-1], 3), dtype))
+
+
+@pytest.mark.parametrize("index_dtype", INDEX_DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("batch", [(), (3,)], ids=["nobatch", "batch"])
+def test_spmv_long_rows(simd, batch, index_dtype, rng):
+    """float64 CSR x vector with rows of 0 to 40 entries, 16 or more on average (where the avx2
+    level runs its AVX2 SpMV): every row length mod 4 (the masked tails), groups of 4 rows and a
+    partial one at the end, 1 and 2 threads, unchecked input, and each kind of broken index
+    found before it is followed."""
+    M, K = 103, 60
+    lengths = rng.integers(8, 41, M)
+    lengths[:9] = np.arange(9)
+    lengths[50] = 12
+    a = np.zeros(batch + (M, K))
+    for b in np.ndindex(batch):
+        for i, n in enumerate(lengths):
+            a[b + (i, rng.choice(K, n, replace=False))] = rng.standard_normal(n)
+    s = st.from_dense(a, "csr", batch_dim=len(batch), index_dtype=index_dtype)
+    assert s.nnz >= 16 * M
+    x = rng.standard_normal(K)
+    for t in (s, unchecked(s)):
+        for threads in (1, 2):
+            assert_close(blas.matmul(t, x, threads=threads), a @ x)
+    for value, inv in ((K, "5.5"), (-1, "5.4")):
+        p = s.plain_indices().copy()
+        p[..., s.compressed_indices()[..., 50] + 3] = value  # in row 50
+        with pytest.raises(st.InvariantError, match=inv):
+            blas.matmul(unchecked(s, plain=p), x)
+    c = s.compressed_indices().copy()
+    c[..., 60] = c[..., 61] + 1
+    with pytest.raises(st.InvariantError):
+        blas.matmul(unchecked(s, compressed=c), x)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])

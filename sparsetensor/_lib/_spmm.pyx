@@ -82,6 +82,23 @@ cdef extern from "_spmm_simd.h" nogil:
                           Py_ssize_t, Py_ssize_t, int64_t, int64_t, int)
 
 
+cdef extern from "_spmv_avx2.h" nogil:
+    # AVX2 SpMV for float64 at the avx2 level (1 when compiled in; never with ST_SPMM_SIMD)
+    int ST_SPMV_AVX2
+    int st_spmv2_f64_i32(const int32_t*, const int32_t*, const double*, const double*, double*,
+                         Py_ssize_t, Py_ssize_t, int64_t, int64_t, int)
+    int st_spmv2_f64_i64(const int64_t*, const int64_t*, const double*, const double*, double*,
+                         Py_ssize_t, Py_ssize_t, int64_t, int64_t, int)
+
+
+# The AVX2 SpMV runs where the rows hold at least this many entries on average. Against the
+# portable loop (A/B in one process, 2 threads, avx2 level): 27-point stencil (26 a row)
+# 1.22-1.29x, band (17) 1.09-1.17x; R-MAT graphs (13-15 a row, most rows short) 0.84x at 10^5
+# nnz and 1.02-1.07x at 10^6-10^7; 5- and 7-point stencils 0.62-0.95x, two gathers costing more
+# than 5-7 scalar loads.
+cdef enum:
+    _AVX2_SPMV_MIN_MEAN = 16
+
 # Row chunks per thread of the gather kernel for batches (the chunks hold equal nnz; a static
 # schedule hands each thread a contiguous run of them), and column chunks per thread of the
 # scatter kernel.
@@ -134,6 +151,7 @@ cdef struct _Geo:
     Py_ssize_t M, K, N
     bint logical           # uint8 as bool: or of ands
     bint checked           # 5.1-5.6 proven: skip the guards
+    bint avx2_spmv         # float64 SpMV by _spmv_avx2.h (the avx2 level, rows of >= _AVX2_SPMV_MIN_MEAN on average)
 
 
 # Whether the AVX-512 paths are used when compiled in (tests turn them off to cover the
@@ -142,17 +160,19 @@ cdef bint _simd_enabled = True
 
 
 def set_simd(bint enabled):
-    """Use the AVX-512 paths (when compiled in) or the portable loops; returns the previous
-    setting. For tests and comparisons: results agree up to the summation order."""
+    """Use the SIMD paths (AVX-512, or the AVX2 SpMV; when compiled in) or the portable loops;
+    returns the previous setting. For tests and comparisons: results agree up to the summation
+    order."""
     global _simd_enabled
-    previous = _simd_enabled and ST_SPMM_SIMD
+    previous = _simd_enabled and (ST_SPMM_SIMD or ST_SPMV_AVX2)
     _simd_enabled = enabled
     return bool(previous)
 
 
 def simd_available():
-    """True when the AVX-512 paths are compiled in (the build targets AVX-512 F and VL)."""
-    return bool(ST_SPMM_SIMD)
+    """True when SIMD paths are compiled in: the AVX-512 ones (the build targets AVX-512 F and
+    VL) or the AVX2 SpMV (the avx2 level)."""
+    return bool(ST_SPMM_SIMD or ST_SPMV_AVX2)
 
 
 cdef int _threads(int nthreads, Py_ssize_t ntasks) noexcept nogil:
@@ -283,6 +303,8 @@ cdef _Geo _geo(Py_ssize_t nc, Py_ssize_t nplain, Py_ssize_t nnz, Py_ssize_t Rb, 
         g.ars = Cb; g.acs = 1
     g.M = M; g.K = K; g.N = N
     g.logical = logical; g.checked = checked
+    g.avx2_spmv = (ST_SPMV_AVX2 and _simd_enabled and N == 1 and Rb * Cb == 1 and not logical
+                   and nnz >= _AVX2_SPMV_MIN_MEAN * nc)
     return g
 
 
