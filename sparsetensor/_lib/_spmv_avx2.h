@@ -23,9 +23,7 @@
 #include <stddef.h>
 
 #include "_prefetch.h"
-
-#define ST_BAD_COMPRESSED 1 /* the return codes of _spmm_simd.h and _spmm.pyx */
-#define ST_BAD_PLAIN 3
+#include "_spmm_simd.h" /* ST_BAD_COMPRESSED, ST_BAD_PLAIN: the return codes of the _spmm kernels */
 
 #if defined(__AVX2__) && defined(__FMA__) && !defined(__AVX512F__) && !defined(ST_NO_SIMD)
 #define ST_SPMV_AVX2 1
