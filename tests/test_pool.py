@@ -52,6 +52,21 @@ def test_a_freed_block_is_reused(pool):
     assert b[-1] == b.size - 1
 
 
+def test_of_equal_blocks_the_one_freed_last_is_reused(pool):
+    # the last one freed is the likeliest to have its pages faulted in and in cache: a loop over
+    # one output must not walk through every kept block of its size
+    a, b, c = (_pool.empty(BIG, np.float64) for _ in range(3))
+    where = [x.ctypes.data for x in (a, b, c)]
+    del c, a, b  # b last
+    d = _pool.empty(BIG, np.float64)
+    assert d.ctypes.data == where[1]
+    del d
+    for _ in range(3):  # and again, the same block
+        e = _pool.empty(BIG, np.float64)
+        assert e.ctypes.data == where[1]
+        del e
+
+
 def test_a_block_far_larger_than_the_request_is_not_handed_out(pool):
     a = _pool.empty(8 * BLOCK, np.float64)
     del a

@@ -22,7 +22,10 @@
 # oldest first out, at most POOL_SLOTS blocks) after MADV_FREE, which lets the kernel take its
 # pages back under memory pressure without a write to them; while it does not, the pages stay
 # mapped and a reuse costs nothing. A request takes the smallest kept block that is at least
-# its size and at most 1.25x it. `empty` hands out arrays that are NumPy's own (NEP 49
+# its size and at most 1.25x it, of those the one freed last: its pages are the likeliest to be
+# faulted in and in cache. (Oldest first, a loop over one 3.5 MB output after a SpGEMM had given
+# back nine 4 MiB blocks went through all nine, faulting each one's untouched huge page: 0.8-3 ms
+# a call for the first nine calls instead of 0.3.) `empty` hands out arrays that are NumPy's own (NEP 49
 # handler), so they behave as any other (resize, pickle, buffer protocol); `pool_alloc` hands
 # out raw blocks for scratch.
 #
@@ -102,7 +105,7 @@ cdef extern from *:
         if (need < STP_MIN) need = STP_MIN;
         stp_lock();
         for (i = 0; i < stp.n; i++)
-            if (stp.cap[i] >= need && stp.cap[i] - need <= need / 4 && (best < 0 || stp.cap[i] < stp.cap[best]))
+            if (stp.cap[i] >= need && stp.cap[i] - need <= need / 4 && (best < 0 || stp.cap[i] <= stp.cap[best]))
                 best = i;
         if (best >= 0) {
             h = (stp_head *)stp.blk[best];
