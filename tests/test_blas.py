@@ -14,6 +14,7 @@ import pytest
 import sparsetensor as st
 from conftest import (HAVE_TORCH, INDEX_DTYPES, LAYOUTS, assert_unchanged, nonzero_values, random_dense,
                       requires_torch, snapshot)
+from sparsetensor._config import GRAIN
 from sparsetensor._lib import _spmm
 from sparsetensor.ops import blas
 
@@ -259,8 +260,8 @@ def test_unsorted_and_duplicate_entries_are_summed(rng):
 
 @pytest.fixture(params=["simd", "portable"])
 def simd(request):
-    """Run a test with the SIMD paths (AVX-512, or the AVX2 SpMV; where compiled in) and with the
-    portable loops."""
+    """Run a test with the SIMD paths (AVX-512, or the AVX2 SpMV and BSR x vector; where compiled
+    in) and with the portable loops."""
     previous = _spmm.set_simd(request.param == "simd")
     if request.param == "simd" and not _spmm.simd_available():
         _spmm.set_simd(previous)
@@ -345,6 +346,39 @@ def test_bsr_times_vector(simd, blocksize, index_dtype, dtype, rng):
         blas.matmul(unchecked(s, plain=p), x)
     c = s.compressed_indices().copy()
     c[3] = c[4] + 1
+    with pytest.raises(st.InvariantError):
+        blas.matmul(unchecked(s, compressed=c), x)
+
+
+@pytest.mark.parametrize("index_dtype", INDEX_DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("B", [3, 4])
+def test_bsr_times_vector_square_blocks(simd, B, index_dtype, rng):
+    """float64 BSR x vector with row-major 3x3 and 4x4 blocks (the avx2 level runs an AVX2
+    kernel for these): a batch of FEM-like matrices big enough for 2 threads, the same bits on 1
+    and 2 threads (a block row is summed by one thread), an infinite entry that reaches its own
+    output row and no other (no lane of another block row or block is read), unchecked input,
+    and each kind of broken index found before it is followed."""
+    one = st.stencil((6, 6, 6), 27, layout="bsr", dofs=B).to_dense()
+    a = np.stack([one * rng.uniform(0.5, 2.0, one.shape) for _ in range(2)])
+    a[1, 7, a[1, 7] != 0] = np.inf  # row 7 of batch 1: every entry infinite
+    s = st.from_dense(a, "bsr", blocksize=(B, B), batch_dim=1, index_dtype=index_dtype)
+    assert s.values().shape[-2:] == (B, B) and s.nnz * B * B * 2 >= GRAIN
+    x = rng.uniform(0.5, 1.5, a.shape[-1])
+    want = a @ x
+    assert np.isinf(want[1, 7]) and np.isfinite(np.delete(want, 7, axis=1)).all() and np.isfinite(want[0]).all()
+    for t in (s, unchecked(s)):
+        y1, y2 = blas.matmul(t, x, threads=1), blas.matmul(t, x, threads=2)
+        np.testing.assert_array_equal(y1, y2)
+        assert np.isinf(y1[1, 7]) and np.isfinite(np.delete(y1, 7, axis=1)).all() and np.isfinite(y1[0]).all()
+        assert_close(np.delete(y1, 7, axis=1), np.delete(want, 7, axis=1))
+    nb = s.values().shape[1]
+    for value, inv in ((s.plain_size, "5.5"), (-1, "5.4")):
+        p = s.plain_indices().copy()
+        p[1, nb // 2] = value
+        with pytest.raises(st.InvariantError, match=inv):
+            blas.matmul(unchecked(s, plain=p), x, threads=2)
+    c = s.compressed_indices().copy()
+    c[1, 40] = c[1, 41] + 1
     with pytest.raises(st.InvariantError):
         blas.matmul(unchecked(s, compressed=c), x)
 

@@ -89,6 +89,11 @@ cdef extern from "_spmv_avx2.h" nogil:
                          Py_ssize_t, Py_ssize_t, int64_t, int64_t, int)
     int st_spmv2_f64_i64(const int64_t*, const int64_t*, const double*, const double*, double*,
                          Py_ssize_t, Py_ssize_t, int64_t, int64_t, int)
+    # and its BSR x vector for row-major 3x3 and 4x4 float64 blocks (the last int but one: B)
+    int st_bvec2_f64_i32(const int32_t*, const int32_t*, const double*, const double*, double*,
+                         Py_ssize_t, Py_ssize_t, int64_t, int64_t, int, int)
+    int st_bvec2_f64_i64(const int64_t*, const int64_t*, const double*, const double*, double*,
+                         Py_ssize_t, Py_ssize_t, int64_t, int64_t, int, int)
 
 
 # The AVX2 SpMV runs where the rows hold at least this many entries on average. Against the
@@ -152,6 +157,7 @@ cdef struct _Geo:
     bint logical           # uint8 as bool: or of ands
     bint checked           # 5.1-5.6 proven: skip the guards
     bint avx2_spmv         # float64 SpMV by _spmv_avx2.h (the avx2 level, rows of >= _AVX2_SPMV_MIN_MEAN on average)
+    bint avx2_bvec         # float64 row-major 3x3 / 4x4 blocks x vector by _spmv_avx2.h (the avx2 level)
 
 
 # Whether the AVX-512 paths are used when compiled in (tests turn them off to cover the
@@ -160,7 +166,7 @@ cdef bint _simd_enabled = True
 
 
 def set_simd(bint enabled):
-    """Use the SIMD paths (AVX-512, or the AVX2 SpMV; when compiled in) or the portable loops;
+    """Use the SIMD paths (AVX-512, or the AVX2 SpMV and BSR x vector; when compiled in) or the portable loops;
     returns the previous setting. For tests and comparisons: results agree up to the summation
     order."""
     global _simd_enabled
@@ -305,6 +311,8 @@ cdef _Geo _geo(Py_ssize_t nc, Py_ssize_t nplain, Py_ssize_t nnz, Py_ssize_t Rb, 
     g.logical = logical; g.checked = checked
     g.avx2_spmv = (ST_SPMV_AVX2 and _simd_enabled and N == 1 and Rb * Cb == 1 and not logical
                    and nnz >= _AVX2_SPMV_MIN_MEAN * nc)
+    g.avx2_bvec = (ST_SPMV_AVX2 and _simd_enabled and N == 1 and Rb == Cb and (Rb == 3 or Rb == 4)
+                   and not block_transposed and not logical)
     return g
 
 

@@ -257,6 +257,11 @@ cdef int _gather_task(const index_t* cp, const index_t* pp, const num_t* vp, con
             return st_spmv2_f64_i32(cp, pp, vp, dp, op, i0, i1, g.nnz, g.nplain, g.checked)
         else:
             return st_spmv2_f64_i64(cp, pp, vp, dp, op, i0, i1, g.nnz, g.nplain, g.checked)
+    if num_t is double and ST_SPMV_AVX2 and g.avx2_bvec:
+        if index_t is int32_t:
+            return st_bvec2_f64_i32(cp, pp, vp, dp, op, i0, i1, g.nnz, g.nplain, <int>g.Rb, g.checked)
+        else:
+            return st_bvec2_f64_i64(cp, pp, vp, dp, op, i0, i1, g.nnz, g.nplain, <int>g.Rb, g.checked)
     if g.bs == 1 and g.N == 1:
         if not g.logical and g.nnz * <int64_t>(sizeof(num_t) + sizeof(index_t)) >= ST_SHORT_PF_MIN_BYTES:
             return _gather_vec_stream(cp, pp, vp, dp, op, g, i0, i1)

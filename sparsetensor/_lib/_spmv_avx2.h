@@ -1,6 +1,7 @@
 /* AVX2 SpMV for float64 values (int32/int64 indices, compressed rows): what CPUs without
  * AVX-512 run instead of _spmm.pyx's portable SpMV loop (the avx2 dispatch level,
- * -march=x86-64-v3), on rows of at least _AVX2_SPMV_MIN_MEAN entries on average (_geo). At the
+ * -march=x86-64-v3), on rows of at least _AVX2_SPMV_MIN_MEAN entries on average (_geo), and
+ * instead of its BSR x vector loop for row-major 3x3 and 4x4 blocks (below). At the
  * avx512 level _spmm_simd.h's 8-lane kernel runs instead; elsewhere ST_SPMV_AVX2 is 0 and the
  * functions are stubs that are never called.
  *
@@ -132,12 +133,82 @@ ST_DEFINE_SPMV_AVX2(i32, int32_t, __m128i, _mm_set1_epi32((int32_t)(nplain > INT
 ST_DEFINE_SPMV_AVX2(i64, int64_t, __m256i, _mm256_set1_epi64x(nplain - 1),
                     ST_LOADC_I64, ST_MLOADC_I64, ST_BAD_I64, ST_GATHER_I64, ST_MGATHER_I64)
 
+/* ------------------------------------------------------------ BSR x vector
+ * Row-major B x B blocks of float64, B = 3 or 4 (3-d elasticity, 4 unknowns a point), one
+ * vector: block row i's B outputs each have an accumulator of 4 lanes; a block adds row r's B
+ * entries times the block column's B entries of x (one load of x a block, masked to 3 lanes
+ * for B = 3, and one load of each block row, masked the same way: nothing is read past a
+ * block or the arrays). The B accumulators are summed together at the end of the block row
+ * (st_red4_pd: lane r = (r0 + r1) + (r2 + r3)). The portable loop runs each output row as one
+ * chain of dependent adds, 3 of them a block for 3x3 blocks; here a block's products go into
+ * independent lanes. Blocks that stream from memory prefetch the block ST_BSR_PF bytes on. */
+#define ST_DEFINE_BVEC_AVX2(IN, IT)                                                              \
+ST_AVX2_INLINE int st_bvec2_rows_##IN(const IT *cp, const IT *pp, const double *vp,              \
+                                      const double *x, double *y, ptrdiff_t i0, ptrdiff_t i1,   \
+                                      int64_t nnz, int64_t nplain, const int B,                 \
+                                      const int checked, const int pf) {                        \
+    const __m256i m = st_mask4_64(B);                                                           \
+    for (ptrdiff_t i = i0; i < i1; i++) {                                                       \
+        const int64_t lo = cp[i], hi = cp[i + 1];                                               \
+        if (!checked && (lo < 0 || hi < lo || hi > nnz)) return ST_BAD_COMPRESSED;              \
+        __m256d acc[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(),        \
+                          _mm256_setzero_pd()};                                                 \
+        for (int64_t k = lo; k < hi; k++) {                                                     \
+            const int64_t col = pp[k];                                                          \
+            if (!checked && (uint64_t)col >= (uint64_t)nplain) return ST_BAD_PLAIN;             \
+            const double *a = vp + k * B * B;                                                   \
+            if (pf) {                                                                           \
+                for (int off = 0; off < B * B * (int)sizeof(double); off += 64)                 \
+                    st_prefetch_past(a, ST_BSR_PF + off);                                       \
+                st_prefetch_past(pp + k, ST_BSR_PF / 8);                                        \
+            }                                                                                   \
+            const __m256d xv = B == 4 ? _mm256_loadu_pd(x + col * B)                            \
+                                      : _mm256_maskload_pd(x + col * B, m);                     \
+            for (int r = 0; r < B; r++)                                                         \
+                acc[r] = _mm256_fmadd_pd(B == 4 ? _mm256_loadu_pd(a + r * B)                    \
+                                                : _mm256_maskload_pd(a + r * B, m), xv, acc[r]); \
+        }                                                                                       \
+        const __m256d s = st_red4_pd(acc);                                                      \
+        if (B == 4) _mm256_storeu_pd(y + i * B, s);                                             \
+        else _mm256_maskstore_pd(y + i * B, m, s);                                              \
+    }                                                                                           \
+    return 0;                                                                                   \
+}                                                                                               \
+                                                                                                \
+/* one copy with and one without the guards, each with and without the prefetch */              \
+ST_AVX2_INLINE int st_bvec2_copies_##IN(const IT *cp, const IT *pp, const double *vp,            \
+                                        const double *x, double *y, ptrdiff_t i0, ptrdiff_t i1, \
+                                        int64_t nnz, int64_t nplain, const int B, int checked,  \
+                                        int pf) {                                               \
+    if (pf) return checked ? st_bvec2_rows_##IN(cp, pp, vp, x, y, i0, i1, nnz, nplain, B, 1, 1)  \
+                           : st_bvec2_rows_##IN(cp, pp, vp, x, y, i0, i1, nnz, nplain, B, 0, 1); \
+    return checked ? st_bvec2_rows_##IN(cp, pp, vp, x, y, i0, i1, nnz, nplain, B, 1, 0)         \
+                   : st_bvec2_rows_##IN(cp, pp, vp, x, y, i0, i1, nnz, nplain, B, 0, 0);        \
+}                                                                                               \
+                                                                                                \
+/* B = 3 or 4, each a constant of its own copies */                                             \
+static __attribute__((noinline)) int st_bvec2_f64_##IN(const IT *cp, const IT *pp, const double *vp, \
+                             const double *x, double *y, ptrdiff_t i0, ptrdiff_t i1, int64_t nnz, \
+                             int64_t nplain, int B, int checked) {                              \
+    const int pf = nnz * (int64_t)(B * B * sizeof(double) + sizeof(IT)) >= ST_BSR_PF_MIN_BYTES; \
+    if (B == 3) return st_bvec2_copies_##IN(cp, pp, vp, x, y, i0, i1, nnz, nplain, 3, checked, pf); \
+    if (B == 4) return st_bvec2_copies_##IN(cp, pp, vp, x, y, i0, i1, nnz, nplain, 4, checked, pf); \
+    return -1;                                                                                  \
+}
+
+ST_DEFINE_BVEC_AVX2(i32, int32_t)
+ST_DEFINE_BVEC_AVX2(i64, int64_t)
+
 #else /* stubs, never called (ST_SPMV_AVX2 == 0) */
 #define ST_SPMV_AVX2 0
 static inline int st_spmv2_f64_i32(const int32_t *cp, const int32_t *pp, const double *vp, const double *x, double *y,
                      ptrdiff_t i0, ptrdiff_t i1, int64_t nnz, int64_t nplain, int checked) { return -1; }
 static inline int st_spmv2_f64_i64(const int64_t *cp, const int64_t *pp, const double *vp, const double *x, double *y,
                      ptrdiff_t i0, ptrdiff_t i1, int64_t nnz, int64_t nplain, int checked) { return -1; }
+static inline int st_bvec2_f64_i32(const int32_t *cp, const int32_t *pp, const double *vp, const double *x, double *y,
+                     ptrdiff_t i0, ptrdiff_t i1, int64_t nnz, int64_t nplain, int B, int checked) { return -1; }
+static inline int st_bvec2_f64_i64(const int64_t *cp, const int64_t *pp, const double *vp, const double *x, double *y,
+                     ptrdiff_t i0, ptrdiff_t i1, int64_t nnz, int64_t nplain, int B, int checked) { return -1; }
 #endif /* ST_SPMV_AVX2 */
 
 #endif /* ST_SPMV_AVX2_H */
