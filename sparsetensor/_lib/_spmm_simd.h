@@ -32,6 +32,18 @@
 #define ST_BAD_COMPRESSED 1
 #define ST_BAD_PLAIN 3
 
+/* slot i's bounds [lo, hi) of cp (declared here), checked when `checked` is 0; shared with
+   _spmv_avx2.h */
+#define ST_SLOT_GUARD                                                          \
+    int64_t lo = cp[i], hi = cp[i + 1];                                        \
+    if (!checked && (lo < 0 || hi < lo || hi > nnz)) return ST_BAD_COMPRESSED;
+
+/* every plain index of the slot below nplain, before any is followed */
+#define ST_PLAIN_GUARD                                                         \
+    if (!checked)                                                              \
+        for (int64_t k = lo; k < hi; k++)                                      \
+            if ((uint64_t)(int64_t)pp[k] >= (uint64_t)nplain) return ST_BAD_PLAIN;
+
 #if defined(__AVX512F__) && defined(__AVX512VL__) && !defined(ST_NO_SIMD)
 #define ST_SPMM_SIMD 1
 #include <immintrin.h>
@@ -45,16 +57,6 @@ static inline __mmask16 st_mask16(ptrdiff_t w) {
 static inline __mmask8 st_mask8(ptrdiff_t w) {
     return w >= 8 ? (__mmask8)0xFF : w <= 0 ? (__mmask8)0 : (__mmask8)((1u << w) - 1u);
 }
-
-#define ST_SLOT_GUARD                                                          \
-    int64_t lo = cp[i], hi = cp[i + 1];                                        \
-    if (!checked && (lo < 0 || hi < lo || hi > nnz)) return ST_BAD_COMPRESSED;
-
-/* every plain index of the slot below nplain, before any is followed */
-#define ST_PLAIN_GUARD                                                         \
-    if (!checked)                                                              \
-        for (int64_t k = lo; k < hi; k++)                                      \
-            if ((uint64_t)(int64_t)pp[k] >= (uint64_t)nplain) return ST_BAD_PLAIN;
 
 /* ---------------------------------------------------------------- SpMV
  * One template (a macro) per (value, index) type: T the element, IT the index, LIMT the

@@ -24,7 +24,7 @@
 #include <stddef.h>
 
 #include "_prefetch.h"
-#include "_spmm_simd.h" /* ST_BAD_COMPRESSED, ST_BAD_PLAIN: the return codes of the _spmm kernels */
+#include "_spmm_simd.h" /* ST_BAD_COMPRESSED, ST_BAD_PLAIN (the _spmm kernels' return codes), ST_SLOT_GUARD */
 
 #if defined(__AVX2__) && defined(__FMA__) && !defined(__AVX512F__) && !defined(ST_NO_SIMD)
 #define ST_SPMV_AVX2 1
@@ -149,8 +149,7 @@ ST_AVX2_INLINE int st_bvec2_rows_##IN(const IT *cp, const IT *pp, const double *
                                       const int checked, const int pf) {                        \
     const __m256i m = st_mask4_64(B);                                                           \
     for (ptrdiff_t i = i0; i < i1; i++) {                                                       \
-        const int64_t lo = cp[i], hi = cp[i + 1];                                               \
-        if (!checked && (lo < 0 || hi < lo || hi > nnz)) return ST_BAD_COMPRESSED;              \
+        ST_SLOT_GUARD                                                                           \
         __m256d acc[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(),        \
                           _mm256_setzero_pd()};                                                 \
         for (int64_t k = lo; k < hi; k++) {                                                     \
