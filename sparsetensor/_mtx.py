@@ -3,11 +3,15 @@ through SciPy's reader and writer, with the rules SciPy's reader does not enforc
 
 from __future__ import annotations
 
+import bz2
 import errno
 import gzip
+import io
+import math
 import os
 import re
 import zlib
+from typing import NamedTuple
 
 import numpy as np
 
@@ -35,13 +39,23 @@ def _import_scipy_io():
 
 def _mm_error(path: str, e: Exception) -> str:
     msg = str(e)
+    if isinstance(e, OverflowError):  # fast_matrix_market: "Line 3: Integer out of range."
+        msg = msg.rstrip(".") + " (a value or index that does not fit 64 bits)"
     m = re.match(r"Line (\d+):\s*(.*)", msg, re.S)
     return f"{path}: line {m[1]}: {m[2]}" if m else f"{path}: {msg}"
 
 
+def _open_binary(path: str):
+    """The file's bytes, decompressed as SciPy's reader does: by a case-sensitive ``.gz``/``.bz2`` suffix."""
+    if path.endswith(".gz"):
+        return gzip.open(path, "rb")
+    if path.endswith(".bz2"):
+        return bz2.open(path, "rb")
+    return open(path, "rb")
+
+
 def _open_text(path: str):
-    opener = gzip.open if path.endswith(".gz") else open
-    return opener(path, "rt", encoding="latin-1")
+    return io.TextIOWrapper(_open_binary(path), encoding="latin-1")
 
 
 def _mtx_lines(f):
@@ -68,19 +82,239 @@ def _entry_line(path: str, k: int) -> int:
     return -1  # pragma: no cover - SciPy read the entry, so it exists
 
 
-def _mtx_header(path: str):
-    """(symmetry, field, size line, size tokens, first entry line or None) from the banner and the
-    lines after it; None when the file cannot be read as text (SciPy's reader reports that)."""
+# -- the header, checked before SciPy's reader allocates anything ------------------------------------
+_INT64_MAX = int(np.iinfo(np.int64).max)
+_LINE_LIMIT = 1 << 16      # bytes: no banner or size line is longer; a longer one is not one
+_CHUNK = 1 << 20           # bytes per read of the entry scan
+_MAX_DEFLATE_RATIO = 1032  # zlib's documented limit: deflate never expands data more than this
+_WHITESPACE = b" \t\r\n"
+_DIGITS = b"0123456789+-"
+# the bytes an entry may hold, by field: fast_matrix_market stops at the end of a number and ignores
+# what follows ("1.5" in an integer field reads 1, "1.0D+05" reads 1.0), so anything else is refused
+_ENTRY_BYTES = {"integer": _DIGITS, "unsigned-integer": _DIGITS, "pattern": _DIGITS,
+                "real": _DIGITS + b".eEiInNfFtTyYaA", "double": _DIGITS + b".eEiInNfFtTyYaA",
+                "complex": _DIGITS + b".eEiInNfFtTyYaA"}
+
+
+class _Header(NamedTuple):
+    """What :func:`read_mtx` checks before SciPy reads the file."""
+    format: str               # "coordinate" or "array"
+    field: str
+    symmetry: str
+    size_line: int            # its line number
+    size: tuple               # (rows, cols, nnz) or (rows, cols), as Python ints
+    first: tuple | None       # (line number, tokens) of the first entry line
+    data_start: int           # offset of the line after the size line, in the decompressed bytes
+
+
+def _check_length(path: str, no: int, line: bytes, what: str) -> bytes:
+    """``line`` as read by ``readline(_LINE_LIMIT)``, refused when the limit cut it."""
+    if len(line) == _LINE_LIMIT and not line.endswith(b"\n"):
+        raise ValueError(f"{path}: line {no}: longer than {_LINE_LIMIT} bytes; not a Matrix Market {what}")
+    return line
+
+
+def _entry_lines(path: str, header: _Header):
+    """(line number, bytes) of the lines after the size line; for error messages only."""
+    with _open_binary(path) as f:
+        _seek_decompressed(f, header.data_start)
+        for no, line in enumerate(iter(lambda: f.readline(_LINE_LIMIT), b""), header.size_line + 1):
+            yield no, _check_length(path, no, line, "entry")
+
+
+def _decode(path: str, no: int, line: bytes, what: str) -> str:
     try:
-        with _open_text(path) as f:
-            banner = f.readline().lower().split()
-            lines = _mtx_lines(f)
-            size_line, size = next(lines, (2, []))
-            first = next(lines, None)
+        return line.decode("ascii")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path}: line {no}: the {what} is not ASCII text (byte 0x{line[e.start]:02x} at "
+                         f"column {e.start + 1})") from None
+
+
+def _size_int(path: str, no: int, name: str, token: str) -> int:
+    """A size-line integer: decimal digits (leading zeros allowed), at most int64's largest."""
+    if not token.isascii() or not token.isdigit():
+        kind = "negative" if re.fullmatch(r"-\d+", token) else "not a non-negative decimal integer"
+        raise ValueError(f"{path}: line {no}: {name} must be a non-negative integer, got {token!r} ({kind})")
+    digits = token.lstrip("0") or "0"
+    if len(digits) > 19 or int(digits) > _INT64_MAX:  # 19 digits: int() is never asked for a huge one
+        shown = token if len(token) <= 40 else token[:20] + f"...({len(token)} digits)"
+        raise ValueError(f"{path}: line {no}: {name} {shown} does not fit int64 (the largest is {_INT64_MAX})")
+    return int(digits)
+
+
+def _mtx_header(path: str) -> _Header | None:
+    """The banner and the size line, checked; None when the banner is not one SciPy's reader takes
+    (it names what is wrong) or the file cannot be read as text."""
+    try:
+        with _open_binary(path) as f:
+            banner = _check_length(path, 1, f.readline(_LINE_LIMIT), "banner")
+            offset = len(banner)
+            words = _decode(path, 1, banner, "banner").lower().split()
+            if len(words) < 5 or words[:2] != ["%%matrixmarket", "matrix"] or words[2] not in ("coordinate", "array"):
+                return None
+            fmt, field, symmetry = words[2], words[3], words[4]
+            if field not in _ENTRY_BYTES or symmetry not in _SYMMETRIES:
+                return None  # SciPy's reader refuses the banner before it allocates
+            if fmt == "array" and field == "pattern":  # SciPy's reader allocates rows x cols, then refuses
+                raise _mtx_rule(path, 1, "an array matrix cannot be pattern")
+            no = 1
+            while True:  # comments and blank lines, up to the size line
+                no += 1
+                line = f.readline(_LINE_LIMIT)
+                offset += len(line)
+                if not line:
+                    return None  # no size line: SciPy's reader says so
+                if line.lstrip().startswith(b"%"):
+                    while line and not line.endswith(b"\n"):  # a long comment, kept out of memory
+                        line = f.readline(_LINE_LIMIT)
+                        offset += len(line)
+                    continue
+                if line.strip():
+                    break
+            _check_length(path, no, line, "size line")
+            size_line, data_start = no, offset
+            tokens = _decode(path, no, line, "size line").split()
+            names = ("rows", "cols", "nnz") if fmt == "coordinate" else ("rows", "cols")
+            if len(tokens) != len(names):
+                raise ValueError(f"{path}: line {no}: a {fmt} size line holds {len(names)} integers "
+                                 f"({' '.join(names)}), got {line.decode('ascii').strip()!r}")
+            size = tuple(_size_int(path, no, n, t) for n, t in zip(names, tokens))
+            first = None
+            for line in iter(lambda: f.readline(_LINE_LIMIT), b""):
+                no += 1
+                if line.strip():
+                    first = (no, line.decode("latin-1").split())
+                    break
     except (OSError, EOFError, zlib.error):
-        return None
-    symmetry, field = (banner[4], banner[3]) if len(banner) >= 5 else ("general", "real")
-    return symmetry, field, size_line, size, first
+        return None  # SciPy's reader reports it
+    return _Header(fmt, field, symmetry, size_line, size, first, data_start)
+
+
+def _declared_entries(header: _Header) -> int:
+    """How many entries the file must hold after its size line."""
+    rows, cols = header.size[:2]
+    if header.format == "coordinate":
+        return header.size[2]
+    if header.symmetry == "general":
+        return rows * cols
+    n = min(rows, cols)  # (a non-square one was refused)
+    return n * (n - 1) // 2 if header.symmetry == "skew-symmetric" else n * (n + 1) // 2
+
+
+def _tokens_per_entry(header: _Header) -> int:
+    values = {"pattern": 0, "complex": 2}.get(header.field, 1)
+    return values + (2 if header.format == "coordinate" else 0)
+
+
+def _check_mtx_size(path: str, header: _Header | None) -> None:
+    """Refuse a declared size the file cannot hold, before anything is allocated for it.
+
+    Every entry is ``k`` numbers (row, col and the values), each at least one byte and a separator, so
+    ``n`` entries need at least ``2 k n - 1`` bytes after the size line. A plain file is bounded by its
+    size; a gzipped one by its size times deflate's largest ratio (1032); then the entry scan
+    (:func:`_scan_entries`) counts every number before SciPy's reader allocates, which bounds what
+    it allocates by what the (decompressed) file holds.
+    """
+    if header is None:
+        return
+    entries = _declared_entries(header)
+    need = 2 * _tokens_per_entry(header) * entries - 1 if entries else 0
+    size = os.path.getsize(path)
+    if path.endswith(".gz"):
+        have, how = _MAX_DEFLATE_RATIO * size, f"{size} bytes of gzip data decompress to at most"
+    elif path.endswith(".bz2"):
+        return  # no useful bound from the size: the scan counts
+    else:
+        have, how = size - header.data_start, "the file holds"
+    if need > have:
+        raise ValueError(f"{path}: line {header.size_line}: the size line declares {entries} entries "
+                         f"({' x '.join(map(str, header.size[:2]))} {header.format}, {header.field}, "
+                         f"{header.symmetry}), which need at least {need} bytes, but {how} {have} bytes "
+                         "(a truncated file, or a corrupt size line)")
+
+
+def _scan_entries(path: str, header: _Header | None) -> None:
+    """Check the bytes after the size line before SciPy's reader reads them: only the characters of
+    the field's numbers, and exactly the declared number of numbers (whitespace-separated tokens).
+
+    SciPy's reader silently ignores what follows a number ("1.5" in an integer field reads 1) and
+    allocates from the declared size before reading; after this scan both are safe. One pass of
+    ``bytes.translate`` and NumPy comparisons over 1 MiB chunks; on an error the file is read again,
+    line by line, to name the line.
+    """
+    if header is None or header.field not in _ENTRY_BYTES:
+        return
+    allowed = _ENTRY_BYTES[header.field] + _WHITESPACE
+    per_entry = _tokens_per_entry(header)
+    want = _declared_entries(header) * per_entry
+    tokens, prev_space, pos = 0, True, 0
+    try:
+        with _open_binary(path) as f:
+            _seek_decompressed(f, header.data_start)
+            while True:
+                chunk = f.read(_CHUNK)
+                if not chunk:
+                    break
+                bad = chunk.translate(None, allowed)
+                if bad:
+                    _bad_byte(path, header, pos + chunk.index(bad[:1]), bad[0])
+                space = np.frombuffer(chunk, np.uint8) <= 32  # only the 4 whitespace bytes are <= 32 here
+                tokens += int(np.count_nonzero(space[:-1] > space[1:])) + int(prev_space and not space[0])
+                prev_space = bool(space[-1])
+                pos += len(chunk)
+                if tokens > want + per_entry:  # stop early: the file is too long
+                    break
+    except (OSError, EOFError, zlib.error):
+        return  # SciPy's reader reports it
+    if tokens != want:
+        _bad_count(path, header, per_entry, tokens, want)
+
+
+def _seek_decompressed(f, offset: int) -> None:
+    while offset:
+        got = len(f.read(min(offset, _CHUNK)))
+        if not got:
+            return
+        offset -= got
+
+
+def _bad_byte(path: str, header: _Header, pos: int, byte: int):
+    for no, line in _entry_lines(path, header):
+        if pos < len(line):
+            break
+        pos -= len(line)
+    text = line.decode("latin-1").strip()
+    if text.startswith("%"):
+        raise ValueError(f"{path}: line {no}: a comment among the entries (Matrix Market allows comments only "
+                         "before the size line)")
+    shown = text if len(text) <= 80 else text[:77] + "..."
+    what = f"byte 0x{byte:02x}" if byte >= 0x80 or byte < 0x20 else f"character {chr(byte)!r}"
+    raise ValueError(f"{path}: line {no}: {what} in the entry {shown!r} ({header.field} field: an entry holds "
+                     "only its numbers)")
+
+
+def _bad_count(path: str, header: _Header, per_entry: int, tokens, want, lines_only: bool = False):
+    """Name the first entry line with the wrong number of numbers, or the missing or extra lines
+    (with ``lines_only``, return when every line holds one entry)."""
+    fields = ("row col " if header.format == "coordinate" else "") + {0: "", 1: "value", 2: "real imag"}[
+        per_entry - (2 if header.format == "coordinate" else 0)]
+    entries, seen = _declared_entries(header), 0
+    for no, line in _entry_lines(path, header):
+        words = line.split()
+        if not words:
+            continue
+        if seen == entries:
+            raise ValueError(f"{path}: line {no}: more entries than the {entries} the size line (line "
+                             f"{header.size_line}) declares")
+        if len(words) != per_entry:
+            raise ValueError(f"{path}: line {no}: expected {per_entry} numbers per line ({fields.strip()}: "
+                             f"{header.format} format, {header.field} field), got {len(words)}: "
+                             f"{line.decode('latin-1').strip()[:80]!r}")
+        seen += 1
+    if lines_only:
+        return
+    raise ValueError(f"{path}: truncated: the size line (line {header.size_line}) declares {entries} entries, "
+                     f"the file holds {seen} ({tokens} of {want} numbers)")
 
 
 def _check_mtx_square(path: str, header) -> None:
@@ -89,27 +323,42 @@ def _check_mtx_square(path: str, header) -> None:
     corruption, a crash later)."""
     if header is None:
         return
-    symmetry, _, size_line, size, _ = header
-    try:
-        rows, cols = int(size[0]), int(size[1])
-    except (IndexError, ValueError):
-        return  # a malformed size line: SciPy's reader names it
-    if symmetry != "general" and rows != cols:
-        raise _mtx_rule(path, size_line, f"a {symmetry} matrix must be square, got size {rows} x {cols}")
+    rows, cols = header.size[:2]
+    if header.symmetry != "general" and rows != cols:
+        raise _mtx_rule(path, header.size_line, f"a {header.symmetry} matrix must be square, got size {rows} x {cols}")
+
+
+def _check_mtx_pattern(path: str, header) -> None:
+    """A pattern matrix has no value column (checked on its first entry, before the entry scan
+    refuses the value's characters with a less specific message)."""
+    if header is not None and header.field == "pattern" and header.first is not None \
+            and len(header.first[1]) != 2:
+        raise _mtx_rule(path, header.first[0],
+                        f"a pattern matrix has no value column, got {' '.join(header.first[1])!r}")
+
+
+def _check_infinities(path: str, header, values: np.ndarray) -> None:
+    """An infinite value must be written ``inf`` or ``infinity``: SciPy's reader turns a finite number
+    too large for float64 (``1e999``) into one silently. Read again only when a value is infinite."""
+    if header is None or values.dtype.kind not in "fc" or not np.isinf(values).any():
+        return
+    first = 2 if header.format == "coordinate" else 0
+    for no, line in _entry_lines(path, header):
+        for token in line.split()[first:]:
+            if math.isinf(float(token)) and token.lstrip(b"+-").lower() not in (b"inf", b"infinity"):
+                raise ValueError(f"{path}: line {no}: the value {token.decode()} overflows float64 (the "
+                                 f"largest is {np.finfo(np.float64).max:.17g}); write inf for an infinite value")
 
 
 def _check_mtx_entries(path: str, header, m) -> None:
     """Refuse what SciPy's reader accepts but Matrix Market forbids: a diagonal entry in a
-    skew-symmetric matrix, a non-real diagonal entry in a hermitian one, a value column in a
-    pattern one (checked on its first entry line). The entries are those SciPy parsed: the
-    file's own come first, in file order, before the mirrored ones it appends."""
+    skew-symmetric matrix, a non-real diagonal entry in a hermitian one. The entries are those SciPy
+    parsed: the file's own come first, in file order, before the mirrored ones it appends."""
     if header is None or isinstance(m, np.ndarray):
         return
-    symmetry, field, _, size, first = header
-    if field == "pattern" and first is not None and len(first[1]) != 2:
-        raise _mtx_rule(path, first[0], f"a pattern matrix has no value column, got {' '.join(first[1])!r}")
+    symmetry = header.symmetry
     if symmetry in ("skew-symmetric", "hermitian"):
-        n_file = int(size[2]) if len(size) >= 3 else m.nnz
+        n_file = header.size[2]
         row, col = m.coords
         diag = row[:n_file] == col[:n_file]
         if symmetry == "hermitian":
@@ -153,7 +402,27 @@ def read_mtx(path):
         the rule: a ``symmetric``/``skew-symmetric``/``hermitian`` matrix that is not
         square, a diagonal entry in a ``skew-symmetric`` one, a non-real diagonal
         entry in a ``hermitian`` one, a value column in a ``pattern`` one (checked
-        on its first entry).
+        on its first entry). And, with the line, what SciPy's reader would
+        allocate for or read wrongly: a size line that is not two or three
+        non-negative decimal integers fitting int64, or that declares more entries
+        than the file can hold (checked before anything is allocated: an entry of
+        ``k`` numbers takes at least ``2k`` bytes; a ``.gz`` file holds at most
+        1032 bytes per byte, deflate's largest ratio; every file, ``.bz2`` too, is
+        scanned and must hold exactly the declared numbers), an index or integer
+        value that does not fit int64, a real value beyond float64 (``1e999``;
+        ``inf`` is read as infinity), a character that is not part of the field's
+        numbers (``1.5`` in an ``integer`` file, ``1.0D+05``, ``1,5``), a line
+        with more or fewer numbers than an entry has, a comment after the size
+        line, a banner or size line that is not ASCII.
+    MemoryError
+        A size the file does hold, too large for this machine (the file named).
+
+    Notes
+    -----
+    The scan of the entries costs about a third of SciPy's read of a plain
+    file. Not detected: a fraction in the column index of a ``real`` or
+    ``complex`` file (``1 2.5 3.0``), which SciPy's reader reads as column 2
+    with value 0.5.
 
     Examples
     --------
@@ -172,13 +441,22 @@ def read_mtx(path):
         raise FileNotFoundError(errno.ENOENT, "No such Matrix Market file", path)
     header = _mtx_header(path)
     _check_mtx_square(path, header)
+    _check_mtx_pattern(path, header)
+    _check_mtx_size(path, header)
+    _scan_entries(path, header)
     try:
         m = sio.mmread(path, spmatrix=False)
     except FileNotFoundError:
         raise
-    except (ValueError, RuntimeError, EOFError, OSError, zlib.error) as e:
+    except (ValueError, OverflowError, RuntimeError, EOFError, OSError, zlib.error) as e:
+        if header is not None and not re.match(r"Line \d+:", str(e)):  # "Truncated file": find the line
+            _bad_count(path, header, _tokens_per_entry(header), None, None, lines_only=True)
         raise ValueError(_mm_error(path, e)) from None
+    except MemoryError as e:  # a size the file does hold (checked above), too large for this machine
+        raise MemoryError(f"{path}: not enough memory for the {header.size if header else '?'} the size line "
+                          f"declares ({e})") from None
     _check_mtx_entries(path, header, m)
+    _check_infinities(path, header, m if isinstance(m, np.ndarray) else m.data)
     if isinstance(m, np.ndarray):
         return m
     row, col = m.coords

@@ -3,21 +3,33 @@
 With no arguments it runs the demonstration of :mod:`sparsetensor._demo`: a stencil and a
 power-law graph, checked, converted and multiplied, against SciPy, PyTorch and GraphBLAS.
 Subcommands: ``info``, ``check``, ``convert``, ``spy``, ``bench`` (see ``--help``).
-Exit status: 0 success, 1 an invariant is broken (``check``), 2 a user error
-(missing or unreadable file, invalid option, refusing to overwrite).
+
+Exit status (every subcommand; a bad file never prints a traceback):
+
+- 0: success.
+- 1: the file is invalid: it was read, but the tensor in it breaks an invariant
+  (:class:`~sparsetensor.InvariantError`, printed with the file and the invariant).
+- 2: the file could not be read (missing, a directory, unreadable, not a known format,
+  malformed, truncated, a number or a declared size that does not fit, not enough memory),
+  or a usage error (invalid option, refusing to overwrite, cannot write the output).
+- 3: an internal error (a bug in sparsetensor: please report it; ``--traceback`` shows where).
+- 130: interrupted.
 """
 
 from __future__ import annotations
 
 import argparse
+import struct
 import sys
 import time
+import zlib
 
 import numpy as np
 
 __all__ = ["main"]
 
-EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_INVALID, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
+EXIT_UNREADABLE = EXIT_USAGE  # could not read the file: the same status as a usage error
 
 
 def _best_of(fn, repeat: int = 5) -> float:
@@ -44,7 +56,14 @@ def _random_csr_arrays(n: int, per_row: int, seed: int, index_dtype=np.int32):
 
 # -- helpers ------------------------------------------------------------------------------
 class UserError(Exception):
-    """A problem with the user's input: printed without a traceback, exit status 2."""
+    """A problem with the user's input (an option, or a file that cannot be read): printed without a
+    traceback, exit status 2."""
+
+
+# what reading a bad file may raise besides InvariantError (a ValueError, kept apart: exit status 1);
+# MemoryError: a size the file does hold but this machine cannot
+_READ_ERRORS = (ValueError, TypeError, NotImplementedError, OverflowError, MemoryError, OSError, KeyError, EOFError,
+                zlib.error, struct.error)
 
 
 class _Progress:
@@ -80,9 +99,13 @@ def _load(path: str, progress=None):
         return st.load(path)
     except st.InvariantError:
         raise
-    except (ValueError, OSError, KeyError, EOFError) as e:
-        msg = str(e)
-        raise UserError(msg if path in msg else f"{path}: {msg}") from None
+    except _READ_ERRORS as e:
+        msg = str(e) or type(e).__name__
+        if isinstance(e, (zlib.error, struct.error)):
+            msg = f"{type(e).__name__}: {msg}"
+        if isinstance(e, MemoryError):
+            msg = f"not enough memory to read it ({msg})"
+        raise UserError(f"cannot read: {msg}" if path in msg else f"{path}: cannot read: {msg}") from None
     finally:
         if progress:
             progress.done()
@@ -104,6 +127,17 @@ def _matrix_csr(t):
             raise UserError(f"row statistics need 2 sparse dims; this coo tensor has {t.sparse_dim}")
         t = t.to_sparse_csr()
     return t
+
+
+_ROWS_ALWAYS = 1 << 24  # row statistics and pictures build a CSR: this many rows, or 16 per stored entry
+
+
+def _rows_affordable(t) -> tuple[bool, int]:
+    """(whether a CSR of ``t``'s rows is affordable, the number of rows with batch dims folded in):
+    a tiny file may declare 10^18 rows, and one word per row would exhaust any machine."""
+    nrows = int(np.prod(t.shape[:-1 - t.dense_dim], dtype=object)) if t.ndim >= 2 else 1
+    stored = int(t.values().size)
+    return nrows <= max(_ROWS_ALWAYS, 16 * stored), nrows
 
 
 def _human_bytes(n: float) -> str:
@@ -160,7 +194,11 @@ def cmd_info(args) -> int:
     print(f"density   {t.values().size / numel:.3g} (stored values / elements)" if numel
           else "density   n/a (empty shape)")
     print(f"canonical {'yes' if t.is_coalesced() else 'no (unsorted or duplicate indices: coalesce() repairs it)'}")
-    if t.dense_dim == 0 and (t.layout.name != "coo" or t.sparse_dim == 2):
+    affordable, nrows = _rows_affordable(t)
+    if t.dense_dim == 0 and (t.layout.name != "coo" or t.sparse_dim == 2) and not affordable:
+        print(f"row nnz   not computed: {nrows} rows for {t.values().size} stored values (row statistics "
+              "take memory per row)")
+    elif t.dense_dim == 0 and (t.layout.name != "coo" or t.sparse_dim == 2):
         progress("computing row statistics ...")
         csr = _matrix_csr(t.coalesce() if t.layout.name == "coo" else t)
         progress.done()
@@ -281,6 +319,10 @@ def cmd_spy(args) -> int:
     if t.dense_dim or t.batch_dim or (t.layout.name == "coo" and t.sparse_dim != 2):
         raise UserError(f"spy draws 2-d matrices; this {t.layout.name} tensor has shape {t.shape} "
                         f"(batch_dim={t.batch_dim}, dense_dim={t.dense_dim})")
+    affordable, nrows = _rows_affordable(t)
+    if not affordable:
+        raise UserError(f"spy draws through a CSR of the rows: {nrows} rows for {t.values().size} stored values "
+                        "is more memory than the picture is worth")
     csr = _matrix_csr(t.coalesce() if t.layout.name == "coo" else t)
     nrows, ncols = csr.shape
     lengths = np.diff(csr.crow_indices())
@@ -329,8 +371,15 @@ def cmd_bench(args) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sparsetensor", description=__doc__.splitlines()[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog="With no subcommand: the demonstration (a 27-point stencil and an R-MAT "
-                                            "graph against SciPy, PyTorch and GraphBLAS, where installed).")
+                                            "graph against SciPy, PyTorch and GraphBLAS, where installed).\n\n"
+                                            "exit status: 0 success; 1 the file is invalid (read, but an invariant "
+                                            "is broken);\n  2 the file could not be read (missing, malformed, "
+                                            "truncated, a size it cannot hold, out of memory)\n  or a usage "
+                                            "error; 3 an internal error (a bug); 130 interrupted")
+    parser.add_argument("--traceback", action="store_true",
+                        help="print the traceback of an internal error (exit status 3) instead of one line")
     parser.add_argument("--size", type=int, default=2_000_000,
                         help="demo: about this many nonzeros per matrix (default 2000000)")
     parser.add_argument("--threads", type=int, default=None, help="demo: threads for everyone (default: all CPUs)")
@@ -391,9 +440,18 @@ def main(argv=None) -> int:
     except OSError as e:
         print(f"sparsetensor {args.command}: {e}", file=sys.stderr)
         return EXIT_USAGE
+    except MemoryError as e:
+        print(f"sparsetensor {args.command}: not enough memory ({e or 'MemoryError'})", file=sys.stderr)
+        return EXIT_USAGE
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except Exception as e:  # a bug: one line, the traceback only when asked for
+        if args.traceback:
+            raise
+        print(f"sparsetensor {args.command or ''}: internal error: {type(e).__name__}: {e} (a bug in sparsetensor: "
+              "please report it; rerun with --traceback to see where)", file=sys.stderr)
+        return EXIT_INTERNAL
 
 
 if __name__ == "__main__":  # pragma: no cover

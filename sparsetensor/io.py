@@ -94,6 +94,8 @@ _METADATA_LIMIT = 1 << 16          # bytes; a real metadata member is a few hund
 _MAX_DEFLATE_RATIO = 1032          # deflate cannot expand data more than this
 _ALIGN = 64                        # member data alignment (NumPy aligns the .npy header to 64 too)
 _PAD_ID = 0x5453                   # zip extra-field id of the padding record; readers skip unknown ids
+_INT64_MAX = int(np.iinfo(np.int64).max)
+_MAX_DIMS = 64                     # NumPy's limit on ndim
 _ZIP_DATE = (1980, 1, 1, 0, 0, 0)  # fixed member dates: the same tensor gives the same bytes
 # what zipfile, zlib and numpy.lib.format raise on a corrupt archive or member (a lying directory may
 # make zipfile seek to a negative offset: OSError)
@@ -199,6 +201,12 @@ def _bad_metadata(path: str, msg: str) -> ValueError:
     return ValueError(f"{path}: bad metadata: {msg}")
 
 
+def _short(x) -> str:
+    """``repr(x)``, cut to a readable length (a hostile metadata value may be 64 KiB long)."""
+    text = repr(x)
+    return text if len(text) <= 100 else text[:97] + "..."
+
+
 def _is_int(x) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
@@ -209,40 +217,46 @@ def _read_metadata(zf: zipfile.ZipFile, path: str) -> dict:
         raise _bad_metadata(path, f"{METADATA} is {info.file_size} bytes (limit {_METADATA_LIMIT})")
     try:
         meta = json.loads(zf.read(info).decode("utf-8"))
-    except (*_READ_ERRORS, UnicodeDecodeError) as e:
-        raise _bad_metadata(path, f"{METADATA} is not readable JSON ({e})") from None
+    except (*_READ_ERRORS, UnicodeDecodeError, RecursionError) as e:  # RecursionError: [[[[...]]]]
+        raise _bad_metadata(path, f"{METADATA} is not readable JSON ({type(e).__name__}: {e})") from None
     if not isinstance(meta, dict):
         raise _bad_metadata(path, f"expected a JSON object, got {type(meta).__name__}")
     if meta.get("format") != FORMAT:
-        raise _bad_metadata(path, f"format must be {FORMAT!r}, got {meta.get('format')!r}")
+        raise _bad_metadata(path, f"format must be {FORMAT!r}, got {_short(meta.get('format'))}")
     version = meta.get("version")
     if not _is_int(version) or version < 1:
-        raise _bad_metadata(path, f"version must be a positive integer, got {version!r}")
+        raise _bad_metadata(path, f"version must be a positive integer, got {_short(version)}")
     if version > VERSION:
         raise ValueError(f"{path}: written in sparsetensor file format version {version}; this version of "
                          f"sparsetensor reads versions up to {VERSION}: upgrade it")
     layout = meta.get("layout")
     if layout not in ("strided", "coo", "csr", "csc", "bsr", "bsc"):
-        raise _bad_metadata(path, f"layout must be one of strided, coo, csr, csc, bsr, bsc; got {layout!r}")
+        raise _bad_metadata(path, f"layout must be one of strided, coo, csr, csc, bsr, bsc; got {_short(layout)}")
     shape = meta.get("shape")
     if not isinstance(shape, list) or not all(_is_int(s) and s >= 0 for s in shape):
-        raise _bad_metadata(path, f"shape must be a list of non-negative integers, got {shape!r}")
+        raise _bad_metadata(path, f"shape must be a list of non-negative integers, got {_short(shape)}")
+    if len(shape) > _MAX_DIMS:
+        raise _bad_metadata(path, f"shape has {len(shape)} dims; NumPy arrays have at most {_MAX_DIMS}")
+    if any(s > _INT64_MAX for s in shape):  # (whether a sparse dim fits an int32 index dtype is invariant 1.3)
+        raise _bad_metadata(path, f"shape {_short(shape)} has a dim that does not fit int64 (the largest is "
+                                  f"{_INT64_MAX})")
     if meta.get("value_dtype") not in _VALUE_DTYPES:
         raise _bad_metadata(path, f"value_dtype must be one of {', '.join(_VALUE_DTYPES)}; "
-                                  f"got {meta.get('value_dtype')!r}")
+                                  f"got {_short(meta.get('value_dtype'))}")
     index_dtype = meta.get("index_dtype")
     if layout == "strided" and index_dtype is not None:
-        raise _bad_metadata(path, f"index_dtype must be null for a strided array, got {index_dtype!r}")
+        raise _bad_metadata(path, f"index_dtype must be null for a strided array, got {_short(index_dtype)}")
     if layout != "strided" and index_dtype not in _INDEX_DTYPES:
-        raise _bad_metadata(path, f"index_dtype must be 'int32' or 'int64', got {index_dtype!r}")
+        raise _bad_metadata(path, f"index_dtype must be 'int32' or 'int64', got {_short(index_dtype)}")
     if not isinstance(meta.get("coalesced"), bool):
-        raise _bad_metadata(path, f"coalesced must be true or false, got {meta.get('coalesced')!r}")
+        raise _bad_metadata(path, f"coalesced must be true or false, got {_short(meta.get('coalesced'))}")
     for key in ("nnz", "batch_dim", "dense_dim"):
-        if key in meta and not (_is_int(meta[key]) and meta[key] >= 0):
-            raise _bad_metadata(path, f"{key} must be a non-negative integer, got {meta[key]!r}")
+        if key in meta and not (_is_int(meta[key]) and 0 <= meta[key] <= _INT64_MAX):
+            raise _bad_metadata(path, f"{key} must be a non-negative int64, got {_short(meta[key])}")
     bs = meta.get("blocksize")
-    if bs is not None and not (isinstance(bs, list) and len(bs) == 2 and all(_is_int(b) and b > 0 for b in bs)):
-        raise _bad_metadata(path, f"blocksize must be null or [rows, cols] of positive integers, got {bs!r}")
+    if bs is not None and not (isinstance(bs, list) and len(bs) == 2
+                               and all(_is_int(b) and 0 < b <= _INT64_MAX for b in bs)):
+        raise _bad_metadata(path, f"blocksize must be null or [rows, cols] of positive int64, got {_short(bs)}")
     return meta
 
 
@@ -322,6 +336,8 @@ def _read_member(zf, path: str, name: str, mmap_mode, file_size: int) -> np.ndar
                 arr = np.lib.format.read_array(fp, allow_pickle=False)
         except _READ_ERRORS as e:
             raise ValueError(f"{where}: corrupt data ({e})") from None
+        except MemoryError as e:  # a size the file does hold (checked above), too large for this machine
+            raise MemoryError(f"{where}: not enough memory for shape {shape} of {dtype} ({e})") from None
     if not arr.dtype.isnative:
         arr = arr.astype(arr.dtype.newbyteorder("="))
     return arr

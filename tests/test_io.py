@@ -690,7 +690,8 @@ def test_write_mtx_dense_array(tmp_path):
 
 
 @pytest.mark.parametrize("text, line, what", [
-    ("%%MatrixMarket matrix coordinate real general\n3 3 3\n1 1 1.0\n2 2 abc\n3 3 2.0\n", 4, "floating"),
+    ("%%MatrixMarket matrix coordinate real general\n3 3 3\n1 1 1.0\n2 2 abc\n3 3 2.0\n", 4, "character 'b'"),
+    ("%%MatrixMarket matrix coordinate real general\n3 3 3\n1 1 1.0\n2 2 -\n3 3 2.0\n", 4, "floating"),
     ("%%MatrixMarket matrix coordinate real general\n3 3 2\n1 1 1.0\n4 1 2.0\n", 4, "out of bounds"),
     ("garbage\n", 1, "banner"),
 ])
