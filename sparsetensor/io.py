@@ -96,6 +96,7 @@ _ALIGN = 64                        # member data alignment (NumPy aligns the .np
 _PAD_ID = 0x5453                   # zip extra-field id of the padding record; readers skip unknown ids
 _INT64_MAX = int(np.iinfo(np.int64).max)
 _MAX_DIMS = 64                     # NumPy's limit on ndim
+_DIA_ROWS_ALWAYS = 1 << 24         # a SciPy dia file loads as CSR: this many rows, or 16 per stored value
 _ZIP_DATE = (1980, 1, 1, 0, 0, 0)  # fixed member dates: the same tensor gives the same bytes
 # what zipfile, zlib and numpy.lib.format raise on a corrupt archive or member (a lying directory may
 # make zipfile seek to a negative offset: OSError)
@@ -420,12 +421,22 @@ def _load_scipy(zf: zipfile.ZipFile, path: str, file_size: int):
         m = sp.load_npz(path)
     except (*_READ_ERRORS, NotImplementedError, TypeError) as e:
         raise ValueError(f"{path}: not a valid scipy.sparse.save_npz file ({e})") from None
+    if m.format == "dia" and m.shape[0] > max(_DIA_ROWS_ALWAYS, 16 * m.data.size):
+        # from_scipy converts dia to CSR, one index per row: a tiny file may declare 2^40 rows
+        raise ValueError(f"{path}: a dia matrix of shape {m.shape} with {m.data.size} stored values: converting it "
+                         f"to CSR takes an index per row (refused above {_DIA_ROWS_ALWAYS} rows and 16 per stored "
+                         "value)")
     try:
         return from_scipy(m, check_invariants=True)
     except InvariantError as e:
         raise _in_file(e, path) from None
     except TypeError as e:
         raise TypeError(f"{path}: {e}") from None
+    except (ValueError, OverflowError) as e:  # "array is too big" and the like: a size SciPy cannot convert
+        raise ValueError(f"{path}: cannot convert the {m.format} matrix of shape {m.shape} ({e})") from None
+    except MemoryError as e:
+        raise MemoryError(f"{path}: not enough memory to convert the {m.format} matrix of shape {m.shape} "
+                          f"({e})") from None
 
 
 def load(path, *, mmap_mode: str | None = None):
@@ -464,7 +475,12 @@ def load(path, *, mmap_mode: str | None = None):
         The arrays break an invariant (the message names the file).
     ValueError
         Not a readable file of a known format, or a malformed one (the message
-        names the file).
+        names the file, and the member or the line): also a size that does not
+        fit int64 or that the file cannot hold (see :func:`read_mtx` for Matrix
+        Market), and a SciPy ``dia`` file whose rows (one CSR index each) number
+        more than 2^24 and 16 per stored value.
+    MemoryError
+        A size the file does hold, too large for this machine (the file named).
     FileNotFoundError
         No such file.
 

@@ -288,6 +288,28 @@ def test_npy_header_declaring_a_huge_shape(tmp_path, shape, what, compress):
             st.load(path, mmap_mode=mmap_mode)
 
 
+def scipy_npz(path, **arrays):
+    """A file as scipy.sparse.save_npz writes it, from hand-made members."""
+    np.savez(path, **{k: np.asarray(v) for k, v in arrays.items()})
+    return path
+
+
+@pytest.mark.parametrize("shape", [[2**62, 2**62], [2**40, 2**40], [2**25, 4]])
+def test_scipy_dia_file_with_huge_rows(tmp_path, shape):
+    """SciPy's dia files load as CSR (an index per row): a 1 KB file declaring 2^40 rows is refused."""
+    path = scipy_npz(tmp_path / "dia.npz", format="dia", shape=shape, data=np.ones((1, 4)), offsets=[0])
+    with pytest.raises(ValueError, match=rf"dia.npz: a dia matrix of shape \({shape[0]}, {shape[1]}\) with 4 stored"):
+        st.load(path)
+    small = scipy_npz(tmp_path / "small.npz", format="dia", shape=[4, 2**40], data=np.ones((1, 4)), offsets=[0])
+    np.testing.assert_array_equal(st.load(small).crow_indices(), [0, 1, 2, 3, 4])
+
+
+def test_scipy_file_with_huge_shape_loads_as_coo(tmp_path):
+    path = scipy_npz(tmp_path / "coo.npz", format="coo", shape=[2**62, 2**62], data=[1.0], row=[0], col=[2**62 - 1])
+    t = st.load(path)
+    assert t.layout is st.sparse_coo and t.shape == (2**62, 2**62) and t.nnz == 1
+
+
 def test_npz_memory_error_names_the_member(tmp_path, monkeypatch):
     meta, members = saved_npz(tmp_path)
     path = write_npz(tmp_path / "t.npz", meta, members)
