@@ -76,7 +76,6 @@ autodoc_mock_imports = [mod for mod, ok in HAVE.items() if not ok and "." not in
 
 autosummary_generate = True
 autosummary_imported_members = True
-autodoc_default_options = {"members": False}
 autodoc_typehints = "none"  # numpydoc's Parameters sections say the types
 numpydoc_show_class_members = False
 numpydoc_class_members_toctree = False
