@@ -2,7 +2,9 @@
 # Build sparsetensor once, as users get it, and test that build:
 #   1. sdist, then the wheel built from the sdist (python -m build: portable, CPU-dispatching)
 #   2. auditwheel repair -> a manylinux wheel with libgomp bundled
-#   3. that wheel + the test extra (+ torch==2.13.0, the cuda extra) into a fresh venv
+#   3. that wheel + the test extra alone into a fresh venv, and the README's test command there
+#      (what a newcomer has); then the wheel + the test extra + torch==2.13.0, the cuda extra,
+#      mpi4py and Dask into another fresh venv
 #   4. the README's test command (pytest from the repo root, which does not import the
 #      source tree), then the kernel test files again under each lower CPU level the CPU
 #      supports (SPARSETENSOR_CPU_LEVEL)
@@ -43,6 +45,15 @@ contents=$("$work/tools/bin/python" -m zipfile -l "$wheel")
 if ! grep -q "libgomp" <<<"$contents"; then
   echo "libgomp is not bundled in $wheel"; exit 1
 fi
+
+step "a newcomer's run: $(basename "$wheel")[test] alone in a fresh venv, then the README's test command"
+# nothing but the test extra: no torch, cuda-python, mpi4py or Dask, so a test that needs one of
+# them and does not skip without it fails here (the full venv below would hide it)
+python3 -m venv "$work/bare"
+"$work/bare/bin/python" -m pip install -q "$wheel[test]"
+"$work/bare/bin/python" -m pip list 2>/dev/null | grep -i -E "^(torch|cuda-core|mpi4py|dask) " \
+  && { echo "the bare venv holds an optional package"; exit 1; }
+(PATH="$work/bare/bin:$PATH"; pytest -q -p no:cacheprovider)
 
 step "installing $(basename "$wheel") into a fresh venv"
 python3 -m venv "$work/venv"

@@ -7,12 +7,10 @@ kernels. See the README for a tour.
 
 import os as _os
 
-# Idle OpenMP threads spin briefly, then sleep. Spinning for libgomp's default (300000 spins,
-# milliseconds) made a 1 ms kernel take 70 ms on a busy or oversubscribed machine (shared HPC
-# nodes, CI); sleeping at once makes every parallel region wake its threads, which cost 60-90 us
-# per call on an idle VM (a 27-point SpMV at 10^6 nnz, 2 threads: 0.36 ms passive, 0.24 ms with
-# 3000 spins; two such processes on two cores: 0.46 and 0.59 ms, against 12 ms with the default).
-# Set before our kernels load libgomp; values the user set win.
+# Idle OpenMP threads spin briefly, then sleep: libgomp's default spin (milliseconds) starves
+# other processes on a busy or oversubscribed node, while sleeping at once makes every parallel
+# region pay to wake its threads (the docs' performance page has the measurements). Set before
+# our kernels load libgomp; values the user set win.
 _os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 _os.environ.setdefault("GOMP_SPINCOUNT", "3000")
 
@@ -46,16 +44,24 @@ _chunk.bind()  # pickling, Dask's tokenize/sizeof, operators that give way to la
 from . import optim  # noqa: E402  (st.optim: sparse optimizers)
 from . import cuda as _cuda  # noqa: E402,F401  (registers the CUDA device with _device; loads no cuda-python)
 
-__version__ = "0.1.0"
+from ._version import __version__  # noqa: E402
+
+# Submodules reached by attribute and imported on first access (SPEC 1): st.autograd imports every
+# ops module; st.dask, st.mpi and st.torch import Dask, mpi4py and PyTorch, which
+# `import sparsetensor` itself never does.
+_LAZY_SUBMODULES = ("autograd", "dask", "mpi", "torch")
 
 
 def __getattr__(name):
-    # st.autograd (the derivative rules and vjp) loads on first use: it imports every ops module
-    if name == "autograd":
+    if name in _LAZY_SUBMODULES:
         import importlib
 
-        return importlib.import_module(".autograd", __name__)
+        return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module 'sparsetensor' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY_SUBMODULES))
 
 __all__ = [
     "InvariantError", "Layout", "SparseTensor", "COOTensor", "CompressedTensor",

@@ -121,6 +121,11 @@ def sparse_coo_tensor(indices, values, size=None, *, dtype=None, device=None, ch
     is_coalesced : bool, optional
         Declare the indices sorted and distinct (checked when checking is on).
 
+    Host arrays of the right dtype are used without a copy; the tensor holds a
+    read-only view of ``indices``. Writing afterwards to the array you passed in is
+    undefined behaviour (an op may raise or compute wrong values, but never reads or
+    writes out of bounds); see :func:`sparse_compressed_tensor`.
+
     Members that are CUDA device arrays (``__cuda_array_interface__`` or a CUDA
     ``__dlpack__``: CuPy arrays, PyTorch CUDA tensors) are taken without a copy and give a
     CUDA tensor on their device, checked and shape-estimated on the device; host members
@@ -213,6 +218,11 @@ def sparse_compressed_tensor(compressed_indices, plain_indices, values, size=Non
 
     Index arrays keep their dtype; non-contiguous inputs are copied to
     contiguous arrays (invariants 3.5-3.7); other inputs are used without a copy.
+    The tensor holds read-only views of its index arrays (its accessors return
+    them), so nothing changes them through this library once they were checked.
+    Writing afterwards to the arrays you passed in is undefined behaviour, as with
+    SciPy's ``copy=False``: an op may raise or compute wrong values, but never reads
+    or writes out of bounds. Pass copies (``np.array(a)``) to keep yours writeable.
     CUDA device arrays (CuPy, PyTorch CUDA tensors, ...) give a CUDA tensor on their
     device without a copy, as for :func:`sparse_coo_tensor`
     (:func:`sparsetensor.cuda.compressed_tensor`); ``device="cuda[:N]"`` moves a tensor

@@ -42,6 +42,22 @@ DENSIFY_LIMIT = 1 << 27
 _NDARRAY = np.ndarray
 
 
+def frozen(a):
+    """``a`` as a read-only view (device arrays as they are).
+
+    Index members are immutable once they belong to a tensor: a tensor marked checked
+    stays valid only if nothing writes its indices, so the classes keep (and the
+    accessors hand out) read-only views. The arrays a view was taken of are not changed:
+    a caller who built a tensor from its own arrays without a copy still holds writeable
+    ones, and writing to them afterwards is undefined (the kernels bound what they read
+    and write, so the outcome is an error or wrong values, never a crash).
+    """
+    if isinstance(a, _NDARRAY) and a.flags.writeable:
+        a = a.view()
+        a.flags.writeable = False
+    return a
+
+
 def _fmt_array(name: str, a: np.ndarray) -> str:
     body = np.array2string(a, separator=", ", threshold=REPR_LIMIT, prefix=" " * (len("tensor(") + len(name) + 1))
     return f"{name}={body}"
@@ -255,7 +271,7 @@ class COOTensor(SparseTensor):
 
     def __init__(self, indices: np.ndarray, values: np.ndarray, shape: tuple, coalesced: bool = False,
                  checked: bool = False):
-        self._indices = indices
+        self._indices = frozen(indices)
         self._values = values
         self._shape = tuple(shape)
         self._layout = L.sparse_coo
@@ -287,7 +303,7 @@ class COOTensor(SparseTensor):
         return self._indices.dtype
 
     def indices(self):
-        """The ``(sparse_dim, nnz)`` index array (the tensor's own, not a copy)."""
+        """The ``(sparse_dim, nnz)`` index array: a read-only view of the tensor's own (no copy)."""
         return self._indices
 
     def values(self):
@@ -360,8 +376,8 @@ class CompressedTensor(SparseTensor):
 
     def __init__(self, compressed: np.ndarray, plain: np.ndarray, values: np.ndarray, shape: tuple,
                  layout: L.Layout, canonical: bool = False):
-        self._compressed = compressed
-        self._plain = plain
+        self._compressed = frozen(compressed)
+        self._plain = frozen(plain)
         self._values = values
         self._shape = tuple(shape)
         self._layout = layout
@@ -407,11 +423,11 @@ class CompressedTensor(SparseTensor):
 
     # -- members --------------------------------------------------------------------
     def compressed_indices(self):
-        """``crow_indices`` for csr/bsr, ``ccol_indices`` for csc/bsc."""
+        """``crow_indices`` for csr/bsr, ``ccol_indices`` for csc/bsc (a read-only view, no copy)."""
         return self._compressed
 
     def plain_indices(self):
-        """``col_indices`` for csr/bsr, ``row_indices`` for csc/bsc."""
+        """``col_indices`` for csr/bsr, ``row_indices`` for csc/bsc (a read-only view, no copy)."""
         return self._plain
 
     def values(self):

@@ -40,6 +40,20 @@ CASE_IDS = [f"{c[0]}-b{len(c[1])}-d{len(c[2])}" for c in CASES]
 
 # -- backends ---------------------------------------------------------------------------------------
 
+def _has_cuda_core() -> bool:
+    try:
+        import cuda.core.utils  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+# foreign device arrays (DLPack, __cuda_array_interface__) are read through cuda.core, an optional
+# extra: without it these tests skip, as a newcomer's `pip install ".[test]"` has no cuda-python
+needs_cuda_core = pytest.mark.skipif(not _has_cuda_core(),
+                                     reason="cuda-python's cuda.core is not installed (pip install 'sparsetensor[cuda]')")
+
+
 def _emulator_problem():
     if not sys.platform.startswith("linux"):
         return "the kernel emulator uses ucontext fibers (Linux)"

@@ -61,7 +61,10 @@ def test_lists_default_to_int64_and_arrays_are_not_copied():
     assert t.index_dtype == np.int64
     crow, col, val = np.array([0, 1], np.int32), np.array([0], np.int32), np.array([2.0])
     t = st.sparse_csr_tensor(crow, col, val)
-    assert t.crow_indices() is crow and t.col_indices() is col and t.values() is val
+    assert t.values() is val
+    # the indices are shared as read-only views (issue 34: a tensor's indices never change)
+    for mine, yours in ((t.crow_indices(), crow), (t.col_indices(), col)):
+        assert np.shares_memory(mine, yours) and not mine.flags.writeable and yours.flags.writeable
 
 
 def test_noncontiguous_inputs_are_copied_not_modified():

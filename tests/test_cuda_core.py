@@ -107,7 +107,7 @@ def test_compile_error_log_and_cache_key_of_the_options(tmp_path, monkeypatch):
     p = _nvrtc.compile_program("tiny.cu", _TINY, {"tiny.cuh": b"#define TWICE(a) (a)\n"}, [], 80)
     want = _nvrtc.cache_key("tiny.cu", _TINY, {"tiny.cuh": b"#define TWICE(a) (a)\n"}, (),
                             ("--std=c++17", "--gpu-architecture=sm_80"), "sm_80", _nvrtc.nvrtc_version(),
-                            _nvrtc._package_version())
+                            _nvrtc.__version__)
     assert p.key == want and (tmp_path / f"{want}.bin").exists()
     _nvrtc.clear_memory_cache()
 

@@ -19,10 +19,11 @@ from sparsetensor.cuda._array import DeviceArray, _DLManagedTensor, _from_dlpack
 from conftest import assert_python_prints_ok
 from cuda_support import backend, rng  # noqa: F401 (the fixtures)
 from cuda_support import (CASE_IDS, CASES, INDEX, CAIOnly, DLPackOnly, _emulator_problem, assert_same,
-                          assert_values, cuda, host, make, members, same_error)
+                          assert_values, cuda, host, make, members, needs_cuda_core, same_error)
 
 # -- interop --------------------------------------------------------------------------------------------------
 
+@needs_cuda_core
 def test_cuda_array_interface_and_dlpack(backend):
     a = cuda.DeviceArray.from_host(np.arange(12, dtype=np.float32).reshape(3, 4))
     cai = a.__cuda_array_interface__
@@ -142,7 +143,7 @@ def test_is_device_array():
     assert not is_device_array(torch.zeros(3))  # a CPU DLPack producer stays on the host path
 
 
-@pytest.mark.parametrize("wrap", ["device_array", "cai", "dlpack"])
+@pytest.mark.parametrize("wrap", ["device_array", "cai", pytest.param("dlpack", marks=needs_cuda_core)])
 @pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
 def test_factory_takes_device_arrays(backend, rng, case, wrap):
     """st.sparse_*_tensor of device arrays: a CUDA tensor sharing their memory, equal to the CPU's."""
@@ -425,6 +426,7 @@ def test_device_array_metadata():
     assert repr(a) == "DeviceArray(complex64[3, 4, 2], device='cuda:0')"
 
 
+@needs_cuda_core
 def test_dlpack_capsule_contents():
     from sparsetensor.cuda import _array
 

@@ -36,6 +36,8 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
+from .._version import __version__
+
 __all__ = ["CompileError", "NVRTCError", "Program", "compile_program", "nvrtc_version", "supported_archs",
            "cache_dir", "cache_key", "CACHE_ENV"]
 
@@ -104,15 +106,6 @@ def cache_dir() -> Path:
         return Path(env)
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "sparsetensor" / "cuda"
-
-
-def _package_version() -> str:
-    try:
-        from .. import __version__
-
-        return __version__
-    except ImportError:  # pragma: no cover
-        return "unknown"
 
 
 def cache_key(name: str, source: bytes, headers: dict, name_expressions, options, target: str,
@@ -305,7 +298,7 @@ def compile_program(name: str, source: bytes, headers: dict, name_expressions, a
     options = tuple(_BASE_OPTIONS) + tuple(options) + (f"--gpu-architecture={target}",)
     exprs = tuple(name_expressions)
     version = nvrtc_version()
-    key = cache_key(name, source, headers, exprs, options, target, version, _package_version())
+    key = cache_key(name, source, headers, exprs, options, target, version, __version__)
     with _lock:
         hit = _memory.get(key)
     if hit is not None:

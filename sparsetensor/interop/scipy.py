@@ -111,6 +111,10 @@ def to_scipy(t, kind: str = "array"):
     ``ValueError`` (SciPy has neither batch nor dense dims); bsc raises
     ``NotImplementedError`` (SciPy has no BSC format).
 
+    The index arrays are the tensor's read-only views: SciPy methods that rewrite
+    indices in place (``eliminate_zeros``, ``prune``, ...) raise ``ValueError`` on
+    the result; call them on ``m.copy()``. Values stay shared and writeable.
+
     SciPy trusts the index arrays it is given, so a tensor that was never checked
     (built with ``check_invariants=False``) is checked first, once (the result is
     cached on the tensor): broken indices raise :class:`InvariantError`, and a

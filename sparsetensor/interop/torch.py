@@ -11,6 +11,8 @@ first use.
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 from .. import _layout as L
@@ -106,10 +108,13 @@ def from_torch(t, *, check_invariants: bool = True):
                                     check_invariants=check_invariants)
 
 
-def _tensor_of(torch, a: np.ndarray, copy, what: str):
-    """``torch.from_numpy`` of ``a``, copying first when asked or when PyTorch cannot share it."""
+def _tensor_of(torch, a: np.ndarray, copy, what: str, index: bool = False):
+    """``torch.from_numpy`` of ``a``, copying first when asked or when PyTorch cannot share it.
+
+    ``index``: ``a`` is a tensor's index member, a read-only view that is shared as it is (see
+    :func:`to_torch`)."""
     reason = None
-    if not a.flags.writeable:
+    if not a.flags.writeable and not index:
         reason = "is read-only (PyTorch tensors are always writable)"
     elif not a.dtype.isnative:
         reason = "is not in native byte order"
@@ -122,7 +127,12 @@ def _tensor_of(torch, a: np.ndarray, copy, what: str):
         if not a.dtype.isnative:
             a = a.astype(a.dtype.newbyteorder("="))
     try:
-        out = torch.from_numpy(a)
+        if a.flags.writeable:
+            out = torch.from_numpy(a)
+        else:  # an index member: torch warns that its tensors are always writable
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", "The given NumPy array is not writable", UserWarning)
+                out = torch.from_numpy(a)
     except TypeError as e:
         raise TypeError(f"to_torch: {what} has dtype {a.dtype}, which PyTorch does not support ({e})") from None
     # nothing to share in an empty member; torch 2.11's invariant check refuses the strides
@@ -142,12 +152,14 @@ def to_torch(t, *, copy: bool | None = None, check_invariants: bool | None = Non
 
     - the indices of a COO tensor with int32 indices (PyTorch's COO indices
       are int64 only); compressed layouts keep int32;
-    - read-only arrays, such as those of ``load(path, mmap_mode="r")`` (PyTorch
+    - read-only values, such as those of ``load(path, mmap_mode="r")`` (PyTorch
       tensors are writable; load with ``mmap_mode="c"`` to share them);
     - arrays in non-native byte order or with negative strides.
 
-    Block-transposed values (a BSC tensor from ``bsr.mT``) are shared: PyTorch
-    accepts them. The COO ``is_coalesced()`` flag carries over.
+    Index members are shared although they are read-only views (a tensor's indices
+    never change once it holds them): PyTorch has no read-only tensors, so writing
+    to the result's indices through PyTorch is undefined behaviour. Block-transposed
+    values (a BSC tensor from ``bsr.mT``) are shared: PyTorch accepts them. The COO ``is_coalesced()`` flag carries over.
 
     Parameters
     ----------
@@ -174,12 +186,13 @@ def to_torch(t, *, copy: bool | None = None, check_invariants: bool | None = Non
     >>> x.layout, x.values().data_ptr() == t.values().ctypes.data
     (torch.sparse_bsr, True)
     """
-    torch = import_torch()
     if isinstance(t, np.ndarray):
-        return _tensor_of(torch, t, copy, "the array")
+        return _tensor_of(import_torch(), t, copy, "the array")
     if not isinstance(t, (COOTensor, CompressedTensor)):
         raise TypeError(f"to_torch expects a sparse tensor or a NumPy array, got {type(t).__name__}")
-    t = ensure_valid(require_host(t, "to_torch"), repair=True)
+    require_host(t, "to_torch")  # before torch is imported: the device error holds without torch too
+    torch = import_torch()
+    t = ensure_valid(t, repair=True)
     check = resolve_check(check_invariants)
     values = _tensor_of(torch, t.values(), copy, "values")
     if isinstance(t, COOTensor):
@@ -189,9 +202,9 @@ def to_torch(t, *, copy: bool | None = None, check_invariants: bool | None = Non
                 raise ValueError("to_torch(copy=False): the COO indices are int32, and PyTorch's COO indices "
                                  "are int64 only; convert with t.to(index_dtype='int64') or allow the copy")
             indices, index_copy = indices.astype(np.int64), None  # a copy already
-        return torch.sparse_coo_tensor(_tensor_of(torch, indices, index_copy, "indices"), values, t.shape,
+        return torch.sparse_coo_tensor(_tensor_of(torch, indices, index_copy, "indices", index=True), values, t.shape,
                                        is_coalesced=t.is_coalesced(), check_invariants=check)
     layout = getattr(torch, f"sparse_{t.layout.name}")
-    compressed = _tensor_of(torch, t.compressed_indices(), copy, t.layout.compressed_name)
-    plain = _tensor_of(torch, t.plain_indices(), copy, t.layout.plain_name)
+    compressed = _tensor_of(torch, t.compressed_indices(), copy, t.layout.compressed_name, index=True)
+    plain = _tensor_of(torch, t.plain_indices(), copy, t.layout.plain_name, index=True)
     return torch.sparse_compressed_tensor(compressed, plain, values, t.shape, layout=layout, check_invariants=check)

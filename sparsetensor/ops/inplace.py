@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._dtypes import check_fits
-from .._tensor import COOTensor, CompressedTensor, SparseTensor
+from .._tensor import COOTensor, CompressedTensor, SparseTensor, frozen
 from ._common import describe
 from ._shape_common import _require_sparse, _contiguous_values
 
@@ -38,7 +38,7 @@ def zero_(t):
 
 def _zero_coo(t: COOTensor) -> COOTensor:
     """The ``_zero_`` hook of COO."""
-    t._indices = np.empty((t.sparse_dim, 0), dtype=t.index_dtype)
+    t._indices = frozen(np.empty((t.sparse_dim, 0), dtype=t.index_dtype))
     t._values = np.empty((0,) + t.shape[t.sparse_dim:], dtype=t.dtype)
     t._coalesced = True
     return t
@@ -49,8 +49,8 @@ def _zero_compressed(t: CompressedTensor) -> CompressedTensor:
     dt = t.index_dtype
     m = t.batch_dim
     batch = t.shape[:m]
-    t._compressed = np.zeros(batch + (t.compressed_indices().shape[-1],), dtype=dt)
-    t._plain = np.empty(batch + (0,), dtype=dt)
+    t._compressed = frozen(np.zeros(batch + (t.compressed_indices().shape[-1],), dtype=dt))
+    t._plain = frozen(np.empty(batch + (0,), dtype=dt))
     t._values = np.empty(batch + (0,) + t.values().shape[m + 1:], dtype=t.dtype)
     t._set_validated()
     return t
@@ -108,7 +108,7 @@ def copy_(dst, src, *, threads: int | None = None):
 def _take_coo(dst: COOTensor, new: COOTensor, sources) -> COOTensor:
     """The ``_take_members`` hook of COO: ``dst`` takes ``new``'s members (copies of those that may
     share memory with ``sources``) and flags."""
-    dst._indices = _own(new.indices(), sources)
+    dst._indices = frozen(_own(new.indices(), sources))
     dst._values = _own(new.values(), sources)
     dst._coalesced = new.is_coalesced()
     dst._checked = new._checked
@@ -117,8 +117,8 @@ def _take_coo(dst: COOTensor, new: COOTensor, sources) -> COOTensor:
 
 def _take_compressed(dst: CompressedTensor, new: CompressedTensor, sources) -> CompressedTensor:
     """The ``_take_members`` hook of the compressed layouts (see :func:`_take_coo`)."""
-    dst._compressed = _own(new.compressed_indices(), sources)
-    dst._plain = _own(new.plain_indices(), sources)
+    dst._compressed = frozen(_own(new.compressed_indices(), sources))
+    dst._plain = frozen(_own(new.plain_indices(), sources))
     dst._values = _own(new.values(), sources)
     dst._canonical = new.is_coalesced()
     return dst
@@ -174,7 +174,7 @@ def _resize_coo(t: COOTensor, shape: tuple, n: int, other) -> COOTensor:
     _no_shrink(t, shape, other)
     check_fits(dt, "coo", **{f"size[{d}]": shape[d] for d in range(S)})
     if t.nnz == 0:
-        t._indices = np.empty((S, 0), dtype=dt)
+        t._indices = frozen(np.empty((S, 0), dtype=dt))
         t._values = np.empty((0,) + shape[S:], dtype=t.dtype)
         t._coalesced = True
     else:
@@ -203,8 +203,8 @@ def _resize_compressed(t: CompressedTensor, shape: tuple, n: int, other) -> Comp
     nc = (rows // bs[0] if t.layout.compressed_rows else cols // bs[1]) + 1
     block = bs if t.layout.blocked else ()
     if t.nnz == 0:
-        t._compressed = np.zeros(shape[:m] + (nc,), dtype=dt)
-        t._plain = np.empty(shape[:m] + (0,), dtype=dt)
+        t._compressed = frozen(np.zeros(shape[:m] + (nc,), dtype=dt))
+        t._plain = frozen(np.empty(shape[:m] + (0,), dtype=dt))
         t._values = np.empty(shape[:m] + (0,) + block + shape[m + 2:], dtype=t.dtype)
         t._set_validated()
         t._shape = shape
@@ -213,7 +213,7 @@ def _resize_compressed(t: CompressedTensor, shape: tuple, n: int, other) -> Comp
     c = t.compressed_indices()
     if nc != c.shape[-1]:
         tail = np.repeat(c[..., -1:], nc - c.shape[-1], axis=-1)
-        t._compressed = np.concatenate([c, tail], axis=-1)
+        t._compressed = frozen(np.concatenate([c, tail], axis=-1))
     v = t.values()
     lead = m + 1 + len(block)
     t._values = _contiguous_values(_grown_values(v, lead, v.shape[lead:], shape[m + 2:]), t.layout, t.dense_dim)
