@@ -6,7 +6,8 @@
 #   3. sphinx-build -b doctest with warnings as errors: every example of the guide and of the
 #      docstrings that the API pages include runs -> docs/_build/doctest
 # Both builds share one doctree cache (docs/_build/doctrees), so the second reads nothing again.
-# Exits non-zero when either build fails.
+# Exits non-zero when either build fails. Needs Python 3.11+ (tomllib; -P keeps the source tree off
+# sys.path so that the installed package is documented, not the unbuilt sources).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$SECONDS
@@ -25,7 +26,7 @@ python -P -c "import sparsetensor as st; print('sparsetensor', st.__version__, '
 
 rm -rf docs/_build
 step "sphinx-build -W -b html"
-sphinx-build -W --keep-going -b html -d docs/_build/doctrees docs docs/_build/html
+python -P -m sphinx -W --keep-going -b html -d docs/_build/doctrees docs docs/_build/html
 step "sphinx-build -W -b doctest"
-sphinx-build -W --keep-going -b doctest -d docs/_build/doctrees docs docs/_build/doctest
+python -P -m sphinx -W --keep-going -b doctest -d docs/_build/doctrees docs docs/_build/doctest
 step "done: docs/_build/html/index.html; every example ran"

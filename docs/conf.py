@@ -70,7 +70,17 @@ def _installed(name: str) -> bool:
         return False
 
 
-HAVE = {mod: _installed(mod) for mod in OPTIONAL}
+def _importable(name: str) -> bool:
+    """Whether ``name`` imports (mpi4py installed without an MPI library does not)."""
+    try:
+        importlib.import_module(name)
+        return True
+    except Exception:  # noqa: BLE001 - any failure means: not usable here
+        return False
+
+
+IMPORTS = {"torch": "torch", "mpi4py": "mpi4py.MPI", "dask": "dask.array", "distributed": "distributed"}
+HAVE = {mod: _importable(IMPORTS[mod]) if mod in IMPORTS else _installed(mod) for mod in OPTIONAL}
 HAVE["cuda.core"] = HAVE["cuda"] and _installed("cuda.core")
 autodoc_mock_imports = [mod for mod, ok in HAVE.items() if not ok and "." not in mod]
 
