@@ -17,6 +17,7 @@ from pathlib import Path
 SUBMODULES = [
     ("sparsetensor.autograd", None, "gradients without an engine: ``vjp`` and the rule table"),
     ("sparsetensor.optim", None, "sparse optimizers on NumPy arrays"),
+    ("sparsetensor.io", None, "files: the ``.npz`` format, Matrix Market"),
     ("sparsetensor.cuda", "cuda-python (``.[cuda]``) and a GPU to run", "the CUDA backend: device arrays and device ops"),
     ("sparsetensor.torch", "torch", "PyTorch autograd over sparsetensor's kernels"),
     ("sparsetensor.torch.optim", "torch", "``torch.optim.Optimizer`` subclasses over the sparse kernels"),
