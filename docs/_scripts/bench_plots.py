@@ -158,9 +158,8 @@ def run_rst(run, meta) -> str:
         f"- command: ``{meta.get('command', 'python -m bench structures')}``"
         + (f", at commit ``{meta['commit']}``" if meta.get("commit") else "")
         + (f", {meta['date_utc']}" if meta.get("date_utc") else ""),
-        f"- machine: {m.get('platform', '?')}, {m.get('processor', '?')}, {m.get('cpus', '?')} CPUs"
-        + (f" ({meta['cpu']})" if meta.get("cpu") else "")
-        + f"; Python {m.get('python', '?')}, NumPy {m.get('numpy', '?')}",
+        f"- machine: {meta.get('cpu') or m.get('processor', '?')}, {m.get('cpus', '?')} CPUs usable; "
+        f"{m.get('platform', '?')}; Python {m.get('python', '?')}, NumPy {m.get('numpy', '?')}",
         f"- CPU level of our kernels: {meta['cpu_level']}" if meta.get("cpu_level") else None,
         "- peers: " + (", ".join(f"{k} {v}" for k, v in peers.items()) or "none")
         + (f", python-graphblas {meta['graphblas']}" if meta.get("graphblas") else ""),
