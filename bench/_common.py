@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sparsetensor._userbench import median_time, peers  # noqa: F401 (shared with `sparsetensor bench`)
+from sparsetensor._cli._userbench import median_time, peers  # noqa: F401 (shared with `sparsetensor bench`)
 
 from ._levels import LEVEL_VARS
 

@@ -17,7 +17,7 @@ import os
 import numpy as np
 
 import sparsetensor as st
-from sparsetensor.cli import _random_csr_arrays
+from sparsetensor._cli._commands import _random_csr_arrays
 
 from ._common import peers, median_time, print_table, write_json
 

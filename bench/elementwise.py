@@ -39,7 +39,7 @@ import time
 import numpy as np
 
 import sparsetensor as st
-from sparsetensor.cli import _random_csr_arrays
+from sparsetensor._cli._commands import _random_csr_arrays
 from sparsetensor.ops.binary import add, mul
 from sparsetensor.ops.spgemm import sampled_addmm, spgemm
 

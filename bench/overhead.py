@@ -3,7 +3,7 @@
 ``python -m bench overhead``; or ``python bench/overhead.py`` with ``PYTHONPATH`` choosing the
 tree to time (two trees compared in one sitting). At these sizes the work is tiny and the time
 is what each library pays per call: argument checks, dispatch, allocation, thread start. The
-ops are those of :func:`sparsetensor._userbench.structure_cases` (check, csr->csc, spmv,
+ops are those of :func:`sparsetensor._cli._userbench.structure_cases` (check, csr->csc, spmv,
 spmm32, spgemm, add) plus ``mul`` (``A * A.T``, SciPy ``A.multiply(B)``), ``sum``, ``sum(dim=1)``,
 ``sum(dim=0)``, ``abs``, ``to_dense`` and csr -> coo; matrices
 are a 10 x 10 random matrix (30 nnz) and the 5-point stencil of a 45 x 45 grid (9,945 nnz),
@@ -39,7 +39,7 @@ def _matrices():
 def cases(t, threads):
     """{op: {"ours": fn, "scipy": fn}} on the csr tensor ``t``."""
     import sparsetensor as st
-    from sparsetensor._userbench import installed_peers, structure_cases
+    from sparsetensor._cli._userbench import installed_peers, structure_cases
 
     peers = {k: v for k, v in installed_peers(threads).items() if k == "scipy"}
     out = structure_cases(t, peers, threads)

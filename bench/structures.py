@@ -7,7 +7,7 @@ with 3x3 blocks; ``st.stencil(..., dofs=3)``) and an R-MAT power-law graph (Grap
 b=c=.19, edge factor 16), at about 10^5, 10^6 and 10^7 nnz (element-wise: a 3x3 block counts
 9) (``--quick``: the smallest only; ``--sizes 0,1``: the first two), float64 values, int32 indices.
 
-Ops: those of :func:`sparsetensor._userbench.structure_cases` (the same table that the
+Ops: those of :func:`sparsetensor._cli._userbench.structure_cases` (the same table that the
 ``sparsetensor`` demo prints): check, csr->csc (bsr->bsc), spmv, spmm32, spgemm, add; 2 threads
 for everyone (ours, torch, GraphBLAS's ``nthreads``; SciPy is single-threaded). The BSR matrix
 runs as BSR for ours, SciPy and torch (which has no BSR @ BSR) and element-wise for GraphBLAS.
@@ -33,7 +33,7 @@ import time
 import numpy as np
 
 import sparsetensor as st
-from sparsetensor._userbench import installed_peers, interleaved_medians, structure_cases
+from sparsetensor._cli._userbench import installed_peers, interleaved_medians, structure_cases
 
 from ._common import median_time, print_table, read_bandwidth_threads, write_json
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 import sparsetensor as st
-from sparsetensor.cli import _random_csr_arrays
+from sparsetensor._cli._commands import _random_csr_arrays
 
 from ._common import peers, median_time, print_table, read_bandwidth, write_json
 

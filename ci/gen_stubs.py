@@ -1,4 +1,4 @@
-"""Write the type stubs of the op table: ``sparsetensor/_tensor.pyi`` (the classes with every
+"""Write the type stubs of the op table: ``sparsetensor/_core/_tensor.pyi`` (the classes with every
 method the table binds onto them) and ``sparsetensor/_api.pyi`` (the ``st.*`` functions).
 
     PYTHONPATH=. python ci/gen_stubs.py           # rewrite both stubs
@@ -68,7 +68,7 @@ def _class_stub(cls, module: str) -> list:
 
 def render_tensor_stub() -> str:
     import sparsetensor  # noqa: F401 - binds the table
-    from sparsetensor import _tensor as T
+    from sparsetensor._core import _tensor as T
 
     out = [HEADER, IMPORTS, ""]
     out.append(f"__all__ = {T.__all__!r}\n")
@@ -81,7 +81,7 @@ def render_tensor_stub() -> str:
 def render_api_stub() -> str:
     from sparsetensor import _api
 
-    out = [HEADER, IMPORTS, "from ._tensor import COOTensor, CompressedTensor, SparseTensor\n"]
+    out = [HEADER, IMPORTS, "from ._core._tensor import COOTensor, CompressedTensor, SparseTensor\n"]
     out.append(f"__all__ = {sorted(set(_api.__all__))!r}\n")
     out.append("class Op(NamedTuple):\n    name: str\n    impl: Callable\n    method: bool\n    function: bool\n"
                "    aliases: tuple\n    cls: type\n    kind: str\n    gpu: bool\n")
@@ -94,7 +94,7 @@ def render_api_stub() -> str:
 
 
 def stubs(root: Path) -> dict:
-    return {root / "sparsetensor" / "_tensor.pyi": render_tensor_stub(),
+    return {root / "sparsetensor" / "_core" / "_tensor.pyi": render_tensor_stub(),
             root / "sparsetensor" / "_api.pyi": render_api_stub()}
 
 

@@ -14,12 +14,12 @@ import os as _os
 _os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 _os.environ.setdefault("GOMP_SPINCOUNT", "3000")
 
-from ._config import check_invariants, get_check_invariants, num_threads, pool_stats, set_num_threads, set_pool_limit
-from ._construct import diags, eye, random, rmat, stencil, zeros
-from ._dense import from_dense
-from ._dtypes import INDEX_DTYPES, VALUE_DTYPES
-from ._errors import InvariantError
-from ._factory import (
+from ._core._config import check_invariants, get_check_invariants, num_threads, pool_stats, set_num_threads, set_pool_limit
+from ._core._construct import diags, eye, random, rmat, stencil, zeros
+from .ops.dense import from_dense
+from ._core._dtypes import INDEX_DTYPES, VALUE_DTYPES
+from ._core._errors import InvariantError
+from ._core._from_arrays import (
     sparse_bsc_tensor,
     sparse_bsr_tensor,
     sparse_compressed_tensor,
@@ -27,9 +27,9 @@ from ._factory import (
     sparse_csc_tensor,
     sparse_csr_tensor,
 )
-from ._layout import Layout, sparse_bsc, sparse_bsr, sparse_coo, sparse_csc, sparse_csr, strided
+from ._core._layout import Layout, sparse_bsc, sparse_bsr, sparse_coo, sparse_csc, sparse_csr, strided
 from ._show_config import show_config
-from ._tensor import COOTensor, CompressedTensor, SparseTensor
+from ._core._tensor import COOTensor, CompressedTensor, SparseTensor
 from .interop.scipy import from_scipy, to_scipy
 from .interop.torch import from_torch, to_torch
 from .io import load, read_mtx, save, write_mtx

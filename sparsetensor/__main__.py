@@ -1,7 +1,7 @@
-"""``python -m sparsetensor``: see :mod:`sparsetensor.cli`."""
+"""``python -m sparsetensor``: see :mod:`sparsetensor._cli._commands`."""
 
 import sys
 
-from .cli import main
+from ._cli import main
 
 sys.exit(main())

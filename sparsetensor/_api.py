@@ -9,7 +9,7 @@ and a method call costs no more than the function call (no per-call import, no w
 unless the row asks for one: NumPy's spelling of reductions).
 
 This module sits above the tensor classes and the ops: it imports both and binds the
-methods once, at import of :mod:`sparsetensor`; :mod:`sparsetensor._tensor` imports
+methods once, at import of :mod:`sparsetensor`; :mod:`sparsetensor._core._tensor` imports
 nothing above itself. Operators (``+``, ``@``, ``abs()``, NumPy ufuncs) are bound here
 too. The class stub ``_tensor.pyi`` and this module's ``_api.pyi`` are generated from the
 table (``python -m sparsetensor._stubs``); ``tests/test_api.py`` checks they are current.
@@ -26,9 +26,9 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
-from . import _convert, _dense
+from .ops import convert as _convert, dense as _dense
 from ._backend import backend_for
-from ._tensor import COOTensor, CompressedTensor, SparseTensor
+from ._core._tensor import COOTensor, CompressedTensor, SparseTensor
 from .interop import scipy as _scipy, torch as _torch
 from .interop.chunk import defer_to_lazy as _lazy, defer_to_lazy_ufunc as _lazy_ufunc
 from .ops import binary, blas, inplace, join, mask, pointwise, reduce, select, spgemm
@@ -136,7 +136,7 @@ def to_dense(t, *, threads: int | None = None) -> np.ndarray:
 def to_sparse(t, layout=None, *, blocksize=None, dense_dim=None, threads: int | None = None):
     """Convert to another sparse layout (``layout=None`` keeps this one).
 
-    See :func:`sparsetensor._convert.to_sparse` for the rules (batch dims, blocks, dense
+    See :func:`sparsetensor.ops.convert.to_sparse` for the rules (batch dims, blocks, dense
     dims); converting to the same layout returns ``t``.
     """
     return _convert.to_sparse(t, t.layout if layout is None else layout, blocksize=blocksize, dense_dim=dense_dim,

@@ -6,7 +6,7 @@ import numpy as np
 
 from . import _layout as L
 
-from ._tensor import COOTensor, CompressedTensor, SparseTensor
+from ._core._tensor import COOTensor, CompressedTensor, SparseTensor
 
 __all__ = ['abs', 'acos', 'acosh', 'add', 'addmm', 'amax', 'amin', 'asin', 'asinh', 'atan', 'atanh', 'bmm', 'cat', 'ceil', 'conj', 'cos', 'cosh', 'count_nonzero', 'div', 'dot', 'exp', 'exp2', 'expm1', 'floor', 'frac', 'hspmm', 'imag', 'index_select', 'linear', 'log', 'log10', 'log1p', 'log2', 'log_softmax', 'matmul', 'max', 'maximum', 'mean', 'min', 'minimum', 'mm', 'mul', 'multiply', 'mv', 'narrow', 'narrow_copy', 'neg', 'negative', 'nonzero', 'norm', 'pow', 'real', 'reciprocal', 'relu', 'round', 'rsqrt', 'sampled_addmm', 'select', 'sgn', 'sigmoid', 'sign', 'sin', 'sinh', 'smm', 'softmax', 'sparse_mask', 'spgemm', 'sqrt', 'square', 'sspaddmm', 'stack', 'sub', 'sum', 't', 'tan', 'tanh', 'transpose', 'trunc']
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from . import _api
 from ._api import Op
-from ._tensor import SparseTensor
+from ._core._tensor import SparseTensor
 from .interop import array_function, linop
 from .ops import diagonal, indexing
 

@@ -10,7 +10,7 @@ import sys
 import numpy as np
 
 from . import _lib
-from ._config import num_threads
+from ._core._config import num_threads
 
 __all__ = ["show_config"]
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import sparsetensor as st
-from sparsetensor._tensor import COOTensor
+from sparsetensor._core._tensor import COOTensor
 from sparsetensor.cuda import _driver, _emulator
 from sparsetensor.cuda._array import DeviceArray
 

@@ -14,7 +14,7 @@ import pytest
 
 import sparsetensor as st
 from sparsetensor._backend import KERNELS, backend_for, cpu, device_of
-from sparsetensor._dense import check_from_dense
+from sparsetensor.ops.dense import check_from_dense
 from sparsetensor.ops.blas import product_shape
 
 from cuda_support import CASES, CASE_IDS, assert_same, assert_values, backend, make  # noqa: F401 - fixture

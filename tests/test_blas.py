@@ -14,7 +14,7 @@ import pytest
 import sparsetensor as st
 from conftest import (HAVE_TORCH, INDEX_DTYPES, LAYOUTS, assert_unchanged, nonzero_values, random_dense,
                       requires_torch, snapshot)
-from sparsetensor._config import GRAIN
+from sparsetensor._core._config import GRAIN
 from sparsetensor._lib import _spmm
 from sparsetensor.ops import blas
 

@@ -159,7 +159,7 @@ def test_quiet_when_piped(matrix_file):
 
 
 def test_interleaved_medians_take_turns():
-    from sparsetensor._userbench import interleaved_medians
+    from sparsetensor._cli._userbench import interleaved_medians
 
     log = []
     fns = {name: (lambda name=name: log.append(name)) for name in ("a", "b", "c")}

@@ -21,7 +21,7 @@ def _bs(layout, bs=(2, 2)):
 
 def _ok(t, layout, index_dtype=np.int64):
     t.check_invariants()
-    assert t.layout == st._layout.as_layout(layout)
+    assert t.layout == getattr(st, f"sparse_{layout}")
     assert t.index_dtype == index_dtype
     return t.to_dense()
 

@@ -1,4 +1,4 @@
-"""Layout conversions among coo, csr, csc, bsr and bsc (sparsetensor._convert).
+"""Layout conversions among coo, csr, csc, bsr and bsc (sparsetensor.ops.convert).
 
 Oracles: NumPy references of the members (built from a dense array and the set of
 specified blocks/elements), PyTorch 2.13's conversions where it supports the direction,
@@ -636,7 +636,7 @@ def test_dense_dim_must_match(csr):
 
 
 def test_bad_targets_and_inputs(csr):
-    from sparsetensor._convert import to_sparse
+    from sparsetensor.ops.convert import to_sparse
 
     with pytest.raises(ValueError, match="strided"):
         csr.to_sparse("strided")
@@ -878,7 +878,7 @@ def test_to_dense_is_preserved(rng, src, dst):
 @requires_from_dense
 @pytest.mark.parametrize("layout", ["csr", "csc", "bsr", "bsc"])
 def test_from_dense_then_convert(rng, layout):
-    from sparsetensor._convert import to_sparse
+    from sparsetensor.ops.convert import to_sparse
 
     a = random_dense(rng, batch=(2,), blocks=(4, 6), blocksize=(2, 3), dense=(2,), nnz=7, dtype=np.float32,
                      partial_blocks=False)  # whole blocks: from_dense to bsr adds no zeros to expand later
@@ -896,7 +896,7 @@ def test_from_dense_then_convert(rng, layout):
 
 # -- the docstring example -------------------------------------------------------------------------------
 def test_docstring_examples():
-    import sparsetensor._convert as module
+    import sparsetensor.ops.convert as module
 
     with st.check_invariants(HAVE_VALIDATE):
         result = doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)

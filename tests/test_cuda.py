@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 
 import sparsetensor as st
-from sparsetensor._tensor import COOTensor, CompressedTensor
+from sparsetensor._core._tensor import COOTensor, CompressedTensor
 from sparsetensor.cuda import _driver
 from sparsetensor.cuda._array import DeviceArray
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import sparsetensor as st
-from sparsetensor._tensor import COOTensor, CompressedTensor
+from sparsetensor._core._tensor import COOTensor, CompressedTensor
 from sparsetensor.cuda import _driver, _emulator
 from sparsetensor.cuda._array import DeviceArray, _DLManagedTensor, _from_dlpack, as_device_array
 
@@ -132,7 +132,7 @@ def second_device(backend):
 
 
 def test_is_device_array():
-    from sparsetensor._device import is_device_array
+    from sparsetensor._core._device import is_device_array
 
     a = DeviceArray(None, 0x1000, (3,), np.float32, None)
     assert is_device_array(a) and is_device_array(DLPackOnly(a))

@@ -7,15 +7,15 @@ import importlib
 
 import pytest
 
-MODULES = ["sparsetensor._errors", "sparsetensor._config", "sparsetensor._factory", "sparsetensor._tensor",
-           "sparsetensor._dense", "sparsetensor.interop.scipy",
-           "sparsetensor._coalesce", "sparsetensor._convert", "sparsetensor.ops.shape",
+MODULES = ["sparsetensor._core._errors", "sparsetensor._core._config", "sparsetensor._core._from_arrays", "sparsetensor._core._tensor",
+           "sparsetensor.ops.dense", "sparsetensor.interop.scipy",
+           "sparsetensor._backend._coalesce", "sparsetensor.ops.convert", "sparsetensor.ops.shape",
            "sparsetensor.ops.pointwise", "sparsetensor.ops.reduce", "sparsetensor.ops.blas",
            "sparsetensor.ops.binary", "sparsetensor.ops.spgemm",
            "sparsetensor.ops.select", "sparsetensor.ops.join", "sparsetensor.ops.inplace", "sparsetensor.ops.mask",
-           "sparsetensor._api", "sparsetensor._meta", "sparsetensor._canonical",
+           "sparsetensor._api", "sparsetensor._core._shape_checks", "sparsetensor._core._canonical",
            "sparsetensor.interop.linop", "sparsetensor.interop.array_function", "sparsetensor.ops.indexing",
-           "sparsetensor.ops.diagonal", "sparsetensor._construct"]
+           "sparsetensor.ops.diagonal", "sparsetensor._core._construct"]
 
 
 @pytest.mark.parametrize("name", MODULES)

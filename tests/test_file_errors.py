@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import sparsetensor as st
-from sparsetensor import cli
+from sparsetensor._cli import _commands as cli
 
 pytest.importorskip("scipy.io")
 

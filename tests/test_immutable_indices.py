@@ -93,7 +93,7 @@ def test_to_torch_shares_read_only_indices_without_warning():
 
     t, _ = layout_tensor("csr")
     with warnings.catch_warnings():
-        warnings.simplefilter("error")
+        warnings.filterwarnings("error", "The given NumPy array is not writable")
         x = st.to_torch(t)
     assert x.col_indices().data_ptr() == t.col_indices().ctypes.data
     assert torch.equal(x.to_dense(), torch.from_numpy(t.to_dense()))

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import sparsetensor as st
-import sparsetensor._mtx as stmtx
+import sparsetensor.io._mtx as stmtx
 import sparsetensor.io as stio
 from conftest import INDEX_DTYPES, LAYOUTS, VALUE_DTYPES, random_dense, reference_compressed
 
@@ -780,7 +780,7 @@ def test_save_replaces_an_existing_file(tmp_path, rng):
 
 # -- docs ------------------------------------------------------------------------------------------
 def test_doctests():
-    for module in (stio, stmtx):  # read_mtx/write_mtx live in sparsetensor._mtx, re-exported by io
+    for module in (stio, stmtx):  # read_mtx/write_mtx live in sparsetensor.io._mtx, re-exported by io
         result = doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
         assert result.failed == 0 and result.attempted > 0, module.__name__
     for name in ("save", "load", "read_mtx", "write_mtx"):

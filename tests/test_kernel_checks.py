@@ -4,7 +4,7 @@ Every def that takes several arrays checks them against each other before it tak
 pointer (ValueError / TypeError), and the product and to-dense kernels check invariants
 5.1-5.5 themselves (the first broken one comes back as an error tuple), so that nothing
 crosses into nogil unchecked whatever the caller passes. Kernels use the thread count they
-are handed (the gate is sparsetensor._config.num_threads): tiny inputs on several threads
+are handed (the gate is sparsetensor._core._config.num_threads): tiny inputs on several threads
 must give the one-thread result.
 """
 import numpy as np

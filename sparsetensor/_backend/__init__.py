@@ -7,7 +7,7 @@ shapes and broadcasting once, without looking at the device, and then calls
 
 - :mod:`sparsetensor._backend.cpu`: the Cython kernels of ``sparsetensor/_lib``;
 - :mod:`sparsetensor.cuda._backend`: the NVRTC-compiled ``kernels/*.cu``, found through the
-  device registry of :mod:`sparsetensor._device` (the CUDA package registers itself there
+  device registry of :mod:`sparsetensor._core._device` (the CUDA package registers itself there
   at import and loads cuda-python only on first use). A kernel the device lacks raises
   ``NotImplementedError`` naming the op and the device.
 
@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import _device
-from .._tensor import COOTensor, CompressedTensor
+from .._core import _device
+from .._core._tensor import COOTensor, CompressedTensor
 from . import cpu
 
 __all__ = ["KERNELS", "backend_for", "device_of", "cpu"]

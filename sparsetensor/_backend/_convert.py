@@ -1,6 +1,6 @@
 """Layout conversions on the CPU (the ``convert`` and ``transpose`` kernels of
 :mod:`sparsetensor._backend.cpu`): a chain of four kernels over the standard form of
-:mod:`sparsetensor._canonical` (see :mod:`sparsetensor._convert` for the rules and the
+:mod:`sparsetensor._core._canonical` (see :mod:`sparsetensor.ops.convert` for the rules and the
 argument checks, which run first, device-independent)."""
 
 from __future__ import annotations
@@ -9,19 +9,19 @@ import math
 
 import numpy as np
 
-from .. import _layout as L
-from .._canonical import Parts, as_parts, build, ensure_valid, same_nnz
-from .._config import num_threads
-from .._dtypes import check_fits, raw_view
-from .._errors import InvariantError
+from .._core import _layout as L
+from .._core._canonical import Parts, as_parts, build, ensure_valid, same_nnz
+from .._core._config import num_threads
+from .._core._dtypes import check_fits, raw_view
+from .._core._errors import InvariantError
 from .._lib import _convert as _kernels, _transpose as _transpose_kernels
 from .._lib._pool import empty
-from .._tensor import COOTensor, CompressedTensor
-from .._validate import raise_coo_error
+from .._core._tensor import COOTensor, CompressedTensor
+from .._core._validate import raise_coo_error
 
 
 def convert(t, layout: L.Layout, bs: tuple, threads=None):
-    """``t`` in ``layout`` with blocksize ``bs`` (checked by :func:`sparsetensor._convert.check_target`;
+    """``t`` in ``layout`` with blocksize ``bs`` (checked by :func:`sparsetensor.ops.convert.check_target`;
     ``t`` has another layout or blocksize): a canonical / coalesced new tensor."""
     if t.layout.compressed:
         parts = as_parts(ensure_valid(t, repair=True, threads=threads))  # _compressed_parts, inlined

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._config import num_threads
+from .._core._config import num_threads
 from .._lib import _reduce as _kernels
 
 __all__ = ["compressed_sum", "plain_sum", "segment_reduce", "scatter_reduce", "segment_softmax"]

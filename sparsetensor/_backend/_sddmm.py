@@ -8,11 +8,11 @@ import math
 
 import numpy as np
 
-from .. import _layout as L
-from .._canonical import ensure_valid
-from .._config import num_threads
+from .._core import _layout as L
+from .._core._canonical import ensure_valid
+from .._core._config import num_threads
 from .._lib import _spgemm as _kernels
-from .._tensor import CompressedTensor
+from .._core._tensor import CompressedTensor
 from ._views import kernel_dtype
 
 __all__ = ["sddmm"]

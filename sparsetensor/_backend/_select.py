@@ -2,7 +2,7 @@
 over :mod:`sparsetensor._lib._select`.
 
 The ops resolve dims, sizes and block units; these take a compressed tensor in the kernels'
-standard form (:class:`sparsetensor._canonical.Parts`, validated) and return the new members
+standard form (:class:`sparsetensor._core._canonical.Parts`, validated) and return the new members
 ``(compressed, plain, values)`` in that form, every batch with the same nnz (or ValueError
 naming what ``what`` did). Index arithmetic is checked against the index dtype before a
 kernel writes.
@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._canonical import same_nnz
-from .._config import num_threads
-from .._dtypes import check_fits
+from .._core._canonical import same_nnz
+from .._core._config import num_threads
+from .._core._dtypes import check_fits
 from .._lib import _select as _kernels
-from .._validate import raise_coo_error
+from .._core._validate import raise_coo_error
 
 __all__ = ["gather_slices", "remap_plain", "narrow_plain", "cat_plain", "index_select_coo"]
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._config import num_threads
-from .._dtypes import check_fits
+from .._core._config import num_threads
+from .._core._dtypes import check_fits
 from .._lib import _convert as _convert_kernels
 from .._lib._pool import empty
 

@@ -12,18 +12,18 @@ import math
 
 import numpy as np
 
-from .. import _layout as L
-from .._canonical import same_nnz
-from .._coalesce import coalesce as _coalesce_coo, sum_duplicates as _sum_duplicates
-from .._config import GRAIN, GRAIN_PRODUCT, num_threads
-from .._dtypes import arith_view, raw_view, zero_test_view
+from .._core import _layout as L
+from .._core._canonical import same_nnz
+from ._coalesce import coalesce as _coalesce_coo, sum_duplicates as _sum_duplicates
+from .._core._config import GRAIN, GRAIN_PRODUCT, num_threads
+from .._core._dtypes import arith_view, raw_view, zero_test_view
 from .._lib import _dense as _dense_kernels
 from .._lib._pool import empty
 from .._lib import _elementwise as _sampling_kernels
 from .._lib import _reduce as _reduce_kernels
 from .._lib import _spmm as _spmm_kernels
-from .._tensor import COOTensor, CompressedTensor
-from .._validate import raise_compressed_error, raise_coo_error
+from .._core._tensor import COOTensor, CompressedTensor
+from .._core._validate import raise_compressed_error, raise_coo_error
 from ._convert import convert, transpose
 from ._merge import merge
 from ._reduce import compressed_sum, plain_sum, scatter_reduce, segment_reduce, segment_softmax
@@ -188,7 +188,7 @@ def to_dense(t, threads=None) -> np.ndarray:
 
 
 def from_dense(a: np.ndarray, plan, threads=None):
-    """The sparse tensor of C-contiguous ``a`` that ``plan`` (:class:`sparsetensor._dense.DensePlan`,
+    """The sparse tensor of C-contiguous ``a`` that ``plan`` (:class:`sparsetensor.ops.dense.DensePlan`,
     the arguments checked) describes; canonical / coalesced."""
     if plan.layout is L.sparse_coo:
         return _dense_to_coo(a, plan, threads)

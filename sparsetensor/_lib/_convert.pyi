@@ -1,10 +1,10 @@
 """Layout conversion kernels besides the transpose (sparsetensor._lib._transpose; Cython, OpenMP). Inputs are trusted to have the shapes and
 dtypes documented here and to satisfy invariants 5.1-5.6 (unchecked input is scanned first by
-sparsetensor._lib._validate.validate_compressed): the Python wrappers in sparsetensor._convert see to it.
+sparsetensor._lib._validate.validate_compressed): the Python wrappers in sparsetensor.ops.convert see to it.
 
-Arrays use the canonical form of sparsetensor._convert: compressed (B, n + 1), plain
+Arrays use the canonical form of sparsetensor.ops.convert: compressed (B, n + 1), plain
 (B, nnz) of one index dtype (int32 or int64), values (B, nnz, E) as a raw unsigned view
-(uint8/16/32/64, sparsetensor._dtypes.raw_view), E = the raw items of one entry."""
+(uint8/16/32/64, sparsetensor._core._dtypes.raw_view), E = the raw items of one entry."""
 import numpy as np
 
 def rows_to_coo(

@@ -1,8 +1,8 @@
 """Selection kernels for the shape ops (Cython, OpenMP): index_select, narrow and cat.
 
-Compressed arrays use the canonical form of sparsetensor._convert: compressed (B, n + 1),
+Compressed arrays use the canonical form of sparsetensor.ops.convert: compressed (B, n + 1),
 plain (B, nnz) of one index dtype (int32 or int64), values (B, nnz, E) as a raw unsigned
-view (sparsetensor._dtypes.raw_view). They are trusted to satisfy invariants 5.1-5.6 (the
+view (sparsetensor._core._dtypes.raw_view). They are trusted to satisfy invariants 5.1-5.6 (the
 wrappers in sparsetensor.ops.shape scan unchecked input first). COO coordinates are
 bounds-checked along the selected dim.
 

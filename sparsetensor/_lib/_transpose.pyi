@@ -1,8 +1,8 @@
 """The counting-sort transpose of the compressed layouts (Cython, OpenMP). Inputs are trusted to
 have the shapes and dtypes documented here and to satisfy invariants 5.1-5.6 (unchecked input is
-scanned first by sparsetensor._lib._validate.validate_compressed): sparsetensor._convert sees to it.
+scanned first by sparsetensor._lib._validate.validate_compressed): sparsetensor.ops.convert sees to it.
 
-Arrays use the canonical form of sparsetensor._convert: compressed (B, n + 1), plain (B, nnz) of
+Arrays use the canonical form of sparsetensor.ops.convert: compressed (B, n + 1), plain (B, nnz) of
 one index dtype (int32 or int64), values (B, nnz, E) as a raw unsigned view."""
 import numpy as np
 

@@ -1,5 +1,5 @@
 """Invariant checking kernels (Cython, OpenMP). Inputs are trusted to have the
-shapes and dtypes documented here: the Python wrappers in sparsetensor._validate
+shapes and dtypes documented here: the Python wrappers in sparsetensor._core._validate
 check them before calling."""
 import numpy as np
 

@@ -28,7 +28,7 @@ import inspect
 
 import numpy as np
 
-from .._tensor import SparseTensor
+from .._core._tensor import SparseTensor
 from ._core import DenseGradientError, check_cotangent
 from .rules import RULES
 from . import embeddings as _embedding  # registers its rules
@@ -39,7 +39,7 @@ __all__ = ["vjp", "DenseGradientError", "rule_names", "differentiable", "wrap_co
 
 
 def _function_names() -> dict:
-    from .. import _dense
+    from ..ops import dense as _dense
     from ..ops import binary, blas, pointwise, reduce, shape, spgemm
 
     table = {}

@@ -14,7 +14,7 @@ import math
 
 import numpy as np
 
-from .._tensor import COOTensor, CompressedTensor, SparseTensor
+from .._core._tensor import COOTensor, CompressedTensor, SparseTensor
 
 __all__ = ["DenseGradientError", "element_coords", "gather", "values_of", "same_pattern", "unbroadcast",
            "conj", "check_cotangent", "lead_ndim"]
@@ -40,7 +40,7 @@ def _valid(t: SparseTensor) -> SparseTensor:
     """``t`` after an O(nnz) check when its indices are not known to be in bounds (InvariantError)."""
     if isinstance(t, COOTensor):
         if not t._checked:
-            from .._validate import check_coo_indices
+            from .._core._validate import check_coo_indices
 
             check_coo_indices(t.indices(), t.shape)
     elif not t.is_coalesced():

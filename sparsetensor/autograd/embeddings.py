@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._tensor import COOTensor
+from .._core._tensor import COOTensor
 from .rules import _rule
 
 __all__ = ["embedding", "embedding_bag", "bag_ids"]

@@ -22,8 +22,8 @@ import operator
 
 import numpy as np
 
-from .. import _layout as L
-from .._tensor import COOTensor, CompressedTensor, SparseTensor
+from .._core import _layout as L
+from .._core._tensor import COOTensor, CompressedTensor, SparseTensor
 from ..ops import binary, blas, pointwise, reduce, shape, spgemm
 from ._core import DenseGradientError, conj, element_coords, gather, values_of, unbroadcast
 
@@ -411,7 +411,7 @@ def _to_dense(t, *, threads=None):
 
 @_rule("from_dense")
 def _from_dense(a, layout="csr", **kwargs):
-    from .._dense import from_dense
+    from ..ops.dense import from_dense
 
     out = from_dense(a, layout, **kwargs)
     return out, lambda G: (G.to_dense(),)

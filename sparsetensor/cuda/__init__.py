@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import importlib
 
-from .. import _device
+from .._core import _device
 
 __all__ = [
     "DeviceArray", "as_device_array", "is_available", "device_count", "unavailable_reason", "synchronize",
@@ -61,7 +61,7 @@ def __dir__():
 
 
 class _Registered:
-    """What :mod:`sparsetensor._device` looks up for ``"cuda"`` (registered below): each entry
+    """What :mod:`sparsetensor._core._device` looks up for ``"cuda"`` (registered below): each entry
     loads this package's modules on first use, so the registration itself costs no import."""
 
     @staticmethod

@@ -222,7 +222,7 @@ class DeviceArray:
         dev.copy_dtod(out.ptr, self._ptr, self.nbytes)
         return out
 
-    # -- the member operations of the tensor classes (sparsetensor._tensor), on the device -------
+    # -- the member operations of the tensor classes (sparsetensor._core._tensor), on the device -------
     def _run(self, file: str, kernel: str, keys: tuple, n: int, *args) -> None:
         """Launch a grid-stride kernel of ``file`` over ``n`` items on this array's device."""
         from ._module import BLOCK, grid_for, launch

@@ -43,7 +43,7 @@ def to_dense(t, threads=None):
 
 
 def from_dense(a, plan, threads=None):
-    """The device tensor of dense device array ``a`` that ``plan`` (:class:`sparsetensor._dense.DensePlan`)
+    """The device tensor of dense device array ``a`` that ``plan`` (:class:`sparsetensor.ops.dense.DensePlan`)
     describes."""
     return _dense.dense_to_sparse(a, plan)
 

@@ -18,8 +18,8 @@ import weakref
 
 import numpy as np
 
-from .. import _layout as L
-from .._tensor import CompressedTensor
+from .._core import _layout as L
+from .._core._tensor import CompressedTensor
 from ..ops.blas import _result_dtype, product_shape
 from . import _primitives as P
 from ._array import DeviceArray, as_device_array

@@ -9,7 +9,7 @@ package import them from here (this module imports only the tensor classes).
 
 from __future__ import annotations
 
-from .._tensor import COOTensor, CompressedTensor, SparseTensor
+from .._core._tensor import COOTensor, CompressedTensor, SparseTensor
 
 __all__ = ["CudaSparseTensor", "CudaCOOTensor", "CudaCompressedTensor"]
 

@@ -1,6 +1,6 @@
 """Layout conversions on the device: coo <-> csr, csr <-> csc, bsr <-> bsc, and the mT view.
 
-Semantics are the CPU's (:func:`sparsetensor._convert.to_sparse`): batch dims become
+Semantics are the CPU's (:func:`sparsetensor.ops.convert.to_sparse`): batch dims become
 the leading sparse dims of a COO result and come back from them; results are
 canonical (compressed) or coalesced (COO); an uncoalesced COO input is coalesced
 first, a compressed input not known canonical is checked (and repaired if only 5.6
@@ -19,9 +19,9 @@ import math
 
 import numpy as np
 
-from .. import _layout as L
-from .._dtypes import check_fits
-from .._tensor import COOTensor, CompressedTensor
+from .._core import _layout as L
+from .._core._dtypes import check_fits
+from .._core._tensor import COOTensor, CompressedTensor
 from . import _primitives as P
 from ._coalesce import checked
 from ._classes import CudaCOOTensor
@@ -122,7 +122,7 @@ def _coo_to_rows(t):
     bounds = P.read_ints(dev, P.take_strided(dev, ptr, rows, B + 1)) if B else np.zeros(1, np.int64)
     per_batch = np.diff(bounds)
     if per_batch.size and (per_batch != per_batch[0]).any():
-        from .._canonical import same_nnz
+        from .._core._canonical import same_nnz
 
         same_nnz(per_batch, batch, "coo -> csr: every batch (the leading sparse dims but two) must have the same nnz")
     nnz = int(per_batch[0]) if B else 0
@@ -134,7 +134,7 @@ def _coo_to_rows(t):
 
 
 def convert(t, layout, bs):
-    """``t`` in ``layout`` with blocksize ``bs`` (checked by :func:`sparsetensor._convert.check_target`;
+    """``t`` in ``layout`` with blocksize ``bs`` (checked by :func:`sparsetensor.ops.convert.check_target`;
     another layout or blocksize than ``t``'s): the ``convert`` kernel of :mod:`._backend`."""
 
     if isinstance(t, CudaCOOTensor):

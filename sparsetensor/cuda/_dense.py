@@ -1,6 +1,6 @@
 """Dense <-> sparse on the device: ``to_dense`` and ``from_dense`` for every layout.
 
-Semantics are the CPU's (:mod:`sparsetensor._dense`): an element (a block for bsr/bsc,
+Semantics are the CPU's (:mod:`sparsetensor.ops.dense`): an element (a block for bsr/bsc,
 a dense sub-array for hybrid tensors) is specified when any of its items is nonzero
 (NaN counts, -0.0 does not); every batch must have the same nnz; duplicates of an
 unchecked input are summed by ``to_dense`` (here: the input is coalesced on the device
@@ -14,8 +14,8 @@ import math
 
 import numpy as np
 
-from .. import _layout as L
-from .._tensor import COOTensor, CompressedTensor
+from .._core import _layout as L
+from .._core._tensor import COOTensor, CompressedTensor
 from . import _primitives as P
 from ._array import DeviceArray, as_device_array
 from ._classes import CudaCOOTensor, CudaCompressedTensor
@@ -104,7 +104,7 @@ def from_dense(array, layout="csr", *, blocksize=None, dense_dim: int = 0, batch
     >>> t.col_indices().get(), t.values().get()                            # doctest: +SKIP
     (array([1, 0]), array([1., 2.]))
     """
-    from .._dense import check_from_dense
+    from ..ops.dense import check_from_dense
 
     if L.as_layout(layout) is L.strided:
         raise ValueError("from_dense needs a sparse layout, got strided")
@@ -113,9 +113,9 @@ def from_dense(array, layout="csr", *, blocksize=None, dense_dim: int = 0, batch
 
 
 def dense_to_sparse(a: DeviceArray, plan):
-    """The device tensor of dense device array ``a`` that ``plan`` (:class:`sparsetensor._dense.DensePlan`,
+    """The device tensor of dense device array ``a`` that ``plan`` (:class:`sparsetensor.ops.dense.DensePlan`,
     the arguments checked) describes (the ``from_dense`` kernel of :mod:`._backend`)."""
-    from .._canonical import same_nnz
+    from .._core._canonical import same_nnz
 
     dev = a._device
     layout, idx_dt, batch, sparse, dense, bs = plan

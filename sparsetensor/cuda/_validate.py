@@ -13,9 +13,9 @@ import math
 
 import numpy as np
 
-from .. import _layout as L
-from .._errors import InvariantError
-from .._validate import raise_compressed_error, raise_coo_error
+from .._core import _layout as L
+from .._core._errors import InvariantError
+from .._core._validate import raise_compressed_error, raise_coo_error
 from . import _primitives as P
 from ._classes import CudaCOOTensor, CudaCompressedTensor
 
@@ -106,7 +106,7 @@ def check_coo(t) -> None:
 
 def check_tensor(t) -> None:
     """Every invariant of a device tensor: the O(1) member checks, then the O(nnz) scans on the device."""
-    from .._meta import compressed_meta, coo_meta
+    from .._core._shape_checks import compressed_meta, coo_meta
 
     if isinstance(t, CudaCOOTensor):
         coo_meta(t.indices(), t.values(), t.shape)

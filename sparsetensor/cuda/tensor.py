@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import _layout as L
-from .._tensor import COOTensor, CompressedTensor, SparseTensor
+from .._core import _layout as L
+from .._core._tensor import COOTensor, CompressedTensor, SparseTensor
 from ._array import DeviceArray, as_device_array
 from ._classes import CudaCOOTensor, CudaCompressedTensor, CudaSparseTensor
 from ._driver import get_device
@@ -84,7 +84,7 @@ def cast_values(a: DeviceArray, dtype) -> DeviceArray:
 
     The GPU converts between float16 and float32 only (:meth:`DeviceArray.astype`); other
     pairs raise NotImplementedError naming them (convert on the CPU)."""
-    from .._dtypes import as_value_dtype
+    from .._core._dtypes import as_value_dtype
 
     return a.astype(as_value_dtype(dtype))
 
@@ -92,11 +92,11 @@ def cast_values(a: DeviceArray, dtype) -> DeviceArray:
 def _place_members(members: dict, device):
     """``(Device, {name: DeviceArray or host array})`` for constructor inputs.
 
-    Device arrays (anything :func:`sparsetensor._device.is_device_array` accepts) are
+    Device arrays (anything :func:`sparsetensor._core._device.is_device_array` accepts) are
     taken without a copy and must share one device, which ``device`` (when given) must
     name; host members stay on the host here (the caller normalises and copies them).
     Without device arrays the device is ``device`` (default ``"cuda"``)."""
-    from .._device import as_device, is_device_array
+    from .._core._device import as_device, is_device_array
 
     placed = {k: as_device_array(x) if is_device_array(x) else x for k, x in members.items()}
     on = {k: a.device for k, a in placed.items() if isinstance(a, DeviceArray)}
@@ -138,8 +138,8 @@ def _max_step(compressed: DeviceArray) -> int:
 
 
 def _device_values(v, dev, dtype) -> DeviceArray:
-    from .._dtypes import VALUE_DTYPES, as_value_dtype
-    from .._factory import _as_values
+    from .._core._dtypes import VALUE_DTYPES, as_value_dtype
+    from .._core._from_arrays import _as_values
 
     if not isinstance(v, DeviceArray):
         return _upload(_as_values(v, dtype), dev)  # a host member: converted on the host, then copied
@@ -152,8 +152,8 @@ def _device_values(v, dev, dtype) -> DeviceArray:
 
 
 def _device_index(x, dev, name: str, layout: str) -> DeviceArray:
-    from .._errors import InvariantError
-    from .._factory import _as_index_array
+    from .._core._errors import InvariantError
+    from .._core._from_arrays import _as_index_array
 
     if not isinstance(x, DeviceArray):
         return _upload(_as_index_array(x, name, layout), dev)
@@ -186,9 +186,9 @@ def coo_tensor(indices, values, size=None, *, dtype=None, device=None, check_inv
     >>> t.shape, t.device                                                     # doctest: +SKIP
     ((2, 3), 'cuda:0')
     """
-    from .._config import resolve_check
-    from .._factory import coo_indices_and_shape
-    from .._meta import coo_meta
+    from .._core._config import resolve_check
+    from .._core._from_arrays import coo_indices_and_shape
+    from .._core._shape_checks import coo_meta
 
     dev, m = _place_members({"indices": indices, "values": values}, device)
     vals = _device_values(m["values"], dev, dtype)
@@ -211,10 +211,10 @@ def compressed_tensor(compressed_indices, plain_indices, values, size=None, *, l
     row, read with one device reduction). O(1) invariants always, 5.1-5.6 on the device
     when checking.
     """
-    from .._config import resolve_check
-    from .._errors import InvariantError
-    from .._factory import estimate_compressed_shape
-    from .._meta import as_size, compressed_meta
+    from .._core._config import resolve_check
+    from .._core._errors import InvariantError
+    from .._core._from_arrays import estimate_compressed_shape
+    from .._core._shape_checks import as_size, compressed_meta
 
     layout = L.as_layout(layout)
     if not layout.compressed:

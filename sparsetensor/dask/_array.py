@@ -10,10 +10,11 @@ import dask.array as da
 import numpy as np
 from dask.array.core import normalize_chunks
 
-from .. import _files, io as _io
-from .._errors import InvariantError
-from .._factory import sparse_compressed_tensor
-from .._tensor import SparseTensor
+from ..io import _files
+from .. import io as _io
+from .._core._errors import InvariantError
+from .._core._from_arrays import sparse_compressed_tensor
+from .._core._tensor import SparseTensor
 from ..ops.indexing import getitem
 from ._meta import meta_like
 

@@ -21,7 +21,7 @@ from dask.array.dispatch import (
     tensordot_lookup,
 )
 
-from .._tensor import SparseTensor
+from .._core._tensor import SparseTensor
 from ..ops.indexing import getitem
 from ..ops.shape import cat
 

@@ -34,7 +34,7 @@ import operator
 
 import numpy as np
 
-from .._tensor import COOTensor, SparseTensor
+from .._core._tensor import COOTensor, SparseTensor
 from ..ops import blas, diagonal as _diag, reduce, shape
 from ..ops.binary import mul
 
@@ -72,7 +72,7 @@ def array_function(self, func, types, args, kwargs):
     >>> np.cumsum(t)
     Traceback (most recent call last):
     ...
-    TypeError: no implementation found for 'numpy.cumsum' on types that implement __array_function__: [<class 'sparsetensor._tensor.CompressedTensor'>]
+    TypeError: no implementation found for 'numpy.cumsum' on types that implement __array_function__: [<class 'sparsetensor._core._tensor.CompressedTensor'>]
     """
     handler = HANDLED.get(func)
     if handler is None or not all(issubclass(t, (SparseTensor, np.ndarray)) for t in types):

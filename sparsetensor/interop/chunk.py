@@ -7,7 +7,7 @@
   sender had validated is validated again (the full O(nnz) check, as :func:`sparsetensor.load`
   does), so a forged or corrupted pickle raises :class:`~sparsetensor.InvariantError` instead of
   reaching a kernel. A tensor the sender had never checked arrives never checked and is checked
-  at its first kernel (:func:`sparsetensor._canonical.ensure_valid`), as it would have been there.
+  at its first kernel (:func:`sparsetensor._core._canonical.ensure_valid`), as it would have been there.
 - ``__dask_tokenize__``: layout, shape, dtypes, flags and a BLAKE2 hash of the members, so Dask
   names a tensor without pickling it.
 - ``__sizeof__``: the object plus its members' bytes, which ``dask.sizeof`` (``sys.getsizeof``)
@@ -29,10 +29,10 @@ import hashlib
 
 import numpy as np
 
-from .. import _layout as L
-from .._device import require_host
-from .._factory import sparse_compressed_tensor, sparse_coo_tensor
-from .._tensor import COOTensor, SparseTensor
+from .._core import _layout as L
+from .._core._device import require_host
+from .._core._from_arrays import sparse_compressed_tensor, sparse_coo_tensor
+from .._core._tensor import COOTensor, SparseTensor
 from ..ops import reduce as _reduce
 from .array_function import HANDLED
 

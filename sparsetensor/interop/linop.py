@@ -31,7 +31,7 @@ import sys
 
 import numpy as np
 
-from .._tensor import SparseTensor
+from .._core._tensor import SparseTensor
 from ..ops.blas import matmul
 
 __all__ = ["matvec", "rmatvec", "matmat", "rmatmat", "adjoint", "array_refusing_scipy"]

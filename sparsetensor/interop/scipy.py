@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import _layout as L
-from .._canonical import ensure_valid
-from .._device import require_host
-from .._dtypes import INDEX_DTYPES, VALUE_DTYPES
-from .._errors import InvariantError
-from .._factory import sparse_compressed_tensor, sparse_coo_tensor
-from .._tensor import COOTensor, CompressedTensor
+from .._core import _layout as L
+from .._core._canonical import ensure_valid
+from .._core._device import require_host
+from .._core._dtypes import INDEX_DTYPES, VALUE_DTYPES
+from .._core._errors import InvariantError
+from .._core._from_arrays import sparse_compressed_tensor, sparse_coo_tensor
+from .._core._tensor import COOTensor, CompressedTensor
 
 __all__ = ["from_scipy", "to_scipy"]
 

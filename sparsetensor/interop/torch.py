@@ -15,12 +15,12 @@ import warnings
 
 import numpy as np
 
-from .. import _layout as L
-from .._canonical import ensure_valid
-from .._device import require_host
-from .._config import resolve_check
-from .._factory import sparse_compressed_tensor, sparse_coo_tensor
-from .._tensor import COOTensor, CompressedTensor
+from .._core import _layout as L
+from .._core._canonical import ensure_valid
+from .._core._device import require_host
+from .._core._config import resolve_check
+from .._core._from_arrays import sparse_compressed_tensor, sparse_coo_tensor
+from .._core._tensor import COOTensor, CompressedTensor
 
 __all__ = ["from_torch", "to_torch"]
 

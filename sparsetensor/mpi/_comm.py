@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 from mpi4py import MPI
 
-from .._errors import InvariantError
+from .._core._errors import InvariantError
 
 __all__ = ["agree", "first_failing", "bytes_of", "gatherv", "scatterv", "RemoteError"]
 

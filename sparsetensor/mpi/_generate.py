@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._factory import sparse_coo_tensor, sparse_csr_tensor
+from .._core._from_arrays import sparse_coo_tensor, sparse_csr_tensor
 
 __all__ = ["stencil", "rmat"]
 

@@ -8,8 +8,9 @@ import zipfile
 import numpy as np
 from mpi4py import MPI
 
-from .. import _files, io as _io
-from .._errors import InvariantError
+from ..io import _files
+from .. import io as _io
+from .._core._errors import InvariantError
 from ._comm import agree
 from ._matrix import DistCSR
 from ._partition import balanced_starts, check_row_pointers, check_starts

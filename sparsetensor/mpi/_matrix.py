@@ -25,9 +25,9 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from .._tensor import CompressedTensor, SparseTensor
-from .._factory import sparse_csr_tensor
-from .._layout import sparse_csr
+from .._core._tensor import CompressedTensor, SparseTensor
+from .._core._from_arrays import sparse_csr_tensor
+from .._core._layout import sparse_csr
 from ..ops.blas import matmul
 from ._comm import agree, gatherv, scatterv
 from ._exchange import GhostExchange, check_mode

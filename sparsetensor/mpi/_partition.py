@@ -12,8 +12,8 @@ import re
 
 import numpy as np
 
-from .._errors import InvariantError
-from .._factory import sparse_csr_tensor
+from .._core._errors import InvariantError
+from .._core._from_arrays import sparse_csr_tensor
 
 __all__ = ["balanced_starts", "even_starts", "check_starts", "check_row_pointers", "local_csr", "split_blocks"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._tensor import SparseTensor
+from .._core._tensor import SparseTensor
 
 
 def _where(x) -> str:

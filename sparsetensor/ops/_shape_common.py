@@ -8,10 +8,10 @@ import math
 
 import numpy as np
 
-from .._canonical import as_parts, ensure_valid
-from .._dtypes import raw_view
-from .._meta import values_contiguous
-from .._tensor import COOTensor, CompressedTensor, SparseTensor
+from .._core._canonical import as_parts, ensure_valid
+from .._core._dtypes import raw_view
+from .._core._shape_checks import values_contiguous
+from .._core._tensor import COOTensor, CompressedTensor, SparseTensor
 
 __all__ = ["_require_sparse", "_kind", "_values_axis", "_take_axis", "_compressed", "_contiguous_values",
            "_is_nondecreasing", "_is_increasing", "_as_index", "_parts", "_value_rows", "_sparse_axis",

@@ -46,11 +46,11 @@ import numbers
 import numpy as np
 
 from .._backend import backend_for
-from .._canonical import ensure_valid
-from .._dtypes import VALUE_DTYPES
-from .._device import is_device_array
-from .._tensor import COOTensor, CompressedTensor, SparseTensor
-from .._validate import check_coo_indices
+from .._core._canonical import ensure_valid
+from .._core._dtypes import VALUE_DTYPES
+from .._core._device import is_device_array
+from .._core._tensor import COOTensor, CompressedTensor, SparseTensor
+from .._core._validate import check_coo_indices
 from ._common import broadcasts_to, describe
 
 __all__ = ["add", "sub", "mul", "div", "maximum", "minimum", "neg"]

@@ -31,11 +31,11 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .. import _layout as L
+from .._core import _layout as L
 from .._backend import backend_for, cpu as _cpu
 from .._backend._views import NO_BATCH, UNSIGNED as _UNSIGNED, work_dtype as _work_dtype
-from .._device import device_array, is_device_array
-from .._tensor import COOTensor, CompressedTensor, SparseTensor
+from .._core._device import device_array, is_device_array
+from .._core._tensor import COOTensor, CompressedTensor, SparseTensor
 from ._common import broadcasts_to, describe
 
 __all__ = ["matmul", "mm", "mv", "bmm", "addmm", "smm", "hspmm", "sspaddmm", "linear"]

@@ -14,8 +14,8 @@ import operator
 
 import numpy as np
 
-from .._canonical import ensure_valid
-from .._tensor import DENSIFY_LIMIT, SparseTensor
+from .._core._canonical import ensure_valid
+from .._core._tensor import DENSIFY_LIMIT, SparseTensor
 
 __all__ = ["diagonal", "trace"]
 

@@ -29,8 +29,8 @@ import operator
 
 import numpy as np
 
-from .. import _layout as L
-from .._tensor import SparseTensor
+from .._core import _layout as L
+from .._core._tensor import SparseTensor
 from .shape import index_select, narrow, select
 
 __all__ = ["getitem", "setitem"]

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._dtypes import check_fits
-from .._tensor import COOTensor, CompressedTensor, SparseTensor, frozen
+from .._core._dtypes import check_fits
+from .._core._tensor import COOTensor, CompressedTensor, SparseTensor, frozen
 from ._common import describe
 from ._shape_common import _require_sparse, _contiguous_values
 
@@ -92,7 +92,7 @@ def copy_(dst, src, *, threads: int | None = None):
         new = src.to_sparse(dst.layout, blocksize=dst.blocksize if dst.layout.blocked else None, threads=threads)
         sources = [a for _, a in src._members()]
     else:
-        from .._dense import from_dense
+        from .dense import from_dense
 
         a = np.asarray(src)
         if a.shape != dst.shape:

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import _layout as L
+from .._core import _layout as L
 from .._backend import backend_for
-from .._canonical import build
-from .._dtypes import VALUE_DTYPES, check_fits
-from .._meta import normalize_dim
-from .._tensor import COOTensor, CompressedTensor, SparseTensor
+from .._core._canonical import build
+from .._core._dtypes import VALUE_DTYPES, check_fits
+from .._core._shape_checks import normalize_dim
+from .._core._tensor import COOTensor, CompressedTensor, SparseTensor
 from ._common import describe
 from ._shape_common import _compressed, _kind, _parts, _resized, _sparse_axis, _values_axis
 

@@ -8,10 +8,10 @@ import math
 
 import numpy as np
 
-from .. import _layout as L
-from .._canonical import ensure_valid
-from .._dtypes import VALUE_DTYPES
-from .._tensor import COOTensor, CompressedTensor, SparseTensor
+from .._core import _layout as L
+from .._core._canonical import ensure_valid
+from .._core._dtypes import VALUE_DTYPES
+from .._core._tensor import COOTensor, CompressedTensor, SparseTensor
 from ._common import describe
 from ._shape_common import _require_sparse
 

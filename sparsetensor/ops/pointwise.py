@@ -33,8 +33,8 @@ import numbers
 import numpy as np
 
 from .._backend import backend_for
-from .._dtypes import VALUE_DTYPES
-from .._tensor import SparseTensor
+from .._core._dtypes import VALUE_DTYPES
+from .._core._tensor import SparseTensor
 
 __all__ = [
     "abs", "neg", "negative", "sign", "sgn", "sqrt", "square", "sin", "sinh", "tan", "tanh", "asin", "asinh",

@@ -46,11 +46,11 @@ import operator
 import numpy as np
 
 from .._backend import backend_for, cpu as _cpu
-from .._canonical import ensure_valid
-from .._dtypes import as_value_dtype
-from .._meta import normalize_dim
-from .._tensor import COOTensor, CompressedTensor, SparseTensor
-from .._validate import check_coo_indices
+from .._core._canonical import ensure_valid
+from .._core._dtypes import as_value_dtype
+from .._core._shape_checks import normalize_dim
+from .._core._tensor import COOTensor, CompressedTensor, SparseTensor
+from .._core._validate import check_coo_indices
 
 __all__ = ["sum", "mean", "norm", "amax", "amin", "softmax", "log_softmax"]
 

@@ -11,12 +11,12 @@ import operator
 
 import numpy as np
 
-from .. import _layout as L
+from .._core import _layout as L
 from .._backend import backend_for
-from .._canonical import build, ensure_valid
-from .._dtypes import check_fits
-from .._meta import normalize_dim
-from .._tensor import COOTensor, CompressedTensor
+from .._core._canonical import build, ensure_valid
+from .._core._dtypes import check_fits
+from .._core._shape_checks import normalize_dim
+from .._core._tensor import COOTensor, CompressedTensor
 from ._shape_common import (
     _require_sparse,
     _kind,

@@ -1,6 +1,6 @@
 """Sparse @ sparse products (SpGEMM) and sampled dense @ dense products (SDDMM).
 
-Both work on the canonical form of :mod:`sparsetensor._convert` (compressed
+Both work on the canonical form of :mod:`sparsetensor.ops.convert` (compressed
 ``(B, n + 1)``, plain ``(B, nnz)``, values ``(B, nnz, E)``) and call the Cython kernels
 of :mod:`sparsetensor._lib._spgemm`, which are row-parallel (OpenMP). Every layout is
 reduced to rows-compressed operands (csr/bsr):
@@ -18,10 +18,10 @@ import numbers
 
 import numpy as np
 
-from .. import _layout as L
+from .._core import _layout as L
 from .._backend import backend_for
-from .._device import device_array, is_device_array
-from .._tensor import COOTensor, SparseTensor
+from .._core._device import device_array, is_device_array
+from .._core._tensor import COOTensor, SparseTensor
 from ._common import describe as _describe
 
 __all__ = ["spgemm", "sampled_addmm"]

@@ -12,7 +12,7 @@ import copy
 
 import numpy as np
 
-from .._tensor import COOTensor
+from .._core._tensor import COOTensor
 from . import _update as U
 
 __all__ = ["Optimizer", "SGD", "SparseAdam", "Adagrad"]

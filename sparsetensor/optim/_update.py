@@ -18,13 +18,13 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .._coalesce import _NO_PAYLOAD
-from .._coalesce import _values_2d as values_2d
-from .._config import num_threads
+from .._backend._coalesce import _NO_PAYLOAD
+from .._backend._coalesce import _values_2d as values_2d
+from .._core._config import num_threads
 from .._lib import _coalesce as _sort_kernels
 from .._lib import _optim as _kernels
-from .._tensor import COOTensor, SparseTensor
-from .._validate import raise_coo_error
+from .._core._tensor import COOTensor, SparseTensor
+from .._core._validate import raise_coo_error
 
 __all__ = ["Runs", "check_param", "check_grad", "runs_of", "sgd_sparse", "adagrad_sparse", "adam_sparse",
            "sgd_dense", "adagrad_dense", "keys_of", "indices_of", "values_2d"]

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._tensor import SparseTensor
+from .._core._tensor import SparseTensor
 from ..autograd import wrap_cotangent
 from ..autograd._core import same_pattern, values_of
 from ..autograd.rules import RULES

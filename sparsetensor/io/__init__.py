@@ -71,12 +71,12 @@ import zlib
 
 import numpy as np
 
-from ._dtypes import INDEX_DTYPES, VALUE_DTYPES
-from ._errors import InvariantError
-from ._factory import sparse_compressed_tensor, sparse_coo_tensor
+from .._core._dtypes import INDEX_DTYPES, VALUE_DTYPES
+from .._core._errors import InvariantError
+from .._core._from_arrays import sparse_compressed_tensor, sparse_coo_tensor
 from ._files import atomic_write as _atomic_write, in_file as _in_file, is_mtx as _is_mtx
 from ._mtx import read_mtx, write_mtx
-from ._tensor import COOTensor, CompressedTensor
+from .._core._tensor import COOTensor, CompressedTensor
 
 __all__ = ["save", "load", "read_mtx", "write_mtx", "FORMAT", "VERSION"]
 
@@ -415,7 +415,7 @@ def _load_scipy(zf: zipfile.ZipFile, path: str, file_size: int):
         _member_header(zf, info, f"{path}: member {info.filename}", file_size)
     import scipy.sparse as sp
 
-    from .interop.scipy import from_scipy
+    from ..interop.scipy import from_scipy
 
     try:
         m = sp.load_npz(path)

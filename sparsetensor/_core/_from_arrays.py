@@ -14,7 +14,7 @@ from ._config import resolve_check
 from ._device import as_device, device_constructor, is_device_array, move
 from ._dtypes import INDEX_DTYPES, VALUE_DTYPES, as_value_dtype
 from ._errors import InvariantError
-from ._meta import as_size, block_ndim, compressed_meta, coo_meta, values_contiguous
+from ._shape_checks import as_size, block_ndim, compressed_meta, coo_meta, values_contiguous
 from ._tensor import COOTensor, CompressedTensor
 from ._validate import check_compressed_indices, check_coo_indices
 

@@ -1,6 +1,6 @@
 """The command line: ``python -m sparsetensor`` (also installed as ``sparsetensor``).
 
-With no arguments it runs the demonstration of :mod:`sparsetensor._demo`: a stencil and a
+With no arguments it runs the demonstration of :mod:`sparsetensor._cli._demo`: a stencil and a
 power-law graph, checked, converted and multiplied, against SciPy, PyTorch and GraphBLAS.
 Subcommands: ``info``, ``check``, ``convert``, ``spy``, ``bench`` (see ``--help``).
 
@@ -309,7 +309,7 @@ def cmd_spy(args) -> int:
         import matplotlib.pyplot as plt
     except ImportError:
         raise UserError("spy needs matplotlib: pip install 'sparsetensor[plot]'") from None
-    from ._files import atomic_write as _atomic_write
+    from ..io._files import atomic_write as _atomic_write
 
     width, height = args.width, args.height or args.width
     if width < 16 or height < 16:

@@ -1,7 +1,7 @@
 """Turn the validation kernels' findings into :class:`InvariantError` messages.
 
 The O(1) shape and dtype invariants are checked where tensors are built
-(:mod:`sparsetensor._tensor`); this module runs the O(nnz) index scans, which
+(:mod:`sparsetensor._core._tensor`); this module runs the O(nnz) index scans, which
 happen in Cython (:mod:`sparsetensor._lib._validate`) with the GIL released.
 """
 
@@ -11,7 +11,7 @@ import numpy as np
 
 from ._config import num_threads
 from ._errors import InvariantError
-from ._lib import _validate as _kernels
+from .._lib import _validate as _kernels
 
 __all__ = ["check_compressed_indices", "check_coo_indices", "raise_compressed_error", "raise_coo_error"]
 

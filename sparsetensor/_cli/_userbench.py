@@ -181,9 +181,9 @@ def _torch_cases(cases, conv, torch, t, tt, x, X):
     (``SPARSE_STATUS_INVALID_VALUE``), so neither is timed."""
     blocked, n = t.layout.blocked, t.shape[0]
     make = torch.sparse_bsr_tensor if blocked else torch.sparse_csr_tensor
-    c_, p_, v_ = torch.from_numpy(t.crow_indices()), torch.from_numpy(t.col_indices()), torch.from_numpy(t.values())
-    with warnings.catch_warnings():  # "Sparse CSR tensor support is in beta state"
+    with warnings.catch_warnings():  # "Sparse CSR tensor support is in beta state"; read-only indices
         warnings.simplefilter("ignore", UserWarning)
+        c_, p_, v_ = torch.from_numpy(t.crow_indices()), torch.from_numpy(t.col_indices()), torch.from_numpy(t.values())
         T = make(c_, p_, v_, (n, n), check_invariants=False)
         TB = make(torch.from_numpy(tt.crow_indices()), torch.from_numpy(tt.col_indices()),
                   torch.from_numpy(tt.values()), (n, n), check_invariants=False)
@@ -209,8 +209,10 @@ def run_user_bench(t, name: str, repeat: int = 5, progress=None, out=None) -> li
     m = sp.csr_array((val, col, crow), shape=shape) if sp is not None and val.dtype != np.float16 else None
     tc = None
     if torch is not None:
-        tc = torch.sparse_csr_tensor(torch.from_numpy(crow), torch.from_numpy(col), torch.from_numpy(val), shape,
-                                     check_invariants=False)
+        with warnings.catch_warnings():  # torch's tensors of our read-only indices: it only reads them
+            warnings.simplefilter("ignore", UserWarning)
+            tc = torch.sparse_csr_tensor(torch.from_numpy(crow), torch.from_numpy(col), torch.from_numpy(val), shape,
+                                         check_invariants=False)
     x = np.ones(shape[1], dtype=val.dtype)
     cases = [("full invariant check", lambda: csr.check_invariants(),
               (lambda: m.check_format(full_check=True)) if m is not None else None,

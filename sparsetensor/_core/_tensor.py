@@ -6,7 +6,7 @@ CSR is BSR with 1x1 blocks and no block dims in ``values``; CSC/BSC swap the
 roles of rows and columns (``layout.compressed_rows``). Every method is written
 once, over compressed/plain, and translated to rows/columns only at the edges.
 
-Constructors that check their input live in :mod:`sparsetensor._factory`; the
+Constructors that check their input live in :mod:`sparsetensor._core._from_arrays`; the
 class constructors here trust their arguments. The classes hold the members, the
 attributes and the O(1)/O(nnz) checks; the ops (``t.sum()``, ``t @ x``, ``t.to_sparse()``,
 ...) are bound onto them once, from the one table of public ops in :mod:`sparsetensor._api`,
@@ -16,7 +16,7 @@ One class tree serves every device: the members are NumPy arrays on the CPU or
 ``sparsetensor.cuda.DeviceArray``s on a CUDA device, and ``device``/``is_cuda`` come from
 them. What the classes do with members is device-neutral (``.copy()``, ``.astype()``,
 ``.swapaxes()``, shapes); the O(nnz) check of device members is the device backend's,
-reached through :mod:`sparsetensor._device` (below this module).
+reached through :mod:`sparsetensor._core._device` (below this module).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import numpy as np
 from . import _layout as L
 from ._device import as_device, backend, is_device_like, move, to_host
 from ._dtypes import as_index_dtype, as_value_dtype, check_fits
-from ._meta import compressed_meta, coo_meta, normalize_dim
+from ._shape_checks import compressed_meta, coo_meta, normalize_dim
 from ._validate import check_compressed_indices, check_coo_indices
 
 __all__ = ["SparseTensor", "COOTensor", "CompressedTensor", "REPR_LIMIT"]
@@ -229,7 +229,7 @@ class SparseTensor:
         >>> t.check_invariants()
         Traceback (most recent call last):
         ...
-        sparsetensor._errors.InvariantError: csr invariant 5.6: col_indices must be sorted with distinct values within each row; row 0, position 1: got 0 after a value >= it
+        sparsetensor._core._errors.InvariantError: csr invariant 5.6: col_indices must be sorted with distinct values within each row; row 0, position 1: got 0 after a value >= it
         """
         if self.is_cuda:
             backend(self.device).validate(self, threads)
@@ -348,7 +348,7 @@ class COOTensor(SparseTensor):
 
     @property
     def _validated(self) -> bool:
-        """The one meaning of *validated* (see :mod:`sparsetensor._canonical`): C4/C5 (and C6
+        """The one meaning of *validated* (see :mod:`sparsetensor._core._canonical`): C4/C5 (and C6
         when coalesced) known to hold; set by a full check or by our kernels."""
         return self._checked
 
@@ -489,7 +489,7 @@ class CompressedTensor(SparseTensor):
 
     @property
     def _validated(self) -> bool:
-        """The one meaning of *validated* (see :mod:`sparsetensor._canonical`): 5.1-5.6 known to
+        """The one meaning of *validated* (see :mod:`sparsetensor._core._canonical`): 5.1-5.6 known to
         hold (``is_coalesced()``); set by a full check or by our kernels."""
         return self._canonical
 

@@ -9,8 +9,8 @@ them alike. Each returns a small named tuple of the dims the members imply (JAX'
 ``_validate_bcoo`` -> ``BCOOProperties`` is the model) or raises
 :class:`~sparsetensor.InvariantError` naming the broken invariant.
 
-The O(nnz) scans are :mod:`sparsetensor._validate`; the flag that says they passed is
-:mod:`sparsetensor._canonical`'s.
+The O(nnz) scans are :mod:`sparsetensor._core._validate`; the flag that says they passed is
+:mod:`sparsetensor._core._canonical`'s.
 """
 
 from __future__ import annotations

@@ -114,12 +114,12 @@ def set_pool_limit(nbytes: int) -> int:
     the memory the process may use (the machine's, or its cgroup's limit where lower), or the
     environment variable ``SPARSETENSOR_POOL_BYTES``.
     """
-    from ._lib import _pool
+    from .._lib import _pool
     return _pool.set_limit(nbytes)
 
 
 def pool_stats() -> dict:
     """The memory pool's ``limit``, ``cached_bytes``, ``cached_blocks``, ``hits`` and ``misses``
     (requests served from a kept block, and from fresh memory)."""
-    from ._lib import _pool
+    from .._lib import _pool
     return _pool.stats()

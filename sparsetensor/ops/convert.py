@@ -1,6 +1,6 @@
 """Layout-to-layout conversions among coo, csr, csc, bsr and bsc, over the Cython kernels.
 
-Every compressed tensor is handled in one canonical form (see :mod:`sparsetensor._dense`):
+Every compressed tensor is handled in one canonical form (see :mod:`sparsetensor.ops.dense`):
 compressed ``(B, n + 1)``, plain ``(B, nnz)`` and values ``(B, nnz, E)`` viewed as raw
 unsigned integers, ``E`` being the items of one entry (block x dense). Values are only
 moved, never combined, so every value dtype takes the same path. A conversion is a
@@ -24,9 +24,9 @@ import operator
 
 import numpy as np
 
-from . import _layout as L
-from ._backend import backend_for
-from ._tensor import SparseTensor
+from .._core import _layout as L
+from .._backend import backend_for
+from .._core._tensor import SparseTensor
 
 __all__ = ["to_sparse"]
 
@@ -94,7 +94,7 @@ def to_sparse(t, layout, *, blocksize=None, dense_dim=None, threads: int | None 
     layout = L.as_layout(layout)
     if not isinstance(t, SparseTensor):
         if isinstance(t, np.ndarray):
-            from ._dense import from_dense
+            from .dense import from_dense
 
             return from_dense(t, layout, blocksize=blocksize, dense_dim=0 if dense_dim is None else dense_dim,
                               threads=threads)

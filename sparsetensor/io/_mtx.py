@@ -15,12 +15,12 @@ from typing import NamedTuple
 
 import numpy as np
 
-from . import _layout as L
-from ._dtypes import INDEX_DTYPES, VALUE_DTYPES
-from ._errors import InvariantError
-from ._factory import sparse_coo_tensor
+from .._core import _layout as L
+from .._core._dtypes import INDEX_DTYPES, VALUE_DTYPES
+from .._core._errors import InvariantError
+from .._core._from_arrays import sparse_coo_tensor
 from ._files import atomic_write as _atomic_write, in_file as _in_file
-from ._tensor import COOTensor, CompressedTensor
+from .._core._tensor import COOTensor, CompressedTensor
 
 __all__ = ["read_mtx", "write_mtx"]
 

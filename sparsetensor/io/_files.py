@@ -7,7 +7,7 @@ import contextlib
 import os
 import tempfile
 
-from ._errors import InvariantError
+from .._core._errors import InvariantError
 
 __all__ = ["atomic_write", "is_mtx", "in_file", "new_file_mode"]
 

@@ -5,7 +5,7 @@ stencil (HPCG's matrix; FEM and finite-difference codes look like it) and an R-M
 graph (Graph500 parameters; social and web graphs look like it). On each: the full invariant
 check, CSR -> CSC, SpMV, SpMM with 32 columns, SpGEMM ``A @ A`` and ``A + A^T``, timed against
 SciPy and, where installed, PyTorch and SuiteSparse:GraphBLAS with the same number of threads
-(:func:`sparsetensor._userbench.structure_cases`). The square of a power-law graph is dense in
+(:func:`sparsetensor._cli._userbench.structure_cases`). The square of a power-law graph is dense in
 its hub rows, so its SpGEMM runs on a smaller graph of the same kind (at most 2^13 vertices).
 A progress line on stderr shows what runs, when stderr is a terminal.
 """

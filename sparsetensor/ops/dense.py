@@ -4,7 +4,7 @@ The kernels see every tensor in one canonical form: compressed ``(B, n + 1)``,
 plain ``(B, nnz)``, values ``(B, nnz, Rb, Cb, D)`` and dense ``(B, R, C, D)``,
 where ``B``/``D`` are the products of the batch/dense sizes, and values are
 reinterpreted as raw unsigned integers when they are only moved (see
-:mod:`sparsetensor._dtypes`).
+:mod:`sparsetensor._core._dtypes`).
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from typing import NamedTuple
 
 import numpy as np
 
-from . import _device, _layout as L
-from ._backend import backend_for
-from ._dtypes import VALUE_DTYPES, as_index_dtype, check_fits
-from ._tensor import SparseTensor
+from .._core import _device, _layout as L
+from .._backend import backend_for
+from .._core._dtypes import VALUE_DTYPES, as_index_dtype, check_fits
+from .._core._tensor import SparseTensor
 
 __all__ = ["to_dense", "from_dense", "check_from_dense", "DensePlan"]
 
