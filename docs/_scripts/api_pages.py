@@ -64,9 +64,16 @@ def _data_table(module, names: list[str]) -> str:
 def _top_page(out: Path) -> str:
     import sparsetensor as st
 
+    import importlib.util
+
     groups: dict[str, list[str]] = {"class": [], "function": [], "data": [], "module": []}
     for name in st.__all__:
-        groups[_kind(getattr(st, name))].append(name)
+        # a submodule is recognised without importing it: attribute access may load it
+        # lazily, and one that needs an absent optional package would fail
+        if importlib.util.find_spec(f"sparsetensor.{name}") is not None:
+            groups["module"].append(name)
+        else:
+            groups[_kind(getattr(st, name))].append(name)
     text = HEADER + _title("sparsetensor")
     text += (f"Every name of ``sparsetensor.__all__`` ({len(st.__all__)} names), generated from it. "
              "Functions that are also tensor methods (``st.sum`` and ``t.sum``) are one object: "
@@ -76,7 +83,9 @@ def _top_page(out: Path) -> str:
     text += _title("Layouts, dtypes and the version", "-") + _data_table(st, groups["data"])
     if groups["module"]:
         text += _title("Submodules", "-")
-        text += "\n".join(f"- :doc:`sparsetensor.{n}`" for n in groups["module"]) + "\n"
+        pages = {mod for mod, _, _ in SUBMODULES}
+        text += "\n".join(f"- :doc:`sparsetensor.{n}`" if f"sparsetensor.{n}" in pages else f"- ``sparsetensor.{n}``"
+                           for n in groups["module"]) + "\n"
     return text
 
 
