@@ -35,12 +35,6 @@ from .interop.torch import from_torch, to_torch
 from .io import load, read_mtx, save, write_mtx
 from . import _api
 from ._api import *  # noqa: F401,F403 - the st.* functions of the op table (matmul, sum, narrow, ...)
-from . import _protocols
-from .interop import chunk as _chunk
-
-_protocols.bind()
-diagonal, trace = _protocols.diagonal, _protocols.trace  # the table's functions (a device tensor: NotImplementedError)
-_chunk.bind()  # pickling, Dask's tokenize/sizeof, operators that give way to lazy collections
 from . import optim  # noqa: E402  (st.optim: sparse optimizers)
 from . import cuda as _cuda  # noqa: E402,F401  (registers the CUDA device with _device; loads no cuda-python)
 

@@ -14,9 +14,10 @@ nothing above itself. Operators (``+``, ``@``, ``abs()``, NumPy ufuncs) are boun
 too. The class stub ``_tensor.pyi`` and this module's ``_api.pyi`` are generated from the
 table (``python -m sparsetensor._stubs``); ``tests/test_api.py`` checks they are current.
 
-Another module can add rows of its own with :func:`bind` (e.g. indexing, NumPy's
-function protocol, SciPy's linear-operator methods): it builds its :class:`Op` rows and
-calls ``bind(rows)`` at its import, and lists its function names in its ``__all__``.
+Every method and protocol the classes get from outside ``_tensor.py`` is a row here: the ops,
+the operators, SciPy's linear-operator methods, NumPy's protocols, indexing, pickling and
+Dask's chunk protocol. An op reads its layout bodies itself (``ops/*``: ``TABLE[type(t)]``);
+nothing else binds attributes onto the classes.
 """
 
 from __future__ import annotations
@@ -29,9 +30,9 @@ import numpy as np
 from .ops import convert as _convert, dense as _dense
 from ._backend import backend_for
 from ._core._tensor import COOTensor, CompressedTensor, SparseTensor
-from .interop import scipy as _scipy, torch as _torch
+from .interop import array_function, chunk as _chunk, linop, scipy as _scipy, torch as _torch
 from .interop.chunk import defer_to_lazy as _lazy, defer_to_lazy_ufunc as _lazy_ufunc
-from .ops import binary, blas, inplace, join, mask, pointwise, reduce, select, spgemm
+from .ops import binary, blas, diagonal, indexing, inplace, join, mask, pointwise, reduce, select, spgemm
 
 __all__: list = []  # filled from the table below
 
@@ -282,39 +283,27 @@ OPS: tuple = (
     Op("__neg__", pointwise.neg, function=False, gpu=True),
     Op("__pow__", _pow_operator, function=False, gpu=True),
     Op("__array_ufunc__", _lazy_ufunc(_array_ufunc), function=False, gpu=True),
-    # per-layout hooks (private): an op picks its layout's body by method lookup, not by isinstance
-    Op("_reduce_calc", reduce._reduce_coo, function=False, cls=COOTensor),
-    Op("_reduce_calc", reduce._reduce_compressed, function=False, cls=CompressedTensor),
-    Op("_reduce_return", reduce._squeeze_coo, function=False, cls=COOTensor),
-    Op("_reduce_return", reduce._squeeze_compressed, function=False, cls=CompressedTensor),
-    Op("_softmax_calc", reduce._softmax_coo, function=False, cls=COOTensor),
-    Op("_softmax_calc", reduce._softmax_compressed, function=False, cls=CompressedTensor),
-    Op("_zero_", inplace._zero_coo, function=False, cls=COOTensor),
-    Op("_zero_", inplace._zero_compressed, function=False, cls=CompressedTensor),
-    Op("_take_members", inplace._take_coo, function=False, cls=COOTensor),
-    Op("_take_members", inplace._take_compressed, function=False, cls=CompressedTensor),
-    Op("_resize_as", inplace._resize_coo, function=False, cls=COOTensor),
-    Op("_resize_as", inplace._resize_compressed, function=False, cls=CompressedTensor),
-    Op("_element_coords", mask._coo_coords, function=False, cls=COOTensor),
-    Op("_element_coords", mask._compressed_coords, function=False, cls=CompressedTensor),
-    Op("_cat_calc", staticmethod(join._coo_cat), function=False, cls=COOTensor),
-    Op("_cat_calc", staticmethod(join._compressed_cat), function=False, cls=CompressedTensor),
-    Op("_unsqueeze", join._unsqueeze_coo, function=False, cls=COOTensor),
-    Op("_unsqueeze", join._unsqueeze_compressed, function=False, cls=CompressedTensor),
-    Op("_sample_dense", binary._sample_coo, function=False, cls=COOTensor),
-    Op("_sample_dense", binary._sample_compressed, function=False, cls=CompressedTensor),
-    Op("_add_to_dense", binary._add_coo_to, function=False, cls=COOTensor),
-    Op("_add_to_dense", binary._add_compressed_to, function=False, cls=CompressedTensor),
-    Op("_matmul_dense", blas._coo_product, function=False, cls=COOTensor),
-    Op("_matmul_dense", blas._compressed_product, function=False, cls=CompressedTensor),
-    Op("_transpose_sparse", select._transpose_sparse_coo, function=False, cls=COOTensor),
-    Op("_transpose_sparse", select._transpose_sparse_compressed, function=False, cls=CompressedTensor),
-    Op("_narrow_sparse", select._narrow_coo, function=False, cls=COOTensor),
-    Op("_narrow_sparse", select._narrow_compressed, function=False, cls=CompressedTensor),
-    Op("_select_sparse", select._select_coo, function=False, cls=COOTensor),
-    Op("_select_sparse", select._select_compressed, function=False, cls=CompressedTensor),
-    Op("_index_select_sparse", select._index_select_coo, function=False, cls=COOTensor),
-    Op("_index_select_sparse", select._index_select_compressed, function=False, cls=CompressedTensor),
+    # SciPy's LinearOperator protocol (aslinearoperator and the iterative solvers)
+    Op("matvec", linop.matvec, function=False),
+    Op("rmatvec", linop.rmatvec, function=False),
+    Op("matmat", linop.matmat, function=False),
+    Op("rmatmat", linop.rmatmat, function=False),
+    Op("adjoint", linop.adjoint, function=False),
+    Op("H", linop.adjoint, function=False, kind="property"),
+    # SciPy's sparse constructors and direct solvers get a TypeError naming to_scipy() instead of densifying
+    Op("__array__", linop.array_refusing_scipy(SparseTensor.__array__), function=False, gpu=True),
+    # NumPy's function protocol (NEP 18); the functions it takes are array_function.HANDLED
+    Op("__array_function__", array_function.array_function, function=False),
+    # indexing
+    Op("__getitem__", indexing.getitem, function=False),
+    Op("__setitem__", indexing.setitem, function=False),
+    # ops that NumPy and SciPy users call as methods
+    Op("diagonal", diagonal.diagonal),
+    Op("trace", diagonal.trace),
+    # pickling and Dask's chunk protocol (a device tensor: the functions name the device themselves)
+    Op("__reduce__", _chunk.reduce, function=False, gpu=True),
+    Op("__dask_tokenize__", _chunk.tokenize, function=False, gpu=True),
+    Op("__sizeof__", _chunk.sizeof, function=False, gpu=True),
 )
 
 
@@ -382,3 +371,4 @@ def bind(rows, namespace: dict | None = None) -> list:
 
 
 __all__ += bind(OPS)
+array_function.HANDLED.update(_chunk.FUNCTIONS)  # NumPy functions for Dask's chunks (zeros_like, nansum, ...)

@@ -26,7 +26,7 @@ from .._core._tensor import COOTensor, CompressedTensor
 from .._core._validate import raise_compressed_error, raise_coo_error
 from ._convert import convert, transpose
 from ._merge import merge
-from ._reduce import compressed_sum, plain_sum, scatter_reduce, segment_reduce, segment_softmax
+from ._reduce import compressed_sum, plain_sum, reduce_dims, scatter_reduce, segment_reduce, segment_softmax
 from ._sddmm import sddmm
 from ._select import cat_plain, gather_slices, index_select_coo, narrow_plain, remap_plain
 from ._spgemm import spgemm
@@ -214,8 +214,8 @@ def reduce_sum(t, threads=None):
 def reduce_sum_dims(t, dims: tuple, threads=None):
     """The sum of ``t`` over the normalised ``dims``, which stay with size 1: a dense array, or a
     sparse tensor while sparse dims of a COO tensor (batch dims of a compressed one) remain (the
-    layout's ``_reduce_calc`` hook; the op has converted the values to the dtype it sums in)."""
-    return t._reduce_calc(dims, np.add, threads)
+    op has converted the values to the dtype it sums in)."""
+    return reduce_dims(t, dims, np.add, threads)
 
 
 def unary(t, name: str, fn, threads=None, arg=None) -> np.ndarray:

@@ -19,8 +19,8 @@
   ``np.zeros_like`` (an nnz-0 tensor), ``np.nansum``, ``np.round``; ``np.ones_like``,
   ``np.full_like`` and ``np.empty_like`` raise ``ValueError`` (their result is dense).
 
-:func:`bind` installs all of these on :class:`~sparsetensor.SparseTensor` once, at import
-(wrapping the operators that ``_tensor.py`` defines).
+The op table (:mod:`sparsetensor._api`) binds these methods and wrapped operators onto the
+classes, and adds :data:`FUNCTIONS` to NumPy's function protocol, in one place.
 """
 
 from __future__ import annotations
@@ -32,17 +32,12 @@ import numpy as np
 from .._core import _layout as L
 from .._core._device import require_host
 from .._core._from_arrays import sparse_compressed_tensor, sparse_coo_tensor
-from .._core._tensor import COOTensor, SparseTensor
+from .._core._tensor import COOTensor
 from ..ops import reduce as _reduce
-from .array_function import HANDLED
 
-__all__ = ["rebuild", "tokenize", "reduce", "sizeof", "zeros", "is_lazy_collection", "defer_to_lazy", "defer_to_lazy_ufunc", "bind", "DEFERRING", "FUNCTIONS"]
+__all__ = ["rebuild", "tokenize", "reduce", "sizeof", "zeros", "is_lazy_collection", "defer_to_lazy", "defer_to_lazy_ufunc", "FUNCTIONS"]
 
 # the operators that give way to a lazy collection (the other operand's reflected method runs)
-DEFERRING = ("__matmul__", "__rmatmul__", "__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__",
-             "__truediv__", "__rtruediv__")
-
-
 def _members(t) -> tuple:
     require_host(t, "pickling or tokenizing")  # a device pointer means nothing in another process
     if isinstance(t, COOTensor):
@@ -195,13 +190,6 @@ def defer_to_lazy_ufunc(method):
     return array_ufunc
 
 
-METHODS = [
-    ("__reduce__", reduce),
-    ("__dask_tokenize__", tokenize),
-    ("__sizeof__", sizeof),
-]
-
-
 FUNCTIONS = [  # NumPy functions added to __array_function__'s whitelist
     (np.zeros_like, _zeros_like),
     (np.nansum, _nansum),
@@ -211,17 +199,3 @@ FUNCTIONS = [  # NumPy functions added to __array_function__'s whitelist
     (np.full_like, _dense_like("full_like")),
     (np.empty_like, _dense_like("empty_like")),
 ]
-
-
-def bind(cls=SparseTensor) -> None:
-    """Set :data:`METHODS` on ``cls`` and wrap its operators so they give way to lazy collections (once);
-    add :data:`FUNCTIONS` to NumPy's function protocol table."""
-    HANDLED.update(FUNCTIONS)
-    for name, fn in METHODS:
-        setattr(cls, name, fn)
-    for name in DEFERRING + ("__array_ufunc__",):
-        current = getattr(cls, name)
-        if getattr(current, "defers_to_lazy", False):
-            continue  # bound already
-        setattr(cls, name, defer_to_lazy_ufunc(current) if name == "__array_ufunc__" else defer_to_lazy(current))
-

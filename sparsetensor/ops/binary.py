@@ -359,7 +359,7 @@ def _sampled(name: str, t: SparseTensor, dense: np.ndarray, combine, threads) ->
                          f"{describe(t)} and {describe(dense)}")
     _result_dtype(name, t, dense)
     backend_for(t, dense)  # a sparse tensor on a GPU with a host array: ValueError naming both devices
-    t, gathered = t._sample_dense(dense, threads)  # the layout's hook: _sample_coo or _sample_compressed
+    t, gathered = _SAMPLE_DENSE_BY_LAYOUT[type(t)](t, dense, threads)  # the layout's hook: _sample_coo or _sample_compressed
     return _with_values(name, t, combine(t.values(), gathered))
 
 
@@ -398,7 +398,7 @@ def _sparse_plus_dense(name: str, t: SparseTensor, t_scale, dense: np.ndarray, d
     out = np.array(dense, dtype=dtype, order="C", copy=True)
     if d_scale != 1:
         np.multiply(out, _typed(d_scale, dtype), out=out)
-    return t._add_to_dense(out, t_scale, dtype, threads)  # the layout's hook: _add_coo_to or _add_compressed_to
+    return _ADD_TO_DENSE_BY_LAYOUT[type(t)](t, out, t_scale, dtype, threads)  # the layout's hook: _add_coo_to or _add_compressed_to
 
 
 def _add_coo_to(t: COOTensor, out: np.ndarray, t_scale, dtype: np.dtype, threads) -> np.ndarray:
@@ -430,3 +430,6 @@ def _merge(name: str, a: SparseTensor, b: SparseTensor, dtype: np.dtype, op: str
     return backend_for(a, b).merge(a, b, dtype, op, alpha, threads)
 
 
+# Each op's body per layout family, picked where the op reads it: ``TABLE[type(t)](t, ...)``.
+_SAMPLE_DENSE_BY_LAYOUT = {COOTensor: _sample_coo, CompressedTensor: _sample_compressed}
+_ADD_TO_DENSE_BY_LAYOUT = {COOTensor: _add_coo_to, CompressedTensor: _add_compressed_to}

@@ -180,10 +180,10 @@ def _product(S: SparseTensor, D: np.ndarray, rt: np.dtype, op: str, threads, ope
         raise _mismatch(op, *operands, "matmul needs at least 1-d operands")
     if not isinstance(S, SparseTensor):
         raise TypeError(f"{op}: expected a sparse tensor, got {type(S).__name__}")
-    return S._matmul_dense(D, rt, op, threads, operands, err_tensor, transposed)
+    return _MATMUL_DENSE_BY_LAYOUT[type(S)](S, D, rt, op, threads, operands, err_tensor, transposed)
 
 
-# ``S._matmul_dense(D, rt, op, threads, operands, err_tensor, transposed)``: the layout's body of
+# ``_MATMUL_DENSE_BY_LAYOUT[type(S)](S, D, rt, op, threads, operands, err_tensor, transposed)``: the layout's body of
 # :func:`_product` (SciPy's ``_matmul_dispatch`` -> ``_matmul_vector``/``_matmul_multivector``
 # split), a hook bound on each class from the op table (sparsetensor._api).
 def _compressed_product(S: CompressedTensor, D: np.ndarray, rt: np.dtype, op: str, threads, operands,
@@ -615,3 +615,7 @@ def linear(x, w, bias=None, *, threads: int | None = None):
                              f"{y.shape}")
         np.add(y, bias.astype(y.dtype, copy=False), out=y)
     return _finish(y, rt)
+
+
+# Each op's body per layout family, picked where the op reads it: ``TABLE[type(t)](t, ...)``.
+_MATMUL_DENSE_BY_LAYOUT = {COOTensor: _coo_product, CompressedTensor: _compressed_product}

@@ -33,7 +33,7 @@ def zero_(t):
     (True, 0, array([0, 0, 0]))
     """
     _require_sparse(t, "zero_")
-    return t._zero_()  # the layout's hook: _zero_coo or _zero_compressed
+    return _ZERO_BY_LAYOUT[type(t)](t, )  # the layout's hook: _zero_coo or _zero_compressed
 
 
 def _zero_coo(t: COOTensor) -> COOTensor:
@@ -102,7 +102,7 @@ def copy_(dst, src, *, threads: int | None = None):
                          batch_dim=dst.batch_dim, index_dtype=dst.index_dtype, threads=threads)
         sources = [a]
     new = new.astype(dst.dtype, copy=False)._with_index_dtype(dst.index_dtype)
-    return dst._take_members(new, sources)  # the layout's hook: _take_coo or _take_compressed
+    return _TAKE_MEMBERS_BY_LAYOUT[type(dst)](dst, new, sources)  # the layout's hook: _take_coo or _take_compressed
 
 
 def _take_coo(dst: COOTensor, new: COOTensor, sources) -> COOTensor:
@@ -160,7 +160,7 @@ def resize_as_(t, other):
     """
     _require_sparse(t, "resize_as_")
     _require_sparse(other, "resize_as_", "other")
-    return t._resize_as(tuple(other.shape), other.dense_dim, other)  # _resize_coo or _resize_compressed
+    return _RESIZE_AS_BY_LAYOUT[type(t)](t, tuple(other.shape), other.dense_dim, other)  # _resize_coo or _resize_compressed
 
 
 def _resize_coo(t: COOTensor, shape: tuple, n: int, other) -> COOTensor:
@@ -229,3 +229,9 @@ def _no_shrink(t, shape: tuple, other) -> None:
         raise ValueError(f"resize_as_: shrinking dim {small[0]} (from {t.shape[small[0]]} to {shape[small[0]]}) of a "
                          f"non-empty {t.layout.name} tensor is not supported; t is a {describe(t, dtype=False)}, other a "
                          f"{describe(other, dtype=False)}")
+
+
+# Each op's body per layout family, picked where the op reads it: ``TABLE[type(t)](t, ...)``.
+_ZERO_BY_LAYOUT = {COOTensor: _zero_coo, CompressedTensor: _zero_compressed}
+_TAKE_MEMBERS_BY_LAYOUT = {COOTensor: _take_coo, CompressedTensor: _take_compressed}
+_RESIZE_AS_BY_LAYOUT = {COOTensor: _resize_coo, CompressedTensor: _resize_compressed}

@@ -89,7 +89,7 @@ def cat(tensors, dim: int = 0, *, threads: int | None = None):
     shape = first.shape[:d] + (total,) + first.shape[d + 1:]
     kind = _kind(first, d)
     # the layout's hook: _coo_cat or _compressed_cat
-    return type(first)._cat_calc(tensors, d, kind, shape, "cat", threads)
+    return _CAT_CALC_BY_LAYOUT[type(first)](tensors, d, kind, shape, "cat", threads)
 
 
 def _same_arrays(arrays) -> bool:
@@ -224,4 +224,9 @@ def stack(tensors, dim: int = 0, *, threads: int | None = None):
             raise ValueError(f"stack: tensors[0] has shape {first.shape} and tensors[{k}] has shape {t.shape}; "
                              "they must be equal")
     d = normalize_dim(dim, first.ndim + 1, "stack")
-    return cat([t._unsqueeze(d) for t in tensors], d, threads=threads)
+    return cat([_UNSQUEEZE_BY_LAYOUT[type(t)](t, d) for t in tensors], d, threads=threads)
+
+
+# Each op's body per layout family, picked where the op reads it: ``TABLE[type(t)](t, ...)``.
+_CAT_CALC_BY_LAYOUT = {COOTensor: _coo_cat, CompressedTensor: _compressed_cat}
+_UNSQUEEZE_BY_LAYOUT = {COOTensor: _unsqueeze_coo, CompressedTensor: _unsqueeze_compressed}

@@ -109,7 +109,7 @@ def sparse_mask(t, mask, *, threads: int | None = None):
                          "shapes (and dense dims) must agree")
     if not sparse_t and a.dtype not in VALUE_DTYPES:
         raise TypeError(f"sparse_mask: unsupported value dtype {a.dtype}")
-    mask, coords = mask._element_coords(threads)  # the layout's hook: _coo_coords or _compressed_coords
+    mask, coords = _ELEMENT_COORDS_BY_LAYOUT[type(mask)](mask, threads)  # the layout's hook: _coo_coords or _compressed_coords
     if sparse_t:
         gathered = _lookup(a, coords, mask, threads)
     else:
@@ -119,3 +119,7 @@ def sparse_mask(t, mask, *, threads: int | None = None):
     vshape = mask.values().shape
     values = np.ascontiguousarray(gathered).reshape(vshape)
     return mask._replace_values(values, copy_indices=True)
+
+
+# Each op's body per layout family, picked where the op reads it: ``TABLE[type(t)](t, ...)``.
+_ELEMENT_COORDS_BY_LAYOUT = {COOTensor: _coo_coords, CompressedTensor: _compressed_coords}

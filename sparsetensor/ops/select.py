@@ -68,7 +68,7 @@ def transpose(t, dim0: int, dim1: int):
     shape = list(t.shape)
     shape[d0], shape[d1] = shape[d1], shape[d0]
     if k0 == "sparse":
-        return t._transpose_sparse(d0, d1)
+        return _TRANSPOSE_SPARSE_BY_LAYOUT[type(t)](t, d0, d1)
     if t.is_cuda:
         raise NotImplementedError(f"transpose({dim0}, {dim1}) of a {t.layout.name} tensor on {t.device}: only sparse "
                                   "dims have a GPU kernel")
@@ -165,7 +165,7 @@ def narrow(t, dim: int, start: int, length: int, *, threads: int | None = None):
         key = slice(start, start + length)
         return _compressed(t, *(_take_axis(a, d, key) for a in (t.compressed_indices(), t.plain_indices(),
                                                                 t.values())), shape)
-    return t._narrow_sparse(d, start, length, shape, threads)
+    return _NARROW_SPARSE_BY_LAYOUT[type(t)](t, d, start, length, shape, threads)
 
 
 def _narrow_coo(t: COOTensor, d: int, start: int, length: int, shape: tuple, threads) -> COOTensor:
@@ -242,7 +242,7 @@ def select(t, dim: int, index: int, *, threads: int | None = None):
     if kind == "batch":
         return _compressed(t, *(_take_axis(a, d, i) for a in (t.compressed_indices(), t.plain_indices(),
                                                             t.values())), shape)
-    return t._select_sparse(d, i, shape, threads)
+    return _SELECT_SPARSE_BY_LAYOUT[type(t)](t, d, i, shape, threads)
 
 
 def _select_compressed(t: CompressedTensor, d: int, i: int, shape: tuple, threads):
@@ -299,7 +299,7 @@ def index_select(t, dim: int, index, *, threads: int | None = None):
     if kind == "batch":
         return _compressed(t, *(np.take(a, idx, axis=d) for a in (t.compressed_indices(), t.plain_indices(),
                                                                  t.values())), shape)
-    return t._index_select_sparse(d, idx, shape, threads)
+    return _INDEX_SELECT_SPARSE_BY_LAYOUT[type(t)](t, d, idx, shape, threads)
 
 
 def _index_select_compressed(t: CompressedTensor, d: int, idx: np.ndarray, shape: tuple, threads):
@@ -383,3 +383,10 @@ def count_nonzero(t, dim=None, *, threads: int | None = None):
     size = math.prod(out_shape)
     flat = np.ravel_multi_index(coords[:, kept].T, out_shape) if kept else np.zeros(coords.shape[0], np.int64)
     return np.bincount(flat, minlength=size).astype(np.int64, copy=False)[:size].reshape(out_shape)
+
+
+# Each op's body per layout family, picked where the op reads it: ``TABLE[type(t)](t, ...)``.
+_TRANSPOSE_SPARSE_BY_LAYOUT = {COOTensor: _transpose_sparse_coo, CompressedTensor: _transpose_sparse_compressed}
+_NARROW_SPARSE_BY_LAYOUT = {COOTensor: _narrow_coo, CompressedTensor: _narrow_compressed}
+_SELECT_SPARSE_BY_LAYOUT = {COOTensor: _select_coo, CompressedTensor: _select_compressed}
+_INDEX_SELECT_SPARSE_BY_LAYOUT = {COOTensor: _index_select_coo, CompressedTensor: _index_select_compressed}
