@@ -67,7 +67,8 @@ def _top_page(out: Path) -> str:
     import importlib.util
 
     groups: dict[str, list[str]] = {"class": [], "function": [], "data": [], "module": []}
-    for name in st.__all__:
+    names = list(dict.fromkeys(st.__all__))  # in order, once (a name listed twice is one object)
+    for name in names:
         # a submodule is recognised without importing it: attribute access may load it
         # lazily, and one that needs an absent optional package would fail
         if importlib.util.find_spec(f"sparsetensor.{name}") is not None:
@@ -75,7 +76,7 @@ def _top_page(out: Path) -> str:
         else:
             groups[_kind(getattr(st, name))].append(name)
     text = HEADER + _title("sparsetensor")
-    text += (f"Every name of ``sparsetensor.__all__`` ({len(st.__all__)} names), generated from it. "
+    text += (f"Every name of ``sparsetensor.__all__`` ({len(names)} names), generated from it. "
              "Functions that are also tensor methods (``st.sum`` and ``t.sum``) are one object: "
              "the method's documentation is the function's.\n\n")
     text += _title("Classes", "-") + _autosummary("sparsetensor", groups["class"])
