@@ -5,10 +5,10 @@
 #   ci/aarch64.sh [smoke|kernels|full|PYTEST-ARGS...]
 #     smoke    cross build + ci/cpu_smoke.py (every layout built, converted, multiplied, vs NumPy)
 #              (the default: the mode cheap enough for CI)
-#     kernels  smoke + tests/test_dispatch.py and the kernel test files (KERNEL_TESTS, the ones
+#     kernels  smoke + tests/kernels/test_dispatch.py and the kernel test files (KERNEL_TESTS, the ones
 #              ci/wheel.sh reruns per level)
 #     full     smoke + the whole test suite
-#     anything else: smoke + pytest with those arguments, e.g. tests/test_blas.py -k spmv
+#     anything else: smoke + pytest with those arguments, e.g. tests/ops/test_blas.py -k spmv
 #
 # Steps:
 #   1. tools: gcc-aarch64-linux-gnu and qemu-user (apt-get install when missing; if that fails
@@ -30,7 +30,7 @@
 # Measured on the 2-core x86-64 development machine while CI and other jobs ran (load average
 # 8-11), qemu 7.2: a first run (empty cache) took 31 min in smoke mode: 88 s for the sysroot,
 # 29.5 min wall (8.9 min of CPU) for the cross build, 10 s for the smoke test. A second run with
-# nothing changed: 37 s (smoke), 2 min with tests/test_dispatch.py. The kernel tests under qemu
+# nothing changed: 37 s (smoke), 2 min with tests/kernels/test_dispatch.py. The kernel tests under qemu
 # take about an hour there: run them by hand (kernels), not in every CI run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -41,8 +41,8 @@ step() { echo "== [aarch64 $((SECONDS - start)) s] $*"; }
 
 # the kernel test files of ci/wheel.sh (every kernel module: _validate, _dense/_fromdense,
 # _coalesce/_sum_duplicates, _convert, _spmm, _spgemm, _elementwise/_coo_merge)
-KERNEL_TESTS="tests/test_kernel_validate.py tests/test_kernel_dense.py tests/test_coalesce.py
-  tests/test_convert.py tests/test_blas.py tests/test_spgemm.py tests/test_binary.py"
+KERNEL_TESTS="tests/kernels/test_kernel_validate.py tests/kernels/test_kernel_dense.py tests/ops/test_coalesce.py
+  tests/ops/test_convert.py tests/ops/test_blas.py tests/ops/test_spgemm.py tests/ops/test_binary.py"
 # Debian bookworm arm64: CPython 3.11 and what its interpreter and stdlib extensions load
 DEBS="libc6 libgcc-s1 libgomp1 libstdc++6 python3.11-minimal libpython3.11-minimal
   libpython3.11-stdlib libpython3.11-dev libexpat1 zlib1g libffi8 libssl3 libbz2-1.0 liblzma5
@@ -171,7 +171,7 @@ esac
 
 case "$mode" in
   smoke) tests=() ;;
-  kernels) read -r -a tests <<<"tests/test_dispatch.py $(echo $KERNEL_TESTS)" ;;
+  kernels) read -r -a tests <<<"tests/kernels/test_dispatch.py $(echo $KERNEL_TESTS)" ;;
   full) tests=(tests) ;;
   *) tests=("$@") ;;
 esac

@@ -5,7 +5,7 @@ float32 / float64 / int64 values, validates it, converts it to every other layou
 back, coalesces COO with duplicates, and runs sparse @ dense (matrix and vector),
 sparse + sparse, sparse * sparse and sparse @ sparse; every result is compared with
 NumPy. That touches every dispatched kernel module. Small sizes: ci/wheel.sh runs it
-under `qemu-x86_64 -cpu Nehalem` (no AVX), tests/test_dispatch.py under each
+under `qemu-x86_64 -cpu Nehalem` (no AVX), tests/kernels/test_dispatch.py under each
 SPARSETENSOR_CPU_LEVEL the CPU supports.
 
 Exit status 0 when everything agrees, 1 (listing what did not) otherwise.

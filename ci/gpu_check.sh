@@ -12,7 +12,7 @@
 #   ignored files or the tarball).
 # - tests: tests/test_cuda*.py on the real device (the emulator's half deselected), 8 workers
 #   (xdist: a crashing test takes its worker down, not the run).
-# - memcheck / racecheck: compute-sanitizer over the GPU tests of tests/test_cuda.py and
+# - memcheck / racecheck: compute-sanitizer over the GPU tests of tests/cuda/test_cuda.py and
 #   test_cuda_interop.py, every worker process followed, a per-test timeout (TEST_TIMEOUT,
 #   150 s: a worker's first test waits for CUDA to start under the tool, 30-70 s with 7-14
 #   workers on an H100) that names a test that hangs; SAN_WORKERS xdist workers (6: memcheck
@@ -75,13 +75,13 @@ for s in "${steps[@]}"; do
         fi
         python3 -c "import sparsetensor.cuda as c; c.precompile()" ;;
     tests)
-        step tests 150 "${PYTEST[@]}" -n 8 tests/test_cuda.py tests/test_cuda_interop.py tests/test_cuda_core.py tests/test_cuda_compile.py \
+        step tests 150 "${PYTEST[@]}" -n 8 tests/cuda/test_cuda.py tests/cuda/test_cuda_interop.py tests/cuda/test_cuda_core.py tests/cuda/test_cuda_compile.py \
             -k "not emulator" ;;
     memcheck | racecheck)
         [ -z "$CS" ] && { echo "=== $s: no compute-sanitizer here"; continue; }
         step "$s" "${SANITIZER_CAP:-180}" "$CS" --tool "$s" --target-processes all --error-exitcode 9 \
             "${PYTEST[@]}" -n "${SAN_WORKERS:-6}" --timeout "${TEST_TIMEOUT:-150}" --durations 5 \
-            ${SANITIZER_ARGS:-} tests/test_cuda.py tests/test_cuda_interop.py -k gpu ;;
+            ${SANITIZER_ARGS:-} tests/cuda/test_cuda.py tests/cuda/test_cuda_interop.py -k gpu ;;
     bench)
         step bench 200 python3 -m bench.cuda --profile
         cp bench/results/cuda.json "$OUT/" 2>/dev/null ;;

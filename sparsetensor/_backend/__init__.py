@@ -14,7 +14,7 @@ shapes and broadcasting once, without looking at the device, and then calls
 A tensor's device is its members' (one class tree: :class:`~sparsetensor.COOTensor` and
 :class:`~sparsetensor.CompressedTensor` hold NumPy arrays or device arrays).
 
-``tests/test_backend.py`` checks that both modules define every name of :data:`KERNELS`
+``tests/ops/test_backend.py`` checks that both modules define every name of :data:`KERNELS`
 with the same parameters.
 """
 

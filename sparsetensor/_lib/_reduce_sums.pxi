@@ -24,7 +24,7 @@ cdef inline value_t _run_sum(const value_t* x, Py_ssize_t m) noexcept nogil:
     """x[0] + ... + x[m - 1]: floats and complex in four interleaved partial sums (independent
     adds the CPU overlaps; no less accurate than one running sum), integers in one (any order
     gives the same sum, and the compiler vectorises it; GCC 12 miscompiles the four-sum
-    loop for int8/int16 at -O3, tests/test_kernel_reduce.py)."""
+    loop for int8/int16 at -O3, tests/kernels/test_kernel_reduce.py)."""
     cdef value_t s0 = 0, s1 = 0, s2 = 0, s3 = 0
     cdef Py_ssize_t i = 0
     if value_t is int8_t or value_t is int16_t or value_t is int32_t or value_t is int64_t or value_t is uint8_t:

@@ -3,7 +3,7 @@
 Not part of the public API, and not a simulator of performance: it exists so that the
 *real* ``kernels/*.cu`` sources and the *real* host code of :mod:`sparsetensor.cuda`
 (allocation, scans, sorts, launches, error reporting) can run in CI, where there is
-no GPU. ``tests/test_cuda.py`` and ``test_cuda_interop.py`` run every GPU test twice: on a
+no GPU. ``tests/cuda/test_cuda.py`` and ``test_cuda_interop.py`` run every GPU test twice: on a
 real device when one is present, and on this emulator when a C++17 compiler is.
 
 How it works:

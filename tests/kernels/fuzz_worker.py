@@ -1,4 +1,4 @@
-"""Fuzz worker, run in a subprocess by tests/test_fuzz.py: random invalid (and valid) members x
+"""Fuzz worker, run in a subprocess by tests/kernels/test_fuzz.py: random invalid (and valid) members x
 every public op and every exit, on tensors built with ``check_invariants=False``.
 
 Each case is printed (and flushed) before it runs, so a crash (a signal, an abort) leaves the

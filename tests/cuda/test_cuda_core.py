@@ -3,7 +3,7 @@
 packing for ``cuda.core.launch``, and DLPack / ``__cuda_array_interface__`` intake through
 ``cuda.core.utils.StridedMemoryView`` (host producers refused with a clear error).
 
-The device paths themselves (streams, the pool, launches) need a GPU; ``tests/test_cuda.py`` and
+The device paths themselves (streams, the pool, launches) need a GPU; ``tests/cuda/test_cuda.py`` and
 ``test_cuda_interop.py`` run them on one when present and on the kernel emulator otherwise.
 """
 

@@ -1,4 +1,4 @@
-"""Run under mpiexec by tests/test_mpi.py: ``python -m mpi4py tests/mpi_worker.py SUITE TMPDIR``.
+"""Run under mpiexec by tests/mpi/test_mpi.py: ``python -m mpi4py tests/mpi/mpi_worker.py SUITE TMPDIR``.
 
 (``-m mpi4py`` aborts every rank when one raises, so a failed check cannot hang the others.)
 

@@ -15,7 +15,7 @@ from sparsetensor import _api
 
 from conftest import INDEX_DTYPES, LAYOUTS, random_dense
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def make(rng, layout, *, batch=(), dense=(), index_dtype=np.int64, dtype=np.float64):

@@ -1,6 +1,6 @@
-"""sparsetensor.mpi on 1-4 MPI ranks: tests/mpi_worker.py under mpiexec, checked against single-process results.
+"""sparsetensor.mpi on 1-4 MPI ranks: tests/mpi/mpi_worker.py under mpiexec, checked against single-process results.
 
-Each test launches ``mpiexec -n N python -m mpi4py tests/mpi_worker.py SUITE TMP``
+Each test launches ``mpiexec -n N python -m mpi4py tests/mpi/mpi_worker.py SUITE TMP``
 (oversubscribed: fine, the matrices are small); the worker compares every
 rank's part with the single-process sparsetensor result and exits nonzero on
 any mismatch (``-m mpi4py`` aborts all ranks when one raises, so a failure

@@ -255,7 +255,7 @@ def test_device_cuda_not_available(monkeypatch):
     def no_driver(spec):
         raise _driver.CudaError("cuda.core.Device.get_all_devices failed: no driver")
 
-    # the machine's own answer is not asked: on a GPU machine "cuda" is available (tests/test_cuda.py)
+    # the machine's own answer is not asked: on a GPU machine "cuda" is available (tests/cuda/test_cuda.py)
     monkeypatch.setattr(_driver, "get_device", no_driver)
     with pytest.raises(NotImplementedError, match="cuda"):
         st.sparse_csr_tensor([0, 1], [0], [1.0], device="cuda")

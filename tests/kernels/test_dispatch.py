@@ -20,7 +20,7 @@ import pytest
 import sparsetensor as st
 from sparsetensor import _lib, _show_config
 
-SMOKE = Path(__file__).resolve().parents[1] / "ci" / "cpu_smoke.py"
+SMOKE = Path(__file__).resolve().parents[2] / "ci" / "cpu_smoke.py"
 X86 = (("baseline", "", "x86-64-v2", ""), ("avx2", "_x86_64_v3", "x86-64-v3", ""),
        ("avx512", "_x86_64_v4", "x86-64-v4", ""))
 
