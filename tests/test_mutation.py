@@ -1,0 +1,275 @@
+"""Mutation fuzz (issue 34): a tensor is validated, then one index entry changes behind the
+library's back (the user's own array, shared zero-copy at construction), then one op runs.
+
+The op may raise or return garbage, but it must not crash, corrupt the heap or hang. Each
+op runs in a forked child with a timeout, so a signal or a hang is a test failure naming the
+case, not a dead test run. After the op the child churns the allocator, so that heap
+corruption left behind by a kernel is detected in the child rather than later.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import select
+import signal
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import sparsetensor as st
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork") or sys.platform == "darwin",
+                                reason="needs fork")
+
+# What an op may raise when its indices changed under it: the library's documented errors.
+ALLOWED = (ValueError, TypeError, NotImplementedError, IndexError, OverflowError)
+TIMEOUT = 20.0
+
+
+def _churn():
+    """Allocate and free, so glibc notices a corrupted heap now (it aborts) and not later."""
+    gc.collect()
+    keep = [np.empty(n) for n in (1, 7, 33, 257, 4097) for _ in range(8)]
+    keep += [bytearray(n) for n in range(1, 600, 37)]
+    del keep
+    gc.collect()
+
+
+def run_forked(fn, timeout: float = TIMEOUT):
+    """Run ``fn()`` in a forked child: ``("ok" | "raised <Type>" | "unexpected <Type>: msg" |
+    "signal N" | "timeout" | "exit N", detail)``."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: never return into pytest
+        code = 0
+        try:
+            os.close(r)
+            try:
+                fn()
+                msg = "ok"
+            except ALLOWED as e:
+                msg = f"raised {type(e).__name__}: {str(e)[:200]}"
+            except BaseException as e:  # noqa: BLE001 - anything else is a finding
+                msg = f"unexpected {type(e).__name__}: {str(e)[:200]}"
+            _churn()
+            os.write(w, msg.encode()[:4000])
+        except BaseException:  # noqa: BLE001
+            code = 3
+        finally:
+            os._exit(code)
+    os.close(w)
+    deadline = time.monotonic() + timeout
+    chunks = []
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            os.close(r)
+            return "timeout"
+        ready, _, _ = select.select([r], [], [], min(left, 0.5))
+        if ready:
+            b = os.read(r, 4096)
+            if not b:
+                break
+            chunks.append(b)
+    os.close(r)
+    _, status = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(status):
+        return f"signal {os.WTERMSIG(status)}"
+    if os.WEXITSTATUS(status):
+        return f"exit {os.WEXITSTATUS(status)}"
+    return b"".join(chunks).decode() or "no report"
+
+
+def _fails(outcome: str) -> bool:
+    return not (outcome == "ok" or outcome.startswith("raised "))
+
+
+# -- tensors built zero-copy from arrays the test keeps ----------------------------------------------
+
+def _dense(shape, seed=0, dense=()):
+    rng = np.random.default_rng(seed)
+    a = np.zeros(shape + dense)
+    mask = rng.random(shape) < 0.45
+    mask[np.arange(min(shape)), np.arange(min(shape))] = True  # every row and column holds one
+    a[mask] = rng.integers(1, 9, size=(int(mask.sum()),) + dense)
+    return a
+
+
+def _compressed(layout, idt, batch=0, dense=0):
+    """A validated tensor of ``layout`` sharing its index arrays with the ones returned."""
+    bs = (2, 2) if layout in ("bsr", "bsc") else None
+    a = _dense((6, 6), dense=(2,) if dense else ())
+    if batch:
+        a = np.stack([a, a[::-1, ::-1]])
+    ref = st.from_dense(a, layout, blocksize=bs, batch_dim=batch, dense_dim=dense)
+    c = np.array(ref.compressed_indices(), dtype=idt)
+    p = np.array(ref.plain_indices(), dtype=idt)
+    t = st.sparse_compressed_tensor(c, p, np.array(ref.values()), ref.shape, layout=ref.layout)
+    assert t.is_coalesced() and np.shares_memory(t.plain_indices(), p) and np.shares_memory(t.compressed_indices(), c)
+    return t, {"compressed": c, "plain": p}
+
+
+def _coo(idt, dense=0):
+    a = _dense((6, 6), dense=(2,) if dense else ())
+    ref = st.from_dense(a, "coo", dense_dim=dense)
+    idx = np.array(ref.indices(), dtype=idt)
+    t = st.sparse_coo_tensor(idx, np.array(ref.values()), ref.shape, is_coalesced=True)
+    assert t.is_coalesced() and np.shares_memory(t.indices(), idx)
+    return t, {"row": idx[0], "col": idx[1]}
+
+
+CASES = {
+    "csr-i32": lambda: _compressed("csr", np.int32),
+    "csr-i64": lambda: _compressed("csr", np.int64),
+    "csc-i32": lambda: _compressed("csc", np.int32),
+    "csc-i64": lambda: _compressed("csc", np.int64),
+    "bsr-i64": lambda: _compressed("bsr", np.int64),
+    "bsr-i32": lambda: _compressed("bsr", np.int32),
+    "bsc-i32": lambda: _compressed("bsc", np.int32),
+    "csr-batch": lambda: _compressed("csr", np.int64, batch=1),
+    "csr-dense": lambda: _compressed("csr", np.int32, dense=1),
+    "coo-i64": lambda: _coo(np.int64),
+    "coo-i32": lambda: _coo(np.int32),
+    "coo-dense": lambda: _coo(np.int64, dense=1),
+}
+
+# (member, where, value): value None swaps the entry with its successor (an order change).
+MUTATIONS = {
+    "compressed": [(1, -1), (1, -10**6), ("mid", "nnz+1"), (1, 10**9), ("mid", None), (-1, "nnz-1")],
+    "plain": [(0, -1), ("mid", -10**6), ("mid", "n"), (-1, 10**9), (0, None)],
+}
+MUTATIONS["row"] = MUTATIONS["col"] = MUTATIONS["plain"]
+
+
+def _mutate(t, arrays, member, where, value):
+    arr = arrays[member]
+    flat = arr.reshape(-1) if member in ("compressed", "plain") else arr
+    if member == "compressed":
+        flat = arr.reshape(-1, arr.shape[-1])[-1]  # the last batch
+    elif member == "plain":
+        flat = arr.reshape(-1, arr.shape[-1])[-1]
+    n = flat.shape[0]
+    i = {0: 0, 1: min(1, n - 1), -1: n - 1, "mid": n // 2}[where]
+    if value is None:
+        j = min(i + 1, n - 1)
+        flat[i], flat[j] = flat[j], flat[i]
+        return
+    if value == "nnz+1":
+        value = int(flat[-1]) + 1
+    elif value == "nnz-1":
+        value = int(flat[-1]) - 1
+    elif value == "n":
+        value = t.shape[-1] if t.layout == st.sparse_coo else _plain_bound(t)
+    flat[i] = value
+
+
+def _plain_bound(t):
+    m = t.batch_dim
+    rows, cols = t.shape[m:m + 2]
+    rb, cb = t.blocksize or (1, 1)
+    return cols // cb if t.layout in (st.sparse_csr, st.sparse_bsr) else rows // rb
+
+
+def _ops(t):
+    """One op of every family, as (name, callable); ``t`` is 2-d sparse plus batch/dense dims."""
+    m = getattr(t, "batch_dim", 0) or 0
+    sd = m + 1  # the last sparse dim
+    plain2d = t.ndim == 2
+    rng = np.random.default_rng(1)
+    x = rng.random(t.shape[:m] + (t.shape[sd], 3))
+    ops = {
+        "to_dense": lambda: t.to_dense(),
+        "clone": lambda: t.clone().to_dense(),
+        "astype": lambda: t.astype(np.float32).to_dense(),
+        "transpose": lambda: t.transpose(m, sd).to_dense(),
+        "coalesce": lambda: t.coalesce(),
+        "add": lambda: t + t,
+        "sub": lambda: t - t,
+        "mul": lambda: t * t,
+        "mul_dense": lambda: t * np.ones(t.shape),
+        "sum": lambda: t.sum(),
+        "sum0": lambda: t.sum(dim=m),
+        "sum1": lambda: t.sum(dim=sd),
+        "amax": lambda: t.amax(dim=sd),
+        "softmax": lambda: t.softmax(sd),
+        "log_softmax": lambda: t.log_softmax(m),
+        "narrow0": lambda: t.narrow(m, 1, 3),
+        "narrow1": lambda: t.narrow(sd, 1, 3),
+        "select0": lambda: t.select(m, 2),
+        "select1": lambda: t.select(sd, 2),
+        "index_select": lambda: t.index_select(sd, np.array([0, 3, 3])),
+        "index_select0": lambda: t.index_select(m, np.array([5, 1])),
+        "slice": lambda: t[..., 1:3] if not t.dense_dim else t[1:3],
+        "nonzero": lambda: t.nonzero(),
+        "sparse_mask": lambda: st.from_dense(np.ones(t.shape), "coo", dense_dim=t.dense_dim).sparse_mask(t),
+        "sparse_mask_self": lambda: t.sparse_mask(st.from_dense(np.ones(t.shape), t.layout.name,
+                                                                 blocksize=t.blocksize, batch_dim=m,
+                                                                 dense_dim=t.dense_dim)),
+        "cat": lambda: st.cat([t, t], dim=m),
+    }
+    for layout in ("coo", "csr", "csc", "bsr", "bsc"):
+        bs = (2, 2) if layout in ("bsr", "bsc") else None
+        if layout != t.layout.name:
+            ops[f"to_{layout}"] = lambda layout=layout, bs=bs: t.to_sparse(layout, blocksize=bs).to_dense()
+    if not t.dense_dim:
+        ops["matvec"] = lambda: t @ x[..., 0]
+        ops["matmul"] = lambda: t @ x
+        ops["rmatmul"] = lambda: x.swapaxes(-1, -2) @ t if plain2d else None
+        ops["spgemm"] = lambda: st.matmul(t, t)
+        ops["spgemm_T"] = lambda: st.matmul(t, t.mT)
+    if plain2d and not t.dense_dim:
+        ops["sampled_addmm"] = lambda: st.sampled_addmm(t, rng.random((t.shape[0], 2)), rng.random((2, t.shape[1])))
+        if t.layout != st.sparse_bsc:
+            ops["to_scipy"] = lambda: t.to_scipy().toarray()
+        ops["sgd"] = lambda: _sgd(t)
+    return ops
+
+
+def _sgd(t):
+    W = np.zeros(t.shape)
+    g = t.to_sparse("coo") if t.layout != st.sparse_coo else t
+    st.optim.SGD([W], lr=0.1).step([g])
+    st.optim.SparseAdam([W], lr=0.1).step([g])
+    st.optim.Adagrad([W], lr=0.1).step([g])
+
+
+def _all_ops():
+    names = []
+    for case in CASES:
+        t, _ = CASES[case]()
+        names += [(case, op) for op in _ops(t)]
+    return names
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _warm():
+    """Every op once on valid tensors in the parent, so children inherit imported modules and
+    built caches (a child then spends its time on the op, not on imports)."""
+    for case in CASES:
+        t, _ = CASES[case]()
+        for fn in _ops(t).values():
+            try:
+                fn()
+            except ALLOWED:
+                pass
+
+
+@pytest.mark.parametrize("case, op", _all_ops())
+def test_changed_index_never_crashes_or_hangs(case, op):
+    t0, arrays = CASES[case]()
+    for member in arrays:
+        for where, value in MUTATIONS[member]:
+            t, arrays = CASES[case]()
+            fn = _ops(t)[op]
+
+            def child():
+                _mutate(t, arrays, member, where, value)
+                fn()
+
+            outcome = run_forked(child)
+            assert not _fails(outcome), f"{case} {op}: {member}[{where}] = {value}: {outcome}"
