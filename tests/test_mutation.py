@@ -273,3 +273,64 @@ def test_changed_index_never_crashes_or_hangs(case, op):
 
             outcome = run_forked(child)
             assert not _fails(outcome), f"{case} {op}: {member}[{where}] = {value}: {outcome}"
+
+
+# -- the findings of issue 34, as regressions ----------------------------------------------------
+
+def _eye_csr(idt=np.int64, n=4):
+    """A validated 4 x 4 identity in csr built zero-copy from arrays the test keeps."""
+    crow, col = np.arange(n + 1, dtype=idt), np.arange(n, dtype=idt)
+    t = st.sparse_csr_tensor(crow, col, np.ones(n), (n, n))
+    assert t.is_coalesced() and np.shares_memory(t.col_indices(), col)
+    return t, crow, col
+
+
+def _raises(fn):
+    outcome = run_forked(fn)
+    assert outcome.startswith("raised"), outcome
+    return outcome
+
+
+@pytest.mark.parametrize("idt", [np.int32, np.int64])
+@pytest.mark.parametrize("x", [np.ones(4), np.ones((4, 3))], ids=["spmv", "spmm"])
+def test_product_of_a_validated_tensor_whose_column_changed_raises(idt, x):
+    t, _, col = _eye_csr(idt)
+    col[0] = 10**9  # used to SIGSEGV: the checked tensor took the unguarded kernel copy
+    _raises(lambda: t @ x)
+    col[0] = -1  # used to read x[-1] silently
+    _raises(lambda: t @ x)
+
+
+def test_small_to_dense_of_a_changed_tensor_raises():
+    t, _, col = _eye_csr()
+    col[1] = 10**9  # small_to_dense_2d wrote out of bounds
+    assert "5.5" in _raises(lambda: t.to_dense())
+
+
+@pytest.mark.parametrize("op", ["mul", "add", "narrow", "slice", "transpose"])
+def test_changed_compressed_index_never_corrupts_the_heap(op):
+    t, crow, _ = _eye_csr()
+    fn = {"mul": lambda: t * t,  # "malloc(): invalid size"
+          "add": lambda: t + t,
+          "narrow": lambda: t.narrow(1, 1, 2),  # heap corruption reported after it returned
+          "slice": lambda: t[..., 1:3],  # a hang with a crow entry of -10**6
+          "transpose": lambda: t.to_sparse_csc()}[op]
+    for value in (-10**6, 10**9, 3):
+        crow[2] = value
+        outcome = run_forked(fn)
+        assert not _fails(outcome), f"crow[2] = {value}: {outcome}"
+
+
+def test_coo_to_csr_of_a_checked_coo_reads_its_columns():
+    idx = np.array([[0, 1, 2], [0, 1, 2]])
+    t = st.sparse_coo_tensor(idx, np.ones(3), (3, 3), is_coalesced=True)
+    idx[1, 1] = 10**9  # the trusted path read only the rows and marked a result with this column canonical
+    with pytest.raises(st.InvariantError) as e:
+        t.to_sparse_csr()
+    assert e.value.invariant == "C5"
+    idx[1, 1] = 1
+    idx[1, 0], idx[1, 1] = 1, 1  # no longer sorted and distinct within the row (not C6: other rows)
+    idx[0, 1] = 0
+    with pytest.raises(st.InvariantError) as e:
+        t.to_sparse_csr()
+    assert e.value.invariant == "C6"

@@ -18,12 +18,25 @@ from ._balance cimport balanced_split
 from ._items cimport copy_items as _copy
 from ._parallel cimport split_threads
 from ._types cimport index2_t, index_t, raw_t
+from ._guard cimport bad_compressed
 
 
 # -- shape checks of the defs below: every array against the others, before any pointer is taken
 cdef _require(bint ok, str kernel, str what):
     if not ok:
         raise ValueError(f"{kernel}: {what}")
+
+
+cdef _unchanged(str kernel, const index_t[:, ::1] compressed, Py_ssize_t nnz):
+    """The kernels below write where the compressed index says: it is looked at again first (O(n),
+    branch free), since its memory may have changed after it was checked (issue 34)."""
+    cdef bint bad
+    if compressed.shape[0] == 0 or compressed.shape[1] == 0:
+        return
+    with nogil:
+        bad = bad_compressed(&compressed[0, 0], compressed.shape[0], compressed.shape[1] - 1, nnz)
+    if bad:
+        raise ValueError(f"{kernel}: the compressed index changed after validation (5.1-5.3 no longer hold)")
 
 
 cdef _check_blocks(str kernel, Py_ssize_t bc, Py_ssize_t bp, Py_ssize_t stride_c, Py_ssize_t stride_p):
@@ -100,6 +113,7 @@ def rows_to_coo(const index_t[:, ::1] compressed, const index_t[:, ::1] plain, c
              f"out_values ({out_values.shape[0]}, {Er})")
     if B == 0 or n == 0:
         return
+    _unchanged("rows_to_coo", compressed, nnz)
     cdef Py_ssize_t[::1] bounds = np.zeros(T + 1, dtype=np.intp)
     cdef const index_t* c = &compressed[0, 0]
     cdef const index_t* p = &plain[0, 0]
@@ -308,10 +322,12 @@ def coo_to_rows(const index_t[:, ::1] indices, const int64_t[::1] sizes, index2_
 # -- grouping entries into blocks (csr -> bsr, csc -> bsc) -----------------------------------------
 cdef Py_ssize_t _group_unit(const index_t* c, const index_t* p, Py_ssize_t bc, Py_ssize_t bp,
                             int64_t* cur, int64_t* end, const raw_t* v, Py_ssize_t Er, Py_ssize_t stride_c,
-                            Py_ssize_t stride_p, Py_ssize_t slot, index_t* op, raw_t* ov) noexcept nogil:
+                            Py_ssize_t stride_p, Py_ssize_t slot, Py_ssize_t limit, index_t* op,
+                            raw_t* ov) noexcept nogil:
     """Merge the bc slices starting at c (one block slice) by block index p // bp. Count the
     distinct blocks; when op is not NULL, also write the blocks from `slot` on: their
-    indices to op and every entry into its place of the zero-filled block in ov."""
+    indices to op and every entry into its place of the zero-filled block in ov, up to slot
+    `limit` (what group_count found: a plain index changed since writes no further)."""
     cdef Py_ssize_t r, nblocks = 0, RC = bc * bp
     cdef index_t J, mn, x
     cdef index_t NONE = -1
@@ -325,7 +341,7 @@ cdef Py_ssize_t _group_unit(const index_t* c, const index_t* p, Py_ssize_t bc, P
                 J = p[cur[r]] // bp
                 if mn == NONE or J < mn:
                     mn = J
-        if mn == NONE:
+        if mn == NONE or (op != NULL and slot + nblocks >= limit):
             return nblocks
         if op != NULL:
             op[slot + nblocks] = mn
@@ -334,7 +350,7 @@ cdef Py_ssize_t _group_unit(const index_t* c, const index_t* p, Py_ssize_t bc, P
                 x = p[cur[r]]
                 if x // bp != mn:
                     break
-                if op != NULL:
+                if op != NULL and <size_t>(x - mn * bp) < <size_t>bp:  # (a negative x rounds toward 0)
                     _copy(ov + ((slot + nblocks) * RC + r * stride_c + (x - mn * bp) * stride_p) * Er,
                           v + cur[r] * Er, Er)
                 cur[r] += 1
@@ -351,10 +367,11 @@ cdef void _group_units(const index_t* c, const index_t* p, const raw_t* v, Py_ss
         I = u - b * nu
         if oc == NULL:
             counts[u] = _group_unit(c + b * (n + 1) + I * bc, p + b * nnz, bc, bp, cur, cur + bc, v, Er,
-                                    stride_c, stride_p, 0, NULL, NULL)
+                                    stride_c, stride_p, 0, 0, NULL, NULL)
         else:
             got = _group_unit(c + b * (n + 1) + I * bc, p + b * nnz, bc, bp, cur, cur + bc,
-                              v + b * nnz * Er, Er, stride_c, stride_p, oc[b * (nu + 1) + I], op + b * nnzb,
+                              v + b * nnz * Er, Er, stride_c, stride_p, oc[b * (nu + 1) + I],
+                              oc[b * (nu + 1) + I + 1], op + b * nnzb,
                               ov + b * nnzb * bc * bp * Er)
 
 
@@ -370,6 +387,7 @@ def group_count(const index_t[:, ::1] compressed, const index_t[:, ::1] plain, P
              f"and counts ({counts.shape[0]}, {counts.shape[1]}) do not match")
     if B == 0 or n == 0:
         return
+    _unchanged("group_count", compressed, nnz)
     cdef Py_ssize_t[::1] bounds = np.zeros(T + 1, dtype=np.intp)
     cdef int64_t[:, ::1] cur = np.zeros((T, 2 * bc), dtype=np.int64)
     cdef const index_t* c = &compressed[0, 0]
@@ -409,6 +427,7 @@ def group_fill(const index_t[:, ::1] compressed, const index_t[:, ::1] plain, co
                      f"out_compressed[{t}] must be non-decreasing")
     if B == 0 or n == 0 or nnzb == 0:
         return
+    _unchanged("group_fill", compressed, nnz)
     cdef Py_ssize_t[::1] bounds = np.zeros(T + 1, dtype=np.intp)
     cdef int64_t[:, ::1] cur = np.zeros((T, 2 * bc), dtype=np.int64)
     cdef const index_t* c = &compressed[0, 0]
@@ -476,6 +495,7 @@ def compressed_expand(const index_t[:, ::1] compressed, const index_t[:, ::1] pl
     if n == 0:
         out_compressed[:, :] = 0
         return
+    _unchanged("compressed_expand", compressed, nnz)
     cdef Py_ssize_t[::1] bounds = np.zeros(T + 1, dtype=np.intp)
     cdef const index_t* c = &compressed[0, 0]
     cdef const index_t* p = &plain[0, 0]
