@@ -139,9 +139,9 @@ def _coo_to_rows(t: COOTensor, threads) -> Parts:
     """Coalesced COO with sparse_dim = k + 2 -> csr with k batch dims (same nnz per batch); the
     plain indices and values are views of the COO's last index row and values.
 
-    A tensor whose indices are known to be valid (``t._checked``: checked when built, or made by
-    our kernels) has only its leading index rows read, as torch does; the last one (the columns)
-    is not. Otherwise every index is bound-checked and the order (C6) verified."""
+    Every index is bound-checked and the order (C6) verified in the pass that finds the rows,
+    also for a tensor checked when built: the result is marked canonical, and the arrays may
+    have changed since (issue 34)."""
     S = t.sparse_dim
     if S < 2:
         raise ValueError(f"coo -> compressed needs sparse_dim >= 2 (batch dims + rows, cols), got sparse_dim={S}")
@@ -157,10 +157,8 @@ def _coo_to_rows(t: COOTensor, threads) -> Parts:
         ptr = empty(rows + 1, dtype=idx.dtype)
     else:
         ptr = empty(B * rows + 1, dtype=np.int64)
-    trusted = t._checked
-    work = (S - 1 if trusted else S) * N + ptr.size
-    found = _kernels.coo_to_rows(idx, np.asarray(t.shape[:S], dtype=np.int64), ptr, num_threads(threads, work),
-                                 trusted)
+    work = S * N + ptr.size
+    found = _kernels.coo_to_rows(idx, np.asarray(t.shape[:S], dtype=np.int64), ptr, num_threads(threads, work))
     if found is not None:
         if found[0] == "C6":
             raise InvariantError("C6", "coo", "a tensor marked coalesced must have lexicographically sorted, "

@@ -232,11 +232,11 @@ def _union_coo_one_pass(a, b, idx_dt, dtype, kdt, logical, op, alpha_k, threads)
 
 def _coo_row_pointers(t: COOTensor, indices: np.ndarray, sizes: np.ndarray, idx_dt, nt) -> np.ndarray:
     """(1, F + 1) pointers to the rows (flat leading sparse dims) of coalesced ``t``, after one scan
-    that checks its bounds and order (InvariantError C4, C5, C6); the columns are not read when
-    ``t`` was checked when built (``idx_dt`` holds ``t.nnz``: the caller made sure)."""
+    that checks its bounds and order (InvariantError C4, C5, C6), also when ``t`` was checked
+    when built (``idx_dt`` holds ``t.nnz``: the caller made sure)."""
     F = math.prod(t.shape[:t.sparse_dim - 1])
     ptr = empty(F + 1, dtype=idx_dt)
-    if _convert_kernels.coo_to_rows(indices, sizes, ptr, nt, trusted=t._checked) is not None:
+    if _convert_kernels.coo_to_rows(indices, sizes, ptr, nt) is not None:
         _raise_coo_broken(nt, t)
     return ptr.reshape(1, F + 1)
 
@@ -245,6 +245,7 @@ def _raise_coo_broken(nt: int, *operands: COOTensor) -> None:
     """Raise the InvariantError of the coo operand that a merge kernel flagged (bounds first, then C6)."""
     for t in operands:
         check_coo_indices(t.indices(), t.shape, coalesced=True, threads=nt)
-    raise AssertionError("a merge kernel flagged coo operands that pass check_coo_indices")  # pragma: no cover
+    # the indices changed between the kernel and the check (another thread)
+    raise ValueError("coo merge: an index changed after validation")
 
 

@@ -42,6 +42,9 @@ def gather_slices(parts, rows: np.ndarray, what: str, threads=None):
     c, p, v = parts.compressed, parts.plain, parts.values
     B, K = c.shape[0], rows.shape[0]
     lengths = np.diff(c, axis=1)[:, rows] if B else np.zeros((0, K), np.int64)
+    if lengths.size and (lengths.min() < 0 or lengths.max() > p.shape[1]):  # memory changed since the check
+        raise ValueError(f"{what}: the compressed index changed after validation (a slice of length "
+                         f"{int(lengths.min()) if lengths.min() < 0 else int(lengths.max())})")
     out_c, out_p, out_v = _slot_outputs(parts, lengths, what)
     _kernels.gather_rows(c, p, v, rows, out_c, out_p, out_v,
                          num_threads(threads, out_p.shape[1] * max(v.shape[2], 1) + B * K))

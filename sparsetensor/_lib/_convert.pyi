@@ -26,9 +26,7 @@ def coo_to_rows(
     sizes: np.ndarray,    # (S,) int64 sparse sizes
     ptr: np.ndarray,      # (prod(sizes[:-1]) + 1,) int32 (when N fits) or int64, filled: entries before each flat row
     nthreads: int,
-    trusted: bool = False,  # indices checked when built: the last row (columns) is not read;
-                            # the leading rows are still bound- and order-checked
-) -> CooError | None: ...
+) -> CooError | None: ...  # every index row is read, also of a tensor checked when built
 
 def group_count(
     compressed: np.ndarray,  # (B, n + 1) index, unblocked (csr/csc)

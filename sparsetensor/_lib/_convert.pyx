@@ -18,12 +18,25 @@ from ._balance cimport balanced_split
 from ._items cimport copy_items as _copy
 from ._parallel cimport split_threads
 from ._types cimport index2_t, index_t, raw_t
+from ._guard cimport bad_compressed
 
 
 # -- shape checks of the defs below: every array against the others, before any pointer is taken
 cdef _require(bint ok, str kernel, str what):
     if not ok:
         raise ValueError(f"{kernel}: {what}")
+
+
+cdef _unchanged(str kernel, const index_t[:, ::1] compressed, Py_ssize_t nnz):
+    """The kernels below write where the compressed index says: it is looked at again first (O(n),
+    branch free), since its memory may have changed after it was checked (issue 34)."""
+    cdef bint bad
+    if compressed.shape[0] == 0 or compressed.shape[1] == 0:
+        return
+    with nogil:
+        bad = bad_compressed(&compressed[0, 0], compressed.shape[0], compressed.shape[1] - 1, nnz)
+    if bad:
+        raise ValueError(f"{kernel}: the compressed index changed after validation (5.1-5.3 no longer hold)")
 
 
 cdef _check_blocks(str kernel, Py_ssize_t bc, Py_ssize_t bp, Py_ssize_t stride_c, Py_ssize_t stride_p):
@@ -100,6 +113,7 @@ def rows_to_coo(const index_t[:, ::1] compressed, const index_t[:, ::1] plain, c
              f"out_values ({out_values.shape[0]}, {Er})")
     if B == 0 or n == 0:
         return
+    _unchanged("rows_to_coo", compressed, nnz)
     cdef Py_ssize_t[::1] bounds = np.zeros(T + 1, dtype=np.intp)
     cdef const index_t* c = &compressed[0, 0]
     cdef const index_t* p = &plain[0, 0]
@@ -258,93 +272,21 @@ cdef void _coo_rows(const index_t* idx, Py_ssize_t N, Py_ssize_t S, const int64_
         _fill(ptr, prev + 1, F, N)
 
 
-cdef bint _rows_block_bad(const index_t* rows, Py_ssize_t k0, Py_ssize_t k1, uint64_t nrows) noexcept nogil:
-    """Whether a row of [k0, k1) (k0 >= 1) is out of bounds or below the row before it.
-    Branch-free (vectorised): the caller rescans a bad block for the first error."""
-    cdef Py_ssize_t k
-    cdef int bad = 0
-    for k in range(k0, k1):
-        bad = bad | (<uint64_t><int64_t>rows[k] >= nrows) | (rows[k] < rows[k - 1])
-    return bad != 0
-
-
-cdef void _trusted_rows_2d(const index_t* rows, Py_ssize_t N, int64_t nrows, Py_ssize_t k0, Py_ssize_t k1,
-                           index2_t* ptr, int64_t* f) noexcept nogil:
-    """_coo_rows_2d for checked indices: reads only the row index row. Rows are still checked
-    (bounds, non-decreasing; branch-free per block) so that ptr is written in bounds and monotone."""
-    cdef Py_ssize_t k, b0, b1
-    cdef int64_t prev = -1, row
-    if k0 > 0 and <uint64_t><int64_t>rows[k0 - 1] < <uint64_t>nrows:  # else the range before reports it
-        prev = rows[k0 - 1]
-    b0 = k0
-    while b0 < k1:
-        b1 = b0 + COO_ROWS_BLOCK if k1 - b0 > COO_ROWS_BLOCK else k1
-        if b0 == 0 or _rows_block_bad(rows, b0, b1, <uint64_t>nrows):
-            for k in range(b0, b1):  # the careful scan: the first error, in order
-                row = rows[k]
-                if <uint64_t>row >= <uint64_t>nrows:
-                    f[0], f[1], f[2], f[3] = k, 4 if row < 0 else 5, 0, row
-                    return
-                if row < prev:
-                    f[0], f[1], f[2], f[3] = k, 6, -1, 0
-                    return
-                _fill(ptr, prev + 1, row, k)
-                prev = row
-        else:
-            prev = _row_starts(rows, b0, b1, prev, ptr)
-        b0 = b1
-    if k1 == N:
-        _fill(ptr, prev + 1, nrows, N)
-
-
-cdef void _trusted_rows(const index_t* idx, Py_ssize_t N, Py_ssize_t S, const int64_t* sizes, int64_t F,
-                        Py_ssize_t k0, Py_ssize_t k1, index2_t* ptr, int64_t* f) noexcept nogil:
-    """_coo_rows for checked indices with batch dims: reads the leading S - 1 index rows (bounds
-    and a non-decreasing flat row are still checked), never the last one."""
-    cdef Py_ssize_t k
-    cdef int64_t fr, prev = -1
-    cdef int64_t ignored[4]
-    if k0 > 0:
-        prev = _flat_row(idx, N, S - 1, sizes, k0 - 1, ignored)
-        if prev < 0:  # the range before reports it
-            prev = -1
-        else:
-            prev = prev * sizes[S - 2] + idx[(S - 2) * N + k0 - 1]
-    for k in range(k0, k1):
-        fr = _flat_row(idx, N, S - 1, sizes, k, f)
-        if fr < 0:
-            return
-        fr = fr * sizes[S - 2] + idx[(S - 2) * N + k]  # the last checked dim is the row
-        if fr < prev:
-            f[0], f[1], f[2], f[3] = k, 6, -1, 0
-            return
-        _fill(ptr, prev + 1, fr, k)
-        prev = fr
-    if k1 == N:
-        _fill(ptr, prev + 1, F, N)
-
-
 cdef void _coo_rows_any(const index_t* idx, Py_ssize_t N, Py_ssize_t S, const int64_t* sizes, int64_t F,
-                        Py_ssize_t k0, Py_ssize_t k1, index2_t* ptr, int64_t* f, bint trusted) noexcept nogil:
+                        Py_ssize_t k0, Py_ssize_t k1, index2_t* ptr, int64_t* f) noexcept nogil:
     f[0] = -1
-    if not trusted:
-        _coo_rows(idx, N, S, sizes, F, k0, k1, ptr, f)
-    elif S == 2:
-        _trusted_rows_2d(idx, N, sizes[0], k0, k1, ptr, f)
-    else:
-        _trusted_rows(idx, N, S, sizes, F, k0, k1, ptr, f)
+    _coo_rows(idx, N, S, sizes, F, k0, k1, ptr, f)
 
 
-def coo_to_rows(const index_t[:, ::1] indices, const int64_t[::1] sizes, index2_t[::1] ptr, int nthreads,
-                bint trusted=False):
+def coo_to_rows(const index_t[:, ::1] indices, const int64_t[::1] sizes, index2_t[::1] ptr, int nthreads):
     """Coalesced COO (S >= 2 sparse dims) -> row pointers over the flat (batch..., row) index:
     ptr[r] = entries before flat row r (F + 1 slots, F = prod(sizes[:-1]); int32 ptr only when N
     fits). The plain indices are the last index row as it is. Returns None, or the first broken
     invariant as ("C4" | "C5", dim, position, value) or ("C6", -1, position, 0).
 
-    ``trusted``: the indices were checked (C4-C6) when the tensor was built, so the last index
-    row (the columns) is not read; the leading rows are still bound- and order-checked (the
-    arrays may have been written since), so that no write leaves ptr and ptr is monotone."""
+    Every index row is read and checked, also of a tensor checked when built: its result is
+    marked canonical, and the arrays may have been written since (a user's arrays shared
+    zero-copy). The check rides on the pass that finds the row starts (branch-free blocks)."""
     cdef Py_ssize_t S = indices.shape[0], N = indices.shape[1]
     cdef int64_t F = ptr.shape[0] - 1
     cdef int T = split_threads(nthreads, N), t
@@ -365,10 +307,10 @@ def coo_to_rows(const index_t[:, ::1] indices, const int64_t[::1] sizes, index2_
         bounds[t] = N * t // T
     with nogil:
         if T == 1:
-            _coo_rows_any(idx, N, S, &sizes[0], F, 0, N, &ptr[0], &found[0, 0], trusted)
+            _coo_rows_any(idx, N, S, &sizes[0], F, 0, N, &ptr[0], &found[0, 0])
         else:
             for t in prange(T, num_threads=T, schedule="static", chunksize=1):
-                _coo_rows_any(idx, N, S, &sizes[0], F, bounds[t], bounds[t + 1], &ptr[0], &found[t, 0], trusted)
+                _coo_rows_any(idx, N, S, &sizes[0], F, bounds[t], bounds[t + 1], &ptr[0], &found[t, 0])
     for t in range(T):
         if found[t, 0] >= 0:
             if found[t, 1] == 6:
@@ -380,10 +322,12 @@ def coo_to_rows(const index_t[:, ::1] indices, const int64_t[::1] sizes, index2_
 # -- grouping entries into blocks (csr -> bsr, csc -> bsc) -----------------------------------------
 cdef Py_ssize_t _group_unit(const index_t* c, const index_t* p, Py_ssize_t bc, Py_ssize_t bp,
                             int64_t* cur, int64_t* end, const raw_t* v, Py_ssize_t Er, Py_ssize_t stride_c,
-                            Py_ssize_t stride_p, Py_ssize_t slot, index_t* op, raw_t* ov) noexcept nogil:
+                            Py_ssize_t stride_p, Py_ssize_t slot, Py_ssize_t limit, index_t* op,
+                            raw_t* ov) noexcept nogil:
     """Merge the bc slices starting at c (one block slice) by block index p // bp. Count the
     distinct blocks; when op is not NULL, also write the blocks from `slot` on: their
-    indices to op and every entry into its place of the zero-filled block in ov."""
+    indices to op and every entry into its place of the zero-filled block in ov, up to slot
+    `limit` (what group_count found: a plain index changed since writes no further)."""
     cdef Py_ssize_t r, nblocks = 0, RC = bc * bp
     cdef index_t J, mn, x
     cdef index_t NONE = -1
@@ -397,7 +341,7 @@ cdef Py_ssize_t _group_unit(const index_t* c, const index_t* p, Py_ssize_t bc, P
                 J = p[cur[r]] // bp
                 if mn == NONE or J < mn:
                     mn = J
-        if mn == NONE:
+        if mn == NONE or (op != NULL and slot + nblocks >= limit):
             return nblocks
         if op != NULL:
             op[slot + nblocks] = mn
@@ -406,7 +350,7 @@ cdef Py_ssize_t _group_unit(const index_t* c, const index_t* p, Py_ssize_t bc, P
                 x = p[cur[r]]
                 if x // bp != mn:
                     break
-                if op != NULL:
+                if op != NULL and <size_t>(x - mn * bp) < <size_t>bp:  # (a negative x rounds toward 0)
                     _copy(ov + ((slot + nblocks) * RC + r * stride_c + (x - mn * bp) * stride_p) * Er,
                           v + cur[r] * Er, Er)
                 cur[r] += 1
@@ -423,10 +367,11 @@ cdef void _group_units(const index_t* c, const index_t* p, const raw_t* v, Py_ss
         I = u - b * nu
         if oc == NULL:
             counts[u] = _group_unit(c + b * (n + 1) + I * bc, p + b * nnz, bc, bp, cur, cur + bc, v, Er,
-                                    stride_c, stride_p, 0, NULL, NULL)
+                                    stride_c, stride_p, 0, 0, NULL, NULL)
         else:
             got = _group_unit(c + b * (n + 1) + I * bc, p + b * nnz, bc, bp, cur, cur + bc,
-                              v + b * nnz * Er, Er, stride_c, stride_p, oc[b * (nu + 1) + I], op + b * nnzb,
+                              v + b * nnz * Er, Er, stride_c, stride_p, oc[b * (nu + 1) + I],
+                              oc[b * (nu + 1) + I + 1], op + b * nnzb,
                               ov + b * nnzb * bc * bp * Er)
 
 
@@ -442,6 +387,7 @@ def group_count(const index_t[:, ::1] compressed, const index_t[:, ::1] plain, P
              f"and counts ({counts.shape[0]}, {counts.shape[1]}) do not match")
     if B == 0 or n == 0:
         return
+    _unchanged("group_count", compressed, nnz)
     cdef Py_ssize_t[::1] bounds = np.zeros(T + 1, dtype=np.intp)
     cdef int64_t[:, ::1] cur = np.zeros((T, 2 * bc), dtype=np.int64)
     cdef const index_t* c = &compressed[0, 0]
@@ -481,6 +427,7 @@ def group_fill(const index_t[:, ::1] compressed, const index_t[:, ::1] plain, co
                      f"out_compressed[{t}] must be non-decreasing")
     if B == 0 or n == 0 or nnzb == 0:
         return
+    _unchanged("group_fill", compressed, nnz)
     cdef Py_ssize_t[::1] bounds = np.zeros(T + 1, dtype=np.intp)
     cdef int64_t[:, ::1] cur = np.zeros((T, 2 * bc), dtype=np.int64)
     cdef const index_t* c = &compressed[0, 0]
@@ -548,6 +495,7 @@ def compressed_expand(const index_t[:, ::1] compressed, const index_t[:, ::1] pl
     if n == 0:
         out_compressed[:, :] = 0
         return
+    _unchanged("compressed_expand", compressed, nnz)
     cdef Py_ssize_t[::1] bounds = np.zeros(T + 1, dtype=np.intp)
     cdef const index_t* c = &compressed[0, 0]
     cdef const index_t* p = &plain[0, 0]

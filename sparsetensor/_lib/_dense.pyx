@@ -25,6 +25,7 @@ from libc.stdlib cimport free, malloc
 
 from sparsetensor._lib._balance cimport balanced_split
 from sparsetensor._lib._types cimport index_t, num_t, raw_t
+from sparsetensor._lib._guard cimport bad_index, bad_segment
 from sparsetensor._lib._arrays cimport _dim, _index_code
 
 cimport numpy as cnp
@@ -299,27 +300,37 @@ cdef inline bint _plain_1d(a):
         cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>a)
 
 
-cdef void _small_fill(const index_t* cp, const index_t* pp, const raw_t* vp, raw_t* op, Py_ssize_t n,
-                     Py_ssize_t R, Py_ssize_t C, Py_ssize_t E, bint rows) noexcept nogil:
+cdef bint _small_fill(const index_t* cp, const index_t* pp, const raw_t* vp, raw_t* op, Py_ssize_t n,
+                      Py_ssize_t nnz, Py_ssize_t R, Py_ssize_t C, Py_ssize_t E, bint rows) noexcept nogil:
+    """True (having stopped) at an index outside its bounds: the indices were validated, but
+    their memory may have changed since (issue 34)."""
     cdef Py_ssize_t i, k, e, at
+    cdef int64_t lo, hi, j
     for i in range(n):
-        for k in range(cp[i], cp[i + 1]):
-            at = (i * C + pp[k]) if rows else (<Py_ssize_t>pp[k] * C + i)
+        lo = cp[i]
+        hi = cp[i + 1]
+        if bad_segment(lo, hi, nnz):
+            return True
+        for k in range(lo, hi):
+            j = pp[k]
+            if bad_index(j, C if rows else R):
+                return True
+            at = (i * C + j) if rows else (j * C + i)
             for e in range(E):
                 op[at * E + e] = vp[k * E + e]
+    return False
 
 
-cdef void _small_fill_items(const index_t* cp, const index_t* pp, const void* vp, void* op, Py_ssize_t isz,
-                           Py_ssize_t n, Py_ssize_t R, Py_ssize_t C, bint rows) noexcept nogil:
+cdef bint _small_fill_items(const index_t* cp, const index_t* pp, const void* vp, void* op, Py_ssize_t isz,
+                            Py_ssize_t n, Py_ssize_t nnz, Py_ssize_t R, Py_ssize_t C, bint rows) noexcept nogil:
     """_small_fill of items of isz bytes (16: two uint64 each)."""
     if isz == 1:
-        _small_fill(cp, pp, <const uint8_t*>vp, <uint8_t*>op, n, R, C, 1, rows)
+        return _small_fill(cp, pp, <const uint8_t*>vp, <uint8_t*>op, n, nnz, R, C, 1, rows)
     elif isz == 2:
-        _small_fill(cp, pp, <const uint16_t*>vp, <uint16_t*>op, n, R, C, 1, rows)
+        return _small_fill(cp, pp, <const uint16_t*>vp, <uint16_t*>op, n, nnz, R, C, 1, rows)
     elif isz == 4:
-        _small_fill(cp, pp, <const uint32_t*>vp, <uint32_t*>op, n, R, C, 1, rows)
-    else:
-        _small_fill(cp, pp, <const uint64_t*>vp, <uint64_t*>op, n, R, C, isz // 8, rows)
+        return _small_fill(cp, pp, <const uint32_t*>vp, <uint32_t*>op, n, nnz, R, C, 1, rows)
+    return _small_fill(cp, pp, <const uint64_t*>vp, <uint64_t*>op, n, nnz, R, C, isz // 8, rows)
 
 
 def small_to_dense_2d(compressed, plain, values, out, bint rows):
@@ -329,7 +340,8 @@ def small_to_dense_2d(compressed, plain, values, out, bint rows):
     The indices must satisfy invariants 5.1-5.6 (a canonical tensor: validated, or a kernel's
     output), `out` is C-contiguous (R, C), zero-filled, of the values' dtype, and every array
     1-d (compressed (n + 1,), plain and values (nnz,)) and C-contiguous. Returns False, having
-    written nothing, where the arrays are not such or their dtypes not ones it moves (index dtypes
+    written nothing, or having met an index outside its bounds (memory changed after validation;
+    the general path then reports it), where the arrays are not such or their dtypes not ones it moves (index dtypes
     other than one of int32/int64 for both, an element size other than 1, 2, 4, 8 or 16 bytes):
     the caller then takes compressed_to_dense.
     """
@@ -351,11 +363,12 @@ def small_to_dense_2d(compressed, plain, values, out, bint rows):
     cdef void* op = cnp.PyArray_DATA(o)
     if isz not in (1, 2, 4, 8, 16):
         return False
+    cdef bint bad
     if code == 0:
-        _small_fill_items(<int32_t*>cp, <int32_t*>pp, vp, op, isz, n, R, C, rows)
+        bad = _small_fill_items(<int32_t*>cp, <int32_t*>pp, vp, op, isz, n, nnz, R, C, rows)
     else:
-        _small_fill_items(<int64_t*>cp, <int64_t*>pp, vp, op, isz, n, R, C, rows)
-    return True
+        bad = _small_fill_items(<int64_t*>cp, <int64_t*>pp, vp, op, isz, n, nnz, R, C, rows)
+    return not bad
 
 
 # --------------------------------------------------------------------------

@@ -12,7 +12,9 @@
 # without values, or an upper bound past the index dtype): merge_count counts every output
 # row, the wrapper allocates the output once after a prefix sum, and merge_fill writes it.
 # Either way a row never writes past its room, so even unsorted input cannot make a merge
-# overrun; indices must satisfy 5.1-5.5 (the wrapper scans unchecked input).
+# overrun; the compressed indices must satisfy 5.1-5.3 (the wrapper scans unchecked input, and
+# every merge looks at them again first, O(n): their memory may have changed since it was
+# checked, issue 34), the plain indices are only compared, never followed.
 cimport cython
 from cython.parallel cimport prange
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
@@ -22,6 +24,7 @@ from libc.string cimport memcpy, memmove
 import numpy as np
 
 from ._balance cimport balanced_split
+from ._guard cimport bad_compressed, bad_index, clamp
 from ._types cimport index_t, value_t
 
 include "_merge_ops.pxi"
@@ -243,11 +246,19 @@ cdef Py_ssize_t* _row_parts(const index_t* ac, Py_ssize_t sa, const index_t* bc,
 cdef _check_pair(const index_t[:, ::1] a_compressed, const index_t[:, ::1] a_plain,
                  const index_t[:, ::1] b_compressed, const index_t[:, ::1] b_plain):
     cdef Py_ssize_t B = a_compressed.shape[0], n = a_compressed.shape[1]
+    cdef bint bad
     if (a_plain.shape[0] != B or b_compressed.shape[0] != B or b_plain.shape[0] != B
             or b_compressed.shape[1] != n or n < 1):
         raise ValueError(f"a and b must have compressed indices of one shape (B, n + 1) and plain indices "
                          f"(B, nnz): got ({a_compressed.shape[0]}, {a_compressed.shape[1]}), ({a_plain.shape[0]}, {a_plain.shape[1]}), "
                          f"({b_compressed.shape[0]}, {b_compressed.shape[1]}), ({b_plain.shape[0]}, {b_plain.shape[1]})")
+    if B == 0:
+        return
+    with nogil:
+        bad = (bad_compressed(&a_compressed[0, 0], B, n - 1, a_plain.shape[1])
+               or bad_compressed(&b_compressed[0, 0], B, n - 1, b_plain.shape[1]))
+    if bad:
+        raise ValueError("merge: a compressed index changed after validation (5.1-5.3 no longer hold)")
 
 
 # -- filling ------------------------------------------------------------------------------------
@@ -821,6 +832,8 @@ def gather_compressed(const index_t[:, ::1] compressed, const index_t[:, ::1] pl
     welcome); ``out`` is (B, nnz, Rb * Cb * D)."""
     cdef Py_ssize_t B = compressed.shape[0], n = compressed.shape[1] - 1, nnz = plain.shape[1]
     cdef Py_ssize_t D = dense.shape[3], R = B * n, r, b, s, k, q, br, bc, i, j, d, E = Rb * Cb * D
+    cdef Py_ssize_t nplain = dense.shape[2] // Cb if compressed_rows else dense.shape[1] // Rb
+    cdef int64_t lo
     cdef int T = max(1, min(nthreads, R // ROW_CHUNK + 1))
     if plain.shape[0] != B or dense.shape[0] != B or out.shape[0] != B or out.shape[1] != nnz or out.shape[2] != E:
         raise ValueError(f"gather_compressed: shapes do not match: compressed ({compressed.shape[0]}, {compressed.shape[1]}), "
@@ -836,8 +849,11 @@ def gather_compressed(const index_t[:, ::1] compressed, const index_t[:, ::1] pl
         for r in prange(R, num_threads=T, schedule="dynamic", chunksize=ROW_CHUNK):
             b = r // n
             s = r - b * n
-            for k in range(compressed[b, s], compressed[b, s + 1]):
+            lo = clamp(compressed[b, s], 0, nnz)  # the memory may have changed since it was checked
+            for k in range(lo, clamp(compressed[b, s + 1], lo, nnz)):
                 q = plain[b, k]
+                if bad_index(q, nplain):
+                    continue
                 if compressed_rows:
                     br = s
                     bc = q

@@ -2,8 +2,11 @@
 # cat where NumPy alone would need a Python loop or a temporary per (entry, copy).
 #
 # Compressed tensors come in the canonical form of sparsetensor._convert: compressed
-# (B, n + 1), plain (B, nnz), values (B, nnz, E) as raw unsigned integers. They are
-# trusted to satisfy invariants 5.1-5.6 (the wrappers scan unchecked input first).
+# (B, n + 1), plain (B, nnz), values (B, nnz, E) as raw unsigned integers. They satisfied
+# invariants 5.1-5.6 when checked (the wrappers scan unchecked input first), but their memory
+# may have changed since (issue 34): every segment read is clamped to [0, nnz], every plain
+# index bounds-checked before it is looked up, and every write kept within its output slot.
+# A changed index gives a wrong result, never an access out of bounds or an unbounded loop.
 # COO indices are not trusted: the coordinate a kernel looks up is bounds-checked and
 # the first bad one is reported instead of read out of bounds.
 #
@@ -16,6 +19,7 @@ from libc.string cimport memcpy
 
 import numpy as np
 
+from ._guard cimport bad_index, bad_segment, clamp
 from ._types cimport index_t, index2_t, raw_t
 
 # Below this many units of work a kernel runs serially (the wrappers' num_threads also
@@ -53,9 +57,10 @@ def build_map(const index_t[::1] index, Py_ssize_t size):
     cdef int64_t[::1] first = first_arr
     cdef int64_t[::1] targets = targets_arr
     cdef int64_t[::1] fill
-    with nogil:
+    with nogil:  # (index was checked above, but may change meanwhile: guarded again)
         for k in range(K):
-            first[index[k] + 1] += 1
+            if not bad_index(index[k], size):
+                first[index[k] + 1] += 1
         for j in range(size):
             first[j + 1] += first[j]
     fill_arr = first_arr[:size].copy()
@@ -63,8 +68,9 @@ def build_map(const index_t[::1] index, Py_ssize_t size):
     with nogil:
         for k in range(K):
             j = index[k]
-            targets[fill[j]] = k
-            fill[j] += 1
+            if not bad_index(j, size) and not bad_index(fill[j], K):
+                targets[fill[j]] = k
+                fill[j] += 1
     return first_arr, targets_arr
 
 
@@ -119,7 +125,9 @@ def coo_index_select(const index_t[:, ::1] indices, const raw_t[:, ::1] values, 
             pos = offsets[t]
             for e in range(lo, hi):
                 j = indices[dim, e]
-                for q in range(first[j], first[j + 1]):
+                if bad_index(j, size):  # changed since the first pass
+                    continue
+                for q in range(first[j], min(first[j + 1], first[j] + offsets[t + 1] - pos)):
                     for s in range(S):
                         out_idx[s, pos] = indices[s, e]
                     out_idx[dim, pos] = <index_t>targets[q]
@@ -147,6 +155,7 @@ def gather_rows(const index_t[:, ::1] compressed, const index_t[:, ::1] plain, c
              "shapes do not match")
     for k in range(K):
         _require(0 <= rows[k] < compressed.shape[1] - 1, "gather_rows", f"rows[{k}] = {rows[k]} is out of range")
+    cdef Py_ssize_t nnz = plain.shape[1], onnz = out_plain.shape[1]
     with nogil:
         for u in prange(B * K, num_threads=nthreads, schedule="guided"):
             b = u // K
@@ -155,6 +164,8 @@ def gather_rows(const index_t[:, ::1] compressed, const index_t[:, ::1] plain, c
             s0 = compressed[b, r]
             n = compressed[b, r + 1] - s0
             d = out_compressed[b, k]
+            if bad_segment(s0, s0 + n, nnz) or bad_segment(d, d + n, onnz):
+                n = 0  # the indices changed since the caller sized the output
             if n > 0:
                 memcpy(&out_plain[b, d], &plain[b, s0], n * sizeof(index_t))
                 if E > 0:
@@ -180,7 +191,8 @@ def plain_range(const index_t[:, ::1] compressed, const index_t[:, ::1] plain, i
     """For every slice, the segment of its (sorted) plain indices in [lo, hi): ``starts[b, i]``
     (position) and ``counts[b, i]`` (length), found by binary search."""
     cdef Py_ssize_t B = compressed.shape[0], n = compressed.shape[1] - 1
-    cdef Py_ssize_t r, b, i, k0, k1
+    cdef Py_ssize_t r, b, i, k0, k1, nnz = plain.shape[1]
+    cdef int64_t s0, s1
     _require(_canonical_shapes(compressed, plain, plain.shape[0], plain.shape[1]) and starts.shape[0] == B
              and starts.shape[1] == n and counts.shape[0] == B and counts.shape[1] == n, "plain_range",
              "compressed (B, n + 1), plain (B, nnz), starts and counts (B, n) do not match")
@@ -188,8 +200,10 @@ def plain_range(const index_t[:, ::1] compressed, const index_t[:, ::1] plain, i
         for r in prange(B * n, num_threads=nthreads, schedule="static"):
             b = r // n
             i = r - b * n
-            k0 = _lower_bound(plain, b, compressed[b, i], compressed[b, i + 1], lo)
-            k1 = _lower_bound(plain, b, k0, compressed[b, i + 1], hi)
+            s0 = clamp(compressed[b, i], 0, nnz)
+            s1 = clamp(compressed[b, i + 1], s0, nnz)
+            k0 = _lower_bound(plain, b, s0, s1, lo)
+            k1 = _lower_bound(plain, b, k0, s1, hi)
             starts[b, i] = k0
             counts[b, i] = k1 - k0
 
@@ -200,7 +214,7 @@ def copy_segments(const index_t[:, ::1] plain, const raw_t[:, :, ::1] values, co
     """Copy segment ``starts[b, i]`` (of length given by ``out_compressed``) of every slice, the
     plain indices minus ``shift``."""
     cdef Py_ssize_t B = out_compressed.shape[0], n = out_compressed.shape[1] - 1, E = values.shape[2]
-    cdef Py_ssize_t r, b, i, k, s0, d, length
+    cdef Py_ssize_t r, b, i, k, s0, d, length, nnz = plain.shape[1], onnz = out_plain.shape[1]
     _require(plain.shape[0] == B and values.shape[0] == B and values.shape[1] == plain.shape[1]
              and starts.shape[0] == B and starts.shape[1] == n and out_plain.shape[0] == B
              and out_values.shape[0] == B and out_values.shape[1] == out_plain.shape[1]
@@ -214,6 +228,8 @@ def copy_segments(const index_t[:, ::1] plain, const raw_t[:, :, ::1] values, co
             s0 = starts[b, i]
             d = out_compressed[b, i]
             length = out_compressed[b, i + 1] - d
+            if bad_segment(s0, s0 + length, nnz) or bad_segment(d, d + length, onnz):
+                length = 0
             for k in range(length):
                 out_plain[b, d + k] = <index_t>(plain[b, s0 + k] - shift)
             if length > 0 and E > 0:
@@ -225,8 +241,8 @@ def plain_count(const index_t[:, ::1] compressed, const index_t[:, ::1] plain, c
                 int64_t[:, ::1] counts, int nthreads):
     """``counts[b, i]``: how many entries compressed slice i of batch b has after the map."""
     cdef Py_ssize_t B = compressed.shape[0], n = compressed.shape[1] - 1
-    cdef Py_ssize_t r, b, i, k
-    cdef int64_t cnt, j
+    cdef Py_ssize_t r, b, i, k, nnz = plain.shape[1], size = first.shape[0] - 1
+    cdef int64_t cnt, j, s0
     _require(_canonical_shapes(compressed, plain, plain.shape[0], plain.shape[1]) and first.shape[0] >= 1
              and counts.shape[0] == B and counts.shape[1] == n, "plain_count",
              "compressed (B, n + 1), plain (B, nnz), first (size + 1,) and counts (B, n) do not match")
@@ -235,9 +251,11 @@ def plain_count(const index_t[:, ::1] compressed, const index_t[:, ::1] plain, c
             b = r // n
             i = r - b * n
             cnt = 0
-            for k in range(compressed[b, i], compressed[b, i + 1]):
+            s0 = clamp(compressed[b, i], 0, nnz)
+            for k in range(s0, clamp(compressed[b, i + 1], s0, nnz)):
                 j = plain[b, k]
-                cnt = cnt + first[j + 1] - first[j]
+                if not bad_index(j, size):
+                    cnt = cnt + first[j + 1] - first[j]
             counts[b, i] = cnt
 
 
@@ -301,8 +319,9 @@ def plain_fill(const index_t[:, ::1] compressed, const index_t[:, ::1] plain, co
     plain indices; ``max_row`` bounds the output slice lengths (a per-thread buffer).
     """
     cdef Py_ssize_t B = compressed.shape[0], n = compressed.shape[1] - 1, E = values.shape[2]
-    cdef Py_ssize_t r, b, i, k, q, u, d0, e
-    cdef int64_t j
+    cdef Py_ssize_t r, b, i, k, q, u, d0, e, room, nnz = plain.shape[1], size = first.shape[0] - 1
+    cdef Py_ssize_t onnz = out_plain.shape[1]
+    cdef int64_t j, s0, s1
     _require(_canonical_shapes(compressed, plain, values.shape[0], values.shape[1]) and first.shape[0] >= 1
              and targets.shape[0] == first[first.shape[0] - 1] and out_compressed.shape[0] == B
              and out_compressed.shape[1] == n + 1 and out_plain.shape[0] == B and out_values.shape[0] == B
@@ -319,19 +338,28 @@ def plain_fill(const index_t[:, ::1] compressed, const index_t[:, ::1] plain, co
             b = r // n
             i = r - b * n
             d0 = out_compressed[b, i]
+            room = out_compressed[b, i + 1] - d0  # what plain_count found: writes stay within
+            if bad_segment(d0, d0 + room, onnz) or room > max_row:
+                room = 0
+            s0 = clamp(compressed[b, i], 0, nnz)
+            s1 = clamp(compressed[b, i + 1], s0, nnz)
             q = 0
             if not sort_rows:  # the map is monotone: entries come out in order, values go straight
-                for k in range(compressed[b, i], compressed[b, i + 1]):
+                for k in range(s0, s1):
                     j = plain[b, k]
-                    for u in range(first[j], first[j + 1]):
+                    if bad_index(j, size):
+                        continue
+                    for u in range(first[j], min(first[j + 1], first[j] + room - q)):
                         out_plain[b, d0 + q] = <index_t>targets[u]
                         for e in range(E):
                             out_values[b, d0 + q, e] = values[b, k, e]
                         q = q + 1
                 continue
-            for k in range(compressed[b, i], compressed[b, i + 1]):
+            for k in range(s0, s1):
                 j = plain[b, k]
-                for u in range(first[j], first[j + 1]):
+                if bad_index(j, size):
+                    continue
+                for u in range(first[j], min(first[j + 1], first[j] + room - q)):
                     out_plain[b, d0 + q] = <index_t>targets[u]
                     perm[q] = k
                     q = q + 1
@@ -352,7 +380,7 @@ def cat_rows(const index_t[:, ::1] compressed, const index_t[:, ::1] plain, cons
     the other, so it stays sorted when the offsets grow.
     """
     cdef Py_ssize_t B = compressed.shape[0], n = compressed.shape[1] - 1, E = values.shape[2]
-    cdef Py_ssize_t r, b, i, k, s0, s1, d
+    cdef Py_ssize_t r, b, i, k, s0, s1, d, nnz = plain.shape[1], onnz = out_plain.shape[1]
     _require(_canonical_shapes(compressed, plain, values.shape[0], values.shape[1]) and cursor.shape[0] == B
              and cursor.shape[1] == n and out_plain.shape[0] == B and out_values.shape[0] == B
              and out_values.shape[1] == out_plain.shape[1] and out_values.shape[2] == E, "cat_rows",
@@ -365,6 +393,8 @@ def cat_rows(const index_t[:, ::1] compressed, const index_t[:, ::1] plain, cons
             s0 = compressed[b, i]
             s1 = compressed[b, i + 1]
             d = cursor[b, i]
+            if bad_segment(s0, s1, nnz) or bad_segment(d, d + s1 - s0, onnz):
+                s1 = s0  # changed since the caller sized the output
             for k in range(s0, s1):
                 out_plain[b, d + k - s0] = <index2_t>(plain[b, k] + offset)
             if s1 > s0 and E > 0:

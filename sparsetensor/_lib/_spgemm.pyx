@@ -28,8 +28,10 @@
 # bsr, run two passes: symbolic (the distinct columns of every row, counted with per-thread
 # flags or a bitmap for rows of a narrow span, else a per-thread marker array), then numeric
 # into the exact output. Output rows are canonical (invariant 5.6). Explicit zeros from cancellation stay
-# entries (a structural product). Inputs are trusted to satisfy 5.1-5.5 (the wrapper scans
-# unchecked input first), so that no kernel reads out of bounds; no row writes past its room.
+# entries (a structural product). Inputs satisfy 5.1-5.5 (the wrapper scans unchecked input
+# first), so that no kernel reads out of bounds; no row writes past its room. Every entry point
+# looks at the indices again first (_changed: branch-free passes, small beside the products),
+# since their memory may have changed after they were checked (issue 34).
 #
 # The parts live in include files (one extension module): the symbolic pass and the row helpers
 # in _spgemm_symbolic.pxi, the numeric scratch and the accumulators in _spgemm_accumulators.pxi;
@@ -45,6 +47,7 @@ from ._scratch cimport scratch_alloc, scratch_calloc, scratch_free
 import numpy as np
 
 from ._types cimport index_t, value_t
+from ._guard cimport bad_compressed, bad_index, bad_plain, clamp
 
 cdef extern from *:
     """
@@ -165,6 +168,30 @@ cdef uint64_t LOW32 = 0xffffffffu
 include "_spgemm_symbolic.pxi"
 
 
+cdef _changed(const index_t[:, ::1] a_compressed, const index_t[:, ::1] a_plain,
+              const index_t[:, ::1] b_compressed, const index_t[:, ::1] b_plain, Py_ssize_t ncols,
+              bint has_b=True):
+    """ValueError where A's or B's compressed index breaks 5.1-5.3, an A column is not a B row,
+    or (has_b) a B column is not below ncols; without b_plain B's nnz is taken from its first
+    batch's end (every batch ends there when valid)."""
+    cdef Py_ssize_t B = a_compressed.shape[0], n = a_compressed.shape[1] - 1, nb = b_compressed.shape[1] - 1
+    cdef Py_ssize_t sa = a_plain.shape[1]
+    cdef Py_ssize_t sb = b_plain.shape[1] if has_b else 0
+    cdef bint bad = False
+    if B == 0 or n < 0 or nb < 0:
+        return
+    with nogil:
+        bad = bad_compressed(&a_compressed[0, 0], B, n, sa)
+        if not bad and sa:
+            bad = bad_plain(&a_plain[0, 0], B * sa, nb)
+        if not bad:
+            bad = bad_compressed(&b_compressed[0, 0], B, nb, sb if has_b else b_compressed[0, nb])
+        if not bad and sb:
+            bad = bad_plain(&b_plain[0, 0], B * sb, ncols)
+    if bad:
+        raise ValueError("spgemm: an index changed after validation (5.1-5.5 no longer hold)")
+
+
 def spgemm_symbolic(const index_t[:, ::1] a_compressed, const index_t[:, ::1] a_plain,
                     const index_t[:, ::1] b_compressed, const index_t[:, ::1] b_plain,
                     Py_ssize_t ncols, int64_t[:, ::1] counts, int nthreads):
@@ -184,6 +211,7 @@ def spgemm_symbolic(const index_t[:, ::1] a_compressed, const index_t[:, ::1] a_
     if a_plain.shape[1] == 0 or b_plain.shape[1] == 0:
         counts[:, :] = 0
         return
+    _changed(a_compressed, a_plain, b_compressed, b_plain, ncols)
     with nogil, parallel(num_threads=T):
         m = _marks_new(ncols)
         if m == NULL:
@@ -298,6 +326,7 @@ def spgemm_numeric(const index_t[:, ::1] a_compressed, const index_t[:, ::1] a_p
         raise ValueError("spgemm_numeric: values do not match the block sizes")
     if R == 0 or onnz == 0 or EO == 0:
         return
+    _changed(a_compressed, a_plain, b_compressed, b_plain, ncols)
     for b in range(B):
         if out_compressed[b, 0] != 0 or out_compressed[b, n] != onnz:
             raise ValueError("spgemm_numeric: out_compressed must run from 0 to nnz in every batch")
@@ -353,6 +382,7 @@ def spgemm_flops(const index_t[:, ::1] a_compressed, const index_t[:, ::1] a_pla
     prefix[0] = 0
     if R == 0:
         return 0
+    _changed(a_compressed, a_plain, b_compressed, a_plain, 0, False)
     with nogil:
         for r in prange(R, num_threads=T, schedule="static"):
             b = r // n
@@ -434,6 +464,7 @@ def spgemm_fused(const index_t[:, ::1] a_compressed, const index_t[:, ::1] a_pla
     counts[:] = 0
     if R == 0 or total == 0:
         return 0
+    _changed(a_compressed, a_plain, b_compressed, b_plain, ncols)
     room = max(min(maxub, ncols), min(maxub, ESC_MAX))
     T = max(1, min(nthreads, total // 65536 + 1))
     nparts = 1 if T == 1 else min(R, T * PARTS_PER_THREAD)
@@ -544,6 +575,7 @@ def sampled_addmm(const index_t[:, ::1] compressed, const index_t[:, ::1] plain,
     cdef Py_ssize_t B = compressed.shape[0], n = compressed.shape[1] - 1, nnz = plain.shape[1]
     cdef Py_ssize_t K = mat1.shape[2], N = mat2t.shape[1]
     cdef Py_ssize_t R = B * n, r, b, i, k, line
+    cdef int64_t lo, hi
     cdef int T = max(1, min(nthreads, R // 64 + 1))
     cdef const value_t* x
     cdef const value_t* y
@@ -564,12 +596,17 @@ def sampled_addmm(const index_t[:, ::1] compressed, const index_t[:, ::1] plain,
         for r in prange(R, num_threads=T, schedule="dynamic", chunksize=16):
             b = r // n
             i = r - b * n
-            if compressed[b, i + 1] == compressed[b, i]:
+            lo = clamp(compressed[b, i], 0, nnz)  # the memory may have changed since it was checked
+            hi = clamp(compressed[b, i + 1], lo, nnz)
+            if hi == lo:
                 continue
             x = &mat1[batch1[b], i, 0] if K else NULL
-            for k in range(compressed[b, i], compressed[b, i + 1]):
+            for k in range(lo, hi):
+                if bad_index(plain[b, k], N):
+                    out[b, k] = beta * values[b, k]
+                    continue
                 if K and k + SDDMM_AHEAD < nnz:  # the row of mat2t an entry ahead needs: its first lines
-                    y = &mat2t[batch2[b], plain[b, k + SDDMM_AHEAD], 0]
+                    y = &mat2t[batch2[b], plain[b, k + SDDMM_AHEAD], 0]  # (an address to prefetch, not read)
                     for line in range(0, min(K * <Py_ssize_t>sizeof(value_t), SDDMM_LINES * 64), 64):
                         st_prefetch(<const char*>y + line)
                 y = &mat2t[batch2[b], plain[b, k], 0] if K else NULL

@@ -41,11 +41,12 @@ dense operand and output share one kernel dtype: uint8/16/32/64 for every
 integer and bool dtype (signed integers are viewed as unsigned: products and
 sums modulo 2**bits are the same bits, and unsigned overflow is defined in C;
 bool is uint8 with ``logical=True``: an or of ands), float32/64 and
-complex64/128. Index contents are never trusted unless ``checked=True`` says
-that invariants 5.1-5.6 were proven: each batch must start at 0 and end at nnz
-(5.1, 5.2, looked at after the scan), every compressed entry is kept within ``[0, nnz]``
-and at or above its predecessor, every plain index below the plain size, and a
-broken one is reported as an error tuple instead of being followed.
+complex64/128. Index contents are never trusted, not even with ``checked=True`` (invariants
+5.1-5.6 were proven, but the memory may have changed since: a user's array shared zero-copy,
+another thread): every compressed entry is kept within ``[0, nnz]`` and at or above its
+predecessor, every plain index below the plain size, and a broken one is reported as an
+error tuple instead of being followed. Unless ``checked``, each batch must also start at 0 and
+end at nnz (5.1, 5.2, looked at after the scan).
 """
 import numpy as np
 
@@ -437,7 +438,8 @@ def spmm(compressed, plain, values, dense, out, sbatch, dbatch, blocksize, compr
     logical : bool, keyword-only
         uint8 values are bools: the product is an or of ands.
     checked : bool, keyword-only
-        Invariants 5.1-5.6 are known to hold: skip the index guards.
+        Invariants 5.1-5.6 were proven: skip the look at where each batch starts and ends.
+        The kernels' index guards stay on (the memory may have changed since).
 
     Returns
     -------
@@ -508,7 +510,8 @@ def spmm(compressed, plain, values, dense, out, sbatch, dbatch, blocksize, compr
     if K == 0 or nnz == 0:
         out[...] = 0
         return None if checked else _ends(c, icode, Bs, nc, nnz)
-    g = _geo(nc, nplain, nnz, Rb, Cb, block_transposed, M, K, N, logical, checked)
+    # the guards stay on for a checked tensor: its memory may have changed since (issue 34)
+    g = _geo(nc, nplain, nnz, Rb, Cb, block_transposed, M, K, N, logical, False)
     args.c = cnp.PyArray_DATA(c)
     args.p = cnp.PyArray_DATA(p)
     args.v = cnp.PyArray_DATA(v)
@@ -520,6 +523,6 @@ def spmm(compressed, plain, values, dense, out, sbatch, dbatch, blocksize, compr
     if err == 0:
         return None if checked else _ends(c, icode, Bs, nc, nnz)
     found = _locate_kernel(_flat(compressed), _flat(plain), Bs, nc, nnz, nplain)
-    if found is None:  # pragma: no cover - the kernels and the scan agree
-        raise AssertionError("a product kernel found a broken index that the scan did not")
+    if found is None:  # the indices changed between the kernel and the scan (another thread)
+        raise ValueError("spmm: an index changed during the product")
     return found

@@ -3,9 +3,12 @@
 #
 # It sees the canonical form of sparsetensor._convert: compressed (B, n + 1), plain (B, nnz),
 # values (B, nnz, E) as raw unsigned integers (sparsetensor._dtypes.raw_view), E the raw items of
-# one entry (block x dense). Values are only moved, never combined. Inputs are trusted to satisfy
-# invariants 5.1-5.6: _validate.validate_compressed is the guard that the wrapper runs first on
-# input that was not checked, so that no kernel reads out of bounds.
+# one entry (block x dense). Values are only moved, never combined. Inputs satisfied invariants
+# 5.1-5.6 when checked (_validate.validate_compressed runs first on input that was not), but
+# their memory may have changed since (issue 34): the counting pass checks every plain index
+# and that the compressed index is monotone (the transpose then raises ValueError), and the
+# scatters keep every write within the output, so that an index changed even during the
+# transpose gives garbage, never an access out of bounds.
 from cython.parallel cimport prange, threadid
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport calloc, free, malloc
@@ -19,6 +22,7 @@ import numpy as np
 from ._balance cimport balanced_split
 from ._items cimport copy_items as _copy
 from ._parallel cimport ENTRIES_PER_THREAD
+from ._guard cimport bad_index, clamp
 from ._types cimport index2_t, index_t, raw_t
 
 from ._pool import MIN_BYTES as POOL_MIN_BYTES
@@ -57,6 +61,10 @@ cdef enum:
 cdef enum:
     SUB_SHIFT = 6
     SUB = 64
+# _transpose_one's status: out of memory, or an index changed after validation
+cdef enum:
+    _NO_MEMORY = 1
+    _CHANGED = 2
 
 # A plain dimension larger than this may be transposed through cache-sized buckets
 # (two streaming passes) instead of one scatter with a write stream per column (see
@@ -152,30 +160,61 @@ ctypedef fused key_t:
     uint64_t
 
 
-cdef void _count(const index_t* c, const index_t* p, Py_ssize_t r0, Py_ssize_t r1, int shift,
-                 int64_t* cnt, Py_ssize_t NB) noexcept nogil:
+cdef inline bint _bad_slices(const index_t* c, Py_ssize_t r0, Py_ssize_t r1, Py_ssize_t nnz) noexcept nogil:
+    """Whether c[r0:r1 + 1] leaves [0, nnz] or decreases (branch free: vectorised)."""
+    cdef Py_ssize_t i
+    cdef int bad = (c[r0] < 0) | (c[r1] > nnz)
+    for i in range(r0, r1):
+        bad = bad | (c[i + 1] < c[i])
+    return bad != 0
+
+
+cdef bint _count(const index_t* c, const index_t* p, Py_ssize_t r0, Py_ssize_t r1, int shift,
+                 int64_t* cnt, Py_ssize_t NB, Py_ssize_t nplain, Py_ssize_t nnz) noexcept nogil:
+    """cnt[b] = entries of slices [r0, r1) in bucket b; True on a changed index (counted nowhere)."""
     cdef Py_ssize_t k
+    cdef int64_t j
+    cdef bint bad = _bad_slices(c, r0, r1, nnz)
     memset(cnt, 0, NB * sizeof(int64_t))
-    for k in range(c[r0], c[r1]):
-        cnt[p[k] >> shift] += 1
+    for k in range(clamp(c[r0], 0, nnz), clamp(c[r1], 0, nnz)):
+        j = p[k]
+        if bad_index(j, nplain):
+            bad = True
+            continue
+        cnt[j >> shift] += 1
+    return bad
 
 
-cdef void _count_direct(const index_t* c, const index_t* p, Py_ssize_t r0, Py_ssize_t r1, index_t* cnt,
-                        Py_ssize_t nplain) noexcept nogil:
-    """cnt[j] = entries of slices [r0, r1) at plain index j (fits index_t: at most nnz)."""
+cdef bint _count_direct(const index_t* c, const index_t* p, Py_ssize_t r0, Py_ssize_t r1, index_t* cnt,
+                        Py_ssize_t nplain, Py_ssize_t nnz) noexcept nogil:
+    """cnt[j] = entries of slices [r0, r1) at plain index j (fits index_t: at most nnz); True on
+    a changed index (counted nowhere)."""
     cdef Py_ssize_t k
+    cdef int64_t j
+    cdef bint bad = _bad_slices(c, r0, r1, nnz)
     memset(cnt, 0, nplain * sizeof(index_t))
-    for k in range(c[r0], c[r1]):
-        cnt[p[k]] += 1
+    for k in range(clamp(c[r0], 0, nnz), clamp(c[r1], 0, nnz)):
+        j = p[k]
+        if bad_index(j, nplain):
+            bad = True
+            continue
+        cnt[j] += 1
+    return bad
 
 
 cdef inline void _scatter_e(const index_t* c, const index_t* p, const raw_t* v, Py_ssize_t E, Py_ssize_t r0,
-                            Py_ssize_t r1, index_t* cur, index_t* op, raw_t* ov) noexcept nogil:
+                            Py_ssize_t r1, index_t* cur, index_t* op, raw_t* ov, Py_ssize_t nplain,
+                            Py_ssize_t nnz) noexcept nogil:
     cdef Py_ssize_t i, k
+    cdef int64_t lo, hi
     cdef index_t j, q
     for i in range(r0, r1):
-        for k in range(c[i], c[i + 1]):
+        lo = clamp(c[i], 0, nnz)
+        hi = clamp(c[i + 1], lo, nnz)
+        for k in range(lo, hi):
             j = p[k]
+            if bad_index(j, nplain) or bad_index(cur[j], nnz):  # changed since it was counted
+                continue
             q = cur[j]
             cur[j] = q + 1
             op[q] = <index_t>i
@@ -183,48 +222,55 @@ cdef inline void _scatter_e(const index_t* c, const index_t* p, const raw_t* v, 
 
 
 cdef void _scatter(const index_t* c, const index_t* p, const raw_t* v, Py_ssize_t E, Py_ssize_t r0,
-                   Py_ssize_t r1, index_t* cur, index_t* op, raw_t* ov) noexcept nogil:
+                   Py_ssize_t r1, index_t* cur, index_t* op, raw_t* ov, Py_ssize_t nplain, Py_ssize_t nnz) noexcept nogil:
     """Move each entry of slices [r0, r1) to the next free slot (cur) of its plain index."""
     if E == 1:
-        _scatter_e(c, p, v, 1, r0, r1, cur, op, ov)
+        _scatter_e(c, p, v, 1, r0, r1, cur, op, ov, nplain, nnz)
     else:
-        _scatter_e(c, p, v, E, r0, r1, cur, op, ov)
+        _scatter_e(c, p, v, E, r0, r1, cur, op, ov, nplain, nnz)
 
 
 cdef inline void _scatter_cols_1(const index_t* c, const index_t* p, const raw_t* v, Py_ssize_t n, index_t j0,
-                                 index_t j1, index_t* cur, index_t* op, raw_t* ov) noexcept nogil:
+                                 index_t j1, index_t* cur, index_t* op, raw_t* ov, Py_ssize_t nnz) noexcept nogil:
     """Move the entries (one raw item each) of every slice whose plain index is in [j0, j1) to the
     next free slot (cur) of that index, slices in order. Branch free: an entry outside the range
     goes to local trash slots through the same loads and stores (on scattered plain indices a
     branch would mispredict about every other entry)."""
     cdef Py_ssize_t i, k
+    cdef int64_t lo, hi
     cdef index_t j, q, width = j1 - j0, trash_c = 0, trash_p = 0
     cdef raw_t trash_v = 0
     cdef index_t* cp
     cdef bint inside
     for i in range(n):
-        for k in range(c[i], c[i + 1]):
+        lo = clamp(c[i], 0, nnz)
+        hi = clamp(c[i + 1], lo, nnz)
+        for k in range(lo, hi):
             j = p[k]
             inside = <size_t>(j - j0) < <size_t>width
             cp = cur + j if inside else &trash_c
             q = cp[0]
             cp[0] = q + 1
+            inside = inside & (<size_t>q < <size_t>nnz)  # a count changed since: no write past the end
             (op + q if inside else &trash_p)[0] = <index_t>i
             (ov + q if inside else &trash_v)[0] = v[k]
 
 
 cdef void _scatter_cols(const index_t* c, const index_t* p, const raw_t* v, Py_ssize_t E, Py_ssize_t n,
-                        index_t j0, index_t j1, index_t* cur, index_t* op, raw_t* ov) noexcept nogil:
+                        index_t j0, index_t j1, index_t* cur, index_t* op, raw_t* ov, Py_ssize_t nnz) noexcept nogil:
     """_scatter_cols_1 for entries of E raw items (blocks, dense dims: the copy outweighs a branch)."""
     cdef Py_ssize_t i, k
+    cdef int64_t lo, hi
     cdef index_t j, q
     if E == 1:
-        _scatter_cols_1(c, p, v, n, j0, j1, cur, op, ov)
+        _scatter_cols_1(c, p, v, n, j0, j1, cur, op, ov, nnz)
         return
     for i in range(n):
-        for k in range(c[i], c[i + 1]):
+        lo = clamp(c[i], 0, nnz)
+        hi = clamp(c[i + 1], lo, nnz)
+        for k in range(lo, hi):
             j = p[k]
-            if j0 <= j < j1:
+            if j0 <= j < j1 and not bad_index(cur[j], nnz):
                 q = cur[j]
                 cur[j] = q + 1
                 op[q] = <index_t>i
@@ -246,9 +292,9 @@ cdef inline void _exclusive_scan(index2_t* cnt, Py_ssize_t NB, int T, index2_t* 
     start[NB] = q
 
 
-cdef void _transpose_direct(const index_t* c, const index_t* p, const raw_t* v, Py_ssize_t n, Py_ssize_t nplain,
-                            Py_ssize_t E, int T, bint banded, index_t* oc, index_t* op, raw_t* ov,
-                            Py_ssize_t* rows, index_t* cur) noexcept nogil:
+cdef int _transpose_direct(const index_t* c, const index_t* p, const raw_t* v, Py_ssize_t n, Py_ssize_t nplain,
+                           Py_ssize_t nnz, Py_ssize_t E, int T, bint banded, index_t* oc, index_t* op, raw_t* ov,
+                           Py_ssize_t* rows, index_t* cur, int* failed) noexcept nogil:
     """Direct mode on T threads: thread t counts the entries of its slices (of about equal
     entries) with counters cur[t * nplain:], of the index width (as SciPy's csr_tocsc; the
     counters and the scan then move half the bytes of int64 ones). A banded matrix then scatters
@@ -256,24 +302,30 @@ cdef void _transpose_direct(const index_t* c, const index_t* p, const raw_t* v, 
     scatters by ranges of plain indices of about equal entries, each thread reading every slice
     and moving its range's entries: split by slices, two threads would write to the same output
     lines (R-MAT at 10^5 nnz: no faster on two threads than on one)."""
-    cdef int t
+    cdef int t, err = 0
     if T == 1:
-        _count_direct(c, p, 0, n, cur, nplain)
+        if _count_direct(c, p, 0, n, cur, nplain, nnz):
+            return _CHANGED
         _exclusive_scan(cur, nplain, 1, oc)
-        _scatter(c, p, v, E, 0, n, cur, op, ov)
-        return
-    balanced_split(c, c[n], <const index_t*>NULL, 0, 1, n, 1, 1, T, rows)
+        _scatter(c, p, v, E, 0, n, cur, op, ov, nplain, nnz)
+        return 0
+    balanced_split(c, clamp(c[n], 0, nnz), <const index_t*>NULL, 0, 1, n, 1, 1, T, rows)
     for t in prange(T, num_threads=T, schedule="static", chunksize=1):
-        _count_direct(c, p, rows[t], rows[t + 1], cur + t * nplain, nplain)
+        failed[t] = _count_direct(c, p, rows[t], rows[t + 1], cur + t * nplain, nplain, nnz)
+    for t in range(T):
+        err = err | failed[t]
+    if err:
+        return _CHANGED
     _exclusive_scan(cur, nplain, T, oc)
     if banded:
         for t in prange(T, num_threads=T, schedule="static", chunksize=1):
-            _scatter(c, p, v, E, rows[t], rows[t + 1], cur + t * nplain, op, ov)
-        return
+            _scatter(c, p, v, E, rows[t], rows[t + 1], cur + t * nplain, op, ov, nplain, nnz)
+        return 0
     # cur[:nplain] now holds where each plain index's entries begin (thread 0's cursors)
     balanced_split(oc, oc[nplain], <const index_t*>NULL, 0, 1, nplain, 1, 1, T, rows)
     for t in prange(T, num_threads=T, schedule="static", chunksize=1):
-        _scatter_cols(c, p, v, E, n, <index_t>rows[t], <index_t>rows[t + 1], cur, op, ov)
+        _scatter_cols(c, p, v, E, n, <index_t>rows[t], <index_t>rows[t + 1], cur, op, ov, nnz)
+    return 0
 
 
 cdef inline void _flush(int64_t q, Py_ssize_t f, Py_ssize_t E, const key_t* bkey, const raw_t* bval, key_t* keys,
@@ -288,9 +340,9 @@ cdef inline void _flush(int64_t q, Py_ssize_t f, Py_ssize_t E, const key_t* bkey
 
 cdef inline int _scatter_keys(const index_t* c, const index_t* p, const raw_t* v, Py_ssize_t E, Py_ssize_t r0,
                               Py_ssize_t r1, int shift, Py_ssize_t NB, Py_ssize_t phase, int64_t* cur, key_t* keys,
-                              raw_t* ov) noexcept nogil:
+                              raw_t* ov, Py_ssize_t nplain, Py_ssize_t nnz) noexcept nogil:
     cdef Py_ssize_t i, k, b, f
-    cdef int64_t q
+    cdef int64_t q, lo, hi
     cdef key_t j, row, mask = ((<key_t>1) << shift) - 1
     cdef key_t* bkey = <key_t*>_alloc64(NB * WC * sizeof(key_t))
     cdef raw_t* bval = <raw_t*>_alloc64(NB * WC * E * sizeof(raw_t))
@@ -302,7 +354,11 @@ cdef inline int _scatter_keys(const index_t* c, const index_t* p, const raw_t* v
         return 1
     for i in range(r0, r1):
         row = (<key_t>i) << shift
-        for k in range(c[i], c[i + 1]):
+        lo = clamp(c[i], 0, nnz)
+        hi = clamp(c[i + 1], lo, nnz)
+        for k in range(lo, hi):
+            if bad_index(p[k], nplain):  # changed since it was counted
+                continue
             j = <key_t>p[k]
             b = <Py_ssize_t>(j >> shift)
             f = fill[b]
@@ -311,12 +367,15 @@ cdef inline int _scatter_keys(const index_t* c, const index_t* p, const raw_t* v
             f += 1
             q = cur[b]
             if f == WC - ((phase + q) & (WC - 1)):
+                if q < 0 or q + f > nnz:  # a count changed since: drop the buffer
+                    fill[b] = 0
+                    continue
                 _flush(q, f, E, bkey + b * WC, bval + b * WC * E, keys, ov)
                 cur[b] = q + f
                 f = 0
             fill[b] = <int32_t>f
     for b in range(NB):
-        if fill[b]:
+        if fill[b] and cur[b] >= 0 and cur[b] + fill[b] <= nnz:
             _flush(cur[b], fill[b], E, bkey + b * WC, bval + b * WC * E, keys, ov)
             cur[b] += fill[b]
     st_stream_fence()
@@ -328,7 +387,7 @@ cdef inline int _scatter_keys(const index_t* c, const index_t* p, const raw_t* v
 
 cdef int _scatter_buckets(const index_t* c, const index_t* p, const raw_t* v, Py_ssize_t E, Py_ssize_t r0,
                           Py_ssize_t r1, int shift, Py_ssize_t NB, Py_ssize_t phase, int64_t* cur, void* keys,
-                          bint wide, raw_t* ov) noexcept nogil:
+                          bint wide, raw_t* ov, Py_ssize_t nplain, Py_ssize_t nnz) noexcept nogil:
     """Bucketed mode: move each entry of slices [r0, r1) to the next free slot of its bucket (cur):
     its key to keys (uint64 if wide, else uint32), its values to ov.
 
@@ -338,11 +397,11 @@ cdef int _scatter_buckets(const index_t* c, const index_t* p, const raw_t* v, Py
     the outputs is aligned when (phase + q) % WC == 0. Returns 1 when out of memory."""
     if wide:
         if E == 1:
-            return _scatter_keys(c, p, v, 1, r0, r1, shift, NB, phase, cur, <uint64_t*>keys, ov)
-        return _scatter_keys(c, p, v, E, r0, r1, shift, NB, phase, cur, <uint64_t*>keys, ov)
+            return _scatter_keys(c, p, v, 1, r0, r1, shift, NB, phase, cur, <uint64_t*>keys, ov, nplain, nnz)
+        return _scatter_keys(c, p, v, E, r0, r1, shift, NB, phase, cur, <uint64_t*>keys, ov, nplain, nnz)
     if E == 1:
-        return _scatter_keys(c, p, v, 1, r0, r1, shift, NB, phase, cur, <uint32_t*>keys, ov)
-    return _scatter_keys(c, p, v, E, r0, r1, shift, NB, phase, cur, <uint32_t*>keys, ov)
+        return _scatter_keys(c, p, v, 1, r0, r1, shift, NB, phase, cur, <uint32_t*>keys, ov, nplain, nnz)
+    return _scatter_keys(c, p, v, E, r0, r1, shift, NB, phase, cur, <uint32_t*>keys, ov, nplain, nnz)
 
 
 cdef inline int _sort_keys(const key_t* keys, index_t* op, raw_t* ov, Py_ssize_t E, const int64_t* bstart,
@@ -366,7 +425,7 @@ cdef inline int _sort_keys(const key_t* keys, index_t* op, raw_t* ov, Py_ssize_t
         lo, m = bstart[b], bstart[b + 1] - bstart[b]
         j0 = b << shift
         w = min(W, nplain - j0)
-        memset(loc, 0, w * sizeof(int64_t))
+        memset(loc, 0, W * sizeof(int64_t))
         for q in range(m):
             loc[keys[lo + q] & mask] += 1
         s = lo
@@ -381,6 +440,8 @@ cdef inline int _sort_keys(const key_t* keys, index_t* op, raw_t* ov, Py_ssize_t
         # buffers (laid out as the final places are), then by offset into the final places
         for q in range(m):
             key = keys[lo + q]
+            if <Py_ssize_t>(key & mask) >= w:  # only where the keys changed under the scatter
+                continue
             t = sub[<Py_ssize_t>(key & mask) >> SUB_SHIFT]
             sub[<Py_ssize_t>(key & mask) >> SUB_SHIFT] = t + 1
             bkey[t] = key
@@ -388,6 +449,8 @@ cdef inline int _sort_keys(const key_t* keys, index_t* op, raw_t* ov, Py_ssize_t
         for q in range(m):
             key = bkey[q]
             jj = <Py_ssize_t>(key & mask)
+            if jj >= w or bad_index(loc[jj], lo + m):
+                continue
             pos = loc[jj]
             loc[jj] = pos + 1
             op[pos] = <index_t>(key >> shift)
@@ -414,11 +477,12 @@ cdef int _sort_buckets(const void* keys, bint wide, index_t* op, raw_t* ov, Py_s
 
 
 cdef int _transpose_one(const index_t* c, const index_t* p, const raw_t* v, Py_ssize_t n, Py_ssize_t nplain,
-                        Py_ssize_t E, int shift, bint bucketed, int T, index_t* oc, index_t* op, raw_t* ov,
+                        Py_ssize_t nnz, Py_ssize_t E, int shift, bint bucketed, int T, index_t* oc, index_t* op, raw_t* ov,
                         Py_ssize_t phase, Py_ssize_t* rows, int64_t* cnt, int64_t* bstart, uint64_t* side,
                         int* failed) noexcept nogil:
     """Transpose one batch on T threads (see above); the bucket keys go to side when it is not
-    NULL (uint64), else to op (its own width). Returns nonzero when out of memory."""
+    NULL (uint64), else to op (its own width). Returns _NO_MEMORY or _CHANGED (nothing written
+    yet), else 0."""
     cdef Py_ssize_t NB = ((nplain + (1 << shift) - 1) >> shift) if bucketed else nplain
     cdef int t, err = 0
     cdef void* keys = <void*>side if side != NULL else <void*>op
@@ -426,22 +490,26 @@ cdef int _transpose_one(const index_t* c, const index_t* p, const raw_t* v, Py_s
     if not bucketed:
         # slices of a matrix banded within an eighth of its plain size land near their own part
         # of the output
-        _transpose_direct(c, p, v, n, nplain, E, T, T == 1 or _banded(c, p, n, nplain, nplain // 8), oc, op, ov,
-                          rows, <index_t*>cnt)
-        return 0
-    balanced_split(c, c[n], <const index_t*>NULL, 0, 1, n, 1, 1, T, rows)
+        return _transpose_direct(c, p, v, n, nplain, nnz, E, T,
+                                 T == 1 or _banded(c, p, n, nplain, nplain // 8, nnz), oc, op, ov,
+                                 rows, <index_t*>cnt, failed)
+    balanced_split(c, clamp(c[n], 0, nnz), <const index_t*>NULL, 0, 1, n, 1, 1, T, rows)
     if T == 1:
-        _count(c, p, 0, n, shift, cnt, NB)
+        err = _count(c, p, 0, n, shift, cnt, NB, nplain, nnz)
     else:
         for t in prange(T, num_threads=T, schedule="static", chunksize=1):
-            _count(c, p, rows[t], rows[t + 1], shift, cnt + t * NB, NB)
+            failed[t] = _count(c, p, rows[t], rows[t + 1], shift, cnt + t * NB, NB, nplain, nnz)
+        for t in range(T):
+            err = err | failed[t]
+    if err:
+        return _CHANGED
     _exclusive_scan(cnt, NB, T, bstart)
     if T == 1:
-        err = _scatter_buckets(c, p, v, E, 0, n, shift, NB, phase, cnt, keys, wide, ov)
+        err = _scatter_buckets(c, p, v, E, 0, n, shift, NB, phase, cnt, keys, wide, ov, nplain, nnz)
     else:
         for t in prange(T, num_threads=T, schedule="static", chunksize=1):
             failed[t] = _scatter_buckets(c, p, v, E, rows[t], rows[t + 1], shift, NB, phase, cnt + t * NB, keys,
-                                         wide, ov)
+                                         wide, ov, nplain, nnz)
         for t in range(T):
             err = err | failed[t]
     if err:
@@ -458,33 +526,38 @@ cdef int _transpose_one(const index_t* c, const index_t* p, const raw_t* v, Py_s
 
 
 cdef bint _banded(const index_t* c, const index_t* p, Py_ssize_t n, Py_ssize_t nplain,
-                  Py_ssize_t width) noexcept nogil:
+                  Py_ssize_t width, Py_ssize_t nnz) noexcept nogil:
     """Whether at least 15/16 of the entries of a sample of slices (of the first batch) lie within
     ``width`` plain indices of the diagonal (slice i's diagonal: i * nplain / n)."""
     cdef Py_ssize_t S = min(n, <Py_ssize_t>256), s, i, k, far = 0, total = 0
+    cdef int64_t lo, hi
     cdef double scale = <double>nplain / n if n else 0, d, band = width
     if width < 0:
         return False
     for s in range(S):
         i = (2 * s + 1) * n // (2 * S)
-        for k in range(c[i], c[i + 1]):
+        lo = clamp(c[i], 0, nnz)
+        hi = clamp(c[i + 1], lo, nnz)
+        for k in range(lo, hi):
             d = p[k] - i * scale
             far += (d > band) | (d < -band)
-        total += c[i + 1] - c[i]
+        total += hi - lo
     return far * 16 <= total
 
 
-cdef bint _few_diagonals(const index_t* c, const index_t* p, Py_ssize_t n, Py_ssize_t nplain) noexcept nogil:
+cdef bint _few_diagonals(const index_t* c, const index_t* p, Py_ssize_t n, Py_ssize_t nplain,
+                         Py_ssize_t nnz) noexcept nogil:
     """Whether the entries of a sample of slices (of the first batch) lie on at most
     MAX_DIAGONALS distinct offsets from the diagonal (slice i's: i * nplain // n): a stencil on
     a grid of any size (7 offsets for the 3-d 7-point one, whose outer ones lie n^(2/3) away),
     whose direct scatter keeps that many write streams live, however far apart."""
     cdef Py_ssize_t S = min(n, <Py_ssize_t>64), s, i, k, m = 0, j
-    cdef int64_t d
+    cdef int64_t d, lo
     cdef int64_t seen[MAX_DIAGONALS]
     for s in range(S):
         i = (2 * s + 1) * n // (2 * S)
-        for k in range(c[i], c[i + 1]):
+        lo = clamp(c[i], 0, nnz)
+        for k in range(lo, clamp(c[i + 1], lo, nnz)):
             d = <int64_t>p[k] - <int64_t>(i * nplain // n)
             j = 0
             while j < m and seen[j] != d:
@@ -512,9 +585,13 @@ def compressed_transpose(const index_t[:, ::1] compressed, const index_t[:, ::1]
                          f"({values.shape[0]}, {values.shape[1]}, {E}) and plain_size {nplain} do not match")
     cdef bint bucketed = (nplain > DIRECT_MAX_PLAIN and E * rsz < 64
                           and nnz * (isz + E * rsz) > BUCKETED_MIN_BYTES
-                          and B > 0 and not _banded(&compressed[0, 0], &plain[0, 0], n, nplain, DIRECT_MAX_BAND)
+                          and B > 0 and not _banded(&compressed[0, 0], &plain[0, 0], n, nplain, DIRECT_MAX_BAND, nnz)
                           and not (DIRECT_MAX_BAND >= 0 and _few_diagonals(&compressed[0, 0], &plain[0, 0], n,
-                                                                            nplain)))
+                                                                            nplain, nnz)))
+    for b in range(B):  # 5.1 and 5.2 (O(B)); the counting pass checks the rest
+        if compressed[b, 0] != 0 or compressed[b, n] != nnz:
+            raise ValueError(f"compressed_transpose: an index changed after validation (batch {b} starts at "
+                             f"{compressed[b, 0]} and ends at {compressed[b, n]}, not 0 and {nnz})")
     idt, rdt = _index_dtype(isz), _raw_dtype(rsz)
     out_c = empty((B, nplain + 1), idt)
     if bucketed:  # aligned for the streaming stores
@@ -565,7 +642,7 @@ def compressed_transpose(const index_t[:, ::1] compressed, const index_t[:, ::1]
                 w = threadid()
                 mine = scratch + w * per_worker
                 status[b] = _transpose_one(&compressed[b, 0], &plain[b, 0], vp + b * nnz * E, n,
-                                           nplain, E, shift, bucketed, 1, &oc[b, 0], &op[b, 0],
+                                           nplain, nnz, E, shift, bucketed, 1, &oc[b, 0], &op[b, 0],
                                            &ov[b, 0, 0], (b * nnz) % WC, <Py_ssize_t*>mine,
                                            mine + (Ti + 1), mine + (Ti + 1) + (Ti * NB + 1),
                                            side + w * slen + (b * nnz) % WC if use_side else NULL,
@@ -573,7 +650,7 @@ def compressed_transpose(const index_t[:, ::1] compressed, const index_t[:, ::1]
         else:
             for b in range(B):
                 status[b] = _transpose_one(&compressed[b, 0], &plain[b, 0], vp + b * nnz * E, n,
-                                           nplain, E, shift, bucketed, Ti, &oc[b, 0], &op[b, 0],
+                                           nplain, nnz, E, shift, bucketed, Ti, &oc[b, 0], &op[b, 0],
                                            &ov[b, 0, 0], (b * nnz) % WC, <Py_ssize_t*>scratch,
                                            scratch + (Ti + 1), scratch + (Ti + 1) + (Ti * NB + 1),
                                            side + (b * nnz) % WC if use_side else NULL,
@@ -582,6 +659,9 @@ def compressed_transpose(const index_t[:, ::1] compressed, const index_t[:, ::1]
             err = err | <int>status[b]
     scratch_free(scratch)
     free(side)
+    if err & _CHANGED:
+        raise ValueError("compressed_transpose: an index changed after validation (out of bounds, or a "
+                         "compressed index that decreases)")
     if err:
         raise MemoryError("compressed_transpose: out of memory for the bucket buffers")
     return out_c, out_p, out_v

@@ -778,21 +778,22 @@ def test_coo_to_csr_checked_and_unchecked_agree(rng, index_dtype, shape, nnz, ch
     assert np.shares_memory(out.values(), values)
 
 
-def test_checked_coo_does_not_read_columns():
-    # built checked, then its columns broken in place: only the row indices are read (as torch does)
+def test_checked_coo_reads_columns_too():
+    # built checked, then its columns broken in place: the result is marked canonical, so every
+    # member it relies on is read and checked (issue 34; this used to read only the rows)
     idx = np.array([[0, 0, 2], [1, 3, 0]])
-    t = st.sparse_coo_tensor(idx, [1.0, 2.0, 3.0], size=(3, 4), is_coalesced=True)
-    assert t._checked
-    idx[1] = [9, -5, 9]
-    out = t.to_sparse_csr()
-    np.testing.assert_array_equal(out.crow_indices(), [0, 2, 2, 3])
-    np.testing.assert_array_equal(out.col_indices(), [9, -5, 9])  # shared, not read
-    # the same indices unchecked: the broken column raises
-    u = st.sparse_coo_tensor(idx, [1.0, 2.0, 3.0], size=(3, 4), check_invariants=False, is_coalesced=True)
-    assert not u._checked
-    with pytest.raises(st.InvariantError) as info:
-        u.to_sparse_csr()
-    assert info.value.invariant == "C5" and info.value.index == 0 and "indices[1]" in str(info.value)
+    for checked in (True, False):
+        t = st.sparse_coo_tensor(idx, [1.0, 2.0, 3.0], size=(3, 4), check_invariants=checked, is_coalesced=True)
+        assert t._checked == checked
+        idx[1] = [9, -5, 9]
+        with pytest.raises(st.InvariantError) as info:
+            t.to_sparse_csr()
+        assert info.value.invariant == "C5" and info.value.index == 0 and "indices[1]" in str(info.value)
+        idx[1] = [3, 1, 0]  # columns out of order within row 0
+        with pytest.raises(st.InvariantError) as info:
+            t.to_sparse_csr()
+        assert info.value.invariant == "C6"
+        idx[1] = [1, 3, 0]
 
 
 @pytest.mark.parametrize("threads", [1, 4])
