@@ -84,10 +84,8 @@ _MAX_COLUMNS = 1 << 32
 # The fused csr pass allocates room for every product (a bound on the entries), and its parts
 # after the first write into buffers of their own that are copied into the output at the end;
 # the output then shrinks in place (the pool keeps the block, its pages past the end given back
-# lazily). It beat the two passes (symbolic count, then an exact output) wherever measured
-# (2 threads, pool on): 27pt 10^6 nnz 24.9 against 28.9-30.4 ms, 5pt 10^6 15.9-16.4 against
-# 18.2, banded 10^6 14.8-15.5 against 18.8-22.5, 5pt 10^7 (600 MB of room) 181-191 against
-# 195-208. The room is bounded by a sixteenth of the memory the process may use and 1 GiB:
+# lazily). It beat the two passes (symbolic count, then an exact output) on every structure
+# measured (the docs' performance page). The room is bounded by a sixteenth of the memory the process may use and 1 GiB:
 # beyond, the two passes, whose output holds only the entries.
 _FUSED_BYTES = min(1 << 30, max(32 << 20, _pool_memory_bytes() // 16))
 

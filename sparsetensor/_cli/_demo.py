@@ -99,8 +99,7 @@ def demo(size: int = 2_000_000, threads: int | None = None, repeat: int = 3, see
                 if progress:
                     progress(f"[{done}/{total}] {label}: {op}, {lib} ...")
                 # two warm-up calls for every library: on an idle VM the first calls after
-                # another library ran pay for waking cores and threads (a 27-point SpMV at 2M nnz:
-                # 1.1, 1.0, then 0.45 ms for ours; 0.74, 0.52, then 0.45 ms for torch)
+                # another library ran pay for waking cores and threads
                 times[lib] = median_time(fn, repeat, warmup=2)
             if progress:
                 progress.done()

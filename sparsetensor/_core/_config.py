@@ -16,10 +16,9 @@ __all__ = ["check_invariants", "get_check_invariants", "resolve_check", "num_thr
 # handed; one that splits its own work further gives each thread at least
 # ENTRIES_PER_THREAD (sparsetensor/_lib/_parallel.pxd). Products count multiply-adds, each worth
 # about two elements. With threads that spin briefly before sleeping (GOMP_SPINCOUNT, set on
-# import) a parallel region costs a few us on an idle machine: measured on 2 threads, SpMV
-# breaks even at about 25k nnz (13.3 vs 13.9 us) and wins at 10^5 (35 vs 55 us), csr->csc of
-# 10^5-nnz stencils 0.17 vs 0.27 ms (R-MAT with 8192 rows: 0.70 vs 0.64 ms, a small loss). On a
-# busy machine waking a second thread can cost a scheduler tick.
+# import) a parallel region costs a few microseconds on an idle machine, so SpMV and conversions
+# break even near GRAIN (the docs' performance page has the measurements). On a busy machine
+# waking a second thread can cost a scheduler tick.
 GRAIN = 1 << 16
 GRAIN_PRODUCT = GRAIN >> 1
 

@@ -359,12 +359,12 @@ def _sampled(name: str, t: SparseTensor, dense: np.ndarray, combine, threads) ->
                          f"{describe(t)} and {describe(dense)}")
     _result_dtype(name, t, dense)
     backend_for(t, dense)  # a sparse tensor on a GPU with a host array: ValueError naming both devices
-    t, gathered = _SAMPLE_DENSE_BY_LAYOUT[type(t)](t, dense, threads)  # the layout's hook: _sample_coo or _sample_compressed
+    t, gathered = _SAMPLE_DENSE_BY_LAYOUT[type(t)](t, dense, threads)
     return _with_values(name, t, combine(t.values(), gathered))
 
 
 def _sample_coo(t: COOTensor, dense: np.ndarray, threads) -> tuple:
-    """The ``_sample_dense`` hook of COO: ``(t, dense at t's entries)``, the indices bounds-checked
+    """The body of COO: ``(t, dense at t's entries)``, the indices bounds-checked
     first (NumPy would wrap a negative index)."""
     if not t.is_coalesced():
         check_coo_indices(t.indices(), t.shape, threads=threads)
@@ -373,7 +373,7 @@ def _sample_coo(t: COOTensor, dense: np.ndarray, threads) -> tuple:
 
 
 def _sample_compressed(t: CompressedTensor, dense: np.ndarray, threads) -> tuple:
-    """The ``_sample_dense`` hook of the compressed layouts: ``(valid t, dense (broadcast to t's
+    """The body of the compressed layouts: ``(valid t, dense (broadcast to t's
     shape) at t's entries, shaped like t.values())``."""
     t = ensure_valid(t, repair=True, threads=threads)
     return t, backend_for(t, dense).sample_dense(t, dense, threads)
@@ -398,18 +398,18 @@ def _sparse_plus_dense(name: str, t: SparseTensor, t_scale, dense: np.ndarray, d
     out = np.array(dense, dtype=dtype, order="C", copy=True)
     if d_scale != 1:
         np.multiply(out, _typed(d_scale, dtype), out=out)
-    return _ADD_TO_DENSE_BY_LAYOUT[type(t)](t, out, t_scale, dtype, threads)  # the layout's hook: _add_coo_to or _add_compressed_to
+    return _ADD_TO_DENSE_BY_LAYOUT[type(t)](t, out, t_scale, dtype, threads)
 
 
 def _add_coo_to(t: COOTensor, out: np.ndarray, t_scale, dtype: np.dtype, threads) -> np.ndarray:
-    """The ``_add_to_dense`` hook of COO: ``out += t_scale * t`` in place; returns ``out``."""
+    """The body of COO: ``out += t_scale * t`` in place; returns ``out``."""
     t = t._coalesced_checked(threads)  # NumPy would wrap a negative index; each position is added once
     out[tuple(t.indices())] += _scaled(t.values(), t_scale, dtype)
     return out
 
 
 def _add_compressed_to(t: CompressedTensor, out: np.ndarray, t_scale, dtype: np.dtype, threads) -> np.ndarray:
-    """The ``_add_to_dense`` hook of the compressed layouts: ``out + t_scale * t`` (``out`` itself
+    """The body of the compressed layouts: ``out + t_scale * t`` (``out`` itself
     unless float16 accumulates in a float32 copy)."""
     t = ensure_valid(t, repair=True, threads=threads)
     return backend_for(t, out).add_to_dense(t, _scaled(t.values(), t_scale, dtype), out, threads)

@@ -185,10 +185,10 @@ def _product(S: SparseTensor, D: np.ndarray, rt: np.dtype, op: str, threads, ope
 
 # ``_MATMUL_DENSE_BY_LAYOUT[type(S)](S, D, rt, op, threads, operands, err_tensor, transposed)``: the layout's body of
 # :func:`_product` (SciPy's ``_matmul_dispatch`` -> ``_matmul_vector``/``_matmul_multivector``
-# split), a hook bound on each class from the op table (sparsetensor._api).
+# split), a body per layout (``_MATMUL_DENSE_BY_LAYOUT``).
 def _compressed_product(S: CompressedTensor, D: np.ndarray, rt: np.dtype, op: str, threads, operands,
                         err_tensor=None, transposed=False):
-    """The ``_matmul_dense`` hook of the compressed layouts: row-parallel kernels (csr/bsr), the
+    """The body of the compressed layouts: row-parallel kernels (csr/bsr), the
     transpose view (csc/bsc)."""
     err = S if err_tensor is None else err_tensor
     if S.dense_dim:
@@ -199,7 +199,7 @@ def _compressed_product(S: CompressedTensor, D: np.ndarray, rt: np.dtype, op: st
 
 
 def _coo_product(S: COOTensor, D: np.ndarray, rt, op, threads, operands, err_tensor=None, transposed=False):
-    """The ``_matmul_dense`` hook of COO: through csr (batch dims flattened into rows)."""
+    """The body of COO: through csr (batch dims flattened into rows)."""
     if S.dense_dim:
         raise NotImplementedError(f"{op}: a hybrid coo tensor (dense_dim={S.dense_dim}) times a dense array "
                                   "is not supported")

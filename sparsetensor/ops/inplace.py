@@ -33,11 +33,11 @@ def zero_(t):
     (True, 0, array([0, 0, 0]))
     """
     _require_sparse(t, "zero_")
-    return _ZERO_BY_LAYOUT[type(t)](t, )  # the layout's hook: _zero_coo or _zero_compressed
+    return _ZERO_BY_LAYOUT[type(t)](t)
 
 
 def _zero_coo(t: COOTensor) -> COOTensor:
-    """The ``_zero_`` hook of COO."""
+    """The body of COO."""
     t._indices = frozen(np.empty((t.sparse_dim, 0), dtype=t.index_dtype))
     t._values = np.empty((0,) + t.shape[t.sparse_dim:], dtype=t.dtype)
     t._coalesced = True
@@ -45,7 +45,7 @@ def _zero_coo(t: COOTensor) -> COOTensor:
 
 
 def _zero_compressed(t: CompressedTensor) -> CompressedTensor:
-    """The ``_zero_`` hook of the compressed layouts."""
+    """The body of the compressed layouts."""
     dt = t.index_dtype
     m = t.batch_dim
     batch = t.shape[:m]
@@ -102,11 +102,11 @@ def copy_(dst, src, *, threads: int | None = None):
                          batch_dim=dst.batch_dim, index_dtype=dst.index_dtype, threads=threads)
         sources = [a]
     new = new.astype(dst.dtype, copy=False)._with_index_dtype(dst.index_dtype)
-    return _TAKE_MEMBERS_BY_LAYOUT[type(dst)](dst, new, sources)  # the layout's hook: _take_coo or _take_compressed
+    return _TAKE_MEMBERS_BY_LAYOUT[type(dst)](dst, new, sources)
 
 
 def _take_coo(dst: COOTensor, new: COOTensor, sources) -> COOTensor:
-    """The ``_take_members`` hook of COO: ``dst`` takes ``new``'s members (copies of those that may
+    """The body of COO: ``dst`` takes ``new``'s members (copies of those that may
     share memory with ``sources``) and flags."""
     dst._indices = frozen(_own(new.indices(), sources))
     dst._values = _own(new.values(), sources)
@@ -116,7 +116,7 @@ def _take_coo(dst: COOTensor, new: COOTensor, sources) -> COOTensor:
 
 
 def _take_compressed(dst: CompressedTensor, new: CompressedTensor, sources) -> CompressedTensor:
-    """The ``_take_members`` hook of the compressed layouts (see :func:`_take_coo`)."""
+    """The body of the compressed layouts (see :func:`_take_coo`)."""
     dst._compressed = frozen(_own(new.compressed_indices(), sources))
     dst._plain = frozen(_own(new.plain_indices(), sources))
     dst._values = _own(new.values(), sources)
@@ -164,7 +164,7 @@ def resize_as_(t, other):
 
 
 def _resize_coo(t: COOTensor, shape: tuple, n: int, other) -> COOTensor:
-    """The ``_resize_as`` hook of COO: ``t`` resized in place to ``shape`` with ``n`` dense dims."""
+    """The body of COO: ``t`` resized in place to ``shape`` with ``n`` dense dims."""
     dt = t.index_dtype
     S = len(shape) - n
     if t.nnz and (S, n) != (t.sparse_dim, t.dense_dim):
@@ -184,7 +184,7 @@ def _resize_coo(t: COOTensor, shape: tuple, n: int, other) -> COOTensor:
 
 
 def _resize_compressed(t: CompressedTensor, shape: tuple, n: int, other) -> CompressedTensor:
-    """The ``_resize_as`` hook of the compressed layouts (see :func:`_resize_coo`)."""
+    """The body of the compressed layouts (see :func:`_resize_coo`)."""
     dt = t.index_dtype
     m = len(shape) - 2 - n
     if m < 0:

@@ -88,7 +88,7 @@ def cat(tensors, dim: int = 0, *, threads: int | None = None):
     total = sum(t.shape[d] for t in tensors)
     shape = first.shape[:d] + (total,) + first.shape[d + 1:]
     kind = _kind(first, d)
-    # the layout's hook: _coo_cat or _compressed_cat
+  
     return _CAT_CALC_BY_LAYOUT[type(first)](tensors, d, kind, shape, "cat", threads)
 
 
@@ -173,7 +173,7 @@ def _members(t: CompressedTensor):
 
 
 def _unsqueeze_coo(t: COOTensor, d: int) -> COOTensor:
-    """The ``_unsqueeze`` hook of COO: ``t`` with a new dim of size 1 at ``d`` (0 <= d <= t.ndim)."""
+    """The body of COO: ``t`` with a new dim of size 1 at ``d`` (0 <= d <= t.ndim)."""
     shape = t.shape[:d] + (1,) + t.shape[d:]
     S = t.sparse_dim
     if d <= S:
@@ -183,7 +183,7 @@ def _unsqueeze_coo(t: COOTensor, d: int) -> COOTensor:
 
 
 def _unsqueeze_compressed(t: CompressedTensor, d: int) -> CompressedTensor:
-    """The ``_unsqueeze`` hook of the compressed layouts: a new batch or dense dim at ``d``."""
+    """The body of the compressed layouts: a new batch or dense dim at ``d``."""
     shape = t.shape[:d] + (1,) + t.shape[d:]
     m = t.batch_dim
     if d <= m:

@@ -20,13 +20,13 @@ __all__ = ["sparse_mask"]
 
 # -- sparse_mask -------------------------------------------------------------------------------------
 def _coo_coords(mask: COOTensor, threads) -> tuple:
-    """The ``_element_coords`` hook of COO: ``(mask, its indices)``, not yet bounds-checked (see
+    """The body of COO: ``(mask, its indices)``, not yet bounds-checked (see
     :func:`_linear`)."""
     return mask, mask.indices()
 
 
 def _compressed_coords(mask: CompressedTensor, threads) -> tuple:
-    """The ``_element_coords`` hook of the compressed layouts: ``(valid mask, coordinates (S, N) of
+    """The body of the compressed layouts: ``(valid mask, coordinates (S, N) of
     every element of its values in order)``."""
     mask = ensure_valid(mask, repair=True, threads=threads)
     m = mask.batch_dim
@@ -109,7 +109,7 @@ def sparse_mask(t, mask, *, threads: int | None = None):
                          "shapes (and dense dims) must agree")
     if not sparse_t and a.dtype not in VALUE_DTYPES:
         raise TypeError(f"sparse_mask: unsupported value dtype {a.dtype}")
-    mask, coords = _ELEMENT_COORDS_BY_LAYOUT[type(mask)](mask, threads)  # the layout's hook: _coo_coords or _compressed_coords
+    mask, coords = _ELEMENT_COORDS_BY_LAYOUT[type(mask)](mask, threads)
     if sparse_t:
         gathered = _lookup(a, coords, mask, threads)
     else:

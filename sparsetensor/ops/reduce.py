@@ -114,7 +114,7 @@ def _check_nonempty_reduction(op, shape: tuple, dims: tuple, name: str) -> None:
 
 def _squeeze(result, dims: tuple, keepdim: bool):
     """Drop the reduced dims (size 1 in ``result``) unless ``keepdim``: a dense result here, a
-    sparse one by its layout's hook (``_reduce_return``)."""
+    sparse one by its layout's body (``_REDUCE_RETURN_BY_LAYOUT``)."""
     if keepdim:
         return result
     if not isinstance(result, SparseTensor):  # a dense array of the tensor's device
@@ -123,7 +123,7 @@ def _squeeze(result, dims: tuple, keepdim: bool):
 
 
 def _squeeze_coo(result: COOTensor, dims: tuple) -> COOTensor:
-    """The ``_reduce_return`` hook of COO: drop the reduced sparse (index rows) and dense dims."""
+    """The body of COO: drop the reduced sparse (index rows) and dense dims."""
     S = result.sparse_dim
     keep_rows = [d for d in range(S) if d not in dims]
     vshape = (result.nnz,) + tuple(s for d, s in enumerate(result.shape) if d >= S and d not in dims)
@@ -133,7 +133,7 @@ def _squeeze_coo(result: COOTensor, dims: tuple) -> COOTensor:
 
 
 def _squeeze_compressed(t: CompressedTensor, dims: tuple) -> CompressedTensor:
-    """The ``_reduce_return`` hook of the compressed layouts: only dense dims (values' trailing
+    """The body of the compressed layouts: only dense dims (values' trailing
     axes) or batch dims of size 1 are dropped."""
     m = t.batch_dim
     b = 2 if t.layout.blocked else 0
@@ -395,9 +395,9 @@ def _dense_softmax(v: np.ndarray, axis: int, log: bool) -> np.ndarray:
 
 
 # ``_SOFTMAX_CALC_BY_LAYOUT[type(t)](t, d, log, threads)``: the softmax values of ``t`` (distinct indices, a floating
-# work dtype) along ``d``, in ``t``'s entry order; a hook per layout, as ``_reduce_calc``.
+# work dtype) along ``d``, in ``t``'s entry order; a body per layout (``_SOFTMAX_CALC_BY_LAYOUT``).
 def _softmax_coo(t: COOTensor, d: int, log: bool, threads) -> np.ndarray:
-    """The ``_softmax_calc`` hook of COO."""
+    """The body of COO."""
     v = t.values()
     S = t.sparse_dim
     if d >= S:
@@ -409,7 +409,7 @@ def _softmax_coo(t: COOTensor, d: int, log: bool, threads) -> np.ndarray:
 
 
 def _softmax_compressed(t: CompressedTensor, d: int, log: bool, threads) -> np.ndarray:
-    """The ``_softmax_calc`` hook of the compressed layouts."""
+    """The body of the compressed layouts."""
     v = t.values()
     m, b = t.batch_dim, (2 if t.layout.blocked else 0)
     if d >= m + 2:

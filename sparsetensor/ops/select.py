@@ -80,11 +80,11 @@ def transpose(t, dim0: int, dim1: int):
     return _with_values(t, v if t.layout is L.sparse_coo else np.ascontiguousarray(v), shape)
 
 
-# Per-layout hooks (bound on the classes from the op table, sparsetensor._api): the public op
-# resolves the dims and arguments once, then ``t._<op>_sparse(...)`` does the layout's work along
+# Per-layout bodies (``*_BY_LAYOUT`` at the end of this module): the public op
+# resolves the dims and arguments once, then ``_<OP>_SPARSE_BY_LAYOUT[type(t)](t, ...)`` does the layout's work along
 # a sparse dim.
 def _transpose_sparse_coo(t: COOTensor, d0: int, d1: int) -> COOTensor:
-    """The ``_transpose_sparse`` hook of COO: the two index rows swapped (values shared)."""
+    """The body of COO: the two index rows swapped (values shared)."""
     rows = list(range(t.sparse_dim))
     rows[d0], rows[d1] = d1, d0
     idx = t.indices().take(rows, axis=0)  # a new array (NumPy's or a device array's take)
@@ -94,7 +94,7 @@ def _transpose_sparse_coo(t: COOTensor, d0: int, d1: int) -> COOTensor:
 
 
 def _transpose_sparse_compressed(t: CompressedTensor, d0: int, d1: int) -> CompressedTensor:
-    """The ``_transpose_sparse`` hook of the compressed layouts: the view csr <-> csc, bsr <-> bsc."""
+    """The body of the compressed layouts: the view csr <-> csc, bsr <-> bsc."""
     return t._matrix_transpose()
 
 
@@ -169,7 +169,7 @@ def narrow(t, dim: int, start: int, length: int, *, threads: int | None = None):
 
 
 def _narrow_coo(t: COOTensor, d: int, start: int, length: int, shape: tuple, threads) -> COOTensor:
-    """The ``_narrow_sparse`` hook of COO: the entries whose coordinate along ``d`` is in range."""
+    """The body of COO: the entries whose coordinate along ``d`` is in range."""
     idx = ensure_valid(t, threads=threads).indices()  # entries are kept by coordinate: C4/C5 first
     coord = idx[d]
     keep = (coord >= start) & (coord < start + length)
@@ -179,7 +179,7 @@ def _narrow_coo(t: COOTensor, d: int, start: int, length: int, shape: tuple, thr
 
 
 def _narrow_compressed(t: CompressedTensor, d: int, start: int, length: int, shape: tuple, threads):
-    """The ``_narrow_sparse`` hook of the compressed layouts: whole (block) rows along the
+    """The body of the compressed layouts: whole (block) rows along the
     compressed dim, a filtered plain dim otherwise."""
     is_comp, bs = _sparse_axis(t, d)
     if start % bs or length % bs:
@@ -246,7 +246,7 @@ def select(t, dim: int, index: int, *, threads: int | None = None):
 
 
 def _select_compressed(t: CompressedTensor, d: int, i: int, shape: tuple, threads):
-    """The ``_select_sparse`` hook of the compressed layouts: through COO (see :func:`select`)."""
+    """The body of the compressed layouts: through COO (see :func:`select`)."""
     if t.batch_dim:  # the batches of a narrowed tensor could differ in nnz: go through coo
         return select(t.to_sparse(L.sparse_coo, threads=threads), d, i, threads=threads)
     _, bs = _sparse_axis(t, d)
@@ -256,7 +256,7 @@ def _select_compressed(t: CompressedTensor, d: int, i: int, shape: tuple, thread
 
 
 def _select_coo(t: COOTensor, d: int, i: int, shape: tuple, threads):
-    """The ``_select_sparse`` hook of COO: the entries with coordinate ``i`` along ``d``."""
+    """The body of COO: the entries with coordinate ``i`` along ``d``."""
     idx = ensure_valid(t, threads=threads).indices()  # entries are kept by coordinate: C4/C5 first
     keep = idx[d] == i
     values = t.values()[keep]
@@ -303,7 +303,7 @@ def index_select(t, dim: int, index, *, threads: int | None = None):
 
 
 def _index_select_compressed(t: CompressedTensor, d: int, idx: np.ndarray, shape: tuple, threads):
-    """The ``_index_select_sparse`` hook of the compressed layouts."""
+    """The body of the compressed layouts."""
     K = idx.shape[0]
     is_comp, bs = _sparse_axis(t, d)
     if bs != 1:
@@ -317,7 +317,7 @@ def _index_select_compressed(t: CompressedTensor, d: int, idx: np.ndarray, shape
 
 
 def _index_select_coo(t: COOTensor, d: int, idx: np.ndarray, shape: tuple, threads) -> COOTensor:
-    """The ``_index_select_sparse`` hook of COO: a counting pass over ``idx``, one over the entries."""
+    """The body of COO: a counting pass over ``idx``, one over the entries."""
     t = ensure_valid(t, threads=threads)  # C4/C5 first
     dt = t.index_dtype
     check_fits(dt, "coo", **{f"size[{d}]": shape[d]})
