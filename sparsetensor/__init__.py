@@ -63,7 +63,7 @@ __all__ = [
     "sparse_coo_tensor", "sparse_compressed_tensor", "sparse_csr_tensor", "sparse_csc_tensor",
     "sparse_bsr_tensor", "sparse_bsc_tensor", "from_dense", "from_scipy", "to_scipy", "from_torch", "to_torch",
     "save", "load", "read_mtx", "write_mtx",
-    "diagonal", "trace", "zeros", "eye", "diags", "random", "rmat", "stencil",
+    "zeros", "eye", "diags", "random", "rmat", "stencil",
     "check_invariants", "get_check_invariants", "num_threads", "set_num_threads", "set_pool_limit", "pool_stats",
     "INDEX_DTYPES", "VALUE_DTYPES", "show_config", "__version__",
     "autograd", "optim",

@@ -121,6 +121,8 @@ def sparse_coo_tensor(indices, values, size=None, *, dtype=None, device=None, ch
     is_coalesced : bool, optional
         Declare the indices sorted and distinct (checked when checking is on).
 
+    Notes
+    -----
     Host arrays of the right dtype are used without a copy; the tensor holds a
     read-only view of ``indices``. Writing afterwards to the array you passed in is
     undefined behaviour (an op may raise or compute wrong values, but never reads or
@@ -216,6 +218,8 @@ def sparse_compressed_tensor(compressed_indices, plain_indices, values, size=Non
         Run the O(nnz) checks of invariants 5.1-5.6 (the O(1) ones always run).
         Defaults to the context's setting, see :func:`check_invariants`.
 
+    Notes
+    -----
     Index arrays keep their dtype; non-contiguous inputs are copied to
     contiguous arrays (invariants 3.5-3.7); other inputs are used without a copy.
     The tensor holds read-only views of its index arrays (its accessors return
