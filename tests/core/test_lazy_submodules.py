@@ -5,6 +5,7 @@ PyTorch or cuda-python. Each case runs in a fresh interpreter, whose ``sys.modul
 from __future__ import annotations
 
 import importlib.util
+import os
 import subprocess
 import sys
 
@@ -13,8 +14,12 @@ import pytest
 ENGINES = ("dask", "distributed", "mpi4py", "torch", "cuda.core", "cuda.bindings")
 
 
+# not the repository root as the working directory: its unbuilt sources would shadow the package
+HERE = os.path.dirname(__file__)
+
+
 def _run(code: str) -> str:
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=HERE)
     assert out.returncode == 0, out.stderr
     return out.stdout.strip()
 
@@ -32,7 +37,7 @@ def test_submodule_by_attribute(name):
     if engine is not None and importlib.util.find_spec(engine.split(".")[0]) is None:
         # without the engine the attribute raises ImportError (not AttributeError), naming it
         out = subprocess.run([sys.executable, "-c", f"import sparsetensor as st; st.{name}"],
-                             capture_output=True, text=True, timeout=120)
+                             capture_output=True, text=True, timeout=120, cwd=HERE)
         assert out.returncode != 0 and ("ImportError" in out.stderr or "ModuleNotFoundError" in out.stderr)
         assert engine.split(".")[0] in out.stderr
         return

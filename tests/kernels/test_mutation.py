@@ -379,7 +379,9 @@ def test_large_paths_of_a_changed_tensor_stay_in_bounds(what):
     4096 columns), the AVX2 SpMV (16 entries a row and more) and two threads. A fresh interpreter,
     not a fork: GNU OpenMP's thread pool does not survive fork (a forked child that starts a
     parallel region after its parent did can hang)."""
-    r = subprocess.run([sys.executable, "-c", _LARGE, what], capture_output=True, text=True, timeout=300)
+    # cwd: not the repository root, whose unbuilt sources would shadow the installed package
+    r = subprocess.run([sys.executable, "-c", _LARGE, what], capture_output=True, text=True, timeout=300,
+                       cwd=os.path.dirname(__file__))
     assert r.returncode == 0, f"exit {r.returncode}: {r.stderr[-2000:]}"
     lines = r.stdout.split("\n")[:-1]
     assert len(lines) == 15 and all(x.startswith("raised") for x in lines), lines  # each change seen, not followed
