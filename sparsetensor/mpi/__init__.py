@@ -10,6 +10,10 @@ imports this package or mpi4py.
   :meth:`DistCSR.to_global`, :meth:`DistCSR.comm_stats`.
 - :func:`load`: each rank reads its rows of a ``.npz`` file (or root reads and
   scatters); :func:`cg`: distributed conjugate gradient.
+- :func:`assemble`, :func:`assemble_vector`: every rank adds global entries, owners receive them
+  (PETSc's ``MatSetValues`` + assembly); ``A.zero_rows``, ``A + B``, ``alpha * A``, ``A.T``.
+- Importing this package makes an uncaught exception on one rank abort the job (``MPI_Abort``)
+  instead of hanging the other ranks; ``SPARSETENSOR_MPI_ABORT=0`` turns that off.
 - ``python -m sparsetensor.mpi {generate,cg,spmv}``: the command line for batch jobs.
 """
 
@@ -19,6 +23,9 @@ except ImportError as e:  # pragma: no cover - depends on the environment
     raise ImportError("sparsetensor.mpi needs mpi4py: pip install \"sparsetensor[mpi]\" (or pip install mpi4py mpich "
                       f"for an MPI as well); importing it failed: {e}") from None
 
+from . import _ops  # noqa: F401  (binds zero_rows, +, -, *, transpose, conj, copy to DistCSR)
+from ._abort import install as _install_abort
+from ._assemble import assemble, assemble_vector
 from ._comm import RemoteError, agree
 from ._exchange import MODES as EXCHANGES
 from ._load import load
@@ -26,3 +33,6 @@ from ._matrix import DistCSR
 from ._solve import cg, dot, norm
 
 __all__ = ["DistCSR", "load", "cg", "dot", "norm", "agree", "RemoteError", "EXCHANGES"]
+__all__ += ["assemble", "assemble_vector"]
+
+_install_abort()  # an uncaught exception on one rank aborts the job instead of hanging it (SPARSETENSOR_MPI_ABORT=0: off)

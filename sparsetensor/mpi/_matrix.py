@@ -25,6 +25,7 @@ import time
 import numpy as np
 from mpi4py import MPI
 
+from .._core._errors import InvariantError
 from .._core._tensor import CompressedTensor, SparseTensor
 from .._core._from_arrays import sparse_csr_tensor
 from .._core._layout import sparse_csr
@@ -35,6 +36,14 @@ from ._partition import (balanced_starts, check_row_pointers, check_starts, even
                          split_blocks)
 
 __all__ = ["DistCSR"]
+
+_ASSEMBLE_HINT = "to add entries by global row from any rank, use sparsetensor.mpi.assemble(rows, cols, values, shape)"
+
+
+def _with_hint(e: InvariantError, hint: str) -> InvariantError:
+    """``e`` with ``hint`` appended to its message (invariant, layout, batch and index kept)."""
+    msg = str(e).removeprefix(f"{e.layout} invariant {e.invariant}: ")
+    return InvariantError(e.invariant, e.layout, msg + hint, batch=e.batch, index=e.index)
 
 
 def _as_csr(t) -> CompressedTensor:
@@ -51,7 +60,8 @@ class DistCSR:
     """A sparse matrix distributed by rows over the ranks of an MPI communicator.
 
     Build one with :meth:`from_global` (a matrix on one rank), :meth:`from_local`
-    (each rank's own rows) or :func:`sparsetensor.mpi.load` (each rank reads its
+    (each rank's own rows), :func:`sparsetensor.mpi.assemble` (entries by global
+    row from every rank) or :func:`sparsetensor.mpi.load` (each rank reads its
     rows of a file); every method that says *collective* must be called by every
     rank of ``comm``, in the same order.
 
@@ -142,6 +152,24 @@ class DistCSR:
         local = agree(comm, local_csr, crow64, cols, vals, int(shape[1]), r0, p0, rank, canonical)
         return cls(comm, shape, row_starts, col_starts, local, exchange=exchange, _internal=True)
 
+    def _with_blocks(self, diag: CompressedTensor, offd: CompressedTensor) -> DistCSR:
+        """A matrix with this one's partitions, ghosts and plan, and the blocks ``diag``/``offd`` (collective).
+
+        The blocks must have this matrix's patterns (new values, e.g. ``alpha * A``):
+        nothing moves, the new matrix only gets its own duplicate communicator.
+        """
+        new = object.__new__(type(self))
+        for name in ("_user_comm", "_shape", "_row_starts", "_col_starts", "_r0", "_r1", "_c0", "_c1",
+                     "_index_dtype", "_ghosts", "_nnz", "_send_idx", "_recv_plan", "_send_plan"):
+            setattr(new, name, getattr(self, name))
+        new._comm = self._user_comm.Dup()
+        new._dtype = diag.dtype
+        new._diag, new._offd = diag, offd
+        new._offd_rows, new._offd_compact = self._compress_rows(offd)
+        new._exchange = GhostExchange(new._comm, self._send_plan, self._recv_plan, self.exchange)
+        new.reset_stats()
+        return new
+
     @staticmethod
     def _col_starts(shape, row_starts, col_starts, size):
         if col_starts is not None:
@@ -202,18 +230,51 @@ class DistCSR:
                                exchange)
 
     @classmethod
-    def from_local(cls, t, comm=None, col_starts=None, exchange: str = "p2p"):
+    def from_local(cls, t, comm=None, col_starts=None, exchange: str = "p2p", *, row_starts=None):
         """Build from each rank's own rows (collective): ``t`` is this rank's row block.
 
         ``t`` is a 2-d sparse tensor of shape ``(rows on this rank, ncols)`` with
         global column indices; rank ``r``'s rows follow rank ``r-1``'s. Every
-        rank must pass the same ``ncols``.
+        rank must pass the same ``ncols``. For entries by *global* row, computed
+        on any rank (finite-element assembly), use :func:`sparsetensor.mpi.assemble`.
+
+        Parameters
+        ----------
+        t : SparseTensor
+            This rank's rows, numbered from 0.
+        comm : mpi4py.MPI.Comm, optional
+            Default ``MPI.COMM_WORLD``.
+        col_starts : sequence of int, optional
+            As for :meth:`from_global`.
+        exchange : {"p2p", "neighbor"}
+        row_starts : sequence of int, optional
+            The ``size + 1`` row boundaries the parts must match: rank ``r``
+            must pass ``row_starts[r+1] - row_starts[r]`` rows.
+
+        Raises
+        ------
+        ValueError
+            On every rank: when a part's row count is not its share of
+            ``row_starts``; when, without ``row_starts``, every rank of two or
+            more passes a square part of one shape ``(N, N)``: that is the
+            global matrix on every rank, and stacking the parts would build a
+            ``(size * N) x N`` matrix (pass ``row_starts`` to stack square
+            blocks on purpose); when the ranks disagree on columns or dtypes.
+        InvariantError
+            When a part breaks an invariant; for out-of-range rows of a COO
+            part the message points to :func:`sparsetensor.mpi.assemble`.
         """
         comm = MPI.COMM_WORLD if comm is None else comm
+        rank, size = comm.rank, comm.size
 
         def prepare():
-            c = _as_csr(t)
-            return c, (c.shape[0], c.shape[1], c.dtype, c.index_dtype)
+            try:
+                c = _as_csr(t)
+            except InvariantError as e:
+                raise _with_hint(e, f" (rank {rank}'s part of shape {tuple(t.shape)}; from_local takes this "
+                                    f"rank's own rows numbered from 0: {_ASSEMBLE_HINT})") from None
+            starts = None if row_starts is None else tuple(np.asarray(row_starts).tolist())
+            return c, (c.shape[0], c.shape[1], c.dtype, c.index_dtype, starts)
 
         c, info = agree(comm, prepare)
         infos = comm.allgather(info)
@@ -222,11 +283,28 @@ class DistCSR:
         if len(ncols) != 1 or len(dts) != 1:
             raise ValueError(f"from_local: every rank must pass the same number of columns, value dtype and index "
                              f"dtype; got {[(i[1], str(i[2]), str(i[3])) for i in infos]}")
-        starts = np.concatenate([[0], np.cumsum([i[0] for i in infos])]).astype(np.int64)
+        counts = [i[0] for i in infos]
+        starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         shape = (int(starts[-1]), ncols.pop())
-        cstarts = agree(comm, cls._col_starts, shape, starts, col_starts, comm.size)
+        # the checks below read only what every rank gathered: all ranks raise, or none
+        if len({i[4] for i in infos}) != 1:
+            raise ValueError(f"from_local: every rank must pass the same row_starts; got {[i[4] for i in infos]}")
+        if row_starts is not None:
+            want = check_starts(row_starts, int(np.asarray(row_starts)[-1]) if np.size(row_starts) else 0, size,
+                                "row_starts")
+            bad = [q for q in range(size) if counts[q] != want[q + 1] - want[q]]
+            if bad:
+                q = bad[0]
+                raise ValueError(f"from_local: rank {q} passed a part of {counts[q]} rows, but row_starts gives it "
+                                 f"{want[q + 1] - want[q]} (rows [{want[q]}, {want[q + 1]})); {_ASSEMBLE_HINT}")
+        elif size > 1 and len(set(counts)) == 1 and counts[0] == shape[1] > 0:
+            n = shape[1]
+            raise ValueError(f"from_local: every rank passed a part of shape ({n}, {n}), as if each held the whole "
+                             f"matrix; stacking them would build a {size * n} x {n} matrix. {_ASSEMBLE_HINT}; to "
+                             f"stack {size} square blocks on purpose, pass row_starts")
+        cstarts = agree(comm, cls._col_starts, shape, starts, col_starts, size)
         nnz = np.asarray(comm.allgather(c.nnz), dtype=np.int64)
-        p0 = int(nnz[:comm.rank].sum())
+        p0 = int(nnz[:rank].sum())
         crow64 = c.crow_indices().astype(np.int64)
         return cls._from_parts(comm, shape, starts, cstarts, crow64, c.col_indices(), c.values(), p0,
                                c.is_coalesced(), exchange)

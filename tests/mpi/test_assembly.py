@@ -1,0 +1,160 @@
+"""Assembly from every rank, the DistCSR operations and the abort hook, on 1-4 MPI ranks.
+
+As in test_mpi.py: one ``mpiexec -n N python -m mpi4py tests/mpi/worker_assembly.py all TMP``
+per rank count runs every suite, each rank checking its part against SciPy's
+serial assembly (exactly: integer-valued entries). The hang test runs a
+script *without* ``-m mpi4py``: only the hook that ``import sparsetensor.mpi``
+installs can stop it from hanging.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from test_mpi import _env, _passed, mpiexec  # noqa: F401  (mpiexec: the fixture)
+
+WORKER = Path(__file__).with_name("worker_assembly.py")
+RANKS = [1, 2, 3, 4]
+TIMEOUT = 180
+
+
+@pytest.fixture(scope="module")
+def launched(mpiexec, tmp_path_factory):  # noqa: F811
+    """One launch per rank count (launches dominate the time); the tests read its output and files."""
+    cache = {}
+
+    def get(n: int):
+        if n not in cache:
+            tmp = tmp_path_factory.mktemp(f"assembly{n}")
+            cmd = [*mpiexec, "-n", str(n), sys.executable, "-m", "mpi4py", str(WORKER), "all", str(tmp)]
+            try:
+                r = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT, env=_env(),
+                                   check=False)
+            except subprocess.TimeoutExpired as e:
+                pytest.fail(f"worker_assembly on {n} ranks did not finish in {TIMEOUT} s (a hang?): "
+                            f"{str(e.stdout)[-2000:]}")
+            assert r.returncode == 0, f"worker_assembly on {n} ranks exited {r.returncode}:\n{r.stdout[-3000:]}\n" \
+                                      f"{r.stderr[-3000:]}"
+            cache[n] = (r.stdout, tmp)
+        return cache[n]
+
+    return get
+
+
+ASSEMBLY_CASES = [f"assemble-{i}-{v}" for i in ("int32", "int64") for v in ("float32", "float64", "complex128")] + [
+    "assemble-empty-ranks", "assemble-rect-dtype-agreed", "assemble-int-values", "assemble-insert", "assemble-vector",
+    "from-local-row-starts"]
+
+
+@pytest.mark.parametrize("n", RANKS)
+def test_assembly_equals_scipy(launched, n):
+    """Off-process entries, duplicates (within and across ranks), empty ranks, index and value dtypes, insert mode."""
+    passed = _passed(launched(n)[0])
+    assert set(ASSEMBLY_CASES) <= passed, sorted(set(ASSEMBLY_CASES) - passed)
+
+
+@pytest.mark.parametrize("n", RANKS)
+def test_operations_equal_serial(launched, n):
+    """zero_rows (with x and b), A + B, A - B, alpha * A, -A, conj, transpose, copy against dense results."""
+    passed = _passed(launched(n)[0])
+    assert {"ops-sum-scale-transpose", "ops-zero-rows"} <= passed, passed
+
+
+# case -> (exception type, only the last rank's input is bad: its rank is named everywhere)
+ERRORS = {"row-out-of-range": ("ValueError", True), "col-out-of-range": ("ValueError", True),
+          "lengths": ("ValueError", True), "float-indices": ("TypeError", True), "values-dtype": ("TypeError", True),
+          "bad-mode": ("ValueError", True), "bad-shape": ("ValueError", True), "block": ("NotImplementedError", False),
+          "vector-row-out-of-range": ("ValueError", True), "from-local-row-starts": ("ValueError", False),
+          "from-local-coo-rows": ("InvariantError", True), "zero-rows-out-of-range": ("ValueError", True),
+          "zero-rows-x-without-b": ("ValueError", False)}
+ERRORS_MULTI = {"modes-disagree": ("ValueError", False), "shapes-disagree": ("ValueError", False),
+                "from-local-global-shape": ("ValueError", False), "sum-partitions": ("ValueError", False),
+                "alpha-disagree": ("ValueError", False)}
+
+
+@pytest.mark.parametrize("n", RANKS)
+def test_bad_input_raises_on_every_rank(launched, n):
+    """Bad input on the last rank only: every rank raises the same type; the message names that rank."""
+    out, tmp = launched(n)
+    assert "DONE" in out
+    want = dict(ERRORS, **(ERRORS_MULTI if n > 1 else {}))
+    for r in range(n):
+        got = {}
+        for line in (tmp / f"raised.{r}.txt").read_text().splitlines():
+            case, etype, _, msg = line.split("\t")
+            got[case] = (etype, msg)
+        assert set(got) == set(want), (r, sorted(set(want) ^ set(got)))
+        for case, (etype, names_rank) in want.items():
+            assert got[case][0] == etype, (r, case, got[case])
+            if names_rank:
+                assert f"rank {n - 1}" in got[case][1], (r, case, got[case])
+                if r != n - 1:
+                    assert f"[raised on rank {n - 1} of {n}]" in got[case][1], (r, case, got[case])
+
+
+def test_docstring_examples(launched):
+    """The examples in _assemble.py and _ops.py, on 2 ranks."""
+    assert "doctests-assembly" in _passed(launched(2)[0])
+
+
+# -- never hang ---------------------------------------------------------------------------------
+HANG_SCRIPT = """
+    import sys, time
+    import numpy as np
+    import sparsetensor as st
+    from mpi4py import MPI
+    from sparsetensor import mpi as stmpi
+
+    comm = MPI.COMM_WORLD
+    t = st.from_dense(np.eye(8)) if comm.rank == 0 else None
+    A = stmpi.DistCSR.from_global(t, comm=comm)
+    r0, r1 = A.row_range
+    comm.Barrier()
+    if comm.rank == 1:
+        print("RAISING", time.time(), file=sys.stderr, flush=True)
+        raise RuntimeError("boom on purpose")
+    y = A @ np.ones(r1 - r0)   # rank 0 waits here for rank 1, which never comes
+    print("NOT REACHED", flush=True)
+"""
+
+
+def test_uncaught_exception_on_one_rank_aborts_the_job(mpiexec, tmp_path):  # noqa: F811
+    """A plain ``python script.py`` (not ``-m mpi4py``): rank 1 raises before A @ x; the job ends non-zero, fast."""
+    script = tmp_path / "hang.py"
+    script.write_text(textwrap.dedent(HANG_SCRIPT))
+    env = _env()
+    env.pop("SPARSETENSOR_MPI_ABORT", None)
+    try:
+        r = subprocess.run([*mpiexec, "-n", "2", sys.executable, str(script)], capture_output=True, text=True,
+                           timeout=60, env=env, cwd=tmp_path, check=False)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the job hung: rank 1's uncaught exception did not abort it within 60 s")
+    end = time.time()
+    assert r.returncode != 0 and "NOT REACHED" not in r.stdout, (r.returncode, r.stdout, r.stderr[-2000:])
+    raised_at = [float(line.split()[1]) for line in r.stderr.splitlines() if line.startswith("RAISING ")]
+    assert raised_at and end - raised_at[0] < 10, (raised_at, end, r.stderr[-2000:])
+    assert "on rank 1 of 2" in r.stderr and "RuntimeError: boom on purpose" in r.stderr, r.stderr[-2000:]
+    assert r.stderr.count("RuntimeError: boom on purpose") == 1, r.stderr[-3000:]  # the traceback once
+
+
+@pytest.mark.parametrize("setting,installed", [(None, True), ("0", False), ("threads", True)])
+def test_abort_hook_opt_out(mpiexec, tmp_path, setting, installed):  # noqa: F811
+    """SPARSETENSOR_MPI_ABORT=0 leaves sys.excepthook alone; on one rank the hook only passes the exception on."""
+    env = _env()
+    env.pop("SPARSETENSOR_MPI_ABORT", None)
+    if setting is not None:
+        env["SPARSETENSOR_MPI_ABORT"] = setting
+    code = ("import sys, threading, sparsetensor.mpi\n"
+            f"assert (sys.excepthook is not sys.__excepthook__) == {installed}, sys.excepthook\n"
+            f"assert (threading.excepthook is not threading.__excepthook__) == {setting == 'threads'}\n"
+            "raise ValueError('one rank only')\n")
+    r = subprocess.run([sys.executable, "-P", "-c", code], capture_output=True, text=True, timeout=60, env=env,
+                       cwd=tmp_path, check=False)
+    # one process: the exception ends it as Python does (exit 1, the traceback), no MPI_Abort
+    assert r.returncode == 1 and "ValueError: one rank only" in r.stderr, (r.returncode, r.stderr[-2000:])
+    assert "MPI_Abort" not in r.stderr and "AssertionError" not in r.stderr, r.stderr[-2000:]
