@@ -28,11 +28,15 @@ from ._abort import install as _install_abort
 from ._assemble import assemble, assemble_vector
 from ._comm import RemoteError, agree
 from ._exchange import MODES as EXCHANGES
+from ._krylov import bicgstab, cg, dot, gmres, minres, norm
 from ._load import load
 from ._matrix import DistCSR
-from ._solve import cg, dot, norm
+from ._operator import DistLinearOperator, aslinearoperator
+from ._precond import BlockJacobi, Jacobi, block_jacobi, jacobi
 
 __all__ = ["DistCSR", "load", "cg", "dot", "norm", "agree", "RemoteError", "EXCHANGES"]
+__all__ += ["gmres", "bicgstab", "minres", "DistLinearOperator", "aslinearoperator", "jacobi", "block_jacobi",
+            "Jacobi", "BlockJacobi"]
 __all__ += ["assemble", "assemble_vector"]
 
 _install_abort()  # an uncaught exception on one rank aborts the job instead of hanging it (SPARSETENSOR_MPI_ABORT=0: off)

@@ -93,7 +93,7 @@ def _report(comm, args, summary: dict, lines: list[str]) -> None:
 
 
 def _cg(args, comm) -> int:
-    from ._solve import cg, norm
+    from ._krylov import cg, norm
 
     A, t_load = _load(args, comm)
     r0, r1 = A.row_range

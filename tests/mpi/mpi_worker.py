@@ -337,8 +337,8 @@ def suite_doctest(tmp):
     import doctest
     import importlib
 
-    for mod in ("sparsetensor.mpi._matrix", "sparsetensor.mpi._load", "sparsetensor.mpi._solve",
-                "sparsetensor.mpi._generate"):
+    for mod in ("sparsetensor.mpi._matrix", "sparsetensor.mpi._load", "sparsetensor.mpi._krylov",
+                "sparsetensor.mpi._operator", "sparsetensor.mpi._precond", "sparsetensor.mpi._generate"):
         r = doctest.testmod(importlib.import_module(mod), optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
         assert r.failed == 0 and r.attempted > 0, (mod, r)
     passed("doctests")

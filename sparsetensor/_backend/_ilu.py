@@ -1,0 +1,88 @@
+"""CPU kernels of the incomplete factorizations and triangular solves (:mod:`sparsetensor.ops.factor`)
+over :mod:`sparsetensor._lib._ilu`.
+
+These take the members of one canonical (validated) square CSR matrix: ``crow`` (n + 1,), ``cols``
+(nnz,) of one index dtype, values of a field dtype. Shapes, dtypes and contiguity are checked here,
+so the kernels can trust them (STYLE rule 3); the kernels guard every index they read. A kernel's
+status becomes :class:`numpy.linalg.LinAlgError` (a ``ValueError``) naming the row.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.linalg import LinAlgError
+
+from .._lib import _ilu as _kernels
+
+__all__ = ["FIELD_DTYPES", "ic0_values", "ilu0_values", "solve_triangular"]
+
+FIELD_DTYPES = (np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.complex64), np.dtype(np.complex128))
+
+# the kernels' statuses (see _ilu.pyx)
+_OK, _ZERO_PIVOT, _MISSING, _NOT_POSITIVE, _CHANGED, _NOT_LOWER = range(6)
+
+
+def _check(what: str, crow, cols, vals) -> None:
+    if crow.dtype != cols.dtype or crow.dtype not in (np.int32, np.int64):
+        raise TypeError(f"{what}: crow and cols must share an index dtype (int32 or int64), got {crow.dtype} "
+                        f"and {cols.dtype}")
+    if vals.dtype not in FIELD_DTYPES:
+        raise TypeError(f"{what}: values must be float32, float64, complex64 or complex128, got {vals.dtype}")
+    if crow.ndim != 1 or cols.ndim != 1 or vals.shape != cols.shape or crow.shape[0] < 1:
+        raise ValueError(f"{what}: expected crow (n + 1,) and cols, values (nnz,), got {crow.shape}, "
+                         f"{cols.shape}, {vals.shape}")
+    if not (crow.flags.c_contiguous and cols.flags.c_contiguous and vals.flags.c_contiguous):
+        raise ValueError(f"{what}: the members must be C-contiguous")
+
+
+def _status(info, what: str, kind: str) -> None:
+    status, row = int(info[0]), int(info[1])
+    if status == _OK:
+        return
+    if status == _ZERO_PIVOT:
+        raise LinAlgError(f"{what}: zero pivot at row {row}: {kind}[{row}, {row}] is 0 (the {kind} factor is "
+                          "singular; a matrix with a zero or tiny diagonal may need reordering or another "
+                          "preconditioner)")
+    if status == _MISSING:
+        raise LinAlgError(f"{what}: row {row} has no diagonal entry in its pattern, so the factor would be "
+                          f"singular (store an explicit diagonal, even 0, to factor it)")
+    if status == _NOT_POSITIVE:
+        raise LinAlgError(f"{what}: the pivot of row {row} is not positive: the matrix is not Hermitian "
+                          "positive definite, or IC(0) broke down on it (try ilu0)")
+    if status == _NOT_LOWER:
+        raise ValueError(f"{what}: row {row} has an entry above the diagonal (expected a lower triangle)")
+    raise ValueError(f"{what}: an index of row {row} is out of range: the arrays changed after validation")
+
+
+def ilu0_values(crow: np.ndarray, cols: np.ndarray, vals: np.ndarray) -> np.ndarray:
+    """The ILU(0) factors' values on the pattern: L strictly below the diagonal (unit diagonal implied), U on and above."""
+    _check("ilu0", crow, cols, vals)
+    out = vals.copy()
+    info = np.zeros(2, dtype=np.int64)
+    _kernels.ilu0(crow, cols, out, info)
+    _status(info, "ilu0", "U")
+    return out
+
+
+def ic0_values(crow: np.ndarray, cols: np.ndarray, vals: np.ndarray) -> np.ndarray:
+    """The IC(0) factor L (``A ~ L L^H``) on the pattern of a lower triangle whose rows end at the diagonal."""
+    _check("ic0", crow, cols, vals)
+    out = vals.copy()
+    info = np.zeros(2, dtype=np.int64)
+    _kernels.ic0(crow, cols, out, info)
+    _status(info, "ic0", "L")
+    return out
+
+
+def solve_triangular(crow: np.ndarray, cols: np.ndarray, vals: np.ndarray, b: np.ndarray, lower: bool,
+                     unit_diagonal: bool, what: str = "spsolve_triangular") -> np.ndarray:
+    """Solve with the lower (upper) triangle of the matrix, in place over ``b`` ((n, k) C-contiguous, values' dtype)."""
+    _check(what, crow, cols, vals)
+    if b.dtype != vals.dtype or b.ndim != 2 or b.shape[0] != crow.shape[0] - 1 or not b.flags.c_contiguous \
+            or not b.flags.writeable:
+        raise ValueError(f"{what}: expected a writeable C-contiguous right-hand side of shape ({crow.shape[0] - 1}, k) "
+                         f"and dtype {vals.dtype}, got {b.shape} {b.dtype}")
+    info = np.zeros(2, dtype=np.int64)
+    _kernels.solve_triangular(crow, cols, vals, b, bool(lower), bool(unit_diagonal), info)
+    _status(info, what, "A")
+    return b

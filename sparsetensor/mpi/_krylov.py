@@ -1,0 +1,732 @@
+"""Distributed Krylov solvers with :mod:`scipy.sparse.linalg`'s signatures and iterates.
+
+``cg``, ``gmres``, ``bicgstab`` and ``minres`` follow SciPy's implementations step for step
+(the same updates in the same order, the same stopping tests, the same ``info``), with
+every inner product and norm reduced over the ranks. Each rank holds its slice of every
+vector; the small scalar recurrences (Givens rotations, Lanczos coefficients) run
+identically on every rank from reduced values, so every rank takes every branch together
+and none waits in a collective that another has left.
+
+Fusing reductions: a reduction is fused with another only where both operands exist
+before either result is needed, possibly by computing a preconditioner application or a
+product one step early (*speculatively*: its result is discarded when the test that
+follows stops the iteration). The arithmetic of every scalar is SciPy's, up to the order
+of the partial sums; a speculative step costs one more product at the end of a solve.
+Each docstring gives the number of allreduces per iteration.
+
+MPI implementations give every rank the same reduced bits (the standard recommends it,
+and MPICH and Open MPI do), which is what keeps the ranks' branches together.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import warnings
+
+import numpy as np
+from mpi4py import MPI
+from scipy.linalg import get_lapack_funcs
+
+from ._comm import agree
+from ._operator import aslinearoperator
+
+__all__ = ["bicgstab", "cg", "dot", "gmres", "minres", "norm"]
+
+
+# -- reductions -----------------------------------------------------------------------------
+def _local_dot(a: np.ndarray, b: np.ndarray):
+    return np.vdot(a, b) if np.iscomplexobj(a) or np.iscomplexobj(b) else np.dot(a, b)
+
+
+def _sqnorm(a: np.ndarray):
+    """This rank's part of ``||a||^2``, in ``a``'s real precision (what ``np.linalg.norm`` sums)."""
+    return np.vdot(a, a).real if np.iscomplexobj(a) else np.dot(a, a)
+
+
+def _allreduce(comm, values):
+    """Global sums of a few local numbers in one allreduce, each returned as its own NumPy scalar type."""
+    values = [v if isinstance(v, np.generic) else np.float64(v) for v in values]
+    cplx = any(np.iscomplexobj(v) for v in values)
+    buf = np.array(values, dtype=np.complex128 if cplx else np.float64)
+    if comm.size > 1:
+        comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM)
+    return [type(v)(s) if np.iscomplexobj(v) else type(v)(s.real) for v, s in zip(values, buf)]
+
+
+def dot(comm, a: np.ndarray, b: np.ndarray):
+    """The global dot product of distributed vectors (``vdot``, conjugating ``a``, for complex), collective."""
+    return _allreduce(comm, [_local_dot(a, b)])[0]
+
+
+def norm(comm, a: np.ndarray) -> float:
+    """The global 2-norm of a distributed vector, collective."""
+    return float(np.sqrt(_allreduce(comm, [float(_sqnorm(a))])[0]))
+
+
+class _Run:
+    """One solve's reductions and figures: ``red(a, b, ...)`` sums a few numbers over the ranks."""
+
+    def __init__(self, comm, stats):
+        self.comm, self.stats = comm, stats
+        self.count = self.iterations = 0
+        self.seconds_reductions = 0.0
+        self.start = time.perf_counter()
+
+    def red(self, *values):
+        t0 = time.perf_counter()
+        out = _allreduce(self.comm, values)
+        self.seconds_reductions += time.perf_counter() - t0
+        self.count += 1
+        return out
+
+    def done(self, x, info):
+        if self.stats is not None:
+            self.stats.update(iterations=self.iterations, seconds=time.perf_counter() - self.start,
+                              seconds_reductions=self.seconds_reductions, reductions=self.count)
+        return x, info
+
+
+# -- the system -----------------------------------------------------------------------------
+_COERCE = {"f": 0, "d": 1, "F": 2, "D": 3}
+
+
+def _coerce(a: str, b: str) -> str:
+    """SciPy's ``make_system`` type rule: non-float types count as 'd'; complex wins, double wins."""
+    a = a if a in "fdFD" else "d"
+    b = b if b in "fdFD" else "d"
+    cplx = a in "FD" or b in "FD"
+    double = a in "dD" or b in "dD"
+    return ("D" if double else "F") if cplx else ("d" if double else "f")
+
+
+def _psolve_of(M):
+    if M is None:
+        return lambda r: r  # SciPy's identity: the same array back
+    f = getattr(M, "matvec", None)
+    if f is None:
+        if not callable(M):
+            raise TypeError(f"M must be a preconditioner (an object with matvec, or a callable on this rank's "
+                            f"slice), got {type(M).__name__}")
+        f = M
+    return f
+
+
+def _system(name, A, b, x0, M, threads):
+    """SciPy's ``make_system`` on this rank's slices, agreed over the ranks (collective).
+
+    Returns ``(op, psolve, x, b, n)``; an error on any rank raises on every rank.
+    """
+    op = aslinearoperator(A, threads=threads)
+    comm = op.comm
+
+    def local():
+        if op.shape[0] != op.shape[1] or not np.array_equal(op.row_starts, op.col_starts):
+            raise ValueError(f"{name}: A must be square with its columns split like its rows, got shape {op.shape}")
+        r0, r1 = op.row_range
+        n_local = r1 - r0
+        bb = np.asanyarray(b)
+        if bb.shape not in ((n_local,), (n_local, 1)):
+            raise ValueError(f"{name}: b must be this rank's {n_local} entries (shape ({n_local},) or "
+                             f"({n_local}, 1)), got shape {bb.shape}")
+        if bb.dtype.char not in "fdFD":
+            bb = bb.astype("d")
+        xtype = _coerce(op.dtype.char, bb.dtype.char)
+        bb = np.asarray(bb, dtype=xtype).ravel()
+        psolve = _psolve_of(M)
+        if M is not None and getattr(M, "shape", op.shape) != op.shape:
+            raise ValueError(f"{name}: A and the preconditioner have different shapes: {op.shape} and {M.shape}")
+        if isinstance(x0, str):
+            if x0 != "Mb":
+                raise ValueError(f"{name}: x0 must be an array, None or 'Mb', got {x0!r}")
+            return bb, None, xtype, psolve
+        if x0 is None:
+            return bb, np.zeros(n_local, dtype=xtype), xtype, psolve
+        x = np.array(x0, dtype=xtype)
+        if x.shape not in ((n_local,), (n_local, 1)):
+            raise ValueError(f"{name}: x0 must be this rank's {n_local} entries, got shape {x.shape}")
+        return bb, x.ravel(), xtype, psolve
+
+    bb, x, xtype, psolve = agree(comm, local)
+    kinds = comm.allgather(xtype) if comm.size > 1 else [xtype]
+    if len(set(kinds)) != 1:
+        raise TypeError(f"{name}: b (or x0) has different dtypes on different ranks, giving systems of types "
+                        f"{kinds} (by rank)")
+    if x is None:  # x0='Mb': the preconditioner applied to b (collective when M is)
+        x = psolve(bb.copy())
+    return op, psolve, x, bb, op.shape[0]
+
+
+def _atol(name, b_norm, atol, rtol):
+    if atol == "legacy" or atol is None or atol < 0:
+        raise ValueError(f"'sparsetensor.mpi.{name}' called with invalid `atol`={atol}; if set, `atol` must be a "
+                         "real, non-negative number.")
+    return max(float(atol), float(rtol) * float(b_norm))
+
+
+def _start(x):
+    """This rank's ``x.any()`` as a number to reduce with others: SciPy skips ``A @ x0`` when ``x0`` is zero."""
+    return np.float64(1.0 if x.any() else 0.0)
+
+
+# -- CG -------------------------------------------------------------------------------------
+def cg(A, b, x0=None, *, rtol=1e-5, atol=0., maxiter=None, M=None, callback=None, threads=None, stats=None):
+    """Solve ``A x = b`` by conjugate gradient, ``A`` Hermitian positive definite (collective).
+
+    :func:`scipy.sparse.linalg.cg`'s iteration on this rank's slices, with global
+    reductions: **2 allreduces per iteration** (``||r||^2`` with ``r^H z``, then
+    ``p^H A p``), against SciPy's three inner products. The preconditioner is applied
+    before the convergence test so that the first two travel together; the solve's
+    last application is therefore not used.
+
+    Parameters
+    ----------
+    A : DistCSR or DistLinearOperator
+        Square, columns split like its rows (see :func:`aslinearoperator`).
+    b : numpy.ndarray
+        This rank's slice of the right-hand side (``A.row_range``), shape ``(n,)`` or ``(n, 1)``.
+    x0 : numpy.ndarray or 'Mb', optional
+        This rank's slice of the starting guess (default zeros); ``'Mb'``: ``M @ b``.
+    rtol, atol : float
+        Stop when ``||b - A x|| < max(atol, rtol * ||b||)`` (global norms).
+    maxiter : int, optional
+        Default ``10 * n`` (``n``: the global size).
+    M : preconditioner, optional
+        An object with ``matvec`` (:func:`jacobi`, :func:`block_jacobi`, a
+        :class:`DistLinearOperator`) or a callable on this rank's slice, approximating
+        ``A^-1``, Hermitian positive definite.
+    callback : callable, optional
+        ``callback(x)`` after each iteration, with this rank's slice.
+    threads : int, optional
+        Threads for the local products of a :class:`DistCSR`.
+    stats : dict, optional
+        Filled with ``iterations``, ``seconds``, ``seconds_reductions`` and
+        ``reductions`` (allreduces of the solve) on this rank.
+
+    Returns
+    -------
+    x : numpy.ndarray
+        This rank's slice of the solution.
+    info : int
+        0: converged; ``> 0``: not converged, the number of iterations done.
+
+    See Also
+    --------
+    scipy.sparse.linalg.cg : the one-process method; the dtype rules are its own
+        (float32 stays float32, integers become float64).
+
+    Examples
+    --------
+    >>> import numpy as np, sparsetensor as st
+    >>> from mpi4py import MPI
+    >>> from sparsetensor import mpi as stmpi
+    >>> t = st.from_dense(np.array([[4.0, 1.0, 0.0], [1.0, 3.0, 0.0], [0.0, 0.0, 2.0]]))
+    >>> A = stmpi.DistCSR.from_global(t if MPI.COMM_WORLD.rank == 0 else None)
+    >>> r0, r1 = A.row_range
+    >>> x, info = stmpi.cg(A, np.array([1.0, 2.0, 4.0])[r0:r1], rtol=1e-10)
+    >>> g = A.gather(x)
+    >>> info, (np.round(g, 6) if MPI.COMM_WORLD.rank == 0 else np.array([0.090909, 0.636364, 2.0]))
+    (0, array([0.090909, 0.636364, 2.      ]))
+    """
+    op, psolve, x, b, n = _system("cg", A, b, x0, M, threads)
+    run = _Run(op.comm, stats)
+    bb, any_x = run.red(_sqnorm(b), _start(x))
+    bnrm2 = np.sqrt(bb)
+    atol = _atol("cg", bnrm2, atol, rtol)
+    if bnrm2 == 0:
+        return run.done(b, 0)
+    if maxiter is None:
+        maxiter = n * 10
+    dotprod = np.vdot if np.iscomplexobj(x) else np.dot
+    matvec = op._matvec
+    r = b - matvec(x) if any_x else b.copy()
+    rho_prev, p = None, None
+    for iteration in range(maxiter):
+        z = psolve(r)
+        rr, rho_cur = run.red(_sqnorm(r), dotprod(r, z))
+        if np.sqrt(rr) < atol:
+            return run.done(x, 0)
+        run.iterations = iteration + 1
+        if iteration > 0:
+            beta = rho_cur / rho_prev
+            p *= beta
+            p += z
+        else:
+            p = np.empty_like(r)
+            p[:] = z[:]
+        q = matvec(p)
+        (pq,) = run.red(dotprod(p, q))
+        alpha = rho_cur / pq
+        x += alpha * p
+        r -= alpha * q
+        rho_prev = rho_cur
+        if callback:
+            callback(x)
+    return run.done(x, maxiter)
+
+
+# -- BiCGSTAB -------------------------------------------------------------------------------
+def bicgstab(A, b, x0=None, *, rtol=1e-5, atol=0., maxiter=None, M=None, callback=None, threads=None, stats=None):
+    """Solve ``A x = b`` by BiCGSTAB (collective); ``A`` square, any.
+
+    :func:`scipy.sparse.linalg.bicgstab`'s iteration (right preconditioning, its
+    breakdown tests and ``info`` codes -10 and -11) on this rank's slices: **3
+    allreduces per iteration** (``||r||^2`` with ``r~^H r``; ``r~^H v``; ``||s||^2``
+    with ``t^H s`` and ``t^H t``) against SciPy's six inner products. The
+    preconditioner and product of ``s`` are computed before the test on ``||s||``, so
+    a solve that stops there has done one of each more than SciPy.
+
+    Parameters
+    ----------
+    A, b, x0, rtol, atol, maxiter, M, callback, threads, stats
+        As in :func:`cg`.
+
+    Returns
+    -------
+    x : numpy.ndarray
+        This rank's slice of the solution.
+    info : int
+        0: converged; ``> 0``: the iterations done without converging; ``< 0``: breakdown.
+
+    Examples
+    --------
+    >>> import numpy as np, sparsetensor as st
+    >>> from mpi4py import MPI
+    >>> from sparsetensor import mpi as stmpi
+    >>> d = np.array([[4.0, 2.0, 0.0, 1.0], [3.0, 0.0, 0.0, 2.0], [0.0, 1.0, 1.0, 1.0], [0.0, 2.0, 1.0, 0.0]])
+    >>> A = stmpi.DistCSR.from_global(st.from_dense(d) if MPI.COMM_WORLD.rank == 0 else None)
+    >>> r0, r1 = A.row_range
+    >>> x, info = stmpi.bicgstab(A, np.array([-1, -0.5, -1, 2])[r0:r1], atol=1e-5)
+    >>> info, bool(np.allclose(A @ x, np.array([-1, -0.5, -1, 2])[r0:r1]))
+    (0, True)
+    """
+    op, psolve, x, b, n = _system("bicgstab", A, b, x0, M, threads)
+    run = _Run(op.comm, stats)
+    bb, any_x = run.red(_sqnorm(b), _start(x))
+    bnrm2 = np.sqrt(bb)
+    atol = _atol("bicgstab", bnrm2, atol, rtol)
+    if bnrm2 == 0:
+        return run.done(b, 0)
+    if maxiter is None:
+        maxiter = n * 10
+    dotprod = np.vdot if np.iscomplexobj(x) else np.dot
+    matvec = op._matvec
+    rhotol = np.finfo(x.dtype.char).eps ** 2  # SciPy's values (from the Fortran original)
+    omegatol = rhotol
+    rho_prev, omega, alpha, p, v, s = None, None, None, None, None, None
+    r = b - matvec(x) if any_x else b.copy()
+    rtilde = r.copy()
+    for iteration in range(maxiter):
+        rr, rho = run.red(_sqnorm(r), dotprod(rtilde, r))
+        if np.sqrt(rr) < atol:
+            return run.done(x, 0)
+        if np.abs(rho) < rhotol:
+            return run.done(x, -10)
+        run.iterations = iteration + 1
+        if iteration > 0:
+            if np.abs(omega) < omegatol:
+                return run.done(x, -11)
+            beta = (rho / rho_prev) * (alpha / omega)
+            p -= omega * v
+            p *= beta
+            p += r
+        else:
+            s = np.empty_like(r)
+            p = r.copy()
+        phat = psolve(p)
+        v = matvec(phat)
+        (rv,) = run.red(dotprod(rtilde, v))
+        if rv == 0:
+            return run.done(x, -11)
+        alpha = rho / rv
+        r -= alpha * v
+        s[:] = r[:]
+        shat = psolve(s)  # ahead of the test on ||s||: its reduction rides with t^H s and t^H t
+        t = matvec(shat)
+        ss, ts, tt = run.red(_sqnorm(s), dotprod(t, s), dotprod(t, t))
+        if np.sqrt(ss) < atol:
+            x += alpha * phat
+            return run.done(x, 0)
+        omega = ts / tt
+        x += alpha * phat
+        x += omega * shat
+        r -= omega * t
+        rho_prev = rho
+        if callback:
+            callback(x)
+    return run.done(x, maxiter)
+
+
+# -- GMRES ----------------------------------------------------------------------------------
+def gmres(A, b, x0=None, *, rtol=1e-5, atol=0., restart=None, maxiter=None, M=None, callback=None,
+          callback_type=None, gram_schmidt="modified", threads=None, stats=None):
+    """Solve ``A x = b`` by restarted GMRES (collective); ``A`` square, any.
+
+    :func:`scipy.sparse.linalg.gmres`'s method on this rank's slices: left
+    preconditioning (the preconditioned residual is minimised; convergence is tested on
+    ``||b - A x||``), SciPy's inner tolerance control, Givens rotations and
+    ``callback_type`` semantics. The Hessenberg matrix and the rotations are small and
+    computed on every rank alike.
+
+    Allreduces: with ``gram_schmidt="modified"`` (SciPy's arithmetic), **k + 2 per inner
+    iteration k** (k = 0, 1, ...: ``||w||^2`` with ``v_0^H w``, then one per further
+    basis vector, then ``||w||^2`` after the projections), and one per restart cycle
+    (the residual norm together with the norm of its preconditioned image, which is
+    computed before the test). ``gram_schmidt="classical"``: **2 per inner iteration**
+    (every ``v_j^H w`` with ``||w||^2``, then ``||w||^2`` after the projections); the
+    same method in exact arithmetic but not SciPy's rounding: it may need a different
+    number of iterations on ill-conditioned systems, and loses orthogonality sooner
+    (no reorthogonalisation).
+
+    Parameters
+    ----------
+    A, b, x0, rtol, atol, M, threads, stats
+        As in :func:`cg`.
+    restart : int, optional
+        Inner iterations per cycle, default ``min(20, n)``.
+    maxiter : int, optional
+        Restart cycles (or inner iterations with ``callback_type="legacy"``), default ``10 * n``.
+    callback : callable, optional
+        Called per ``callback_type``.
+    callback_type : {'x', 'pr_norm', 'legacy'}, optional
+        ``'x'``: ``callback(x)`` (this rank's slice) after each cycle; ``'pr_norm'``:
+        ``callback(presid / ||b||)`` after each inner iteration; ``'legacy'`` (the default,
+        with SciPy's ``DeprecationWarning`` when ``callback`` is given): as ``'pr_norm'``,
+        and ``maxiter`` counts inner iterations.
+    gram_schmidt : {'modified', 'classical'}
+        How each new basis vector is orthogonalised (see above).
+
+    Returns
+    -------
+    x : numpy.ndarray
+        This rank's slice of the solution.
+    info : int
+        0: converged; ``> 0``: not converged, ``maxiter``.
+
+    Examples
+    --------
+    >>> import numpy as np, sparsetensor as st
+    >>> from mpi4py import MPI
+    >>> from sparsetensor import mpi as stmpi
+    >>> d = np.array([[3.0, 2.0, 0.0], [1.0, -1.0, 0.0], [0.0, 5.0, 1.0]])
+    >>> A = stmpi.DistCSR.from_global(st.from_dense(d) if MPI.COMM_WORLD.rank == 0 else None)
+    >>> r0, r1 = A.row_range
+    >>> b = np.array([2.0, 4.0, -1.0])[r0:r1]
+    >>> x, info = stmpi.gmres(A, b, atol=1e-5)
+    >>> info, bool(np.allclose(A @ x, b))
+    (0, True)
+    """
+    if callback is not None and callback_type is None:
+        warnings.warn("sparsetensor.mpi.gmres called without specifying `callback_type` (SciPy's rule): the "
+                      "default is 'legacy'; pass callback_type='pr_norm', 'x' or 'legacy'",
+                      category=DeprecationWarning, stacklevel=2)
+    if callback_type is None:
+        callback_type = "legacy"
+    if callback_type not in ("x", "pr_norm", "legacy"):
+        raise ValueError(f"Unknown callback_type: {callback_type!r}")
+    if gram_schmidt not in ("modified", "classical"):
+        raise ValueError(f"gram_schmidt must be 'modified' or 'classical', got {gram_schmidt!r}")
+    if callback is None:
+        callback_type = None
+    op, psolve, x, b, n = _system("gmres", A, b, x0, M, threads)
+    run = _Run(op.comm, stats)
+    matvec = op._matvec
+    Mb = psolve(b)  # SciPy's ||M b||, reduced with ||b||
+    bb, mbb, any_x = run.red(_sqnorm(b), _sqnorm(Mb), _start(x))
+    bnrm2 = np.sqrt(bb)
+    atol = _atol("gmres", bnrm2, atol, rtol)
+    if bnrm2 == 0:
+        return run.done(b, 0)
+    eps = np.finfo(x.dtype.char).eps
+    dotprod = np.vdot if np.iscomplexobj(x) else np.dot
+    if maxiter is None:
+        maxiter = n * 10
+    if restart is None:
+        restart = 20
+    restart = min(restart, n)
+    Mb_nrm2 = np.sqrt(mbb)
+    # SciPy's inner tolerance (gh-8400): the inner loop tests the preconditioned residual
+    ptol_max_factor = 1.
+    ptol = Mb_nrm2 * min(ptol_max_factor, atol / bnrm2)
+    presid = 0.
+    lartg = get_lapack_funcs("lartg", dtype=x.dtype)
+    v = np.empty([restart + 1, x.shape[0]], dtype=x.dtype)
+    h = np.zeros([restart, restart + 1], dtype=x.dtype)
+    givens = np.zeros([restart, 2], dtype=x.dtype)
+    inner_iter = 0
+    rnorm = None
+    z0 = None  # psolve of the current residual, computed with its norm's reduction
+    for iteration in range(maxiter):
+        if iteration == 0:
+            r = b - matvec(x) if any_x else b.copy()
+            z0 = psolve(r)
+            rr, zz = run.red(_sqnorm(r), _sqnorm(z0))
+            if np.sqrt(rr) < atol:
+                return run.done(x, 0)
+        v[0, :] = z0
+        tmp = np.sqrt(zz)
+        v[0, :] *= (1 / tmp)
+        S = np.zeros(restart + 1, dtype=x.dtype)  # the right-hand side of the small least-squares problem
+        S[0] = tmp
+        breakdown = False
+        for col in range(restart):
+            run.iterations += 1
+            w = psolve(matvec(v[col, :]))
+            if gram_schmidt == "modified":
+                ww, tmp = run.red(_sqnorm(w), dotprod(v[0, :], w))
+                h0 = np.sqrt(ww)
+                for k in range(col + 1):
+                    if k:
+                        (tmp,) = run.red(dotprod(v[k, :], w))
+                    h[col, k] = tmp
+                    w -= tmp * v[k, :]
+            else:
+                sums = run.red(_sqnorm(w), *[dotprod(v[k, :], w) for k in range(col + 1)])
+                h0 = np.sqrt(sums[0])
+                for k in range(col + 1):
+                    h[col, k] = sums[k + 1]
+                    w -= sums[k + 1] * v[k, :]
+            (ww,) = run.red(_sqnorm(w))
+            h1 = np.sqrt(ww)
+            h[col, col + 1] = h1
+            v[col + 1, :] = w[:]
+            if h1 <= eps * h0:  # the exact solution is in the basis
+                h[col, col + 1] = 0
+                breakdown = True
+            else:
+                v[col + 1, :] *= (1 / h1)
+            for k in range(col):  # the earlier rotations, on the new column
+                c, s = givens[k, 0], givens[k, 1]
+                n0, n1 = h[col, [k, k + 1]]
+                h[col, [k, k + 1]] = [c * n0 + s * n1, -s.conj() * n0 + c * n1]
+            c, s, mag = lartg(h[col, col], h[col, col + 1])
+            givens[col, :] = [c, s]
+            h[col, [col, col + 1]] = mag, 0
+            tmp = -np.conjugate(s) * S[col]
+            S[[col, col + 1]] = [c * S[col], tmp]
+            presid = np.abs(tmp)
+            inner_iter += 1
+            if callback_type in ("legacy", "pr_norm"):
+                callback(presid / bnrm2)
+            if callback_type == "legacy" and inner_iter == maxiter:
+                break
+            if presid <= ptol or breakdown:
+                break
+        # the upper triangular solve of SciPy (a zero pivot pseudo-solved: its component dropped)
+        if h[col, col] == 0:
+            S[col] = 0
+        y = np.zeros([col + 1], dtype=x.dtype)
+        y[:] = S[:col + 1]
+        for k in range(col, 0, -1):
+            if y[k] != 0:
+                y[k] /= h[k, k]
+                tmp = y[k]
+                y[:k] -= tmp * h[k, :k]
+        if y[0] != 0:
+            y[0] /= h[0, 0]
+        x += y @ v[:col + 1, :]
+        r = b - matvec(x)
+        last = (callback_type == "legacy" and inner_iter == maxiter) or iteration == maxiter - 1
+        if last:
+            (rr,) = run.red(_sqnorm(r))
+        else:  # the next cycle's M r, whose norm rides with ||r||'s reduction
+            z0 = psolve(r)
+            rr, zz = run.red(_sqnorm(r), _sqnorm(z0))
+        rnorm = np.sqrt(rr)
+        if callback_type == "legacy" and inner_iter == maxiter:
+            return run.done(x, 0 if rnorm <= atol else maxiter)
+        if callback_type == "x":
+            callback(x)
+        if rnorm <= atol or breakdown:
+            break
+        elif presid <= ptol:  # the inner test passed, the outer did not: tighten
+            ptol_max_factor = max(eps, 0.25 * ptol_max_factor)
+        else:
+            ptol_max_factor = min(1.0, 1.5 * ptol_max_factor)
+        ptol = presid * min(ptol_max_factor, atol / rnorm)
+    return run.done(x, 0 if rnorm <= atol else maxiter)
+
+
+# -- MINRES ---------------------------------------------------------------------------------
+def minres(A, b, x0=None, *, rtol=1e-5, shift=0.0, maxiter=None, M=None, callback=None, show=False, check=False,
+           threads=None, stats=None):
+    """Solve ``(A - shift I) x = b`` by MINRES, ``A`` symmetric (collective).
+
+    :func:`scipy.sparse.linalg.minres`'s iteration (Paige and Saunders, as SciPy has it:
+    its stopping tests, ``check``, and its ``numpy.inner`` products, which do not conjugate)
+    on this rank's slices: **2 allreduces per iteration** (``beta``; then ``||x||`` for
+    the stopping test together with the next iteration's ``alpha``, whose Lanczos product
+    is computed before the test) against SciPy's three. The last iteration's look-ahead
+    product is not used.
+
+    Parameters
+    ----------
+    A, b, x0, rtol, maxiter, M, callback, threads, stats
+        As in :func:`cg` (``maxiter`` defaults to ``5 * n``); ``M`` must be symmetric
+        positive definite.
+    shift : float
+        Solve ``(A - shift I) x = b``.
+    show : bool
+        Not supported: ``True`` raises ``NotImplementedError`` (SciPy prints a log).
+    check : bool
+        SciPy's symmetry checks of ``A`` and ``M`` before iterating (``ValueError``).
+
+    Returns
+    -------
+    x : numpy.ndarray
+        This rank's slice of the solution.
+    info : int
+        0: stopped by a test; ``maxiter``: the iteration limit.
+
+    Examples
+    --------
+    >>> import numpy as np, sparsetensor as st
+    >>> from mpi4py import MPI
+    >>> from sparsetensor import mpi as stmpi
+    >>> d = np.array([[2.0, 1.0, 0.0], [1.0, -3.0, 1.0], [0.0, 1.0, 1.0]])   # symmetric, indefinite
+    >>> A = stmpi.DistCSR.from_global(st.from_dense(d) if MPI.COMM_WORLD.rank == 0 else None)
+    >>> r0, r1 = A.row_range
+    >>> b = np.array([1.0, 2.0, 3.0])[r0:r1]
+    >>> x, info = stmpi.minres(A, b, rtol=1e-10)
+    >>> info, bool(np.allclose(A @ x, b))
+    (0, True)
+    """
+    if show:
+        raise NotImplementedError("sparsetensor.mpi.minres: show=True (SciPy's printed log) is not supported")
+    op, psolve, x, b, n = _system("minres", A, b, x0, M, threads)
+    run = _Run(op.comm, stats)
+    matvec = op._matvec
+    if maxiter is None:
+        maxiter = 5 * n
+    istop = 0
+    itn = 0
+    xtype = x.dtype
+    eps = np.finfo(xtype).eps
+    # the first Lanczos vector: y = beta1 P' v1 with P = M^-1
+    r1 = b.copy() if x0 is None else b - matvec(x)
+    y = psolve(r1)
+    beta1, bb = run.red(np.inner(r1, y), _sqnorm(b))
+    if beta1 < 0:
+        raise ValueError("indefinite preconditioner")
+    elif beta1 == 0:
+        return run.done(x, 0)
+    bnorm = np.sqrt(bb)
+    if bnorm == 0:
+        return run.done(b, 0)
+    beta1 = math.sqrt(beta1)
+    if check:
+        w = matvec(y)
+        r2 = matvec(w)
+        s, t = run.red(np.inner(w, w), np.inner(y, r2))
+        if abs(s - t) > (s + eps) * eps ** (1.0 / 3.0):
+            raise ValueError("non-symmetric matrix")
+        r2 = psolve(y)
+        s, t = run.red(np.inner(y, y), np.inner(r1, r2))
+        if abs(s - t) > (s + eps) * eps ** (1.0 / 3.0):
+            raise ValueError("non-symmetric preconditioner")
+    oldb = 0
+    beta = beta1
+    dbar = 0
+    epsln = 0
+    phibar = beta1
+    rhs1 = beta1
+    rhs2 = 0
+    tnorm2 = 0
+    gmax = 0
+    gmin = np.finfo(xtype).max
+    cs = -1
+    sn = 0
+    w = np.zeros(x.shape[0], dtype=xtype)
+    w2 = np.zeros(x.shape[0], dtype=xtype)
+    r2 = r1
+
+    def lanczos_head(y, beta, oldb, r1, itn):
+        """The start of iteration ``itn``: v and A v less the previous directions (before alpha)."""
+        v = (1.0 / beta) * y
+        y = matvec(v)
+        y = y - shift * v
+        if itn >= 2:
+            y = y - (beta / oldb) * r1
+        return v, y
+
+    ahead = None  # (v, y, alfa) of the next iteration, computed with the last ||x||
+    while itn < maxiter:
+        itn += 1
+        run.iterations = itn
+        if ahead is None:
+            v, y = lanczos_head(y, beta, oldb, r1, itn)
+            (alfa,) = run.red(np.inner(v, y))
+        else:
+            v, y, alfa = ahead
+        y = y - (alfa / beta) * r2
+        r1 = r2
+        r2 = y
+        y = psolve(r2)
+        oldb = beta
+        (beta,) = run.red(np.inner(r2, y))
+        if beta < 0:
+            raise ValueError("non-symmetric matrix")
+        beta = math.sqrt(beta)
+        tnorm2 += alfa ** 2 + oldb ** 2 + beta ** 2
+        if itn == 1 and beta / beta1 <= 10 * eps:
+            istop = -1  # b and x are eigenvectors (M = I): stop after this iteration
+        # the previous rotation, then the next one
+        oldeps = epsln
+        delta = cs * dbar + sn * alfa
+        gbar = sn * dbar - cs * alfa
+        epsln = sn * beta
+        dbar = - cs * beta
+        root = np.linalg.norm([gbar, dbar])
+        gamma = max(np.linalg.norm([gbar, beta]), eps)
+        cs = gbar / gamma
+        sn = beta / gamma
+        phi = cs * phibar
+        phibar = sn * phibar
+        denom = 1.0 / gamma
+        w1 = w2
+        w2 = w
+        w = (v - oldeps * w1 - delta * w2) * denom
+        x = x + phi * w
+        gmax = max(gmax, gamma)
+        gmin = min(gmin, gamma)
+        z = rhs1 / gamma
+        rhs1 = rhs2 - delta * z
+        rhs2 = - epsln * z
+        # ||x|| for the tests; the next iteration's alpha rides along unless this one is the last
+        # (a zero beta would make SciPy divide by zero only if it went on: left to the next loop)
+        if itn < maxiter and istop == 0 and beta != 0:
+            nv, ny = lanczos_head(y, beta, oldb, r1, itn + 1)
+            xx, nalfa = run.red(_sqnorm(x), np.inner(nv, ny))
+            ahead = (nv, ny, nalfa)
+        else:
+            (xx,) = run.red(_sqnorm(x))
+            ahead = None
+        Anorm = math.sqrt(tnorm2)
+        ynorm = np.sqrt(xx)
+        epsx = Anorm * ynorm * eps
+        rnorm = phibar
+        test1 = np.inf if ynorm == 0 or Anorm == 0 else rnorm / (Anorm * ynorm)
+        test2 = np.inf if Anorm == 0 else root / Anorm
+        Acond = gmax / gmin
+        if istop == 0:
+            t1 = 1 + test1
+            t2 = 1 + test2
+            if t2 <= 1:
+                istop = 2
+            if t1 <= 1:
+                istop = 1
+            if itn >= maxiter:
+                istop = 6
+            if Acond >= 0.1 / eps:
+                istop = 4
+            if epsx >= beta1:
+                istop = 3
+            if test2 <= rtol:
+                istop = 2
+            if test1 <= rtol:
+                istop = 1
+        if callback is not None:
+            callback(x)
+        if istop != 0:
+            break
+    return run.done(x, maxiter if istop == 6 else 0)
