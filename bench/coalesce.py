@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 import sparsetensor as st
-from sparsetensor._backend._coalesce import coalesce
+from sparsetensor._backend.cpu._coalesce import coalesce
 
 from ._common import peers, median_time, print_table, write_json
 

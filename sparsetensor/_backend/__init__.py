@@ -6,7 +6,7 @@ shapes and broadcasting once, without looking at the device, and then calls
 :data:`KERNELS`, each a checked ``def`` over that device's typed kernels:
 
 - :mod:`sparsetensor._backend.cpu`: the Cython kernels of ``sparsetensor/_lib``;
-- :mod:`sparsetensor.cuda._backend`: the NVRTC-compiled ``kernels/*.cu``, found through the
+- :mod:`sparsetensor._backend.cuda`: the NVRTC-compiled ``kernels/*.cu``, found through the
   device registry of :mod:`sparsetensor._core._device` (the CUDA package registers itself there
   at import and loads cuda-python only on first use). A kernel the device lacks raises
   ``NotImplementedError`` naming the op and the device.

@@ -103,7 +103,7 @@ def to_host(t):
 
 
 def backend(device: str):
-    """The kernels of CUDA device ``device`` (:mod:`sparsetensor.cuda._backend`, the same names as
+    """The kernels of CUDA device ``device`` (:mod:`sparsetensor._backend.cuda`, the same names as
     :mod:`sparsetensor._backend.cpu`); what :func:`sparsetensor._backend.backend_for` returns for
     device operands."""
     return _hooks("cuda").backend()

@@ -6,13 +6,16 @@ import numpy as np
 
 from ._errors import InvariantError
 
-__all__ = ["VALUE_DTYPES", "INDEX_DTYPES", "as_value_dtype", "as_index_dtype", "index_dtype_of",
+__all__ = ["VALUE_DTYPES", "VALUE_DTYPE_SET", "INDEX_DTYPES", "as_value_dtype", "as_index_dtype", "index_dtype_of",
            "check_fits", "raw_view", "zero_test_view", "arith_view"]
 
 VALUE_DTYPES = tuple(np.dtype(d) for d in (
     "bool", "int8", "int16", "int32", "int64", "uint8",
     "float16", "float32", "float64", "complex64", "complex128"))
 INDEX_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))
+# The one value-dtype policy: tensor values, dense operands and dense results alike (torch's set,
+# which has no uint16/32/64). NumPy's promotion of any two of them stays inside the set.
+VALUE_DTYPE_SET = frozenset(VALUE_DTYPES)
 
 _RAW = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 

@@ -1,5 +1,5 @@
 """COO coalescing kernels (Cython, OpenMP). Inputs are trusted to have the shapes and
-dtypes documented here: the Python wrappers in sparsetensor._backend._coalesce check them
+dtypes documented here: the Python wrappers in sparsetensor._backend.cpu._coalesce check them
 before calling. Index values are not trusted: the kernels check their bounds.
 
 Values are passed as "sum views": bool as uint8 (reduced by logical or), float16

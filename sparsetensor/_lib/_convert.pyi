@@ -26,7 +26,8 @@ def coo_to_rows(
     sizes: np.ndarray,    # (S,) int64 sparse sizes
     ptr: np.ndarray,      # (prod(sizes[:-1]) + 1,) int32 (when N fits) or int64, filled: entries before each flat row
     nthreads: int,
-) -> CooError | None: ...  # every index row is read, also of a tensor checked when built
+    trusted: bool = False,  # the tensor was checked when built: with 2 sparse dims, the columns are not read
+) -> CooError | None: ...  # the rows are always read and checked (they say where ptr is written)
 
 def group_count(
     compressed: np.ndarray,  # (B, n + 1) index, unblocked (csr/csc)

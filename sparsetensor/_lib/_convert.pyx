@@ -175,6 +175,16 @@ cdef bint _coo_block_bad(const index_t* rows, const index_t* cols, Py_ssize_t k0
     return bad != 0
 
 
+cdef bint _coo_block_rows_bad(const index_t* rows, Py_ssize_t k0, Py_ssize_t k1, uint64_t nrows) noexcept nogil:
+    """_coo_block_bad for a tensor whose order was checked when it was built: only the rows, which
+    say where ptr is written, are read (bounds, non-decreasing); the columns are only copied."""
+    cdef Py_ssize_t k
+    cdef int bad = 0
+    for k in range(k0, k1):
+        bad = bad | (<uint64_t><int64_t>rows[k] >= nrows) | (rows[k] < rows[k - 1])
+    return bad != 0
+
+
 cdef inline int64_t _row_starts(const index_t* rows, Py_ssize_t b0, Py_ssize_t b1, int64_t prev,
                                 index2_t* ptr) noexcept nogil:
     """Write ptr[r] = k for every row r in (prev, rows[k]] starting at an entry k of [b0, b1),
@@ -200,9 +210,11 @@ cdef inline int64_t _row_starts(const index_t* rows, Py_ssize_t b0, Py_ssize_t b
 
 
 cdef void _coo_rows_2d(const index_t* idx, Py_ssize_t N, const int64_t* sizes, int64_t F, Py_ssize_t k0,
-                       Py_ssize_t k1, index2_t* ptr, int64_t* f) noexcept nogil:
+                       Py_ssize_t k1, index2_t* ptr, int64_t* f, bint trusted) noexcept nogil:
     """_coo_rows for two sparse dims (no batch dims): the flat row is the row. Blocks are
-    checked branch-free first; only a bad block is rescanned entry by entry."""
+    checked branch-free first; only a bad block is rescanned entry by entry. ``trusted``: the
+    columns were checked when the tensor was built (and its index is read-only since), so only
+    the rows are read."""
     cdef Py_ssize_t k, b0, b1
     cdef uint64_t nrows = <uint64_t>sizes[0], ncols = <uint64_t>sizes[1]
     cdef int64_t prev = -1, row
@@ -214,10 +226,11 @@ cdef void _coo_rows_2d(const index_t* idx, Py_ssize_t N, const int64_t* sizes, i
     b0 = k0
     while b0 < k1:
         b1 = b0 + COO_ROWS_BLOCK if k1 - b0 > COO_ROWS_BLOCK else k1
-        if b0 == 0 or prev < 0 or _coo_block_bad(idx, cols, b0, b1, nrows, ncols):
+        if b0 == 0 or prev < 0 or (_coo_block_rows_bad(idx, b0, b1, nrows) if trusted
+                                   else _coo_block_bad(idx, cols, b0, b1, nrows, ncols)):
             for k in range(b0, b1):  # the careful scan: the first error, in order
                 row = idx[k]
-                col = cols[k]
+                col = 0 if trusted else cols[k]
                 if <uint64_t>row >= nrows or <uint64_t><int64_t>col >= ncols:
                     if <uint64_t>row >= nrows:
                         f[0], f[1], f[2], f[3] = k, 4 if row < 0 else 5, 0, row
@@ -225,7 +238,7 @@ cdef void _coo_rows_2d(const index_t* idx, Py_ssize_t N, const int64_t* sizes, i
                         f[0], f[1], f[2], f[3] = k, 4 if col < 0 else 5, 1, col
                     return
                 if row <= prev:
-                    if row < prev or col <= prev_col:
+                    if row < prev or (col <= prev_col and not trusted):
                         f[0], f[1], f[2], f[3] = k, 6, -1, 0
                         return
                 else:
@@ -234,14 +247,14 @@ cdef void _coo_rows_2d(const index_t* idx, Py_ssize_t N, const int64_t* sizes, i
                 prev_col = col
         else:  # checked: only the row starts
             prev = _row_starts(idx, b0, b1, prev, ptr)
-            prev_col = cols[b1 - 1]
+            prev_col = 0 if trusted else cols[b1 - 1]
         b0 = b1
     if k1 == N:
         _fill(ptr, prev + 1, F, N)
 
 
 cdef void _coo_rows(const index_t* idx, Py_ssize_t N, Py_ssize_t S, const int64_t* sizes, int64_t F,
-                    Py_ssize_t k0, Py_ssize_t k1, index2_t* ptr, int64_t* f) noexcept nogil:
+                    Py_ssize_t k0, Py_ssize_t k1, index2_t* ptr, int64_t* f, bint trusted) noexcept nogil:
     """Entries [k0, k1): check bounds and order, and write ptr[r] for every flat row r whose
     first entry (or the end, for the last range) lies here.
     f receives the first error: (position, 4 | 5 | 6 for C4 | C5 | C6, dim, value)."""
@@ -251,7 +264,7 @@ cdef void _coo_rows(const index_t* idx, Py_ssize_t N, Py_ssize_t S, const int64_
     cdef int64_t ignored[4]
     f[0] = -1
     if S == 2:
-        _coo_rows_2d(idx, N, sizes, F, k0, k1, ptr, f)
+        _coo_rows_2d(idx, N, sizes, F, k0, k1, ptr, f, trusted)
         return
     if k0 > 0:
         prev = _flat_row(idx, N, S, sizes, k0 - 1, ignored)
@@ -273,20 +286,25 @@ cdef void _coo_rows(const index_t* idx, Py_ssize_t N, Py_ssize_t S, const int64_
 
 
 cdef void _coo_rows_any(const index_t* idx, Py_ssize_t N, Py_ssize_t S, const int64_t* sizes, int64_t F,
-                        Py_ssize_t k0, Py_ssize_t k1, index2_t* ptr, int64_t* f) noexcept nogil:
+                        Py_ssize_t k0, Py_ssize_t k1, index2_t* ptr, int64_t* f, bint trusted) noexcept nogil:
     f[0] = -1
-    _coo_rows(idx, N, S, sizes, F, k0, k1, ptr, f)
+    _coo_rows(idx, N, S, sizes, F, k0, k1, ptr, f, trusted)
 
 
-def coo_to_rows(const index_t[:, ::1] indices, const int64_t[::1] sizes, index2_t[::1] ptr, int nthreads):
+def coo_to_rows(const index_t[:, ::1] indices, const int64_t[::1] sizes, index2_t[::1] ptr, int nthreads,
+                bint trusted=False):
     """Coalesced COO (S >= 2 sparse dims) -> row pointers over the flat (batch..., row) index:
     ptr[r] = entries before flat row r (F + 1 slots, F = prod(sizes[:-1]); int32 ptr only when N
     fits). The plain indices are the last index row as it is. Returns None, or the first broken
     invariant as ("C4" | "C5", dim, position, value) or ("C6", -1, position, 0).
 
-    Every index row is read and checked, also of a tensor checked when built: its result is
-    marked canonical, and the arrays may have been written since (a user's arrays shared
-    zero-copy). The check rides on the pass that finds the row starts (branch-free blocks)."""
+    The rows are always read and checked (bounds, order): they say where ptr is written, and a
+    user's array shared zero-copy may have been written since the tensor was checked. The
+    columns are read and checked too unless ``trusted`` (two sparse dims only): the tensor's
+    check covered them and its index is read-only, so a column changed behind its back can make
+    the result wrong, never make this kernel write out of bounds (and the kernels that later read
+    the result's columns guard them). The check rides on the pass that finds the row starts
+    (branch-free blocks)."""
     cdef Py_ssize_t S = indices.shape[0], N = indices.shape[1]
     cdef int64_t F = ptr.shape[0] - 1
     cdef int T = split_threads(nthreads, N), t
@@ -307,10 +325,10 @@ def coo_to_rows(const index_t[:, ::1] indices, const int64_t[::1] sizes, index2_
         bounds[t] = N * t // T
     with nogil:
         if T == 1:
-            _coo_rows_any(idx, N, S, &sizes[0], F, 0, N, &ptr[0], &found[0, 0])
+            _coo_rows_any(idx, N, S, &sizes[0], F, 0, N, &ptr[0], &found[0, 0], trusted)
         else:
             for t in prange(T, num_threads=T, schedule="static", chunksize=1):
-                _coo_rows_any(idx, N, S, &sizes[0], F, bounds[t], bounds[t + 1], &ptr[0], &found[t, 0])
+                _coo_rows_any(idx, N, S, &sizes[0], F, bounds[t], bounds[t + 1], &ptr[0], &found[t, 0], trusted)
     for t in range(T):
         if found[t, 0] >= 0:
             if found[t, 1] == 6:

@@ -591,11 +591,11 @@ def _fill_indices_only(const index_t[:, ::1] a_compressed, const index_t[:, ::1]
 # of about equal work; each part writes its rows one after another from the upper bound of its
 # first row's start on, and the parts then move down, in order, to close up (no move where the
 # bound was met, e.g. the intersection of two equal patterns). (Separate buffers per part, copied
-# together at the end as SpGEMM's fused pass does, measured 1.2-1.6x slower here: their pages are
+# together at the end as SpGEMM's fused pass does, were slower here: their pages are
 # touched twice.) The rows of all batches run one after another, so a batch starts where the one
 # before it ends: with one nnz per batch the output is (B, nnz) C-contiguous. A union of one
 # batch runs _union_batch (the same scheme, one range per thread, its row ends counted from
-# the upper bound on: 1.15x faster there than _fused_rows, 27-point stencil, g = 33, one thread).
+# the upper bound on, which saves _fused_rows' separate counting pass).
 cdef inline void _intersect2(int op, const index_t* pa, const value_t* va, Py_ssize_t a0, Py_ssize_t a1,
                              const index_t* pb, const value_t* vb, Py_ssize_t b0, Py_ssize_t b1,
                              const index_t* pc, const value_t* vc, Py_ssize_t c0, Py_ssize_t c1,
@@ -781,7 +781,7 @@ def merge_fused(const index_t[:, ::1] a_compressed, const index_t[:, ::1] a_plai
     if sb:
         bp = &b_plain[0, 0]
         bv = &b_values[0, 0, 0]
-    if union and B == 1:  # row ends counted from the upper bound on (measured faster for one batch)
+    if union and B == 1:  # row ends counted from the upper bound on (one pass fewer for one batch)
         return _union_batch(op, T, n, ac, ap, av, sa, bc, bp, bv, sb, oc, &out_plain[0], &out_values[0, 0], E, alpha,
                             logical)
     # a union moves all but the first part (it never meets its bound): one part per thread; an

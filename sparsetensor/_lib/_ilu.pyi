@@ -1,7 +1,7 @@
 """Incomplete factorizations and triangular solves on one CSR matrix (Cython, sequential).
 
 Inputs: a canonical square CSR matrix (crow (n + 1,), cols (nnz,) of one index dtype, int32 or
-int64; sorted unique columns, checked by sparsetensor._backend._ilu), values float32, float64,
+int64; sorted unique columns, checked by sparsetensor._backend.cpu._ilu), values float32, float64,
 complex64 or complex128. ``info`` (2,) int64 receives (status, row): 0 OK, 1 zero pivot, 2 missing
 diagonal, 3 pivot not positive (IC), 4 indices changed after validation, 5 an entry above the
 diagonal (IC)."""

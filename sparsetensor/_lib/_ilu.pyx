@@ -3,7 +3,7 @@
 # triangle of a Hermitian A) and the row-oriented triangular solve of a CSR matrix. They are
 # sequential: every row depends on the rows before it.
 #
-# Inputs are one canonical CSR matrix (5.1-5.6 checked by the wrapper, sparsetensor._backend._ilu:
+# Inputs are one canonical CSR matrix (5.1-5.6 checked by the wrapper, sparsetensor._backend.cpu._ilu:
 # sorted unique columns), square, values float32/float64/complex64/complex128 (the wrapper
 # converts). Their memory may change after the check (issue 34): every row segment is checked
 # to lie in [0, nnz] and every column in [0, n) before it addresses memory, and the work array

@@ -1,15 +1,14 @@
 # The memory pool of large arrays: the outputs of the kernels from 256 KiB up are taken from
 # blocks that earlier outputs gave back, instead of fresh memory from the operating system.
 #
-# Why: a fresh page costs a fault and the kernel's zeroing of it before the first store. At
-# 10^7 entries that was a quarter of a transpose (33 ms, of which 9 ms in clear_page), and on
-# a VM whose host takes back free memory (virtio-balloon free page reporting) the same
-# zeroing took 190 ms on one thread (perf: clear_page_erms under do_huge_pmd_anonymous_page).
+# Why: a fresh page costs a fault and the kernel's zeroing of it before the first store, a
+# large share of a memory-bound kernel, and far more on a VM whose host takes back free memory
+# (virtio-balloon free page reporting) and hands back huge pages to be zeroed again.
 # glibc keeps allocations up to 32 MiB in its heap but maps and unmaps every larger one, so a
 # loop over a large operator paid that on every call. Below 32 MiB its threshold follows the
 # last freed mapping, so an allocation of the same size as the one just freed is mapped
-# again: every 3 MB np.empty in a loop faulted its 768 pages, and a 10^5-nnz 27-point SpGEMM
-# (2.4 MB parts a thread) took 948 faults a call, 13% of its time. Hence arrays from 256 KiB
+# again: every few-MB np.empty in a loop faulted all its pages, and so did a small SpGEMM's
+# per-thread parts on every call. Hence arrays from 256 KiB
 # up come from the pool too, in blocks of at least 4 MiB (only the pages used are touched). Peers of PyTorch's caching allocator on
 # the GPU and of jemalloc's retained extents.
 #
@@ -23,9 +22,8 @@
 # pages back under memory pressure without a write to them; while it does not, the pages stay
 # mapped and a reuse costs nothing. A request takes the smallest kept block that is at least
 # its size and at most 1.25x it, of those the one freed last: its pages are the likeliest to be
-# faulted in and in cache. (Oldest first, a loop over one 3.5 MB output after a SpGEMM had given
-# back nine 4 MiB blocks went through all nine, faulting each one's untouched huge page: 0.8-3 ms
-# a call for the first nine calls instead of 0.3.) `empty` hands out arrays that are NumPy's own (NEP 49
+# faulted in and in cache. (Oldest first, a loop over one output after a SpGEMM had given back
+# many blocks went through all of them, faulting each one's untouched huge page in turn.) `empty` hands out arrays that are NumPy's own (NEP 49
 # handler), so they behave as any other (resize, pickle, buffer protocol); `pool_alloc` hands
 # out raw blocks for scratch.
 #

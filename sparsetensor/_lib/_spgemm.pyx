@@ -99,9 +99,8 @@ cdef Py_ssize_t CROWDED = 24
 cdef Py_ssize_t ESC_MAX = 8192
 # csr rows of at most ESC_SMALL products whose columns span less than ESC_SMALL_SPAN columns per
 # product sort them in place (insertion sort below 17, quicksort above) instead of by the
-# counting sort: the 5-point stencil squared at 10^7 nnz (25 products over 5657 columns) 1.4x
-# faster, uniform rows of 16 products 1.1x; uniform rows of 25 products over 2 * 10^5 columns
-# were 1.3x slower in place, and rows of 64 products 2x.
+# counting sort, whose passes over the span cost more than sorting a few products that lie
+# close together (rows with more products, or spread wider, sort faster by counting).
 cdef Py_ssize_t ESC_SMALL = 32
 cdef Py_ssize_t ESC_SMALL_SPAN = 256
 # The sorting path's counting sort uses fewer than 2 ** (bitlen(products) - ESC_SHIFT) buckets

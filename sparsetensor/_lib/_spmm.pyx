@@ -12,11 +12,10 @@ block columns (csc/bsc). Two kernels:
   from the back of a late thread's range; every chunk owns its
   output rows, so there are no races. ``N == 1`` with 1 x 1 blocks (SpMV) has
   its own loop with a scalar accumulator, and ``N == 1`` with larger blocks one that sums a
-  block row's outputs in locals (2x2, 3x3 and 4x4 blocks unrolled; a 3x3 float64 fem
-  matrix: 5x the general loop at 10^6 nnz); both prefetch where the matrix streams from
-  memory (1.3-1.4x at 10^7 nnz). CSR x dense with 16 or more columns keeps 16 columns of
-  an output row in locals while the row's entries stream by (1.2-2.2x the general loop
-  at N = 32 on stencils and R-MAT graphs, 10^5-10^6 nnz). For float32/float64 the AVX-512
+  block row's outputs in locals (2x2, 3x3 and 4x4 blocks unrolled); both prefetch where the
+  matrix streams from memory. CSR x dense with 16 or more columns keeps 16 columns of
+  an output row in locals while the row's entries stream by (one load and store of the output
+  row per row instead of per entry). For float32/float64 the AVX-512
   paths of ``_spmm_simd.h`` replace the loops when the build targets AVX-512
   (SpMV: masked gathers, 8 rows summed at once by a transpose tree; a row of
   the output in registers; 4 block rows x 4 vectors for BSR); each output element is summed
@@ -97,11 +96,8 @@ cdef extern from "_spmv_avx2.h" nogil:
                          Py_ssize_t, Py_ssize_t, int64_t, int64_t, int, int)
 
 
-# The AVX2 SpMV runs where the rows hold at least this many entries on average. Against the
-# portable loop (A/B in one process, 2 threads, avx2 level): 27-point stencil (26 a row)
-# 1.22-1.29x, band (17) 1.09-1.17x; R-MAT graphs (13-15 a row, most rows short) 0.84x at 10^5
-# nnz and 1.02-1.07x at 10^6-10^7; 5- and 7-point stencils 0.62-0.95x, two gathers costing more
-# than 5-7 scalar loads.
+# The AVX2 SpMV runs where the rows hold at least this many entries on average: on shorter rows
+# its two gathers cost more than the portable loop's few scalar loads (docs: performance page).
 cdef enum:
     _AVX2_SPMV_MIN_MEAN = 16
 

@@ -55,7 +55,8 @@ cdef inline int _tile_rows(const index_t* cp, const index_t* pp, const num_t* vp
     its terms from 0, entries in order and a block's columns in order, as _gather_rows does
     (which starts a 1 x 1 row from its first product: the same bits but for a -0.0 sum). The
     columns past the last whole tile are added with _axpy. The callers give the block shape
-    and W as constants, so the C compiler unrolls the tile."""
+    and W as constants, so the C compiler unrolls the tile, and check the rows' indices first
+    (_tile_guard): guards inside these loops keep the tile out of registers."""
     cdef Py_ssize_t i, k, j, jt, t, r, q, N = g.N, nfull = g.N - g.N % W, bs = Rb * Cb
     cdef int64_t lo, hi
     cdef num_t acc[_TILE_MAX_RB * _BTILE]  # Rb * W values (_TILE <= this)
@@ -63,16 +64,9 @@ cdef inline int _tile_rows(const index_t* cp, const index_t* pp, const num_t* vp
     cdef const num_t* a
     cdef const num_t* d
     cdef num_t* o
-    cdef bint checked = g.checked
     for i in range(i0, i1):
         lo = cp[i]
         hi = cp[i + 1]
-        if not checked:
-            if _bad_slot(lo, hi, g.nnz):
-                return _BAD_COMPRESSED
-            for k in range(lo, hi):
-                if _bad_plain(pp[k], g.nplain):
-                    return _PLAIN_TOO_LARGE
         o = op + i * Rb * N
         for jt in range(nfull // W):
             j = jt * W
@@ -101,20 +95,46 @@ cdef inline int _tile_rows(const index_t* cp, const index_t* pp, const num_t* vp
     return _OK
 
 
+cdef int _tile_guard(const index_t* cp, const index_t* pp, const _Geo* g, Py_ssize_t i0,
+                     Py_ssize_t i1) noexcept nogil:
+    """The guards of (block) rows [i0, i1) for _tile_rows, in a pass of their own just before it
+    (the range's indices are then in cache): every slot within [0, nnz] and not below its
+    predecessor, every plain index below the plain size (branch-free within a row)."""
+    cdef Py_ssize_t i, k
+    cdef int64_t lo, hi
+    cdef uint64_t nplain = g.nplain
+    cdef int bad = 0
+    for i in range(i0, i1):
+        lo = cp[i]
+        hi = cp[i + 1]
+        if _bad_slot(lo, hi, g.nnz):
+            return _BAD_COMPRESSED
+        for k in range(lo, hi):
+            bad = bad | (<uint64_t><int64_t>pp[k] >= nplain)
+        if bad:
+            return _PLAIN_TOO_LARGE
+    return _OK
+
+
 cdef int _gather_tiles(const index_t* cp, const index_t* pp, const num_t* vp, const num_t* dp,
                        num_t* op, const _Geo* g, Py_ssize_t i0, Py_ssize_t i1) noexcept nogil:
     """_tile_rows for CSR, 16 columns a tile (a function of its own, so that the C compiler
-    inlines the loop with its constants: with the block shapes' copies in one function the
-    loops ran at 0.5-0.9x). The code generated here is fragile: a separate CSR loop beside the
-    block one (120db50) ran CSR at 0.25-0.3x of the same loop alone (cea934a), and locals of
-    16 values with 4-column block tiles at 0.3x; this layout runs CSR at 0.87-0.90x of
-    cea934a's and blocks as fast as 120db50's (A/B, one process)."""
+    inlines the loop with its constants; with the block shapes' copies in one function the
+    loops ran slower). The code generated here is fragile: a separate CSR loop beside the
+    block one, locals of 16 values with 4-column block tiles, or guards inside the loop each
+    kept the tile out of registers (docs: performance page). A/B any change in one process."""
+    cdef int err = _OK if g.checked else _tile_guard(cp, pp, g, i0, i1)
+    if err != _OK:
+        return err
     return _tile_rows(cp, pp, vp, dp, op, g, i0, i1, 1, 1, 1, 1, _TILE)
 
 
 cdef int _gather_btiles(const index_t* cp, const index_t* pp, const num_t* vp, const num_t* dp,
                         num_t* op, const _Geo* g, Py_ssize_t i0, Py_ssize_t i1) noexcept nogil:
     """_tile_rows for blocks, 8 columns a tile: row-major 2x2, 3x3 and 4x4 blocks as constants."""
+    cdef int err = _OK if g.checked else _tile_guard(cp, pp, g, i0, i1)
+    if err != _OK:
+        return err
     if g.ars == g.Cb and g.acs == 1:
         if g.Rb == 2 and g.Cb == 2:
             return _tile_rows(cp, pp, vp, dp, op, g, i0, i1, 2, 2, 2, 1, _BTILE)
@@ -160,8 +180,8 @@ cdef int _gather_vec_stream(const index_t* cp, const index_t* pp, const num_t* v
                             num_t* yp, const _Geo* g, Py_ssize_t i0, Py_ssize_t i1) noexcept nogil:
     """_gather_vec (not logical) for a matrix that streams from memory: a row is read a cache
     line of values at a time, and each line prefetches the one ST_SPMV_PF entries on, values
-    and indices (as _spmm_simd.h). (The same step loop in _gather_vec, run once a row below
-    ST_SHORT_PF_MIN_BYTES, cost 0.75-0.9x at 10^5-10^6 nnz.)"""
+    and indices (as _spmm_simd.h). (Not used below ST_SHORT_PF_MIN_BYTES: from the caches the
+    step loop's bookkeeping costs more than the prefetches save.)"""
     cdef Py_ssize_t i, k, k0, k1, step = 64 // sizeof(num_t)
     cdef int64_t lo, hi, col
     cdef num_t acc
@@ -193,7 +213,7 @@ cdef inline int _bvec_rows(const index_t* cp, const index_t* pp, const num_t* vp
     """_gather_bvec with the block's shape, its strides and whether to prefetch as arguments,
     which the callers give as constants for the common shapes (the C compiler then unrolls the
     block, and a loop that does not prefetch has no trace of it: a test of the flag in every
-    block cost 0.92x at 10^5 nnz)."""
+    block was measurable)."""
     cdef Py_ssize_t i, k, r, q, off, bs = Rb * Cb
     cdef int64_t lo, hi, col
     cdef num_t acc[_BVEC_MAX_RB]
@@ -295,11 +315,10 @@ cdef int _gather_simd(const index_t* cp, const index_t* pp, const num_t* vp, con
 cdef int _gather_one(const index_t* cp, const index_t* pp, const num_t* vp, const num_t* dp, num_t* op,
                      const _Geo* g, int nt) except -1:
     """One product on nt threads. Each thread owns a row range of about equal work (the same
-    rows every call, so a repeated product finds its part of A in that core's cache: 1.02-1.14x
-    over a dynamic schedule at 10^5-10^7 nnz on 2 threads) and works it from the front in blocks
+    rows every call, so a repeated product finds its part of A in that core's cache) and works it from the front in blocks
     of rows; a thread done with its own range takes blocks from the back of the others'. An
     OpenMP worker woken from sleep (OMP_WAIT_POLICY=passive, or past GOMP_SPINCOUNT) can start
-    20-40 us late on a VM, longer than a whole product at 10^5 nnz: the caller's thread then
+    tens of microseconds late on a VM, longer than a whole product at 10^5 nnz: the caller's thread then
     does the late thread's rows instead of waiting for it at the barrier."""
     cdef Py_ssize_t nc = g.nc, G, nb, t, lo, hi, r0, v
     cdef Py_ssize_t* bounds = <Py_ssize_t*>malloc((nt + 1) * sizeof(Py_ssize_t))
@@ -361,8 +380,7 @@ cdef int _gather(const index_t* cp, const index_t* pp, const num_t* vp, const nu
             balanced_split(cp + s * (nc + 1), nnz, <const index_t*>NULL, 0, 1, nc, 1, Cb, P, bounds + s * (P + 1))
         if nt > 1:
             # static: each thread gets the same contiguous row ranges on every call, so a
-            # repeated product (an iterative solver) finds its part of A in that core's cache:
-            # 1.02-1.14x over dynamic at 10^5-10^7 nnz on 2 threads (A/B, idle machine)
+            # repeated product (an iterative solver) finds its part of A in that core's cache
             for task in prange(ntasks, num_threads=nt, schedule="static"):
                 bo = task // P
                 t = task % P

@@ -100,13 +100,11 @@ ST_INLINE __m256 st_red8_ps(const __m256 *a) {
 
 /* SpMV streams a row's values and indices once; the chunk loop prefetches them ST_SPMV_PF
  * entries ahead (4 KB of float64 values), which keeps more lines in flight than the hardware
- * prefetchers do across page boundaries (A/B, one process: 1.05x on the 27-point stencil
- * at 10^6 nnz, 1.2-1.5x at 10^7 and on R-MAT at 10^7). A row shorter than a chunk prefetches
- * once, at its start, where the matrix takes ST_SHORT_PF_MIN_BYTES or more (5- and 7-point
- * stencils at 10^7 nnz: 1.2-1.3x; R-MAT at 10^7 0.98-1.0; at 10^6 nnz, from the caches, a
- * prefetch a row cost 0-5%, hence the bound). BSR x vector prefetches the lines of each pair
- * of blocks ST_BSR_PF bytes ahead where its blocks take ST_BSR_PF_MIN_BYTES or more (3x3
- * float64 blocks: 1.13-1.6x at 10^7 nnz, 1.04-1.2x at 10^6). The address is formed as an
+ * prefetchers do across page boundaries. A row shorter than a chunk prefetches
+ * once, at its start, where the matrix takes ST_SHORT_PF_MIN_BYTES or more (from the caches a
+ * prefetch a row only costs, hence the bound). BSR x vector prefetches the lines of each pair
+ * of blocks ST_BSR_PF bytes ahead where its blocks take ST_BSR_PF_MIN_BYTES or more. The
+ * measurements behind the distances are on the docs' performance page. The address is formed as an
  * integer and a prefetch never faults, so looking past the end of the arrays is harmless.
  * The four distances and bounds live in _prefetch.h, shared with the portable loops. */
 

@@ -15,8 +15,8 @@
  * broken index when `checked` is 0 (nothing is read through a broken index).
  *
  * The entry points are noinline (as meson.build has GCC compile every non-inline function of
- * _spmm): inlined into _gather_task, their code moved the portable loops beside them (0.75-0.9x
- * on the 5- and 7-point SpMV, A/B in one process). */
+ * _spmm): inlined into _gather_task, their code moved the portable loops beside them and slowed
+ * the short-row SpMV. */
 #ifndef ST_SPMV_AVX2_H
 #define ST_SPMV_AVX2_H
 

@@ -1,5 +1,5 @@
 """Coalescing kernels for the compressed layouts (Cython, OpenMP). Inputs are trusted to have
-the shapes and dtypes documented here: ``sparsetensor._backend._coalesce.sum_duplicates`` checks them.
+the shapes and dtypes documented here: ``sparsetensor._backend.cpu._coalesce.sum_duplicates`` checks them.
 Index values are not trusted: the kernels check their bounds.
 
 Values are passed as "sum views": bool as uint8 (reduced by logical or), float16 as its

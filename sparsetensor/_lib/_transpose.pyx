@@ -77,18 +77,15 @@ cdef Py_ssize_t MAX_BUCKETS = 2048
 cdef Py_ssize_t BUCKET_BYTES = 1 << 19
 # Below this many bytes of output the direct scatter stays in cache anyway.
 # Below this many bytes of entries (indices and values) the direct scatter's misses are cache
-# hits: measured (1 thread, 32 MB L3, 512 KB L2) on R-MAT graphs, direct vs bucketed is 0.52
-# vs 1.66 ms at 1.3 MB (scale 13), 3.1 vs 3.6 at 2.7 MB, 8.0 vs 8.2 at 5.7 MB, 19.1 vs 15.6 at 11 MB.
+# hits, and the bucketed pass's second trip over the entries does not pay (docs: performance page).
 cdef Py_ssize_t BUCKETED_MIN_BYTES = 1 << 22
 # Above it, a banded matrix (most plain indices within DIRECT_MAX_BAND of the diagonal:
 # stencils, FEM meshes) still scatters directly, its few live write streams staying in
-# cache: 2.9x faster than bucketed for a 5-point stencil of 1e6 nnz, 1.4x for a 27-point
-# one, 4x for a 5-point one of 1e7 nnz. The band bounds the live write streams (about
+# cache, where bucketing would only add a pass. The band bounds the live write streams (about
 # 2 x band cache lines of each output); a negative value never counts a matrix as banded.
 cdef Py_ssize_t DIRECT_MAX_BAND = 1 << 13
-# ... as does a matrix whose entries lie on at most this many diagonals (a stencil on any grid):
-# the 3-d 7-point stencil of 10^7 nnz (outer diagonals 12544 away) 144 ms bucketed against 58 ms
-# for SciPy's direct scatter on one thread.
+# ... as does a matrix whose entries lie on at most this many diagonals (a stencil on any grid,
+# whose outer diagonals lie far from the main one): one write stream per diagonal.
 cdef enum:
     MAX_DIAGONALS = 64
 # Entries per thread of a batch transposed on several threads (the shared grain of
@@ -301,7 +298,7 @@ cdef int _transpose_direct(const index_t* c, const index_t* p, const raw_t* v, P
     by the same slices (each thread's entries land near its own part of the output). Any other
     scatters by ranges of plain indices of about equal entries, each thread reading every slice
     and moving its range's entries: split by slices, two threads would write to the same output
-    lines (R-MAT at 10^5 nnz: no faster on two threads than on one)."""
+    lines, and the cache lines would bounce between the cores."""
     cdef int t, err = 0
     if T == 1:
         if _count_direct(c, p, 0, n, cur, nplain, nnz):
@@ -610,8 +607,8 @@ def compressed_transpose(const index_t[:, ::1] compressed, const index_t[:, ::1]
             shift += 1
         bucketed = shift > 0
     NB = ((nplain + (1 << shift) - 1) >> shift) if bucketed else nplain
-    # threads by the items moved, not the entries: 10.6k 3x3 blocks (95k items) took 136 us on
-    # one thread and 83 us on two (grain by entries gave them one)
+    # threads by the items moved, not the entries: a block moves bs values, and a grain by
+    # entries kept medium-sized block matrices on one thread
     Ti = 1 if per_batch else max(1, min(T, nnz * max(E, 1) // DIRECT_GRAIN + 1))
     workers = T if per_batch else 1
     # direct mode keeps one counter per plain index and thread: bound that memory

@@ -76,7 +76,7 @@ class _Registered:
 
     @staticmethod
     def backend():
-        from . import _backend
+        from .._backend import cuda as _backend
 
         return _backend
 

@@ -120,19 +120,19 @@ def _upload(x, dev) -> DeviceArray:
 
 
 def _index_extrema(indices: DeviceArray) -> tuple:
-    from ._reduce import index_extrema
+    from .._backend.cuda._reduce import index_extrema
 
     return index_extrema(indices)
 
 
 def _plain_max(plain: DeviceArray) -> int:
-    from ._reduce import index_extrema
+    from .._backend.cuda._reduce import index_extrema
 
     return int(index_extrema(plain.reshape(1, -1))[0][0])
 
 
 def _max_step(compressed: DeviceArray) -> int:
-    from ._reduce import step_extrema
+    from .._backend.cuda._reduce import step_extrema
 
     return step_extrema(compressed)
 
@@ -270,32 +270,32 @@ def to_dense(t) -> DeviceArray:
 
 
 def from_dense(array, layout="csr", *, blocksize=None, dense_dim=0, batch_dim=0, index_dtype=np.int64, device=None):
-    from ._dense import from_dense as _from_dense
+    from .._backend.cuda._dense import from_dense as _from_dense
 
     return _from_dense(array, layout, blocksize=blocksize, dense_dim=dense_dim, batch_dim=batch_dim,
                        index_dtype=index_dtype, device=device)
 
 
 def matmul(a, b):
-    from ._blas import matmul as _matmul
+    from .._backend.cuda._blas import matmul as _matmul
 
     return _matmul(a, b)
 
 
 def sampled_addmm(input, mat1, mat2, *, beta=1.0, alpha=1.0):
-    from ._blas import sampled_addmm as _sddmm
+    from .._backend.cuda._blas import sampled_addmm as _sddmm
 
     return _sddmm(input, mat1, mat2, beta=beta, alpha=alpha)
 
 
 def add(a, b, *, alpha=1):
-    from ._binary import add as _add
+    from .._backend.cuda._binary import add as _add
 
     return _add(a, b, alpha=alpha)
 
 
 def mul(a, b):
-    from ._binary import mul as _mul
+    from .._backend.cuda._binary import mul as _mul
 
     return _mul(a, b)
 
@@ -307,6 +307,6 @@ def sum(t, dim=None):  # noqa: A001 - torch's name
 
 
 def unary(t, op: str):
-    from ._pointwise import unary as _unary
+    from .._backend.cuda._pointwise import unary as _unary
 
     return _unary(t, op)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._backend import _ilu as _backend
+from .._backend.cpu import _ilu as _backend
 from ..ops.factor import _lower, _square_csr
 from ._comm import agree
 

@@ -27,37 +27,22 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import NamedTuple
 
 import numpy as np
 
 from .._core import _layout as L
 from .._backend import backend_for, cpu as _cpu
-from .._backend._views import NO_BATCH, UNSIGNED as _UNSIGNED, work_dtype as _work_dtype
+from .._backend._views import UNSIGNED as _UNSIGNED, work_dtype as _work_dtype
 from .._core._device import device_array, is_device_array
+from .._core._dtypes import VALUE_DTYPE_SET
 from .._core._tensor import COOTensor, CompressedTensor, SparseTensor
-from ._common import broadcasts_to, describe
+from .._backend._plan import (ProductShape, batch_map as _batch_map, batch_maps as _batch_maps,  # noqa: F401
+                              describe_shape as _describe, mismatch as _mismatch, product_shape,
+                              result_dtype as _result_dtype)
+from ._common import broadcasts_to
 
 __all__ = ["matmul", "mm", "mv", "bmm", "addmm", "smm", "hspmm", "sspaddmm", "linear"]
 
-_RESULT_DTYPES = frozenset(np.dtype(d) for d in (
-    "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-    "float16", "float32", "float64", "complex64", "complex128"))
-
-
-_RESULTS: dict = {}  # (dtypes) -> their result dtype, for the supported combinations
-
-
-def _result_dtype(op: str, *dtypes) -> np.dtype:
-    rt = _RESULTS.get(dtypes)
-    if rt is not None:
-        return rt
-    rt = np.result_type(*dtypes)
-    if rt not in _RESULT_DTYPES:
-        raise TypeError(f"{op}: unsupported dtype combination {', '.join(str(np.dtype(d)) for d in dtypes)} "
-                        f"(result {rt})")
-    _RESULTS[dtypes] = rt
-    return rt
 
 
 def _finish(arr: np.ndarray, rt: np.dtype) -> np.ndarray:
@@ -73,22 +58,14 @@ def _as_dense(x, op: str, name: str) -> np.ndarray:
             raise TypeError(f"{op}: {name} must be dense, got a sparse {x.layout.name} tensor")
         if is_device_array(x):
             x = device_array(x)
-            if x.dtype not in _RESULT_DTYPES:
+            if x.dtype not in VALUE_DTYPE_SET:
                 raise TypeError(f"{op}: {name} has unsupported dtype {x.dtype}")
             return x
         x = np.asarray(x)
     a = x
-    if a.dtype not in _RESULT_DTYPES:
+    if a.dtype not in VALUE_DTYPE_SET:
         raise TypeError(f"{op}: {name} has unsupported dtype {a.dtype}")
     return a
-
-
-def _describe(x) -> str:
-    return describe(x, dtype=False)
-
-
-def _mismatch(op: str, a, b, why: str) -> ValueError:
-    return ValueError(f"{op}: cannot multiply a {_describe(a)} by a {_describe(b)}: {why}")
 
 
 def _scalar(op: str, name: str, x, rt: np.dtype):
@@ -116,58 +93,6 @@ def _scalar(op: str, name: str, x, rt: np.dtype):
 
 
 # -- the core: sparse @ dense ---------------------------------------------------------------
-def _batch_map(batch: tuple, out_batch: tuple) -> np.ndarray:
-    """For each batch of ``out_batch`` (flat), the flat index of the batch of ``batch`` it reads."""
-    B = math.prod(batch)
-    if batch == out_batch:
-        return np.arange(B, dtype=np.int64)
-    if B == 1:
-        return np.zeros(math.prod(out_batch), dtype=np.int64)
-    return np.ascontiguousarray(np.broadcast_to(np.arange(B, dtype=np.int64).reshape(batch), out_batch)).ravel()
-
-
-def _batch_maps(s_batch: tuple, d_batch: tuple, op, operands):
-    """(output batch shape, sparse batch map, dense batch map): NumPy broadcasting of batch dims."""
-    if not s_batch and not d_batch:
-        return (), NO_BATCH, NO_BATCH
-    try:
-        out_batch = np.broadcast_shapes(s_batch, d_batch)
-    except ValueError:
-        raise _mismatch(op, *operands, f"batch shapes {s_batch} and {d_batch} do not broadcast") from None
-    return out_batch, _batch_map(s_batch, out_batch), _batch_map(d_batch, out_batch)
-
-
-class ProductShape(NamedTuple):
-    """The shapes of ``S @ D`` (sparse @ dense), resolved once for every device: NumPy's matmul
-    rules, a 1-d ``D`` being a vector, batch dims broadcast."""
-
-    out_shape: tuple  # the result's shape
-    out_batch: tuple
-    sb: np.ndarray  # int64 (B_out,): the batch of S each output batch reads
-    db: np.ndarray  # int64 (B_out,): the batch of D each output batch reads
-    M: int
-    K: int
-    N: int  # 1 for a vector
-
-
-def product_shape(S, D, op: str, operands, transposed: bool = False) -> ProductShape:
-    """The :class:`ProductShape` of sparse ``S`` (no dense dims) times dense ``D`` (anything with
-    ``shape``), or the ``ValueError`` naming both of the user's ``operands`` (``transposed``: the
-    user asked for ``D.mT @ S.mT``)."""
-    d_shape = tuple(D.shape)
-    if not d_shape:
-        raise _mismatch(op, *operands, "matmul needs at least 1-d operands")
-    m = S.batch_dim
-    s_batch, (M, K) = S.shape[:m], S.shape[m:m + 2]
-    vector = len(d_shape) == 1
-    d_batch, Kd, N = ((), d_shape[0], 1) if vector else (d_shape[:-2], d_shape[-2], d_shape[-1])
-    if Kd != K:
-        raise _mismatch(op, *operands, f"inner sizes differ ({Kd} != {K})" if transposed
-                        else f"inner sizes differ ({K} != {Kd})")
-    out_batch, sb, db = _batch_maps(s_batch, d_batch, op, operands)
-    return ProductShape(out_batch + ((M,) if vector else (M, N)), out_batch, sb, db, M, K, N)
-
-
 def _product(S: SparseTensor, D: np.ndarray, rt: np.dtype, op: str, threads, operands, err_tensor=None,
              transposed=False):
     """``S @ D`` in the working dtype of ``rt``, NumPy matmul shapes (1-D ``D`` is a vector).

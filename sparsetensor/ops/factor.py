@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._backend import _ilu as _backend
+from .._backend.cpu import _ilu as _backend
 from .._core._canonical import ensure_valid
 from .._core._from_arrays import sparse_csr_tensor
 from .._core._layout import sparse_csr

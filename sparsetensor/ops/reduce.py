@@ -46,7 +46,7 @@ import operator
 import numpy as np
 
 from .._backend import backend_for, cpu as _cpu
-from .._backend._reduce import batch_offsets, coalesced, group_by
+from .._backend.cpu._reduce import batch_offsets, coalesced, group_by
 from .._core._dtypes import as_value_dtype
 from .._core._shape_checks import normalize_dim
 from .._core._tensor import COOTensor, CompressedTensor, SparseTensor

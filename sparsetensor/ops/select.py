@@ -1,7 +1,7 @@
 """Selection and views: transpose, narrow, select, index_select, nonzero, count_nonzero, for
 every layout, with batch and dense dims (the rules are :mod:`sparsetensor.ops.shape`'s).
 
-The kernels are behind the backend (:mod:`sparsetensor._backend._select` on the CPU).
+The kernels are behind the backend (:mod:`sparsetensor._backend.cpu._select` on the CPU).
 """
 
 from __future__ import annotations

@@ -18,8 +18,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .._backend._coalesce import _NO_PAYLOAD
-from .._backend._coalesce import _values_2d as values_2d
+from .._backend.cpu._coalesce import _NO_PAYLOAD
+from .._backend.cpu._coalesce import _values_2d as values_2d
 from .._core._config import num_threads
 from .._lib import _coalesce as _sort_kernels
 from .._lib import _optim as _kernels

@@ -9,7 +9,7 @@ import pytest
 
 MODULES = ["sparsetensor._core._errors", "sparsetensor._core._config", "sparsetensor._core._from_arrays", "sparsetensor._core._tensor",
            "sparsetensor.ops.dense", "sparsetensor.interop.scipy",
-           "sparsetensor._backend._coalesce", "sparsetensor.ops.convert", "sparsetensor.ops.shape",
+           "sparsetensor._backend.cpu._coalesce", "sparsetensor.ops.convert", "sparsetensor.ops.shape",
            "sparsetensor.ops.pointwise", "sparsetensor.ops.reduce", "sparsetensor.ops.blas",
            "sparsetensor.ops.binary", "sparsetensor.ops.spgemm",
            "sparsetensor.ops.select", "sparsetensor.ops.join", "sparsetensor.ops.inplace", "sparsetensor.ops.mask",

@@ -456,7 +456,7 @@ def test_unary_refuses(backend, rng):
 
 @pytest.mark.parametrize("dtype", FLOATS, ids=str)
 def test_scalar_ops(backend, rng, dtype):
-    from sparsetensor.cuda._pointwise import div_scalar, mul_scalar, pow_scalar
+    from sparsetensor._backend.cuda._pointwise import div_scalar, mul_scalar, pow_scalar
 
     t = make(rng, ("csr", (), (2,), None), dtype)
     d = cuda.to_device(t)

@@ -19,7 +19,7 @@ from sparsetensor.ops.blas import product_shape
 
 from cuda_support import CASES, CASE_IDS, assert_same, assert_values, backend, make  # noqa: F401 - fixture
 
-cuda_backend = pytest.importorskip("sparsetensor.cuda._backend")
+cuda_backend = pytest.importorskip("sparsetensor._backend.cuda")
 
 
 class _OnDevice:

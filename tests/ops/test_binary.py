@@ -568,7 +568,7 @@ COO_PATHS = ["rows", "keys"]
 
 def _coo_path(monkeypatch, path, threads):
     """Force the rows or the key path, and ``threads`` threads also for small inputs."""
-    import sparsetensor._backend._merge as mod  # the CPU merge kernels (the backend seam)
+    import sparsetensor._backend.cpu._merge as mod  # the CPU merge kernels (the backend seam)
 
     if path == "keys":
         monkeypatch.setattr(mod, "_COO_ROWS_PER_ENTRY", -1)

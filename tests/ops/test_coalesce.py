@@ -10,7 +10,7 @@ import pytest
 
 import sparsetensor as st
 from conftest import COMPRESSED, INDEX_DTYPES, VALUE_DTYPES, nonzero_values, requires_torch
-from sparsetensor._backend._coalesce import coalesce, sum_duplicates
+from sparsetensor._backend.cpu._coalesce import coalesce, sum_duplicates
 
 
 # -- NumPy references ------------------------------------------------------------------------
@@ -445,7 +445,7 @@ def test_sum_duplicates_long_rows(rng, layout, threads):
 @pytest.mark.parametrize("index_dtype", INDEX_DTYPES)
 def test_sum_duplicates_pair_sort(rng, monkeypatch, index_dtype):
     # rows sort as (plain index, position) pairs when plain index and row offset do not fit one word
-    import sparsetensor._backend._coalesce as mod
+    import sparsetensor._backend.cpu._coalesce as mod
 
     monkeypatch.setattr(mod, "_PACK_BITS", 0)
     t, compressed, plain, values = messy_compressed(rng, "bsr", (2,), 5, 40, (2, 2), (3,), np.float32,
@@ -542,7 +542,7 @@ def test_sum_duplicates_rejects_broken_indices(layout, case, invariant):
 def test_docstring_examples():
     import doctest
 
-    import sparsetensor._backend._coalesce as mod
+    import sparsetensor._backend.cpu._coalesce as mod
 
     result = doctest.testmod(mod, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
     assert result.attempted > 0 and result.failed == 0

@@ -494,7 +494,7 @@ def test_slot_rows_when_products_exceed_columns(rng):
 def test_fused_and_two_pass_agree(rng, monkeypatch, threads, dtype):
     """The fused pass (room for every product) and the symbolic + numeric passes (taken when the room
     would pass _FUSED_BYTES) give the same arrays, bit for bit (the same sums in the same order)."""
-    import sparsetensor._backend._spgemm as mod  # the CPU SpGEMM kernels (the backend seam)
+    import sparsetensor._backend.cpu._spgemm as mod  # the CPU SpGEMM kernels (the backend seam)
 
     a, b = _binned_dense(rng, dtype, n=300, ncols=4000)
     A, B = _sparse(a, "csr"), _sparse(b, "csr")
@@ -592,7 +592,7 @@ def _rough_dense(rng, dtype, n=200, ncols=3000):
 def test_accumulators_agree_bit_for_bit(rng, accumulator, dtype, index_dtype, threads):
     """Every accumulator gives the arrays of the slot array (the same sums in the same order), and the
     product of the oracle; in the fused pass and in the two passes."""
-    import sparsetensor._backend._spgemm as mod  # the CPU SpGEMM kernels (the backend seam)
+    import sparsetensor._backend.cpu._spgemm as mod  # the CPU SpGEMM kernels (the backend seam)
     from sparsetensor._lib import _spgemm
 
     a, b = _rough_dense(rng, dtype)
@@ -690,7 +690,7 @@ def test_tune_rejects_unknown_accumulator():
 def test_matmul_passes_threads_to_spgemm(monkeypatch):
     """st.matmul(a, b, threads=k) of two sparse tensors runs SpGEMM with k threads (it ran with
     the default before), as do addmm's sparse @ sparse and spgemm itself."""
-    import sparsetensor._backend._spgemm as kernels
+    import sparsetensor._backend.cpu._spgemm as kernels
 
     seen = []
     real = kernels.num_threads

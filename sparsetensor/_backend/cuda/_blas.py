@@ -18,15 +18,15 @@ import weakref
 
 import numpy as np
 
-from .._core import _layout as L
-from .._core._tensor import CompressedTensor
-from ..ops.blas import _result_dtype, product_shape
-from . import _primitives as P
-from ._array import DeviceArray, as_device_array
+from ..._core import _layout as L
+from ..._core._tensor import CompressedTensor
+from .._plan import product_shape, result_dtype as _result_dtype
+from ...cuda import _primitives as P
+from ...cuda._array import DeviceArray, as_device_array
 from ._coalesce import checked
 from ._convert import convert, transpose_compressed
-from ._module import BLOCK, grid_for, launch
-from ._classes import CudaCOOTensor, CudaCompressedTensor, CudaSparseTensor
+from ...cuda._module import BLOCK, grid_for, launch
+from ...cuda._classes import CudaCOOTensor, CudaCompressedTensor, CudaSparseTensor
 
 __all__ = ["matmul", "sampled_addmm"]
 

@@ -4,7 +4,7 @@ Both linearise the coordinates of every entry into one u64 key, sort the keys wi
 the device radix sort (stable, so duplicates keep their input order), mark the
 runs of equal keys, scan the marks, and write one entry per run: its coordinates
 from the key, its value the sum of the run in input order (float16 in float32,
-rounded once). The semantics are the CPU's (:mod:`sparsetensor._backend._coalesce`).
+rounded once). The semantics are the CPU's (:mod:`sparsetensor._backend.cpu._coalesce`).
 
 Summing needs float16/32/64 or complex values; other dtypes coalesce only when no
 key repeats (a TypeError otherwise).
@@ -16,11 +16,11 @@ import math
 
 import numpy as np
 
-from .._core._tensor import COOTensor, CompressedTensor
-from .._core._validate import raise_compressed_error, raise_coo_error
-from . import _primitives as P
+from ..._core._tensor import COOTensor, CompressedTensor
+from ..._core._validate import raise_compressed_error, raise_coo_error
+from ...cuda import _primitives as P
 from ._validate import compressed_report, coo_report
-from ._classes import CudaCOOTensor, CudaCompressedTensor
+from ...cuda._classes import CudaCOOTensor, CudaCompressedTensor
 
 __all__ = ["coalesce", "sum_duplicates", "checked"]
 

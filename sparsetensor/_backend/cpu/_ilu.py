@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.linalg import LinAlgError
 
-from .._lib import _ilu as _kernels
+from ..._lib import _ilu as _kernels
 
 __all__ = ["FIELD_DTYPES", "ic0_values", "ilu0_values", "solve_triangular"]
 

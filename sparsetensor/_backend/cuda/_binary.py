@@ -19,11 +19,11 @@ import numbers
 
 import numpy as np
 
-from .._core._tensor import COOTensor, CompressedTensor
-from . import _primitives as P
+from ..._core._tensor import COOTensor, CompressedTensor
+from ...cuda import _primitives as P
 from ._pointwise import mul_scalar
 from ._coalesce import checked
-from ._classes import CudaSparseTensor
+from ...cuda._classes import CudaSparseTensor
 
 __all__ = ["add", "mul"]
 
@@ -96,7 +96,7 @@ def _merge(a, b, mode: int, alpha):
         raise ValueError(f"{op} of batched {a.layout.name} tensors: the batches of the result would have different "
                          f"nnz {per_batch.tolist()}; every batch must have the same nnz")
     nnz = int(per_batch[0]) if B else 0
-    from .._core._dtypes import check_fits
+    from ..._core._dtypes import check_fits
 
     check_fits(ca.dtype, a.layout.name, nnz=nnz)
     plain = P.empty(dev, batch + (nnz,), ca.dtype)

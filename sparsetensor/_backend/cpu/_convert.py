@@ -9,15 +9,15 @@ import math
 
 import numpy as np
 
-from .._core import _layout as L
-from .._core._canonical import Parts, as_parts, build, ensure_valid, same_nnz
-from .._core._config import num_threads
-from .._core._dtypes import check_fits, raw_view
-from .._core._errors import InvariantError
-from .._lib import _convert as _kernels, _transpose as _transpose_kernels
-from .._lib._pool import empty
-from .._core._tensor import COOTensor, CompressedTensor
-from .._core._validate import raise_coo_error
+from ..._core import _layout as L
+from ..._core._canonical import Parts, as_parts, build, ensure_valid, same_nnz
+from ..._core._config import num_threads
+from ..._core._dtypes import check_fits, raw_view
+from ..._core._errors import InvariantError
+from ..._lib import _convert as _kernels, _transpose as _transpose_kernels
+from ..._lib._pool import empty
+from ..._core._tensor import COOTensor, CompressedTensor
+from ..._core._validate import raise_coo_error
 
 
 def convert(t, layout: L.Layout, bs: tuple, threads=None):
@@ -139,9 +139,11 @@ def _coo_to_rows(t: COOTensor, threads) -> Parts:
     """Coalesced COO with sparse_dim = k + 2 -> csr with k batch dims (same nnz per batch); the
     plain indices and values are views of the COO's last index row and values.
 
-    Every index is bound-checked and the order (C6) verified in the pass that finds the rows,
-    also for a tensor checked when built: the result is marked canonical, and the arrays may
-    have changed since (issue 34)."""
+    The rows are bound-checked and their order verified in the pass that finds the row starts,
+    also for a tensor checked when built (they say where the kernel writes). The columns are
+    checked too, unless the tensor was checked when built: its index is read-only since, and a
+    column changed through a user's array shared zero-copy is guarded by the kernels that read
+    the result (see ``coo_to_rows``)."""
     S = t.sparse_dim
     if S < 2:
         raise ValueError(f"coo -> compressed needs sparse_dim >= 2 (batch dims + rows, cols), got sparse_dim={S}")
@@ -157,8 +159,10 @@ def _coo_to_rows(t: COOTensor, threads) -> Parts:
         ptr = empty(rows + 1, dtype=idx.dtype)
     else:
         ptr = empty(B * rows + 1, dtype=np.int64)
-    work = S * N + ptr.size
-    found = _kernels.coo_to_rows(idx, np.asarray(t.shape[:S], dtype=np.int64), ptr, num_threads(threads, work))
+    trusted = t._validated
+    work = (S - 1 if trusted else S) * N + ptr.size
+    found = _kernels.coo_to_rows(idx, np.asarray(t.shape[:S], dtype=np.int64), ptr, num_threads(threads, work),
+                                 trusted)
     if found is not None:
         if found[0] == "C6":
             raise InvariantError("C6", "coo", "a tensor marked coalesced must have lexicographically sorted, "

@@ -14,11 +14,11 @@ import math
 
 import numpy as np
 
-from .._core import _layout as L
-from .._core._tensor import COOTensor, CompressedTensor
-from . import _primitives as P
-from ._array import DeviceArray, as_device_array
-from ._classes import CudaCOOTensor, CudaCompressedTensor
+from ..._core import _layout as L
+from ..._core._tensor import COOTensor, CompressedTensor
+from ...cuda import _primitives as P
+from ...cuda._array import DeviceArray, as_device_array
+from ...cuda._classes import CudaCOOTensor, CudaCompressedTensor
 
 __all__ = ["to_dense", "from_dense"]
 
@@ -104,7 +104,7 @@ def from_dense(array, layout="csr", *, blocksize=None, dense_dim: int = 0, batch
     >>> t.col_indices().get(), t.values().get()                            # doctest: +SKIP
     (array([1, 0]), array([1., 2.]))
     """
-    from ..ops.dense import check_from_dense
+    from .._plan import check_from_dense
 
     if L.as_layout(layout) is L.strided:
         raise ValueError("from_dense needs a sparse layout, got strided")
@@ -115,7 +115,7 @@ def from_dense(array, layout="csr", *, blocksize=None, dense_dim: int = 0, batch
 def dense_to_sparse(a: DeviceArray, plan):
     """The device tensor of dense device array ``a`` that ``plan`` (:class:`sparsetensor.ops.dense.DensePlan`,
     the arguments checked) describes (the ``from_dense`` kernel of :mod:`._backend`)."""
-    from .._core._canonical import same_nnz
+    from ..._core._canonical import same_nnz
 
     dev = a._device
     layout, idx_dt, batch, sparse, dense, bs = plan

@@ -13,11 +13,11 @@ import math
 
 import numpy as np
 
-from .._core import _layout as L
-from .._core._errors import InvariantError
-from .._core._validate import raise_compressed_error, raise_coo_error
-from . import _primitives as P
-from ._classes import CudaCOOTensor, CudaCompressedTensor
+from ..._core import _layout as L
+from ..._core._errors import InvariantError
+from ..._core._validate import raise_compressed_error, raise_coo_error
+from ...cuda import _primitives as P
+from ...cuda._classes import CudaCOOTensor, CudaCompressedTensor
 
 __all__ = ["check_tensor", "check_compressed", "check_coo", "compressed_report", "coo_report", "CODES"]
 
@@ -106,7 +106,7 @@ def check_coo(t) -> None:
 
 def check_tensor(t) -> None:
     """Every invariant of a device tensor: the O(1) member checks, then the O(nnz) scans on the device."""
-    from .._core._shape_checks import compressed_meta, coo_meta
+    from ..._core._shape_checks import compressed_meta, coo_meta
 
     if isinstance(t, CudaCOOTensor):
         coo_meta(t.indices(), t.values(), t.shape)

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._core._canonical import same_nnz
-from .._core._config import num_threads
-from .._core._dtypes import check_fits
-from .._lib import _select as _kernels
-from .._core._validate import raise_coo_error
+from ..._core._canonical import same_nnz
+from ..._core._config import num_threads
+from ..._core._dtypes import check_fits
+from ..._lib import _select as _kernels
+from ..._core._validate import raise_coo_error
 
 __all__ = ["gather_slices", "remap_plain", "narrow_plain", "cat_plain", "index_select_coo"]
 

@@ -19,12 +19,12 @@ import math
 
 import numpy as np
 
-from .._core import _layout as L
-from .._core._dtypes import check_fits
-from .._core._tensor import COOTensor, CompressedTensor
-from . import _primitives as P
+from ..._core import _layout as L
+from ..._core._dtypes import check_fits
+from ..._core._tensor import COOTensor, CompressedTensor
+from ...cuda import _primitives as P
 from ._coalesce import checked
-from ._classes import CudaCOOTensor
+from ...cuda._classes import CudaCOOTensor
 
 __all__ = ["convert", "transpose_compressed"]
 
@@ -122,7 +122,7 @@ def _coo_to_rows(t):
     bounds = P.read_ints(dev, P.take_strided(dev, ptr, rows, B + 1)) if B else np.zeros(1, np.int64)
     per_batch = np.diff(bounds)
     if per_batch.size and (per_batch != per_batch[0]).any():
-        from .._core._canonical import same_nnz
+        from ..._core._canonical import same_nnz
 
         same_nnz(per_batch, batch, "coo -> csr: every batch (the leading sparse dims but two) must have the same nnz")
     nnz = int(per_batch[0]) if B else 0

@@ -19,9 +19,9 @@ import operator
 
 import numpy as np
 
-from . import _primitives as P
-from ._module import launch
-from ._classes import CudaCompressedTensor
+from ...cuda import _primitives as P
+from ...cuda._module import launch
+from ...cuda._classes import CudaCompressedTensor
 
 __all__ = ["sum", "index_extrema", "step_extrema"]
 

@@ -15,11 +15,11 @@ import math
 
 import numpy as np
 
-from .._core._canonical import ensure_valid
-from .._core._config import num_threads
-from .._core._tensor import COOTensor, CompressedTensor
-from .._core._validate import check_coo_indices
-from .._lib import _reduce as _kernels
+from ..._core._canonical import ensure_valid
+from ..._core._config import num_threads
+from ..._core._tensor import COOTensor, CompressedTensor
+from ..._core._validate import check_coo_indices
+from ..._lib import _reduce as _kernels
 
 __all__ = ["compressed_sum", "plain_sum", "segment_reduce", "scatter_reduce", "segment_softmax", "reduce_dims",
            "coalesced", "group_by", "batch_offsets"]

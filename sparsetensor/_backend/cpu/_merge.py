@@ -9,16 +9,16 @@ import math
 
 import numpy as np
 
-from .._core._canonical import ensure_valid
-from .._core._config import num_threads
-from .._core._dtypes import check_fits
-from .._lib import _convert as _convert_kernels
-from .._lib._pool import empty
-from .._lib import _coo_merge as _coo_kernels
-from .._lib import _elementwise as _kernels
-from .._core._tensor import COOTensor, CompressedTensor
-from .._core._validate import check_coo_indices, raise_coo_error
-from ._views import kernel_dtype, kernel_values, output_rows
+from ..._core._canonical import ensure_valid
+from ..._core._config import num_threads
+from ..._core._dtypes import check_fits
+from ..._lib import _convert as _convert_kernels
+from ..._lib._pool import empty
+from ..._lib import _coo_merge as _coo_kernels
+from ..._lib import _elementwise as _kernels
+from ..._core._tensor import COOTensor, CompressedTensor
+from ..._core._validate import check_coo_indices, raise_coo_error
+from .._views import kernel_dtype, kernel_values, output_rows
 
 _INT64_MAX = int(np.iinfo(np.int64).max)
 # the merge modes by name (device-independent) -> the elementwise kernels' codes

@@ -9,14 +9,14 @@ import math
 
 import numpy as np
 
-from .._core._canonical import ensure_valid
-from .._core._config import num_threads
-from .._lib import _spgemm as _kernels
-from .._lib._pool import _memory_bytes as _pool_memory_bytes
-from .._lib._pool import empty
-from .._core._tensor import CompressedTensor
+from ..._core._canonical import ensure_valid
+from ..._core._config import num_threads
+from ..._lib import _spgemm as _kernels
+from ..._lib._pool import _memory_bytes as _pool_memory_bytes
+from ..._lib._pool import empty
+from ..._core._tensor import CompressedTensor
 from ._convert import transpose
-from ._views import kernel_dtype, kernel_values, output_rows
+from .._views import kernel_dtype, kernel_values, output_rows
 
 
 def spgemm(a, b, threads=None):

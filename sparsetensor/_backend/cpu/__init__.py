@@ -3,7 +3,7 @@ kernels of ``sparsetensor/_lib`` (each a checked ``def``: shapes, dtypes and con
 made right here, indices are checked before or while a kernel reads them).
 
 The ops call these through :func:`sparsetensor._backend.backend_for` once they have resolved
-their operands; :mod:`sparsetensor.cuda._backend` has the same names for CUDA tensors.
+their operands; :mod:`sparsetensor._backend.cuda` has the same names for CUDA tensors.
 """
 
 from __future__ import annotations
@@ -12,25 +12,25 @@ import math
 
 import numpy as np
 
-from .._core import _layout as L
-from .._core._canonical import same_nnz
+from ..._core import _layout as L
+from ..._core._canonical import same_nnz
 from ._coalesce import coalesce as _coalesce_coo, sum_duplicates as _sum_duplicates
-from .._core._config import GRAIN, GRAIN_PRODUCT, num_threads
-from .._core._dtypes import arith_view, raw_view, zero_test_view
-from .._lib import _dense as _dense_kernels
-from .._lib._pool import empty
-from .._lib import _elementwise as _sampling_kernels
-from .._lib import _reduce as _reduce_kernels
-from .._lib import _spmm as _spmm_kernels
-from .._core._tensor import COOTensor, CompressedTensor
-from .._core._validate import raise_compressed_error, raise_coo_error
+from ..._core._config import GRAIN, GRAIN_PRODUCT, num_threads
+from ..._core._dtypes import arith_view, raw_view, zero_test_view
+from ..._lib import _dense as _dense_kernels
+from ..._lib._pool import empty
+from ..._lib import _elementwise as _sampling_kernels
+from ..._lib import _reduce as _reduce_kernels
+from ..._lib import _spmm as _spmm_kernels
+from ..._core._tensor import COOTensor, CompressedTensor
+from ..._core._validate import raise_compressed_error, raise_coo_error
 from ._convert import convert, transpose
 from ._merge import merge
 from ._reduce import compressed_sum, plain_sum, reduce_dims, scatter_reduce, segment_reduce, segment_softmax
 from ._sddmm import sddmm
 from ._select import cat_plain, gather_slices, index_select_coo, narrow_plain, remap_plain
 from ._spgemm import spgemm
-from ._views import NO_BATCH, aligned_copy, bits_dtype, work_dtype
+from .._views import NO_BATCH, aligned_copy, bits_dtype, work_dtype
 
 __all__ = ["device", "validate", "coalesce", "to_dense", "from_dense", "convert", "transpose", "spmm", "spmm_csr",
            "spgemm",

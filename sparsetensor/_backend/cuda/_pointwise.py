@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _primitives as P
-from ._classes import CudaCOOTensor
+from ...cuda import _primitives as P
+from ...cuda._classes import CudaCOOTensor
 
 __all__ = ["UNARY_OPS", "unary", "scalar_op", "mul_scalar", "div_scalar", "pow_scalar"]
 

@@ -21,11 +21,11 @@ import math
 
 import numpy as np
 
-from .._core._config import num_threads
-from .._lib import _coalesce as _kernels
-from .._lib import _sum_duplicates as _row_kernels
-from .._core._tensor import COOTensor, CompressedTensor
-from .._core._validate import raise_compressed_error, raise_coo_error
+from ..._core._config import num_threads
+from ..._lib import _coalesce as _kernels
+from ..._lib import _sum_duplicates as _row_kernels
+from ..._core._tensor import COOTensor, CompressedTensor
+from ..._core._validate import raise_compressed_error, raise_coo_error
 
 __all__ = ["coalesce", "sum_duplicates"]
 
@@ -96,7 +96,7 @@ def coalesce(t: COOTensor, threads: int | None = None) -> COOTensor:
     Examples
     --------
     >>> import sparsetensor as st
-    >>> from sparsetensor._backend._coalesce import coalesce
+    >>> from sparsetensor._backend.cpu._coalesce import coalesce
     >>> t = st.sparse_coo_tensor([[1, 0, 1], [2, 1, 2]], [1.0, 2.0, 3.0], size=(2, 3), check_invariants=False)
     >>> c = coalesce(t)
     >>> c.indices(), c.values(), c.is_coalesced()
@@ -211,7 +211,7 @@ def sum_duplicates(t: CompressedTensor, threads: int | None = None) -> Compresse
     Examples
     --------
     >>> import sparsetensor as st
-    >>> from sparsetensor._backend._coalesce import sum_duplicates
+    >>> from sparsetensor._backend.cpu._coalesce import sum_duplicates
     >>> t = st.sparse_csr_tensor([0, 3, 4], [2, 0, 2, 1], [1, 2, 3, 4], size=(2, 3), check_invariants=False)
     >>> c = sum_duplicates(t)
     >>> c.crow_indices(), c.col_indices(), c.values()

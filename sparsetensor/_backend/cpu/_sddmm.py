@@ -8,12 +8,12 @@ import math
 
 import numpy as np
 
-from .._core import _layout as L
-from .._core._canonical import ensure_valid
-from .._core._config import num_threads
-from .._lib import _spgemm as _kernels
-from .._core._tensor import CompressedTensor
-from ._views import kernel_dtype
+from ..._core import _layout as L
+from ..._core._canonical import ensure_valid
+from ..._core._config import num_threads
+from ..._lib import _spgemm as _kernels
+from ..._core._tensor import CompressedTensor
+from .._views import kernel_dtype
 
 __all__ = ["sddmm"]
 
