@@ -5,8 +5,9 @@ Each :class:`Op` row names an implementation (a function in :mod:`sparsetensor.o
 conversion, an exit) and says whether it becomes a method of the tensor classes, a
 module-level function of :mod:`sparsetensor`, or both, and under which other names
 (aliases). The method and the function are the same object, so they cannot drift apart,
-and a method call costs no more than the function call (no per-call import, no wrapper
-unless the row asks for one: NumPy's spelling of reductions).
+and a method call costs no more than the function call (no per-call import). Every row gets
+one thin wrapper when bound (:func:`_recorded`): a test of whether :func:`sparsetensor.autograd.vjp`
+records ops on this thread, so that a composition of ops is differentiated.
 
 This module sits above the tensor classes and the ops: it imports both and binds the
 methods once, at import of :mod:`sparsetensor`; :mod:`sparsetensor._core._tensor` imports
@@ -29,6 +30,7 @@ import numpy as np
 
 from .ops import convert as _convert, dense as _dense
 from ._backend import backend_for
+from ._core import _recording
 from ._core._tensor import COOTensor, CompressedTensor, SparseTensor
 from .interop import array_function, chunk as _chunk, linop, scipy as _scipy, torch as _torch
 from .interop.chunk import defer_to_lazy as _lazy, defer_to_lazy_ufunc as _lazy_ufunc
@@ -353,6 +355,32 @@ def _for_devices(rows) -> tuple:
 OPS = _for_devices(OPS)
 
 
+# operators that vjp records as their op, the reflected ones with their operands swapped back
+_RECORDED_AS = {"__add__": ("add", False), "__radd__": ("add", True), "__sub__": ("sub", False),
+                "__rsub__": ("sub", True), "__mul__": ("mul", False), "__rmul__": ("mul", True),
+                "__truediv__": ("div", False), "__rtruediv__": ("div", True), "__matmul__": ("matmul", False),
+                "__rmatmul__": ("matmul", True), "__abs__": ("abs", False), "__neg__": ("neg", False),
+                "__pow__": ("pow", False)}
+
+
+def _recorded(name: str, impl):
+    """``impl`` as the op ``name`` on vjp's tape when this thread records (``_core._recording``); else
+    ``impl`` itself, after one test of a module global."""
+    rule, swap = _RECORDED_AS.get(name, (name, False))
+    if swap:
+        def fn(self, other):
+            if _recording.active:
+                return _recording.call(rule, lambda a, b: impl(b, a), (other, self), {})
+            return impl(self, other)
+    else:
+        def fn(*args, **kwargs):
+            if _recording.active:
+                return _recording.call(rule, impl, args, kwargs)
+            return impl(*args, **kwargs)
+    functools.update_wrapper(fn, impl)  # name, docs, signature (``__wrapped__``), ``no_gpu_kernel``
+    return fn
+
+
 def bind(rows, namespace: dict | None = None) -> list:
     """Attach the methods of ``rows`` to their classes and put their functions in ``namespace``
     (this module's globals when None); returns the function names, for an ``__all__``. The
@@ -361,6 +389,7 @@ def bind(rows, namespace: dict | None = None) -> list:
     namespace = globals() if namespace is None else namespace
     names = []
     for op in _for_devices(rows):
+        op = op._replace(impl=_recorded(op.name, op.impl))
         for name in (op.name,) + tuple(op.aliases):
             if op.method:
                 setattr(op.cls, name, property(op.impl, doc=op.impl.__doc__) if op.kind == "property" else op.impl)

@@ -26,6 +26,7 @@ import math
 import numpy as np
 
 from . import _layout as L
+from . import _recording
 from ._device import as_device, backend, is_device_like, move, to_host
 from ._dtypes import as_index_dtype, as_value_dtype, check_fits
 from ._shape_checks import compressed_meta, coo_meta, normalize_dim
@@ -56,6 +57,14 @@ def frozen(a):
         a = a.view()
         a.flags.writeable = False
     return a
+
+
+def _own_values(t):
+    return t._values
+
+
+def _own_mT(t):
+    return t._matrix_transpose()
 
 
 def _fmt_array(name: str, a: np.ndarray) -> str:
@@ -96,7 +105,7 @@ class SparseTensor:
 
     @property
     def dtype(self) -> np.dtype:
-        return self.values().dtype
+        return self._values.dtype
 
     @property
     def is_sparse(self) -> bool:
@@ -116,7 +125,7 @@ class SparseTensor:
     @property
     def device_id(self) -> int:
         """The CUDA device ordinal of the members; -1 on the CPU (torch's ``get_device``)."""
-        return self.values().device_id if self.is_cuda else -1
+        return self._values.device_id if self.is_cuda else -1
 
     @property
     def index_dtype(self) -> np.dtype:
@@ -183,10 +192,15 @@ class SparseTensor:
 
         On a CUDA device the members convert themselves (float16 <-> float32 only; other
         pairs raise NotImplementedError naming them)."""
+        if _recording.active:  # vjp records it (sparsetensor.autograd)
+            return _recording.call("astype", SparseTensor._astype, (self, dtype), {"copy": copy})
+        return self._astype(dtype, copy)
+
+    def _astype(self, dtype, copy: bool = True):
         dt = as_value_dtype(dtype)
         if dt == self.dtype and not copy:
             return self
-        return self._replace_values(self.values().astype(dt), copy_indices=copy)
+        return self._replace_values(self._values.astype(dt), copy_indices=copy)
 
     @property
     def T(self):
@@ -213,6 +227,8 @@ class SparseTensor:
     def mT(self):
         """The transpose of the two sparse (matrix) dims: a view for compressed layouts (on a
         CUDA device, bsr/bsc blocks are transposed into new contiguous values)."""
+        if _recording.active:  # vjp records it (sparsetensor.autograd)
+            return _recording.call("mT", _own_mT, (self,), {})
         return self._matrix_transpose()
 
     def check_invariants(self, *, threads: int | None = None) -> None:
@@ -308,6 +324,8 @@ class COOTensor(SparseTensor):
 
     def values(self):
         """The ``(nnz,) + dense`` values array (the tensor's own, not a copy)."""
+        if _recording.active:  # vjp records it (sparsetensor.autograd)
+            return _recording.call("values", _own_values, (self,), {})
         return self._values
 
     def is_coalesced(self) -> bool:
@@ -318,6 +336,11 @@ class COOTensor(SparseTensor):
         return f", sparse_dim={self.sparse_dim}" + (", coalesced" if self._coalesced else "")
 
     def clone(self):
+        if _recording.active:  # vjp records it (sparsetensor.autograd)
+            return _recording.call("clone", COOTensor._clone, (self,), {})
+        return self._clone()
+
+    def _clone(self):
         return self._like(self._indices.copy(), self._values.copy())
 
     def _replace_values(self, values, copy_indices=False):
@@ -431,6 +454,8 @@ class CompressedTensor(SparseTensor):
         return self._plain
 
     def values(self):
+        if _recording.active:  # vjp records it (sparsetensor.autograd)
+            return _recording.call("values", _own_values, (self,), {})
         return self._values
 
     def _member(self, rows: bool, compressed: bool, name: str):
@@ -467,6 +492,11 @@ class CompressedTensor(SparseTensor):
 
     # -- copies ------------------------------------------------------------------------
     def clone(self):
+        if _recording.active:  # vjp records it (sparsetensor.autograd)
+            return _recording.call("clone", CompressedTensor._clone, (self,), {})
+        return self._clone()
+
+    def _clone(self):
         return type(self)(self._compressed.copy(), self._plain.copy(), self._values.copy(), self._shape,
                           self._layout, self._canonical)
 

@@ -15,11 +15,15 @@ Semantics (PyTorch's masked semantics for sparse inputs, JAX's ``vjp`` form):
 - Ops whose gradient w.r.t. a sparse input is dense (``exp``, ``cos``, ``log`` ... of a
   sparse tensor) raise :class:`DenseGradientError` naming the op and ``to_dense()``.
 
-There is no tape: ``fn`` is one op of the table (:data:`sparsetensor.autograd.rules.RULES`),
-given as the function (``st.matmul``, ``st.ops.reduce.sum``), a bound method
-(``t.to_dense``), an unbound method (``st.SparseTensor.values``) or its name
-(``"softmax"``). Chain pullbacks by hand to differentiate a composition; PyTorch users get
-the same rules on torch's engine through :mod:`sparsetensor.torch`.
+``fn`` is one op of the table (:data:`sparsetensor.autograd.rules.RULES`), given as the
+function (``st.matmul``, ``st.ops.reduce.sum``), a bound method (``t.to_dense``), an unbound
+method (``st.SparseTensor.values``) or its name (``"softmax"``); or any function composed of
+our ops (``lambda t: st.sum(t * 3.0)``), whose ops are recorded on a tape as they run and
+pulled back in reverse (JAX's ``vjp(fun, *primals)``). Inside such a function the values that
+depend on the arguments go through our ops only: NumPy's own operations on them are not
+recorded and raise ``NotImplementedError`` (as does an op without a rule), never a silently
+partial gradient. PyTorch users get the same rules on torch's engine through
+:mod:`sparsetensor.torch`.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import numpy as np
 from .._core._tensor import SparseTensor
 from ._core import DenseGradientError, check_cotangent
 from .rules import RULES
+from . import _tape
 from . import embeddings as _embedding  # registers its rules
 
 from .embeddings import embedding, embedding_bag
@@ -75,6 +80,10 @@ def _resolve(fn, args: tuple):
             if qual.split(".")[0] in ("SparseTensor", "COOTensor", "CompressedTensor"):
                 name = fn.__name__
     if name not in RULES:
+        module = getattr(fn, "__module__", None) or ""
+        if callable(fn) and not isinstance(fn, str) and not inspect.isbuiltin(fn) and \
+                module.split(".")[0] not in ("numpy", "scipy"):
+            return None, args  # a composition of our ops: traced (vjp); NumPy's own functions have no rule
         raise NotImplementedError(f"vjp: no derivative rule for {getattr(fn, '__name__', fn)!r}; the table has: "
                                   f"{', '.join(sorted(RULES))}")
     return name, args
@@ -124,7 +133,8 @@ def vjp(fn, *args, **kwargs):
         :mod:`sparsetensor.ops.pointwise`, ``sum``, ``mean``, ``softmax``, ``log_softmax``,
         ``to_dense``, ``st.from_dense``, ``st.sparse_mask``, ``coalesce``, ``to_sparse``
         (and ``to_sparse_csr`` ...), ``transpose``, ``mT``, ``narrow``, ``select``,
-        ``index_select``, ``st.cat``, ``values``.
+        ``index_select``, ``st.cat``, ``values``; or a function composed of these (recorded as it
+        runs, see the module docstring), which may return one value or a tuple of them.
     *args, **kwargs
         Its arguments, as the op takes them.
 
@@ -149,8 +159,16 @@ def vjp(fn, *args, **kwargs):
     >>> dA, dx = pullback(r - b)
     >>> dA.layout, dA.values(), dx
     (st.sparse_csr, array([2., 2., 2.]), array([ 2., 10.]))
+
+    A composition is recorded as it runs; ``t`` is used twice, so its cotangents add up:
+
+    >>> loss, pullback = st.autograd.vjp(lambda t: st.sum(t * 3.0 + t * t), A)
+    >>> float(loss), pullback(1.0)[0].values()
+    (32.0, array([5., 7., 9.]))
     """
     name, args = _resolve(fn, args)
+    if name is None:
+        return _traced_vjp(fn, args, kwargs)
     out, back = RULES[name](*args, **kwargs)
 
     def pullback(g):
@@ -162,3 +180,25 @@ def vjp(fn, *args, **kwargs):
         return tuple(wrap_cotangent(a, c) for a, c in zip(args, cts))
 
     return out, pullback
+
+
+def _traced_vjp(fn, args: tuple, kwargs: dict):
+    """vjp of a composition of our ops: record them as ``fn`` runs (:mod:`._tape`), pull back in reverse."""
+    tape, seen, out = _tape.trace(fn, args, kwargs)
+    many = isinstance(out, tuple)
+
+    def pullback(g):
+        gs = g if many else (g,)
+        if many and (not isinstance(g, (tuple, list)) or len(g) != len(out)):
+            raise ValueError(f"vjp: fn returned {len(out)} values, so the pullback takes a tuple of {len(out)} "
+                             f"cotangents (None for one that is zero), got {type(g).__name__}")
+        cts = tape.pullback(out if many else (out,), gs)
+        grads = []
+        for a, s in zip(args, seen):
+            ct = cts.get(id(s)) if differentiable(a) else None
+            if ct is None and differentiable(a):  # the output does not depend on this argument
+                ct = np.zeros_like(a.values() if isinstance(a, SparseTensor) else a)
+            grads.append(wrap_cotangent(a, ct))
+        return tuple(grads)
+
+    return _tape.plain(out), pullback

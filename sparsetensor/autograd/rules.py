@@ -444,6 +444,17 @@ for _lay in ("coo", "csr", "csc", "bsr", "bsc"):
     RULES[f"to_sparse_{_lay}"] = (lambda lay: lambda t, *a, **k: _to_sparse(t, lay, *a, **k))(_lay)
 
 
+@_rule("astype")
+def _astype(t, dtype, copy=True):
+    out = t.astype(dtype, copy=copy)
+    return out, lambda G: (np.asarray(G.values()).astype(t.dtype, copy=False), None)
+
+
+@_rule("clone")
+def _clone(t):
+    return t.clone(), lambda G: (G.values(),)
+
+
 @_rule("values")
 def _values(t):
     return t.values(), lambda G: (np.asarray(G),)

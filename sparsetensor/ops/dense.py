@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._core import _device
+from .._core import _device, _recording
 from .._backend import backend_for
 from .._core._tensor import SparseTensor
 from .._backend._plan import DensePlan, check_from_dense
@@ -60,6 +60,15 @@ def from_dense(array, layout="csr", *, blocksize=None, dense_dim: int = 0, batch
     >>> bool((t.to_dense() == a).all())
     True
     """
+    if _recording.active:  # vjp records it (sparsetensor.autograd)
+        return _recording.call("from_dense", _from_dense, (array, layout), dict(
+            blocksize=blocksize, dense_dim=dense_dim, batch_dim=batch_dim, index_dtype=index_dtype, threads=threads))
+    return _from_dense(array, layout, blocksize=blocksize, dense_dim=dense_dim, batch_dim=batch_dim,
+                       index_dtype=index_dtype, threads=threads)
+
+
+def _from_dense(array, layout="csr", *, blocksize=None, dense_dim: int = 0, batch_dim: int = 0,
+                index_dtype=np.int64, threads: int | None = None):
     backend = backend_for(array)
     if backend.device != "cpu":  # a device array (CuPy, PyTorch, DeviceArray) stays on its device
         a = _device.device_array(array)

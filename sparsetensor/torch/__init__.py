@@ -105,6 +105,16 @@ def embedding_bag(weight, idx, offsets=None, mode: str = "sum", per_sample_weigh
     return apply("embedding_bag", (weight, idx, offsets, mode, per_sample_weights), {})
 
 
+def __getattr__(name):
+    # ``stt.optim`` after ``import sparsetensor.torch``, as ``torch.optim`` after ``import torch``
+    # (SPEC 1 lazy loading: the submodule is imported on first access)
+    if name == "optim":
+        import importlib
+
+        return importlib.import_module(f"{__name__}.optim")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def _check_index(idx, name: str, what: str = "indices"):
     import torch
 

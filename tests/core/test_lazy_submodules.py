@@ -51,3 +51,16 @@ def test_unknown_attribute_is_attribute_error():
 
     with pytest.raises(AttributeError, match="no_such_thing"):
         st.no_such_thing  # noqa: B018
+
+
+def test_torch_optim_by_attribute():
+    """``stt.optim`` after ``import sparsetensor.torch``, as ``torch.optim`` after ``import torch``."""
+    if importlib.util.find_spec("torch") is None:
+        pytest.skip("torch is not installed")
+    got = _run("import sys, sparsetensor.torch as stt; o = stt.optim; "
+               "print(o is sys.modules['sparsetensor.torch.optim'], o.SparseAdam.__name__)")
+    assert got == "True SparseAdam"
+    with pytest.raises(AttributeError, match="no_such_thing"):
+        import sparsetensor.torch as stt
+
+        stt.no_such_thing  # noqa: B018

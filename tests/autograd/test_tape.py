@@ -1,0 +1,166 @@
+"""vjp of functions composed of our ops (the tape): central differences, the refusals, the threads.
+
+``check`` (test_autograd) differentiates ``L = Re<g, fn(*args)>`` by central differences
+w.r.t. every stored value of every floating argument and compares the pullback's cotangents.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+import sparsetensor as st
+from sparsetensor.autograd import vjp
+
+from conftest import LAYOUTS
+from test_autograd import BLOCK, check, make
+
+
+def _make(rng, layout, shape=(4, 6), dtype=np.float64):
+    return make(rng, layout, shape, dtype=dtype, blocksize=BLOCK.get(layout))
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.complex128])
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_a_tensor_used_twice(layout, dtype):
+    """``t`` reaches the output along two paths; the cotangents add up (the issue's example)."""
+    rng = np.random.default_rng(1)
+    t = _make(rng, layout, dtype=dtype)
+    check(lambda t: st.sum(t * 3.0 + t * t), t)
+    out, pullback = vjp(lambda t: st.sum(t * 3.0), t)
+    np.testing.assert_allclose(pullback(np.ones((), dtype))[0].values(), 3.0)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_least_squares(layout):
+    """``||A x - b||^2 / 2`` written with NumPy's arithmetic on the dense product."""
+    rng = np.random.default_rng(2)
+    A = _make(rng, layout)
+    x, b = rng.standard_normal(6), rng.standard_normal(4)
+
+    def loss(A, x):
+        r = A @ x - b
+        return 0.5 * np.sum(r ** 2)
+
+    check(loss, A, x)
+    value, pullback = vjp(loss, A, x)
+    dA, dx = pullback(1.0)
+    r = A.to_dense() @ x - b
+    np.testing.assert_allclose(value, 0.5 * r @ r, rtol=1e-12)
+    np.testing.assert_allclose(dx, A.to_dense().T @ r, rtol=1e-10)
+    assert dA.layout == A.layout and dA.values().shape == A.values().shape
+
+
+def test_chain_of_sparse_ops():
+    """matmul, softmax, transpose, to_dense, mean and a scalar times a tensor, in one function."""
+    rng = np.random.default_rng(3)
+    A = _make(rng, "csr", (5, 5))
+    X = rng.standard_normal((5, 3))
+
+    def f(A, X):
+        S = st.softmax(A * 2.0, 1)
+        Y = S.mT @ X
+        return (Y * Y).mean() + np.sum(A.values() ** 3)
+
+    check(f, A, X)
+
+
+def test_multiple_outputs_and_unused_argument():
+    rng = np.random.default_rng(4)
+    A, B = _make(rng, "coo"), _make(rng, "coo")
+    x = rng.standard_normal(6)
+    (y, s), pullback = vjp(lambda A, B, x: (A @ x, st.sum(A)), A, B, x)
+    assert isinstance(y, np.ndarray) and type(y) is np.ndarray and np.ndim(s) == 0
+    dA, dB, dx = pullback((np.ones(4), 2.0))
+    np.testing.assert_allclose(dx, A.to_dense().sum(axis=0))
+    np.testing.assert_allclose(dB.values(), 0.0)  # B does not reach the outputs: zeros of its pattern
+    assert dB.layout == B.layout and dB.values().shape == B.values().shape
+    with pytest.raises(ValueError, match="tuple of 2"):
+        pullback(np.ones(4))
+
+
+def test_indexing_and_broadcasting_of_dense_intermediates():
+    rng = np.random.default_rng(5)
+    A = _make(rng, "csc", (4, 4))
+    x = rng.standard_normal(4)
+
+    def f(A, x):
+        y = A @ x
+        return (y[1:3] * x[None, :2]).sum() + y[0] * y[0] + np.mean(np.exp(x) / (1.0 + y ** 2))
+
+    check(f, A, x)
+
+
+def test_sparse_constructor_around_recorded_values():
+    """A tensor built around recorded values (torch's values-leaf pattern) passes their gradient on."""
+    crow, col = np.array([0, 2, 3]), np.array([0, 2, 1])
+
+    def f(v):
+        A = st.sparse_csr_tensor(crow, col, v, size=(2, 3))
+        return st.sum(A * A)
+
+    check(f, np.array([1.0, -2.0, 3.0]))
+
+
+def test_astype_clone_and_from_dense():
+    rng = np.random.default_rng(6)
+    a = rng.standard_normal((3, 4)) * (rng.random((3, 4)) < 0.6)
+
+    def f(a):
+        t = st.from_dense(a, "csr").clone()
+        return st.sum(t.astype(np.float64, copy=True) * t)
+
+    check(f, a)
+
+
+def test_unrecorded_numpy_raises():
+    rng = np.random.default_rng(7)
+    A = _make(rng, "csr")
+    x = rng.standard_normal(6)
+    with pytest.raises(NotImplementedError, match="np.sinc|sinc"):
+        vjp(lambda A: np.sum(np.sinc(A @ x)), A)
+    with pytest.raises(NotImplementedError, match="not recorded"):
+        vjp(lambda A: float(st.sum(A)) * 2.0, A)  # float() leaves the tape: the output is not on it
+    with pytest.raises(NotImplementedError, match="no derivative rule"):
+        vjp(lambda A: st.amax(A * 2.0), A)
+    with pytest.raises(NotImplementedError, match="out= or where="):
+        vjp(lambda A: np.add(A @ x, 1.0, out=np.empty(4)), A)
+    with pytest.raises(NotImplementedError, match="reshape|view|indexing"):
+        vjp(lambda A: st.sum(st.from_dense((A @ x).reshape(2, 2))), A)
+
+
+def test_tape_does_not_leak():
+    """After vjp (also one that raised), ops run untraced; other threads never record into a tape."""
+    from sparsetensor._core import _recording
+
+    rng = np.random.default_rng(8)
+    A = _make(rng, "csr")
+    with pytest.raises(NotImplementedError):
+        vjp(lambda A: st.amax(A * 2.0), A)
+    assert _recording.active == 0 and _recording.current() is None
+    assert type(A @ np.ones(6)) is np.ndarray
+
+    seen = []
+
+    def other():
+        seen.append(type(A @ np.ones(6)))
+
+    def f(A):
+        th = threading.Thread(target=other)
+        th.start()
+        th.join()
+        return st.sum(A)
+
+    vjp(f, A)
+    assert seen == [np.ndarray]
+
+
+def test_single_op_path_unchanged():
+    """A table op given as the function keeps the one-rule path (no tape)."""
+    rng = np.random.default_rng(9)
+    A = _make(rng, "bsr", (4, 4))
+    out, pullback = vjp(st.matmul, A, np.ones(4))
+    assert type(out) is np.ndarray
+    assert pullback(np.ones(4))[0].layout == A.layout
