@@ -317,7 +317,7 @@ def test_to_sparse(backend, rng, case, index_dtype):
 def test_transpose_without_packed_payload(backend, rng, case, monkeypatch):
     """Where position and row do not fit one 64-bit payload (forced here), the transpose sorts
     positions and gathers the rows: the same result."""
-    from sparsetensor.cuda import _convert
+    from sparsetensor._backend.cuda import _convert
     t = make(rng, case)
     want = t.to_sparse(t.layout.transposed, blocksize=t.blocksize) if t.layout.blocked else t.to_sparse(
         t.layout.transposed)
@@ -602,7 +602,7 @@ def test_products_skewed_rows(backend, rng, index_dtype, dtype):
     SpMM: rows past 512 entries in pieces of 512 (csr_spmm_long_part, csr_long_sum), over one and two
     groups of 128 columns. Each batch has its own long rows; every row is written once; the
     result is deterministic."""
-    from sparsetensor.cuda import _blas
+    from sparsetensor._backend.cuda import _blas
 
     B, M, K = 2, 600, 3000
     a0 = np.zeros((M, K))

@@ -147,9 +147,9 @@ def test_unsorted_and_other_layouts_are_accepted():
 @pytest.mark.parametrize("dtype", VALUES)
 def test_local_factor_solves(kind, dtype):
     """The block-Jacobi local solves: splu is exact; ilu0/ic0 solve with their factors' product."""
+    pytest.importorskip("mpi4py")
     from sparsetensor.mpi._precond import LocalFactor
 
-    pytest.importorskip("mpi4py")
     a = pattern_matrix(25, 6, dtype, hermitian=kind != "ilu0")
     f = LocalFactor(st.from_dense(a), kind)
     r = np.random.default_rng(7).standard_normal((25, 2)).astype(dtype)

@@ -54,24 +54,24 @@ def _status(info, what: str, kind: str) -> None:
     raise ValueError(f"{what}: an index of row {row} is out of range: the arrays changed after validation")
 
 
-def ilu0_values(crow: np.ndarray, cols: np.ndarray, vals: np.ndarray) -> np.ndarray:
-    """The ILU(0) factors' values on the pattern: L strictly below the diagonal (unit diagonal implied), U on and above."""
-    _check("ilu0", crow, cols, vals)
+def _factor_values(kind: str, factor: str, crow: np.ndarray, cols: np.ndarray, vals: np.ndarray) -> np.ndarray:
+    """Run the ``kind`` kernel (``"ilu0"`` or ``"ic0"``) on a copy of the values; errors name ``factor``'s pivot."""
+    _check(kind, crow, cols, vals)
     out = vals.copy()
     info = np.zeros(2, dtype=np.int64)
-    _kernels.ilu0(crow, cols, out, info)
-    _status(info, "ilu0", "U")
+    getattr(_kernels, kind)(crow, cols, out, info)
+    _status(info, kind, factor)
     return out
+
+
+def ilu0_values(crow: np.ndarray, cols: np.ndarray, vals: np.ndarray) -> np.ndarray:
+    """The ILU(0) factors' values on the pattern: L strictly below the diagonal (unit diagonal implied), U on and above."""
+    return _factor_values("ilu0", "U", crow, cols, vals)
 
 
 def ic0_values(crow: np.ndarray, cols: np.ndarray, vals: np.ndarray) -> np.ndarray:
     """The IC(0) factor L (``A ~ L L^H``) on the pattern of a lower triangle whose rows end at the diagonal."""
-    _check("ic0", crow, cols, vals)
-    out = vals.copy()
-    info = np.zeros(2, dtype=np.int64)
-    _kernels.ic0(crow, cols, out, info)
-    _status(info, "ic0", "L")
-    return out
+    return _factor_values("ic0", "L", crow, cols, vals)
 
 
 def solve_triangular(crow: np.ndarray, cols: np.ndarray, vals: np.ndarray, b: np.ndarray, lower: bool,
