@@ -6,10 +6,14 @@ imports this package or mpi4py.
 
 - :class:`DistCSR`: rows in contiguous ranges per rank, each rank's rows held as
   a diagonal block (owned columns) and an off-diagonal block (ghost columns);
-  ``A @ x``, :meth:`DistCSR.rmatvec`, :meth:`DistCSR.gather`,
+  ``A @ x`` (a vector or dense block), ``A @ B`` (two DistCSR: distributed SpGEMM, the ghost
+  rows of ``B`` fetched from their owners), :meth:`DistCSR.rmatvec`, :meth:`DistCSR.gather`,
   :meth:`DistCSR.to_global`, :meth:`DistCSR.comm_stats`.
-- :func:`load`: each rank reads its rows of a ``.npz`` file (or root reads and
-  scatters); :func:`cg`: distributed conjugate gradient.
+- :func:`save`: each rank writes its rows to a directory of parts (plus a manifest);
+  :func:`load`: each rank reads its rows of such a directory, on any number of ranks, or of
+  a ``.npz`` file (or root reads and scatters).
+- :func:`cg`, :func:`gmres`, :func:`bicgstab`, :func:`minres` with SciPy's iterates;
+  :func:`jacobi`, :func:`block_jacobi` preconditioners; :class:`DistLinearOperator`.
 - :func:`assemble`, :func:`assemble_vector`: every rank adds global entries, owners receive them
   (PETSc's ``MatSetValues`` + assembly); ``A.zero_rows``, ``A + B``, ``alpha * A``, ``A.T``.
 - Importing this package makes an uncaught exception on one rank abort the job (``MPI_Abort``)
@@ -32,11 +36,12 @@ from ._krylov import bicgstab, cg, dot, gmres, minres, norm
 from ._load import load
 from ._matrix import DistCSR
 from ._operator import DistLinearOperator, aslinearoperator
+from ._parts import save
 from ._precond import BlockJacobi, Jacobi, block_jacobi, jacobi
 
 __all__ = ["DistCSR", "load", "cg", "dot", "norm", "agree", "RemoteError", "EXCHANGES"]
 __all__ += ["gmres", "bicgstab", "minres", "DistLinearOperator", "aslinearoperator", "jacobi", "block_jacobi",
             "Jacobi", "BlockJacobi"]
-__all__ += ["assemble", "assemble_vector"]
+__all__ += ["assemble", "assemble_vector", "save"]
 
 _install_abort()  # an uncaught exception on one rank aborts the job instead of hanging it (SPARSETENSOR_MPI_ABORT=0: off)

@@ -1,4 +1,5 @@
-"""``load``: a distributed matrix from a file, each rank reading only its rows where the format allows."""
+"""``load``: a distributed matrix from a file or a directory of parts, each rank reading only its rows where the
+format allows."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from .. import io as _io
 from .._core._errors import InvariantError
 from ._comm import agree
 from ._matrix import DistCSR
+from ._parts import load_parts
 from ._partition import balanced_starts, check_row_pointers, check_starts
 
 __all__ = ["load"]
@@ -70,8 +72,14 @@ def _read_rows(path: str, r0: int, r1: int, p0: int, p1: int):
 
 
 def load(path, comm=None, root: int = 0, row_starts=None, col_starts=None, exchange: str = "p2p") -> DistCSR:
-    """A :class:`DistCSR` from a file (collective; every rank passes the same path).
+    """A :class:`DistCSR` from a file or a directory of parts (collective; every rank passes the same path).
 
+    A directory written by :func:`sparsetensor.mpi.save` is read on any number of
+    ranks: root checks the manifest and every part against it (rows, nnz, dtypes,
+    the members' checksums; a missing or mismatched part raises on every rank,
+    naming the part's file), then each rank maps the parts holding its rows and
+    reads only those rows. On as many ranks as saved it, the saved row and column
+    partitions are kept; on another number, rows are balanced by nnz as below.
     A csr ``.npz`` written by :func:`sparsetensor.save` (members stored, the
     default) is mapped by every rank, and each rank reads only its own rows
     (and ``root`` the row pointers, to balance the rows by nnz). Any other
@@ -83,7 +91,7 @@ def load(path, comm=None, root: int = 0, row_starts=None, col_starts=None, excha
     Parameters
     ----------
     path : str or os.PathLike
-        The same file on every rank (a shared file system).
+        The same file or directory on every rank (a shared file system).
     comm, root, row_starts, col_starts, exchange
         As for :meth:`DistCSR.from_global`.
 
@@ -104,6 +112,8 @@ def load(path, comm=None, root: int = 0, row_starts=None, col_starts=None, excha
     comm = MPI.COMM_WORLD if comm is None else comm
     path = os.fspath(path)
     rank, size = comm.rank, comm.size
+    if comm.bcast(os.path.isdir(path) if rank == root else None, root=root):
+        return load_parts(path, comm, root, row_starts, col_starts, exchange)
     plan = agree(comm, _plan, path, size, row_starts, col_starts) if rank == root else agree(comm, lambda: None)
     plan = comm.bcast(plan, root=root)
     if plan is None:

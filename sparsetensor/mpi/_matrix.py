@@ -376,27 +376,43 @@ class DistCSR:
                 f"ghosts={self._ghosts.shape[0]})")
 
     # -- products -------------------------------------------------------------------------
-    def _check_operand(self, x, n: int, op: str, what: str, check: bool) -> np.ndarray:
-        x = np.asarray(x)
+    def _check_operand(self, x, n: int, op: str, what: str, check: bool, matrix_ok: bool = False):
+        """``x`` as an array of ``n`` rows, agreed over the ranks (with ``check``); a DistCSR where ``matrix_ok``.
+
+        ``A @ B`` (``matrix_ok``) joins the same allreduce as ``A @ x``, so that ranks passing a
+        matrix and ranks passing an array raise together instead of entering different collectives.
+        """
         bad = ""
-        if x.ndim not in (1, 2) or x.shape[0] != n:
-            bad = (f"{op}: rank {self._comm.rank} expects {what} of {n} rows (1-d, or 2-d with N columns), "
-                   f"got shape {x.shape}")
+        if isinstance(x, DistCSR):
+            if not matrix_ok:
+                bad = f"{op}: rank {self._comm.rank} got a DistCSR; multiply two distributed matrices with A @ B"
+            ncol, num = -2, x.dtype.num
+        elif isinstance(x, SparseTensor):
+            bad = (f"{op}: rank {self._comm.rank} got a local {x.layout.name} tensor of shape {tuple(x.shape)}; "
+                   f"A @ B needs B distributed (DistCSR.from_local, DistCSR.from_global or assemble), A @ x "
+                   f"this rank's slice of a NumPy vector or block")
+            ncol, num = -1, 0
+        else:
+            x = np.asarray(x)
+            if x.ndim not in (1, 2) or x.shape[0] != n:
+                bad = (f"{op}: rank {self._comm.rank} expects {what} of {n} rows (1-d, or 2-d with N columns), "
+                       f"got shape {x.shape}")
+            ncol, num = (x.shape[1] if x.ndim == 2 else -1), x.dtype.num
         if not check:
             if bad:
                 raise ValueError(bad)
             return x
         comm, size = self._comm, self._comm.size
-        ncol = x.shape[1] if x.ndim == 2 else -1
-        # one allreduce: the first bad rank, and whether the column counts and dtypes agree
-        v = np.array([size - comm.rank if bad else 0, ncol, -ncol, x.dtype.num, -x.dtype.num], dtype=np.int64)
+        # one allreduce: the first bad rank, and whether the column counts (-2: a matrix) and dtypes agree
+        v = np.array([size - comm.rank if bad else 0, ncol, -ncol, num, -num], dtype=np.int64)
         comm.Allreduce(MPI.IN_PLACE, v, op=MPI.MAX)
         if v[0]:
             src = size - int(v[0])
             raise ValueError(comm.bcast(bad if comm.rank == src else None, root=src))
         if v[1] != -v[2]:
-            raise ValueError(f"{op}: the operand has different shapes on different ranks (1-d on some, or different "
-                             f"column counts); this rank: {x.shape}")
+            raise ValueError(f"{op}: the operand has different shapes on different ranks (1-d on some, different "
+                             f"column counts, or a DistCSR on some); this rank: "
+                             f"{'a DistCSR' if ncol == -2 else x.shape}")
         if v[3] != -v[4]:
             raise TypeError(f"{op}: the operand has different dtypes on different ranks; this rank: {x.dtype}")
         return x
@@ -466,7 +482,14 @@ class DistCSR:
         self._record("matvec", send, recv, (t1 - t0) + (t3 - t2), time.perf_counter() - t0)
         return y
 
-    __matmul__ = matvec
+    def __matmul__(self, other):
+        """``A @ x``: :meth:`matvec` (``x`` this rank's slice, 1-d or 2-d); ``A @ B``: the product of two
+        :class:`DistCSR`, a new DistCSR (:func:`sparsetensor.mpi._spgemm.spgemm`). Collective."""
+        if isinstance(other, DistCSR):
+            self._check_operand(other, 0, "A @ B", "B", True, matrix_ok=True)
+            from ._spgemm import spgemm
+            return spgemm(self, other)
+        return self.matvec(other)
 
     #: Exchanges of more bytes than this (sent + received, this rank) cut the diagonal
     #: product into :attr:`progress_chunks` row ranges with an ``MPI_Testall`` between

@@ -333,12 +333,242 @@ def suite_solve_io(tmp):
     passed("cli")
 
 
+# -- A @ B (distributed SpGEMM) ----------------------------------------------------------------
+def int_matrix(m, n, density, seed, dtype=np.float64, index_dtype=np.int32, hub=None, empty_rows=(), empty_cols=()):
+    """A canonical CSR tensor with small integer values (products and sums exact in every dtype)."""
+    rng = np.random.default_rng(seed)
+    d = (rng.random((m, n)) < density) * rng.integers(-4, 5, size=(m, n))
+    if hub is not None and m and n:
+        d[hub] = rng.integers(1, 5, size=n)
+    d[list(empty_rows)] = 0
+    d[:, list(empty_cols)] = 0
+    if np.dtype(dtype).kind == "c":
+        d = d + 1j * (d != 0) * rng.integers(-3, 4, size=(m, n))
+    return st.from_dense(d.astype(dtype)).to(index_dtype=index_dtype)
+
+
+def starts_of(n, parts, empty=1):
+    """``parts + 1`` boundaries of ``n`` rows split evenly, except that part ``empty`` (of two or more) owns none."""
+    lengths = np.diff((np.arange(parts + 1) * n) // parts)
+    if parts > 1:
+        lengths[(empty + 1) % parts] += lengths[empty % parts]
+        lengths[empty % parts] = 0
+    return np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+
+
+def check_product(name, a, b, akw=None, bkw=None, same_plan=False):
+    """C = A @ B against SciPy's product of the gathered matrices: values, partitions, dtype, products with C."""
+    A = stmpi.DistCSR.from_global(a if rank == 0 else None, comm=comm, **(akw or {}))
+    bkw = dict(bkw or {})
+    if same_plan:  # B's rows split like A's columns: the ghost rows travel along A's plan
+        bkw["row_starts"] = A.col_starts
+    B = stmpi.DistCSR.from_global(b if rank == 0 else None, comm=comm, **bkw)
+    C = A @ B
+    want = a.to_scipy().tocsr() @ b.to_scipy().tocsr()
+    rt = np.result_type(a.dtype, b.dtype)
+    assert C.shape == want.shape and C.dtype == rt, (name, C.shape, C.dtype, want.shape, rt)
+    assert np.array_equal(C.row_starts, A.row_starts) and np.array_equal(C.col_starts, B.col_starts), name
+    want_idt = np.int64 if np.int64 in (a.index_dtype, b.index_dtype) else np.int32
+    assert C.index_dtype == want_idt, (name, C.index_dtype)
+    g = C.to_global()
+    if rank == 0:
+        assert np.array_equal(g.to_dense(), want.toarray()), name
+        got = g.to_scipy().tocsr(copy=True)
+        got.eliminate_zeros()  # ours keeps products that cancel (as SpGEMM does); SciPy drops them
+        want.eliminate_zeros()
+        assert got.nnz == want.nnz and (got != want).nnz == 0, name
+        assert g.nnz >= want.nnz
+    # the product is a working matrix: C @ x (and its 2-d block) against SciPy
+    c0, c1 = C.col_range
+    r0, r1 = C.row_range
+    X = (np.arange(C.shape[1] * 2).reshape(-1, 2) % 7 - 3).astype(rt)
+    assert np.array_equal(C @ X[c0:c1], (want @ X)[r0:r1]), name
+    assert np.array_equal(C @ X[c0:c1, 0], (want @ X[:, 0])[r0:r1]), name
+    for M in (A, B, C):
+        M.free()
+    passed(name)
+
+
+def suite_spgemm(tmp):
+    sq = int_matrix(37, 37, 0.12, 21, hub=5, empty_rows=(0, 9, 36))
+    sq2 = int_matrix(37, 37, 0.1, 22, empty_cols=(3,), empty_rows=(4,))
+    check_product("spgemm-square", sq, sq2)
+    check_product("spgemm-square-same-plan", sq, sq2, same_plan=True)
+    check_product("spgemm-self", sq, sq, same_plan=True)
+    e = starts_of(37, size)
+    check_product("spgemm-empty-ranks", sq, sq2, akw={"row_starts": e}, bkw={"row_starts": e, "col_starts": e})
+    check_product("spgemm-empty-rank-a-only", sq, sq2, akw={"row_starts": e}, same_plan=True)
+    a = int_matrix(23, 37, 0.15, 23, np.complex128, np.int64, hub=2)
+    b = int_matrix(37, 29, 0.15, 24, np.float64, np.int32, hub=30)
+    check_product("spgemm-rect", a, b)  # A's columns split evenly, B's rows by nnz: rows fetched by request
+    check_product("spgemm-rect-same-plan", a, b, same_plan=True)
+    check_product("spgemm-rect-mismatched", a, b, akw={"col_starts": starts_of(37, size, 0)},
+                  bkw={"row_starts": starts_of(37, size, size - 1), "col_starts": starts_of(29, size)})
+    check_product("spgemm-int64-values", int_matrix(30, 30, 0.2, 25, np.int64), int_matrix(30, 30, 0.2, 26, np.int64))
+    check_product("spgemm-no-entries", int_matrix(10, 12, 0.0, 27), int_matrix(12, 8, 0.3, 28))
+    check_product("spgemm-float32-int32", int_matrix(20, 20, 0.3, 29, np.float32),
+                  int_matrix(20, 20, 0.3, 30, np.float32))
+    # a shape mismatch raises on every rank, naming both shapes
+    A = stmpi.DistCSR.from_global(a if rank == 0 else None, comm=comm)
+    try:
+        A @ A
+    except ValueError as err:
+        assert "(23, 37) and (23, 37)" in str(err), str(err)
+    else:
+        raise AssertionError("A @ B with mismatched shapes did not raise")
+    # a DistCSR on some ranks and an array on others: every rank raises (none hangs in another collective)
+    B = stmpi.DistCSR.from_global(b if rank == 0 else None, comm=comm)
+    c0, c1 = A.col_range
+    if size > 1:
+        try:
+            A @ (B if rank == 0 else np.ones(c1 - c0))
+        except ValueError as err:
+            assert "DistCSR on some" in str(err) or "different shapes" in str(err), str(err)
+        else:
+            raise AssertionError("A @ (B or x by rank) did not raise")
+    try:  # a local sparse tensor: not distributed
+        A @ (b if rank == size - 1 else B)
+    except ValueError as err:
+        assert "local csr tensor" in str(err) or "different shapes" in str(err), str(err)
+    else:
+        raise AssertionError("A @ local tensor did not raise")
+    C = A @ B  # the matrices still work after the errors
+    assert C.shape == (23, 29)
+    passed("spgemm-errors")
+
+
+# -- save / load of a directory of parts -------------------------------------------------------
+def sub_comm(k):
+    """The first ``k`` ranks of the world (COMM_NULL on the others)."""
+    return comm.Split(0 if rank < k else MPI.UNDEFINED, rank)
+
+
+def same_tensor(got, want, what):
+    assert got.shape == want.shape and got.dtype == want.dtype and got.index_dtype == want.index_dtype, what
+    for x, y in ((got.crow_indices(), want.crow_indices()), (got.col_indices(), want.col_indices()),
+                 (got.values(), want.values())):
+        assert np.array_equal(x, y), what
+
+
+def suite_parts(tmp):
+    from sparsetensor.mpi._partition import balanced_starts
+
+    mats = {"square": int_matrix(41, 41, 0.1, 31, np.float64, np.int32, hub=40, empty_rows=(3,)),
+            "rect": int_matrix(23, 37, 0.15, 32, np.complex128, np.int64, hub=0),
+            "empty": int_matrix(10, 10, 0.0, 33)}
+    for k in range(1, size + 1):  # saved on k ranks, loaded on every count 1..size
+        for name, t in mats.items():
+            path = os.path.join(tmp, f"parts-{name}-{k}")
+            s = starts_of(t.shape[0], k)
+            sub = sub_comm(k)
+            if sub != MPI.COMM_NULL:
+                A = stmpi.DistCSR.from_global(t if sub.rank == 0 else None, comm=sub, row_starts=s)
+                stmpi.save(path, A)
+                saved_cols = A.col_starts
+                A.free()
+                sub.Free()
+            comm.Barrier()
+            for j in range(1, size + 1):
+                sub = sub_comm(j)
+                if sub == MPI.COMM_NULL:
+                    comm.Barrier()
+                    continue
+                B = stmpi.load(path, comm=sub)
+                if j == k:  # the saved partitions
+                    assert np.array_equal(B.row_starts, s), (name, k, B.row_starts, s)
+                    assert np.array_equal(B.col_starts, sub.bcast(saved_cols if sub.rank == 0 else None))
+                else:  # balanced by nnz, as for one file
+                    assert np.array_equal(B.row_starts, balanced_starts(t.crow_indices(), j)), (name, k, j)
+                g = B.to_global()
+                if sub.rank == 0:
+                    same_tensor(g, t, f"{name} saved on {k}, loaded on {j}")
+                r0, r1 = B.row_range
+                c0, c1 = B.col_range
+                x = (np.arange(t.shape[1]) % 5 - 2).astype(t.dtype)
+                assert np.array_equal(B @ x[c0:c1], (t.to_scipy() @ x)[r0:r1])
+                # the user's partition wins
+                rs = starts_of(t.shape[0], j, 0)
+                B2 = stmpi.load(path, comm=sub, row_starts=rs, exchange="neighbor")
+                assert np.array_equal(B2.row_starts, rs) and B2.exchange == "neighbor"
+                g = B2.to_global()
+                if sub.rank == 0:
+                    same_tensor(g, t, f"{name} saved on {k}, loaded on {j} with row_starts")
+                B.free()
+                B2.free()
+                sub.Free()
+                comm.Barrier()
+            comm.Barrier()
+        passed(f"parts-saved-on-{k}")
+    if size >= 4:
+        passed("parts-saved-on-3-loaded-on-1-2-4")
+    # saving again over a directory of another rank count: the stale parts go
+    t = mats["square"]
+    path = os.path.join(tmp, f"parts-square-{size}")
+    A = stmpi.DistCSR.from_global(t if rank == 0 else None, comm=comm)
+    stmpi.save(path, A)
+    if size > 1:
+        sub = sub_comm(1)
+        if sub != MPI.COMM_NULL:
+            stmpi.save(path, stmpi.DistCSR.from_global(t, comm=sub))
+            sub.Free()
+        comm.Barrier()
+        assert sorted(os.listdir(path)) == ["manifest.json", "part-00000-of-00001.npz"], os.listdir(path)
+        comm.Barrier()  # every rank has looked before the next save removes the manifest
+        stmpi.save(path, A)
+    parts = sorted(f for f in os.listdir(path) if f.startswith("part-"))
+    assert len(parts) == size and parts[0] == f"part-00000-of-{size:05d}.npz", parts
+    passed("parts-resave")
+    # errors: every rank raises, naming the file
+    expect_raise = []
+
+    def raises(case, etype, needle, fn):
+        try:
+            fn()
+        except etype as err:
+            assert needle in str(err), (case, str(err))
+            expect_raise.append(case)
+        else:
+            raise AssertionError(f"{case}: did not raise")
+        comm.Barrier()
+
+    victim = os.path.join(path, parts[-1])
+    if rank == 0:  # the last part of another matrix of the same pattern (rows, nnz, dtypes): checksums differ
+        os.replace(victim, victim + ".orig")
+        st.save(victim, st.from_dense(t.to_dense()[A.row_starts[-2]:] * 2).to(index_dtype=t.index_dtype))
+    comm.Barrier()
+    raises("mismatched-part", ValueError, parts[-1], lambda: stmpi.load(path, comm=comm))
+    if rank == 0:
+        os.remove(victim)
+    comm.Barrier()
+    raises("missing-part", FileNotFoundError, parts[-1], lambda: stmpi.load(path, comm=comm))
+    if rank == 0:
+        os.replace(victim + ".orig", victim)
+        os.remove(os.path.join(path, "manifest.json"))
+    comm.Barrier()
+    raises("missing-manifest", FileNotFoundError, "manifest.json", lambda: stmpi.load(path, comm=comm))
+    afile = os.path.join(tmp, "m-file.npz")
+    if rank == 0:
+        st.save(afile, t)
+    comm.Barrier()
+    raises("save-onto-file", ValueError, "m-file.npz", lambda: stmpi.save(afile, A))
+    raises("save-args-swapped", TypeError, "path comes first", lambda: stmpi.save(A, path))
+    assert expect_raise == ["mismatched-part", "missing-part", "missing-manifest", "save-onto-file",
+                            "save-args-swapped"]
+    stmpi.save(path, A)  # a good save again reads back
+    same = A.to_global()
+    back = stmpi.load(path, comm=comm).to_global()
+    if rank == 0:
+        same_tensor(back, same, "resaved")
+    passed("parts-errors-raise-on-every-rank")
+
+
 def suite_doctest(tmp):
     import doctest
     import importlib
 
     for mod in ("sparsetensor.mpi._matrix", "sparsetensor.mpi._load", "sparsetensor.mpi._krylov",
-                "sparsetensor.mpi._operator", "sparsetensor.mpi._precond", "sparsetensor.mpi._generate"):
+                "sparsetensor.mpi._operator", "sparsetensor.mpi._precond", "sparsetensor.mpi._generate",
+                "sparsetensor.mpi._spgemm", "sparsetensor.mpi._parts"):
         r = doctest.testmod(importlib.import_module(mod), optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
         assert r.failed == 0 and r.attempted > 0, (mod, r)
     passed("doctests")
@@ -421,12 +651,13 @@ def suite_errors(tmp):
 
 
 def suite_all(tmp):
-    for suite in (suite_products, suite_solve_io, suite_errors) + ((suite_doctest,) if size == 2 else ()):
+    for suite in (suite_products, suite_solve_io, suite_errors, suite_spgemm, suite_parts) + (
+            (suite_doctest,) if size == 2 else ()):
         suite(tmp)
 
 
 SUITES = {"products": suite_products, "solve_io": suite_solve_io, "errors": suite_errors, "doctest": suite_doctest,
-          "all": suite_all}
+          "spgemm": suite_spgemm, "parts": suite_parts, "all": suite_all}
 
 if __name__ == "__main__":
     SUITES[sys.argv[1]](sys.argv[2])

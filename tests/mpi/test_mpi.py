@@ -122,6 +122,29 @@ def test_cg_and_load(launched, n):
     assert want <= passed, sorted(want - passed)
 
 
+SPGEMM_CASES = ["spgemm-square", "spgemm-square-same-plan", "spgemm-self", "spgemm-empty-ranks",
+                "spgemm-empty-rank-a-only", "spgemm-rect", "spgemm-rect-same-plan", "spgemm-rect-mismatched",
+                "spgemm-int64-values", "spgemm-no-entries", "spgemm-float32-int32", "spgemm-errors"]
+
+
+@pytest.mark.parametrize("n", RANKS)
+def test_spgemm_matches_scipy(launched, n):
+    """A @ B of two DistCSR equals SciPy's product of the gathered matrices (integer values: exactly), with
+    empty ranks, rectangular shapes, A's column partition equal to B's row partition or not; errors on every rank."""
+    passed = _passed(launched(n)[0])
+    assert set(SPGEMM_CASES) <= passed, sorted(set(SPGEMM_CASES) - passed)
+
+
+@pytest.mark.parametrize("n", RANKS)
+def test_save_load_parts_any_rank_count(launched, n):
+    """save on k ranks (a directory of parts), load on every count 1..n equal; missing or mismatched parts raise."""
+    passed = _passed(launched(n)[0])
+    want = {f"parts-saved-on-{k}" for k in range(1, n + 1)} | {"parts-resave", "parts-errors-raise-on-every-rank"}
+    if n >= 4:
+        want.add("parts-saved-on-3-loaded-on-1-2-4")
+    assert want <= passed, sorted(want - passed)
+
+
 ERROR_CASES = {"column-out-of-bounds": ("InvariantError", "5.5"), "row-pointer-decreases": ("InvariantError", "5.3"),
                "operand-shape": ("ValueError", ""), "load-bad-file": ("InvariantError", "5.5"),
                "exchange-mode": ("ValueError", ""),
