@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The PETSc stage of CI, separate from .ci/run (whose run must stay under 60 minutes): build
 # PETSc and petsc4py from PyPI's sources against the venv's MPICH, then run the PETSc bridge's
-# tests (tests/mpi/test_petsc.py on 1-3 ranks) with SPARSETENSOR_REQUIRE_MPI=1 and
+# tests (tests/mpi/test_petsc.py on 1-3 ranks, and the FEM example with PETSc's GAMG) with SPARSETENSOR_REQUIRE_MPI=1 and
 # SPARSETENSOR_REQUIRE_PETSC=1, so that a missing MPI or petsc4py fails instead of skipping.
 #
 #   bash ci/petsc.sh VENV   a venv that already holds sparsetensor (the wheel or an editable
@@ -78,6 +78,6 @@ PY
 
 step "tests/mpi/test_petsc.py (1-3 ranks; MPI and PETSc required)"
 # pytest's entry point, not python -m pytest: the source tree must not shadow the installed package
-(export SPARSETENSOR_REQUIRE_MPI=1 SPARSETENSOR_REQUIRE_PETSC=1; "$venv/bin/pytest" -q -p no:cacheprovider tests/mpi/test_petsc.py)
+(export SPARSETENSOR_REQUIRE_MPI=1 SPARSETENSOR_REQUIRE_PETSC=1; "$venv/bin/pytest" -q -p no:cacheprovider tests/mpi/test_petsc.py tests/mpi/test_fem_example.py)
 
 step "done: ci/petsc.sh took $((SECONDS - start)) s"

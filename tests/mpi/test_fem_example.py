@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from test_mpi import TIMEOUT, _env, mpiexec  # noqa: F401  (the fixture: how to launch, or skip)
+from test_petsc import petsc4py_installed  # noqa: F401  (skips without petsc4py unless REQUIRE_PETSC=1)
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "fem_poisson.py"
 
@@ -40,6 +41,5 @@ def test_fem_example(mpiexec, ranks):  # noqa: F811
 
 @pytest.mark.skipif(not EXAMPLE.exists(), reason="run from a source checkout (examples/ is not installed)")
 @pytest.mark.parametrize("ranks", [1, 3])
-def test_fem_example_with_petsc_gamg(mpiexec, ranks):  # noqa: F811
-    pytest.importorskip("petsc4py", reason="PETSc's half of the example needs petsc4py (ci/petsc.sh installs it)")
+def test_fem_example_with_petsc_gamg(petsc4py_installed, mpiexec, ranks):  # noqa: F811
     assert _run(mpiexec, ranks, 16, "--petsc") < 0.05
