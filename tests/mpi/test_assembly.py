@@ -16,34 +16,15 @@ import time
 from pathlib import Path
 
 import pytest
-from test_mpi import _env, _passed, mpiexec  # noqa: F401  (mpiexec: the fixture)
+from test_mpi import _env, _passed, launches, mpiexec  # noqa: F401  (mpiexec: the fixture)
 
 WORKER = Path(__file__).with_name("worker_assembly.py")
 RANKS = [1, 2, 3, 4]
-TIMEOUT = 180
 
 
 @pytest.fixture(scope="module")
 def launched(mpiexec, tmp_path_factory):  # noqa: F811
-    """One launch per rank count (launches dominate the time); the tests read its output and files."""
-    cache = {}
-
-    def get(n: int):
-        if n not in cache:
-            tmp = tmp_path_factory.mktemp(f"assembly{n}")
-            cmd = [*mpiexec, "-n", str(n), sys.executable, "-m", "mpi4py", str(WORKER), "all", str(tmp)]
-            try:
-                r = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT, env=_env(),
-                                   check=False)
-            except subprocess.TimeoutExpired as e:
-                pytest.fail(f"worker_assembly on {n} ranks did not finish in {TIMEOUT} s (a hang?): "
-                            f"{str(e.stdout)[-2000:]}")
-            assert r.returncode == 0, f"worker_assembly on {n} ranks exited {r.returncode}:\n{r.stdout[-3000:]}\n" \
-                                      f"{r.stderr[-3000:]}"
-            cache[n] = (r.stdout, tmp)
-        return cache[n]
-
-    return get
+    return launches(mpiexec, tmp_path_factory, WORKER, "assembly")
 
 
 ASSEMBLY_CASES = [f"assemble-{i}-{v}" for i in ("int32", "int64") for v in ("float32", "float64", "complex128")] + [

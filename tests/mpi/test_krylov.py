@@ -8,12 +8,10 @@ Without mpi4py or a working ``mpiexec`` the tests skip, unless ``SPARSETENSOR_RE
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from test_mpi import TIMEOUT, _env, mpiexec  # noqa: F401  (the fixture: how to launch, or skip)
+from test_mpi import launches, mpiexec  # noqa: F401  (the fixture: how to launch, or skip)
 
 WORKER = Path(__file__).with_name("worker_krylov.py")
 RANKS = [1, 2, 3, 4]
@@ -21,23 +19,7 @@ RANKS = [1, 2, 3, 4]
 
 @pytest.fixture(scope="module")
 def launched(mpiexec, tmp_path_factory):  # noqa: F811
-    cache = {}
-
-    def get(n: int) -> str:
-        if n not in cache:
-            tmp = tmp_path_factory.mktemp(f"krylov{n}")
-            cmd = [*mpiexec, "-n", str(n), sys.executable, "-m", "mpi4py", str(WORKER), "all", str(tmp)]
-            try:
-                r = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT, env=_env(), check=False,
-                                   cwd=Path(__file__).parent)
-            except subprocess.TimeoutExpired as e:
-                pytest.fail(f"the Krylov worker on {n} ranks did not finish in {TIMEOUT} s (a hang?): "
-                            f"{str(e.stdout)[-2000:]}")
-            assert r.returncode == 0, f"{n} ranks: exit {r.returncode}\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
-            cache[n] = r.stdout
-        return cache[n]
-
-    return get
+    return launches(mpiexec, tmp_path_factory, WORKER, "krylov")
 
 
 def _passed(out: str) -> set:
@@ -54,7 +36,7 @@ DTYPES = ("float64", "complex128", "float32")
 @pytest.mark.parametrize("n", RANKS)
 def test_cg(launched, n):
     """Iterates, counts, info and solution of cg equal SciPy's: x0, maxiter, zero rhs, Jacobi, block Jacobi."""
-    got = _passed(launched(n))
+    got = _passed(launched(n)[0])
     want = _want("cg", DTYPES) | _want("cg-options", DTYPES[:2])
     assert want <= got, sorted(want - got)
 
@@ -62,7 +44,7 @@ def test_cg(launched, n):
 @pytest.mark.parametrize("n", RANKS)
 def test_gmres(launched, n):
     """gmres against SciPy: callback_type x / pr_norm / legacy, restart, x0, maxiter, block Jacobi, classical GS."""
-    got = _passed(launched(n))
+    got = _passed(launched(n)[0])
     want = _want("gmres", DTYPES) | _want("gmres-options", DTYPES[:2])
     if n == 1:  # hundreds of restarted iterations: on one rank the count is SciPy's exactly
         want |= _want("gmres-slow-restart6", DTYPES[:2])
@@ -71,7 +53,7 @@ def test_gmres(launched, n):
 
 @pytest.mark.parametrize("n", RANKS)
 def test_bicgstab(launched, n):
-    got = _passed(launched(n))
+    got = _passed(launched(n)[0])
     want = _want("bicgstab", DTYPES) | _want("bicgstab-options", DTYPES[:2])
     assert want <= got, sorted(want - got)
 
@@ -79,14 +61,14 @@ def test_bicgstab(launched, n):
 @pytest.mark.parametrize("n", RANKS)
 def test_minres(launched, n):
     """minres on SPD and indefinite matrices, shift, check, x0, maxiter, Jacobi and block Jacobi (IC(0))."""
-    got = _passed(launched(n))
+    got = _passed(launched(n)[0])
     want = {"minres-float64", "minres-float32", "minres-options"}
     assert want <= got, sorted(want - got)
 
 
 @pytest.mark.parametrize("n", RANKS)
 def test_preconditioners_reduce_iterations_and_errors(launched, n):
-    out = launched(n)
+    out = launched(n)[0]
     got = _passed(out)
     assert {"preconditioners-reduce-iterations", "errors-raise-on-every-rank"} <= got
     assert "DONE" in out
@@ -94,4 +76,4 @@ def test_preconditioners_reduce_iterations_and_errors(launched, n):
 
 def test_docstring_examples(launched):
     """The examples of _krylov, _operator and _precond, on 2 ranks."""
-    assert "krylov-doctests" in _passed(launched(2))
+    assert "krylov-doctests" in _passed(launched(2)[0])

@@ -70,31 +70,41 @@ def mpiexec():
     return cmd
 
 
-@pytest.fixture(scope="module")
-def launched(mpiexec, tmp_path_factory):
-    """One launch per rank count runs every suite (launches dominate the time); tests read its output."""
+def launches(mpiexec, tmp_path_factory, worker=None, prefix: str = "mpi"):
+    """``get(n) -> (stdout, tmp)``: one launch of ``worker``'s ``all`` suite per rank count, cached
+    (launches dominate the time); every test module's ``launched`` fixture returns one."""
     cache = {}
 
     def get(n: int):
         if n not in cache:
-            tmp = tmp_path_factory.mktemp(f"mpi{n}")
-            cache[n] = (run(mpiexec, n, "all", tmp), tmp)
+            tmp = tmp_path_factory.mktemp(f"{prefix}{n}")
+            cache[n] = (run(mpiexec, n, "all", tmp, worker), tmp)
         return cache[n]
 
     return get
+
+
+@pytest.fixture(scope="module")
+def launched(mpiexec, tmp_path_factory):
+    return launches(mpiexec, tmp_path_factory)
 
 
 def _passed(out: str) -> set:
     return {line.split()[1] for line in out.splitlines() if line.startswith("PASS ")}
 
 
-def run(mpiexec, n: int, suite: str, tmp_path) -> str:
-    cmd = [*mpiexec, "-n", str(n), sys.executable, "-m", "mpi4py", str(WORKER), suite, str(tmp_path)]
+def run(mpiexec, n: int, suite: str, tmp_path, worker=None) -> str:
+    """``worker``'s (default: mpi_worker.py) ``suite`` on ``n`` ranks, from this folder (not the repository
+    root, whose unbuilt sources would shadow the package); a hang fails after TIMEOUT seconds."""
+    worker = WORKER if worker is None else worker
+    name = f"{Path(worker).stem} {suite}"
+    cmd = [*mpiexec, "-n", str(n), sys.executable, "-m", "mpi4py", str(worker), suite, str(tmp_path)]
     try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT, env=_env())
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT, env=_env(), check=False,
+                           cwd=Path(__file__).parent)
     except subprocess.TimeoutExpired as e:
-        pytest.fail(f"{suite} on {n} ranks did not finish in {TIMEOUT} s (a hang?): {str(e.stdout)[-2000:]}")
-    assert r.returncode == 0, f"{suite} on {n} ranks exited {r.returncode}:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
+        pytest.fail(f"{name} on {n} ranks did not finish in {TIMEOUT} s (a hang?): {str(e.stdout)[-2000:]}")
+    assert r.returncode == 0, f"{name} on {n} ranks exited {r.returncode}:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
     return r.stdout
 
 

@@ -11,12 +11,10 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from test_mpi import TIMEOUT, _env, mpiexec  # noqa: F401  (the fixture: how to launch, or skip)
+from test_mpi import launches, mpiexec  # noqa: F401  (the fixture: how to launch, or skip)
 
 WORKER = Path(__file__).with_name("worker_petsc.py")
 RANKS = [1, 2, 3]
@@ -33,23 +31,7 @@ def petsc4py_installed():
 
 @pytest.fixture(scope="module")
 def launched(petsc4py_installed, mpiexec, tmp_path_factory):  # noqa: F811
-    cache = {}
-
-    def get(n: int):
-        if n not in cache:
-            tmp = tmp_path_factory.mktemp(f"petsc{n}")
-            cmd = [*mpiexec, "-n", str(n), sys.executable, "-m", "mpi4py", str(WORKER), "all", str(tmp)]
-            try:
-                r = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT, env=_env(), check=False,
-                                   cwd=Path(__file__).parent)
-            except subprocess.TimeoutExpired as e:
-                pytest.fail(f"the PETSc worker on {n} ranks did not finish in {TIMEOUT} s (a hang?): "
-                            f"{str(e.stdout)[-2000:]}")
-            assert r.returncode == 0, f"{n} ranks: exit {r.returncode}\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
-            cache[n] = (r.stdout, tmp)
-        return cache[n]
-
-    return get
+    return launches(mpiexec, tmp_path_factory, WORKER, "petsc")
 
 
 def _passed(out: str) -> set:
