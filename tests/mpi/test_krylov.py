@@ -46,7 +46,7 @@ def test_gmres(launched, n):
     """gmres against SciPy: callback_type x / pr_norm / legacy, restart, x0, maxiter, block Jacobi, classical GS."""
     got = _passed(launched(n)[0])
     want = _want("gmres", DTYPES) | _want("gmres-options", DTYPES[:2])
-    if n == 1:  # hundreds of restarted iterations: on one rank the count is SciPy's exactly
+    if n == 1:  # hundreds of restarted iterations: on one rank the count is within 10% of SciPy's
         want |= _want("gmres-slow-restart6", DTYPES[:2])
     assert want <= got, sorted(want - got)
 
