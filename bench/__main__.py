@@ -1,6 +1,7 @@
 """python -m bench NAME [--quick] [--threads N]: run a benchmark (see bench/README.md).
 
-``python -m bench builds LABEL=PYTHON ...`` runs them for several builds (bench/builds.py).
+``python -m bench builds LABEL=PYTHON ...`` runs them for several builds (bench/builds.py);
+``python -m bench inprocess --base DIR`` compares two builds in one process (bench/inprocess.py).
 """
 
 from __future__ import annotations
@@ -21,6 +22,10 @@ def main(argv=None) -> int:
         from . import builds
 
         return builds.main(argv[1:])
+    if argv[:1] == ["inprocess"]:  # python -m bench inprocess --base ...: see bench/inprocess.py
+        from . import inprocess
+
+        return inprocess.main(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m bench")
     parser.add_argument("name", choices=["validate", "coalesce", "convert", "spmm", "elementwise", "cuda", "structures", "overhead", "solvers", "grad", "optim", "mpi", "dask"], help="which benchmark")
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")

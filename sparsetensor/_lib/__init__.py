@@ -93,3 +93,12 @@ if _build_config is None and not _forced:
     REASON = "kernels built in place and copied into the source tree: no dispatch"
 if _dir:
     __path__.insert(0, os.path.join(_here, _dir))  # noqa: F821 - set by the import system
+    if os.path.dirname(_cpu.__file__) != _here:
+        # An editable install: its import hook maps each module name to one build file, so the
+        # folder put first on __path__ is never searched and the baseline modules would run
+        # under another level's name. Bind the level's modules to the plain names instead.
+        import importlib
+        import sys
+
+        for _name in _build_config.DISPATCHED:
+            globals()[_name] = sys.modules[f"{__name__}.{_name}"] = importlib.import_module(f"{__name__}.{_dir}.{_name}")

@@ -111,9 +111,10 @@ def test_cpu_levels_agree_with_proc_cpuinfo():
 
 def test_kernels_come_from_the_level_in_use():
     assert _lib.LEVEL in [lv[0] for lv in _lib.LEVELS]
-    lib_dir = Path(_lib.__file__).parent
-    level_dir = lib_dir / _lib._dir
     build = _lib._build_config
+    # where the compiled modules are: the package's folder, or an editable install's build folder
+    lib_dir = Path(importlib.import_module("sparsetensor._lib._cpu").__file__).parent if build else Path(_lib.__file__).parent
+    level_dir = lib_dir / _lib._dir
     for name in build.DISPATCHED if build else []:
         assert Path(importlib.import_module(f"sparsetensor._lib.{name}").__file__).parent == level_dir
     for name in build.BASELINE_ONLY if build else []:
