@@ -18,6 +18,8 @@ imports this package or mpi4py.
   (PETSc's ``MatSetValues`` + assembly); ``A.zero_rows``, ``A + B``, ``alpha * A``, ``A.T``.
 - Importing this package makes an uncaught exception on one rank abort the job (``MPI_Abort``)
   instead of hanging the other ranks; ``SPARSETENSOR_MPI_ABORT=0`` turns that off.
+- :class:`DistBSR`: the same with ``r x c`` blocks (PETSc's MPIBAIJ): every operation above,
+  :func:`point_block_jacobi`, ``A.to_petsc()`` giving an MPIBAIJ ``Mat``.
 - PETSc (``pip install "sparsetensor[petsc]"``, imported only when used): ``A.to_petsc()`` (an AIJ
   ``Mat`` sharing our arrays), ``DistCSR.from_petsc(mat)``, :func:`to_petsc_vec` (a ``Vec`` over a
   slice, no copy) and :func:`solve` (any KSP and PC, PETSc options passed through).
@@ -38,15 +40,17 @@ from ._exchange import MODES as EXCHANGES
 from ._krylov import bicgstab, cg, dot, gmres, minres, norm
 from ._load import load
 from ._matrix import DistCSR
+from ._bsr import DistBSR
+from ._bsr_ops import PointBlockJacobi, point_block_jacobi  # binds DistBSR's ops and PETSc bridge
 from ._operator import DistLinearOperator, aslinearoperator
 from ._parts import save
 from ._petsc import solve, to_petsc_vec  # binds DistCSR.to_petsc, from_petsc
 from ._precond import BlockJacobi, Jacobi, block_jacobi, jacobi
 
-__all__ = ["DistCSR", "load", "cg", "dot", "norm", "agree", "RemoteError", "EXCHANGES"]
+__all__ = ["DistCSR", "DistBSR", "load", "cg", "dot", "norm", "agree", "RemoteError", "EXCHANGES"]
 __all__ += ["gmres", "bicgstab", "minres", "DistLinearOperator", "aslinearoperator", "jacobi", "block_jacobi",
             "Jacobi", "BlockJacobi"]
 __all__ += ["assemble", "assemble_vector", "save"]
-__all__ += ["solve", "to_petsc_vec"]
+__all__ += ["solve", "to_petsc_vec", "point_block_jacobi", "PointBlockJacobi"]
 
 _install_abort()  # an uncaught exception on one rank aborts the job instead of hanging it (SPARSETENSOR_MPI_ABORT=0: off)

@@ -29,6 +29,7 @@ from .._core._from_arrays import sparse_coo_tensor
 from ._comm import agree, bytes_of
 from ._exchange import check_mode as check_exchange
 from ._matrix import DistCSR
+from ._bsr import DistBSR, _block_starts, _blocksize, _default_col_starts
 from ._partition import check_starts, even_starts
 
 __all__ = ["Routing", "assemble", "assemble_vector", "build", "owners"]
@@ -290,7 +291,11 @@ def assemble(rows, cols, values, shape, comm=None, *, row_starts=None, col_start
         The column (input vector) partition, as for :meth:`DistCSR.from_global`.
     mode : {"add", "insert"}
     block : (int, int), optional
-        Block rows (``DistBSR``): not built yet, raises ``NotImplementedError``.
+        Return a :class:`DistBSR` of ``block = (r, c)`` blocks. The entries are still
+        scalar triples: they are assembled as above, then every ``r x c`` block holding
+        an entry is stored whole (explicit zeros fill it), as PETSc's
+        ``MatSetValues`` on a BAIJ matrix does. ``shape``, ``row_starts`` (default: an
+        even split of the block rows) and ``col_starts`` must be multiples of ``r`` and ``c``.
     dtype : dtype, optional
         The value dtype; default: the values' dtypes of the ranks that pass
         entries, promoted as NumPy does (``np.result_type``).
@@ -302,7 +307,7 @@ def assemble(rows, cols, values, shape, comm=None, *, row_starts=None, col_start
 
     Returns
     -------
-    DistCSR
+    DistCSR or DistBSR
         Canonical rows (sorted columns, duplicates summed). Summed duplicates
         that cancel stay as explicit zeros, as in PETSc.
 
@@ -351,19 +356,25 @@ def assemble(rows, cols, values, shape, comm=None, *, row_starts=None, col_start
     where = f"assemble: rank {rank}"
 
     def prepare():
-        if block is not None:
-            raise NotImplementedError("assemble(block=...): DistBSR is not built yet")
         shp = _shape(shape, where)
         _check_mode(mode, where)
         check_exchange(exchange)
-        starts = even_starts(shp[0], size) if row_starts is None else check_starts(row_starts, shp[0], size,
-                                                                                  "row_starts")
-        cstarts = DistCSR._col_starts(shp, starts, col_starts, size)
+        if block is None:
+            starts = even_starts(shp[0], size) if row_starts is None else check_starts(row_starts, shp[0], size,
+                                                                                      "row_starts")
+            cstarts = DistCSR._col_starts(shp, starts, col_starts, size)
+        else:
+            bs = _blocksize(block, f"{where}: block")
+            if shp[0] % bs[0] or shp[1] % bs[1]:
+                raise ValueError(f"{where}: shape {shp} is not a whole number of {bs} blocks")
+            starts = (even_starts(shp[0] // bs[0], size) * bs[0] if row_starts is None
+                      else _block_starts(row_starts, shp[0], bs[0], size, "row_starts"))
+            cstarts = _default_col_starts(shp, bs, starts, col_starts, size)
         idt = None if index_dtype is None else as_index_dtype(index_dtype)
         vdt = None if dtype is None else as_value_dtype(dtype)
         r, c, v = _triples(where, rows, cols, values, shp)
         fields = {"shape": shp, "mode": mode, "row_starts": _starts_field(starts), "col_starts": _starts_field(cstarts),
-                  "index_dtype": str(idt), "dtype": str(vdt), "exchange": exchange}
+                  "index_dtype": str(idt), "dtype": str(vdt), "exchange": exchange, "block": str(block)}
         return shp, starts, cstarts, idt, vdt, r, c, v, fields
 
     shp, starts, cstarts, idt, vdt, r, c, v, fields = agree(comm, prepare)
@@ -376,8 +387,13 @@ def assemble(rows, cols, values, shape, comm=None, *, row_starts=None, col_start
     vals = route.send(v, vdt)
     del route
     idx[0] -= wire.type(starts[rank])  # global rows -> this rank's rows
-    return build(comm, shp, starts, cstarts, idx, vals, insert=mode == "insert", index_dtype=idt,
-                 exchange=exchange)
+    A = build(comm, shp, starts, cstarts, idx, vals, insert=mode == "insert", index_dtype=idt, exchange=exchange)
+    if block is None:
+        return A
+    try:
+        return DistBSR.from_csr(A, tuple(int(b) for b in block))
+    finally:
+        A.free()
 
 
 def assemble_vector(rows, values, n, comm=None, *, row_starts=None, mode: str = "add", dtype=None) -> np.ndarray:

@@ -32,7 +32,7 @@ from .._core._layout import sparse_csr
 from ..ops.blas import matmul
 from ._comm import agree, gatherv, scatterv
 from ._exchange import GhostExchange, check_mode
-from ._partition import (balanced_starts, check_row_pointers, check_starts, even_starts, local_csr,
+from ._partition import (_tensor, balanced_starts, check_row_pointers, check_starts, even_starts, local_csr,
                          split_blocks)
 
 __all__ = ["DistCSR"]
@@ -88,6 +88,11 @@ class DistCSR:
     array([ 2.,  3., 10.])
     """
 
+    #: Block rows and columns of the local blocks: 1 here; :class:`DistBSR` stores ``r x c`` blocks, and
+    #: then ``_ghosts``, ``_send_idx`` and the exchange plan count block columns (one message row per block).
+    _br = _bc = 1
+    _blocked = False
+
     # -- construction ---------------------------------------------------------------------
     def __init__(self, comm, shape, row_starts, col_starts, local, *, exchange="p2p", _internal=False):
         if not _internal:
@@ -102,7 +107,7 @@ class DistCSR:
         self._c0, self._c1 = int(col_starts[rank]), int(col_starts[rank + 1])
         self._dtype = local.dtype
         self._index_dtype = local.index_dtype
-        self._diag, self._offd, self._ghosts = split_blocks(local, self._c0, self._c1)
+        self._diag, self._offd, self._ghosts = split_blocks(local, self._c0 // self._bc, self._c1 // self._bc)
         self._offd_rows, self._offd_compact = self._compress_rows(self._offd)
         self._nnz = int(self._comm.allreduce(self.nnz_local))
         self._build_plan(exchange)
@@ -128,7 +133,9 @@ class DistCSR:
 
     def _build_plan(self, exchange):
         comm, size = self._comm, self._comm.size
-        owner = np.searchsorted(self._col_starts, self._ghosts, side="right") - 1
+        bc = self._bc
+        cstarts, c0, c1 = self._col_starts // bc, self._c0 // bc, self._c1 // bc
+        owner = np.searchsorted(cstarts, self._ghosts, side="right") - 1
         recv_counts = np.bincount(owner, minlength=size).astype(np.int64)
         send_counts = np.empty(size, dtype=np.int64)
         comm.Alltoall(recv_counts, send_counts)
@@ -136,8 +143,8 @@ class DistCSR:
         sdispl = np.concatenate([[0], np.cumsum(send_counts)[:-1]]).astype(np.int64)
         wanted = np.empty(int(send_counts.sum()), dtype=np.int64)
         comm.Alltoallv([self._ghosts, recv_counts, rdispl, MPI.INT64_T], [wanted, send_counts, sdispl, MPI.INT64_T])
-        self._send_idx = (wanted - self._c0).astype(np.intp)
-        if self._send_idx.size and (self._send_idx.min() < 0 or self._send_idx.max() >= self._c1 - self._c0):
+        self._send_idx = (wanted - c0).astype(np.intp)
+        if self._send_idx.size and (self._send_idx.min() < 0 or self._send_idx.max() >= c1 - c0):
             raise RuntimeError("sparsetensor.mpi: a rank asked for entries another rank does not own (internal error)")
         self._recv_plan = [(q, int(rdispl[q]), int(recv_counts[q])) for q in range(size) if recv_counts[q]]
         self._send_plan = [(q, int(sdispl[q]), int(send_counts[q])) for q in range(size) if send_counts[q]]
@@ -160,7 +167,7 @@ class DistCSR:
         """
         new = object.__new__(type(self))
         for name in ("_user_comm", "_shape", "_row_starts", "_col_starts", "_r0", "_r1", "_c0", "_c1",
-                     "_index_dtype", "_ghosts", "_nnz", "_send_idx", "_recv_plan", "_send_plan"):
+                     "_index_dtype", "_ghosts", "_nnz", "_send_idx", "_recv_plan", "_send_plan", "_br", "_bc"):
             setattr(new, name, getattr(self, name))
         new._comm = self._user_comm.Dup()
         new._dtype = diag.dtype
@@ -463,8 +470,9 @@ class DistCSR:
         """
         x = self._check_operand(x, self._c1 - self._c0, "DistCSR @ x", "x", check)
         t0 = time.perf_counter()
-        recv = np.empty((self._ghosts.shape[0],) + x.shape[1:], dtype=x.dtype)
-        send = np.take(x, self._send_idx, axis=0)
+        xb = x if self._bc == 1 else x.reshape((-1, self._bc) + x.shape[1:])  # one message row per block column
+        recv = np.empty((self._ghosts.shape[0],) + xb.shape[1:], dtype=x.dtype)
+        send = np.take(xb, self._send_idx, axis=0)
         reqs = self._exchange.post(send, recv)
         t1 = time.perf_counter()
         if send.nbytes + recv.nbytes > self.progress_threshold and self._diag.shape[0] > 1:
@@ -478,7 +486,7 @@ class DistCSR:
         if self._offd_rows is not None:
             y[self._offd_rows] += matmul(self._offd_compact, recv, threads=threads)
         elif self._offd.nnz:
-            y += matmul(self._offd, recv, threads=threads)
+            y += matmul(self._offd, recv if self._bc == 1 else recv.reshape((-1,) + x.shape[1:]), threads=threads)
         self._record("matvec", send, recv, (t1 - t0) + (t3 - t2), time.perf_counter() - t0)
         return y
 
@@ -551,6 +559,8 @@ class DistCSR:
         else:
             g = matmul(self._offd.mT, x, threads=threads)
         g = np.ascontiguousarray(g)
+        if self._bc != 1:
+            g = g.reshape((-1, self._bc) + g.shape[1:])
         recv = np.empty((self._send_idx.shape[0],) + g.shape[1:], dtype=g.dtype)
         reqs = self._exchange.post(g, recv, reverse=True)
         t1 = time.perf_counter()
@@ -559,8 +569,9 @@ class DistCSR:
         t2 = time.perf_counter()
         MPI.Request.Waitall(reqs)
         t3 = time.perf_counter()
+        zb = z if self._bc == 1 else z.reshape((-1, self._bc) + z.shape[1:])
         for _, o, c in self._send_plan:  # distinct indices within one neighbour's part
-            z[self._send_idx[o:o + c]] += recv[o:o + c]
+            zb[self._send_idx[o:o + c]] += recv[o:o + c]
         self._record("rmatvec", g, recv, (t1 - t0) + (t3 - t2), time.perf_counter() - t0)
         return np.conj(z) if adjoint else z
 
@@ -657,31 +668,43 @@ class DistCSR:
         tail, dtype = self._comm.bcast(kind, root=root)
         return scatterv(self._comm, a, np.diff(starts), root, tail, dtype)
 
+    def _blocksize(self):
+        """None here; ``(r, c)`` for :class:`DistBSR`, whose local tensors count block rows and columns."""
+        return (self._br, self._bc) if self._blocked else None
+
     def local_rows(self, copy: bool = False) -> CompressedTensor:
-        """This rank's rows as one CSR tensor with global column indices (sorted within rows)."""
-        n = self._r1 - self._r0
+        """This rank's rows as one CSR tensor with global column indices (sorted within rows).
+
+        For a :class:`DistBSR`: its block rows as one BSR tensor with global block columns.
+        """
+        n = (self._r1 - self._r0) // self._br
         d, o = self._diag, self._offd
         rows = np.concatenate([np.repeat(np.arange(n, dtype=np.int64), np.diff(d.crow_indices())),
                                np.repeat(np.arange(n, dtype=np.int64), np.diff(o.crow_indices()))])
-        cols = np.concatenate([d.col_indices().astype(np.int64) + self._c0, self._ghosts[o.col_indices()]])
+        cols = np.concatenate([d.col_indices().astype(np.int64) + self._c0 // self._bc, self._ghosts[o.col_indices()]])
         vals = np.concatenate([d.values(), o.values()])
         order = np.lexsort((cols, rows))
         crow = np.zeros(n + 1, dtype=self._index_dtype)
         np.cumsum(np.bincount(rows, minlength=n), out=crow[1:])
-        return sparse_csr_tensor(crow, cols[order].astype(self._index_dtype), vals[order],
-                                 size=(n, self._shape[1]), check_invariants=False)
+        return _tensor(crow, cols[order].astype(self._index_dtype), vals[order], n, self._shape[1] // self._bc,
+                       self._blocksize())
 
     def to_global(self, root: int = 0):
-        """The whole matrix as a CSR tensor on ``root`` (None elsewhere), collective; checked."""
+        """The whole matrix as a CSR tensor on ``root`` (None elsewhere), collective; checked.
+
+        For a :class:`DistBSR`: a BSR tensor of its block size.
+        """
         t = self.local_rows()
+        tail = tuple(t.values().shape[1:])
         counts = gatherv(self._comm, np.diff(t.crow_indices()).astype(np.int64), root, (), np.int64)
         cols = gatherv(self._comm, t.col_indices(), root, (), self._index_dtype)
-        vals = gatherv(self._comm, t.values(), root, (), self._dtype)
+        vals = gatherv(self._comm, t.values(), root, tail, self._dtype)
         if self._comm.rank != root:
             return None
-        crow = np.zeros(self._shape[0] + 1, dtype=self._index_dtype)
+        nb = self._shape[0] // self._br
+        crow = np.zeros(nb + 1, dtype=self._index_dtype)
         np.cumsum(counts, out=crow[1:])
-        return sparse_csr_tensor(crow, cols, vals, size=self._shape)
+        return _tensor(crow, cols, vals, nb, self._shape[1] // self._bc, self._blocksize(), check=True)
 
     def free(self) -> None:
         """Release the matrix's duplicate communicator (collective); the matrix is unusable afterwards."""

@@ -26,7 +26,14 @@ _INT32_MAX = (1 << 31) - 1
 
 
 def _entries(A: DistCSR):
-    """This rank's entries: (local rows int64, global columns int64, values), the diagonal block first."""
+    """This rank's entries: (local rows int64, global columns int64, values), the diagonal block first.
+
+    A :class:`~sparsetensor.mpi.DistBSR` gives the entries of its point form (every entry of every block).
+    """
+    if A._blocksize() is not None:
+        t = A.local_rows().to_sparse_csr()
+        rows = np.repeat(np.arange(t.shape[0], dtype=np.int64), np.diff(t.crow_indices()))
+        return rows, t.col_indices().astype(np.int64), t.values()
     n = A._r1 - A._r0
     d, o = A._diag, A._offd
     rows = np.concatenate([np.repeat(np.arange(n, dtype=np.int64), np.diff(d.crow_indices())),

@@ -13,7 +13,7 @@ import re
 import numpy as np
 
 from .._core._errors import InvariantError
-from .._core._from_arrays import sparse_csr_tensor
+from .._core._from_arrays import sparse_bsr_tensor, sparse_csr_tensor
 
 __all__ = ["balanced_starts", "even_starts", "check_starts", "check_row_pointers", "local_csr", "split_blocks"]
 
@@ -81,14 +81,24 @@ def _globalize(e: InvariantError, r0: int, r1: int, p0: int, rank: int) -> Invar
     return InvariantError(e.invariant, e.layout, f"{msg} (rows [{r0}, {r1}) of rank {rank})", index=index)
 
 
+def _tensor(crow, cols, vals, nrows: int, ncols: int, blocksize, check: bool = False):
+    """A CSR tensor, or with ``blocksize`` a BSR one (``nrows``/``ncols`` then count blocks), checked or not."""
+    if blocksize is None:
+        return sparse_csr_tensor(crow, cols, vals, size=(nrows, ncols), check_invariants=check)
+    r, c = blocksize
+    return sparse_bsr_tensor(crow, cols, vals.reshape((-1, r, c)), size=(nrows * r, ncols * c), check_invariants=check)
+
+
 def local_csr(crow64: np.ndarray, cols: np.ndarray, vals: np.ndarray, ncols: int, r0: int, p0: int, rank: int,
-              canonical: bool):
+              canonical: bool, blocksize=None):
     """Validate one rank's rows (global columns) and return them as a checked CSR tensor.
 
     ``crow64``: the rank's row pointers from 0 (int64, possibly broken); ``p0``: the
     global position of its first entry. Errors name global rows and positions.
     A part that breaks only 5.6 (unsorted or duplicate columns) is repaired by
     ``coalesce`` when ``canonical`` is false, as :func:`sparsetensor.load` does.
+    With ``blocksize=(r, c)`` the rows are block rows of a BSR tensor (``ncols``, ``r0`` count
+    blocks, ``vals`` has shape ``(nnzb, r, c)``), and errors name global block rows.
     """
     nloc = crow64.shape[0] - 1
     r1 = r0 + nloc
@@ -100,7 +110,7 @@ def local_csr(crow64: np.ndarray, cols: np.ndarray, vals: np.ndarray, ncols: int
                                          f"[0, ncols={ncols}]; i={i}: got {d[bad[0]]}", index=i)
         raise _globalize(e, r0, r1, p0, rank)
     crow = crow64.astype(cols.dtype)
-    t = sparse_csr_tensor(crow, cols, vals, size=(nloc, ncols), check_invariants=False)
+    t = _tensor(crow, cols, vals, nloc, ncols, blocksize)
     try:
         t.check_invariants()
         t._set_validated()  # checked: 5.6 holds (as sparsetensor.io marks a checked file)
@@ -119,13 +129,15 @@ def local_csr(crow64: np.ndarray, cols: np.ndarray, vals: np.ndarray, ncols: int
 
 
 def split_blocks(t, c0: int, c1: int):
-    """(diagonal block, off-diagonal block, ghosts) of a checked local CSR ``t`` with global columns.
+    """(diagonal block, off-diagonal block, ghosts) of a checked local CSR or BSR ``t`` with global columns.
 
     The diagonal block holds columns ``[c0, c1)`` renumbered from 0; the
     off-diagonal block's columns are positions in ``ghosts``, the sorted
     distinct global columns outside ``[c0, c1)``. Row order and each row's
-    column order are kept, so canonical input gives canonical blocks.
+    column order are kept, so canonical input gives canonical blocks. For a BSR ``t``, rows,
+    columns, ``c0``/``c1`` and ``ghosts`` count blocks, and the blocks are BSR tensors.
     """
+    blocksize = t.blocksize if t.layout.name == "bsr" else None
     crow, cols, vals = t.crow_indices(), t.col_indices(), t.values()
     idt = cols.dtype
     nloc = crow.shape[0] - 1
@@ -138,7 +150,7 @@ def split_blocks(t, c0: int, c1: int):
         counts = np.bincount(rows[mask], minlength=nloc)
         cr = np.zeros(nloc + 1, dtype=idt)
         np.cumsum(counts, out=cr[1:])
-        b = sparse_csr_tensor(cr, c.astype(idt, copy=False), vals[mask], size=(nloc, ncols), check_invariants=False)
+        b = _tensor(cr, c.astype(idt, copy=False), vals[mask], nloc, ncols, blocksize)
         b._canonical = t.is_coalesced()  # a subsequence of each checked row keeps its order
         return b
 

@@ -34,6 +34,7 @@ from .. import io as _io
 from .._core._errors import InvariantError
 from ..io import _files
 from ._comm import agree
+from ._bsr import DistBSR, _default_col_starts
 from ._matrix import DistCSR
 from ._partition import check_row_pointers, check_starts
 
@@ -72,7 +73,13 @@ def save(path, A: DistCSR) -> None:
         before the parts are written (a save that fails half-way leaves no
         manifest, which :func:`~sparsetensor.mpi.load` reports), and its parts
         that this save does not rewrite are removed at the end.
-    A : DistCSR
+    A : DistCSR or DistBSR
+        A :class:`DistBSR` is written in its point form (every entry of every stored
+        block, as :meth:`DistBSR.to_csr` gives it; the parts stay csr files that any
+        reader of this format takes) with its block size in the manifest
+        (``"blocksize": [r, c]``); :func:`~sparsetensor.mpi.load` then returns a
+        DistBSR of the same blocks, on any number of ranks (rows split on block
+        boundaries).
 
     Raises
     ------
@@ -117,6 +124,8 @@ def save(path, A: DistCSR) -> None:
 
     def write():
         t = A.local_rows()
+        if A._blocked:
+            t = t.to_sparse_csr()
         t._canonical = A._diag.is_coalesced() and A._offd.is_coalesced()  # checked rows, re-sorted
         part = os.path.join(path, name)
         _io.save(part, t)
@@ -127,8 +136,10 @@ def save(path, A: DistCSR) -> None:
 
     def finish():
         meta = {"format": FORMAT, "version": VERSION, "shape": list(A.shape), "value_dtype": A.dtype.name,
-                "index_dtype": A.index_dtype.name, "nnz": int(A.nnz), "row_starts": A._row_starts.tolist(),
+                "index_dtype": A.index_dtype.name, "nnz": sum(e["nnz"] for e in entries), "row_starts": A._row_starts.tolist(),
                 "col_starts": A._col_starts.tolist(), "parts": entries}
+        if A._blocked:
+            meta["blocksize"] = list(A.blocksize)
         keep = {e["file"] for e in entries}
         for f in os.listdir(path):  # parts of an earlier save with another rank count
             if _PART.fullmatch(f) and f not in keep:
@@ -185,6 +196,11 @@ def _read_manifest(path: str) -> dict:
     rows = [e["rows"] for e in parts]
     if rows != np.diff(meta["row_starts"]).tolist():
         raise _bad(manifest, f"the parts' rows {rows} do not match row_starts {meta['row_starts']}")
+    if "blocksize" in meta:
+        bs = meta["blocksize"]
+        if not (_int_list(bs, 2) and min(bs) >= 1 and all(np.remainder(meta["row_starts"], bs[0]) == 0)
+                and all(np.remainder(meta["col_starts"], bs[1]) == 0)):
+            raise _bad(manifest, f"blocksize must be two positive integers dividing the saved partitions, got {bs!r}")
     return meta
 
 
@@ -253,14 +269,22 @@ def _plan(path: str, size: int, row_starts, col_starts):
     P = np.zeros(len(parts) + 1, dtype=np.int64)
     np.cumsum([e["nnz"] for e in parts], out=P[1:])
     maps = [_map_part(path, e, meta) for e in parts]
+    bs = meta.get("blocksize")
     if row_starts is not None:
         starts = check_starts(row_starts, M, size, "row_starts")
+        if bs and np.any(starts % bs[0]):
+            raise ValueError(f"row_starts must be multiples of the block size {bs[0]} of the saved DistBSR; got "
+                             f"{starts.tolist()}")
     elif size == len(parts):
         starts = R.copy()  # as saved
     else:
         starts = _balanced([m[0] for m in maps], R[:-1], P[:-1], M, int(P[-1]), size)
+        if bs:  # each boundary to its nearest block boundary: still non-decreasing, 0 and M kept
+            starts = (starts + bs[0] // 2) // bs[0] * bs[0]
     if col_starts is None and row_starts is None and size == len(parts):
         cstarts = np.asarray(meta["col_starts"], dtype=np.int64)
+    elif bs:
+        cstarts = _default_col_starts((M, N), tuple(bs), starts, col_starts, size)
     else:
         cstarts = DistCSR._col_starts((M, N), starts, col_starts, size)
     at = np.empty(size + 1, dtype=np.int64)  # each rank's first entry, globally
@@ -309,8 +333,13 @@ def load_parts(path: str, comm, root: int, row_starts, col_starts, exchange: str
     r0, r1 = int(starts[rank]), int(starts[rank + 1])
     crow64, cols, vals = agree(comm, _read_rows, path, files, R, r0, r1, meta)
     try:
-        return DistCSR._from_parts(comm, shape, starts, cstarts, crow64, cols, vals, int(at[rank]), canonical,
-                                   exchange)
+        A = DistCSR._from_parts(comm, shape, starts, cstarts, crow64, cols, vals, int(at[rank]), canonical, exchange)
     except InvariantError as e:  # every rank raises; name the directory
         raise _files.in_file(e, path) from None
+    if "blocksize" not in meta:
+        return A
+    try:
+        return DistBSR.from_csr(A, tuple(meta["blocksize"]))
+    finally:
+        A.free()
 

@@ -1,0 +1,295 @@
+"""The ops of :class:`DistBSR` that change its pattern, its PETSc bridge (MPIBAIJ) and point-block Jacobi.
+
+``zero_rows``, ``A + B``, ``A - B``, ``A.T`` and ``A @ B`` run :class:`DistCSR`'s op
+(:mod:`._ops`, :mod:`._spgemm`) on the point form (:meth:`DistBSR.to_csr`) and cut the
+result back into blocks (:meth:`DistBSR.from_csr`): one code path for the checks, the
+routing of entries and the errors on every rank, at the cost of the point form's memory
+for the duration of the op. ``alpha * A``, ``-A``, ``conj`` and ``copy`` keep the pattern
+and are :class:`DistCSR`'s own (they replace the blocks' values).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import _ops
+from ._bsr import DistBSR
+from ._comm import agree, first_failing
+from ._matrix import DistCSR
+from ._petsc import _index_dtype, _is_mat, _petsc, _scalar_dtype, _world
+
+__all__ = ["PointBlockJacobi", "point_block_jacobi"]
+
+
+def _through_points(A: DistBSR, fn, blocksize):
+    """``fn(A.to_csr())`` (a DistCSR) cut into ``blocksize`` blocks; the point forms are freed."""
+    c = A.to_csr()
+    try:
+        p = fn(c)
+    finally:
+        c.free()
+    if blocksize is None:
+        return p
+    try:
+        return DistBSR.from_csr(p, blocksize)
+    finally:
+        p.free()
+
+
+def zero_rows(self: DistBSR, rows, diag=1.0, x=None, b=None) -> None:
+    """Zero the global ``rows`` except ``diag`` on the diagonal, in place (collective; PETSc's ``MatZeroRows``).
+
+    :meth:`DistCSR.zero_rows` on the point form: the same arguments, checks and
+    right-hand-side fix. The blocks that held a zeroed row's entries stay stored, with
+    zeros in that row (as PETSc's BAIJ keeps them); a diagonal block is added where the
+    row had none.
+    """
+    c = self.to_csr()
+    try:
+        _ops.zero_rows(c, rows, diag, x, b)
+        new = DistBSR.from_csr(c, self.blocksize)
+    finally:
+        c.free()
+    _ops._replace(self, new)
+
+
+def _sum(A: DistBSR, B, sign: int, op: str):
+    src = first_failing(A._comm, not isinstance(B, DistCSR))
+    if not isinstance(B, DistCSR):
+        return NotImplemented
+    if src is not None:
+        raise TypeError(f"A {op} B: rank {src} passed a B that is not a DistCSR or DistBSR")
+    kinds = A._comm.allgather(B.blocksize if isinstance(B, DistBSR) else None)
+    if len(set(kinds)) != 1:
+        raise TypeError(f"A {op} B: B is a DistBSR on some ranks and not on others: block sizes {kinds} (by rank)")
+    Bp = B.to_csr() if isinstance(B, DistBSR) else B
+    try:
+        # the same block size: a DistBSR; a DistCSR or another block size: the point sum, a DistCSR
+        return _through_points(A, lambda a: a + Bp if sign > 0 else a - Bp,
+                               A.blocksize if kinds[0] == A.blocksize else None)
+    finally:
+        if Bp is not B:
+            Bp.free()
+
+
+def _add(self, other):
+    """``A + B`` (collective): a DistBSR for two of one block size (the union of their blocks), else a DistCSR."""
+    return _sum(self, other, 1, "+")
+
+
+def _sub(self, other):
+    """``A - B`` (collective); see ``A + B``."""
+    return _sum(self, other, -1, "-")
+
+
+def transpose(self: DistBSR) -> DistBSR:
+    """``A^T`` as a :class:`DistBSR` of ``c x r`` blocks (collective); rows split like ``A``'s columns."""
+    return _through_points(self, _ops.transpose, (self._bc, self._br))
+
+
+def _matmul(self, other):
+    """``A @ x`` (:meth:`DistCSR.matvec`); ``A @ B`` for a distributed ``B`` (collective).
+
+    ``B`` a DistBSR: a DistBSR of ``(A's r, B's c)`` blocks; ``B`` a DistCSR: a DistCSR. Both
+    through :func:`sparsetensor.mpi._spgemm.spgemm` on the point forms.
+    """
+    if not isinstance(other, DistCSR):
+        return self.matvec(other)
+    self._check_operand(other, 0, "A @ B", "B", True, matrix_ok=True)
+    from ._spgemm import spgemm
+
+    kinds = self._comm.allgather(other.blocksize if isinstance(other, DistBSR) else None)
+    if len(set(kinds)) != 1:
+        raise TypeError(f"A @ B: B is a DistBSR on some ranks and not on others: block sizes {kinds} (by rank)")
+    Bp = other.to_csr() if isinstance(other, DistBSR) else other
+    try:
+        return _through_points(self, lambda a: spgemm(a, Bp),
+                               None if kinds[0] is None else (self._br, other._bc))
+    finally:
+        if Bp is not other:
+            Bp.free()
+
+
+# -- PETSc ------------------------------------------------------------------------------------
+def to_petsc(self: DistBSR):
+    """This matrix as a petsc4py ``Mat`` of type BAIJ (collective): ``MATMPIBAIJ``, ``MATSEQBAIJ`` on one rank.
+
+    The ``Mat`` has our row and column ownership ranges and block size, and is assembled.
+
+    - **copied**: everything. petsc4py builds a BAIJ matrix only through
+      ``MatXAIJSetPreallocationCSR`` (``Mat.createBAIJ(csr=...)``), which copies the row
+      pointers, the global block columns and the block values into PETSc's own storage;
+      it wraps none of PETSc's ``...BAIJWithArrays`` constructors (only AIJ's), so no
+      array of ours can be shared. Our blocks are row-major, the order PETSc reads them
+      in (``MAT_ROW_ORIENTED``, its default), so the values are copied once, not
+      transposed. A change of our values afterwards is not seen by PETSc, nor PETSc's by us.
+    - **converted**: indices to ``PETSc.IntType`` and values to ``PETSc.ScalarType``
+      (exact conversions only, as :meth:`DistCSR.to_petsc`).
+
+    Raises
+    ------
+    NotImplementedError
+        On every rank, for non-square blocks: PETSc's BAIJ has ``bs x bs`` blocks (use
+        ``A.to_csr().to_petsc()``, an AIJ ``Mat``).
+    ImportError, TypeError
+        As :meth:`DistCSR.to_petsc`.
+    """
+    PETSc = _petsc(self._comm)
+    r, c = self.blocksize
+
+    def arrays():
+        where = f"DistBSR.to_petsc (rank {self._comm.rank})"
+        if r != c:
+            raise NotImplementedError(f"{where}: PETSc's BAIJ stores square blocks; this matrix has {r} x {c} "
+                                      f"blocks (A.to_csr().to_petsc() gives an AIJ Mat)")
+        t = self.local_rows()
+        sdt = _scalar_dtype(PETSc, self._dtype, where)
+        idt = _index_dtype(PETSc, self._shape, t.nnz * r * c, where)
+        return (t.crow_indices().astype(idt), t.col_indices().astype(idt),
+                np.ascontiguousarray(t.values(), dtype=sdt).reshape(-1))
+
+    csr = agree(self._comm, arrays)
+    size = ((self._r1 - self._r0, self._shape[0]), (self._c1 - self._c0, self._shape[1]))
+    mat = PETSc.Mat().createBAIJ(size, r, csr=csr, comm=self._user_comm)
+    mat.assemble()
+    return mat
+
+
+def from_petsc(cls, mat, comm=None, exchange: str = "p2p") -> DistBSR:
+    """A :class:`DistBSR` from an assembled petsc4py BAIJ ``Mat`` (collective; copies).
+
+    ``mat``: ``MATMPIBAIJ`` (``MATSEQBAIJ`` on one process); the block size is the
+    ``Mat``'s. Read through ``MatGetRow`` (``Mat.getValuesCSR``, every entry of every
+    stored block, with global columns), then cut into blocks as :meth:`DistBSR.from_csr`:
+    the ``Mat``'s blocks come back as they were stored, explicit zeros included.
+
+    Raises
+    ------
+    TypeError
+        On every rank, for an object that is not a BAIJ ``Mat`` (an AIJ one:
+        :meth:`DistCSR.from_petsc`).
+    """
+    if comm is None:
+        comm = mat.getComm().tompi4py() if _is_mat(mat) else _world()
+    PETSc = _petsc(comm)
+
+    def check():
+        if not isinstance(mat, PETSc.Mat):
+            raise TypeError(f"DistBSR.from_petsc: expected a petsc4py PETSc.Mat, got {type(mat).__name__}")
+        kind = mat.getType()
+        if not (kind.startswith("mpibaij") or kind.startswith("seqbaij")):
+            raise TypeError(f"DistBSR.from_petsc: expected a BAIJ matrix (MATMPIBAIJ or MATSEQBAIJ), got a Mat of "
+                            f"type {kind!r}; DistCSR.from_petsc reads AIJ matrices")
+        return mat.getBlockSize()
+
+    bs = agree(comm, check)
+    # the AIJ reader checks the process count and assembly and copies the rows (MatGetRow works on BAIJ)
+    point = _read_point(mat, comm, exchange)
+    try:
+        return cls.from_csr(point, (bs, bs))
+    finally:
+        point.free()
+
+
+def _read_point(mat, comm, exchange):
+    from .._core._from_arrays import sparse_csr_tensor
+
+    def read():
+        if mat.getComm().getSize() != comm.size:
+            raise ValueError(f"DistBSR.from_petsc: the Mat lives on {mat.getComm().getSize()} processes, comm has "
+                             f"{comm.size}")
+        if not mat.assembled:
+            raise ValueError("DistBSR.from_petsc: the Mat is not assembled (call mat.assemble() first)")
+        ai, aj, av = mat.getValuesCSR()
+        return sparse_csr_tensor(ai, aj, av, size=(mat.getLocalSize()[0], mat.getSize()[1]), check_invariants=False)
+
+    t = agree(comm, read)
+    rows = np.asarray(mat.getOwnershipRanges(), dtype=np.int64)
+    cols = np.asarray(mat.getOwnershipRangesColumn(), dtype=np.int64)
+    return DistCSR.from_local(t, comm, col_starts=cols, exchange=exchange, row_starts=rows)
+
+
+# -- point-block Jacobi -----------------------------------------------------------------------
+class PointBlockJacobi:
+    """``M r``: each ``r x r`` diagonal block's inverse times its part of ``r``; see :func:`point_block_jacobi`."""
+
+    def __init__(self, A: DistBSR):
+        if not isinstance(A, DistBSR):
+            raise TypeError(f"point_block_jacobi: expected a DistBSR, got {type(A).__name__}")
+        comm = A.comm
+
+        def inverse():
+            d = A.diagonal_blocks()
+            d = d.astype(np.promote_types(d.dtype, np.float32))
+            try:
+                return np.linalg.inv(d) if d.shape[0] else d
+            except np.linalg.LinAlgError:
+                k = int(np.flatnonzero(np.linalg.cond(d) > 1 / np.finfo(d.dtype).eps)[0]) if d.shape[0] else 0
+                raise np.linalg.LinAlgError(f"point_block_jacobi: the diagonal block at global rows "
+                                            f"{A.row_range[0] + k * A.blocksize[0]}.. is singular (rank "
+                                            f"{comm.rank})") from None
+
+        self._inv = agree(comm, inverse)
+        self.blocksize = A.blocksize
+        self.shape = tuple(A.shape)
+        self.dtype = self._inv.dtype
+        self.comm = comm
+
+    def matvec(self, r):
+        """``D^-1 r`` for this rank's slice (``(n,)`` or ``(n, k)``), ``D`` the block diagonal."""
+        r = np.asarray(r)
+        b = self.blocksize[0]
+        rb = r.reshape((-1, b) + r.shape[1:])
+        out = np.einsum("kij,kj...->ki...", self._inv, rb)
+        return out.reshape(r.shape)
+
+    def rmatvec(self, r):
+        """The adjoint: ``D^-H r``."""
+        r = np.asarray(r)
+        b = self.blocksize[0]
+        out = np.einsum("kji,kj...->ki...", np.conj(self._inv), r.reshape((-1, b) + r.shape[1:]))
+        return out.reshape(r.shape)
+
+    def __call__(self, r):
+        return self.matvec(r)
+
+    def __matmul__(self, r):
+        return self.matvec(r)
+
+    def __repr__(self):
+        return f"PointBlockJacobi(shape={self.shape}, blocksize={self.blocksize}, dtype={self.dtype})"
+
+
+def point_block_jacobi(A: DistBSR) -> PointBlockJacobi:
+    """The point-block Jacobi preconditioner of a :class:`DistBSR` (collective; PETSc's ``PCPBJACOBI``).
+
+    Each rank inverts its ``r x r`` diagonal blocks once (NumPy's ``inv``, in
+    ``np.promote_types(A.dtype, float32)``); ``M(r)`` multiplies each block of ``r`` by its
+    inverse, with no communication. :func:`jacobi` on a DistBSR is the *point* diagonal
+    (PETSc's ``PCJACOBI``); :func:`block_jacobi` solves each rank's whole diagonal block.
+    Needs square blocks and the columns split like the rows.
+
+    Examples
+    --------
+    >>> import numpy as np, sparsetensor as st
+    >>> from mpi4py import MPI
+    >>> from sparsetensor import mpi as stmpi
+    >>> t = st.from_dense(np.array([[4.0, 1, 0, 0], [1, 4, 0, 0], [0, 0, 2, 0], [0, 0, 0, 2]]))
+    >>> A = stmpi.DistBSR.from_global(t if MPI.COMM_WORLD.rank == 0 else None, blocksize=(2, 2))
+    >>> M = stmpi.point_block_jacobi(A)
+    >>> r0, r1 = A.row_range
+    >>> bool(np.allclose((A @ M(np.ones(r1 - r0))), np.ones(r1 - r0)))
+    True
+    """
+    return PointBlockJacobi(A)
+
+
+# Bound here, as _ops binds DistCSR's: the class module keeps storage, construction and diagonals.
+DistBSR.zero_rows = zero_rows
+DistBSR.transpose = transpose
+DistBSR.T = property(transpose, doc="``A^T``: see :meth:`transpose` (collective).")
+DistBSR.__add__ = _add
+DistBSR.__sub__ = _sub
+DistBSR.__matmul__ = _matmul
+DistBSR.to_petsc = to_petsc
+DistBSR.from_petsc = classmethod(from_petsc)
