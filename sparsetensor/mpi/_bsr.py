@@ -20,6 +20,7 @@ import numpy as np
 from mpi4py import MPI
 
 from .._core._tensor import SparseTensor
+from ..ops.blas import matmul
 from ._comm import agree, scatterv
 from ._matrix import DistCSR
 from ._partition import balanced_starts, check_row_pointers, check_starts, even_starts, local_csr
@@ -96,7 +97,7 @@ class DistBSR(DistCSR):
     >>> dense = np.array([[4.0, 1, 0, 0], [1, 4, 0, 2], [0, 0, 4, 1], [0, 2, 1, 4]])
     >>> A = DistBSR.from_global(st.from_dense(dense) if MPI.COMM_WORLD.rank == 0 else None, blocksize=(2, 2))
     >>> A.blocksize, A.nnz
-    ((2, 2), 3)
+    ((2, 2), 4)
     >>> r0, r1 = A.row_range
     >>> y = A @ np.ones(4)[r0:r1]
     >>> bool(np.array_equal(y, (dense @ np.ones(4))[r0:r1]))
@@ -119,7 +120,6 @@ class DistBSR(DistCSR):
 
     def _diag_product_with_progress(self, x, reqs, threads):
         # one product of the whole diagonal block; MPI progress is driven only by Waitall
-        from ..ops.blas import matmul
         return matmul(self._diag, x, threads=threads), 0.0
 
     @classmethod

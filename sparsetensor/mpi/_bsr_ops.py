@@ -16,7 +16,7 @@ from . import _ops
 from ._bsr import DistBSR
 from ._comm import agree, first_failing
 from ._matrix import DistCSR
-from ._petsc import _index_dtype, _is_mat, _petsc, _scalar_dtype, _world
+from ._petsc import _index_dtype, _is_mat, _petsc, _scalar_dtype, _world, read_rows
 
 __all__ = ["PointBlockJacobi", "point_block_jacobi"]
 
@@ -171,42 +171,17 @@ def from_petsc(cls, mat, comm=None, exchange: str = "p2p") -> DistBSR:
     """
     if comm is None:
         comm = mat.getComm().tompi4py() if _is_mat(mat) else _world()
-    PETSc = _petsc(comm)
 
-    def check():
-        if not isinstance(mat, PETSc.Mat):
-            raise TypeError(f"DistBSR.from_petsc: expected a petsc4py PETSc.Mat, got {type(mat).__name__}")
-        kind = mat.getType()
+    def check_kind(kind, procs):
         if not (kind.startswith("mpibaij") or kind.startswith("seqbaij")):
             raise TypeError(f"DistBSR.from_petsc: expected a BAIJ matrix (MATMPIBAIJ or MATSEQBAIJ), got a Mat of "
                             f"type {kind!r}; DistCSR.from_petsc reads AIJ matrices")
-        return mat.getBlockSize()
 
-    bs = agree(comm, check)
-    # the AIJ reader checks the process count and assembly and copies the rows (MatGetRow works on BAIJ)
-    point = _read_point(mat, comm, exchange)
+    point, bs = read_rows(mat, comm, "DistBSR.from_petsc", check_kind, exchange)
     try:
         return cls.from_csr(point, (bs, bs))
     finally:
         point.free()
-
-
-def _read_point(mat, comm, exchange):
-    from .._core._from_arrays import sparse_csr_tensor
-
-    def read():
-        if mat.getComm().getSize() != comm.size:
-            raise ValueError(f"DistBSR.from_petsc: the Mat lives on {mat.getComm().getSize()} processes, comm has "
-                             f"{comm.size}")
-        if not mat.assembled:
-            raise ValueError("DistBSR.from_petsc: the Mat is not assembled (call mat.assemble() first)")
-        ai, aj, av = mat.getValuesCSR()
-        return sparse_csr_tensor(ai, aj, av, size=(mat.getLocalSize()[0], mat.getSize()[1]), check_invariants=False)
-
-    t = agree(comm, read)
-    rows = np.asarray(mat.getOwnershipRanges(), dtype=np.int64)
-    cols = np.asarray(mat.getOwnershipRangesColumn(), dtype=np.int64)
-    return DistCSR.from_local(t, comm, col_starts=cols, exchange=exchange, row_starts=rows)
 
 
 # -- point-block Jacobi -----------------------------------------------------------------------

@@ -468,7 +468,7 @@ class DistCSR:
         (for loops whose operands are known right; a wrong one then raises on its
         rank only).
         """
-        x = self._check_operand(x, self._c1 - self._c0, "DistCSR @ x", "x", check)
+        x = self._check_operand(x, self._c1 - self._c0, f"{type(self).__name__} @ x", "x", check)
         t0 = time.perf_counter()
         xb = x if self._bc == 1 else x.reshape((-1, self._bc) + x.shape[1:])  # one message row per block column
         recv = np.empty((self._ghosts.shape[0],) + xb.shape[1:], dtype=x.dtype)
@@ -550,7 +550,7 @@ class DistCSR:
         off-diagonal block's contributions travel back to the ranks owning those
         columns along the same plan as :meth:`matvec`, reversed: the same bytes.
         """
-        x = self._check_operand(x, self._r1 - self._r0, "DistCSR.rmatvec", "x", check)
+        x = self._check_operand(x, self._r1 - self._r0, f"{type(self).__name__}.rmatvec", "x", check)
         if adjoint:
             x = np.conj(x)
         t0 = time.perf_counter()

@@ -179,28 +179,41 @@ def from_petsc(cls, mat, comm=None, exchange: str = "p2p") -> DistCSR:
     """
     if comm is None:
         comm = mat.getComm().tompi4py() if _is_mat(mat) else _world()
+
+    def check_kind(kind, procs):
+        if not (kind.startswith("mpiaij") or (kind.startswith("seqaij") and procs == 1)):
+            raise TypeError(f"DistCSR.from_petsc: expected an AIJ matrix (MATMPIAIJ, or MATSEQAIJ on one process), "
+                            f"got a Mat of type {kind!r} on {procs} process(es); convert it first: mat.convert('aij')")
+
+    return read_rows(mat, comm, "DistCSR.from_petsc", check_kind, exchange)[0]
+
+
+def read_rows(mat, comm, where: str, check_kind, exchange: str = "p2p") -> tuple:
+    """(``mat``'s rows as a :class:`DistCSR` with its ownership ranges, its block size), collective; copies
+    through ``MatGetRow``.
+
+    ``check_kind(type, processes)`` raises for a ``Mat`` type the caller does not take; every
+    error raises on every rank.
+    """
     PETSc = _petsc(comm)
 
     def read():
         if not isinstance(mat, PETSc.Mat):
-            raise TypeError(f"DistCSR.from_petsc: expected a petsc4py PETSc.Mat, got {type(mat).__name__}")
-        kind = mat.getType()
+            raise TypeError(f"{where}: expected a petsc4py PETSc.Mat, got {type(mat).__name__}")
         procs = mat.getComm().getSize()
         if procs != comm.size:
-            raise ValueError(f"DistCSR.from_petsc: the Mat lives on {procs} processes, comm has {comm.size}")
-        if not (kind.startswith("mpiaij") or (kind.startswith("seqaij") and procs == 1)):
-            raise TypeError(f"DistCSR.from_petsc: expected an AIJ matrix (MATMPIAIJ, or MATSEQAIJ on one process), "
-                            f"got a Mat of type {kind!r} on {procs} process(es); convert it first: mat.convert('aij')")
+            raise ValueError(f"{where}: the Mat lives on {procs} processes, comm has {comm.size}")
+        check_kind(mat.getType(), procs)
         if not mat.assembled:
-            raise ValueError("DistCSR.from_petsc: the Mat is not assembled (call mat.assemble() first)")
+            raise ValueError(f"{where}: the Mat is not assembled (call mat.assemble() first)")
         ai, aj, av = mat.getValuesCSR()
         m, ncols = mat.getLocalSize()[0], mat.getSize()[1]
-        return sparse_csr_tensor(ai, aj, av, size=(m, ncols), check_invariants=False)
+        return sparse_csr_tensor(ai, aj, av, size=(m, ncols), check_invariants=False), mat.getBlockSize()
 
-    t = agree(comm, read)
+    t, bs = agree(comm, read)
     rows = np.asarray(mat.getOwnershipRanges(), dtype=np.int64)
     cols = np.asarray(mat.getOwnershipRangesColumn(), dtype=np.int64)
-    return cls.from_local(t, comm, col_starts=cols, exchange=exchange, row_starts=rows)
+    return DistCSR.from_local(t, comm, col_starts=cols, exchange=exchange, row_starts=rows), bs
 
 
 def _is_mat(obj) -> bool:
