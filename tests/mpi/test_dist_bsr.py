@@ -106,7 +106,7 @@ def test_errors_raise_on_every_rank(launched, n):
     for r in range(n):
         got = {}
         for line in (tmp / f"raised.{r}.txt").read_text().splitlines():
-            case, etype, _msg = line.split("\t")
+            case, etype = line.split("\t")[:2]
             got[case] = etype
         assert got == want, (r, got)
 

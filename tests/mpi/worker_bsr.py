@@ -21,6 +21,8 @@ import numpy as np
 import scipy.sparse as sp
 import scipy.sparse.linalg as sla
 from mpi4py import MPI
+from mpi_worker import passed
+from worker_assembly import expect
 from worker_krylov import block_oracle, compare, rhs
 
 import sparsetensor as st
@@ -30,18 +32,6 @@ comm = MPI.COMM_WORLD
 rank, size = comm.rank, comm.size
 BLOCKS = [(1, 1), (2, 2), (3, 3), (2, 3)]
 HAVE_PETSC = importlib.util.find_spec("petsc4py") is not None
-
-
-def passed(name):
-    comm.Barrier()
-    if rank == 0:
-        print("PASS", name, flush=True)
-
-
-def raised(tmp, case, e):
-    line = "\t".join([case, type(e).__name__, str(e).replace("\n", " ")])
-    with open(os.path.join(tmp, f"raised.{rank}.txt"), "a") as f:
-        f.write(line + "\n")
 
 
 # -- matrices (the same on every rank) --------------------------------------------------------
@@ -397,17 +387,6 @@ def suite_petsc(tmp):
 
 
 # -- errors -----------------------------------------------------------------------------------
-def expect(tmp, case, exc, fn, *words):
-    try:
-        fn()
-    except exc as e:
-        for w in words:
-            assert w in str(e), (case, w, str(e))
-        raised(tmp, case, e)
-    else:
-        raise AssertionError(f"{case}: nothing raised on rank {rank}")
-
-
 def suite_errors(tmp):
     last = size - 1
     d = block_dense(6, 6, (2, 2), 0.4, 41, shift=3)
