@@ -27,7 +27,7 @@ def main(argv=None) -> int:
 
         return inprocess.main(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m bench")
-    parser.add_argument("name", choices=["validate", "coalesce", "convert", "spmm", "elementwise", "cuda", "structures", "overhead", "solvers", "grad", "optim", "mpi", "dask"], help="which benchmark")
+    parser.add_argument("name", choices=["validate", "coalesce", "convert", "spmm", "elementwise", "cuda", "structures", "overhead", "solvers", "grad", "optim", "mpi", "dask", "petsc"], help="which benchmark")
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
     parser.add_argument("--threads", type=int, default=None, help="threads for ours and torch (default: all)")
     parser.add_argument("--sizes", default=None,
@@ -93,6 +93,10 @@ def main(argv=None) -> int:
         from . import mpi
 
         mpi.run(quick=args.quick)
+    elif args.name == "petsc":
+        from . import petsc
+
+        petsc.run(quick=args.quick)
     elif args.name == "convert":
         from . import convert
 
