@@ -232,10 +232,17 @@ def solve_triangular(const index_t[::1] crow, const index_t[::1] cols, const fie
 
 cdef void _trsv(const index_t[::1] crow, const index_t[::1] cols, const field_t[::1] a, field_t[:, ::1] b,
                 Py_ssize_t n, Py_ssize_t nnz, bint lower, bint unit_diagonal, int64_t[::1] info) noexcept nogil:
+    # Rows are sorted (5.6, checked by the wrapper), so a row's part in the triangle is a prefix
+    # (lower) or a suffix (upper) that ends at the diagonal: only that part is read. Were the
+    # columns changed since the check, the result would be wrong, never an access out of bounds:
+    # a lower part's columns must lie in [0, i), an upper part's in (i, n).
     cdef Py_ssize_t step, i, c, m = b.shape[1]
     cdef int64_t lo, hi, p, j, d
-    cdef field_t v
+    cdef field_t v, s
+    cdef field_t* x = &b[0, 0] if n > 0 and m > 0 else NULL
     _fail(info, OK, -1)
+    if x == NULL:
+        return
     for step in range(n):
         i = step if lower else n - 1 - step
         lo = crow[i]
@@ -244,17 +251,54 @@ cdef void _trsv(const index_t[::1] crow, const index_t[::1] cols, const field_t[
             _fail(info, CHANGED, i)
             return
         d = -1
-        for p in range(lo, hi):
-            j = cols[p]
-            if bad_index(j, n):
-                _fail(info, CHANGED, i)
-                return
-            if j == i:
-                d = p
-            elif (j < i) == lower:  # a solved row: subtract its share
-                v = a[p]
-                for c in range(m):
-                    b[i, c] = b[i, c] - v * b[j, c]
+        if m == 1:  # a vector: the row's sum in a local
+            s = x[i]
+            if lower:
+                for p in range(lo, hi):
+                    j = cols[p]
+                    if j >= i:
+                        d = p if j == i else -1
+                        break
+                    if j < 0:
+                        _fail(info, CHANGED, i)
+                        return
+                    s = s - a[p] * x[j]
+            else:
+                for p in range(hi - 1, lo - 1, -1):
+                    j = cols[p]
+                    if j <= i:
+                        d = p if j == i else -1
+                        break
+                    if j >= n:
+                        _fail(info, CHANGED, i)
+                        return
+                    s = s - a[p] * x[j]
+            x[i] = s
+        else:
+            if lower:
+                for p in range(lo, hi):
+                    j = cols[p]
+                    if j >= i:
+                        d = p if j == i else -1
+                        break
+                    if j < 0:
+                        _fail(info, CHANGED, i)
+                        return
+                    v = a[p]
+                    for c in range(m):
+                        x[i * m + c] = x[i * m + c] - v * x[j * m + c]
+            else:
+                for p in range(hi - 1, lo - 1, -1):
+                    j = cols[p]
+                    if j <= i:
+                        d = p if j == i else -1
+                        break
+                    if j >= n:
+                        _fail(info, CHANGED, i)
+                        return
+                    v = a[p]
+                    for c in range(m):
+                        x[i * m + c] = x[i * m + c] - v * x[j * m + c]
         if unit_diagonal:
             continue
         if d < 0:
@@ -265,4 +309,4 @@ cdef void _trsv(const index_t[::1] crow, const index_t[::1] cols, const field_t[
             _fail(info, ZERO_PIVOT, i)
             return
         for c in range(m):
-            b[i, c] = b[i, c] / v
+            x[i * m + c] = x[i * m + c] / v

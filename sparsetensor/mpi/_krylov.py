@@ -488,12 +488,13 @@ def gmres(A, b, x0=None, *, rtol=1e-5, atol=0., restart=None, maxiter=None, M=No
                         (tmp,) = run.red(dotprod(v[k, :], w))
                     h[col, k] = tmp
                     w -= tmp * v[k, :]
-            else:
-                sums = run.red(_sqnorm(w), *[dotprod(v[k, :], w) for k in range(col + 1)])
+            else:  # all projections at once: two passes over the basis (BLAS), one reduction
+                proj = (v[:col + 1] @ w.conj()).conj() if v.dtype.kind == "c" else v[:col + 1] @ w  # V^H w, V uncopied
+                sums = run.red(_sqnorm(w), *proj)
                 h0 = np.sqrt(sums[0])
-                for k in range(col + 1):
-                    h[col, k] = sums[k + 1]
-                    w -= sums[k + 1] * v[k, :]
+                proj[:] = sums[1:]
+                h[col, :col + 1] = proj
+                w -= proj @ v[:col + 1]
             (ww,) = run.red(_sqnorm(w))
             h1 = np.sqrt(ww)
             h[col, col + 1] = h1
