@@ -49,7 +49,7 @@ def test_operations_equal_serial(launched, n):
 # case -> (exception type, only the last rank's input is bad: its rank is named everywhere)
 ERRORS = {"row-out-of-range": ("ValueError", True), "col-out-of-range": ("ValueError", True),
           "lengths": ("ValueError", True), "float-indices": ("TypeError", True), "values-dtype": ("TypeError", True),
-          "bad-mode": ("ValueError", True), "bad-shape": ("ValueError", True), "block": ("NotImplementedError", False),
+          "bad-mode": ("ValueError", True), "bad-shape": ("ValueError", True), "block": ("ValueError", True),
           "vector-row-out-of-range": ("ValueError", True), "from-local-row-starts": ("ValueError", False),
           "from-local-coo-rows": ("InvariantError", True), "zero-rows-out-of-range": ("ValueError", True),
           "zero-rows-x-without-b": ("ValueError", False)}

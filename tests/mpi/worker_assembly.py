@@ -233,7 +233,8 @@ def suite_errors(tmp):
     if size > 1:
         expect(tmp, "modes-disagree", ValueError, with_(mode="insert"), "same mode")
         expect(tmp, "shapes-disagree", ValueError, with_(shape=(20, 21)), "same shape")
-    expect(tmp, "block", NotImplementedError, lambda: stmpi.assemble(r, c, v, shape, comm, block=(2, 2)), "DistBSR")
+    expect(tmp, "block", ValueError, lambda: stmpi.assemble(r, c, v, shape, comm, block=(3, 3) if bad else (2, 2)),
+           f"rank {last}", "(3, 3) blocks")  # 20 rows are not whole 3 x 3 blocks (DistBSR: test_dist_bsr.py)
     expect(tmp, "vector-row-out-of-range", ValueError,
            lambda: stmpi.assemble_vector([1, 40 if bad else 2], [1.0, 2.0], 20, comm), "global row 40")
     # from_local: a global-shape part on every rank, a part that is not this rank's share, rows out of range
