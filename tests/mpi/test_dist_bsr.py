@@ -57,7 +57,7 @@ def test_krylov_iterates_equal_scipy(launched, n):
     on the gathered matrix."""
     got = _passed(launched(n)[0])
     want = {f"{k}-{b}-{v}" for k in ("cg", "gmres-bicgstab") for b in ("1x1", "2x2", "3x3")
-            for v in ("float64", "complex128")}
+            for v in ("float64", "complex128", "float32")}
     assert want <= got, sorted(want - got)
 
 
