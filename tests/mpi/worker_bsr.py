@@ -178,11 +178,12 @@ def suite_ops(tmp):
                 g = T.to_global()
                 if rank == 0:
                     assert np.array_equal(g.to_dense(), d.T)
-                mixed = A + C  # a DistCSR operand: the point sum
-                assert type(mixed) is stmpi.DistCSR
-                g = mixed.to_global()
-                if rank == 0:
-                    assert np.array_equal(g.to_dense(), 2 * d)
+                for op_, want in ((lambda: A + C, 2 * d), (lambda: C + A, 2 * d), (lambda: C - A, 0 * d)):
+                    mixed = op_()  # a DistCSR operand, on either side: the point sum, a DistCSR
+                    assert type(mixed) is stmpi.DistCSR
+                    g = mixed.to_global()
+                    if rank == 0:
+                        assert np.array_equal(g.to_dense(), want)
                 if square:
                     P = A @ A2
                     assert isinstance(P, stmpi.DistBSR) and P.blocksize == bs
