@@ -96,8 +96,11 @@ def _cupy_timer(cp):
 def _host_per_call(stc, dev, gen, torch, cp, calls) -> dict:
     """Microseconds a call of a 64 x 64 CSR SpMV costs (wall time over ``calls`` calls queued
     back to back, one synchronisation at the end): the host's part of a call, the kernel being
-    tiny. Ours with a DeviceArray, a torch and a CuPy operand; torch's own ``sparse.mm``."""
+    tiny. Ours (the public op, ``st.matmul``) with a DeviceArray, a torch and a CuPy operand;
+    torch's own ``sparse.mm``."""
     import time
+
+    import sparsetensor as st
 
     crow, col, val = gen.csr(64, 8, np.int32)
     a = stc.compressed_tensor(crow, col, val, (64, 64), layout="csr", check_invariants=True)
@@ -112,17 +115,17 @@ def _host_per_call(stc, dev, gen, torch, cp, calls) -> dict:
         sync()
         return (time.perf_counter() - t0) / calls * 1e6
 
-    out = {"ours, DeviceArray x": per_call(lambda: stc.matmul(a, x), dev.synchronize)}
+    out = {"ours, DeviceArray x": per_call(lambda: st.matmul(a, x), dev.synchronize)}
     if torch is not None:
         tx = torch.from_dlpack(x)
-        out["ours, torch x"] = per_call(lambda: stc.matmul(a, tx), dev.synchronize)
+        out["ours, torch x"] = per_call(lambda: st.matmul(a, tx), dev.synchronize)
         ta = torch.sparse_csr_tensor(torch.from_dlpack(a.crow_indices()), torch.from_dlpack(a.col_indices()),
                                      torch.from_dlpack(a.values()), a.shape)
         tx2 = tx[:, None]
         out["torch.sparse.mm"] = per_call(lambda: torch.sparse.mm(ta, tx2), torch.cuda.synchronize)
     if cp is not None:
         cx = cp.asarray(x)
-        out["ours, cupy x"] = per_call(lambda: stc.matmul(a, cx), dev.synchronize)
+        out["ours, cupy x"] = per_call(lambda: st.matmul(a, cx), dev.synchronize)
     return out
 
 
@@ -298,7 +301,7 @@ def run(quick=False, repeat=7, emulate=False, profile=False):
         rows_, cols_ = a.shape
         for N in Ns:
             x = stc.as_device_array(gen.normal((cols_,) if N == 1 else (cols_, N)), dev)
-            ms = ours_t(lambda: stc.matmul(a, x), repeat)
+            ms = ours_t(lambda: st.matmul(a, x), repeat)
             peers = {}
             if ta is not None:
                 tx = torch.from_dlpack(x)
@@ -331,7 +334,7 @@ def run(quick=False, repeat=7, emulate=False, profile=False):
     bval = rng.standard_normal((bcol.size, 32, 32)).astype(np.float32)
     b = stc.compressed_tensor(bcrow.astype(np.int32), bcol.astype(np.int32), bval, (nb * 32, nb * 32), layout="bsr")
     X = stc.as_device_array(gen.normal((nb * 32, 256)), dev)
-    ms = ours_t(lambda: stc.matmul(b, X), repeat)
+    ms = ours_t(lambda: st.matmul(b, X), repeat)
     peers, tb = {}, None
     if torch is not None:
         tb = torch.sparse_bsr_tensor(torch.from_dlpack(b.crow_indices()), torch.from_dlpack(b.col_indices()),
@@ -346,7 +349,7 @@ def run(quick=False, repeat=7, emulate=False, profile=False):
     idx = gen.integers(side, (2, m))
     vals = gen.normal((m,))
     coo = stc.coo_tensor(idx, vals, (side, side), check_invariants=False)
-    ms = ours_t(lambda: stc.coalesce(coo), max(3, repeat // 2))
+    ms = ours_t(lambda: coo.coalesce(), max(3, repeat // 2))
     peers = {}
     if torch is not None:
         tcoo = torch.sparse_coo_tensor(torch.from_dlpack(coo.indices()), torch.from_dlpack(coo.values()),
@@ -359,7 +362,7 @@ def run(quick=False, repeat=7, emulate=False, profile=False):
     # -- CSR -> CSC and validation ------------------------------------------------------------------------
     crow, col, val = gen.csr(rows_n, per_row, np.int64)
     big = stc.compressed_tensor(crow, col, val, (rows_n, rows_n), layout="csr", check_invariants=True)
-    ms = ours_t(lambda: stc.to_sparse(big, "csc"), max(3, repeat // 2))
+    ms = ours_t(lambda: big.to_sparse("csc"), max(3, repeat // 2))
     peers = {}
     if torch is not None:
         tbig = torch.sparse_csr_tensor(torch.from_dlpack(big.crow_indices()), torch.from_dlpack(big.col_indices()),
@@ -369,7 +372,7 @@ def run(quick=False, repeat=7, emulate=False, profile=False):
            "torch/ours >= 2")
 
     unchecked = st.CompressedTensor(big.crow_indices(), big.col_indices(), big.values(), big.shape, big.layout)
-    ms = ours_t(lambda: stc.validate(unchecked), repeat)
+    ms = ours_t(lambda: unchecked.check_invariants(), repeat)
     peers = {}
     if torch is not None:
         c_, p_, v_ = (torch.from_dlpack(x) for x in (big.crow_indices(), big.col_indices(), big.values()))

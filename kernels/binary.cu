@@ -81,4 +81,44 @@ __global__ void merge_write(const I* __restrict__ ca, const I* __restrict__ pa, 
     }
 }
 
+// maximum (mx = 1) or minimum (mx = 0) over the union of the patterns, an entry missing from one
+// operand counting as 0; NaN propagates (np.maximum). Placed as merge_write (union counts).
+// st:kernel num index
+template <typename V, typename I>
+__global__ void merge_extremum(const I* __restrict__ ca, const I* __restrict__ pa, const V* __restrict__ va,
+                               i64 nnza, const I* __restrict__ cb, const I* __restrict__ pb,
+                               const V* __restrict__ vb, i64 nnzb, i64 B, i64 n, i64 W, int mx,
+                               const i64* __restrict__ offsets, I* __restrict__ po, V* __restrict__ vo) {
+    typedef typename acc<V>::type A;
+    ST_GRID_LOOP(t, B * n) {
+        const i64 b = t / n, r = t - b * n;
+        i64 i = ca[b * (n + 1) + r], ie = ca[b * (n + 1) + r + 1];
+        i64 j = cb[b * (n + 1) + r], je = cb[b * (n + 1) + r + 1];
+        const I* a = pa + b * nnza;
+        const I* c = pb + b * nnzb;
+        const V* av = va + b * nnza * W;
+        const V* cv = vb + b * nnzb * W;
+        i64 o = offsets[t];
+        while (i < ie || j < je) {
+            const bool has_a = i < ie, has_b = j < je;
+            const i64 x = has_a ? (i64)a[i] : 0, y = has_b ? (i64)c[j] : 0;
+            const bool take_a = has_a && (!has_b || x <= y);
+            const bool take_b = has_b && (!has_a || y <= x);
+            po[o] = (I)(take_a ? x : y);
+            for (i64 e = 0; e < W; ++e) {
+                const A p = take_a ? to_acc(av[i * W + e]) : acc_zero<A>();
+                const A q = take_b ? to_acc(cv[j * W + e]) : acc_zero<A>();
+                A v;
+                if (p != p) v = p;
+                else if (q != q) v = q;
+                else v = mx ? (q > p ? q : p) : (q < p ? q : p);
+                vo[o * W + e] = from_acc<V>(v);
+            }
+            ++o;
+            i += take_a;
+            j += take_b;
+        }
+    }
+}
+
 }  // namespace st

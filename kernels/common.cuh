@@ -57,14 +57,24 @@ __device__ __forceinline__ cdouble operator*(cdouble a, cdouble b) {
 // Arithmetic happens in acc<T>::type: float16 in float32, the others in themselves.
 template <typename T> struct acc { typedef T type; };
 template <> struct acc<half_t> { typedef float type; };
+// integers (the "num" class) are read as i64 and written back with a plain conversion
+template <> struct acc<signed char> { typedef i64 type; };
+template <> struct acc<short> { typedef i64 type; };
+template <> struct acc<int> { typedef i64 type; };
+template <> struct acc<unsigned char> { typedef i64 type; };
 
 __device__ __forceinline__ float to_acc(half_t x) { return half_to_float(x); }
+__device__ __forceinline__ i64 to_acc(signed char x) { return x; }
+__device__ __forceinline__ i64 to_acc(short x) { return x; }
+__device__ __forceinline__ i64 to_acc(int x) { return x; }
+__device__ __forceinline__ i64 to_acc(long long x) { return x; }
+__device__ __forceinline__ i64 to_acc(unsigned char x) { return x; }
 __device__ __forceinline__ float to_acc(float x) { return x; }
 __device__ __forceinline__ double to_acc(double x) { return x; }
 __device__ __forceinline__ cfloat to_acc(cfloat x) { return x; }
 __device__ __forceinline__ cdouble to_acc(cdouble x) { return x; }
 
-template <typename T> __device__ __forceinline__ T from_acc(typename acc<T>::type a) { return a; }
+template <typename T> __device__ __forceinline__ T from_acc(typename acc<T>::type a) { return (T)a; }
 template <> __device__ __forceinline__ half_t from_acc<half_t>(float a) { return float_to_half(a); }
 
 // Zero of an accumulator type, and a scalar given as (re, im) doubles.

@@ -138,4 +138,39 @@ __global__ void cast_float_half(const float* __restrict__ in, half_t* __restrict
     ST_GRID_LOOP(i, n) { out[i] = from_acc<half_t>(in[i]); }
 }
 
+// Value casts (NumPy's astype): between the ordered dtypes (to_bool: out = x != 0, a bool being
+// a uint8 of 0 or 1), from them to complex (imaginary part 0), and between the complex dtypes.
+// Out-of-range float -> int conversions are the GPU's (NumPy's result there is unspecified too).
+// st:kernel num num
+template <typename V, typename W>
+__global__ void cast_value(const V* __restrict__ in, W* __restrict__ out, i64 n, int to_bool) {
+    typedef typename acc<W>::type B;
+    ST_GRID_LOOP(i, n) {
+        const auto x = to_acc(in[i]);
+        out[i] = to_bool ? from_acc<W>((B)(x != 0)) : from_acc<W>((B)x);
+    }
+}
+
+// st:kernel num complex
+template <typename V, typename C>
+__global__ void cast_real_complex(const V* __restrict__ in, C* __restrict__ out, i64 n) {
+    ST_GRID_LOOP(i, n) {
+        C y;
+        y.re = to_acc(in[i]);
+        y.im = 0;
+        out[i] = y;
+    }
+}
+
+// st:kernel complex complex
+template <typename C, typename D>
+__global__ void cast_complex(const C* __restrict__ in, D* __restrict__ out, i64 n) {
+    ST_GRID_LOOP(i, n) {
+        D y;
+        y.re = in[i].re;
+        y.im = in[i].im;
+        out[i] = y;
+    }
+}
+
 }  // namespace st

@@ -102,4 +102,130 @@ __global__ void index_extrema(const I* __restrict__ a, i64 rows, i64 len, i64 pa
     }
 }
 
+// -- sum, max and min of the ordered dtypes (amax, amin; sums of integers) --------------------------
+
+#define RED_SUM 0
+#define RED_MAX 1
+#define RED_MIN 2
+
+// a op b; max/min propagate NaN (as np.maximum / np.minimum): a NaN, once met, stays
+template <typename A>
+__device__ __forceinline__ A red_apply(A a, A b, int op) {
+    if (op == RED_SUM) return a + b;
+    if (a != a) return a;
+    if (b != b) return b;
+    if (op == RED_MAX) return b > a ? b : a;
+    return b < a ? b : a;
+}
+
+// The reduction over the plain dim with `op`, as compressed_sum_plain: out (B, nmajor * em, W).
+// For max/min the `plain` - (items specified in the line) unspecified elements are zeros and take
+// part (amax of the dense tensor). The first item starts the reduction (no identity is needed).
+// st:kernel num index
+template <typename V, typename I>
+__global__ void compressed_reduce_plain(const I* __restrict__ comp, const V* __restrict__ vals, i64 B, i64 nmajor,
+                                        i64 nnz, i64 Rb, i64 Cb, i64 W, int rows, int op, i64 plain,
+                                        V* __restrict__ out) {
+    typedef typename acc<V>::type A;
+    const i64 em = rows ? Rb : Cb, ep = rows ? Cb : Rb;
+    ST_GRID_LOOP(t, B * nmajor * em * W) {
+        const i64 e = t % W;
+        i64 u = t / W;
+        const i64 q = u % em;
+        u /= em;
+        const i64 r = u % nmajor, b = u / nmajor;
+        const I* c = comp + b * (nmajor + 1);
+        const i64 k0 = c[r], k1 = c[r + 1];
+        A s = acc_zero<A>();
+        bool first = op != RED_SUM;
+        for (i64 k = k0; k < k1; ++k) {
+            for (i64 p = 0; p < ep; ++p) {
+                const i64 i = rows ? q : p, j = rows ? p : q;
+                const A x = to_acc(vals[(((b * nnz + k) * Rb + i) * Cb + j) * W + e]);
+                s = first ? x : red_apply(s, x, op);
+                first = false;
+            }
+        }
+        if (op != RED_SUM && (k1 - k0) * ep < plain) s = first ? acc_zero<A>() : red_apply(s, acc_zero<A>(), op);
+        out[t] = from_acc<V>(s);
+    }
+}
+
+// partial[block] = op over vals[i * W + e] of the rows i this block visits, for each lane e < W
+// (launch W-major: grid = nblocks * W, block b of lane e is blockIdx.x = e * nblocks + b); an
+// empty part writes has[] = 0 (use_has: read the flags of the first launch). A second launch over the partials (rows = nblocks)
+// finishes. Launch with SUM_THREADS threads.
+// st:kernel num
+template <typename V>
+__global__ void reduce_rows(const V* __restrict__ vals, i64 n, i64 W, i64 nblocks, int op, V* __restrict__ partial,
+                            int use_has, const int* __restrict__ has_in, int* __restrict__ has) {
+    typedef typename acc<V>::type A;
+    __shared__ A acc_s[SUM_THREADS];
+    __shared__ int has_s[SUM_THREADS];
+    const i64 e = blockIdx.x / nblocks, part = blockIdx.x % nblocks;
+    A s = acc_zero<A>();
+    int any = 0;
+    for (i64 i = part * blockDim.x + threadIdx.x; i < n; i += nblocks * blockDim.x) {
+        if (use_has && !has_in[i * W + e]) continue;
+        const A x = to_acc(vals[i * W + e]);
+        s = any ? red_apply(s, x, op) : x;
+        any = 1;
+    }
+    acc_s[threadIdx.x] = s;
+    has_s[threadIdx.x] = any;
+    __syncthreads();
+    for (unsigned h = blockDim.x / 2; h > 0; h >>= 1) {
+        if (threadIdx.x < h && has_s[threadIdx.x + h]) {
+            acc_s[threadIdx.x] = has_s[threadIdx.x] ? red_apply(acc_s[threadIdx.x], acc_s[threadIdx.x + h], op)
+                                                    : acc_s[threadIdx.x + h];
+            has_s[threadIdx.x] = 1;
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+        partial[part * W + e] = from_acc<V>(acc_s[0]);
+        has[part * W + e] = has_s[0];
+    }
+}
+
+// -- softmax over segments (softmax / log_softmax along the plain dim of a compressed tensor) ----------
+
+// Offsets (B * n + 1) of the concatenated entries of B batches from compressed indices (B, n + 1):
+// off[b * n + i] = comp[b, i] + b * nnz, off[B * n] = B * nnz.
+// st:kernel index
+template <typename I>
+__global__ void segment_offsets(const I* __restrict__ comp, i64 B, i64 n, i64 nnz, i64* __restrict__ off) {
+    ST_GRID_LOOP(t, B * n + 1) {
+        if (t == B * n) { off[t] = B * nnz; continue; }
+        const i64 b = t / n, i = t - b * n;
+        off[t] = (i64)comp[b * (n + 1) + i] + b * nnz;
+    }
+}
+
+// out = softmax (log: its logarithm) of x (rows of K * E: K items of E lanes) over the rows
+// off[g]..off[g + 1] and the K items of segment g, per lane e: a thread per (segment, lane),
+// x - max, exp, sum as NumPy computes it.
+// st:kernel real
+template <typename A>
+__global__ void segment_softmax(const A* __restrict__ x, const i64* __restrict__ off, i64 G, i64 K, i64 E, int log_,
+                                A* __restrict__ out) {
+    ST_GRID_LOOP(t, G * E) {
+        const i64 g = t / E, e = t - g * E;
+        const i64 lo = off[g] * K, hi = off[g + 1] * K;
+        if (lo >= hi) continue;
+        A mx = x[lo * E + e];
+        for (i64 j = lo + 1; j < hi; ++j) {
+            const A v = x[j * E + e];
+            mx = (v > mx || v != v) && mx == mx ? v : mx;
+        }
+        A s = 0;
+        for (i64 j = lo; j < hi; ++j) s += exp(x[j * E + e] - mx);
+        const A ls = log(s);
+        for (i64 j = lo; j < hi; ++j) {
+            const A z = x[j * E + e] - mx;
+            out[j * E + e] = log_ ? z - ls : exp(z) / s;
+        }
+    }
+}
+
 }  // namespace st

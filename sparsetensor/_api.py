@@ -207,7 +207,7 @@ _imag.__doc__ = "Imaginary part."
 # Zero-preserving pointwise functions (and those that refuse, naming the dense call): method and function.
 _POINTWISE = ("abs", "neg", "negative", "sign", "sgn", "sqrt", "square", "sin", "sinh", "tan", "tanh", "asin",
               "asinh", "atan", "atanh", "expm1", "log1p", "ceil", "floor", "round", "trunc", "frac", "relu",
-              "conj", "pow", "exp", "exp2", "cos", "cosh", "acos", "acosh", "log", "log2", "log10", "sigmoid",
+              "conj", "pow", "deg2rad", "rad2deg", "exp", "exp2", "cos", "cosh", "acos", "acosh", "log", "log2", "log10", "sigmoid",
               "rsqrt", "reciprocal")
 # those with f(0) != 0: refused on the CPU (ValueError), not run on a GPU
 _DENSE_AT_ZERO = frozenset(("exp", "exp2", "cos", "cosh", "acos", "acosh", "log", "log2", "log10", "sigmoid", "rsqrt",
@@ -221,12 +221,12 @@ OPS: tuple = (
     Op("imag", pointwise.imag, method=False),
     # reductions (NumPy's axis=/keepdims=/out= accepted where np.sum & co. pass them)
     Op("sum", _numpy_axis(reduce.sum), gpu=True),
-    Op("mean", _numpy_axis(reduce.mean)),
-    Op("amax", _numpy_axis(reduce.amax), aliases=("max",)),
-    Op("amin", _numpy_axis(reduce.amin), aliases=("min",)),
-    Op("norm", reduce.norm),
-    Op("softmax", reduce.softmax),
-    Op("log_softmax", reduce.log_softmax),
+    Op("mean", _numpy_axis(reduce.mean), gpu=True),
+    Op("amax", _numpy_axis(reduce.amax), aliases=("max",), gpu=True),
+    Op("amin", _numpy_axis(reduce.amin), aliases=("min",), gpu=True),
+    Op("norm", reduce.norm, gpu=True),
+    Op("softmax", reduce.softmax, gpu=True),
+    Op("log_softmax", reduce.log_softmax, gpu=True),
     # shape and indexing
     Op("transpose", select.transpose, gpu=True),
     Op("t", t, method=False, gpu=True),  # the method is SparseTensor.t

@@ -190,8 +190,8 @@ class SparseTensor:
     def astype(self, dtype, copy: bool = True):
         """The same tensor with values converted to ``dtype`` (indices shared unless ``copy``).
 
-        On a CUDA device the members convert themselves (float16 <-> float32 only; other
-        pairs raise NotImplementedError naming them)."""
+        On a CUDA device the values convert themselves on the device (NumPy's conversions;
+        complex to real raises NotImplementedError naming the pair)."""
         if _recording.active:  # vjp records it (sparsetensor.autograd)
             return _recording.call("astype", SparseTensor._astype, (self, dtype), {"copy": copy})
         return self._astype(dtype, copy)

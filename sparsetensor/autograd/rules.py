@@ -247,6 +247,7 @@ UNARY = {
     "expm1": lambda x, y: y + 1, "log1p": lambda x, y: 1 / (1 + x), "frac": lambda x, y: np.ones_like(x),
     "sign": _zero, "ceil": _zero, "floor": _zero, "round": _zero, "trunc": _zero,
     "relu": lambda x, y: (x > 0).astype(x.dtype),
+    "deg2rad": lambda x, y: np.full_like(x, np.pi / 180), "rad2deg": lambda x, y: np.full_like(x, 180 / np.pi),
 }
 # Not holomorphic: the cotangent of x from G, x, y.
 _NONHOLO = {

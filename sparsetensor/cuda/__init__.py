@@ -8,10 +8,10 @@ device can be used. Install the backend with ``pip install 'sparsetensor[cuda]'`
   and ``__dlpack__`` (zero-copy to CuPy and PyTorch); ``.get()`` copies to the host.
 - :func:`to_device` / :func:`to_host`: move sparse tensors; :func:`coo_tensor` /
   :func:`compressed_tensor`: build them from device arrays without a copy.
-- Device ops (same semantics and errors as the CPU): :func:`validate`,
-  :func:`coalesce`, :func:`to_sparse`, :func:`to_dense`, :func:`from_dense`,
-  :func:`matmul`, :func:`sampled_addmm`, :func:`add`, :func:`mul`, :func:`sum`,
-  :func:`unary`. An op without a GPU kernel raises NotImplementedError naming it.
+- Ops are not here: a tensor on a GPU takes the same ops as on the CPU (``st.matmul(t, x)``,
+  ``t + u``, ``t.sum(1)``, ``t.to_dense()``, ``st.from_dense(device_array)``, ...), which
+  resolve the backend from their operands; an op without a GPU kernel raises
+  NotImplementedError naming it (nothing is copied to the host).
 - Ops run on one non-blocking stream per device and synchronise only when a host value
   is needed; :func:`stream_order` orders them against a CuPy/PyTorch/raw stream.
 - Kernels are the ``.cu`` files of ``sparsetensor/kernels``, compiled by NVRTC for the
@@ -29,9 +29,7 @@ __all__ = [
     "DeviceArray", "as_device_array", "is_available", "device_count", "unavailable_reason", "synchronize",
     "stream_order",
     "CudaCOOTensor", "CudaCompressedTensor", "CudaSparseTensor", "is_cuda_tensor",
-    "to_device", "to_host", "coo_tensor", "compressed_tensor",
-    "validate", "coalesce", "to_sparse", "to_dense", "from_dense", "matmul", "sampled_addmm", "add", "mul", "sum",
-    "unary", "precompile", "CudaError", "CompileError",
+    "to_device", "to_host", "coo_tensor", "compressed_tensor", "precompile", "CudaError", "CompileError",
 ]
 
 _LAZY = {
@@ -41,9 +39,7 @@ _LAZY = {
     "CompileError": "_nvrtc",
     "CudaCOOTensor": "tensor", "CudaCompressedTensor": "tensor", "CudaSparseTensor": "tensor",
     "is_cuda_tensor": "tensor", "to_device": "tensor", "to_host": "tensor", "coo_tensor": "tensor",
-    "compressed_tensor": "tensor", "validate": "tensor", "coalesce": "tensor", "to_sparse": "tensor",
-    "to_dense": "tensor", "from_dense": "tensor", "matmul": "tensor", "sampled_addmm": "tensor", "add": "tensor",
-    "mul": "tensor", "sum": "tensor", "unary": "tensor",
+    "compressed_tensor": "tensor",
 }
 
 

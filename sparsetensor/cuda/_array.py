@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+import numbers
 import operator
 
 import numpy as np
@@ -234,20 +235,48 @@ class DeviceArray:
     def astype(self, dtype, copy: bool = True) -> "DeviceArray":
         """A device array of ``dtype`` (a new one, also for the same dtype unless ``copy=False``).
 
-        The GPU converts float16 <-> float32 and int32 <-> int64 (index dtypes); other pairs
-        raise NotImplementedError naming them (convert on the CPU)."""
+        NumPy's conversions between the value dtypes (bool: ``x != 0``), except complex to
+        real (NumPy drops the imaginary part with a warning), which raises
+        NotImplementedError naming the pair."""
         dt = np.dtype(dtype)
         if dt == self._dtype:
             return self.copy() if copy else self
-        pair = (self._dtype.name, dt.name)
-        kernel = {("float16", "float32"): ("cast_half_float", ()), ("float32", "float16"): ("cast_float_half", ()),
-                  ("int32", "int64"): ("cast_index", pair), ("int64", "int32"): ("cast_index", pair)}.get(pair)
-        if kernel is not None:
-            out = DeviceArray.empty(self._shape, dt, self._require_device())
-            self._run("pointwise.cu", kernel[0], kernel[1], self.size, self, out, self.size)
-            return out
-        raise NotImplementedError(f"astype {self._dtype} -> {dt} on {self.device} has no GPU kernel (float16 <-> "
-                                  "float32 and int32 <-> int64 only); convert on the CPU")
+        src, dst = _cast_key(self._dtype), _cast_key(dt)
+        if src is None or dst is None or (src in _COMPLEX_KEYS and dst not in _COMPLEX_KEYS):
+            raise NotImplementedError(f"astype {self._dtype} -> {dt} on {self.device} has no GPU kernel; convert "
+                                      "on the CPU")
+        out = DeviceArray.empty(self._shape, dt, self._require_device())
+        if dst not in _COMPLEX_KEYS:
+            self._run("pointwise.cu", "cast_value", (src, dst), self.size, self, out, self.size, int(dt == np.bool_))
+        elif src not in _COMPLEX_KEYS:
+            self._run("pointwise.cu", "cast_real_complex", (src, dst), self.size, self, out, self.size)
+        else:
+            self._run("pointwise.cu", "cast_complex", (src, dst), self.size, self, out, self.size)
+        return out
+
+    def _scaled(self, scalar, op: str) -> "DeviceArray":
+        from ._primitives import value_key
+
+        if not isinstance(scalar, (numbers.Number, np.number)) or isinstance(scalar, (bool, np.bool_)):
+            return NotImplemented
+        s = complex(scalar)
+        if self._dtype.kind != "c" and s.imag != 0:
+            raise TypeError(f"{op} of a {self._dtype} device array by the complex scalar {scalar!r}")
+        key = value_key(self._dtype, f"{op} of a device array by a scalar")
+        out = DeviceArray.empty(self._shape, self._dtype, self._require_device())
+        self._run("pointwise.cu", "scalar_op", (key,), self.size, self, out, self.size, 0 if op == "mul" else 1,
+                  s.real, s.imag)
+        return out
+
+    def __mul__(self, scalar):
+        """``a * s`` for a scalar ``s``, in ``a``'s dtype (floating and complex arrays)."""
+        return self._scaled(scalar, "mul")
+
+    __rmul__ = __mul__
+
+    def __truediv__(self, scalar):
+        """``a / s`` for a scalar ``s``, in ``a``'s dtype (floating and complex arrays)."""
+        return self._scaled(scalar, "div")
 
     def swapaxes(self, axis1: int, axis2: int) -> "DeviceArray":
         """A new C-contiguous array with two adjacent axes swapped (device memory holds no
@@ -306,6 +335,18 @@ class DeviceArray:
         out = DeviceArray.empty(host.shape, host.dtype, device)
         out._device.copy_htod(out.ptr, host)
         return out
+
+
+_COMPLEX_KEYS = ("complex64", "complex128")
+
+
+def _cast_key(dt: np.dtype):
+    """The cast kernels' key of a value dtype (bool moves as uint8), or None."""
+    if dt == np.bool_:
+        return "uint8"
+    name = dt.name
+    return name if name in ("int8", "int16", "int32", "int64", "uint8", "float16", "float32", "float64") + \
+        _COMPLEX_KEYS else None
 
 
 def _same_device(device, ordinal):

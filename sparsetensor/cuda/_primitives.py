@@ -39,6 +39,19 @@ def value_key(dtype, op: str) -> str:
     return _VALUE_KEYS[dt]
 
 
+NUM_KEYS = frozenset(("int8", "int16", "int32", "int64", "uint8", "float16", "float32", "float64"))
+
+
+def num_view(v: DeviceArray) -> tuple:
+    """``v`` as the kernels of the ``num`` class take it (bool as uint8) and its key; TypeError for
+    the other dtypes (complex: no order)."""
+    if v.dtype == np.bool_:
+        return v.view(np.uint8), "uint8"
+    if v.dtype.name not in NUM_KEYS:
+        raise TypeError(f"max/min on cuda of {v.dtype} values has no GPU kernel")
+    return v, v.dtype.name
+
+
 def acc_dtype(dtype) -> np.dtype:
     """The dtype kernels accumulate ``dtype`` values in (acc<V> of common.cuh: float16 in float32)."""
     dt = np.dtype(dtype)

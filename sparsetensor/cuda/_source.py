@@ -30,6 +30,9 @@ TYPE_CLASSES: dict[str, dict] = {
     "float": {"float16": "st::half_t", "float32": "float", "float64": "double"},
     "complex": {"complex64": "st::cfloat", "complex128": "st::cdouble"},
     "real": {"float32": "float", "float64": "double"},
+    # the ordered dtypes (amax/amin, casts); bool moves as uint8
+    "num": {"int8": "signed char", "int16": "short", "int32": "int", "int64": "long long", "uint8": "unsigned char",
+            "float16": "st::half_t", "float32": "float", "float64": "double"},
     "raw": {1: "unsigned char", 2: "unsigned short", 4: "unsigned int", 8: "unsigned long long", 16: "st::u128"},
     "ztest": {"uint8": "unsigned char", "uint16": "unsigned short", "uint32": "unsigned int",
               "uint64": "unsigned long long", "float32": "float", "float64": "double"},

@@ -1,5 +1,5 @@
-"""Sparse tensors on a CUDA device: moves, constructors from device arrays, the device op
-entry points.
+"""Sparse tensors on a CUDA device: moves and constructors from device arrays (the ops are
+the public ones, ``st.matmul(t, x)``, ``t.sum()``, ...: the same op code as on the CPU).
 
 A tensor on a CUDA device is a :class:`~sparsetensor.COOTensor` or
 :class:`~sparsetensor.CompressedTensor` whose members are
@@ -26,8 +26,7 @@ from ._classes import CudaCOOTensor, CudaCompressedTensor, CudaSparseTensor
 from ._driver import get_device
 
 __all__ = ["CudaSparseTensor", "CudaCOOTensor", "CudaCompressedTensor", "to_device", "to_host", "coo_tensor",
-           "compressed_tensor", "validate", "coalesce", "to_sparse", "to_dense", "from_dense", "matmul", "add", "mul",
-           "sum", "unary", "sampled_addmm", "is_cuda_tensor"]
+           "compressed_tensor", "is_cuda_tensor"]
 
 
 def is_cuda_tensor(t) -> bool:
@@ -238,75 +237,3 @@ def compressed_tensor(compressed_indices, plain_indices, values, size=None, *, l
     if check:
         t.check_invariants()
     return t
-
-
-# -- op entry points: the ops of sparsetensor (the same code as on the CPU, then the CUDA backend) ----------
-
-def _device_tensor(t, op: str):
-    if not is_cuda_tensor(t):
-        raise TypeError(f"{op} expects a CUDA sparse tensor, got {type(t).__name__}")
-    return t
-
-
-def validate(t) -> None:
-    """Check every invariant of device tensor ``t`` on the device (``t.check_invariants()``)."""
-    _device_tensor(t, "validate").check_invariants()
-
-
-def coalesce(t):
-    """COO: sort and sum duplicates on the device; compressed: repair unsorted rows (``t.coalesce()``)."""
-    return _device_tensor(t, "coalesce").coalesce()
-
-
-def to_sparse(t, layout, *, blocksize=None, dense_dim=None):
-    """``t`` in another layout (``t.to_sparse(...)``: the CPU's argument checks, then the backend's
-    ``convert``), on the device."""
-    return _device_tensor(t, "to_sparse").to_sparse(layout, blocksize=blocksize, dense_dim=dense_dim)
-
-
-def to_dense(t) -> DeviceArray:
-    """The dense DeviceArray of ``t`` (``t.to_dense()``)."""
-    return _device_tensor(t, "to_dense").to_dense()
-
-
-def from_dense(array, layout="csr", *, blocksize=None, dense_dim=0, batch_dim=0, index_dtype=np.int64, device=None):
-    from .._backend.cuda._dense import from_dense as _from_dense
-
-    return _from_dense(array, layout, blocksize=blocksize, dense_dim=dense_dim, batch_dim=batch_dim,
-                       index_dtype=index_dtype, device=device)
-
-
-def matmul(a, b):
-    from .._backend.cuda._blas import matmul as _matmul
-
-    return _matmul(a, b)
-
-
-def sampled_addmm(input, mat1, mat2, *, beta=1.0, alpha=1.0):
-    from .._backend.cuda._blas import sampled_addmm as _sddmm
-
-    return _sddmm(input, mat1, mat2, beta=beta, alpha=alpha)
-
-
-def add(a, b, *, alpha=1):
-    from .._backend.cuda._binary import add as _add
-
-    return _add(a, b, alpha=alpha)
-
-
-def mul(a, b):
-    from .._backend.cuda._binary import mul as _mul
-
-    return _mul(a, b)
-
-
-def sum(t, dim=None):  # noqa: A001 - torch's name
-    """``t.sum(dim)`` of device tensor ``t``: the op (:func:`sparsetensor.ops.reduce.sum`), then the
-    backend's ``reduce_sum``/``reduce_sum_dims``."""
-    return _device_tensor(t, "sum").sum(dim)
-
-
-def unary(t, op: str):
-    from .._backend.cuda._pointwise import unary as _unary
-
-    return _unary(t, op)

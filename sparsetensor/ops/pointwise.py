@@ -39,7 +39,7 @@ from .._core._tensor import SparseTensor
 __all__ = [
     "abs", "neg", "negative", "sign", "sgn", "sqrt", "square", "sin", "sinh", "tan", "tanh", "asin", "asinh",
     "atan", "atanh", "expm1", "log1p", "ceil", "floor", "round", "trunc", "frac", "relu", "conj", "real",
-    "imag", "pow",
+    "imag", "pow", "deg2rad", "rad2deg",
     "exp", "exp2", "cos", "cosh", "acos", "acosh", "log", "log2", "log10", "sigmoid", "rsqrt", "reciprocal",
     "array_ufunc",
 ]
@@ -122,6 +122,10 @@ atan = _ufunc_function("atan", np.arctan, "Inverse tangent.")
 atanh = _ufunc_function("atanh", np.arctanh, "Inverse hyperbolic tangent.")
 expm1 = _ufunc_function("expm1", np.expm1, "``exp(x) - 1``.")
 log1p = _ufunc_function("log1p", np.log1p, "``log(1 + x)``.")
+deg2rad = _ufunc_function("deg2rad", np.deg2rad, "Degrees to radians (integers give floats, as in NumPy).",
+                           linear=True, real_only=True)
+rad2deg = _ufunc_function("rad2deg", np.rad2deg, "Radians to degrees (integers give floats, as in NumPy).",
+                           linear=True, real_only=True)
 ceil = _ufunc_function("ceil", np.ceil, "Ceiling (integer and bool tensors are copied).", real_only=True)
 floor = _ufunc_function("floor", np.floor, "Floor (integer and bool tensors are copied).", real_only=True)
 trunc = _ufunc_function("trunc", np.trunc, "Round towards zero (integer and bool tensors are copied).",

@@ -94,7 +94,8 @@ def _work_dtype(dtype: np.dtype) -> np.dtype:
 def _map(result, fn):
     """Apply ``fn`` to a dense result, or to the values of a sparse one."""
     if isinstance(result, SparseTensor):
-        return result._replace_values(np.ascontiguousarray(fn(result.values())))
+        v = fn(result.values())
+        return result._replace_values(v if result.is_cuda else np.ascontiguousarray(v))
     out = fn(result)
     return np.asarray(out) if isinstance(out, np.generic) else out
 
@@ -161,7 +162,7 @@ def _run(t, dim, keepdim: bool, op, work_dtype, threads, name: str):
     elif op is np.add:
         r = backend_for(t).reduce_sum_dims(t, dims, threads)
     else:
-        r = _cpu.reduce_dims(t, dims, op, threads)  # amax/amin: a CPU op
+        r = backend_for(t).reduce_dims(t, dims, op, threads)
     return _squeeze(r, dims, keepdim)
 
 
@@ -345,6 +346,8 @@ def norm(t, p="fro", dim=None, keepdim: bool = False, *, threads: int | None = N
     out_dtype = _norm_dtype(t.dtype)
     work = _work_dtype(out_dtype)
     t = coalesced(t, threads)
+    if t.is_cuda:
+        return _astype(_norm_device(t, p, dim, keepdim, work, threads), out_dtype)
     if p == 2 and dim is None:
         # one pass, no temporaries: the values' dot product with themselves
         _normalize_dims(dim, t.ndim, "norm")
@@ -378,6 +381,28 @@ def norm(t, p="fro", dim=None, keepdim: bool = False, *, threads: int | None = N
     return _astype(r, out_dtype)
 
 
+def _norm_device(t, p: float, dim, keepdim: bool, work: np.dtype, threads):
+    """The norm of a device tensor (distinct indices) in ``work``, through the ops: ``|x|`` (the
+    pointwise kernel), ``** p``, the reduction, the root (the backend's ``map_values``)."""
+    from . import pointwise
+
+    if p == 0 or p < 0 and p != -math.inf:
+        raise NotImplementedError(f"norm with p={p} of a {t.layout.name} tensor on {t.device} has no GPU kernel; run "
+                                  "it on the host with t.cpu()")
+    a = pointwise.abs(t if t.dtype.kind in "fc" else t.astype(work))
+    if a.dtype != work:
+        a = a.astype(work)
+    if p == math.inf:
+        return _run(a, dim, keepdim, np.maximum, work, threads, "norm")
+    if p == -math.inf:
+        return _run(a, dim, keepdim, np.minimum, work, threads, "norm")
+    if p == 1:
+        return _run(a, dim, keepdim, np.add, work, threads, "norm")
+    s = _run(pointwise.pow(a, p), dim, keepdim, np.add, work, threads, "norm")
+    backend = backend_for(t)
+    return _map(s, lambda v: backend.map_values(v, "pow", np.power, 1 / p, threads))
+
+
 # -- softmax ---------------------------------------------------------------------------------------------
 def _segment_softmax(x: np.ndarray, offsets: np.ndarray, E: int, perm, log: bool, threads) -> np.ndarray:
     """Softmax of ``x`` (``(n, K * E)``, float32/64) over each segment's rows and ``K`` items, per lane."""
@@ -396,8 +421,16 @@ def _dense_softmax(v: np.ndarray, axis: int, log: bool) -> np.ndarray:
 
 # ``_SOFTMAX_CALC_BY_LAYOUT[type(t)](t, d, log, threads)``: the softmax values of ``t`` (distinct indices, a floating
 # work dtype) along ``d``, in ``t``'s entry order; a body per layout (``_SOFTMAX_CALC_BY_LAYOUT``).
+def _no_gpu_softmax(t, d: int, log: bool, where: str):
+    """NotImplementedError for a softmax of device tensor ``t`` that has no GPU kernel (``where``: along what)."""
+    return NotImplementedError(f"{'log_softmax' if log else 'softmax'} along dim {d} ({where}) of a {t.layout.name} "
+                               f"tensor on {t.device} has no GPU kernel; run it on the host with t.cpu()")
+
+
 def _softmax_coo(t: COOTensor, d: int, log: bool, threads) -> np.ndarray:
     """The body of COO."""
+    if t.is_cuda:
+        raise _no_gpu_softmax(t, d, log, "coo entries grouped by their other indices")
     v = t.values()
     S = t.sparse_dim
     if d >= S:
@@ -412,6 +445,8 @@ def _softmax_compressed(t: CompressedTensor, d: int, log: bool, threads) -> np.n
     """The body of the compressed layouts."""
     v = t.values()
     m, b = t.batch_dim, (2 if t.layout.blocked else 0)
+    if t.is_cuda and (d >= m + 2 or d < m):
+        raise _no_gpu_softmax(t, d, log, "a dense dim" if d >= m + 2 else "a batch dim")
     if d >= m + 2:
         return _dense_softmax(v, d - 1 + b, log)
     plain_dim = m + 1 if t.layout.compressed_rows else m
@@ -425,12 +460,20 @@ def _softmax_compressed(t: CompressedTensor, d: int, log: bool, threads) -> np.n
     B, nnz = math.prod(t.shape[:m]), t.nnz
     rb, cb = t.blocksize
     D = math.prod(t.shape[m + 2:])
+    backend = backend_for(t)
+    c = t.compressed_indices().reshape(B, t.compressed_indices().shape[-1])
+    if backend.device != "cpu":  # the segments are the rows of the values as they lie: no transpose
+        if t.layout.blocked:
+            raise NotImplementedError(f"{'log_softmax' if log else 'softmax'} of a {t.layout.name} tensor on "
+                                      f"{t.device} has no GPU kernel; run it on the host with t.cpu()")
+        x = v.reshape(B * nnz, D)
+        return backend.segment_softmax(x, backend.batch_offsets(c, nnz, threads), D, None, log,
+                                       threads).reshape(v.shape)
     V = np.ascontiguousarray(v).reshape(B * nnz, rb, cb, D)
     # segments: the entries of one compressed index; reduce over them and the block's plain axis
     x = np.ascontiguousarray(V.transpose(0, 2, 1, 3)) if t.layout.compressed_rows else V  # (n, K, lanes, D)
     n, K = x.shape[0], x.shape[1]
     E = x.shape[2] * D
-    c = t.compressed_indices().reshape(B, t.compressed_indices().shape[-1])
     res = _segment_softmax(x.reshape(n, K * E), batch_offsets(c, nnz), E, None, log, threads).reshape(x.shape)
     if t.layout.compressed_rows:
         res = res.transpose(0, 2, 1, 3)
@@ -450,8 +493,8 @@ def _softmax(t, dim, dtype, log: bool, threads, name: str):
     work = _work_dtype(out_dtype)
     if work != out_dtype:
         t = t._replace_values(t.values().astype(work))
-    values = _SOFTMAX_CALC_BY_LAYOUT[type(t)](t, d, log, threads)
-    return t._replace_values(np.ascontiguousarray(values.astype(out_dtype, copy=False)))
+    values = _SOFTMAX_CALC_BY_LAYOUT[type(t)](t, d, log, threads).astype(out_dtype, copy=False)
+    return t._replace_values(values if t.is_cuda else np.ascontiguousarray(values))
 
 
 def softmax(t, dim: int, *, dtype=None, threads: int | None = None):

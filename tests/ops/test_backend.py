@@ -129,10 +129,14 @@ def test_missing_kernels_name_op_and_device(backend, rng):
     d = t.cuda()
     with pytest.raises(NotImplementedError, match="spgemm .* on cuda:0 has no GPU kernel"):
         backend_for(d).spgemm(d, d)
-    with pytest.raises(NotImplementedError, match="maximum of a csr tensor on cuda:0 has no GPU kernel"):
-        backend_for(d).merge(d, d, t.dtype, "maximum")
-    with pytest.raises(NotImplementedError, match="complex128 result needs a value cast"):
-        backend_for(d).merge(d, d, np.dtype(np.complex128), "add")
+    with pytest.raises(NotImplementedError, match="gather_slices of a csr tensor on cuda has no GPU kernel"):
+        backend_for(d).gather_slices(d, np.arange(2), "gather_slices")
+    with pytest.raises(NotImplementedError, match="max over dims|amax over dims \\(0,\\) of a coo tensor on cuda:0"):
+        backend_for(d).reduce_dims(d.to_sparse_coo(), (0,), np.maximum)
+    # a result dtype other than the operands': converted on the device first
+    got = backend_for(d).merge(d, d, np.dtype(np.complex128), "add")
+    assert got.dtype == np.complex128 and got.device == "cuda:0"
+    assert_values(got.to_dense().get(), 2 * t.to_dense().astype(np.complex128))
 
 
 def test_shared_op_code_on_device_tensors(backend, rng):
@@ -192,8 +196,8 @@ def test_device_product_errors(backend, rng):
         d @ x
     with pytest.raises(ValueError, match="operands on different devices: cpu and cuda:0"):
         t @ st.cuda.DeviceArray.from_host(x)
-    with pytest.raises(NotImplementedError, match="float64 result needs a value cast"):
-        d @ st.cuda.DeviceArray.from_host(x.astype(np.float64))
+    y = d @ st.cuda.DeviceArray.from_host(x.astype(np.float64))  # float32 @ float64: cast on the device
+    assert y.dtype == np.float64 and np.allclose(y.get(), t @ x.astype(np.float64))
     with pytest.raises(NotImplementedError, match="spgemm .* on cuda:0 has no GPU kernel"):
         d @ d.mT
     with pytest.raises(NotImplementedError, match="dense @ sparse on cuda:0"):
@@ -229,7 +233,8 @@ def test_device_add_errors(backend, rng):
         d + 1.0
     with pytest.raises(NotImplementedError, match="only two sparse tensors have a GPU kernel"):
         d + st.cuda.DeviceArray.from_host(np.ones(t.shape, np.float32))
-    with pytest.raises(NotImplementedError, match="float64 result needs a value cast"):
-        d + make(rng, ("csr", (), (), None), np.float64).cuda()
+    u = make(rng, ("csr", (), (), None), np.float64)
+    s = d + u.cuda()  # float32 + float64: cast on the device
+    assert s.dtype == np.float64 and np.allclose(s.to_dense().get(), (t + u).to_dense())
     with pytest.raises(ValueError, match="same shape"):
         d + make(rng, ("csr", (), (), None), np.float32, blocks=(3, 3)).cuda()

@@ -138,6 +138,8 @@ FUNCS = {
         ("abs", np.abs), ("sqrt", np.sqrt), ("square", np.square), ("sin", np.sin), ("sinh", np.sinh),
         ("tan", np.tan), ("tanh", np.tanh), ("asin", np.arcsin), ("asinh", np.arcsinh), ("atan", np.arctan),
         ("atanh", np.arctanh), ("expm1", np.expm1), ("log1p", np.log1p)]},
+    "deg2rad": (np.deg2rad, lambda d: d.kind == "c"),
+    "rad2deg": (np.rad2deg, lambda d: d.kind == "c"),
     "neg": (np.negative, lambda d: d == np.bool_),
     "sign": (lambda x: x.copy() if x.dtype == np.bool_ else np.sign(x), lambda d: d.kind == "c"),
     "sgn": (lambda x: x.copy() if x.dtype == np.bool_ else np.sign(x), _refuses_none),

@@ -26,6 +26,7 @@ from ..._core._tensor import COOTensor, CompressedTensor
 from ..._core._validate import raise_compressed_error, raise_coo_error
 from ._convert import convert, transpose
 from ._merge import merge
+from ._reduce import batch_offsets as _batch_offsets
 from ._reduce import compressed_sum, plain_sum, reduce_dims, scatter_reduce, segment_reduce, segment_softmax
 from ._sddmm import sddmm
 from ._select import cat_plain, gather_slices, index_select_coo, narrow_plain, remap_plain
@@ -34,9 +35,9 @@ from .._views import NO_BATCH, aligned_copy, bits_dtype, work_dtype
 
 __all__ = ["device", "validate", "coalesce", "to_dense", "from_dense", "convert", "transpose", "spmm", "spmm_csr",
            "spgemm",
-           "merge", "reduce_sum", "reduce_sum_dims", "unary", "sddmm", "gather_slices", "remap_plain",
+           "merge", "reduce_sum", "reduce_sum_dims", "reduce_dims", "unary", "sddmm", "gather_slices", "remap_plain",
            "narrow_plain", "cat_plain", "index_select_coo", "compressed_sum", "plain_sum", "segment_reduce",
-           "scatter_reduce", "segment_softmax", "sample_dense", "add_to_dense", "check_bounds"]
+           "scatter_reduce", "segment_softmax", "batch_offsets", "map_values", "sample_dense", "add_to_dense", "check_bounds"]
 
 device = "cpu"
 
@@ -216,6 +217,18 @@ def reduce_sum_dims(t, dims: tuple, threads=None):
     sparse tensor while sparse dims of a COO tensor (batch dims of a compressed one) remain (the
     op has converted the values to the dtype it sums in)."""
     return reduce_dims(t, dims, np.add, threads)
+
+
+def map_values(x, name: str, fn, arg=None, threads=None) -> np.ndarray:
+    """A dense array mapped elementwise by the pointwise op ``name`` (``fn``, its NumPy function;
+    ``fn(x, arg)`` with a scalar argument): the last step of a reduction such as norm's root."""
+    return np.asarray(fn(x) if arg is None else fn(x, arg))
+
+
+def batch_offsets(c, nnz: int, threads=None) -> np.ndarray:
+    """Compressed indices ``(B, n + 1)`` as int64 offsets ``(B * n + 1,)`` into the B batches'
+    concatenated entries (the segments of softmax along the plain dim)."""
+    return _batch_offsets(c, nnz)
 
 
 def unary(t, name: str, fn, threads=None, arg=None) -> np.ndarray:

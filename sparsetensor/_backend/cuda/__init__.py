@@ -5,19 +5,21 @@ parameters of :mod:`sparsetensor._backend.cpu`, over the NVRTC-compiled ``kernel
 
 The ops resolve operands, dtypes and shapes once, device-independently, and then call
 ``backend_for(*operands).<kernel>(...)``; for device operands that is this module. A kernel
-the GPU lacks, or an argument it cannot take (a value cast other than float16 <-> float32,
-an op with no kernel) raises NotImplementedError naming the op and the device; nothing is
+the GPU lacks, or an argument it cannot take (a value cast from complex to real, an op with
+no kernel) raises NotImplementedError naming the op and the device; nothing is
 copied to the host.
 """
 
 from __future__ import annotations
 
+import numpy as np
+
 from . import _binary, _blas, _coalesce, _convert, _dense, _pointwise, _reduce, _validate
 
 __all__ = ["device", "validate", "coalesce", "to_dense", "from_dense", "convert", "transpose", "spmm", "spgemm",
-           "merge", "reduce_sum", "reduce_sum_dims", "unary", "sddmm", "gather_slices", "remap_plain",
+           "merge", "reduce_sum", "reduce_sum_dims", "reduce_dims", "unary", "sddmm", "gather_slices", "remap_plain",
            "narrow_plain", "cat_plain", "index_select_coo", "compressed_sum", "plain_sum", "segment_reduce",
-           "scatter_reduce", "segment_softmax", "sample_dense", "add_to_dense", "check_bounds"]
+           "scatter_reduce", "segment_softmax", "batch_offsets", "map_values", "sample_dense", "add_to_dense", "check_bounds"]
 
 device = "cuda"
 
@@ -71,30 +73,39 @@ def spgemm(a, b, threads=None):
 
 
 def merge(a, b, dtype, op: str, alpha=1, threads=None):
-    """``a + alpha * b`` (``op="add"``: the union of the patterns) or ``a * b`` (``"mul"``: the
-    intersection) of two device tensors of one layout, in their dtype (the result dtype must be
-    theirs: a value cast has no GPU kernel); ``maximum``/``minimum`` have no GPU kernel."""
-    if op not in ("add", "mul"):
+    """``a + alpha * b`` (``op="add"``: the union of the patterns), ``a * b`` (``"mul"``: the
+    intersection) or ``maximum``/``minimum`` (the union, a missing entry counting as 0) of two
+    device tensors of one layout, in ``dtype`` (operands of another dtype are converted first)."""
+    if op not in ("add", "mul", "maximum", "minimum"):
         raise _no_kernel(op, a)
-    if not (a.dtype == b.dtype == dtype):
-        raise NotImplementedError(f"{op} on {a.device} of {a.dtype} and {b.dtype} operands: the {dtype} result needs "
-                                  "a value cast that has no GPU kernel; give both operands one dtype")
+    if a.dtype != dtype:
+        a = a._replace_values(a.values().astype(dtype))
+    if b.dtype != dtype:
+        b = b._replace_values(b.values().astype(dtype))
+    if op in ("maximum", "minimum"):
+        return _binary.extremum(a, b, op)
     return _binary.add(a, b, alpha=alpha) if op == "add" else _binary.mul(a, b)
 
 
 def reduce_sum(t, threads=None):
-    """The sum of every value of ``t``: a 0-d DeviceArray of its dtype (float16 summed in float32)."""
-    return _reduce.sum_all(t)
+    """The sum of every value of ``t``: a 0-d DeviceArray of its dtype (float16 summed in float32,
+    integers as the op converted them, int64)."""
+    return _reduce.reduce_dims(t, tuple(range(t.ndim)), "sum").reshape(())
 
 
 def reduce_sum_dims(t, dims: tuple, threads=None):
-    """The sum over one sparse dim of a compressed tensor (``dims``: normalised; it stays with
-    size 1); other dims raise NotImplementedError naming them."""
-    if len(dims) != 1:
-        raise NotImplementedError(f"sum over dims {dims} of a {t.layout.name} tensor on {t.device}: only one sparse "
-                                  "dim of a compressed tensor has a GPU kernel")
-    (d,) = dims
-    return _reduce.sum(t, d).reshape(t.shape[:d] + (1,) + t.shape[d + 1:])
+    """The sum over ``dims`` (normalised; they stay with size 1): every dim, or one sparse dim of a
+    compressed tensor; other dims raise NotImplementedError naming them."""
+    return _reduce.reduce_dims(t, dims, "sum")
+
+
+_REDUCTIONS = {np.add: "sum", np.maximum: "max", np.minimum: "min"}
+
+
+def reduce_dims(t, dims: tuple, op, threads=None):
+    """``t`` reduced by ``op`` (np.add, np.maximum, np.minimum) over ``dims`` (sorted, distinct), which
+    stay with size 1 (see :func:`._reduce.reduce_dims` for what has a GPU kernel)."""
+    return _reduce.reduce_dims(t, dims, _REDUCTIONS[op])
 
 
 def unary(t, name: str, fn, threads=None, arg=None):
@@ -178,8 +189,21 @@ def scatter_reduce(keys, x, M: int, op: str, identity, threads=None):
 
 
 def segment_softmax(x, offsets, E: int, perm, log: bool, threads=None):
-    """Softmax over segments of rows (softmax, log_softmax): no GPU kernel."""
-    raise _no_values_kernel("log_softmax" if log else "softmax")
+    """Softmax of device ``x`` (``(n, K * E)``) over the segments of rows ``offsets`` bounds, per lane
+    (softmax, log_softmax along the plain dim of a compressed tensor; ``perm`` has no GPU kernel)."""
+    return _reduce.segment_softmax(x, offsets, E, perm, log)
+
+
+def map_values(x, name: str, fn, arg=None, threads=None):
+    """Dense device array ``x`` mapped elementwise by the pointwise op ``name``: a GPU kernel of
+    :data:`._pointwise.UNARY_OPS`, or ``mul``/``div``/``pow`` by the scalar ``arg``."""
+    return _pointwise.map_array(x, name, arg)
+
+
+def batch_offsets(c, nnz: int, threads=None):
+    """Compressed indices ``(B, n + 1)`` as int64 offsets ``(B * n + 1,)`` into the B batches'
+    concatenated entries."""
+    return _reduce.batch_offsets(c, nnz)
 
 
 def sample_dense(t, dense, threads=None):

@@ -25,12 +25,13 @@ from ._pointwise import mul_scalar
 from ._coalesce import checked
 from ...cuda._classes import CudaSparseTensor
 
-__all__ = ["add", "mul"]
+__all__ = ["add", "mul", "extremum"]
 
 _UNION, _INTERSECTION = 0, 1
+_EXTREMUM = 2  # maximum/minimum: the union's pattern, merge_extremum's values
 
 
-def _check_pair(op: str, a, b):
+def _check_pair(op: str, a, b, arithmetic: bool = True):
 
     if not isinstance(b, CudaSparseTensor) or not isinstance(a, CudaSparseTensor):
         raise NotImplementedError(f"{op} on cuda of {type(a).__name__} and {type(b).__name__}: only two CUDA sparse "
@@ -48,7 +49,8 @@ def _check_pair(op: str, a, b):
     if a.layout.compressed and (a.blocksize != b.blocksize or a.batch_dim != b.batch_dim):
         raise ValueError(f"{op}: {a.layout.name} operands with blocksize {a.blocksize} / {b.blocksize} and "
                          f"batch_dim {a.batch_dim} / {b.batch_dim}")
-    P.value_key(a.dtype, op)
+    if arithmetic:
+        P.value_key(a.dtype, op)
 
 
 def add(a, b, *, alpha=1):
@@ -73,7 +75,19 @@ def mul(a, b):
     return _coo_mul(a, b)
 
 
+def extremum(a, b, op: str):
+    """``op`` ("maximum", "minimum") of two compressed device tensors of one layout and dtype: the
+    union of the patterns, a missing entry counting as 0 (NaN propagates)."""
+    _check_pair(op, a, b, arithmetic=False)
+    if not a.layout.compressed:
+        raise NotImplementedError(f"{op} of coo tensors on {a.device} has no GPU kernel; convert them to csr "
+                                  "(t.to_sparse_csr()) or run it on the host with t.cpu()")
+    return _merge(a, b, _EXTREMUM, op)
+
+
 def _merge(a, b, mode: int, alpha):
+    """The merge of two compressed tensors: ``mode`` union (``alpha``: b's factor), intersection, or
+    extremum (``alpha``: "maximum" or "minimum")."""
 
     a, b = checked(a), checked(b)
     dev = a.values()._device
@@ -87,12 +101,13 @@ def _merge(a, b, mode: int, alpha):
     W = math.prod(tail)
     ik = P.index_key(ca.dtype)
     counts = P.empty(dev, (B * n,), np.int64)
-    P.run(dev, "binary.cu", "merge_count", (ik,), B * n, ca, pa, a.nnz, cb, pb, b.nnz, B, n, mode, counts)
+    P.run(dev, "binary.cu", "merge_count", (ik,), B * n, ca, pa, a.nnz, cb, pb, b.nnz, B, n,
+          _INTERSECTION if mode == _INTERSECTION else _UNION, counts)
     scan = P.exclusive_scan(dev, counts)
     bounds = P.read_ints(dev, P.take_strided(dev, scan, n, B + 1)) if B else np.zeros(1, np.int64)
     per_batch = np.diff(bounds)
     if per_batch.size and (per_batch != per_batch[0]).any():
-        op = "add" if mode == _UNION else "mul"
+        op = {_UNION: "add", _INTERSECTION: "mul"}.get(mode, alpha)
         raise ValueError(f"{op} of batched {a.layout.name} tensors: the batches of the result would have different "
                          f"nnz {per_batch.tolist()}; every batch must have the same nnz")
     nnz = int(per_batch[0]) if B else 0
@@ -101,9 +116,15 @@ def _merge(a, b, mode: int, alpha):
     check_fits(ca.dtype, a.layout.name, nnz=nnz)
     plain = P.empty(dev, batch + (nnz,), ca.dtype)
     vals = P.empty(dev, batch + (nnz,) + tail, va.dtype)
-    s = complex(alpha)
-    P.run(dev, "binary.cu", "merge_write", (P.value_key(va.dtype, "add"), ik), B * n, ca, pa, va, a.nnz, cb, pb, vb,
-          b.nnz, B, n, W, mode, s.real, s.imag, scan, plain, vals)
+    s = complex(alpha) if mode != _EXTREMUM else 0j
+    if mode == _EXTREMUM:
+        xa, key = P.num_view(va)
+        xb, _ = P.num_view(vb)
+        P.run(dev, "binary.cu", "merge_extremum", (key, ik), B * n, ca, pa, xa, a.nnz, cb, pb, xb, b.nnz, B, n, W,
+              int(alpha == "maximum"), scan, plain, vals.view(xa.dtype))
+    else:
+        P.run(dev, "binary.cu", "merge_write", (P.value_key(va.dtype, "add"), ik), B * n, ca, pa, va, a.nnz, cb, pb,
+              vb, b.nnz, B, n, W, mode, s.real, s.imag, scan, plain, vals)
     comp = P.batch_offsets(dev, scan, B, n, 1, ca.dtype)
     return CompressedTensor(comp.reshape(batch + (n + 1,)), plain, vals, a.shape, a.layout, True)
 

@@ -1,11 +1,12 @@
 """Sparse-dense products on the device: csr/bsr @ dense (SpMM), csr @ vector (SpMV), SDDMM.
 
-``matmul(a, x)`` with ``a`` a device csr/csc/bsr/bsc (or 2-d COO) tensor without dense
-dims and ``x`` a dense device array (DeviceArray, CuPy, PyTorch CUDA: zero-copy) of
-the same dtype: ``x`` of shape ``(K,)`` gives ``(M,)`` (SpMV), ``(K, N)`` gives
-``(M, N)``; a batched ``a`` (``B + (M, K)``) takes ``x`` of shape ``B + (K, N)`` or a shared
-``(K, N)``. csc/bsc operands are transposed to csr/bsr on the device first; COO is
-converted to csr. Results are new DeviceArrays (float16 accumulates in float32).
+The lowerings of the ``spmm`` and ``sddmm`` kernels of :mod:`sparsetensor._backend.cuda`: the
+op (:mod:`sparsetensor.ops.blas`, ``st.matmul(t, x)``) has resolved shapes and dtypes with the
+shared planning of :mod:`sparsetensor._backend._plan`. ``spmm(a, x, plan, rt)``: ``a`` a device
+csr/csc/bsr/bsc tensor without dense dims, ``x`` a dense device array of its dtype; ``(K,)``
+gives ``(M,)`` (SpMV), ``(K, N)`` gives ``(M, N)``; a batched ``a`` (``B + (M, K)``) takes
+``x`` of shape ``B + (K, N)`` or a shared ``(K, N)``. csc/bsc operands are transposed to
+csr/bsr on the device first. Results are new DeviceArrays (float16 accumulates in float32).
 
 ``sampled_addmm(input, mat1, mat2, beta=1, alpha=1)``: ``beta * input + alpha * (mat1 @
 mat2)`` at the pattern of csr ``input`` (torch.sparse.sampled_addmm).
@@ -20,15 +21,14 @@ import numpy as np
 
 from ..._core import _layout as L
 from ..._core._tensor import CompressedTensor
-from .._plan import product_shape, result_dtype as _result_dtype
 from ...cuda import _primitives as P
 from ...cuda._array import DeviceArray, as_device_array
 from ._coalesce import checked
-from ._convert import convert, transpose_compressed
+from ._convert import transpose_compressed
 from ...cuda._module import BLOCK, grid_for, launch
-from ...cuda._classes import CudaCOOTensor, CudaCompressedTensor, CudaSparseTensor
+from ...cuda._classes import CudaCompressedTensor, CudaSparseTensor
 
-__all__ = ["matmul", "sampled_addmm"]
+__all__ = ["spmm", "sampled_addmm"]
 
 _SPMM_TILES = 4  # SPMM_TILES of blas.cu
 _BSR_TILE, _BSR_THREADS = 32, 256  # BSR_TILE and 32 * BSR_WARPS of blas.cu
@@ -47,18 +47,6 @@ def _dense_operand(x, dev, op: str) -> DeviceArray:
         return as_device_array(x, dev)
     except TypeError:
         raise TypeError(f"{op}: expected a dense CUDA array, got {type(x).__name__}") from None
-
-
-def _as_rows(a, op: str):
-    """``a`` as a canonical csr/bsr device tensor without dense dims."""
-    if isinstance(a, CudaCOOTensor):
-        if a.sparse_dim != 2 or a.dense_dim:
-            raise NotImplementedError(f"{op} of a coo tensor with sparse_dim={a.sparse_dim}, dense_dim={a.dense_dim} "
-                                      "on cuda")
-        a = convert(a, L.sparse_csr, (1, 1))
-    if a.dense_dim:
-        raise NotImplementedError(f"{op} of a {a.layout.name} tensor with dense_dim={a.dense_dim} on cuda")
-    return _rows(a)
 
 
 def _rows(a):
@@ -162,37 +150,15 @@ def _spmm(dev, vkey, ik, c, p, v, B, M, K, nnz, x, x_bstride, N, y, acc_dtype):
         _long_sum(dev, vkey, plan, N, part, y)
 
 
-def matmul(a, x):
-    """``a @ x`` for a device sparse tensor ``a`` and a dense device array ``x`` (see the module doc).
-
-    Examples
-    --------
-    >>> import numpy as np, sparsetensor as st, sparsetensor.cuda as stc             # doctest: +SKIP
-    >>> a = stc.to_device(st.sparse_csr_tensor([0, 1, 2], [1, 0], [2.0, 3.0]))       # doctest: +SKIP
-    >>> stc.matmul(a, stc.DeviceArray.from_host(np.array([1.0, 10.0]))).get()         # doctest: +SKIP
-    array([20.,  3.])
-    """
-
-    if not isinstance(a, CudaSparseTensor):
-        raise NotImplementedError(f"matmul on cuda with a {type(a).__name__} left operand: only sparse @ dense has "
-                                  "a GPU kernel")
-    user = a
-    a = _as_rows(a, "matmul")
-    dev = a.values()._device
-    x = _dense_operand(x, dev, "matmul")
-    # the CPU's rules (sparsetensor.ops.blas): result dtype, shapes, broadcasting, the errors
-    rt = _result_dtype("matmul", a.dtype, x.dtype)
-    return spmm(a, x, product_shape(a, x, "matmul", (user, x)), rt)
-
-
 def spmm(a, x, plan, rt, threads=None, err=None):
     """``a @ x`` for a device compressed tensor ``a`` without dense dims and a dense device array
     ``x`` whose shapes ``plan`` (:class:`sparsetensor.ops.blas.ProductShape`) resolved, in ``rt``
     (the ``spmm`` kernel of :mod:`._backend`): csc/bsc are transposed to csr/bsr on the device
-    first. The result dtype must be the operands' (a value cast has no GPU kernel)."""
-    if rt != a.dtype or rt != x.dtype:
-        raise NotImplementedError(f"matmul on cuda of {a.dtype} and {x.dtype} operands: the {rt} result needs a "
-                                  "value cast that has no GPU kernel; give both operands one dtype")
+    first. Operands of another dtype than ``rt`` are converted to it first (on the device)."""
+    if a.dtype != rt:
+        a = a._replace_values(a.values().astype(rt))
+    if x.dtype != rt:
+        x = x.astype(rt)
     a = _rows(a)
     dev = a.values()._device
     B = math.prod(a.shape[:a.batch_dim])

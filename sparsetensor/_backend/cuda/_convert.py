@@ -111,7 +111,7 @@ def _coo_to_rows(t):
         t = t.coalesce()
     dev = t.values()._device
     idx, vals = t.indices(), t.values()
-    batch, (rows, cols), dense = t.shape[:S - 2], t.shape[S - 2:S], t.shape[S:]
+    batch, (rows, _), dense = t.shape[:S - 2], t.shape[S - 2:S], t.shape[S:]
     B, N = math.prod(batch), t.nnz
     ik = (P.index_key(idx.dtype),)
     shape = P.from_host(dev, np.asarray(t.shape[:S - 1], dtype=np.int64))

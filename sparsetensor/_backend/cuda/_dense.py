@@ -1,4 +1,5 @@
-"""Dense <-> sparse on the device: ``to_dense`` and ``from_dense`` for every layout.
+"""Dense <-> sparse on the device: ``to_dense`` and ``dense_to_sparse`` (``st.from_dense`` of a
+device array) for every layout.
 
 Semantics are the CPU's (:mod:`sparsetensor.ops.dense`): an element (a block for bsr/bsc,
 a dense sub-array for hybrid tensors) is specified when any of its items is nonzero
@@ -17,10 +18,10 @@ import numpy as np
 from ..._core import _layout as L
 from ..._core._tensor import COOTensor, CompressedTensor
 from ...cuda import _primitives as P
-from ...cuda._array import DeviceArray, as_device_array
+from ...cuda._array import DeviceArray
 from ...cuda._classes import CudaCOOTensor, CudaCompressedTensor
 
-__all__ = ["to_dense", "from_dense"]
+__all__ = ["to_dense", "dense_to_sparse"]
 
 # How dense_nonzero tests an item: (ztest key, mask, items per value).
 _ZTEST = {
@@ -83,33 +84,6 @@ def _coo_to_dense(t) -> DeviceArray:
     P.run(dev, "dense.cu", "coo_to_dense", (P.raw_key(v.itemsize), P.index_key(idx.dtype)), nnz * W, idx, S, nnz,
           shape, v, W, out)
     return out
-
-
-def _as_dense_input(array, device) -> DeviceArray:
-    if isinstance(array, np.ndarray):
-        return DeviceArray.from_host(array, device)
-    return as_device_array(array, device)
-
-
-def from_dense(array, layout="csr", *, blocksize=None, dense_dim: int = 0, batch_dim: int = 0,
-               index_dtype=np.int64, device=None):
-    """A device sparse tensor of ``layout`` from a dense device array (or a NumPy array, copied).
-
-    The arguments are those of :func:`sparsetensor.from_dense`. Synchronises once (for the nnz).
-
-    Examples
-    --------
-    >>> import numpy as np, sparsetensor.cuda as stc                       # doctest: +SKIP
-    >>> t = stc.from_dense(np.array([[0, 1.0], [2.0, 0]]), "csr")           # doctest: +SKIP
-    >>> t.col_indices().get(), t.values().get()                            # doctest: +SKIP
-    (array([1, 0]), array([1., 2.]))
-    """
-    from .._plan import check_from_dense
-
-    if L.as_layout(layout) is L.strided:
-        raise ValueError("from_dense needs a sparse layout, got strided")
-    a = _as_dense_input(array, device)
-    return dense_to_sparse(a, check_from_dense(a.shape, a.dtype, layout, blocksize, dense_dim, batch_dim, index_dtype))
 
 
 def dense_to_sparse(a: DeviceArray, plan):

@@ -16,7 +16,7 @@ import numpy as np
 from ...cuda import _primitives as P
 from ...cuda._classes import CudaCOOTensor
 
-__all__ = ["UNARY_OPS", "unary", "scalar_op", "mul_scalar", "div_scalar", "pow_scalar"]
+__all__ = ["UNARY_OPS", "unary", "scalar_op", "mul_scalar", "div_scalar", "pow_scalar", "map_array"]
 
 # name -> (code in pointwise.cu, linear)
 UNARY_OPS = {
@@ -29,6 +29,7 @@ UNARY_OPS = {
     "arctan": (8, False), "arcsinh": (10, False), "arctanh": (11, False),
 }
 _COMPLEX_OK = {"neg", "negative", "square", "conj", "abs", "absolute"}
+_REAL_ONLY = {"deg2rad", "rad2deg"}  # NumPy has no complex loop for these: a TypeError, as on the CPU
 _SCALAR = {"mul": 0, "div": 1, "pow": 2}
 
 
@@ -47,9 +48,9 @@ def unary(t, op: str):
 
     Examples
     --------
-    >>> import sparsetensor as st, sparsetensor.cuda as stc             # doctest: +SKIP
-    >>> d = stc.to_device(st.sparse_csr_tensor([0, 1], [0], [4.0]))      # doctest: +SKIP
-    >>> stc.unary(d, "sqrt").values().get()                            # doctest: +SKIP
+    >>> import sparsetensor as st                                          # doctest: +SKIP
+    >>> d = st.sparse_csr_tensor([0, 1], [0], [4.0]).to("cuda")             # doctest: +SKIP
+    >>> st.sqrt(d).values().get()        # the op, then this kernel          # doctest: +SKIP
     array([2.])
     """
     if op not in UNARY_OPS:
@@ -58,6 +59,8 @@ def unary(t, op: str):
     code, linear = UNARY_OPS[op]
     dt = t.dtype
     if dt.kind == "c":
+        if op in _REAL_ONLY:
+            raise TypeError(f"{op} is not defined for dtype {dt}: it needs real values")
         if op not in _COMPLEX_OK:
             raise NotImplementedError(f"{op} of complex values on cuda has no GPU kernel")
     elif dt.kind != "f":
@@ -113,3 +116,20 @@ def div_scalar(t, scalar):
 
 def pow_scalar(t, exponent):
     return scalar_op(t, exponent, "pow")
+
+
+def map_array(x, op: str, arg=None):
+    """Dense device array ``x`` (float16/32/64) mapped by the unary ``op`` of :data:`UNARY_OPS`, or by
+    ``mul``/``div``/``pow`` with the real scalar ``arg``: a new array of its dtype."""
+    dev = x._device
+    dt = x.dtype
+    if dt.kind != "f":
+        raise NotImplementedError(f"{op} of a {dt} device array has no GPU kernel (float16, float32, float64)")
+    out = P.empty(dev, x.shape, dt)
+    if op in _SCALAR:
+        P.run(dev, "pointwise.cu", "scalar_op", (dt.name,), x.size, x, out, x.size, _SCALAR[op], float(arg), 0.0)
+    elif op in UNARY_OPS and arg is None:
+        P.run(dev, "pointwise.cu", "unary_real", (dt.name,), x.size, x, out, x.size, UNARY_OPS[op][0])
+    else:
+        raise NotImplementedError(f"{op} of a device array has no GPU kernel")
+    return out

@@ -1,11 +1,13 @@
-"""Sums on the device.
+"""Reductions on the device: sums, max and min, softmax over segments.
 
-``sum(t)`` (all elements) returns a 0-d DeviceArray of ``t.dtype`` (float16 summed in
-float32 and rounded once), in two deterministic passes. ``sum(t, dim)`` of a
-compressed tensor over one of its two sparse dims returns a dense DeviceArray,
-``batch + (rows or cols,) + dense``, as the CPU does (:mod:`sparsetensor.ops.reduce`):
-the plain dim is summed row by row, the compressed dim after a device transpose.
-Other reductions raise NotImplementedError.
+``sum_all(t)`` (all elements) returns a 0-d DeviceArray of ``t.dtype`` (float16 summed in
+float32 and rounded once), in two deterministic passes. A reduction over one sparse dim of
+a compressed tensor returns a dense DeviceArray, ``batch + (rows or cols,) + dense``, as the
+CPU does (:mod:`sparsetensor.ops.reduce`): the plain dim is reduced row by row, the
+compressed dim after a device transpose. :func:`reduce_dims` is the backend's ``reduce_dims``: sum, max or min (amax/amin, whose
+unspecified elements take part as zeros) over every dim, or over one sparse dim of a
+compressed tensor, for every value dtype the op hands over (sums of integers in int64, bool
+as uint8); other dims raise NotImplementedError naming them.
 
 :func:`index_extrema` and :func:`step_extrema` read the few numbers a shape estimate
 needs (the largest and smallest index per row, the largest step of a compressed
@@ -15,7 +17,6 @@ index): one small reduction kernel, then one synchronisation.
 from __future__ import annotations
 
 import math
-import operator
 
 import numpy as np
 
@@ -23,7 +24,7 @@ from ...cuda import _primitives as P
 from ...cuda._module import launch
 from ...cuda._classes import CudaCompressedTensor
 
-__all__ = ["sum", "index_extrema", "step_extrema"]
+__all__ = ["sum_all", "reduce_dims", "index_extrema", "step_extrema", "batch_offsets", "segment_softmax"]
 
 _SUM_THREADS = 256
 _MAX_PARTIALS = 1024
@@ -75,26 +76,50 @@ def sum_all(t):
     return out
 
 
-def sum(t, dim=None):  # noqa: A001 - torch's name
-    """Sum of all elements (``dim=None``) or over one sparse dim of a compressed tensor."""
+# -- sum, max and min over dims (the ``reduce_dims`` kernel of the backend) ---------------------------------
+_RED_CODES = {"sum": 0, "max": 1, "min": 2}  # RED_SUM, RED_MAX, RED_MIN of reduce.cu
+def _reduce_values(v, rows: int, W: int, red: str, fold_zero: bool):
+    """``red`` over the ``rows`` rows of ``v`` (``(rows, W)``, C-contiguous), per lane: a ``(W,)`` device
+    array; ``fold_zero``: a zero takes part too (the unspecified elements of amax/amin)."""
+    dev = v._device
+    x, key = P.num_view(v)
+    parts = max(1, min(-(-rows // _SUM_THREADS), _MAX_PARTIALS))
+    partial = P.zeros(dev, (parts + 1, W), x.dtype)  # + a row of zeros, taken when fold_zero
+    has = P.from_host(dev, np.repeat(np.array([1] * parts + [int(fold_zero)], np.int32), W))
+    out = P.empty(dev, (1, W), x.dtype)
+    done = P.empty(dev, (1, W), np.int32)
+    code = _RED_CODES[red]
+    if rows and W:
+        launch(dev, "reduce.cu", "reduce_rows", (key,), parts * W, _SUM_THREADS, x, rows, W, parts, code, partial, 0,
+               has, has)
+    else:
+        has = P.from_host(dev, np.repeat(np.array([0] * parts + [int(fold_zero)], np.int32), W))
+    if W:
+        launch(dev, "reduce.cu", "reduce_rows", (key,), W, _SUM_THREADS, partial, parts + 1, W, 1, code, out, 1, has,
+               done)
+    out = out.reshape((W,))
+    return out.view(np.bool_) if v.dtype == np.bool_ else out
+
+
+def _reduce_all(t, red: str):
+    """``red`` over every element of ``t``: a 0-d device array of its dtype."""
+    v = t.values()
+    if red == "sum" and v.dtype.name not in P.NUM_KEYS:
+        return sum_all(t)  # floating and complex sums: two deterministic passes in the accumulation dtype
+    numel = math.prod(t.shape)
+    return _reduce_values(v.reshape(-1, 1) if v.size else v.reshape(0, 1), v.size, 1, red,
+                          red != "sum" and v.size < numel).reshape(())
+
+
+def _reduce_sparse_dim(t, d: int, red: str):
+    """``red`` over sparse dim ``d`` of compressed ``t``: ``batch + (kept,) + dense`` (the plain dim
+    row by row, the compressed dim after a device transpose). Floating and complex sums take
+    compressed_sum_plain (float16 in float32), the rest compressed_reduce_plain."""
     from ._convert import transpose_compressed
     from ._coalesce import checked
 
-    if dim is None:
-        return sum_all(t)
-    if not isinstance(t, CudaCompressedTensor) or not isinstance(dim, (int, np.integer)):
-        raise NotImplementedError(f"sum over dim={dim!r} of a {t.layout.name} tensor on cuda: only dim=None, or one "
-                                  "sparse dim of a compressed tensor, has a GPU kernel")
-    d = operator.index(dim)
-    if not -t.ndim <= d < t.ndim:
-        raise IndexError(f"dimension {d} out of range for a tensor of {t.ndim} dims")
-    d %= t.ndim
-    m = t.batch_dim
-    if d not in (m, m + 1):
-        raise NotImplementedError(f"sum over dim={dim} of a {t.layout.name} tensor on cuda (batch_dim={m}): only the "
-                                  "two sparse dims have a GPU kernel")
-    key = P.value_key(t.dtype, "sum")
     t = checked(t)
+    m = t.batch_dim
     plain_dim = m + 1 if t.layout.compressed_rows else m
     if d != plain_dim:
         t = transpose_compressed(t)
@@ -103,12 +128,68 @@ def sum(t, dim=None):  # noqa: A001 - torch's name
     B = math.prod(batch)
     rows = t.layout.compressed_rows
     rb, cb = t.blocksize
-    c, v = t.compressed_indices(), t.values()
-    nmajor = c.shape[-1] - 1
+    c = t.compressed_indices()
     kept = t.shape[m] if rows else t.shape[m + 1]
+    plain = t.shape[m + 1] if rows else t.shape[m]
     dense = t.shape[m + 2:]
     W = math.prod(dense)
-    out = P.empty(dev, batch + (kept,) + dense, t.dtype)
-    P.run(dev, "reduce.cu", "compressed_sum_plain", (key, P.index_key(c.dtype)), out.size, c, v, B, nmajor, t.nnz,
-          rb, cb, W, int(rows), out)
+    ik = P.index_key(c.dtype)
+    if red == "sum" and t.dtype.name not in P.NUM_KEYS:
+        out = P.empty(dev, batch + (kept,) + dense, t.dtype)
+        P.run(dev, "reduce.cu", "compressed_sum_plain", (P.value_key(t.dtype, "sum"), ik), out.size, c, t.values(),
+              B, c.shape[-1] - 1, t.nnz, rb, cb, W, int(rows), out)
+        return out
+    x, key = P.num_view(t.values())
+    out = P.empty(dev, batch + (kept,) + dense, x.dtype)
+    P.run(dev, "reduce.cu", "compressed_reduce_plain", (key, ik), out.size, c, x, B, c.shape[-1] - 1, t.nnz, rb, cb,
+          W, int(rows), _RED_CODES[red], plain, out)
+    return out.view(np.bool_) if t.dtype == np.bool_ else out
+
+
+def reduce_dims(t, dims: tuple, red: str):
+    """``red`` ("sum", "max", "min") of device tensor ``t`` over ``dims`` (normalised, sorted), which
+    stay with size 1: every dim, or one sparse dim of a compressed tensor (a dense device array).
+    For max/min ``t`` has distinct indices and its unspecified elements count as zeros."""
+    if dims == tuple(range(t.ndim)):
+        return _reduce_all(t, red).reshape((1,) * t.ndim)
+    m = t.batch_dim
+    if isinstance(t, CudaCompressedTensor) and len(dims) == 1 and dims[0] in (m, m + 1):
+        (d,) = dims
+        return _reduce_sparse_dim(t, d, red).reshape(t.shape[:d] + (1,) + t.shape[d + 1:])
+    name = {"sum": "sum", "max": "amax", "min": "amin"}[red]
+    raise NotImplementedError(f"{name} over dims {dims} of a {t.layout.name} tensor on {t.device} has no GPU kernel "
+                              "(every dim, or one sparse dim of a compressed tensor, has one); run it on the host "
+                              "with t.cpu()")
+
+
+# -- softmax over segments ------------------------------------------------------------------------------------
+def batch_offsets(c, nnz: int):
+    """The compressed indices ``(B, n + 1)`` of B batches as int64 offsets ``(B * n + 1,)`` into their
+    concatenated entries (batch b's start at ``b * nnz``), on the device."""
+    dev = c._device
+    B, n1 = c.shape
+    off = P.empty(dev, (B * (n1 - 1) + 1,), np.int64)
+    P.run(dev, "reduce.cu", "segment_offsets", (P.index_key(c.dtype),), off.size, c, B, n1 - 1, nnz, off)
+    return off
+
+
+def segment_softmax(x, offsets, E: int, perm, log: bool):
+    """Softmax (``log``: its logarithm) of device ``x`` (``(n, K * E)``, float32/64) over the rows of
+    each segment ``offsets[g]:offsets[g + 1]`` and their ``K`` items, per lane; rows in order
+    (a ``perm`` has no GPU kernel)."""
+    if perm is not None:
+        raise NotImplementedError(f"{'log_softmax' if log else 'softmax'} on cuda over permuted rows (a coo tensor, "
+                                  "or a dim that is not the plain one) has no GPU kernel; run it on the host with "
+                                  "t.cpu()")
+    dev = x._device
+    key = x.dtype.name
+    if key not in ("float32", "float64"):
+        raise TypeError(f"segment_softmax on cuda needs float32 or float64 values, got {x.dtype}")
+    n = x.shape[0]
+    KE = x.shape[1] if x.ndim == 2 else 0
+    K = KE // E if E else 0
+    out = P.empty(dev, x.shape, x.dtype)
+    G = offsets.shape[0] - 1
+    if n and KE:
+        P.run(dev, "reduce.cu", "segment_softmax", (key,), G * E, x, offsets, G, K, E, int(log), out)
     return out
