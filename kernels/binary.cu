@@ -31,6 +31,35 @@ __global__ void merge_count(const I* __restrict__ ca, const I* __restrict__ pa, 
     }
 }
 
+// The merge of row r of batch b (t = b * n + r) of two canonical compressed tensors, written from
+// offsets[t] on: for each output entry (the union, or the intersection) its plain index into po
+// and emit(o, take_a, take_b, i, j) for its values (i, j: the positions in a and b, of this batch).
+template <typename I, typename F>
+__device__ __forceinline__ void merge_row(const I* __restrict__ ca, const I* __restrict__ pa, i64 nnza,
+                                          const I* __restrict__ cb, const I* __restrict__ pb, i64 nnzb, i64 n,
+                                          i64 t, int intersection, const i64* __restrict__ offsets,
+                                          I* __restrict__ po, F& emit) {
+    const i64 b = t / n, r = t - b * n;
+    i64 i = ca[b * (n + 1) + r], ie = ca[b * (n + 1) + r + 1];
+    i64 j = cb[b * (n + 1) + r], je = cb[b * (n + 1) + r + 1];
+    const I* a = pa + b * nnza;
+    const I* c = pb + b * nnzb;
+    i64 o = offsets[t];
+    while (i < ie || j < je) {
+        const bool has_a = i < ie, has_b = j < je;
+        const i64 x = has_a ? (i64)a[i] : 0, y = has_b ? (i64)c[j] : 0;
+        const bool take_a = has_a && (!has_b || x <= y);
+        const bool take_b = has_b && (!has_a || y <= x);
+        if (!intersection || (take_a && take_b)) {
+            po[o] = (I)(take_a ? x : y);
+            emit(o, take_a, take_b, i, j);
+            ++o;
+        }
+        i += take_a;
+        j += take_b;
+    }
+}
+
 // Union: a, alpha * b, or a + alpha * b; intersection: a * b. Entries have W items; offsets
 // is the exclusive scan of merge_count (B * n + 1, global over batches).
 // st:kernel value index
@@ -42,25 +71,9 @@ __global__ void merge_write(const I* __restrict__ ca, const I* __restrict__ pa, 
     typedef typename acc<V>::type A;
     const A alpha = acc_scalar<A>(alpha_re, alpha_im);
     ST_GRID_LOOP(t, B * n) {
-        const i64 b = t / n, r = t - b * n;
-        i64 i = ca[b * (n + 1) + r], ie = ca[b * (n + 1) + r + 1];
-        i64 j = cb[b * (n + 1) + r], je = cb[b * (n + 1) + r + 1];
-        const I* a = pa + b * nnza;
-        const I* c = pb + b * nnzb;
-        const V* av = va + b * nnza * W;
-        const V* cv = vb + b * nnzb * W;
-        i64 o = offsets[t];
-        while (i < ie || j < je) {
-            const bool has_a = i < ie, has_b = j < je;
-            const i64 x = has_a ? (i64)a[i] : 0, y = has_b ? (i64)c[j] : 0;
-            const bool take_a = has_a && (!has_b || x <= y);
-            const bool take_b = has_b && (!has_a || y <= x);
-            if (mode == MERGE_INTERSECTION && !(take_a && take_b)) {
-                i += take_a;
-                j += take_b;
-                continue;
-            }
-            po[o] = (I)(take_a ? x : y);
+        const V* av = va + (t / n) * nnza * W;
+        const V* cv = vb + (t / n) * nnzb * W;
+        auto emit = [&](i64 o, bool take_a, bool take_b, i64 i, i64 j) {
             for (i64 e = 0; e < W; ++e) {
                 A v;
                 if (mode == MERGE_INTERSECTION) {
@@ -74,10 +87,8 @@ __global__ void merge_write(const I* __restrict__ ca, const I* __restrict__ pa, 
                 }
                 vo[o * W + e] = from_acc<V>(v);
             }
-            ++o;
-            i += take_a;
-            j += take_b;
-        }
+        };
+        merge_row(ca, pa, nnza, cb, pb, nnzb, n, t, mode == MERGE_INTERSECTION, offsets, po, emit);
     }
 }
 
@@ -91,20 +102,9 @@ __global__ void merge_extremum(const I* __restrict__ ca, const I* __restrict__ p
                                const i64* __restrict__ offsets, I* __restrict__ po, V* __restrict__ vo) {
     typedef typename acc<V>::type A;
     ST_GRID_LOOP(t, B * n) {
-        const i64 b = t / n, r = t - b * n;
-        i64 i = ca[b * (n + 1) + r], ie = ca[b * (n + 1) + r + 1];
-        i64 j = cb[b * (n + 1) + r], je = cb[b * (n + 1) + r + 1];
-        const I* a = pa + b * nnza;
-        const I* c = pb + b * nnzb;
-        const V* av = va + b * nnza * W;
-        const V* cv = vb + b * nnzb * W;
-        i64 o = offsets[t];
-        while (i < ie || j < je) {
-            const bool has_a = i < ie, has_b = j < je;
-            const i64 x = has_a ? (i64)a[i] : 0, y = has_b ? (i64)c[j] : 0;
-            const bool take_a = has_a && (!has_b || x <= y);
-            const bool take_b = has_b && (!has_a || y <= x);
-            po[o] = (I)(take_a ? x : y);
+        const V* av = va + (t / n) * nnza * W;
+        const V* cv = vb + (t / n) * nnzb * W;
+        auto emit = [&](i64 o, bool take_a, bool take_b, i64 i, i64 j) {
             for (i64 e = 0; e < W; ++e) {
                 const A p = take_a ? to_acc(av[i * W + e]) : acc_zero<A>();
                 const A q = take_b ? to_acc(cv[j * W + e]) : acc_zero<A>();
@@ -114,10 +114,8 @@ __global__ void merge_extremum(const I* __restrict__ ca, const I* __restrict__ p
                 else v = mx ? (q > p ? q : p) : (q < p ? q : p);
                 vo[o * W + e] = from_acc<V>(v);
             }
-            ++o;
-            i += take_a;
-            j += take_b;
-        }
+        };
+        merge_row(ca, pa, nnza, cb, pb, nnzb, n, t, 0, offsets, po, emit);
     }
 }
 
