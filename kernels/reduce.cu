@@ -30,28 +30,39 @@ __global__ void sum_final(const typename acc<V>::type* __restrict__ partial, i64
     if (threadIdx.x == 0) out[0] = from_acc<V>(s);
 }
 
-// Sum over the plain dim: out (B, nmajor * em, W) with em = Rb for rows (csr/bsr: row sums),
-// Cb otherwise (csc/bsc: column sums), summing each major line's entries and block items.
+// Output item t of a reduction over the plain dim, out (B, nmajor * em, W) with em = Rb for rows
+// (csr/bsr: per row), Cb otherwise (csc/bsc: per column): calls f(x) for each specified item x of
+// its line (the major line's entries and their block items along the plain dim), in order, and
+// returns how many there were.
+template <typename V, typename I, typename F>
+__device__ __forceinline__ i64 plain_line(const I* __restrict__ comp, const V* __restrict__ vals, i64 t, i64 nmajor,
+                                          i64 nnz, i64 Rb, i64 Cb, i64 W, int rows, F& f) {
+    const i64 em = rows ? Rb : Cb, ep = rows ? Cb : Rb;
+    const i64 e = t % W;
+    i64 u = t / W;
+    const i64 q = u % em;
+    u /= em;
+    const i64 r = u % nmajor, b = u / nmajor;
+    const I* c = comp + b * (nmajor + 1);
+    for (i64 k = c[r]; k < (i64)c[r + 1]; ++k) {
+        for (i64 p = 0; p < ep; ++p) {
+            const i64 i = rows ? q : p, j = rows ? p : q;
+            f(to_acc(vals[(((b * nnz + k) * Rb + i) * Cb + j) * W + e]));
+        }
+    }
+    return ((i64)c[r + 1] - (i64)c[r]) * ep;
+}
+
+// Sum over the plain dim (see plain_line): row sums of csr/bsr, column sums of csc/bsc.
 // st:kernel value index
 template <typename V, typename I>
 __global__ void compressed_sum_plain(const I* __restrict__ comp, const V* __restrict__ vals, i64 B, i64 nmajor,
                                      i64 nnz, i64 Rb, i64 Cb, i64 W, int rows, V* __restrict__ out) {
     typedef typename acc<V>::type A;
-    const i64 em = rows ? Rb : Cb, ep = rows ? Cb : Rb;
-    ST_GRID_LOOP(t, B * nmajor * em * W) {
-        const i64 e = t % W;
-        i64 u = t / W;
-        const i64 q = u % em;
-        u /= em;
-        const i64 r = u % nmajor, b = u / nmajor;
-        const I* c = comp + b * (nmajor + 1);
+    ST_GRID_LOOP(t, B * nmajor * (rows ? Rb : Cb) * W) {
         A s = acc_zero<A>();
-        for (i64 k = c[r]; k < (i64)c[r + 1]; ++k) {
-            for (i64 p = 0; p < ep; ++p) {
-                const i64 i = rows ? q : p, j = rows ? p : q;
-                s = s + to_acc(vals[(((b * nnz + k) * Rb + i) * Cb + j) * W + e]);
-            }
-        }
+        auto add = [&](A x) { s = s + x; };
+        plain_line(comp, vals, t, nmajor, nnz, Rb, Cb, W, rows, add);
         out[t] = from_acc<V>(s);
     }
 }
@@ -118,35 +129,24 @@ __device__ __forceinline__ A red_apply(A a, A b, int op) {
     return b < a ? b : a;
 }
 
-// The reduction over the plain dim with `op`, as compressed_sum_plain: out (B, nmajor * em, W).
-// For max/min the `plain` - (items specified in the line) unspecified elements are zeros and take
-// part (amax of the dense tensor). The first item starts the reduction (no identity is needed).
+// The reduction over the plain dim with `op` (see plain_line). For max/min the `plain` - (items
+// specified in the line) unspecified elements are zeros and take part (amax of the dense tensor).
+// The first item starts the reduction (no identity is needed).
 // st:kernel num index
 template <typename V, typename I>
 __global__ void compressed_reduce_plain(const I* __restrict__ comp, const V* __restrict__ vals, i64 B, i64 nmajor,
                                         i64 nnz, i64 Rb, i64 Cb, i64 W, int rows, int op, i64 plain,
                                         V* __restrict__ out) {
     typedef typename acc<V>::type A;
-    const i64 em = rows ? Rb : Cb, ep = rows ? Cb : Rb;
-    ST_GRID_LOOP(t, B * nmajor * em * W) {
-        const i64 e = t % W;
-        i64 u = t / W;
-        const i64 q = u % em;
-        u /= em;
-        const i64 r = u % nmajor, b = u / nmajor;
-        const I* c = comp + b * (nmajor + 1);
-        const i64 k0 = c[r], k1 = c[r + 1];
+    ST_GRID_LOOP(t, B * nmajor * (rows ? Rb : Cb) * W) {
         A s = acc_zero<A>();
         bool first = op != RED_SUM;
-        for (i64 k = k0; k < k1; ++k) {
-            for (i64 p = 0; p < ep; ++p) {
-                const i64 i = rows ? q : p, j = rows ? p : q;
-                const A x = to_acc(vals[(((b * nnz + k) * Rb + i) * Cb + j) * W + e]);
-                s = first ? x : red_apply(s, x, op);
-                first = false;
-            }
-        }
-        if (op != RED_SUM && (k1 - k0) * ep < plain) s = first ? acc_zero<A>() : red_apply(s, acc_zero<A>(), op);
+        auto take = [&](A x) {
+            s = first ? x : red_apply(s, x, op);
+            first = false;
+        };
+        const i64 count = plain_line(comp, vals, t, nmajor, nnz, Rb, Cb, W, rows, take);
+        if (op != RED_SUM && count < plain) s = first ? acc_zero<A>() : red_apply(s, acc_zero<A>(), op);
         out[t] = from_acc<V>(s);
     }
 }
