@@ -61,7 +61,6 @@ from sparsetensor._lib._scratch cimport scratch_alloc, scratch_calloc, scratch_f
 
 from sparsetensor._lib._arrays cimport _array, _dim, _index_code, _value_code
 from sparsetensor._lib._balance cimport balanced_split
-from sparsetensor._lib._guard cimport clamp
 from sparsetensor._lib._parallel cimport st_blocks, st_take
 from sparsetensor._lib._types cimport index_t, num_t
 
@@ -101,8 +100,6 @@ cdef extern from "_spmv_avx2.h" nogil:
 # its two gathers cost more than the portable loop's few scalar loads (docs: performance page).
 cdef enum:
     _AVX2_SPMV_MIN_MEAN = 16
-    # the portable SpMV loops check this many rows' indices in a pass of their own, then sum them
-    _VEC_GUARD_ROWS = 256
 
 # Row chunks per thread of the gather kernel for batches (the chunks hold equal nnz; a static
 # schedule hands each thread a contiguous run of them), and column chunks per thread of the

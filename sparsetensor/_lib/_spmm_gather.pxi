@@ -145,60 +145,34 @@ cdef int _gather_btiles(const index_t* cp, const index_t* pp, const num_t* vp, c
     return _tile_rows(cp, pp, vp, dp, op, g, i0, i1, g.Rb, g.Cb, g.ars, g.acs, _BTILE)
 
 
-cdef int _vec_guard(const index_t* cp, const index_t* pp, const _Geo* g, Py_ssize_t i0,
-                    Py_ssize_t i1) noexcept nogil:
-    """The guards of rows [i0, i1) for the SpMV loops, in two flat branch-free passes just before
-    them (the rows' indices are then in cache): the slots nondecreasing within [0, nnz], then
-    every plain index of the rows' span below the plain size. A compare and branch per entry
-    inside the loops costs short rows (stencils) a fifth of their time."""
-    cdef Py_ssize_t i, k
-    cdef int64_t lo = cp[i0], hi = cp[i1]
-    cdef uint64_t nplain = g.nplain
-    cdef int bad = 0
-    if _bad_slot(lo, hi, g.nnz):
-        return _BAD_COMPRESSED
-    for i in range(i0, i1):
-        bad = bad | (cp[i + 1] < cp[i])
-    if bad:
-        return _BAD_COMPRESSED
-    for k in range(lo, hi):
-        bad = bad | (<uint64_t><int64_t>pp[k] >= nplain)
-    return _PLAIN_TOO_LARGE if bad else _OK
-
-
 cdef int _gather_vec(const index_t* cp, const index_t* pp, const num_t* vp, const num_t* xp,
                      num_t* yp, const _Geo* g, Py_ssize_t i0, Py_ssize_t i1) noexcept nogil:
-    """SpMV rows [i0, i1): y[i] = sum_k v[k] * x[plain[k]] (1 x 1 blocks, N == 1), guarded a
-    block of _VEC_GUARD_ROWS rows at a time by _vec_guard. (A row's end is clamped to the guarded
-    span: memory changed after the guard can give a wrong sum, no read past the arrays' ends
-    through a slot.)"""
-    cdef Py_ssize_t i, k, b0, b1
-    cdef int64_t lo, hi, col, start, end
+    """SpMV rows [i0, i1): y[i] = sum_k v[k] * x[plain[k]] (1 x 1 blocks, N == 1)."""
+    cdef Py_ssize_t i, k
+    cdef int64_t lo, hi, col
     cdef num_t acc
-    cdef int err
-    b0 = i0
-    while b0 < i1:
-        b1 = min(i1, b0 + _VEC_GUARD_ROWS)
-        err = _vec_guard(cp, pp, g, b0, b1)
-        if err != _OK:
-            return err
-        start = clamp(cp[b0], 0, g.nnz)
-        end = clamp(cp[b1], start, g.nnz)
-        for i in range(b0, b1):
-            lo = clamp(cp[i], start, end)
-            hi = clamp(cp[i + 1], lo, end)
-            acc = 0
-            if num_t is uint8_t:
-                if g.logical:
-                    for k in range(lo, hi):
-                        col = pp[k]
-                        acc = acc | ((vp[k] != 0) & (xp[col] != 0))
-                    yp[i] = acc
-                    continue
-            for k in range(lo, hi):
-                acc = acc + _mul(vp[k], xp[pp[k]])
-            yp[i] = acc
-        b0 = b1
+    cdef bint checked = g.checked
+    for i in range(i0, i1):
+        lo = cp[i]
+        hi = cp[i + 1]
+        if not checked and _bad_slot(lo, hi, g.nnz):
+            return _BAD_COMPRESSED
+        acc = 0
+        if num_t is uint8_t:
+            if g.logical:
+                for k in range(lo, hi):
+                    col = pp[k]
+                    if not checked and _bad_plain(col, g.nplain):
+                        return _PLAIN_TOO_LARGE
+                    acc = acc | ((vp[k] != 0) & (xp[col] != 0))
+                yp[i] = acc
+                continue
+        for k in range(lo, hi):
+            col = pp[k]
+            if not checked and _bad_plain(col, g.nplain):
+                return _PLAIN_TOO_LARGE
+            acc = acc + _mul(vp[k], xp[col])
+        yp[i] = acc
     return _OK
 
 
@@ -207,33 +181,29 @@ cdef int _gather_vec_stream(const index_t* cp, const index_t* pp, const num_t* v
     """_gather_vec (not logical) for a matrix that streams from memory: a row is read a cache
     line of values at a time, and each line prefetches the one ST_SPMV_PF entries on, values
     and indices (as _spmm_simd.h). (Not used below ST_SHORT_PF_MIN_BYTES: from the caches the
-    step loop's bookkeeping costs more than the prefetches save.) Guarded as _gather_vec."""
-    cdef Py_ssize_t i, k, k0, k1, b0, b1, step = 64 // sizeof(num_t)
-    cdef int64_t lo, hi, start, end
+    step loop's bookkeeping costs more than the prefetches save.)"""
+    cdef Py_ssize_t i, k, k0, k1, step = 64 // sizeof(num_t)
+    cdef int64_t lo, hi, col
     cdef num_t acc
-    cdef int err
-    b0 = i0
-    while b0 < i1:
-        b1 = min(i1, b0 + _VEC_GUARD_ROWS)
-        err = _vec_guard(cp, pp, g, b0, b1)
-        if err != _OK:
-            return err
-        start = clamp(cp[b0], 0, g.nnz)
-        end = clamp(cp[b1], start, g.nnz)
-        for i in range(b0, b1):
-            lo = clamp(cp[i], start, end)
-            hi = clamp(cp[i + 1], lo, end)
-            acc = 0
-            k0 = lo
-            while k0 < hi:
-                k1 = min(k0 + step, hi)
-                st_prefetch_past(vp + k0, ST_SPMV_PF * sizeof(num_t))
-                st_prefetch_past(pp + k0, ST_SPMV_PF * sizeof(index_t))
-                for k in range(k0, k1):
-                    acc = acc + _mul(vp[k], xp[pp[k]])
-                k0 = k1
-            yp[i] = acc
-        b0 = b1
+    cdef bint checked = g.checked
+    for i in range(i0, i1):
+        lo = cp[i]
+        hi = cp[i + 1]
+        if not checked and _bad_slot(lo, hi, g.nnz):
+            return _BAD_COMPRESSED
+        acc = 0
+        k0 = lo
+        while k0 < hi:
+            k1 = min(k0 + step, hi)
+            st_prefetch_past(vp + k0, ST_SPMV_PF * sizeof(num_t))
+            st_prefetch_past(pp + k0, ST_SPMV_PF * sizeof(index_t))
+            for k in range(k0, k1):
+                col = pp[k]
+                if not checked and _bad_plain(col, g.nplain):
+                    return _PLAIN_TOO_LARGE
+                acc = acc + _mul(vp[k], xp[col])
+            k0 = k1
+        yp[i] = acc
     return _OK
 
 
