@@ -169,7 +169,14 @@ def cases(quick: bool):
                 st.set_num_threads(None)
         return run
 
+    k5, g27 = (100, 16) if quick else (500, 48)
+    x5, x27 = np.ones(k5 * k5), np.ones(g27 ** 3)
     out = {}
+    for th in (1, 2):
+        out[f"spmv 5-point {k5}^2 float64 t={th}"] = ("spmv", lambda st, th=th: (lambda a: lambda: st.matmul(
+            a, x5, threads=th))(st.stencil((k5, k5), 5, dtype=np.float64, index_dtype=np.int32)))
+        out[f"spmv 27-point {g27}^3 float64 t={th}"] = ("spmv", lambda st, th=th: (lambda a: lambda: st.matmul(
+            a, x27, threads=th))(st.stencil((g27, g27, g27), 27, dtype=np.float64, index_dtype=np.int32)))
     for th in (1, 2):
         out[f"csr @ dense N=1 t={th}"] = ("spmm", lambda st, th=th: (lambda a: lambda: st.matmul(a, x, threads=th))(A(st)))
         out[f"csr @ dense N=32 t={th}"] = ("spmm", lambda st, th=th: (lambda a: lambda: st.matmul(a, d32, threads=th))(A(st)))
@@ -277,7 +284,7 @@ def main(argv=None) -> int:
     parser.add_argument("--base", required=True, type=Path, help="the other install's sparsetensor/ directory")
     parser.add_argument("--python", default=None, metavar="REV",
                         help="compare the Python layer: the package's Python at this git revision")
-    parser.add_argument("--cases", nargs="+", default=["spmm", "merge", "convert", "coalesce", "validate"])
+    parser.add_argument("--cases", nargs="+", default=["spmv", "spmm", "merge", "convert", "coalesce", "validate"])
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--quick", action="store_true")
