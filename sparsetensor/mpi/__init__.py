@@ -32,7 +32,7 @@ except ImportError as e:  # pragma: no cover - depends on the environment
     raise ImportError("sparsetensor.mpi needs mpi4py: pip install \"sparsetensor[mpi]\" (or pip install mpi4py mpich "
                       f"for an MPI as well); importing it failed: {e}") from None
 
-from . import _ops  # noqa: F401  (binds zero_rows, +, -, *, transpose, conj, copy to DistCSR)
+from . import _methods  # noqa: F401  (binds the ops of _ops, _bsr_ops and _petsc as methods)
 from ._abort import install as _install_abort
 from ._assemble import assemble, assemble_vector
 from ._comm import RemoteError, agree
@@ -41,10 +41,10 @@ from ._krylov import bicgstab, cg, dot, gmres, minres, norm
 from ._load import load
 from ._matrix import DistCSR
 from ._bsr import DistBSR
-from ._bsr_ops import PointBlockJacobi, point_block_jacobi  # binds DistBSR's ops and PETSc bridge
+from ._bsr_ops import PointBlockJacobi, point_block_jacobi
 from ._operator import DistLinearOperator, aslinearoperator
 from ._parts import save
-from ._petsc import solve, to_petsc_vec  # binds DistCSR.to_petsc, from_petsc
+from ._petsc import solve, to_petsc_vec
 from ._precond import BlockJacobi, Jacobi, block_jacobi, jacobi
 
 __all__ = ["DistCSR", "DistBSR", "load", "cg", "dot", "norm", "agree", "RemoteError", "EXCHANGES"]

@@ -11,7 +11,7 @@ entries in one message row, so the bytes per product are ``itemsize x bc x ghost
 Products, gathers, the Krylov methods, the operator wrapper and ``alpha * A`` run
 through :class:`DistCSR`'s code (its block factors ``_br``/``_bc`` are 1 there). The ops
 that change the pattern (``zero_rows``, ``A + B``, ``A.T``, ``A @ B``) go through the
-point form (:meth:`DistBSR.to_csr`) and back; they are bound in :mod:`._bsr_ops`.
+point form (:meth:`DistBSR.to_csr`) and back; they are in :mod:`._bsr_ops`, bound by :mod:`._methods`.
 """
 
 from __future__ import annotations

@@ -257,14 +257,3 @@ def point_block_jacobi(A: DistBSR) -> PointBlockJacobi:
     True
     """
     return PointBlockJacobi(A)
-
-
-# Bound here, as _ops binds DistCSR's: the class module keeps storage, construction and diagonals.
-DistBSR.zero_rows = zero_rows
-DistBSR.transpose = transpose
-DistBSR.T = property(transpose, doc="``A^T``: see :meth:`transpose` (collective).")
-DistBSR.__add__ = _add
-DistBSR.__sub__ = _sub
-DistBSR.__matmul__ = _matmul
-DistBSR.to_petsc = to_petsc
-DistBSR.from_petsc = classmethod(from_petsc)

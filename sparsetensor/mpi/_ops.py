@@ -1,4 +1,5 @@
-"""Operations on :class:`DistCSR` that an assembly-and-solve code needs, bound as its methods and operators.
+"""Operations on :class:`DistCSR` that an assembly-and-solve code needs (:mod:`._methods` makes them
+its methods and operators).
 
 ``A.zero_rows(rows, diag, x, b)`` (Dirichlet rows, PETSc's ``MatZeroRows``),
 ``A + B``, ``A - B``, ``alpha * A``, ``-A``, ``A.T`` / ``A.transpose()``,
@@ -289,19 +290,3 @@ def transpose(self) -> DistCSR:
     idx[0] -= wire.type(A._c0)
     return build(A.comm, (N, M), A._col_starts, A._row_starts, idx, v, index_dtype=A._index_dtype,
                  exchange=A.exchange, where=f"DistCSR.transpose (rank {A._comm.rank})")
-
-
-# Bound here so that one module holds the checks and the communication of each op (DistCSR's own
-# module keeps the storage, the products and the moves of vectors).
-DistCSR.zero_rows = zero_rows
-DistCSR.transpose = transpose
-DistCSR.T = property(transpose, doc="``A^T``: see :meth:`transpose` (collective).")
-DistCSR.conj = conj
-DistCSR.copy = copy
-DistCSR.__add__ = _add
-DistCSR.__sub__ = _sub
-DistCSR.__mul__ = _scale
-DistCSR.__rmul__ = _scale
-DistCSR.__neg__ = _neg
-# NumPy scalars and arrays defer to these operators (np.float64(2) * A calls A.__rmul__)
-DistCSR.__array_ufunc__ = None

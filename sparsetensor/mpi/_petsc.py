@@ -475,8 +475,3 @@ def solve(A, b, ksp: str | None = "gmres", pc: str | None = "gamg", *, rtol: flo
     if code == PETSc.KSP.ConvergedReason.DIVERGED_MAX_IT and its > 0:
         return x, its
     return x, code
-
-
-# Bound here so that DistCSR's module needs no petsc4py and keeps storage, products and moves.
-DistCSR.to_petsc = to_petsc
-DistCSR.from_petsc = classmethod(from_petsc)
