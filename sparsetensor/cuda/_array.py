@@ -255,8 +255,6 @@ class DeviceArray:
         return out
 
     def _scaled(self, scalar, op: str) -> "DeviceArray":
-        from ._primitives import value_key
-
         if not isinstance(scalar, (numbers.Number, np.number)) or isinstance(scalar, (bool, np.bool_)):
             return NotImplemented
         s = complex(scalar)
@@ -335,6 +333,18 @@ class DeviceArray:
         out = DeviceArray.empty(host.shape, host.dtype, device)
         out._device.copy_htod(out.ptr, host)
         return out
+
+
+_VALUE_KEYS = {np.dtype(n): n for n in ("float16", "float32", "float64", "complex64", "complex128")}
+
+
+def value_key(dtype, op: str) -> str:
+    """The kernel key of an arithmetic value dtype, or TypeError naming the op."""
+    dt = np.dtype(dtype)
+    if dt not in _VALUE_KEYS:
+        raise TypeError(f"{op} on cuda supports float16, float32, float64, complex64 and complex128 values, "
+                        f"got {dt}")
+    return _VALUE_KEYS[dt]
 
 
 _COMPLEX_KEYS = ("complex64", "complex128")

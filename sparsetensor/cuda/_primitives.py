@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._array import DeviceArray
+from ._array import DeviceArray, value_key
 from ._driver import Device
 from ._module import BLOCK, grid_for, launch
 
@@ -20,7 +20,6 @@ SCAN_THREADS, SCAN_TILE = 256, 256 * 8
 SORT_THREADS, SORT_TILE = 256, 4096
 
 _INDEX_KEYS = {np.dtype(np.int32): "int32", np.dtype(np.int64): "int64"}
-_VALUE_KEYS = {np.dtype(n): n for n in ("float16", "float32", "float64", "complex64", "complex128")}
 
 
 def index_key(dtype) -> str:
@@ -28,15 +27,6 @@ def index_key(dtype) -> str:
         return _INDEX_KEYS[np.dtype(dtype)]
     except KeyError:
         raise TypeError(f"index dtype must be int32 or int64, got {np.dtype(dtype)}") from None
-
-
-def value_key(dtype, op: str) -> str:
-    """The kernel key of an arithmetic value dtype, or TypeError naming the op."""
-    dt = np.dtype(dtype)
-    if dt not in _VALUE_KEYS:
-        raise TypeError(f"{op} on cuda supports float16, float32, float64, complex64 and complex128 values, "
-                        f"got {dt}")
-    return _VALUE_KEYS[dt]
 
 
 NUM_KEYS = frozenset(("int8", "int16", "int32", "int64", "uint8", "float16", "float32", "float64"))

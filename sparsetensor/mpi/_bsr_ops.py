@@ -16,6 +16,7 @@ from . import _ops
 from ._bsr import DistBSR
 from ._comm import agree, first_failing
 from ._matrix import DistCSR
+from ._spgemm import spgemm
 from ._petsc import _index_dtype, _is_mat, _petsc, _scalar_dtype, _world, read_rows
 
 __all__ = ["PointBlockJacobi", "point_block_jacobi"]
@@ -96,8 +97,6 @@ def _matmul(self, other):
     if not isinstance(other, DistCSR):
         return self.matvec(other)
     self._check_operand(other, 0, "A @ B", "B", True, matrix_ok=True)
-    from ._spgemm import spgemm
-
     kinds = self._comm.allgather(other.blocksize if isinstance(other, DistBSR) else None)
     if len(set(kinds)) != 1:
         raise TypeError(f"A @ B: B is a DistBSR on some ranks and not on others: block sizes {kinds} (by rank)")

@@ -490,15 +490,6 @@ class DistCSR:
         self._record("matvec", send, recv, (t1 - t0) + (t3 - t2), time.perf_counter() - t0)
         return y
 
-    def __matmul__(self, other):
-        """``A @ x``: :meth:`matvec` (``x`` this rank's slice, 1-d or 2-d); ``A @ B``: the product of two
-        :class:`DistCSR`, a new DistCSR (:func:`sparsetensor.mpi._spgemm.spgemm`). Collective."""
-        if isinstance(other, DistCSR):
-            self._check_operand(other, 0, "A @ B", "B", True, matrix_ok=True)
-            from ._spgemm import spgemm
-            return spgemm(self, other)
-        return self.matvec(other)
-
     #: Exchanges of more bytes than this (sent + received, this rank) cut the diagonal
     #: product into :attr:`progress_chunks` row ranges with an ``MPI_Testall`` between
     #: them: MPI libraries without a progress thread move large (rendezvous) messages

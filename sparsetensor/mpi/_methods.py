@@ -1,15 +1,15 @@
 """The one table of :class:`DistCSR`'s and :class:`DistBSR`'s methods that live above their class modules.
 
 The class modules (:mod:`._matrix`, :mod:`._bsr`) keep storage, construction, products and the
-moves of vectors; the operations that route entries (:mod:`._ops`, :mod:`._bsr_ops`: zero_rows,
-``+``, ``-``, ``*``, transpose, ``@`` of block matrices) or talk to PETSc (:mod:`._petsc`) sit above
+moves of vectors; the operations that route entries (:mod:`._ops`, :mod:`._bsr_ops`,
+:mod:`._spgemm`: zero_rows, ``+``, ``-``, ``*``, transpose, ``A @ B``) or talk to PETSc (:mod:`._petsc`) sit above
 them, since they need the assembly's routing or petsc4py. They become methods here, in one
 place, when :mod:`sparsetensor.mpi` is imported.
 """
 
 from __future__ import annotations
 
-from . import _bsr_ops, _ops, _petsc
+from . import _bsr_ops, _ops, _petsc, _spgemm
 from ._bsr import DistBSR
 from ._matrix import DistCSR
 
@@ -27,6 +27,7 @@ METHODS = (
     (DistCSR, "__mul__", _ops._scale),
     (DistCSR, "__rmul__", _ops._scale),
     (DistCSR, "__neg__", _ops._neg),
+    (DistCSR, "__matmul__", _spgemm.product),
     (DistCSR, "__array_ufunc__", None),  # NumPy scalars and arrays defer: np.float64(2) * A calls A.__rmul__
     (DistCSR, "to_petsc", _petsc.to_petsc),
     (DistCSR, "from_petsc", classmethod(_petsc.from_petsc)),

@@ -190,3 +190,12 @@ def spgemm(A: DistCSR, B: DistCSR, *, threads: int | None = None) -> DistCSR:
     cols = cols.astype(index_dtype, copy=False)
     return DistCSR._from_parts(A.comm, (M, N), A._row_starts, B._col_starts, crow64, cols, vals,
                                int(nnzs[:rank].sum()), True, A.exchange)
+
+
+def product(self: DistCSR, other):
+    """``A @ x``: :meth:`DistCSR.matvec` (``x`` this rank's slice, 1-d or 2-d); ``A @ B``: the product
+    of two :class:`DistCSR`, a new DistCSR (:func:`spgemm`). Collective."""
+    if isinstance(other, DistCSR):
+        self._check_operand(other, 0, "A @ B", "B", True, matrix_ok=True)
+        return spgemm(self, other)
+    return self.matvec(other)

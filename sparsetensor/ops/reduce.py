@@ -382,14 +382,13 @@ def norm(t, p="fro", dim=None, keepdim: bool = False, *, threads: int | None = N
 
 
 def _norm_device(t, p: float, dim, keepdim: bool, work: np.dtype, threads):
-    """The norm of a device tensor (distinct indices) in ``work``, through the ops: ``|x|`` (the
-    pointwise kernel), ``** p``, the reduction, the root (the backend's ``map_values``)."""
-    from . import pointwise
-
+    """The norm of a device tensor (distinct indices) in ``work``: ``|x|`` (the backend's pointwise
+    kernel), ``** p``, the reduction, the root (the backend's ``map_values``)."""
     if p == 0 or p < 0 and p != -math.inf:
         raise NotImplementedError(f"norm with p={p} of a {t.layout.name} tensor on {t.device} has no GPU kernel; run "
                                   "it on the host with t.cpu()")
-    a = pointwise.abs(t if t.dtype.kind in "fc" else t.astype(work))
+    a = t if t.dtype.kind in "fc" else t.astype(work)
+    a = a._replace_values(backend_for(a).unary(a, "abs", np.absolute, None, None))
     if a.dtype != work:
         a = a.astype(work)
     if p == math.inf:
@@ -398,8 +397,9 @@ def _norm_device(t, p: float, dim, keepdim: bool, work: np.dtype, threads):
         return _run(a, dim, keepdim, np.minimum, work, threads, "norm")
     if p == 1:
         return _run(a, dim, keepdim, np.add, work, threads, "norm")
-    s = _run(pointwise.pow(a, p), dim, keepdim, np.add, work, threads, "norm")
     backend = backend_for(t)
+    s = _run(a._replace_values(backend.map_values(a.values(), "pow", np.power, p, threads)), dim, keepdim, np.add,
+             work, threads, "norm")
     return _map(s, lambda v: backend.map_values(v, "pow", np.power, 1 / p, threads))
 
 
