@@ -236,8 +236,8 @@ cdef void _trsv(const index_t[::1] crow, const index_t[::1] cols, const field_t[
     # (lower) or a suffix (upper) that ends at the diagonal: only that part is read. Were the
     # columns changed since the check, the result would be wrong, never an access out of bounds:
     # a lower part's columns must lie in [0, i), an upper part's in (i, n).
-    cdef Py_ssize_t step, i, c, m = b.shape[1]
-    cdef int64_t lo, hi, p, j, d
+    cdef Py_ssize_t step, i, c, _, m = b.shape[1]
+    cdef int64_t lo, hi, p, j, d, sgn = 1 if lower else -1
     cdef field_t v, s
     cdef field_t* x = &b[0, 0] if n > 0 and m > 0 else NULL
     _fail(info, OK, -1)
@@ -250,55 +250,35 @@ cdef void _trsv(const index_t[::1] crow, const index_t[::1] cols, const field_t[
         if bad_segment(lo, hi, nnz):
             _fail(info, CHANGED, i)
             return
+        # the triangle's part: from the row's start up (lower) or its end down (upper) to the diagonal
         d = -1
+        p = lo if lower else hi - 1
         if m == 1:  # a vector: the row's sum in a local
             s = x[i]
-            if lower:
-                for p in range(lo, hi):
-                    j = cols[p]
-                    if j >= i:
-                        d = p if j == i else -1
-                        break
-                    if j < 0:
-                        _fail(info, CHANGED, i)
-                        return
-                    s = s - a[p] * x[j]
-            else:
-                for p in range(hi - 1, lo - 1, -1):
-                    j = cols[p]
-                    if j <= i:
-                        d = p if j == i else -1
-                        break
-                    if j >= n:
-                        _fail(info, CHANGED, i)
-                        return
-                    s = s - a[p] * x[j]
+            for _ in range(hi - lo):
+                j = cols[p]
+                if sgn * j >= sgn * i:
+                    d = p if j == i else -1
+                    break
+                if bad_index(j, n):
+                    _fail(info, CHANGED, i)
+                    return
+                s = s - a[p] * x[j]
+                p += sgn
             x[i] = s
         else:
-            if lower:
-                for p in range(lo, hi):
-                    j = cols[p]
-                    if j >= i:
-                        d = p if j == i else -1
-                        break
-                    if j < 0:
-                        _fail(info, CHANGED, i)
-                        return
-                    v = a[p]
-                    for c in range(m):
-                        x[i * m + c] = x[i * m + c] - v * x[j * m + c]
-            else:
-                for p in range(hi - 1, lo - 1, -1):
-                    j = cols[p]
-                    if j <= i:
-                        d = p if j == i else -1
-                        break
-                    if j >= n:
-                        _fail(info, CHANGED, i)
-                        return
-                    v = a[p]
-                    for c in range(m):
-                        x[i * m + c] = x[i * m + c] - v * x[j * m + c]
+            for _ in range(hi - lo):
+                j = cols[p]
+                if sgn * j >= sgn * i:
+                    d = p if j == i else -1
+                    break
+                if bad_index(j, n):
+                    _fail(info, CHANGED, i)
+                    return
+                v = a[p]
+                for c in range(m):
+                    x[i * m + c] = x[i * m + c] - v * x[j * m + c]
+                p += sgn
         if unit_diagonal:
             continue
         if d < 0:
