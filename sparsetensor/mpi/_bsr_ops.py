@@ -14,7 +14,7 @@ import numpy as np
 
 from . import _ops
 from ._bsr import DistBSR
-from ._comm import agree, first_failing
+from ._comm import agree
 from ._matrix import DistCSR
 from ._spgemm import spgemm
 from ._petsc import _index_dtype, _is_mat, _petsc, _scalar_dtype, _world, read_rows
@@ -54,20 +54,23 @@ def zero_rows(self: DistBSR, rows, diag=1.0, x=None, b=None) -> None:
     _ops._replace(self, new)
 
 
-def _sum(A: DistBSR, B, sign: int, op: str):
-    src = first_failing(A._comm, not isinstance(B, DistCSR))
-    if not isinstance(B, DistCSR):
-        return NotImplemented
-    if src is not None:
-        raise TypeError(f"A {op} B: rank {src} passed a B that is not a DistCSR or DistBSR")
+def _operand_blocks(A: DistBSR, B, op: str):
+    """``B``'s block size, or None for a DistCSR, agreed over the ranks (collective)."""
     kinds = A._comm.allgather(B.blocksize if isinstance(B, DistBSR) else None)
     if len(set(kinds)) != 1:
         raise TypeError(f"A {op} B: B is a DistBSR on some ranks and not on others: block sizes {kinds} (by rank)")
+    return kinds[0]
+
+
+def _sum(A: DistBSR, B, sign: int, op: str):
+    if not _ops.matrix_operand(A, B, op, "a DistCSR or DistBSR"):
+        return NotImplemented
+    kind = _operand_blocks(A, B, op)
     Bp = B.to_csr() if isinstance(B, DistBSR) else B
     try:
         # the same block size: a DistBSR; a DistCSR or another block size: the point sum, a DistCSR
         return _through_points(A, lambda a: a + Bp if sign > 0 else a - Bp,
-                               A.blocksize if kinds[0] == A.blocksize else None)
+                               A.blocksize if kind == A.blocksize else None)
     finally:
         if Bp is not B:
             Bp.free()
@@ -97,13 +100,11 @@ def _matmul(self, other):
     if not isinstance(other, DistCSR):
         return self.matvec(other)
     self._check_operand(other, 0, "A @ B", "B", True, matrix_ok=True)
-    kinds = self._comm.allgather(other.blocksize if isinstance(other, DistBSR) else None)
-    if len(set(kinds)) != 1:
-        raise TypeError(f"A @ B: B is a DistBSR on some ranks and not on others: block sizes {kinds} (by rank)")
+    kind = _operand_blocks(self, other, "@")
     Bp = other.to_csr() if isinstance(other, DistBSR) else other
     try:
         return _through_points(self, lambda a: spgemm(a, Bp),
-                               None if kinds[0] is None else (self._br, other._bc))
+                               None if kind is None else (self._br, other._bc))
     finally:
         if Bp is not other:
             Bp.free()

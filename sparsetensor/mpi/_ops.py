@@ -181,13 +181,21 @@ def zero_rows(self: DistCSR, rows, diag=1.0, x=None, b=None) -> None:
 
 
 # -- sums and scaling -------------------------------------------------------------------------
-def _sum(A: DistCSR, B, sign: int, op: str):
-    # whether B is a matrix is agreed first, so that a wrong operand on one rank cannot hang the others
+def matrix_operand(A, B, op: str, expected: str = "a DistCSR") -> bool:
+    """Whether ``B`` is a distributed matrix (collective): agreed over the ranks first, so that a wrong
+    operand on one rank cannot hang the others. False on every rank (the operator returns
+    NotImplemented) or TypeError where some ranks passed a matrix and others did not."""
     src = first_failing(A._comm, not isinstance(B, DistCSR))
     if not isinstance(B, DistCSR):
-        return NotImplemented
+        return False
     if src is not None:
-        raise TypeError(f"A {op} B: rank {src} passed a B that is not a DistCSR")
+        raise TypeError(f"A {op} B: rank {src} passed a B that is not {expected}")
+    return True
+
+
+def _sum(A: DistCSR, B, sign: int, op: str):
+    if not matrix_operand(A, B, op):
+        return NotImplemented
 
     def check():
         if MPI.Comm.Compare(A.comm, B.comm) not in (MPI.IDENT, MPI.CONGRUENT):
