@@ -6,8 +6,9 @@
  * functions are stubs that are never called, and _spmm.pyx runs its portable Cython loops.
  *
  * Every function handles compressed slots [i0, i1) of one batch and returns 0, or
- * ST_BAD_COMPRESSED / ST_BAD_PLAIN on the first broken index when `checked` is 0
- * (nothing is read through a broken index). `nnz` bounds the compressed entries,
+ * ST_BAD_COMPRESSED / ST_BAD_PLAIN for a broken index when `checked` is 0 (nothing is read
+ * through a broken index; SpMV finishes its range first, with the broken lanes and rows
+ * masked out, so that its guards need no branch). `nnz` bounds the compressed entries,
  * `nplain` the plain indices. Results are written, never accumulated: out rows need no
  * initialisation.
  *
@@ -113,49 +114,81 @@ ST_INLINE void st_spmv_prefetch(const void *ip, const void *vp, size_t isz, size
     st_prefetch_past(ip, ST_SPMV_PF * isz);
 }
 
-#define ST_DEFINE_SPMV(NAME, T, IT, LIMT, LIM, AT, L, MT, MASK, ZERO, LOADI, MLOADI, GE, MGE, \
-                       LOADV, MLOADV, GATHER, MGATHER, S, FMA, RED, STOREM)                    \
-/* *acc = the products of entries [lo, hi), lane-wise; nonzero on a broken index */       \
-ST_INLINE int st_spmv_row_##NAME(const IT *pp, const T *vp, const T *x, int64_t lo, int64_t hi, \
-                                 int64_t nplain, int checked, AT *acc) {                       \
-    const LIMT lim = LIM;                                                                      \
+#define ST_DEFINE_SPMV(NAME, T, IT, LIMT, LIM, AT, L, MT, MASK, ZERO, LOADI, MLOADI, LT, MLT, \
+                       LOADV, MLOADV, GATHER, MGATHER, S, FMA, RED, STOREM, ET, MLOADE, ALIGNE, \
+                       LTE, GTE, MSTOREE)                                                      \
+/* *acc = the products of entries [lo, hi), lane-wise. Unless `checked`, a lane whose index is \
+   not below nplain is not gathered (it adds 0 or garbage) and is set in *bad: no branch in the \
+   loop, the caller reports it once at the end of its range. */                              \
+ST_INLINE void st_spmv_row_##NAME(const IT *pp, const T *vp, const T *x, int64_t lo, int64_t hi, \
+                                  const LIMT lim, int checked, AT *acc, unsigned *bad) {      \
     AT a = ZERO();                                                                             \
     int64_t k = lo;                                                                            \
     for (; k + L <= hi; k += L) {                                                              \
         st_spmv_prefetch(pp + k, vp + k, sizeof(IT), sizeof(T));                               \
         LIMT c = LOADI(pp + k);                                                                \
-        if (!checked && GE(c, lim)) return 1;                                                  \
-        a = FMA(LOADV(vp + k), GATHER(c, x, S), a);                                            \
+        if (checked) {                                                                         \
+            a = FMA(LOADV(vp + k), GATHER(c, x, S), a);                                        \
+        } else {                                                                               \
+            const MT ok = LT(c, lim);                                                          \
+            *bad |= (MT)~ok;                                                                   \
+            a = FMA(LOADV(vp + k), MGATHER(ZERO(), ok, c, x, S), a);                           \
+        }                                                                                      \
     }                                                                                          \
     if (k < hi) {                                                                              \
-        MT m = MASK(hi - k);                                                                   \
+        const MT m = MASK(hi - k);                                                             \
         LIMT c = MLOADI(m, pp + k);                                                            \
-        if (!checked && MGE(m, c, lim)) return 1;                                              \
-        a = FMA(MLOADV(m, vp + k), MGATHER(ZERO(), m, c, x, S), a);                            \
+        const MT ok = checked ? m : MLT(m, c, lim);                                            \
+        *bad |= (MT)(m & ~ok);                                                                 \
+        a = FMA(MLOADV(m, vp + k), MGATHER(ZERO(), ok, c, x, S), a);                           \
     }                                                                                          \
     *acc = a;                                                                                  \
-    return 0;                                                                                  \
 }                                                                                              \
                                                                                                \
+/* Unless `checked`, a group's row ends are loaded once as a vector (ET, MLOADE), checked     \
+   against their predecessors (ALIGNE shifts the group's start in) and nnz, and stored to a   \
+   local array that the rows read: memory that changes after the check is never read again.   \
+   A group that fails is clamped row by row (each end within [its start, nnz]: a broken row   \
+   is empty) and reported at the end of the range. Rows follow one another from cp[i0], so at \
+   most nnz entries are visited whatever the memory holds. */                                 \
 ST_INLINE int st_spmv_rows_##NAME(const IT *cp, const IT *pp, const T *vp, const T *x, T *y,     \
                                   ptrdiff_t i0, ptrdiff_t i1, int64_t nnz, int64_t nplain,     \
                                   const int checked, const int pf) {                           \
+    const LIMT lim = LIM;                                                                      \
     AT acc[L];                                                                                 \
+    IT ends[L];                                                                                \
+    unsigned bad = 0;                                                                          \
+    int64_t lo = cp[i0], badc = 0;                                                             \
+    if (!checked) { badc = (uint64_t)lo > (uint64_t)nnz; lo = badc ? 0 : lo; }                 \
     for (ptrdiff_t i = i0; i < i1; i += L) {                                                   \
         const int R = i1 - i < L ? (int)(i1 - i) : L;                                          \
-        int64_t lo = cp[i];                                                                    \
+        const IT *e = cp + i + 1;                                                              \
+        if (!checked) {                                                                        \
+            const MT mr = MASK(R);                                                             \
+            const ET E = MLOADE(mr, e);                                                        \
+            if (LTE(mr, E, ALIGNE(E, lo)) | GTE(mr, E, nnz)) {                                 \
+                int64_t h = lo;                                                                \
+                for (int r = 0; r < R; r++) {                                                  \
+                    const int64_t v = e[r];                                                    \
+                    h = v < h || v > nnz ? h : v;                                              \
+                    ends[r] = (IT)h;                                                           \
+                }                                                                              \
+                badc = 1;                                                                      \
+            } else {                                                                           \
+                MSTOREE(ends, mr, E);                                                          \
+            }                                                                                  \
+            e = ends;                                                                          \
+        }                                                                                      \
         _Pragma("GCC unroll 8") for (int r = 0; r < L; r++) {                                 \
             if (r >= R) { acc[r] = ZERO(); continue; }                                         \
-            const int64_t hi = cp[i + r + 1];                                                  \
-            if (!checked && (lo < 0 || hi < lo || hi > nnz)) return ST_BAD_COMPRESSED;         \
+            const int64_t hi = e[r];                                                           \
             if (pf && hi - lo < L) st_spmv_prefetch(pp + lo, vp + lo, sizeof(IT), sizeof(T));  \
-            if (st_spmv_row_##NAME(pp, vp, x, lo, hi, nplain, checked, acc + r))               \
-                return ST_BAD_PLAIN;                                                           \
+            st_spmv_row_##NAME(pp, vp, x, lo, hi, lim, checked, acc + r, &bad);                \
             lo = hi;                                                                           \
         }                                                                                      \
         STOREM(y + i, MASK(R), RED(acc));                                                      \
     }                                                                                          \
-    return 0;                                                                                  \
+    return badc ? ST_BAD_COMPRESSED : bad ? ST_BAD_PLAIN : 0;                                  \
 }                                                                                              \
                                                                                                \
 /* one copy without the guards, one with them */                                               \
@@ -166,32 +199,45 @@ static int st_spmv_##NAME(const IT *cp, const IT *pp, const T *vp, const T *x, T
                    : st_spmv_rows_##NAME(cp, pp, vp, x, y, i0, i1, nnz, nplain, 0, pf);        \
 }
 
+/* a group's row ends (int32: 8 in 256 bits; int64: 8 in 512 bits): type, masked load, the
+   vector of their predecessors (the group's start lo in lane 0), compares, masked store */
+#define ST_ALIGNE32(E, lo) _mm256_alignr_epi32(E, _mm256_set1_epi32((int32_t)(lo)), 7)
+#define ST_LTE32(m, a, b) _mm256_mask_cmplt_epi32_mask(m, a, b)
+#define ST_GTE32(m, a, n) _mm256_mask_cmpgt_epi32_mask(m, a, _mm256_set1_epi32((int32_t)((n) > INT32_MAX ? INT32_MAX : (n))))
+#define ST_ALIGNE64(E, lo) _mm512_alignr_epi64(E, _mm512_set1_epi64(lo), 7)
+#define ST_LTE64(m, a, b) _mm512_mask_cmplt_epi64_mask(m, a, b)
+#define ST_GTE64(m, a, n) _mm512_mask_cmpgt_epi64_mask(m, a, _mm512_set1_epi64(n))
+#define ST_ENDS32 __m256i, _mm256_maskz_loadu_epi32, ST_ALIGNE32, ST_LTE32, ST_GTE32, _mm256_mask_storeu_epi32
+#define ST_ENDS64 __m512i, _mm512_maskz_loadu_epi64, ST_ALIGNE64, ST_LTE64, ST_GTE64, _mm512_mask_storeu_epi64
+/* expands ST_ENDS32 / ST_ENDS64 into their arguments before ST_DEFINE_SPMV counts them */
+#define ST_DEFINE_SPMV_E(...) ST_DEFINE_SPMV(__VA_ARGS__)
+
 /* bound of an int32 index vector: nplain, saturated */
 #define ST_LIM32(SET1) SET1((int32_t)(nplain > INT32_MAX ? INT32_MAX : nplain))
 #define ST_LOAD512I(p) _mm512_loadu_si512((const void *)(p))
 #define ST_LOAD256I(p) _mm256_loadu_si256((const __m256i *)(p))
 
 #define ST_GATHER256_PS(c, x, S) _mm256_i32gather_ps(x, c, S)
-ST_DEFINE_SPMV(f32_i32, float, int32_t, __m256i, ST_LIM32(_mm256_set1_epi32), __m256, 8,
-               __mmask8, st_mask8, _mm256_setzero_ps, ST_LOAD256I, _mm256_maskz_loadu_epi32,
-               _mm256_cmpge_epu32_mask, _mm256_mask_cmpge_epu32_mask, _mm256_loadu_ps,
+ST_DEFINE_SPMV_E(f32_i32, float, int32_t, __m256i, ST_LIM32(_mm256_set1_epi32), __m256, 8,
+                 __mmask8, st_mask8, _mm256_setzero_ps, ST_LOAD256I, _mm256_maskz_loadu_epi32,
+               _mm256_cmplt_epu32_mask, _mm256_mask_cmplt_epu32_mask, _mm256_loadu_ps,
                _mm256_maskz_loadu_ps, ST_GATHER256_PS, _mm256_mmask_i32gather_ps, 4,
-               _mm256_fmadd_ps, st_red8_ps, _mm256_mask_storeu_ps)
-ST_DEFINE_SPMV(f32_i64, float, int64_t, __m512i, _mm512_set1_epi64(nplain), __m256, 8,
+               _mm256_fmadd_ps, st_red8_ps, _mm256_mask_storeu_ps, ST_ENDS32)
+ST_DEFINE_SPMV_E(f32_i64, float, int64_t, __m512i, _mm512_set1_epi64(nplain), __m256, 8,
                __mmask8, st_mask8, _mm256_setzero_ps, ST_LOAD512I, _mm512_maskz_loadu_epi64,
-               _mm512_cmpge_epu64_mask, _mm512_mask_cmpge_epu64_mask, _mm256_loadu_ps,
+               _mm512_cmplt_epu64_mask, _mm512_mask_cmplt_epu64_mask, _mm256_loadu_ps,
                _mm256_maskz_loadu_ps, _mm512_i64gather_ps, _mm512_mask_i64gather_ps, 4,
-               _mm256_fmadd_ps, st_red8_ps, _mm256_mask_storeu_ps)
-ST_DEFINE_SPMV(f64_i32, double, int32_t, __m256i, ST_LIM32(_mm256_set1_epi32), __m512d, 8,
+               _mm256_fmadd_ps, st_red8_ps, _mm256_mask_storeu_ps, ST_ENDS64)
+ST_DEFINE_SPMV_E(f64_i32, double, int32_t, __m256i, ST_LIM32(_mm256_set1_epi32), __m512d, 8,
                __mmask8, st_mask8, _mm512_setzero_pd, ST_LOAD256I, _mm256_maskz_loadu_epi32,
-               _mm256_cmpge_epu32_mask, _mm256_mask_cmpge_epu32_mask, _mm512_loadu_pd,
+               _mm256_cmplt_epu32_mask, _mm256_mask_cmplt_epu32_mask, _mm512_loadu_pd,
                _mm512_maskz_loadu_pd, _mm512_i32gather_pd, _mm512_mask_i32gather_pd, 8,
-               _mm512_fmadd_pd, st_red8_pd, _mm512_mask_storeu_pd)
-ST_DEFINE_SPMV(f64_i64, double, int64_t, __m512i, _mm512_set1_epi64(nplain), __m512d, 8,
+               _mm512_fmadd_pd, st_red8_pd, _mm512_mask_storeu_pd, ST_ENDS32)
+ST_DEFINE_SPMV_E(f64_i64, double, int64_t, __m512i, _mm512_set1_epi64(nplain), __m512d, 8,
                __mmask8, st_mask8, _mm512_setzero_pd, ST_LOAD512I, _mm512_maskz_loadu_epi64,
-               _mm512_cmpge_epu64_mask, _mm512_mask_cmpge_epu64_mask, _mm512_loadu_pd,
+               _mm512_cmplt_epu64_mask, _mm512_mask_cmplt_epu64_mask, _mm512_loadu_pd,
                _mm512_maskz_loadu_pd, _mm512_i64gather_pd, _mm512_mask_i64gather_pd, 8,
-               _mm512_fmadd_pd, st_red8_pd, _mm512_mask_storeu_pd)
+               _mm512_fmadd_pd, st_red8_pd, _mm512_mask_storeu_pd, ST_ENDS64)
 
 /* ------------------------------------------------- CSR x dense, BSR x dense
  * One template (a macro) per (value, index) type: T the element, IT the index, VT the

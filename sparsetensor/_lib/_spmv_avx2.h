@@ -11,8 +11,9 @@
  * (two horizontal adds and a swap of 128-bit halves: lane r = (r0 + r1) + (r2 + r3)) and stored
  * at once. A row's sum depends on the row alone, not on how rows are split among threads.
  *
- * Slots [i0, i1) of one batch; returns 0, or ST_BAD_COMPRESSED / ST_BAD_PLAIN on the first
- * broken index when `checked` is 0 (nothing is read through a broken index).
+ * Slots [i0, i1) of one batch; returns 0, or ST_BAD_COMPRESSED / ST_BAD_PLAIN for a broken
+ * index when `checked` is 0 (nothing is read through a broken index: the range is finished
+ * with the broken lanes and rows masked out, then reported).
  *
  * The entry points are noinline (as meson.build has GCC compile every non-inline function of
  * _spmm): inlined into _gather_task, their code moved the portable loops beside them and slowed
@@ -45,21 +46,19 @@ ST_AVX2_INLINE __m256i st_mask4_64(int64_t w) {
 }
 
 /* Per index type: LOADC(p) the 4 indices at p, MLOADC(m64, p) those of the lanes of m64 (the
- * others 0), BAD(c, m64) nonzero where a lane of m64 holds an index outside [0, nplain),
- * GATHER(c) / MGATHER(c, m64) x at those indices. */
+ * others 0), BADV(c) the 64-bit lanes holding an index outside [0, nplain), GATHER(c) /
+ * MGATHER(c, m64) x at those indices. */
 #define ST_LOADC_I32(p) _mm_loadu_si128((const __m128i *)(p))
 #define ST_MLOADC_I32(m, p) _mm_maskload_epi32((const int *)(p), _mm256_castsi256_si128(st_pack_mask(m)))
-#define ST_BAD_I32(c, m)                                                                          \
-    _mm_movemask_ps(_mm_castsi128_ps(_mm_and_si128(_mm256_castsi256_si128(st_pack_mask(m)),       \
-        _mm_or_si128(_mm_cmpgt_epi32(_mm_setzero_si128(), c), _mm_cmpgt_epi32(c, lim)))))
+#define ST_BADV_I32(c) \
+    _mm256_cvtepi32_epi64(_mm_or_si128(_mm_cmpgt_epi32(_mm_setzero_si128(), c), _mm_cmpgt_epi32(c, lim)))
 #define ST_GATHER_I32(c) _mm256_i32gather_pd(x, c, 8)
 #define ST_MGATHER_I32(c, m) _mm256_mask_i32gather_pd(_mm256_setzero_pd(), x, c, _mm256_castsi256_pd(m), 8)
 
 #define ST_LOADC_I64(p) _mm256_loadu_si256((const __m256i *)(p))
 #define ST_MLOADC_I64(m, p) _mm256_maskload_epi64((const long long *)(p), m)
-#define ST_BAD_I64(c, m)                                                                          \
-    _mm256_movemask_pd(_mm256_castsi256_pd(_mm256_and_si256(m,                                    \
-        _mm256_or_si256(_mm256_cmpgt_epi64(_mm256_setzero_si256(), c), _mm256_cmpgt_epi64(c, lim)))))
+#define ST_BADV_I64(c) \
+    _mm256_or_si256(_mm256_cmpgt_epi64(_mm256_setzero_si256(), c), _mm256_cmpgt_epi64(c, lim))
 #define ST_GATHER_I64(c) _mm256_i64gather_pd(x, c, 8)
 #define ST_MGATHER_I64(c, m) _mm256_mask_i64gather_pd(_mm256_setzero_pd(), x, c, _mm256_castsi256_pd(m), 8)
 
@@ -68,28 +67,42 @@ ST_AVX2_INLINE __m256i st_pack_mask(__m256i m64) {
     return _mm256_permutevar8x32_epi32(m64, _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6));
 }
 
-#define ST_DEFINE_SPMV_AVX2(IN, IT, CT, LIMV, LOADC, MLOADC, BAD, GATHER, MGATHER)                 \
-/* *acc = the products of entries [lo, hi), lane-wise; nonzero on a broken index */             \
-ST_AVX2_INLINE int st_spmv2_row_##IN(const IT *pp, const double *vp, const double *x,            \
-                                     int64_t lo, int64_t hi, CT lim, int checked, __m256d *acc) { \
-    const __m256i all = _mm256_set1_epi64x(-1);                                                 \
+/* The guards as in _spmm_simd.h's SpMV: unless `checked`, a lane holding a broken index is
+ * not gathered and is set in *bad, a broken row end makes its row empty and is set in badc;
+ * both are reported at the end of the range (no branch in the loops), and rows follow one
+ * another from cp[i0], so at most nnz entries are visited whatever the memory holds. */
+#define ST_DEFINE_SPMV_AVX2(IN, IT, CT, LIMV, LOADC, MLOADC, BADV, GATHER, MGATHER)                \
+/* *acc = the products of entries [lo, hi), lane-wise */                                        \
+ST_AVX2_INLINE void st_spmv2_row_##IN(const IT *pp, const double *vp, const double *x,           \
+                                      int64_t lo, int64_t hi, CT lim, int checked, __m256d *acc, \
+                                      __m256i *bad) {                                           \
     __m256d a = _mm256_setzero_pd();                                                            \
     int64_t k = lo;                                                                             \
     for (; k + 4 <= hi; k += 4) {                                                               \
         st_prefetch_past(vp + k, ST_SPMV_PF * sizeof(double));                                  \
         st_prefetch_past(pp + k, ST_SPMV_PF * sizeof(IT));                                      \
         const CT c = LOADC(pp + k);                                                             \
-        if (!checked && BAD(c, all)) return 1;                                                  \
-        a = _mm256_fmadd_pd(_mm256_loadu_pd(vp + k), GATHER(c), a);                             \
+        if (checked) {                                                                          \
+            a = _mm256_fmadd_pd(_mm256_loadu_pd(vp + k), GATHER(c), a);                         \
+        } else {                                                                                \
+            const __m256i b = BADV(c);                                                          \
+            *bad = _mm256_or_si256(*bad, b);                                                    \
+            a = _mm256_fmadd_pd(_mm256_loadu_pd(vp + k),                                        \
+                                MGATHER(c, _mm256_xor_si256(b, _mm256_set1_epi64x(-1))), a);    \
+        }                                                                                       \
     }                                                                                           \
     if (k < hi) {                                                                               \
         const __m256i m = st_mask4_64(hi - k);                                                  \
         const CT c = MLOADC(m, pp + k);                                                         \
-        if (!checked && BAD(c, m)) return 1;                                                    \
-        a = _mm256_fmadd_pd(_mm256_maskload_pd(vp + k, m), MGATHER(c, m), a);                   \
+        __m256i ok = m;                                                                         \
+        if (!checked) {                                                                         \
+            const __m256i b = BADV(c);                                                          \
+            *bad = _mm256_or_si256(*bad, _mm256_and_si256(b, m));                               \
+            ok = _mm256_andnot_si256(b, m);                                                     \
+        }                                                                                       \
+        a = _mm256_fmadd_pd(_mm256_maskload_pd(vp + k, m), MGATHER(c, ok), a);                  \
     }                                                                                           \
     *acc = a;                                                                                   \
-    return 0;                                                                                   \
 }                                                                                               \
                                                                                                 \
 ST_AVX2_INLINE int st_spmv2_rows_##IN(const IT *cp, const IT *pp, const double *vp,              \
@@ -98,25 +111,31 @@ ST_AVX2_INLINE int st_spmv2_rows_##IN(const IT *cp, const IT *pp, const double *
                                       const int pf) {                                           \
     const CT lim = LIMV; /* the largest valid index */                                          \
     __m256d acc[4];                                                                             \
+    __m256i bad = _mm256_setzero_si256();                                                       \
+    int64_t lo = cp[i0], badc = 0;                                                              \
+    if (!checked) { badc = (uint64_t)lo > (uint64_t)nnz; lo = badc ? 0 : lo; }                  \
     for (ptrdiff_t i = i0; i < i1; i += 4) {                                                    \
         const int R = i1 - i < 4 ? (int)(i1 - i) : 4;                                           \
-        int64_t lo = cp[i];                                                                     \
         for (int r = 0; r < 4; r++) {                                                           \
             if (r >= R) { acc[r] = _mm256_setzero_pd(); continue; }                             \
-            const int64_t hi = cp[i + r + 1];                                                   \
-            if (!checked && (lo < 0 || hi < lo || hi > nnz)) return ST_BAD_COMPRESSED;          \
+            int64_t hi = cp[i + r + 1];                                                         \
+            if (!checked) {                                                                     \
+                const int64_t b = (uint64_t)(hi - lo) > (uint64_t)(nnz - lo);                   \
+                badc |= b;                                                                      \
+                hi = b ? lo : hi;                                                               \
+            }                                                                                   \
             if (pf && hi - lo < 4) {                                                            \
                 st_prefetch_past(vp + lo, ST_SPMV_PF * sizeof(double));                         \
                 st_prefetch_past(pp + lo, ST_SPMV_PF * sizeof(IT));                             \
             }                                                                                   \
-            if (st_spmv2_row_##IN(pp, vp, x, lo, hi, lim, checked, acc + r)) return ST_BAD_PLAIN; \
+            st_spmv2_row_##IN(pp, vp, x, lo, hi, lim, checked, acc + r, &bad);                  \
             lo = hi;                                                                            \
         }                                                                                       \
         const __m256d s = st_red4_pd(acc);                                                      \
         if (R == 4) _mm256_storeu_pd(y + i, s);                                                 \
         else _mm256_maskstore_pd(y + i, st_mask4_64(R), s);                                     \
     }                                                                                           \
-    return 0;                                                                                   \
+    return badc ? ST_BAD_COMPRESSED : !_mm256_testz_si256(bad, bad) ? ST_BAD_PLAIN : 0;         \
 }                                                                                               \
                                                                                                 \
 /* one copy without the guards, one with them */                                                \
@@ -129,9 +148,9 @@ static __attribute__((noinline)) int st_spmv2_f64_##IN(const IT *cp, const IT *p
 }
 
 ST_DEFINE_SPMV_AVX2(i32, int32_t, __m128i, _mm_set1_epi32((int32_t)(nplain > INT32_MAX ? INT32_MAX : nplain - 1)),
-                    ST_LOADC_I32, ST_MLOADC_I32, ST_BAD_I32, ST_GATHER_I32, ST_MGATHER_I32)
+                    ST_LOADC_I32, ST_MLOADC_I32, ST_BADV_I32, ST_GATHER_I32, ST_MGATHER_I32)
 ST_DEFINE_SPMV_AVX2(i64, int64_t, __m256i, _mm256_set1_epi64x(nplain - 1),
-                    ST_LOADC_I64, ST_MLOADC_I64, ST_BAD_I64, ST_GATHER_I64, ST_MGATHER_I64)
+                    ST_LOADC_I64, ST_MLOADC_I64, ST_BADV_I64, ST_GATHER_I64, ST_MGATHER_I64)
 
 /* ------------------------------------------------------------ BSR x vector
  * Row-major B x B blocks of float64, B = 3 or 4 (3-d elasticity, 4 unknowns a point), one
