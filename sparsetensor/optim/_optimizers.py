@@ -4,6 +4,12 @@ The API is ``torch.optim``'s, less autograd: there is no ``.grad`` attribute on 
 ndarray, so :meth:`Optimizer.step` takes the gradients, one per parameter in the order of
 the parameter groups (``None`` skips a parameter). Parameters are updated in place.
 Hyperparameters, their checks, state keys and ``state_dict`` layout are torch's.
+
+Parameters may also live on a CUDA device (``sparsetensor.cuda.DeviceArray``s, or CuPy /
+PyTorch CUDA arrays, taken without a copy): their gradients must be on the same device (COO
+tensors or dense device arrays), their state is made there, and each step runs as CUDA
+kernels (:mod:`sparsetensor._backend.cuda._optim`): the same front end, one code path, the
+update functions picked by the parameter's device (:func:`._update.kernels_for`).
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ import copy
 
 import numpy as np
 
+from .._core import _device
 from .._core._tensor import COOTensor
 from . import _update as U
 
@@ -34,7 +41,7 @@ class Optimizer:
         self.defaults = dict(defaults)
         self.param_groups: list[dict] = []
         self.state: list[dict] = []
-        if isinstance(params, np.ndarray):
+        if isinstance(params, np.ndarray) or _device.is_device_array(params):
             raise TypeError("params must be an iterable of arrays or of dicts, got one array: wrap it in a list")
         groups = list(params)
         if not groups:
@@ -48,11 +55,11 @@ class Optimizer:
         """Add a group of parameters (a dict with ``"params"`` and optional hyperparameters)."""
         group = dict(group)
         params = group["params"]
-        params = [params] if isinstance(params, np.ndarray) else list(params)
+        params = [params] if isinstance(params, np.ndarray) or _device.is_device_array(params) else list(params)
         name = type(self).__name__
+        params = [U.check_param(p, name) for p in params]
         for p in params:
-            U.check_param(p, name)
-            if any(p is q for g in self.param_groups for q in g["params"]) or sum(p is q for q in params) > 1:
+            if any(_same(p, q) for g in self.param_groups for q in g["params"]) or sum(_same(p, q) for q in params) > 1:
                 raise ValueError(f"{name}: some parameters appear in more than one parameter group")
         for k, v in self.defaults.items():
             group.setdefault(k, v)
@@ -67,7 +74,8 @@ class Optimizer:
     def _items(self, grads) -> list:
         """(group, param, grad, state) for every parameter with a gradient, all checked first:
         a bad gradient raises before any parameter is touched."""
-        grads = [grads] if grads is None or isinstance(grads, (np.ndarray, COOTensor)) else list(grads)
+        grads = [grads] if grads is None or isinstance(grads, (np.ndarray, COOTensor)) or _device.is_device_array(grads) \
+            else list(grads)
         n = len(self.state)
         if len(grads) != n:
             raise ValueError(f"{type(self).__name__}.step: got {len(grads)} gradients for {n} parameters")
@@ -79,7 +87,7 @@ class Optimizer:
                 i += 1
         self._refuse(items)
         # sort every sparse gradient (checking its rows' bounds) before the first update
-        return [(group, p, g, state, U.runs_of(g) if isinstance(g, COOTensor) else None)
+        return [(group, p, g, state, U.kernels_for(p).runs_of(g) if isinstance(g, COOTensor) else None)
                 for group, p, g, state in items]
 
     def _refuse(self, items: list) -> None:
@@ -92,7 +100,8 @@ class Optimizer:
     def state_dict(self) -> dict:
         """``{"state": {index: {...}}, "param_groups": [{..., "params": [index, ...]}]}``, as torch's.
 
-        The state arrays are returned as they are (not copied), as torch does.
+        The state arrays are returned as they are (not copied), as torch does: a parameter on a
+        CUDA device has its state there (DeviceArrays, device COO tensors).
         """
         groups, i = [], 0
         for g in self.param_groups:
@@ -103,7 +112,8 @@ class Optimizer:
         return {"state": {k: dict(s) for k, s in enumerate(self.state) if s}, "param_groups": groups}
 
     def load_state_dict(self, state_dict: dict) -> None:
-        """Load a :meth:`state_dict` (copies its arrays, cast to each parameter's dtype)."""
+        """Load a :meth:`state_dict` (copies its arrays, cast to each parameter's dtype and moved to its
+        device: device state is copied through the host, host state to the device)."""
         groups = state_dict["param_groups"]
         if len(groups) != len(self.param_groups) or any(
                 len(a["params"]) != len(b["params"]) for a, b in zip(groups, self.param_groups)):
@@ -122,12 +132,24 @@ class Optimizer:
         self.state = new_state
 
 
-def _cast_like(v, p: np.ndarray):
-    if isinstance(v, np.ndarray) and v.dtype.kind == "f":
-        return np.array(v, dtype=p.dtype, copy=True)
+def _same(p, q) -> bool:
+    """One parameter: the same array, or device arrays at the same address."""
+    return p is q or (not isinstance(p, np.ndarray) and not isinstance(q, np.ndarray)
+                      and (p.device, p.ptr, p.shape) == (q.device, q.ptr, q.shape) and p.size > 0)
+
+
+def _cast_like(v, p):
+    """State value ``v`` as a copy on ``p``'s device, floats in ``p``'s dtype (through the host)."""
     if isinstance(v, COOTensor):
-        return COOTensor(v.indices().copy(), np.array(v.values(), dtype=p.dtype), v.shape, v.is_coalesced(),
-                         False)
+        v = v.cpu()
+        v = COOTensor(v.indices().copy(), np.array(v.values(), dtype=p.dtype), v.shape, v.is_coalesced(), False)
+        return v if isinstance(p, np.ndarray) else v.to(p.device)
+    if isinstance(v, np.ndarray) or _device.is_device_array(v):
+        a = np.array(v, copy=True)  # a device array: its host copy
+        if a.dtype.kind == "f":
+            a = a.astype(p.dtype, copy=False)
+            return a if isinstance(p, np.ndarray) else type(p).from_host(a, p._device)
+        return a
     return copy.deepcopy(v)
 
 
@@ -175,22 +197,23 @@ class SGD(Optimizer):
     def step(self, grads) -> None:
         """One SGD step; ``grads``: a COO tensor or ndarray (or None) per parameter."""
         for group, p, g, state, r in self._items(grads):
+            K = U.kernels_for(p)
             kw = dict(lr=group["lr"], momentum=group["momentum"], dampening=group["dampening"],
                       nesterov=group["nesterov"], maximize=group["maximize"])
             buf = state.get("momentum_buffer")
-            if isinstance(g, np.ndarray):
-                buf = U.sgd_dense(p, g, buf, weight_decay=group["weight_decay"], **kw)
-            elif isinstance(buf, np.ndarray):  # a dense buffer from dense gradients: a dense step
-                buf = U.sgd_dense(p, g.to_dense(), buf, weight_decay=0, **kw)
+            if r is None:
+                buf = K.sgd_dense(p, g, buf, weight_decay=group["weight_decay"], **kw)
+            elif U.is_dense(buf):  # a dense buffer from dense gradients: a dense step
+                buf = K.sgd_dense(p, g.to_dense(), buf, weight_decay=0, **kw)
             else:
-                buf = self._sparse_step(p, g, r, buf, kw)
+                buf = K.sgd_sparse_coo(p, g, r, buf, **kw)
             if group["momentum"] != 0:
                 state["momentum_buffer"] = buf
 
     def _refuse(self, items):
         for group, p, g, state in items:
             buf = state.get("momentum_buffer")
-            if isinstance(g, np.ndarray):
+            if not isinstance(g, COOTensor):
                 if isinstance(buf, COOTensor):
                     raise NotImplementedError("SGD: a dense gradient after sparse ones: the momentum buffer is "
                                               "sparse (torch cannot add a dense gradient to it either)")
@@ -198,26 +221,12 @@ class SGD(Optimizer):
             if group["weight_decay"] != 0:
                 raise NotImplementedError("SGD: weight_decay with a sparse gradient is not supported "
                                           "(torch: add(sparse, dense) is not supported)")
-            if isinstance(buf, np.ndarray) and group["nesterov"]:
+            if U.is_dense(buf) and group["nesterov"]:
                 raise NotImplementedError("SGD: nesterov with a sparse gradient and a dense momentum buffer "
                                           "(torch: add(sparse, dense) is not supported)")
             if isinstance(buf, COOTensor) and buf.sparse_dim != g.sparse_dim:
                 raise ValueError(f"SGD: dense-dim mismatch: the momentum buffer has {buf.sparse_dim} sparse dims "
                                  f"and {buf.dense_dim} dense dims, the gradient {g.sparse_dim} and {g.dense_dim}")
-
-    @staticmethod
-    def _sparse_step(p, g, r, buf, kw):
-        sparse_shape = tuple(g.shape[:g.sparse_dim])
-        old = None
-        if buf is not None:
-            buf = buf._coalesced_checked()  # a loaded buffer may be unsorted: keys must be sorted and distinct
-            old = (U.keys_of(buf.indices(), sparse_shape), U.values_2d(buf.values(), buf.nnz))
-        out = U.sgd_sparse(p, r, old, **kw)
-        if out is None:
-            return None
-        keys, vals = out
-        return COOTensor(U.indices_of(keys, sparse_shape), vals.reshape((keys.shape[0],) + g.shape[g.sparse_dim:]),
-                         g.shape, coalesced=True, checked=True)
 
 
 class SparseAdam(Optimizer):
@@ -258,11 +267,12 @@ class SparseAdam(Optimizer):
     def step(self, grads) -> None:
         """One SparseAdam step; ``grads``: a COO tensor (or None) per parameter."""
         for group, p, g, state, r in self._items(grads):
+            K = U.kernels_for(p)
             if not state:
-                state.update(step=0, exp_avg=np.zeros_like(p), exp_avg_sq=np.zeros_like(p))
+                state.update(step=0, exp_avg=K.full_like(p, 0.0), exp_avg_sq=K.full_like(p, 0.0))
             state["step"] += 1
             beta1, beta2 = group["betas"]
-            U.adam_sparse(p, r, state["exp_avg"], state["exp_avg_sq"], step=state["step"], lr=group["lr"],
+            K.adam_sparse(p, r, state["exp_avg"], state["exp_avg_sq"], step=state["step"], lr=group["lr"],
                           beta1=beta1, beta2=beta2, eps=group["eps"], maximize=group["maximize"])
 
 
@@ -292,7 +302,8 @@ class Adagrad(Optimizer):
         group = self.param_groups[-1]
         n = len(group["params"])
         for j, p in enumerate(group["params"]):  # torch makes Adagrad's state up front
-            self.state[len(self.state) - n + j] = {"step": 0.0, "sum": np.full_like(p, group["initial_accumulator_value"])}
+            self.state[len(self.state) - n + j] = {
+                "step": 0.0, "sum": U.kernels_for(p).full_like(p, group["initial_accumulator_value"])}
 
     def _check_group(self, g):
         for name, what in (("lr", "learning rate"), ("lr_decay", "lr_decay value"),
@@ -310,8 +321,9 @@ class Adagrad(Optimizer):
         for group, p, g, state, r in self._items(grads):
             state["step"] += 1
             clr = group["lr"] / (1 + (state["step"] - 1) * group["lr_decay"])
+            K = U.kernels_for(p)
             if r is None:
-                U.adagrad_dense(p, g, state["sum"], clr=clr, eps=group["eps"], weight_decay=group["weight_decay"],
+                K.adagrad_dense(p, g, state["sum"], clr=clr, eps=group["eps"], weight_decay=group["weight_decay"],
                                 maximize=group["maximize"])
             else:
-                U.adagrad_sparse(p, r, state["sum"], clr=clr, eps=group["eps"], maximize=group["maximize"])
+                K.adagrad_sparse(p, r, state["sum"], clr=clr, eps=group["eps"], maximize=group["maximize"])

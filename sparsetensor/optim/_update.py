@@ -9,25 +9,33 @@ and one threaded kernel pass (:mod:`sparsetensor._lib._optim`) sums each run's g
 rows and updates the parameter and state rows in place. The formulas are
 ``torch.optim``'s for sparse gradients, operation for operation, so that results agree to
 rounding. Dense gradients take NumPy transcriptions of torch's dense updates.
+
+Parameters on a CUDA device (``sparsetensor.cuda.DeviceArray``, or any CUDA array taken
+without a copy) take the same functions of :mod:`sparsetensor._backend.cuda._optim`, the
+lowering of this module onto ``kernels/optim.cu``: :func:`kernels_for` picks the module from
+the parameter's device, so the front ends have one code path.
 """
 
 from __future__ import annotations
 
 import math
+import sys
 from typing import NamedTuple
 
 import numpy as np
 
 from .._backend.cpu._coalesce import _NO_PAYLOAD
 from .._backend.cpu._coalesce import _values_2d as values_2d
+from .._core import _device
 from .._core._config import num_threads
 from .._lib import _coalesce as _sort_kernels
 from .._lib import _optim as _kernels
 from .._core._tensor import COOTensor, SparseTensor
 from .._core._validate import raise_coo_error
 
-__all__ = ["Runs", "check_param", "check_grad", "runs_of", "sgd_sparse", "adagrad_sparse", "adam_sparse",
-           "sgd_dense", "adagrad_dense", "keys_of", "indices_of", "values_2d"]
+__all__ = ["Runs", "check_param", "check_grad", "kernels_for", "is_dense", "runs_of", "sgd_sparse", "sgd_sparse_coo",
+           "adagrad_sparse", "adam_sparse", "adam_step_size", "sgd_dense", "adagrad_dense", "full_like", "keys_of",
+           "indices_of", "values_2d"]
 
 FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
@@ -45,25 +53,43 @@ class Runs(NamedTuple):
     threads: int
 
 
-def check_param(p, where: str) -> np.ndarray:
-    """A parameter must be a writeable float32/float64 ndarray."""
+def device_of(x) -> str:
+    """``"cpu"`` for host arrays, else the array's or tensor's ``"cuda:N"``."""
+    return "cpu" if isinstance(x, np.ndarray) else str(x.device)
+
+
+def is_dense(x) -> bool:
+    """A dense array (host or device), not None and not a sparse tensor."""
+    return x is not None and not isinstance(x, SparseTensor)
+
+
+def check_param(p, where: str):
+    """A parameter must be a writeable float32/float64 ndarray, or a float32/float64 CUDA
+    array (returned as a ``sparsetensor.cuda.DeviceArray``, without a copy)."""
     if not isinstance(p, np.ndarray):
-        raise TypeError(f"{where}: parameters must be NumPy arrays, got {type(p).__name__}")
+        if not _device.is_device_array(p):
+            raise TypeError(f"{where}: parameters must be NumPy arrays or CUDA device arrays, got {type(p).__name__}")
+        p = _device.device_array(p)
     if p.dtype not in FLOAT_DTYPES:
         raise TypeError(f"{where}: parameters must be float32 or float64, got {p.dtype}")
-    if not p.flags.writeable:
+    if isinstance(p, np.ndarray) and not p.flags.writeable:
         raise ValueError(f"{where}: parameter of shape {p.shape} is read-only; the update is in place")
     return p
 
 
-def check_grad(g, p: np.ndarray, where: str):
-    """A gradient: a COO tensor or an ndarray of the parameter's shape and dtype."""
+def check_grad(g, p, where: str):
+    """A gradient: a COO tensor or a dense array of the parameter's shape, dtype and device."""
     if isinstance(g, SparseTensor) and not isinstance(g, COOTensor):
         raise NotImplementedError(f"{where}: sparse gradients must be COO (hybrid COO for embeddings), "
                                   f"got layout {g.layout.name}: convert with g.to_sparse(layout='coo')")
     if not isinstance(g, (COOTensor, np.ndarray)):
-        raise TypeError(f"{where}: a gradient must be a sparsetensor COO tensor or a NumPy array, "
-                        f"got {type(g).__name__}")
+        if not _device.is_device_array(g):
+            raise TypeError(f"{where}: a gradient must be a sparsetensor COO tensor or a NumPy array (a CUDA array "
+                            f"for a parameter on a device), got {type(g).__name__}")
+        g = _device.device_array(g)
+    if device_of(g) != device_of(p):
+        raise ValueError(f"{where}: a gradient on {device_of(g)} for a parameter on {device_of(p)}: the gradient "
+                         f"must be on the parameter's device (move it to {device_of(p)} first)")
     if g.dtype not in FLOAT_DTYPES:
         raise TypeError(f"{where}: gradients must be float32 or float64, got {g.dtype}")
     if g.dtype != p.dtype:
@@ -74,6 +100,16 @@ def check_grad(g, p: np.ndarray, where: str):
         raise ValueError(f"{where}: gradient {kind} do not match the parameter: gradient shape {tuple(g.shape)}, "
                          f"parameter shape {p.shape}")
     return g
+
+
+def kernels_for(p):
+    """The module whose functions update parameter ``p``: this one for a NumPy array, the CUDA
+    backend's lowering (:mod:`sparsetensor._backend.cuda._optim`, same names) for a device array."""
+    if isinstance(p, np.ndarray):
+        return sys.modules[__name__]
+    from .._backend.cuda import _optim
+
+    return _optim
 
 
 def runs_of(g: COOTensor, threads: int | None = None) -> Runs:
@@ -167,6 +203,24 @@ def sgd_sparse(param: np.ndarray, r: Runs, buf, *, lr: float, momentum: float, d
     return keys, out
 
 
+def sgd_sparse_coo(param: np.ndarray, g: COOTensor, r: Runs, buf, *, lr: float, momentum: float, dampening: float,
+                   nesterov: bool, maximize: bool):
+    """:func:`sgd_sparse` with the momentum buffer as a COO tensor of ``g``'s shape (coalesced,
+    int64 indices) or None: returns the new one (None without momentum)."""
+    sparse_shape = tuple(g.shape[:g.sparse_dim])
+    old = None
+    if buf is not None:
+        buf = buf._coalesced_checked()  # a loaded buffer may be unsorted: keys must be sorted and distinct
+        old = (keys_of(buf.indices(), sparse_shape), values_2d(buf.values(), buf.nnz))
+    out = sgd_sparse(param, r, old, lr=lr, momentum=momentum, dampening=dampening, nesterov=nesterov,
+                     maximize=maximize)
+    if out is None:
+        return None
+    keys, vals = out
+    return COOTensor(indices_of(keys, sparse_shape), vals.reshape((keys.shape[0],) + g.shape[g.sparse_dim:]),
+                     g.shape, coalesced=True, checked=True)
+
+
 def adagrad_sparse(param: np.ndarray, r: Runs, state_sum: np.ndarray, *, clr: float, eps: float,
                    maximize: bool) -> None:
     """Adagrad on a sparse gradient's rows (``clr``: the step's decayed learning rate)."""
@@ -182,12 +236,17 @@ def adam_sparse(param: np.ndarray, r: Runs, exp_avg: np.ndarray, exp_avg_sq: np.
     """Lazy Adam (torch's SparseAdam): only the gradient's rows update their moments."""
     if r.rows.shape[0] == 0:  # torch skips an empty gradient (its step still counts)
         return
-    step_size = lr * math.sqrt(1 - beta2 ** step) / (1 - beta1 ** step)
+    step_size = adam_step_size(lr, beta1, beta2, step)
     p, m, v = _Rows(param, r.nrows), _Rows(exp_avg, r.nrows), _Rows(exp_avg_sq, r.nrows)
     _kernels.update_runs(_kernels.OPS["adam"], r.rows, r.run_ptr, r.perm, r.values, p.rows, m.rows, v.rows,
                          _scratch(r, param.dtype), 1 - beta1, 1 - beta2, eps, -step_size, maximize, r.threads)
     for a in (p, m, v):
         a.done()
+
+
+def adam_step_size(lr: float, beta1: float, beta2: float, step: int) -> float:
+    """SparseAdam's bias-corrected step size at ``step`` (1-based), as torch computes it."""
+    return lr * math.sqrt(1 - beta2 ** step) / (1 - beta1 ** step)
 
 
 def sgd_dense(param: np.ndarray, grad: np.ndarray, buf, *, lr: float, momentum: float, dampening: float,
@@ -215,6 +274,11 @@ def adagrad_dense(param: np.ndarray, grad: np.ndarray, state_sum: np.ndarray, *,
         g = g + weight_decay * param
     state_sum += g * g
     param += -clr * (g / (np.sqrt(state_sum) + eps))
+
+
+def full_like(p: np.ndarray, value: float) -> np.ndarray:
+    """An array of ``p``'s shape and dtype filled with ``value`` (Adagrad's initial accumulator)."""
+    return np.full_like(p, value)
 
 
 def keys_of(indices: np.ndarray, sparse_shape: tuple) -> np.ndarray:
