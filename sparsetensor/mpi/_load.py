@@ -12,7 +12,9 @@ from mpi4py import MPI
 from ..io import _files
 from .. import io as _io
 from .._core._errors import InvariantError
+from .._core._layout import sparse_bsr as st_bsr
 from ._comm import agree
+from ._bsr import DistBSR
 from ._matrix import DistCSR
 from ._parts import load_parts
 from ._partition import balanced_starts, check_row_pointers, check_starts
@@ -118,6 +120,11 @@ def load(path, comm=None, root: int = 0, row_starts=None, col_starts=None, excha
     plan = comm.bcast(plan, root=root)
     if plan is None:
         t = agree(comm, _io.load, path) if rank == root else agree(comm, lambda: None)
+        blocksize = comm.bcast(tuple(t.blocksize) if rank == root and getattr(t, "layout", None) is st_bsr
+                               else None, root=root)
+        if blocksize is not None:  # a bsr file (sparsetensor.mpi.save of a DistBSR): the same blocks
+            return DistBSR.from_global(t, comm=comm, root=root, row_starts=row_starts, col_starts=col_starts,
+                                       exchange=exchange, blocksize=blocksize)
         return DistCSR.from_global(t, comm=comm, root=root, row_starts=row_starts, col_starts=col_starts,
                                    exchange=exchange)
     shape, starts, cstarts, at, canonical = plan

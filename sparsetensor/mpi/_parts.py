@@ -35,6 +35,7 @@ from .._core._errors import InvariantError
 from ..io import _files
 from ._comm import agree
 from ._bsr import DistBSR, _default_col_starts
+from ._file import save_file
 from ._matrix import DistCSR
 from ._partition import check_row_pointers, check_starts
 
@@ -57,19 +58,26 @@ def _crcs(path: str) -> dict:
 
 
 def save(path, A: DistCSR) -> None:
-    """Write a :class:`DistCSR` as a directory of parts, one per rank (collective).
+    """Write a :class:`DistCSR` as one file or as a directory of parts, one per rank (collective).
 
-    Each rank writes its own rows to ``path/part-RRRRR-of-SSSSS.npz`` (a csr file
-    of :func:`sparsetensor.save`'s format with global column indices), then ``root``
-    0 writes ``path/manifest.json`` (shape, dtypes, partitions, and each part's
-    rows, nnz and member checksums). :func:`sparsetensor.mpi.load` reads the
-    directory on any number of ranks, each rank reading only its rows.
+    A ``path`` ending in ``.npz`` gets one file of :func:`sparsetensor.save`'s format
+    for the gathered matrix (csr; bsr for a :class:`DistBSR`), written in
+    parallel: every rank writes its rows at their place in the file, and root 0
+    the headers (the file appears complete or not at all, as with
+    :func:`sparsetensor.save`). Any other ``path`` is a directory: each rank
+    writes its own rows to ``path/part-RRRRR-of-SSSSS.npz`` (a csr file of
+    :func:`sparsetensor.save`'s format with global column indices), then root 0
+    writes ``path/manifest.json`` (shape, dtypes, partitions, and each part's
+    rows, nnz and member checksums). :func:`sparsetensor.mpi.load` reads either
+    on any number of ranks, each rank reading only its rows (a bsr file: root
+    reads it and scatters the blocks).
 
     Parameters
     ----------
     path : str or os.PathLike
-        A directory, created if missing; the same path on every rank (a shared
-        file system). A previous save there is replaced: its manifest is removed
+        The same path on every rank (a shared file system). A ``.npz`` file is
+        replaced as a whole. A directory is created if missing; a previous save
+        there is replaced: its manifest is removed
         before the parts are written (a save that fails half-way leaves no
         manifest, which :func:`~sparsetensor.mpi.load` reports), and its parts
         that this save does not rewrite are removed at the end.
@@ -84,7 +92,8 @@ def save(path, A: DistCSR) -> None:
     Raises
     ------
     ValueError
-        On every rank, when ``path`` exists and is not a directory.
+        On every rank, when ``path`` exists and is not a directory (or, for a
+        ``.npz`` path, is a directory).
     OSError
         On every rank, when any rank cannot write (naming that rank's file).
 
@@ -106,9 +115,11 @@ def save(path, A: DistCSR) -> None:
         raise TypeError("sparsetensor.mpi.save(path, A): the path comes first, as in sparsetensor.save")
     if not isinstance(A, DistCSR):
         raise TypeError(f"sparsetensor.mpi.save(path, A): A must be a DistCSR, got {type(A).__name__}")
+    path = os.fspath(path)
+    if path.endswith(".npz"):
+        return save_file(path, A)
     comm = A._comm
     rank, size = comm.rank, comm.size
-    path = os.fspath(path)
     manifest = os.path.join(path, MANIFEST)
 
     def prepare():

@@ -443,6 +443,17 @@ def sub_comm(k):
     return comm.Split(0 if rank < k else MPI.UNDEFINED, rank)
 
 
+def each_first_ranks():
+    """``(j, comm of the first j ranks)`` for j = 1..size, on the ranks among them; every rank waits for
+    every j to finish."""
+    for j in range(1, size + 1):
+        sub = sub_comm(j)
+        if sub != MPI.COMM_NULL:
+            yield j, sub
+            sub.Free()
+        comm.Barrier()
+
+
 def same_tensor(got, want, what):
     assert got.shape == want.shape and got.dtype == want.dtype and got.index_dtype == want.index_dtype, what
     for x, y in ((got.crow_indices(), want.crow_indices()), (got.col_indices(), want.col_indices()),
@@ -468,11 +479,7 @@ def suite_parts(tmp):
                 A.free()
                 sub.Free()
             comm.Barrier()
-            for j in range(1, size + 1):
-                sub = sub_comm(j)
-                if sub == MPI.COMM_NULL:
-                    comm.Barrier()
-                    continue
+            for j, sub in each_first_ranks():
                 B = stmpi.load(path, comm=sub)
                 if j == k:  # the saved partitions
                     assert np.array_equal(B.row_starts, s), (name, k, B.row_starts, s)
@@ -495,8 +502,6 @@ def suite_parts(tmp):
                     same_tensor(g, t, f"{name} saved on {k}, loaded on {j} with row_starts")
                 B.free()
                 B2.free()
-                sub.Free()
-                comm.Barrier()
             comm.Barrier()
         passed(f"parts-saved-on-{k}")
     if size >= 4:
@@ -546,11 +551,11 @@ def suite_parts(tmp):
         os.remove(os.path.join(path, "manifest.json"))
     comm.Barrier()
     raises("missing-manifest", FileNotFoundError, "manifest.json", lambda: stmpi.load(path, comm=comm))
-    afile = os.path.join(tmp, "m-file.npz")
+    afile = os.path.join(tmp, "m-file.bin")
     if rank == 0:
         st.save(afile, t)
     comm.Barrier()
-    raises("save-onto-file", ValueError, "m-file.npz", lambda: stmpi.save(afile, A))
+    raises("save-onto-file", ValueError, "m-file.bin", lambda: stmpi.save(afile, A))
     raises("save-args-swapped", TypeError, "path comes first", lambda: stmpi.save(A, path))
     assert expect_raise == ["mismatched-part", "missing-part", "missing-manifest", "save-onto-file",
                             "save-args-swapped"]
@@ -560,6 +565,65 @@ def suite_parts(tmp):
     if rank == 0:
         same_tensor(back, same, "resaved")
     passed("parts-errors-raise-on-every-rank")
+    single_file(tmp, mats)
+
+
+def single_file(tmp, mats):
+    """save to one .npz on k ranks: the file sparsetensor.save writes for the gathered matrix (zip CRCs
+    right, st.load and NumPy read it), loaded on every count 1..size; a DistBSR as a bsr file."""
+    import zipfile
+
+    bsr = st.from_dense(np.kron(mats["square"].to_dense()[:20, :20], np.arange(1.0, 7.0).reshape(2, 3)))
+    bsr = bsr.to_sparse_bsr((2, 3))
+    cases = dict(mats, bsr=bsr)
+    for k in range(1, size + 1):
+        for name, t in cases.items():
+            path = os.path.join(tmp, f"file-{name}-{k}.npz")
+            sub = sub_comm(k)
+            if sub != MPI.COMM_NULL:
+                if name == "bsr":
+                    A = stmpi.DistBSR.from_global(t if sub.rank == 0 else None, comm=sub, blocksize=(2, 3))
+                else:
+                    A = stmpi.DistCSR.from_global(t if sub.rank == 0 else None, comm=sub,
+                                                  row_starts=starts_of(t.shape[0], k))
+                stmpi.save(path, A)
+                A.free()
+                sub.Free()
+            comm.Barrier()
+            if rank == 0:
+                with zipfile.ZipFile(path) as zf:
+                    assert zf.testzip() is None, (name, k)  # every member's CRC-32
+                    arrays = {m[:-4]: np.load(zf.open(m)) for m in zf.namelist() if m.endswith(".npy")}
+                back = st.load(path)
+                assert back.layout == t.layout and back.is_coalesced(), (name, k)
+                assert np.array_equal(arrays["values"], t.values()), (name, k)
+                assert np.array_equal(back.to_dense(), t.to_dense()), (name, k)
+                assert back.dtype == t.dtype and back.shape == t.shape, (name, k)
+                mapped = st.load(path, mmap_mode="r")
+                assert np.array_equal(mapped.col_indices(), t.col_indices()), (name, k)
+            comm.Barrier()
+            for j, sub in each_first_ranks():
+                B = stmpi.load(path, comm=sub)
+                assert isinstance(B, stmpi.DistBSR) == (name == "bsr"), (name, type(B))
+                g = B.to_global()
+                if sub.rank == 0:
+                    assert np.array_equal(g.to_dense(), t.to_dense()), (name, k, j)
+                B.free()
+        passed(f"file-saved-on-{k}")
+    path = os.path.join(tmp, "a-directory.npz")
+    if rank == 0:
+        os.makedirs(path)
+    comm.Barrier()
+    A = stmpi.DistCSR.from_global(mats["square"] if rank == 0 else None)
+    try:
+        stmpi.save(path, A)
+    except ValueError as err:
+        assert "is a directory" in str(err), str(err)
+    else:
+        raise AssertionError("save onto a directory named .npz did not raise")
+    comm.Barrier()
+    assert not [f for f in os.listdir(tmp) if f.endswith(".tmp")], os.listdir(tmp)  # no temporary file left
+    passed("file-errors")
 
 
 def suite_doctest(tmp):

@@ -147,9 +147,11 @@ def test_spgemm_matches_scipy(launched, n):
 
 @pytest.mark.parametrize("n", RANKS)
 def test_save_load_parts_any_rank_count(launched, n):
-    """save on k ranks (a directory of parts), load on every count 1..n equal; missing or mismatched parts raise."""
+    """save on k ranks (a directory of parts, or one file written by every rank), load on every count 1..n
+    equal; missing or mismatched parts raise."""
     passed = _passed(launched(n)[0])
     want = {f"parts-saved-on-{k}" for k in range(1, n + 1)} | {"parts-resave", "parts-errors-raise-on-every-rank"}
+    want |= {f"file-saved-on-{k}" for k in range(1, n + 1)} | {"file-errors"}
     if n >= 4:
         want.add("parts-saved-on-3-loaded-on-1-2-4")
     assert want <= passed, sorted(want - passed)
