@@ -2,7 +2,9 @@
 
 ``torch.optim``'s updates for sparse (COO) gradients, as Cython kernels that coalesce a
 gradient and update the rows it touches in one threaded pass. The same kernels serve
-``sparsetensor.torch.optim`` (``torch.optim.Optimizer`` subclasses).
+``sparsetensor.torch.optim`` (``torch.optim.Optimizer`` subclasses). Parameters on a CUDA
+device (``sparsetensor.cuda.DeviceArray``) with gradients on that device take the same front
+end, their steps run as CUDA kernels (``kernels/optim.cu``) and their state stays there.
 
 Examples
 --------

@@ -319,3 +319,20 @@ def test_steps_read_no_arrays_back(backend, rng, monkeypatch):
         for g in grads:
             opt.step([g])
     assert moved and max(moved) <= 64, moved
+
+
+def test_foreign_device_arrays_are_updated_in_place(backend, rng):
+    """A parameter (and a dense gradient) given as a foreign CUDA array (``__cuda_array_interface__``
+    only, as CuPy/Numba arrays are) is taken without a copy: the step writes into its memory."""
+    shape = (8, 3)
+    W0 = rng.standard_normal(shape)
+    W = DeviceArray.from_host(W0)
+    g = coo([[1, 6, 1]], rng.standard_normal((3, 3)), shape)
+    opt = st.optim.Adagrad([cuda_support.CAIOnly(W)], lr=0.1)
+    opt.step([g.cuda()])
+    opt.step([cuda_support.CAIOnly(DeviceArray.from_host(np.ones(shape)))])
+    ref = W0.copy()
+    cpu = st.optim.Adagrad([ref], lr=0.1)
+    cpu.step([g])
+    cpu.step([np.ones(shape)])
+    assert_close(W, ref, np.float64)
