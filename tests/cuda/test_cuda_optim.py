@@ -336,3 +336,18 @@ def test_foreign_device_arrays_are_updated_in_place(backend, rng):
     cpu.step([g])
     cpu.step([np.ones(shape)])
     assert_close(W, ref, np.float64)
+
+
+def test_edge_shapes(backend):
+    """Zero rows, an empty first gradient (an empty momentum buffer, then merged), and a gradient
+    with no sparse dims (every entry is the one row), as on the CPU."""
+    W = DeviceArray.zeros((0, 3), np.float64)
+    st.optim.SparseAdam([W]).step([coo(np.zeros((1, 0), np.int64), np.zeros((0, 3)), (0, 3)).cuda()])
+    empty, one = coo(np.zeros((1, 0), np.int64), np.zeros((0, 2)), (4, 2)), coo([[2]], [[1.0, 2.0]], (4, 2))
+    dev, cpu, od, oc = run_both("SGD", dict(lr=1.0, momentum=0.5), [np.ones((4, 2))], [[empty], [one], [empty]])
+    assert od.state[0]["momentum_buffer"].nnz == 1
+    check_both(dev, cpu, od, oc, np.float64)
+    g = coo(np.zeros((0, 2), np.int64), np.array([[1.0, 2, 3], [1, 1, 1]]), (3,))
+    dev, cpu, od, oc = run_both("SGD", dict(lr=1.0, momentum=0.5), [np.zeros(3)], [[g], [g]])
+    np.testing.assert_array_equal(dev[0].get(), [-5.0, -7.5, -10.0])  # -(g) - (0.5 g + g), g = [2, 3, 4]
+    check_both(dev, cpu, od, oc, np.float64)
