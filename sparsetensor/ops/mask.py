@@ -8,6 +8,7 @@ import math
 
 import numpy as np
 
+from .._backend import device_of
 from .._core import _layout as L
 from .._core._canonical import ensure_valid
 from .._core._dtypes import VALUE_DTYPES
@@ -101,6 +102,11 @@ def sparse_mask(t, mask, *, threads: int | None = None):
     array([2., 3.])
     """
     _require_sparse(mask, "sparse_mask", "mask")
+    where = device_of(t), mask.device
+    if any(d not in (None, "cpu") for d in where):  # neither operand goes to the host unasked
+        raise NotImplementedError(f"sparse_mask of {describe(t) if isinstance(t, SparseTensor) else 'an array'} on "
+                                  f"{where[0]} with a {mask.layout.name} mask on {where[1]} has no GPU kernel; run it "
+                                  "on the host with t.cpu().sparse_mask(mask.cpu())")
     sparse_t = isinstance(t, SparseTensor)
     a = t if sparse_t else np.asarray(t)
     if a.shape != mask.shape or (sparse_t and a.dense_dim != mask.dense_dim):
