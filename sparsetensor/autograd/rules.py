@@ -26,6 +26,7 @@ from .._core import _layout as L
 from .._core._tensor import COOTensor, CompressedTensor, SparseTensor
 from ..ops import binary, blas, pointwise, reduce, shape, spgemm
 from ._core import DenseGradientError, conj, element_coords, gather, values_of, unbroadcast
+from ._masked import spgemm_grads
 
 __all__ = ["RULES", "UNARY"]
 
@@ -103,18 +104,13 @@ def sddmm(S: SparseTensor, M1, M2) -> np.ndarray:
     return out.reshape(lead)
 
 
-def _product(a, b):
-    """``a @ b`` with sparse @ sparse giving the sparse product and otherwise a dense array."""
-    return spgemm.spgemm(a, b) if _sparse(a) and _sparse(b) else blas.matmul(a, b)
-
-
 def _matmul_back(a, b, G):
     """Cotangents of ``a`` and ``b`` for ``a @ b`` (2-d or batched; a 1-d dense operand is a vector)."""
     if _sparse(a) and a.ndim < 2 or _sparse(b) and b.ndim < 2:
         raise NotImplementedError("the gradient of a product with a 1-d sparse operand is not implemented; "
                                   "make it a 1 x n matrix")
-    if _sparse(a) and _sparse(b):
-        return values_of(_product(G, _adjoint(b)), a), values_of(_product(_adjoint(a), G), b)
+    if _sparse(a) and _sparse(b):  # masked: only the entries of the patterns (not G @ B^H, then sampled)
+        return spgemm_grads(a, b, G)
     G = np.asarray(G)
     if _sparse(a):
         X = np.asarray(b)
