@@ -24,6 +24,12 @@ depend on the arguments go through our ops only: NumPy's own operations on them 
 recorded and raise ``NotImplementedError`` (as does an op without a rule), never a silently
 partial gradient. PyTorch users get the same rules on torch's engine through
 :mod:`sparsetensor.torch`.
+
+Arguments on a CUDA device (tensors, :class:`sparsetensor.cuda.DeviceArray` s) are pulled back
+on that device (:mod:`._device`, kernels in ``kernels/autograd.cu``): their cotangents are
+device tensors of their own pattern and device arrays, the output cotangent must be on the
+output's device (a scalar for a 0-d output), and a step without a GPU kernel raises
+NotImplementedError naming the rule and the device instead of copying to the host.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ import numpy as np
 
 from .._core._tensor import SparseTensor
 from ._core import DenseGradientError, check_cotangent
+from . import _device
 from .rules import RULES
 from . import _tape
 from . import embeddings as _embedding  # registers its rules
@@ -98,7 +105,9 @@ def differentiable(x) -> bool:
     """Whether ``x`` (a sparse tensor or an array) has floating or complex values."""
     if isinstance(x, SparseTensor):
         return x.dtype.kind in "fc"
-    return isinstance(x, np.ndarray) and x.dtype.kind in "fc"
+    if isinstance(x, np.ndarray):
+        return x.dtype.kind in "fc"
+    return _device.on_device(x) and np.dtype(x.dtype).kind in "fc"
 
 
 def wrap_cotangent(arg, ct):
@@ -108,6 +117,8 @@ def wrap_cotangent(arg, ct):
         return [wrap_cotangent(a, c) for a, c in zip(arg, cts)]
     if ct is None or not differentiable(arg):
         return None
+    if _device.on_device(arg):
+        return _device.wrap(arg, ct)
     if isinstance(ct, SparseTensor):  # a dense argument with a sparse cotangent (embedding rows)
         return ct if ct.dtype == arg.dtype else ct.astype(arg.dtype)
     ct = np.asarray(ct)
@@ -174,8 +185,8 @@ def vjp(fn, *args, **kwargs):
     def pullback(g):
         G = check_cotangent(g, out, f"vjp({name})")
         if isinstance(out, SparseTensor):
-            G = out._replace_values(np.asarray(G).astype(np.result_type(G, out.dtype), copy=False))
-        cts = tuple(back(G))
+            G = out._replace_values(_tape.promoted(G, out.dtype))
+        cts = tuple(_tape.pulled(name, back, G))
         cts += (None,) * (len(args) - len(cts))  # trailing options (dims, flags) have no cotangent
         return tuple(wrap_cotangent(a, c) for a, c in zip(args, cts))
 
@@ -197,7 +208,7 @@ def _traced_vjp(fn, args: tuple, kwargs: dict):
         for a, s in zip(args, seen):
             ct = cts.get(id(s)) if differentiable(a) else None
             if ct is None and differentiable(a):  # the output does not depend on this argument
-                ct = np.zeros_like(a.values() if isinstance(a, SparseTensor) else a)
+                ct = _tape.zeros_like(a.values() if isinstance(a, SparseTensor) else a)
             grads.append(wrap_cotangent(a, ct))
         return tuple(grads)
 

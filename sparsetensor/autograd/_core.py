@@ -15,6 +15,7 @@ import math
 import numpy as np
 
 from .._core._tensor import COOTensor, CompressedTensor, SparseTensor
+from . import _device
 
 __all__ = ["DenseGradientError", "element_coords", "gather", "values_of", "same_pattern", "unbroadcast",
            "conj", "check_cotangent", "lead_ndim"]
@@ -28,6 +29,8 @@ def conj(x):
     """The complex conjugate of an array or scalar; real input is returned as it is."""
     if isinstance(x, np.ndarray):
         return np.conj(x) if x.dtype.kind == "c" else x
+    if _device.on_device(x):
+        return _device.kernels().conj(x)
     return np.conj(x) if isinstance(x, (complex, np.complexfloating)) else x
 
 
@@ -52,6 +55,8 @@ def element_coords(t: SparseTensor) -> np.ndarray:
     """``(P, *lead)`` int64: for every stored element of ``t`` (``lead`` = the axes of
     ``t.values()`` before the dense dims) its coordinate in the first ``P = ndim - dense_dim``
     dims (batch and sparse; block items one by one)."""
+    if t.is_cuda:  # the rules' host path: a device tensor takes the kernels of _device instead
+        raise _device.refuse(f"an op that reads coordinates of a {t.layout.name} tensor", t)
     _valid(t)
     if isinstance(t, COOTensor):
         return t.indices().astype(np.int64, copy=False)
@@ -90,6 +95,8 @@ def gather(g, coords: np.ndarray, dense_shape: tuple, valid=None) -> np.ndarray:
     read zero.
     """
     P, lead = coords.shape[0], coords.shape[1:]
+    if _device.on_device(g):
+        raise _device.refuse("an op that reads a cotangent at host coordinates", g)
     if valid is not None:
         coords = np.where(valid, coords, 0)
     if isinstance(g, SparseTensor):
@@ -131,6 +138,8 @@ def same_pattern(a: SparseTensor, b: SparseTensor) -> bool:
         pairs = [(a.indices(), b.indices())]
     else:
         pairs = [(a.compressed_indices(), b.compressed_indices()), (a.plain_indices(), b.plain_indices())]
+    if a.is_cuda or b.is_cuda:  # the same index arrays (comparing device arrays would need a kernel)
+        return a.device == b.device and all(x is y or x.size == 0 for x, y in pairs)
     return all(x is y or (x.shape == y.shape and np.array_equal(x, y)) for x, y in pairs)
 
 
@@ -139,11 +148,15 @@ def values_of(g, target: SparseTensor) -> np.ndarray:
     ``target``'s own pattern: read at each stored element of ``target``."""
     if isinstance(g, SparseTensor) and same_pattern(g, target):
         return g.values()
+    if target.is_cuda:
+        return _device.values_at(g, target)
     return gather(g, element_coords(target), target.shape[target.ndim - target.dense_dim:])
 
 
 def unbroadcast(g: np.ndarray, shape: tuple) -> np.ndarray:
     """``g`` summed over the dims that broadcasting added or stretched to reach its shape from ``shape``."""
+    if _device.on_device(g):
+        return _device.unbroadcast(g, shape)
     g = np.asarray(g)
     shape = tuple(shape)
     if g.shape == shape:
@@ -160,15 +173,22 @@ def unbroadcast(g: np.ndarray, shape: tuple) -> np.ndarray:
 def check_cotangent(g, out, name: str):
     """The output cotangent ``g`` checked against the output ``out``: a sparse ``g`` must have
     ``out``'s layout, shape and pattern; a dense one ``out``'s shape (for a sparse ``out`` it is
-    read at ``out``'s pattern). Returns it as values (sparse ``out``) or an array (dense ``out``)."""
+    read at ``out``'s pattern). Returns it as values (sparse ``out``) or an array (dense ``out``).
+    For an output on a GPU: device arrays, the cotangent on that device (a scalar is taken for a
+    0-d output; a sparse one of the same layout, shape and nnz whose index arrays are not
+    ``out``'s is read at ``out``'s pattern on the device)."""
+    dev = _device.on_device(out)
     if isinstance(out, SparseTensor):
         if isinstance(g, SparseTensor):
-            if not same_pattern(g, out):
+            if same_pattern(g, out):
+                return g.values()
+            if not (dev and _device.comparable(g, out)):
                 raise ValueError(f"{name}: the cotangent must have the output's layout, shape and pattern "
-                                 f"(a {out.layout.name} tensor of shape {out.shape} with nnz={out.nnz}), got a "
-                                 f"{g.layout.name} tensor of shape {g.shape} with nnz={g.nnz}")
-            return g.values()
-        g = np.asarray(g)
+                                 f"(a {out.layout.name} tensor of shape {out.shape} with nnz={out.nnz} on "
+                                 f"{out.device}), got a {g.layout.name} tensor of shape {g.shape} with nnz={g.nnz} "
+                                 f"on {g.device}")
+            return _device.values_at(g, out)
+        g = _device.dense_cotangent(g, out, name) if dev else np.asarray(g)
         if g.shape != out.shape:
             raise ValueError(f"{name}: a dense cotangent of a sparse output must have its shape {out.shape}, "
                              f"got {g.shape}")
@@ -176,7 +196,7 @@ def check_cotangent(g, out, name: str):
     if isinstance(g, SparseTensor):
         raise TypeError(f"{name}: the output is a dense array, so its cotangent must be an array, got a sparse "
                         f"{g.layout.name} tensor")
-    g = np.asarray(g)
+    g = _device.dense_cotangent(g, out, name) if dev else np.asarray(g)
     if g.shape != np.shape(out):
         raise ValueError(f"{name}: the cotangent has shape {g.shape} but the output has shape {np.shape(out)}")
     return g

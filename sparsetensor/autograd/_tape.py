@@ -14,11 +14,13 @@ rule when its result depends on the arguments and has float or complex values.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from .._core import _recording
 from .._core._tensor import SparseTensor
-from . import _numpy_rules
+from . import _device, _numpy_rules
 from ._core import check_cotangent
 from .rules import RULES
 
@@ -76,6 +78,29 @@ def _dot(a, b, out=None):
 _UFUNC_OPS = {"subtract": "sub", "multiply": "mul", "true_divide": "div", "divide": "div", "negative": "neg",
               "absolute": "abs", "conjugate": "conj", "power": "pow"}  # NumPy's ufunc names that differ from ours
 _COMPOSED = {np.sum: np.sum._implementation, np.mean: np.mean._implementation, np.dot: _dot}
+
+
+def promoted(G, dtype):
+    """Cotangent values ``G`` (host or device) in the result type of theirs and ``dtype``."""
+    if _device.on_device(G):
+        return _device.cast(G, np.result_type(G.dtype, dtype))
+    G = np.asarray(G)
+    return G.astype(np.result_type(G, dtype), copy=False)
+
+
+def zeros_like(x):
+    """Zeros of ``x``'s shape and dtype, on ``x``'s device."""
+    return _device.zeros(x.shape, x.dtype, x) if _device.on_device(x) else np.zeros_like(x)
+
+
+def pulled(name: str, back, G):
+    """``back(G)``, the rule ``name``'s pullback; a step without a GPU kernel says which rule it was."""
+    try:
+        return back(G)
+    except NotImplementedError as e:
+        if not _device.on_device(G) or str(e).startswith(f"the gradient of {name}"):
+            raise
+        raise NotImplementedError(f"the gradient of {name} on {G.device}: {e}") from None
 
 
 def _where(a: np.ndarray) -> tuple:
@@ -140,7 +165,7 @@ class Tape:
         elif isinstance(x, np.ndarray) and x.dtype.kind in "fc":
             x = x.view(_Traced)
             self.dense_at[_where(x)] = x
-        else:
+        elif not (_device.on_device(x) and np.dtype(x.dtype).kind in "fc"):  # a device array is kept as it is
             return x
         self.keep[id(x)] = x
         return x
@@ -155,6 +180,8 @@ class Tape:
         elif isinstance(out, (np.ndarray, np.generic)) and np.asarray(out).dtype.kind in "fc":
             value = np.asarray(out).view(_Traced)
             self.dense_at[_where(value)] = value
+        elif _device.on_device(out) and np.dtype(out.dtype).kind in "fc":
+            value = out  # a device array: its own value (ops make new ones)
         else:
             return out
         self.keep[id(value)] = value
@@ -216,7 +243,7 @@ class Tape:
                                           f"differentiated arguments; the rules: {', '.join(sorted(RULES))}")
             return out
         out = self._keep_out(out)
-        self.nodes.append((out, back, args))
+        self.nodes.append((out, functools.partial(pulled, name, back), args))
         return out
 
     def ufunc(self, ufunc, method: str, inputs: tuple, kwargs: dict):
@@ -271,6 +298,9 @@ class Tape:
             return
         if ct is None or id(arg) not in self.keep:
             return
+        if _device.on_device(arg):
+            self._add_device(cts, arg, ct)
+            return
         if not isinstance(ct, SparseTensor):
             ct = np.asarray(ct)
             if arg.dtype.kind != "c" and ct.dtype.kind == "c":
@@ -285,6 +315,18 @@ class Tape:
         else:
             cts[id(arg)] = old + ct
 
+    def _add_device(self, cts: dict, arg, ct) -> None:
+        if not isinstance(ct, SparseTensor):
+            if not _device.on_device(ct):
+                raise AssertionError(f"internal: a host cotangent ({type(ct).__name__}) for a value on {arg.device}")
+            if np.dtype(arg.dtype).kind != "c":
+                ct = _device.kernels().real(ct)
+        old = cts.get(id(arg))
+        if old is None:
+            cts[id(arg)] = ct
+        else:
+            cts[id(arg)] = _device.add(_dense(old), _dense(ct))
+
     def pullback(self, outs: tuple, gs: tuple) -> dict:
         """The cotangents of every recorded value, from the output cotangents ``gs``: id -> raw cotangent
         (values of a sparse value's pattern, an array of a dense value's shape)."""
@@ -297,11 +339,10 @@ class Tape:
             if G is None:
                 continue
             if isinstance(out, SparseTensor):
-                G = np.asarray(G)
-                G = out._replace_values(G.astype(np.result_type(G, out.dtype), copy=False))
+                G = out._replace_values(promoted(G, out.dtype))
             elif isinstance(G, SparseTensor):
                 G = G.to_dense()
-            else:
+            elif not _device.on_device(G):
                 G = np.asarray(G)
             for a, c in zip(args, tuple(back(G))):
                 self._add(cts, a, c)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._core._device import is_device_array
 from .._core._tensor import COOTensor
 from .rules import _rule
 
@@ -28,6 +29,9 @@ def _index_array(idx, num: int, name: str) -> np.ndarray:
 
 
 def _check_weight(weight, name: str) -> np.ndarray:
+    if is_device_array(weight):  # np.asarray would copy it to the host
+        raise NotImplementedError(f"{name} of a weight on a CUDA device has no GPU kernel (nothing is copied to the "
+                                  "host); run it on the host")
     w = np.asarray(weight)
     if w.ndim != 2:
         raise ValueError(f"{name}: the weight must be a 2-d (num_embeddings, embedding_dim) array, got shape {w.shape}")

@@ -27,6 +27,7 @@ from .._core._tensor import COOTensor, CompressedTensor, SparseTensor
 from ..ops import binary, blas, pointwise, reduce, shape, spgemm
 from ._core import DenseGradientError, conj, element_coords, gather, values_of, unbroadcast
 from ._masked import spgemm_grads
+from . import _device
 
 __all__ = ["RULES", "UNARY"]
 
@@ -51,7 +52,7 @@ def _dense_dims(t: SparseTensor) -> tuple:
 
 
 def _conj_t(t: SparseTensor) -> SparseTensor:
-    return t._replace_values(np.conj(t.values())) if t.dtype.kind == "c" else t
+    return t._replace_values(conj(t.values())) if t.dtype.kind == "c" else t
 
 
 def _adjoint(x):
@@ -111,6 +112,10 @@ def _matmul_back(a, b, G):
                                   "make it a 1 x n matrix")
     if _sparse(a) and _sparse(b):  # masked: only the entries of the patterns (not G @ B^H, then sampled)
         return spgemm_grads(a, b, G)
+    if _device.on_device(G):
+        if not _sparse(a):
+            raise _device.refuse("dense @ sparse", G)
+        return _device.matmul_back(a, b, G)
     G = np.asarray(G)
     if _sparse(a):
         X = np.asarray(b)
@@ -163,6 +168,8 @@ def _sampled_addmm(input, mat1, mat2, *, beta=1.0, alpha=1.0, threads=None):
     out = spgemm.sampled_addmm(input, mat1, mat2, beta=beta, alpha=alpha, threads=threads)
 
     def back(G):
+        if G.is_cuda:
+            return _device.sampled_addmm_back(input, mat1, mat2, G, beta, alpha)
         gi = unbroadcast(G.values() * conj(beta), input.values().shape)
         Ga = G._replace_values(G.values() * conj(alpha))
         m1, m2 = np.asarray(mat1), np.asarray(mat2)
@@ -179,6 +186,8 @@ def _onto(x, G, scale=1):
     if _sparse(x):
         v = values_of(G, x)
         return v * scale if scale != 1 else v
+    if _device.on_device(G):
+        raise _device.refuse("a sum with a dense operand", G)
     if isinstance(x, np.ndarray) or np.ndim(x):
         return unbroadcast(np.asarray(G.to_dense() if _sparse(G) else G) * scale, np.shape(x))
     return None
@@ -270,6 +279,9 @@ def _unary(name):
 
         def back(G):
             x, y, g = c.values(), out.values(), G.values()
+            if c.is_cuda:
+                e = (args[0] if args else kwargs["exponent"]) if name == "pow" else None
+                return (_back_to(t, c, _device.unary_back(name, x, y, g, e)),) + (None,) * len(args)
             if name in _NONHOLO:
                 if name == "imag" and x.dtype.kind != "c":
                     raise TypeError("imag of a real tensor has no gradient")
@@ -331,7 +343,7 @@ def _keepdim_form(G, t: SparseTensor, dims: tuple):
     """Cotangent ``G`` of a reduction of ``t`` over ``dims`` with the reduced dims put back as size 1."""
     keep = tuple(1 if d in dims else s for d, s in enumerate(t.shape))
     if not _sparse(G):
-        return np.asarray(G).reshape(keep)
+        return G.reshape(keep) if _device.on_device(G) else np.asarray(G).reshape(keep)
     if G.shape == keep:
         return G
     if isinstance(G, COOTensor):
@@ -350,6 +362,8 @@ def _keepdim_form(G, t: SparseTensor, dims: tuple):
 
 def _broadcast_back(t: SparseTensor, Gk, dims: tuple) -> np.ndarray:
     """The keepdim-form cotangent ``Gk`` read at every stored element of ``t`` (reduced dims at 0)."""
+    if t.is_cuda:
+        return _device.broadcast_back(t, Gk, dims)
     coords = element_coords(t).copy()
     P = coords.shape[0]
     for d in dims:
@@ -380,6 +394,9 @@ def _softmax_rule(log: bool):
         d = dim % t.ndim
 
         def back(G):
+            if c.is_cuda:
+                gc = _device.softmax_back(c, out, G, d, log)
+                return (_back_to(t, c, _device.cast(gc, t.dtype)), None)
             y, g = out.values(), G.values()
             w = g if log else g * y
             P = t.ndim - t.dense_dim
@@ -403,7 +420,7 @@ RULES["log_softmax"] = _softmax_rule(True)
 @_rule("to_dense")
 def _to_dense(t, *, threads=None):
     out = t.to_dense(threads=threads)
-    return out, lambda G: (gather(G, element_coords(t), _dense_dims(t)),)
+    return out, lambda G: (values_of(G, t) if t.is_cuda else gather(G, element_coords(t), _dense_dims(t)),)
 
 
 @_rule("from_dense")
@@ -444,7 +461,8 @@ for _lay in ("coo", "csr", "csc", "bsr", "bsc"):
 @_rule("astype")
 def _astype(t, dtype, copy=True):
     out = t.astype(dtype, copy=copy)
-    return out, lambda G: (np.asarray(G.values()).astype(t.dtype, copy=False), None)
+    return out, lambda G: (_device.cast(G.values(), t.dtype) if G.is_cuda else
+                           np.asarray(G.values()).astype(t.dtype, copy=False), None)
 
 
 @_rule("clone")
@@ -454,7 +472,7 @@ def _clone(t):
 
 @_rule("values")
 def _values(t):
-    return t.values(), lambda G: (np.asarray(G),)
+    return t.values(), lambda G: (G if _device.on_device(G) else np.asarray(G),)
 
 
 @_rule("transpose")

@@ -1,0 +1,250 @@
+// Gradients on the device (sparsetensor/_backend/cuda/_autograd.py): the kernels the
+// derivative rules of sparsetensor/autograd need beyond the ops' own.
+//
+// - element_offsets / coo_offsets: for every value item of a sparse tensor, its offset in a
+//   strided dense array (stride 0 on a broadcast dim): reading a dense cotangent at a pattern
+//   (to_dense, sum, mean), and the (batch, row, col) of each item for sampled_dot;
+// - compressed_keys + key_lookup: a sparse cotangent read at another tensor's pattern;
+// - sampled_dot: the masked gradient of a sparse factor, sum_n A[row, n] * B[col, n] at
+//   each stored item, operands read through strides (no transposed copies);
+// - unary_grad / unary_grad_complex / abs_grad_complex: G * conj(f'(x)) of the pointwise ops;
+// - softmax_grad: the pullback of segment_softmax over the same segments;
+// - add_arrays, sum_leading, real_part: summing cotangents.
+#include "common.cuh"
+
+// Derivative kinds of unary_grad: f'(x) given x, y = f(x) and a constant c (the Python side,
+// sparsetensor/_backend/cuda/_autograd.py, maps each pointwise op to one).
+#define D_CONST 0         // c: neg (-1), frac and conj (1), deg2rad, rad2deg, the flat ones (0)
+#define D_SIGN 1          // abs
+#define D_HALF_OVER_Y 2   // sqrt
+#define D_TWICE_X 3       // square
+#define D_COS 4           // sin
+#define D_ONE_PLUS_YY 5   // tan
+#define D_ONE_MINUS_YY 6  // tanh
+#define D_ASIN 7          // 1 / sqrt(1 - x^2)
+#define D_ATAN 8          // 1 / (1 + x^2)
+#define D_COSH 9          // sinh
+#define D_ASINH 10        // 1 / sqrt(1 + x^2)
+#define D_ATANH 11        // 1 / (1 - x^2)
+#define D_Y_PLUS_ONE 12   // expm1
+#define D_LOG1P 13        // 1 / (1 + x)
+#define D_STEP 14         // relu
+#define D_POW 15          // pow by the exponent c: c * x^(c - 1)
+
+// Complex ops of unary_grad_complex.
+#define C_NEG 0
+#define C_SQUARE 1
+#define C_CONJ 2
+
+namespace st {
+
+__device__ __forceinline__ float conj_of(float x) { return x; }
+__device__ __forceinline__ double conj_of(double x) { return x; }
+__device__ __forceinline__ cfloat conj_of(cfloat x) { return {x.re, -x.im}; }
+__device__ __forceinline__ cdouble conj_of(cdouble x) { return {x.re, -x.im}; }
+
+// Value items of a compressed tensor lie as [B][nnz][rb][cb][D]. Item i's offset in a dense array
+// of shape batch + (rows, cols) + dense: boff[b] + row * srow + col * scol + doff[d], where the
+// element's compressed slot is found in its batch's compressed index (n + 1 entries) and
+// (row, col) = (slot, plain) for rows-compressed layouts, (plain, slot) otherwise, times the block.
+// st:kernel index
+template <typename I>
+__global__ void element_offsets(const I* __restrict__ c, const I* __restrict__ p, i64 B, i64 nnz, i64 n, i64 rb,
+                                i64 cb, i64 D, int rows_major, const i64* __restrict__ boff, i64 srow, i64 scol,
+                                const i64* __restrict__ doff, i64* __restrict__ out) {
+    ST_GRID_LOOP(i, B * nnz * rb * cb * D) {
+        i64 q = i;
+        const i64 d = q % D; q /= D;
+        const i64 cc = q % cb; q /= cb;
+        const i64 rr = q % rb; q /= rb;
+        const i64 e = q % nnz;
+        const i64 b = q / nnz;
+        const i64 slot = slot_of(c + b * (n + 1), n, e);
+        const i64 plain = (i64)p[b * nnz + e];
+        const i64 brow = rows_major ? slot : plain, bcol = rows_major ? plain : slot;
+        out[i] = boff[b] + (brow * rb + rr) * srow + (bcol * cb + cc) * scol + doff[d];
+    }
+}
+
+// The same for a coo tensor: indices (S, nnz), values [nnz][D]; strides (S) of the sparse dims.
+// st:kernel index
+template <typename I>
+__global__ void coo_offsets(const I* __restrict__ idx, i64 S, i64 nnz, i64 D, const i64* __restrict__ strides,
+                            const i64* __restrict__ doff, i64* __restrict__ out) {
+    ST_GRID_LOOP(i, nnz * D) {
+        const i64 e = i / D, d = i - e * D;
+        i64 o = doff[d];
+        for (i64 k = 0; k < S; ++k) o += (i64)idx[k * nnz + e] * strides[k];
+        out[i] = o;
+    }
+}
+
+// keys[b * nnz + e] = (b * nrows + row) * ncols + col of element e of batch b (block coordinates).
+// st:kernel index
+template <typename I>
+__global__ void compressed_keys(const I* __restrict__ c, const I* __restrict__ p, i64 B, i64 nnz, i64 n,
+                                int rows_major, i64 nrows, i64 ncols, u64* __restrict__ keys) {
+    ST_GRID_LOOP(i, B * nnz) {
+        const i64 b = i / nnz, e = i - b * nnz;
+        const i64 slot = slot_of(c + b * (n + 1), n, e);
+        const i64 plain = (i64)p[i];
+        const i64 row = rows_major ? slot : plain, col = rows_major ? plain : slot;
+        keys[i] = ((u64)b * (u64)nrows + (u64)row) * (u64)ncols + (u64)col;
+    }
+}
+
+// out[i][w] = src[perm[j]][w] where sorted[j] == want[i], else 0 (W raw items a row).
+// st:kernel raw
+template <typename R>
+__global__ void key_lookup(const u64* __restrict__ sorted, const i64* __restrict__ perm, i64 ns,
+                           const u64* __restrict__ want, i64 nw, const R* __restrict__ src, i64 W,
+                           R* __restrict__ out) {
+    ST_GRID_LOOP(t, nw * W) {
+        const i64 i = t / W, w = t - i * W;
+        const u64 k = want[i];
+        const i64 j = lower_bound(sorted, ns, k);
+        if (j < ns && sorted[j] == k) {
+            out[t] = src[perm[j] * W + w];
+        } else {
+            R z;
+            unsigned char* zb = reinterpret_cast<unsigned char*>(&z);
+            for (unsigned s = 0; s < sizeof(R); ++s) zb[s] = 0;
+            out[t] = z;
+        }
+    }
+}
+
+// out[i] = alpha * sum_n opA(A[ab + row * sar + n * san]) * opB(B[bb + col * sbr + n * sbn]) for the
+// item at flat offset off[i] = (b * M + row) * N + col; opX conjugates when conj_x; ab, bb: batch
+// b times the operand's batch stride (0: one matrix for every batch).
+// st:kernel value
+template <typename V>
+__global__ void sampled_dot(const i64* __restrict__ off, i64 n_items, i64 M, i64 N, i64 K, const V* __restrict__ A,
+                            i64 sab, i64 sar, i64 san, int conj_a, const V* __restrict__ Bm, i64 sbb, i64 sbr,
+                            i64 sbn, int conj_b, double are, double aim, V* __restrict__ out) {
+    typedef typename acc<V>::type T;
+    const T alpha = acc_scalar<T>(are, aim);
+    ST_GRID_LOOP(i, n_items) {
+        const i64 o = off[i];
+        const i64 b = o / (M * N), rc = o - b * (M * N);
+        const i64 row = rc / N, col = rc - row * N;
+        const V* a = A + b * sab + row * sar;
+        const V* x = Bm + b * sbb + col * sbr;
+        T s = acc_zero<T>();
+        for (i64 k = 0; k < K; ++k) {
+            T u = to_acc(a[k * san]), w = to_acc(x[k * sbn]);
+            if (conj_a) u = conj_of(u);
+            if (conj_b) w = conj_of(w);
+            s = s + u * w;
+        }
+        out[i] = from_acc<V>(alpha * s);
+    }
+}
+
+template <typename A>
+__device__ __forceinline__ A unary_derivative(A x, A y, int kind, A c) {
+    switch (kind) {
+        case D_SIGN: return x > (A)0 ? (A)1 : (x < (A)0 ? (A)-1 : (A)0);
+        case D_HALF_OVER_Y: return (A)0.5 / y;
+        case D_TWICE_X: return (A)2 * x;
+        case D_COS: return cos(x);
+        case D_ONE_PLUS_YY: return (A)1 + y * y;
+        case D_ONE_MINUS_YY: return (A)1 - y * y;
+        case D_ASIN: return (A)1 / sqrt((A)1 - x * x);
+        case D_ATAN: return (A)1 / ((A)1 + x * x);
+        case D_COSH: return cosh(x);
+        case D_ASINH: return (A)1 / sqrt((A)1 + x * x);
+        case D_ATANH: return (A)1 / ((A)1 - x * x);
+        case D_Y_PLUS_ONE: return y + (A)1;
+        case D_LOG1P: return (A)1 / ((A)1 + x);
+        case D_STEP: return x > (A)0 ? (A)1 : (A)0;
+        case D_POW: return c * pow(x, c - (A)1);
+        default: return c;  // D_CONST
+    }
+}
+
+// gx = g * f'(x) for real values (y = f(x)), f' of derivative kind ``kind`` with the constant c.
+// st:kernel float
+template <typename V>
+__global__ void unary_grad(const V* __restrict__ x, const V* __restrict__ y, const V* __restrict__ g, i64 n, int kind,
+                           double c, V* __restrict__ out) {
+    typedef typename acc<V>::type A;
+    ST_GRID_LOOP(i, n) {
+        const A d = unary_derivative<A>(to_acc(x[i]), to_acc(y[i]), kind, (A)c);
+        out[i] = from_acc<V>(to_acc(g[i]) * d);
+    }
+}
+
+// Complex neg, square, conj: gx = g * conj(f'(x)) (conj: conj(g)).
+// st:kernel complex
+template <typename C>
+__global__ void unary_grad_complex(const C* __restrict__ x, const C* __restrict__ g, i64 n, int op,
+                                   C* __restrict__ out) {
+    ST_GRID_LOOP(i, n) {
+        const C gi = g[i];
+        C r;
+        if (op == C_NEG) { r.re = -gi.re; r.im = -gi.im; }
+        else if (op == C_SQUARE) { C d = x[i]; d.re *= 2; d.im *= 2; r = gi * conj_of(d); }
+        else { r = conj_of(gi); }
+        out[i] = r;
+    }
+}
+
+// abs of complex x (real output y = |x|, real cotangent g): gx = g * x / |x| (0 where x == 0).
+// st:kernel real
+template <typename A>
+__global__ void abs_grad_complex(const A* __restrict__ x, const A* __restrict__ y, const A* __restrict__ g, i64 n,
+                                 A* __restrict__ out) {
+    ST_GRID_LOOP(i, n) {
+        const A r = y[i];
+        const A s = r == (A)0 ? (A)0 : g[i] / r;
+        out[2 * i] = x[2 * i] * s;
+        out[2 * i + 1] = x[2 * i + 1] * s;
+    }
+}
+
+// The pullback of segment_softmax (reduce.cu) over the same segments: with s = sum over the
+// segment of w (w = g for log_softmax, g * y for softmax), gx = g - exp(y) * s (log) or y * (g - s).
+// st:kernel real
+template <typename A>
+__global__ void softmax_grad(const A* __restrict__ y, const A* __restrict__ g, const i64* __restrict__ off, i64 G,
+                             i64 K, i64 E, int log_, A* __restrict__ out) {
+    ST_GRID_LOOP(t, G * E) {
+        const i64 s_ = t / E, e = t - s_ * E;
+        const i64 lo = off[s_] * K, hi = off[s_ + 1] * K;
+        A s = 0;
+        for (i64 j = lo; j < hi; ++j) s += log_ ? g[j * E + e] : g[j * E + e] * y[j * E + e];
+        for (i64 j = lo; j < hi; ++j) {
+            const A yj = y[j * E + e], gj = g[j * E + e];
+            out[j * E + e] = log_ ? gj - exp(yj) * s : yj * (gj - s);
+        }
+    }
+}
+
+// out = a + b (same shape).
+// st:kernel value
+template <typename V>
+__global__ void add_arrays(const V* __restrict__ a, const V* __restrict__ b, i64 n, V* __restrict__ out) {
+    ST_GRID_LOOP(i, n) { out[i] = from_acc<V>(to_acc(a[i]) + to_acc(b[i])); }
+}
+
+// out[w] = sum_r x[r * W + w] (in r order).
+// st:kernel value
+template <typename V>
+__global__ void sum_leading(const V* __restrict__ x, i64 R, i64 W, V* __restrict__ out) {
+    typedef typename acc<V>::type T;
+    ST_GRID_LOOP(w, W) {
+        T s = acc_zero<T>();
+        for (i64 r = 0; r < R; ++r) s = s + to_acc(x[r * W + w]);
+        out[w] = from_acc<V>(s);
+    }
+}
+
+// out[i] = x[2 * i]: the real parts of complex values given as pairs of reals.
+// st:kernel real
+template <typename A>
+__global__ void real_part(const A* __restrict__ x, i64 n, A* __restrict__ out) {
+    ST_GRID_LOOP(i, n) { out[i] = x[2 * i]; }
+}
+
+}  // namespace st

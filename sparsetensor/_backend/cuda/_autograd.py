@@ -1,0 +1,270 @@
+"""Gradients on the device: what the derivative rules of :mod:`sparsetensor.autograd` need of a
+CUDA tensor beyond the ops (kernels in ``kernels/autograd.cu``).
+
+- :func:`dense_at`: a dense device cotangent read at every stored item of a tensor (to_dense,
+  sum and mean: broadcast dims read at 0);
+- :func:`sparse_at`: a sparse device cotangent read at another tensor's pattern (zero where it
+  specifies nothing): the cotangent of an operand of add, mul, coalesce, a conversion;
+- :func:`sampled`: ``sum_n A[row, n] * B[col, n]`` (optionally conjugated) at the stored items
+  of a sparse tensor of any layout: the masked gradient of a sparse factor of a product (SDDMM
+  with the operands read through strides: no transposed copies);
+- :func:`unary_grad`, :func:`softmax_grad`: the pullbacks of the pointwise ops and of softmax;
+- :func:`add`, :func:`sum_leading`, :func:`conj`, :func:`real`: arithmetic on dense cotangents.
+
+Every result is a new DeviceArray on the operands' device; nothing is copied to the host (the
+few numbers uploaded are offsets computed from shapes).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..._core._tensor import COOTensor
+from ...cuda import _primitives as P
+from ...cuda._array import DeviceArray
+from ._coalesce import checked
+from ._pointwise import UNARY_OPS
+
+__all__ = ["dense_at", "sparse_at", "sampled", "unary_grad", "softmax_grad", "add", "sum_leading", "conj", "real"]
+
+# pointwise op -> (derivative kind of autograd.cu's unary_grad, its constant)
+_FLAT = (0, 0.0)  # D_CONST 0: piecewise constant functions
+DERIVATIVES = {
+    "neg": (0, -1.0), "negative": (0, -1.0), "frac": (0, 1.0), "conj": (0, 1.0),
+    "deg2rad": (0, math.pi / 180), "rad2deg": (0, 180 / math.pi),
+    "sign": _FLAT, "floor": _FLAT, "ceil": _FLAT, "trunc": _FLAT, "round": _FLAT, "rint": _FLAT, "fix": _FLAT,
+    "abs": (1, 0.0), "absolute": (1, 0.0), "sqrt": (2, 0.0), "square": (3, 0.0), "sin": (4, 0.0), "tan": (5, 0.0),
+    "tanh": (6, 0.0), "asin": (7, 0.0), "arcsin": (7, 0.0), "atan": (8, 0.0), "arctan": (8, 0.0), "sinh": (9, 0.0),
+    "asinh": (10, 0.0), "arcsinh": (10, 0.0), "atanh": (11, 0.0), "arctanh": (11, 0.0), "expm1": (12, 0.0),
+    "log1p": (13, 0.0), "relu": (14, 0.0),
+}
+_D_POW = 15
+_COMPLEX = {"neg": 0, "negative": 0, "square": 1, "conj": 2}  # C_NEG, C_SQUARE, C_CONJ of unary_grad_complex
+
+
+def _dev(x):
+    return x._device if isinstance(x, DeviceArray) else x.values()._device
+
+
+def _strides(shape: tuple) -> list:
+    out, s = [], 1
+    for n in reversed(shape):
+        out.append(s)
+        s *= n
+    return out[::-1]
+
+
+def _offsets(t, shape: tuple, strides: list) -> DeviceArray:
+    """int64 offsets, one per value item of device tensor ``t``, into a dense array of ``shape``
+    with element ``strides`` (0 on a dim to broadcast): ``t``'s batch and sparse dims, then its dense ones."""
+    dev = _dev(t)
+    nd = t.dense_dim
+    dense_shape, dense_strides = t.shape[t.ndim - nd:], strides[len(shape) - nd:]  # t's sizes (strides 0: broadcast)
+    doff = np.zeros(1, np.int64)
+    for n, s in zip(dense_shape, dense_strides):
+        doff = (doff[:, None] + np.arange(n, dtype=np.int64) * s).reshape(-1)
+    D = doff.size
+    ik = (P.index_key(t.index_dtype),)
+    n_items = math.prod(t.values().shape)
+    out = P.empty(dev, (n_items,), np.int64)
+    if not n_items:
+        return out
+    if isinstance(t, COOTensor):
+        S = t.sparse_dim
+        P.run(dev, "autograd.cu", "coo_offsets", ik, n_items, t.indices(), S, t.nnz, D,
+              P.from_host(dev, np.asarray(strides[:S], np.int64)), P.from_host(dev, doff), out)
+        return out
+    m = t.batch_dim
+    batch = t.shape[:m]
+    B = math.prod(batch)
+    grid = np.indices(batch, dtype=np.int64).reshape(m, -1) if m else np.zeros((0, 1), np.int64)
+    boff = (grid * np.asarray(strides[:m], np.int64)[:, None]).sum(axis=0).astype(np.int64)
+    rb, cb = t.blocksize
+    c = t.compressed_indices()
+    P.run(dev, "autograd.cu", "element_offsets", ik, n_items, c, t.plain_indices(), B, t.nnz, c.shape[-1] - 1,
+          rb, cb, D, int(t.layout.compressed_rows), P.from_host(dev, boff), strides[m], strides[m + 1],
+          P.from_host(dev, doff), out)
+    return out
+
+
+def dense_at(t, G: DeviceArray) -> DeviceArray:
+    """Dense device array ``G`` (``t``'s shape, or 1 on dims to broadcast) read at every stored item
+    of device tensor ``t``: an array of ``t.values()``'s shape and ``G``'s dtype."""
+    if G.ndim != t.ndim or any(g not in (1, s) for g, s in zip(G.shape, t.shape)):
+        raise ValueError(f"a cotangent of shape {G.shape} cannot be read at a tensor of shape {t.shape}")
+    strides = [0 if g == 1 and s != 1 else st for g, s, st in zip(G.shape, t.shape, _strides(G.shape))]
+    off = _offsets(t, G.shape, strides)
+    vals = P.gather_rows(_dev(t), G.reshape(-1, 1), off, off.size) if G.size else P.zeros(_dev(t), (off.size, 1),
+                                                                                            G.dtype)
+    return vals.reshape(t.values().shape)
+
+
+def _keys(t) -> tuple:
+    """(uint64 keys of ``t``'s stored elements in storage order, the key span)."""
+    dev = _dev(t)
+    if isinstance(t, COOTensor):
+        S = t.sparse_dim
+        keys = P.empty(dev, (t.nnz,), np.uint64)
+        P.run(dev, "coalesce.cu", "coo_keys", (P.index_key(t.index_dtype),), t.nnz, t.indices(), S, t.nnz,
+              P.from_host(dev, np.asarray(t.shape[:S], np.int64)), keys)
+        return keys, math.prod(t.shape[:S])
+    m = t.batch_dim
+    B = math.prod(t.shape[:m])
+    rb, cb = t.blocksize
+    nrows, ncols = t.shape[m] // max(rb, 1), t.shape[m + 1] // max(cb, 1)
+    c = t.compressed_indices()
+    keys = P.empty(dev, (B * t.nnz,), np.uint64)
+    P.run(dev, "autograd.cu", "compressed_keys", (P.index_key(t.index_dtype),), B * t.nnz, c, t.plain_indices(), B,
+          t.nnz, c.shape[-1] - 1, int(t.layout.compressed_rows), nrows, ncols, keys)
+    return keys, B * nrows * ncols
+
+
+def _items(t) -> int:
+    """Value items per stored element (a block and the dense dims)."""
+    lead = t.batch_dim + 1 if not isinstance(t, COOTensor) else 1
+    return math.prod(t.values().shape[lead:])
+
+
+def sparse_at(G, t) -> DeviceArray:
+    """Sparse device cotangent ``G`` (``t``'s shape, blocksize and dense dims; any layout of the
+    device's conversions) read at every stored element of ``t``, zero where ``G`` specifies
+    nothing; duplicates of an uncoalesced ``G`` are summed first (as on the CPU)."""
+    if G.shape != t.shape or _items(G) != _items(t):
+        raise ValueError(f"a {G.layout.name} cotangent of shape {G.shape} cannot be read at a {t.layout.name} tensor "
+                         f"of shape {t.shape}")
+    if t.layout.blocked and (not G.layout.blocked or G.blocksize != t.blocksize):
+        raise NotImplementedError(f"reading a {G.layout.name} cotangent at a {t.layout.name} pattern of blocksize "
+                                  f"{t.blocksize} on {t.device}")
+    dev = _dev(t)
+    G = G.coalesce() if isinstance(G, COOTensor) else checked(G)
+    gkeys, span = _keys(G)
+    tkeys, _ = _keys(t)
+    W = _items(t)
+    sorted_keys, perm = P.radix_sort(dev, gkeys, max(span - 1, 0).bit_length())
+    src = G.values().reshape(-1)
+    out = P.empty(dev, t.values().shape, src.dtype)
+    P.run(dev, "autograd.cu", "key_lookup", (P.raw_key(src.itemsize),), tkeys.size * W, sorted_keys, perm,
+          sorted_keys.size, tkeys, tkeys.size, src, W, out)
+    return out
+
+
+def sampled(S, A: DeviceArray, a_strides: tuple, Bm: DeviceArray, b_strides: tuple, K: int, *, conj_a=False,
+            conj_b=False, alpha=1.0) -> DeviceArray:
+    """``alpha * sum_n opA(A)[row, n] * opB(Bm)[col, n]`` at every stored item ``(batch, row, col)``
+    of device tensor ``S`` (any layout, no dense dims), ``K`` terms. ``a_strides``/``b_strides``:
+    the operand's element strides (batch, row, n), batch 0 for one matrix shared by every batch.
+    An array of ``S.values()``'s shape in ``A``'s dtype (``A`` and ``Bm`` share it)."""
+    if S.dense_dim:
+        raise NotImplementedError(f"the masked product gradient of a {S.layout.name} tensor with dense dims on "
+                                  f"{S.device}")
+    if A.dtype != Bm.dtype:
+        raise TypeError(f"sampled products on cuda need one dtype, got {A.dtype} and {Bm.dtype}")
+    M, N = S.shape[-2], S.shape[-1]
+    off = _offsets(S, S.shape, _strides(S.shape))  # (batch * M + row) * N + col of each item
+    dev = _dev(S)
+    out = P.empty(dev, S.values().shape, A.dtype)
+    a = complex(alpha)
+    P.run(dev, "autograd.cu", "sampled_dot", (P.value_key(A.dtype, "a sampled product"),), off.size, off, off.size,
+          M, N, K, A, *a_strides, int(conj_a), Bm, *b_strides, int(conj_b), a.real, a.imag, out)
+    return out
+
+
+def _float_key(x: DeviceArray, what: str) -> str:
+    if x.dtype.name not in ("float16", "float32", "float64"):
+        raise NotImplementedError(f"the gradient of {what} of {x.dtype} values on {x.device} has no GPU kernel")
+    return x.dtype.name
+
+
+def unary_grad(name: str, x: DeviceArray, y: DeviceArray, g: DeviceArray, exponent=None) -> DeviceArray:
+    """``g * conj(f'(x))`` for the pointwise op ``name`` (``y = f(x)``; ``pow``: by ``exponent``)."""
+    dev = x._device
+    n = x.size
+    if x.dtype.kind == "c":
+        if name in ("abs", "absolute"):
+            real = y.dtype.name
+            if g.dtype != y.dtype:
+                raise TypeError(f"the cotangent of abs of {x.dtype} values must be {y.dtype}, got {g.dtype}")
+            out = P.empty(dev, x.shape, x.dtype)
+            P.run(dev, "autograd.cu", "abs_grad_complex", (real,), n, x, y, g, n, out)
+            return out
+        if name not in _COMPLEX:
+            raise NotImplementedError(f"the gradient of {name} of complex values on {x.device} has no GPU kernel")
+        if g.dtype != x.dtype:
+            g = g.astype(x.dtype)
+        out = P.empty(dev, x.shape, x.dtype)
+        P.run(dev, "autograd.cu", "unary_grad_complex", (x.dtype.name,), n, x, g, n, _COMPLEX[name], out)
+        return out
+    key = _float_key(x, name)
+    if g.dtype != x.dtype:
+        if g.dtype.kind == "c":
+            raise NotImplementedError(f"a complex cotangent of {name} of {x.dtype} values on {x.device}")
+        g = g.astype(x.dtype)
+    if name == "pow":
+        kind, c = _D_POW, float(exponent)
+    elif name in DERIVATIVES:
+        kind, c = DERIVATIVES[name]
+    else:
+        raise NotImplementedError(f"the gradient of {name} on {x.device} has no GPU kernel")
+    out = P.empty(dev, x.shape, x.dtype)
+    P.run(dev, "autograd.cu", "unary_grad", (key,), n, x, y, g, n, kind, c, out)
+    return out
+
+
+def softmax_grad(y: DeviceArray, g: DeviceArray, offsets: DeviceArray, E: int, log: bool) -> DeviceArray:
+    """The cotangent of the input of segment_softmax (``y`` its output, ``(n, K * E)``, ``g`` the
+    output cotangent) over the segments ``offsets`` bounds."""
+    key = y.dtype.name
+    if key not in ("float32", "float64"):
+        raise TypeError(f"the gradient of softmax on cuda needs float32 or float64 values, got {y.dtype}")
+    if g.dtype != y.dtype:
+        g = g.astype(y.dtype)
+    out = P.empty(y._device, y.shape, y.dtype)
+    KE = y.shape[1] if y.ndim == 2 else 0
+    G = offsets.shape[0] - 1
+    if y.shape[0] and KE:
+        P.run(y._device, "autograd.cu", "softmax_grad", (key,), G * E, y, g, offsets, G, KE // E, E, int(log), out)
+    return out
+
+
+def add(a: DeviceArray, b: DeviceArray) -> DeviceArray:
+    """``a + b`` of two device arrays of one shape (the dtype of the two promoted)."""
+    if a.shape != b.shape:
+        raise ValueError(f"adding cotangents of shapes {a.shape} and {b.shape} on {a.device}")
+    rt = np.result_type(a.dtype, b.dtype)
+    a, b = a.astype(rt, copy=False), b.astype(rt, copy=False)
+    out = P.empty(a._device, a.shape, rt)
+    P.run(a._device, "autograd.cu", "add_arrays", (P.value_key(rt, "adding cotangents"),), a.size, a, b, a.size, out)
+    return out
+
+
+def sum_leading(x: DeviceArray, n: int) -> DeviceArray:
+    """``x`` summed over its ``n`` leading axes."""
+    R = math.prod(x.shape[:n])
+    out = P.empty(x._device, x.shape[n:], x.dtype)
+    W = out.size
+    if R == 0:
+        x._device.memset8(out.ptr, 0, out.nbytes)
+    else:
+        P.run(x._device, "autograd.cu", "sum_leading", (P.value_key(x.dtype, "summing cotangents"),), W, x, R, W, out)
+    return out
+
+
+def conj(x: DeviceArray) -> DeviceArray:
+    """The complex conjugate of a device array (real arrays are returned as they are)."""
+    if x.dtype.kind != "c":
+        return x
+    out = P.empty(x._device, x.shape, x.dtype)
+    P.run(x._device, "pointwise.cu", "unary_complex", (x.dtype.name,), x.size, x, out, x.size, UNARY_OPS["conj"][0])
+    return out
+
+
+def real(x: DeviceArray) -> DeviceArray:
+    """The real parts of a complex device array (real arrays are returned as they are)."""
+    if x.dtype.kind != "c":
+        return x
+    rt = np.dtype(np.float32 if x.dtype == np.complex64 else np.float64)
+    out = P.empty(x._device, x.shape, rt)
+    P.run(x._device, "autograd.cu", "real_part", (rt.name,), x.size, x.reshape(-1).view(rt), x.size, out)
+    return out

@@ -1,0 +1,226 @@
+"""Cotangents on a CUDA device: the helpers of :mod:`._core` and the rules for device values.
+
+The rules are written once; where a cotangent or a value lives on a GPU (a
+:class:`sparsetensor.cuda.DeviceArray`, or a sparse tensor whose members are ones) these
+helpers keep it there, computing with the kernels of
+:mod:`sparsetensor._backend.cuda._autograd`. A step that has no device kernel raises
+NotImplementedError naming it and the device: nothing is copied to the host silently.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import numpy as np
+
+from .._core._device import is_device_array
+from .._core._tensor import SparseTensor
+
+__all__ = ["on_device", "kernels", "comparable", "dense_cotangent", "cast", "add", "zeros", "unbroadcast", "values_at", "refuse"]
+
+
+def on_device(x) -> bool:
+    """Whether ``x`` is a sparse tensor on a GPU or a device array."""
+    if isinstance(x, SparseTensor):
+        return x.is_cuda
+    return is_device_array(x)
+
+
+def kernels():
+    from .._backend.cuda import _autograd
+
+    return _autograd
+
+
+def _array(x):
+    from .._core._device import device_array
+
+    return device_array(x)
+
+
+def refuse(what: str, where) -> NotImplementedError:
+    device = getattr(where, "device", "cuda")
+    return NotImplementedError(f"the gradient of {what} on {device} has no GPU kernel (nothing is copied to the host); "
+                               "run it on the host with t.cpu()")
+
+
+def cast(g, dtype):
+    """Device array ``g`` in ``dtype`` (complex to real: the real part; on the device)."""
+    dtype = np.dtype(dtype)
+    if g.dtype == dtype:
+        return g
+    if g.dtype.kind == "c" and dtype.kind != "c":
+        g = kernels().real(g)
+    return g.astype(dtype, copy=False)
+
+
+def zeros(shape, dtype, like):
+    """A zero device array on the device of ``like``."""
+    from ..cuda._array import DeviceArray
+
+    dev = like._device if hasattr(like, "_device") else like.values()._device
+    return DeviceArray.zeros(shape, dtype, dev)
+
+
+def add(a, b):
+    """The sum of two device cotangents of one shape."""
+    return kernels().add(a, b)
+
+
+def unbroadcast(g, shape: tuple):
+    """Device array ``g`` summed over the leading dims that broadcasting added or stretched."""
+    shape = tuple(shape)
+    if g.shape == shape:
+        return g
+    extra = g.ndim - len(shape)
+    lead = 0
+    while lead < len(shape) and shape[lead] == 1:
+        lead += 1
+    # the dims to sum are leading ones (added, or stretched from 1 at the front): a sum over them
+    for n in range(extra + lead, extra - 1, -1):
+        if g.shape[n:] == shape[n - extra:]:
+            return kernels().sum_leading(g, n).reshape(shape)
+    raise NotImplementedError(f"summing a device cotangent of shape {g.shape} back to the broadcast shape {shape} "
+                              f"on {g.device} has no GPU kernel (only leading dims)")
+
+
+def values_at(g, target: SparseTensor):
+    """Cotangent ``g`` (a sparse device tensor of any pattern, or a dense device array of
+    ``target``'s shape) read at the stored elements of device tensor ``target``."""
+    if isinstance(g, SparseTensor):
+        return kernels().sparse_at(g, target)
+    g = _array(g)
+    if g.shape != target.shape:
+        raise ValueError(f"a dense cotangent of shape {g.shape} cannot be read at a tensor of shape {target.shape}")
+    return kernels().dense_at(target, g)
+
+
+def comparable(g: SparseTensor, out: SparseTensor) -> bool:
+    """Whether sparse ``g`` can be the cotangent of device output ``out`` without sharing its
+    index arrays: the same device, layout, shape and nnz (it is then read at ``out``'s pattern)."""
+    return g.is_cuda and g.device == out.device and g.layout is out.layout and g.shape == out.shape and \
+        g.nnz == out.nnz
+
+
+def dense_cotangent(g, out, name: str):
+    """A dense cotangent of device output ``out`` as a device array: device arrays are taken as they
+    are, a Python or NumPy scalar is put on the device (for a 0-d output), other host arrays are
+    refused (move them to the output's device first)."""
+    if is_device_array(g):
+        return _array(g)
+    if isinstance(g, (numbers.Number, np.generic)) or (isinstance(g, np.ndarray) and g.ndim == 0):
+        from ..cuda._array import DeviceArray
+
+        return DeviceArray.from_host(np.asarray(g), _array(out.values() if isinstance(out, SparseTensor) else
+                                                           out)._device).reshape(())  # one scalar the caller gave
+    raise TypeError(f"{name}: the output is on {out.device}, so its cotangent must be a device array there (or a "
+                    f"scalar for a 0-d output), got {type(g).__name__}")
+
+
+def wrap(arg, ct):
+    """The raw device cotangent ``ct`` of ``arg`` in ``arg``'s form (see :func:`sparsetensor.autograd.wrap_cotangent`)."""
+    if isinstance(ct, SparseTensor):
+        return ct if ct.dtype == arg.dtype else ct.astype(arg.dtype)
+    if not is_device_array(ct):
+        raise AssertionError(f"internal: a host cotangent ({type(ct).__name__}) for an argument on {arg.device}")
+    ct = cast(_array(ct), arg.dtype)
+    if isinstance(arg, SparseTensor):
+        want = arg.values().shape
+        if ct.shape != want:
+            raise AssertionError(f"internal: a cotangent of shape {ct.shape} for values of shape {want}")
+        return arg._replace_values(ct)
+    if ct.shape != tuple(arg.shape):
+        raise NotImplementedError(f"broadcasting a cotangent of shape {ct.shape} to {arg.shape} on {arg.device}")
+    return ct
+
+
+# -- the device halves of rules (sparsetensor.autograd.rules calls them for device values) ----------
+def _matrix(x, vector: bool):
+    return x.reshape(x.shape + (1,)) if vector else x
+
+
+def _batch_stride(x) -> int:
+    return x.shape[-2] * x.shape[-1] if x.ndim > 2 else 0
+
+
+def matmul_back(a: SparseTensor, X, G):
+    """Cotangents of sparse ``a`` (its values, an SDDMM at its pattern) and dense ``X`` (``a^H @ G``)
+    for ``a @ X`` on the device."""
+    from ..ops import blas
+
+    X = _array(X)
+    vector = X.ndim == 1
+    rt = G.dtype
+    Xm, Gm = _matrix(cast(X, rt) if X.dtype != rt else X, vector), _matrix(G, vector)
+    N = Xm.shape[-1]
+    cplx = rt.kind == "c" or a.dtype.kind == "c"
+    ga = kernels().sampled(a, Gm, (_batch_stride(Gm), N, 1), Xm, (_batch_stride(Xm), N, 1), N, conj_b=cplx)
+    gX = kernels().conj(blas.matmul(a.mT, kernels().conj(Gm))) if cplx else blas.matmul(a.mT, Gm)
+    if vector:
+        gX = gX.reshape(gX.shape[:-1])
+    return ga, unbroadcast(gX, X.shape)
+
+
+def adjoint(x):
+    """``conj(x).mT`` of a device array (a transposed copy: device memory holds no strided views)."""
+    return kernels().conj(_array(x)).swapaxes(-1, -2)
+
+
+def sampled_addmm_back(input, mat1, mat2, G, beta, alpha):
+    """Cotangents of ``input`` (values), ``mat1`` and ``mat2`` for ``sampled_addmm`` on the device."""
+    from ..ops import blas, pointwise
+
+    gv = G.values()
+    gi = gv if beta == 1 else gv * np.conj(beta)
+    Ga = G if alpha == 1 else G._replace_values(gv * np.conj(alpha))
+    m1, m2 = _array(mat1), _array(mat2)
+    g1 = blas.matmul(Ga, adjoint(m2))
+    Gh = pointwise.conj(Ga) if Ga.dtype.kind == "c" else Ga
+    g2 = adjoint(blas.matmul(Gh.mT, m1))  # m1^H @ Ga = (Ga^H @ m1)^H: dense @ sparse has no GPU kernel
+    return unbroadcast(gi, input.values().shape), unbroadcast(g1, m1.shape), unbroadcast(g2, m2.shape)
+
+
+def broadcast_back(t: SparseTensor, Gk, dims: tuple):
+    """The keepdim-form cotangent ``Gk`` of a reduction over ``dims`` read at every stored item of ``t``."""
+    if isinstance(Gk, SparseTensor):
+        raise refuse("a reduction with a sparse result", t)
+    return kernels().dense_at(t, _array(Gk))
+
+
+def unary_back(name: str, x, y, g, exponent=None):
+    """``g * conj(f'(x))`` of the pointwise op ``name`` on device values."""
+    if name in ("real", "imag", "sgn"):
+        raise refuse(name, x)
+    if name == "conj" and x.dtype.kind != "c":
+        return cast(g, x.dtype)
+    return kernels().unary_grad(name, x, y, g, exponent)
+
+
+def softmax_back(c: SparseTensor, out: SparseTensor, G: SparseTensor, d: int, log: bool):
+    """The cotangent of the values of (canonical) device tensor ``c`` for ``softmax(c, d)`` (``log``:
+    log_softmax) = ``out``: along the plain dim over the rows as they lie, along the compressed
+    dim through the transposed layout (as the forward op)."""
+    if isinstance(c, SparseTensor) and (c.layout.blocked or c.dense_dim or not c.layout.compressed):
+        raise refuse("softmax" if not log else "log_softmax", c)
+    m = c.batch_dim
+    plain_dim = m + 1 if c.layout.compressed_rows else m
+    work = np.dtype(np.float32) if out.dtype == np.float16 else out.dtype  # as the forward op computes
+    g = cast(G.values(), work)
+    if out.dtype != work:
+        out = out._replace_values(out.values().astype(work))
+    if d != plain_dim:
+        flip = c.layout.transposed
+        yt = out.to_sparse(flip)
+        gt = out._replace_values(g).to_sparse(flip)
+        r = softmax_back(yt, yt, gt, d, log)
+        return yt._replace_values(r).to_sparse(c.layout).values()
+    from .._backend import backend_for
+
+    backend = backend_for(c)
+    B = math.prod(c.shape[:m])
+    ci = c.compressed_indices().reshape(B, c.compressed_indices().shape[-1])
+    y = out.values()
+    off = backend.batch_offsets(ci, c.nnz)
+    return kernels().softmax_grad(y.reshape(B * c.nnz, 1), g.reshape(B * c.nnz, 1), off, 1,
+                                  log).reshape(y.shape)

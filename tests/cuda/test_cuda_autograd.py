@@ -1,0 +1,338 @@
+"""Gradients on the device: ``st.autograd.vjp`` of every rule whose op runs on a CUDA tensor, and of
+functions composed of them (the tape), against the CPU's vjp on the same data.
+
+Each test runs the op through vjp on CPU tensors and on their copies on the device, pulls back the
+same cotangent, and asserts that every cotangent of a device argument lives on the device (a
+sparse one with the argument's own index arrays: its pattern), equals the CPU's to the dtype's
+tolerance, and that no device array was copied to the host on the way (``DeviceArray.__array__``
+is made to fail during the pullbacks). Runs on a GPU or on the kernel emulator (see
+tests/cuda_support.py).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import sparsetensor as st
+from sparsetensor.autograd import vjp
+from sparsetensor.cuda._array import DeviceArray
+
+from cuda_support import backend, rng  # noqa: F401 (the fixtures)
+from cuda_support import INDEX, make, members
+
+FLOAT = [np.dtype(np.float32), np.dtype(np.float64)]
+RTOL = {np.dtype("float16"): 3e-2, np.dtype("float32"): 2e-5, np.dtype("float64"): 1e-11, np.dtype("complex64"): 2e-5,
+        np.dtype("complex128"): 1e-11}
+# (layout, batch, dense, blocksize) of the products on the device (no dense dims)
+PRODUCT_CASES = [("csr", (), (), None), ("csc", (), (), None), ("coo", (), (), None), ("bsr", (), (), (2, 3)),
+                 ("bsc", (), (), (2, 1)), ("csr", (2,), (), None), ("csc", (3,), (), None), ("bsr", (2,), (), (2, 1))]
+PRODUCT_IDS = [f"{c[0]}-b{len(c[1])}" for c in PRODUCT_CASES]
+
+
+@pytest.fixture
+def no_host_copies(monkeypatch):
+    """Inside ``with no_host_copies():`` converting a DeviceArray to a NumPy array fails."""
+    import contextlib
+
+    @contextlib.contextmanager
+    def guard():
+        def refuse(self, *args, **kwargs):
+            raise AssertionError(f"a device array {self!r} was copied to the host during the pullback")
+
+        with monkeypatch.context() as m:
+            m.setattr(DeviceArray, "__array__", refuse)
+            yield
+
+    return guard
+
+
+def to_dev(x):
+    if isinstance(x, st.SparseTensor):
+        return x.cuda()
+    if isinstance(x, np.ndarray):
+        return DeviceArray.from_host(x)
+    return x
+
+
+def host(x):
+    return x.get() if isinstance(x, DeviceArray) else np.asarray(x)
+
+
+def rand(rng, shape, dtype):
+    x = rng.standard_normal(shape)
+    if np.dtype(dtype).kind == "c":
+        x = x + 1j * rng.standard_normal(shape)
+    return x.astype(dtype)
+
+
+def cotangent(rng, out):
+    """A random cotangent of CPU output ``out``: (CPU form, device form)."""
+    if isinstance(out, st.SparseTensor):
+        v = rand(rng, out.values().shape, out.dtype)
+        return out._replace_values(v), v
+    g = rand(rng, np.shape(out), out.dtype)
+    return g, g
+
+
+def check(rng, guard, fn, *args, kwargs=None):
+    """vjp of ``fn`` on CPU ``args`` and on their device copies: the same outputs and cotangents.
+    Returns the device cotangents."""
+    kwargs = kwargs or {}
+    dargs = [to_dev(a) for a in args]
+    out_c, pb_c = vjp(fn, *args, **kwargs)
+    out_d, pb_d = vjp(fn, *dargs, **kwargs)
+    many = isinstance(out_c, tuple)
+    outs_c, outs_d = (out_c, out_d) if many else ((out_c,), (out_d,))
+    gs_c, gs_d = [], []
+    for oc, od in zip(outs_c, outs_d):
+        gc, gv = cotangent(rng, oc)
+        if isinstance(od, st.SparseTensor):
+            assert od.is_cuda and od.layout is oc.layout and od.shape == oc.shape
+            for x, y in zip(members(od)[:-1], members(oc)[:-1]):
+                assert np.array_equal(host(x), y), "the device output's pattern differs from the CPU's"
+            gd = od._replace_values(DeviceArray.from_host(gv))
+        else:
+            assert isinstance(od, DeviceArray) and od.shape == np.shape(oc)
+            gd = DeviceArray.from_host(gv).reshape(np.shape(oc))
+        gs_c.append(gc)
+        gs_d.append(gd)
+    cts_c = pb_c(tuple(gs_c) if many else gs_c[0])
+    with guard():
+        cts_d = pb_d(tuple(gs_d) if many else gs_d[0])
+    assert len(cts_d) == len(args)
+    for a, da, cc, cd in zip(args, dargs, cts_c, cts_d):
+        if cc is None:
+            assert cd is None
+            continue
+        if isinstance(a, st.SparseTensor):
+            assert isinstance(cd, st.SparseTensor) and cd.is_cuda and cd.device == da.device
+            assert cd.layout is da.layout and cd.shape == da.shape and cd.dtype == da.dtype
+            for x, y in zip(members(cd)[:-1], members(da)[:-1]):
+                assert x is y, "the cotangent does not have the argument's own index arrays"
+            got, want = host(cd.values()), np.asarray(cc.values())
+        else:
+            assert isinstance(cd, DeviceArray) and cd.shape == np.shape(a) and cd.dtype == a.dtype
+            got, want = host(cd), np.asarray(cc)
+        assert got.dtype == want.dtype and got.shape == want.shape
+        tol = RTOL[want.dtype]
+        scale = max(float(np.abs(want).max(initial=0)), 1.0)
+        np.testing.assert_allclose(got, want, rtol=tol, atol=tol * scale)
+    return cts_d
+
+
+# -- products ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", FLOAT, ids=str)
+@pytest.mark.parametrize("index_dtype", INDEX, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("case", PRODUCT_CASES, ids=PRODUCT_IDS)
+def test_matmul(backend, rng, no_host_copies, case, index_dtype, dtype):
+    A = make(rng, case, dtype, index_dtype)
+    batch, K = A.shape[:-2], A.shape[-1]
+    check(rng, no_host_copies, st.matmul, A, rand(rng, (K, 3), dtype))            # a shared X
+    check(rng, no_host_copies, st.matmul, A, rand(rng, batch + (K, 2), dtype))    # X of A's batch
+    if not batch:
+        check(rng, no_host_copies, st.mv, A, rand(rng, (K,), dtype))
+        check(rng, no_host_copies, st.mm, A, rand(rng, (K, 1), dtype))
+
+
+def test_matmul_complex(backend, rng, no_host_copies):
+    for layout in ("csr", "csc"):
+        A = make(rng, (layout, (), (), None), np.complex128)
+        check(rng, no_host_copies, st.matmul, A, rand(rng, (A.shape[1], 3), np.complex128))
+
+
+@pytest.mark.parametrize("dtype", FLOAT, ids=str)
+@pytest.mark.parametrize("batch", [(), (2,)], ids=["b0", "b1"])
+def test_sampled_addmm(backend, rng, no_host_copies, batch, dtype):
+    A = make(rng, ("csr", batch, (), None), dtype, np.int32)
+    M, N = A.shape[-2:]
+    check(rng, no_host_copies, st.sampled_addmm, A, rand(rng, batch + (M, 3), dtype), rand(rng, batch + (3, N), dtype),
+          kwargs={"beta": 0.5, "alpha": 2.0})
+    check(rng, no_host_copies, st.sampled_addmm, A, rand(rng, (M, 2), dtype), rand(rng, (2, N), dtype))
+
+
+# -- elementwise -------------------------------------------------------------------------------------------
+
+ELEMENTWISE_CASES = [("csr", (), (), None), ("csc", (2,), (), None), ("coo", (), (), None), ("coo", (), (2,), None),
+                     ("bsr", (), (), (2, 3)), ("csr", (), (3,), None)]
+ELEMENTWISE_IDS = [f"{c[0]}-b{len(c[1])}-d{len(c[2])}" for c in ELEMENTWISE_CASES]
+
+
+@pytest.mark.parametrize("dtype", FLOAT, ids=str)
+@pytest.mark.parametrize("index_dtype", INDEX, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("case", ELEMENTWISE_CASES, ids=ELEMENTWISE_IDS)
+def test_add_sub_mul_scalar(backend, rng, no_host_copies, case, index_dtype, dtype):
+    nnz = 3 if case[1] else None  # batches of one nnz: the sum's batches must agree too
+    A = make(rng, case, dtype, index_dtype, nnz=nnz)
+    B = make(rng, case, dtype, index_dtype, nnz=nnz)
+    if case[1]:
+        B = A._replace_values(rand(rng, A.values().shape, dtype))
+    check(rng, no_host_copies, st.add, A, B)
+    check(rng, no_host_copies, st.sub, A, B, kwargs={"alpha": 0.5})
+    check(rng, no_host_copies, st.mul, A, B)
+    check(rng, no_host_copies, st.mul, A, 2.5)
+    check(rng, no_host_copies, st.div, A, -4.0)
+
+
+UNARY = ["neg", "abs", "sqrt", "square", "sin", "tan", "tanh", "asin", "atan", "sinh", "asinh", "atanh", "expm1",
+         "log1p", "sign", "floor", "ceil", "trunc", "round", "relu", "frac", "deg2rad", "rad2deg", "conj"]
+
+
+def test_every_device_pointwise_op_has_a_derivative():
+    from sparsetensor._backend.cuda._autograd import DERIVATIVES
+    from sparsetensor._backend.cuda._pointwise import UNARY_OPS
+
+    assert set(UNARY_OPS) <= set(DERIVATIVES)
+
+
+@pytest.mark.parametrize("dtype", FLOAT, ids=str)
+@pytest.mark.parametrize("layout", ["csr", "coo", "bsc"])
+def test_unary(backend, rng, no_host_copies, layout, dtype):
+    A = make(rng, (layout, (), (), (1, 2) if layout == "bsc" else None), dtype)
+    v = np.ascontiguousarray(A.values())
+    small = A._replace_values((np.tanh(v) * 0.9).astype(dtype))  # inside (-1, 1): asin, atanh, log1p
+    positive = A._replace_values((np.abs(v) + 0.5).astype(dtype))
+    for name in UNARY:
+        t = positive if name == "sqrt" else small
+        check(rng, no_host_copies, getattr(st, name), t)
+    check(rng, no_host_copies, st.pow, positive, 2.5)
+
+
+def test_unary_uncoalesced_coo(backend, rng, no_host_copies):
+    """A nonlinear op coalesces first: each stored duplicate gets the gradient at the summed value."""
+    A = st.sparse_coo_tensor([[0, 2, 0, 1], [1, 0, 1, 3]], [0.25, -0.5, 0.125, 0.75], size=(3, 4))
+    assert not A.is_coalesced()
+    check(rng, no_host_copies, st.sin, A)
+    check(rng, no_host_copies, "coalesce", A)
+
+
+def test_unary_complex(backend, rng, no_host_copies):
+    A = make(rng, ("csr", (), (), None), np.complex128)
+    for name in ("neg", "square", "conj", "abs"):
+        check(rng, no_host_copies, getattr(st, name), A)
+
+
+# -- reductions --------------------------------------------------------------------------------------------
+
+REDUCE_CASES = [("csr", (), (), None), ("csc", (2,), (), None), ("coo", (), (), None), ("bsr", (), (), (2, 3)),
+                ("csr", (2,), (3,), None)]
+REDUCE_IDS = [f"{c[0]}-b{len(c[1])}-d{len(c[2])}" for c in REDUCE_CASES]
+
+
+@pytest.mark.parametrize("dtype", FLOAT, ids=str)
+@pytest.mark.parametrize("case", REDUCE_CASES, ids=REDUCE_IDS)
+def test_sum_mean(backend, rng, no_host_copies, case, dtype):
+    A = make(rng, case, dtype, np.int32)
+    m = A.batch_dim if case[0] != "coo" else 0
+    dims = [None] + ([m, m + 1] if case[0] != "coo" else [])
+    for name in ("sum", "mean"):
+        for dim in dims:
+            for keepdim in (False, True):
+                if dim is None and keepdim:
+                    continue
+                check(rng, no_host_copies, getattr(st, name), A, dim, keepdim)
+
+
+@pytest.mark.parametrize("dtype", FLOAT, ids=str)
+@pytest.mark.parametrize("case", [("csr", (), (), None), ("csc", (), (), None), ("csr", (2,), (), None)],
+                         ids=["csr", "csc", "csr-b1"])
+def test_softmax(backend, rng, no_host_copies, case, dtype):
+    A = make(rng, case, dtype, np.int64)
+    m = A.batch_dim
+    for name in ("softmax", "log_softmax"):
+        for dim in (m, m + 1, -1):
+            check(rng, no_host_copies, getattr(st, name), A, dim)
+
+
+# -- conversions --------------------------------------------------------------------------------------------
+
+CONVERT_CASES = [("csr", (), (), None), ("csc", (), (), None), ("coo", (), (), None), ("coo", (), (2,), None),
+                 ("bsr", (), (), (2, 3)), ("bsc", (2,), (), (1, 2)), ("csr", (2, 2), (2,), None)]
+CONVERT_IDS = [f"{c[0]}-b{len(c[1])}-d{len(c[2])}" for c in CONVERT_CASES]
+
+
+@pytest.mark.parametrize("dtype", FLOAT, ids=str)
+@pytest.mark.parametrize("index_dtype", INDEX, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("case", CONVERT_CASES, ids=CONVERT_IDS)
+def test_to_dense_and_values(backend, rng, no_host_copies, case, index_dtype, dtype):
+    A = make(rng, case, dtype, index_dtype)
+    check(rng, no_host_copies, "to_dense", A)
+    check(rng, no_host_copies, "values", A)
+    check(rng, no_host_copies, "clone", A)
+    check(rng, no_host_copies, "astype", A, np.float64 if dtype == np.float32 else np.float32)
+
+
+@pytest.mark.parametrize("src,dst", [("csr", "coo"), ("coo", "csr"), ("csr", "csc"), ("csc", "csr"), ("csc", "coo"),
+                                     ("bsr", "bsc")])
+def test_layout_conversions(backend, rng, no_host_copies, src, dst):
+    bs = (2, 3) if src.startswith("b") else None
+    A = make(rng, (src, (), (), bs), np.float64, np.int32)
+    check(rng, no_host_copies, "to_sparse", A, dst, kwargs={"blocksize": bs})
+    if src != "coo":
+        check(rng, no_host_copies, "mT", A)
+
+
+def test_from_dense(backend, rng, no_host_copies):
+    a = make(rng, ("csr", (), (), None), np.float64).to_dense()
+    for layout in ("csr", "coo"):
+        check(rng, no_host_copies, st.from_dense, a, layout)
+
+
+# -- composed functions (the tape) ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", FLOAT, ids=str)
+@pytest.mark.parametrize("layout", ["csr", "csc", "coo"])
+def test_tape_compositions(backend, rng, no_host_copies, layout, dtype):
+    A = make(rng, (layout, (), (), None), dtype, np.int64, nnz=8)
+    X = rand(rng, (A.shape[1], 3), dtype)
+    check(rng, no_host_copies, lambda t: st.sum(t * 3.0 + st.sin(t) * t), A)          # t used three times
+    check(rng, no_host_copies, lambda t, x: st.matmul(st.tanh(t) * 2.0 - t, x), A, X)
+    check(rng, no_host_copies, lambda t, x: (st.sum(st.square(t)), st.matmul(t, x)), A, X)  # two outputs
+    check(rng, no_host_copies, lambda t: (t * t).to_dense(), A)
+    if layout != "coo":
+        check(rng, no_host_copies, lambda t: st.sum(st.log_softmax(t * 0.5, -1) * t), A)
+
+
+def test_tape_scalar_cotangent_and_unused_argument(backend, rng, no_host_copies):
+    A = make(rng, ("csr", (), (), None), np.float64, nnz=6)
+    d = A.cuda()
+    B = d._replace_values(DeviceArray.from_host(np.ones(A.values().shape)))
+    loss, pullback = vjp(lambda t, u: st.sum(t * 2.0), d, B)
+    assert isinstance(loss, DeviceArray) and loss.shape == ()
+    with no_host_copies():
+        dA, dB = pullback(1.0)
+    np.testing.assert_allclose(dA.values().get(), 2.0)
+    assert dB.is_cuda and not dB.values().get().any()
+
+
+def test_bad_cotangents_on_device(backend, rng):
+    A = make(rng, ("csr", (), (), None), np.float64, nnz=6)
+    d = A.cuda()
+    out, pullback = vjp(st.matmul, d, DeviceArray.from_host(np.ones((A.shape[1], 2))))
+    assert isinstance(out, DeviceArray)
+    with pytest.raises(TypeError, match="device array"):
+        pullback(np.ones(out.shape))  # a host cotangent of a device output
+    with pytest.raises(ValueError, match="shape"):
+        pullback(DeviceArray.from_host(np.ones((1, 2))))
+    out, pullback = vjp(st.sin, d)
+    other = make(rng, ("csr", (), (), None), np.float64, nnz=3).cuda()
+    with pytest.raises(ValueError, match="pattern"):
+        pullback(other)
+
+
+def test_float16(backend, rng, no_host_copies):
+    """float16 values compute in float32 on the device (rounded once), in float16 on the CPU."""
+    A = make(rng, ("csr", (), (), None), np.float16, np.int32)
+    check(rng, no_host_copies, st.sin, A)
+    check(rng, no_host_copies, st.softmax, A, -1)
+    check(rng, no_host_copies, st.matmul, A, rand(rng, (A.shape[1], 2), np.float16))
+    check(rng, no_host_copies, st.sum, A, 1)
+
+
+def test_embedding_refuses_a_device_weight(backend):
+    """The embedding rules have no GPU kernel: a device weight raises instead of going to the host."""
+    W = DeviceArray.from_host(np.ones((3, 2)))
+    for name, args in (("embedding", (np.array([0, 2]),)), ("embedding_bag", (np.array([0, 2, 1]), np.array([0, 2])))):
+        with pytest.raises(NotImplementedError, match=name):
+            vjp(name, W, *args)
