@@ -79,17 +79,50 @@ __global__ void coo_offsets(const I* __restrict__ idx, i64 S, i64 nnz, i64 D, co
     }
 }
 
-// keys[b * nnz + e] = (b * nrows + row) * ncols + col of element e of batch b (block coordinates).
+// Keys of stored elements in the key space of a cotangent: with the element's coordinates c[k]
+// (batch dims, then the (block) row and column of a compressed tensor; the sparse dims of a coo
+// one), key = sum_k (c[k] + shift[k]) * mult[k], or ~0 (found nowhere) when some c[k] is outside
+// [lo[k], hi[k]). Plain keys: shift 0, mult the row-major strides of the (block) grid; a narrow,
+// select or cat maps its input's elements to its output's keys by shift, mult and the range.
+__device__ __forceinline__ bool add_coord(i64 x, i64 k, const i64* __restrict__ shift, const i64* __restrict__ lo,
+                                          const i64* __restrict__ hi, const i64* __restrict__ mult, u64& key) {
+    key += (u64)(x + shift[k]) * (u64)mult[k];
+    return x >= lo[k] && x < hi[k];
+}
+
 // st:kernel index
 template <typename I>
 __global__ void compressed_keys(const I* __restrict__ c, const I* __restrict__ p, i64 B, i64 nnz, i64 n,
-                                int rows_major, i64 nrows, i64 ncols, u64* __restrict__ keys) {
+                                int rows_major, i64 m, const i64* __restrict__ batch, const i64* __restrict__ shift,
+                                const i64* __restrict__ lo, const i64* __restrict__ hi,
+                                const i64* __restrict__ mult, u64* __restrict__ keys) {
     ST_GRID_LOOP(i, B * nnz) {
         const i64 b = i / nnz, e = i - b * nnz;
         const i64 slot = slot_of(c + b * (n + 1), n, e);
         const i64 plain = (i64)p[i];
-        const i64 row = rows_major ? slot : plain, col = rows_major ? plain : slot;
-        keys[i] = ((u64)b * (u64)nrows + (u64)row) * (u64)ncols + (u64)col;
+        u64 key = 0;
+        bool ok = true;
+        i64 r = b;
+        for (i64 k = m - 1; k >= 0; --k) {
+            ok = add_coord(r % batch[k], k, shift, lo, hi, mult, key) && ok;
+            r /= batch[k];
+        }
+        ok = add_coord(rows_major ? slot : plain, m, shift, lo, hi, mult, key) && ok;
+        ok = add_coord(rows_major ? plain : slot, m + 1, shift, lo, hi, mult, key) && ok;
+        keys[i] = ok ? key : ~0ull;
+    }
+}
+
+// st:kernel index
+template <typename I>
+__global__ void coo_keys_mapped(const I* __restrict__ idx, i64 S, i64 nnz, const i64* __restrict__ shift,
+                                const i64* __restrict__ lo, const i64* __restrict__ hi,
+                                const i64* __restrict__ mult, u64* __restrict__ keys) {
+    ST_GRID_LOOP(e, nnz) {
+        u64 key = 0;
+        bool ok = true;
+        for (i64 k = 0; k < S; ++k) ok = add_coord((i64)idx[k * nnz + e], k, shift, lo, hi, mult, key) && ok;
+        keys[e] = ok ? key : ~0ull;
     }
 }
 

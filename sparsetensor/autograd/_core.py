@@ -56,7 +56,8 @@ def element_coords(t: SparseTensor) -> np.ndarray:
     ``t.values()`` before the dense dims) its coordinate in the first ``P = ndim - dense_dim``
     dims (batch and sparse; block items one by one)."""
     if t.is_cuda:  # the rules' host path: a device tensor takes the kernels of _device instead
-        raise _device.refuse(f"an op that reads coordinates of a {t.layout.name} tensor", t)
+        raise NotImplementedError(f"reading the coordinates of the stored elements of a {t.layout.name} tensor on "
+                                  f"{t.device} (a host pass) has no GPU kernel; run it on the host with t.cpu()")
     _valid(t)
     if isinstance(t, COOTensor):
         return t.indices().astype(np.int64, copy=False)
@@ -96,7 +97,8 @@ def gather(g, coords: np.ndarray, dense_shape: tuple, valid=None) -> np.ndarray:
     """
     P, lead = coords.shape[0], coords.shape[1:]
     if _device.on_device(g):
-        raise _device.refuse("an op that reads a cotangent at host coordinates", g)
+        raise NotImplementedError(f"reading a cotangent on {g.device} at host coordinates (a host pass) has no GPU "
+                                  "kernel; run it on the host")
     if valid is not None:
         coords = np.where(valid, coords, 0)
     if isinstance(g, SparseTensor):

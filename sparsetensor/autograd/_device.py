@@ -224,3 +224,52 @@ def softmax_back(c: SparseTensor, out: SparseTensor, G: SparseTensor, d: int, lo
     off = backend.batch_offsets(ci, c.nnz)
     return kernels().softmax_grad(y.reshape(B * c.nnz, 1), g.reshape(B * c.nnz, 1), off, 1,
                                   log).reshape(y.shape)
+
+
+def _strides(shape) -> list:
+    out, s = [], 1
+    for n in reversed(tuple(shape)):
+        out.append(s)
+        s *= n
+    return out[::-1]
+
+
+def _along_sparse(what: str, t: SparseTensor, d: int) -> int:
+    """The number of batch and sparse dims of ``t``; refuses a dense dim ``d`` or a blocked ``t``."""
+    P = t.ndim - t.dense_dim
+    if d >= P or t.layout.blocked:
+        raise refuse(f"{what} along a dense dim or of a blocked tensor", t)
+    return P
+
+
+def narrow_back(t: SparseTensor, G: SparseTensor, d: int, start: int, length: int):
+    """Values of ``t`` for ``narrow(t, d, start, length)``: ``G`` read at ``t``'s elements moved by
+    ``-start`` along ``d``, zero outside the window."""
+    P = _along_sparse("narrow", t, d)
+    shift, lo, hi = [0] * P, [0] * P, list(t.shape[:P])
+    shift[d], lo[d], hi[d] = -start, start, start + length
+    return kernels().sparse_at(G, t, (shift, lo, hi, _strides(kernels().grid(G))))
+
+
+def select_back(t: SparseTensor, G: SparseTensor, d: int, index: int):
+    """Values of ``t`` for ``select(t, d, index)``: ``G`` read at the elements with ``index`` along ``d``."""
+    P = _along_sparse("select", t, d)
+    mult = _strides(kernels().grid(G))
+    mult.insert(d, 0)
+    lo, hi = [0] * P, list(t.shape[:P])
+    lo[d], hi[d] = index, index + 1
+    return kernels().sparse_at(G, t, ([0] * P, lo, hi, mult))
+
+
+def cat_back(tensors: list, G: SparseTensor, d: int) -> list:
+    """Values of each of ``tensors`` for ``cat(tensors, d)``: ``G`` read at their elements moved by
+    their offsets along ``d``."""
+    out, off = [], 0
+    mult = _strides(kernels().grid(G))
+    for t in tensors:
+        P = _along_sparse("cat", t, d)
+        shift = [0] * P
+        shift[d] = off
+        out.append(kernels().sparse_at(G, t, (shift, [0] * P, list(t.shape[:P]), mult)))
+        off += t.shape[d]
+    return out

@@ -500,6 +500,8 @@ def _narrow(t, dim, start, length, *, threads=None):
     s = start % t.shape[d] if start < 0 else start
 
     def back(G):
+        if t.is_cuda:
+            return (_device.narrow_back(t, G, d, s, length),) + (None,) * 3
         coords, sparse_d, ax = _split(t, d)
         if sparse_d:
             valid = (coords[d] >= s) & (coords[d] < s + length)
@@ -521,6 +523,8 @@ def _select(t, dim, index, *, threads=None):
     i = index % t.shape[d]
 
     def back(G):
+        if t.is_cuda:
+            return (_device.select_back(t, G, d, i), None, None)
         coords, sparse_d, ax = _split(t, d)
         if sparse_d:
             valid = coords[d] == i
@@ -575,6 +579,8 @@ def _cat(tensors, dim=0, *, threads=None):
     d = dim % out.ndim
 
     def back(G):
+        if any(t.is_cuda for t in tensors):
+            return (_device.cat_back(tensors, G, d), None)
         grads, off = [], 0
         for t in tensors:
             coords, sparse_d, ax = _split(t, d)

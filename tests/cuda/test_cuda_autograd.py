@@ -336,3 +336,71 @@ def test_embedding_refuses_a_device_weight(backend):
     for name, args in (("embedding", (np.array([0, 2]),)), ("embedding_bag", (np.array([0, 2, 1]), np.array([0, 2])))):
         with pytest.raises(NotImplementedError, match=name):
             vjp(name, W, *args)
+
+
+@pytest.mark.parametrize("layout", ["csr", "csc", "coo", "bsr"])
+def test_empty_tensors(backend, rng, no_host_copies, layout):
+    """nnz == 0: every pullback gives empty device cotangents of the right shapes."""
+    A = make(rng, (layout, (), (), (2, 3) if layout == "bsr" else None), np.float64, np.int32, nnz=0)
+    assert A.nnz == 0
+    check(rng, no_host_copies, st.matmul, A, rand(rng, (A.shape[1], 2), np.float64))
+    check(rng, no_host_copies, st.sin, A)
+    check(rng, no_host_copies, st.sum, A)
+    check(rng, no_host_copies, "to_dense", A)
+    check(rng, no_host_copies, st.add, A, make(rng, (layout, (), (), (2, 3) if layout == "bsr" else None), np.float64,
+                                                np.int32))
+
+
+def _forward_on_device(fn, *args):
+    """Skip when the op itself has no GPU kernel (its gradient is then never asked for on the device)."""
+    try:
+        vjp(fn, *[to_dev(a) if not isinstance(a, list) else [to_dev(x) for x in a] for a in args])
+    except Exception as e:  # noqa: BLE001 - the forward op is not under test here
+        pytest.skip(f"the forward op fails on the device here ({type(e).__name__}: {e})")
+
+
+SHAPE_CASES = [("csr", (), (), None), ("csc", (), (), None), ("csr", (2,), (), None), ("coo", (), (), None),
+               ("csr", (), (2,), None)]
+SHAPE_IDS = [f"{c[0]}-b{len(c[1])}-d{len(c[2])}" for c in SHAPE_CASES]
+
+
+@pytest.mark.parametrize("case", SHAPE_CASES, ids=SHAPE_IDS)
+@pytest.mark.parametrize("op", ["narrow", "select", "cat"])
+def test_narrow_select_cat(backend, rng, no_host_copies, op, case):
+    A = make(rng, case, np.float64, np.int32)
+    if case[1]:  # batches of one pattern: a narrow or select keeps one nnz per batch
+        one = make(rng, (case[0], (), case[2], None), np.float64).to_dense()
+        A = st.from_dense(np.stack([one, 2 * one]), case[0], batch_dim=1, dense_dim=len(case[2]),
+                          index_dtype=np.int32)
+    m = A.batch_dim if case[0] != "coo" else 0
+    for d in (m, m + 1):
+        if op == "narrow":
+            args = (A, d, 1, 2)
+        elif op == "select":
+            args = (A, d, 1)
+        else:
+            B = A._replace_values(rand(rng, A.values().shape, np.float64))
+            args = ([A, B], d)
+        _forward_on_device(op, *args)
+        if op == "cat":
+            dargs = ([A.cuda(), B.cuda()], d)
+            out_c, pb_c = vjp(op, *args)
+            out_d, pb_d = vjp(op, *dargs)
+            g = rand(rng, out_c.values().shape, np.float64)
+            want = pb_c(out_c._replace_values(g))[0]
+            with no_host_copies():
+                got = pb_d(out_d._replace_values(DeviceArray.from_host(g)))[0]
+            for x, dx, w in zip(got, dargs[0], want):
+                assert x.is_cuda and x.values().shape == dx.values().shape
+                np.testing.assert_allclose(x.values().get(), w.values(), rtol=1e-12)
+        else:
+            check(rng, no_host_copies, op, *args)
+
+
+def test_index_select_refuses_on_the_device(backend, rng):
+    """index_select's pullback has no GPU kernel: NotImplementedError naming the rule and the device."""
+    A = make(rng, ("csr", (), (), None), np.float64, np.int32)
+    _forward_on_device("index_select", A, 0, np.array([0, 2, 2]))
+    out, pullback = vjp("index_select", A.cuda(), 0, np.array([0, 2, 2]))
+    with pytest.raises(NotImplementedError, match="gradient of index_select on cuda:0"):
+        pullback(out._replace_values(DeviceArray.from_host(np.ones(out.values().shape))))

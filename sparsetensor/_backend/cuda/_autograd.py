@@ -101,24 +101,39 @@ def dense_at(t, G: DeviceArray) -> DeviceArray:
     return vals.reshape(t.values().shape)
 
 
-def _keys(t) -> tuple:
-    """(uint64 keys of ``t``'s stored elements in storage order, the key span)."""
-    dev = _dev(t)
+def grid(t) -> tuple:
+    """The coordinates the keys of ``t``'s stored elements are made of: the sparse dims of a coo
+    tensor; the batch dims and the block rows and columns of a compressed one."""
     if isinstance(t, COOTensor):
-        S = t.sparse_dim
+        return t.shape[:t.sparse_dim]
+    m = t.batch_dim
+    rb, cb = t.blocksize
+    return t.shape[:m] + (t.shape[m] // max(rb, 1), t.shape[m + 1] // max(cb, 1))
+
+
+def _keys(t, mapping=None) -> DeviceArray:
+    """uint64 keys of ``t``'s stored elements in storage order: the row-major offset in :func:`grid`,
+    or with ``mapping`` ``(shift, lo, hi, mult)`` (int sequences, one per grid dim) the offset in a
+    cotangent's grid (see autograd.cu's compressed_keys; out of [lo, hi): a key found nowhere)."""
+    dev = _dev(t)
+    g = grid(t)
+    if mapping is None:
+        mapping = ((0,) * len(g), (0,) * len(g), g, _strides(g))
+    shift, lo, hi, mult = (P.from_host(dev, np.asarray(x, np.int64).reshape(-1)) for x in mapping)
+    ik = (P.index_key(t.index_dtype),)
+    if isinstance(t, COOTensor):
         keys = P.empty(dev, (t.nnz,), np.uint64)
-        P.run(dev, "coalesce.cu", "coo_keys", (P.index_key(t.index_dtype),), t.nnz, t.indices(), S, t.nnz,
-              P.from_host(dev, np.asarray(t.shape[:S], np.int64)), keys)
-        return keys, math.prod(t.shape[:S])
+        P.run(dev, "autograd.cu", "coo_keys_mapped", ik, t.nnz, t.indices(), t.sparse_dim, t.nnz, shift, lo, hi, mult,
+              keys)
+        return keys
     m = t.batch_dim
     B = math.prod(t.shape[:m])
-    rb, cb = t.blocksize
-    nrows, ncols = t.shape[m] // max(rb, 1), t.shape[m + 1] // max(cb, 1)
     c = t.compressed_indices()
     keys = P.empty(dev, (B * t.nnz,), np.uint64)
-    P.run(dev, "autograd.cu", "compressed_keys", (P.index_key(t.index_dtype),), B * t.nnz, c, t.plain_indices(), B,
-          t.nnz, c.shape[-1] - 1, int(t.layout.compressed_rows), nrows, ncols, keys)
-    return keys, B * nrows * ncols
+    P.run(dev, "autograd.cu", "compressed_keys", ik, B * t.nnz, c, t.plain_indices(), B, t.nnz, c.shape[-1] - 1,
+          int(t.layout.compressed_rows), m, P.from_host(dev, np.asarray(g[:m] or (1,), np.int64)), shift, lo, hi,
+          mult, keys)
+    return keys
 
 
 def _items(t) -> int:
@@ -127,11 +142,13 @@ def _items(t) -> int:
     return math.prod(t.values().shape[lead:])
 
 
-def sparse_at(G, t) -> DeviceArray:
-    """Sparse device cotangent ``G`` (``t``'s shape, blocksize and dense dims; any layout of the
-    device's conversions) read at every stored element of ``t``, zero where ``G`` specifies
-    nothing; duplicates of an uncoalesced ``G`` are summed first (as on the CPU)."""
-    if G.shape != t.shape or _items(G) != _items(t):
+def sparse_at(G, t, mapping=None) -> DeviceArray:
+    """Sparse device cotangent ``G`` read at every stored element of ``t``, zero where ``G``
+    specifies nothing; duplicates of an uncoalesced ``G`` are summed first (as on the CPU).
+    ``G`` has ``t``'s shape, blocksize and dense dims (any layout of the device's conversions), or,
+    with ``mapping`` (see :func:`_keys`), the shape of an op's output that ``mapping`` takes
+    ``t``'s elements to (narrow, select, cat)."""
+    if _items(G) != _items(t) or (mapping is None and G.shape != t.shape):
         raise ValueError(f"a {G.layout.name} cotangent of shape {G.shape} cannot be read at a {t.layout.name} tensor "
                          f"of shape {t.shape}")
     if t.layout.blocked and (not G.layout.blocked or G.blocksize != t.blocksize):
@@ -139,10 +156,12 @@ def sparse_at(G, t) -> DeviceArray:
                                   f"{t.blocksize} on {t.device}")
     dev = _dev(t)
     G = G.coalesce() if isinstance(G, COOTensor) else checked(G)
-    gkeys, span = _keys(G)
-    tkeys, _ = _keys(t)
+    span = math.prod(grid(G))
+    if span > 1 << 63:
+        raise NotImplementedError(f"a cotangent of shape {G.shape} is too large for 64-bit keys")
+    sorted_keys, perm = P.radix_sort(dev, _keys(G), max(span - 1, 0).bit_length())
+    tkeys = _keys(t, mapping)
     W = _items(t)
-    sorted_keys, perm = P.radix_sort(dev, gkeys, max(span - 1, 0).bit_length())
     src = G.values().reshape(-1)
     out = P.empty(dev, t.values().shape, src.dtype)
     P.run(dev, "autograd.cu", "key_lookup", (P.raw_key(src.itemsize),), tkeys.size * W, sorted_keys, perm,
