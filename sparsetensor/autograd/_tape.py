@@ -20,7 +20,7 @@ import numpy as np
 
 from .._core import _recording
 from .._core._tensor import SparseTensor
-from . import _device, _numpy_rules
+from . import _device, _numpy_rules, _traced_device
 from ._core import check_cotangent
 from .rules import RULES
 
@@ -110,6 +110,8 @@ def _where(a: np.ndarray) -> tuple:
 def _unwrap(x):
     if isinstance(x, _Traced):
         return x.view(np.ndarray)
+    if _device.on_device(x) and not isinstance(x, SparseTensor):
+        return _traced_device.plain(x)
     if isinstance(x, (list, tuple)):
         return type(x)(_unwrap(y) for y in x)
     if isinstance(x, dict):
@@ -165,7 +167,9 @@ class Tape:
         elif isinstance(x, np.ndarray) and x.dtype.kind in "fc":
             x = x.view(_Traced)
             self.dense_at[_where(x)] = x
-        elif not (_device.on_device(x) and np.dtype(x.dtype).kind in "fc"):  # a device array is kept as it is
+        elif _device.on_device(x) and np.dtype(x.dtype).kind in "fc":
+            x = _traced_device.traced(_device._array(x))
+        else:
             return x
         self.keep[id(x)] = x
         return x
@@ -181,11 +185,15 @@ class Tape:
             value = np.asarray(out).view(_Traced)
             self.dense_at[_where(value)] = value
         elif _device.on_device(out) and np.dtype(out.dtype).kind in "fc":
-            value = out  # a device array: its own value (ops make new ones)
+            value = _traced_device.traced(out)
         else:
             return out
         self.keep[id(value)] = value
         return value
+
+    def keep_value(self, out):
+        """``out`` (an op's result) recorded as a value of the tape, as fn sees it."""
+        return self._keep_out(out)
 
     def _adopt(self, t: SparseTensor) -> bool:
         """A tensor built by a constructor around a recorded dense array (its values are a view of
@@ -378,4 +386,4 @@ def plain(out):
     if isinstance(out, _Traced):
         a = out.view(np.ndarray)
         return a[()] if a.ndim == 0 else a
-    return out
+    return _traced_device.plain(out)

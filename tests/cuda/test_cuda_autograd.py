@@ -75,12 +75,12 @@ def cotangent(rng, out):
     return g, g
 
 
-def check(rng, guard, fn, *args, kwargs=None):
-    """vjp of ``fn`` on CPU ``args`` and on their device copies: the same outputs and cotangents.
-    Returns the device cotangents."""
+def check(rng, guard, fn, *args, kwargs=None, cpu_fn=None):
+    """vjp of ``fn`` on CPU ``args`` (of ``cpu_fn``, the same function written for host arrays, when
+    given) and on their device copies: the same outputs and cotangents. Returns the device cotangents."""
     kwargs = kwargs or {}
     dargs = [to_dev(a) for a in args]
-    out_c, pb_c = vjp(fn, *args, **kwargs)
+    out_c, pb_c = vjp(cpu_fn or fn, *args, **kwargs)
     out_d, pb_d = vjp(fn, *dargs, **kwargs)
     many = isinstance(out_c, tuple)
     outs_c, outs_d = (out_c, out_d) if many else ((out_c,), (out_d,))
@@ -404,3 +404,36 @@ def test_index_select_refuses_on_the_device(backend, rng):
     out, pullback = vjp("index_select", A.cuda(), 0, np.array([0, 2, 2]))
     with pytest.raises(NotImplementedError, match="gradient of index_select on cuda:0"):
         pullback(out._replace_values(DeviceArray.from_host(np.ones(out.values().shape))))
+
+
+@pytest.mark.parametrize("dtype", [np.complex64, np.complex128], ids=["complex64", "complex128"])
+def test_complex(backend, rng, no_host_copies, dtype):
+    """Complex values: PyTorch's convention (conjugate Wirtinger) on the device as on the CPU."""
+    A = make(rng, ("csr", (), (), None), dtype, np.int64)
+    B = make(rng, ("csr", (), (), None), dtype, np.int64)
+    M, N = A.shape
+    check(rng, no_host_copies, st.add, A, B, kwargs={"alpha": 0.5 - 1j})
+    check(rng, no_host_copies, st.mul, A, B)
+    check(rng, no_host_copies, st.mul, A, 2.0 + 1j)
+    check(rng, no_host_copies, st.sum, A, 1)
+    check(rng, no_host_copies, "to_dense", A)
+    check(rng, no_host_copies, st.sampled_addmm, A, rand(rng, (M, 3), dtype), rand(rng, (3, N), dtype),
+          kwargs={"beta": 1j, "alpha": 0.5})
+    check(rng, no_host_copies, lambda t, x: st.matmul(st.square(t) - t * 1j, x), A, rand(rng, (N, 2), dtype))
+
+
+def test_tape_device_array_methods(backend, rng, no_host_copies):
+    """On a recorded device value, ``a * s``, ``a / s``, ``reshape`` and ``astype`` are recorded; the
+    DeviceArray methods that are not (views, swapaxes, take, copy) raise instead of dropping a step."""
+    A = make(rng, ("csr", (), (), None), np.float64, np.int64, nnz=7)
+    X = rand(rng, (A.shape[1], 2), np.float64)
+    check(rng, no_host_copies, lambda t, x: st.matmul(t, (x * 3.0).reshape(-1).reshape(x.shape) / 2.0), A, X,
+          cpu_fn=lambda t, x: st.matmul(t, x * 1.5))
+    A32 = A.astype(np.float32)
+    check(rng, no_host_copies, lambda t: (st.sin(t).to_dense() * 2.0).astype(np.float64), A32,
+          cpu_fn=lambda t: st.sin(t).to_dense() * 2.0)
+    for bad in (lambda y: y[0], lambda y: y.swapaxes(0, 1), lambda y: y.copy(), lambda y: y.take([0])):
+        with pytest.raises(NotImplementedError, match="not recorded"):
+            vjp(lambda t, x: bad(st.matmul(t, x)), A.cuda(), DeviceArray.from_host(X))
+    out, _ = vjp(lambda t, x: st.matmul(t, x) * 1.0, A.cuda(), DeviceArray.from_host(X))
+    assert type(out) is DeviceArray  # the output as the ops give it, not the recorded value
