@@ -230,13 +230,13 @@ OPS: tuple = (
     # shape and indexing
     Op("transpose", select.transpose, gpu=True),
     Op("t", t, method=False, gpu=True),  # the method is SparseTensor.t
-    Op("narrow", select.narrow, aliases=("narrow_copy",)),
+    Op("narrow", select.narrow, aliases=("narrow_copy",), gpu=True),
     Op("select", select.select),
-    Op("index_select", select.index_select),
+    Op("index_select", select.index_select, gpu=True),
     Op("nonzero", select.nonzero),
     Op("count_nonzero", select.count_nonzero),
     Op("sparse_mask", mask.sparse_mask),
-    Op("cat", join.cat, method=False),
+    Op("cat", join.cat, method=False, gpu=True),
     Op("stack", join.stack, method=False),
     Op("zero_", inplace.zero_, function=False),
     Op("copy_", inplace.copy_, function=False),

@@ -70,7 +70,9 @@ def as_parts(t: CompressedTensor) -> Parts:
     """``t`` in the standard form (views where the members allow; ``t`` should be validated)."""
     m = t.batch_dim
     batch, B = t.shape[:m], math.prod(t.shape[:m])
-    values = np.ascontiguousarray(t.values())  # blocked values may be block-transposed (3.7)
+    values = t.values()
+    if isinstance(values, np.ndarray):  # blocked values may be block-transposed (3.7); device ones are contiguous
+        values = np.ascontiguousarray(values)
     E = math.prod(values.shape[m + 1:])
     c = t.compressed_indices()
     return Parts(c.reshape(B, c.shape[-1]), t.plain_indices().reshape(B, t.nnz),
@@ -79,7 +81,8 @@ def as_parts(t: CompressedTensor) -> Parts:
 
 
 def build(parts: Parts) -> CompressedTensor:
-    """The validated tensor that ``parts`` (made by our kernels) describe."""
+    """The validated tensor that ``parts`` (made by our kernels) describe, on the members' device
+    (NumPy arrays or DeviceArrays: only views are taken)."""
     c, p, v, batch = parts.compressed, parts.plain, parts.values, parts.batch
     nnz = p.shape[1]
     block = parts.blocksize if parts.layout.blocked else ()

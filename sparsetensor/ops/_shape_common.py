@@ -8,6 +8,7 @@ import math
 
 import numpy as np
 
+from .._backend import device_of
 from .._core._canonical import as_parts, ensure_valid
 from .._core._dtypes import raw_view
 from .._core._shape_checks import values_contiguous
@@ -15,13 +16,21 @@ from .._core._tensor import COOTensor, CompressedTensor, SparseTensor
 
 __all__ = ["_require_sparse", "_kind", "_values_axis", "_take_axis", "_compressed", "_contiguous_values",
            "_is_nondecreasing", "_is_increasing", "_as_index", "_parts", "_value_rows", "_sparse_axis",
-           "_resized"]
+           "_resized", "_require_host_path"]
 
 
 # -- helpers ------------------------------------------------------------------------------------
 def _require_sparse(t, op: str, name: str = "t") -> None:
     if not isinstance(t, SparseTensor):
         raise TypeError(f"{op} expects a sparse tensor for {name}, got {type(t).__name__}")
+
+
+def _require_host_path(t, op: str, kind: str) -> None:
+    """A device ``t`` has GPU kernels for ``op`` along a sparse dim of a compressed layout only:
+    other dims and COO raise NotImplementedError naming the op and the device (nothing is copied)."""
+    if t.is_cuda and (kind != "sparse" or not t.layout.compressed):
+        raise NotImplementedError(f"{op} of a {t.layout.name} tensor on {t.device} along a {kind} dim has no GPU "
+                                  f"kernel; run it on the host with t.cpu().{op}")
 
 
 def _kind(t, d: int) -> str:
@@ -70,6 +79,9 @@ def _is_increasing(a: np.ndarray) -> bool:
 
 def _as_index(index, size: int, op: str) -> np.ndarray:
     """A 1-d int64 array of coordinates in [0, size) (PyTorch: int32/int64, no negatives)."""
+    if device_of(index) not in (None, "cpu"):
+        raise NotImplementedError(f"{op} with an index array on {device_of(index)} has no GPU path; pass the index "
+                                  "as a host (NumPy) array")
     from_list = not hasattr(index, "dtype")
     a = np.asarray(index)
     if from_list and (a.size == 0 or a.dtype.kind in "iu"):

@@ -13,7 +13,7 @@ from .._core._dtypes import VALUE_DTYPES, check_fits
 from .._core._shape_checks import normalize_dim
 from .._core._tensor import COOTensor, CompressedTensor, SparseTensor
 from ._common import describe
-from ._shape_common import _compressed, _kind, _parts, _resized, _sparse_axis, _values_axis
+from ._shape_common import _compressed, _kind, _parts, _require_host_path, _resized, _sparse_axis, _values_axis
 
 __all__ = ["cat", "stack"]
 
@@ -61,6 +61,8 @@ def cat(tensors, dim: int = 0, *, threads: int | None = None):
       (``ValueError`` naming them); along a dense dim the values, when the inputs share
       their indices, else the union of the patterns (through coo; every batch of it
       must have the same nnz).
+    - on a CUDA device: along a sparse dim of csr/csc/bsr/bsc (``kernels/select.cu``); other
+      dims and coo raise ``NotImplementedError``; inputs on different devices ``ValueError``.
 
     Examples
     --------
@@ -74,6 +76,7 @@ def cat(tensors, dim: int = 0, *, threads: int | None = None):
     tensors = list(tensors)
     if not tensors:
         raise ValueError("cat expects a non-empty sequence of sparse tensors")
+    backend_for(*(t for t in tensors if isinstance(t, SparseTensor)))  # ValueError for inputs on two devices
     tensors = _common(tensors, "cat")
     first = tensors[0]
     d = normalize_dim(dim, first.ndim, "cat")
@@ -88,7 +91,7 @@ def cat(tensors, dim: int = 0, *, threads: int | None = None):
     total = sum(t.shape[d] for t in tensors)
     shape = first.shape[:d] + (total,) + first.shape[d + 1:]
     kind = _kind(first, d)
-  
+    _require_host_path(first, "cat", kind)
     return _CAT_CALC_BY_LAYOUT[type(first)](tensors, d, kind, shape, "cat", threads)
 
 
@@ -146,26 +149,12 @@ def _compressed_cat(tensors: list, d: int, kind: str, shape: tuple, op: str, thr
     parts = [_parts(t, threads) for t in tensors]
     is_comp, bs = _sparse_axis(first, d)
     p0 = parts[0]
-    c_dt = p0.compressed.dtype
-    B = p0.compressed.shape[0]
     sizes = [t.shape[d] // bs for t in tensors]
-    if is_comp:
-        nnz = [q.plain.shape[1] for q in parts]
-        total = sum(nnz)
-        check_fits(c_dt, first.layout.name, nnz=total, **{f"size[{d}]": shape[d]})
-        pieces, off = [], 0
-        for q, k in zip(parts, nnz):
-            pieces.append(q.compressed[:, :-1] + c_dt.type(off))
-            off += k
-        pieces.append(np.full((B, 1), total, dtype=c_dt))
-        out_c = np.concatenate(pieces, axis=1).astype(c_dt, copy=False)
-        out = p0._replace(compressed=out_c, plain=np.concatenate([q.plain for q in parts], axis=1),
-                          values=np.concatenate([q.values for q in parts], axis=1),
-                          sparse=_resized(p0, True, sum(sizes)))
-        return build(out)
-    out_c, out_p, out_v = backend_for(p0.compressed).cat_plain(parts, sizes, {f"size[{d}]": shape[d]}, threads)
-    out = p0._replace(compressed=out_c, plain=out_p, values=out_v, sparse=_resized(p0, False, sum(sizes)))
-    return build(out)
+    limits = {f"size[{d}]": shape[d]}
+    backend = backend_for(p0.compressed)
+    out_c, out_p, out_v = (backend.cat_compressed(parts, limits, threads) if is_comp else
+                           backend.cat_plain(parts, sizes, limits, threads))
+    return build(p0._replace(compressed=out_c, plain=out_p, values=out_v, sparse=_resized(p0, is_comp, sum(sizes))))
 
 
 def _members(t: CompressedTensor):

@@ -31,6 +31,7 @@ from ._shape_common import (
     _sparse_axis,
     _resized,
     _with_values,
+    _require_host_path,
 )
 
 __all__ = ["transpose", "narrow", "select", "index_select", "nonzero", "count_nonzero"]
@@ -135,6 +136,8 @@ def narrow(t, dim: int, start: int, length: int, *, threads: int | None = None):
       every row (column) is filtered. Along a sparse dim of bsr/bsc, ``start`` and
       ``length`` must be multiples of the blocksize (``ValueError``). When batches
       would end up with different nnz: ``ValueError`` naming the counts.
+    - on a CUDA device: along a sparse dim of csr/csc/bsr/bsc (``kernels/select.cu``); other
+      dims and coo raise ``NotImplementedError``.
 
     Examples
     --------
@@ -158,6 +161,7 @@ def narrow(t, dim: int, start: int, length: int, *, threads: int | None = None):
                          if length >= 0 else f"narrow: length must be >= 0, got {length}")
     shape = t.shape[:d] + (length,) + t.shape[d + 1:]
     kind = _kind(t, d)
+    _require_host_path(t, "narrow", kind)
     if kind == "dense":
         v = np.ascontiguousarray(_take_axis(t.values(), _values_axis(t, d), slice(start, start + length)))
         return _with_values(t, v, shape)
@@ -278,6 +282,8 @@ def index_select(t, dim: int, index, *, threads: int | None = None):
       remapped (repeats give several entries), then sorted. For bsr/bsc a sparse dim
       needs blocksize 1 along it (``NotImplementedError`` otherwise: convert first).
       Batches ending up with different nnz: ``ValueError``.
+    - on a CUDA device: along a sparse dim of csr/csc/bsr/bsc, with a host ``index``; other
+      dims, coo and device index arrays raise ``NotImplementedError``.
 
     Examples
     --------
@@ -294,6 +300,7 @@ def index_select(t, dim: int, index, *, threads: int | None = None):
     K = idx.shape[0]
     shape = t.shape[:d] + (K,) + t.shape[d + 1:]
     kind = _kind(t, d)
+    _require_host_path(t, "index_select", kind)
     if kind == "dense":
         return _with_values(t, np.take(t.values(), idx, axis=_values_axis(t, d)), shape)
     if kind == "batch":

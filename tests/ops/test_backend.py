@@ -129,8 +129,8 @@ def test_missing_kernels_name_op_and_device(backend, rng):
     d = t.cuda()
     with pytest.raises(NotImplementedError, match="spgemm .* on cuda:0 has no GPU kernel"):
         backend_for(d).spgemm(d, d)
-    with pytest.raises(NotImplementedError, match="gather_slices of a csr tensor on cuda has no GPU kernel"):
-        backend_for(d).gather_slices(d, np.arange(2), "gather_slices")
+    with pytest.raises(NotImplementedError, match="index_select of a coo tensor on cuda has no GPU kernel"):
+        backend_for(d).index_select_coo(None, None, 0, np.arange(2), d.shape)
     with pytest.raises(NotImplementedError, match="max over dims|amax over dims \\(0,\\) of a coo tensor on cuda:0"):
         backend_for(d).reduce_dims(d.to_sparse_coo(), (0,), np.maximum)
     # a result dtype other than the operands': converted on the device first

@@ -29,14 +29,14 @@ from ._merge import merge
 from ._reduce import batch_offsets as _batch_offsets
 from ._reduce import compressed_sum, plain_sum, reduce_dims, scatter_reduce, segment_reduce, segment_softmax
 from ._sddmm import sddmm
-from ._select import cat_plain, gather_slices, index_select_coo, narrow_plain, remap_plain
+from ._select import cat_compressed, cat_plain, gather_slices, index_select_coo, narrow_plain, remap_plain
 from ._spgemm import spgemm
 from .._views import NO_BATCH, aligned_copy, bits_dtype, work_dtype
 
 __all__ = ["device", "validate", "coalesce", "to_dense", "from_dense", "convert", "transpose", "spmm", "spmm_csr",
            "spgemm",
            "merge", "reduce_sum", "reduce_sum_dims", "reduce_dims", "unary", "sddmm", "gather_slices", "remap_plain",
-           "narrow_plain", "cat_plain", "index_select_coo", "compressed_sum", "plain_sum", "segment_reduce",
+           "narrow_plain", "cat_plain", "cat_compressed", "index_select_coo", "compressed_sum", "plain_sum", "segment_reduce",
            "scatter_reduce", "segment_softmax", "batch_offsets", "map_values", "sample_dense", "add_to_dense", "check_bounds"]
 
 device = "cpu"

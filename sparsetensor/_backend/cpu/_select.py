@@ -18,7 +18,7 @@ from ..._core._dtypes import check_fits
 from ..._lib import _select as _kernels
 from ..._core._validate import raise_coo_error
 
-__all__ = ["gather_slices", "remap_plain", "narrow_plain", "cat_plain", "index_select_coo"]
+__all__ = ["gather_slices", "remap_plain", "narrow_plain", "cat_plain", "cat_compressed", "index_select_coo"]
 
 
 def _slot_outputs(parts, counts: np.ndarray, what: str):
@@ -103,6 +103,25 @@ def cat_plain(parts: list, sizes: list, limits: dict, threads=None):
         _kernels.cat_rows(q.compressed, q.plain, q.values, offset, cursor, out_p, out_v, nt)
         offset += s
     return out_c.astype(c_dt), out_p, out_v
+
+
+def cat_compressed(parts: list, limits: dict, threads=None):
+    """The tensors of ``parts`` (one layout, index and value dtype, equal plain sizes) one after
+    the other along the compressed dim: input k's compressed index shifted by the nnz of the
+    inputs before it, the entries of every batch concatenated. ``limits`` as for :func:`cat_plain`."""
+    p0 = parts[0]
+    c_dt = p0.compressed.dtype
+    B = p0.compressed.shape[0]
+    total = sum(q.plain.shape[1] for q in parts)
+    check_fits(c_dt, p0.layout.name, nnz=total, **limits)
+    pieces, off = [], 0
+    for q in parts:
+        pieces.append(q.compressed[:, :-1] + c_dt.type(off))
+        off += q.plain.shape[1]
+    pieces.append(np.full((B, 1), total, dtype=c_dt))
+    out_c = np.concatenate(pieces, axis=1).astype(c_dt, copy=False)
+    return (out_c, np.concatenate([q.plain for q in parts], axis=1),
+            np.concatenate([q.values for q in parts], axis=1))
 
 
 def index_select_coo(indices: np.ndarray, raw: np.ndarray, d: int, idx: np.ndarray, shape: tuple, threads=None):

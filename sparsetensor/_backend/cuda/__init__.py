@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _binary, _blas, _coalesce, _convert, _dense, _pointwise, _reduce, _validate
+from . import _binary, _blas, _coalesce, _convert, _dense, _pointwise, _reduce, _select, _validate
 
 __all__ = ["device", "validate", "coalesce", "to_dense", "from_dense", "convert", "transpose", "spmm", "spgemm",
            "merge", "reduce_sum", "reduce_sum_dims", "reduce_dims", "unary", "sddmm", "gather_slices", "remap_plain",
-           "narrow_plain", "cat_plain", "index_select_coo", "compressed_sum", "plain_sum", "segment_reduce",
+           "narrow_plain", "cat_plain", "cat_compressed", "index_select_coo", "compressed_sum", "plain_sum", "segment_reduce",
            "scatter_reduce", "segment_softmax", "batch_offsets", "map_values", "sample_dense", "add_to_dense", "check_bounds"]
 
 device = "cuda"
@@ -131,31 +131,29 @@ def sddmm(input, mat1, mat2, batch: tuple, beta, alpha, threads=None):
     return _blas.sampled_addmm(input, mat1, mat2, beta=beta, alpha=alpha)
 
 
-def _no_select_kernel(op: str, layout) -> NotImplementedError:
-    return NotImplementedError(f"{op} of a {layout.name} tensor on cuda has no GPU kernel; run it on the host "
-                               "with t.cpu()")
-
-
 def gather_slices(parts, rows, what: str, threads=None):
-    """Compressed slices ``rows`` of every batch (index_select / narrow along the compressed
-    dim): no GPU kernel (NotImplementedError naming the op)."""
-    raise _no_select_kernel(what, parts.layout)
+    """Compressed slices ``rows`` of every batch (index_select / narrow along the compressed dim)."""
+    return _select.gather_slices(parts, rows, what)
 
 
 def remap_plain(parts, index, nondecreasing: bool, what: str, threads=None):
-    """Every slice's entries mapped through ``index`` (index_select along the plain dim): no GPU kernel."""
-    raise _no_select_kernel(what, parts.layout)
+    """Every slice's entries mapped through ``index`` (index_select along the plain dim)."""
+    return _select.remap_plain(parts, index, nondecreasing, what)
 
 
 def narrow_plain(parts, start: int, length: int, threads=None):
-    """The plain indices in ``[start, start + length)`` of every slice (narrow along the plain dim):
-    no GPU kernel."""
-    raise _no_select_kernel("narrow", parts.layout)
+    """The plain indices in ``[start, start + length)`` of every slice (narrow along the plain dim)."""
+    return _select.narrow_plain(parts, start, length)
 
 
 def cat_plain(parts: list, sizes: list, limits: dict, threads=None):
-    """Compressed tensors side by side along the plain dim (cat): no GPU kernel."""
-    raise _no_select_kernel("cat", parts[0].layout)
+    """Compressed tensors side by side along the plain dim (cat)."""
+    return _select.cat_plain(parts, sizes, limits)
+
+
+def cat_compressed(parts: list, limits: dict, threads=None):
+    """Compressed tensors one after the other along the compressed dim (cat)."""
+    return _select.cat_compressed(parts, limits)
 
 
 def index_select_coo(indices, raw, d: int, idx, shape: tuple, threads=None):

@@ -1,0 +1,213 @@
+"""narrow, index_select and cat of compressed tensors on CUDA (kernels/select.cu) through the one
+op path (``st.narrow(t, ...)``, ``t.narrow(...)``, ``st.index_select``, ``st.cat``), against the
+CPU backend: members bitwise, flags and values exactly. Batched inputs share one pattern across
+their batches (so every result has one nnz per batch) with different values; the errors are the
+CPU's; what the GPU lacks raises NotImplementedError naming the op; no device path copies to
+the host (DeviceArray.get and __array__ raise while the ops run). Runs on a GPU or on the kernel
+emulator (see test_cuda.py).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import sparsetensor as st
+from sparsetensor.cuda import _primitives
+from sparsetensor.cuda._array import DeviceArray
+
+from cuda_support import backend, rng  # noqa: F401 (the fixtures)
+from cuda_support import INDEX, assert_same, make
+
+DTYPES = [np.dtype(d) for d in ("float32", "float64", "complex128", "int64", "bool")]
+# (layout, batch, dense, blocksize)
+SHAPES = [((), (), None), ((2,), (), None), ((2, 3), (2,), None)]
+LAYOUTS = [("csr", None), ("csc", None), ("bsr", (2, 1)), ("bsc", (1, 2)), ("bsr", (2, 3))]
+CASES = [(lay, b, d, bs) for lay, bs in LAYOUTS for b, d, _ in SHAPES]
+CASE_IDS = [f"{c[0]}{'' if c[3] is None else '%dx%d' % c[3]}-b{len(c[1])}-d{len(c[2])}" for c in CASES]
+
+
+def _values(rng, shape, dtype):
+    if dtype == np.bool_:
+        return rng.integers(0, 2, shape).astype(bool)
+    if dtype.kind == "i":
+        return rng.integers(-50, 50, shape).astype(dtype)
+    v = rng.standard_normal(shape)
+    if dtype.kind == "c":
+        v = v + 1j * rng.standard_normal(shape)
+    return v.astype(dtype)
+
+
+def batched(rng, case, dtype, index_dtype, blocks=(4, 5)):
+    """A CPU tensor of ``case`` whose batches share one random pattern (values differ)."""
+    layout, batch, dense, bs = case
+    base = make(rng, (layout, (), dense, bs), np.float64, index_dtype, blocks=blocks)
+    c, p = base.compressed_indices(), base.plain_indices()
+    v = _values(rng, batch + base.values().shape, np.dtype(dtype))
+    return st.sparse_compressed_tensor(np.broadcast_to(c, batch + c.shape).copy(),
+                                       np.broadcast_to(p, batch + p.shape).copy(), v, batch + base.shape,
+                                       layout=getattr(st, f"sparse_{layout}"))
+
+
+def both(call, t, *more):
+    """``call`` on the CPU tensors and on their device copies: the results agree (or the errors)."""
+    try:
+        want = call(t, *more)
+    except (ValueError, IndexError) as e:
+        with pytest.raises(type(e)) as got:
+            call(t.cuda(), *(m.cuda() for m in more))
+        assert str(got.value) == str(e)
+        return None
+    got = call(t.cuda(), *(m.cuda() for m in more))
+    assert got.device == "cuda:0"
+    assert_same(got, want)
+    return got
+
+
+def over_cases(test):
+    """``test`` over every case x index dtype x value dtype."""
+    for name, values, ids in (("dtype", DTYPES, str), ("index_dtype", INDEX, lambda d: np.dtype(d).name),
+                              ("case", CASES, CASE_IDS)):
+        test = pytest.mark.parametrize(name, values, ids=ids)(test)
+    return test
+
+
+def _sparse_dims(t):
+    m = t.batch_dim
+    return [(m, t.blocksize[0]), (m + 1, t.blocksize[1])]
+
+
+@over_cases
+def test_narrow(backend, rng, case, index_dtype, dtype):
+    t = batched(rng, case, dtype, index_dtype)
+    for dim, bs in _sparse_dims(t):
+        size = t.shape[dim]
+        for start, length in [(0, size), (bs, 2 * bs), (size - bs, bs), (2 * bs, 0), (-2 * bs, bs)]:
+            both(lambda x: st.narrow(x, dim, start, length), t)
+            both(lambda x: x.narrow(dim, start, length), t)
+        if bs > 1:
+            with pytest.raises(ValueError, match="multiples"):
+                t.cuda().narrow(dim, 1, bs)
+
+
+@over_cases
+def test_index_select(backend, rng, case, index_dtype, dtype):
+    t = batched(rng, case, dtype, index_dtype)
+    for dim, bs in _sparse_dims(t):
+        size = t.shape[dim]
+        if bs != 1:
+            with pytest.raises(NotImplementedError, match="index_select"):
+                st.index_select(t.cuda(), dim, [0])
+            continue
+        for index in ([size - 1, 0, size - 1, 1, 1], list(range(size)), [2, 2, 0], [],
+                      np.array([3, 1], dtype=np.int32), rng.integers(0, size, 9)):
+            both(lambda x: st.index_select(x, dim, index), t)
+        both(lambda x: x.index_select(dim, [1, 0]), t)
+
+
+@over_cases
+def test_cat(backend, rng, case, index_dtype, dtype):
+    a = batched(rng, case, dtype, index_dtype)
+    b = batched(rng, case, dtype, index_dtype)
+    for k, (dim, _) in enumerate(_sparse_dims(a)):
+        c = batched(rng, case, dtype, index_dtype, blocks=((3, 5), (4, 2))[k])  # other size along dim
+        both(lambda x, y: st.cat([x, y], dim), a, b)
+        both(lambda x, y, z: st.cat([x, y, z], dim), a, c, b)
+        both(lambda x: st.cat([x], dim), a)
+
+
+def test_cat_mixed_index_dtypes_and_values(backend, rng):
+    a = batched(rng, ("csr", (2,), (), None), np.float32, np.int32)
+    b = batched(rng, ("csr", (2,), (), None), np.float64, np.int64)
+    for dim in (1, 2):
+        both(lambda x, y: st.cat([x, y], dim), a, b)
+
+
+def test_unequal_batch_nnz(backend, rng):
+    # batch 0 has entries in row 0 only, batch 1 in row 1 only: every row selection differs
+    c = np.array([[0, 2, 2], [0, 0, 2]])
+    p = np.array([[0, 1], [1, 2]])
+    t = st.sparse_csr_tensor(c, p, np.arange(1.0, 5.0).reshape(2, 2), (2, 2, 3))
+    for call in (lambda x: st.narrow(x, 1, 0, 1), lambda x: st.narrow(x, 2, 0, 1),
+                 lambda x: st.index_select(x, 1, [0]), lambda x: st.index_select(x, 2, [0, 0])):
+        with pytest.raises(ValueError, match="same nnz"):
+            call(t)
+        both(call, t)
+
+
+def test_out_of_range(backend, rng):
+    t = batched(rng, ("csr", (2,), (), None), np.float64, np.int64)
+    for call in (lambda x: st.index_select(x, 1, [0, 4]), lambda x: st.index_select(x, 2, [-1]),
+                 lambda x: st.narrow(x, 1, 3, 2), lambda x: st.narrow(x, 2, -6, 1), lambda x: x.narrow(2, 0, -1)):
+        with pytest.raises(IndexError):
+            call(t)
+        both(call, t)
+
+
+def test_mixed_devices(backend, rng):
+    a = batched(rng, ("csr", (), (), None), np.float64, np.int64)
+    for tensors in ([a, a.cuda()], [a.cuda(), a]):
+        with pytest.raises(ValueError, match="different devices"):
+            st.cat(tensors, 0)
+
+
+def test_refused(backend, rng):
+    t = batched(rng, ("csr", (2,), (2,), None), np.float64, np.int64).cuda()
+    coo = make(rng, ("coo", (), (), None)).cuda()
+    refused = {
+        "narrow": [lambda: st.narrow(t, 0, 0, 1), lambda: t.narrow(3, 0, 1), lambda: coo.narrow(0, 0, 1)],
+        "index_select": [lambda: st.index_select(t, 0, [1]), lambda: st.index_select(t, 3, [0]),
+                         lambda: st.index_select(coo, 1, [0]),
+                         lambda: st.index_select(t, 1, DeviceArray.from_host(np.array([0])))],
+        "cat": [lambda: st.cat([t, t], 0), lambda: st.cat([t, t], 3), lambda: st.cat([coo, coo], 0)],
+        "select": [lambda: st.select(t, 1, 0)],
+        "stack": [lambda: st.stack([t, t], 0)],
+    }
+    for op, calls in refused.items():
+        for call in calls:
+            with pytest.raises(NotImplementedError, match=op):
+                call()
+
+
+def test_no_host_copies(backend, rng, monkeypatch):
+    """The device paths read only the per-batch nnz (read_ints of B + 1 numbers): any other copy to
+    the host (DeviceArray.get, np.asarray of a DeviceArray) fails the test."""
+    case = ("bsr", (2,), (2,), (1, 1))
+    a = batched(rng, case, np.complex128, np.int32)
+    b = batched(rng, case, np.complex128, np.int32)
+    da, db = a.cuda(), b.cuda()
+    get = DeviceArray.get
+    small = []
+
+    def read_ints(dev, arr):
+        assert arr.size <= math.prod(a.shape[:a.batch_dim]) + 1, arr.shape
+        small.append(arr.size)
+        return get(arr)
+
+    def refuse(self, *args, **kwargs):
+        raise AssertionError("a device path copied a DeviceArray to the host")
+
+    monkeypatch.setattr(_primitives, "read_ints", read_ints)
+    monkeypatch.setattr(DeviceArray, "get", refuse)
+    monkeypatch.setattr(DeviceArray, "__array__", refuse)
+    results = [st.narrow(da, 1, 1, 2), da.narrow(2, 1, 3), st.index_select(da, 1, [3, 0, 3]),
+               st.index_select(da, 2, [4, 0, 2, 2]), st.cat([da, db], 1), st.cat([da, db, da], 2)]
+    monkeypatch.undo()
+    assert small
+    wants = [st.narrow(a, 1, 1, 2), a.narrow(2, 1, 3), st.index_select(a, 1, [3, 0, 3]),
+             st.index_select(a, 2, [4, 0, 2, 2]), st.cat([a, b], 1), st.cat([a, b, a], 2)]
+    for got, want in zip(results, wants):
+        assert_same(got, want)
+
+
+def test_unchecked_input_is_repaired(backend, rng):
+    """An input built without the check, with unsorted plain indices (5.6 only), is repaired on the
+    device first, as on the CPU."""
+    c, p, v = np.array([0, 2, 3]), np.array([2, 0, 1]), np.array([1.0, 2.0, 3.0])
+    t = st.sparse_csr_tensor(c, p, v, (2, 3), check_invariants=False)
+    d = t.cuda()
+    assert not d.is_coalesced()
+    assert_same(st.narrow(d, 1, 0, 2), st.narrow(t, 1, 0, 2))
+    assert_same(st.index_select(d, 0, [1, 0]), st.index_select(t, 0, [1, 0]))
