@@ -33,7 +33,11 @@ def _common(tensors: list, op: str):
             if t.dense_dim != first.dense_dim:
                 raise ValueError(f"{op}: tensors[0] ({describe(first, dtype=False)}, dense_dim={first.dense_dim}) and tensors[{k}] "
                                  f"({describe(t, dtype=False)}, dense_dim={t.dense_dim}) have different dense dims")
-            t = t.to_sparse(layout, blocksize=bs)
+            try:
+                t = t.to_sparse(layout, blocksize=bs)
+            except NotImplementedError as e:  # a conversion the device lacks: say which op needed it
+                raise NotImplementedError(f"{op}: tensors[{k}] ({t.layout.name}) converted to tensors[0]'s layout "
+                                          f"first: {e}") from e
         out.append(t)
     dtype = np.result_type(*(t.dtype for t in out))
     if dtype not in VALUE_DTYPES:  # pragma: no cover - every pair of supported dtypes promotes to one

@@ -156,12 +156,14 @@ def test_mixed_devices(backend, rng):
 def test_refused(backend, rng):
     t = batched(rng, ("csr", (2,), (2,), None), np.float64, np.int64).cuda()
     coo = make(rng, ("coo", (), (), None)).cuda()
+    eye = st.from_dense(np.eye(4), "bsr", blocksize=(2, 2)).cuda()
     refused = {
         "narrow": [lambda: st.narrow(t, 0, 0, 1), lambda: t.narrow(3, 0, 1), lambda: coo.narrow(0, 0, 1)],
         "index_select": [lambda: st.index_select(t, 0, [1]), lambda: st.index_select(t, 3, [0]),
                          lambda: st.index_select(coo, 1, [0]),
                          lambda: st.index_select(t, 1, DeviceArray.from_host(np.array([0])))],
-        "cat": [lambda: st.cat([t, t], 0), lambda: st.cat([t, t], 3), lambda: st.cat([coo, coo], 0)],
+        "cat": [lambda: st.cat([t, t], 0), lambda: st.cat([t, t], 3), lambda: st.cat([coo, coo], 0),
+                lambda: st.cat([st.from_dense(np.eye(4), "csr").cuda(), eye], 0)],  # bsr -> csr: no GPU kernel
         "select": [lambda: st.select(t, 1, 0)],
         "stack": [lambda: st.stack([t, t], 0)],
     }
@@ -211,3 +213,23 @@ def test_unchecked_input_is_repaired(backend, rng):
     assert not d.is_coalesced()
     assert_same(st.narrow(d, 1, 0, 2), st.narrow(t, 1, 0, 2))
     assert_same(st.index_select(d, 0, [1, 0]), st.index_select(t, 0, [1, 0]))
+
+
+def test_edge_shapes(backend, rng):
+    """A batch of size 0, zero rows or columns, a dense dim of size 0, other value dtypes."""
+    empty_batch = st.from_dense(np.zeros((0, 3, 4)), "csr", batch_dim=1)
+    no_rows = st.from_dense(np.zeros((0, 4)), "csr")
+    no_cols = st.from_dense(np.zeros((3, 0)), "csc")
+    no_items = st.sparse_csr_tensor(np.array([0, 1, 2, 2]), np.array([1, 3]), np.zeros((2, 0)), (3, 4, 0))
+    for t in (empty_batch, no_rows, no_cols, no_items):
+        m = t.batch_dim
+        for dim in (m, m + 1):
+            size = t.shape[dim]
+            both(lambda x: st.narrow(x, dim, size // 2, size - size // 2), t)
+            both(lambda x: st.index_select(x, dim, [size - 1, 0] if size else []), t)
+            both(lambda x: st.cat([x, x], dim), t)
+    for dtype in (np.float16, np.complex64, np.int8, np.uint8):
+        t = st.from_dense((np.arange(20).reshape(4, 5) % 3).astype(dtype), "csc")
+        both(lambda x: st.index_select(x, 1, [4, 0, 4]), t)
+        both(lambda x: st.narrow(x, 0, 1, 2), t)
+        both(lambda x, y: st.cat([x, y, x], 0), t, t)
