@@ -83,19 +83,29 @@ __global__ void coo_offsets(const I* __restrict__ idx, i64 S, i64 nnz, i64 D, co
 // (batch dims, then the (block) row and column of a compressed tensor; the sparse dims of a coo
 // one), key = sum_k (c[k] + shift[k]) * mult[k], or ~0 (found nowhere) when some c[k] is outside
 // [lo[k], hi[k]). Plain keys: shift 0, mult the row-major strides of the (block) grid; a narrow,
-// select or cat maps its input's elements to its output's keys by shift, mult and the range.
+// select or cat maps its input's elements to its output's keys by shift, mult and the range. With
+// rd >= 0, coordinate rd is first replaced by remap[c[rd]] (index_select: the output position of an
+// input index; -1: none).
 __device__ __forceinline__ bool add_coord(i64 x, i64 k, const i64* __restrict__ shift, const i64* __restrict__ lo,
-                                          const i64* __restrict__ hi, const i64* __restrict__ mult, u64& key) {
+                                          const i64* __restrict__ hi, const i64* __restrict__ mult, i64 rd,
+                                          const i64* __restrict__ remap, u64& key) {
+    if (k == rd) {
+        if (x < lo[k] || x >= hi[k]) return false;
+        x = remap[x];
+        if (x < 0) return false;
+    } else if (x < lo[k] || x >= hi[k]) {
+        return false;
+    }
     key += (u64)(x + shift[k]) * (u64)mult[k];
-    return x >= lo[k] && x < hi[k];
+    return true;
 }
 
 // st:kernel index
 template <typename I>
 __global__ void compressed_keys(const I* __restrict__ c, const I* __restrict__ p, i64 B, i64 nnz, i64 n,
                                 int rows_major, i64 m, const i64* __restrict__ batch, const i64* __restrict__ shift,
-                                const i64* __restrict__ lo, const i64* __restrict__ hi,
-                                const i64* __restrict__ mult, u64* __restrict__ keys) {
+                                const i64* __restrict__ lo, const i64* __restrict__ hi, const i64* __restrict__ mult,
+                                i64 rd, const i64* __restrict__ remap, u64* __restrict__ keys) {
     ST_GRID_LOOP(i, B * nnz) {
         const i64 b = i / nnz, e = i - b * nnz;
         const i64 slot = slot_of(c + b * (n + 1), n, e);
@@ -104,11 +114,11 @@ __global__ void compressed_keys(const I* __restrict__ c, const I* __restrict__ p
         bool ok = true;
         i64 r = b;
         for (i64 k = m - 1; k >= 0; --k) {
-            ok = add_coord(r % batch[k], k, shift, lo, hi, mult, key) && ok;
+            ok = add_coord(r % batch[k], k, shift, lo, hi, mult, rd, remap, key) && ok;
             r /= batch[k];
         }
-        ok = add_coord(rows_major ? slot : plain, m, shift, lo, hi, mult, key) && ok;
-        ok = add_coord(rows_major ? plain : slot, m + 1, shift, lo, hi, mult, key) && ok;
+        ok = add_coord(rows_major ? slot : plain, m, shift, lo, hi, mult, rd, remap, key) && ok;
+        ok = add_coord(rows_major ? plain : slot, m + 1, shift, lo, hi, mult, rd, remap, key) && ok;
         keys[i] = ok ? key : ~0ull;
     }
 }
@@ -117,11 +127,12 @@ __global__ void compressed_keys(const I* __restrict__ c, const I* __restrict__ p
 template <typename I>
 __global__ void coo_keys_mapped(const I* __restrict__ idx, i64 S, i64 nnz, const i64* __restrict__ shift,
                                 const i64* __restrict__ lo, const i64* __restrict__ hi,
-                                const i64* __restrict__ mult, u64* __restrict__ keys) {
+                                const i64* __restrict__ mult, i64 rd, const i64* __restrict__ remap,
+                                u64* __restrict__ keys) {
     ST_GRID_LOOP(e, nnz) {
         u64 key = 0;
         bool ok = true;
-        for (i64 k = 0; k < S; ++k) ok = add_coord((i64)idx[k * nnz + e], k, shift, lo, hi, mult, key) && ok;
+        for (i64 k = 0; k < S; ++k) ok = add_coord((i64)idx[k * nnz + e], k, shift, lo, hi, mult, rd, remap, key) && ok;
         keys[e] = ok ? key : ~0ull;
     }
 }

@@ -273,3 +273,24 @@ def cat_back(tensors: list, G: SparseTensor, d: int) -> list:
         out.append(kernels().sparse_at(G, t, (shift, [0] * P, list(t.shape[:P]), mult)))
         off += t.shape[d]
     return out
+
+
+def index_select_back(t: SparseTensor, G: SparseTensor, d: int, index):
+    """Values of ``t`` for ``index_select(t, d, index)`` (a host index): for each stored element,
+    the sum of ``G`` at every output position that selected its index along ``d`` (one lookup per
+    repetition of an index)."""
+    P = _along_sparse("index_select", t, d)
+    if is_device_array(index):
+        raise refuse("index_select with an index on the device", t)
+    idx = np.asarray(index).reshape(-1).astype(np.int64)  # the caller's host index
+    order = np.argsort(idx, kind="stable")
+    sidx = idx[order]
+    rank = np.arange(idx.size) - np.searchsorted(sidx, sidx, "left")  # which repetition of its index
+    mapping = ([0] * P, [0] * P, list(t.shape[:P]), _strides(kernels().grid(G)), d)
+    total = None
+    for r in range(int(rank.max()) + 1 if idx.size else 0):
+        remap = np.full(t.shape[d], -1, np.int64)
+        remap[sidx[rank == r]] = order[rank == r]
+        v = kernels().sparse_at(G, t, mapping + (remap,))
+        total = v if total is None else add(total, v)
+    return total if total is not None else zeros(t.values().shape, G.dtype, t)

@@ -542,9 +542,11 @@ def _select(t, dim, index, *, threads=None):
 def _index_select(t, dim, index, *, threads=None):
     out = shape.index_select(t, dim, index, threads=threads)
     d = dim % t.ndim
-    idx = np.asarray(index).reshape(-1).astype(np.int64)
 
     def back(G):
+        if t.is_cuda:
+            return (_device.index_select_back(t, G, d, index), None, None)
+        idx = np.asarray(index).reshape(-1).astype(np.int64)
         coords, sparse_d, ax = _split(t, d)
         if not sparse_d:
             part = gather(G, coords, G.shape[len(coords):])

@@ -113,18 +113,20 @@ def grid(t) -> tuple:
 
 def _keys(t, mapping=None) -> DeviceArray:
     """uint64 keys of ``t``'s stored elements in storage order: the row-major offset in :func:`grid`,
-    or with ``mapping`` ``(shift, lo, hi, mult)`` (int sequences, one per grid dim) the offset in a
+    or with ``mapping`` ``(shift, lo, hi, mult)`` (int sequences, one per grid dim; optionally then
+    ``rd, remap``: dim ``rd``'s coordinate replaced by ``remap[c]``, -1 for none) the offset in a
     cotangent's grid (see autograd.cu's compressed_keys; out of [lo, hi): a key found nowhere)."""
     dev = _dev(t)
     g = grid(t)
     if mapping is None:
         mapping = ((0,) * len(g), (0,) * len(g), g, _strides(g))
-    shift, lo, hi, mult = (P.from_host(dev, np.asarray(x, np.int64).reshape(-1)) for x in mapping)
+    rd, remap = (mapping[4], P.from_host(dev, np.asarray(mapping[5], np.int64))) if len(mapping) > 4 else (-1, None)
+    shift, lo, hi, mult = (P.from_host(dev, np.asarray(x, np.int64).reshape(-1)) for x in mapping[:4])
     ik = (P.index_key(t.index_dtype),)
     if isinstance(t, COOTensor):
         keys = P.empty(dev, (t.nnz,), np.uint64)
         P.run(dev, "autograd.cu", "coo_keys_mapped", ik, t.nnz, t.indices(), t.sparse_dim, t.nnz, shift, lo, hi, mult,
-              keys)
+              rd, remap, keys)
         return keys
     m = t.batch_dim
     B = math.prod(t.shape[:m])
@@ -132,7 +134,7 @@ def _keys(t, mapping=None) -> DeviceArray:
     keys = P.empty(dev, (B * t.nnz,), np.uint64)
     P.run(dev, "autograd.cu", "compressed_keys", ik, B * t.nnz, c, t.plain_indices(), B, t.nnz, c.shape[-1] - 1,
           int(t.layout.compressed_rows), m, P.from_host(dev, np.asarray(g[:m] or (1,), np.int64)), shift, lo, hi,
-          mult, keys)
+          mult, rd, remap, keys)
     return keys
 
 
