@@ -443,3 +443,12 @@ def test_tape_device_array_methods(backend, rng, no_host_copies):
             vjp(lambda t, x: bad(st.matmul(t, x)), A.cuda(), DeviceArray.from_host(X))
     out, _ = vjp(lambda t, x: st.matmul(t, x) * 1.0, A.cuda(), DeviceArray.from_host(X))
     assert type(out) is DeviceArray  # the output as the ops give it, not the recorded value
+
+
+def test_scale_transpose_bmm(backend, rng, no_host_copies):
+    A = make(rng, ("csr", (), (), None), np.float64, np.int32)
+    check(rng, no_host_copies, "scale", A, -1.5)
+    check(rng, no_host_copies, "transpose", A, 0, 1)
+    check(rng, no_host_copies, "t", A)
+    Bt = make(rng, ("csr", (2,), (), None), np.float64, np.int32)
+    check(rng, no_host_copies, st.bmm, Bt, rand(rng, (2, Bt.shape[-1], 3), np.float64))
