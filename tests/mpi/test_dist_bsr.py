@@ -16,7 +16,7 @@ import pytest
 from test_mpi import launches, mpiexec  # noqa: F401  (the fixture: how to launch, or skip)
 
 WORKER = Path(__file__).with_name("worker_bsr.py")
-RANKS = [1, 2, 3]
+RANKS = [1, 2, 3, 4]
 BLOCKS = ["1x1", "2x2", "3x3", "2x3"]
 HAVE_PETSC = importlib.util.find_spec("petsc4py") is not None
 
