@@ -452,3 +452,12 @@ def test_scale_transpose_bmm(backend, rng, no_host_copies):
     check(rng, no_host_copies, "t", A)
     Bt = make(rng, ("csr", (2,), (), None), np.float64, np.int32)
     check(rng, no_host_copies, st.bmm, Bt, rand(rng, (2, Bt.shape[-1], 3), np.float64))
+
+
+def test_the_host_copy_guard_fires(backend, no_host_copies):
+    """The guard of these tests catches a device array converted to a NumPy array."""
+    a = DeviceArray.from_host(np.ones(3))
+    with no_host_copies(), pytest.raises(AssertionError, match="copied to the host"):
+        np.asarray(a)
+    with no_host_copies(), pytest.raises(AssertionError, match="copied to the host"):
+        np.conj(a)  # what the rules' host code did with device values
