@@ -25,12 +25,14 @@ def _require_sparse(t, op: str, name: str = "t") -> None:
         raise TypeError(f"{op} expects a sparse tensor for {name}, got {type(t).__name__}")
 
 
-def _require_host_path(t, op: str, kind: str) -> None:
-    """A device ``t`` has GPU kernels for ``op`` along a sparse dim of a compressed layout only:
-    other dims and COO raise NotImplementedError naming the op and the device (nothing is copied)."""
-    if t.is_cuda and (kind != "sparse" or not t.layout.compressed):
-        raise NotImplementedError(f"{op} of a {t.layout.name} tensor on {t.device} along a {kind} dim has no GPU "
-                                  f"kernel; run it on the host with t.cpu().{op}")
+def _require_host_path(t, op: str, kind: str, gpu: bool = True) -> None:
+    """A device ``t`` has GPU kernels for ``op`` (``gpu``) along a sparse dim of a compressed layout
+    only: other dims, COO and ops without kernels raise NotImplementedError naming the op and the
+    device (nothing is copied)."""
+    if t.is_cuda and (not gpu or kind != "sparse" or not t.layout.compressed):
+        where = f" along a {kind} dim" if gpu else ""
+        raise NotImplementedError(f"{op} of a {t.layout.name} tensor on {t.device}{where} has no GPU kernel; run it "
+                                  f"on the host with t.cpu().{op}")
 
 
 def _kind(t, d: int) -> str:

@@ -240,6 +240,7 @@ def select(t, dim: int, index: int, *, threads: int | None = None):
     i %= size
     shape = t.shape[:d] + t.shape[d + 1:]
     kind = _kind(t, d)
+    _require_host_path(t, "select", kind, gpu=False)  # also when reached past the op table (vjp's rules)
     if kind == "dense":
         v = np.ascontiguousarray(np.take(t.values(), i, axis=_values_axis(t, d)))
         return _with_values(t, v, shape)
@@ -355,6 +356,7 @@ def nonzero(t, *, threads: int | None = None) -> np.ndarray:
            [1, 0]])
     """
     _require_sparse(t, "nonzero")
+    _require_host_path(t, "nonzero", "sparse", gpu=False)
     coo = t.to_sparse(L.sparse_coo, threads=threads)._coalesced_checked(threads)  # compressed -> coo is coalesced
     S, N = coo.sparse_dim, coo.nnz
     dense = coo.shape[S:]

@@ -173,6 +173,18 @@ def test_refused(backend, rng):
                 call()
 
 
+def test_bodies_refuse_device_tensors_past_the_op_table(backend, rng):
+    """select and nonzero have no GPU path: their bodies refuse a device tensor even when called
+    past the op table's guard (as vjp's rules call them)."""
+    from sparsetensor.ops import select
+
+    t = batched(rng, ("csr", (), (), None), np.float64, np.int64).cuda()
+    for call, op in ((lambda: select.select(t, 0, 1), "select"), (lambda: select.nonzero(t), "nonzero"),
+                     (lambda: select.count_nonzero(t), "nonzero")):
+        with pytest.raises(NotImplementedError, match=f"^{op} of a csr tensor on cuda:0 has no GPU kernel"):
+            call()
+
+
 def test_no_host_copies(backend, rng, monkeypatch):
     """The device paths read only the per-batch nnz (read_ints of B + 1 numbers): any other copy to
     the host (DeviceArray.get, np.asarray of a DeviceArray) fails the test."""
