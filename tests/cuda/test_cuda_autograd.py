@@ -145,7 +145,7 @@ def test_matmul_complex(backend, rng, no_host_copies):
 @pytest.mark.parametrize("dtype", FLOAT, ids=str)
 @pytest.mark.parametrize("batch", [(), (2,)], ids=["b0", "b1"])
 def test_sampled_addmm(backend, rng, no_host_copies, batch, dtype):
-    A = make(rng, ("csr", batch, (), None), dtype, np.int32)
+    A = make(rng, ("csr", batch, (), None), dtype, np.int32 if dtype == np.float32 else np.int64)
     M, N = A.shape[-2:]
     check(rng, no_host_copies, st.sampled_addmm, A, rand(rng, batch + (M, 3), dtype), rand(rng, batch + (3, N), dtype),
           kwargs={"beta": 0.5, "alpha": 2.0})
@@ -215,8 +215,8 @@ def test_unary_complex(backend, rng, no_host_copies):
 
 # -- reductions --------------------------------------------------------------------------------------------
 
-REDUCE_CASES = [("csr", (), (), None), ("csc", (2,), (), None), ("coo", (), (), None), ("bsr", (), (), (2, 3)),
-                ("csr", (2,), (3,), None)]
+REDUCE_CASES = [("csr", (), (), None), ("csc", (2,), (), None), ("coo", (), (), None), ("coo", (3,), (2,), None),
+                ("bsr", (), (), (2, 3)), ("bsc", (2,), (2,), (2, 1)), ("csr", (2,), (3,), None)]
 REDUCE_IDS = [f"{c[0]}-b{len(c[1])}-d{len(c[2])}" for c in REDUCE_CASES]
 
 
