@@ -152,24 +152,25 @@ cdef int _gather_vec(const index_t* cp, const index_t* pp, const num_t* vp, cons
     cdef int64_t lo, hi, col
     cdef num_t acc
     cdef bint checked = g.checked
+    cdef Py_ssize_t nnz = g.nnz, nplain = g.nplain  # locals: the loops' stores cannot change them
     for i in range(i0, i1):
         lo = cp[i]
         hi = cp[i + 1]
-        if not checked and _bad_slot(lo, hi, g.nnz):
+        if not checked and _bad_slot(lo, hi, nnz):
             return _BAD_COMPRESSED
         acc = 0
         if num_t is uint8_t:
             if g.logical:
                 for k in range(lo, hi):
                     col = pp[k]
-                    if not checked and _bad_plain(col, g.nplain):
+                    if not checked and _bad_plain(col, nplain):
                         return _PLAIN_TOO_LARGE
                     acc = acc | ((vp[k] != 0) & (xp[col] != 0))
                 yp[i] = acc
                 continue
         for k in range(lo, hi):
             col = pp[k]
-            if not checked and _bad_plain(col, g.nplain):
+            if not checked and _bad_plain(col, nplain):
                 return _PLAIN_TOO_LARGE
             acc = acc + _mul(vp[k], xp[col])
         yp[i] = acc
@@ -186,10 +187,11 @@ cdef int _gather_vec_stream(const index_t* cp, const index_t* pp, const num_t* v
     cdef int64_t lo, hi, col
     cdef num_t acc
     cdef bint checked = g.checked
+    cdef Py_ssize_t nnz = g.nnz, nplain = g.nplain  # locals: the loops' stores cannot change them
     for i in range(i0, i1):
         lo = cp[i]
         hi = cp[i + 1]
-        if not checked and _bad_slot(lo, hi, g.nnz):
+        if not checked and _bad_slot(lo, hi, nnz):
             return _BAD_COMPRESSED
         acc = 0
         k0 = lo
@@ -199,7 +201,7 @@ cdef int _gather_vec_stream(const index_t* cp, const index_t* pp, const num_t* v
             st_prefetch_past(pp + k0, ST_SPMV_PF * sizeof(index_t))
             for k in range(k0, k1):
                 col = pp[k]
-                if not checked and _bad_plain(col, g.nplain):
+                if not checked and _bad_plain(col, nplain):
                     return _PLAIN_TOO_LARGE
                 acc = acc + _mul(vp[k], xp[col])
             k0 = k1
