@@ -29,7 +29,7 @@ from typing import Callable, NamedTuple
 import numpy as np
 
 from .ops import convert as _convert, dense as _dense
-from ._backend import backend_for
+from ._backend import backend_for, device_of
 from ._core import _recording
 from ._core._tensor import COOTensor, CompressedTensor, SparseTensor
 from .interop import array_function, chunk as _chunk, linop, scipy as _scipy, torch as _torch
@@ -313,23 +313,40 @@ _TENSOR_TYPES = frozenset((COOTensor, CompressedTensor))
 _NDARRAY = np.ndarray
 
 
-def _on_gpu(x) -> bool:
+# operand types that live on the host whatever they hold: one set lookup each
+_HOST_TYPES = frozenset((int, float, bool, complex, str, slice, type(None), type(Ellipsis), np.ndarray))
+
+
+def _gpu_operand(x):
+    """``x``, or the first tensor of a sequence ``x``, when it lives on a GPU (a sparse tensor or
+    any device array); None for host operands."""
+    t = type(x)
+    if t in _HOST_TYPES:
+        return None
+    if t in _TENSOR_TYPES and type(x._values) is _NDARRAY:
+        return None
     if isinstance(x, SparseTensor):
-        return x.is_cuda
-    return isinstance(x, (list, tuple)) and any(isinstance(y, SparseTensor) and y.is_cuda for y in x)
+        return x if x.is_cuda else None
+    if isinstance(x, (list, tuple)):
+        return next((y for y in x if _gpu_operand(y) is not None), None)
+    return x if device_of(x) not in (None, "cpu") else None
 
 
 def _host_only(name: str, impl):
-    """``impl`` for an op with no GPU path: a first operand on a CUDA device (a tensor, or one in a
-    sequence of tensors) raises NotImplementedError naming the op and the device (nothing is
-    copied to the host); the function is marked ``no_gpu_kernel``."""
+    """``impl`` for an op with no GPU path: an operand on a CUDA device (a tensor or a dense device
+    array, or one in a sequence of them, in any position) raises NotImplementedError naming the op
+    and the device (nothing is copied to the host); the function is marked ``no_gpu_kernel``."""
     def fn(*args, **kwargs):
-        # a CPU tensor costs two type tests; anything else the full test
-        if args and (type(args[0]) not in _TENSOR_TYPES or type(args[0]._values) is not _NDARRAY) and \
-                _on_gpu(args[0]):
-            t = args[0] if isinstance(args[0], SparseTensor) else next(y for y in args[0] if _on_gpu(y))
-            raise NotImplementedError(f"{name} of a {t.layout.name} tensor on {t.device} has no GPU kernel; run it "
-                                      f"on the host with t.cpu().{name}")
+        # a CPU tensor alone costs two type tests; other operands a set lookup each
+        if len(args) == 1 and not kwargs and type(args[0]) in _TENSOR_TYPES and type(args[0]._values) is _NDARRAY:
+            return impl(*args)
+        for x in (*args, *kwargs.values()):
+            g = _gpu_operand(x)
+            if g is not None:
+                what = (f"a {g.layout.name} tensor on {g.device}" if isinstance(g, SparseTensor)
+                        else f"an array on {device_of(g)}")
+                raise NotImplementedError(f"{name} of {what} has no GPU kernel; run it on the host with "
+                                          f"t.cpu().{name}")
         return impl(*args, **kwargs)
 
     functools.update_wrapper(fn, impl)  # name, docs, signature (``__wrapped__``)

@@ -249,3 +249,22 @@ def test_sparse_mask_not_on_the_gpu(backend, rng):
         with pytest.raises(NotImplementedError, match="sparse_mask"):
             fn()
     assert st.sparse_mask(t.to_dense(), t).nnz == t.nnz  # the host path is untouched
+
+
+def test_host_only_ops_refuse_a_device_operand_in_any_position(backend, rng):
+    """An op with no GPU path raises NotImplementedError naming it when any operand (not only the
+    first) is a device tensor or a dense device array; host operands still work."""
+    t = make(rng, ("csr", (), (), None), np.float64)
+    d = cuda.to_device(t)
+    M, K = t.shape
+    dense_dev = cuda.DeviceArray.from_host(np.ones((K, 3)))
+    cases = [("addmm", lambda: st.addmm(cuda.DeviceArray.from_host(np.ones((M, 3))), d, dense_dev)),
+             ("addmm", lambda: st.addmm(np.ones((M, 3)), d, np.ones((K, 3)))),
+             ("stack", lambda: st.stack([t, d])),
+             ("sspaddmm", lambda: st.sspaddmm(t, d, t.mT.to_sparse_csr()))]
+    for name, fn in cases:
+        with pytest.raises(NotImplementedError, match=f"{name} of .* on cuda"):
+            fn()
+    with pytest.raises(NotImplementedError, match="addmm of an array on cuda"):
+        st.addmm(cuda.DeviceArray.from_host(np.ones((M, 3))), t, np.ones((K, 3)))
+    assert st.addmm(np.ones((M, 3)), t, np.ones((K, 3))).shape == (M, 3)
