@@ -1,7 +1,9 @@
 """The CUDA backend: the kernel names of :data:`sparsetensor._backend.KERNELS`, with the
 parameters of :mod:`sparsetensor._backend.cpu`, over the NVRTC-compiled ``kernels/*.cu``
 (the op modules of this package: ``_validate``, ``_coalesce``, ``_dense``, ``_convert``,
-``_blas``, ``_binary``, ``_reduce``, ``_pointwise``).
+``_blas``, ``_binary``, ``_reduce``, ``_pointwise``, ``_select``). ``_optim`` (the optimizer
+steps, called by :mod:`sparsetensor.optim`) and ``_autograd`` (the pullbacks' kernels, called by
+:mod:`sparsetensor.autograd`) sit beside them with the CPU's functions of those packages.
 
 The ops resolve operands, dtypes and shapes once, device-independently, and then call
 ``backend_for(*operands).<kernel>(...)``; for device operands that is this module. A kernel
