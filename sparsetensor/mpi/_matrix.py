@@ -450,7 +450,8 @@ class DistCSR:
         s["bytes_received"] += recv.nbytes
         s["seconds"] += t_total
         s["seconds_communication"] += t_comm
-        self._last = {"kind": kind, "dtype": str(recv.dtype), "columns": 1 if recv.ndim == 1 else recv.shape[1],
+        # the dtype object: its name is made in comm_stats, not in every product
+        self._last = {"kind": kind, "dtype": recv.dtype, "columns": 1 if recv.ndim == 1 else recv.shape[1],
                       "bytes_sent": int(send.nbytes), "bytes_received": int(recv.nbytes),
                       "messages_sent": len(self._send_plan if kind == "matvec" else self._recv_plan),
                       "messages_received": len(self._recv_plan if kind == "matvec" else self._send_plan)}
@@ -484,7 +485,8 @@ class DistCSR:
         MPI.Request.Waitall(reqs)
         t3 = time.perf_counter()
         if self._offd_rows is not None:
-            y[self._offd_rows] += matmul(self._offd_compact, recv, threads=threads)
+            if self._offd_rows.shape[0]:  # no rows with ghost entries (one rank): no call at all
+                y[self._offd_rows] += matmul(self._offd_compact, recv, threads=threads)
         elif self._offd.nnz:
             y += matmul(self._offd, recv if self._bc == 1 else recv.reshape((-1,) + x.shape[1:]), threads=threads)
         self._record("matvec", send, recv, (t1 - t0) + (t3 - t2), time.perf_counter() - t0)
@@ -600,7 +602,8 @@ class DistCSR:
         8 * N * ghosts_per_rank[r]``: every ghost value is sent once.
         """
         mine = dict(self._stats, ghosts=int(self._ghosts.shape[0]), send_entries=int(self._send_idx.shape[0]),
-                    neighbours=[q for q, _, _ in self._recv_plan], messages=len(self._send_plan), last=self._last)
+                    neighbours=[q for q, _, _ in self._recv_plan], messages=len(self._send_plan),
+                    last=None if self._last is None else dict(self._last, dtype=str(self._last["dtype"])))
         every = self._comm.allgather(mine)
         out = {"ranks": self._comm.size, "exchange": self.exchange,
                "ghosts_per_rank": [m["ghosts"] for m in every],
