@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _binary, _blas, _coalesce, _convert, _dense, _pointwise, _reduce, _select, _validate
+from . import _binary, _blas, _coalesce, _convert, _dense, _pointwise, _reduce, _select, _spgemm, _validate
 
 __all__ = ["device", "validate", "coalesce", "to_dense", "from_dense", "convert", "transpose", "spmm", "spgemm",
            "merge", "reduce_sum", "reduce_sum_dims", "reduce_dims", "unary", "sddmm", "gather_slices", "remap_plain",
@@ -69,9 +69,9 @@ def spmm(S, D, plan, rt, threads=None, err=None):
 
 
 def spgemm(a, b, threads=None):
-    """Sparse @ sparse: no GPU kernel (NotImplementedError naming the op and the device)."""
-    raise NotImplementedError(f"spgemm (sparse @ sparse) of {a.layout.name} and {b.layout.name} tensors on "
-                              f"{a.device} has no GPU kernel; run it on the host with t.cpu()")
+    """Sparse @ sparse of two device compressed tensors (csr/csc, bsr/bsc): expand, sort, compress
+    (:mod:`._spgemm`); the result's layout and pattern are the CPU's."""
+    return _spgemm.spgemm(a, b)
 
 
 def merge(a, b, dtype, op: str, alpha=1, threads=None):

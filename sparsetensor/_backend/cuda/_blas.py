@@ -39,7 +39,8 @@ _BSR_TILED_MIN_N = 16
 
 def _dense_operand(x, dev, op: str) -> DeviceArray:
     if isinstance(x, CudaSparseTensor):
-        raise NotImplementedError(f"{op} of two sparse tensors on cuda (SpGEMM) has no GPU kernel")
+        raise NotImplementedError(f"{op} on cuda with a sparse {x.layout.name} operand where a dense one is "
+                                  "expected has no GPU kernel (sparse @ sparse is st.matmul or st.spgemm)")
     if isinstance(x, np.ndarray):
         raise TypeError(f"{op}: the dense operand is a NumPy array on the host; move it to {dev.name} first "
                         "(sparsetensor.cuda.DeviceArray.from_host)")

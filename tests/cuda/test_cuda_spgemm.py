@@ -1,0 +1,307 @@
+"""Sparse @ sparse on CUDA (kernels/spgemm.cu, expand-sort-compress) through the op
+(``st.spgemm``, ``st.matmul``, ``@``), against the CPU backend: the result's layout, shape, index
+dtype and index members bitwise (the same pattern, explicit zeros of cancelled sums included),
+values exactly for integers and bool and within 1e-6 (float32/complex64) or 1e-12 (float64,
+complex128) relative for floats; the CPU's errors with the CPU's messages; the device's own
+limits as NotImplementedError; no copy to the host. Runs on a GPU or on the kernel emulator
+(run it also with SPARSETENSOR_EMULATOR_SEED=3: the emulator shuffles blocks and threads).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import sparsetensor as st
+from sparsetensor._backend.cuda import _spgemm as device_spgemm
+from sparsetensor.cuda import _primitives
+from sparsetensor.cuda._array import DeviceArray
+
+from conftest import random_dense
+from cuda_support import backend, rng  # noqa: F401 (the fixtures)
+from cuda_support import ALL_DTYPES, INDEX, host, members
+
+BLOCKED = ("bsr", "bsc")
+LAYOUT_PAIRS = [("csr", "csr"), ("csr", "csc"), ("csc", "csr"), ("csc", "csc"), ("bsr", "bsr"), ("bsc", "bsc"),
+                ("bsr", "bsc"), ("bsc", "bsr"), ("coo", "coo"), ("coo", "csr"), ("csr", "coo")]
+PAIR_IDS = [f"{x}@{y}" for x, y in LAYOUT_PAIRS]
+RTOL = {np.dtype("float16"): 1e-3, np.dtype("float32"): 1e-6, np.dtype("complex64"): 1e-6,
+        np.dtype("float64"): 1e-12, np.dtype("complex128"): 1e-12}
+
+
+def _values(rng, shape, dtype):
+    dtype = np.dtype(dtype)
+    if dtype == np.bool_:
+        return rng.integers(0, 2, shape).astype(bool)
+    if dtype.kind in "iu":  # wide enough that int8/uint8 sums wrap
+        return rng.integers(0 if dtype.kind == "u" else -100, 100, shape).astype(dtype)
+    v = rng.standard_normal(shape)
+    if dtype.kind == "c":
+        v = v + 1j * rng.standard_normal(shape)
+    return v.astype(dtype)
+
+
+def operand(rng, layout, blocks, bs, dtype, index_dtype, batch=(), nnz=None, density=None):
+    """A CPU tensor of ``layout`` whose batches share one random pattern (so that every batch of a
+    product has one nnz) and have their own values (random integers and bools include zeros:
+    explicit zeros, which the product must carry as the CPU does)."""
+    bs = bs if layout in BLOCKED else (1, 1)
+    if density is None:
+        base = random_dense(rng, blocks=blocks, blocksize=bs, nnz=nnz)
+    else:
+        base = np.kron(rng.random(blocks) < density, np.ones(bs))
+    if layout == "coo":
+        idx = st.from_dense(base, "coo", index_dtype=index_dtype).indices()
+        return st.sparse_coo_tensor(idx, _values(rng, (idx.shape[1],), dtype), base.shape, is_coalesced=True)
+    pattern = st.from_dense(base, layout, blocksize=bs if layout in BLOCKED else None, index_dtype=index_dtype)
+    c, p = pattern.compressed_indices(), pattern.plain_indices()
+    return st.sparse_compressed_tensor(np.broadcast_to(c, batch + c.shape).copy(),
+                                       np.broadcast_to(p, batch + p.shape).copy(),
+                                       _values(rng, batch + pattern.values().shape, dtype), batch + base.shape,
+                                       layout=getattr(st, f"sparse_{layout}"))
+
+
+def assert_product(got, want):
+    """Device result ``got`` is the CPU's ``want``: layout, shape, flags, index members bitwise,
+    values exactly (integers, bool) or within RTOL (floats; atol scaled to the values)."""
+    assert got.device == "cuda:0"
+    assert got.layout is want.layout and got.shape == want.shape and got.dtype == want.dtype
+    assert got.index_dtype == want.index_dtype and got.is_coalesced() and want.is_coalesced()
+    if got.layout.blocked:
+        assert got.blocksize == want.blocksize
+    gm, wm = members(got), members(want)
+    for x, y in zip(gm[:-1], wm[:-1]):
+        x = host(x)
+        assert x.dtype == y.dtype and x.shape == y.shape and (x == y).all()
+    x, y = host(gm[-1]), np.ascontiguousarray(wm[-1])
+    assert x.shape == y.shape and x.dtype == y.dtype
+    if x.dtype.kind in "fc":
+        rtol = RTOL[x.dtype]
+        scale = float(np.abs(y.astype(np.complex128)).max()) if y.size else 0.0
+        np.testing.assert_allclose(x.astype(np.complex128), y.astype(np.complex128), rtol=rtol, atol=rtol * scale)
+    else:
+        assert (x == y).all()
+
+
+def both(a, b, call=st.spgemm):
+    want = call(a, b)
+    got = call(a.cuda(), b.cuda())
+    assert_product(got, want)
+    return got, want
+
+
+def _pair(rng, la, lb, dtype, index_dtype, batch=(), sizes=(3, 4, 5), bs_a=(2, 3), bs_b=(3, 1), **kw):
+    """Operands of ``la @ lb``: (M, K) @ (K, N) in blocks of bs_a and bs_b (blocked layouts)."""
+    M, K, N = sizes
+    a = operand(rng, la, (M, K), bs_a, dtype, index_dtype, batch, **kw)
+    b = operand(rng, lb, (K, N), bs_b, dtype, index_dtype, batch, **kw)
+    return a, b
+
+
+# -- every layout pair x index dtype x value dtype x batch dims --------------------------------------------
+@pytest.mark.parametrize("la,lb", LAYOUT_PAIRS, ids=PAIR_IDS)
+@pytest.mark.parametrize("index_dtype", INDEX, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=str)
+@pytest.mark.parametrize("batch", [(), (2,)], ids=["b0", "b1"])
+def test_layouts_dtypes(backend, rng, la, lb, index_dtype, dtype, batch):
+    if batch and "coo" in (la, lb):
+        pytest.skip("coo spgemm is 2-d (sparse_dim == 2)")
+    a, b = _pair(rng, la, lb, dtype, index_dtype, batch, density=0.5)
+    got, want = both(a, b)
+    assert got.nnz > 0  # the operands formed products: the kernels ran
+    expected = {("coo", "coo"): "coo", ("csc", "csc"): "csc", ("bsc", "bsc"): "bsc", ("bsr", "bsr"): "bsr",
+                ("bsr", "bsc"): "bsr", ("bsc", "bsr"): "bsr"}.get((la, lb), "csr")
+    assert got.layout.name == expected
+
+
+@pytest.mark.parametrize("la,lb", [("csr", "csr"), ("csc", "csc"), ("bsr", "bsr"), ("bsc", "bsr")])
+@pytest.mark.parametrize("dtype", [np.float32, np.int64, np.complex128])
+def test_two_batch_dims(backend, rng, la, lb, dtype):
+    a, b = _pair(rng, la, lb, dtype, np.int32, (2, 3), density=0.4)
+    both(a, b)
+
+
+@pytest.mark.parametrize("bs_a,bs_b", [((1, 1), (1, 1)), ((3, 2), (2, 4)), ((1, 4), (4, 1)), ((4, 1), (1, 3))])
+def test_block_shapes(backend, rng, bs_a, bs_b):
+    a = operand(rng, "bsr", (4, 5), bs_a, np.float64, np.int64, density=0.5)
+    b = operand(rng, "bsr", (5, 3), bs_b, np.float64, np.int64, density=0.5)
+    got, _ = both(a, b)
+    assert got.blocksize == (bs_a[0], bs_b[1])
+
+
+def test_mixed_index_dtypes_give_int64(backend, rng):
+    a = operand(rng, "csr", (5, 6), None, np.float64, np.int32, density=0.5)
+    b = operand(rng, "csc", (6, 4), None, np.float64, np.int64, density=0.5)
+    got, _ = both(a, b)
+    assert got.index_dtype == np.int64
+
+
+# -- structure: empty, cancelled, heavy -----------------------------------------------------------------
+@pytest.mark.parametrize("shape_a,shape_b", [((0, 3), (3, 4)), ((3, 0), (0, 4)), ((3, 4), (4, 0)), ((3, 4), (4, 5))])
+@pytest.mark.parametrize("layout", ["csr", "csc", "coo", "bsr"])
+def test_empty(backend, shape_a, shape_b, layout):
+    kw = {"blocksize": (1, 1)} if layout == "bsr" else {}
+    a, b = st.from_dense(np.zeros(shape_a), layout, **kw), st.from_dense(np.zeros(shape_b), layout, **kw)
+    got, _ = both(a, b)
+    assert got.nnz == 0
+
+
+def test_empty_rows_and_one_side_empty(backend, rng):
+    d = random_dense(rng, blocks=(6, 5), nnz=9)
+    d[[0, 3]] = 0  # empty rows of a
+    e = random_dense(rng, blocks=(5, 4), nnz=8)
+    e[[1, 2]] = 0  # empty rows of b: a's entries in those columns form no product
+    both(st.from_dense(d, "csr"), st.from_dense(e, "csr"))
+    both(st.from_dense(d, "csr"), st.from_dense(np.zeros((5, 4)), "csr"))
+    both(st.from_dense(np.zeros((6, 5)), "csr"), st.from_dense(e, "csr"))
+    # entries that meet only empty rows: no products although both operands have entries
+    a = st.sparse_csr_tensor([0, 1, 1], [1], [2.0], size=(2, 2))
+    b = st.sparse_csr_tensor([0, 1, 1], [0], [3.0], size=(2, 2))
+    got, _ = both(a, b)
+    assert got.nnz == 0
+
+
+def test_batch_of_size_zero(backend, rng):
+    a = st.from_dense(np.zeros((0, 3, 4)), "csr", batch_dim=1)
+    b = st.from_dense(np.zeros((0, 4, 2)), "csr", batch_dim=1)
+    got, _ = both(a, b)
+    assert got.shape == (0, 3, 2)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.int32, np.bool_])
+def test_cancellation_keeps_explicit_zeros(backend, dtype):
+    a = st.sparse_csr_tensor([0, 2], [0, 1], np.array([1, 1], dtype), size=(1, 2))
+    b = st.sparse_csr_tensor([0, 1, 2], [0, 0], np.array([1, -1] if dtype != np.bool_ else [0, 0], dtype),
+                             size=(2, 1))
+    got, want = both(a, b)
+    assert got.nnz == want.nnz == 1 and not host(got.values())[0]
+
+
+def test_integers_wrap_and_bool_is_or_of_ands(backend):
+    a = st.sparse_csr_tensor([0, 3], [0, 1, 2], np.array([100, 100, 100], np.int8), size=(1, 3))
+    b = st.sparse_csr_tensor([0, 1, 2, 3], [0, 0, 0], np.array([100, 100, 100], np.int8), size=(3, 1))
+    got, _ = both(a, b)
+    assert host(got.values())[0] == np.int8(np.int64(30000).astype(np.int8))
+    a = st.sparse_csr_tensor([0, 3], [0, 1, 2], np.ones(3, bool), size=(1, 3))
+    b = st.sparse_csr_tensor([0, 1, 2, 3], [0, 0, 0], np.ones(3, bool), size=(3, 1))
+    got, _ = both(a, b)  # three products: true, not 3
+    assert host(got.values().view(np.uint8))[0] == 1
+    i64 = np.int64(2**62)
+    a = st.sparse_csr_tensor([0, 2], [0, 1], np.array([i64, i64]), size=(1, 2))
+    b = st.sparse_csr_tensor([0, 1, 2], [0, 0], np.array([4, 4], np.int64), size=(2, 1))
+    both(a, b)  # 2**64 + 2**64 wraps to 0
+
+
+def test_heavy_rows_and_collisions(backend, rng):
+    """A full row of a meets every row of b (all of b's entries collide in its columns), a full
+    column of b is met by every row of a; over 4096 products (several tiles of the sort)."""
+    a = operand(rng, "csr", (40, 80), None, np.float64, np.int32, density=0.15)
+    b = operand(rng, "csr", (80, 50), None, np.float64, np.int32, density=0.2)
+    A, B = a.to_dense(), b.to_dense()
+    A[7] = rng.standard_normal(80)
+    A[30] = rng.standard_normal(80)
+    B[:, 3] = rng.standard_normal(80)
+    B[11] = rng.standard_normal(50)
+    got, want = both(st.from_dense(A, "csr", index_dtype=np.int32), st.from_dense(B, "csr", index_dtype=np.int32))
+    assert host(got.crow_indices())[8] - host(got.crow_indices())[7] == 50  # the full row
+    products = sum(np.count_nonzero(B[k]) for i in range(40) for k in np.flatnonzero(A[i]))
+    assert products > 4096
+
+
+def test_duplicate_heavy_products(backend, rng):
+    """Every product of a row lands in one of two columns: long runs of equal keys."""
+    a = st.from_dense(rng.standard_normal((5, 300)), "csr")
+    B = np.zeros((300, 64))
+    B[:, 5] = rng.standard_normal(300)
+    B[::3, 40] = 1.0
+    got, _ = both(a, st.from_dense(B, "csr"))
+    assert got.nnz == 10
+
+
+def test_unsorted_input_is_repaired(backend):
+    with st.check_invariants(False):
+        a = st.sparse_csr_tensor([0, 2, 3], [1, 0, 1], [2.0, 3.0, 4.0], size=(2, 2))
+    want = st.spgemm(a, a)
+    got = st.spgemm(a.cuda(), a.cuda())
+    assert_product(got, want)
+
+
+def test_matmul_and_operator(backend, rng):
+    a, b = _pair(rng, "csr", "csc", np.float32, np.int64, density=0.5)
+    da, db = a.cuda(), b.cuda()
+    assert_product(st.matmul(da, db), st.spgemm(a, b))
+    assert_product(da @ db, st.spgemm(a, b))
+    assert_product(da @ da.mT, a @ a.mT)
+
+
+# -- errors and refusals ----------------------------------------------------------------------------------
+def _same_error(call, a, b, kind):
+    with pytest.raises(kind) as cpu:
+        call(a, b)
+    with pytest.raises(kind) as dev:
+        call(a.cuda(), b.cuda())
+    assert str(dev.value).replace(" on cuda:0", "") == str(cpu.value)  # the op names the device
+
+
+def test_op_errors_are_the_cpus(backend, rng):
+    a = np.zeros((2, 2, 2))
+    a[0, 0, 0] = a[1, 0, 1] = 1
+    b = np.zeros((2, 2, 2))
+    b[0, 0, 0] = b[1, 0, 1] = 1  # batch 0: one product; batch 1: none
+    _same_error(st.spgemm, st.from_dense(a, "csr", batch_dim=1), st.from_dense(b, "csr", batch_dim=1), ValueError)
+    x = st.from_dense(random_dense(rng, blocks=(3, 4), nnz=4), "csr")
+    _same_error(st.spgemm, x, x, ValueError)  # 3x4 @ 3x4
+    y = st.from_dense(random_dense(rng, blocks=(4, 3), nnz=4, dtype=np.float32), "csr")
+    _same_error(st.spgemm, x, y, TypeError)  # float64 @ float32
+    bsr = st.from_dense(np.eye(4), "bsr", blocksize=(2, 2))
+    _same_error(st.spgemm, bsr, st.from_dense(np.eye(4), "csr"), NotImplementedError)
+    _same_error(st.spgemm, bsr, st.from_dense(np.eye(4), "bsr", blocksize=(1, 2)), ValueError)
+    hybrid = st.from_dense(np.ones((2, 2, 3)), "csr", dense_dim=1)
+    _same_error(st.spgemm, hybrid, hybrid, NotImplementedError)
+
+
+def test_a_key_space_beyond_64_bits_is_refused(backend):
+    """Rows x columns of the product beyond 2**64: refused before anything is written."""
+    a = st.sparse_csr_tensor(np.array([0, 1, 1, 1, 1]), np.array([0]), np.array([1.0]), size=(4, 1))
+    b = st.sparse_csr_tensor(np.array([0, 1]), np.array([2**62 + 5]), np.array([2.0]), size=(1, 2**62 + 6))
+    with pytest.raises(NotImplementedError, match="exceed a 64-bit key"):
+        st.spgemm(a.cuda(), b.cuda())
+    b2 = st.sparse_csr_tensor(np.array([0, 1]), np.array([2**61]), np.array([2.0]), size=(1, 2**61 + 1))
+    got = st.spgemm(a.cuda(), b2.cuda())  # 4 * (2**61 + 1) keys fit: the product runs
+    assert host(got.col_indices()).tolist() == [2**61] and host(got.values()).tolist() == [2.0]
+
+
+def test_too_many_products_are_refused(backend, rng, monkeypatch):
+    a, b = _pair(rng, "csr", "csr", np.float64, np.int64, density=0.6)
+    nprod = int(np.diff(b.crow_indices())[a.col_indices()].sum())
+    monkeypatch.setattr(device_spgemm, "MAX_PRODUCTS", nprod - 1)
+    with pytest.raises(NotImplementedError, match=f"forms {nprod} intermediate products, more than {nprod - 1}"):
+        st.spgemm(a.cuda(), b.cuda())
+    monkeypatch.setattr(device_spgemm, "MAX_PRODUCTS", nprod)
+    both(a, b)
+
+
+# -- no host copies ------------------------------------------------------------------------------------------
+def test_no_host_copies(backend, rng, monkeypatch):
+    """The device path reads back only small counts (the product count, the output nnz, the per-batch
+    nnz): any other copy to the host fails the test."""
+    a, b = _pair(rng, "bsr", "bsc", np.complex128, np.int32, (2,), density=0.5)
+    da, db = a.cuda(), b.cuda()
+    get = DeviceArray.get
+    small = []
+
+    def read_ints(dev, arr):
+        assert arr.size <= 3, arr.shape
+        small.append(arr.size)
+        return get(arr)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a device op copied an array to the host")
+
+    monkeypatch.setattr(_primitives, "read_ints", read_ints)
+    monkeypatch.setattr(DeviceArray, "get", refuse)
+    monkeypatch.setattr(DeviceArray, "__array__", refuse)
+    got = st.spgemm(da, db)
+    monkeypatch.undo()
+    assert small
+    assert_product(got, st.spgemm(a, b))
