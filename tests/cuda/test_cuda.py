@@ -337,15 +337,14 @@ def test_to_sparse_large(backend, rng):
     assert_same(d.to_sparse("coo"), t.to_sparse("coo"))
 
 
-def test_to_sparse_not_implemented(backend, rng):
-    d = cuda.to_device(make(rng, ("csr", (), (), None)))
-    with pytest.raises(NotImplementedError, match="csr -> bsr"):
-        d.to_sparse("bsr", blocksize=(2, 1))
-    b = cuda.to_device(make(rng, ("bsr", (), (), (2, 3))))
-    with pytest.raises(NotImplementedError, match="bsr -> csr"):
-        b.to_sparse("csr")
-    with pytest.raises(NotImplementedError, match="bsr -> coo"):
-        b.to_sparse("coo")
+def test_to_sparse_blocks(backend, rng):
+    """Grouping into blocks and expanding them run on the device (tests/cuda/test_cuda_convert.py
+    covers every layout and dtype)."""
+    t = make(rng, ("csr", (), (), None))
+    assert_same(cuda.to_device(t).to_sparse("bsr", blocksize=(2, 1)), t.to_sparse("bsr", blocksize=(2, 1)))
+    b = make(rng, ("bsr", (), (), (2, 3)))
+    for target in ("csr", "coo"):
+        assert_same(cuda.to_device(b).to_sparse(target), b.to_sparse(target))
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if c[0] != "coo"],

@@ -9,8 +9,12 @@ as on the CPU.
 
 The transposes are stable radix sorts of ``batch * plain_size + plain index`` (a
 counting sort digit by digit), so row order is kept within every column. Grouping
-entries into blocks (csr -> bsr) and expanding blocks (bsr -> csr/coo) have no GPU
-kernel yet and raise NotImplementedError.
+entries into blocks (csr -> bsr) sorts the entries by block (``block_keys``), numbers
+the runs of equal keys and scatters every entry into its zero-filled block; expanding
+blocks (bsr -> csr) writes every item of every block where the new compressed index
+says (every item, zeros included, as on the CPU). The route through these steps is the
+CPU's (:func:`sparsetensor._backend.cpu._convert._route`): canonical results are unique,
+so the device's equal the CPU's bitwise.
 """
 
 from __future__ import annotations
@@ -20,10 +24,11 @@ import math
 import numpy as np
 
 from ..._core import _layout as L
+from ..._core._canonical import same_nnz
 from ..._core._dtypes import check_fits
 from ..._core._tensor import COOTensor, CompressedTensor
 from ...cuda import _primitives as P
-from ._coalesce import checked
+from ._coalesce import _runs, _starts, checked
 from ...cuda._classes import CudaCOOTensor
 
 __all__ = ["convert", "transpose_compressed"]
@@ -61,7 +66,7 @@ def transpose_compressed(t):
         plain = P.empty(dev, (N,), c.dtype)
         values = P.empty(dev, entries.shape, v.dtype)
         W = math.prod(tail)
-        P.run(dev, "convert.cu", "unpack_major", (P.raw_key(v.itemsize),) + ik, N * W, payload, N, rbits, entries,
+        P.run(dev, "convert.cu", "unpack_major", (P.raw_key(v.itemsize),) + ik, N * max(W, 1), payload, N, rbits, entries,
               W, plain, values)
     else:
         major = P.empty(dev, (N,), c.dtype)
@@ -79,9 +84,6 @@ def transpose_compressed(t):
 def _rows_to_coo(t):
     """A canonical device csr tensor -> coalesced COO (batch dims lead the sparse dims)."""
 
-    if t.layout.blocked:
-        raise NotImplementedError(f"to_sparse {t.layout.name} -> coo on cuda (expanding blocks into entries) "
-                                  "has no GPU kernel; convert on the CPU")
     dev = t.values()._device
     m = t.batch_dim
     batch = t.shape[:m]
@@ -133,21 +135,110 @@ def _coo_to_rows(t):
     return CompressedTensor(comp.reshape(batch + (rows + 1,)), plain, values, t.shape, L.sparse_csr, True)
 
 
+def _block_geometry(layout, bs: tuple) -> tuple:
+    """(bc, bp, sc, sp): the block extents along the compressed and plain dims, and how far an
+    item moves in the flattened (Rb, Cb) block per step along each (as on the CPU)."""
+    rb, cb = bs
+    return (rb, cb, cb, 1) if layout.compressed_rows else (cb, rb, 1, cb)
+
+
+def _members(t):
+    """(dev, batch, B, compressed, plain, values as (N, items) rows, entry shape) of a compressed ``t``."""
+    m = t.batch_dim
+    batch = t.shape[:m]
+    v = t.values()
+    tail = v.shape[m + 1:]
+    return (v._device, batch, math.prod(batch), t.compressed_indices(), t.plain_indices(),
+            v.reshape((math.prod(batch) * t.nnz, math.prod(tail))), tail)
+
+
+def _group(t, bs: tuple):
+    """csr -> bsr, csc -> bsc of a canonical device tensor: every block that holds an entry, the
+    items no entry gives zero (explicit zeros kept: a block exists where the pattern has one)."""
+    layout = L.sparse_bsr if t.layout.compressed_rows else L.sparse_bsc
+    bc, bp, sc, sp = _block_geometry(t.layout, bs)
+    dev, batch, B, c, p, v, dense = _members(t)
+    n, nnz, ps = c.shape[-1] - 1, t.nnz, t.plain_size
+    nbr, nbp, N, RC = n // bc, ps // bp, B * nnz, bc * bp
+    span = B * nbr * nbp
+    if span > 1 << 64:
+        raise NotImplementedError(f"to_sparse {t.layout.name} -> {layout.name} on cuda: {B} x {nbr} x {nbp} blocks "
+                                  "exceed a 64-bit key")
+    ik = (P.index_key(c.dtype),)
+    major = P.empty(dev, (N,), c.dtype)
+    P.run(dev, "convert.cu", "expand_major", ik, N, c, B, n, nnz, major)
+    keys = P.empty(dev, (N,), np.uint64)
+    P.run(dev, "convert.cu", "block_keys", ik, N, major, p, B, nnz, bc, nbr, bp, nbp, keys)
+    sorted_keys, perm = P.radix_sort(dev, keys, max(span - 1, 0).bit_length())
+    if N:
+        scan, total = _runs(dev, sorted_keys, N)
+        # batch b owns sorted positions [b * nnz, (b + 1) * nnz) (b leads the key)
+        per_batch = np.diff(P.read_ints(dev, P.take_strided(dev, scan, nnz, B + 1)))
+    else:
+        scan, total, per_batch = None, 0, np.zeros(B, np.int64)
+    same_nnz(per_batch, batch, f"{t.layout.name} -> {layout.name} with blocksize {bs}: every batch must have the "
+             "same number of blocks")
+    nnzb = int(per_batch[0]) if B else 0
+    out_v = P.zeros(dev, (total, RC * v.shape[1]), v.dtype)
+    out_p = P.empty(dev, (total,), c.dtype)
+    ptr = (P.empty if total else P.zeros)(dev, (B * nbr + 1,), np.int64)
+    if total:
+        starts = _starts(dev, scan, N, total)
+        brow_keys = P.empty(dev, (total,), np.uint64)
+        P.run(dev, "convert.cu", "split_keys", ik, total, sorted_keys, starts, total, nbp, brow_keys, out_p)
+        P.run(dev, "scan.cu", "lower_bounds", (), B * nbr + 1, brow_keys, total, B * nbr, ptr)
+        P.run(dev, "convert.cu", "group_scatter", (P.raw_key(v.itemsize),) + ik, N * v.shape[1], perm, scan, major,
+              p, N, bc, bp, sc, sp, v.shape[1], v, out_v)
+    comp = P.batch_offsets(dev, ptr, B, nbr, 1, c.dtype)
+    values = out_v.reshape(batch + (nnzb,) + tuple(bs) + dense)
+    return CompressedTensor(comp.reshape(batch + (nbr + 1,)), out_p.reshape(batch + (nnzb,)), values, t.shape,
+                            layout, True)
+
+
+def _expand(t):
+    """bsr -> csr, bsc -> csc of a canonical device tensor: every item of every block an entry."""
+    layout = L.sparse_csr if t.layout.compressed_rows else L.sparse_csc
+    bs = t.blocksize
+    bc, bp, sc, sp = _block_geometry(t.layout, bs)
+    dev, batch, B, c, p, v, _ = _members(t)
+    n, nnz, RC = c.shape[-1] - 1, t.nnz, bc * bp
+    nnz_out, W = nnz * RC, v.shape[1] // RC
+    check_fits(c.dtype, layout.name, nnz=nnz_out)
+    ik = (P.index_key(c.dtype),)
+    out_c = P.empty(dev, (B, n * bc + 1), c.dtype)
+    P.run(dev, "convert.cu", "expand_compressed", ik, B * (n * bc + 1), c, B, n, bc, bp, out_c)
+    out_p = P.empty(dev, (B * nnz_out,), c.dtype)
+    out_v = P.empty(dev, (B * nnz_out, W), v.dtype)
+    P.run(dev, "convert.cu", "expand_blocks", (P.raw_key(v.itemsize),) + ik, B * nnz_out * max(W, 1), c, p, v, B, n, nnz, bc,
+          bp, sc, sp, W, out_c, out_p, out_v)
+    m = t.batch_dim
+    dense = t.shape[m + 2:]
+    return CompressedTensor(out_c.reshape(batch + (n * bc + 1,)), out_p.reshape(batch + (nnz_out,)),
+                            out_v.reshape(batch + (nnz_out,) + dense), t.shape, layout, True)
+
+
+def _route(t, layout, bs: tuple):
+    """Canonical device ``t`` transposed, grouped and expanded into ``layout`` with blocksize ``bs``
+    (the CPU's route: blocks transpose before they expand, entries before they group)."""
+    src = t.layout
+    if src.blocked and not (layout.blocked and t.blocksize == bs):
+        if not layout.blocked and layout.compressed_rows != src.compressed_rows:
+            t = transpose_compressed(t)
+        t = _expand(t)
+    if t.layout.blocked:
+        return t if t.layout is layout else transpose_compressed(t)
+    if layout.compressed_rows != t.layout.compressed_rows:
+        t = transpose_compressed(t)
+    return _group(t, bs) if layout.blocked else t
+
+
 def convert(t, layout, bs):
     """``t`` in ``layout`` with blocksize ``bs`` (checked by :func:`sparsetensor.ops.convert.check_target`;
     another layout or blocksize than ``t``'s): the ``convert`` kernel of :mod:`._backend`."""
 
-    if isinstance(t, CudaCOOTensor):
-        if layout.blocked:
-            raise NotImplementedError(f"to_sparse coo -> {layout.name} on cuda (grouping entries into blocks) "
-                                      "has no GPU kernel")
-        rows = _coo_to_rows(t)
-        return rows if layout is L.sparse_csr else transpose_compressed(rows)
-    src = checked(t)
+    src = _coo_to_rows(t) if isinstance(t, CudaCOOTensor) else checked(t)
     if layout is L.sparse_coo:
-        return _rows_to_coo(src if src.layout.compressed_rows else transpose_compressed(src))
-    if layout.blocked != src.layout.blocked or (layout.blocked and bs != src.blocksize):
-        what = "grouping entries into blocks" if layout.blocked and not src.layout.blocked else (
-            "expanding blocks into entries" if src.layout.blocked and not layout.blocked else "changing the blocksize")
-        raise NotImplementedError(f"to_sparse {src.layout.name} -> {layout.name} on cuda ({what}) has no GPU kernel")
-    return transpose_compressed(src)
+        if not src.layout.compressed_rows:
+            src = transpose_compressed(src)
+        return _rows_to_coo(_expand(src) if src.layout.blocked else src)
+    return _route(src, layout, bs)
