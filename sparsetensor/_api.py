@@ -235,7 +235,7 @@ OPS: tuple = (
     Op("index_select", select.index_select, gpu=True),
     Op("nonzero", select.nonzero),
     Op("count_nonzero", select.count_nonzero),
-    Op("sparse_mask", mask.sparse_mask),
+    Op("sparse_mask", mask.sparse_mask, gpu=True),
     Op("cat", join.cat, method=False, gpu=True),
     Op("stack", join.stack, method=False),
     Op("zero_", inplace.zero_, function=False),

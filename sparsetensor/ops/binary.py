@@ -5,7 +5,7 @@ What each operand combination gives (PyTorch 2.13 semantics where PyTorch has th
 ============================  =========================================================
 sparse + sparse (add, sub)    sparse, the union of the patterns (explicit zeros from
                               cancellation stay entries)
-sparse + dense, dense+sparse  dense NumPy array (operands of one shape)
+sparse + dense, dense+sparse  dense array (operands of one shape)
 sparse + scalar               refused (it would specify every element), as in PyTorch
 sparse * sparse               sparse, the intersection of the patterns
 sparse * dense, dense*sparse  sparse, the pattern of the sparse operand (the dense operand
@@ -16,7 +16,7 @@ sparse / scalar or dense      sparse, the same pattern (unspecified elements sta
 anything / sparse             refused (it would make every unspecified element inf/NaN)
 maximum/minimum(sparse, sp.)  sparse, the union of the patterns; an unspecified element
                               counts as 0 (PyTorch has no sparse maximum/minimum)
-maximum/minimum with dense    dense NumPy array (operands of one shape)
+maximum/minimum with dense    dense array (operands of one shape)
 ============================  =========================================================
 
 Sparse operands must have one shape. When their layouts differ the second operand is
@@ -37,6 +37,12 @@ intersections (mul) linearise the index columns to int64 keys and merge them in 
 Batched compressed results need the same nnz in every batch (ValueError otherwise).
 Results of value-only operations (a scalar or dense operand) share the index arrays of
 the sparse operand.
+
+On a CUDA device the same table holds for a device tensor with dense device arrays (a
+``DeviceArray``, or anything with ``__cuda_array_interface__`` or DLPack, read without a
+copy) on its device; dense results are device arrays. The arithmetic runs on float and
+complex values (maximum/minimum also on integers and bool); a host array with a device tensor
+raises ValueError naming both devices.
 """
 
 from __future__ import annotations
@@ -48,7 +54,7 @@ import numpy as np
 from .._backend import backend_for
 from .._core._canonical import ensure_valid
 from .._core._dtypes import VALUE_DTYPES
-from .._core._device import is_device_array
+from .._core._device import device_array, is_device_array
 from .._core._tensor import COOTensor, CompressedTensor, SparseTensor
 from .._core._validate import check_coo_indices
 from ._common import broadcasts_to, describe
@@ -79,11 +85,15 @@ def _operand(x, name: str):
 
 
 def _on_device(name: str, ka: str, kb: str, a, b) -> tuple:
-    """Two operands one of which is a dense CUDA array: no GPU kernel takes a dense device operand
-    here (a CPU/GPU mix raises ValueError naming both devices, else NotImplementedError)."""
+    """The kinds and operands when one operand is a dense CUDA array: with a sparse tensor on its
+    device it is a "dense" operand (as a DeviceArray, no copy); a CPU/GPU mix raises ValueError
+    naming both devices, two dense arrays or a scalar NotImplementedError."""
+    a, b = (device_array(x) if k == "device" else x for k, x in ((ka, a), (kb, b)))  # its ordinal known
     backend_for(a, b)
-    raise NotImplementedError(f"{name}({describe(a)}, {describe(b)}): only two sparse tensors have a GPU kernel "
-                              "(a merge); move the operands to the host with .cpu()")
+    if "sparse" not in (ka, kb) or "scalar" in (ka, kb):
+        raise NotImplementedError(f"{name}({describe(a)}, {describe(b)}): a dense device array has a GPU kernel "
+                                  "only with a sparse tensor on its device")
+    return "dense" if ka == "device" else ka, "dense" if kb == "device" else kb, a, b
 
 
 def _result_dtype(name: str, *xs) -> np.dtype:
@@ -130,7 +140,7 @@ def add(a, b, *, alpha=1, threads: int | None = None):
     """``a + alpha * b`` with at least one sparse operand.
 
     sparse + sparse is sparse (the union of the patterns; explicit zeros from
-    cancellation stay entries); sparse + dense and dense + sparse are dense NumPy arrays
+    cancellation stay entries); sparse + dense and dense + sparse are dense arrays
     (the operands must have one shape: no broadcasting, as in PyTorch). A scalar operand
     is refused, as in PyTorch: adding a nonzero scalar would specify every element
     (use ``t.to_dense() + s``). bool is logical or. See the module docstring for layouts
@@ -178,7 +188,7 @@ def _add(name: str, a, b, alpha, threads, negate: bool = False):
                                   "would specify every element and is not supported (as in PyTorch); use "
                                   "t.to_dense() with the scalar instead")
     if "device" in (ka, kb):
-        ka, kb = _on_device(name, ka, kb, a, b)
+        ka, kb, a, b = _on_device(name, ka, kb, a, b)
     dtype = _result_dtype(name, a, b)
     if negate and dtype == np.bool_:
         raise TypeError("sub: subtraction, the `-` operator, with two bool tensors is not supported; use "
@@ -213,7 +223,7 @@ def mul(a, b, *, threads: int | None = None):
     """
     (ka, a), (kb, b) = _operand(a, "mul"), _operand(b, "mul")
     if "device" in (ka, kb):
-        ka, kb = _on_device("mul", ka, kb, a, b)
+        ka, kb, a, b = _on_device("mul", ka, kb, a, b)
     if "sparse" not in (ka, kb):
         raise TypeError(f"mul expects at least one sparse tensor, got {describe(a)} and {describe(b)}")
     if ka == kb == "sparse":
@@ -222,10 +232,10 @@ def mul(a, b, *, threads: int | None = None):
     if ka == "sparse":
         if kb == "scalar":
             return _by_scalar("mul", a, b, np.multiply, threads)
-        return _sampled("mul", a, b, lambda v, g: np.multiply(v, g), threads)
+        return _sampled("mul", a, b, threads)
     if ka == "scalar":
         return _by_scalar("mul", b, a, np.multiply, threads)
-    return _sampled("mul", b, a, lambda v, g: np.multiply(g, v), threads)
+    return _sampled("mul", b, a, threads)  # multiplication commutes, bit for bit
 
 
 def div(a, b, *, rounding_mode=None, threads: int | None = None):
@@ -257,7 +267,7 @@ def div(a, b, *, rounding_mode=None, threads: int | None = None):
                                   "(rounding_mode=None) is supported")
     (ka, a), (kb, b) = _operand(a, "div"), _operand(b, "div")
     if "device" in (ka, kb):
-        ka, kb = _on_device("div", ka, kb, a, b)
+        ka, kb, a, b = _on_device("div", ka, kb, a, b)
     if kb == "sparse":
         raise NotImplementedError(f"div({describe(a)}, {describe(b)}): division by a sparse tensor is not "
                                   "supported (its unspecified elements are zeros); divide by a scalar or a dense "
@@ -266,7 +276,7 @@ def div(a, b, *, rounding_mode=None, threads: int | None = None):
         raise TypeError(f"div expects a sparse dividend, got {describe(a)}")
     if kb == "scalar":
         return _by_scalar("div", a, b, np.true_divide, threads)
-    return _sampled("div", a, b, lambda v, g: np.true_divide(v, g), threads)
+    return _sampled("div", a, b, threads)
 
 
 def maximum(a, b, *, threads: int | None = None):
@@ -311,17 +321,17 @@ def _extremum(name, a, b, ufunc, threads):
         raise NotImplementedError(f"{name}({describe(a)}, {describe(b)}) with a scalar is not supported; use "
                                   "t.to_dense() with the scalar instead")
     if "device" in (ka, kb):
-        ka, kb = _on_device(name, ka, kb, a, b)
+        ka, kb, a, b = _on_device(name, ka, kb, a, b)
     dtype = _result_dtype(name, a, b)
     if dtype.kind == "c":
         raise TypeError(f"{name} is not defined for complex tensors: {describe(a)} and {describe(b)}")
     if ka == kb == "sparse":
         return _merge(name, a, b, dtype, name, 1, threads)
     _same_shape(name, a, b)
-    backend_for(a, b)  # a sparse tensor on a GPU with a host array: ValueError naming both devices
+    backend = backend_for(a, b)  # a sparse tensor on a GPU with a host array: ValueError naming both devices
     da = a.to_dense(threads=threads) if ka == "sparse" else a
     db = b.to_dense(threads=threads) if kb == "sparse" else b
-    return ufunc(da, db, dtype=dtype)
+    return backend.elementwise(da.astype(dtype, copy=False), db.astype(dtype, copy=False), name, threads)
 
 
 def neg(a):
@@ -352,27 +362,34 @@ def _by_scalar(name: str, t: SparseTensor, scalar, ufunc, threads) -> SparseTens
     return _with_values(name, t, backend_for(t).unary(t, name, ufunc, threads, scalar))
 
 
-def _sampled(name: str, t: SparseTensor, dense: np.ndarray, combine, threads) -> SparseTensor:
-    """``combine(values, dense sampled at t's pattern)`` with t's pattern."""
+def _sampled(name: str, t: SparseTensor, dense, threads) -> SparseTensor:
+    """``values op (dense sampled at t's pattern)`` (``op``: "mul" or "div") with t's pattern, in
+    NumPy's result dtype of the two (true division: integers give float64)."""
     if not broadcasts_to(dense.shape, t.shape):
         raise ValueError(f"{name}: the dense operand must broadcast to the sparse operand's shape, got "
                          f"{describe(t)} and {describe(dense)}")
-    _result_dtype(name, t, dense)
-    backend_for(t, dense)  # a sparse tensor on a GPU with a host array: ValueError naming both devices
+    dtype = _result_dtype(name, t, dense)
+    if name == "div" and dtype.kind in "biu":
+        dtype = np.dtype(np.float64)
+    backend = backend_for(t, dense)  # a sparse tensor on a GPU with a host array: ValueError naming both devices
     t, gathered = _SAMPLE_DENSE_BY_LAYOUT[type(t)](t, dense, threads)
-    return _with_values(name, t, combine(t.values(), gathered))
+    return _with_values(name, t, backend.elementwise(t.values().astype(dtype, copy=False),
+                                                     gathered.astype(dtype, copy=False), name, threads))
 
 
-def _sample_coo(t: COOTensor, dense: np.ndarray, threads) -> tuple:
+def _sample_coo(t: COOTensor, dense, threads) -> tuple:
     """The body of COO: ``(t, dense at t's entries)``, the indices bounds-checked
     first (NumPy would wrap a negative index)."""
+    if t.is_cuda:
+        t = ensure_valid(t, threads=threads)
+        return t, backend_for(t).sample_dense(t, dense, threads)
     if not t.is_coalesced():
         check_coo_indices(t.indices(), t.shape, threads=threads)
     full = np.broadcast_to(dense, t.shape)
     return t, full[tuple(t.indices())] if t.sparse_dim else np.broadcast_to(full, (t.nnz,) + full.shape)
 
 
-def _sample_compressed(t: CompressedTensor, dense: np.ndarray, threads) -> tuple:
+def _sample_compressed(t: CompressedTensor, dense, threads) -> tuple:
     """The body of the compressed layouts: ``(valid t, dense (broadcast to t's
     shape) at t's entries, shaped like t.values())``."""
     t = ensure_valid(t, repair=True, threads=threads)
@@ -386,24 +403,31 @@ def _typed(scale, dtype: np.dtype):
     return np.array(scale).astype(dtype)[()]
 
 
-def _scaled(values: np.ndarray, scale, dtype: np.dtype) -> np.ndarray:
+def _scaled(values, scale, dtype: np.dtype):
+    if type(values) is not np.ndarray:  # a device array: cast, then scaled by its own kernel
+        values = values.astype(dtype, copy=False)
+        return values if scale == 1 else values * _typed(scale, dtype)
     return (values if scale == 1 else np.multiply(values, _typed(scale, dtype))).astype(dtype, copy=False)
 
 
-def _sparse_plus_dense(name: str, t: SparseTensor, t_scale, dense: np.ndarray, d_scale, dtype: np.dtype,
-                       threads) -> np.ndarray:
-    """``t_scale * t + d_scale * dense`` as a dense array of ``dtype``: a copy of the dense operand
-    with the sparse values added at their positions."""
+def _sparse_plus_dense(name: str, t: SparseTensor, t_scale, dense, d_scale, dtype: np.dtype, threads):
+    """``t_scale * t + d_scale * dense`` as a dense array of ``dtype`` (on the operands' device): a
+    copy of the dense operand with the sparse values added at their positions."""
     _same_shape(name, t, dense)
-    out = np.array(dense, dtype=dtype, order="C", copy=True)
-    if d_scale != 1:
-        np.multiply(out, _typed(d_scale, dtype), out=out)
+    if type(dense) is not np.ndarray:  # a device array: a new one, of dtype (and C order, as all are)
+        out = _scaled(dense.astype(dtype), d_scale, dtype)
+    else:
+        out = np.array(dense, dtype=dtype, order="C", copy=True)
+        if d_scale != 1:
+            np.multiply(out, _typed(d_scale, dtype), out=out)
     return _ADD_TO_DENSE_BY_LAYOUT[type(t)](t, out, t_scale, dtype, threads)
 
 
 def _add_coo_to(t: COOTensor, out: np.ndarray, t_scale, dtype: np.dtype, threads) -> np.ndarray:
     """The body of COO: ``out += t_scale * t`` in place; returns ``out``."""
     t = t._coalesced_checked(threads)  # NumPy would wrap a negative index; each position is added once
+    if t.is_cuda:
+        return backend_for(t).add_to_dense(t, _scaled(t.values(), t_scale, dtype), out, threads)
     out[tuple(t.indices())] += _scaled(t.values(), t_scale, dtype)
     return out
 

@@ -8,10 +8,11 @@ import math
 
 import numpy as np
 
-from .._backend import device_of
+from .._backend import backend_for
 from .._core import _layout as L
 from .._core._canonical import ensure_valid
 from .._core._dtypes import VALUE_DTYPES
+from .._core._device import device_array, is_device_array
 from .._core._tensor import COOTensor, CompressedTensor, SparseTensor
 from ._common import describe
 from ._shape_common import _require_sparse
@@ -102,19 +103,17 @@ def sparse_mask(t, mask, *, threads: int | None = None):
     array([2., 3.])
     """
     _require_sparse(mask, "sparse_mask", "mask")
-    where = device_of(t), mask.device
-    if any(d not in (None, "cpu") for d in where):  # neither operand goes to the host unasked
-        raise NotImplementedError(f"sparse_mask of {describe(t) if isinstance(t, SparseTensor) else 'an array'} on "
-                                  f"{where[0]} with a {mask.layout.name} mask on {where[1]} has no GPU kernel; run it "
-                                  "on the host with t.cpu().sparse_mask(mask.cpu())")
     sparse_t = isinstance(t, SparseTensor)
-    a = t if sparse_t else np.asarray(t)
+    on_device = mask.is_cuda or (t.is_cuda if sparse_t else is_device_array(t))
+    a = t if sparse_t else (device_array(t) if is_device_array(t) else np.asarray(t))
     if a.shape != mask.shape or (sparse_t and a.dense_dim != mask.dense_dim):
         what = f"a {describe(a)} with dense_dim={a.dense_dim}" if sparse_t else f"an array of shape {a.shape}"
         raise ValueError(f"sparse_mask: t is {what} but mask is a {describe(mask)} with dense_dim={mask.dense_dim}; "
                          "shapes (and dense dims) must agree")
     if not sparse_t and a.dtype not in VALUE_DTYPES:
         raise TypeError(f"sparse_mask: unsupported value dtype {a.dtype}")
+    if on_device:
+        return _on_device(a, mask, threads)
     mask, coords = _ELEMENT_COORDS_BY_LAYOUT[type(mask)](mask, threads)
     if sparse_t:
         gathered = _lookup(a, coords, mask, threads)
@@ -124,6 +123,19 @@ def sparse_mask(t, mask, *, threads: int | None = None):
         gathered = np.take(rows, _linear(coords, sparse, mask, threads), axis=0)
     vshape = mask.values().shape
     values = np.ascontiguousarray(gathered).reshape(vshape)
+    return mask._replace_values(values, copy_indices=True)
+
+
+def _on_device(t, mask, threads):
+    """sparse_mask of operands on one CUDA device (a host operand with a device one raises
+    ValueError naming both devices): a dense ``t`` sampled at the mask's entries, a sparse one
+    looked up there, by the device's kernels."""
+    backend = backend_for(t, mask)
+    mask = ensure_valid(mask, repair=True, threads=threads)  # coo: bounds; compressed: canonical
+    if isinstance(t, SparseTensor):
+        values = backend.lookup(t.to_sparse(L.sparse_coo, threads=threads).coalesce(threads=threads), mask, threads)
+    else:
+        values = backend.sample_dense(mask, t, threads)
     return mask._replace_values(values, copy_indices=True)
 
 

@@ -238,19 +238,6 @@ def test_mixed_dtypes(backend, rng):
     same(st.matmul(a.cuda(), cuda.DeviceArray.from_host(x)), st.matmul(a, x))
 
 
-def test_sparse_mask_not_on_the_gpu(backend, rng):
-    """sparse_mask has no GPU kernel: a device operand or mask raises NotImplementedError naming the op,
-    whichever operand is on the device (a dense device array is not copied to the host)."""
-    t = make(rng, ("csr", (), (), None), np.float64)
-    d = cuda.to_device(t)
-    dense = d.to_dense()
-    for fn in (lambda: st.sparse_mask(dense, d), lambda: st.sparse_mask(t.to_dense(), d),
-               lambda: st.sparse_mask(dense, t), lambda: d.sparse_mask(d)):
-        with pytest.raises(NotImplementedError, match="sparse_mask"):
-            fn()
-    assert st.sparse_mask(t.to_dense(), t).nnz == t.nnz  # the host path is untouched
-
-
 def test_host_only_ops_refuse_a_device_operand_in_any_position(backend, rng):
     """An op with no GPU path raises NotImplementedError naming it when any operand (not only the
     first) is a device tensor or a dense device array; host operands still work."""

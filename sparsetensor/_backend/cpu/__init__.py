@@ -37,7 +37,8 @@ __all__ = ["device", "validate", "coalesce", "to_dense", "from_dense", "convert"
            "spgemm",
            "merge", "reduce_sum", "reduce_sum_dims", "reduce_dims", "unary", "sddmm", "gather_slices", "remap_plain",
            "narrow_plain", "cat_plain", "cat_compressed", "index_select_coo", "compressed_sum", "plain_sum", "segment_reduce",
-           "scatter_reduce", "segment_softmax", "batch_offsets", "map_values", "sample_dense", "add_to_dense", "check_bounds"]
+           "scatter_reduce", "segment_softmax", "batch_offsets", "map_values", "sample_dense", "add_to_dense", "elementwise",
+           "check_bounds"]
 
 device = "cpu"
 
@@ -276,6 +277,14 @@ def add_to_dense(t, values: np.ndarray, out: np.ndarray, threads=None) -> np.nda
     if found is not None:
         raise_compressed_error(found, t.layout, t.shape[:m], t.plain_size, t.nnz)
     return acc if kdt == dtype else acc.astype(dtype)
+
+
+_ELEMENTWISE = {"mul": np.multiply, "div": np.true_divide, "maximum": np.maximum, "minimum": np.minimum}
+
+
+def elementwise(x: np.ndarray, y: np.ndarray, op: str, threads=None) -> np.ndarray:
+    """``op`` ("mul", "div", "maximum", "minimum") of two arrays of one shape and dtype."""
+    return _ELEMENTWISE[op](x, y)
 
 
 def _as_4d(full: np.ndarray, shape4: tuple) -> np.ndarray:

@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _binary, _blas, _coalesce, _convert, _dense, _pointwise, _reduce, _select, _spgemm, _validate
+from . import _binary, _blas, _coalesce, _convert, _dense, _pointwise, _reduce, _sample, _select, _spgemm, _validate
 
 __all__ = ["device", "validate", "coalesce", "to_dense", "from_dense", "convert", "transpose", "spmm", "spgemm",
            "merge", "reduce_sum", "reduce_sum_dims", "reduce_dims", "unary", "sddmm", "gather_slices", "remap_plain",
            "narrow_plain", "cat_plain", "cat_compressed", "index_select_coo", "compressed_sum", "plain_sum", "segment_reduce",
-           "scatter_reduce", "segment_softmax", "batch_offsets", "map_values", "sample_dense", "add_to_dense", "check_bounds"]
+           "scatter_reduce", "segment_softmax", "batch_offsets", "map_values", "sample_dense", "add_to_dense", "elementwise", "check_bounds"]
 
 device = "cuda"
 
@@ -207,13 +207,26 @@ def batch_offsets(c, nnz: int, threads=None):
 
 
 def sample_dense(t, dense, threads=None):
-    """A dense operand at the entries of ``t`` (sparse * dense): no GPU kernel."""
-    raise _no_kernel("sampling a dense operand (sparse * dense)", t)
+    """Dense device array ``dense`` (broadcasting to ``t.shape``) at the entries of device tensor
+    ``t`` (compressed: valid; coo: indices checked), shaped like ``t.values()`` in ``dense``'s dtype."""
+    return _sample.sample_dense(t, dense)
 
 
 def add_to_dense(t, values, out, threads=None):
-    """``out + t`` into a dense array (sparse + dense): no GPU kernel."""
-    raise _no_kernel("sparse + dense", t)
+    """``out`` (a device array of ``t.shape``) plus the canonical device tensor ``t`` with values
+    ``values`` (shaped like ``t.values()``, in ``out``'s dtype), in place; returns ``out``."""
+    return _sample.add_to_dense(t, values, out)
+
+
+def lookup(coo, mask, threads=None):
+    """The values of coalesced device COO ``coo`` at the elements of ``mask``'s entries (sparse_mask
+    of a sparse tensor on the device; not a name of KERNELS: the CPU's op body looks them up itself)."""
+    return _sample.lookup(coo, mask)
+
+
+def elementwise(x, y, op: str, threads=None):
+    """``op`` ("mul", "div", "maximum", "minimum") of two device arrays of one shape and dtype."""
+    return _sample.elementwise(x, y, op)
 
 
 def check_bounds(t, threads=None) -> None:

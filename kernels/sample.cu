@@ -1,0 +1,190 @@
+// A sparse tensor with a dense operand: the dense operand read at the sparse pattern (sparse *
+// dense, sparse / dense, sparse_mask of a dense array), added into at it (sparse + dense), and
+// two arrays of one shape combined elementwise (the values with the sampled operand;
+// maximum/minimum with a dense operand); a sparse tensor's values looked up at another's
+// entries (sparse_mask of a sparse tensor).
+//
+// The dense operand is read through per-dim element strides over the sparse tensor's full
+// shape: a dim it broadcasts along has stride 0, so it is never expanded in memory. The
+// sparse input's indices are in bounds (the host validated or coalesced it first).
+#include "common.cuh"
+
+#define EW_MUL 0
+#define EW_DIV 1
+
+namespace st {
+
+// The element offset of the items of dense dims e (row-major over dims[first..ndim)) added to base.
+__device__ __forceinline__ i64 trailing_offset(i64 e, const i64* __restrict__ dims, const i64* __restrict__ strides,
+                                               i64 first, i64 ndim) {
+    i64 off = 0;
+    for (i64 d = ndim - 1; d >= first; --d) {
+        off += (e % dims[d]) * strides[d];
+        e /= dims[d];
+    }
+    return off;
+}
+
+// The row-major position of COO entry k over dims[0..S) (indices in bounds).
+template <typename I>
+__device__ __forceinline__ i64 coo_linear(const I* __restrict__ idx, i64 S, i64 nnz, const i64* __restrict__ dims,
+                                          i64 k) {
+    i64 lin = 0;
+    for (i64 d = 0; d < S; ++d) lin = lin * dims[d] + (i64)idx[d * nnz + k];
+    return lin;
+}
+
+// Item (i, j, e) of entry bk (over all batches) of a compressed tensor, decoded from the flat
+// position t of its values (B * nnz, Rb, Cb, W), with its element's row and column.
+struct Item { i64 bk, e, r, c; };
+
+template <typename I>
+__device__ __forceinline__ Item item_of(i64 t, i64 W, i64 Rb, i64 Cb, const I* __restrict__ major,
+                                        const I* __restrict__ plain, int rows) {
+    Item it;
+    it.e = t % W;
+    i64 u = t / W;
+    const i64 j = u % Cb;
+    u /= Cb;
+    const i64 i = u % Rb;
+    it.bk = u / Rb;
+    const i64 maj = major[it.bk], mnr = plain[it.bk];
+    it.r = (rows ? maj : mnr) * Rb + i;
+    it.c = (rows ? mnr : maj) * Cb + j;
+    return it;
+}
+
+// out[(b * nnz + k) * Rb * Cb * W + (i * Cb + j) * W + e] = dense at element (batch b, row, column,
+// e) of entry k of a compressed tensor with m batch dims; major[] is each entry's major slot.
+// st:kernel raw index
+template <typename R, typename I>
+__global__ void sample_compressed(const I* __restrict__ major, const I* __restrict__ plain, i64 B, i64 nnz, i64 Rb,
+                                  i64 Cb, i64 W, int rows, i64 m, i64 ndim, const i64* __restrict__ dims,
+                                  const i64* __restrict__ strides, const R* __restrict__ dense, R* __restrict__ out) {
+    ST_GRID_LOOP(t, B * nnz * Rb * Cb * W) {
+        const Item it = item_of(t, W, Rb, Cb, major, plain, rows);
+        i64 off = it.r * strides[m] + it.c * strides[m + 1] + trailing_offset(it.e, dims, strides, m + 2, ndim);
+        i64 b = it.bk / nnz;
+        for (i64 d = m - 1; d >= 0; --d) {
+            off += (b % dims[d]) * strides[d];
+            b /= dims[d];
+        }
+        out[t] = dense[off];
+    }
+}
+
+// out[k * W + e] = dense at element (idx[0][k], ..., idx[S-1][k], e) of a COO tensor.
+// st:kernel raw index
+template <typename R, typename I>
+__global__ void sample_coo(const I* __restrict__ idx, i64 S, i64 nnz, i64 W, i64 ndim, const i64* __restrict__ dims,
+                           const i64* __restrict__ strides, const R* __restrict__ dense, R* __restrict__ out) {
+    ST_GRID_LOOP(t, nnz * W) {
+        const i64 k = t / W, e = t - k * W;
+        i64 off = trailing_offset(e, dims, strides, S, ndim);
+        for (i64 d = 0; d < S; ++d) off += (i64)idx[d * nnz + k] * strides[d];
+        out[t] = dense[off];
+    }
+}
+
+// out at the elements of a canonical compressed tensor's entries += vals (no two entries share
+// an element, so no two threads write one item).
+// st:kernel value index
+template <typename V, typename I>
+__global__ void add_compressed_to_dense(const I* __restrict__ major, const I* __restrict__ plain,
+                                        const V* __restrict__ vals, i64 B, i64 nnz, i64 Rb, i64 Cb, i64 W, i64 NR,
+                                        i64 NC, int rows, V* __restrict__ out) {
+    ST_GRID_LOOP(t, B * nnz * Rb * Cb * W) {
+        const Item it = item_of(t, W, Rb, Cb, major, plain, rows);
+        V* o = out + ((it.bk / nnz * NR + it.r) * NC + it.c) * W + it.e;
+        *o = from_acc<V>(to_acc(*o) + to_acc(vals[t]));
+    }
+}
+
+// The same for a coalesced COO tensor (distinct indices) over sparse dims dims[0..S).
+// st:kernel value index
+template <typename V, typename I>
+__global__ void add_coo_to_dense(const I* __restrict__ idx, i64 S, i64 nnz, const i64* __restrict__ dims,
+                                 const V* __restrict__ vals, i64 W, V* __restrict__ out) {
+    ST_GRID_LOOP(t, nnz * W) {
+        const i64 k = t / W, e = t - k * W;
+        V* o = out + coo_linear(idx, S, nnz, dims, k) * W + e;
+        *o = from_acc<V>(to_acc(*o) + to_acc(vals[t]));
+    }
+}
+
+// keys[k] = the row-major position of entry k of a coalesced COO tensor over dims[0..S).
+// st:kernel index
+template <typename I>
+__global__ void coo_keys(const I* __restrict__ idx, i64 S, i64 nnz, const i64* __restrict__ dims,
+                         i64* __restrict__ keys) {
+    ST_GRID_LOOP(k, nnz) { keys[k] = coo_linear(idx, S, nnz, dims, k); }
+}
+
+// The W items of the value at key (a binary search of the sorted keys[0..nk)), or zeros.
+template <typename R>
+__device__ __forceinline__ void copy_found(const i64* __restrict__ keys, i64 nk, const R* __restrict__ tv, i64 W,
+                                           i64 key, R* __restrict__ dst) {
+    const i64 pos = lower_bound(keys, nk, key);
+    const bool found = pos < nk && keys[pos] == key;
+    for (i64 e = 0; e < W; ++e) dst[e] = found ? tv[pos * W + e] : R();
+}
+
+// out[p * W ..] = the value of a sparse tensor (sorted keys, values tv) at element p of the
+// entries of a valid compressed mask: element (b, row, column) has key (b * NR + row) * NC + column.
+// st:kernel raw index
+template <typename R, typename I>
+__global__ void lookup_compressed(const I* __restrict__ major, const I* __restrict__ plain, i64 B, i64 nnz, i64 Rb,
+                                  i64 Cb, int rows, i64 NR, i64 NC, const i64* __restrict__ keys, i64 nk,
+                                  const R* __restrict__ tv, i64 W, R* __restrict__ out) {
+    ST_GRID_LOOP(p, B * nnz * Rb * Cb) {
+        const Item it = item_of(p, 1, Rb, Cb, major, plain, rows);
+        copy_found(keys, nk, tv, W, (it.bk / nnz * NR + it.r) * NC + it.c, out + p * W);
+    }
+}
+
+// The same at the entries of a COO mask (indices in bounds) over dims[0..S).
+// st:kernel raw index
+template <typename R, typename I>
+__global__ void lookup_coo(const I* __restrict__ idx, i64 S, i64 nnz, const i64* __restrict__ dims,
+                           const i64* __restrict__ keys, i64 nk, const R* __restrict__ tv, i64 W, R* __restrict__ out) {
+    ST_GRID_LOOP(k, nnz) { copy_found(keys, nk, tv, W, coo_linear(idx, S, nnz, dims, k), out + k * W); }
+}
+
+template <typename A>
+__device__ __forceinline__ A ew_div(A x, A y) { return x / y; }
+__device__ __forceinline__ cfloat ew_div(cfloat x, cfloat y) {
+    const float d = y.re * y.re + y.im * y.im;
+    return {(x.re * y.re + x.im * y.im) / d, (x.im * y.re - x.re * y.im) / d};
+}
+__device__ __forceinline__ cdouble ew_div(cdouble x, cdouble y) {
+    const double d = y.re * y.re + y.im * y.im;
+    return {(x.re * y.re + x.im * y.im) / d, (x.im * y.re - x.re * y.im) / d};
+}
+
+// out = x * y or x / y, elementwise over n items of one dtype.
+// st:kernel value
+template <typename V>
+__global__ void elementwise(const V* __restrict__ x, const V* __restrict__ y, V* __restrict__ out, i64 n, int op) {
+    ST_GRID_LOOP(i, n) {
+        const auto p = to_acc(x[i]), q = to_acc(y[i]);
+        out[i] = from_acc<V>(op == EW_MUL ? p * q : ew_div(p, q));
+    }
+}
+
+// out = maximum (mx = 1) or minimum (mx = 0) of x and y elementwise; NaN propagates (np.maximum).
+// st:kernel num
+template <typename V>
+__global__ void elementwise_extremum(const V* __restrict__ x, const V* __restrict__ y, V* __restrict__ out, i64 n,
+                                     int mx) {
+    typedef typename acc<V>::type A;
+    ST_GRID_LOOP(i, n) {
+        const A p = to_acc(x[i]), q = to_acc(y[i]);
+        A v;
+        if (p != p) v = p;
+        else if (q != q) v = q;
+        else v = mx ? (q > p ? q : p) : (q < p ? q : p);
+        out[i] = from_acc<V>(v);
+    }
+}
+
+}  // namespace st

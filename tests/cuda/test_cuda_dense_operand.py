@@ -1,0 +1,246 @@
+"""A device sparse tensor with a dense device operand, through the public op path, against the CPU:
+sparse_mask of a dense or sparse tensor at a mask of every layout;
+sparse + dense and dense + sparse (and ``-``, ``alpha``), sparse * dense in either order, sparse
+/ dense, maximum/minimum with a dense operand, a dense operand that broadcasts (mul, div), every
+layout with batch and dense dims, both index dtypes, mixed value dtypes; foreign device arrays
+(``__cuda_array_interface__``) read without a copy; and the refusals (a host array with a device
+tensor, integers in device arithmetic, two dense device arrays). Runs on a GPU or on the kernel
+emulator (see test_cuda.py).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import sparsetensor as st
+
+from cuda_support import backend, rng  # noqa: F401 (the fixtures)
+from cuda_support import CASE_IDS, CASES, INDEX, CAIOnly, cuda, make, members
+
+RTOL = {np.dtype("float16"): 2e-3, np.dtype("float32"): 1e-6, np.dtype("float64"): 1e-12,
+        np.dtype("complex64"): 1e-6, np.dtype("complex128"): 1e-12}
+ARITH = [np.dtype(d) for d in ("float16", "float32", "float64", "complex64", "complex128")]
+
+
+def host(x):
+    return x.get() if isinstance(x, cuda.DeviceArray) else x
+
+
+def same(got, want):
+    """A device result equals the CPU's: a dense array (dtype, shape, values), or a sparse tensor
+    (layout, shape, indices exactly, values)."""
+    if isinstance(want, st.SparseTensor):
+        assert got.is_cuda and got.layout is want.layout and got.shape == want.shape
+        for x, y in zip(members(got)[:-1], members(want)[:-1]):
+            assert np.array_equal(host(x), y)
+        got, want = host(got.values()), np.ascontiguousarray(want.values())
+    else:
+        assert isinstance(got, cuda.DeviceArray), type(got)
+        got, want = host(got), np.asarray(want)
+    assert got.dtype == want.dtype and got.shape == want.shape, (got.dtype, want.dtype, got.shape, want.shape)
+    if want.dtype.kind in "fc":
+        rt = RTOL[want.dtype]
+        scale = np.nanmax(np.abs(want.astype(np.complex128)), initial=0)
+        np.testing.assert_allclose(got.astype(np.complex128), want.astype(np.complex128), rtol=rt,
+                                   atol=rt * scale + 1e-30, equal_nan=True)
+    else:
+        assert np.array_equal(got, want)
+
+
+def dense_like(rng, shape, dtype, nonzero=False):
+    x = rng.standard_normal(shape)
+    if nonzero:  # a divisor: away from 0
+        x = np.sign(x) * (0.5 + np.abs(x))
+    if np.dtype(dtype).kind == "c":
+        x = x + 0.25j * x[::-1] if x.ndim else x + 0.25j
+    return np.asarray(x).astype(dtype)
+
+
+@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+def test_add_sub_with_dense(backend, rng, case):
+    for index_dtype in INDEX:
+        for dtype in ARITH:
+            t = make(rng, case, dtype, index_dtype)
+            x = dense_like(rng, t.shape, dtype)
+            d, dx = t.cuda(), cuda.DeviceArray.from_host(x)
+            same(st.add(d, dx), st.add(t, x))
+            same(d + dx, t + x)
+            same(dx + d, x + t)
+            same(st.sub(d, dx, alpha=2), st.sub(t, x, alpha=2))
+            same(dx - d, x - t)
+            same(st.add(dx, d, alpha=-3), st.add(x, t, alpha=-3))
+            # the dense operand itself is never written
+            assert np.array_equal(host(dx), x)
+
+
+@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+def test_mul_div_with_dense(backend, rng, case):
+    for index_dtype in INDEX:
+        for dtype in ARITH:
+            t = make(rng, case, dtype, index_dtype)
+            x = dense_like(rng, t.shape, dtype, nonzero=True)
+            d, dx = t.cuda(), cuda.DeviceArray.from_host(x)
+            same(d * dx, t * x)
+            same(dx * d, x * t)
+            same(st.mul(d, dx), st.mul(t, x))
+            same(d / dx, t / x)
+            # the result shares the pattern: the index arrays are the operand's
+            r = d * dx
+            assert members(r)[0].ptr == members(d)[0].ptr
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c[0] in ("coo", "csr", "bsr")],
+                         ids=[i for c, i in zip(CASES, CASE_IDS) if c[0] in ("coo", "csr", "bsr")])
+def test_broadcasting_dense(backend, rng, case):
+    t = make(rng, case, np.float64, np.int32)
+    d = t.cuda()
+    shapes = [t.shape[-1:], (1,) * t.ndim, (1,) + t.shape[1:], t.shape[:-1] + (1,), ()]
+    for shape in shapes:
+        x = dense_like(rng, shape, np.float64, nonzero=True)
+        dx = cuda.DeviceArray.from_host(np.ascontiguousarray(x))
+        same(d * dx, t * x)
+        same(d / dx, t / x)
+
+
+def test_mixed_dtypes(backend, rng):
+    case = ("csr", (2,), (), None)
+    t = make(rng, case, np.float32, np.int64)
+    x = dense_like(rng, t.shape, np.float64, nonzero=True)
+    d, dx = t.cuda(), cuda.DeviceArray.from_host(x)
+    for got, want in ((d + dx, t + x), (d * dx, t * x), (d / dx, t / x), (st.maximum(d, dx), st.maximum(t, x))):
+        assert host(got if not isinstance(got, st.SparseTensor) else got.values()).dtype == np.float64
+        same(got, want)
+    c = make(rng, case, np.complex64, np.int64)
+    same(c.cuda() * dx, c * x)  # complex64 with float64: complex128
+
+
+@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+def test_extremum_with_dense(backend, rng, case):
+    for dtype in (np.float32, np.float64, np.int32, np.int8, np.bool_):
+        t = make(rng, case, np.float64, np.int64)
+        t = t._replace_values(np.ascontiguousarray(t.values() * 4).astype(dtype))
+        x = (rng.standard_normal(t.shape) * 4).astype(dtype)
+        if np.dtype(dtype).kind == "f":
+            x.reshape(-1)[::7] = np.nan
+        d, dx = t.cuda(), cuda.DeviceArray.from_host(x)
+        same(st.maximum(d, dx), st.maximum(t, x))
+        same(st.minimum(dx, d), st.minimum(x, t))
+
+
+def test_unchecked_and_uncoalesced_operands(backend, rng):
+    """An uncoalesced COO keeps its pattern under mul (every copy sampled) and sums its copies
+    under add; a compressed tensor whose rows are unsorted is repaired, as on the CPU."""
+    idx = np.array([[0, 2, 0, 1], [1, 0, 1, 3]])
+    t = st.sparse_coo_tensor(idx, np.array([1.0, 2.0, 3.0, 4.0]), size=(3, 4))
+    x = dense_like(rng, (3, 4), np.float64, nonzero=True)
+    d, dx = t.cuda(), cuda.DeviceArray.from_host(x)
+    same(d * dx, t * x)
+    same(d + dx, t + x)
+    c = st.sparse_csr_tensor([0, 2, 2, 3], [3, 0, 1], [1.0, 2.0, 3.0], size=(3, 4), check_invariants=False)
+    same(c.cuda() * dx, c * x)
+    same(c.cuda() + dx, c + x)
+
+
+def test_bad_indices_raise(backend, rng):
+    """Indices out of bounds raise the CPU's InvariantError instead of reading or writing out of
+    the dense operand, with and without check_invariants."""
+    x = dense_like(rng, (3, 4), np.float64)
+    dx = cuda.DeviceArray.from_host(x)
+    bad_coo = st.sparse_coo_tensor(np.array([[0, 3], [1, 0]]), np.array([1.0, 2.0]), size=(3, 4),
+                                   check_invariants=False)
+    bad_csr = st.sparse_csr_tensor([0, 1, 1, 2], [1, 4], [1.0, 2.0], size=(3, 4), check_invariants=False)
+    for t in (bad_coo, bad_csr):
+        for op in (lambda a, b: a * b, lambda a, b: a + b, lambda a, b: a / b):
+            with pytest.raises(st.InvariantError) as cpu:
+                op(t, x)
+            with pytest.raises(st.InvariantError) as gpu:
+                op(t.cuda(), dx)
+            assert gpu.value.invariant == cpu.value.invariant
+
+
+def test_foreign_device_array(backend, rng):
+    """A producer speaking only __cuda_array_interface__ is read in place (no copy)."""
+    t = make(rng, ("csr", (), (), None), np.float64, np.int64)
+    x = dense_like(rng, t.shape, np.float64, nonzero=True)
+    dx = cuda.DeviceArray.from_host(x)
+    same(t.cuda() * CAIOnly(dx), t * x)
+    same(t.cuda() + CAIOnly(dx), t + x)
+
+
+def test_refusals(backend, rng):
+    t = make(rng, ("csr", (), (), None), np.float64, np.int64)
+    d = t.cuda()
+    x = dense_like(rng, t.shape, np.float64)
+    dx = cuda.DeviceArray.from_host(x)
+    with pytest.raises(ValueError, match="cuda"):
+        d + x  # a host array with a device tensor: nothing moves silently
+    with pytest.raises(ValueError, match="cuda"):
+        t * dx
+    with pytest.raises(NotImplementedError, match="dense device array"):
+        st.add(dx, dx)
+    with pytest.raises(ValueError, match="shape"):
+        d + cuda.DeviceArray.from_host(np.ones((2, 2)))
+    with pytest.raises(ValueError, match="broadcast"):
+        d * cuda.DeviceArray.from_host(np.ones(3))
+    ti = t._replace_values(np.ones(t.nnz, np.int64))
+    with pytest.raises(TypeError, match="cuda"):
+        ti.cuda() * cuda.DeviceArray.from_host(np.ones(t.shape, np.int64))
+    with pytest.raises(TypeError, match="complex"):
+        st.maximum(d, cuda.DeviceArray.from_host(np.ones(t.shape, np.complex128)))
+
+
+@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+def test_sparse_mask_of_dense(backend, rng, case):
+    for index_dtype in INDEX:
+        for dtype in (np.float64, np.complex64, np.int16, np.bool_):
+            mask = make(rng, case, np.float64, index_dtype)
+            x = (rng.standard_normal(mask.shape) * 5).astype(dtype)
+            got = st.sparse_mask(cuda.DeviceArray.from_host(x), mask.cuda())
+            same(got, st.sparse_mask(x, mask))
+            assert got.dtype == dtype
+
+
+@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+def test_sparse_mask_of_sparse(backend, rng, case):
+    """t and the mask with overlapping patterns (half of the mask's elements specified in t), t in
+    every layout the mask's shape allows."""
+    for index_dtype in INDEX:
+        mask = make(rng, case, np.float64, index_dtype)
+        dense = rng.standard_normal(mask.shape)
+        mdense = mask.to_dense()
+        keep = (rng.random(mask.shape) < 0.5) | (mdense == 0)
+        src = np.where(keep, dense, 0) * (rng.random(mask.shape) < 0.7)
+        layouts = [("coo", None)] if case[0] == "coo" else [("coo", None), (case[0], case[3])]
+        for layout, bs in layouts:
+            if layout == "coo":
+                t = st.from_dense(src, "coo", dense_dim=mask.dense_dim, index_dtype=index_dtype)
+            elif mask.batch_dim:  # batches need one nnz: a pattern of its own
+                t = make(rng, case, np.float64, index_dtype)
+            else:
+                t = st.from_dense(src, layout, blocksize=bs, batch_dim=mask.batch_dim, dense_dim=mask.dense_dim,
+                                  index_dtype=index_dtype)
+            want = t.sparse_mask(mask)
+            same(t.cuda().sparse_mask(mask.cuda()), want)
+            same(st.sparse_mask(t.cuda(), mask.cuda()), want)
+
+
+def test_sparse_mask_uncoalesced_and_refusals(backend, rng):
+    idx = np.array([[0, 2, 0, 1], [1, 0, 1, 3]])
+    mask = st.sparse_coo_tensor(idx, np.ones(4), size=(3, 4))
+    x = rng.standard_normal((3, 4))
+    same(st.sparse_mask(cuda.DeviceArray.from_host(x), mask.cuda()), st.sparse_mask(x, mask))
+    t = st.from_dense(x * (rng.random((3, 4)) < 0.5), "csr")
+    same(st.sparse_mask(t.cuda(), mask.cuda()), st.sparse_mask(t, mask))
+    c = st.sparse_csr_tensor([0, 2, 2, 3], [3, 0, 1], [1.0, 2.0, 3.0], size=(3, 4), check_invariants=False)
+    same(st.sparse_mask(cuda.DeviceArray.from_host(x), c.cuda()), st.sparse_mask(x, c))  # repaired, as on the CPU
+    bad = st.sparse_coo_tensor(np.array([[0, 3], [1, 0]]), np.ones(2), size=(3, 4), check_invariants=False)
+    with pytest.raises(st.InvariantError):
+        st.sparse_mask(cuda.DeviceArray.from_host(x), bad.cuda())
+    d = t.cuda()
+    with pytest.raises(ValueError, match="cuda"):
+        st.sparse_mask(x, d)  # a host array with a device mask: nothing moves
+    with pytest.raises(ValueError, match="cuda"):
+        st.sparse_mask(d, t)
+    with pytest.raises(ValueError, match="shapes"):
+        st.sparse_mask(cuda.DeviceArray.from_host(np.ones((2, 2))), d)
