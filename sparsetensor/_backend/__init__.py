@@ -28,7 +28,7 @@ from . import cpu
 
 __all__ = ["KERNELS", "backend_for", "device_of", "cpu"]
 
-KERNELS = ("validate", "coalesce", "to_dense", "from_dense", "convert", "transpose", "spmm", "spgemm", "merge",
+KERNELS = ("validate", "coalesce", "to_dense", "from_dense", "convert", "transpose", "spmm", "spgemm", "scale_add", "merge",
            "reduce_sum", "reduce_sum_dims", "reduce_dims", "unary", "sddmm", "gather_slices", "remap_plain", "narrow_plain",
            "cat_plain", "cat_compressed", "index_select_coo", "compressed_sum", "plain_sum", "segment_reduce", "scatter_reduce",
            "segment_softmax", "batch_offsets", "map_values", "sample_dense", "add_to_dense", "elementwise",

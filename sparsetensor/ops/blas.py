@@ -336,8 +336,9 @@ def bmm(a, b, *, threads: int | None = None):
     """
     _sparse_ndim("bmm", a, 3, "a 3-d (batched) operand")
     _sparse_ndim("bmm", b, 3, "a 3-d (batched) operand")
-    if a.shape[0] != np.shape(b)[0]:
-        raise _mismatch("bmm", a, b, f"batch sizes differ ({a.shape[0]} != {np.shape(b)[0]})")
+    nb = b.shape[0] if isinstance(b, SparseTensor) else np.shape(b)[0]  # (np.shape of a device tensor: no)
+    if a.shape[0] != nb:
+        raise _mismatch("bmm", a, b, f"batch sizes differ ({a.shape[0]} != {nb})")
     return matmul(a, b, threads=threads)
 
 
@@ -347,6 +348,9 @@ def addmm(input, mat1, mat2, *, beta=1, alpha=1, threads: int | None = None):
     ``input`` broadcasts to the product's shape. With ``beta == 0`` it is ignored
     (NaN or inf in it do not propagate), as in PyTorch. Integer results need integer
     ``alpha``/``beta`` and bool results bools (PyTorch's rule for dense ``addmm``).
+    On a CUDA device every operand is on it (``input`` a dense device array) and the result is
+    a device array: sparse @ sparse runs the device SpGEMM, sparse @ dense the device SpMM
+    (floating and complex dtypes; dense @ sparse has no GPU kernel).
 
     Examples
     --------
@@ -361,6 +365,7 @@ def addmm(input, mat1, mat2, *, beta=1, alpha=1, threads: int | None = None):
     _sparse_ndim(op, mat1, 2, "a 2-d matrix")
     _sparse_ndim(op, mat2, 2, "a 2-d matrix")
     inp = _as_dense(input, op, "input")
+    backend = backend_for(inp, mat1, mat2)  # a CPU/GPU mix raises here, before any product
     if isinstance(mat1, SparseTensor) and isinstance(mat2, SparseTensor):
         prod = _spgemm(mat1, mat2, threads).to_dense(threads=threads)
         rt = _result_dtype(op, inp.dtype, prod.dtype)
@@ -373,12 +378,7 @@ def addmm(input, mat1, mat2, *, beta=1, alpha=1, threads: int | None = None):
     if not broadcasts_to(inp.shape, prod.shape):
         raise ValueError(f"addmm: input of shape {inp.shape} does not broadcast to the product's shape "
                          f"{prod.shape} ({_describe(mat1)} @ {_describe(mat2)})")
-    if alpha != 1:
-        np.multiply(prod, a, out=prod)
-    if beta != 0:
-        term = inp.astype(prod.dtype, copy=False)
-        np.add(prod, term if beta == 1 else term * b, out=prod)
-    return _finish(prod, rt)
+    return _finish(backend.scale_add(prod, inp, a, b, alpha != 1, beta != 0, threads), rt)
 
 
 def _rows_csr(S, op: str, threads) -> CompressedTensor:

@@ -73,8 +73,13 @@ def assert_product(got, want):
     for x, y in zip(gm[:-1], wm[:-1]):
         x = host(x)
         assert x.dtype == y.dtype and x.shape == y.shape and (x == y).all()
-    x, y = host(gm[-1]), np.ascontiguousarray(wm[-1])
-    assert x.shape == y.shape and x.dtype == y.dtype
+    assert_close(host(gm[-1]), np.ascontiguousarray(wm[-1]))
+
+
+def assert_close(x, y):
+    """Host arrays of one dtype and shape, equal (integers, bool) or within RTOL (floats; atol
+    scaled to the values)."""
+    assert x.shape == y.shape and x.dtype == y.dtype, (x.shape, y.shape, x.dtype, y.dtype)
     if x.dtype.kind in "fc":
         rtol = RTOL[x.dtype]
         scale = float(np.abs(y.astype(np.complex128)).max()) if y.size else 0.0
@@ -282,11 +287,10 @@ def test_too_many_products_are_refused(backend, rng, monkeypatch):
 
 
 # -- no host copies ------------------------------------------------------------------------------------------
-def test_no_host_copies(backend, rng, monkeypatch):
-    """The device path reads back only small counts (the product count, the output nnz, the per-batch
-    nnz): any other copy to the host fails the test."""
-    a, b = _pair(rng, "bsr", "bsc", np.complex128, np.int32, (2,), density=0.5)
-    da, db = a.cuda(), b.cuda()
+def forbid_host_copies(monkeypatch) -> list:
+    """From now on (until monkeypatch.undo) a copy to the host fails the test, but for reads of up
+    to 3 integers (the product count, the output nnz, the per-batch nnz), whose sizes the returned
+    list collects."""
     get = DeviceArray.get
     small = []
 
@@ -301,7 +305,121 @@ def test_no_host_copies(backend, rng, monkeypatch):
     monkeypatch.setattr(_primitives, "read_ints", read_ints)
     monkeypatch.setattr(DeviceArray, "get", refuse)
     monkeypatch.setattr(DeviceArray, "__array__", refuse)
+    return small
+
+
+def test_no_host_copies(backend, rng, monkeypatch):
+    a, b = _pair(rng, "bsr", "bsc", np.complex128, np.int32, (2,), density=0.5)
+    da, db = a.cuda(), b.cuda()
+    small = forbid_host_copies(monkeypatch)
     got = st.spgemm(da, db)
     monkeypatch.undo()
     assert small
     assert_product(got, st.spgemm(a, b))
+
+
+# -- bmm and addmm on the device -----------------------------------------------------------------------
+def _dense(rng, shape, dtype):
+    return DeviceArray.from_host(_values(rng, shape, dtype))
+
+
+def assert_dense(got, want):
+    """A device array equal to the CPU's array: dtype, shape, values (RTOL for floats)."""
+    assert isinstance(got, DeviceArray) and got.device == "cuda:0"
+    assert_close(got.get(), want)
+
+
+@pytest.mark.parametrize("layout", ["csr", "csc", "bsr"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex128, np.float16])
+def test_bmm_sparse_dense(backend, rng, layout, dtype):
+    a = operand(rng, layout, (3, 4), (2, 2), dtype, np.int32, (2,), density=0.5)
+    x = _dense(rng, (2, a.shape[-1], 5), dtype)
+    assert_dense(st.bmm(a.cuda(), x), st.bmm(a, x.get()))
+    assert_dense(a.cuda().bmm(x), st.bmm(a, x.get()))
+
+
+@pytest.mark.parametrize("la,lb", [("csr", "csr"), ("csc", "csc"), ("csr", "csc"), ("bsr", "bsr")])
+@pytest.mark.parametrize("dtype", [np.float64, np.int32, np.bool_])
+def test_bmm_sparse_sparse(backend, rng, la, lb, dtype):
+    a, b = _pair(rng, la, lb, dtype, np.int64, (3,), density=0.5)
+    assert_product(st.bmm(a.cuda(), b.cuda()), st.bmm(a, b))
+
+
+def test_bmm_errors(backend, rng):
+    a = operand(rng, "csr", (3, 4), None, np.float64, np.int64, (2,), density=0.5)
+    with pytest.raises(ValueError) as cpu:
+        st.bmm(a, np.ones((3, 4, 2)))
+    with pytest.raises(ValueError) as dev:
+        st.bmm(a.cuda(), DeviceArray.from_host(np.ones((3, 4, 2))))
+    assert str(dev.value).replace(" on cuda:0", "") == str(cpu.value)
+    with pytest.raises(NotImplementedError, match="dense @ sparse on cuda:0"):
+        st.bmm(DeviceArray.from_host(np.ones((2, 5, 3))), a.cuda())
+    coo = st.from_dense(a.to_dense(), "coo")  # sparse_dim == 3
+    with pytest.raises(NotImplementedError, match="sparse_dim=3"):
+        st.bmm(coo.cuda(), DeviceArray.from_host(np.ones((2, 4, 2))))
+    with pytest.raises(ValueError, match="different devices"):
+        st.bmm(a.cuda(), np.ones((2, 4, 2)))
+
+
+ADDMM_INPUTS = [(3 * 2, 5), (5,), (3 * 2, 1), (1, 5), ()]
+
+
+@pytest.mark.parametrize("inp_shape", ADDMM_INPUTS, ids=str)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex128, np.float16])
+@pytest.mark.parametrize("alpha,beta", [(1, 1), (2.5, -0.5), (1, 0), (-1, 1)])
+def test_addmm_sparse_dense(backend, rng, inp_shape, dtype, alpha, beta):
+    a = operand(rng, "csr", (3 * 2, 4), None, dtype, np.int64, density=0.5)
+    x, inp = _dense(rng, (4, 5), dtype), _dense(rng, inp_shape, dtype)
+    want = st.addmm(inp.get(), a, x.get(), alpha=alpha, beta=beta)
+    assert_dense(st.addmm(inp, a.cuda(), x, alpha=alpha, beta=beta), want)
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=str)
+@pytest.mark.parametrize("la,lb", [("csr", "csr"), ("csc", "csr"), ("bsr", "bsr")])
+def test_addmm_sparse_sparse(backend, rng, dtype, la, lb):
+    a, b = _pair(rng, la, lb, dtype, np.int32, density=0.5)
+    inp = _dense(rng, (a.shape[0], 1), dtype)
+    dtype = np.dtype(dtype)
+    alpha, beta = (True, True) if dtype == np.bool_ else (3, -2) if dtype.kind in "iu" else (1.5, 0.25)
+    if dtype.kind == "u":
+        beta = 2
+    want = st.addmm(inp.get(), a, b, alpha=alpha, beta=beta)
+    assert_dense(st.addmm(inp, a.cuda(), b.cuda(), alpha=alpha, beta=beta), want)
+    assert_dense(st.addmm(inp, a.cuda(), b.cuda()), st.addmm(inp.get(), a, b))
+
+
+def test_addmm_promotes_and_ignores_input_at_beta_zero(backend, rng):
+    a = operand(rng, "csr", (4, 3), None, np.float32, np.int64, density=0.6)
+    b = operand(rng, "csr", (3, 5), None, np.float32, np.int64, density=0.6)
+    inp = np.full((4, 5), np.nan)  # float64: the result is float64; NaN ignored at beta == 0
+    got = st.addmm(DeviceArray.from_host(inp), a.cuda(), b.cuda(), beta=0)
+    assert_dense(got, st.addmm(inp, a, b, beta=0))
+    assert not np.isnan(got.get()).any()
+
+
+def test_addmm_errors(backend, rng):
+    a = operand(rng, "csr", (4, 3), None, np.float64, np.int64, density=0.6)
+    x = DeviceArray.from_host(np.ones((3, 2)))
+    with pytest.raises(ValueError, match="different devices"):  # checked before any product
+        st.addmm(np.ones((4, 2)), a.cuda(), x)
+    with pytest.raises(ValueError) as cpu:
+        st.addmm(np.ones((3, 2)), a, np.ones((3, 2)))
+    with pytest.raises(ValueError) as dev:
+        st.addmm(DeviceArray.from_host(np.ones((3, 2))), a.cuda(), x)
+    assert str(dev.value).replace(" on cuda:0", "") == str(cpu.value)
+    with pytest.raises(TypeError, match="must be an integer"):
+        ai = operand(rng, "csr", (4, 3), None, np.int32, np.int64, density=0.6).cuda()
+        st.addmm(DeviceArray.from_host(np.ones((4, 4), np.int32)), ai, ai.mT, alpha=0.5)
+    with pytest.raises(NotImplementedError, match="dense @ sparse on cuda:0"):
+        st.addmm(DeviceArray.from_host(np.ones((2, 3))), DeviceArray.from_host(np.ones((2, 4))), a.cuda())
+
+
+def test_addmm_no_host_copies(backend, rng, monkeypatch):
+    a, b = _pair(rng, "csr", "csc", np.float64, np.int64, density=0.5)
+    da, db = a.cuda(), b.cuda()
+    inp = DeviceArray.from_host(np.ones(b.shape[1]))
+    small = forbid_host_copies(monkeypatch)
+    got = st.addmm(inp, da, db, alpha=2.0, beta=-1.0)
+    monkeypatch.undo()
+    assert small
+    assert_dense(got, st.addmm(np.ones(b.shape[1]), a, b, alpha=2.0, beta=-1.0))

@@ -34,7 +34,7 @@ from ._spgemm import spgemm
 from .._views import NO_BATCH, aligned_copy, bits_dtype, work_dtype
 
 __all__ = ["device", "validate", "coalesce", "to_dense", "from_dense", "convert", "transpose", "spmm", "spmm_csr",
-           "spgemm",
+           "spgemm", "scale_add",
            "merge", "reduce_sum", "reduce_sum_dims", "reduce_dims", "unary", "sddmm", "gather_slices", "remap_plain",
            "narrow_plain", "cat_plain", "cat_compressed", "index_select_coo", "compressed_sum", "plain_sum", "segment_reduce",
            "scatter_reduce", "segment_softmax", "batch_offsets", "map_values", "sample_dense", "add_to_dense", "elementwise",
@@ -218,6 +218,18 @@ def reduce_sum_dims(t, dims: tuple, threads=None):
     sparse tensor while sparse dims of a COO tensor (batch dims of a compressed one) remain (the
     op has converted the values to the dtype it sums in)."""
     return reduce_dims(t, dims, np.add, threads)
+
+
+def scale_add(prod: np.ndarray, inp, alpha, beta, scale: bool, add: bool, threads=None) -> np.ndarray:
+    """addmm's update: ``prod`` (a product in its working dtype, written in place) times ``alpha``
+    (when ``scale``) plus ``beta * inp`` (when ``add``; ``inp`` broadcasts to ``prod``);
+    ``alpha``/``beta`` are 0-d arrays of the working dtype (integers wrapped)."""
+    if scale:
+        np.multiply(prod, alpha, out=prod)
+    if add:
+        term = inp.astype(prod.dtype, copy=False)
+        np.add(prod, term if beta == 1 else term * beta, out=prod)
+    return prod
 
 
 def map_values(x, name: str, fn, arg=None, threads=None) -> np.ndarray:

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _binary, _blas, _coalesce, _convert, _dense, _pointwise, _reduce, _sample, _select, _spgemm, _validate
+from . import _addmm, _binary, _blas, _coalesce, _convert, _dense, _pointwise, _reduce, _sample, _select, _spgemm, _validate
 
-__all__ = ["device", "validate", "coalesce", "to_dense", "from_dense", "convert", "transpose", "spmm", "spgemm",
+__all__ = ["device", "validate", "coalesce", "to_dense", "from_dense", "convert", "transpose", "spmm", "spgemm", "scale_add",
            "merge", "reduce_sum", "reduce_sum_dims", "reduce_dims", "unary", "sddmm", "gather_slices", "remap_plain",
            "narrow_plain", "cat_plain", "cat_compressed", "index_select_coo", "compressed_sum", "plain_sum", "segment_reduce",
            "scatter_reduce", "segment_softmax", "batch_offsets", "map_values", "sample_dense", "add_to_dense", "elementwise", "check_bounds"]
@@ -72,6 +72,12 @@ def spgemm(a, b, threads=None):
     """Sparse @ sparse of two device compressed tensors (csr/csc, bsr/bsc): expand, sort, compress
     (:mod:`._spgemm`); the result's layout and pattern are the CPU's."""
     return _spgemm.spgemm(a, b)
+
+
+def scale_add(prod, inp, alpha, beta, scale: bool, add: bool, threads=None):
+    """addmm's update of a 2-d device product in place: ``alpha * prod`` (when ``scale``) plus
+    ``beta * inp`` (when ``add``; a device array broadcasting to it), in the product's dtype."""
+    return _addmm.scale_add(prod, inp, alpha, beta, scale, add)
 
 
 def merge(a, b, dtype, op: str, alpha=1, threads=None):
