@@ -10,6 +10,10 @@ reduced to rows-compressed operands (csr/bsr):
 - mixed csr/csc operands convert the csc one (a counting-sort transpose) and return csr;
 - coo @ coo converts both to csr and returns a coalesced coo; a coo operand next to a
   compressed one is converted to csr.
+
+Device operands take the same route to the CUDA backend, whose kernel
+(:mod:`sparsetensor._backend.cuda._spgemm`: expand, sort, compress) gives the same layouts,
+patterns and errors.
 """
 
 from __future__ import annotations

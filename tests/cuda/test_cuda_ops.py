@@ -245,10 +245,11 @@ def test_host_only_ops_refuse_a_device_operand_in_any_position(backend, rng):
     d = cuda.to_device(t)
     M, K = t.shape
     dense_dev = cuda.DeviceArray.from_host(np.ones((K, 3)))
-    cases = [("stack", lambda: st.stack([t, d])),
+    cases = [("hspmm", lambda: st.hspmm(d, np.ones((K, 3)))),
+             ("smm", lambda: st.smm(t, dense_dev)),  # a dense device array
              ("sspaddmm", lambda: st.sspaddmm(t, d, t.mT.to_sparse_csr())),
-             ("sspaddmm", lambda: st.sspaddmm(t, t.mT.to_sparse_csr(), dense_dev))]  # a dense device array
+             ("sspaddmm", lambda: st.sspaddmm(t, t.mT.to_sparse_csr(), dense_dev))]
     for name, fn in cases:
         with pytest.raises(NotImplementedError, match=f"{name} of .* on cuda"):
             fn()
-    assert st.stack([t, t]).shape == (2, M, K)  # the host path is untouched
+    assert st.hspmm(t, np.ones((K, 3))).shape == (M, 3)  # the host path is untouched
