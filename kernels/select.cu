@@ -180,4 +180,106 @@ __global__ void place_rows(const R* __restrict__ in, i64 B, i64 m, i64 W, i64 to
     }
 }
 
+// -- nonzero, count_nonzero -------------------------------------------------------------------------
+// The coordinates (nout, S + nd), int64, of every item p = entry * D + item of a coalesced COO
+// tensor (indices (S, N), dense shape dense_shape[0..nd), D items an entry) that dense.cu's
+// dense_nonzero flagged: row scan[p] gets the entry's indices and the item's dense coordinates,
+// so rows come in row-major order (entries are sorted, items row-major within one).
+// st:kernel index
+template <typename I>
+__global__ void nonzero_coords(const i64* __restrict__ scan, const I* __restrict__ idx, i64 N, i64 S, i64 D,
+                               const i64* __restrict__ dense_shape, i64 nd, i64* __restrict__ out) {
+    ST_GRID_LOOP(p, N * D) {
+        if (scan[p + 1] == scan[p]) continue;
+        i64* row = out + scan[p] * (S + nd);
+        const i64 entry = p / D;
+        i64 item = p - entry * D;
+        for (i64 s = 0; s < S; ++s) row[s] = (i64)idx[s * N + entry];
+        for (i64 d = nd - 1; d >= 0; --d) {
+            row[S + d] = item % dense_shape[d];
+            item /= dense_shape[d];
+        }
+    }
+}
+
+// keys[j] = the row-major offset of coordinate row j (of coords (n, ndim)) over the kept dims
+// kept[0..nk) of sizes kept_shape: count_nonzero sorts these and counts the runs.
+// st:kernel
+__global__ void kept_keys(const i64* __restrict__ coords, i64 n, i64 ndim, const i64* __restrict__ kept,
+                          const i64* __restrict__ kept_shape, i64 nk, u64* __restrict__ keys) {
+    ST_GRID_LOOP(j, n) {
+        u64 k = 0;
+        for (i64 i = 0; i < nk; ++i) k = k * (u64)kept_shape[i] + (u64)coords[j * ndim + kept[i]];
+        keys[j] = k;
+    }
+}
+
+// out[j] = ptr[j + 1] - ptr[j].
+// st:kernel
+__global__ void adjacent_diff(const i64* __restrict__ ptr, i64 n, i64* __restrict__ out) {
+    ST_GRID_LOOP(j, n) { out[j] = ptr[j + 1] - ptr[j]; }
+}
+
+// -- COO index_select, and selections along batch and dense dims -----------------------------------
+// The index rows but row d of COO output entry j, copy j - eoff[e] of source entry e
+// (eoff[e] <= j < eoff[e + 1]); remap_fill writes row d and the values.
+// st:kernel index
+template <typename I>
+__global__ void coo_copy_rows(const i64* __restrict__ eoff, i64 Nin, const I* __restrict__ idx, i64 S, i64 d, i64 N,
+                              I* __restrict__ out) {
+    ST_GRID_LOOP(t, S * N) {
+        const i64 s = t / N, j = t - s * N;
+        if (s == d) continue;
+        out[t] = idx[s * Nin + slot_of(eoff, Nin, j)];
+    }
+}
+
+// out (pre, K, post) = in (pre, size, post) taken at idx[0..K) along the middle axis (NumPy's
+// take along an axis; the indices are in [0, size)).
+// st:kernel raw
+template <typename R>
+__global__ void take_axis(const R* __restrict__ in, i64 pre, i64 size, i64 post, const i64* __restrict__ idx, i64 K,
+                          R* __restrict__ out) {
+    ST_GRID_LOOP(t, pre * K * post) {
+        const i64 e = t % post, u = t / post;
+        const i64 k = u % K, p = u / K;
+        out[t] = in[(p * size + idx[k]) * post + e];
+    }
+}
+
+// -- cat and stack along batch and dense dims, cat of COO ------------------------------------------
+// in (n, A, m, C) placed at rows [row, row + n) and columns [col, col + m) of out (*, A, total, C):
+// an input's part of a concatenation along one axis (n = 1), or its zero-padded values in a cat
+// of COO tensors along a dense dim.
+// st:kernel raw
+template <typename R>
+__global__ void place_block(const R* __restrict__ in, i64 n, i64 A, i64 m, i64 C, i64 row, i64 col, i64 total,
+                            R* __restrict__ out) {
+    ST_GRID_LOOP(t, n * A * m * C) {
+        const i64 c = t % C;
+        i64 u = t / C;
+        const i64 j = u % m;
+        u /= m;
+        const i64 a = u % A, i = u / A;
+        out[(((row + i) * A + a) * total + col + j) * C + c] = in[t];
+    }
+}
+
+// a[0..n) += by (a COO input's coordinates along the cat dim, moved behind the earlier inputs).
+// st:kernel index
+template <typename I>
+__global__ void shift_range(I* __restrict__ a, i64 n, i64 by) {
+    ST_GRID_LOOP(t, n) { a[t] = (I)((i64)a[t] + by); }
+}
+
+// *differ = 1 if index arrays a[0..n) and b[0..n) differ anywhere (differ zeroed first; every
+// writer stores 1).
+// st:kernel index
+template <typename I>
+__global__ void any_differ(const I* __restrict__ a, const I* __restrict__ b, i64 n, i64* __restrict__ differ) {
+    ST_GRID_LOOP(t, n) {
+        if (a[t] != b[t]) *differ = 1;
+    }
+}
+
 }  // namespace st

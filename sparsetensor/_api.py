@@ -231,13 +231,13 @@ OPS: tuple = (
     Op("transpose", select.transpose, gpu=True),
     Op("t", t, method=False, gpu=True),  # the method is SparseTensor.t
     Op("narrow", select.narrow, aliases=("narrow_copy",), gpu=True),
-    Op("select", select.select),
+    Op("select", select.select, gpu=True),
     Op("index_select", select.index_select, gpu=True),
-    Op("nonzero", select.nonzero),
-    Op("count_nonzero", select.count_nonzero),
+    Op("nonzero", select.nonzero, gpu=True),
+    Op("count_nonzero", select.count_nonzero, gpu=True),
     Op("sparse_mask", mask.sparse_mask, gpu=True),
     Op("cat", join.cat, method=False, gpu=True),
-    Op("stack", join.stack, method=False),
+    Op("stack", join.stack, method=False, gpu=True),
     Op("zero_", inplace.zero_, function=False),
     Op("copy_", inplace.copy_, function=False),
     Op("resize_as_", inplace.resize_as_, function=False),
@@ -297,7 +297,7 @@ OPS: tuple = (
     # NumPy's function protocol (NEP 18); the functions it takes are array_function.HANDLED
     Op("__array_function__", array_function.array_function, function=False),
     # indexing
-    Op("__getitem__", indexing.getitem, function=False),
+    Op("__getitem__", indexing.getitem, function=False, gpu=True),
     Op("__setitem__", indexing.setitem, function=False),
     # ops that NumPy and SciPy users call as methods
     Op("diagonal", diagonal.diagonal),

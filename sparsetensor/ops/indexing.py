@@ -18,6 +18,8 @@ a sparse dim in a way that cuts its blocks is converted to csr/csc first; a batc
 compressed tensor whose batches would end up with different nnz gives a coo result.
 
 Out-of-range integers and array entries raise ``IndexError`` (slices clip, as in NumPy).
+A device tensor gives device results (a DeviceArray where NumPy's would be an array or a
+scalar); an index array on the device raises ``NotImplementedError``.
 Boolean masks, ``None``/``np.newaxis``, several integer arrays (NumPy's pointwise
 advanced indexing), an array apart from an integer (NumPy moves those dims first),
 and item assignment raise ``NotImplementedError`` naming them.
@@ -29,6 +31,7 @@ import operator
 
 import numpy as np
 
+from .._backend import device_of
 from .._core import _layout as L
 from .._core._tensor import SparseTensor
 from .shape import index_select, narrow, select
@@ -46,6 +49,9 @@ def _component(k):
         raise NotImplementedError("indexing with a sparse tensor is not supported")
     if isinstance(k, (bool, np.bool_)):
         raise NotImplementedError("boolean indexing (a boolean mask) of a sparse tensor is not supported")
+    if device_of(k) not in (None, "cpu"):  # np.asarray would copy it to the host
+        raise NotImplementedError(f"indexing a sparse tensor with an index array on {device_of(k)} has no GPU path; "
+                                  "pass the index as a host (NumPy) array")
     try:
         return operator.index(k)
     except TypeError:
@@ -152,8 +158,8 @@ def getitem(self, key):
     r = self
     d = 0  # the dim of r that the next component indexes
     for k, comp in enumerate(comps):
-        if not isinstance(r, SparseTensor):  # no sparse dim left: NumPy does the rest
-            r = np.asarray(r)[(slice(None),) * d + tuple(comps[k:])]
+        if not isinstance(r, SparseTensor):  # no sparse dim left: NumPy (or take_axis on the device) does the rest
+            r = r[(slice(None),) * d + tuple(comps[k:])] if isinstance(r, np.ndarray) else _dense_device(r, d, comps[k:])
             break
         size = r.shape[d]
         if isinstance(comp, slice) and comp == slice(None):
@@ -182,6 +188,26 @@ def getitem(self, key):
     if isinstance(r, np.ndarray) and r.ndim == 0:
         return r[()]
     return r
+
+
+def _dense_device(a, d: int, comps: list):
+    """Dense device array ``a`` indexed by ``comps`` from axis ``d`` on, as NumPy would (its
+    IndexError messages): every component a take_axis on the device, an integer's axis then dropped."""
+    from .._backend.cuda._select import take_axis
+
+    for comp in comps:
+        size = a.shape[d]
+        if isinstance(comp, int):
+            a = take_axis(a, d, np.array([_check_int(comp, size, d)], dtype=np.int64))
+            a = a.reshape(a.shape[:d] + a.shape[d + 1:])
+            continue
+        if isinstance(comp, slice):
+            if comp != slice(None):
+                a = take_axis(a, d, np.arange(*comp.indices(size), dtype=np.int64))
+        else:
+            a = take_axis(a, d, _check_array(comp, size, d))
+        d += 1
+    return a
 
 
 def setitem(self, key, value):

@@ -13,7 +13,7 @@ from .._core._dtypes import VALUE_DTYPES, check_fits
 from .._core._shape_checks import normalize_dim
 from .._core._tensor import COOTensor, CompressedTensor, SparseTensor
 from ._common import describe
-from ._shape_common import _compressed, _kind, _parts, _require_host_path, _resized, _sparse_axis, _values_axis
+from ._shape_common import _compressed, _kind, _parts, _resized, _sparse_axis, _values_axis
 
 __all__ = ["cat", "stack"]
 
@@ -65,8 +65,9 @@ def cat(tensors, dim: int = 0, *, threads: int | None = None):
       (``ValueError`` naming them); along a dense dim the values, when the inputs share
       their indices, else the union of the patterns (through coo; every batch of it
       must have the same nnz).
-    - on a CUDA device: along a sparse dim of csr/csc/bsr/bsc (``kernels/select.cu``); other
-      dims and coo raise ``NotImplementedError``; inputs on different devices ``ValueError``.
+    - on a CUDA device: every case above (``kernels/select.cu``), except a cat of integer or
+      bool compressed tensors along a dense dim with different patterns (the union sums their
+      values: ``NotImplementedError``); inputs on different devices ``ValueError``.
 
     Examples
     --------
@@ -95,17 +96,28 @@ def cat(tensors, dim: int = 0, *, threads: int | None = None):
     total = sum(t.shape[d] for t in tensors)
     shape = first.shape[:d] + (total,) + first.shape[d + 1:]
     kind = _kind(first, d)
-    _require_host_path(first, "cat", kind)
     return _CAT_CALC_BY_LAYOUT[type(first)](tensors, d, kind, shape, "cat", threads)
+
+
+def _device():
+    """The device kernels of cat/stack along batch and dense dims and of COO (the CPU's are the
+    NumPy calls of this module, so they have no name in the backend table)."""
+    from .._backend.cuda import _select as device_select
+
+    return device_select
 
 
 def _same_arrays(arrays) -> bool:
     a0 = arrays[0]
+    if not isinstance(a0, np.ndarray):
+        return _device().same_arrays(arrays)
     return all(a is a0 or (a.shape == a0.shape and np.array_equal(a, a0)) for a in arrays[1:])
 
 
 def _coo_cat(tensors: list, d: int, kind: str, shape: tuple, op: str, threads) -> COOTensor:
     first = tensors[0]
+    if first.is_cuda:
+        return _coo_cat_device(tensors, d, kind, shape)
     dt = first.index_dtype
     if kind == "sparse":
         check_fits(dt, "coo", **{f"size[{d}]": shape[d]})
@@ -132,6 +144,22 @@ def _coo_cat(tensors: list, d: int, kind: str, shape: tuple, op: str, threads) -
     return COOTensor(np.concatenate([t.indices() for t in tensors], axis=1), values, shape, len(tensors) == 1)
 
 
+def _coo_cat_device(tensors: list, d: int, kind: str, shape: tuple) -> COOTensor:
+    """_coo_cat of device tensors: the same results through place_block (kernels/select.cu)."""
+    first, dev = tensors[0], _device()
+    if kind == "sparse":
+        check_fits(first.index_dtype, "coo", **{f"size[{d}]": shape[d]})
+        idx = dev.coo_cat_sparse([t.indices() for t in tensors], [t.shape[d] for t in tensors], d)
+        coalesced = all(t.is_coalesced() for t in tensors) and (d == 0 or len(tensors) == 1)
+        return COOTensor(idx, dev.concat_axis([t.values() for t in tensors], 0), shape, coalesced)
+    ax = _values_axis(first, d)
+    if _same_arrays([t.indices() for t in tensors]):
+        return COOTensor(first.indices(), dev.concat_axis([t.values() for t in tensors], ax), shape,
+                         first.is_coalesced())
+    values = dev.padded_values([t.values() for t in tensors], ax, shape[first.sparse_dim:])
+    return COOTensor(dev.concat_axis([t.indices() for t in tensors], 1), values, shape, len(tensors) == 1)
+
+
 def _compressed_cat(tensors: list, d: int, kind: str, shape: tuple, op: str, threads) -> CompressedTensor:
     first = tensors[0]
     if kind == "batch":
@@ -139,14 +167,25 @@ def _compressed_cat(tensors: list, d: int, kind: str, shape: tuple, op: str, thr
         if len(set(nnz)) > 1:
             raise ValueError(f"{op} of {first.layout.name} tensors along batch dim {d} needs the same nnz in every "
                              f"input (every batch has one nnz); got nnz {', '.join(map(str, nnz))}")
+        if first.is_cuda:
+            members = [_device().concat_axis([_members(t)[j] for t in tensors], d) for j in range(3)]
+            return CompressedTensor(*members, shape, first.layout, all(t.is_coalesced() for t in tensors))
         members = [np.concatenate([_members(t)[j] for t in tensors], axis=d) for j in range(3)]
         return _compressed(first, *members, shape, all(t.is_coalesced() for t in tensors))
     if kind == "dense":
         ax = _values_axis(first, d)
         if _same_arrays([t.compressed_indices() for t in tensors]) and _same_arrays(
                 [t.plain_indices() for t in tensors]):
+            if first.is_cuda:
+                v = _device().concat_axis([t.values() for t in tensors], ax)
+                return CompressedTensor(first.compressed_indices(), first.plain_indices(), v, shape, first.layout,
+                                        first.is_coalesced())
             v = np.concatenate([t.values() for t in tensors], axis=ax)
             return _compressed(first, first.compressed_indices(), first.plain_indices(), v, shape)
+        if first.is_cuda and first.dtype.kind not in "fc":
+            raise NotImplementedError(f"{op} of {first.dtype} {first.layout.name} tensors along dense dim {d} on "
+                                      f"{first.device} with different patterns: the union sums {first.dtype} values, "
+                                      "which has no GPU kernel")
         coo = _coo_cat([t.to_sparse(L.sparse_coo, threads=threads) for t in tensors], d, kind, shape, op, threads)
         bs = first.blocksize if first.layout.blocked else None
         return coo.coalesce(threads=threads).to_sparse(first.layout, blocksize=bs, threads=threads)
@@ -170,9 +209,15 @@ def _unsqueeze_coo(t: COOTensor, d: int) -> COOTensor:
     shape = t.shape[:d] + (1,) + t.shape[d:]
     S = t.sparse_dim
     if d <= S:
-        idx = np.insert(t.indices(), d, 0, axis=0)
+        idx = _device().insert_zero_row(t.indices(), d) if t.is_cuda else np.insert(t.indices(), d, 0, axis=0)
         return COOTensor(idx, t.values(), shape, t.is_coalesced())
-    return COOTensor(t.indices(), np.expand_dims(t.values(), d - S + 1), shape, t.is_coalesced(), t._checked)
+    return COOTensor(t.indices(), _expand_dims(t.values(), d - S + 1), shape, t.is_coalesced(), t._checked)
+
+
+def _expand_dims(a, axis: int):
+    """``np.expand_dims`` that keeps a device array on its device (a reshape)."""
+    return a.reshape(a.shape[:axis] + (1,) + a.shape[axis:]) if not isinstance(a, np.ndarray) else np.expand_dims(
+        a, axis)
 
 
 def _unsqueeze_compressed(t: CompressedTensor, d: int) -> CompressedTensor:
@@ -180,10 +225,10 @@ def _unsqueeze_compressed(t: CompressedTensor, d: int) -> CompressedTensor:
     shape = t.shape[:d] + (1,) + t.shape[d:]
     m = t.batch_dim
     if d <= m:
-        members = (np.expand_dims(a, d) for a in _members(t))
+        members = (_expand_dims(a, d) for a in _members(t))
         return CompressedTensor(*members, shape, t.layout, t.is_coalesced())
     if d >= m + 2:
-        v = np.expand_dims(t.values(), t.values().ndim - (t.ndim - d))
+        v = _expand_dims(t.values(), t.values().ndim - (t.ndim - d))
         return CompressedTensor(t.compressed_indices(), t.plain_indices(), v, shape, t.layout, t.is_coalesced())
     raise NotImplementedError(f"stack of {t.layout.name} tensors at dim {d}: a new dim between the two sparse dims "
                               "would be a third sparse dim; convert to coo first")

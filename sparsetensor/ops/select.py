@@ -31,7 +31,6 @@ from ._shape_common import (
     _sparse_axis,
     _resized,
     _with_values,
-    _require_host_path,
 )
 
 __all__ = ["transpose", "narrow", "select", "index_select", "nonzero", "count_nonzero"]
@@ -136,8 +135,7 @@ def narrow(t, dim: int, start: int, length: int, *, threads: int | None = None):
       every row (column) is filtered. Along a sparse dim of bsr/bsc, ``start`` and
       ``length`` must be multiples of the blocksize (``ValueError``). When batches
       would end up with different nnz: ``ValueError`` naming the counts.
-    - on a CUDA device: along a sparse dim of csr/csc/bsr/bsc (``kernels/select.cu``); other
-      dims and coo raise ``NotImplementedError``.
+    - on a CUDA device: every case above (``kernels/select.cu``), with the same results.
 
     Examples
     --------
@@ -161,7 +159,8 @@ def narrow(t, dim: int, start: int, length: int, *, threads: int | None = None):
                          if length >= 0 else f"narrow: length must be >= 0, got {length}")
     shape = t.shape[:d] + (length,) + t.shape[d + 1:]
     kind = _kind(t, d)
-    _require_host_path(t, "narrow", kind)
+    if t.is_cuda:
+        return _narrow_device(t, d, start, length, shape, kind, threads)
     if kind == "dense":
         v = np.ascontiguousarray(_take_axis(t.values(), _values_axis(t, d), slice(start, start + length)))
         return _with_values(t, v, shape)
@@ -170,6 +169,31 @@ def narrow(t, dim: int, start: int, length: int, *, threads: int | None = None):
         return _compressed(t, *(_take_axis(a, d, key) for a in (t.compressed_indices(), t.plain_indices(),
                                                                 t.values())), shape)
     return _NARROW_SPARSE_BY_LAYOUT[type(t)](t, d, start, length, shape, threads)
+
+
+def _narrow_device(t, d: int, start: int, length: int, shape: tuple, kind: str, threads):
+    """narrow of a device tensor: the CPU's results, through take_axis (batch, dense dims) and the
+    COO index_select (a COO sparse dim: the entries in range, in input order, shifted)."""
+    if kind != "sparse":
+        return _take_device(t, d, np.arange(start, start + length, dtype=np.int64), shape, kind)
+    if t.layout is L.sparse_coo:
+        return _INDEX_SELECT_SPARSE_BY_LAYOUT[COOTensor](t, d, np.arange(start, start + length, dtype=np.int64),
+                                                         shape, threads)
+    return _NARROW_SPARSE_BY_LAYOUT[CompressedTensor](t, d, start, length, shape, threads)
+
+
+def _take_device(t, d: int, index: np.ndarray, shape: tuple, kind: str):
+    """``t`` taken at host ``index`` along its batch or dense dim ``d`` (a device tensor): the
+    values (a dense dim) or every member (a batch dim) gathered by take_axis; flags kept."""
+    take = _device_select().take_axis
+    if kind == "dense":
+        v = take(t.values(), _values_axis(t, d), index)
+        if t.layout is L.sparse_coo:
+            return COOTensor(t.indices(), v, tuple(shape), t.is_coalesced(), t._checked)
+        c, p = t.compressed_indices(), t.plain_indices()
+    else:
+        c, p, v = (take(a, d, index) for a in (t.compressed_indices(), t.plain_indices(), t.values()))
+    return CompressedTensor(c, p, v, tuple(shape), t.layout, t.is_coalesced())
 
 
 def _narrow_coo(t: COOTensor, d: int, start: int, length: int, shape: tuple, threads) -> COOTensor:
@@ -221,6 +245,7 @@ def select(t, dim: int, index: int, *, threads: int | None = None):
       whole tensor goes through coo (O(nnz)). PyTorch returns the same for unbatched csr/csc and refuses batched
       and most blocked tensors; here blocked ones work too, the items of the selected
       blocks becoming entries (explicit zeros included, as bsr -> coo does).
+    - on a CUDA device: the same results; the dense result of a coo tensor is a DeviceArray.
 
     Examples
     --------
@@ -240,7 +265,9 @@ def select(t, dim: int, index: int, *, threads: int | None = None):
     i %= size
     shape = t.shape[:d] + t.shape[d + 1:]
     kind = _kind(t, d)
-    _require_host_path(t, "select", kind, gpu=False)  # also when reached past the op table (vjp's rules)
+    if t.is_cuda and kind != "sparse":
+        taken = _take_device(t, d, np.array([i], dtype=np.int64), t.shape[:d] + (1,) + t.shape[d + 1:], kind)
+        return _drop_dim(taken, d, shape)
     if kind == "dense":
         v = np.ascontiguousarray(np.take(t.values(), i, axis=_values_axis(t, d)))
         return _with_values(t, v, shape)
@@ -260,8 +287,39 @@ def _select_compressed(t: CompressedTensor, d: int, i: int, shape: tuple, thread
     return select(coo, d, i - lo, threads=threads)
 
 
+def _drop_dim(t, d: int, shape: tuple):
+    """Device tensor ``t`` with its batch or dense dim ``d`` of size 1 removed (arrays reshaped)."""
+    if t.layout is L.sparse_coo:
+        v = t.values()
+        return COOTensor(t.indices(), v.reshape(_without(v.shape, _values_axis(t, d))), shape, t.is_coalesced(),
+                         t._checked)
+    members = [t.compressed_indices(), t.plain_indices(), t.values()]
+    if d < t.batch_dim:
+        members = [a.reshape(_without(a.shape, d)) for a in members]
+    else:
+        members[2] = members[2].reshape(_without(members[2].shape, _values_axis(t, d)))
+    return CompressedTensor(*members, shape, t.layout, t.is_coalesced())
+
+
+def _without(shape: tuple, axis: int) -> tuple:
+    return shape[:axis] + shape[axis + 1:]
+
+
+def _select_coo_device(t: COOTensor, d: int, i: int, shape: tuple, threads):
+    """The body of COO on the device: index_select of ``[i]``, then index row ``d`` dropped (every
+    entry left has coordinate ``i`` there: the order, and so the coalesced flag, is kept); with no
+    sparse dim left, the dense values summed (to_dense of the one-coordinate tensor)."""
+    one = _index_select_coo(t, d, np.array([i], dtype=np.int64), t.shape[:d] + (1,) + t.shape[d + 1:], threads)
+    if t.sparse_dim == 1:
+        return one.to_dense().reshape(shape)
+    rows = [r for r in range(t.sparse_dim) if r != d]
+    return COOTensor(one.indices().take(rows, axis=0), one.values(), shape, one.is_coalesced())
+
+
 def _select_coo(t: COOTensor, d: int, i: int, shape: tuple, threads):
     """The body of COO: the entries with coordinate ``i`` along ``d``."""
+    if t.is_cuda:
+        return _select_coo_device(t, d, i, shape, threads)
     idx = ensure_valid(t, threads=threads).indices()  # entries are kept by coordinate: C4/C5 first
     keep = idx[d] == i
     values = t.values()[keep]
@@ -283,8 +341,8 @@ def index_select(t, dim: int, index, *, threads: int | None = None):
       remapped (repeats give several entries), then sorted. For bsr/bsc a sparse dim
       needs blocksize 1 along it (``NotImplementedError`` otherwise: convert first).
       Batches ending up with different nnz: ``ValueError``.
-    - on a CUDA device: along a sparse dim of csr/csc/bsr/bsc, with a host ``index``; other
-      dims, coo and device index arrays raise ``NotImplementedError``.
+    - on a CUDA device: every case above with a host ``index``; an index array on the device
+      raises ``NotImplementedError``.
 
     Examples
     --------
@@ -301,7 +359,8 @@ def index_select(t, dim: int, index, *, threads: int | None = None):
     K = idx.shape[0]
     shape = t.shape[:d] + (K,) + t.shape[d + 1:]
     kind = _kind(t, d)
-    _require_host_path(t, "index_select", kind)
+    if t.is_cuda and kind != "sparse":
+        return _take_device(t, d, idx, shape, kind)
     if kind == "dense":
         return _with_values(t, np.take(t.values(), idx, axis=_values_axis(t, d)), shape)
     if kind == "batch":
@@ -329,10 +388,15 @@ def _index_select_coo(t: COOTensor, d: int, idx: np.ndarray, shape: tuple, threa
     t = ensure_valid(t, threads=threads)  # C4/C5 first
     dt = t.index_dtype
     check_fits(dt, "coo", **{f"size[{d}]": shape[d]})
-    indices = np.ascontiguousarray(t.indices())
-    nnz = indices.shape[1]
     values = t.values()
-    raw = _value_rows(values, nnz)
+    if t.is_cuda:  # device arrays are C-contiguous; the raw kernels take rows of any dtype by itemsize
+        indices = t.indices()
+        nnz = indices.shape[1]
+        raw = values.reshape((nnz, math.prod(values.shape[1:])))
+    else:
+        indices = np.ascontiguousarray(t.indices())
+        nnz = indices.shape[1]
+        raw = _value_rows(values, nnz)
     oi, ov = backend_for(t).index_select_coo(indices, raw, d, idx, t.shape, threads)
     out_values = ov.view(values.dtype).reshape((oi.shape[1],) + values.shape[1:])
     return COOTensor(oi, out_values, shape, t.is_coalesced() and _is_increasing(idx))
@@ -345,7 +409,7 @@ def nonzero(t, *, threads: int | None = None) -> np.ndarray:
 
     An ``(n, ndim)`` int64 array in row-major order, like ``torch.nonzero(t.to_dense())``
     (PyTorch has no sparse nonzero). Duplicates (unchecked input) are summed first;
-    explicit zeros are not listed; NaN counts as nonzero.
+    explicit zeros are not listed; NaN counts as nonzero. A device tensor gives a DeviceArray.
 
     Examples
     --------
@@ -356,8 +420,9 @@ def nonzero(t, *, threads: int | None = None) -> np.ndarray:
            [1, 0]])
     """
     _require_sparse(t, "nonzero")
-    _require_host_path(t, "nonzero", "sparse", gpu=False)
-    coo = t.to_sparse(L.sparse_coo, threads=threads)._coalesced_checked(threads)  # compressed -> coo is coalesced
+    coo = _nonzero_source(t, threads)
+    if coo.is_cuda:
+        return _device_select().nonzero(coo)
     S, N = coo.sparse_dim, coo.nnz
     dense = coo.shape[S:]
     values = coo.values().reshape(N, math.prod(dense))
@@ -373,7 +438,8 @@ def count_nonzero(t, dim=None, *, threads: int | None = None):
     """The number of nonzero elements (``np.count_nonzero(t.to_dense(), axis=dim)``, torch's
     ``count_nonzero``) without densifying: an int for ``dim=None``, else an int64 array over
     the dims that are not counted along. Duplicates (unchecked input) are summed first;
-    explicit zeros do not count; NaN does.
+    explicit zeros do not count; NaN does. A device tensor gives a DeviceArray (an int for
+    ``dim=None``: one number is read).
 
     Examples
     --------
@@ -383,15 +449,39 @@ def count_nonzero(t, dim=None, *, threads: int | None = None):
     (3, array([1, 1, 1]), array([2, 1]))
     """
     _require_sparse(t, "count_nonzero")
+    if t.is_cuda:
+        coo = _nonzero_source(t, threads)
+        if dim is None:
+            return _device_select().nonzero_count(coo)
+        kept, out_shape = _kept_dims(t, dim)
+        return _device_select().count_nonzero(coo, kept, out_shape)
     coords = nonzero(t, threads=threads)
     if dim is None:
         return int(coords.shape[0])
-    dims = {normalize_dim(d, t.ndim, "count_nonzero") for d in ((dim,) if np.ndim(dim) == 0 else dim)}
-    kept = [d for d in range(t.ndim) if d not in dims]
-    out_shape = tuple(t.shape[d] for d in kept)
+    kept, out_shape = _kept_dims(t, dim)
     size = math.prod(out_shape)
     flat = np.ravel_multi_index(coords[:, kept].T, out_shape) if kept else np.zeros(coords.shape[0], np.int64)
     return np.bincount(flat, minlength=size).astype(np.int64, copy=False)[:size].reshape(out_shape)
+
+
+def _nonzero_source(t, threads):
+    """``t`` as a coalesced, checked COO tensor (compressed -> coo is coalesced): what nonzero reads."""
+    return t.to_sparse(L.sparse_coo, threads=threads)._coalesced_checked(threads)
+
+
+def _kept_dims(t, dim) -> tuple:
+    """(the dims count_nonzero does not count along, their sizes)."""
+    dims = {normalize_dim(d, t.ndim, "count_nonzero") for d in ((dim,) if np.ndim(dim) == 0 else dim)}
+    kept = [d for d in range(t.ndim) if d not in dims]
+    return kept, tuple(t.shape[d] for d in kept)
+
+
+def _device_select():
+    """The device kernels of nonzero/count_nonzero (the CPU's are the NumPy calls of this module,
+    so they have no name in the backend table)."""
+    from .._backend.cuda import _select as device_select
+
+    return device_select
 
 
 # Each op's body per layout family, picked where the op reads it: ``TABLE[type(t)](t, ...)``.

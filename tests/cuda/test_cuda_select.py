@@ -162,33 +162,11 @@ def test_mixed_devices(backend, rng):
 
 
 def test_refused(backend, rng):
+    """What the GPU still lacks here: index arrays on the device (tests/cuda/test_cuda_index.py has
+    the rest: select, stack, batch and dense dims, coo)."""
     t = batched(rng, ("csr", (2,), (2,), None), np.float64, np.int64).cuda()
-    coo = make(rng, ("coo", (), (), None)).cuda()
-    refused = {
-        "narrow": [lambda: st.narrow(t, 0, 0, 1), lambda: t.narrow(3, 0, 1), lambda: coo.narrow(0, 0, 1)],
-        "index_select": [lambda: st.index_select(t, 0, [1]), lambda: st.index_select(t, 3, [0]),
-                         lambda: st.index_select(coo, 1, [0]),
-                         lambda: st.index_select(t, 1, DeviceArray.from_host(np.array([0])))],
-        "cat": [lambda: st.cat([t, t], 0), lambda: st.cat([t, t], 3), lambda: st.cat([coo, coo], 0)],
-        "select": [lambda: st.select(t, 1, 0)],
-        "stack": [lambda: st.stack([t, t], 0)],
-    }
-    for op, calls in refused.items():
-        for call in calls:
-            with pytest.raises(NotImplementedError, match=op):
-                call()
-
-
-def test_bodies_refuse_device_tensors_past_the_op_table(backend, rng):
-    """select and nonzero have no GPU path: their bodies refuse a device tensor even when called
-    past the op table's guard (as vjp's rules call them)."""
-    from sparsetensor.ops import select
-
-    t = batched(rng, ("csr", (), (), None), np.float64, np.int64).cuda()
-    for call, op in ((lambda: select.select(t, 0, 1), "select"), (lambda: select.nonzero(t), "nonzero"),
-                     (lambda: select.count_nonzero(t), "nonzero")):
-        with pytest.raises(NotImplementedError, match=f"^{op} of a csr tensor on cuda:0 has no GPU kernel"):
-            call()
+    with pytest.raises(NotImplementedError, match="index_select"):
+        st.index_select(t, 1, DeviceArray.from_host(np.array([0])))
 
 
 def without_host_copies(monkeypatch, max_read: int, calls) -> list:

@@ -125,11 +125,16 @@ def test_scalar_sum_dims_and_sddmm_agree(backend, rng, case):
 
 
 def test_missing_kernels_name_op_and_device(backend, rng):
+    from sparsetensor._core._dtypes import raw_view
+
     t = make(rng, ("csr", (), (), None), np.float64)
     d = t.cuda()
     assert_same(backend_for(d).spgemm(d, d.mT), cpu.spgemm(t, t.mT), exact=False)  # sparse @ sparse has one
-    with pytest.raises(NotImplementedError, match="index_select of a coo tensor on cuda has no GPU kernel"):
-        backend_for(d).index_select_coo(None, None, 0, np.arange(2), d.shape)
+    c, dc = t.to_sparse("coo"), d.to_sparse("coo")  # index_select of coo has one (the CPU's entry order)
+    got = backend_for(d).index_select_coo(dc.indices(), dc.values().reshape(dc.nnz, 1), 0, np.array([1, 0, 1]),
+                                          d.shape)
+    want = cpu.index_select_coo(c.indices(), raw_view(c.values().reshape(c.nnz, 1)), 0, np.array([1, 0, 1]), t.shape)
+    assert (got[0].get() == want[0]).all() and (got[1].get() == want[1].view(np.float64)).all()
     with pytest.raises(NotImplementedError, match="max over dims|amax over dims \\(0,\\) of a coo tensor on cuda:0"):
         backend_for(d).reduce_dims(d.to_sparse_coo(), (0,), np.maximum)
     # a result dtype other than the operands': converted on the device first

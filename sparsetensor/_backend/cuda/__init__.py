@@ -165,9 +165,9 @@ def cat_compressed(parts: list, limits: dict, threads=None):
 
 
 def index_select_coo(indices, raw, d: int, idx, shape: tuple, threads=None):
-    """index_select of a COO tensor along sparse dim ``d``: no GPU kernel."""
-    raise NotImplementedError("index_select of a coo tensor on cuda has no GPU kernel; run it on the host with "
-                              "t.cpu()")
+    """The entries of device COO ``indices`` whose coordinate along sparse dim ``d`` is in host
+    ``idx`` (repeats give copies), that coordinate replaced by its position: ``(indices, raw rows)``."""
+    return _select.index_select_coo(indices, raw, d, idx, shape)
 
 
 def compressed_sum(t, x, threads=None):

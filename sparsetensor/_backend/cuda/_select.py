@@ -11,13 +11,17 @@ outputs); the host index arrays of the ops (rows, index) are copied to the devic
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..._core._canonical import same_nnz
 from ..._core._dtypes import check_fits
 from ...cuda import _primitives as P
 
-__all__ = ["gather_slices", "remap_plain", "narrow_plain", "cat_plain", "cat_compressed"]
+__all__ = ["gather_slices", "remap_plain", "narrow_plain", "cat_plain", "cat_compressed", "nonzero",
+           "count_nonzero", "index_select_coo", "take_axis",
+           "concat_axis", "insert_zero_row", "same_arrays", "coo_cat_sparse", "padded_values"]
 
 
 def _keys(parts) -> tuple:
@@ -170,3 +174,168 @@ def cat_compressed(parts: list, limits: dict):
         P.run(dev, "select.cu", "place_rows", keys[:1], B * nnz * W, q.values, B, nnz, W, total, nnz_off, out_v)
         slot_off, nnz_off = slot_off + n, nnz_off + nnz
     return out_c, out_p, out_v
+
+
+def _nonzero_flags(coo):
+    """(flags scan over the N * D items of coalesced device ``coo``, total, D): dense.cu's zero
+    test (-0.0 is zero, NaN is not; a complex value is nonzero if either part is)."""
+    from ._dense import _ztest
+
+    v = coo.values()
+    dev = v._device
+    N = coo.nnz
+    D = math.prod(coo.shape[coo.sparse_dim:])
+    zkey, mask, per_value = _ztest(v.dtype)
+    flags = P.empty(dev, (N * D,), np.int64)
+    P.run(dev, "dense.cu", "dense_nonzero", (zkey,), N * D, v, 1, N * D, 1, per_value, 1, 1, 1, mask, flags)
+    scan = P.exclusive_scan(dev, flags)
+    return scan, int(P.read_ints(dev, scan[N * D:])[0]), D
+
+
+def nonzero(coo):
+    """The ``(n, ndim)`` int64 device array of the coordinates of the nonzero items of coalesced
+    device ``coo``, in row-major order (the CPU's ``ops.select.nonzero``)."""
+    S, N = coo.sparse_dim, coo.nnz
+    dense = coo.shape[S:]
+    dev = coo.values()._device
+    scan, total, D = _nonzero_flags(coo)
+    out = P.empty(dev, (total, coo.ndim), np.int64)
+    dshape = P.from_host(dev, np.asarray(dense, dtype=np.int64)) if dense else None
+    idx = coo.indices()
+    P.run(dev, "select.cu", "nonzero_coords", (P.index_key(idx.dtype),), N * D, scan, idx, N, S, D, dshape,
+          len(dense), out)
+    return out
+
+
+def count_nonzero(coo, kept: list, out_shape: tuple):
+    """The number of nonzero items of coalesced device ``coo`` per coordinate of the dims ``kept``
+    (sizes ``out_shape``): an int64 device array of that shape (``kept`` empty: a 0-d array)."""
+    coords = nonzero(coo)
+    dev = coords._device
+    n, size = coords.shape[0], math.prod(out_shape)
+    keys = P.empty(dev, (n,), np.uint64)
+    if n:
+        kept_dev = P.from_host(dev, np.asarray(kept, dtype=np.int64)) if kept else None
+        shape_dev = P.from_host(dev, np.asarray(out_shape, dtype=np.int64)) if kept else None
+        P.run(dev, "select.cu", "kept_keys", (), n, coords, n, coords.shape[1], kept_dev, shape_dev, len(kept), keys)
+    sorted_keys, _ = P.radix_sort(dev, keys, max(size - 1, 0).bit_length())
+    ptr = P.empty(dev, (size + 1,), np.int64)
+    P.run(dev, "scan.cu", "lower_bounds", (), size + 1, sorted_keys, n, size, ptr)
+    counts = P.empty(dev, (size,), np.int64)
+    P.run(dev, "select.cu", "adjacent_diff", (), size, ptr, size, counts)
+    return counts.reshape(out_shape)
+
+
+def nonzero_count(coo) -> int:
+    """The number of nonzero items of coalesced device ``coo`` (one number read)."""
+    return _nonzero_flags(coo)[1]
+
+
+def index_select_coo(indices, raw, d: int, idx: np.ndarray, shape: tuple):
+    """The entries of device COO ``indices`` (S, N) and raw value rows ``raw`` (N, W) whose coordinate
+    along ``d`` is in host ``idx`` (in range; repeats give copies), that coordinate replaced by its
+    position in ``idx``: entries in input order, each one's copies by ascending position (the
+    CPU's order). The indices must be in bounds (the op validates first)."""
+    dev = indices._device
+    S, Nin = indices.shape
+    W = raw.shape[1]
+    first, targets = (P.from_host(dev, a) for a in _index_map(idx, shape[d]))
+    ik = P.index_key(indices.dtype)
+    counts = P.empty(dev, (Nin,), np.int64)
+    P.run(dev, "select.cu", "remap_counts", (ik,), Nin, indices[d], Nin, first, counts)
+    eoff = P.exclusive_scan(dev, counts)
+    N = int(P.read_ints(dev, eoff[Nin:])[0])
+    out_i = P.empty(dev, (S, N), indices.dtype)
+    out_v = P.empty(dev, (N, W), raw.dtype)
+    P.run(dev, "select.cu", "remap_fill", (P.raw_key(raw.itemsize), ik), N * max(W, 1), eoff, Nin, indices[d], raw, W,
+          first, targets, N, out_i[d], out_v)
+    P.run(dev, "select.cu", "coo_copy_rows", (ik,), S * N, eoff, Nin, indices, S, d, N, out_i)
+    return out_i, out_v
+
+
+def take_axis(a, axis: int, index: np.ndarray):
+    """``np.take(a, index, axis=axis)`` of device array ``a`` for a host int64 ``index`` in range:
+    a new C-contiguous device array (selection along batch and dense dims)."""
+    dev = a._device
+    shape = a.shape
+    K = index.shape[0]
+    out = P.empty(dev, shape[:axis] + (K,) + shape[axis + 1:], a.dtype)
+    pre, size, post = math.prod(shape[:axis]), shape[axis], math.prod(shape[axis + 1:])
+    idx = P.from_host(dev, np.ascontiguousarray(index, dtype=np.int64))
+    P.run(dev, "select.cu", "take_axis", (P.raw_key(a.itemsize),), pre * K * post, a, pre, size, post, idx, K, out)
+    return out
+
+
+def concat_axis(arrays: list, axis: int):
+    """``np.concatenate(arrays, axis)`` of device arrays of one dtype (shapes agreeing off ``axis``)."""
+    a0 = arrays[0]
+    dev = a0._device
+    total = sum(a.shape[axis] for a in arrays)
+    out = P.empty(dev, a0.shape[:axis] + (total,) + a0.shape[axis + 1:], a0.dtype)
+    A, C = math.prod(a0.shape[:axis]), math.prod(a0.shape[axis + 1:])
+    col = 0
+    for a in arrays:
+        m = a.shape[axis]
+        P.run(dev, "select.cu", "place_block", (P.raw_key(a.itemsize),), A * m * C, a, 1, A, m, C, 0, col, total, out)
+        col += m
+    return out
+
+
+def insert_zero_row(indices, d: int):
+    """``np.insert(indices, d, 0, axis=0)`` of device COO indices (S, N): a new coordinate row of zeros."""
+    dev = indices._device
+    S, N = indices.shape
+    out = P.zeros(dev, (S + 1, N), indices.dtype)
+    key = (P.raw_key(indices.itemsize),)
+    P.run(dev, "select.cu", "place_block", key, d * N, indices, 1, 1, d * N, 1, 0, 0, (S + 1) * N, out)
+    P.run(dev, "select.cu", "place_block", key, (S - d) * N, indices[d:], 1, 1, (S - d) * N, 1, 0, (d + 1) * N,
+          (S + 1) * N, out)
+    return out
+
+
+def same_arrays(arrays: list) -> bool:
+    """Whether the device index arrays of ``arrays`` are all equal (one number read per pair)."""
+    a0 = arrays[0]
+    dev = a0._device
+    for a in arrays[1:]:
+        if a is a0:
+            continue
+        if a.shape != a0.shape or a.dtype != a0.dtype:
+            return False
+        differ = P.zeros(dev, (1,), np.int64)
+        P.run(dev, "select.cu", "any_differ", (P.index_key(a.dtype),), a.size, a0, a, a.size, differ)
+        if int(P.read_ints(dev, differ)[0]):
+            return False
+    return True
+
+
+def coo_cat_sparse(indices: list, sizes: list, d: int):
+    """The indices (S, sum N_k) of COO tensors concatenated along sparse dim ``d``: each input's
+    coordinates along ``d`` moved behind the earlier inputs' sizes."""
+    out = concat_axis(indices, 1)
+    dev = out._device
+    ik = (P.index_key(out.dtype),)
+    col = offset = 0
+    for a, size in zip(indices, sizes):
+        n = a.shape[1]
+        if offset:
+            P.run(dev, "select.cu", "shift_range", ik, n, out[d][col:col + n], n, offset)
+        col, offset = col + n, offset + size
+    return out
+
+
+def padded_values(values: list, ax: int, shape: tuple):
+    """The values of a cat of COO tensors along a dense dim whose indices differ: ``(sum nnz,) + shape``
+    zeros, input k's values at its rows and its columns along values axis ``ax``."""
+    v0 = values[0]
+    dev = v0._device
+    N = sum(v.shape[0] for v in values)
+    out = P.zeros(dev, (N,) + tuple(shape), v0.dtype)
+    A, C, total = math.prod(shape[:ax - 1]), math.prod(shape[ax:]), shape[ax - 1]
+    row = col = 0
+    for v in values:
+        n, m = v.shape[0], v.shape[ax]
+        P.run(dev, "select.cu", "place_block", (P.raw_key(v.itemsize),), n * A * m * C, v, n, A, m, C, row, col, total,
+              out)
+        row, col = row + n, col + m
+    return out
