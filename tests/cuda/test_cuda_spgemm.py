@@ -423,3 +423,25 @@ def test_addmm_no_host_copies(backend, rng, monkeypatch):
     monkeypatch.undo()
     assert small
     assert_dense(got, st.addmm(np.ones(b.shape[1]), a, b, alpha=2.0, beta=-1.0))
+
+
+def test_addmm_complex_scalars(backend, rng):
+    a, b = _pair(rng, "csr", "csr", np.complex64, np.int64, density=0.5)
+    inp = _dense(rng, (b.shape[1],), np.complex64)
+    want = st.addmm(inp.get(), a, b, alpha=1 - 2j, beta=0.5j)
+    assert_dense(st.addmm(inp, a.cuda(), b.cuda(), alpha=1 - 2j, beta=0.5j), want)
+    x = _dense(rng, (b.shape[0], 3), np.complex64)
+    want = st.addmm(np.ones((1, 3), np.complex64), a, x.get(), alpha=2j, beta=-1)
+    got = st.addmm(DeviceArray.from_host(np.ones((1, 3), np.complex64)), a.cuda(), x, alpha=2j, beta=-1)
+    assert_dense(got, want)
+
+
+def test_integer_sparse_dense_products_are_refused_by_the_device_spmm(backend, rng):
+    """The device SpMM has floating and complex kernels only: integer and bool sparse @ dense
+    (bmm, addmm) raise its TypeError naming the dtype; sparse @ sparse has every dtype."""
+    a = operand(rng, "csr", (4, 3), None, np.int32, np.int64, (2,), density=0.6)
+    with pytest.raises(TypeError, match="matmul on cuda supports .* got int32"):
+        st.bmm(a.cuda(), _dense(rng, (2, 3, 2), np.int32))
+    a2 = operand(rng, "csr", (4, 3), None, np.bool_, np.int64, density=0.6)
+    with pytest.raises(TypeError, match="matmul on cuda supports .* got bool"):
+        st.addmm(_dense(rng, (4, 2), np.bool_), a2.cuda(), _dense(rng, (3, 2), np.bool_))
