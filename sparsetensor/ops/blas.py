@@ -202,9 +202,12 @@ def _matmul_work(a, b, op, threads, extra_dtypes=()):
         return _product(a, D, rt, op, threads, (a, b)), rt
     X = _as_dense(a, op, "the first operand")
     rt = _result_dtype(op, X.dtype, b.dtype, *extra_dtypes)
-    if backend_for(X, b).device != "cpu":  # (a CPU/GPU mix raised there)
-        raise NotImplementedError(f"{op}: dense @ sparse on {b.device} has no GPU kernel; use (s.mT @ x.mT).mT or "
-                                  "move the operands to the host")
+    # on a device (a CPU/GPU mix raised in backend_for) the transposes of _dense_sparse are copies
+    # (DeviceArray.swapaxes), the product the device SpMM of the csc/csr view; a sparse vector's
+    # indices are rebuilt on the host, so it has no device path
+    if b.sparse_dim == 1 and backend_for(X, b).device != "cpu":
+        raise NotImplementedError(f"{op}: dense @ a sparse vector (coo, sparse_dim=1) on {b.device} has no GPU "
+                                  "kernel; move the operands to the host")
     return _dense_sparse(X, b, rt, op, threads, (a, b)), rt
 
 
@@ -239,7 +242,8 @@ def matmul(a, b, *, threads: int | None = None):
     numpy.ndarray
         Of dtype ``np.result_type(a.dtype, b.dtype)``. For ``dense @ sparse`` it is
         the transposed view of the kernel's output (Fortran order in the last two
-        axes); no copy is made.
+        axes); no copy is made (on a CUDA device, whose arrays are C-contiguous, both
+        transposes are copies).
 
     Raises
     ------
@@ -349,8 +353,8 @@ def addmm(input, mat1, mat2, *, beta=1, alpha=1, threads: int | None = None):
     (NaN or inf in it do not propagate), as in PyTorch. Integer results need integer
     ``alpha``/``beta`` and bool results bools (PyTorch's rule for dense ``addmm``).
     On a CUDA device every operand is on it (``input`` a dense device array) and the result is
-    a device array: sparse @ sparse runs the device SpGEMM, sparse @ dense the device SpMM
-    (floating and complex dtypes; dense @ sparse has no GPU kernel).
+    a device array: sparse @ sparse runs the device SpGEMM, sparse @ dense and dense @ sparse
+    the device SpMM (floating and complex dtypes).
 
     Examples
     --------

@@ -352,8 +352,11 @@ def test_bmm_errors(backend, rng):
     with pytest.raises(ValueError) as dev:
         st.bmm(a.cuda(), DeviceArray.from_host(np.ones((3, 4, 2))))
     assert str(dev.value).replace(" on cuda:0", "") == str(cpu.value)
-    with pytest.raises(NotImplementedError, match="dense @ sparse on cuda:0"):
-        st.bmm(DeviceArray.from_host(np.ones((2, 5, 3))), a.cuda())
+    with pytest.raises(ValueError) as cpu:
+        st.bmm(np.ones((2, 5, 4)), a)  # dense @ sparse, inner sizes 4 and 3
+    with pytest.raises(ValueError) as dev:
+        st.bmm(DeviceArray.from_host(np.ones((2, 5, 4))), a.cuda())
+    assert str(dev.value).replace(" on cuda:0", "") == str(cpu.value)
     coo = st.from_dense(a.to_dense(), "coo")  # sparse_dim == 3
     with pytest.raises(NotImplementedError, match="sparse_dim=3"):
         st.bmm(coo.cuda(), DeviceArray.from_host(np.ones((2, 4, 2))))
@@ -410,8 +413,6 @@ def test_addmm_errors(backend, rng):
     with pytest.raises(TypeError, match="must be an integer"):
         ai = operand(rng, "csr", (4, 3), None, np.int32, np.int64, density=0.6).cuda()
         st.addmm(DeviceArray.from_host(np.ones((4, 4), np.int32)), ai, ai.mT, alpha=0.5)
-    with pytest.raises(NotImplementedError, match="dense @ sparse on cuda:0"):
-        st.addmm(DeviceArray.from_host(np.ones((2, 3))), DeviceArray.from_host(np.ones((2, 4))), a.cuda())
 
 
 def test_addmm_no_host_copies(backend, rng, monkeypatch):
@@ -445,3 +446,35 @@ def test_integer_sparse_dense_products_are_refused_by_the_device_spmm(backend, r
     a2 = operand(rng, "csr", (4, 3), None, np.bool_, np.int64, density=0.6)
     with pytest.raises(TypeError, match="matmul on cuda supports .* got bool"):
         st.addmm(_dense(rng, (4, 2), np.bool_), a2.cuda(), _dense(rng, (3, 2), np.bool_))
+
+
+# -- dense @ sparse: (S.mT @ X.mT).mT on the device -----------------------------------------------------
+@pytest.mark.parametrize("layout", ["csr", "csc", "bsr", "bsc", "coo"])
+@pytest.mark.parametrize("dtype", [np.float32, np.complex128, np.float16])
+def test_dense_sparse(backend, rng, layout, dtype):
+    s = operand(rng, layout, (3, 4), (2, 2), dtype, np.int32, density=0.5)
+    M = s.shape[0]
+    for xshape in ((5, M), (M,)):
+        x = _dense(rng, xshape, dtype)
+        assert_dense(st.matmul(x, s.cuda()), st.matmul(x.get(), s))
+    x = _dense(rng, (5, M), dtype)
+    inp = _dense(rng, (s.shape[1],), dtype)
+    assert_dense(st.addmm(inp, x, s.cuda(), alpha=2, beta=-1), st.addmm(inp.get(), x.get(), s, alpha=2, beta=-1))
+
+
+@pytest.mark.parametrize("layout", ["csr", "csc", "bsr"])
+def test_bmm_dense_sparse(backend, rng, layout):
+    s = operand(rng, layout, (3, 4), (2, 2), np.float64, np.int64, (2,), density=0.5)
+    x = _dense(rng, (2, 5, s.shape[1]), np.float64)
+    assert_dense(st.bmm(x, s.cuda()), st.bmm(x.get(), s))
+
+
+def test_dense_sparse_refusals(backend, rng):
+    """What the device lacks raises NotImplementedError naming it (nothing goes to the host)."""
+    vec = st.from_dense(np.array([1.0, 0.0, 2.0]), "coo")
+    with pytest.raises(NotImplementedError, match="sparse vector .* on cuda:0"):
+        st.matmul(DeviceArray.from_host(np.ones((2, 3))), vec.cuda())
+    with pytest.raises(NotImplementedError, match="broadcasting the batch dims of the sparse operand"):
+        st.matmul(DeviceArray.from_host(np.ones((2, 5, 4))), st.from_dense(np.ones((4, 3)), "csr").cuda())
+    with pytest.raises(NotImplementedError, match="sparse_dim=3"):
+        st.bmm(DeviceArray.from_host(np.ones((2, 5, 4))), st.from_dense(np.ones((2, 4, 3)), "coo").cuda())
