@@ -118,6 +118,18 @@ template <> __device__ __forceinline__ cdouble shfl_idx<cdouble>(cdouble v, int 
     for (::st::i64 i = (::st::i64)blockIdx.x * blockDim.x + threadIdx.x; i < (::st::i64)(n); \
          i += (::st::i64)gridDim.x * blockDim.x)
 
+// The element offset of item u of the row-major sizes shapes[d0..d1), through strides[d0..d1)
+// (a stride of 0: a dim broadcast along).
+__device__ __forceinline__ i64 item_offset(i64 u, const i64* __restrict__ shapes, const i64* __restrict__ strides,
+                                           i64 d0, i64 d1) {
+    i64 off = 0;
+    for (i64 d = d1 - 1; d >= d0; --d) {
+        off += (u % shapes[d]) * strides[d];
+        u /= shapes[d];
+    }
+    return off;
+}
+
 // The largest r in [0, n) with a[r] <= k, for a sorted a[0..n] with a[0] <= k < a[n]:
 // the row (major slot) that holds position k of a compressed index.
 template <typename I>

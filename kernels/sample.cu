@@ -14,17 +14,6 @@
 
 namespace st {
 
-// The element offset of the items of dense dims e (row-major over dims[first..ndim)) added to base.
-__device__ __forceinline__ i64 trailing_offset(i64 e, const i64* __restrict__ dims, const i64* __restrict__ strides,
-                                               i64 first, i64 ndim) {
-    i64 off = 0;
-    for (i64 d = ndim - 1; d >= first; --d) {
-        off += (e % dims[d]) * strides[d];
-        e /= dims[d];
-    }
-    return off;
-}
-
 // The row-major position of COO entry k over dims[0..S) (indices in bounds).
 template <typename I>
 __device__ __forceinline__ i64 coo_linear(const I* __restrict__ idx, i64 S, i64 nnz, const i64* __restrict__ dims,
@@ -63,7 +52,7 @@ __global__ void sample_compressed(const I* __restrict__ major, const I* __restri
                                   const i64* __restrict__ strides, const R* __restrict__ dense, R* __restrict__ out) {
     ST_GRID_LOOP(t, B * nnz * Rb * Cb * W) {
         const Item it = item_of(t, W, Rb, Cb, major, plain, rows);
-        i64 off = it.r * strides[m] + it.c * strides[m + 1] + trailing_offset(it.e, dims, strides, m + 2, ndim);
+        i64 off = it.r * strides[m] + it.c * strides[m + 1] + item_offset(it.e, dims, strides, m + 2, ndim);
         i64 b = it.bk / nnz;
         for (i64 d = m - 1; d >= 0; --d) {
             off += (b % dims[d]) * strides[d];
@@ -80,7 +69,7 @@ __global__ void sample_coo(const I* __restrict__ idx, i64 S, i64 nnz, i64 W, i64
                            const i64* __restrict__ strides, const R* __restrict__ dense, R* __restrict__ out) {
     ST_GRID_LOOP(t, nnz * W) {
         const i64 k = t / W, e = t - k * W;
-        i64 off = trailing_offset(e, dims, strides, S, ndim);
+        i64 off = item_offset(e, dims, strides, S, ndim);
         for (i64 d = 0; d < S; ++d) off += (i64)idx[d * nnz + k] * strides[d];
         out[t] = dense[off];
     }

@@ -129,8 +129,8 @@ def _squeeze_coo(result: COOTensor, dims: tuple) -> COOTensor:
     keep_rows = [d for d in range(S) if d not in dims]
     vshape = (result.nnz,) + tuple(s for d, s in enumerate(result.shape) if d >= S and d not in dims)
     shape = tuple(s for d, s in enumerate(result.shape) if d not in dims)
-    return COOTensor(np.ascontiguousarray(result.indices()[keep_rows]), result.values().reshape(vshape), shape,
-                     result.is_coalesced())
+    return COOTensor(result.indices().take(keep_rows, axis=0), result.values().reshape(vshape), shape,
+                     result.is_coalesced())  # take: a new array of those rows (NumPy's or the device's)
 
 
 def _squeeze_compressed(t: CompressedTensor, dims: tuple) -> CompressedTensor:

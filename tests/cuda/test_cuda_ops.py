@@ -43,7 +43,7 @@ def same(got, want):
     assert got.dtype == want.dtype and got.shape == want.shape, (got.dtype, want.dtype, got.shape, want.shape)
     if want.dtype.kind in "fc":
         rt = RTOL[want.dtype]
-        scale = np.abs(want.astype(np.complex128)).max(initial=0)
+        scale = np.nanmax(np.abs(want.astype(np.complex128)), initial=0)
         np.testing.assert_allclose(got.astype(np.complex128), want.astype(np.complex128), rtol=rt,
                                    atol=rt * scale + 1e-30, equal_nan=True)
     else:
@@ -107,12 +107,6 @@ def test_reductions_fold_unspecified_zeros(backend):
 def test_reductions_not_on_the_gpu(backend, rng):
     t = make(rng, ("csr", (2,), (3,), None), np.float32)
     d = t.cuda()
-    for dim in (0, 3, (1, 2)):
-        with pytest.raises(NotImplementedError, match=r"amax over dims .* on cuda:0"):
-            st.amax(d, dim)
-    coo = make(rng, ("coo", (3,), (), None), np.float32).cuda()
-    with pytest.raises(NotImplementedError, match=r"sum over dims \(1,\) of a coo tensor on cuda:0"):
-        st.sum(coo, 1)
     for p in (0, -1):
         with pytest.raises(NotImplementedError, match=f"norm with p={float(p)} of a csr tensor on cuda:0"):
             st.norm(d, p)

@@ -7,7 +7,7 @@ CPU does (:mod:`sparsetensor.ops.reduce`): the plain dim is reduced row by row, 
 compressed dim after a device transpose. :func:`reduce_dims` is the backend's ``reduce_dims``: sum, max or min (amax/amin, whose
 unspecified elements take part as zeros) over every dim, or over one sparse dim of a
 compressed tensor, for every value dtype the op hands over (sums of integers in int64, bool
-as uint8); other dims raise NotImplementedError naming them.
+as uint8); any other set of dims goes to :mod:`._reduce_dims`.
 
 :func:`index_extrema` and :func:`step_extrema` read the few numbers a shape estimate
 needs (the largest and smallest index per row, the largest step of a compressed
@@ -23,6 +23,7 @@ import numpy as np
 from ...cuda import _primitives as P
 from ...cuda._module import launch
 from ...cuda._classes import CudaCompressedTensor
+from . import _reduce_dims
 
 __all__ = ["sum_all", "reduce_dims", "index_extrema", "step_extrema", "batch_offsets", "segment_softmax"]
 
@@ -148,7 +149,8 @@ def _reduce_sparse_dim(t, d: int, red: str):
 
 def reduce_dims(t, dims: tuple, red: str):
     """``red`` ("sum", "max", "min") of device tensor ``t`` over ``dims`` (normalised, sorted), which
-    stay with size 1: every dim, or one sparse dim of a compressed tensor (a dense device array).
+    stay with size 1: every dim, or one sparse dim of a compressed tensor (a dense device array),
+    here; any other set in :mod:`._reduce_dims`, with the CPU's result types.
     For max/min ``t`` has distinct indices and its unspecified elements count as zeros."""
     if dims == tuple(range(t.ndim)):
         return _reduce_all(t, red).reshape((1,) * t.ndim)
@@ -156,10 +158,7 @@ def reduce_dims(t, dims: tuple, red: str):
     if isinstance(t, CudaCompressedTensor) and len(dims) == 1 and dims[0] in (m, m + 1):
         (d,) = dims
         return _reduce_sparse_dim(t, d, red).reshape(t.shape[:d] + (1,) + t.shape[d + 1:])
-    name = {"sum": "sum", "max": "amax", "min": "amin"}[red]
-    raise NotImplementedError(f"{name} over dims {dims} of a {t.layout.name} tensor on {t.device} has no GPU kernel "
-                              "(every dim, or one sparse dim of a compressed tensor, has one); run it on the host "
-                              "with t.cpu()")
+    return _reduce_dims.reduce_dims(t, dims, red)
 
 
 # -- softmax over segments ------------------------------------------------------------------------------------
