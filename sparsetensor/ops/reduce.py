@@ -384,9 +384,12 @@ def norm(t, p="fro", dim=None, keepdim: bool = False, *, threads: int | None = N
 def _norm_device(t, p: float, dim, keepdim: bool, work: np.dtype, threads):
     """The norm of a device tensor (distinct indices) in ``work``: ``|x|`` (the backend's pointwise
     kernel), ``** p``, the reduction, the root (the backend's ``map_values``)."""
-    if p == 0 or p < 0 and p != -math.inf:
+    if p < 0 and p != -math.inf:
         raise NotImplementedError(f"norm with p={p} of a {t.layout.name} tensor on {t.device} has no GPU kernel; run "
                                   "it on the host with t.cpu()")
+    if p == 0:  # the number of nonzeros: x != 0 (the device's cast to bool), summed
+        return _run(t._replace_values(t.values().astype(np.bool_).astype(work)), dim, keepdim, np.add, work, threads,
+                    "norm")
     a = t if t.dtype.kind in "fc" else t.astype(work)
     a = a._replace_values(backend_for(a).unary(a, "abs", np.absolute, None, None))
     if a.dtype != work:

@@ -107,9 +107,11 @@ def test_reductions_fold_unspecified_zeros(backend):
 def test_reductions_not_on_the_gpu(backend, rng):
     t = make(rng, ("csr", (2,), (3,), None), np.float32)
     d = t.cuda()
-    for p in (0, -1):
+    for p in (-1, -2.5):
         with pytest.raises(NotImplementedError, match=f"norm with p={float(p)} of a csr tensor on cuda:0"):
             st.norm(d, p)
+    for dim in (None, 0, (1, 3)):  # p = 0: the number of nonzeros, on the device
+        same(st.norm(d, 0, dim), st.norm(t, 0, dim))
 
 
 # -- softmax ------------------------------------------------------------------------------------------------
