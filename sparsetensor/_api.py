@@ -238,9 +238,9 @@ OPS: tuple = (
     Op("sparse_mask", mask.sparse_mask, gpu=True),
     Op("cat", join.cat, method=False, gpu=True),
     Op("stack", join.stack, method=False, gpu=True),
-    Op("zero_", inplace.zero_, function=False),
-    Op("copy_", inplace.copy_, function=False),
-    Op("resize_as_", inplace.resize_as_, function=False),
+    Op("zero_", inplace.zero_, function=False, gpu=True),
+    Op("copy_", inplace.copy_, function=False, gpu=True),
+    Op("resize_as_", inplace.resize_as_, function=False, gpu=True),
     # products
     Op("matmul", blas.matmul, aliases=("dot",), gpu=True),
     Op("mm", blas.mm, gpu=True),

@@ -1,19 +1,29 @@
 """The in-place ops: zero_, copy_ and resize_as_ (the rules are :mod:`sparsetensor.ops.shape`'s).
 
 They reassign the tensor's member attributes; the old arrays are not written, so other
-tensors sharing them are unaffected.
+tensors sharing them are unaffected. A tensor on a CUDA device gets new device arrays
+(``resize_as_`` of a non-empty device tensor only where no array has to grow).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from .._backend import backend_for
+from .._core._device import device_array, is_device_array
 from .._core._dtypes import check_fits
 from .._core._tensor import COOTensor, CompressedTensor, SparseTensor, frozen
 from ._common import describe
 from ._shape_common import _require_sparse, _contiguous_values
 
 __all__ = ["zero_", "copy_", "resize_as_"]
+
+
+def _zeros(like, shape, dtype):
+    """A zero-filled array of ``shape`` and ``dtype`` on the device of array ``like``."""
+    if type(like) is np.ndarray:
+        return np.zeros(shape, dtype=dtype)
+    return type(like).zeros(shape, dtype, like.device)
 
 
 # -- zero_ ------------------------------------------------------------------------------------------
@@ -38,8 +48,9 @@ def zero_(t):
 
 def _zero_coo(t: COOTensor) -> COOTensor:
     """The body of COO."""
-    t._indices = frozen(np.empty((t.sparse_dim, 0), dtype=t.index_dtype))
-    t._values = np.empty((0,) + t.shape[t.sparse_dim:], dtype=t.dtype)
+    v = t.values()
+    t._indices = frozen(_zeros(v, (t.sparse_dim, 0), t.index_dtype))
+    t._values = _zeros(v, (0,) + t.shape[t.sparse_dim:], t.dtype)
     t._coalesced = True
     return t
 
@@ -49,18 +60,27 @@ def _zero_compressed(t: CompressedTensor) -> CompressedTensor:
     dt = t.index_dtype
     m = t.batch_dim
     batch = t.shape[:m]
-    t._compressed = frozen(np.zeros(batch + (t.compressed_indices().shape[-1],), dtype=dt))
-    t._plain = frozen(np.empty(batch + (0,), dtype=dt))
-    t._values = np.empty(batch + (0,) + t.values().shape[m + 1:], dtype=t.dtype)
+    v = t.values()
+    t._compressed = frozen(_zeros(v, batch + (t.compressed_indices().shape[-1],), dt))
+    t._plain = frozen(_zeros(v, batch + (0,), dt))
+    t._values = _zeros(v, batch + (0,) + v.shape[m + 1:], t.dtype)
     t._set_validated()
     return t
 
 
 
 # -- copy_ and resize_as_ ---------------------------------------------------------------------------
-def _own(a: np.ndarray, others) -> np.ndarray:
+def _shares(a, o) -> bool:
+    """Whether arrays ``a`` and ``o`` may share memory (host: NumPy's test; device: byte ranges)."""
+    host_a, host_o = type(a) is np.ndarray, type(o) is np.ndarray
+    if host_a or host_o:
+        return host_a and host_o and np.may_share_memory(a, o)
+    return a.ptr < o.ptr + o.nbytes and o.ptr < a.ptr + a.nbytes
+
+
+def _own(a, others):
     """``a``, or a copy of it when it may share memory with one of ``others``."""
-    return a.copy() if any(np.may_share_memory(a, o) for o in others) else a
+    return a.copy() if any(_shares(a, o) for o in others) else a
 
 
 def copy_(dst, src, *, threads: int | None = None):
@@ -85,6 +105,9 @@ def copy_(dst, src, *, threads: int | None = None):
     array([1., 2.], dtype=float32)
     """
     _require_sparse(dst, "copy_", "dst")
+    if is_device_array(src):
+        src = device_array(src)
+    backend_for(dst, src)  # a host source with a device dst (or the reverse): ValueError naming both
     if isinstance(src, SparseTensor):
         if src.shape != dst.shape or src.dense_dim != dst.dense_dim:
             raise ValueError(f"copy_: dst is a {describe(dst, dtype=False)} with dense_dim={dst.dense_dim} but src is a {describe(src, dtype=False)} "
@@ -94,7 +117,7 @@ def copy_(dst, src, *, threads: int | None = None):
     else:
         from .dense import from_dense
 
-        a = np.asarray(src)
+        a = src if is_device_array(src) else np.asarray(src)
         if a.shape != dst.shape:
             raise ValueError(f"copy_: dst is a {describe(dst, dtype=False)} but src is an array of shape {a.shape}")
         new = from_dense(a.astype(dst.dtype, copy=False), dst.layout,
@@ -124,10 +147,17 @@ def _take_compressed(dst: CompressedTensor, new: CompressedTensor, sources) -> C
     return dst
 
 
-def _grown_values(values: np.ndarray, lead: int, old: tuple, new: tuple) -> np.ndarray:
-    """``values`` with its last dims grown from ``old`` to ``new`` sizes, zero-filled."""
+def _no_device_growth(t, what: str) -> None:
+    if t.is_cuda:
+        raise NotImplementedError(f"resize_as_ of a non-empty {t.layout.name} tensor on {t.device} growing its {what} "
+                                  "has no GPU kernel; resize it on the host with t.cpu()")
+
+
+def _grown_values(t, values: np.ndarray, lead: int, old: tuple, new: tuple) -> np.ndarray:
+    """``values`` (of ``t``) with its last dims grown from ``old`` to ``new`` sizes, zero-filled."""
     if old == new:
         return values
+    _no_device_growth(t, "dense dims")
     out = np.zeros(values.shape[:lead] + tuple(new), dtype=values.dtype)
     out[(slice(None),) * lead + tuple(slice(0, s) for s in old)] = values
     return out
@@ -174,11 +204,12 @@ def _resize_coo(t: COOTensor, shape: tuple, n: int, other) -> COOTensor:
     _no_shrink(t, shape, other)
     check_fits(dt, "coo", **{f"size[{d}]": shape[d] for d in range(S)})
     if t.nnz == 0:
-        t._indices = frozen(np.empty((S, 0), dtype=dt))
-        t._values = np.empty((0,) + shape[S:], dtype=t.dtype)
+        v = t.values()
+        t._indices = frozen(_zeros(v, (S, 0), dt))
+        t._values = _zeros(v, (0,) + shape[S:], t.dtype)
         t._coalesced = True
     else:
-        t._values = _grown_values(t.values(), 1, t.shape[S:], shape[S:])
+        t._values = _grown_values(t, t.values(), 1, t.shape[S:], shape[S:])
     t._shape = shape
     return t
 
@@ -203,20 +234,23 @@ def _resize_compressed(t: CompressedTensor, shape: tuple, n: int, other) -> Comp
     nc = (rows // bs[0] if t.layout.compressed_rows else cols // bs[1]) + 1
     block = bs if t.layout.blocked else ()
     if t.nnz == 0:
-        t._compressed = frozen(np.zeros(shape[:m] + (nc,), dtype=dt))
-        t._plain = frozen(np.empty(shape[:m] + (0,), dtype=dt))
-        t._values = np.empty(shape[:m] + (0,) + block + shape[m + 2:], dtype=t.dtype)
+        v = t.values()
+        t._compressed = frozen(_zeros(v, shape[:m] + (nc,), dt))
+        t._plain = frozen(_zeros(v, shape[:m] + (0,), dt))
+        t._values = _zeros(v, shape[:m] + (0,) + block + shape[m + 2:], t.dtype)
         t._set_validated()
         t._shape = shape
         return t
     _no_shrink(t, shape, other)
     c = t.compressed_indices()
     if nc != c.shape[-1]:
+        _no_device_growth(t, "compressed dim")
         tail = np.repeat(c[..., -1:], nc - c.shape[-1], axis=-1)
         t._compressed = frozen(np.concatenate([c, tail], axis=-1))
     v = t.values()
     lead = m + 1 + len(block)
-    t._values = _contiguous_values(_grown_values(v, lead, v.shape[lead:], shape[m + 2:]), t.layout, t.dense_dim)
+    grown = _grown_values(t, v, lead, v.shape[lead:], shape[m + 2:])
+    t._values = grown if t.is_cuda else _contiguous_values(grown, t.layout, t.dense_dim)
     t._shape = shape
     return t
 

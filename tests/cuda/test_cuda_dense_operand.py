@@ -244,3 +244,44 @@ def test_sparse_mask_uncoalesced_and_refusals(backend, rng):
         st.sparse_mask(d, t)
     with pytest.raises(ValueError, match="shapes"):
         st.sparse_mask(cuda.DeviceArray.from_host(np.ones((2, 2))), d)
+
+
+@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+def test_inplace_ops(backend, rng, case):
+    """zero_, copy_ (from a sparse tensor of another layout or a dense device array) and resize_as_
+    of device tensors give the CPU's tensors, on the device, without writing the old arrays."""
+    t = make(rng, case, np.float64, np.int64)
+    u = make(rng, case, np.float32, np.int32)
+    d = t.cuda()
+    old = members(d)[-1]
+    kept = host(old).copy()
+    z = make(rng, case, np.float64, np.int64)
+    assert d.zero_() is d
+    same(d, z.zero_())
+    assert d.nnz == 0 and np.array_equal(host(old), kept)  # the old values were not written
+    d = t.cuda()
+    d.copy_(u.cuda())
+    c = make(rng, case, np.float64, np.int64)
+    c.copy_(u)
+    same(d, c)
+    x = make(rng, case, np.float64, np.int64).to_dense()  # batches of one nnz
+    d2, c2 = t.cuda(), make(rng, case, np.float64, np.int64)
+    d2.copy_(cuda.DeviceArray.from_host(x))
+    c2.copy_(x)
+    same(d2, c2)
+    with pytest.raises(ValueError, match="cuda"):
+        t.cuda().copy_(x)  # a host source with a device dst: nothing moves silently
+    e = make(rng, case, np.float64, np.int64)
+    de = e.cuda()
+    bigger = st.from_dense(np.zeros(tuple(s + (2 if i == e.ndim - 1 - e.dense_dim else 0) for i, s in
+                                          enumerate(e.shape))), "coo", dense_dim=e.dense_dim)
+    if case[0] in ("coo", "csr"):
+        same(de.resize_as_(bigger), e.resize_as_(bigger))  # the last sparse dim grows: arrays as they are
+    elif case[0] == "csc" and e.nnz:
+        with pytest.raises(NotImplementedError, match="growing its compressed dim"):
+            de.resize_as_(bigger)
+    empty = st.from_dense(np.zeros((6, 4)), "coo")
+    z, dz = make(rng, ("csr", (), (), None), np.float64, np.int64), None
+    z.zero_()
+    dz = z.cuda()
+    same(dz.resize_as_(empty), z.resize_as_(empty))
