@@ -9,6 +9,11 @@
 // along the plain dim maps every entry to its copies (remap_*), then sorts each slot when the
 // index is not nondecreasing (a radix sort of slot_keys). cat along the plain dim copies each
 // input's entries behind the previous inputs' in every slot (cat_plain_copy).
+//
+// Beside them: COO index_select (remap_counts/remap_fill on the index row, coo_copy_rows for
+// the others), nonzero and count_nonzero (nonzero_coords, kept_keys), and the selections and
+// concatenations along batch and dense dims, which move whole array slabs (take_axis,
+// place_block).
 #include "common.cuh"
 
 namespace st {

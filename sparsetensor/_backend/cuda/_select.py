@@ -7,6 +7,12 @@ Inputs are :class:`~sparsetensor._core._canonical.Parts` whose members are Devic
 is a segment copy (see select.cu). The only reads to the host are the per-batch nnz (to
 check that every batch of the result has the same nnz, as the CPU does, and to size the
 outputs); the host index arrays of the ops (rows, index) are copied to the device.
+
+The rest of the device side of :mod:`sparsetensor.ops.select`, ``ops.join`` and
+``ops.indexing`` lives here too: ``index_select_coo`` (a backend kernel), and the device
+lowerings of what the CPU does with NumPy calls in the op modules (``nonzero``,
+``count_nonzero``, ``take_axis``, ``concat_axis``, ``insert_zero_row``, ``same_arrays``,
+``coo_cat_sparse``, ``padded_values``). They read at most a count or a flag from the device.
 """
 
 from __future__ import annotations
