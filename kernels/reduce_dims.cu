@@ -6,7 +6,8 @@
 //   the sparse dims among them, over the runs of entries that agree on the kept sparse dims,
 //   each run reduced in input order (the sort is stable), so results do not depend on the
 //   schedule. max/min fold a zero into a run that misses some elements (unspecified elements
-//   are zeros), as the CPU does; NaN propagates (np.maximum).
+//   are zeros), as the CPU does; NaN propagates (np.maximum). The same grouping serves softmax
+//   along a sparse dim (invert_perm puts the results back in entry order).
 #include "common.cuh"
 
 #define RED_SUM 0
@@ -85,6 +86,12 @@ __global__ void runs_reduce(const V* __restrict__ vals, const i64* __restrict__ 
         if (op != RED_SUM && k1 - k0 < full) s = red_combine(s, acc_zero<A>(), op);
         out[t] = from_acc<V>(s);
     }
+}
+
+// out[perm[j]] = j: the inverse of a permutation of n.
+// st:kernel
+__global__ void invert_perm(const i64* __restrict__ perm, i64 n, i64* __restrict__ out) {
+    ST_GRID_LOOP(j, n) { out[perm[j]] = j; }
 }
 
 }  // namespace st

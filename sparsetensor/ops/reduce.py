@@ -46,7 +46,7 @@ import operator
 import numpy as np
 
 from .._backend import backend_for, cpu as _cpu
-from .._backend.cpu._reduce import batch_offsets, coalesced, group_by
+from .._backend.cpu._reduce import batch_offsets, coalesced
 from .._core._dtypes import as_value_dtype
 from .._core._shape_checks import normalize_dim
 from .._core._tensor import COOTensor, CompressedTensor, SparseTensor
@@ -412,8 +412,15 @@ def _segment_softmax(x: np.ndarray, offsets: np.ndarray, E: int, perm, log: bool
     return backend_for(x).segment_softmax(x, offsets, E, perm, log, threads)
 
 
-def _dense_softmax(v: np.ndarray, axis: int, log: bool) -> np.ndarray:
+def _dense_softmax(v: np.ndarray, axis: int, log: bool, threads=None) -> np.ndarray:
     """Softmax along a dense axis of the values (all of its elements are specified)."""
+    if type(v) is not np.ndarray:  # a device array: segments of the axis's length, one lane per item after it
+        L = v.shape[axis]
+        if L == 0:
+            return v
+        n, inner = math.prod(v.shape[:axis + 1]), math.prod(v.shape[axis + 1:])
+        offsets = np.arange(0, n + 1, L, dtype=np.int64)
+        return _segment_softmax(v.reshape(n, inner), offsets, inner, None, log, threads).reshape(v.shape)
     with np.errstate(invalid="ignore", divide="ignore"):
         z = v - np.max(v, axis=axis, keepdims=True) if v.shape[axis] else v
         if log:
@@ -424,22 +431,14 @@ def _dense_softmax(v: np.ndarray, axis: int, log: bool) -> np.ndarray:
 
 # ``_SOFTMAX_CALC_BY_LAYOUT[type(t)](t, d, log, threads)``: the softmax values of ``t`` (distinct indices, a floating
 # work dtype) along ``d``, in ``t``'s entry order; a body per layout (``_SOFTMAX_CALC_BY_LAYOUT``).
-def _no_gpu_softmax(t, d: int, log: bool, where: str):
-    """NotImplementedError for a softmax of device tensor ``t`` that has no GPU kernel (``where``: along what)."""
-    return NotImplementedError(f"{'log_softmax' if log else 'softmax'} along dim {d} ({where}) of a {t.layout.name} "
-                               f"tensor on {t.device} has no GPU kernel; run it on the host with t.cpu()")
-
-
 def _softmax_coo(t: COOTensor, d: int, log: bool, threads) -> np.ndarray:
     """The body of COO."""
-    if t.is_cuda:
-        raise _no_gpu_softmax(t, d, log, "coo entries grouped by their other indices")
     v = t.values()
     S = t.sparse_dim
     if d >= S:
-        return _dense_softmax(v, d - S + 1, log)
+        return _dense_softmax(v, d - S + 1, log, threads)
     kept = [k for k in range(S) if k != d]
-    perm, starts, _ = group_by(t, kept, [d], threads)
+    perm, starts, _ = backend_for(t).group_by(t, kept, [d], threads)
     E = math.prod(v.shape[1:])
     return _segment_softmax(v.reshape(t.nnz, E), starts, E, perm, log, threads).reshape(v.shape)
 
@@ -448,10 +447,8 @@ def _softmax_compressed(t: CompressedTensor, d: int, log: bool, threads) -> np.n
     """The body of the compressed layouts."""
     v = t.values()
     m, b = t.batch_dim, (2 if t.layout.blocked else 0)
-    if t.is_cuda and (d >= m + 2 or d < m):
-        raise _no_gpu_softmax(t, d, log, "a dense dim" if d >= m + 2 else "a batch dim")
     if d >= m + 2:
-        return _dense_softmax(v, d - 1 + b, log)
+        return _dense_softmax(v, d - 1 + b, log, threads)
     plain_dim = m + 1 if t.layout.compressed_rows else m
     if d != plain_dim:
         # the compressed dim: transpose the storage (a counting sort); a batch dim: through COO
@@ -465,22 +462,19 @@ def _softmax_compressed(t: CompressedTensor, d: int, log: bool, threads) -> np.n
     D = math.prod(t.shape[m + 2:])
     backend = backend_for(t)
     c = t.compressed_indices().reshape(B, t.compressed_indices().shape[-1])
-    if backend.device != "cpu":  # the segments are the rows of the values as they lie: no transpose
-        if t.layout.blocked:
-            raise NotImplementedError(f"{'log_softmax' if log else 'softmax'} of a {t.layout.name} tensor on "
-                                      f"{t.device} has no GPU kernel; run it on the host with t.cpu()")
-        x = v.reshape(B * nnz, D)
-        return backend.segment_softmax(x, backend.batch_offsets(c, nnz, threads), D, None, log,
-                                       threads).reshape(v.shape)
-    V = np.ascontiguousarray(v).reshape(B * nnz, rb, cb, D)
+    host = backend.device == "cpu"
+    contiguous = np.ascontiguousarray if host else (lambda a: a)  # device arrays are C-contiguous
+    V = contiguous(v).reshape(B * nnz, rb, cb, D)
     # segments: the entries of one compressed index; reduce over them and the block's plain axis
-    x = np.ascontiguousarray(V.transpose(0, 2, 1, 3)) if t.layout.compressed_rows else V  # (n, K, lanes, D)
+    flip = t.layout.compressed_rows
+    x = contiguous(V.swapaxes(1, 2)) if flip else V  # (n, K, lanes, D)
     n, K = x.shape[0], x.shape[1]
     E = x.shape[2] * D
-    res = _segment_softmax(x.reshape(n, K * E), batch_offsets(c, nnz), E, None, log, threads).reshape(x.shape)
-    if t.layout.compressed_rows:
-        res = res.transpose(0, 2, 1, 3)
-    return np.ascontiguousarray(res).reshape(v.shape)
+    offsets = batch_offsets(c, nnz) if host else backend.batch_offsets(c, nnz, threads)
+    res = _segment_softmax(x.reshape(n, K * E), offsets, E, None, log, threads).reshape(x.shape)
+    if flip:
+        res = res.swapaxes(1, 2)
+    return contiguous(res).reshape(v.shape)
 
 
 def _softmax(t, dim, dtype, log: bool, threads, name: str):

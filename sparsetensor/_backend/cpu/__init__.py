@@ -27,7 +27,7 @@ from ..._core._validate import raise_compressed_error, raise_coo_error
 from ._convert import convert, transpose
 from ._merge import merge
 from ._reduce import batch_offsets as _batch_offsets
-from ._reduce import compressed_sum, plain_sum, reduce_dims, scatter_reduce, segment_reduce, segment_softmax
+from ._reduce import compressed_sum, group_by, plain_sum, reduce_dims, scatter_reduce, segment_reduce, segment_softmax
 from ._sddmm import sddmm
 from ._select import cat_compressed, cat_plain, gather_slices, index_select_coo, narrow_plain, remap_plain
 from ._spgemm import spgemm
@@ -37,7 +37,7 @@ __all__ = ["device", "validate", "coalesce", "to_dense", "from_dense", "convert"
            "spgemm", "scale_add",
            "merge", "reduce_sum", "reduce_sum_dims", "reduce_dims", "unary", "sddmm", "gather_slices", "remap_plain",
            "narrow_plain", "cat_plain", "cat_compressed", "index_select_coo", "compressed_sum", "plain_sum", "segment_reduce",
-           "scatter_reduce", "segment_softmax", "batch_offsets", "map_values", "sample_dense", "add_to_dense", "elementwise",
+           "scatter_reduce", "segment_softmax", "group_by", "batch_offsets", "map_values", "sample_dense", "add_to_dense", "elementwise",
            "check_bounds"]
 
 device = "cpu"

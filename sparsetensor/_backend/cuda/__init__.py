@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _addmm, _binary, _blas, _coalesce, _convert, _dense, _pointwise, _reduce, _sample, _select, _spgemm, _validate
+from . import _addmm, _binary, _blas, _coalesce, _convert, _dense, _pointwise, _reduce, _reduce_dims, _sample, _select, _spgemm, _validate
 
 __all__ = ["device", "validate", "coalesce", "to_dense", "from_dense", "convert", "transpose", "spmm", "spgemm", "scale_add",
            "merge", "reduce_sum", "reduce_sum_dims", "reduce_dims", "unary", "sddmm", "gather_slices", "remap_plain",
            "narrow_plain", "cat_plain", "cat_compressed", "index_select_coo", "compressed_sum", "plain_sum", "segment_reduce",
-           "scatter_reduce", "segment_softmax", "batch_offsets", "map_values", "sample_dense", "add_to_dense", "elementwise", "check_bounds"]
+           "scatter_reduce", "segment_softmax", "group_by", "batch_offsets", "map_values", "sample_dense", "add_to_dense", "elementwise", "check_bounds"]
 
 device = "cuda"
 
@@ -192,6 +192,12 @@ def segment_reduce(x, offsets, E: int, op: str, identity, perm=None, threads=Non
 def scatter_reduce(keys, x, M: int, op: str, identity, threads=None):
     """``out[keys[i]] op= x[i]`` (ops.reduce over plain dims): no GPU kernel."""
     raise _no_values_kernel(f"scatter {op}")
+
+
+def group_by(t, kept: list, rest: list, threads=None):
+    """Device COO ``t``'s entries grouped by their indices along the sparse dims ``kept``:
+    ``(perm, starts, group indices)`` (see :func:`._reduce_dims.group_by`)."""
+    return _reduce_dims.group_by(t, kept, rest)
 
 
 def segment_softmax(x, offsets, E: int, perm, log: bool, threads=None):

@@ -174,13 +174,17 @@ def batch_offsets(c, nnz: int):
 
 def segment_softmax(x, offsets, E: int, perm, log: bool):
     """Softmax (``log``: its logarithm) of device ``x`` (``(n, K * E)``, float32/64) over the rows of
-    each segment ``offsets[g]:offsets[g + 1]`` and their ``K`` items, per lane; rows in order
-    (a ``perm`` has no GPU kernel)."""
-    if perm is not None:
-        raise NotImplementedError(f"{'log_softmax' if log else 'softmax'} on cuda over permuted rows (a coo tensor, "
-                                  "or a dim that is not the plain one) has no GPU kernel; run it on the host with "
-                                  "t.cpu()")
+    each segment ``offsets[g]:offsets[g + 1]`` (a device or host array) and their ``K`` items, per
+    lane; rows in order, or in the order ``perm`` gives (results in ``x``'s row order)."""
     dev = x._device
+    if type(offsets) is np.ndarray:  # segments the op made on the host (a dense axis): metadata
+        offsets = P.from_host(dev, np.ascontiguousarray(offsets, dtype=np.int64))
+    if perm is not None:  # the rows gathered into segment order, and the results put back
+        n = x.shape[0]
+        res = segment_softmax(P.gather_rows(dev, x, perm, n), offsets, E, None, log)
+        inverse = P.empty(dev, (n,), np.int64)
+        P.run(dev, "reduce_dims.cu", "invert_perm", (), n, perm, n, inverse)
+        return P.gather_rows(dev, res, inverse, n)
     key = x.dtype.name
     if key not in ("float32", "float64"):
         raise TypeError(f"segment_softmax on cuda needs float32 or float64 values, got {x.dtype}")

@@ -25,7 +25,7 @@ from ..._core._tensor import COOTensor, CompressedTensor
 from ...cuda import _primitives as P
 from ._coalesce import _runs, _starts, checked
 
-__all__ = ["reduce_dims"]
+__all__ = ["reduce_dims", "group_by"]
 
 _RED = {"sum": 0, "max": 1, "min": 2}
 
@@ -79,6 +79,42 @@ def _reduce_runs(dev, vals2, perm, starts, nout: int, red: str, full: int):
     return out.view(np.bool_) if as_bool else out
 
 
+def _group(t, kept: list, what: str):
+    """The entries of device COO ``t`` grouped by their indices along the sparse dims ``kept``:
+    ``(sorted keys, perm, starts, groups, kept sizes)``, the groups in key order and each group's
+    entries in input order (``perm``; None, and no groups, for an empty ``t``)."""
+    t = ensure_valid(t)  # bounds before the keys address anything
+    dev = t.values()._device
+    nnz = t.nnz
+    kept_sizes = [t.shape[d] for d in kept]
+    span = math.prod(kept_sizes)
+    if span > 1 << 64:
+        raise NotImplementedError(f"{what} on {t.device}: the kept sparse dims {tuple(kept_sizes)} have {span} "
+                                  "coordinates, more than a 64-bit key holds")
+    sizes = P.from_host(dev, np.asarray(kept_sizes, dtype=np.int64))
+    if not nnz:
+        return None, None, P.zeros(dev, (1,), np.int64), 0, sizes
+    keys = P.empty(dev, (nnz,), np.uint64)
+    P.run(dev, "reduce_dims.cu", "kept_keys", (P.index_key(t.index_dtype),), nnz, t.indices(), nnz, len(kept),
+          P.from_host(dev, np.asarray(kept, dtype=np.int64)), sizes, keys)
+    sorted_keys, perm = P.radix_sort(dev, keys, max(1, (span - 1).bit_length()))
+    scan, nout = _runs(dev, sorted_keys, nnz)
+    return sorted_keys, perm, _starts(dev, scan, nnz, nout), nout, sizes
+
+
+def group_by(t, kept: list, rest: list, what: str = "grouping entries"):
+    """The backend's ``group_by`` (see :func:`sparsetensor._backend.cpu._reduce.group_by`) on the
+    device: ``(perm, starts, group indices)``; within a group the entries keep their input order
+    (not sorted by ``rest``: the reductions and softmax that group do not depend on it beyond
+    rounding)."""
+    sorted_keys, perm, starts, nout, sizes = _group(t, kept, what)
+    idx = P.empty(t.values()._device, (len(kept), nout), t.index_dtype)
+    if nout:
+        P.run(t.values()._device, "coalesce.cu", "coo_unkey", (P.index_key(t.index_dtype),), nout, sorted_keys,
+              starts, nout, len(kept), sizes, idx)
+    return perm, starts, idx
+
+
 def _reduce_coo(t, dims: tuple, red: str):
     S = t.sparse_dim
     gone = [d for d in dims if d < S]
@@ -89,39 +125,21 @@ def _reduce_coo(t, dims: tuple, red: str):
     shape = tuple(1 if d in dims else s for d, s in enumerate(t.shape))
     if not gone:
         return COOTensor(t.indices(), v, shape, t.is_coalesced(), t._checked)
-    t = ensure_valid(t)  # bounds before the keys address anything
     dev = v._device
     kept = [d for d in range(S) if d not in gone]
     nnz = t.nnz
     W = math.prod(v.shape[1:])
-    kept_sizes = [t.shape[d] for d in kept]
-    span = math.prod(kept_sizes)
-    if span > 1 << 64:
-        raise NotImplementedError(f"{red} over dims {dims} on {t.device}: the kept sparse dims {tuple(kept_sizes)} have "
-                                  f"{span} coordinates, more than a 64-bit key holds")
-    nout = 0
-    if nnz:
-        keys = P.empty(dev, (nnz,), np.uint64)
-        sizes = P.from_host(dev, np.asarray(kept_sizes, dtype=np.int64))
-        P.run(dev, "reduce_dims.cu", "kept_keys", (P.index_key(t.index_dtype),), nnz, t.indices(), nnz, len(kept),
-              P.from_host(dev, np.asarray(kept, dtype=np.int64)), sizes, keys)
-        sorted_keys, perm = P.radix_sort(dev, keys, max(1, (span - 1).bit_length()))
-        scan, nout = _runs(dev, sorted_keys, nnz)
-        starts = _starts(dev, scan, nnz, nout)
+    perm, starts, part = group_by(t, kept, gone, f"{red} over dims {dims}")
+    nout = part.shape[1]
+    if nout:
         red_v = _reduce_runs(dev, v.reshape(nnz, W), perm, starts, nout, red, math.prod(t.shape[d] for d in gone))
     if not kept:  # every sparse dim: one run or none (every element unspecified: zeros)
         return red_v.reshape(shape) if nout else P.zeros(dev, shape, v.dtype)
     idx = P.zeros(dev, (S, nout), t.index_dtype)
-    if nout:
-        part = P.empty(dev, (len(kept), nout), t.index_dtype)
-        P.run(dev, "coalesce.cu", "coo_unkey", (P.index_key(t.index_dtype),), nout, sorted_keys, starts, nout,
-              len(kept), sizes, part)
-        row = nout * idx.itemsize
-        for i, d in enumerate(kept):  # the kept rows into their places; the reduced ones stay 0
-            dev.copy_dtod(idx.ptr + d * row, part.ptr + i * row, row)
-        values = red_v.reshape((nout,) + v.shape[1:])
-    else:
-        values = P.empty(dev, (0,) + v.shape[1:], v.dtype)
+    row = nout * idx.itemsize
+    for i, d in enumerate(kept):  # the kept rows into their places; the reduced ones stay 0
+        dev.copy_dtod(idx.ptr + d * row, part.ptr + i * row, row)
+    values = red_v.reshape((nout,) + v.shape[1:]) if nout else P.empty(dev, (0,) + v.shape[1:], v.dtype)
     return COOTensor(idx, values, shape, True)
 
 
