@@ -29,4 +29,5 @@ def solve_triangular(
     lower: bool,
     unit_diagonal: bool,
     info: np.ndarray,  # (2,) int64 out
+    inv_diag: np.ndarray,  # (0,) or (n,), same dtype as a: the diagonal's reciprocals, multiplied by
 ) -> None: ...

@@ -214,24 +214,27 @@ cdef void _ic0(const index_t[::1] crow, const index_t[::1] cols, field_t[::1] a,
 
 
 def solve_triangular(const index_t[::1] crow, const index_t[::1] cols, const field_t[::1] a, field_t[:, ::1] b,
-                     bint lower, bint unit_diagonal, int64_t[::1] info):
+                     bint lower, bint unit_diagonal, int64_t[::1] info, const field_t[::1] inv_diag):
     """Solve ``T X = B`` in place over ``b`` (n, k), T the lower (or upper) triangle of the CSR matrix.
 
     Entries outside the triangle are not read; ``unit_diagonal``: the diagonal is taken as 1
     (its entries are not read either). ``info`` as for :func:`ilu0` (ZERO_PIVOT: a zero
-    diagonal entry, MISSING_DIAGONAL: none).
+    diagonal entry, MISSING_DIAGONAL: none). ``inv_diag``: empty, or the n reciprocals of the
+    diagonal, which each row then multiplies by (a division on the rows' dependency chain costs
+    several multiplications); a row must still hold its diagonal entry.
     """
     cdef Py_ssize_t n = crow.shape[0] - 1
     cdef Py_ssize_t nnz = cols.shape[0]
-    if n < 0 or a.shape[0] != nnz or b.shape[0] != n or info.shape[0] < 2:
+    if n < 0 or a.shape[0] != nnz or b.shape[0] != n or info.shape[0] < 2 or inv_diag.shape[0] not in (0, n):
         raise ValueError(f"solve_triangular: expected crow (n + 1), cols and values of one length, b of n = {n} "
-                         f"rows (got {b.shape[0]}) and info of 2 items")
+                         f"rows (got {b.shape[0]}), info of 2 items and inv_diag of 0 or n items")
     with nogil:
-        _trsv(crow, cols, a, b, n, nnz, lower, unit_diagonal, info)
+        _trsv(crow, cols, a, b, n, nnz, lower, unit_diagonal, info, inv_diag)
 
 
 cdef void _trsv(const index_t[::1] crow, const index_t[::1] cols, const field_t[::1] a, field_t[:, ::1] b,
-                Py_ssize_t n, Py_ssize_t nnz, bint lower, bint unit_diagonal, int64_t[::1] info) noexcept nogil:
+                Py_ssize_t n, Py_ssize_t nnz, bint lower, bint unit_diagonal, int64_t[::1] info,
+                const field_t[::1] inv_diag) noexcept nogil:
     # Rows are sorted (5.6, checked by the wrapper), so a row's part in the triangle is a prefix
     # (lower) or a suffix (upper) that ends at the diagonal: only that part is read. Were the
     # columns changed since the check, the result would be wrong, never an access out of bounds:
@@ -284,6 +287,11 @@ cdef void _trsv(const index_t[::1] crow, const index_t[::1] cols, const field_t[
         if d < 0:
             _fail(info, MISSING_DIAGONAL, i)
             return
+        if inv_diag.shape[0]:
+            v = inv_diag[i]
+            for c in range(m):
+                x[i * m + c] = x[i * m + c] * v
+            continue
         v = a[d]
         if _is_zero(v):
             _fail(info, ZERO_PIVOT, i)

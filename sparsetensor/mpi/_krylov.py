@@ -26,7 +26,7 @@ import warnings
 
 import numpy as np
 from mpi4py import MPI
-from scipy.linalg import get_lapack_funcs
+from scipy.linalg import get_blas_funcs, get_lapack_funcs
 
 from ._comm import agree
 from ._operator import aslinearoperator
@@ -50,6 +50,34 @@ def _sqnorm(a: np.ndarray):
         re, im = a.real, a.imag
         return re.dot(re) + im.dot(im)
     return np.dot(a, a)
+
+
+_AXPY = {np.dtype(t): get_blas_funcs("axpy", dtype=t) for t in (np.float64, np.complex128)}
+
+
+def _axpy(a, x: np.ndarray, y: np.ndarray) -> None:
+    """``y += a * x`` in place: BLAS axpy for float64/complex128 vectors of one dtype (one pass, no
+    temporary: NumPy's ``a * x`` writes and reads a vector more); NumPy for the rest."""
+    f = _AXPY.get(y.dtype)
+    if f is not None and x.dtype == y.dtype and x.flags.c_contiguous and y.flags.c_contiguous and \
+            (y.dtype.kind == "c" or not np.iscomplexobj(a)):
+        f(x.reshape(-1), y.reshape(-1), a=a)
+    else:
+        y += a * x
+
+
+_GEMV = {np.dtype(t): get_blas_funcs("gemv", dtype=t) for t in (np.float64, np.complex128)}
+
+
+def _sub_combination(c: np.ndarray, V: np.ndarray, w: np.ndarray) -> None:
+    """``w -= c @ V`` in place (``V``: C-contiguous rows): one BLAS gemv accumulating into ``w``
+    for float64/complex128, no temporary vector; NumPy for the rest."""
+    f = _GEMV.get(w.dtype)
+    if f is not None and c.dtype == V.dtype == w.dtype and V.flags.c_contiguous and w.flags.c_contiguous and w.ndim == 1:
+        # V's rows are the columns of the Fortran-ordered V^T: w := w - V^T c, transposing V's view, copying nothing
+        f(-1.0, V.T, c, beta=1.0, y=w, overwrite_y=1)
+    else:
+        w -= c @ V
 
 
 def _allreduce(comm, values):
@@ -265,15 +293,15 @@ def cg(A, b, x0=None, *, rtol=1e-5, atol=0., maxiter=None, M=None, callback=None
         if iteration > 0:
             beta = rho_cur / rho_prev
             p *= beta
-            p += z
+            _axpy(1, z, p)
         else:
             p = np.empty_like(r)
             p[:] = z[:]
         q = matvec(p)
         (pq,) = run.red(dotprod(p, q))
         alpha = rho_cur / pq
-        x += alpha * p
-        r -= alpha * q
+        _axpy(alpha, p, x)
+        _axpy(-alpha, q, r)
         rho_prev = rho_cur
         if callback:
             callback(x)
@@ -494,7 +522,7 @@ def gmres(A, b, x0=None, *, rtol=1e-5, atol=0., restart=None, maxiter=None, M=No
                 h0 = np.sqrt(sums[0])
                 proj[:] = sums[1:]
                 h[col, :col + 1] = proj
-                w -= proj @ v[:col + 1]
+                _sub_combination(proj, v[:col + 1], w)
             (ww,) = run.red(_sqnorm(w))
             h1 = np.sqrt(ww)
             h[col, col + 1] = h1

@@ -55,7 +55,8 @@ class LocalFactor:
         crow, cols = np.ascontiguousarray(t.crow_indices()), np.ascontiguousarray(t.col_indices())
         if kind == "ilu0":
             vals = np.ascontiguousarray(t.values(), dtype=dtype)
-            self._lu = (crow, cols, _backend.ilu0_values(crow, cols, vals))
+            lu = _backend.ilu0_values(crow, cols, vals)
+            self._lu = (crow, cols, lu, _backend.inverse_diagonal(crow, cols, lu))  # U's diagonal, inverted
             return
         crow, cols, vals = _lower(t, dtype)
         lv = _backend.ic0_values(crow, cols, vals)
@@ -64,7 +65,9 @@ class LocalFactor:
         order = np.lexsort((rows, cols))
         hcrow = np.zeros(self.n + 1, dtype=crow.dtype)
         np.cumsum(np.bincount(cols, minlength=self.n), out=hcrow[1:])
-        self._lu = (crow, cols, lv, hcrow, rows[order].astype(crow.dtype), np.conj(lv[order]))
+        hcols, hvals = rows[order].astype(crow.dtype), np.conj(lv[order])
+        self._lu = (crow, cols, lv, hcrow, hcols, hvals, _backend.inverse_diagonal(crow, cols, lv),
+                    _backend.inverse_diagonal(hcrow, hcols, hvals))
 
     def _splu(self, dtype):
         if self._scipy is None:
@@ -81,7 +84,8 @@ class LocalFactor:
             return self._lu
         if dtype not in self._by_dtype:  # a wider right-hand side: the factors in its dtype, once
             self._by_dtype[dtype] = (self._splu(dtype) if self.kind == "splu" else
-                                     tuple(a if a.dtype.kind in "iu" else a.astype(dtype) for a in self._lu))
+                                     tuple(a if a is None or a.dtype.kind in "iu" else a.astype(dtype)
+                                           for a in self._lu))
         return self._by_dtype[dtype]
 
     def solve(self, r) -> np.ndarray:
@@ -100,10 +104,10 @@ class LocalFactor:
         m = self._members(dtype)
         if self.kind == "ilu0":
             _backend.solve_triangular(m[0], m[1], m[2], x, True, True, "ilu0 solve")
-            _backend.solve_triangular(m[0], m[1], m[2], x, False, False, "ilu0 solve")
+            _backend.solve_triangular(m[0], m[1], m[2], x, False, False, "ilu0 solve", m[3])
         else:
-            _backend.solve_triangular(m[0], m[1], m[2], x, True, False, "ic0 solve")
-            _backend.solve_triangular(m[3], m[4], m[5], x, False, False, "ic0 solve")
+            _backend.solve_triangular(m[0], m[1], m[2], x, True, False, "ic0 solve", m[6])
+            _backend.solve_triangular(m[3], m[4], m[5], x, False, False, "ic0 solve", m[7])
         return x.reshape(r.shape)
 
 
