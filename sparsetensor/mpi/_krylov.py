@@ -26,8 +26,10 @@ import warnings
 
 import numpy as np
 from mpi4py import MPI
-from scipy.linalg import get_blas_funcs, get_lapack_funcs
+from scipy.linalg import get_lapack_funcs
 
+from .._core._config import num_threads
+from .._lib import _vector
 from ._comm import agree
 from ._operator import aslinearoperator
 
@@ -52,30 +54,34 @@ def _sqnorm(a: np.ndarray):
     return np.dot(a, a)
 
 
-_AXPY = {np.dtype(t): get_blas_funcs("axpy", dtype=t) for t in (np.float64, np.complex128)}
+_KERNEL_TYPES = {np.dtype(np.float32): "float", np.dtype(np.float64): "double",
+                 np.dtype(np.complex64): "float complex", np.dtype(np.complex128): "double complex"}
 
 
-def _axpy(a, x: np.ndarray, y: np.ndarray) -> None:
-    """``y += a * x`` in place: BLAS axpy for float64/complex128 vectors of one dtype (one pass, no
-    temporary: NumPy's ``a * x`` writes and reads a vector more); NumPy for the rest."""
-    f = _AXPY.get(y.dtype)
-    if f is not None and x.dtype == y.dtype and x.flags.c_contiguous and y.flags.c_contiguous and \
-            (y.dtype.kind == "c" or not np.iscomplexobj(a)):
-        f(x.reshape(-1), y.reshape(-1), a=a)
+def _vector_kernel(name: str, *arrays):
+    """The ``_vector`` kernel ``name`` for arrays of one kernel dtype, all C-contiguous; else None."""
+    dt = arrays[-1].dtype
+    key = _KERNEL_TYPES.get(dt)
+    if key is None or any(a.dtype != dt or not a.flags.c_contiguous for a in arrays):
+        return None
+    return getattr(_vector, name)[key]
+
+
+def _axpy(a, x: np.ndarray, y: np.ndarray, threads=None) -> None:
+    """``y += a * x`` in place, in one pass without a temporary (the ``_vector`` kernel; NumPy for
+    other dtypes and layouts, or a complex ``a`` with real vectors)."""
+    f = _vector_kernel("axpy", x, y)
+    if f is not None and (y.dtype.kind == "c" or not np.iscomplexobj(a)):
+        f(a, x.reshape(-1), y.reshape(-1), num_threads(threads, y.size))
     else:
         y += a * x
 
 
-_GEMV = {np.dtype(t): get_blas_funcs("gemv", dtype=t) for t in (np.float64, np.complex128)}
-
-
-def _sub_combination(c: np.ndarray, V: np.ndarray, w: np.ndarray) -> None:
-    """``w -= c @ V`` in place (``V``: C-contiguous rows): one BLAS gemv accumulating into ``w``
-    for float64/complex128, no temporary vector; NumPy for the rest."""
-    f = _GEMV.get(w.dtype)
-    if f is not None and c.dtype == V.dtype == w.dtype and V.flags.c_contiguous and w.flags.c_contiguous and w.ndim == 1:
-        # V's rows are the columns of the Fortran-ordered V^T: w := w - V^T c, transposing V's view, copying nothing
-        f(-1.0, V.T, c, beta=1.0, y=w, overwrite_y=1)
+def _sub_combination(c: np.ndarray, V: np.ndarray, w: np.ndarray, threads=None) -> None:
+    """``w -= c @ V`` in place (``V``: the basis rows), in one pass over ``V`` without a temporary."""
+    f = _vector_kernel("sub_combination", c, V, w)
+    if f is not None and w.ndim == 1:
+        f(c, V, w, num_threads(threads, V.size))
     else:
         w -= c @ V
 
@@ -293,15 +299,15 @@ def cg(A, b, x0=None, *, rtol=1e-5, atol=0., maxiter=None, M=None, callback=None
         if iteration > 0:
             beta = rho_cur / rho_prev
             p *= beta
-            _axpy(1, z, p)
+            _axpy(1, z, p, threads)
         else:
             p = np.empty_like(r)
             p[:] = z[:]
         q = matvec(p)
         (pq,) = run.red(dotprod(p, q))
         alpha = rho_cur / pq
-        _axpy(alpha, p, x)
-        _axpy(-alpha, q, r)
+        _axpy(alpha, p, x, threads)
+        _axpy(-alpha, q, r, threads)
         rho_prev = rho_cur
         if callback:
             callback(x)
@@ -522,7 +528,7 @@ def gmres(A, b, x0=None, *, rtol=1e-5, atol=0., restart=None, maxiter=None, M=No
                 h0 = np.sqrt(sums[0])
                 proj[:] = sums[1:]
                 h[col, :col + 1] = proj
-                _sub_combination(proj, v[:col + 1], w)
+                _sub_combination(proj, v[:col + 1], w, threads)
             (ww,) = run.red(_sqnorm(w))
             h1 = np.sqrt(ww)
             h[col, col + 1] = h1
