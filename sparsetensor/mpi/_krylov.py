@@ -67,12 +67,17 @@ def _vector_kernel(name: str, *arrays):
     return getattr(_vector, name)[key]
 
 
+# One pass over two vectors is too little work to wake a second thread for below this size
+# (measured in a CG iteration; see the performance page).
+_AXPY_GRAIN = 1 << 20
+
+
 def _axpy(a, x: np.ndarray, y: np.ndarray, threads=None) -> None:
     """``y += a * x`` in place, in one pass without a temporary (the ``_vector`` kernel; NumPy for
     other dtypes and layouts, or a complex ``a`` with real vectors)."""
     f = _vector_kernel("axpy", x, y)
     if f is not None and (y.dtype.kind == "c" or not np.iscomplexobj(a)):
-        f(a, x.reshape(-1), y.reshape(-1), num_threads(threads, y.size))
+        f(a, x.reshape(-1), y.reshape(-1), num_threads(threads, y.size, _AXPY_GRAIN))
     else:
         y += a * x
 
