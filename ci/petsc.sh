@@ -7,6 +7,8 @@
 #   bash ci/petsc.sh VENV   a venv that already holds sparsetensor (the wheel or an editable
 #                           install), mpi4py and the mpich wheel: ci/wheel.sh's "$work/venv"
 #                           (it could call `bash ci/petsc.sh "$work/venv"` after its pytest step)
+#   PETSC_BUILD_ONLY=1 bash ci/petsc.sh VENV
+#                           build (or find) PETSc and petsc4py in VENV and stop before the tests
 #   bash ci/petsc.sh        a fresh venv in a temporary directory with `pip install ".[test,mpi]"
 #                           mpich` first (sparsetensor built from source: add its build time)
 #
@@ -14,9 +16,10 @@
 # 524 s, nearly all of it one compile of the generated PETSc.c, which the issue measured at
 # 2.7 GB of memory) on this project's 2-core machine at nice 10, load about 4 (shared with a
 # package rebuild); the issue measured about 16 minutes at load 4-5 and about 10 on a quiet
-# machine. The tests take 15-30 s on top. No cache:
-# the built libpetsc hard-codes the venv's path to libmpi, so a cached wheel only works in a
-# venv at the same path.
+# machine. The tests take 15-30 s on top. The built libpetsc hard-codes the venv's path to
+# libmpi, so a cached wheel only works in a venv at the same path: ci/wheel.sh therefore keeps
+# the whole venv at one fixed path between runs (pip finds petsc==$PETSC_VERSION there and
+# skips the build) and installs the wheel under test into it.
 #
 # Recipe (issue 36): libopenblas-dev from apt; MPICC/MPICXX from the mpich wheel;
 # --with-fc=0 (no Fortran), --with-cuda=0 (else configure finds the machine's nvcc),
@@ -57,8 +60,8 @@ if ! find_blas; then
 fi
 echo "BLAS/LAPACK: $blas"
 
-step "build requirements of petsc4py (no build isolation): numpy, cython, setuptools"
-"$py" -m pip install -q numpy "cython>=3" setuptools
+step "build requirements of petsc4py (no build isolation): numpy, cython, setuptools, wheel"
+"$py" -m pip install -q numpy "cython>=3" "setuptools>=70.1" wheel  # bdist_wheel for petsc4py's build
 
 export PATH="$venv/bin:$PATH" MPICC="$venv/bin/mpicc" MPICXX="$venv/bin/mpicxx"
 export PETSC_CONFIGURE_OPTIONS="--with-fc=0 --with-debugging=0 --with-x=0 --with-cuda=0 --with-blaslapack-lib=$blas"
@@ -75,6 +78,11 @@ print("PETSc", ".".join(map(str, PETSc.Sys.getVersion())), "scalar", PETSc.Scala
       "index", PETSc.IntType.__name__, "| MPI:", MPI.Get_library_version().splitlines()[0])
 PY
 )
+
+if [ "${PETSC_BUILD_ONLY:-0}" = 1 ]; then
+  step "done (build only): ci/petsc.sh took $((SECONDS - start)) s"
+  exit 0
+fi
 
 step "tests/mpi/test_petsc.py (1-3 ranks; MPI and PETSc required)"
 # pytest's entry point, not python -m pytest: the source tree must not shadow the installed package

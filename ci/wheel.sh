@@ -8,7 +8,8 @@
 #   4. the README's test command (pytest from the repo root, which does not import the
 #      source tree), then the kernel test files again under each lower CPU level the CPU
 #      supports (SPARSETENSOR_CPU_LEVEL)
-#      and the docs (ci/docs.sh: Sphinx with warnings as errors, every example run)
+#      and the docs (ci/docs.sh: Sphinx with warnings as errors, every example run), and the
+#      PETSc stage (ci/petsc.sh, in a venv kept between runs)
 #   5. ci/cpu_smoke.py under `qemu-x86_64 -cpu Nehalem`, a CPU without AVX (qemu-user is
 #      installed with apt-get when missing; if that fails the step says so and is skipped)
 set -euo pipefail
@@ -86,6 +87,22 @@ pytest -q -p no:cacheprovider
 
 step "the documentation: Sphinx html and doctest, warnings as errors, against the wheel (ci/docs.sh)"
 bash ci/docs.sh
+
+step "the PETSc stage (ci/petsc.sh): the bridge's tests and the FEM example with GAMG, MPI and PETSc required"
+# PETSc and petsc4py are built from PyPI's sources (10-25 minutes) into a venv at a fixed path
+# that later runs reuse: libpetsc hard-codes that venv's path to libmpi. The wheel under test is
+# installed into it each run. SPARSETENSOR_PETSC_VENV moves it.
+pyver=$(python3 -c 'import sys; print(f"{sys.version_info[0]}{sys.version_info[1]}")')
+pv=${SPARSETENSOR_PETSC_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/sparsetensor-ci/petsc-venv-cp$pyver}
+mkdir -p "$(dirname "$pv")"
+(
+  flock 9  # one CI run at a time builds or updates the shared venv
+  "$pv/bin/python" -c "" 2>/dev/null || { rm -rf "$pv"; python3 -m venv "$pv"; }
+  "$pv/bin/python" -m pip install -q mpich mpi4py  # kept when present: PETSc is linked to this libmpi
+  "$pv/bin/python" -m pip install -q --force-reinstall --no-deps "$wheel"
+  "$pv/bin/python" -m pip install -q "$wheel[test]"
+  bash ci/petsc.sh "$pv"
+) 9>"$pv.lock"
 
 # the lower levels this CPU runs (the best one was tested above)
 lower=$(python -P -c "
