@@ -75,8 +75,7 @@ for s in "${steps[@]}"; do
         fi
         python3 -c "import sparsetensor.cuda as c; c.precompile()" ;;
     tests)
-        step tests 150 "${PYTEST[@]}" -n 8 tests/cuda/test_cuda.py tests/cuda/test_cuda_interop.py tests/cuda/test_cuda_core.py tests/cuda/test_cuda_compile.py \
-            -k "not emulator" ;;
+        step tests 240 "${PYTEST[@]}" -n 8 tests/cuda -k "not emulator" ;;  # every GPU test file
     memcheck | racecheck)
         [ -z "$CS" ] && { echo "=== $s: no compute-sanitizer here"; continue; }
         step "$s" "${SANITIZER_CAP:-180}" "$CS" --tool "$s" --target-processes all --error-exitcode 9 \
