@@ -250,7 +250,7 @@ OPS: tuple = (
     Op("hspmm", blas.hspmm),
     Op("addmm", blas.addmm, method=False, gpu=True),
     Op("sspaddmm", blas.sspaddmm, method=False),
-    Op("linear", blas.linear, method=False),
+    Op("linear", blas.linear, method=False, gpu=True),
     Op("spgemm", spgemm.spgemm, method=False, gpu=True),
     Op("sampled_addmm", spgemm.sampled_addmm, method=False, gpu=True),
     # elementwise with another operand

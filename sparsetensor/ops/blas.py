@@ -536,13 +536,20 @@ def linear(x, w, bias=None, *, threads: int | None = None):
         y = _product(w, X, rt, op, threads, operands, w)
     else:
         lead = X.shape[:-1]
-        X2 = X.reshape(-1, in_f)
-        y = _product(w, X2.T, rt, op, threads, operands, w).T.reshape(lead + (out_f,))
+        X2 = X.reshape(-1, in_f)  # swapaxes: NumPy's transposed view, a device array's transposed copy
+        y = _product(w, X2.swapaxes(0, 1), rt, op, threads, operands, w).swapaxes(0, 1).reshape(lead + (out_f,))
     if bias is not None:
         if not broadcasts_to(bias.shape, y.shape):
             raise ValueError(f"{op}: bias of shape {bias.shape} does not broadcast to the output shape "
                              f"{y.shape}")
-        np.add(y, bias.astype(y.dtype, copy=False), out=y)
+        if type(y) is np.ndarray:
+            np.add(y, bias.astype(y.dtype, copy=False), out=y)
+        else:  # on the device: addmm's update kernel, on the (rows, out_features) view of y
+            if bias.ndim > 1 and y.ndim > 2:
+                raise NotImplementedError(f"{op} on {w.device} with a bias of shape {bias.shape} broadcasting over "
+                                          f"an output of shape {y.shape} (a bias of 1 dim has a GPU kernel)")
+            one = np.ones((), y.dtype)
+            backend_for(y, bias).scale_add(y.reshape(-1, out_f), bias, one, one, False, True, threads)
     return _finish(y, rt)
 
 

@@ -285,3 +285,27 @@ def test_inplace_ops(backend, rng, case):
     z.zero_()
     dz = z.cuda()
     same(dz.resize_as_(empty), z.resize_as_(empty))
+
+
+@pytest.mark.parametrize("layout,bs", [("csr", None), ("csc", None), ("bsr", (2, 1)), ("coo", None)])
+def test_linear(backend, rng, layout, bs):
+    """st.linear (x @ w.mT + bias) with a sparse weight on the device: 1-d, 2-d and 3-d inputs, a
+    bias of one dim or of the output's two, mixed dtypes; a bias broadcasting over 3-d outputs is
+    refused by name."""
+    w0 = rng.standard_normal((6, 4)) * (rng.random((6, 4)) < 0.5)
+    w = st.from_dense(w0, layout, blocksize=bs) if bs else st.from_dense(w0, layout)
+    dw = w.cuda()
+    for shape in ((4,), (3, 4), (2, 3, 4)):
+        x = rng.standard_normal(shape)
+        dx = cuda.DeviceArray.from_host(x)
+        same(st.linear(dx, dw), st.linear(x, w))
+        b = rng.standard_normal(6)
+        same(st.linear(dx, dw, cuda.DeviceArray.from_host(b)), st.linear(x, w, b))
+    x2 = rng.standard_normal((3, 4)).astype(np.float32)
+    b2 = rng.standard_normal((3, 6))
+    same(st.linear(cuda.DeviceArray.from_host(x2), dw, cuda.DeviceArray.from_host(b2)), st.linear(x2, w, b2))
+    with pytest.raises(NotImplementedError, match="bias of shape"):
+        st.linear(cuda.DeviceArray.from_host(rng.standard_normal((2, 3, 4))), dw,
+                  cuda.DeviceArray.from_host(rng.standard_normal((3, 6))))
+    with pytest.raises(ValueError, match="cuda"):
+        st.linear(rng.standard_normal((3, 4)), dw)
