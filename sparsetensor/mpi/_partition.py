@@ -141,9 +141,14 @@ def split_blocks(t, c0: int, c1: int):
     crow, cols, vals = t.crow_indices(), t.col_indices(), t.values()
     idt = cols.dtype
     nloc = crow.shape[0] - 1
-    rows = np.repeat(np.arange(nloc, dtype=np.int64), np.diff(crow))
     own = (cols >= c0) & (cols < c1)
     off = ~own
+    if not off.any():  # every column is this rank's (one rank, say): t itself is the diagonal block
+        diag = _tensor(crow, cols - idt.type(c0) if c0 else cols, vals, nloc, c1 - c0, blocksize)
+        offd = _tensor(np.zeros(nloc + 1, dtype=idt), cols[:0], vals[:0], nloc, 0, blocksize)
+        diag._canonical, offd._canonical = t.is_coalesced(), True
+        return diag, offd, np.zeros(0, dtype=np.int64)
+    rows = np.repeat(np.arange(nloc, dtype=np.int64), np.diff(crow))
     ghosts = np.unique(cols[off]).astype(np.int64)
 
     def block(mask, c, ncols):
