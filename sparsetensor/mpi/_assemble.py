@@ -391,12 +391,19 @@ def assemble(rows, cols, values, shape, comm=None, *, row_starts=None, col_start
         idx = np.empty((2, r.shape[0]), dtype=wire)
         idx[0], idx[1] = r, c
         vals = v.astype(vdt, copy=False)
-    else:
-        route = Routing(comm, owners(starts, r))
-        idx = np.empty((2, route.received), dtype=wire)  # the COO indices, filled in place
-        route.send(r, wire, out=idx[0])
-        route.send(c, wire, out=idx[1])
-        vals = route.send(v, vdt)
+    else:  # only the entries of other ranks' rows travel; this rank's stay, placed in rank order
+        dest = owners(starts, r)
+        mine = dest == rank
+        far = ~mine
+        route = Routing(comm, dest[far])
+        before = int(route.recv_counts[:rank].sum())  # received from lower ranks: they come first
+        own = int(np.count_nonzero(mine))
+        idx = np.empty((2, route.received + own), dtype=wire)  # the COO indices
+        vals = np.empty(route.received + own, dtype=vdt)
+        for a, out, dt in ((r, idx[0], wire), (c, idx[1], wire), (v, vals, vdt)):
+            got = route.send(a[far], dt)
+            out[:before], out[before + own:] = got[:before], got[before:]
+            out[before:before + own] = a[mine]
         del route
     idx[0] -= wire.type(starts[rank])  # global rows -> this rank's rows
     A = build(comm, shp, starts, cstarts, idx, vals, insert=mode == "insert", index_dtype=idt, exchange=exchange)
