@@ -130,6 +130,16 @@ __device__ __forceinline__ i64 item_offset(i64 u, const i64* __restrict__ shapes
     return off;
 }
 
+// The row-major position of COO entry k (column k of idx, S rows of nnz) over dims[0..S); the
+// indices are in bounds (checked by the caller).
+template <typename I>
+__device__ __forceinline__ i64 coo_linear(const I* __restrict__ idx, i64 S, i64 nnz, const i64* __restrict__ dims,
+                                          i64 k) {
+    i64 lin = 0;
+    for (i64 d = 0; d < S; ++d) lin = lin * dims[d] + (i64)idx[d * nnz + k];
+    return lin;
+}
+
 // The largest r in [0, n) with a[r] <= k, for a sorted a[0..n] with a[0] <= k < a[n]:
 // the row (major slot) that holds position k of a compressed index.
 template <typename I>

@@ -35,22 +35,13 @@ __global__ void compressed_to_dense(const I* __restrict__ major, const I* __rest
     }
 }
 
-// Linear offset of COO column k over shape[0..S) (indices checked by the caller).
-template <typename I>
-__device__ __forceinline__ i64 coo_offset(const I* __restrict__ idx, i64 S, i64 nnz, const i64* __restrict__ shape,
-                                          i64 k) {
-    i64 lin = 0;
-    for (i64 d = 0; d < S; ++d) lin = lin * shape[d] + (i64)idx[d * nnz + k];
-    return lin;
-}
-
 // st:kernel raw index
 template <typename R, typename I>
 __global__ void coo_to_dense(const I* __restrict__ idx, i64 S, i64 nnz, const i64* __restrict__ shape,
                              const R* __restrict__ vals, i64 W, R* __restrict__ out) {
     ST_GRID_LOOP(t, nnz * W) {
         const i64 k = t / W, e = t - k * W;
-        out[coo_offset(idx, S, nnz, shape, k) * W + e] = vals[t];
+        out[coo_linear(idx, S, nnz, shape, k) * W + e] = vals[t];
     }
 }
 

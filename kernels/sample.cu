@@ -14,15 +14,6 @@
 
 namespace st {
 
-// The row-major position of COO entry k over dims[0..S) (indices in bounds).
-template <typename I>
-__device__ __forceinline__ i64 coo_linear(const I* __restrict__ idx, i64 S, i64 nnz, const i64* __restrict__ dims,
-                                          i64 k) {
-    i64 lin = 0;
-    for (i64 d = 0; d < S; ++d) lin = lin * dims[d] + (i64)idx[d * nnz + k];
-    return lin;
-}
-
 // Item (i, j, e) of entry bk (over all batches) of a compressed tensor, decoded from the flat
 // position t of its values (B * nnz, Rb, Cb, W), with its element's row and column.
 struct Item { i64 bk, e, r, c; };

@@ -16,36 +16,17 @@ import pytest
 import sparsetensor as st
 
 from cuda_support import backend, rng  # noqa: F401 (the fixtures)
-from cuda_support import CASE_IDS, CASES, INDEX, CAIOnly, cuda, make, members
+from cuda_support import CASE_IDS, CASES, INDEX, CAIOnly, cuda, host, make, members
+from test_cuda_ops import same as _same
 
-RTOL = {np.dtype("float16"): 2e-3, np.dtype("float32"): 1e-6, np.dtype("float64"): 1e-12,
-        np.dtype("complex64"): 1e-6, np.dtype("complex128"): 1e-12}
 ARITH = [np.dtype(d) for d in ("float16", "float32", "float64", "complex64", "complex128")]
 
 
-def host(x):
-    return x.get() if isinstance(x, cuda.DeviceArray) else x
-
-
 def same(got, want):
-    """A device result equals the CPU's: a dense array (dtype, shape, values), or a sparse tensor
-    (layout, shape, indices exactly, values)."""
-    if isinstance(want, st.SparseTensor):
-        assert got.is_cuda and got.layout is want.layout and got.shape == want.shape
-        for x, y in zip(members(got)[:-1], members(want)[:-1]):
-            assert np.array_equal(host(x), y)
-        got, want = host(got.values()), np.ascontiguousarray(want.values())
-    else:
+    """test_cuda_ops' comparison; a dense result must also be a device array."""
+    if not isinstance(want, st.SparseTensor):
         assert isinstance(got, cuda.DeviceArray), type(got)
-        got, want = host(got), np.asarray(want)
-    assert got.dtype == want.dtype and got.shape == want.shape, (got.dtype, want.dtype, got.shape, want.shape)
-    if want.dtype.kind in "fc":
-        rt = RTOL[want.dtype]
-        scale = np.nanmax(np.abs(want.astype(np.complex128)), initial=0)
-        np.testing.assert_allclose(got.astype(np.complex128), want.astype(np.complex128), rtol=rt,
-                                   atol=rt * scale + 1e-30, equal_nan=True)
-    else:
-        assert np.array_equal(got, want)
+    _same(got, want)
 
 
 def dense_like(rng, shape, dtype, nonzero=False):
