@@ -168,7 +168,7 @@ def to_scipy(t, kind: str = "array"):
 
 
 def to_torch(t, *, copy=None, check_invariants=None):
-    """A CPU PyTorch tensor of this layout sharing this tensor's memory; see :func:`sparsetensor.to_torch`."""
+    """A PyTorch tensor of this layout and device sharing this tensor's memory; see :func:`sparsetensor.to_torch`."""
     return _torch.to_torch(t, copy=copy, check_invariants=check_invariants)
 
 
@@ -266,7 +266,7 @@ OPS: tuple = (
     *(Op(f"to_sparse_{name}", _to_layout(name, name in ("bsr", "bsc")), function=False, gpu=True)
       for name in ("coo", "csr", "csc", "bsr", "bsc")),
     Op("to_scipy", to_scipy, function=False),
-    Op("to_torch", to_torch, function=False),
+    Op("to_torch", to_torch, function=False, gpu=True),
     Op("coalesce", _coo_coalesce, function=False, cls=COOTensor, gpu=True),
     Op("coalesce", _compressed_coalesce, function=False, cls=CompressedTensor, aliases=("sum_duplicates",), gpu=True),
     # operators; the binary ones and __array_ufunc__ give way to a lazy collection (Dask: the product

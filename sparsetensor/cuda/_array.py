@@ -197,12 +197,15 @@ class DeviceArray:
             raise BufferError("DeviceArray.__dlpack__(copy=True) is not supported; copy with .copy() first")
         if dl_device is not None and tuple(dl_device) != self.__dlpack_device__():
             raise BufferError(f"DeviceArray on {self.device} cannot be exported to DLPack device {dl_device}")
+        consumer = None
         if self._device is not None and stream != -1:
             if stream is None or stream in (1, 2):
                 self._device.synchronize()
+                consumer = 1 if stream is None else int(stream)
             else:
-                self._device.make_external_stream_wait(int(stream))
-        return _dlpack_capsule(self)
+                consumer = int(stream)
+                self._device.make_external_stream_wait(consumer)
+        return _dlpack_capsule(self, consumer)
 
     def get(self) -> np.ndarray:
         """A host copy (waits for the queued work on this array's stream)."""
@@ -497,7 +500,16 @@ _capsule_pointer_raw = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctype
 
 @_DELETER
 def _release_exported(managed):
-    _exported.pop(ctypes.addressof(managed.contents), None)
+    held = _exported.pop(ctypes.addressof(managed.contents), None)
+    if held is None or held[3] is None:
+        return
+    # Our pool frees the memory on our stream once the last view goes. The consumer may still
+    # have work queued on its stream that reads it (it released its tensor, not its kernels):
+    # our stream waits for that work first, as torch's record_stream would.
+    try:
+        held[2]._device.wait_external_stream(held[3])
+    except Exception:  # noqa: BLE001 - a deleter cannot raise (it may run during shutdown)
+        pass
 
 
 @ctypes.CFUNCTYPE(None, ctypes.c_void_p)
@@ -516,7 +528,10 @@ def _dl_dtype(dt: np.dtype) -> _DLDataType:
     return _DLDataType(code, dt.itemsize * 8, 1)
 
 
-def _dlpack_capsule(a: DeviceArray):
+def _dlpack_capsule(a: DeviceArray, consumer=None):
+    """A ``dltensor`` capsule of ``a``; ``consumer``: the stream handle the consumer works on
+    (None: unknown or not to be waited for), which our stream waits for before the memory is
+    freed."""
     managed = _DLManagedTensor()
     shape = (ctypes.c_int64 * max(a.ndim, 1))(*a.shape)
     t = managed.dl_tensor
@@ -530,5 +545,5 @@ def _dlpack_capsule(a: DeviceArray):
     managed.manager_ctx = None
     managed.deleter = _release_exported
     address = ctypes.addressof(managed)
-    _exported[address] = (managed, shape, a)
+    _exported[address] = (managed, shape, a, consumer)
     return _capsule_new(address, ctypes.addressof(_CAPSULE_NAME), ctypes.cast(_capsule_destructor, ctypes.c_void_p))

@@ -1,10 +1,12 @@
-"""PyTorch interop: :func:`from_torch` and :func:`to_torch`, sharing memory on the CPU.
+"""PyTorch interop: :func:`from_torch` and :func:`to_torch`, sharing memory on the CPU and on CUDA devices.
 
 Our layouts are PyTorch's, member for member: COO ``indices``/``values``;
 CSR/CSC/BSR/BSC compressed indices, plain indices and values with batch and
-dense dims. The members cross over with :func:`torch.from_numpy` and
-:meth:`torch.Tensor.numpy`, so both tensors use the same memory: writing to one
-is seen in the other. Copies are made only where PyTorch or NumPy needs them,
+dense dims. On the CPU the members cross over with :func:`torch.from_numpy` and
+:meth:`torch.Tensor.numpy`; on a CUDA device through DLPack (our
+``sparsetensor.cuda.DeviceArray`` both ways), which also orders the work queued
+on torch's current stream and on ours at each crossing. Both tensors use the
+same memory: writing to one is seen in the other. Copies are made only where PyTorch or NumPy needs them,
 and each is documented below. torch is an optional dependency, imported on
 first use.
 """
@@ -17,7 +19,7 @@ import numpy as np
 
 from .._core import _layout as L
 from .._core._canonical import ensure_valid
-from .._core._device import require_host
+from .._core._device import device_array, is_device_array
 from .._core._config import resolve_check
 from .._core._from_arrays import sparse_compressed_tensor, sparse_coo_tensor
 from .._core._tensor import COOTensor, CompressedTensor
@@ -51,8 +53,17 @@ def _numpy_of(x, what: str) -> np.ndarray:
                         f"e.g. t.to(torch.float32) ({e})") from None
 
 
+def _device_member(x, what: str):
+    """CUDA tensor ``x`` as a member our device constructors take without a copy (a copy only
+    for a conj/neg bit or a non-contiguous tensor: device members are C-contiguous)."""
+    if x.dtype == import_torch().bfloat16:
+        raise TypeError(f"from_torch: {what} has dtype {x.dtype}, which NumPy does not have; convert it first, "
+                        "e.g. t.to(torch.float32)")
+    return x.detach().resolve_conj().resolve_neg().contiguous()
+
+
 def from_torch(t, *, check_invariants: bool = True):
-    """A tensor (or NumPy array) from a CPU PyTorch tensor, sharing its memory.
+    """A tensor (or array) from a PyTorch tensor on the CPU or a CUDA device, sharing its memory.
 
     ``torch.sparse_coo``, ``sparse_csr``, ``sparse_csc``, ``sparse_bsr`` and
     ``sparse_bsc`` tensors, with batch and dense dims, become tensors of the
@@ -65,11 +76,18 @@ def from_torch(t, *, check_invariants: bool = True):
     block-transposed (invariant 3.7). COO indices are int64, as PyTorch's
     always are.
 
+    A CUDA tensor becomes a tensor on that device whose members are
+    ``sparsetensor.cuda.DeviceArray`` views of torch's memory (DLPack; our
+    stream waits for the work queued on torch's current stream), and a strided
+    CUDA tensor a DeviceArray. Device members are C-contiguous, so a
+    non-contiguous member (COO indices after ``coalesce()``, block-transposed
+    values) is made contiguous by torch first, a copy on the device.
+
     Parameters
     ----------
     t : torch.Tensor
-        On the CPU (``ValueError`` otherwise: call ``t.cpu()`` first), of a
-        dtype both libraries have (bfloat16 raises ``TypeError``).
+        On the CPU or a CUDA device (``ValueError`` elsewhere), of a dtype both
+        libraries have (bfloat16 raises ``TypeError``).
     check_invariants : bool, optional
         Check every invariant (the default; PyTorch does not check unless
         asked). ``False`` keeps only the O(1) checks.
@@ -85,26 +103,28 @@ def from_torch(t, *, check_invariants: bool = True):
     torch = import_torch()
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"from_torch expects a torch.Tensor, got {type(t).__name__}")
-    if t.device.type != "cpu":
-        raise ValueError(f"from_torch: the tensor is on {t.device}; sparsetensor tensors live on the CPU: call "
-                         ".cpu() first (a copy)")
+    if t.device.type not in ("cpu", "cuda"):
+        raise ValueError(f"from_torch: the tensor is on {t.device}; sparsetensor tensors live on the CPU or a CUDA "
+                         "device: call .cpu() first (a copy)")
+    member = _numpy_of if t.device.type == "cpu" else _device_member
     if t.layout == torch.strided:
-        return _numpy_of(t, "the tensor")
+        x = member(t, "the tensor")
+        return x if isinstance(x, np.ndarray) else device_array(x)
     layout = _torch_layouts(torch).get(t.layout)
     if layout is None:
         raise TypeError(f"from_torch: unsupported torch layout {t.layout}")
     shape = tuple(t.shape)
     if layout is L.sparse_coo:
-        indices = _numpy_of(t._indices(), "indices")
-        values = _numpy_of(t._values(), "values")
+        indices = member(t._indices(), "indices")
+        values = member(t._values(), "values")
         return sparse_coo_tensor(indices, values, shape, check_invariants=check_invariants,
                                  is_coalesced=t.is_coalesced())
     if layout.compressed_rows:
         compressed, plain = t.crow_indices(), t.col_indices()
     else:
         compressed, plain = t.ccol_indices(), t.row_indices()
-    return sparse_compressed_tensor(_numpy_of(compressed, layout.compressed_name), _numpy_of(plain, layout.plain_name),
-                                    _numpy_of(t.values(), "values"), shape, layout=layout,
+    return sparse_compressed_tensor(member(compressed, layout.compressed_name), member(plain, layout.plain_name),
+                                    member(t.values(), "values"), shape, layout=layout,
                                     check_invariants=check_invariants)
 
 
@@ -141,8 +161,51 @@ def _tensor_of(torch, a: np.ndarray, copy, what: str, index: bool = False):
     return torch.empty(out.shape, dtype=out.dtype) if a.size == 0 else out
 
 
+def _device_tensor(torch, a, copy, what: str):
+    """``torch.from_dlpack`` of DeviceArray ``a`` (torch's current stream waits for our queued work;
+    our stream waits for torch's before the memory can be freed), copied first when asked."""
+    if copy:
+        a = a.copy()
+    if a.size == 0:  # nothing to share; torch checks the strides of empty members (see _tensor_of)
+        return torch.empty(a.shape, dtype=_torch_dtype(torch, a.dtype), device=a.device)
+    try:
+        return torch.from_dlpack(a)
+    except (BufferError, TypeError, RuntimeError) as e:
+        raise TypeError(f"to_torch: {what} of dtype {a.dtype} on {a.device} could not be shared with torch "
+                        f"({e})") from None
+
+
+def _torch_dtype(torch, dt: np.dtype):
+    return torch.from_numpy(np.empty(0, dt)).dtype
+
+
+def _require_torch_cuda(torch, where: str):
+    if not torch.cuda.is_available():
+        raise NotImplementedError(f"to_torch of a tensor on {where}: this torch ({torch.__version__}) has no CUDA "
+                                  "device, so it cannot hold the members; move the tensor with .cpu() first")
+
+
+def _to_torch_device(torch, t, copy, check):
+    """:func:`to_torch` of a tensor on a CUDA device: every member through DLPack."""
+    _require_torch_cuda(torch, t.device)
+    values = _device_tensor(torch, t.values(), copy, "values")
+    if isinstance(t, COOTensor):
+        indices, index_copy = t.indices(), copy
+        if indices.dtype != np.int64:
+            if copy is False:
+                raise ValueError("to_torch(copy=False): the COO indices are int32, and PyTorch's COO indices "
+                                 "are int64 only; convert with t.to(index_dtype='int64') or allow the copy")
+            indices, index_copy = indices.astype(np.int64), None  # a copy already, on the device
+        return torch.sparse_coo_tensor(_device_tensor(torch, indices, index_copy, "indices"), values, t.shape,
+                                       is_coalesced=t.is_coalesced(), check_invariants=check)
+    layout = getattr(torch, f"sparse_{t.layout.name}")
+    compressed = _device_tensor(torch, t.compressed_indices(), copy, t.layout.compressed_name)
+    plain = _device_tensor(torch, t.plain_indices(), copy, t.layout.plain_name)
+    return torch.sparse_compressed_tensor(compressed, plain, values, t.shape, layout=layout, check_invariants=check)
+
+
 def to_torch(t, *, copy: bool | None = None, check_invariants: bool | None = None):
-    """A CPU PyTorch tensor of the same layout, sharing this tensor's memory where it can.
+    """A PyTorch tensor of the same layout and device, sharing this tensor's memory where it can.
 
     Sparse tensors of every layout (with batch and dense dims) become PyTorch
     sparse tensors of that layout; a NumPy array becomes a strided tensor. The
@@ -155,6 +218,12 @@ def to_torch(t, *, copy: bool | None = None, check_invariants: bool | None = Non
     - read-only values, such as those of ``load(path, mmap_mode="r")`` (PyTorch
       tensors are writable; load with ``mmap_mode="c"`` to share them);
     - arrays in non-native byte order or with negative strides.
+
+    A tensor on a CUDA device becomes a torch tensor on that device, its
+    members shared through DLPack (torch's current stream waits for the work
+    queued on ours; before the memory is freed, ours waits for the work torch
+    queued on that stream): only int32 COO indices are copied (on the device),
+    and a device array becomes a strided CUDA tensor.
 
     Index members are shared although they are read-only views (a tensor's indices
     never change once it holds them): PyTorch has no read-only tensors, so writing
@@ -188,12 +257,17 @@ def to_torch(t, *, copy: bool | None = None, check_invariants: bool | None = Non
     """
     if isinstance(t, np.ndarray):
         return _tensor_of(import_torch(), t, copy, "the array")
+    if is_device_array(t):
+        torch, a = import_torch(), device_array(t)
+        _require_torch_cuda(torch, a.device)
+        return _device_tensor(torch, a, copy, "the array")
     if not isinstance(t, (COOTensor, CompressedTensor)):
-        raise TypeError(f"to_torch expects a sparse tensor or a NumPy array, got {type(t).__name__}")
-    require_host(t, "to_torch")  # before torch is imported: the device error holds without torch too
+        raise TypeError(f"to_torch expects a sparse tensor or an array, got {type(t).__name__}")
     torch = import_torch()
     t = ensure_valid(t, repair=True)
     check = resolve_check(check_invariants)
+    if t.is_cuda:
+        return _to_torch_device(torch, t, copy, check)
     values = _tensor_of(torch, t.values(), copy, "values")
     if isinstance(t, COOTensor):
         indices, index_copy = t.indices(), copy

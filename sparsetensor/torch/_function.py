@@ -1,9 +1,12 @@
 """One ``torch.autograd.Function`` over the rule table: torch tensors in, our kernels, torch out.
 
 Forward converts every torch tensor argument with :func:`sparsetensor.from_torch` (no
-copy on the CPU: members become NumPy views), runs the rule of
-:mod:`sparsetensor.autograd.rules` and hands the result back with
-:func:`sparsetensor.to_torch` (again sharing memory). Backward converts the output's
+copy: on the CPU members become NumPy views, on a CUDA device DeviceArray views), runs
+the rule of :mod:`sparsetensor.autograd.rules` (on the CUDA backend for CUDA tensors)
+and hands the result back with :func:`sparsetensor.to_torch` (again sharing memory).
+On a CUDA device, forward and backward run inside :func:`sparsetensor.cuda.stream_order`
+with torch's current stream: our kernels start after the work torch queued before the
+call, and torch's later work waits for them. Backward converts the output's
 gradient the same way (a sparse gradient of another pattern, or a dense one, is read at
 the output's pattern), calls the rule's pullback and returns, for each sparse input, a
 torch tensor of its layout and pattern (sharing its index tensors), which torch
@@ -13,8 +16,11 @@ with ``torch.sparse_*_tensor(..., values)``.
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 
+from .._core._device import is_device_array
 from .._core._tensor import SparseTensor
 from ..autograd import wrap_cotangent
 from ..autograd._core import same_pattern, values_of
@@ -33,10 +39,9 @@ def _is_tensor(x) -> bool:
 
 def _check_input(t, name: str, position: str):
     torch = import_torch()
-    if t.device.type != "cpu":
+    if t.device.type not in ("cpu", "cuda"):
         raise NotImplementedError(f"sparsetensor.torch.{name}: {position} is a {t.device.type} tensor; the "
-                                  "sparsetensor autograd bridge runs on the CPU only (no CUDA kernel for this "
-                                  "op's rules yet): move it with .cpu()")
+                                  "sparsetensor autograd bridge runs on the CPU and on CUDA devices")
     if t.requires_grad and not (t.is_floating_point() or t.is_complex()):
         raise TypeError(f"sparsetensor.torch.{name}: {position} requires grad but has dtype {t.dtype}; only "
                         "floating and complex tensors are differentiated")
@@ -45,14 +50,29 @@ def _check_input(t, name: str, position: str):
 
 
 def _ours(t):
-    """A torch tensor as a sparsetensor tensor or NumPy array sharing its memory."""
+    """A torch tensor as a sparsetensor tensor, NumPy array or DeviceArray sharing its memory."""
     return from_torch(t)
 
 
-def _theirs(x):
-    """Our result as a torch tensor sharing its memory (read-only arrays are copied)."""
+def streams(tensors):
+    """The context that orders our work on each CUDA device of ``tensors`` with torch's current
+    stream of that device (:func:`sparsetensor.cuda.stream_order`); nothing for CPU tensors."""
+    ordinals = sorted({t.device.index or 0 for t in tensors if t is not None and t.device.type == "cuda"})
+    if not ordinals:
+        return contextlib.nullcontext()
+    from ..cuda import stream_order
+
     torch = import_torch()
-    if isinstance(x, SparseTensor):
+    stack = contextlib.ExitStack()
+    for i in ordinals:
+        stack.enter_context(stream_order(torch.cuda.current_stream(i), f"cuda:{i}"))
+    return stack
+
+
+def _theirs(x):
+    """Our result as a torch tensor sharing its memory (read-only host arrays are copied)."""
+    torch = import_torch()
+    if isinstance(x, SparseTensor) or is_device_array(x):
         return to_torch(x, check_invariants=False)
     a = np.asarray(x)
     if not a.flags.writeable or a.strides and min(a.strides) < 0:
@@ -126,11 +146,12 @@ def _function():
             spec, leaves = specs
             tensors = tensors[:len(tensors) - len(leaves)]  # the values leaves come last
             ctx.leaves = leaves
-            converted = [_ours(t) for t in tensors]
-            args = _rebuild(spec, converted)
-            out, back = RULES[name](*args, **kwargs)
-            ctx.rule = (name, spec, args, out, back, [t.layout for t in tensors])
-            result = _theirs(out)
+            with streams(tensors):
+                converted = [_ours(t) for t in tensors]
+                args = _rebuild(spec, converted)
+                out, back = RULES[name](*args, **kwargs)
+                ctx.rule = (name, spec, args, out, back, [t.layout for t in tensors])
+                result = _theirs(out)
             if result.layout == torch.strided and any(
                     t.layout == torch.strided and result.data_ptr() == t.data_ptr() for t in tensors):
                 result = result.clone()
@@ -138,35 +159,42 @@ def _function():
 
         @staticmethod
         def backward(ctx, grad):
-            name, spec, args, out, back, layouts = ctx.rule
             if grad is None:
-                return (None, None, None) + (None,) * (len(layouts) + len(ctx.leaves))
-            G = _ours(grad.detach())
-            if isinstance(out, SparseTensor):
-                if not (isinstance(G, SparseTensor) and same_pattern(G, out)):
-                    G = out._replace_values(values_of(G, out).astype(out.dtype, copy=False))
-            cts = list(back(G))
-            cts += [None] * (len(args) - len(cts))
-            grads = [None] * len(layouts)
-            for (kind, v), arg, ct in zip(spec, args, cts):
-                if kind == "t":
-                    grads[v] = wrap_cotangent(arg, ct)
-                elif kind == "list":
-                    cl = ct if isinstance(ct, list) else [None] * len(v)
-                    for (k2, v2), a2, c2 in zip(v, arg, cl):
-                        if k2 == "t":
-                            grads[v2] = wrap_cotangent(a2, c2)
-            out_grads = [None] * (len(layouts) + len(ctx.leaves))
-            for i, (g, need) in enumerate(zip(grads, ctx.needs_input_grad[3:])):
-                if g is not None and need:
-                    out_grads[i] = _theirs(g)
-            for i, j in ctx.leaves.items():  # a values leaf gets the values of its tensor's gradient
-                if grads[i] is not None and ctx.needs_input_grad[3 + j]:
-                    out_grads[j] = _theirs(np.ascontiguousarray(grads[i].values()))
-            return (None, None, None) + tuple(out_grads)
+                return (None, None, None) + (None,) * (len(ctx.rule[5]) + len(ctx.leaves))
+            with streams((grad,)):
+                return (None, None, None) + _backward(ctx, grad)
 
     _FUNCTION = SparseRule
     return _FUNCTION
+
+
+def _backward(ctx, grad) -> tuple:
+    """The torch gradients of the inputs (and of the values leaves) for output gradient ``grad``."""
+    name, spec, args, out, back, layouts = ctx.rule
+    G = _ours(grad.detach())
+    if isinstance(out, SparseTensor):
+        if not (isinstance(G, SparseTensor) and same_pattern(G, out)):
+            G = out._replace_values(values_of(G, out).astype(out.dtype, copy=False))
+    cts = list(back(G))
+    cts += [None] * (len(args) - len(cts))
+    grads = [None] * len(layouts)
+    for (kind, v), arg, ct in zip(spec, args, cts):
+        if kind == "t":
+            grads[v] = wrap_cotangent(arg, ct)
+        elif kind == "list":
+            cl = ct if isinstance(ct, list) else [None] * len(v)
+            for (k2, v2), a2, c2 in zip(v, arg, cl):
+                if k2 == "t":
+                    grads[v2] = wrap_cotangent(a2, c2)
+    out_grads = [None] * (len(layouts) + len(ctx.leaves))
+    for i, (g, need) in enumerate(zip(grads, ctx.needs_input_grad[3:])):
+        if g is not None and need:
+            out_grads[i] = _theirs(g)
+    for i, j in ctx.leaves.items():  # a values leaf gets the values of its tensor's gradient
+        if grads[i] is not None and ctx.needs_input_grad[3 + j]:
+            v = grads[i].values()
+            out_grads[j] = _theirs(np.ascontiguousarray(v) if isinstance(v, np.ndarray) else v)
+    return tuple(out_grads)
 
 
 def apply(name: str, args: tuple, kwargs: dict):

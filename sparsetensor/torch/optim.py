@@ -3,11 +3,13 @@
 :class:`SGD`, :class:`SparseAdam` and :class:`Adagrad` subclass ``torch.optim.SGD``,
 ``SparseAdam`` and ``Adagrad``: same constructor arguments and checks, parameter groups,
 ``state`` keys and ``state_dict``/``load_state_dict`` (a state dict saved from one loads
-into the other). Only ``step`` differs: a CPU float32/float64 parameter whose ``.grad`` is
-a sparse COO tensor is updated by the one-pass kernels of :mod:`sparsetensor.optim`,
-reading the gradient and writing the parameter and state without copies
-(:func:`sparsetensor.from_torch`); every other parameter (a dense gradient, another
-device) takes torch's own update, so results match torch's either way. With sparse
+into the other). Only ``step`` differs: a float32/float64 parameter on the CPU or a CUDA
+device whose ``.grad`` is a sparse COO tensor is updated by the one-pass kernels of
+:mod:`sparsetensor.optim` (``kernels/optim.cu`` on a CUDA device), reading the gradient
+and writing the parameter and state without copies (:func:`sparsetensor.from_torch`; on
+a device, ordered with torch's current stream); every other parameter (a dense gradient,
+a non-contiguous CUDA parameter, another device) takes torch's own update, so results
+match torch's either way. With sparse
 gradients, SGD's momentum buffer is a sparse COO tensor, as torch makes it (ours is kept
 coalesced); an out-of-range gradient row raises ``InvariantError`` before any parameter
 of the step is written.
@@ -15,14 +17,15 @@ of the step is written.
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 from torch.optim import _functional as _torch_functional
 from torch.optim.adagrad import adagrad as _torch_adagrad
 from torch.optim.sgd import sgd as _torch_sgd
 
-from ..interop.torch import from_torch
+from .._core._device import device_array
+from ..interop.torch import from_torch, to_torch
 from ..optim import _update as U
+from ._function import streams
 
 __all__ = ["SGD", "SparseAdam", "Adagrad"]
 
@@ -30,24 +33,29 @@ _OURS_DTYPES = (torch.float32, torch.float64)
 
 
 def _ours(p) -> bool:
-    """Whether our kernels take this parameter's step."""
+    """Whether our kernels take this parameter's step (device parameters must be contiguous: our
+    device arrays are)."""
     g = p.grad
-    return g is not None and g.layout == torch.sparse_coo and p.device.type == "cpu" and p.dtype in _OURS_DTYPES
+    return (g is not None and g.layout == torch.sparse_coo and p.dtype in _OURS_DTYPES
+            and (p.device.type == "cpu" or p.device.type == "cuda" and p.is_contiguous()))
 
 
-def _array(t) -> np.ndarray:
-    """A NumPy view of a CPU tensor's memory (the update writes through it)."""
-    return t.detach().numpy()
+def _array(t):
+    """A view of a tensor's memory the update writes through: a NumPy array on the CPU, a
+    DeviceArray on a CUDA device."""
+    t = t.detach()
+    return t.numpy() if t.device.type == "cpu" else device_array(t)
 
 
 def _prepared(params, where: str) -> list:
-    """(param, its NumPy view, its gradient as a COOTensor, its runs): every gradient checked and
-    sorted before the first update."""
+    """(param, its view, its gradient as a COOTensor, its runs, the kernels' module): every gradient
+    checked and sorted before the first update."""
     out = []
     for p in params:
         a = _array(p)
         g = U.check_grad(from_torch(p.grad, check_invariants=False), a, where)
-        out.append((p, a, g, U.runs_of(g)))
+        K = U.kernels_for(a)
+        out.append((p, a, g, K.runs_of(g), K))
     return out
 
 
@@ -83,28 +91,19 @@ class SGD(torch.optim.SGD):
         for group in self.param_groups:
             ours = [p for p in group["params"] if _ours(p) and self._takes(group, p)]
             rest = [p for p in group["params"] if p.grad is not None and not any(p is q for q in ours)]
-            prepared = _prepared(ours, "SGD")
             if rest:
                 self._torch_step(group, rest)
             kw = dict(lr=float(group["lr"]), momentum=group["momentum"], dampening=group["dampening"],
                       nesterov=group["nesterov"], maximize=group["maximize"])
-            for p, a, g, r in prepared:
-                state = self.state[p]
-                sparse_shape = tuple(g.shape[:g.sparse_dim])
-                buf = state.get("momentum_buffer")
-                old = None
-                if buf is not None:
-                    buf = buf.coalesce()
-                    old = (U.keys_of(buf._indices().numpy(), sparse_shape),
-                           U.values_2d(buf._values().numpy(), buf._nnz()))
-                out = U.sgd_sparse(a, r, old, **kw)
-                _written(p)
-                if out is not None:
-                    keys, vals = out
-                    state["momentum_buffer"] = torch.sparse_coo_tensor(
-                        torch.from_numpy(U.indices_of(keys, sparse_shape)),
-                        torch.from_numpy(vals.reshape((keys.shape[0],) + tuple(g.shape[g.sparse_dim:]))),
-                        p.shape, is_coalesced=True, check_invariants=False)
+            with streams(ours):
+                for p, a, g, r, K in _prepared(ours, "SGD"):
+                    state = self.state[p]
+                    buf = state.get("momentum_buffer")
+                    old = None if buf is None else from_torch(buf, check_invariants=False)
+                    new = K.sgd_sparse_coo(a, g, r, old, **kw)
+                    _written(p)
+                    if new is not None:
+                        state["momentum_buffer"] = to_torch(new, check_invariants=False)
         return loss
 
     def _takes(self, group, p) -> bool:
@@ -152,7 +151,6 @@ class SparseAdam(torch.optim.SparseAdam):
                 raise RuntimeError("SparseAdam does not support dense gradients, please consider Adam instead")
             ours = [p for p in params if _ours(p)]
             rest = [p for p in params if not any(p is q for q in ours)]
-            prepared = _prepared(ours, "SparseAdam")
             beta1, beta2 = group["betas"]
             lr = float(group["lr"])
             for p in params:
@@ -167,12 +165,13 @@ class SparseAdam(torch.optim.SparseAdam):
                     rest, [p.grad for p in rest], [self.state[p]["exp_avg"] for p in rest],
                     [self.state[p]["exp_avg_sq"] for p in rest], [self.state[p]["step"] for p in rest],
                     eps=group["eps"], beta1=beta1, beta2=beta2, lr=lr, maximize=group.get("maximize", False))
-            for p, a, g, r in prepared:
-                state = self.state[p]
-                U.adam_sparse(a, r, _array(state["exp_avg"]), _array(state["exp_avg_sq"]), step=int(state["step"]),
-                              lr=lr, beta1=beta1, beta2=beta2, eps=group["eps"],
-                              maximize=group.get("maximize", False))
-                _written(p)
+            with streams(ours):
+                for p, a, g, r, K in _prepared(ours, "SparseAdam"):
+                    state = self.state[p]
+                    K.adam_sparse(a, r, _array(state["exp_avg"]), _array(state["exp_avg_sq"]),
+                                  step=int(state["step"]), lr=lr, beta1=beta1, beta2=beta2, eps=group["eps"],
+                                  maximize=group.get("maximize", False))
+                    _written(p)
         return loss
 
 
@@ -196,7 +195,6 @@ class Adagrad(torch.optim.Adagrad):
         for group in self.param_groups:
             ours = [p for p in group["params"] if _ours(p) and group["weight_decay"] == 0]
             rest = [p for p in group["params"] if p.grad is not None and not any(p is q for q in ours)]
-            prepared = _prepared(ours, "Adagrad")
             if rest:
                 _torch_adagrad(rest, [p.grad for p in rest], [self.state[p]["sum"] for p in rest],
                                [self.state[p]["step"] for p in rest], lr=group["lr"],
@@ -206,11 +204,13 @@ class Adagrad(torch.optim.Adagrad):
                                has_complex=any(torch.is_complex(p) for p in rest), fused=group["fused"],
                                grad_scale=getattr(self, "grad_scale", None),
                                found_inf=getattr(self, "found_inf", None))
-            for p, a, g, r in prepared:
-                state = self.state[p]
-                state["step"] += 1
-                step = float(state["step"])
-                clr = float(group["lr"]) / (1 + (step - 1) * group["lr_decay"])
-                U.adagrad_sparse(a, r, _array(state["sum"]), clr=clr, eps=group["eps"], maximize=group["maximize"])
-                _written(p)
+            with streams(ours):
+                for p, a, g, r, K in _prepared(ours, "Adagrad"):
+                    state = self.state[p]
+                    state["step"] += 1
+                    step = float(state["step"])
+                    clr = float(group["lr"]) / (1 + (step - 1) * group["lr_decay"])
+                    K.adagrad_sparse(a, r, _array(state["sum"]), clr=clr, eps=group["eps"],
+                                     maximize=group["maximize"])
+                    _written(p)
         return loss

@@ -273,7 +273,7 @@ def test_mmap_loaded_tensors(tmp_path, rng):
 def test_refusals():
     with pytest.raises(TypeError, match="torch.Tensor"):
         st.from_torch(np.zeros(2))
-    with pytest.raises(TypeError, match="sparse tensor or a NumPy array"):
+    with pytest.raises(TypeError, match="sparse tensor or an array"):
         st.to_torch([1, 2])
     with pytest.raises(ValueError, match="meta.*cpu"):
         st.from_torch(torch.empty(2, device="meta"))
