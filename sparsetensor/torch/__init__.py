@@ -1,8 +1,8 @@
 """PyTorch autograd over sparsetensor's kernels: ``sparsetensor.torch.matmul(A, X)`` and friends.
 
-Every function here takes PyTorch CPU tensors (sparse of any of the five layouts, with
-batch and dense dims where the op supports them, or strided), runs sparsetensor's kernel
-on them without copying (the members are shared through :func:`sparsetensor.from_torch`)
+Every function here takes PyTorch tensors on the CPU or a CUDA device (sparse of any of
+the five layouts, with batch and dense dims where the op supports them, or strided), runs
+sparsetensor's kernel on them without copying (the members are shared through :func:`sparsetensor.from_torch`)
 and returns a torch tensor that torch's autograd differentiates with the rules of
 :mod:`sparsetensor.autograd` (one ``torch.autograd.Function`` over the rule table). A
 sparse input is differentiated w.r.t. its values; its gradient has its own layout and
@@ -15,8 +15,10 @@ pattern. Both ways of asking for it work:
   ``values.grad`` through torch's own constructor. (torch cannot hold ``.grad`` on a CSC,
   BSR or BSC leaf: use this form for those layouts.)
 
-CUDA tensors raise :class:`NotImplementedError`; ``import sparsetensor.torch`` imports
-torch, ``import sparsetensor`` does not.
+CUDA tensors run on the CUDA backend's kernels, members shared through DLPack and the
+work ordered with torch's current stream (an op the device lacks raises
+:class:`NotImplementedError` naming it); ``import sparsetensor.torch`` imports torch,
+``import sparsetensor`` does not.
 
 :mod:`sparsetensor.torch.optim` has ``SGD``, ``SparseAdam`` and ``Adagrad`` as
 ``torch.optim.Optimizer`` subclasses, drop-in for ``torch.optim``'s, whose sparse gradients
