@@ -246,10 +246,10 @@ OPS: tuple = (
     Op("mm", blas.mm, gpu=True),
     Op("mv", blas.mv, gpu=True),
     Op("bmm", blas.bmm, gpu=True),
-    Op("smm", blas.smm),
-    Op("hspmm", blas.hspmm),
+    Op("smm", blas.smm, gpu=True),
+    Op("hspmm", blas.hspmm, gpu=True),
     Op("addmm", blas.addmm, method=False, gpu=True),
-    Op("sspaddmm", blas.sspaddmm, method=False),
+    Op("sspaddmm", blas.sspaddmm, method=False, gpu=True),
     Op("linear", blas.linear, method=False, gpu=True),
     Op("spgemm", spgemm.spgemm, method=False, gpu=True),
     Op("sampled_addmm", spgemm.sampled_addmm, method=False, gpu=True),
@@ -298,7 +298,7 @@ OPS: tuple = (
     Op("__array_function__", array_function.array_function, function=False),
     # indexing
     Op("__getitem__", indexing.getitem, function=False, gpu=True),
-    Op("__setitem__", indexing.setitem, function=False),
+    Op("__setitem__", indexing.setitem, function=False, gpu=True),
     # ops that NumPy and SciPy users call as methods
     Op("diagonal", diagonal.diagonal),
     Op("trace", diagonal.trace),

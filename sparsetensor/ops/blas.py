@@ -397,7 +397,8 @@ def _rows_csr(S, op: str, threads) -> CompressedTensor:
 
 
 def _hspmm_work(S, D, op, threads, extra_dtypes=()):
-    """(row indices, product rows in the working dtype, result dtype, csr of S)."""
+    """(row indices, product rows in the working dtype, result dtype, csr of S, marks: None on the
+    host, on a device the scan of the nonempty rows that ``full_rows_coo`` takes)."""
     csr = _rows_csr(S, op, threads)
     D = _as_dense(D, op, "the dense matrix")
     if D.ndim != 2:
@@ -407,11 +408,17 @@ def _hspmm_work(S, D, op, threads, extra_dtypes=()):
         raise _mismatch(op, S, D, f"inner sizes differ ({K} != {D.shape[0]})")
     rt = _result_dtype(op, S.dtype, D.dtype, *extra_dtypes)
     crow = csr.crow_indices()
-    rows = np.flatnonzero(crow[1:] != crow[:-1])
-    compact = np.append(crow[rows], crow[-1]).astype(crow.dtype)  # the rows with entries, in order
+    backend = backend_for(csr, D)  # a CPU/GPU mix raises here
+    if backend.device != "cpu":
+        rows, compact, marks = backend.nonempty_rows(crow, threads)
+    else:
+        marks = None
+        rows = np.flatnonzero(crow[1:] != crow[:-1])
+        compact = np.append(crow[rows], crow[-1]).astype(crow.dtype)  # the rows with entries, in order
+        rows = rows.astype(crow.dtype)
     sub = CompressedTensor(compact, csr.col_indices(), csr.values(), (rows.size, K), L.sparse_csr,
                            csr.is_coalesced())
-    return rows.astype(crow.dtype), _product(sub, D, rt, op, threads, (S, D), S), rt, csr
+    return rows, _product(sub, D, rt, op, threads, (S, D), S), rt, csr, marks
 
 
 def hspmm(S, D, *, threads: int | None = None):
@@ -430,8 +437,8 @@ def hspmm(S, D, *, threads: int | None = None):
     (array([[0, 2]]), array([[0., 2.],
            [3., 0.]]))
     """
-    rows, vals, rt, csr = _hspmm_work(S, D, "hspmm", threads)
-    return COOTensor(rows[None], _finish(vals, rt), (csr.shape[0], vals.shape[1]), coalesced=True)
+    rows, vals, rt, csr, _ = _hspmm_work(S, D, "hspmm", threads)
+    return COOTensor(rows.reshape(1, rows.size), _finish(vals, rt), (csr.shape[0], vals.shape[1]), coalesced=True)
 
 
 def smm(S, D, *, threads: int | None = None):
@@ -449,8 +456,10 @@ def smm(S, D, *, threads: int | None = None):
     (array([[1, 1],
            [0, 1]]), array([6., 8.]))
     """
-    rows, vals, rt, csr = _hspmm_work(S, D, "smm", threads)
+    rows, vals, rt, csr, marks = _hspmm_work(S, D, "smm", threads)
     R, N = vals.shape
+    if marks is not None:
+        return backend_for(csr).full_rows_coo(marks, _finish(vals, rt), (csr.shape[0], N), rows.dtype, threads)
     idx = np.stack([np.repeat(rows, N), np.tile(np.arange(N, dtype=rows.dtype), R)])
     return COOTensor(idx, _finish(vals, rt).reshape(R * N), (csr.shape[0], N), coalesced=True)
 
@@ -479,9 +488,10 @@ def sspaddmm(input, mat1, mat2, *, beta=1, alpha=1, threads: int | None = None):
     if not isinstance(input, SparseTensor):
         raise TypeError(f"{op}: input must be sparse, got {type(input).__name__}")
     _sparse_ndim(op, input, 2, "a 2-d sparse input")
-    inp = input.to_sparse_coo(threads=threads)  # input itself when it is coo
     D = _as_dense(mat2, op, "mat2")
-    rows, vals, rt, csr = _hspmm_work(mat1, D, op, threads, (inp.dtype,))
+    backend = backend_for(input, mat1, D)  # a CPU/GPU mix raises here, before any product
+    inp = input.to_sparse_coo(threads=threads)  # input itself when it is coo
+    rows, vals, rt, csr, marks = _hspmm_work(mat1, D, op, threads, (inp.dtype,))
     M, N = csr.shape[0], vals.shape[1]
     if inp.shape != (M, N):
         raise ValueError(f"{op}: input of shape {inp.shape} does not match the product's shape {(M, N)} "
@@ -490,13 +500,24 @@ def sspaddmm(input, mat1, mat2, *, beta=1, alpha=1, threads: int | None = None):
     wt = _work_dtype(rt)
     R = rows.size
     idx_dt = np.promote_types(inp.index_dtype, rows.dtype)
+    coalesced = (R * N == 0 and inp.is_coalesced()) or inp.nnz == 0
+    if marks is not None:  # on the device: addmm's scaling kernel, smm's coo, concatenations
+        from .._backend.cuda._select import concat_axis
+
+        vin = inp.values().astype(wt)
+        backend.scale_add(vin.reshape(inp.nnz, 1), vin, b, b, True, False, threads)
+        if alpha != 1:
+            backend.scale_add(vals, vals, a, a, True, False, threads)
+        prod = backend.full_rows_coo(marks, vals, (M, N), rows.dtype, threads)
+        idx = concat_axis([inp.indices().astype(idx_dt, copy=False), prod.indices().astype(idx_dt, copy=False)], 1)
+        values = _finish(concat_axis([vin, prod.values()], 0), rt)
+        return COOTensor(idx, values, (M, N), coalesced=coalesced)
     idx = np.concatenate([inp.indices().astype(idx_dt, copy=False),
                           np.stack([np.repeat(rows, N), np.tile(np.arange(N, dtype=rows.dtype), R)]).astype(idx_dt)],
                          axis=1)
     vin = inp.values().astype(wt) * b
     vprod = vals.reshape(R * N) * a if alpha != 1 else vals.reshape(R * N)
     values = _finish(np.concatenate([vin.astype(wt, copy=False), vprod.astype(wt, copy=False)]), rt)
-    coalesced = (R * N == 0 and inp.is_coalesced()) or inp.nnz == 0
     return COOTensor(idx, values, (M, N), coalesced=coalesced)
 
 

@@ -384,9 +384,6 @@ def norm(t, p="fro", dim=None, keepdim: bool = False, *, threads: int | None = N
 def _norm_device(t, p: float, dim, keepdim: bool, work: np.dtype, threads):
     """The norm of a device tensor (distinct indices) in ``work``: ``|x|`` (the backend's pointwise
     kernel), ``** p``, the reduction, the root (the backend's ``map_values``)."""
-    if p < 0 and p != -math.inf:
-        raise NotImplementedError(f"norm with p={p} of a {t.layout.name} tensor on {t.device} has no GPU kernel; run "
-                                  "it on the host with t.cpu()")
     if p == 0:  # the number of nonzeros: x != 0 (the device's cast to bool), summed
         return _run(t._replace_values(t.values().astype(np.bool_).astype(work)), dim, keepdim, np.add, work, threads,
                     "norm")
@@ -403,7 +400,16 @@ def _norm_device(t, p: float, dim, keepdim: bool, work: np.dtype, threads):
     backend = backend_for(t)
     s = _run(a._replace_values(backend.map_values(a.values(), "pow", np.power, p, threads)), dim, keepdim, np.add,
              work, threads, "norm")
-    return _map(s, lambda v: backend.map_values(v, "pow", np.power, 1 / p, threads))
+    r = _map(s, lambda v: backend.map_values(v, "pow", np.power, 1 / p, threads))
+    if p > 0:
+        return r
+    # as on the host: 0 where a reduced element is 0, unspecified ones too (|0|**p = inf); the flags
+    # (min |x| != 0) become a cap of 0 or inf through atanh (atanh(0) = 0, atanh(1) = inf), so an
+    # all-unspecified slice (r = inf) gets 0 and a NaN stays NaN
+    lo = _run(a, dim, keepdim, np.minimum, work, threads, "norm")
+    flags = (lo.values() if isinstance(lo, SparseTensor) else lo).astype(np.bool_).astype(work)
+    cap = backend.map_values(flags, "atanh", np.arctanh, None, threads)
+    return _map(r, lambda v: backend.elementwise(v, cap, "minimum", threads))
 
 
 # -- softmax ---------------------------------------------------------------------------------------------

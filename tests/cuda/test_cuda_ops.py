@@ -104,14 +104,14 @@ def test_reductions_fold_unspecified_zeros(backend):
                     same(getattr(st, name)(d, dim), getattr(st, name)(t, dim))
 
 
-def test_reductions_not_on_the_gpu(backend, rng):
+def test_norm_zero_and_negative_p(backend, rng):
+    """p = 0 (the number of nonzeros) and p < 0 (0 on slices with a zero, unspecified ones too) on
+    the device (tests/cuda/test_cuda_more_ops.py has every layout)."""
     t = make(rng, ("csr", (2,), (3,), None), np.float32)
     d = t.cuda()
-    for p in (-1, -2.5):
-        with pytest.raises(NotImplementedError, match=f"norm with p={float(p)} of a csr tensor on cuda:0"):
-            st.norm(d, p)
-    for dim in (None, 0, (1, 3)):  # p = 0: the number of nonzeros, on the device
-        same(st.norm(d, 0, dim), st.norm(t, 0, dim))
+    for p in (0, -1, -2.5):
+        for dim in (None, 0, (1, 3)):
+            same(st.norm(d, p, dim), st.norm(t, p, dim))
 
 
 # -- softmax ------------------------------------------------------------------------------------------------
@@ -229,17 +229,18 @@ def test_mixed_dtypes(backend, rng):
 
 
 def test_host_only_ops_refuse_a_device_operand_in_any_position(backend, rng):
-    """An op with no GPU path raises NotImplementedError naming it when any operand (not only the
-    first) is a device tensor or a dense device array; host operands still work."""
+    """hspmm, smm and sspaddmm run on the device now (tests/cuda/test_cuda_more_ops.py): a host
+    operand mixed with a device one, in any position, raises ValueError naming both devices."""
     t = make(rng, ("csr", (), (), None), np.float64)
     d = cuda.to_device(t)
     M, K = t.shape
     dense_dev = cuda.DeviceArray.from_host(np.ones((K, 3)))
-    cases = [("hspmm", lambda: st.hspmm(d, np.ones((K, 3)))),
-             ("smm", lambda: st.smm(t, dense_dev)),  # a dense device array
-             ("sspaddmm", lambda: st.sspaddmm(t, d, t.mT.to_sparse_csr())),
-             ("sspaddmm", lambda: st.sspaddmm(t, t.mT.to_sparse_csr(), dense_dev))]
-    for name, fn in cases:
-        with pytest.raises(NotImplementedError, match=f"{name} of .* on cuda"):
+    cases = [lambda: st.hspmm(d, np.ones((K, 3))),
+             lambda: st.smm(t, dense_dev),  # a dense device array
+             lambda: st.sspaddmm(t, d, np.ones((K, K))),
+             lambda: st.sspaddmm(t, t, dense_dev),
+             lambda: st.sspaddmm(d, t, np.ones((K, K)))]
+    for fn in cases:
+        with pytest.raises(ValueError, match="different devices: .*cuda"):
             fn()
     assert st.hspmm(t, np.ones((K, 3))).shape == (M, 3)  # the host path is untouched

@@ -74,6 +74,18 @@ def spgemm(a, b, threads=None):
     return _spgemm.spgemm(a, b)
 
 
+def nonempty_rows(crow, threads=None):
+    """The rows of csr index ``crow`` holding entries (hspmm, smm, sspaddmm; not a name of KERNELS: the
+    CPU's op body finds them with NumPy): ``(rows, their compressed index, marks)``."""
+    return _blas.nonempty_rows(crow)
+
+
+def full_rows_coo(marks, vals, shape: tuple, index_dtype, threads=None):
+    """smm's coo result: every element of the rows ``marks`` flags (see :func:`nonempty_rows`), values
+    ``vals`` ``(R, N)`` (not a name of KERNELS)."""
+    return _blas.full_rows_coo(marks, vals, shape, index_dtype)
+
+
 def scale_add(prod, inp, alpha, beta, scale: bool, add: bool, threads=None):
     """addmm's update of a 2-d device product in place: ``alpha * prod`` (when ``scale``) plus
     ``beta * inp`` (when ``add``; a device array broadcasting to it), in the product's dtype."""

@@ -10,6 +10,11 @@ csr/bsr on the device first. Results are new DeviceArrays (float16 accumulates i
 
 ``sampled_addmm(input, mat1, mat2, beta=1, alpha=1)``: ``beta * input + alpha * (mat1 @
 mat2)`` at the pattern of csr ``input`` (torch.sparse.sampled_addmm).
+
+``nonempty_rows(crow)`` and ``full_rows_coo(marks, vals, shape)``: the row bookkeeping of
+hspmm, smm and sspaddmm (which rows of a csr matrix hold entries; the coo tensor specifying every
+element of those rows) from existing kernels (adjacent differences, a scan, coalesce's run starts,
+a block expansion).
 """
 
 from __future__ import annotations
@@ -20,15 +25,15 @@ import weakref
 import numpy as np
 
 from ..._core import _layout as L
-from ..._core._tensor import CompressedTensor
+from ..._core._tensor import COOTensor, CompressedTensor
 from ...cuda import _primitives as P
 from ...cuda._array import DeviceArray, as_device_array
 from ._coalesce import checked
-from ._convert import transpose_compressed
+from ._convert import _expand, _rows_to_coo, transpose_compressed
 from ...cuda._module import BLOCK, grid_for, launch
 from ...cuda._classes import CudaCompressedTensor, CudaSparseTensor
 
-__all__ = ["spmm", "sampled_addmm"]
+__all__ = ["spmm", "sampled_addmm", "nonempty_rows", "full_rows_coo"]
 
 _SPMM_TILES = 4  # SPMM_TILES of blas.cu
 _BSR_TILE, _BSR_THREADS = 32, 256  # BSR_TILE and 32 * BSR_WARPS of blas.cu
@@ -241,3 +246,37 @@ def sampled_addmm(input, mat1, mat2, *, beta=1.0, alpha=1.0):
                t.compressed_indices(), t.plain_indices(), t.values(), B, M, nnz, m1, strides[0], m2, strides[1], K, N,
                a.real, a.imag, b.real, b.imag, int(b != 0), out)
     return CompressedTensor(t.compressed_indices(), t.plain_indices(), out, t.shape, t.layout, True)
+
+
+def nonempty_rows(crow):
+    """The rows of device csr index ``crow`` ``(M + 1,)`` that hold entries: ``(rows, compact,
+    marks)``, ``rows`` ``(R,)`` in ``crow``'s dtype (ascending), ``compact`` the compressed index
+    ``(R + 1,)`` of those rows alone, ``marks`` the int64 exclusive scan ``(M + 1,)`` of the rows'
+    nonempty flags (for :func:`full_rows_coo`). One number (R) is read to the host."""
+    dev = crow._device
+    M = crow.shape[0] - 1
+    counts = P.empty(dev, (M,), np.int64)
+    P.run(dev, "select.cu", "adjacent_diff", (), M, crow.astype(np.int64, copy=False), M, counts)
+    marks = P.exclusive_scan(dev, counts.astype(np.bool_).astype(np.int64))
+    R = int(P.read_ints(dev, marks[M:])[0])
+    if M:  # starts[j] = the j-th nonempty row, starts[R] = M
+        starts = P.empty(dev, (R + 1,), np.int64)
+        P.run(dev, "coalesce.cu", "run_starts", (), M, marks, M, starts)
+    else:
+        starts = P.zeros(dev, (1,), np.int64)
+    compact = P.gather_rows(dev, crow, starts, R + 1)
+    return starts[:R].astype(crow.dtype), compact, marks
+
+
+def full_rows_coo(marks, vals, shape: tuple, index_dtype):
+    """The coalesced coo tensor of ``shape`` (M, N) whose entries are every element of the rows that
+    ``marks`` (:func:`nonempty_rows`) flags, in row-major order, with values ``vals`` ``(R, N)`` (smm's
+    result): the expansion of the bsr matrix of (1, N) blocks, one per flagged row."""
+    M, N = shape
+    R = vals.shape[0]
+    dev = vals._device
+    if R * N == 0:
+        return COOTensor(P.empty(dev, (2, 0), index_dtype), vals.reshape(0), shape, True)
+    blocks = CompressedTensor(marks.astype(index_dtype, copy=False), P.zeros(dev, (R,), index_dtype),
+                              vals.reshape(R, 1, N), shape, L.sparse_bsr, True)
+    return _rows_to_coo(_expand(blocks))
