@@ -277,6 +277,17 @@ __global__ void shift_range(I* __restrict__ a, i64 n, i64 by) {
     ST_GRID_LOOP(t, n) { a[t] = (I)((i64)a[t] + by); }
 }
 
+// out[t] = a[t] + size where a[t] < 0, else a[t], as int64: a device index array's negative entries
+// counted from the end (t[index], as NumPy), after its bounds were checked.
+// st:kernel index
+template <typename I>
+__global__ void wrap_negative(const I* __restrict__ a, i64 n, i64 size, i64* __restrict__ out) {
+    ST_GRID_LOOP(t, n) {
+        const i64 v = (i64)a[t];
+        out[t] = v < 0 ? v + size : v;
+    }
+}
+
 // *differ = 1 if index arrays a[0..n) and b[0..n) differ anywhere (differ zeroed first; every
 // writer stores 1).
 // st:kernel index

@@ -9,6 +9,7 @@ import math
 import numpy as np
 
 from .._backend import device_of
+from .._core._device import device_array
 from .._core._canonical import as_parts, ensure_valid
 from .._core._dtypes import raw_view
 from .._core._shape_checks import values_contiguous
@@ -71,19 +72,54 @@ def _contiguous_values(v: np.ndarray, layout, dense_dim: int) -> np.ndarray:
     return v if values_contiguous(v, dense_dim, layout.blocked) else np.ascontiguousarray(v)
 
 
+def _device_select():
+    """The device lowerings of the index checks (the CPU's are the NumPy calls of this module)."""
+    from .._backend.cuda import _select as device_select
+
+    return device_select
+
+
+def _smallest_step(a) -> int | None:
+    """The smallest ``a[i + 1] - a[i]`` of a host or device index (None when it has < 2 entries)."""
+    if type(a) is np.ndarray:
+        return int((a[1:] - a[:-1]).min()) if a.size > 1 else None
+    return _device_select().index_extrema(a)[2]
+
+
 def _is_nondecreasing(a: np.ndarray) -> bool:
+    if type(a) is not np.ndarray:
+        step = _smallest_step(a)
+        return step is None or step >= 0
     return bool(a.size < 2 or (a[1:] >= a[:-1]).all())
 
 
 def _is_increasing(a: np.ndarray) -> bool:
+    if type(a) is not np.ndarray:
+        step = _smallest_step(a)
+        return step is None or step > 0
     return bool(a.size < 2 or (a[1:] > a[:-1]).all())
 
 
+def _as_device_index(index, size: int, op: str):
+    """A device index array as a 1-d int64 device array of coordinates in [0, size), checked on the
+    device with the CPU's errors (the first entry out of range is named)."""
+    a = device_array(index)
+    if a.dtype not in (np.int32, np.int64):
+        raise TypeError(f"{op}: index must have dtype int32 or int64, got {a.dtype}")
+    if a.ndim > 1:
+        raise ValueError(f"{op}: index must be 0-d or 1-d, got shape {a.shape}")
+    a = a.reshape(a.size)
+    bad = _device_select().first_outside(a, size) if a.size else None
+    if bad is not None:
+        raise IndexError(f"{op}: index {bad} out of range for a dim of size {size}")
+    return a.astype(np.int64, copy=False)
+
+
 def _as_index(index, size: int, op: str) -> np.ndarray:
-    """A 1-d int64 array of coordinates in [0, size) (PyTorch: int32/int64, no negatives)."""
+    """A 1-d int64 array of coordinates in [0, size) (PyTorch: int32/int64, no negatives): a NumPy
+    array, or a device array for an index on a device."""
     if device_of(index) not in (None, "cpu"):
-        raise NotImplementedError(f"{op} with an index array on {device_of(index)} has no GPU path; pass the index "
-                                  "as a host (NumPy) array")
+        return _as_device_index(index, size, op)
     from_list = not hasattr(index, "dtype")
     a = np.asarray(index)
     if from_list and (a.size == 0 or a.dtype.kind in "iu"):

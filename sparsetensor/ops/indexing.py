@@ -19,7 +19,8 @@ compressed tensor whose batches would end up with different nnz gives a coo resu
 
 Out-of-range integers and array entries raise ``IndexError`` (slices clip, as in NumPy).
 A device tensor gives device results (a DeviceArray where NumPy's would be an array or a
-scalar); an index array on the device raises ``NotImplementedError``.
+scalar) and takes index arrays on the host or on its device (checked there, NumPy's errors);
+an index array on a device with a host tensor raises ``ValueError`` naming both devices.
 Boolean masks, ``None``/``np.newaxis``, several integer arrays (NumPy's pointwise
 advanced indexing), an array apart from an integer (NumPy moves those dims first),
 and item assignment raise ``NotImplementedError`` naming them.
@@ -31,9 +32,11 @@ import operator
 
 import numpy as np
 
-from .._backend import device_of
+from .._backend import backend_for, device_of
+from .._core._device import device_array, is_device_array
 from .._core import _layout as L
 from .._core._tensor import SparseTensor
+from ._shape_common import _device_select
 from .shape import index_select, narrow, select
 
 __all__ = ["getitem", "setitem"]
@@ -49,9 +52,8 @@ def _component(k):
         raise NotImplementedError("indexing with a sparse tensor is not supported")
     if isinstance(k, (bool, np.bool_)):
         raise NotImplementedError("boolean indexing (a boolean mask) of a sparse tensor is not supported")
-    if device_of(k) not in (None, "cpu"):  # np.asarray would copy it to the host
-        raise NotImplementedError(f"indexing a sparse tensor with an index array on {device_of(k)} has no GPU path; "
-                                  "pass the index as a host (NumPy) array")
+    if device_of(k) not in (None, "cpu"):  # np.asarray would copy it to the host: checked where it is
+        return _device_component(k)
     try:
         return operator.index(k)
     except TypeError:
@@ -71,6 +73,28 @@ def _component(k):
     return a
 
 
+def _device_component(k):
+    """An index array on a device as a 1-d DeviceArray (not yet bounds-checked) or an int (0-d: its
+    one number read), with the errors of :func:`_component`."""
+    a = device_array(k)
+    if a.dtype == np.bool_:
+        raise NotImplementedError("boolean indexing (a boolean mask) of a sparse tensor is not supported")
+    if a.dtype.kind not in "iu":
+        raise IndexError("only integers, slices (`:`), ellipsis (`...`) and integer arrays are valid indices of "
+                         f"a sparse tensor, got {type(k).__name__} of dtype {a.dtype}")
+    if a.dtype not in (np.int32, np.int64):  # the device's index kernels take these two
+        a = a.astype(np.int64)
+    if a.ndim == 0:
+        return int(_device_select().index_extrema(a.reshape(1))[0])
+    if a.ndim > 1:
+        raise NotImplementedError(f"indexing a sparse tensor with a {a.ndim}-d integer array (only 1-d)")
+    return a
+
+
+def _is_array(c) -> bool:
+    return isinstance(c, np.ndarray) or is_device_array(c)
+
+
 def _expand(key, ndim: int) -> list:
     comps = [_component(k) for k in (key if isinstance(key, tuple) else (key,))]
     n_ell = sum(c is Ellipsis for c in comps)
@@ -83,12 +107,12 @@ def _expand(key, ndim: int) -> list:
         i = next(j for j, c in enumerate(comps) if c is Ellipsis)
         comps[i:i + 1] = [slice(None)] * (ndim - n)
     comps += [slice(None)] * (ndim - len(comps))
-    arrays = [d for d, c in enumerate(comps) if isinstance(c, np.ndarray)]
+    arrays = [d for d, c in enumerate(comps) if _is_array(c)]
     if len(arrays) > 1:
         raise NotImplementedError("indexing a sparse tensor with several integer arrays (NumPy's pointwise "
                                   "advanced indexing) is not supported; index one dim at a time")
     if arrays:
-        adv = [d for d, c in enumerate(comps) if isinstance(c, (int, np.ndarray))]
+        adv = [d for d, c in enumerate(comps) if isinstance(c, int) or _is_array(c)]
         if adv[-1] - adv[0] + 1 != len(adv):
             raise NotImplementedError("indexing a sparse tensor with an integer array and an integer separated by "
                                       "a slice (NumPy moves those dims first) is not supported")
@@ -102,6 +126,13 @@ def _check_int(i: int, size: int, d: int) -> int:
 
 
 def _check_array(a: np.ndarray, size: int, d: int) -> np.ndarray:
+    if type(a) is not np.ndarray:  # on the device: its extrema read, negatives wrapped there
+        lo, hi, _ = _device_select().index_extrema(a)
+        if lo is None:
+            return a.astype(np.int64, copy=False)
+        if lo < -size or hi >= size:
+            raise IndexError(f"index {lo if lo < -size else hi} is out of bounds for axis {d} with size {size}")
+        return _device_select().wrap_negative(a, size) if lo < 0 else a.astype(np.int64, copy=False)
     if a.size:
         lo, hi = a.min(), a.max()
         if lo < -size or hi >= size:
@@ -124,7 +155,7 @@ def _cuts_blocks(t, d: int, comp, size: int) -> bool:
     if isinstance(comp, slice):
         start, stop, step = comp.indices(size)
         return step != 1 or (start % bs or max(0, stop - start) % bs)
-    return isinstance(comp, np.ndarray)  # an int selects through a block narrow: fine
+    return _is_array(comp)  # an int selects through a block narrow: fine
 
 
 def _batched_sparse(t, d: int) -> bool:
@@ -155,6 +186,8 @@ def getitem(self, key):
     array([1, 0, 2])
     """
     comps = _expand(key, self.ndim)
+    if not self.is_cuda:  # an index array on a device with a host tensor: ValueError naming both devices
+        backend_for(self, *(c for c in comps if type(c) is not np.ndarray and is_device_array(c)))
     r = self
     d = 0  # the dim of r that the next component indexes
     for k, comp in enumerate(comps):

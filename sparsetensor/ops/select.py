@@ -341,8 +341,8 @@ def index_select(t, dim: int, index, *, threads: int | None = None):
       remapped (repeats give several entries), then sorted. For bsr/bsc a sparse dim
       needs blocksize 1 along it (``NotImplementedError`` otherwise: convert first).
       Batches ending up with different nnz: ``ValueError``.
-    - on a CUDA device: every case above with a host ``index``; an index array on the device
-      raises ``NotImplementedError``.
+    - on a CUDA device: every case above, with a host ``index`` or an index array on the tensor's
+      device (checked there; an index on a device with a host tensor raises ``ValueError``).
 
     Examples
     --------
@@ -355,6 +355,8 @@ def index_select(t, dim: int, index, *, threads: int | None = None):
     """
     _require_sparse(t, "index_select")
     d = normalize_dim(dim, t.ndim, "index_select")
+    if not t.is_cuda:
+        backend_for(t, index)  # a device index with a host tensor: ValueError naming both devices
     idx = _as_index(index, t.shape[d], "index_select")
     K = idx.shape[0]
     shape = t.shape[:d] + (K,) + t.shape[d + 1:]

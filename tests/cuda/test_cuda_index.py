@@ -177,11 +177,21 @@ def test_getitem(backend, rng, layout, kw, index_dtype):
 
 def test_refused(backend, rng):
     t = batched(rng, ("csr", (2,), (2,), None), np.float64, np.int64).cuda()
+    with pytest.raises(NotImplementedError, match="stack of csr tensors at dim 2"):
+        st.stack([t, t], 2)
+
+
+def test_device_index_arrays(backend, rng):
+    """An index array on the device: the CPU's results with the host copy of the index, and a host
+    tensor with a device index raises ValueError naming both devices (tests/cuda/test_cuda_more_ops.py
+    has the rest)."""
+    c = batched(rng, ("csr", (2,), (2,), None), np.float64, np.int64)
+    t = c.cuda()
     index = DeviceArray.from_host(np.array([0]))
-    for call, op in ((lambda: st.index_select(t, 1, index), "index_select with an index array on cuda:0"),
-                     (lambda: t[index], "index array on cuda:0"),
-                     (lambda: st.stack([t, t], 2), "stack of csr tensors at dim 2")):
-        with pytest.raises(NotImplementedError, match=op):
+    assert_same(st.index_select(t, 1, index), st.index_select(c, 1, np.array([0])))
+    assert_same(t[index], c[np.array([0])])
+    for call in (lambda: st.index_select(c, 1, index), lambda: c[index], lambda: c[:, index]):
+        with pytest.raises(ValueError, match="different devices: cpu and cuda"):
             call()
 
 

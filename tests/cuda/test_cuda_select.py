@@ -161,12 +161,11 @@ def test_mixed_devices(backend, rng):
             st.cat(tensors, 0)
 
 
-def test_refused(backend, rng):
-    """What the GPU still lacks here: index arrays on the device (tests/cuda/test_cuda_index.py has
-    the rest: select, stack, batch and dense dims, coo)."""
-    t = batched(rng, ("csr", (2,), (2,), None), np.float64, np.int64).cuda()
-    with pytest.raises(NotImplementedError, match="index_select"):
-        st.index_select(t, 1, DeviceArray.from_host(np.array([0])))
+def test_device_index(backend, rng):
+    """An index array on the device gives the CPU's result (tests/cuda/test_cuda_more_ops.py has
+    the rest: errors, every layout)."""
+    t = batched(rng, ("csr", (2,), (2,), None), np.float64, np.int64)
+    assert_same(st.index_select(t.cuda(), 1, DeviceArray.from_host(np.array([0]))), st.index_select(t, 1, [0]))
 
 
 def without_host_copies(monkeypatch, max_read: int, calls) -> list:

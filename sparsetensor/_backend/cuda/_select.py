@@ -27,7 +27,8 @@ from ...cuda import _primitives as P
 
 __all__ = ["gather_slices", "remap_plain", "narrow_plain", "cat_plain", "cat_compressed", "nonzero",
            "count_nonzero", "index_select_coo", "take_axis",
-           "concat_axis", "insert_zero_row", "same_arrays", "coo_cat_sparse", "padded_values"]
+           "concat_axis", "insert_zero_row", "same_arrays", "coo_cat_sparse", "padded_values", "index_extrema",
+           "first_outside", "wrap_negative"]
 
 
 def _keys(parts) -> tuple:
@@ -77,7 +78,7 @@ def gather_slices(parts, rows: np.ndarray, what: str):
     K = rows.shape[0]
     counts, src = P.empty(dev, (B, K), np.int64), P.empty(dev, (B * K,), np.int64)
     P.run(dev, "select.cu", "gather_counts", _keys(parts)[1:], B * K, c, B, n1 - 1, parts.plain.shape[1],
-          P.from_host(dev, np.ascontiguousarray(rows, dtype=np.int64)), K, counts, src)
+          _on_device(dev, rows), K, counts, src)
     return _segment_copy(parts, counts, src, what)
 
 
@@ -92,12 +93,26 @@ def narrow_plain(parts, start: int, length: int):
     return _segment_copy(parts, counts, src, "narrow", shift=start)
 
 
-def _index_map(index: np.ndarray, size: int):
-    """The positions of host ``index`` grouped by value: ``targets[first[v]:first[v + 1]]`` are the
-    positions holding v, in increasing order."""
-    targets = np.argsort(index, kind="stable").astype(np.int64)
-    first = np.zeros(size + 1, dtype=np.int64)
-    np.cumsum(np.bincount(index, minlength=size), out=first[1:])
+def _on_device(dev, index):
+    """int64 ``index`` (host, or already a device array) on ``dev``."""
+    if isinstance(index, np.ndarray):
+        return P.from_host(dev, np.ascontiguousarray(index, dtype=np.int64))
+    return index.astype(np.int64, copy=False)
+
+
+def _index_map(dev, index, size: int):
+    """The positions of ``index`` (in range; host, or an int64 device array) grouped by value, as
+    device arrays: ``targets[first[v]:first[v + 1]]`` are the positions holding v, in increasing
+    order (on the device: a stable radix sort of the values and the lower bounds of 0..size)."""
+    if isinstance(index, np.ndarray):
+        targets = np.argsort(index, kind="stable").astype(np.int64)
+        first = np.zeros(size + 1, dtype=np.int64)
+        np.cumsum(np.bincount(index, minlength=size), out=first[1:])
+        return P.from_host(dev, first), P.from_host(dev, targets)
+    K = index.shape[0]
+    keys, targets = P.radix_sort(dev, index.view(np.uint64), max(size - 1, 0).bit_length())
+    first = P.empty(dev, (size + 1,), np.int64)
+    P.run(dev, "scan.cu", "lower_bounds", (), size + 1, keys, K, size, first)
     return first, targets
 
 
@@ -110,7 +125,7 @@ def remap_plain(parts, index: np.ndarray, nondecreasing: bool, what: str):
     B, n, nnz_in, W = c.shape[0], c.shape[1] - 1, p.shape[1], v.shape[2]
     K = index.shape[0]
     check_fits(c.dtype, parts.layout.name, **{"ncols" if parts.layout.compressed_rows else "nrows": K})
-    first, targets = (P.from_host(dev, a) for a in _index_map(index, parts.plain_size))
+    first, targets = _index_map(dev, index, parts.plain_size)
     keys = _keys(parts)
     Nin = B * nnz_in
     counts = P.empty(dev, (Nin,), np.int64)
@@ -245,7 +260,7 @@ def index_select_coo(indices, raw, d: int, idx: np.ndarray, shape: tuple):
     dev = indices._device
     S, Nin = indices.shape
     W = raw.shape[1]
-    first, targets = (P.from_host(dev, a) for a in _index_map(idx, shape[d]))
+    first, targets = _index_map(dev, idx, shape[d])
     ik = P.index_key(indices.dtype)
     counts = P.empty(dev, (Nin,), np.int64)
     P.run(dev, "select.cu", "remap_counts", (ik,), Nin, indices[d], Nin, first, counts)
@@ -259,15 +274,15 @@ def index_select_coo(indices, raw, d: int, idx: np.ndarray, shape: tuple):
     return out_i, out_v
 
 
-def take_axis(a, axis: int, index: np.ndarray):
-    """``np.take(a, index, axis=axis)`` of device array ``a`` for a host int64 ``index`` in range:
-    a new C-contiguous device array (selection along batch and dense dims)."""
+def take_axis(a, axis: int, index):
+    """``np.take(a, index, axis=axis)`` of device array ``a`` for an int64 ``index`` in range (host,
+    or on ``a``'s device): a new C-contiguous device array (selection along batch and dense dims)."""
     dev = a._device
     shape = a.shape
     K = index.shape[0]
     out = P.empty(dev, shape[:axis] + (K,) + shape[axis + 1:], a.dtype)
     pre, size, post = math.prod(shape[:axis]), shape[axis], math.prod(shape[axis + 1:])
-    idx = P.from_host(dev, np.ascontiguousarray(index, dtype=np.int64))
+    idx = _on_device(dev, index)
     P.run(dev, "select.cu", "take_axis", (P.raw_key(a.itemsize),), pre * K * post, a, pre, size, post, idx, K, out)
     return out
 
@@ -344,4 +359,40 @@ def padded_values(values: list, ax: int, shape: tuple):
         P.run(dev, "select.cu", "place_block", (P.raw_key(v.itemsize),), n * A * m * C, v, n, A, m, C, row, col, total,
               out)
         row, col = row + n, col + m
+    return out
+
+
+def index_extrema(a) -> tuple:
+    """``(min, max, smallest step)`` of a 1-d device integer array (host ints; None for what an
+    array that short lacks): the bounds check and order of a device index (a few numbers read)."""
+    from ._reduce import _extrema
+
+    K = a.shape[0]
+    if not K:
+        return None, None, None
+    hi, lo = _extrema(a, 1, K, 0, 1)
+    step = int(_extrema(a, 1, K - 1, 1, K - 1)[1][0]) if K > 1 else None
+    return int(lo[0]), int(hi[0]), step
+
+
+def first_outside(a, size: int) -> int | None:
+    """The first entry (in order) of 1-d device integer array ``a`` outside ``[0, size)``, or None
+    (the COO bounds check of validate.cu on a one-row index; one report read)."""
+    dev = a._device
+    K = a.shape[0]
+    key = P.empty(dev, (1,), np.uint64)
+    dev.memset8(key.ptr, 0xFF, 8)
+    out = P.empty(dev, (6,), np.int64)
+    ik = (P.index_key(a.dtype),)
+    P.run(dev, "validate.cu", "coo_bounds", ik, K, a, 1, K, P.from_host(dev, np.array([size], np.int64)), key)
+    P.run(dev, "validate.cu", "coo_report", ik, 1, a, 1, K, key, out)
+    r = P.read_ints(dev, out)
+    return int(r[3]) if r[0] else None
+
+
+def wrap_negative(a, size: int):
+    """1-d device integer array ``a`` (entries in ``[-size, size)``) as int64 coordinates in ``[0, size)``."""
+    dev = a._device
+    out = P.empty(dev, a.shape, np.int64)
+    P.run(dev, "select.cu", "wrap_negative", (P.index_key(a.dtype),), a.shape[0], a, a.shape[0], size, out)
     return out
