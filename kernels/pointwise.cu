@@ -94,6 +94,13 @@ __global__ void complex_abs(const A* __restrict__ in, A* __restrict__ out, i64 n
     ST_GRID_LOOP(i, n) { out[i] = hypot(in[2 * i], in[2 * i + 1]); }
 }
 
+// The real (part 0) or imaginary (part 1) parts of complex64 / complex128 into float32 / float64.
+// st:kernel real
+template <typename A>
+__global__ void complex_part(const A* __restrict__ in, A* __restrict__ out, i64 n, int part) {
+    ST_GRID_LOOP(i, n) { out[i] = in[2 * i + part]; }
+}
+
 template <typename A>
 __device__ __forceinline__ A scalar_apply(A x, A s, int op) {
     if (op == SOP_MUL) return x * s;

@@ -209,16 +209,12 @@ _POINTWISE = ("abs", "neg", "negative", "sign", "sgn", "sqrt", "square", "sin", 
               "asinh", "atan", "atanh", "expm1", "log1p", "ceil", "floor", "round", "trunc", "frac", "relu",
               "conj", "pow", "deg2rad", "rad2deg", "exp", "exp2", "cos", "cosh", "acos", "acosh", "log", "log2", "log10", "sigmoid",
               "rsqrt", "reciprocal")
-# those with f(0) != 0: refused on the CPU (ValueError), not run on a GPU
-_DENSE_AT_ZERO = frozenset(("exp", "exp2", "cos", "cosh", "acos", "acosh", "log", "log2", "log10", "sigmoid", "rsqrt",
-                            "reciprocal"))
-
 OPS: tuple = (
-    *(Op(name, getattr(pointwise, name), gpu=name not in _DENSE_AT_ZERO) for name in _POINTWISE),
-    Op("real", _real, function=False, kind="property"),
-    Op("imag", _imag, function=False, kind="property"),
-    Op("real", pointwise.real, method=False),
-    Op("imag", pointwise.imag, method=False),
+    *(Op(name, getattr(pointwise, name), gpu=True) for name in _POINTWISE),
+    Op("real", _real, function=False, kind="property", gpu=True),
+    Op("imag", _imag, function=False, kind="property", gpu=True),
+    Op("real", pointwise.real, method=False, gpu=True),
+    Op("imag", pointwise.imag, method=False, gpu=True),
     # reductions (NumPy's axis=/keepdims=/out= accepted where np.sum & co. pass them)
     Op("sum", _numpy_axis(reduce.sum), gpu=True),
     Op("mean", _numpy_axis(reduce.mean), gpu=True),
@@ -286,12 +282,12 @@ OPS: tuple = (
     Op("__pow__", _pow_operator, function=False, gpu=True),
     Op("__array_ufunc__", _lazy_ufunc(_array_ufunc), function=False, gpu=True),
     # SciPy's LinearOperator protocol (aslinearoperator and the iterative solvers)
-    Op("matvec", linop.matvec, function=False),
-    Op("rmatvec", linop.rmatvec, function=False),
-    Op("matmat", linop.matmat, function=False),
-    Op("rmatmat", linop.rmatmat, function=False),
-    Op("adjoint", linop.adjoint, function=False),
-    Op("H", linop.adjoint, function=False, kind="property"),
+    Op("matvec", linop.matvec, function=False, gpu=True),
+    Op("rmatvec", linop.rmatvec, function=False, gpu=True),
+    Op("matmat", linop.matmat, function=False, gpu=True),
+    Op("rmatmat", linop.rmatmat, function=False, gpu=True),
+    Op("adjoint", linop.adjoint, function=False, gpu=True),
+    Op("H", linop.adjoint, function=False, kind="property", gpu=True),
     # SciPy's sparse constructors and direct solvers get a TypeError naming to_scipy() instead of densifying
     Op("__array__", linop.array_refusing_scipy(SparseTensor.__array__), function=False, gpu=True),
     # NumPy's function protocol (NEP 18); the functions it takes are array_function.HANDLED

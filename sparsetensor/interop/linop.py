@@ -12,6 +12,10 @@ no copy), with ``conj`` applied to the dense side for complex tensors
 A coo tensor is converted to csr inside every product (a sort unless it is coalesced):
 convert it once with ``t.to_sparse_csr()`` before handing it to a solver.
 
+A CUDA tensor takes dense device operands (:class:`sparsetensor.cuda.DeviceArray` or any
+device array) and gives device results; a host operand raises matmul's ValueError naming
+both devices (nothing is moved).
+
 What needs more than products:
 
 - ``scipy.sparse.linalg.expm_multiply(t, B)`` treats an object that is neither a SciPy
@@ -31,8 +35,10 @@ import sys
 
 import numpy as np
 
+from .._backend import backend_for, device_of
 from .._core._tensor import SparseTensor
 from ..ops.blas import matmul
+from ..ops.pointwise import conj
 
 __all__ = ["matvec", "rmatvec", "matmat", "rmatmat", "adjoint", "array_refusing_scipy"]
 
@@ -43,11 +49,13 @@ def _matrix(t, op: str):
                          f"of shape {t.shape}")
 
 
-def _operand(x, n: int, op: str, matrix: bool) -> np.ndarray:
-    """``x`` as an array of ``n`` rows: ``(n,)``/``(n, 1)`` for a vector, ``(n, k)`` for a matrix (SciPy's rules)."""
+def _operand(x, n: int, op: str, matrix: bool):
+    """``x`` as an array of ``n`` rows: ``(n,)``/``(n, 1)`` for a vector, ``(n, k)`` for a matrix (SciPy's rules).
+
+    A device array stays where it is (the product runs on its device, or refuses a mix of devices)."""
     if isinstance(x, SparseTensor):
         raise TypeError(f"{op}: the operand must be dense, got a sparse {x.layout.name} tensor")
-    a = np.asanyarray(x)
+    a = x if device_of(x) not in (None, "cpu") else np.asanyarray(x)
     if matrix:
         if a.ndim != 2 or a.shape[0] != n:
             raise ValueError(f"{op}: expected a dense matrix of shape ({n}, k), got shape {a.shape}")
@@ -88,8 +96,15 @@ def matmat(self, X):
 def _adjoint_product(self, x):
     """``self^H @ x`` through the transpose view (the values are not copied)."""
     if self.dtype.kind == "c":
-        return np.conj(matmul(self.mT, np.conj(x)))
+        return _conj(matmul(self.mT, _conj(x)))
     return matmul(self.mT, x)
+
+
+def _conj(x):
+    """The conjugate of a dense array on its device (a real one is returned as it is)."""
+    if np.dtype(x.dtype).kind != "c":
+        return x
+    return backend_for(x).map_values(x, "conj", np.conjugate)
 
 
 def rmatvec(self, x):
@@ -137,10 +152,7 @@ def adjoint(self):
            [1.-2.j, 0.+0.j]]))
     """
     _matrix(self, "adjoint")
-    t = self.mT
-    if self.dtype.kind != "c":
-        return t
-    return t._replace_values(np.conj(t.values()))
+    return conj(self.mT)  # a real tensor is its own conjugate (no copy)
 
 
 # -- SciPy constructors and direct solvers -----------------------------------------------------------

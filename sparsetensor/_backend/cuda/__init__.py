@@ -130,10 +130,13 @@ def reduce_dims(t, dims: tuple, op, threads=None):
 
 def unary(t, name: str, fn, threads=None, arg=None):
     """The values of ``t`` mapped by the pointwise op ``name``: a GPU kernel of
-    :data:`._pointwise.UNARY_OPS`, or ``mul``/``div``/``pow`` by the scalar ``arg`` (in the
-    values' dtype); ``fn``, the NumPy function, is not used on the device."""
+    :data:`._pointwise.UNARY_OPS`, ``real``/``imag`` of complex values, or ``mul``/``div``/``pow``
+    by the scalar ``arg`` (in the values' dtype); ``fn``, the NumPy function, is not used on the
+    device."""
     if name in ("mul", "div", "pow"):
         return _pointwise.scalar_op(t, arg, name).values()
+    if name in ("real", "imag") and arg is None:
+        return _pointwise.complex_part(t, name).values()
     if arg is not None and arg != 0:
         raise NotImplementedError(f"{name} with arguments ({arg!r}) of a {t.layout.name} tensor on {t.device} has no "
                                   "GPU kernel; run it on the host with t.cpu()")

@@ -5,8 +5,8 @@ The result shares the indices of its input and has new values (the input is neve
 modified). Nonlinear functions need distinct indices: an uncoalesced COO input is
 coalesced first, a compressed one not known canonical is checked (and repaired).
 float16 computes in float32 and rounds once. Complex values support ``neg``,
-``square``, ``conj`` and ``abs`` (a real result); other functions of complex values
-raise NotImplementedError. Integer and bool values raise TypeError.
+``square``, ``conj``, and ``abs``, ``real`` and ``imag`` (real results); other functions
+of complex values raise NotImplementedError. Integer and bool values raise TypeError.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import numpy as np
 from ...cuda import _primitives as P
 from ...cuda._classes import CudaCOOTensor
 
-__all__ = ["UNARY_OPS", "unary", "scalar_op", "mul_scalar", "div_scalar", "pow_scalar", "map_array"]
+__all__ = ["UNARY_OPS", "unary", "complex_part", "scalar_op", "mul_scalar", "div_scalar", "pow_scalar", "map_array"]
 
 # name -> (code in pointwise.cu, linear)
 UNARY_OPS = {
@@ -84,6 +84,21 @@ def unary(t, op: str):
     return t._replace_values(out)
 
 
+def complex_part(t, part: str):
+    """The real or imaginary part (``part``) of complex device tensor ``t``: its pattern, new
+    contiguous values of the real dtype (linear: an uncoalesced input stays as it is).
+
+    A strided copy, not a view: device tensors hold contiguous values only."""
+    dt = t.dtype
+    if dt.kind != "c" or part not in ("real", "imag"):
+        raise TypeError(f"{part} on cuda takes complex64 or complex128 values, got {dt}")
+    v = t.values()
+    real = np.dtype(np.float32 if dt == np.complex64 else np.float64)
+    out = P.empty(v._device, v.shape, real)
+    P.run(v._device, "pointwise.cu", "complex_part", (real.name,), v.size, v, out, v.size, int(part == "imag"))
+    return t._replace_values(out)
+
+
 def scalar_op(t, scalar, op: str):
     """``values * s``, ``values / s`` or ``values ** s`` (reals, ``s > 0``) for a Python/NumPy scalar."""
     if op not in _SCALAR:
@@ -120,11 +135,17 @@ def pow_scalar(t, exponent):
 
 def map_array(x, op: str, arg=None):
     """Dense device array ``x`` (float16/32/64) mapped by the unary ``op`` of :data:`UNARY_OPS`, or by
-    ``mul``/``div``/``pow`` with the real scalar ``arg``: a new array of its dtype."""
+    ``mul``/``div``/``pow`` with the real scalar ``arg``; complex64/128 by ``neg``, ``square`` and
+    ``conj``: a new array of its dtype."""
     dev = x._device
     dt = x.dtype
+    if dt.kind == "c" and op in _COMPLEX_OK and op not in ("abs", "absolute") and arg is None:
+        out = P.empty(dev, x.shape, dt)  # the conjugate of rmatvec's dense side, for one
+        P.run(dev, "pointwise.cu", "unary_complex", (dt.name,), x.size, x, out, x.size, UNARY_OPS[op][0])
+        return out
     if dt.kind != "f":
-        raise NotImplementedError(f"{op} of a {dt} device array has no GPU kernel (float16, float32, float64)")
+        raise NotImplementedError(f"{op} of a {dt} device array has no GPU kernel (float16, float32, float64; "
+                                  "neg, square and conj of complex64, complex128)")
     out = P.empty(dev, x.shape, dt)
     if op in _SCALAR:
         P.run(dev, "pointwise.cu", "scalar_op", (dt.name,), x.size, x, out, x.size, _SCALAR[op], float(arg), 0.0)
