@@ -45,6 +45,26 @@ __global__ void coo_to_dense(const I* __restrict__ idx, i64 S, i64 nnz, const i6
     }
 }
 
+// The diagonal of a coalesced COO idx (S, nnz) over sparse dims d1, d2 (sizes dims[0..S)): entry
+// n with idx[d2] - idx[d1] == offset writes its W items to out (P, W, k) at (the row-major
+// position of its other sparse dims, e, its place on the diagonal). The input has distinct
+// indices, so no two entries write one element.
+// st:kernel raw index
+template <typename R, typename I>
+__global__ void coo_diagonal(const I* __restrict__ idx, i64 S, i64 nnz, const i64* __restrict__ dims, i64 d1, i64 d2,
+                             i64 offset, i64 k, const R* __restrict__ vals, i64 W, R* __restrict__ out) {
+    ST_GRID_LOOP(t, nnz * W) {
+        const i64 n = t / W, e = t - n * W;
+        const i64 i1 = (i64)idx[d1 * nnz + n], i2 = (i64)idx[d2 * nnz + n];
+        if (i2 - i1 != offset) continue;
+        i64 flat = 0;
+        for (i64 d = 0; d < S; ++d) {
+            if (d != d1 && d != d2) flat = flat * dims[d] + (i64)idx[d * nnz + n];
+        }
+        out[(flat * W + e) * k + (offset >= 0 ? i1 : i2)] = vals[t];
+    }
+}
+
 // Nonzero tests: unsigned items under a mask (float16: 0x7fff, so -0.0 is zero), reals as
 // reals (NaN is nonzero, -0.0 is zero).
 __device__ __forceinline__ bool nonzero(unsigned char x, u64 mask) { return (x & mask) != 0; }

@@ -296,8 +296,8 @@ OPS: tuple = (
     Op("__getitem__", indexing.getitem, function=False, gpu=True),
     Op("__setitem__", indexing.setitem, function=False, gpu=True),
     # ops that NumPy and SciPy users call as methods
-    Op("diagonal", diagonal.diagonal),
-    Op("trace", diagonal.trace),
+    Op("diagonal", diagonal.diagonal, gpu=True),
+    Op("trace", diagonal.trace, gpu=True),
     # pickling and Dask's chunk protocol (a device tensor: the functions name the device themselves)
     Op("__reduce__", _chunk.reduce, function=False, gpu=True),
     Op("__dask_tokenize__", _chunk.tokenize, function=False, gpu=True),

@@ -2,9 +2,11 @@
 
 Both go through the COO form of the tensor (a compressed tensor's batch dims become its
 leading sparse dims), keep the entries whose two coordinates differ by ``offset`` and sum
-them into a dense result (duplicates of an uncoalesced tensor add up, as in ``to_dense``).
-The result is a dense NumPy array: the diagonal of every other index, of size
-``prod(other dims) * diagonal length``, refused above the ``np.asarray`` size limit.
+them into a dense result (duplicates of an uncoalesced tensor add up, as in ``to_dense``):
+the backend's ``diagonal`` kernel, then ``sum_axis`` for the trace. The result is a dense
+array on the tensor's device (a NumPy array, or a device array for a CUDA tensor): the
+diagonal of every other index, of size ``prod(other dims) * diagonal length``, refused above
+the ``np.asarray`` size limit.
 """
 
 from __future__ import annotations
@@ -12,8 +14,7 @@ from __future__ import annotations
 import math
 import operator
 
-import numpy as np
-
+from .._backend import backend_for
 from .._core._canonical import ensure_valid
 from .._core._tensor import DENSIFY_LIMIT, SparseTensor
 
@@ -53,8 +54,9 @@ def diagonal(t, offset: int = 0, dim1: int = 0, dim2: int = 1):
 
     Returns
     -------
-    numpy.ndarray
-        The other dims in order (dense dims included), then the diagonal as the last axis:
+    numpy.ndarray or sparsetensor.cuda.DeviceArray
+        On ``t``'s device. The other dims in order (dense dims included), then the diagonal as
+        the last axis:
         element ``i`` is ``t[..., i, i + offset]`` (``t[..., i - offset, i]`` for a
         negative offset).
 
@@ -68,33 +70,22 @@ def diagonal(t, offset: int = 0, dim1: int = 0, dim2: int = 1):
     (array([2, 4]), array([5]))
     """
     offset, d1, d2 = _dims(t, offset, dim1, dim2, "diagonal")
-    coo = t.to_sparse_coo()  # t itself when it is coo
-    coo = ensure_valid(coo)
     shape = t.shape
     n1, n2 = shape[d1], shape[d2]
     k = max(0, min(n1, n2 - offset) if offset >= 0 else min(n1 + offset, n2))
-    sd = coo.sparse_dim
-    other = [d for d in range(sd) if d not in (d1, d2)]
-    other_shape = tuple(shape[d] for d in other)
-    dense = shape[sd:]
-    P = math.prod(other_shape)
-    if P * k * math.prod(dense) > DENSIFY_LIMIT:
+    size = k * math.prod(shape[d] for d in range(t.ndim) if d not in (d1, d2))
+    if size > DENSIFY_LIMIT:
         raise ValueError(f"diagonal of a {t.layout.name} tensor of shape {shape} would have "
-                         f"{P * k * math.prod(dense)} elements (limit {DENSIFY_LIMIT})")
-    idx = coo.indices()
-    on = idx[d2].astype(np.int64) - idx[d1] == offset
-    pos = (idx[d1] if offset >= 0 else idx[d2])[on]
-    flat = (np.ravel_multi_index(tuple(idx[d][on] for d in other), other_shape) if other
-            else np.zeros(pos.shape, dtype=np.int64))
-    out = np.zeros((P, k) + dense, dtype=t.dtype)
-    np.add.at(out, (flat, pos), coo.values()[on])
-    out = out.reshape(other_shape + (k,) + dense)
-    return np.moveaxis(out, len(other_shape), -1) if dense else out
+                         f"{size} elements (limit {DENSIFY_LIMIT})")
+    coo = ensure_valid(t.to_sparse_coo())  # t itself when it is coo
+    return backend_for(coo).diagonal(coo, offset, d1, d2, k)
 
 
 def trace(t, offset: int = 0, dim1: int = 0, dim2: int = 1, dtype=None):
     """The sum of :func:`diagonal` (NumPy's ``np.trace``: a scalar for a 2-d tensor, integer sums of
     small integer and bool dtypes widened as ``np.sum`` does).
+
+    A CUDA tensor gives a device array (0-d for a 2-d tensor), summed on the device.
 
     Examples
     --------
@@ -103,4 +94,5 @@ def trace(t, offset: int = 0, dim1: int = 0, dim2: int = 1, dtype=None):
     >>> float(t.trace()), float(t.trace(1))
     (4.0, 2.0)
     """
-    return np.sum(diagonal(t, offset, dim1, dim2), axis=-1, dtype=dtype)
+    d = diagonal(t, offset, dim1, dim2)
+    return backend_for(d).sum_axis(d, -1, dtype)

@@ -38,7 +38,7 @@ __all__ = ["device", "validate", "coalesce", "to_dense", "from_dense", "convert"
            "merge", "reduce_sum", "reduce_sum_dims", "reduce_dims", "unary", "sddmm", "gather_slices", "remap_plain",
            "narrow_plain", "cat_plain", "cat_compressed", "index_select_coo", "compressed_sum", "plain_sum", "segment_reduce",
            "scatter_reduce", "segment_softmax", "group_by", "batch_offsets", "map_values", "sample_dense", "add_to_dense", "elementwise",
-           "check_bounds"]
+           "check_bounds", "diagonal", "sum_axis"]
 
 device = "cpu"
 
@@ -297,6 +297,30 @@ _ELEMENTWISE = {"mul": np.multiply, "div": np.true_divide, "maximum": np.maximum
 def elementwise(x: np.ndarray, y: np.ndarray, op: str, threads=None) -> np.ndarray:
     """``op`` ("mul", "div", "maximum", "minimum") of two arrays of one shape and dtype."""
     return _ELEMENTWISE[op](x, y)
+
+
+def diagonal(coo, offset: int, d1: int, d2: int, k: int, threads=None) -> np.ndarray:
+    """The diagonal of COO ``coo`` (indices valid) over its sparse dims ``d1``, ``d2``: a dense
+    array (other sparse dims, dense dims, ``k``), duplicates summed (``np.add.at``)."""
+    shape = coo.shape
+    sd = coo.sparse_dim
+    other = [d for d in range(sd) if d not in (d1, d2)]
+    other_shape = tuple(shape[d] for d in other)
+    dense = shape[sd:]
+    idx = coo.indices()
+    on = idx[d2].astype(np.int64) - idx[d1] == offset
+    pos = (idx[d1] if offset >= 0 else idx[d2])[on]
+    flat = (np.ravel_multi_index(tuple(idx[d][on] for d in other), other_shape) if other
+            else np.zeros(pos.shape, dtype=np.int64))
+    out = np.zeros((math.prod(other_shape), k) + dense, dtype=coo.dtype)
+    np.add.at(out, (flat, pos), coo.values()[on])
+    out = out.reshape(other_shape + (k,) + dense)
+    return np.moveaxis(out, len(other_shape), -1) if dense else out
+
+
+def sum_axis(x: np.ndarray, axis: int, dtype, threads=None) -> np.ndarray:
+    """``x`` summed over ``axis`` (dropped), as ``np.sum(x, axis, dtype=dtype)``."""
+    return np.sum(x, axis=axis, dtype=dtype)
 
 
 def _as_4d(full: np.ndarray, shape4: tuple) -> np.ndarray:

@@ -21,7 +21,8 @@ from . import _addmm, _binary, _blas, _coalesce, _convert, _dense, _pointwise, _
 __all__ = ["device", "validate", "coalesce", "to_dense", "from_dense", "convert", "transpose", "spmm", "spgemm", "scale_add",
            "merge", "reduce_sum", "reduce_sum_dims", "reduce_dims", "unary", "sddmm", "gather_slices", "remap_plain",
            "narrow_plain", "cat_plain", "cat_compressed", "index_select_coo", "compressed_sum", "plain_sum", "segment_reduce",
-           "scatter_reduce", "segment_softmax", "group_by", "batch_offsets", "map_values", "sample_dense", "add_to_dense", "elementwise", "check_bounds"]
+           "scatter_reduce", "segment_softmax", "group_by", "batch_offsets", "map_values", "sample_dense", "add_to_dense", "elementwise", "check_bounds",
+           "diagonal", "sum_axis"]
 
 device = "cuda"
 
@@ -141,6 +142,18 @@ def unary(t, name: str, fn, threads=None, arg=None):
         raise NotImplementedError(f"{name} with arguments ({arg!r}) of a {t.layout.name} tensor on {t.device} has no "
                                   "GPU kernel; run it on the host with t.cpu()")
     return _pointwise.unary(t, name).values()
+
+
+def diagonal(coo, offset: int, d1: int, d2: int, k: int, threads=None):
+    """The diagonal of device COO ``coo`` (indices valid) over its sparse dims ``d1``, ``d2``: a
+    dense device array (other sparse dims, dense dims, ``k``), duplicates summed."""
+    return _dense.diagonal(coo, offset, d1, d2, k)
+
+
+def sum_axis(x, axis: int, dtype, threads=None):
+    """Dense device array ``x`` summed over ``axis`` (dropped), in NumPy's result dtype of
+    ``np.sum(x, dtype=dtype)``."""
+    return _reduce_dims.sum_axis(x, axis, dtype)
 
 
 def sddmm(input, mat1, mat2, batch: tuple, beta, alpha, threads=None):

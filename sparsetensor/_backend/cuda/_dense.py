@@ -21,7 +21,7 @@ from ...cuda import _primitives as P
 from ...cuda._array import DeviceArray
 from ...cuda._classes import CudaCOOTensor, CudaCompressedTensor
 
-__all__ = ["to_dense", "dense_to_sparse"]
+__all__ = ["to_dense", "dense_to_sparse", "diagonal"]
 
 # How dense_nonzero tests an item: (ztest key, mask, items per value).
 _ZTEST = {
@@ -83,6 +83,26 @@ def _coo_to_dense(t) -> DeviceArray:
     shape = P.from_host(dev, np.asarray(t.shape[:S], dtype=np.int64))
     P.run(dev, "dense.cu", "coo_to_dense", (P.raw_key(v.itemsize), P.index_key(idx.dtype)), nnz * W, idx, S, nnz,
           shape, v, W, out)
+    return out
+
+
+def diagonal(coo, offset: int, d1: int, d2: int, k: int) -> DeviceArray:
+    """The diagonal (``offset``, sparse dims ``d1``, ``d2``, length ``k``) of device COO ``coo``:
+    a dense device array of its other sparse dims, its dense dims and ``k`` (the CPU's
+    :func:`sparsetensor._backend.cpu.diagonal`), duplicates summed first."""
+    t = coo.coalesce()  # distinct indices: every diagonal element has one writer
+    dev = t.values()._device
+    idx, v = t.indices(), t.values()
+    S, nnz = idx.shape
+    dense = t.shape[S:]
+    other = tuple(t.shape[d] for d in range(S) if d not in (d1, d2))
+    out = P.zeros(dev, other + dense + (k,), t.dtype)
+    W = math.prod(dense)
+    if nnz == 0 or W == 0 or k == 0:
+        return out
+    dims = P.from_host(dev, np.asarray(t.shape[:S], dtype=np.int64))
+    P.run(dev, "dense.cu", "coo_diagonal", (P.raw_key(v.itemsize), P.index_key(idx.dtype)), nnz * W, idx, S, nnz,
+          dims, d1, d2, offset, k, v, W, out)
     return out
 
 

@@ -25,7 +25,7 @@ from ..._core._tensor import COOTensor, CompressedTensor
 from ...cuda import _primitives as P
 from ._coalesce import _runs, _starts, checked
 
-__all__ = ["reduce_dims", "group_by"]
+__all__ = ["reduce_dims", "group_by", "sum_axis"]
 
 _RED = {"sum": 0, "max": 1, "min": 2}
 
@@ -63,6 +63,21 @@ def _reduce_items(v, lead: int, axes: list, red: str):
             P.run(dev, "reduce_dims.cu", "reduce_items", (x.dtype.name,), N * Q, x, N, row, Q, R, len(kept),
                   len(gone), sizes, strides, _RED[red], out)
     return out.view(np.bool_) if as_bool else out
+
+
+def sum_axis(x, axis: int, dtype):
+    """Dense device array ``x`` summed over ``axis`` (dropped) in ``np.sum``'s result dtype for
+    ``dtype``: small integers and bool widen to int64 (uint8 to uint64, summed in int64: integer sums
+    wrap modulo 2**64 in both, so the bits are the same)."""
+    if x.dtype.kind == "c" and dtype is not None and np.dtype(dtype).kind != "c":
+        raise NotImplementedError(f"a sum of {x.dtype} values in {np.dtype(dtype)} (dropping the imaginary parts) "
+                                  f"on {x.device} has no GPU kernel")
+    want = np.sum(np.zeros(1, x.dtype), dtype=dtype).dtype  # NumPy's rule, on one host zero
+    work = np.dtype(np.int64) if want == np.uint64 else want
+    axis %= x.ndim
+    out = _reduce_items(x.astype(work, copy=False), axis, [axis], "sum")
+    out = out.reshape(x.shape[:axis] + x.shape[axis + 1:])
+    return out.view(want) if want != work else out
 
 
 def _reduce_runs(dev, vals2, perm, starts, nout: int, red: str, full: int):
