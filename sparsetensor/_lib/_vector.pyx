@@ -1,16 +1,21 @@
 """Dense vector kernels of the Krylov methods (Cython, OpenMP), in place and in one pass.
 
-``axpy``: ``y += a * x``; ``sub_combination``: ``w -= c @ V`` (``V``'s rows a basis). NumPy's
-``y += a * x`` makes a temporary and reads and writes one vector more; BLAS from SciPy runs
-its own thread pool, which spins beside OpenMP's threads between calls (on two threads a CG
-iteration took ten times as long). These run on the thread count they are handed, in
-blocks of the vectors, so each thread streams its own part.
+``axpy``: ``y += a * x``; ``sub_combination``: ``w -= c @ V`` (``V``'s rows a basis); ``dot``:
+``x^H y``; ``dots``: ``V^H w``, every row's at once in one pass over the basis. NumPy's ``y += a * x`` makes a temporary and reads and writes one vector more;
+BLAS (SciPy's, and NumPy's behind ``np.dot`` on long vectors) runs its own thread pool, which
+spins beside OpenMP's threads between calls (on two threads a CG iteration took five to ten
+times as long). These run on the thread count they are handed, in blocks of the vectors, so
+each thread streams its own part.
+
+``dot`` and ``dots`` sum each block in eight interleaved partial sums and then the blocks'
+sums in block order: the same result on any number of threads.
 
 Inputs are trusted to have the shapes and dtypes documented in ``_vector.pyi``: the wrapper
 (``sparsetensor.mpi._krylov``) checks them.
 """
 
 from cython.parallel cimport prange
+from libc.stdlib cimport free, malloc
 
 ctypedef fused field_t:
     float
@@ -49,3 +54,85 @@ def sub_combination(const field_t[::1] c, const field_t[:, ::1] V, field_t[::1] 
                 ck = c[k]
                 for i in range(lo, hi):
                     w[i] = w[i] - ck * V[k, i]
+
+
+cdef inline field_t _block_dot(const field_t* x, const field_t* y, Py_ssize_t n) noexcept nogil:
+    """``sum conj(x[i]) y[i]`` over one block, in eight interleaved partial sums."""
+    cdef field_t s0 = 0, s1 = 0, s2 = 0, s3 = 0, s4 = 0, s5 = 0, s6 = 0, s7 = 0
+    cdef Py_ssize_t i = 0
+    if field_t is float or field_t is double:
+        while i + 8 <= n:
+            s0 = s0 + x[i] * y[i]
+            s1 = s1 + x[i + 1] * y[i + 1]
+            s2 = s2 + x[i + 2] * y[i + 2]
+            s3 = s3 + x[i + 3] * y[i + 3]
+            s4 = s4 + x[i + 4] * y[i + 4]
+            s5 = s5 + x[i + 5] * y[i + 5]
+            s6 = s6 + x[i + 6] * y[i + 6]
+            s7 = s7 + x[i + 7] * y[i + 7]
+            i += 8
+        while i < n:
+            s0 = s0 + x[i] * y[i]
+            i += 1
+    else:
+        while i + 4 <= n:
+            s0 = s0 + x[i].conjugate() * y[i]
+            s1 = s1 + x[i + 1].conjugate() * y[i + 1]
+            s2 = s2 + x[i + 2].conjugate() * y[i + 2]
+            s3 = s3 + x[i + 3].conjugate() * y[i + 3]
+            i += 4
+        while i < n:
+            s0 = s0 + x[i].conjugate() * y[i]
+            i += 1
+    return ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))
+
+
+def dot(const field_t[::1] x, const field_t[::1] y, int nthreads):
+    """``x^H y`` (``sum conj(x[i]) y[i]``; for real dtypes ``x . y``), in ``x``'s dtype."""
+    cdef Py_ssize_t n = x.shape[0], nb = (n + BLOCK - 1) // BLOCK, b, lo
+    cdef field_t total = 0
+    cdef field_t* part
+    if y.shape[0] != n:
+        raise ValueError(f"dot: x has {n} items, y {y.shape[0]}")
+    if n == 0:
+        return total
+    part = <field_t*> malloc(nb * sizeof(field_t))
+    if part == NULL:
+        raise MemoryError()
+    with nogil:
+        for b in prange(nb, schedule="static", num_threads=nthreads):
+            lo = b * BLOCK
+            part[b] = _block_dot(&x[lo], &y[lo], min(BLOCK, n - lo))
+        for b in range(nb):
+            total = total + part[b]
+    free(part)
+    return total
+
+
+def dots(const field_t[:, ::1] V, const field_t[::1] w, field_t[::1] out, int nthreads):
+    """``out[k] = V[k]^H w`` for every row ``k`` of ``V``, each block of ``w`` read once for all rows."""
+    cdef Py_ssize_t K = V.shape[0], n = w.shape[0], nb = (n + BLOCK - 1) // BLOCK, b, k, lo, m
+    cdef field_t total
+    cdef field_t* part
+    if V.shape[1] != n or out.shape[0] != K:
+        raise ValueError(f"dots: V is {V.shape[0]} x {V.shape[1]}, w has {n} items, out {out.shape[0]}")
+    if K == 0:
+        return
+    if n == 0:
+        out[:] = 0
+        return
+    part = <field_t*> malloc(nb * K * sizeof(field_t))
+    if part == NULL:
+        raise MemoryError()
+    with nogil:
+        for b in prange(nb, schedule="static", num_threads=nthreads):
+            lo = b * BLOCK
+            m = min(BLOCK, n - lo)
+            for k in range(K):
+                part[b * K + k] = _block_dot(&V[k, lo], &w[lo], m)
+        for k in range(K):
+            total = 0
+            for b in range(nb):
+                total = total + part[b * K + k]
+            out[k] = total
+    free(part)

@@ -37,21 +37,36 @@ __all__ = ["bicgstab", "cg", "dot", "gmres", "minres", "norm"]
 
 
 # -- reductions -----------------------------------------------------------------------------
-def _local_dot(a: np.ndarray, b: np.ndarray):
+# OpenBLAS (behind np.dot) sums a dot product on one thread up to about 10^4 items and on its
+# own thread pool above; that pool spins beside OpenMP's threads, so long vectors take our
+# ``_vector.dot`` instead. Shorter ones keep NumPy's, which sums them as SciPy's solvers do.
+_DOT_MIN = 1 << 13
+
+
+def _local_dot(a: np.ndarray, b: np.ndarray, threads=None):
+    """This rank's part of ``a^H b``, as a NumPy scalar of the result type."""
+    if a.size >= _DOT_MIN:
+        f = _vector_kernel("dot", a, b)
+        if f is not None:
+            return a.dtype.type(f(a.reshape(-1), b.reshape(-1), num_threads(threads, a.size, _AXPY_GRAIN)))
     return np.vdot(a, b) if np.iscomplexobj(a) or np.iscomplexobj(b) else np.dot(a, b)
 
 
-def _sqnorm(a: np.ndarray):
+def _sqnorm(a: np.ndarray, threads=None):
     """This rank's part of ``||a||^2``, in ``a``'s real precision, summed as ``np.linalg.norm`` sums it.
 
     For complex ``a`` that is ``re.re + im.im`` (two real dots), not ``vdot(a, a).real``: the two
     round differently, and restarted GMRES on a slowly converging system amplifies the difference
-    into other iteration counts than SciPy's, even on one rank.
+    into other iteration counts than SciPy's, even on one rank. (Long vectors take ``_vector.dot``
+    of the interleaved real and imaginary parts, see ``_DOT_MIN``.)
     """
     if np.iscomplexobj(a):
+        if a.size >= _DOT_MIN and a.flags.c_contiguous:
+            re = a.reshape(-1).view(a.real.dtype)
+            return _local_dot(re, re, threads)
         re, im = a.real, a.imag
         return re.dot(re) + im.dot(im)
-    return np.dot(a, a)
+    return _local_dot(a, a, threads)
 
 
 _KERNEL_TYPES = {np.dtype(np.float32): "float", np.dtype(np.float64): "double",
@@ -89,6 +104,16 @@ def _sub_combination(c: np.ndarray, V: np.ndarray, w: np.ndarray, threads=None) 
         f(c, V, w, num_threads(threads, V.size))
     else:
         w -= c @ V
+
+
+def _basis_dots(V: np.ndarray, w: np.ndarray, threads=None) -> np.ndarray:
+    """``V^H w`` (this rank's part of each basis row's inner product with ``w``), ``V`` uncopied."""
+    f = _vector_kernel("dots", V, w) if w.size >= _DOT_MIN else None
+    if f is None:
+        return (V @ w.conj()).conj() if V.dtype.kind == "c" else V @ w
+    out = np.empty(V.shape[0], dtype=w.dtype)
+    f(V, w, out, num_threads(threads, V.size, _AXPY_GRAIN))
+    return out
 
 
 def _allreduce(comm, values):
@@ -227,8 +252,7 @@ def _open(name, A, b, x0, M, threads, stats, rtol, atol, maxiter):
     bnrm2 = np.sqrt(bb)
     atol = _atol(name, bnrm2, atol, rtol)
     maxiter = n * 10 if maxiter is None else maxiter
-    dotprod = np.vdot if np.iscomplexobj(x) else np.dot
-    return op._matvec, psolve, x, b, run, any_x, bnrm2, atol, maxiter, dotprod
+    return op._matvec, psolve, x, b, run, any_x, bnrm2, atol, maxiter, _local_dot
 
 
 def cg(A, b, x0=None, *, rtol=1e-5, atol=0., maxiter=None, M=None, callback=None, threads=None, stats=None):
@@ -485,7 +509,7 @@ def gmres(A, b, x0=None, *, rtol=1e-5, atol=0., restart=None, maxiter=None, M=No
     if bnrm2 == 0:
         return run.done(b, 0)
     eps = np.finfo(x.dtype.char).eps
-    dotprod = np.vdot if np.iscomplexobj(x) else np.dot
+    dotprod = _local_dot
     if maxiter is None:
         maxiter = n * 10
     if restart is None:
@@ -527,8 +551,8 @@ def gmres(A, b, x0=None, *, rtol=1e-5, atol=0., restart=None, maxiter=None, M=No
                         (tmp,) = run.red(dotprod(v[k, :], w))
                     h[col, k] = tmp
                     w -= tmp * v[k, :]
-            else:  # all projections at once: two passes over the basis (BLAS), one reduction
-                proj = (v[:col + 1] @ w.conj()).conj() if v.dtype.kind == "c" else v[:col + 1] @ w  # V^H w, V uncopied
+            else:  # all projections at once: two passes over the basis, one reduction
+                proj = _basis_dots(v[:col + 1], w, threads)
                 sums = run.red(_sqnorm(w), *proj)
                 h0 = np.sqrt(sums[0])
                 proj[:] = sums[1:]
@@ -572,7 +596,10 @@ def gmres(A, b, x0=None, *, rtol=1e-5, atol=0., restart=None, maxiter=None, M=No
                 y[:k] -= tmp * h[k, :k]
         if y[0] != 0:
             y[0] /= h[0, 0]
-        x += y @ v[:col + 1, :]
+        if x.size >= _DOT_MIN:  # no BLAS thread pool (see _DOT_MIN)
+            _sub_combination(-y, v[:col + 1, :], x, threads)
+        else:
+            x += y @ v[:col + 1, :]
         r = b - matvec(x)
         last = (callback_type == "legacy" and inner_iter == maxiter) or iteration == maxiter - 1
         if last:

@@ -66,6 +66,13 @@ def test_minres(launched, n):
     assert want <= got, sorted(want - got)
 
 
+@pytest.mark.parametrize("n", RANKS[:2])
+def test_long_slices_on_our_inner_product_kernels(launched, n):
+    """Slices of 8450-16900 rows: CG + Jacobi and GMRES(30) + block Jacobi within 2% of SciPy's counts."""
+    got = _passed(launched(n)[0])
+    assert _want("long", DTYPES[:2]) <= got, sorted(_want("long", DTYPES[:2]) - got)
+
+
 @pytest.mark.parametrize("n", RANKS)
 def test_preconditioners_reduce_iterations_and_errors(launched, n):
     out = launched(n)[0]
