@@ -16,7 +16,16 @@ Cases (the issue's targets in brackets):
 - COO coalesce of 100M entries vs ``torch.Tensor.coalesce`` [>= 2x];
 - CSR -> CSC of 100M nnz vs ``torch.Tensor.to_sparse_csc`` [>= 2x];
 - full CSR validation of 100M nnz vs ``torch.sparse_csr_tensor(..., check_invariants=True)``
-  minus the unchecked constructor [>= 5x].
+  minus the unchecked constructor [>= 5x];
+- SpGEMM ``A @ A`` of the 27-point stencil and the R-MAT graph vs torch's CSR ``@`` and
+  CuPy's [>= 1.0];
+- softmax over the R-MAT graph's CSR rows vs ``torch.sparse.softmax``; ``index_select`` of
+  10% of its rows vs torch's [>= 1.0];
+- a GCN layer, ``(A @ (X @ W)).sum()`` forward and backward, A 2M nnz, 64 features, through
+  ``sparsetensor.torch.matmul`` vs ``torch.sparse.mm`` [>= 2x];
+- a SparseAdam step on a 10^6 x 64 embedding, 2^16 Zipf-distributed row indices, our
+  ``sparsetensor.torch.optim.SparseAdam`` (``st.optim.SparseAdam`` without torch) vs
+  ``torch.optim.SparseAdam`` [>= 2x].
 
 Times are medians of CUDA-event timings after a warm-up (each library timed on its own
 stream); throughput is the bytes an op must at least read and write over its time,
@@ -318,12 +327,96 @@ def run(quick=False, repeat=7, emulate=False, profile=False):
     csr_cases(f"csr spmm {n:,}", a, (1, 32, 128))
     del a
     g, scale = STRUCTURES["emulate" if emulate else "quick" if quick else "full"]
-    s27 = st.stencil((g, g, g), 27, dtype=np.float32, index_dtype=np.int32)
-    csr_cases(f"27pt g={g} {s27.nnz:,} nnz", stc.to_device(s27, "cuda"), (1, 32))
-    del s27
-    gr = st.rmat(scale, 16, np.random.default_rng(1), dtype=np.float32, index_dtype=np.int32)
-    csr_cases(f"rmat s={scale} {gr.nnz:,} nnz", stc.to_device(gr, "cuda"), (1, 32))
-    del gr
+    s27 = stc.to_device(st.stencil((g, g, g), 27, dtype=np.float32, index_dtype=np.int32), "cuda")
+    csr_cases(f"27pt g={g} {s27.nnz:,} nnz", s27, (1, 32))
+    gr = stc.to_device(st.rmat(scale, 16, np.random.default_rng(1), dtype=np.float32, index_dtype=np.int32), "cuda")
+    csr_cases(f"rmat s={scale} {gr.nnz:,} nnz", gr, (1, 32))
+
+    # -- SpGEMM, softmax over rows, index_select of 10% of the rows ---------------------------------------
+    def torch_csr(a):
+        return torch.sparse_csr_tensor(torch.from_dlpack(a.crow_indices()), torch.from_dlpack(a.col_indices()),
+                                       torch.from_dlpack(a.values()), a.shape)
+
+    def peer(fn, repeat, timer):
+        """A peer's time, or None where it refuses the case (its error printed)."""
+        try:
+            return timer(fn, repeat)
+        except Exception as e:  # noqa: BLE001 - a peer that lacks the op is reported, not fatal
+            print(f"    peer failed: {type(e).__name__}: {str(e)[:120]}")
+            return None
+
+    def with_peers(**peers):
+        return {k: v for k, v in peers.items() if v is not None}
+
+    for label, a in ((f"27pt g={g}", s27), (f"rmat s={scale}", gr)):
+        c = st.matmul(a, a)
+        ms = ours_t(lambda: st.matmul(a, a), max(3, repeat // 2))
+        ta = torch_csr(a) if torch is not None else None
+        ca = csp.csr_matrix((cp.asarray(a.values()), cp.asarray(a.col_indices()), cp.asarray(a.crow_indices())),
+                            shape=a.shape) if cp is not None else None
+        record(f"spgemm A@A {label} ({c.nnz:,} nnz out)", ms, 2 * a.nnz * 8 + c.nnz * 8,
+               with_peers(torch=ta is not None and peer(lambda: ta @ ta, max(3, repeat // 2), torch_t) or None,
+                          cupy=ca is not None and peer(lambda: ca @ ca, max(3, repeat // 2), cupy_t) or None),
+               ">= 1.0")
+        del c
+    ta = torch_csr(gr) if torch is not None else None
+    ms = ours_t(lambda: st.softmax(gr, 1), repeat)
+    record(f"softmax rows rmat s={scale}", ms, 2 * gr.nnz * 4 + gr.nnz * 4,
+           with_peers(torch=ta is not None and peer(lambda: torch.sparse.softmax(ta, 1), repeat, torch_t) or None),
+           ">= 1.0")
+    pick = np.sort(rng.choice(gr.shape[0], gr.shape[0] // 10, replace=False))
+    ms = ours_t(lambda: st.index_select(gr, 0, pick), repeat)
+    tpick = torch.from_numpy(pick).cuda() if torch is not None else None
+    record(f"index_select 10% rows rmat s={scale}", ms, gr.nnz // 10 * 16,
+           with_peers(torch=ta is not None and peer(lambda: ta.index_select(0, tpick), repeat, torch_t) or None),
+           ">= 1.0")
+    del s27, gr, ta
+
+    # -- a GCN layer forward + backward through the torch bridge ------------------------------------------
+    gcn_n, feats = (131072, 64) if not (emulate or quick) else ((16384, 64) if quick else (256, 8))
+    if torch is not None:
+        import sparsetensor.torch as stt
+
+        crow, col, val = gen.csr(gcn_n, 16, np.int32)
+        tA = torch.sparse_csr_tensor(crow, col, val, (gcn_n, gcn_n))
+        X = torch.randn(gcn_n, feats, device="cuda", requires_grad=True)
+        W = torch.randn(feats, feats, device="cuda", requires_grad=True)
+
+        def step(mm):
+            X.grad = W.grad = None
+            mm(tA, X @ W).square().sum().backward()
+
+        ms = torch_t(lambda: step(stt.matmul), repeat)
+        record(f"gcn layer fwd+bwd {tA.values().numel():,} nnz x {feats}", ms, 4 * tA.values().numel() * 8,
+               with_peers(torch=peer(lambda: step(torch.sparse.mm), repeat, torch_t)), "torch/ours >= 2")
+        del tA, X, W
+    else:
+        print("  gcn layer: needs torch with CUDA (the bridge's case); skipped")
+
+    # -- SparseAdam on an embedding ------------------------------------------------------------------------
+    rows_e, width, hits = (1_000_000, 64, 1 << 16) if not (emulate or quick) else \
+        ((100_000, 64, 1 << 12) if quick else (500, 8, 64))
+    ids = np.minimum(rng.zipf(1.2, hits) - 1, rows_e - 1).astype(np.int64)
+    gvals = rng.standard_normal((hits, width)).astype(np.float32)
+    if torch is not None:
+        import sparsetensor.torch.optim as sto
+
+        def adam_case(cls):
+            p = torch.zeros(rows_e, width, device="cuda", requires_grad=True)
+            p.grad = torch.sparse_coo_tensor(torch.from_numpy(ids[None]).cuda(), torch.from_numpy(gvals).cuda(),
+                                             (rows_e, width))
+            opt = cls([p], lr=1e-3)
+            return opt.step
+
+        ms = torch_t(adam_case(sto.SparseAdam), repeat)
+        peers = with_peers(torch=peer(adam_case(torch.optim.SparseAdam), repeat, torch_t))
+    else:
+        p = stc.DeviceArray.zeros((rows_e, width), np.float32, dev)
+        grad = stc.coo_tensor(ids[None], gvals, (rows_e, width))
+        opt = st.optim.SparseAdam([p], lr=1e-3)
+        ms, peers = ours_t(lambda: opt.step([grad]), repeat), {}
+    record(f"SparseAdam {rows_e:,} x {width}, {hits:,} zipf rows", ms, 2 * 4 * hits * width * 4, peers,
+           "torch/ours >= 2")
 
     # -- BSR SpMM --------------------------------------------------------------------------------------
     # nb block rows/cols of 32 x 32 blocks: 32768 x 32768 for nb = 1024
