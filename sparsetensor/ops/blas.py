@@ -392,7 +392,11 @@ def _rows_csr(S, op: str, threads) -> CompressedTensor:
     _sparse_ndim(op, S, 2, "a 2-d sparse matrix")
     csr = S.to_sparse_csr(threads=threads)
     if not csr.is_coalesced():
-        backend_for(csr).check_bounds(csr, threads)
+        backend = backend_for(csr)
+        if backend.device == "cpu":
+            backend.check_bounds(csr, threads)
+        else:  # the device's bounds check also asks for sorted columns (5.6): repair them, as its conversions do
+            csr = backend.coalesce(csr, threads)
     return csr
 
 
@@ -410,6 +414,9 @@ def _hspmm_work(S, D, op, threads, extra_dtypes=()):
     crow = csr.crow_indices()
     backend = backend_for(csr, D)  # a CPU/GPU mix raises here
     if backend.device != "cpu":
+        if _work_dtype(rt).kind not in "fc":
+            raise NotImplementedError(f"{op} of {rt} operands on {csr.device} has no GPU kernel (the device SpMM "
+                                      "takes floating and complex values); run it on the host with t.cpu()")
         rows, compact, marks = backend.nonempty_rows(crow, threads)
     else:
         marks = None
@@ -427,6 +434,8 @@ def hspmm(S, D, *, threads: int | None = None):
     Its indices are the rows of ``S`` that have specified entries (in order, each once),
     its values the matching rows of the product (PyTorch's ``torch.hspmm``; any layout
     of ``S`` is accepted, converted to csr; a bsr/bsc block specifies all its rows).
+    On a CUDA device (``S`` and ``D`` there) the result is a device tensor, for floating and
+    complex values; so are those of :func:`smm` and :func:`sspaddmm`.
 
     Examples
     --------
