@@ -1,13 +1,15 @@
 """Dense vector kernels of the Krylov methods (Cython, OpenMP), in place and in one pass.
 
 ``axpy``: ``y += a * x``; ``sub_combination``: ``w -= c @ V`` (``V``'s rows a basis); ``dot``:
-``x^H y``; ``dots``: ``V^H w``, every row's at once in one pass over the basis. NumPy's ``y += a * x`` makes a temporary and reads and writes one vector more;
+``x^H y``; ``dots``: ``V^H w``, every row's at once in one pass over the basis; ``xpay``:
+``y = x + a * y``; ``scale_dots``: CG's Jacobi step ``z = d * r`` with ``||r||^2`` and ``r^H z``
+in the same pass. NumPy's ``y += a * x`` makes a temporary and reads and writes one vector more;
 BLAS (SciPy's, and NumPy's behind ``np.dot`` on long vectors) runs its own thread pool, which
 spins beside OpenMP's threads between calls (on two threads a CG iteration took five to ten
 times as long). These run on the thread count they are handed, in blocks of the vectors, so
 each thread streams its own part.
 
-``dot`` and ``dots`` sum each block in eight interleaved partial sums and then the blocks'
+``dot``, ``dots`` and ``scale_dots`` sum each block in eight interleaved partial sums and then the blocks'
 sums in block order: the same result on any number of threads.
 
 Inputs are trusted to have the shapes and dtypes documented in ``_vector.pyi``: the wrapper
@@ -136,3 +138,87 @@ def dots(const field_t[:, ::1] V, const field_t[::1] w, field_t[::1] out, int nt
                 total = total + part[b * K + k]
             out[k] = total
     free(part)
+
+
+def xpay(field_t a, const field_t[::1] x, field_t[::1] y, int nthreads):
+    """``y = x + a * y`` in place (CG's new search direction)."""
+    cdef Py_ssize_t n = y.shape[0], nb = (n + BLOCK - 1) // BLOCK, b, i, lo, hi
+    if x.shape[0] != n:
+        raise ValueError(f"xpay: x has {x.shape[0]} items, y {n}")
+    with nogil:
+        for b in prange(nb, schedule="static", num_threads=nthreads):
+            lo = b * BLOCK
+            hi = min(lo + BLOCK, n)
+            for i in range(lo, hi):
+                y[i] = x[i] + a * y[i]
+
+
+cdef inline void _block_scale_dots(const field_t* d, const field_t* r, field_t* z, Py_ssize_t n,
+                                   field_t* rr, field_t* rz) noexcept nogil:
+    """``z = d * r`` over one block, with ``sum |r|^2`` and ``sum conj(r) z`` in four interleaved
+    partial sums each."""
+    cdef field_t a0 = 0, a1 = 0, a2 = 0, a3 = 0, b0 = 0, b1 = 0, b2 = 0, b3 = 0, z0, z1, z2, z3
+    cdef Py_ssize_t i = 0
+    while i + 4 <= n:
+        z0 = d[i] * r[i]
+        z1 = d[i + 1] * r[i + 1]
+        z2 = d[i + 2] * r[i + 2]
+        z3 = d[i + 3] * r[i + 3]
+        z[i] = z0
+        z[i + 1] = z1
+        z[i + 2] = z2
+        z[i + 3] = z3
+        if field_t is float or field_t is double:
+            a0 = a0 + r[i] * r[i]
+            a1 = a1 + r[i + 1] * r[i + 1]
+            a2 = a2 + r[i + 2] * r[i + 2]
+            a3 = a3 + r[i + 3] * r[i + 3]
+            b0 = b0 + r[i] * z0
+            b1 = b1 + r[i + 1] * z1
+            b2 = b2 + r[i + 2] * z2
+            b3 = b3 + r[i + 3] * z3
+        else:
+            a0 = a0 + r[i].conjugate() * r[i]
+            a1 = a1 + r[i + 1].conjugate() * r[i + 1]
+            a2 = a2 + r[i + 2].conjugate() * r[i + 2]
+            a3 = a3 + r[i + 3].conjugate() * r[i + 3]
+            b0 = b0 + r[i].conjugate() * z0
+            b1 = b1 + r[i + 1].conjugate() * z1
+            b2 = b2 + r[i + 2].conjugate() * z2
+            b3 = b3 + r[i + 3].conjugate() * z3
+        i += 4
+    while i < n:
+        z0 = d[i] * r[i]
+        z[i] = z0
+        if field_t is float or field_t is double:
+            a0 = a0 + r[i] * r[i]
+            b0 = b0 + r[i] * z0
+        else:
+            a0 = a0 + r[i].conjugate() * r[i]
+            b0 = b0 + r[i].conjugate() * z0
+        i += 1
+    rr[0] = (a0 + a1) + (a2 + a3)
+    rz[0] = (b0 + b1) + (b2 + b3)
+
+
+def scale_dots(const field_t[::1] d, const field_t[::1] r, field_t[::1] z, int nthreads):
+    """``z = d * r`` in one pass with ``(r^H r, r^H z)`` (the first real-valued for complex ``r``)."""
+    cdef Py_ssize_t n = r.shape[0], nb = (n + BLOCK - 1) // BLOCK, b, lo
+    cdef field_t rr = 0, rz = 0
+    cdef field_t* part
+    if d.shape[0] != n or z.shape[0] != n:
+        raise ValueError(f"scale_dots: d has {d.shape[0]} items, r {n}, z {z.shape[0]}")
+    if n == 0:
+        return rr, rz
+    part = <field_t*> malloc(2 * nb * sizeof(field_t))
+    if part == NULL:
+        raise MemoryError()
+    with nogil:
+        for b in prange(nb, schedule="static", num_threads=nthreads):
+            lo = b * BLOCK
+            _block_scale_dots(&d[lo], &r[lo], &z[lo], min(BLOCK, n - lo), &part[2 * b], &part[2 * b + 1])
+        for b in range(nb):
+            rr = rr + part[2 * b]
+            rz = rz + part[2 * b + 1]
+    free(part)
+    return rr, rz

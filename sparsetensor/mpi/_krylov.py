@@ -32,6 +32,7 @@ from .._core._config import num_threads
 from .._lib import _vector
 from ._comm import agree
 from ._operator import aslinearoperator
+from ._precond import Jacobi
 
 __all__ = ["bicgstab", "cg", "dot", "gmres", "minres", "norm"]
 
@@ -95,6 +96,37 @@ def _axpy(a, x: np.ndarray, y: np.ndarray, threads=None) -> None:
         f(a, x.reshape(-1), y.reshape(-1), num_threads(threads, y.size, _AXPY_GRAIN))
     else:
         y += a * x
+
+
+def _xpay(a, x: np.ndarray, y: np.ndarray, threads=None) -> None:
+    """``y = x + a * y`` in place: one pass on long slices (``_vector.xpay``), NumPy's two below
+    ``_DOT_MIN`` (SciPy's arithmetic)."""
+    f = _vector_kernel("xpay", x, y) if y.size >= _DOT_MIN else None
+    if f is not None and (y.dtype.kind == "c" or not np.iscomplexobj(a)):
+        f(a, x.reshape(-1), y.reshape(-1), num_threads(threads, y.size, _AXPY_GRAIN))
+    else:
+        y *= a
+        y += x
+
+
+def _fused_jacobi(M, r: np.ndarray, threads=None):
+    """CG's Jacobi step with its two inner products in one pass: a function ``(r, z) -> (r^H r,
+    r^H z)`` that writes ``z = M r``, for a :class:`Jacobi` ``M`` of ``r``'s dtype on a slice of
+    ``_DOT_MIN`` items or more; None otherwise (the separate passes)."""
+    if not isinstance(M, Jacobi) or r.size < _DOT_MIN:
+        return None
+    inv = M.inverse_diagonal
+    f = _vector_kernel("scale_dots", inv, r)
+    if f is None or inv.shape != r.shape:
+        return None
+    nt = num_threads(threads, r.size, _AXPY_GRAIN)
+    real, field = r.real.dtype.type, r.dtype.type
+
+    def step(r, z):
+        rr, rz = f(inv, r, z, nt)
+        return real(rr.real), field(rz)
+
+    return step
 
 
 def _sub_combination(c: np.ndarray, V: np.ndarray, w: np.ndarray, threads=None) -> None:
@@ -319,16 +351,19 @@ def cg(A, b, x0=None, *, rtol=1e-5, atol=0., maxiter=None, M=None, callback=None
         return run.done(b, 0)
     r = b - matvec(x) if any_x else b.copy()
     rho_prev, p = None, None
+    fused = _fused_jacobi(M, r, threads)
+    z = np.empty_like(r) if fused is not None else None
     for iteration in range(maxiter):
-        z = psolve(r)
-        rr, rho_cur = run.red(_sqnorm(r), dotprod(r, z))
+        if fused is not None:
+            rr, rho_cur = run.red(*fused(r, z))
+        else:
+            z = psolve(r)
+            rr, rho_cur = run.red(_sqnorm(r), dotprod(r, z))
         if np.sqrt(rr) < atol:
             return run.done(x, 0)
         run.iterations = iteration + 1
         if iteration > 0:
-            beta = rho_cur / rho_prev
-            p *= beta
-            _axpy(1, z, p, threads)
+            _xpay(rho_cur / rho_prev, z, p, threads)
         else:
             p = np.empty_like(r)
             p[:] = z[:]

@@ -1,4 +1,5 @@
-"""The dense vector kernels of the Krylov methods (_vector.axpy, sub_combination, dot, dots):
+"""The dense vector kernels of the Krylov methods (_vector.axpy, sub_combination, dot, dots, xpay,
+scale_dots):
 results against NumPy for the four field dtypes, lengths around the kernels' 2048-item blocks
 and their 8-item unrolling, 1-3 threads; dot and dots give the same bits on any thread count;
 mismatched lengths raise ValueError instead of reading past an array.
@@ -76,6 +77,29 @@ def test_axpy_and_sub_combination_against_numpy(rng, dtype, n, threads):
     np.testing.assert_allclose(w, want, rtol=10 * RTOL[np.dtype(dtype)], atol=10 * RTOL[np.dtype(dtype)])
 
 
+@pytest.mark.parametrize("threads", THREADS)
+@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_xpay_and_scale_dots_against_numpy(rng, dtype, n, threads):
+    x, y = _vec(rng, n, dtype), _vec(rng, n, dtype)
+    a = dtype(0.5 + 0.25j) if np.dtype(dtype).kind == "c" else dtype(-1.5)
+    want = x + a * y
+    _kernel("xpay", dtype)(a, x, y, threads)
+    np.testing.assert_allclose(y, want, rtol=RTOL[np.dtype(dtype)], atol=RTOL[np.dtype(dtype)])
+    d, r = _vec(rng, n, dtype), _vec(rng, n, dtype)
+    z = np.full(n, 3, dtype)
+    rr, rz = _kernel("scale_dots", dtype)(d, r, z, threads)
+    if np.dtype(dtype).kind == "f":
+        np.testing.assert_array_equal(z, d * r)
+    else:  # a complex product may be contracted to fused multiply-adds
+        np.testing.assert_allclose(z, d * r, rtol=RTOL[np.dtype(dtype)], atol=RTOL[np.dtype(dtype)])
+    r128 = r.astype(np.complex128)
+    _close(rr, np.vdot(r128, r128), dtype, float(np.vdot(r128, r128).real))
+    _close(rz, np.vdot(r128, z.astype(np.complex128)), dtype, float(np.abs(r128) @ np.abs(z).astype(np.float64)))
+    z1 = np.empty_like(z)
+    assert (rr, rz) == _kernel("scale_dots", dtype)(d, r, z1, 1)  # one result on any thread count
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_mismatched_lengths_raise(dtype):
     a, b = np.zeros(5, dtype), np.zeros(6, dtype)
@@ -87,5 +111,11 @@ def test_mismatched_lengths_raise(dtype):
         _kernel("dots", dtype)(np.zeros((2, 5), dtype), b, np.zeros(2, dtype), 1)
     with pytest.raises(ValueError, match="dots"):
         _kernel("dots", dtype)(np.zeros((2, 6), dtype), b, np.zeros(3, dtype), 1)
+    with pytest.raises(ValueError, match="xpay"):
+        _kernel("xpay", dtype)(1, a, b, 1)
+    with pytest.raises(ValueError, match="scale_dots"):
+        _kernel("scale_dots", dtype)(a, b, b, 1)
+    with pytest.raises(ValueError, match="scale_dots"):
+        _kernel("scale_dots", dtype)(b, b, a, 1)
     with pytest.raises(ValueError, match="sub_combination"):
         _kernel("sub_combination", dtype)(np.zeros(2, dtype), np.zeros((3, 6), dtype), b, 1)
