@@ -91,3 +91,6 @@ def cat_rows(
     out_values: np.ndarray,  # (B, nnz_out, E) raw, same raw dtype
     nthreads: int,
 ) -> None: ...
+
+def drop_items(src: np.ndarray, dst: np.ndarray, drop: np.ndarray, itemsize: int) -> None: ...
+# src, dst: 1-d uint8 byte views; drop: sorted distinct int64 item positions; dst = src without them

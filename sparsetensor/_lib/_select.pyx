@@ -400,3 +400,36 @@ def cat_rows(const index_t[:, ::1] compressed, const index_t[:, ::1] plain, cons
             if s1 > s0 and E > 0:
                 memcpy(&out_values[b, d, 0], &values[b, s0, 0], (s1 - s0) * E * sizeof(raw_t))
             cursor[b, i] = d + s1 - s0
+
+
+def drop_items(const unsigned char[::1] src, unsigned char[::1] dst, const int64_t[::1] drop,
+               Py_ssize_t itemsize):
+    """``dst`` = the items of ``src`` (``itemsize`` bytes each) without those at positions ``drop``
+    (sorted, distinct), in order: one ``memcpy`` per run between dropped items, so removing a
+    few items of a long array costs a copy of its bytes (a boolean gather tests every item).
+
+    Bad arguments (a ``dst`` of the wrong size, positions unsorted or out of range) raise
+    ValueError before anything is copied.
+    """
+    cdef Py_ssize_t total = src.shape[0], m = drop.shape[0], n, k, prev = 0, out = 0, length
+    cdef const unsigned char* s
+    cdef unsigned char* d
+    if itemsize <= 0 or total % itemsize:
+        raise ValueError(f"drop_items: {total} bytes are not whole items of {itemsize}")
+    n = total // itemsize
+    if dst.shape[0] != (n - m) * itemsize:
+        raise ValueError(f"drop_items: dst has {dst.shape[0]} bytes, expected {(n - m) * itemsize}")
+    for k in range(m):
+        if drop[k] < prev or drop[k] >= n:
+            raise ValueError(f"drop_items: position {drop[k]} (number {k}) is not sorted, distinct and in [0, {n})")
+        prev = drop[k] + 1
+    if n == m:
+        return
+    s, d, prev = &src[0], &dst[0], 0
+    with nogil:
+        for k in range(m):
+            length = drop[k] - prev
+            memcpy(d + out * itemsize, s + prev * itemsize, length * itemsize)
+            out += length
+            prev = drop[k] + 1
+        memcpy(d + out * itemsize, s + prev * itemsize, (n - prev) * itemsize)

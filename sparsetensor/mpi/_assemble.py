@@ -30,7 +30,7 @@ from ._comm import agree, bytes_of
 from ._exchange import check_mode as check_exchange
 from ._matrix import DistCSR
 from ._bsr import DistBSR, _block_starts, _blocksize, _default_col_starts
-from ._partition import check_starts, even_starts
+from ._partition import check_starts, even_starts, without
 
 __all__ = ["Routing", "assemble", "assemble_vector", "build", "owners"]
 
@@ -393,17 +393,16 @@ def assemble(rows, cols, values, shape, comm=None, *, row_starts=None, col_start
         vals = v.astype(vdt, copy=False)
     else:  # only the entries of other ranks' rows travel; this rank's stay, placed in rank order
         dest = owners(starts, r)
-        mine = dest == rank
-        far = ~mine
+        far = np.flatnonzero(dest != rank)
         route = Routing(comm, dest[far])
         before = int(route.recv_counts[:rank].sum())  # received from lower ranks: they come first
-        own = int(np.count_nonzero(mine))
+        own = r.shape[0] - far.shape[0]
         idx = np.empty((2, route.received + own), dtype=wire)  # the COO indices
         vals = np.empty(route.received + own, dtype=vdt)
         for a, out, dt in ((r, idx[0], wire), (c, idx[1], wire), (v, vals, vdt)):
             got = route.send(a[far], dt)
             out[:before], out[before + own:] = got[:before], got[before:]
-            out[before:before + own] = a[mine]
+            without(a, far, out[before:before + own])
         del route
     idx[0] -= wire.type(starts[rank])  # global rows -> this rank's rows
     A = build(comm, shp, starts, cstarts, idx, vals, insert=mode == "insert", index_dtype=idt, exchange=exchange)

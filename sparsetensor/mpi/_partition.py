@@ -14,8 +14,25 @@ import numpy as np
 
 from .._core._errors import InvariantError
 from .._core._from_arrays import sparse_bsr_tensor, sparse_csr_tensor
+from .._lib._select import drop_items
 
-__all__ = ["balanced_starts", "even_starts", "check_starts", "check_row_pointers", "local_csr", "split_blocks"]
+__all__ = ["balanced_starts", "even_starts", "check_starts", "check_row_pointers", "local_csr", "split_blocks",
+           "without"]
+
+
+def without(a: np.ndarray, drop: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """``out`` (C-contiguous) filled with ``a``'s items (along axis 0) except those at the sorted,
+    distinct positions ``drop``, cast to ``out``'s dtype. The kept items are copied run by run
+    between the dropped ones: where a rank keeps most of its entries (its own rows, its own
+    columns), that is a copy of their bytes, against a test of every item by a boolean mask."""
+    a = np.ascontiguousarray(a, dtype=out.dtype)
+    if a.shape[1:] != out.shape[1:] or not out.flags.c_contiguous:
+        raise ValueError(f"without: items of shape {a.shape[1:]} into a C-contiguous {out.shape[1:]} array")
+    item = a.dtype.itemsize * int(np.prod(a.shape[1:], dtype=np.int64))
+    if item:
+        drop_items(a.reshape(-1).view(np.uint8), out.reshape(-1).view(np.uint8),
+                   np.ascontiguousarray(drop, dtype=np.int64), item)
+    return out
 
 
 def even_starts(n: int, size: int) -> np.ndarray:
@@ -141,24 +158,22 @@ def split_blocks(t, c0: int, c1: int):
     crow, cols, vals = t.crow_indices(), t.col_indices(), t.values()
     idt = cols.dtype
     nloc = crow.shape[0] - 1
-    own = (cols >= c0) & (cols < c1)
-    off = ~own
-    if not off.any():  # every column is this rank's (one rank, say): t itself is the diagonal block
+    far = np.flatnonzero((cols < c0) | (cols >= c1))  # the off-diagonal entries
+    if not far.shape[0]:  # every column is this rank's (one rank, say): t itself is the diagonal block
         diag = _tensor(crow, cols - idt.type(c0) if c0 else cols, vals, nloc, c1 - c0, blocksize)
         offd = _tensor(np.zeros(nloc + 1, dtype=idt), cols[:0], vals[:0], nloc, 0, blocksize)
         diag._canonical, offd._canonical = t.is_coalesced(), True
         return diag, offd, np.zeros(0, dtype=np.int64)
-    rows = np.repeat(np.arange(nloc, dtype=np.int64), np.diff(crow))
-    ghosts = np.unique(cols[off]).astype(np.int64)
-
-    def block(mask, c, ncols):
-        counts = np.bincount(rows[mask], minlength=nloc)
-        cr = np.zeros(nloc + 1, dtype=idt)
-        np.cumsum(counts, out=cr[1:])
-        b = _tensor(cr, c.astype(idt, copy=False), vals[mask], nloc, ncols, blocksize)
-        b._canonical = t.is_coalesced()  # a subsequence of each checked row keeps its order
-        return b
-
-    diag = block(own, cols[own] - idt.type(c0), c1 - c0)
-    offd = block(off, np.searchsorted(ghosts, cols[off]), ghosts.shape[0])
+    ocols = cols[far]
+    ghosts = np.unique(ocols).astype(np.int64)
+    # the row of each off-diagonal entry; the diagonal block's row pointers are the rest
+    ocr = np.zeros(nloc + 1, dtype=idt)
+    np.cumsum(np.bincount(np.searchsorted(crow, far, side="right") - 1, minlength=nloc), out=ocr[1:])
+    dcols = without(cols, far, np.empty(cols.shape[0] - far.shape[0], dtype=idt))
+    if c0:
+        dcols -= idt.type(c0)
+    diag = _tensor((crow - ocr).astype(idt, copy=False), dcols, without(vals, far, np.empty(
+        (dcols.shape[0],) + vals.shape[1:], dtype=vals.dtype)), nloc, c1 - c0, blocksize)
+    offd = _tensor(ocr, np.searchsorted(ghosts, ocols).astype(idt), vals[far], nloc, ghosts.shape[0], blocksize)
+    diag._canonical = offd._canonical = t.is_coalesced()  # a subsequence of each checked row keeps its order
     return diag, offd, ghosts
