@@ -43,11 +43,20 @@ def axpy(field_t a, const field_t[::1] x, field_t[::1] y, int nthreads):
 
 
 def sub_combination(const field_t[::1] c, const field_t[:, ::1] V, field_t[::1] w, int nthreads):
-    """``w -= c @ V`` in place: ``w[i] -= c[0] V[0, i] + c[1] V[1, i] + ...`` (summed in that order)."""
+    """``w -= c @ V`` in place: ``w[i] -= c[0] V[0, i] + c[1] V[1, i] + ...`` (summed in that order).
+
+    Returns the new ``w^H w``, summed as :func:`dot` sums it, from each block while it is still in
+    cache (GMRES needs the norm of what is left)."""
     cdef Py_ssize_t n = w.shape[0], K = c.shape[0], nb = (n + BLOCK - 1) // BLOCK, b, i, k, lo, hi
-    cdef field_t ck
+    cdef field_t ck, total = 0
+    cdef field_t* part
     if V.shape[0] != K or V.shape[1] != n:
         raise ValueError(f"sub_combination: V is {V.shape[0]} x {V.shape[1]}, expected {K} x {n}")
+    if n == 0:
+        return total
+    part = <field_t*> malloc(nb * sizeof(field_t))
+    if part == NULL:
+        raise MemoryError()
     with nogil:
         for b in prange(nb, schedule="static", num_threads=nthreads):
             lo = b * BLOCK
@@ -56,6 +65,11 @@ def sub_combination(const field_t[::1] c, const field_t[:, ::1] V, field_t[::1] 
                 ck = c[k]
                 for i in range(lo, hi):
                     w[i] = w[i] - ck * V[k, i]
+            part[b] = _block_dot(&w[lo], &w[lo], hi - lo)
+        for b in range(nb):
+            total = total + part[b]
+    free(part)
+    return total
 
 
 cdef inline field_t _block_dot(const field_t* x, const field_t* y, Py_ssize_t n) noexcept nogil:
@@ -112,30 +126,31 @@ def dot(const field_t[::1] x, const field_t[::1] y, int nthreads):
 
 
 def dots(const field_t[:, ::1] V, const field_t[::1] w, field_t[::1] out, int nthreads):
-    """``out[k] = V[k]^H w`` for every row ``k`` of ``V``, each block of ``w`` read once for all rows."""
-    cdef Py_ssize_t K = V.shape[0], n = w.shape[0], nb = (n + BLOCK - 1) // BLOCK, b, k, lo, m
+    """``out[k] = V[k]^H w`` for every row ``k`` of ``V``, each block of ``w`` read once for all rows;
+    with one more entry in ``out``, ``w^H w`` last (GMRES's norm before the projection)."""
+    cdef Py_ssize_t K = V.shape[0], n = w.shape[0], nb = (n + BLOCK - 1) // BLOCK, b, k, lo, m, J = out.shape[0]
     cdef field_t total
     cdef field_t* part
-    if V.shape[1] != n or out.shape[0] != K:
+    if V.shape[1] != n or (J != K and J != K + 1):
         raise ValueError(f"dots: V is {V.shape[0]} x {V.shape[1]}, w has {n} items, out {out.shape[0]}")
-    if K == 0:
+    if J == 0:
         return
     if n == 0:
         out[:] = 0
         return
-    part = <field_t*> malloc(nb * K * sizeof(field_t))
+    part = <field_t*> malloc(nb * J * sizeof(field_t))
     if part == NULL:
         raise MemoryError()
     with nogil:
         for b in prange(nb, schedule="static", num_threads=nthreads):
             lo = b * BLOCK
             m = min(BLOCK, n - lo)
-            for k in range(K):
-                part[b * K + k] = _block_dot(&V[k, lo], &w[lo], m)
-        for k in range(K):
+            for k in range(J):
+                part[b * J + k] = _block_dot(&V[k, lo] if k < K else &w[lo], &w[lo], m)
+        for k in range(J):
             total = 0
             for b in range(nb):
-                total = total + part[b * K + k]
+                total = total + part[b * J + k]
             out[k] = total
     free(part)
 

@@ -129,23 +129,27 @@ def _fused_jacobi(M, r: np.ndarray, threads=None):
     return step
 
 
-def _sub_combination(c: np.ndarray, V: np.ndarray, w: np.ndarray, threads=None) -> None:
-    """``w -= c @ V`` in place (``V``: the basis rows), in one pass over ``V`` without a temporary."""
+def _sub_combination(c: np.ndarray, V: np.ndarray, w: np.ndarray, threads=None):
+    """``w -= c @ V`` in place (``V``: the basis rows), in one pass over ``V`` without a temporary.
+    Returns this rank's part of the new ``||w||^2`` where that pass computed it (long slices,
+    see ``_DOT_MIN``), else None."""
     f = _vector_kernel("sub_combination", c, V, w)
     if f is not None and w.ndim == 1:
-        f(c, V, w, num_threads(threads, V.size))
-    else:
-        w -= c @ V
+        ww = f(c, V, w, num_threads(threads, V.size))
+        return w.real.dtype.type(ww.real) if w.size >= _DOT_MIN else None
+    w -= c @ V
+    return None
 
 
-def _basis_dots(V: np.ndarray, w: np.ndarray, threads=None) -> np.ndarray:
-    """``V^H w`` (this rank's part of each basis row's inner product with ``w``), ``V`` uncopied."""
+def _basis_dots(V: np.ndarray, w: np.ndarray, threads=None) -> tuple:
+    """``(||w||^2, V^H w)``: this rank's part of ``w``'s squared norm and of each basis row's inner
+    product with ``w``, in one pass over ``V`` and ``w`` on long slices; ``V`` uncopied."""
     f = _vector_kernel("dots", V, w) if w.size >= _DOT_MIN else None
     if f is None:
-        return (V @ w.conj()).conj() if V.dtype.kind == "c" else V @ w
-    out = np.empty(V.shape[0], dtype=w.dtype)
+        return _sqnorm(w), (V @ w.conj()).conj() if V.dtype.kind == "c" else V @ w
+    out = np.empty(V.shape[0] + 1, dtype=w.dtype)
     f(V, w, out, num_threads(threads, V.size, _AXPY_GRAIN))
-    return out
+    return w.real.dtype.type(out[-1].real), out[:-1]
 
 
 def _allreduce(comm, values):
@@ -587,21 +591,21 @@ def gmres(A, b, x0=None, *, rtol=1e-5, atol=0., restart=None, maxiter=None, M=No
                     h[col, k] = tmp
                     w -= tmp * v[k, :]
             else:  # all projections at once: two passes over the basis, one reduction
-                proj = _basis_dots(v[:col + 1], w, threads)
-                sums = run.red(_sqnorm(w), *proj)
+                ww, proj = _basis_dots(v[:col + 1], w, threads)
+                sums = run.red(ww, *proj)
                 h0 = np.sqrt(sums[0])
                 proj[:] = sums[1:]
                 h[col, :col + 1] = proj
-                _sub_combination(proj, v[:col + 1], w, threads)
-            (ww,) = run.red(_sqnorm(w))
+                ww = _sub_combination(proj, v[:col + 1], w, threads)
+            (ww,) = run.red(_sqnorm(w) if gram_schmidt == "modified" or ww is None else ww)
             h1 = np.sqrt(ww)
             h[col, col + 1] = h1
-            v[col + 1, :] = w[:]
             if h1 <= eps * h0:  # the exact solution is in the basis
+                v[col + 1, :] = w[:]
                 h[col, col + 1] = 0
                 breakdown = True
             else:
-                v[col + 1, :] *= (1 / h1)
+                np.multiply(w, 1 / h1, out=v[col + 1, :])
             for k in range(col):  # the earlier rotations, on the new column
                 c, s = givens[k, 0], givens[k, 1]
                 n0, n1 = h[col, [k, k + 1]]

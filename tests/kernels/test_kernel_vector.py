@@ -33,6 +33,15 @@ def _close(got, want, dtype, scale):
     assert abs(got - want) <= RTOL[np.dtype(dtype)] * max(scale, 1.0), (got, want)
 
 
+def _same_sum(got, want, dtype):
+    """The same summation: bitwise for real dtypes; for complex ones the compiler may contract a
+    product to fused multiply-adds differently where the loop is inlined, so to rounding."""
+    if np.dtype(dtype).kind == "f":
+        assert got == want
+    else:
+        _close(got, want, dtype, abs(want))
+
+
 @pytest.mark.parametrize("threads", THREADS)
 @pytest.mark.parametrize("n", SIZES)
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -60,6 +69,10 @@ def test_dots_against_numpy(rng, dtype, K, n, threads):
     for k in range(K):
         _close(out[k], want[k], dtype, float(np.abs(V[k]).astype(np.float64) @ np.abs(w).astype(np.float64)))
         assert out[k] == _kernel("dot", dtype)(V[k], w, 1)  # the same sums as dot, row by row
+    more = np.empty(K + 1, dtype)  # one more entry: w^H w last
+    _kernel("dots", dtype)(V, w, more, threads)
+    np.testing.assert_array_equal(more[:K], out)
+    _same_sum(more[K], _kernel("dot", dtype)(w, w, 1), dtype)
 
 
 @pytest.mark.parametrize("threads", THREADS)
@@ -73,8 +86,9 @@ def test_axpy_and_sub_combination_against_numpy(rng, dtype, n, threads):
     np.testing.assert_allclose(y, want, rtol=RTOL[np.dtype(dtype)], atol=RTOL[np.dtype(dtype)])
     V, c, w = _vec(rng, (4, n), dtype), _vec(rng, 4, dtype), _vec(rng, n, dtype)
     want = w - c @ V
-    _kernel("sub_combination", dtype)(c, V, w, threads)
+    ww = _kernel("sub_combination", dtype)(c, V, w, threads)
     np.testing.assert_allclose(w, want, rtol=10 * RTOL[np.dtype(dtype)], atol=10 * RTOL[np.dtype(dtype)])
+    _same_sum(ww, _kernel("dot", dtype)(w, w, 1), dtype)  # the new w's squared norm, summed as dot sums it
 
 
 @pytest.mark.parametrize("threads", THREADS)
@@ -110,7 +124,7 @@ def test_mismatched_lengths_raise(dtype):
     with pytest.raises(ValueError, match="dots"):
         _kernel("dots", dtype)(np.zeros((2, 5), dtype), b, np.zeros(2, dtype), 1)
     with pytest.raises(ValueError, match="dots"):
-        _kernel("dots", dtype)(np.zeros((2, 6), dtype), b, np.zeros(3, dtype), 1)
+        _kernel("dots", dtype)(np.zeros((2, 6), dtype), b, np.zeros(4, dtype), 1)
     with pytest.raises(ValueError, match="xpay"):
         _kernel("xpay", dtype)(1, a, b, 1)
     with pytest.raises(ValueError, match="scale_dots"):
