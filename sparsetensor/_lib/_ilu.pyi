@@ -30,4 +30,5 @@ def solve_triangular(
     unit_diagonal: bool,
     info: np.ndarray,  # (2,) int64 out
     inv_diag: np.ndarray,  # (0,) or (n,), same dtype as a: the diagonal's reciprocals, multiplied by
+    diag_pos: np.ndarray,  # (0,) or (n,) int64: each row's diagonal position in cols
 ) -> None: ...

@@ -214,22 +214,76 @@ cdef void _ic0(const index_t[::1] crow, const index_t[::1] cols, field_t[::1] a,
 
 
 def solve_triangular(const index_t[::1] crow, const index_t[::1] cols, const field_t[::1] a, field_t[:, ::1] b,
-                     bint lower, bint unit_diagonal, int64_t[::1] info, const field_t[::1] inv_diag):
+                     bint lower, bint unit_diagonal, int64_t[::1] info, const field_t[::1] inv_diag,
+                     const int64_t[::1] diag_pos):
     """Solve ``T X = B`` in place over ``b`` (n, k), T the lower (or upper) triangle of the CSR matrix.
 
     Entries outside the triangle are not read; ``unit_diagonal``: the diagonal is taken as 1
     (its entries are not read either). ``info`` as for :func:`ilu0` (ZERO_PIVOT: a zero
     diagonal entry, MISSING_DIAGONAL: none). ``inv_diag``: empty, or the n reciprocals of the
     diagonal, which each row then multiplies by (a division on the rows' dependency chain costs
-    several multiplications); a row must still hold its diagonal entry.
+    several multiplications); a row must still hold its diagonal entry. ``diag_pos``: empty, or
+    the position of each row's diagonal entry in ``cols``, so the triangle's part of a row is a
+    known range instead of a scan for the diagonal (the same sums, in the same order).
     """
     cdef Py_ssize_t n = crow.shape[0] - 1
     cdef Py_ssize_t nnz = cols.shape[0]
-    if n < 0 or a.shape[0] != nnz or b.shape[0] != n or info.shape[0] < 2 or inv_diag.shape[0] not in (0, n):
+    if n < 0 or a.shape[0] != nnz or b.shape[0] != n or info.shape[0] < 2 or inv_diag.shape[0] not in (0, n) \
+            or diag_pos.shape[0] not in (0, n):
         raise ValueError(f"solve_triangular: expected crow (n + 1), cols and values of one length, b of n = {n} "
-                         f"rows (got {b.shape[0]}), info of 2 items and inv_diag of 0 or n items")
+                         f"rows (got {b.shape[0]}), info of 2 items and inv_diag and diag_pos of 0 or n items")
     with nogil:
-        _trsv(crow, cols, a, b, n, nnz, lower, unit_diagonal, info, inv_diag)
+        if diag_pos.shape[0] and b.shape[1] == 1:
+            _trsv_known(crow, cols, a, &b[0, 0] if n > 0 else NULL, n, nnz, lower, unit_diagonal, info, inv_diag,
+                        diag_pos)
+        else:
+            _trsv(crow, cols, a, b, n, nnz, lower, unit_diagonal, info, inv_diag)
+
+
+cdef void _trsv_known(const index_t[::1] crow, const index_t[::1] cols, const field_t[::1] a, field_t* x,
+                      Py_ssize_t n, Py_ssize_t nnz, bint lower, bint unit_diagonal, int64_t[::1] info,
+                      const field_t[::1] inv_diag, const int64_t[::1] diag_pos) noexcept nogil:
+    # _trsv for one right-hand side whose rows' diagonal positions are known. A position or an
+    # index changed since the check gives a wrong result, never an access out of bounds.
+    cdef Py_ssize_t step, i
+    cdef int64_t lo, hi, p, j, d
+    cdef field_t s, v
+    _fail(info, OK, -1)
+    for step in range(n):
+        i = step if lower else n - 1 - step
+        lo = crow[i]
+        hi = crow[i + 1]
+        d = diag_pos[i]
+        if bad_segment(lo, hi, nnz) or d < lo or d >= hi:
+            _fail(info, CHANGED, i)
+            return
+        s = x[i]
+        if lower:
+            for p in range(lo, d):
+                j = cols[p]
+                if bad_index(j, n):
+                    _fail(info, CHANGED, i)
+                    return
+                s = s - a[p] * x[j]
+        else:
+            p = hi - 1
+            while p > d:
+                j = cols[p]
+                if bad_index(j, n):
+                    _fail(info, CHANGED, i)
+                    return
+                s = s - a[p] * x[j]
+                p -= 1
+        if unit_diagonal:
+            x[i] = s
+        elif inv_diag.shape[0]:
+            x[i] = s * inv_diag[i]
+        else:
+            v = a[d]
+            if _is_zero(v):
+                _fail(info, ZERO_PIVOT, i)
+                return
+            x[i] = s / v
 
 
 cdef void _trsv(const index_t[::1] crow, const index_t[::1] cols, const field_t[::1] a, field_t[:, ::1] b,

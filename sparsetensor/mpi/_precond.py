@@ -56,7 +56,9 @@ class LocalFactor:
         if kind == "ilu0":
             vals = np.ascontiguousarray(t.values(), dtype=dtype)
             lu = _backend.ilu0_values(crow, cols, vals)
-            self._lu = (crow, cols, lu, _backend.inverse_diagonal(crow, cols, lu))  # U's diagonal, inverted
+            # U's diagonal inverted; where the diagonal sits in each row, for both solves
+            self._lu = (crow, cols, lu, _backend.inverse_diagonal(crow, cols, lu),
+                        _backend.diagonal_positions(crow, cols))
             return
         crow, cols, vals = _lower(t, dtype)
         lv = _backend.ic0_values(crow, cols, vals)
@@ -67,7 +69,8 @@ class LocalFactor:
         np.cumsum(np.bincount(cols, minlength=self.n), out=hcrow[1:])
         hcols, hvals = rows[order].astype(crow.dtype), np.conj(lv[order])
         self._lu = (crow, cols, lv, hcrow, hcols, hvals, _backend.inverse_diagonal(crow, cols, lv),
-                    _backend.inverse_diagonal(hcrow, hcols, hvals))
+                    _backend.inverse_diagonal(hcrow, hcols, hvals), _backend.diagonal_positions(crow, cols),
+                    _backend.diagonal_positions(hcrow, hcols))
 
     def _splu(self, dtype):
         if self._scipy is None:
@@ -103,11 +106,11 @@ class LocalFactor:
         x = _columns(r, self.n, dtype)
         m = self._members(dtype)
         if self.kind == "ilu0":
-            _backend.solve_triangular(m[0], m[1], m[2], x, True, True, "ilu0 solve")
-            _backend.solve_triangular(m[0], m[1], m[2], x, False, False, "ilu0 solve", m[3])
+            _backend.solve_triangular(m[0], m[1], m[2], x, True, True, "ilu0 solve", None, m[4])
+            _backend.solve_triangular(m[0], m[1], m[2], x, False, False, "ilu0 solve", m[3], m[4])
         else:
-            _backend.solve_triangular(m[0], m[1], m[2], x, True, False, "ic0 solve", m[6])
-            _backend.solve_triangular(m[3], m[4], m[5], x, False, False, "ic0 solve", m[7])
+            _backend.solve_triangular(m[0], m[1], m[2], x, True, False, "ic0 solve", m[6], m[8])
+            _backend.solve_triangular(m[3], m[4], m[5], x, False, False, "ic0 solve", m[7], m[9])
         return x.reshape(r.shape)
 
 

@@ -165,3 +165,30 @@ def test_local_factor_solves(kind, dtype):
         op = L @ L.conj().T
     assert np.abs(op @ x - r).max() <= tol(dtype) * 100
     assert np.array_equal(f.solve(r[:, 0]), x[:, 0])
+
+
+@pytest.mark.parametrize("index_dtype", INDEX)
+@pytest.mark.parametrize("dtype", VALUES)
+@pytest.mark.parametrize("lower", [True, False])
+@pytest.mark.parametrize("unit", [False, True])
+def test_triangular_solve_with_known_diagonal_positions(index_dtype, dtype, lower, unit):
+    """Rows' diagonal positions given (the block-Jacobi solves): the same sums in the same order as the
+    scan for the diagonal, bitwise, with and without the diagonal's reciprocals; a position outside its
+    row (the arrays changed since) raises instead of reading out of bounds."""
+    from sparsetensor._backend.cpu import _ilu
+
+    t = tensor(pattern_matrix(40, 8, dtype), index_dtype)
+    crow, cols, vals = t.crow_indices(), t.col_indices(), np.ascontiguousarray(t.values())
+    pos = _ilu.diagonal_positions(crow, cols)
+    inv = _ilu.inverse_diagonal(crow, cols, vals)
+    assert pos is not None and np.array_equal(cols[pos], np.arange(40))
+    b = np.random.default_rng(9).standard_normal((40, 1)).astype(dtype)
+    for recip in (None, inv):
+        want = _ilu.solve_triangular(crow, cols, vals, b.copy(), lower, unit, "t", recip)
+        got = _ilu.solve_triangular(crow, cols, vals, b.copy(), lower, unit, "t", recip, pos)
+        assert np.array_equal(got, want)
+    bad = pos.copy()
+    bad[17] = crow[18]  # the next row's first entry
+    with pytest.raises(ValueError, match="row 17 is out of range: the arrays changed"):
+        _ilu.solve_triangular(crow, cols, vals, b.copy(), lower, unit, "t", None, bad)
+    assert _ilu.diagonal_positions(np.array([0, 1, 1]), np.array([0])) is None  # row 1 has no diagonal

@@ -14,9 +14,12 @@ from numpy.linalg import LinAlgError
 
 from ..._lib import _ilu as _kernels
 
-__all__ = ["FIELD_DTYPES", "ic0_values", "ilu0_values", "inverse_diagonal", "solve_triangular"]
+__all__ = ["FIELD_DTYPES", "diagonal_positions", "ic0_values", "ilu0_values", "inverse_diagonal",
+           "solve_triangular"]
 
 FIELD_DTYPES = (np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.complex64), np.dtype(np.complex128))
+
+_NO_POSITIONS = np.empty(0, dtype=np.int64)
 
 # the kernels' statuses (see _ilu.pyx)
 _OK, _ZERO_PIVOT, _MISSING, _NOT_POSITIVE, _CHANGED, _NOT_LOWER = range(6)
@@ -74,30 +77,40 @@ def ic0_values(crow: np.ndarray, cols: np.ndarray, vals: np.ndarray) -> np.ndarr
     return _factor_values("ic0", "L", crow, cols, vals)
 
 
-def inverse_diagonal(crow: np.ndarray, cols: np.ndarray, vals: np.ndarray):
-    """``1 / diag`` of a CSR matrix whose every row holds its diagonal entry, nonzero; else None."""
+def diagonal_positions(crow: np.ndarray, cols: np.ndarray):
+    """Each row's diagonal position in ``cols`` (int64) of a CSR matrix whose every row holds its
+    diagonal entry once; else None."""
     n = crow.shape[0] - 1
     rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(crow))
-    on = cols == rows
-    if np.count_nonzero(on) != n:
+    pos = np.flatnonzero(cols == rows)
+    return pos if pos.shape[0] == n else None
+
+
+def inverse_diagonal(crow: np.ndarray, cols: np.ndarray, vals: np.ndarray):
+    """``1 / diag`` of a CSR matrix whose every row holds its diagonal entry, nonzero; else None."""
+    pos = diagonal_positions(crow, cols)
+    if pos is None:
         return None
-    d = vals[on]
+    d = vals[pos]
     if not np.all(d != 0):
         return None
     return 1 / d
 
 
 def solve_triangular(crow: np.ndarray, cols: np.ndarray, vals: np.ndarray, b: np.ndarray, lower: bool,
-                     unit_diagonal: bool, what: str = "spsolve_triangular", inv_diag=None) -> np.ndarray:
+                     unit_diagonal: bool, what: str = "spsolve_triangular", inv_diag=None,
+                     diag_pos=None) -> np.ndarray:
     """Solve with the lower (upper) triangle of the matrix, in place over ``b`` ((n, k) C-contiguous, values' dtype);
-    ``inv_diag``: the diagonal's reciprocals (:func:`inverse_diagonal`), multiplied by instead of dividing."""
+    ``inv_diag``: the diagonal's reciprocals (:func:`inverse_diagonal`), multiplied by instead of dividing;
+    ``diag_pos``: each row's diagonal position (:func:`diagonal_positions`), so rows are not scanned for it."""
     _check(what, crow, cols, vals)
     if b.dtype != vals.dtype or b.ndim != 2 or b.shape[0] != crow.shape[0] - 1 or not b.flags.c_contiguous \
             or not b.flags.writeable:
         raise ValueError(f"{what}: expected a writeable C-contiguous right-hand side of shape ({crow.shape[0] - 1}, k) "
                          f"and dtype {vals.dtype}, got {b.shape} {b.dtype}")
     inv = vals[:0] if inv_diag is None else np.ascontiguousarray(inv_diag, dtype=vals.dtype)
+    pos = _NO_POSITIONS if diag_pos is None else np.ascontiguousarray(diag_pos, dtype=np.int64)
     info = np.zeros(2, dtype=np.int64)
-    _kernels.solve_triangular(crow, cols, vals, b, bool(lower), bool(unit_diagonal), info, inv)
+    _kernels.solve_triangular(crow, cols, vals, b, bool(lower), bool(unit_diagonal), info, inv, pos)
     _status(info, what, "A")
     return b
