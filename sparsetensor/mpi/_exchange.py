@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 from mpi4py import MPI
 
 from ._comm import bytes_of
@@ -49,12 +50,45 @@ class GhostExchange:
         self.recv_plan = recv_plan
         self._graphs: dict = {}   # reverse flag -> distributed-graph communicator
         self._types: dict = {}    # row bytes -> committed contiguous datatype
+        self._persistent: dict = {}  # (dtype, row shape) -> (send, recv, persistent requests)
         self.mode = "p2p"
         self.set_mode(mode)
+
+    #: How many (dtype, row shape) pairs keep their buffers and persistent requests.
+    persistent_shapes = 4
+
+    def persistent(self, dtype, row_shape: tuple):
+        """``(send, recv, requests)`` for forward exchanges of rows of ``row_shape`` and ``dtype``,
+        made on first use and kept: buffers of the plan's sizes and persistent
+        ``MPI_Recv_init``/``MPI_Send_init`` requests on them, started together by
+        ``MPI_Startall`` (PETSc's VecScatter keeps its requests so). None in ``"neighbor"`` mode.
+        The caller fills ``send``, starts the requests and completes them before the next use."""
+        if self.mode != "p2p":
+            return None
+        key = (np.dtype(dtype).str, tuple(row_shape))
+        got = self._persistent.get(key)
+        if got is None:
+            if len(self._persistent) >= self.persistent_shapes:
+                self._free_persistent(next(iter(self._persistent)))
+            nsend = sum(c for _, _, c in self.send_plan)
+            nrecv = sum(c for _, _, c in self.recv_plan)
+            send = np.empty((nsend,) + key[1], dtype=dtype)
+            recv = np.empty((nrecv,) + key[1], dtype=dtype)
+            comm = self._comm
+            reqs = [comm.Recv_init(bytes_of(recv[o:o + c]), source=q, tag=_TAG) for q, o, c in self.recv_plan]
+            reqs += [comm.Send_init(bytes_of(send[o:o + c]), dest=q, tag=_TAG) for q, o, c in self.send_plan]
+            got = self._persistent[key] = (send, recv, reqs)
+        return got
+
+    def _free_persistent(self, key) -> None:
+        for r in self._persistent.pop(key)[2]:
+            r.Free()
 
     def set_mode(self, mode: str) -> None:
         """Switch to ``mode``; the graph communicators are created here (collective for ``"neighbor"``)."""
         check_mode(mode)
+        for key in list(self._persistent):
+            self._free_persistent(key)
         if mode == "neighbor" and not self._graphs:
             for reverse in (False, True):
                 out_plan, in_plan = self._plans(reverse)
@@ -95,7 +129,10 @@ class GhostExchange:
         return len(out_plan), len(in_plan)
 
     def free(self) -> None:
-        """Release the graph communicators and datatypes (collective when the mode was ever ``"neighbor"``)."""
+        """Release the graph communicators, datatypes and persistent requests (collective when the mode
+        was ever ``"neighbor"``)."""
+        for key in list(self._persistent):
+            self._free_persistent(key)
         for g in self._graphs.values():
             g.Free()
         for t in self._types.values():

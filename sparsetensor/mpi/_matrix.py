@@ -472,9 +472,15 @@ class DistCSR:
         x = self._check_operand(x, self._c1 - self._c0, f"{type(self).__name__} @ x", "x", check)
         t0 = time.perf_counter()
         xb = x if self._bc == 1 else x.reshape((-1, self._bc) + x.shape[1:])  # one message row per block column
-        recv = np.empty((self._ghosts.shape[0],) + xb.shape[1:], dtype=x.dtype)
-        send = np.take(xb, self._send_idx, axis=0)
-        reqs = self._exchange.post(send, recv)
+        kept = self._exchange.persistent(x.dtype, xb.shape[1:]) if x.ndim == 1 else None
+        if kept is not None:  # a vector: the kept buffers and requests, started in one call
+            send, recv, reqs = kept
+            np.take(xb, self._send_idx, axis=0, out=send)
+            MPI.Prequest.Startall(reqs)
+        else:
+            recv = np.empty((self._ghosts.shape[0],) + xb.shape[1:], dtype=x.dtype)
+            send = np.take(xb, self._send_idx, axis=0)
+            reqs = self._exchange.post(send, recv)
         t1 = time.perf_counter()
         if send.nbytes + recv.nbytes > self.progress_threshold and self._diag.shape[0] > 1:
             y, t_test = self._diag_product_with_progress(x, reqs, threads)
