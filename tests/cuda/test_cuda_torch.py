@@ -100,6 +100,7 @@ def test_round_trip_shares_device_memory(torch_cuda, rng, case, dtype):
     assert torch.equal(y.to_dense().cpu(), x.to_dense().cpu())
     assert all(a.data_ptr() == b.ptr for a, b in zip(_members(y)[-1:], [d.values()]))
     _members(x)[-1].mul_(2)
+    torch.cuda.synchronize()  # torch's write is on its stream; our copy to the host on ours
     assert (d.cpu().to_dense() == 2 * t.to_dense()).all()  # one memory
 
 
