@@ -185,22 +185,22 @@ def _require_torch_cuda(torch, where: str):
                                   "device, so it cannot hold the members; move the tensor with .cpu() first")
 
 
-def _to_torch_device(torch, t, copy, check):
-    """:func:`to_torch` of a tensor on a CUDA device: every member through DLPack."""
-    _require_torch_cuda(torch, t.device)
-    values = _device_tensor(torch, t.values(), copy, "values")
+def _sparse_of(torch, t, copy, check, member):
+    """The torch tensor of sparse ``t`` with each member made by ``member(a, copy, what, index)``
+    (host: :func:`_tensor_of`; device: :func:`_device_tensor`)."""
+    values = member(t.values(), copy, "values", False)
     if isinstance(t, COOTensor):
         indices, index_copy = t.indices(), copy
         if indices.dtype != np.int64:
             if copy is False:
                 raise ValueError("to_torch(copy=False): the COO indices are int32, and PyTorch's COO indices "
                                  "are int64 only; convert with t.to(index_dtype='int64') or allow the copy")
-            indices, index_copy = indices.astype(np.int64), None  # a copy already, on the device
-        return torch.sparse_coo_tensor(_device_tensor(torch, indices, index_copy, "indices"), values, t.shape,
+            indices, index_copy = indices.astype(np.int64), None  # a copy already (on the tensor's device)
+        return torch.sparse_coo_tensor(member(indices, index_copy, "indices", True), values, t.shape,
                                        is_coalesced=t.is_coalesced(), check_invariants=check)
     layout = getattr(torch, f"sparse_{t.layout.name}")
-    compressed = _device_tensor(torch, t.compressed_indices(), copy, t.layout.compressed_name)
-    plain = _device_tensor(torch, t.plain_indices(), copy, t.layout.plain_name)
+    compressed = member(t.compressed_indices(), copy, t.layout.compressed_name, True)
+    plain = member(t.plain_indices(), copy, t.layout.plain_name, True)
     return torch.sparse_compressed_tensor(compressed, plain, values, t.shape, layout=layout, check_invariants=check)
 
 
@@ -267,18 +267,6 @@ def to_torch(t, *, copy: bool | None = None, check_invariants: bool | None = Non
     t = ensure_valid(t, repair=True)
     check = resolve_check(check_invariants)
     if t.is_cuda:
-        return _to_torch_device(torch, t, copy, check)
-    values = _tensor_of(torch, t.values(), copy, "values")
-    if isinstance(t, COOTensor):
-        indices, index_copy = t.indices(), copy
-        if indices.dtype != np.int64:
-            if copy is False:
-                raise ValueError("to_torch(copy=False): the COO indices are int32, and PyTorch's COO indices "
-                                 "are int64 only; convert with t.to(index_dtype='int64') or allow the copy")
-            indices, index_copy = indices.astype(np.int64), None  # a copy already
-        return torch.sparse_coo_tensor(_tensor_of(torch, indices, index_copy, "indices", index=True), values, t.shape,
-                                       is_coalesced=t.is_coalesced(), check_invariants=check)
-    layout = getattr(torch, f"sparse_{t.layout.name}")
-    compressed = _tensor_of(torch, t.compressed_indices(), copy, t.layout.compressed_name, index=True)
-    plain = _tensor_of(torch, t.plain_indices(), copy, t.layout.plain_name, index=True)
-    return torch.sparse_compressed_tensor(compressed, plain, values, t.shape, layout=layout, check_invariants=check)
+        _require_torch_cuda(torch, t.device)
+        return _sparse_of(torch, t, copy, check, lambda a, c, what, index: _device_tensor(torch, a, c, what))
+    return _sparse_of(torch, t, copy, check, lambda a, c, what, index: _tensor_of(torch, a, c, what, index=index))
