@@ -62,7 +62,7 @@ __device__ __forceinline__ void merge_row(const I* __restrict__ ca, const I* __r
 
 // Union: a, alpha * b, or a + alpha * b; intersection: a * b. Entries have W items; offsets
 // is the exclusive scan of merge_count (B * n + 1, global over batches).
-// st:kernel value index
+// st:kernel arith index
 template <typename V, typename I>
 __global__ void merge_write(const I* __restrict__ ca, const I* __restrict__ pa, const V* __restrict__ va, i64 nnza,
                             const I* __restrict__ cb, const I* __restrict__ pb, const V* __restrict__ vb, i64 nnzb,

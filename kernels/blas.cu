@@ -45,7 +45,7 @@ __device__ __forceinline__ A strided_dot(const I* __restrict__ p, const V* __res
 // of its entries a thread, not one per entry). Rows longer than `long_len` are skipped here:
 // csr_spmv_long_part and csr_long_sum write them. Every warp runs its loop the same
 // number of times (warp-uniform bounds), so the full-mask shuffles never diverge.
-// st:kernel value index
+// st:kernel arith index
 template <typename V, typename I>
 __global__ void csr_spmv(const I* __restrict__ comp, const I* __restrict__ plain, const V* __restrict__ vals, i64 B,
                          i64 nrows, i64 nnz, const V* __restrict__ x, i64 x_bstride, V* __restrict__ y, int tpr,
@@ -95,7 +95,7 @@ __device__ __forceinline__ void long_piece(const I* __restrict__ comp, i64 nrows
 // part[q] = the sum of its products, one warp per item (a lane takes every 32nd entry, four
 // loads in flight; shuffles sum the lanes): a row of a few hundred entries costs one warp,
 // not a block and its barriers.
-// st:kernel value index
+// st:kernel arith index
 template <typename V, typename I>
 __global__ void csr_spmv_long_part(const I* __restrict__ comp, const I* __restrict__ plain,
                                    const V* __restrict__ vals, i64 nrows, i64 nnz, const V* __restrict__ x,
@@ -177,7 +177,7 @@ __device__ __forceinline__ void store_tiles(T* __restrict__ out, i64 N, i64 col0
 // (batch, row, group of SPMM_TILES tiles of 32 columns); a row is read once per 32 *
 // SPMM_TILES columns and every read of X is 32 consecutive items. Rows longer than
 // `long_len` are skipped: csr_spmm_long_part and csr_long_sum write them.
-// st:kernel value index
+// st:kernel arith index
 template <typename V, typename I>
 __global__ void csr_spmm(const I* __restrict__ comp, const I* __restrict__ plain, const V* __restrict__ vals, i64 B,
                          i64 nrows, i64 nnz, const V* __restrict__ X, i64 x_bstride, i64 N, V* __restrict__ Y,
@@ -202,7 +202,7 @@ __global__ void csr_spmm(const I* __restrict__ comp, const I* __restrict__ plain
 
 // The long rows of an SpMM in pieces (as csr_spmv_long_part's): part[q, :] = the products of
 // piece q with X, one warp per (piece, group of SPMM_TILES tiles of 32 columns).
-// st:kernel value index
+// st:kernel arith index
 template <typename V, typename I>
 __global__ void csr_spmm_long_part(const I* __restrict__ comp, const I* __restrict__ plain,
                                    const V* __restrict__ vals, i64 nrows, i64 nnz, const V* __restrict__ X,
@@ -228,7 +228,7 @@ __global__ void csr_spmm_long_part(const I* __restrict__ comp, const I* __restri
 // Y[long_rows[slot], n] = part[first[slot], n] + ... + part[first[slot + 1] - 1, n], in that
 // order (deterministic), one thread per (long row, column): the long rows of an SpMV (N = 1)
 // or SpMM from the partial rows of their pieces.
-// st:kernel value
+// st:kernel arith
 template <typename V>
 __global__ void csr_long_sum(const i64* __restrict__ long_rows, const i64* __restrict__ first, i64 nlong, i64 N,
                                   const typename acc<V>::type* __restrict__ part, V* __restrict__ Y) {
@@ -244,7 +244,7 @@ __global__ void csr_long_sum(const i64* __restrict__ long_rows, const i64* __res
 // Y[b, R, n] = sum over the blocks k of block row R / Rb and j < Cb of
 // vals[b, k, R % Rb, j] * X[b, plain[b, k] * Cb + j, n]: one thread per output element,
 // consecutive threads along n (coalesced X, broadcast blocks).
-// st:kernel value index
+// st:kernel arith index
 template <typename V, typename I>
 __global__ void bsr_spmm(const I* __restrict__ comp, const I* __restrict__ plain, const V* __restrict__ vals, i64 B,
                          i64 nbrows, i64 nnz, i64 Rb, i64 Cb, const V* __restrict__ X, i64 x_bstride, i64 N,
@@ -279,7 +279,7 @@ __global__ void bsr_spmm(const I* __restrict__ comp, const I* __restrict__ plain
 #define BSR_TILE 32
 #define BSR_WARPS 8
 #define BSR_ROWS (BSR_TILE / BSR_WARPS)
-// st:kernel value index
+// st:kernel arith index
 template <typename V, typename I>
 __global__ void bsr_spmm_tiled(const I* __restrict__ comp, const I* __restrict__ plain, const V* __restrict__ vals,
                                i64 B, i64 nbrows, i64 nnz, i64 Rb, i64 Cb, const V* __restrict__ X, i64 x_bstride,
@@ -341,7 +341,7 @@ __global__ void bsr_spmm_tiled(const I* __restrict__ comp, const I* __restrict__
 
 // SDDMM: out[b, k] = beta * vals[b, k] (when use_input) + alpha * dot(M1[b, row_k, :], M2[b, :, col_k])
 // with M1 (nrows, K) and M2 (K, ncols) row-major: one warp per entry, lanes along K.
-// st:kernel value index
+// st:kernel arith index
 template <typename V, typename I>
 __global__ void csr_sddmm(const I* __restrict__ comp, const I* __restrict__ plain, const V* __restrict__ vals, i64 B,
                           i64 nrows, i64 nnz, const V* __restrict__ M1, i64 m1_bstride, const V* __restrict__ M2,

@@ -61,7 +61,7 @@ __global__ void coo_unkey(const u64* __restrict__ sorted, const i64* __restrict_
 }
 
 // out[j, e] = sum of vals[perm[k], e] over k in [starts[j], starts[j + 1]), in k order.
-// st:kernel value
+// st:kernel arith
 template <typename V>
 __global__ void segment_sum(const V* __restrict__ vals, const i64* __restrict__ perm, const i64* __restrict__ starts,
                             i64 nout, i64 W, V* __restrict__ out) {
@@ -77,7 +77,7 @@ __global__ void segment_sum(const V* __restrict__ vals, const i64* __restrict__ 
 
 // out[j, e] = a[perm[k], e] * b[perm[k + 1] - na, e] with k = starts[j]: the pair of equal keys
 // at k comes from a (positions < na) then b, the sort being stable.
-// st:kernel value
+// st:kernel arith
 template <typename V>
 __global__ void pair_products(const i64* __restrict__ perm, const i64* __restrict__ starts, i64 nout, i64 na,
                               const V* __restrict__ a, const V* __restrict__ b, i64 W, V* __restrict__ out) {
@@ -85,6 +85,27 @@ __global__ void pair_products(const i64* __restrict__ perm, const i64* __restric
         const i64 j = t / W, e = t - j * W;
         const i64 k = starts[j];
         out[t] = from_acc<V>(to_acc(a[perm[k] * W + e]) * to_acc(b[(perm[k + 1] - na) * W + e]));
+    }
+}
+
+// maximum (mx = 1) or minimum (mx = 0) over the runs of the stably sorted keys of two coalesced
+// COO tensors (a's entries at positions < na, then b's): a run of one entry meets an implicit 0
+// of the other operand; NaN propagates (np.maximum).
+// st:kernel num
+template <typename V>
+__global__ void run_extremum(const i64* __restrict__ perm, const i64* __restrict__ starts, i64 nout, i64 na,
+                             const V* __restrict__ a, const V* __restrict__ b, i64 W, int mx, V* __restrict__ out) {
+    typedef typename acc<V>::type A;
+    ST_GRID_LOOP(t, nout * W) {
+        const i64 j = t / W, e = t - j * W;
+        const i64 k = starts[j], first = perm[k];
+        const A p = first < na ? to_acc(a[first * W + e]) : to_acc(b[(first - na) * W + e]);
+        const A q = starts[j + 1] - k > 1 ? to_acc(b[(perm[k + 1] - na) * W + e]) : acc_zero<A>();
+        A v;
+        if (p != p) v = p;
+        else if (q != q) v = q;
+        else v = mx ? (q > p ? q : p) : (q < p ? q : p);
+        out[t] = from_acc<V>(v);
     }
 }
 

@@ -7,7 +7,7 @@
 //
 // Conventions, checked by sparsetensor/cuda/_source.py when it reads a .cu file:
 // - every kernel is preceded by a line `// st:kernel CLASS ...` naming the type
-//   class of each template parameter (index, value, real, raw, ztest; nothing
+//   class of each template parameter (index, value, arith, num, real, raw, ztest; nothing
 //   for a plain kernel); the Python side instantiates every combination;
 // - kernel parameters are pointers, i64, u64, int or double, so that the Python
 //   launcher can pack them from the declaration alone.
@@ -57,7 +57,9 @@ __device__ __forceinline__ cdouble operator*(cdouble a, cdouble b) {
 // Arithmetic happens in acc<T>::type: float16 in float32, the others in themselves.
 template <typename T> struct acc { typedef T type; };
 template <> struct acc<half_t> { typedef float type; };
-// integers (the "num" class) are read as i64 and written back with a plain conversion
+// integers (of the "num" and "arith" classes) are read as i64 and written back with a plain
+// conversion: sums and products wrap as NumPy's do (the bits of a modular result do not depend on
+// the width it was computed in)
 template <> struct acc<signed char> { typedef i64 type; };
 template <> struct acc<short> { typedef i64 type; };
 template <> struct acc<int> { typedef i64 type; };
@@ -93,6 +95,9 @@ __device__ __forceinline__ float shfl_down(float v, int delta, int width) {
     return __shfl_down_sync(0xffffffffu, v, delta, width);
 }
 __device__ __forceinline__ double shfl_down(double v, int delta, int width) {
+    return __shfl_down_sync(0xffffffffu, v, delta, width);
+}
+__device__ __forceinline__ i64 shfl_down(i64 v, int delta, int width) {
     return __shfl_down_sync(0xffffffffu, v, delta, width);
 }
 __device__ __forceinline__ cfloat shfl_down(cfloat v, int delta, int width) {

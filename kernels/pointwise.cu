@@ -73,17 +73,110 @@ __global__ void unary_real(const V* __restrict__ in, V* __restrict__ out, i64 n,
     ST_GRID_LOOP(i, n) { out[i] = from_acc<V>(real_unary(to_acc(in[i]), op)); }
 }
 
-// complex64, complex128: neg, square, conj (the others are refused on the host).
+// -- functions of complex values, computed in double (complex64 rounds once at the end) -------
+// The branch cuts and signed zeros are C99's (NumPy's npy_c* functions follow them); the
+// formulas avoid the cancellations of the textbook ones near 0 (log1p, expm1, atanh).
+
+__device__ __forceinline__ cdouble cmul_i(cdouble z) { return {-z.im, z.re}; }       // i z
+__device__ __forceinline__ cdouble cmul_negi(cdouble z) { return {z.im, -z.re}; }    // -i z
+
+__device__ __forceinline__ cdouble c_sqrt(cdouble z) {
+    const double a = z.re, b = z.im;
+    if (a == 0.0 && b == 0.0) return {0.0, b};
+    if (fabs(b) > 1.7976931348623157e308) return {fabs(b), b};  // b infinite: +inf + i b
+    const double t = sqrt((fabs(a) + hypot(a, b)) * 0.5);
+    if (a >= 0.0) return {t, b / (2.0 * t)};
+    return {fabs(b) / (2.0 * t), copysign(t, b)};
+}
+
+__device__ __forceinline__ cdouble c_log1p(cdouble z) {
+    const double a = z.re, b = z.im;
+    return {0.5 * log1p(a * (2.0 + a) + b * b), atan2(b, 1.0 + a)};
+}
+
+__device__ __forceinline__ cdouble c_tanh(cdouble z) {
+    const double x = z.re, y = z.im;
+    if (fabs(x) > 22.0) return {copysign(1.0, x), 4.0 * sin(y) * cos(y) * exp(-2.0 * fabs(x))};
+    const double t = tan(y), beta = 1.0 + t * t, s = sinh(x), rho = sqrt(1.0 + s * s);
+    const double d = 1.0 + beta * s * s;
+    return {beta * rho * s / d, t / d};
+}
+
+__device__ __forceinline__ cdouble c_atanh(cdouble z) {
+    const double x = z.re, y = z.im, ax = fabs(x);
+    const double re = 0.25 * log1p(4.0 * ax / ((1.0 - ax) * (1.0 - ax) + y * y));
+    return {copysign(re, x), 0.5 * atan2(2.0 * y, (1.0 - x) * (1.0 + x) - y * y)};
+}
+
+__device__ __forceinline__ cdouble c_asinh(cdouble z) {
+    // asinh(z) = log1p(w + w^2 / (1 + sqrt(1 + w^2))) for w = z with Re w >= 0 (odd symmetry)
+    const bool flip = z.re < 0.0;
+    const cdouble w = flip ? cdouble{-z.re, -z.im} : z;
+    const cdouble w2 = w * w;
+    const cdouble r = c_sqrt({1.0 + w2.re, w2.im});
+    const cdouble d = {1.0 + r.re, r.im};
+    const double dd = d.re * d.re + d.im * d.im;
+    const cdouble q = {(w2.re * d.re + w2.im * d.im) / dd, (w2.im * d.re - w2.re * d.im) / dd};
+    cdouble y = c_log1p({w.re + q.re, w.im + q.im});
+    if (flip) { y.re = -y.re; y.im = -y.im; }
+    return y;
+}
+
+__device__ cdouble complex_unary(cdouble z, int op) {
+    const double a = z.re, b = z.im;
+    switch (op) {
+        case OP_NEG: return {-a, -b};
+        case OP_SQUARE: return z * z;
+        case OP_CONJ: return {a, -b};
+        case OP_SQRT: return c_sqrt(z);
+        case OP_SIN: return {sin(a) * cosh(b), cos(a) * sinh(b)};
+        case OP_SINH: return {sinh(a) * cos(b), cosh(a) * sin(b)};
+        case OP_TANH: return c_tanh(z);
+        case OP_TAN: return cmul_negi(c_tanh(cmul_i(z)));
+        case OP_ASINH: return c_asinh(z);
+        case OP_ASIN: return cmul_negi(c_asinh(cmul_i(z)));
+        case OP_ATANH: return c_atanh(z);
+        case OP_ATAN: return cmul_negi(c_atanh(cmul_i(z)));
+        case OP_LOG1P: return c_log1p(z);
+        case OP_EXPM1: {
+            const double h = sin(0.5 * b);
+            return {expm1(a) * cos(b) - 2.0 * h * h, exp(a) * sin(b)};
+        }
+        case OP_RINT: return {rint(a), rint(b)};
+        case OP_SIGN: {  // sgn: z / |z|, 0 at 0
+            const double m = hypot(a, b);
+            return m == 0.0 ? cdouble{0.0, 0.0} : cdouble{a / m, b / m};
+        }
+        default: return z;
+    }
+}
+
+// z ** s for a real s > 0: repeated squaring for integer s up to 2^20 (as NumPy's small integer
+// powers), else |z|^s (cos s arg z, sin s arg z).
+__device__ cdouble complex_pow(cdouble z, double s) {
+    if (s == floor(s) && s <= 1048576.0) {
+        cdouble y = {1.0, 0.0}, base = z;
+        for (long long e = (long long)s; e; e >>= 1) {
+            if (e & 1) y = y * base;
+            base = base * base;
+        }
+        return y;
+    }
+    if (z.re == 0.0 && z.im == 0.0) return {0.0, 0.0};
+    const double r = pow(hypot(z.re, z.im), s), th = s * atan2(z.im, z.re);
+    return {r * cos(th), r * sin(th)};
+}
+
+// complex64, complex128: the functions of complex_unary (the others are refused on the host).
 // st:kernel complex
 template <typename C>
 __global__ void unary_complex(const C* __restrict__ in, C* __restrict__ out, i64 n, int op) {
     ST_GRID_LOOP(i, n) {
-        const C x = in[i];
-        C y = x;
-        if (op == OP_NEG) { y.re = -x.re; y.im = -x.im; }
-        else if (op == OP_SQUARE) y = x * x;
-        else if (op == OP_CONJ) y.im = -x.im;
-        out[i] = y;
+        const cdouble y = complex_unary({(double)in[i].re, (double)in[i].im}, op);
+        C o;
+        o.re = y.re;
+        o.im = y.im;
+        out[i] = o;
     }
 }
 
@@ -109,24 +202,68 @@ __device__ __forceinline__ A scalar_apply(A x, A s, int op) {
 }
 __device__ __forceinline__ cfloat scalar_apply(cfloat x, cfloat s, int op) {
     if (op == SOP_MUL) return x * s;
+    if (op == SOP_POW) {
+        const cdouble y = complex_pow({(double)x.re, (double)x.im}, (double)s.re);
+        return {(float)y.re, (float)y.im};
+    }
     if (s.im == 0.0f) return {x.re / s.re, x.im / s.re};
     const float d = s.re * s.re + s.im * s.im;
     return {(x.re * s.re + x.im * s.im) / d, (x.im * s.re - x.re * s.im) / d};
 }
 __device__ __forceinline__ cdouble scalar_apply(cdouble x, cdouble s, int op) {
     if (op == SOP_MUL) return x * s;
+    if (op == SOP_POW) return complex_pow(x, s.re);
     if (s.im == 0.0) return {x.re / s.re, x.im / s.re};
     const double d = s.re * s.re + s.im * s.im;
     return {(x.re * s.re + x.im * s.im) / d, (x.im * s.re - x.re * s.im) / d};
 }
 
-// out = in * s, in / s, or in ** s (reals only) for the scalar s = re + i im.
+// out = in * s, in / s, or in ** s (s real) for the scalar s = re + i im.
 // st:kernel value
 template <typename V>
 __global__ void scalar_op(const V* __restrict__ in, V* __restrict__ out, i64 n, int op, double re, double im) {
     typedef typename acc<V>::type A;
     const A s = acc_scalar<A>(re, im);
     ST_GRID_LOOP(i, n) { out[i] = from_acc<V>(scalar_apply(to_acc(in[i]), s, op)); }
+}
+
+// The functions with integer results of integer values (bool as uint8: 0 and 1 map to
+// themselves): neg, abs, square, sign, relu; floor, ceil, trunc and rint copy. 64-bit unsigned
+// arithmetic written back with a plain conversion wraps as NumPy's does (abs of int8 -128 is -128).
+// st:kernel integer
+template <typename V>
+__global__ void unary_int(const V* __restrict__ in, V* __restrict__ out, i64 n, int op) {
+    ST_GRID_LOOP(i, n) {
+        const i64 x = (i64)in[i];
+        u64 y = (u64)x;
+        if (op == OP_NEG) y = 0 - y;
+        else if (op == OP_ABS) y = x < 0 ? 0 - y : y;
+        else if (op == OP_SQUARE) y = y * y;
+        else if (op == OP_SIGN) y = (u64)(i64)((x > 0) - (x < 0));
+        else if (op == OP_RELU) y = x > 0 ? y : 0;
+        out[i] = (V)(i64)y;
+    }
+}
+
+// out = in * s, or in ** s (s >= 0, by squaring), for integer values and an integer s, wrapping.
+// st:kernel integer
+template <typename V>
+__global__ void scalar_int(const V* __restrict__ in, V* __restrict__ out, i64 n, int op, i64 s) {
+    ST_GRID_LOOP(i, n) {
+        const u64 x = (u64)(i64)in[i];
+        u64 y;
+        if (op == SOP_MUL) {
+            y = x * (u64)s;
+        } else {
+            y = 1;
+            u64 base = x;
+            for (u64 e = (u64)s; e; e >>= 1) {
+                if (e & 1) y *= base;
+                base *= base;
+            }
+        }
+        out[i] = (V)(i64)y;
+    }
 }
 
 // st:kernel index index

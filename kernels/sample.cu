@@ -68,7 +68,7 @@ __global__ void sample_coo(const I* __restrict__ idx, i64 S, i64 nnz, i64 W, i64
 
 // out at the elements of a canonical compressed tensor's entries += vals (no two entries share
 // an element, so no two threads write one item).
-// st:kernel value index
+// st:kernel arith index
 template <typename V, typename I>
 __global__ void add_compressed_to_dense(const I* __restrict__ major, const I* __restrict__ plain,
                                         const V* __restrict__ vals, i64 B, i64 nnz, i64 Rb, i64 Cb, i64 W, i64 NR,
@@ -81,7 +81,7 @@ __global__ void add_compressed_to_dense(const I* __restrict__ major, const I* __
 }
 
 // The same for a coalesced COO tensor (distinct indices) over sparse dims dims[0..S).
-// st:kernel value index
+// st:kernel arith index
 template <typename V, typename I>
 __global__ void add_coo_to_dense(const I* __restrict__ idx, i64 S, i64 nnz, const i64* __restrict__ dims,
                                  const V* __restrict__ vals, i64 W, V* __restrict__ out) {
@@ -142,7 +142,7 @@ __device__ __forceinline__ cdouble ew_div(cdouble x, cdouble y) {
 }
 
 // out = x * y or x / y, elementwise over n items of one dtype.
-// st:kernel value
+// st:kernel arith
 template <typename V>
 __global__ void elementwise(const V* __restrict__ x, const V* __restrict__ y, V* __restrict__ out, i64 n, int op) {
     ST_GRID_LOOP(i, n) {

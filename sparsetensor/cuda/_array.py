@@ -18,6 +18,7 @@ import ctypes
 import math
 import numbers
 import operator
+import warnings
 
 import numpy as np
 
@@ -238,14 +239,23 @@ class DeviceArray:
     def astype(self, dtype, copy: bool = True) -> "DeviceArray":
         """A device array of ``dtype`` (a new one, also for the same dtype unless ``copy=False``).
 
-        NumPy's conversions between the value dtypes (bool: ``x != 0``), except complex to
-        real (NumPy drops the imaginary part with a warning), which raises
-        NotImplementedError naming the pair."""
+        NumPy's conversions between the value dtypes (bool: ``x != 0``; complex to real drops the
+        imaginary part with NumPy's ComplexWarning)."""
         dt = np.dtype(dtype)
         if dt == self._dtype:
             return self.copy() if copy else self
         src, dst = _cast_key(self._dtype), _cast_key(dt)
-        if src is None or dst is None or (src in _COMPLEX_KEYS and dst not in _COMPLEX_KEYS):
+        if src in _COMPLEX_KEYS and dst is not None and dst not in _COMPLEX_KEYS:
+            real = np.dtype(np.float32 if src == "complex64" else np.float64)
+            part = DeviceArray.empty(self._shape, real, self._require_device())
+            if dt == np.bool_:  # x != 0 in either part: no warning, as in NumPy
+                self._run("pointwise.cu", "complex_abs", (real.name,), self.size, self, part, self.size)
+            else:
+                warnings.warn("Casting complex values to real discards the imaginary part", np.exceptions.ComplexWarning,
+                              stacklevel=2)
+                self._run("pointwise.cu", "complex_part", (real.name,), self.size, self, part, self.size, 0)
+            return part.astype(dt, copy=False)
+        if src is None or dst is None:
             raise NotImplementedError(f"astype {self._dtype} -> {dt} on {self.device} has no GPU kernel; convert "
                                       "on the CPU")
         out = DeviceArray.empty(self._shape, dt, self._require_device())
@@ -263,6 +273,11 @@ class DeviceArray:
         s = complex(scalar)
         if self._dtype.kind != "c" and s.imag != 0:
             raise TypeError(f"{op} of a {self._dtype} device array by the complex scalar {scalar!r}")
+        if self._dtype.kind in "iu" and op == "mul" and s.real == int(s.real):  # wrapping, as NumPy's
+            out = DeviceArray.empty(self._shape, self._dtype, self._require_device())
+            k = (int(scalar) + (1 << 63)) % (1 << 64) - (1 << 63)
+            self._run("pointwise.cu", "scalar_int", (self._dtype.name,), self.size, self, out, self.size, 0, k)
+            return out
         key = value_key(self._dtype, f"{op} of a device array by a scalar")
         out = DeviceArray.empty(self._shape, self._dtype, self._require_device())
         self._run("pointwise.cu", "scalar_op", (key,), self.size, self, out, self.size, 0 if op == "mul" else 1,
@@ -270,7 +285,8 @@ class DeviceArray:
         return out
 
     def __mul__(self, scalar):
-        """``a * s`` for a scalar ``s``, in ``a``'s dtype (floating and complex arrays)."""
+        """``a * s`` for a scalar ``s``, in ``a``'s dtype (floating and complex arrays; integer arrays
+        by an integer)."""
         return self._scaled(scalar, "mul")
 
     __rmul__ = __mul__
@@ -348,6 +364,19 @@ def value_key(dtype, op: str) -> str:
         raise TypeError(f"{op} on cuda supports float16, float32, float64, complex64 and complex128 values, "
                         f"got {dt}")
     return _VALUE_KEYS[dt]
+
+
+_ARITH_KEYS = {**_VALUE_KEYS, **{np.dtype(n): n for n in ("int8", "int16", "int32", "int64", "uint8")}}
+
+
+def arith_key(dtype, op: str) -> str:
+    """The kernel key of a dtype of the ``arith`` class (the value dtypes and the integers; bool
+    values are computed as int64 by the callers), or TypeError naming the op."""
+    dt = np.dtype(dtype)
+    if dt not in _ARITH_KEYS:
+        raise TypeError(f"{op} on cuda supports integer, float16, float32, float64, complex64 and complex128 "
+                        f"values, got {dt}")
+    return _ARITH_KEYS[dt]
 
 
 _COMPLEX_KEYS = ("complex64", "complex128")

@@ -281,6 +281,8 @@ inline unsigned short st_emu_float_to_half(float fin) {  // round to nearest eve
 }
 '''
 
+# -fwrapv: integer sums and products wrap, as on the GPU (NumPy's integer arithmetic)
+_CXXFLAGS = ("-std=c++17", "-O1", "-g", "-fPIC", "-shared", "-w", "-fwrapv")
 _lock = threading.Lock()
 _libs: dict = {}
 
@@ -320,7 +322,7 @@ def build_library(name: str, cache_dir: Path | None = None):
             f"// header {h}: {hashlib.sha256(b).hexdigest()}" for h, b in _source.headers().items()) + "\n"
             + launchers + '\nextern "C" const char* emu_error() { return ::emu::error.c_str(); }\n'
             + 'extern "C" void emu_set_seed(unsigned long long s) { ::emu::seed = s; }\n')
-        digest = hashlib.sha256(text.encode() + _source.source(name)).hexdigest()[:16]
+        digest = hashlib.sha256(text.encode() + _source.source(name) + " ".join(_CXXFLAGS).encode()).hexdigest()[:16]
         base = Path(cache_dir or os.environ.get("SPARSETENSOR_EMULATOR_CACHE") or
                     Path(tempfile.gettempdir()) / f"sparsetensor-emulator-{os.getuid()}")
         base.mkdir(parents=True, exist_ok=True)
@@ -332,7 +334,7 @@ def build_library(name: str, cache_dir: Path | None = None):
                 (src_dir / fname).write_bytes(data)
             (src_dir / "emu.cpp").write_text(text)
             tmp = so.with_suffix(f".{os.getpid()}.tmp")
-            cmd = [cxx, "-std=c++17", "-O1", "-g", "-fPIC", "-shared", "-w", "-I", str(src_dir),
+            cmd = [cxx, *_CXXFLAGS, "-I", str(src_dir),
                    str(src_dir / "emu.cpp"), "-o", str(tmp)]
             res = subprocess.run(cmd, capture_output=True, text=True)
             if res.returncode:

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._array import DeviceArray, value_key
+from ._array import DeviceArray, arith_key, value_key
 from ._driver import Device
 from ._module import BLOCK, grid_for, launch
 
-__all__ = ["run", "exclusive_scan", "radix_sort", "read_ints", "empty", "zeros", "index_key", "raw_key", "value_key",
+__all__ = ["run", "exclusive_scan", "radix_sort", "read_ints", "empty", "zeros", "index_key", "raw_key", "value_key", "arith_key",
            "from_host", "SCAN_TILE", "SORT_TILE"]
 
 # Must match scan.cu and sort.cu.
@@ -43,8 +43,11 @@ def num_view(v: DeviceArray) -> tuple:
 
 
 def acc_dtype(dtype) -> np.dtype:
-    """The dtype kernels accumulate ``dtype`` values in (acc<V> of common.cuh: float16 in float32)."""
+    """The dtype kernels accumulate ``dtype`` values in (acc<V> of common.cuh: float16 in float32,
+    integers in int64)."""
     dt = np.dtype(dtype)
+    if dt.kind in "iub":
+        return np.dtype(np.int64)
     return np.dtype(np.float32) if dt == np.float16 else dt
 
 

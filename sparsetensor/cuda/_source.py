@@ -27,6 +27,11 @@ TYPE_CLASSES: dict[str, dict] = {
     "index": {"int32": "int", "int64": "long long"},
     "value": {"float16": "st::half_t", "float32": "float", "float64": "double",
               "complex64": "st::cfloat", "complex128": "st::cdouble"},
+    # the value types and the integers (read as i64, wrapping): products, sums, merges
+    "arith": {"int8": "signed char", "int16": "short", "int32": "int", "int64": "long long", "uint8": "unsigned char",
+              "float16": "st::half_t", "float32": "float", "float64": "double", "complex64": "st::cfloat",
+              "complex128": "st::cdouble"},
+    "integer": {"int8": "signed char", "int16": "short", "int32": "int", "int64": "long long", "uint8": "unsigned char"},
     "float": {"float16": "st::half_t", "float32": "float", "float64": "double"},
     "complex": {"complex64": "st::cfloat", "complex128": "st::cdouble"},
     "real": {"float32": "float", "float64": "double"},

@@ -414,9 +414,6 @@ def _hspmm_work(S, D, op, threads, extra_dtypes=()):
     crow = csr.crow_indices()
     backend = backend_for(csr, D)  # a CPU/GPU mix raises here
     if backend.device != "cpu":
-        if _work_dtype(rt).kind not in "fc":
-            raise NotImplementedError(f"{op} of {rt} operands on {csr.device} has no GPU kernel (the device SpMM "
-                                      "takes floating and complex values); run it on the host with t.cpu()")
         rows, compact, marks = backend.nonempty_rows(crow, threads)
     else:
         marks = None

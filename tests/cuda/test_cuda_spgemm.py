@@ -437,15 +437,15 @@ def test_addmm_complex_scalars(backend, rng):
     assert_dense(got, want)
 
 
-def test_integer_sparse_dense_products_are_refused_by_the_device_spmm(backend, rng):
-    """The device SpMM has floating and complex kernels only: integer and bool sparse @ dense
-    (bmm, addmm) raise its TypeError naming the dtype; sparse @ sparse has every dtype."""
+def test_integer_sparse_dense_products(backend, rng):
+    """Integer and bool sparse @ dense (bmm, addmm) on the device: the CPU's values exactly (bool:
+    or of ands)."""
     a = operand(rng, "csr", (4, 3), None, np.int32, np.int64, (2,), density=0.6)
-    with pytest.raises(TypeError, match="matmul on cuda supports .* got int32"):
-        st.bmm(a.cuda(), _dense(rng, (2, 3, 2), np.int32))
+    x = _dense(rng, (2, 3, 2), np.int32)
+    assert_dense(st.bmm(a.cuda(), x), st.bmm(a, x.get()))
     a2 = operand(rng, "csr", (4, 3), None, np.bool_, np.int64, density=0.6)
-    with pytest.raises(TypeError, match="matmul on cuda supports .* got bool"):
-        st.addmm(_dense(rng, (4, 2), np.bool_), a2.cuda(), _dense(rng, (3, 2), np.bool_))
+    y, z = _dense(rng, (4, 2), np.bool_), _dense(rng, (3, 2), np.bool_)
+    assert_dense(st.addmm(y, a2.cuda(), z), st.addmm(y.get(), a2, z.get()))
 
 
 # -- dense @ sparse: (S.mT @ X.mT).mT on the device -----------------------------------------------------

@@ -99,6 +99,9 @@ def merge(a, b, dtype, op: str, alpha=1, threads=None):
     device tensors of one layout, in ``dtype`` (operands of another dtype are converted first)."""
     if op not in ("add", "mul", "maximum", "minimum"):
         raise _no_kernel(op, a)
+    if dtype == np.bool_ and op in ("add", "mul"):  # NumPy's or / and: computed in int64, tested against 0
+        r = merge(a, b, np.dtype(np.int64), op, alpha, threads)
+        return r._replace_values(r.values().astype(np.bool_))
     if a.dtype != dtype:
         a = a._replace_values(a.values().astype(dtype))
     if b.dtype != dtype:
@@ -132,8 +135,14 @@ def reduce_dims(t, dims: tuple, op, threads=None):
 def unary(t, name: str, fn, threads=None, arg=None):
     """The values of ``t`` mapped by the pointwise op ``name``: a GPU kernel of
     :data:`._pointwise.UNARY_OPS`, ``real``/``imag`` of complex values, or ``mul``/``div``/``pow``
-    by the scalar ``arg`` (in the values' dtype); ``fn``, the NumPy function, is not used on the
-    device."""
+    by the scalar ``arg``, in NumPy's result dtype: ``fn``, the NumPy function, is evaluated on one
+    host zero for it (:func:`._pointwise.numpy_result`), and values of another real dtype are cast
+    to it on the device first, as NumPy's loops cast them (``sqrt`` of int8 in float16, ``t * 2.5``
+    of int32 in float64, ``t * np.float64(2)`` of float32 in float64)."""
+    if name not in ("real", "imag"):
+        rt = _pointwise.numpy_result(t.dtype, fn, arg)
+        if rt != t.dtype and (rt.kind == "c" or t.dtype.kind != "c"):  # not abs of complex values
+            t = t._replace_values(t.values().astype(rt))
     if name in ("mul", "div", "pow"):
         return _pointwise.scalar_op(t, arg, name).values()
     if name in ("real", "imag") and arg is None:

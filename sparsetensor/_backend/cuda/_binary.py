@@ -4,7 +4,8 @@
   merge per row: ``add`` keeps the union of the patterns (``a + alpha * b``), ``mul`` the
   intersection; batches must end up with the same nnz (ValueError otherwise);
 - coo: ``add`` concatenates the entries (``b``'s scaled by ``alpha``) and coalesces;
-  ``mul`` coalesces both, sorts their keys together and multiplies the pairs of equal keys.
+  ``mul`` coalesces both, sorts their keys together and multiplies the pairs of equal keys;
+  ``maximum``/``minimum`` take the extremum of every run of equal keys (a lone entry meets 0).
 
 Results are canonical / coalesced. An entry whose values cancel stays specified (an
 explicit zero), as in PyTorch. Operands must have the same value dtype and index dtype
@@ -50,7 +51,7 @@ def _check_pair(op: str, a, b, arithmetic: bool = True):
         raise ValueError(f"{op}: {a.layout.name} operands with blocksize {a.blocksize} / {b.blocksize} and "
                          f"batch_dim {a.batch_dim} / {b.batch_dim}")
     if arithmetic:
-        P.value_key(a.dtype, op)
+        P.arith_key(a.dtype, op)
 
 
 def add(a, b, *, alpha=1):
@@ -76,12 +77,11 @@ def mul(a, b):
 
 
 def extremum(a, b, op: str):
-    """``op`` ("maximum", "minimum") of two compressed device tensors of one layout and dtype: the
-    union of the patterns, a missing entry counting as 0 (NaN propagates)."""
+    """``op`` ("maximum", "minimum") of two device tensors of one layout and dtype: the union of the
+    patterns, a missing entry counting as 0 (NaN propagates)."""
     _check_pair(op, a, b, arithmetic=False)
     if not a.layout.compressed:
-        raise NotImplementedError(f"{op} of coo tensors on {a.device} has no GPU kernel; convert them to csr "
-                                  "(t.to_sparse_csr()) or run it on the host with t.cpu()")
+        return _coo_extremum(a, b, op)
     return _merge(a, b, _EXTREMUM, op)
 
 
@@ -123,7 +123,7 @@ def _merge(a, b, mode: int, alpha):
         P.run(dev, "binary.cu", "merge_extremum", (key, ik), B * n, ca, pa, xa, a.nnz, cb, pb, xb, b.nnz, B, n, W,
               int(alpha == "maximum"), scan, plain, vals.view(xa.dtype))
     else:
-        P.run(dev, "binary.cu", "merge_write", (P.value_key(va.dtype, "add"), ik), B * n, ca, pa, va, a.nnz, cb, pb,
+        P.run(dev, "binary.cu", "merge_write", (P.arith_key(va.dtype, "add"), ik), B * n, ca, pa, va, a.nnz, cb, pb,
               vb, b.nnz, B, n, W, mode, s.real, s.imag, scan, plain, vals)
     comp = P.batch_offsets(dev, scan, B, n, 1, ca.dtype)
     return CompressedTensor(comp.reshape(batch + (n + 1,)), plain, vals, a.shape, a.layout, True)
@@ -149,14 +149,16 @@ def _coo_add(a, b, alpha):
     return COOTensor(idx, vals, a.shape, False).coalesce()
 
 
-def _coo_mul(a, b):
-
+def _coo_runs(a, b, op: str, pairs: bool):
+    """The entries of two device COO tensors coalesced and sorted together by element: ``(a, b,
+    indices, perm, starts)``; a run is the entries of one element (one, or a pair: a's then b's),
+    every element of the union, or only the pairs (``pairs``: the intersection)."""
     a, b = a.coalesce(), b.coalesce()
     dev = a.values()._device
     S = a.sparse_dim
     span = math.prod(a.shape[:S])
     if span > 1 << 64:
-        raise NotImplementedError(f"mul of coo tensors on cuda: {span} sparse coordinates exceed a 64-bit key")
+        raise NotImplementedError(f"{op} of coo tensors on cuda: {span} sparse coordinates exceed a 64-bit key")
     ik = (P.index_key(a.index_dtype),)
     shape = P.from_host(dev, np.asarray(a.shape[:S], dtype=np.int64))
     na, nb = a.nnz, b.nnz
@@ -167,16 +169,35 @@ def _coo_mul(a, b):
     P.run(dev, "coalesce.cu", "coo_keys", ik, nb, b.indices(), S, nb, shape, kb)
     sorted_keys, perm = P.radix_sort(dev, keys, max(span - 1, 0).bit_length())
     flags = P.empty(dev, (n,), np.int64)
-    P.run(dev, "coalesce.cu", "pair_heads", (), n, sorted_keys, n, flags)
+    P.run(dev, "coalesce.cu", "pair_heads" if pairs else "run_heads", (), n, sorted_keys, n, flags)
     scan = P.exclusive_scan(dev, flags)
     nout = int(P.read_ints(dev, scan[n:n + 1])[0])
     starts = P.empty(dev, (nout + 1,), np.int64)
     P.run(dev, "coalesce.cu", "run_starts", (), n, scan, n, starts)
     idx = P.empty(dev, (S, nout), a.index_dtype)
     P.run(dev, "coalesce.cu", "coo_unkey", ik, nout, sorted_keys, starts, nout, S, shape, idx)
+    return a, b, idx, perm, starts
+
+
+def _coo_mul(a, b):
+    a, b, idx, perm, starts = _coo_runs(a, b, "mul", True)
+    nout = idx.shape[1]
     dense = a.values().shape[1:]
     W = math.prod(dense)
-    vals = P.empty(dev, (nout,) + dense, a.dtype)
-    P.run(dev, "coalesce.cu", "pair_products", (P.value_key(a.dtype, "mul"),), nout * W, perm, starts, nout, na,
-          a.values(), b.values(), W, vals)
+    vals = P.empty(a.values()._device, (nout,) + dense, a.dtype)
+    P.run(vals._device, "coalesce.cu", "pair_products", (P.arith_key(a.dtype, "mul"),), nout * W, perm, starts, nout,
+          a.nnz, a.values(), b.values(), W, vals)
+    return COOTensor(idx, vals, a.shape, True)
+
+
+def _coo_extremum(a, b, op: str):
+    a, b, idx, perm, starts = _coo_runs(a, b, op, False)
+    nout = idx.shape[1]
+    dense = a.values().shape[1:]
+    W = math.prod(dense)
+    vals = P.empty(a.values()._device, (nout,) + dense, a.dtype)
+    xa, key = P.num_view(a.values())
+    xb, _ = P.num_view(b.values())
+    P.run(vals._device, "coalesce.cu", "run_extremum", (key,), nout * W, perm, starts, nout, a.nnz, xa, xb, W,
+          int(op == "maximum"), vals.view(xa.dtype))
     return COOTensor(idx, vals, a.shape, True)

@@ -161,6 +161,8 @@ def spmm(a, x, plan, rt, threads=None, err=None):
     ``x`` whose shapes ``plan`` (:class:`sparsetensor.ops.blas.ProductShape`) resolved, in ``rt``
     (the ``spmm`` kernel of :mod:`._backend`): csc/bsc are transposed to csr/bsr on the device
     first. Operands of another dtype than ``rt`` are converted to it first (on the device)."""
+    if rt == np.bool_:  # NumPy's or of ands: counted in int64, then tested against 0
+        return spmm(a, x, plan, np.dtype(np.int64), threads, err).astype(np.bool_)
     if a.dtype != rt:
         a = a._replace_values(a.values().astype(rt))
     if x.dtype != rt:
@@ -178,7 +180,7 @@ def spmm(a, x, plan, rt, threads=None, err=None):
     else:
         raise NotImplementedError(f"matmul on cuda broadcasting the batch dims of the dense operand {x.shape[:-2]} "
                                   f"to {plan.out_batch}")
-    vkey = P.value_key(a.dtype, "matmul")
+    vkey = P.arith_key(a.dtype, "matmul")
     ik = P.index_key(a.index_dtype)
     M, K, N = plan.M, plan.K, plan.N
     rb, cb = a.blocksize
@@ -221,7 +223,7 @@ def sampled_addmm(input, mat1, mat2, *, beta=1.0, alpha=1.0):
     m1, m2 = _dense_operand(mat1, dev, "sampled_addmm"), _dense_operand(mat2, dev, "sampled_addmm")
     if not (m1.dtype == m2.dtype == t.dtype):
         raise TypeError(f"sampled_addmm on cuda needs one dtype, got {t.dtype}, {m1.dtype} and {m2.dtype}")
-    vkey = P.value_key(t.dtype, "sampled_addmm")
+    vkey = P.arith_key(t.dtype, "sampled_addmm")
     m = t.batch_dim
     batch = t.shape[:m]
     B = math.prod(batch)

@@ -32,7 +32,9 @@ def _sum_runs(dev, values2, perm, starts, nout, op: str):
     N, W = values2.shape
     if nout == N:  # no duplicates: a gather in sorted order
         return P.gather_rows(dev, values2, perm, nout)
-    key = P.value_key(values2.dtype, f"{op} of duplicate entries")
+    if values2.dtype == np.bool_:  # NumPy's sum of bools is their or: counted in int64, tested against 0
+        return _sum_runs(dev, values2.astype(np.int64), perm, starts, nout, op).astype(np.bool_)
+    key = P.arith_key(values2.dtype, f"{op} of duplicate entries")
     out = P.empty(dev, (nout, W), values2.dtype)
     P.run(dev, "coalesce.cu", "segment_sum", (key,), nout * W, values2, perm, starts, nout, W, out)
     return out

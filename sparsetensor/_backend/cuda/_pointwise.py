@@ -4,9 +4,13 @@ and multiplication, division and power by a scalar.
 The result shares the indices of its input and has new values (the input is never
 modified). Nonlinear functions need distinct indices: an uncoalesced COO input is
 coalesced first, a compressed one not known canonical is checked (and repaired).
-float16 computes in float32 and rounds once. Complex values support ``neg``,
-``square``, ``conj``, and ``abs``, ``real`` and ``imag`` (real results); other functions
-of complex values raise NotImplementedError. Integer and bool values raise TypeError.
+float16 computes in float32 and rounds once. Complex values take the functions of
+``_COMPLEX_OK`` (computed in double, C99's branch cuts) and ``abs``, ``real`` and ``imag``
+(real results); the others raise NotImplementedError. Integer and bool values take the functions with
+integer results (``neg``, ``abs``, ``square``, ``sign``, ``relu``, and ``floor``/``ceil``/
+``trunc``/``round``, which copy) and ``mul``/``pow`` by an integer scalar, wrapping as NumPy's;
+the backend's ``unary`` casts them to NumPy's float result dtype for the other functions
+(:func:`numpy_result`).
 """
 
 from __future__ import annotations
@@ -16,7 +20,8 @@ import numpy as np
 from ...cuda import _primitives as P
 from ...cuda._classes import CudaCOOTensor
 
-__all__ = ["UNARY_OPS", "unary", "complex_part", "scalar_op", "mul_scalar", "div_scalar", "pow_scalar", "map_array"]
+__all__ = ["UNARY_OPS", "unary", "complex_part", "scalar_op", "mul_scalar", "div_scalar", "pow_scalar", "map_array",
+           "numpy_result"]
 
 # name -> (code in pointwise.cu, linear)
 UNARY_OPS = {
@@ -25,12 +30,26 @@ UNARY_OPS = {
     "asinh": (10, False), "atanh": (11, False), "expm1": (12, False), "log1p": (13, False), "sign": (14, False),
     "floor": (15, False), "ceil": (16, False), "trunc": (17, False), "round": (18, False), "rint": (18, False),
     "relu": (19, False), "frac": (20, False), "deg2rad": (21, True), "rad2deg": (22, True), "conj": (23, True),
-    "negative": (0, True), "absolute": (1, False), "fix": (17, False), "arcsin": (7, False),
+    "sgn": (14, False), "negative": (0, True), "absolute": (1, False), "fix": (17, False), "arcsin": (7, False),
     "arctan": (8, False), "arcsinh": (10, False), "arctanh": (11, False),
 }
-_COMPLEX_OK = {"neg", "negative", "square", "conj", "abs", "absolute"}
+_COMPLEX_OK = {"neg", "negative", "square", "conj", "abs", "absolute", "sqrt", "sin", "sinh", "tan", "tanh", "asin",
+               "asinh", "atan", "atanh", "expm1", "log1p", "round", "rint", "sgn", "arcsin", "arctan", "arcsinh",
+               "arctanh"}
 _REAL_ONLY = {"deg2rad", "rad2deg"}  # NumPy has no complex loop for these: a TypeError, as on the CPU
 _SCALAR = {"mul": 0, "div": 1, "pow": 2}
+# the functions whose results of integer values are integers (unary_int of pointwise.cu)
+_INTEGER_OK = {"neg", "negative", "abs", "absolute", "square", "sign", "relu", "floor", "ceil", "trunc", "round",
+               "rint", "fix"}
+
+
+def numpy_result(dtype, fn, arg=None) -> np.dtype:
+    """NumPy's result dtype of ``fn`` (the CPU's function of a pointwise op) on ``dtype`` values, with
+    the scalar ``arg`` where the op has one, and NumPy's errors: ``fn`` evaluated on one host zero
+    (a Python scalar's dtype, and its range, decide NumPy 2's result, so nothing is cached)."""
+    zero = np.zeros(1, dtype)
+    with np.errstate(all="ignore"):
+        return np.asarray(fn(zero) if arg is None else fn(zero, arg)).dtype
 
 
 def _prepared(t, linear: bool):
@@ -63,14 +82,23 @@ def unary(t, op: str):
             raise TypeError(f"{op} is not defined for dtype {dt}: it needs real values")
         if op not in _COMPLEX_OK:
             raise NotImplementedError(f"{op} of complex values on cuda has no GPU kernel")
-    elif dt.kind != "f":
-        raise TypeError(f"{op} on cuda supports float16, float32, float64 (and some complex) values, got {dt}")
+    elif dt.kind in "biu" and op not in _INTEGER_OK | {"conj"}:
+        raise TypeError(f"{op} of {dt} values on cuda: the result is not an integer; cast the values first "
+                        f"(sparsetensor's {op} does)")
+    elif dt.kind not in "fbiu":
+        raise TypeError(f"{op} on cuda supports integer, float16, float32, float64 (and some complex) values, "
+                        f"got {dt}")
     if op == "conj" and dt.kind != "c":
         return t  # as torch: a real tensor is its own conjugate
     t = _prepared(t, linear)
     dev = t.values()._device
     v = t.values()
     n = v.size
+    if dt.kind in "biu":
+        x = v.view(np.uint8) if dt == np.bool_ else v
+        out = P.empty(dev, v.shape, x.dtype)
+        P.run(dev, "pointwise.cu", "unary_int", (x.dtype.name,), n, x, out, n, code)
+        return t._replace_values(out.view(dt))
     if dt.kind == "c" and op in ("abs", "absolute"):
         real = np.dtype(np.float32 if dt == np.complex64 else np.float64)
         out = P.empty(dev, v.shape, real)
@@ -103,14 +131,14 @@ def scalar_op(t, scalar, op: str):
     """``values * s``, ``values / s`` or ``values ** s`` (reals, ``s > 0``) for a Python/NumPy scalar."""
     if op not in _SCALAR:
         raise NotImplementedError(f"scalar op {op!r} on cuda")
+    if t.dtype.kind in "biu" and op != "div":
+        return _scalar_int(t, scalar, op)
     key = P.value_key(t.dtype, f"{op} by a scalar")
     s = complex(scalar)
     if t.dtype.kind != "c" and s.imag != 0:
         raise TypeError(f"{op} of {t.dtype} values by the complex scalar {scalar!r}: the result would be complex")
     if op == "pow":
-        if t.dtype.kind == "c":
-            raise NotImplementedError("pow of complex values on cuda has no GPU kernel")
-        if not s.real > 0:
+        if not s.real > 0 or s.imag:
             raise ValueError(f"pow with exponent {scalar!r} does not preserve zeros (0 ** {scalar!r} != 0); "
                              "use the dense array")
     t = _prepared(t, op != "pow")
@@ -119,6 +147,25 @@ def scalar_op(t, scalar, op: str):
     out = P.empty(dev, v.shape, v.dtype)
     P.run(dev, "pointwise.cu", "scalar_op", (key,), v.size, v, out, v.size, _SCALAR[op], s.real, s.imag)
     return t._replace_values(out)
+
+
+def _scalar_int(t, scalar, op: str):
+    """``values * s`` or ``values ** s`` (``s > 0``) of integer (bool) values by an integer scalar, in
+    their dtype, wrapping."""
+    if isinstance(scalar, (float, complex, np.inexact)) or int(scalar) != scalar:
+        raise TypeError(f"{op} of {t.dtype} values on cuda by the scalar {scalar!r}: the result is not an integer; "
+                        "cast the values first")
+    s = int(scalar)
+    if op == "pow" and s <= 0:
+        raise ValueError(f"pow with exponent {scalar!r} does not preserve zeros (0 ** {scalar!r} != 0); "
+                         "use the dense array")
+    s = (s + (1 << 63)) % (1 << 64) - (1 << 63)  # the scalar wraps into int64 (it is applied modulo 2**64)
+    t = _prepared(t, op != "pow")
+    v = t.values()
+    x = v.view(np.uint8) if v.dtype == np.bool_ else v
+    out = P.empty(v._device, v.shape, x.dtype)
+    P.run(v._device, "pointwise.cu", "scalar_int", (x.dtype.name,), v.size, x, out, v.size, _SCALAR[op], s)
+    return t._replace_values(out.view(v.dtype))
 
 
 def mul_scalar(t, scalar):

@@ -91,7 +91,11 @@ def add_to_dense(t, values, out):
     ``values`` (shaped like ``t.values()``, in ``out``'s dtype), in place; returns ``out``.
     ``t`` is canonical: a compressed tensor checked, a coo one coalesced."""
     dev = out._device
-    key = P.value_key(out.dtype, "sparse + dense")
+    if out.dtype == np.bool_:  # NumPy's or: added in int64, tested against 0, written back
+        wide = add_to_dense(t, values.astype(np.int64), out.astype(np.int64)).astype(np.bool_)
+        dev.copy_dtod(out.ptr, wide.ptr, out.nbytes)
+        return out
+    key = P.arith_key(out.dtype, "sparse + dense")
     ik = P.index_key(t.index_dtype)
     if isinstance(t, COOTensor):
         idx = t.indices()
@@ -122,8 +126,13 @@ def elementwise(x, y, op: str):
         P.run(dev, "sample.cu", "elementwise_extremum", (key,), x.size, xv, yv, out.view(xv.dtype), x.size,
               int(op == "maximum"))
         return out
-    key = P.value_key(x.dtype, op)
-    P.run(dev, "sample.cu", "elementwise", (key,), x.size, x, y, out, x.size, _EW[op])
+    if op == "div" and x.dtype.kind not in "fc":  # the ops divide in floats: no integer division here
+        raise TypeError(f"div of {x.dtype} device arrays: true division needs floating or complex values")
+    if x.dtype == np.bool_:  # and: the product of 0/1 bytes
+        x, y, res = x.view(np.uint8), y.view(np.uint8), out.view(np.uint8)
+    else:
+        res = out
+    P.run(dev, "sample.cu", "elementwise", (P.arith_key(x.dtype, op),), x.size, x, y, res, x.size, _EW[op])
     return out
 
 

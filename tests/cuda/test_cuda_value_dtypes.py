@@ -1,0 +1,211 @@
+"""Integer and bool values on CUDA tensors, against the CPU result of the same tensor: the
+pointwise functions (integer results, and NumPy's float results of integers), scaling and
+powers by scalars (NumPy 2's result dtypes, a float64 scalar included), sums and products of
+two tensors and of a tensor and a dense array, the products with dense operands (``matmul``,
+``mv``, ``addmm``, ``linear``, ``hspmm``, ``smm``, ``sspaddmm``, SciPy's ``matvec`` family),
+coalescing duplicates, and the wrapping of integer arithmetic.
+
+Every layout x batch/dense shape of :data:`cuda_support.CASES` x bool, int8, uint8, int16,
+int32, int64 (float32 for the scalar promotions); results must match exactly (dtype, indices,
+values); where the CPU raises, the device raises the same error. Runs on a GPU or on the kernel
+emulator (see test_cuda.py).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import sparsetensor as st
+from sparsetensor.cuda._array import DeviceArray
+
+from cuda_support import backend, rng  # noqa: F401 (the fixtures)
+from cuda_support import CASE_IDS, CASES, assert_same, make
+
+INTS = [np.dtype(d) for d in ("bool", "int8", "uint8", "int16", "int32", "int64")]
+MATRICES = [c for c in CASES if not c[1] and not c[2]]
+MATRIX_IDS = [i for c, i in zip(CASES, CASE_IDS) if not c[1] and not c[2]]
+
+
+def int_tensor(rng, case, dtype, index_dtype=np.int32, nnz=None):
+    """A random CPU tensor of ``case`` whose values span ``dtype``'s range (wrapping products)."""
+    t = make(rng, case, np.float64, index_dtype, nnz=nnz)
+    shape = np.shape(t.values())
+    if dtype == np.bool_:
+        v = rng.random(shape) < 0.7
+    else:
+        info = np.iinfo(dtype)
+        lo, hi = max(int(info.min), -(1 << 40)), min(int(info.max), 1 << 40)
+        v = np.where(rng.random(shape) < 0.5, rng.integers(-9, 10, shape), rng.integers(lo, hi, shape))
+        v = v.astype(np.int64).clip(lo, hi)
+    return t._replace_values(np.ascontiguousarray(v.astype(dtype)))
+
+
+def on_device(x):
+    if isinstance(x, st.SparseTensor):
+        return x.cuda()
+    if isinstance(x, np.ndarray):
+        return DeviceArray.from_host(x)
+    return x
+
+
+def same(call, *args):
+    """``call(*args)`` on the CPU and on the device copies of the arguments: equal results (sparse:
+    members bitwise; dense: dtype, shape, values exactly) or the same error (type and message)."""
+    try:
+        with np.errstate(all="ignore"):
+            want = call(*args)
+    except Exception as e:  # the CPU's error, to be met on the device
+        with pytest.raises(type(e)) as got:
+            call(*(on_device(a) for a in args))
+        assert str(got.value) == str(e)
+        return None
+    got = call(*(on_device(a) for a in args))
+    if isinstance(want, st.SparseTensor):
+        assert got.device == "cuda:0"
+        assert_same(got, want, exact=want.dtype.kind not in "fc")
+        if want.dtype.kind in "fc":  # NumPy's float results: the device's math library, to a few ulps
+            np.testing.assert_allclose(got.values().get(), np.asarray(want.values()), rtol=2e-3 if
+                                       want.dtype == np.float16 else 1e-6)
+    else:
+        x, w = got.get(), np.asarray(want)
+        assert x.dtype == w.dtype and x.shape == w.shape, (x.dtype, w.dtype, x.shape, w.shape)
+        assert np.array_equal(x, w), (x, w)
+    return want
+
+
+UNARY = ["abs", "neg", "sign", "sgn", "square", "ceil", "floor", "trunc", "round", "relu", "conj", "frac",
+         "sqrt", "sin", "tanh", "expm1", "log1p", "deg2rad"]
+SCALARS = [("mul", 3), ("mul", -1), ("mul", 200), ("mul", True), ("mul", 2.5), ("mul", np.float64(2)),
+           ("mul", np.int16(3)), ("div", 2), ("div", 0.5), ("pow", 2), ("pow", 3), ("pow", 0.5), ("pow", 0)]
+
+
+@pytest.mark.parametrize("dtype", INTS + [np.dtype(np.float32)], ids=str)
+@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+def test_pointwise_and_scalars(backend, rng, case, dtype):
+    t = int_tensor(rng, case, dtype) if dtype.kind in "biu" else make(rng, case, dtype, np.int32)
+    for name in UNARY:
+        same(getattr(st, name), t)
+    same(lambda x: -x, t)
+    same(lambda x: abs(x), t)
+    for op, s in SCALARS:
+        same(getattr(st, op) if op != "pow" else st.pow, t, s)
+    same(lambda x: x * 3, t)
+    same(lambda x: 2 * x, t)
+    same(lambda x: x / 4, t)
+    same(lambda x: x ** 2, t)
+
+
+@pytest.mark.parametrize("dtype", INTS, ids=str)
+@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+def test_two_tensors_and_dense_operands(backend, rng, case, dtype):
+    a = int_tensor(rng, case, dtype)
+    b = int_tensor(rng, case, dtype)
+    for op in ("add", "sub", "mul", "maximum", "minimum"):
+        same(getattr(st, op), a, a)
+        if not case[1]:  # batched compressed operands need one nnz per batch: one pattern suffices there
+            same(getattr(st, op), a, b)
+    same(lambda x, y: st.add(x, y, alpha=3), a, a)
+    dense = b.to_dense()
+    for op in ("add", "sub", "mul", "div"):
+        same(getattr(st, op), a, dense)
+    same(st.add, dense, a)
+    same(st.sum, a)
+
+
+@pytest.mark.parametrize("dtype", INTS, ids=str)
+@pytest.mark.parametrize("case", MATRICES, ids=MATRIX_IDS)
+def test_products_with_dense_operands(backend, rng, case, dtype):
+    t = int_tensor(rng, case, dtype)
+    M, K = t.shape
+    vec = int_tensor(rng, ("coo", (), (), None), dtype).to_dense().ravel()[:1]  # one value of the dtype's range
+    x = np.resize(np.concatenate([vec, np.arange(K, dtype=np.int64).astype(dtype)]), (K, 3))
+    y = np.resize(np.arange(M * 3, dtype=np.int64).astype(dtype), (M, 3))
+    same(st.matmul, t, x)
+    same(st.matmul, t, x[:, 0].copy())
+    same(st.mv, t, x[:, 0].copy())
+    same(lambda s, d, inp: st.addmm(inp, s, d, beta=2, alpha=3), t, x, y)
+    same(lambda s, w: st.linear(w, s), t, x.T.copy())
+    same(st.hspmm, t.to_sparse_csr() if case[0] in ("csr", "coo") else t, x)
+    same(st.smm, t.to_sparse_csr() if case[0] in ("csr", "coo") else t, x)
+    same(lambda s, d: s.matvec(d), t, x[:, 0].copy())
+    same(lambda s, d: s.rmatmat(d), t, y)
+
+
+def test_integer_products_wrap_as_numpy(backend, rng):
+    """int8 sums of products and powers overflow: the device's bits are NumPy's."""
+    a = np.array([[100, 100, 0], [0, -128, 127]], np.int8)
+    t = st.from_dense(a, "csr")
+    x = np.full((3, 2), 3, np.int8)
+    same(st.matmul, t, x)
+    same(st.square, t)
+    same(st.pow, t, 5)
+    same(lambda s: s * 77, t)
+    same(st.abs, t)  # abs(-128) is -128
+    same(st.neg, t)
+    u = st.from_dense(np.array([[0, 255, 3]], np.uint8), "coo")
+    same(st.neg, u)
+    same(lambda s: s * 200, u)
+
+
+@pytest.mark.parametrize("dtype", INTS, ids=str)
+def test_coalescing_duplicates(backend, rng, dtype):
+    """Duplicates of integer values sum, wrapping (bool: or); 300 copies of True stay True."""
+    idx = np.array([[0, 0, 2, 1, 2, 0], [1, 1, 0, 2, 0, 1]])
+    vals = int_tensor(rng, ("coo", (), (), None), dtype, nnz=6).values()[:6]
+    vals = np.resize(vals, 6).astype(dtype)
+    t = st.sparse_coo_tensor(idx, vals, size=(3, 3))
+    same(lambda s: s.coalesce(), t)
+    same(lambda s: s.to_dense(), t)
+    same(lambda s: s.to_sparse_csr(), t)
+    same(lambda s: s + s, t)
+    many = st.sparse_coo_tensor(np.zeros((1, 300), np.int64), np.ones(300, dtype), size=(2,))
+    same(lambda s: s.coalesce(), many)
+    same(lambda s: s.to_dense(), many)
+
+
+# -- complex values ------------------------------------------------------------------------------
+
+COMPLEX_FUNCTIONS = ["sqrt", "sin", "sinh", "tan", "tanh", "asin", "asinh", "atan", "atanh", "expm1", "log1p",
+                     "round", "sgn", "square", "neg", "abs", "conj"]
+# points on and near the branch cuts, zeros of either sign, large and tiny moduli
+SPECIAL = np.array([1e-9 + 1e-9j, -1e-9 + 2e-9j, 0.5 + 0j, -0.5 - 0j, 2 + 0j, -2 + 0j, 0 + 2j, 0 - 2j, -3 + 1e-12j,
+                    1.5 - 0.5j, -0.25 + 4j, 30 + 1j, -40 - 2j, 1 + 1j, 1e3 - 1e3j, 2.5 + 1.5j,
+                    complex(-2, -0.0), complex(-0.5, -0.0), complex(3, -0.0), complex(-3, -0.0), complex(-0.0, 3),
+                    complex(0.0, -3), complex(-0.0, -3), complex(0, 0.5)])
+
+
+@pytest.mark.parametrize("dtype", [np.dtype(np.complex64), np.dtype(np.complex128)], ids=str)
+@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+def test_complex_functions(backend, rng, case, dtype):
+    t = make(rng, case, np.complex128, np.int32)
+    t = t._replace_values(np.ascontiguousarray(np.asarray(t.values()).astype(dtype)))
+    for name in COMPLEX_FUNCTIONS:
+        complex_close(getattr(st, name), t)
+    for e in (2, 3, 0.5, 2.5):
+        complex_close(st.pow, t, e)
+    for name in ("sign", "ceil", "relu", "frac", "deg2rad"):  # the CPU's refusals
+        same(getattr(st, name), t)
+
+
+def test_complex_functions_near_branch_cuts(backend):
+    for dtype in (np.complex64, np.complex128):
+        t = st.sparse_coo_tensor([np.arange(SPECIAL.size)], SPECIAL.astype(dtype), size=(SPECIAL.size,))
+        for name in COMPLEX_FUNCTIONS:
+            complex_close(getattr(st, name), t)
+        for e in (3, 0.5, 1.25):
+            complex_close(st.pow, t, e)
+
+
+def complex_close(call, *args):
+    """``call(*args)`` on the device is the CPU's result to 1e-12 (complex128) or 1e-6 (complex64,
+    computed in double there and rounded once) relative to the largest modulus: another math
+    library, other formulas."""
+    with np.errstate(all="ignore"):
+        want = call(*args)
+    got = call(*(on_device(a) for a in args))
+    assert got.device == "cuda:0" and got.dtype == want.dtype and got.shape == want.shape
+    x, w = got.values().get(), np.asarray(want.values())
+    tol = 1e-12 if w.dtype in (np.complex128, np.float64) else 1e-6
+    scale = np.abs(w[np.isfinite(w)]).max(initial=1.0)
+    np.testing.assert_allclose(x, w, rtol=tol, atol=tol * max(1.0, float(scale)))
