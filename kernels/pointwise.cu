@@ -32,6 +32,8 @@
 #define SOP_MUL 0
 #define SOP_DIV 1
 #define SOP_POW 2
+#define SOP_ROUND 3       // rint(x * s) / s: np.round to decimals >= 0, s = 10 ** decimals
+#define SOP_ROUND_DOWN 4  // rint(x / s) * s: decimals < 0, s = 10 ** -decimals
 
 namespace st {
 
@@ -198,10 +200,13 @@ template <typename A>
 __device__ __forceinline__ A scalar_apply(A x, A s, int op) {
     if (op == SOP_MUL) return x * s;
     if (op == SOP_DIV) return x / s;
+    if (op == SOP_ROUND) return rint(x * s) / s;
+    if (op == SOP_ROUND_DOWN) return rint(x / s) * s;
     return pow(x, s);
 }
 __device__ __forceinline__ cfloat scalar_apply(cfloat x, cfloat s, int op) {
     if (op == SOP_MUL) return x * s;
+    if (op == SOP_ROUND || op == SOP_ROUND_DOWN) return {scalar_apply(x.re, s.re, op), scalar_apply(x.im, s.re, op)};
     if (op == SOP_POW) {
         const cdouble y = complex_pow({(double)x.re, (double)x.im}, (double)s.re);
         return {(float)y.re, (float)y.im};
@@ -212,13 +217,15 @@ __device__ __forceinline__ cfloat scalar_apply(cfloat x, cfloat s, int op) {
 }
 __device__ __forceinline__ cdouble scalar_apply(cdouble x, cdouble s, int op) {
     if (op == SOP_MUL) return x * s;
+    if (op == SOP_ROUND || op == SOP_ROUND_DOWN) return {scalar_apply(x.re, s.re, op), scalar_apply(x.im, s.re, op)};
     if (op == SOP_POW) return complex_pow(x, s.re);
     if (s.im == 0.0) return {x.re / s.re, x.im / s.re};
     const double d = s.re * s.re + s.im * s.im;
     return {(x.re * s.re + x.im * s.im) / d, (x.im * s.re - x.re * s.im) / d};
 }
 
-// out = in * s, in / s, or in ** s (s real) for the scalar s = re + i im.
+// out = in * s, in / s, in ** s (s real), or in rounded at the factor s (SOP_ROUND*) for the
+// scalar s = re + i im.
 // st:kernel value
 template <typename V>
 __global__ void scalar_op(const V* __restrict__ in, V* __restrict__ out, i64 n, int op, double re, double im) {
@@ -264,6 +271,14 @@ __global__ void scalar_int(const V* __restrict__ in, V* __restrict__ out, i64 n,
         }
         out[i] = (V)(i64)y;
     }
+}
+
+// np.round of integers to decimals < 0, as NumPy computes it: rint(x / f) * f in double, f =
+// 10 ** -decimals (so large int64 values round through a double, as there).
+// st:kernel integer
+template <typename V>
+__global__ void round_int(const V* __restrict__ in, V* __restrict__ out, i64 n, double f) {
+    ST_GRID_LOOP(i, n) { out[i] = (V)(i64)(rint((double)in[i] / f) * f); }
 }
 
 // st:kernel index index

@@ -43,6 +43,16 @@ DENSIFY_LIMIT = 1 << 27
 _NDARRAY = np.ndarray
 
 
+def _one_place(layout, *members) -> None:
+    """A tensor's members are all host (NumPy) arrays or all device arrays: ValueError otherwise
+    (a tensor spanning the host and a device would read one with the other's kernels)."""
+    host = [isinstance(m, _NDARRAY) for m in members]
+    if any(host) and not all(host):
+        kinds = ", ".join(type(m).__name__ for m in members)
+        raise ValueError(f"the members of a {layout.name} tensor live on the host and on a device ({kinds}); "
+                         "move them to one place first")
+
+
 def frozen(a):
     """``a`` as a read-only view (device arrays as they are).
 
@@ -287,6 +297,7 @@ class COOTensor(SparseTensor):
 
     def __init__(self, indices: np.ndarray, values: np.ndarray, shape: tuple, coalesced: bool = False,
                  checked: bool = False):
+        _one_place(L.sparse_coo, indices, values)
         self._indices = frozen(indices)
         self._values = values
         self._shape = tuple(shape)
@@ -399,6 +410,7 @@ class CompressedTensor(SparseTensor):
 
     def __init__(self, compressed: np.ndarray, plain: np.ndarray, values: np.ndarray, shape: tuple,
                  layout: L.Layout, canonical: bool = False):
+        _one_place(layout, compressed, plain, values)
         self._compressed = frozen(compressed)
         self._plain = frozen(plain)
         self._values = values

@@ -296,14 +296,19 @@ class DeviceArray:
         return self._scaled(scalar, "div")
 
     def swapaxes(self, axis1: int, axis2: int) -> "DeviceArray":
-        """A new C-contiguous array with two adjacent axes swapped (device memory holds no
-        strided views); other pairs raise NotImplementedError."""
+        """A new C-contiguous array with two axes swapped (device memory holds no strided views):
+        one pass for adjacent axes; axes ``a < b`` further apart move by adjacent swaps (``b``
+        down to ``a``, then ``a`` up to ``b``)."""
         a, b = sorted(operator.index(x) % self.ndim for x in (axis1, axis2))
         if a == b:
             return self
         if b != a + 1:
-            raise NotImplementedError(f"swapaxes({axis1}, {axis2}) of a {self.ndim}-d array on {self.device}: only "
-                                      "adjacent axes have a GPU kernel")
+            out = self
+            for k in range(b, a, -1):
+                out = out.swapaxes(k - 1, k)
+            for k in range(a + 1, b):
+                out = out.swapaxes(k, k + 1)
+            return out
         dev = self._require_device()
         lead, rows, cols = math.prod(self._shape[:a]), self._shape[a], self._shape[b]
         width = math.prod(self._shape[b + 1:])

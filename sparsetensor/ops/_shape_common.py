@@ -63,7 +63,9 @@ def _compressed(t: CompressedTensor, c, p, v, shape, canonical=None) -> Compress
     """A compressed tensor of ``t``'s layout from members (made contiguous, 3.5-3.7)."""
     dense_dim = v.ndim - c.ndim - (2 if t.layout.blocked else 0)
     v = _contiguous_values(v, t.layout, dense_dim)
-    return CompressedTensor(np.ascontiguousarray(c), np.ascontiguousarray(p), v, tuple(shape), t.layout,
+    if isinstance(c, np.ndarray):  # device arrays are contiguous (and must stay on their device)
+        c, p = np.ascontiguousarray(c), np.ascontiguousarray(p)
+    return CompressedTensor(c, p, v, tuple(shape), t.layout,
                             t.is_coalesced() if canonical is None else canonical)
 
 

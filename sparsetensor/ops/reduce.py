@@ -356,7 +356,10 @@ def norm(t, p="fro", dim=None, keepdim: bool = False, *, threads: int | None = N
             v = v.astype(work)
         r = np.sqrt(np.asarray(np.vdot(v, v).real, dtype=work))
         return np.asarray(r, dtype=out_dtype).reshape((1,) * t.ndim if keepdim else ())
-    a = t._replace_values(np.abs(t.values()).astype(work, copy=False))
+    v = t.values()
+    if v.dtype.kind in "iu":  # |x| in the float work dtype: NumPy's abs of int8 -128 is -128
+        v = v.astype(work)
+    a = t._replace_values(np.abs(v).astype(work, copy=False))
     if p == math.inf:
         r = _run(a, dim, keepdim, np.maximum, work, threads, "norm")
     elif p == -math.inf:

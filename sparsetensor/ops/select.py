@@ -69,15 +69,13 @@ def transpose(t, dim0: int, dim1: int):
     shape[d0], shape[d1] = shape[d1], shape[d0]
     if k0 == "sparse":
         return _TRANSPOSE_SPARSE_BY_LAYOUT[type(t)](t, d0, d1)
-    if t.is_cuda:
-        raise NotImplementedError(f"transpose({dim0}, {dim1}) of a {t.layout.name} tensor on {t.device}: only sparse "
-                                  "dims have a GPU kernel")
+    # device arrays swap into new contiguous arrays; NumPy's views are made contiguous where members must be
+    contiguous = (lambda a: a) if t.is_cuda else np.ascontiguousarray
     if k0 == "batch":
-        c, p, v = (np.ascontiguousarray(a.swapaxes(d0, d1)) for a in (t.compressed_indices(), t.plain_indices(),
-                                                                       t.values()))
+        c, p, v = (contiguous(a.swapaxes(d0, d1)) for a in (t.compressed_indices(), t.plain_indices(), t.values()))
         return _compressed(t, c, p, v, shape)
     v = t.values().swapaxes(_values_axis(t, d0), _values_axis(t, d1))
-    return _with_values(t, v if t.layout is L.sparse_coo else np.ascontiguousarray(v), shape)
+    return _with_values(t, v if t.layout is L.sparse_coo else contiguous(v), shape)
 
 
 # Per-layout bodies (``*_BY_LAYOUT`` at the end of this module): the public op

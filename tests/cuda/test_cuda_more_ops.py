@@ -278,3 +278,23 @@ def test_no_host_copies(backend, rng, monkeypatch):
              st.norm(c, -2)]
     for got, want in zip(results, wants):
         close(got, want)
+
+
+# -- matmul broadcasting batch dims -----------------------------------------------------------------
+
+BROADCASTS = [(("csr", (), (), None), (3, 5, 2)), (("csr", (2,), (), None), (3, 1, 5, 2)),
+              (("bsr", (1,), (), (2, 1)), (4, 5, 3)), (("csc", (2,), (), None), (2, 5, 2)),
+              (("csr", (3,), (), None), (5, 2)), (("csr", (2, 1), (), None), (3, 5, 2)),
+              (("coo", (), (), None), (2, 5, 2)), (("csr", (2,), (), None), (2, 5, 0)),
+              (("bsc", (), (), (1, 5)), (3, 5, 1)), (("csr", (1,), (), None), (5,))]
+
+
+@pytest.mark.parametrize("case,x_shape", BROADCASTS, ids=[f"{c[0]}-b{len(c[1])}-{len(x)}d" for c, x in BROADCASTS])
+@pytest.mark.parametrize("dtype", [np.float32, np.complex128, np.int64], ids=str)
+def test_matmul_broadcasts_batch_dims(backend, rng, case, x_shape, dtype):
+    """NumPy's broadcasting of the batch dims of either operand (the CPU's shapes and values)."""
+    t = tensor(rng, case, np.dtype(dtype), np.int32)
+    x = _values(rng, x_shape, dtype)
+    agree(st.matmul, t, x)
+    if len(x_shape) >= 2:
+        agree(lambda a, b: st.matmul(b.swapaxes(-1, -2), a.mT), t, x)  # dense @ sparse: transposed

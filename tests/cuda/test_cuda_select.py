@@ -237,3 +237,42 @@ def test_edge_shapes(backend, rng):
         both(lambda x: st.index_select(x, 1, [4, 0, 4]), t)
         both(lambda x: st.narrow(x, 0, 1, 2), t)
         both(lambda x, y: st.cat([x, y, x], 0), t, t)
+
+
+# -- transposes of batch and dense dims -----------------------------------------------------------
+
+@pytest.mark.parametrize("case", [("csr", (2, 3, 2), (2, 3), None), ("bsc", (3, 2), (2,), (2, 1)),
+                                  ("coo", (), (2, 2, 3), None), ("coo", (2,), (3, 2), None)],
+                         ids=["csr-b3-d2", "bsc-b2-d1", "coo-d3", "coo-s3-d2"])
+def test_transpose_every_pair_of_one_kind(backend, rng, case):
+    """Every pair of batch dims, of sparse dims and of dense dims (adjacent or not) on the device:
+    the CPU's tensor, its members on the device; a pair of two kinds: the CPU's error."""
+    t = make(rng, case, np.float32, np.int32)
+    d = t.cuda()
+    for a in range(t.ndim):
+        for b in range(t.ndim):
+            try:
+                want = st.transpose(t, a, b)
+            except NotImplementedError as e:
+                with pytest.raises(NotImplementedError) as got:
+                    st.transpose(d, a, b)
+                assert str(got.value) == str(e)
+                continue
+            got = st.transpose(d, a, b)
+            assert all(isinstance(m, DeviceArray) for m in _members(got))
+            assert_same(got, want)
+
+
+def _members(t):
+    return [t.indices(), t.values()] if t.layout is st.sparse_coo else \
+        [t.compressed_indices(), t.plain_indices(), t.values()]
+
+
+def test_a_tensor_never_spans_the_host_and_a_device(backend):
+    from sparsetensor._core._tensor import COOTensor, CompressedTensor
+
+    v = DeviceArray.from_host(np.ones(2))
+    with pytest.raises(ValueError, match="host and on a device"):
+        CompressedTensor(np.array([0, 1, 2]), np.array([0, 1]), v, (2, 2), st.sparse_csr)
+    with pytest.raises(ValueError, match="host and on a device"):
+        COOTensor(DeviceArray.from_host(np.zeros((1, 2), np.int64)), np.ones(2), (3,))

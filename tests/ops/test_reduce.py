@@ -269,6 +269,19 @@ def test_norm_orders(p, layout, rng):
         check(R.norm(t, p, dims), dense_norm(a, p, d, False), t, d)
 
 
+@pytest.mark.parametrize("dtype", [np.int8, np.int16, np.uint8, np.int64])
+def test_norm_of_integers_at_the_ends_of_their_range(dtype):
+    """|x| in floats: the int8 -128 counts 128 (NumPy's int8 abs wraps it to -128)."""
+    info = np.iinfo(dtype)
+    a = np.array([[info.min, 3, 0], [0, info.max, -1 if info.min else 1]], dtype)
+    for layout in ("coo", "csr", "bsc"):
+        t = st.from_dense(a, layout, blocksize=(1, 1) if layout == "bsc" else None)
+        for p in (1, 2, 3, math.inf, 0.5):
+            want = np.linalg.norm(a.astype(np.float64).ravel(), p)
+            np.testing.assert_allclose(R.norm(t, p), want, rtol=1e-12)
+        np.testing.assert_allclose(R.norm(t, 1, 1), np.abs(a.astype(np.float64)).sum(1), rtol=1e-12)
+
+
 def test_norm_arguments(rng):
     t, _ = make(rng, "csr")
     with pytest.raises(ValueError, match="nuc"):

@@ -147,6 +147,8 @@ def unary(t, name: str, fn, threads=None, arg=None):
         return _pointwise.scalar_op(t, arg, name).values()
     if name in ("real", "imag") and arg is None:
         return _pointwise.complex_part(t, name).values()
+    if name == "round" and arg:
+        return _pointwise.round_decimals(t, int(arg)).values()
     if arg is not None and arg != 0:
         raise NotImplementedError(f"{name} with arguments ({arg!r}) of a {t.layout.name} tensor on {t.device} has no "
                                   "GPU kernel; run it on the host with t.cpu()")

@@ -156,6 +156,16 @@ def _spmm(dev, vkey, ik, c, p, v, B, M, K, nnz, x, x_bstride, N, y, acc_dtype):
         _long_sum(dev, vkey, plan, N, part, y)
 
 
+def _batches(a, rows, out_batch: tuple):
+    """Device compressed tensor ``a`` whose batch ``b`` is ``a``'s batch ``rows[b]`` (host ints),
+    shaped ``out_batch + a``'s matrix shape: the members' batches gathered (a broadcast made real)."""
+    m = a.batch_dim
+    c, p, v = a.compressed_indices(), a.plain_indices(), a.values()
+    flat = [x.reshape((math.prod(a.shape[:m]),) + x.shape[m:]).take(rows) for x in (c, p, v)]
+    return CompressedTensor(*(x.reshape(out_batch + x.shape[1:]) for x in flat), out_batch + a.shape[m:], a.layout,
+                            True)
+
+
 def spmm(a, x, plan, rt, threads=None, err=None):
     """``a @ x`` for a device compressed tensor ``a`` without dense dims and a dense device array
     ``x`` whose shapes ``plan`` (:class:`sparsetensor.ops.blas.ProductShape`) resolved, in ``rt``
@@ -169,17 +179,16 @@ def spmm(a, x, plan, rt, threads=None, err=None):
         x = x.astype(rt)
     a = _rows(a)
     dev = a.values()._device
-    B = math.prod(a.shape[:a.batch_dim])
-    if plan.sb.shape[0] != B or (B > 1 and not (plan.sb == np.arange(B)).all()):
-        raise NotImplementedError(f"matmul on cuda broadcasting the batch dims of the sparse operand "
-                                  f"{a.shape[:a.batch_dim]} to {plan.out_batch}")
+    B = plan.sb.shape[0]
+    if math.prod(a.shape[:a.batch_dim]) != B or (B > 1 and not (plan.sb == np.arange(B)).all()):
+        a = _batches(a, plan.sb, plan.out_batch)  # broadcast: the batches each output batch reads, copied
     if x.ndim <= 2 or math.prod(x.shape[:-2]) == 1:
         x_bstride = 0  # one dense operand for every batch
-    elif (plan.db == np.arange(B)).all():
-        x_bstride = plan.K * plan.N
     else:
-        raise NotImplementedError(f"matmul on cuda broadcasting the batch dims of the dense operand {x.shape[:-2]} "
-                                  f"to {plan.out_batch}")
+        Bd = math.prod(x.shape[:-2])
+        if not (Bd == B and (plan.db == np.arange(B)).all()):
+            x = x.reshape((Bd,) + x.shape[-2:]).take(plan.db)
+        x_bstride = plan.K * plan.N
     vkey = P.arith_key(a.dtype, "matmul")
     ik = P.index_key(a.index_dtype)
     M, K, N = plan.M, plan.K, plan.N

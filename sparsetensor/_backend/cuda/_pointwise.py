@@ -21,7 +21,7 @@ from ...cuda import _primitives as P
 from ...cuda._classes import CudaCOOTensor
 
 __all__ = ["UNARY_OPS", "unary", "complex_part", "scalar_op", "mul_scalar", "div_scalar", "pow_scalar", "map_array",
-           "numpy_result"]
+           "numpy_result", "round_decimals"]
 
 # name -> (code in pointwise.cu, linear)
 UNARY_OPS = {
@@ -166,6 +166,29 @@ def _scalar_int(t, scalar, op: str):
     out = P.empty(v._device, v.shape, x.dtype)
     P.run(v._device, "pointwise.cu", "scalar_int", (x.dtype.name,), v.size, x, out, v.size, _SCALAR[op], s)
     return t._replace_values(out.view(v.dtype))
+
+
+def round_decimals(t, decimals: int):
+    """``np.round(values, decimals)`` (half to even) of device tensor ``t``, as NumPy computes it:
+    floats and complex (each part) as ``rint(x * 10**d) / 10**d`` (``rint(x / 10**-d) * 10**-d``
+    for ``d < 0``; float16 rounded at every step), integers (``d < 0``) through a double."""
+    t = _prepared(t, False)
+    v = t.values()
+    dev, dt = v._device, v.dtype
+    out = P.empty(dev, v.shape, dt)
+    if dt.kind in "iu":
+        if decimals >= 0:  # integers are their own roundings
+            dev.copy_dtod(out.ptr, v.ptr, v.nbytes)
+        else:
+            P.run(dev, "pointwise.cu", "round_int", (dt.name,), v.size, v, out, v.size, 10.0 ** -decimals)
+        return t._replace_values(out)
+    f = 10.0 ** abs(decimals)
+    if dt == np.float16:  # NumPy's float16 loops round every step to float16 (x * f may overflow to inf)
+        first, last = ("mul", "div") if decimals >= 0 else ("div", "mul")
+        return scalar_op(unary(scalar_op(t, f, first), "rint"), f, last)
+    code = 3 if decimals >= 0 else 4  # SOP_ROUND, SOP_ROUND_DOWN
+    P.run(dev, "pointwise.cu", "scalar_op", (P.value_key(dt, "round"),), v.size, v, out, v.size, code, f, 0.0)
+    return t._replace_values(out)
 
 
 def mul_scalar(t, scalar):
