@@ -175,9 +175,12 @@ def to_torch(t, *, copy=None, check_invariants=None):
 def _coo_coalesce(self, *, threads: int | None = None) -> COOTensor:
     """Sort the indices lexicographically and sum the values of duplicates (bool: logical or).
 
-    An already coalesced tensor is returned as it is (no copy).
+    An already coalesced tensor is returned as it is (no copy); on a device, once its indices are
+    known valid (the device kernels take them as they are, where the CPU's check their bounds).
     """
-    return self if self._coalesced else backend_for(self).coalesce(self, threads)
+    if self._coalesced and (self._checked or type(self._values) is np.ndarray):
+        return self
+    return backend_for(self).coalesce(self, threads)
 
 
 def _compressed_coalesce(self, *, threads: int | None = None) -> CompressedTensor:

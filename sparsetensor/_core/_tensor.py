@@ -293,7 +293,7 @@ class COOTensor(SparseTensor):
     False (the default, always safe) makes them check what they read.
     """
 
-    __slots__ = ("_indices", "_values", "_coalesced", "_checked")
+    __slots__ = ("_indices", "_values", "_coalesced", "_checked_flag")
 
     def __init__(self, indices: np.ndarray, values: np.ndarray, shape: tuple, coalesced: bool = False,
                  checked: bool = False):
@@ -381,6 +381,16 @@ class COOTensor(SparseTensor):
         return [("indices", self._indices), ("values", self._values)]
 
     @property
+    def _checked(self) -> bool:
+        """C4/C5 (and C6 when coalesced) known to hold: set by a full check or by our kernels, and not
+        trusted while the indices are device memory another library may write (``_shared``)."""
+        return self._checked_flag and (type(self._indices) is _NDARRAY or not self._indices._shared)
+
+    @_checked.setter
+    def _checked(self, value) -> None:
+        self._checked_flag = bool(value)
+
+    @property
     def _validated(self) -> bool:
         """The one meaning of *validated* (see :mod:`sparsetensor._core._canonical`): C4/C5 (and C6
         when coalesced) known to hold; set by a full check or by our kernels."""
@@ -406,7 +416,7 @@ class CompressedTensor(SparseTensor):
     :func:`sparsetensor.sparse_compressed_tensor`.
     """
 
-    __slots__ = ("_compressed", "_plain", "_values", "_canonical")
+    __slots__ = ("_compressed", "_plain", "_values", "_canonical_flag")
 
     def __init__(self, compressed: np.ndarray, plain: np.ndarray, values: np.ndarray, shape: tuple,
                  layout: L.Layout, canonical: bool = False):
@@ -528,6 +538,18 @@ class CompressedTensor(SparseTensor):
     def _members(self):
         return [(self._layout.compressed_name, self._compressed), (self._layout.plain_name, self._plain),
                 ("values", self._values)]
+
+    @property
+    def _canonical(self) -> bool:
+        """5.1-5.6 known to hold: set by a full check or by our kernels, and not trusted while an index
+        member is device memory another library may write (``_shared``: taken without a copy, or
+        handed out), which every op checks again."""
+        return self._canonical_flag and (type(self._plain) is _NDARRAY or not (self._plain._shared or
+                                                                                 self._compressed._shared))
+
+    @_canonical.setter
+    def _canonical(self, value) -> None:
+        self._canonical_flag = bool(value)
 
     @property
     def _validated(self) -> bool:

@@ -61,10 +61,13 @@ class DeviceArray:
     ((2, 3), dtype('int64'), 'cuda:0', array([3, 4, 5]))
     """
 
-    __slots__ = ("_owner", "_ptr", "_shape", "_dtype", "_device", "__weakref__")
+    __slots__ = ("_owner", "_ptr", "_shape", "_dtype", "_device", "_shared", "__weakref__")
     __array_priority__ = 1000
 
-    def __init__(self, owner, ptr: int, shape, dtype, device):
+    def __init__(self, owner, ptr: int, shape, dtype, device, shared: bool = False):
+        # _shared: another library may write this memory (taken without a copy, or handed out through
+        # DLPack or __cuda_array_interface__): a tensor does not trust a past check of such indices
+        self._shared = shared
         self._owner = owner
         self._ptr = int(ptr)
         self._shape = tuple(operator.index(n) for n in shape)
@@ -138,20 +141,21 @@ class DeviceArray:
             shape[shape.index(-1)] = self.size // known
         if math.prod(shape) != self.size:
             raise ValueError(f"cannot reshape array of size {self.size} into shape {tuple(shape)}")
-        return DeviceArray(self._owner, self._ptr, shape, self._dtype, self._device)
+        return DeviceArray(self._owner, self._ptr, shape, self._dtype, self._device, self._shared)
 
     def view(self, dtype) -> "DeviceArray":
         """The same bytes as another dtype (the last dim rescales, as in NumPy)."""
         dt = np.dtype(dtype)
         if dt.itemsize == self.itemsize:
-            return DeviceArray(self._owner, self._ptr, self._shape, dt, self._device)
+            return DeviceArray(self._owner, self._ptr, self._shape, dt, self._device, self._shared)
         if not self._shape:
             raise ValueError("cannot change the itemsize of a 0-d array")
         last = self._shape[-1] * self.itemsize
         if last % dt.itemsize:
             raise ValueError(f"the last axis ({self._shape[-1]} x {self.itemsize} bytes) is not a multiple of "
                              f"the new itemsize {dt.itemsize}")
-        return DeviceArray(self._owner, self._ptr, self._shape[:-1] + (last // dt.itemsize,), dt, self._device)
+        return DeviceArray(self._owner, self._ptr, self._shape[:-1] + (last // dt.itemsize,), dt, self._device,
+                           self._shared)
 
     def __getitem__(self, key) -> "DeviceArray":
         """Views along the leading axis: ``a[i]`` and ``a[i:j]`` (step 1); ``a[...]``/``a[:]``."""
@@ -167,7 +171,7 @@ class DeviceArray:
                 raise IndexError("DeviceArray views take slices with step 1 only")
             stop = max(stop, start)
             return DeviceArray(self._owner, self._ptr + start * row, (stop - start,) + self._shape[1:],
-                               self._dtype, self._device)
+                               self._dtype, self._device, self._shared)
         try:
             i = operator.index(key)
         except TypeError:
@@ -175,11 +179,12 @@ class DeviceArray:
         if not -n <= i < n:
             raise IndexError(f"index {i} out of range for axis 0 of size {n}")
         i %= n
-        return DeviceArray(self._owner, self._ptr + i * row, self._shape[1:], self._dtype, self._device)
+        return DeviceArray(self._owner, self._ptr + i * row, self._shape[1:], self._dtype, self._device, self._shared)
 
     # -- interchange ----------------------------------------------------------------------------
     @property
     def __cuda_array_interface__(self) -> dict:
+        self._shared = True  # the consumer may write it
         stream = None if self._device is None else self._device.stream_handle
         return {"shape": self._shape, "typestr": self._dtype.str, "descr": [("", self._dtype.str)],
                 "data": (self._ptr if self.size else 0, False), "strides": None, "version": 3,
@@ -196,6 +201,7 @@ class DeviceArray:
         """
         if copy:
             raise BufferError("DeviceArray.__dlpack__(copy=True) is not supported; copy with .copy() first")
+        self._shared = True  # the consumer may write it
         if dl_device is not None and tuple(dl_device) != self.__dlpack_device__():
             raise BufferError(f"DeviceArray on {self.device} cannot be exported to DLPack device {dl_device}")
         consumer = None
@@ -434,7 +440,7 @@ def _from_view(view, dev, owner) -> DeviceArray:
         if any(s != w for s, w, n in zip(strides, want, shape) if n > 1):
             raise ValueError(f"only C-contiguous device arrays are taken without a copy; got strides {tuple(strides)} "
                              f"(in elements) for shape {shape} (make it contiguous first, e.g. x.contiguous())")
-    return DeviceArray(owner, view.ptr, shape, dtype, dev)
+    return DeviceArray(owner, view.ptr, shape, dtype, dev, shared=True)
 
 
 class _OneCapsule:

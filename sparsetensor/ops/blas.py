@@ -123,6 +123,13 @@ def _compressed_product(S: CompressedTensor, D: np.ndarray, rt: np.dtype, op: st
     return backend_for(S, D).spmm(S, D, plan, rt, threads, err)
 
 
+def _row_matrix(v: COOTensor, threads) -> CompressedTensor:
+    """Sparse vector ``v`` (coo, sparse_dim 1) as the 1 x K csr matrix of its entries (row 0)."""
+    (K,) = v.shape
+    row = backend_for(v).flatten_coo(v.indices(), (), 1, K, False, threads)
+    return COOTensor(row, v.values(), (1, K), v.is_coalesced()).to_sparse_csr(threads=threads)
+
+
 def _coo_product(S: COOTensor, D: np.ndarray, rt, op, threads, operands, err_tensor=None, transposed=False):
     """The body of COO: through csr (batch dims flattened into rows)."""
     if S.dense_dim:
@@ -131,18 +138,11 @@ def _coo_product(S: COOTensor, D: np.ndarray, rt, op, threads, operands, err_ten
     sd = S.sparse_dim
     if sd == 0:
         raise _mismatch(op, *operands, "matmul needs at least 1-d operands")
-    if sd != 2 and S.is_cuda:
-        raise NotImplementedError(f"{op} of a coo tensor with sparse_dim={sd} on {S.device} has no GPU kernel (2-d "
-                                  "coo goes through csr)")
-    if sd == 1:  # a sparse vector: a 1 x K matrix
-        (K,) = S.shape
-        idx = S.indices()
-        row = np.concatenate([np.zeros_like(idx), idx])
-        S2 = COOTensor(row, S.values(), (1, K), S.is_coalesced())
-        r = _product(S2.to_sparse_csr(threads=threads), D, rt, op, threads, operands, S, transposed)
-        return r.reshape(r.shape[:-2] + r.shape[-1:]) if D.ndim > 1 else r.reshape(())
     if sd == 2:
         return _product(S.to_sparse_csr(threads=threads), D, rt, op, threads, operands, S, transposed)
+    if sd == 1:  # a sparse vector: a 1 x K matrix
+        r = _product(_row_matrix(S, threads), D, rt, op, threads, operands, S, transposed)
+        return r.reshape(r.shape[:-2] + r.shape[-1:]) if D.ndim > 1 else r.reshape(())
     # batched coo: one block-diagonal csr matrix (rows b*M + i; columns b*K + k when D has the batch)
     batch, (M, K) = S.shape[:-2], S.shape[-2:]
     vector = D.ndim == 1
@@ -161,19 +161,15 @@ def _coo_product(S: COOTensor, D: np.ndarray, rt, op, threads, operands, err_ten
     B = math.prod(batch)
     # checked: a row past M must not land in the next batch; the linearised indices stay sorted
     S = S._coalesced_checked(threads)
-    idx = S.indices().astype(np.int64)
-    b = np.ravel_multi_index(tuple(idx[:-2]), batch) if idx.shape[1] else np.zeros(0, np.int64)
-    rows = b * M + idx[-2]
-    if d_batch == batch:
-        cols, Ktot, D2 = b * K + idx[-1], B * K, D.reshape((B * K,) + D.shape[-1:])
-    else:
-        if d_batch:
-            D = np.broadcast_to(D, batch + D.shape[-2:])
-            cols, Ktot, D2 = b * K + idx[-1], B * K, np.ascontiguousarray(D).reshape(B * K, D.shape[-1])
-        else:
-            cols, Ktot, D2 = idx[-1], K, D
+    batched = bool(d_batch)
+    if batched and d_batch != batch:  # the dense batch broadcast: each sparse batch's own copy
+        Bd = math.prod(d_batch)
+        pick = np.broadcast_to(np.arange(Bd).reshape(d_batch), batch).ravel()
+        D = D.reshape((Bd,) + D.shape[-2:]).take(pick, axis=0)
+    D2 = D.reshape((B * K,) + D.shape[-1:]) if batched else D
+    flat_idx = backend_for(S).flatten_coo(S.indices(), batch, M, K, batched, threads)
     # checked above; the flattening keeps the order and the bounds
-    flat = COOTensor(np.stack([rows, cols]), S.values(), (B * M, Ktot), True, checked=True).to_sparse_csr(
+    flat = COOTensor(flat_idx, S.values(), (B * M, B * K if batched else K), True, checked=True).to_sparse_csr(
         threads=threads)
     r = _product(flat, D2, rt, op, threads, operands, S, transposed)
     return r.reshape(batch + ((M,) if vector else (M, D.shape[-1])))
@@ -183,11 +179,10 @@ def _dense_sparse(X: np.ndarray, S: SparseTensor, rt, op, threads, operands):
     """``X @ S`` as ``(S.mT @ X.mT).mT``; a 1-d ``X`` is a row vector."""
     if X.ndim == 0:
         raise _mismatch(op, *operands, "matmul needs at least 1-d operands")
-    if S.sparse_dim == 1:  # a sparse (coo) column vector, K x 1
-        idx = S.indices()
-        S = COOTensor(np.concatenate([idx, np.zeros_like(idx)]), S.values(), S.shape + (1,), S.is_coalesced())
-        r = _dense_sparse(X, S, rt, op, threads, operands)
-        return r[..., 0]
+    if S.sparse_dim == 1:  # X @ v = (v as a 1 x K matrix) @ X.mT, its row dropped
+        r = _product(_row_matrix(S, threads), X if X.ndim == 1 else X.swapaxes(-1, -2), rt, op, threads, operands, S,
+                     True)
+        return r.reshape(()) if X.ndim == 1 else r.reshape(r.shape[:-2] + r.shape[-1:])
     St = S.mT
     if X.ndim == 1:
         return _product(St, X, rt, op, threads, operands, S, True)
@@ -203,11 +198,8 @@ def _matmul_work(a, b, op, threads, extra_dtypes=()):
     X = _as_dense(a, op, "the first operand")
     rt = _result_dtype(op, X.dtype, b.dtype, *extra_dtypes)
     # on a device (a CPU/GPU mix raised in backend_for) the transposes of _dense_sparse are copies
-    # (DeviceArray.swapaxes), the product the device SpMM of the csc/csr view; a sparse vector's
-    # indices are rebuilt on the host, so it has no device path
-    if b.sparse_dim == 1 and backend_for(X, b).device != "cpu":
-        raise NotImplementedError(f"{op}: dense @ a sparse vector (coo, sparse_dim=1) on {b.device} has no GPU "
-                                  "kernel; move the operands to the host")
+    # (DeviceArray.swapaxes), the product the device SpMM of the csc/csr view
+    backend_for(X, b)
     return _dense_sparse(X, b, rt, op, threads, (a, b)), rt
 
 

@@ -286,7 +286,10 @@ BROADCASTS = [(("csr", (), (), None), (3, 5, 2)), (("csr", (2,), (), None), (3, 
               (("bsr", (1,), (), (2, 1)), (4, 5, 3)), (("csc", (2,), (), None), (2, 5, 2)),
               (("csr", (3,), (), None), (5, 2)), (("csr", (2, 1), (), None), (3, 5, 2)),
               (("coo", (), (), None), (2, 5, 2)), (("csr", (2,), (), None), (2, 5, 0)),
-              (("bsc", (), (), (1, 5)), (3, 5, 1)), (("csr", (1,), (), None), (5,))]
+              (("bsc", (), (), (1, 5)), (3, 5, 1)), (("csr", (1,), (), None), (5,)),
+              # coo with leading sparse dims: one block-diagonal matrix
+              (("coo", (3,), (), None), (3, 5, 2)), (("coo", (3,), (), None), (5, 2)), (("coo", (3,), (), None), (5,)),
+              (("coo", (2, 3), (), None), (3, 5, 2)), (("coo", (3,), (), None), (1, 5, 2))]
 
 
 @pytest.mark.parametrize("case,x_shape", BROADCASTS, ids=[f"{c[0]}-b{len(c[1])}-{len(x)}d" for c, x in BROADCASTS])
@@ -298,3 +301,22 @@ def test_matmul_broadcasts_batch_dims(backend, rng, case, x_shape, dtype):
     agree(st.matmul, t, x)
     if len(x_shape) >= 2:
         agree(lambda a, b: st.matmul(b.swapaxes(-1, -2), a.mT), t, x)  # dense @ sparse: transposed
+
+
+@pytest.mark.parametrize("x_shape", [(5,), (5, 2), (3, 5, 2), (4,)], ids=lambda s: f"{len(s)}d")
+def test_sparse_vector_products(backend, rng, x_shape):
+    """A coo vector (sparse_dim 1) on either side of a dense operand, and the CPU's shape errors."""
+    v = st.sparse_coo_tensor([[0, 3, 1]], np.array([1.0, -2.0, 3.0], np.float32), size=(5,))
+    x = _values(rng, x_shape, np.float32)
+    agree(st.matmul, v, x)
+    agree(lambda a, b: st.matmul(b if b.ndim == 1 else b.swapaxes(-1, -2), a), v, x)
+
+
+@pytest.mark.parametrize("case,batch", [(("csr", (), (), None), (2,)), (("csr", (2,), (), None), (3, 2)),
+                                        (("csc", (), (), None), (2,)), (("csr", (1,), (), None), (3,))],
+                         ids=["csr-2", "csr-b1-32", "csc-2", "csr-b1-3"])
+def test_sampled_addmm_broadcasts_the_input(backend, rng, case, batch):
+    t = tensor(rng, case, np.dtype(np.float64), np.int32)
+    m1 = _values(rng, batch + t.shape[-2:-1] + (3,), np.float64)
+    m2 = _values(rng, batch + (3,) + t.shape[-1:], np.float64)
+    agree(lambda a, b, c: st.sampled_addmm(a, b, c, beta=0.5, alpha=2), t, m1, m2)

@@ -357,9 +357,13 @@ def test_bmm_errors(backend, rng):
     with pytest.raises(ValueError) as dev:
         st.bmm(DeviceArray.from_host(np.ones((2, 5, 4))), a.cuda())
     assert str(dev.value).replace(" on cuda:0", "") == str(cpu.value)
-    coo = st.from_dense(a.to_dense(), "coo")  # sparse_dim == 3
-    with pytest.raises(NotImplementedError, match="sparse_dim=3"):
-        st.bmm(coo.cuda(), DeviceArray.from_host(np.ones((2, 4, 2))))
+    coo = st.from_dense(a.to_dense(), "coo")  # sparse_dim == 3: one block-diagonal matrix, as on the CPU
+    assert_dense(st.bmm(coo.cuda(), DeviceArray.from_host(np.ones((2, 4, 2)))), st.bmm(coo, np.ones((2, 4, 2))))
+    with pytest.raises(ValueError) as cpu:
+        st.bmm(coo, np.ones((2, 3, 2)))
+    with pytest.raises(ValueError) as dev:
+        st.bmm(coo.cuda(), DeviceArray.from_host(np.ones((2, 3, 2))))
+    assert str(dev.value).replace(" on cuda:0", "") == str(cpu.value)
     with pytest.raises(ValueError, match="different devices"):
         st.bmm(a.cuda(), np.ones((2, 4, 2)))
 
@@ -469,12 +473,14 @@ def test_bmm_dense_sparse(backend, rng, layout):
     assert_dense(st.bmm(x, s.cuda()), st.bmm(x.get(), s))
 
 
-def test_dense_sparse_refusals(backend, rng):
-    """What the device lacks raises NotImplementedError naming it (nothing goes to the host)."""
+def test_dense_sparse_vectors_broadcasts_and_batched_coo(backend, rng):
+    """dense @ a sparse vector, a shared sparse matrix under a batch of dense ones, and a batched
+    coo on the right: the CPU's results, on the device."""
     vec = st.from_dense(np.array([1.0, 0.0, 2.0]), "coo")
-    with pytest.raises(NotImplementedError, match="sparse vector .* on cuda:0"):
-        st.matmul(DeviceArray.from_host(np.ones((2, 3))), vec.cuda())
-    with pytest.raises(NotImplementedError, match="broadcasting the batch dims of the sparse operand"):
-        st.matmul(DeviceArray.from_host(np.ones((2, 5, 4))), st.from_dense(np.ones((4, 3)), "csr").cuda())
-    with pytest.raises(NotImplementedError, match="sparse_dim=3"):
-        st.bmm(DeviceArray.from_host(np.ones((2, 5, 4))), st.from_dense(np.ones((2, 4, 3)), "coo").cuda())
+    x = rng.standard_normal((2, 3))
+    assert_dense(st.matmul(DeviceArray.from_host(x), vec.cuda()), st.matmul(x, vec))
+    y = rng.standard_normal((2, 5, 4))
+    s = st.from_dense(rng.standard_normal((4, 3)) * (rng.random((4, 3)) < 0.5), "csr")
+    assert_dense(st.matmul(DeviceArray.from_host(y), s.cuda()), st.matmul(y, s))
+    c = st.from_dense(rng.standard_normal((2, 4, 3)) * (rng.random((2, 4, 3)) < 0.5), "coo")
+    assert_dense(st.bmm(DeviceArray.from_host(y), c.cuda()), st.bmm(y, c))

@@ -38,7 +38,7 @@ __all__ = ["device", "validate", "coalesce", "to_dense", "from_dense", "convert"
            "merge", "reduce_sum", "reduce_sum_dims", "reduce_dims", "unary", "sddmm", "gather_slices", "remap_plain",
            "narrow_plain", "cat_plain", "cat_compressed", "index_select_coo", "compressed_sum", "plain_sum", "segment_reduce",
            "scatter_reduce", "segment_softmax", "group_by", "batch_offsets", "map_values", "sample_dense", "add_to_dense", "elementwise",
-           "check_bounds", "diagonal", "sum_axis"]
+           "check_bounds", "diagonal", "sum_axis", "flatten_coo"]
 
 device = "cpu"
 
@@ -321,6 +321,17 @@ def diagonal(coo, offset: int, d1: int, d2: int, k: int, threads=None) -> np.nda
 def sum_axis(x: np.ndarray, axis: int, dtype, threads=None) -> np.ndarray:
     """``x`` summed over ``axis`` (dropped), as ``np.sum(x, axis, dtype=dtype)``."""
     return np.sum(x, axis=axis, dtype=dtype)
+
+
+def flatten_coo(idx: np.ndarray, batch: tuple, M: int, K: int, batched_cols: bool, threads=None) -> np.ndarray:
+    """The block-diagonal matrix of batched COO indices ``idx`` (``S, nnz``: the batch dims, the
+    row when ``S >= 2``, the column; in bounds): int64 ``(2, nnz)`` rows ``b * M + i`` (0 for a
+    vector) and columns ``b * K + k`` (``batched_cols``) or ``k``, ``b`` the row-major batch number."""
+    idx = idx.astype(np.int64)
+    S, n = idx.shape
+    b = np.ravel_multi_index(tuple(idx[:S - 2]), batch) if S > 2 and n else np.zeros(n, np.int64)
+    rows = b * M + idx[S - 2] if S >= 2 else b
+    return np.stack([rows, b * K + idx[-1] if batched_cols else idx[-1]])
 
 
 def _as_4d(full: np.ndarray, shape4: tuple) -> np.ndarray:

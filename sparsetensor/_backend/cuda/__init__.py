@@ -22,7 +22,7 @@ __all__ = ["device", "validate", "coalesce", "to_dense", "from_dense", "convert"
            "merge", "reduce_sum", "reduce_sum_dims", "reduce_dims", "unary", "sddmm", "gather_slices", "remap_plain",
            "narrow_plain", "cat_plain", "cat_compressed", "index_select_coo", "compressed_sum", "plain_sum", "segment_reduce",
            "scatter_reduce", "segment_softmax", "group_by", "batch_offsets", "map_values", "sample_dense", "add_to_dense", "elementwise", "check_bounds",
-           "diagonal", "sum_axis"]
+           "diagonal", "sum_axis", "flatten_coo"]
 
 device = "cuda"
 
@@ -39,7 +39,7 @@ def validate(t, threads=None) -> None:
 
 def coalesce(t, threads=None):
     """COO: sorted, distinct indices (duplicates summed) on the device; compressed: 5.6 repaired."""
-    return t if t.is_coalesced() else _coalesce.coalesce(t)
+    return t if t.is_coalesced() and t._validated else _coalesce.coalesce(t)
 
 
 def to_dense(t, threads=None):
@@ -167,14 +167,21 @@ def sum_axis(x, axis: int, dtype, threads=None):
     return _reduce_dims.sum_axis(x, axis, dtype)
 
 
+def flatten_coo(idx, batch: tuple, M: int, K: int, batched_cols: bool, threads=None):
+    """The block-diagonal matrix of batched device COO indices ``idx`` (batch dims, row, column;
+    in bounds): int64 ``(2, nnz)`` rows ``b * M + i``, columns ``b * K + k`` (``batched_cols``) or
+    ``k`` (the row-major keys of coalesce's ``coo_keys``)."""
+    return _coalesce.flat_keys(idx, batch, M, K, batched_cols)
+
+
 def sddmm(input, mat1, mat2, batch: tuple, beta, alpha, threads=None):
     """``beta * input + alpha * (mat1 @ mat2)`` at the pattern of device csr ``input`` (shapes and
-    dtypes resolved by the op; ``mat1``/``mat2`` dense device arrays, 2-d or of ``input``'s batch).
-    Broadcasting ``input``'s batch has no GPU kernel."""
-    if batch != input.shape[:input.batch_dim]:
-        have = input.shape[:input.batch_dim]
-        raise NotImplementedError(f"sampled_addmm on {input.device} broadcasting the batch {have} of the input to "
-                                  f"{batch} has no GPU kernel")
+    dtypes resolved by the op; ``mat1``/``mat2`` dense device arrays, 2-d or of ``input``'s batch;
+    ``input``'s batch broadcast to ``batch`` by copying its batches)."""
+    have = input.shape[:input.batch_dim]
+    if batch != have:  # the input's batches each output batch reads, copied (a broadcast made real)
+        pick = np.broadcast_to(np.arange(int(np.prod(have))).reshape(have), batch).ravel()
+        input = _blas._batches(_coalesce.checked(input), pick, tuple(batch))
     return _blas.sampled_addmm(input, mat1, mat2, beta=beta, alpha=alpha)
 
 

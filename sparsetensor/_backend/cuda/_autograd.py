@@ -34,7 +34,7 @@ _FLAT = (0, 0.0)  # D_CONST 0: piecewise constant functions
 DERIVATIVES = {
     "neg": (0, -1.0), "negative": (0, -1.0), "frac": (0, 1.0), "conj": (0, 1.0),
     "deg2rad": (0, math.pi / 180), "rad2deg": (0, 180 / math.pi),
-    "sign": _FLAT, "floor": _FLAT, "ceil": _FLAT, "trunc": _FLAT, "round": _FLAT, "rint": _FLAT, "fix": _FLAT,
+    "sign": _FLAT, "sgn": _FLAT, "floor": _FLAT, "ceil": _FLAT, "trunc": _FLAT, "round": _FLAT, "rint": _FLAT, "fix": _FLAT,
     "abs": (1, 0.0), "absolute": (1, 0.0), "sqrt": (2, 0.0), "square": (3, 0.0), "sin": (4, 0.0), "tan": (5, 0.0),
     "tanh": (6, 0.0), "asin": (7, 0.0), "arcsin": (7, 0.0), "atan": (8, 0.0), "arctan": (8, 0.0), "sinh": (9, 0.0),
     "asinh": (10, 0.0), "arcsinh": (10, 0.0), "atanh": (11, 0.0), "arctanh": (11, 0.0), "expm1": (12, 0.0),

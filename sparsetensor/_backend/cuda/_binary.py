@@ -187,7 +187,7 @@ def _coo_mul(a, b):
     vals = P.empty(a.values()._device, (nout,) + dense, a.dtype)
     P.run(vals._device, "coalesce.cu", "pair_products", (P.arith_key(a.dtype, "mul"),), nout * W, perm, starts, nout,
           a.nnz, a.values(), b.values(), W, vals)
-    return COOTensor(idx, vals, a.shape, True)
+    return COOTensor(idx, vals, a.shape, True, True)  # the union or intersection of two checked operands
 
 
 def _coo_extremum(a, b, op: str):
@@ -200,4 +200,4 @@ def _coo_extremum(a, b, op: str):
     xb, _ = P.num_view(b.values())
     P.run(vals._device, "coalesce.cu", "run_extremum", (key,), nout * W, perm, starts, nout, a.nnz, xa, xb, W,
           int(op == "maximum"), vals.view(xa.dtype))
-    return COOTensor(idx, vals, a.shape, True)
+    return COOTensor(idx, vals, a.shape, True, True)  # the union or intersection of two checked operands

@@ -287,7 +287,7 @@ def full_rows_coo(marks, vals, shape: tuple, index_dtype):
     R = vals.shape[0]
     dev = vals._device
     if R * N == 0:
-        return COOTensor(P.empty(dev, (2, 0), index_dtype), vals.reshape(0), shape, True)
+        return COOTensor(P.empty(dev, (2, 0), index_dtype), vals.reshape(0), shape, True, True)
     blocks = CompressedTensor(marks.astype(index_dtype, copy=False), P.zeros(dev, (R,), index_dtype),
                               vals.reshape(R, 1, N), shape, L.sparse_bsr, True)
     return _rows_to_coo(_expand(blocks))

@@ -40,6 +40,32 @@ def _sum_runs(dev, values2, perm, starts, nout, op: str):
     return out
 
 
+def flat_keys(idx, batch: tuple, M: int, K: int, batched_cols: bool):
+    """Rows ``b * M + i`` (0 for a vector) and columns ``b * K + k`` (``batched_cols``) or ``k`` of
+    batched COO indices ``idx`` (``S, nnz``: batch dims, the row when ``S >= 2``, the column; in
+    bounds): an int64 ``(2, nnz)`` device array of the row-major keys over ``batch + (M,)`` and
+    ``batch + (K,)``."""
+    dev = idx._device
+    S, nnz = idx.shape
+    ik = (P.index_key(idx.dtype),)
+    out = P.empty(dev, (2, nnz), np.int64)
+    if not nnz:
+        return out
+    rows, cols = out[0], out[1]
+    P.run(dev, "coalesce.cu", "coo_keys", ik, nnz, idx, S - 1, nnz, P.from_host(dev, np.asarray(batch + (M,),
+                                                                                              np.int64)), rows)
+    if batched_cols:  # the batch rows and the column row, side by side
+        both = P.empty(dev, (S - 1, nnz), idx.dtype)
+        item = idx.itemsize * nnz
+        dev.copy_dtod(both.ptr, idx.ptr, (S - 2) * item)
+        dev.copy_dtod(both.ptr + (S - 2) * item, idx.ptr + (S - 1) * item, item)
+        P.run(dev, "coalesce.cu", "coo_keys", ik, nnz, both, S - 1, nnz,
+              P.from_host(dev, np.asarray(batch + (K,), np.int64)), cols)
+    else:
+        dev.copy_dtod(cols.ptr, idx[S - 1].astype(np.int64).ptr, 8 * nnz)
+    return out
+
+
 def _runs(dev, sorted_keys, n):
     """``(scan, nout)``: exclusive scan of the run heads of sorted keys, and the number of runs."""
     heads = P.empty(dev, (n,), np.int64)
@@ -66,12 +92,12 @@ def coalesce(t):
         return sum_duplicates(t)
     if not isinstance(t, CudaCOOTensor):
         raise TypeError(f"coalesce expects a CUDA sparse tensor, got {type(t).__name__}")
-    if t.is_coalesced():
+    if t.is_coalesced() and t._checked:  # not for indices another library may have written since
         return t
     idx, vals = t.indices(), t.values()
     S, n = idx.shape
     if n == 0:
-        return COOTensor(idx, vals, t.shape, True)
+        return COOTensor(idx, vals, t.shape, True, True)
     span = math.prod(t.shape[:S])
     if span > _U64_SPAN:
         raise NotImplementedError(f"coalesce on cuda: the sparse dims {t.shape[:S]} have {span} coordinates, "
@@ -79,7 +105,7 @@ def coalesce(t):
     dev = t.values()._device
     found = coo_report(t, order=True)
     if found is None:
-        return COOTensor(idx, vals, t.shape, True)
+        return COOTensor(idx, vals, t.shape, True, True)
     if found[0] != "C6":
         raise_coo_error(found, t.shape)
     shape = P.from_host(dev, np.asarray(t.shape[:S], dtype=np.int64))
@@ -93,7 +119,7 @@ def coalesce(t):
           out_idx)
     dense = vals.shape[1:]
     out_vals = _sum_runs(dev, vals.reshape(n, math.prod(dense)), perm, starts, nout, "coalesce")
-    return COOTensor(out_idx, out_vals.reshape((nout,) + dense), t.shape, True)
+    return COOTensor(out_idx, out_vals.reshape((nout,) + dense), t.shape, True, True)
 
 
 def sum_duplicates(t):

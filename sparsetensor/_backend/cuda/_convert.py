@@ -99,7 +99,7 @@ def _rows_to_coo(t):
     bshape = P.from_host(dev, np.asarray(batch, dtype=np.int64)) if m else None
     P.run(dev, "convert.cu", "rows_to_coo_indices", ik, N, major, p, B, nnz, m, bshape, idx)
     dense = t.shape[m + 2:]
-    return COOTensor(idx, v.reshape((N,) + dense), t.shape, True)
+    return COOTensor(idx, v.reshape((N,) + dense), t.shape, True, True)  # of a canonical tensor: valid
 
 
 def _coo_to_rows(t):
@@ -109,8 +109,7 @@ def _coo_to_rows(t):
     S = t.sparse_dim
     if S < 2:
         raise ValueError(f"coo -> compressed needs sparse_dim >= 2 (batch dims + rows, cols), got sparse_dim={S}")
-    if not t.is_coalesced():
-        t = t.coalesce()
+    t = t.coalesce()  # itself once coalesced and checked (the indices address memory below)
     dev = t.values()._device
     idx, vals = t.indices(), t.values()
     batch, (rows, _), dense = t.shape[:S - 2], t.shape[S - 2:S], t.shape[S:]

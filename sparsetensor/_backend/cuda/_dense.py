@@ -127,7 +127,7 @@ def dense_to_sparse(a: DeviceArray, plan):
         vals = P.empty(dev, (nnz,) + dense, a.dtype)
         shape = P.from_host(dev, np.asarray(sparse, dtype=np.int64))
         P.run(dev, "dense.cu", "dense_to_coo", (rkey, ik), M, a, scan, M, W, S, shape, nnz, idx, vals)
-        return COOTensor(idx, vals, a.shape, True)
+        return COOTensor(idx, vals, a.shape, True, True)  # made by the kernels: valid
 
     rows, cols = sparse
     B, W = math.prod(batch), math.prod(dense)

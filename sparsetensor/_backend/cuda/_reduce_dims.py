@@ -155,7 +155,7 @@ def _reduce_coo(t, dims: tuple, red: str):
     for i, d in enumerate(kept):  # the kept rows into their places; the reduced ones stay 0
         dev.copy_dtod(idx.ptr + d * row, part.ptr + i * row, row)
     values = red_v.reshape((nout,) + v.shape[1:]) if nout else P.empty(dev, (0,) + v.shape[1:], v.dtype)
-    return COOTensor(idx, values, shape, True)
+    return COOTensor(idx, values, shape, True, True)  # made by the kernels: valid
 
 
 def _reduce_compressed(t, dims: tuple, red: str):

@@ -1,0 +1,112 @@
+"""Device index arrays that another library may write: taken without a copy (DLPack,
+``__cuda_array_interface__``) or handed out through either. A check made before such a write
+is not trusted: every op checks the indices again, so an index changed in place to a value
+out of bounds (or a compressed index that decreases) raises InvariantError instead of reading
+or writing outside the arrays. Arrays that were never shared keep the result of their check.
+
+Runs on a GPU or on the kernel emulator (see test_cuda.py); the foreign library's write is a
+copy to the exported pointer.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import sparsetensor as st
+from sparsetensor.cuda._array import DeviceArray
+
+from cuda_support import backend, rng  # noqa: F401 (the fixtures)
+from cuda_support import CAIOnly, assert_same
+
+
+def _d(a):
+    return DeviceArray.from_host(np.asarray(a, np.float64))
+
+
+def _tensor(layout):
+    if layout == "coo":
+        return st.sparse_coo_tensor(np.array([[0, 1, 2, 3], [0, 2, 1, 1]]), np.arange(1.0, 5.0), size=(4, 3))
+    if layout == "bsr":
+        return st.sparse_bsr_tensor(np.array([0, 2, 3, 3, 4]), np.array([0, 2, 1, 1]), np.ones((4, 2, 1)),
+                                    size=(8, 3))
+    maker = st.sparse_csr_tensor if layout == "csr" else st.sparse_csc_tensor
+    return maker(np.array([0, 2, 3, 3, 4]), np.array([0, 2, 1, 1]), np.arange(1.0, 5.0),
+                 size=(4, 3) if layout == "csr" else (3, 4))
+
+
+def _write(arr: DeviceArray, values) -> None:
+    """Another library writes ``values`` into the memory ``arr`` handed it."""
+    ptr = arr.__cuda_array_interface__["data"][0]
+    arr._device.copy_htod(ptr, np.ascontiguousarray(np.asarray(values, arr.dtype)))
+
+
+OPS = {
+    "mv": lambda t: st.matmul(t, _d(np.ones(t.shape[1]))),
+    "mm": lambda t: st.matmul(t, _d(np.ones((t.shape[1], 40)))),
+    "to_dense": lambda t: t.to_dense(),
+    "spgemm": lambda t: st.matmul(t, st.transpose(t, 0, 1)),
+    "add": lambda t: t + t,
+    "mul": lambda t: t * t,
+    "maximum": lambda t: st.maximum(t, t),
+    "sum1": lambda t: st.sum(t, 1),
+    "softmax": lambda t: st.softmax(t, 1),
+    "to_coo": lambda t: t.to_sparse_coo().to_dense(),
+    "to_csc": lambda t: t.to_sparse_csc().to_dense(),
+    "index_select": lambda t: st.index_select(t, 1, np.array([0, 1])).to_dense(),
+    "narrow": lambda t: st.narrow(t, 1, 1, 2).to_dense(),
+    "cat": lambda t: st.cat([t, t], 1).to_dense(),
+    "mask": lambda t: st.sparse_mask(_d(np.ones(t.shape)), t).to_dense(),
+    "mul_dense": lambda t: (t * _d(np.ones(t.shape))).to_dense(),
+    "dense_sparse": lambda t: st.matmul(_d(np.ones((2, t.shape[0]))), t),
+}
+
+
+@pytest.mark.parametrize("layout,member,bad", [
+    ("csr", "plain", [0, 2, 1, 1 << 40]), ("csr", "compressed", [0, 2, 1 << 40, 3, 4]),
+    ("csr", "compressed", [0, 3, 1, 3, 4]), ("csc", "plain", [0, -5, 1, 1]), ("bsr", "plain", [0, 2, 1, 1 << 40]),
+    ("bsr", "compressed", [0, 2, 1 << 40, 3, 4]), ("coo", "indices", [[0, 1, 2, 3], [0, 2, 1, 1 << 40]]),
+    ("coo", "indices", [[0, 1, -2, 3], [0, 2, 1, 1]])], ids=lambda x: str(x)[:12])
+def test_an_index_changed_after_sharing_raises(backend, layout, member, bad):
+    for name, op in OPS.items():
+        t = _tensor(layout).cuda()
+        assert t.to_dense().get().sum() > 0  # checked, and used
+        arr = {"plain": lambda: t._plain, "compressed": lambda: t._compressed, "indices": lambda: t._indices}[member]()
+        _write(arr, bad)
+        with pytest.raises(st.InvariantError):
+            r = op(t)
+            r.get()  # noqa: B018 - the op must raise before any result is read
+
+
+def test_a_valid_change_after_sharing_is_seen(backend):
+    """Indices rewritten in bounds (another pattern): the ops compute with the new ones."""
+    t = _tensor("csr").cuda()
+    t.to_dense()
+    _write(t._plain, [2, 0, 1, 0])  # rows reversed: unsorted, so the op repairs (5.6) as from scratch
+    want = st.sparse_csr_tensor(np.array([0, 2, 3, 3, 4]), np.array([2, 0, 1, 0]), np.arange(1.0, 5.0), size=(4, 3),
+                                check_invariants=False)
+    np.testing.assert_array_equal(t.to_dense().get(), want.to_dense())
+    np.testing.assert_array_equal(st.matmul(t, _d(np.arange(3.0))).get(), st.matmul(want, np.arange(3.0)))
+
+
+def test_trust_follows_sharing(backend):
+    """A checked tensor keeps its check until an index member is shared; members taken from
+    another library are shared from the start; values may be shared freely."""
+    t = _tensor("csr").cuda()
+    t.check_invariants()
+    assert t.is_coalesced()
+    t.values().__cuda_array_interface__  # noqa: B018 - the values: no index is exposed
+    assert t.is_coalesced()
+    t.col_indices().__dlpack__()  # handed out
+    assert not t.is_coalesced()
+    t.check_invariants()  # a check holds only until the next op
+    assert not t.is_coalesced()
+    c = _tensor("csr")
+    crow, col = DeviceArray.from_host(c.crow_indices()), DeviceArray.from_host(c.col_indices())
+    u = st.sparse_csr_tensor(CAIOnly(crow), CAIOnly(col), _d(c.values()), size=c.shape)
+    assert u.col_indices()._shared and not u.is_coalesced()
+    assert_same(u.to_sparse_coo(), c.to_sparse_coo())
+    coo = _tensor("coo").cuda().coalesce()
+    assert coo._checked
+    coo.indices().__cuda_array_interface__  # noqa: B018
+    assert coo.is_coalesced() and not coo._checked  # still sorted by its flag; its bounds are checked again
