@@ -11,6 +11,7 @@
 // - softmax_grad: the pullback of segment_softmax over the same segments;
 // - add_arrays, sum_leading, real_part: summing cotangents.
 #include "common.cuh"
+#include "complex.cuh"
 
 // Derivative kinds of unary_grad: f'(x) given x, y = f(x) and a constant c (the Python side,
 // sparsetensor/_backend/cuda/_autograd.py, maps each pointwise op to one).
@@ -31,10 +32,24 @@
 #define D_STEP 14         // relu
 #define D_POW 15          // pow by the exponent c: c * x^(c - 1)
 
-// Complex ops of unary_grad_complex.
+// Complex ops of unary_grad_complex: conj(G) for conj, else G * conj(f'(x)) with f'(x) from x, y = f(x)
+// and the exponent c of pow.
 #define C_NEG 0
 #define C_SQUARE 1
 #define C_CONJ 2
+#define C_SQRT 3       // 1 / (2 y)
+#define C_SIN 4        // cos x
+#define C_SINH 5       // cosh x
+#define C_TAN 6        // 1 + y^2
+#define C_TANH 7       // 1 - y^2
+#define C_ASIN 8       // 1 / sqrt(1 - x^2)
+#define C_ASINH 9      // 1 / sqrt(1 + x^2)
+#define C_ATAN 10      // 1 / (1 + x^2)
+#define C_ATANH 11     // 1 / (1 - x^2)
+#define C_EXPM1 12     // y + 1
+#define C_LOG1P 13     // 1 / (1 + x)
+#define C_FLAT 14      // 0: round
+#define C_POW 15       // c x^(c - 1)
 
 namespace st {
 
@@ -219,18 +234,49 @@ __global__ void unary_grad(const V* __restrict__ x, const V* __restrict__ y, con
     }
 }
 
-// Complex neg, square, conj: gx = g * conj(f'(x)) (conj: conj(g)).
+__device__ cdouble complex_derivative(cdouble x, cdouble y, int op, double c) {
+    const double a = x.re, b = x.im;
+    const cdouble one = {1.0, 0.0}, xx = x * x, yy = y * y;
+    switch (op) {
+        case C_NEG: return {-1.0, 0.0};
+        case C_SQUARE: return {2.0 * a, 2.0 * b};
+        case C_SQRT: return c_div(one, {2.0 * y.re, 2.0 * y.im});
+        case C_SIN: return {cos(a) * cosh(b), -sin(a) * sinh(b)};
+        case C_SINH: return {cosh(a) * cos(b), sinh(a) * sin(b)};
+        case C_TAN: return {1.0 + yy.re, yy.im};
+        case C_TANH: return {1.0 - yy.re, -yy.im};
+        case C_ASIN: return c_div(one, c_sqrt({1.0 - xx.re, -xx.im}));
+        case C_ASINH: return c_div(one, c_sqrt({1.0 + xx.re, xx.im}));
+        case C_ATAN: return c_div(one, {1.0 + xx.re, xx.im});
+        case C_ATANH: return c_div(one, {1.0 - xx.re, -xx.im});
+        case C_EXPM1: return {y.re + 1.0, y.im};
+        case C_LOG1P: return c_div(one, {1.0 + a, b});
+        case C_POW: {
+            const cdouble p = complex_pow(x, c - 1.0);
+            return {c * p.re, c * p.im};
+        }
+        default: return {0.0, 0.0};  // C_FLAT
+    }
+}
+
 // st:kernel complex
 template <typename C>
-__global__ void unary_grad_complex(const C* __restrict__ x, const C* __restrict__ g, i64 n, int op,
-                                   C* __restrict__ out) {
+__global__ void unary_grad_complex(const C* __restrict__ x, const C* __restrict__ y, const C* __restrict__ g, i64 n,
+                                   int op, double c, C* __restrict__ out) {
     ST_GRID_LOOP(i, n) {
-        const C gi = g[i];
-        C r;
-        if (op == C_NEG) { r.re = -gi.re; r.im = -gi.im; }
-        else if (op == C_SQUARE) { C d = x[i]; d.re *= 2; d.im *= 2; r = gi * conj_of(d); }
-        else { r = conj_of(gi); }
-        out[i] = r;
+        const cdouble gi = {(double)g[i].re, (double)g[i].im};
+        cdouble r;
+        if (op == C_CONJ) {
+            r = {gi.re, -gi.im};
+        } else {
+            const cdouble d = complex_derivative({(double)x[i].re, (double)x[i].im}, {(double)y[i].re, (double)y[i].im},
+                                                 op, c);
+            r = gi * cdouble{d.re, -d.im};
+        }
+        C o;
+        o.re = r.re;
+        o.im = r.im;
+        out[i] = o;
     }
 }
 

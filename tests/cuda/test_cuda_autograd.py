@@ -199,6 +199,23 @@ def test_unary(backend, rng, no_host_copies, layout, dtype):
     check(rng, no_host_copies, st.pow, positive, 2.5)
 
 
+COMPLEX_UNARY = ["neg", "square", "conj", "abs", "sqrt", "sin", "sinh", "tan", "tanh", "asin", "asinh", "atan", "atanh",
+                 "expm1", "log1p", "round"]
+
+
+@pytest.mark.parametrize("dtype", [np.dtype(np.complex64), np.dtype(np.complex128)], ids=str)
+@pytest.mark.parametrize("layout", ["csr", "coo", "bsc"])
+def test_unary_complex(backend, rng, no_host_copies, layout, dtype):
+    """The holomorphic functions' cotangents G * conj(f'(x)) of complex values on the device."""
+    A = make(rng, (layout, (), (), (1, 2) if layout == "bsc" else None), np.complex128)
+    v = np.ascontiguousarray(A.values())
+    small = A._replace_values((np.tanh(v.real) * 0.9 + 0.4j * np.tanh(v.imag)).astype(dtype))
+    for name in COMPLEX_UNARY:
+        check(rng, no_host_copies, getattr(st, name), small)
+    for e in (2, 3, 2.5, 0.5):
+        check(rng, no_host_copies, st.pow, small, e)
+
+
 def test_unary_uncoalesced_coo(backend, rng, no_host_copies):
     """A nonlinear op coalesces first: each stored duplicate gets the gradient at the summed value."""
     A = st.sparse_coo_tensor([[0, 2, 0, 1], [1, 0, 1, 3]], [0.25, -0.5, 0.125, 0.75], size=(3, 4))

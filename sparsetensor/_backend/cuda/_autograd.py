@@ -41,7 +41,10 @@ DERIVATIVES = {
     "log1p": (13, 0.0), "relu": (14, 0.0),
 }
 _D_POW = 15
-_COMPLEX = {"neg": 0, "negative": 0, "square": 1, "conj": 2}  # C_NEG, C_SQUARE, C_CONJ of unary_grad_complex
+# the C_* ops of unary_grad_complex
+_COMPLEX = {"neg": 0, "negative": 0, "square": 1, "conj": 2, "sqrt": 3, "sin": 4, "sinh": 5, "tan": 6, "tanh": 7,
+            "asin": 8, "arcsin": 8, "asinh": 9, "arcsinh": 9, "atan": 10, "arctan": 10, "atanh": 11, "arctanh": 11,
+            "expm1": 12, "log1p": 13, "round": 14, "rint": 14, "pow": 15}
 
 
 def _dev(x):
@@ -215,7 +218,8 @@ def unary_grad(name: str, x: DeviceArray, y: DeviceArray, g: DeviceArray, expone
         if g.dtype != x.dtype:
             g = g.astype(x.dtype)
         out = P.empty(dev, x.shape, x.dtype)
-        P.run(dev, "autograd.cu", "unary_grad_complex", (x.dtype.name,), n, x, g, n, _COMPLEX[name], out)
+        c = float(exponent) if name == "pow" else 0.0
+        P.run(dev, "autograd.cu", "unary_grad_complex", (x.dtype.name,), n, x, y, g, n, _COMPLEX[name], c, out)
         return out
     key = _float_key(x, name)
     if g.dtype != x.dtype:
