@@ -322,6 +322,14 @@ class DeviceArray:
         self._run("convert.cu", "transpose_blocks", (self.itemsize,), out.size, self, lead, rows, cols, width, out)
         return out
 
+    @property
+    def T(self) -> "DeviceArray":
+        """The axes reversed, as NumPy's ``a.T`` (a new contiguous array: pairs of axes swapped)."""
+        out = self
+        for i in range(self.ndim // 2):
+            out = out.swapaxes(i, self.ndim - 1 - i)
+        return out
+
     def take(self, indices, axis: int = 0) -> "DeviceArray":
         """A new array of the rows ``indices`` (host integers) along axis 0, as NumPy's ``take``."""
         if operator.index(axis) != 0:

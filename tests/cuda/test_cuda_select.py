@@ -276,3 +276,14 @@ def test_a_tensor_never_spans_the_host_and_a_device(backend):
         CompressedTensor(np.array([0, 1, 2]), np.array([0, 1]), v, (2, 2), st.sparse_csr)
     with pytest.raises(ValueError, match="host and on a device"):
         COOTensor(DeviceArray.from_host(np.zeros((1, 2), np.int64)), np.ones(2), (3,))
+
+
+def test_device_array_swapaxes_and_T(backend, rng):
+    """Any pair of axes (adjacent or not) and the reversed axes of ``T``: NumPy's, in new contiguous arrays."""
+    x = rng.standard_normal((2, 3, 4, 5))
+    d = DeviceArray.from_host(x)
+    for a in range(4):
+        for b in range(4):
+            np.testing.assert_array_equal(d.swapaxes(a, b).get(), x.swapaxes(a, b))
+    for y in (x, x[0], x[0, 0], x[0, 0, 0]):
+        np.testing.assert_array_equal(DeviceArray.from_host(y).T.get(), y.T)
