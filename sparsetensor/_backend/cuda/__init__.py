@@ -140,7 +140,7 @@ def unary(t, name: str, fn, threads=None, arg=None):
     to it on the device first, as NumPy's loops cast them (``sqrt`` of int8 in float16, ``t * 2.5``
     of int32 in float64, ``t * np.float64(2)`` of float32 in float64)."""
     if name not in ("real", "imag"):
-        rt = _pointwise.numpy_result(t.dtype, fn, arg)
+        rt = _pointwise.numpy_result(name, t.dtype, fn, arg)
         if rt != t.dtype and (rt.kind == "c" or t.dtype.kind != "c"):  # not abs of complex values
             t = t._replace_values(t.values().astype(rt))
     if name in ("mul", "div", "pow"):

@@ -43,13 +43,24 @@ _INTEGER_OK = {"neg", "negative", "abs", "absolute", "square", "sign", "relu", "
                "rint", "fix"}
 
 
-def numpy_result(dtype, fn, arg=None) -> np.dtype:
-    """NumPy's result dtype of ``fn`` (the CPU's function of a pointwise op) on ``dtype`` values, with
-    the scalar ``arg`` where the op has one, and NumPy's errors: ``fn`` evaluated on one host zero
-    (a Python scalar's dtype, and its range, decide NumPy 2's result, so nothing is cached)."""
+_RESULTS: dict = {}  # (op name, dtype, type of the scalar) -> result dtype
+
+
+def numpy_result(name: str, dtype, fn, arg=None) -> np.dtype:
+    """NumPy's result dtype of ``fn`` (the CPU's function of the pointwise op ``name``) on ``dtype``
+    values, with the scalar ``arg`` where the op has one, and NumPy's errors: ``fn`` evaluated on
+    one host zero. NumPy 2 decides by the scalar's type, and for a Python int with integer values
+    by its range too (OverflowError): those are evaluated every time, the others once."""
+    key = (name, dtype, type(arg))
+    hit = _RESULTS.get(key)
+    if hit is not None:
+        return hit
     zero = np.zeros(1, dtype)
     with np.errstate(all="ignore"):
-        return np.asarray(fn(zero) if arg is None else fn(zero, arg)).dtype
+        rt = np.asarray(fn(zero) if arg is None else fn(zero, arg)).dtype
+    if not (type(arg) is int and np.dtype(dtype).kind in "biu") and len(_RESULTS) < 4096:
+        _RESULTS[key] = rt
+    return rt
 
 
 def _prepared(t, linear: bool):
