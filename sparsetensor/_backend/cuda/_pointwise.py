@@ -179,6 +179,11 @@ def _scalar_int(t, scalar, op: str):
     return t._replace_values(out.view(v.dtype))
 
 
+def _power_of_ten(k: int) -> float:
+    """10.0 ** k, inf past the doubles (NumPy's factor then: results NaN, as there)."""
+    return 10.0 ** k if k <= 308 else float("inf")
+
+
 def round_decimals(t, decimals: int):
     """``np.round(values, decimals)`` (half to even) of device tensor ``t``, as NumPy computes it:
     floats and complex (each part) as ``rint(x * 10**d) / 10**d`` (``rint(x / 10**-d) * 10**-d``
@@ -191,9 +196,9 @@ def round_decimals(t, decimals: int):
         if decimals >= 0:  # integers are their own roundings
             dev.copy_dtod(out.ptr, v.ptr, v.nbytes)
         else:
-            P.run(dev, "pointwise.cu", "round_int", (dt.name,), v.size, v, out, v.size, 10.0 ** -decimals)
+            P.run(dev, "pointwise.cu", "round_int", (dt.name,), v.size, v, out, v.size, _power_of_ten(-decimals))
         return t._replace_values(out)
-    f = 10.0 ** abs(decimals)
+    f = _power_of_ten(abs(decimals))
     if dt == np.float16:  # NumPy's float16 loops round every step to float16 (x * f may overflow to inf)
         first, last = ("mul", "div") if decimals >= 0 else ("div", "mul")
         return scalar_op(unary(scalar_op(t, f, first), "rint"), f, last)
