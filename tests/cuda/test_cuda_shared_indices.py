@@ -110,3 +110,15 @@ def test_trust_follows_sharing(backend):
     assert coo._checked
     coo.indices().__cuda_array_interface__  # noqa: B018
     assert coo.is_coalesced() and not coo._checked  # still sorted by its flag; its bounds are checked again
+
+
+def test_an_unchecked_coalesced_claim_is_checked_before_use(backend):
+    """A coo built with is_coalesced=True and check_invariants=False: its bounds are checked by the
+    first op that addresses memory with them (the flag says sorted, not in bounds)."""
+    t = st.sparse_coo_tensor(np.array([[0, 1, 2], [1, 9, 0]]), np.ones(3), size=(3, 3), is_coalesced=True,
+                             check_invariants=False).cuda()
+    for op in (lambda x: x.to_dense(), lambda x: st.matmul(x, _d(np.ones(3))), lambda x: x.to_sparse_csr(),
+               lambda x: x * x, lambda x: st.maximum(x, x), lambda x: st.sum(x, 0), lambda x: x.diagonal(),
+               lambda x: st.index_select(x, 1, np.array([0, 1]))):
+        with pytest.raises(st.InvariantError, match="C5"):
+            op(t)
