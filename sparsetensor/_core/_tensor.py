@@ -384,7 +384,8 @@ class COOTensor(SparseTensor):
     def _checked(self) -> bool:
         """C4/C5 (and C6 when coalesced) known to hold: set by a full check or by our kernels, and not
         trusted while the indices are device memory another library may write (``_shared``)."""
-        return self._checked_flag and (type(self._indices) is _NDARRAY or not self._indices._shared)
+        i = self._indices
+        return self._checked_flag and (type(i) is _NDARRAY or not getattr(i, "_shared", False))
 
     @_checked.setter
     def _checked(self, value) -> None:
@@ -544,8 +545,8 @@ class CompressedTensor(SparseTensor):
         """5.1-5.6 known to hold: set by a full check or by our kernels, and not trusted while an index
         member is device memory another library may write (``_shared``: taken without a copy, or
         handed out), which every op checks again."""
-        return self._canonical_flag and (type(self._plain) is _NDARRAY or not (self._plain._shared or
-                                                                                 self._compressed._shared))
+        return self._canonical_flag and (type(self._plain) is _NDARRAY or not (
+            getattr(self._plain, "_shared", False) or getattr(self._compressed, "_shared", False)))
 
     @_canonical.setter
     def _canonical(self, value) -> None:
