@@ -51,8 +51,10 @@ def is_device_array(x) -> bool:
     with ``__cuda_array_interface__`` (CuPy, Numba, PyTorch CUDA tensors), or a ``__dlpack__``
     producer whose ``__dlpack_device__()`` is a CUDA device. Host arrays (NumPy, CPU torch
     tensors, lists) are False. Imports nothing."""
-    # the class first: asking a DeviceArray instance for its interface marks its memory as shared
-    if hasattr(type(x), "__cuda_array_interface__") or hasattr(x, "__cuda_array_interface__"):
+    # ours by its class: asking a DeviceArray for its interface marks its memory as shared
+    if type(x).__name__ == "DeviceArray" and type(x).__module__ == "sparsetensor.cuda._array":
+        return True
+    if hasattr(x, "__cuda_array_interface__"):
         return True
     if hasattr(x, "__dlpack__") and hasattr(x, "__dlpack_device__"):
         try:
