@@ -21,6 +21,8 @@ Cases (the issue's targets in brackets):
   CuPy's [>= 1.0];
 - softmax over the R-MAT graph's CSR rows vs ``torch.sparse.softmax``; ``index_select`` of
   10% of its rows vs torch's [>= 1.0];
+- ILU(0) of the 27-point stencil (no peer), and a solve with its ``L`` vs torch's
+  ``triangular_solve`` of a CUDA CSR matrix and CuPy's ``spsolve_triangular`` [>= 1.0];
 - a GCN layer, ``(A @ (X @ W)).sum()`` forward and backward, A 2M nnz, 64 features, through
   ``sparsetensor.torch.matmul`` vs ``torch.sparse.mm`` [>= 2x];
 - a SparseAdam step on a 10^6 x 64 embedding, 2^16 Zipf-distributed row indices, our
@@ -370,7 +372,31 @@ def run(quick=False, repeat=7, emulate=False, profile=False):
     record(f"index_select 10% rows rmat s={scale}", ms, gr.nnz // 10 * 16,
            with_peers(torch=ta is not None and peer(lambda: ta.index_select(0, tpick), repeat, torch_t) or None),
            ">= 1.0")
-    del s27, gr, ta
+
+    # -- ILU(0) of the stencil and a triangular solve with its L (level-scheduled) ----------------------
+    from sparsetensor.ops.factor import ilu0, spsolve_triangular
+
+    ms = ours_t(lambda: ilu0(s27), max(3, repeat // 2))
+    record(f"ilu0 27pt g={g}", ms, 2 * s27.nnz * 8, {}, "(no peer)")
+    lo, _ = ilu0(s27)
+    rhs = stc.as_device_array(gen.normal((s27.shape[0],)), dev)
+    ms = ours_t(lambda: spsolve_triangular(lo, rhs, lower=True, unit_diagonal=True), repeat)
+    tl = torch_csr(lo) if torch is not None else None
+    trhs = torch.from_dlpack(rhs).reshape(-1, 1) if torch is not None else None
+    cl = csp.csr_matrix((cp.asarray(lo.values()), cp.asarray(lo.col_indices()), cp.asarray(lo.crow_indices())),
+                        shape=lo.shape) if cp is not None else None
+    crhs = cp.asarray(rhs) if cp is not None else None
+    if cp is not None:
+        import cupyx.scipy.sparse.linalg as csla
+    record(f"spsv L of ilu0 27pt g={g}", ms, lo.nnz * 8 + 2 * rhs.nbytes,
+           with_peers(torch=tl is not None and peer(lambda: torch.triangular_solve(trhs, tl, upper=False,
+                                                                                   unitriangular=True),
+                                                    repeat, torch_t) or None,
+                      cupy=cl is not None and peer(lambda: csla.spsolve_triangular(cl, crhs, lower=True,
+                                                                                   unit_diagonal=True),
+                                                   repeat, cupy_t) or None),
+           ">= 1.0")
+    del s27, gr, ta, lo, tl, cl
 
     # -- a GCN layer forward + backward through the torch bridge ------------------------------------------
     gcn_n, feats = (131072, 64) if not (emulate or quick) else ((16384, 64) if quick else (256, 8))

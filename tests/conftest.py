@@ -29,6 +29,20 @@ except ImportError:  # pragma: no cover - depends on the environment
 requires_torch = pytest.mark.skipif(not HAVE_TORCH, reason="torch==2.13.0 is not installed (pip install torch==2.13.0)")
 
 
+def dominant_matrix(n, seed, dtype, density=0.15, hermitian=False) -> np.ndarray:
+    """A random dense matrix with a dominant diagonal (no pivot of ILU(0) / IC(0) vanishes);
+    Hermitian positive definite when asked."""
+    rng = np.random.default_rng(seed)
+    a = (rng.random((n, n)) < density) * rng.uniform(-1, 1, (n, n))
+    if np.dtype(dtype).kind == "c":
+        a = a + 1j * (a != 0) * rng.uniform(-1, 1, (n, n))
+    if hermitian:
+        a = np.tril(a, -1)
+        a = a + a.conj().T
+    a = a + np.diag(np.abs(a).sum(axis=1) + 1.0)
+    return a.astype(dtype)
+
+
 def nonzero_values(rng, shape, dtype) -> np.ndarray:
     """Random values of ``dtype`` that are all nonzero."""
     dtype = np.dtype(dtype)

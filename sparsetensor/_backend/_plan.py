@@ -21,7 +21,7 @@ from .._core._tensor import SparseTensor
 from ._views import NO_BATCH
 
 __all__ = ["result_dtype", "describe", "describe_shape", "mismatch", "batch_map", "batch_maps", "ProductShape",
-           "product_shape", "as_blocksize", "DensePlan", "check_from_dense"]
+           "product_shape", "as_blocksize", "DensePlan", "check_from_dense", "FACTOR_STATUSES", "raise_factor_status"]
 
 
 _RESULTS: dict = {}  # (dtypes) -> their result dtype, for the supported combinations
@@ -178,3 +178,30 @@ def describe(x, *, dtype: bool = True) -> str:
     if isinstance(x, np.ndarray) and x.ndim:
         return f"dense array of shape {x.shape} ({x.dtype})"
     return f"scalar {x!r}"
+
+
+# -- incomplete factorizations and triangular solves (sparsetensor.ops.factor) --------------
+# The statuses both backends' kernels report with a row (sparsetensor/_lib/_ilu.pyx, kernels/factor.cu).
+FACTOR_STATUSES = ("ok", "zero pivot", "missing diagonal", "not positive", "changed", "not lower")
+
+
+def raise_factor_status(status: int, row: int, what: str, kind: str) -> None:
+    """Raise the error of a factor kernel's ``status`` at ``row`` (nothing for 0); ``kind`` names the
+    factor whose pivot is tested (``"U"``, ``"L"``, or ``"A"`` for a solve)."""
+    if status == 0:
+        return
+    from numpy.linalg import LinAlgError
+
+    if status == 1:
+        raise LinAlgError(f"{what}: zero pivot at row {row}: {kind}[{row}, {row}] is 0 (the {kind} factor is "
+                          "singular; a matrix with a zero or tiny diagonal may need reordering or another "
+                          "preconditioner)")
+    if status == 2:
+        raise LinAlgError(f"{what}: row {row} has no diagonal entry in its pattern, so the factor would be "
+                          f"singular (store an explicit diagonal, even 0, to factor it)")
+    if status == 3:
+        raise LinAlgError(f"{what}: the pivot of row {row} is not positive: the matrix is not Hermitian "
+                          "positive definite, or IC(0) broke down on it (try ilu0)")
+    if status == 5:
+        raise ValueError(f"{what}: row {row} has an entry above the diagonal (expected a lower triangle)")
+    raise ValueError(f"{what}: an index of row {row} is out of range: the arrays changed after validation")

@@ -35,6 +35,8 @@ TYPE_CLASSES: dict[str, dict] = {
     "float": {"float16": "st::half_t", "float32": "float", "float64": "double"},
     "complex": {"complex64": "st::cfloat", "complex128": "st::cdouble"},
     "real": {"float32": "float", "float64": "double"},
+    # the factorizations' and triangular solves' values (sparsetensor.ops.factor)
+    "field": {"float32": "float", "float64": "double", "complex64": "st::cfloat", "complex128": "st::cdouble"},
     # the ordered dtypes (amax/amin, casts); bool moves as uint8
     "num": {"int8": "signed char", "int16": "short", "int32": "int", "int64": "long long", "uint8": "unsigned char",
             "float16": "st::half_t", "float32": "float", "float64": "double"},

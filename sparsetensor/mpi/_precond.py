@@ -15,7 +15,8 @@ from __future__ import annotations
 import numpy as np
 
 from .._backend.cpu import _ilu as _backend
-from ..ops.factor import _lower, _square_csr
+from .._core._device import require_host
+from ..ops.factor import _square_csr
 from ._comm import agree
 
 __all__ = ["LOCAL_SOLVES", "BlockJacobi", "Jacobi", "LocalFactor", "block_jacobi", "jacobi"]
@@ -44,6 +45,7 @@ class LocalFactor:
         if kind not in LOCAL_SOLVES:
             raise ValueError(f"local must be one of {', '.join(map(repr, LOCAL_SOLVES))}, got {kind!r}")
         t, dtype = _square_csr(t, kind)
+        require_host(t, f"the {kind} local factor")
         self.kind = kind
         self.n = int(t.shape[0])
         self.dtype = np.dtype(dtype)
@@ -60,7 +62,7 @@ class LocalFactor:
             self._lu = (crow, cols, lu, _backend.inverse_diagonal(crow, cols, lu),
                         _backend.diagonal_positions(crow, cols))
             return
-        crow, cols, vals = _lower(t, dtype)
+        crow, cols, vals = _backend.lower_members(t)
         lv = _backend.ic0_values(crow, cols, vals)
         # L^H as CSR: its rows are L's columns (sorted by column, then row), its values conjugated
         rows = np.repeat(np.arange(self.n, dtype=np.int64), np.diff(crow))

@@ -2,28 +2,31 @@
 
 The local parts of the block-Jacobi preconditioners of :mod:`sparsetensor.mpi`, usable on
 their own. Each takes a 2-d square sparse tensor (converted to CSR; a tensor that was never
-checked is checked, unsorted or repeated columns repaired by coalescing) and runs the
-sequential Cython kernels of :mod:`sparsetensor._lib._ilu`. Values are promoted as
-:func:`scipy.sparse.linalg.spsolve_triangular` promotes them: ``np.promote_types(dtype,
-float32)`` (integers and bool to a float type, float16 to float32); the factors have the
-input's index dtype.
+checked is checked, unsorted or repeated columns repaired by coalescing) and hands it to its
+device's backend: the sequential Cython kernels of :mod:`sparsetensor._lib._ilu` on the CPU,
+level-scheduled kernels on a GPU (:mod:`sparsetensor._backend.cuda._factor`), with the same
+results and errors. Values are promoted as :func:`scipy.sparse.linalg.spsolve_triangular`
+promotes them: ``np.promote_types(dtype, float32)`` (integers and bool to a float type,
+float16 to float32); the factors have the input's index dtype.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from .._backend.cpu import _ilu as _backend
+from .._backend import backend_for
+from .._backend.cpu._ilu import FIELD_DTYPES
 from .._core._canonical import ensure_valid
-from .._core._from_arrays import sparse_csr_tensor
+from .._core._device import device_array, is_device_array
 from .._core._layout import sparse_csr
 from .._core._tensor import SparseTensor
 
 __all__ = ["ic0", "ilu0", "spsolve_triangular"]
 
 
-def _square_csr(t, what: str):
-    """``t`` as a validated 2-d square CSR tensor of a field dtype."""
+def _square_csr(t, what: str, dtype=None):
+    """``t`` as a validated 2-d square CSR tensor of a field dtype (``dtype``, or its values' promoted
+    to a float type), and that dtype."""
     if not isinstance(t, SparseTensor):
         raise TypeError(f"{what} expects a sparse tensor, got {type(t).__name__}")
     if t.ndim != 2 or t.batch_dim or t.dense_dim:
@@ -31,34 +34,14 @@ def _square_csr(t, what: str):
                          f"tensor of shape {tuple(t.shape)}")
     if t.shape[0] != t.shape[1]:
         raise ValueError(f"{what} expects a square matrix, got shape {tuple(t.shape)}")
-    if t.device != "cpu":
-        raise NotImplementedError(f"{what} runs on the CPU; the tensor is on {t.device} (move it with .cpu())")
     t = t if t.layout is sparse_csr else t.to_sparse_csr()
     t = ensure_valid(t, repair=True)
-    dtype = np.promote_types(t.dtype, np.float32)
-    if dtype not in _backend.FIELD_DTYPES:
+    dtype = np.promote_types(t.dtype, np.float32) if dtype is None else np.dtype(dtype)
+    if dtype not in FIELD_DTYPES:
         raise TypeError(f"{what}: values of dtype {t.dtype} are not supported")
+    if t.dtype != dtype:
+        t = t._replace_values(t.values().astype(dtype))
     return t, dtype
-
-
-def _members(t, dtype):
-    return (np.ascontiguousarray(t.crow_indices()), np.ascontiguousarray(t.col_indices()),
-            np.ascontiguousarray(t.values(), dtype=dtype))
-
-
-def _csr(crow, cols, vals, n):
-    """A CSR tensor on a subset of a canonical pattern (so canonical too)."""
-    out = sparse_csr_tensor(crow, cols, vals, size=(n, n), check_invariants=False)
-    out._canonical = True  # rows of a validated tensor, filtered: still sorted and unique
-    return out
-
-
-def _split(crow, cols, vals, n, keep):
-    """The entries where ``keep`` (a mask over the entries) holds, as CSR members."""
-    rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(crow))
-    c = np.zeros(n + 1, dtype=crow.dtype)
-    np.cumsum(np.bincount(rows[keep], minlength=n), out=c[1:])
-    return c, cols[keep], vals[keep]
 
 
 def ilu0(t):
@@ -93,24 +76,8 @@ def ilu0(t):
     >>> bool(np.allclose(L.to_dense() @ U.to_dense(), a))     # tridiagonal: no fill, so exact
     True
     """
-    t, dtype = _square_csr(t, "ilu0")
-    n = t.shape[0]
-    crow, cols, vals = _members(t, dtype)
-    lu = _backend.ilu0_values(crow, cols, vals)
-    rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(crow))
-    c64 = cols.astype(np.int64)
-    lvals = np.where(c64 == rows, np.ones(1, dtype=dtype), lu)
-    L = _csr(*_split(crow, cols, lvals, n, c64 <= rows), n)
-    U = _csr(*_split(crow, cols, lu, n, c64 >= rows), n)
-    return L, U
-
-
-def _lower(t, dtype):
-    """The lower triangle's members (diagonal included) of a canonical CSR tensor."""
-    n = t.shape[0]
-    crow, cols, vals = _members(t, dtype)
-    rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(crow))
-    return _split(crow, cols, vals, n, cols.astype(np.int64) <= rows)
+    t, _ = _square_csr(t, "ilu0")
+    return backend_for(t).ilu0(t)
 
 
 def ic0(t):
@@ -144,10 +111,8 @@ def ic0(t):
     >>> bool(np.allclose(L @ L.T, a))
     True
     """
-    t, dtype = _square_csr(t, "ic0")
-    n = t.shape[0]
-    crow, cols, vals = _lower(t, dtype)
-    return _csr(crow, cols, _backend.ic0_values(crow, cols, vals), n)
+    t, _ = _square_csr(t, "ic0")
+    return backend_for(t).ic0(t)
 
 
 def spsolve_triangular(t, b, lower: bool = True, unit_diagonal: bool = False):
@@ -184,14 +149,20 @@ def spsolve_triangular(t, b, lower: bool = True, unit_diagonal: bool = False):
     array([1., 2.])
     """
     t, dtype = _square_csr(t, "spsolve_triangular")
-    b = np.asanyarray(b)
+    on_device = is_device_array(b)
+    b = device_array(b) if on_device else np.asanyarray(b)
     n = t.shape[0]
     if b.ndim not in (1, 2) or b.shape[0] != n:
         raise ValueError(f"spsolve_triangular: b must be ({n},) or ({n}, k), got shape {b.shape}")
     dtype = np.promote_types(dtype, b.dtype)
-    if dtype not in _backend.FIELD_DTYPES:
+    if dtype not in FIELD_DTYPES:
         raise TypeError(f"spsolve_triangular: b of dtype {b.dtype} is not supported")
-    crow, cols, vals = _members(t, dtype)
-    x = np.array(b.reshape(n, 1 if b.ndim == 1 else b.shape[1]), dtype=dtype, order="C", copy=True)
-    _backend.solve_triangular(crow, cols, vals, x, lower, unit_diagonal)
-    return x.reshape(b.shape)
+    backend = backend_for(t, b)
+    if t.dtype != dtype:
+        t = t._replace_values(t.values().astype(dtype))
+    cols = (n, 1 if b.ndim == 1 else b.shape[1])
+    if on_device:  # a fresh C-contiguous copy, solved in place
+        x = b.astype(dtype).reshape(cols)
+    else:
+        x = np.array(b.reshape(cols), dtype=dtype, order="C", copy=True)
+    return backend.trsv(t, x, lower, unit_diagonal).reshape(b.shape)

@@ -9,6 +9,7 @@ import scipy.sparse as sp
 import scipy.sparse.linalg as sla
 
 import sparsetensor as st
+from conftest import dominant_matrix
 from sparsetensor.ops.factor import ic0, ilu0, spsolve_triangular
 
 INDEX = [np.int32, np.int64]
@@ -19,20 +20,6 @@ def tol(dtype):
     return 2e-4 if np.dtype(dtype) in (np.float32, np.complex64) else 1e-11
 
 
-def pattern_matrix(n, seed, dtype, density=0.15, hermitian=False):
-    """A random sparse matrix with a dominant diagonal (so no pivot vanishes); Hermitian positive
-    definite when asked."""
-    rng = np.random.default_rng(seed)
-    a = (rng.random((n, n)) < density) * rng.uniform(-1, 1, (n, n))
-    if np.dtype(dtype).kind == "c":
-        a = a + 1j * (a != 0) * rng.uniform(-1, 1, (n, n))
-    if hermitian:
-        a = np.tril(a, -1)
-        a = a + a.conj().T
-    a = a + np.diag(np.abs(a).sum(axis=1) + 1.0)
-    return a.astype(dtype)
-
-
 def tensor(a, index_dtype):
     return st.from_dense(a).to(index_dtype=index_dtype)
 
@@ -40,7 +27,7 @@ def tensor(a, index_dtype):
 @pytest.mark.parametrize("index_dtype", INDEX)
 @pytest.mark.parametrize("dtype", VALUES)
 def test_ilu0_matches_A_on_its_pattern(index_dtype, dtype):
-    a = pattern_matrix(40, 1, dtype)
+    a = dominant_matrix(40, 1, dtype)
     L, U = ilu0(tensor(a, index_dtype))
     assert L.index_dtype == U.index_dtype == np.dtype(index_dtype) and L.dtype == U.dtype == np.dtype(dtype)
     Ld, Ud = L.to_dense(), U.to_dense()
@@ -64,7 +51,7 @@ def test_ilu0_of_a_banded_matrix_is_its_lu(dtype):
 @pytest.mark.parametrize("index_dtype", INDEX)
 @pytest.mark.parametrize("dtype", VALUES)
 def test_ic0_matches_A_on_its_lower_pattern(index_dtype, dtype):
-    a = pattern_matrix(40, 2, dtype, hermitian=True)
+    a = dominant_matrix(40, 2, dtype, hermitian=True)
     L = ic0(tensor(a, index_dtype))
     assert L.index_dtype == np.dtype(index_dtype) and L.dtype == np.dtype(dtype)
     Ld = L.to_dense().astype(np.complex128)
@@ -82,7 +69,7 @@ def test_ic0_matches_A_on_its_lower_pattern(index_dtype, dtype):
 @pytest.mark.parametrize("lower", [True, False])
 @pytest.mark.parametrize("unit", [False, True])
 def test_spsolve_triangular_matches_scipy(index_dtype, dtype, lower, unit):
-    a = pattern_matrix(30, 3, dtype)
+    a = dominant_matrix(30, 3, dtype)
     tri = np.tril(a) if lower else np.triu(a)
     rng = np.random.default_rng(4)
     for b in (rng.standard_normal(30), rng.standard_normal((30, 3))):
@@ -130,7 +117,7 @@ def test_bad_input():
 
 
 def test_unsorted_and_other_layouts_are_accepted():
-    a = pattern_matrix(20, 5, np.float64)
+    a = dominant_matrix(20, 5, np.float64)
     L, U = ilu0(st.from_dense(a).to_sparse_coo())
     L2, U2 = ilu0(st.from_scipy(sp.csc_array(a)))
     assert np.array_equal(L.to_dense(), L2.to_dense()) and np.array_equal(U.to_dense(), U2.to_dense())
@@ -150,7 +137,7 @@ def test_local_factor_solves(kind, dtype):
     pytest.importorskip("mpi4py")
     from sparsetensor.mpi._precond import LocalFactor
 
-    a = pattern_matrix(25, 6, dtype, hermitian=kind != "ilu0")
+    a = dominant_matrix(25, 6, dtype, hermitian=kind != "ilu0")
     f = LocalFactor(st.from_dense(a), kind)
     r = np.random.default_rng(7).standard_normal((25, 2)).astype(dtype)
     x = f.solve(r)
@@ -177,7 +164,7 @@ def test_triangular_solve_with_known_diagonal_positions(index_dtype, dtype, lowe
     row (the arrays changed since) raises instead of reading out of bounds."""
     from sparsetensor._backend.cpu import _ilu
 
-    t = tensor(pattern_matrix(40, 8, dtype), index_dtype)
+    t = tensor(dominant_matrix(40, 8, dtype), index_dtype)
     crow, cols, vals = t.crow_indices(), t.col_indices(), np.ascontiguousarray(t.values())
     pos = _ilu.diagonal_positions(crow, cols)
     inv = _ilu.inverse_diagonal(crow, cols, vals)

@@ -25,6 +25,7 @@ from ..._lib import _spmm as _spmm_kernels
 from ..._core._tensor import COOTensor, CompressedTensor
 from ..._core._validate import raise_compressed_error, raise_coo_error
 from ._convert import convert, transpose
+from ._ilu import ic0, ilu0, trsv
 from ._merge import merge
 from ._reduce import batch_offsets as _batch_offsets
 from ._reduce import compressed_sum, group_by, plain_sum, reduce_dims, scatter_reduce, segment_reduce, segment_softmax
@@ -38,7 +39,7 @@ __all__ = ["device", "validate", "coalesce", "to_dense", "from_dense", "convert"
            "merge", "reduce_sum", "reduce_sum_dims", "reduce_dims", "unary", "sddmm", "gather_slices", "remap_plain",
            "narrow_plain", "cat_plain", "cat_compressed", "index_select_coo", "compressed_sum", "plain_sum", "segment_reduce",
            "scatter_reduce", "segment_softmax", "group_by", "batch_offsets", "map_values", "sample_dense", "add_to_dense", "elementwise",
-           "check_bounds", "diagonal", "sum_axis", "flatten_coo"]
+           "check_bounds", "diagonal", "sum_axis", "flatten_coo", "ilu0", "ic0", "trsv"]
 
 device = "cpu"
 

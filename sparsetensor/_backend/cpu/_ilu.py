@@ -10,19 +10,17 @@ status becomes :class:`numpy.linalg.LinAlgError` (a ``ValueError``) naming the r
 from __future__ import annotations
 
 import numpy as np
-from numpy.linalg import LinAlgError
 
+from ..._core._from_arrays import sparse_csr_tensor
 from ..._lib import _ilu as _kernels
+from .._plan import raise_factor_status
 
-__all__ = ["FIELD_DTYPES", "diagonal_positions", "ic0_values", "ilu0_values", "inverse_diagonal",
-           "solve_triangular"]
+__all__ = ["FIELD_DTYPES", "diagonal_positions", "ic0", "ic0_values", "ilu0", "ilu0_values", "inverse_diagonal",
+           "lower_members", "solve_triangular", "trsv"]
 
 FIELD_DTYPES = (np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.complex64), np.dtype(np.complex128))
 
 _NO_POSITIONS = np.empty(0, dtype=np.int64)
-
-# the kernels' statuses (see _ilu.pyx)
-_OK, _ZERO_PIVOT, _MISSING, _NOT_POSITIVE, _CHANGED, _NOT_LOWER = range(6)
 
 
 def _check(what: str, crow, cols, vals) -> None:
@@ -39,22 +37,7 @@ def _check(what: str, crow, cols, vals) -> None:
 
 
 def _status(info, what: str, kind: str) -> None:
-    status, row = int(info[0]), int(info[1])
-    if status == _OK:
-        return
-    if status == _ZERO_PIVOT:
-        raise LinAlgError(f"{what}: zero pivot at row {row}: {kind}[{row}, {row}] is 0 (the {kind} factor is "
-                          "singular; a matrix with a zero or tiny diagonal may need reordering or another "
-                          "preconditioner)")
-    if status == _MISSING:
-        raise LinAlgError(f"{what}: row {row} has no diagonal entry in its pattern, so the factor would be "
-                          f"singular (store an explicit diagonal, even 0, to factor it)")
-    if status == _NOT_POSITIVE:
-        raise LinAlgError(f"{what}: the pivot of row {row} is not positive: the matrix is not Hermitian "
-                          "positive definite, or IC(0) broke down on it (try ilu0)")
-    if status == _NOT_LOWER:
-        raise ValueError(f"{what}: row {row} has an entry above the diagonal (expected a lower triangle)")
-    raise ValueError(f"{what}: an index of row {row} is out of range: the arrays changed after validation")
+    raise_factor_status(int(info[0]), int(info[1]), what, kind)
 
 
 def _factor_values(kind: str, factor: str, crow: np.ndarray, cols: np.ndarray, vals: np.ndarray) -> np.ndarray:
@@ -114,3 +97,56 @@ def solve_triangular(crow: np.ndarray, cols: np.ndarray, vals: np.ndarray, b: np
     _kernels.solve_triangular(crow, cols, vals, b, bool(lower), bool(unit_diagonal), info, inv, pos)
     _status(info, what, "A")
     return b
+
+
+# -- the backend's kernels of sparsetensor.ops.factor: whole tensors in, tensors out ---------
+def _members(t):
+    return np.ascontiguousarray(t.crow_indices()), np.ascontiguousarray(t.col_indices()), \
+        np.ascontiguousarray(t.values())
+
+
+def _csr(crow, cols, vals, n):
+    """A CSR tensor on a subset of a canonical pattern (so canonical too)."""
+    out = sparse_csr_tensor(crow, cols, vals, size=(n, n), check_invariants=False)
+    out._canonical = True  # rows of a validated tensor, filtered: still sorted and unique
+    return out
+
+
+def _split(crow, cols, vals, n, keep):
+    """The entries where ``keep`` (a mask over the entries) holds, as CSR members."""
+    rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(crow))
+    c = np.zeros(n + 1, dtype=crow.dtype)
+    np.cumsum(np.bincount(rows[keep], minlength=n), out=c[1:])
+    return c, cols[keep], vals[keep]
+
+
+def lower_members(t):
+    """The lower triangle's members (diagonal included) of a canonical CSR tensor."""
+    n = t.shape[0]
+    crow, cols, vals = _members(t)
+    rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(crow))
+    return _split(crow, cols, vals, n, cols.astype(np.int64) <= rows)
+
+
+def ilu0(t, threads=None):
+    """``(L, U)`` of ILU(0) (:func:`sparsetensor.ops.factor.ilu0`) of a canonical square CSR tensor of a field dtype."""
+    n = t.shape[0]
+    crow, cols, vals = _members(t)
+    lu = ilu0_values(crow, cols, vals)
+    rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(crow))
+    c64 = cols.astype(np.int64)
+    lvals = np.where(c64 == rows, np.ones(1, dtype=lu.dtype), lu)
+    return _csr(*_split(crow, cols, lvals, n, c64 <= rows), n), _csr(*_split(crow, cols, lu, n, c64 >= rows), n)
+
+
+def ic0(t, threads=None):
+    """``L`` of IC(0) (:func:`sparsetensor.ops.factor.ic0`) of a canonical square CSR tensor of a field dtype."""
+    crow, cols, vals = lower_members(t)
+    return _csr(crow, cols, ic0_values(crow, cols, vals), t.shape[0])
+
+
+def trsv(t, x, lower: bool, unit_diagonal: bool, threads=None):
+    """``x`` ((n, k), C-contiguous, the values' dtype) overwritten with ``T^-1 x``, ``T`` the lower (upper)
+    triangle of canonical square CSR ``t`` (:func:`sparsetensor.ops.factor.spsolve_triangular`)."""
+    crow, cols, vals = _members(t)
+    return solve_triangular(crow, cols, vals, x, lower, unit_diagonal)

@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _addmm, _binary, _blas, _coalesce, _convert, _dense, _pointwise, _reduce, _reduce_dims, _sample, _select, _spgemm, _validate
+from . import _addmm, _binary, _blas, _coalesce, _convert, _dense, _factor, _pointwise, _reduce, _reduce_dims, _sample, _select, _spgemm, _validate
 
 __all__ = ["device", "validate", "coalesce", "to_dense", "from_dense", "convert", "transpose", "spmm", "spgemm", "scale_add",
            "merge", "reduce_sum", "reduce_sum_dims", "reduce_dims", "unary", "sddmm", "gather_slices", "remap_plain",
            "narrow_plain", "cat_plain", "cat_compressed", "index_select_coo", "compressed_sum", "plain_sum", "segment_reduce",
            "scatter_reduce", "segment_softmax", "group_by", "batch_offsets", "map_values", "sample_dense", "add_to_dense", "elementwise", "check_bounds",
-           "diagonal", "sum_axis", "flatten_coo"]
+           "diagonal", "sum_axis", "flatten_coo", "ilu0", "ic0", "trsv"]
 
 device = "cuda"
 
@@ -172,6 +172,22 @@ def flatten_coo(idx, batch: tuple, M: int, K: int, batched_cols: bool, threads=N
     in bounds): int64 ``(2, nnz)`` rows ``b * M + i``, columns ``b * K + k`` (``batched_cols``) or
     ``k`` (the row-major keys of coalesce's ``coo_keys``)."""
     return _coalesce.flat_keys(idx, batch, M, K, batched_cols)
+
+
+def ilu0(t, threads=None):
+    """``(L, U)`` of ILU(0) of a square device csr tensor of a field dtype (level-scheduled, :mod:`._factor`)."""
+    return _factor.ilu0(t)
+
+
+def ic0(t, threads=None):
+    """``L`` of IC(0) of a square device csr tensor of a field dtype (level-scheduled, :mod:`._factor`)."""
+    return _factor.ic0(t)
+
+
+def trsv(t, x, lower: bool, unit_diagonal: bool, threads=None):
+    """``x`` ((n, k) device array of ``t``'s dtype) overwritten with ``T^-1 x``, ``T`` the lower (upper) triangle
+    of square device csr ``t`` (level-scheduled, :mod:`._factor`)."""
+    return _factor.trsv(t, x, lower, unit_diagonal)
 
 
 def sddmm(input, mat1, mat2, batch: tuple, beta, alpha, threads=None):
