@@ -7,7 +7,7 @@
 //
 // Conventions, checked by sparsetensor/cuda/_source.py when it reads a .cu file:
 // - every kernel is preceded by a line `// st:kernel CLASS ...` naming the type
-//   class of each template parameter (index, value, arith, num, real, raw, ztest; nothing
+//   class of each template parameter (index, value, arith, num, real, field, raw, ztest; nothing
 //   for a plain kernel); the Python side instantiates every combination;
 // - kernel parameters are pointers, i64, u64, int or double, so that the Python
 //   launcher can pack them from the declaration alone.
