@@ -21,7 +21,7 @@ from .._core._tensor import SparseTensor
 from ._views import NO_BATCH
 
 __all__ = ["result_dtype", "describe", "describe_shape", "mismatch", "batch_map", "batch_maps", "ProductShape",
-           "product_shape", "as_blocksize", "DensePlan", "check_from_dense", "FACTOR_STATUSES", "raise_factor_status"]
+           "product_shape", "as_blocksize", "DensePlan", "check_from_dense", "raise_factor_status"]
 
 
 _RESULTS: dict = {}  # (dtypes) -> their result dtype, for the supported combinations
@@ -181,8 +181,8 @@ def describe(x, *, dtype: bool = True) -> str:
 
 
 # -- incomplete factorizations and triangular solves (sparsetensor.ops.factor) --------------
-# The statuses both backends' kernels report with a row (sparsetensor/_lib/_ilu.pyx, kernels/factor.cu).
-FACTOR_STATUSES = ("ok", "zero pivot", "missing diagonal", "not positive", "changed", "not lower")
+# Both backends' kernels report a status with a row (sparsetensor/_lib/_ilu.pyx, kernels/factor.cu):
+# 0 ok, 1 zero pivot, 2 missing diagonal, 3 not positive, 4 an index changed, 5 not lower.
 
 
 def raise_factor_status(status: int, row: int, what: str, kind: str) -> None:

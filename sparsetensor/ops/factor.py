@@ -24,9 +24,9 @@ from .._core._tensor import SparseTensor
 __all__ = ["ic0", "ilu0", "spsolve_triangular"]
 
 
-def _square_csr(t, what: str, dtype=None):
-    """``t`` as a validated 2-d square CSR tensor of a field dtype (``dtype``, or its values' promoted
-    to a float type), and that dtype."""
+def _square_csr(t, what: str, other=None):
+    """``t`` as a validated 2-d square CSR tensor of a field dtype (its values' dtype promoted to a
+    float type, and with ``other``'s where given: the values are cast once), and that dtype."""
     if not isinstance(t, SparseTensor):
         raise TypeError(f"{what} expects a sparse tensor, got {type(t).__name__}")
     if t.ndim != 2 or t.batch_dim or t.dense_dim:
@@ -36,9 +36,13 @@ def _square_csr(t, what: str, dtype=None):
         raise ValueError(f"{what} expects a square matrix, got shape {tuple(t.shape)}")
     t = t if t.layout is sparse_csr else t.to_sparse_csr()
     t = ensure_valid(t, repair=True)
-    dtype = np.promote_types(t.dtype, np.float32) if dtype is None else np.dtype(dtype)
+    dtype = np.promote_types(t.dtype, np.float32)
     if dtype not in FIELD_DTYPES:
         raise TypeError(f"{what}: values of dtype {t.dtype} are not supported")
+    if other is not None:
+        dtype = np.promote_types(dtype, other)
+        if dtype not in FIELD_DTYPES:
+            raise TypeError(f"{what}: b of dtype {other} is not supported")
     if t.dtype != dtype:
         t = t._replace_values(t.values().astype(dtype))
     return t, dtype
@@ -148,18 +152,13 @@ def spsolve_triangular(t, b, lower: bool = True, unit_diagonal: bool = False):
     >>> spsolve_triangular(T, np.array([2.0, 9.0]))
     array([1., 2.])
     """
-    t, dtype = _square_csr(t, "spsolve_triangular")
     on_device = is_device_array(b)
     b = device_array(b) if on_device else np.asanyarray(b)
+    t, dtype = _square_csr(t, "spsolve_triangular", other=b.dtype)
     n = t.shape[0]
     if b.ndim not in (1, 2) or b.shape[0] != n:
         raise ValueError(f"spsolve_triangular: b must be ({n},) or ({n}, k), got shape {b.shape}")
-    dtype = np.promote_types(dtype, b.dtype)
-    if dtype not in FIELD_DTYPES:
-        raise TypeError(f"spsolve_triangular: b of dtype {b.dtype} is not supported")
     backend = backend_for(t, b)
-    if t.dtype != dtype:
-        t = t._replace_values(t.values().astype(dtype))
     cols = (n, 1 if b.ndim == 1 else b.shape[1])
     if on_device:  # a fresh C-contiguous copy, solved in place
         x = b.astype(dtype).reshape(cols)

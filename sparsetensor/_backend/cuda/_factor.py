@@ -60,11 +60,11 @@ class _Plan:
         indeg = P.empty(dev, (n,), np.int64)
         self.diag = P.empty(dev, (n,), np.int64)
         P.run(dev, "factor.cu", "tri_counts", ik, n, crow, cols, n, nnz, int(lower), 0, indeg, self.diag, status)
-        tt = transpose_compressed(t)  # each row's dependants: the rows of its column
+        dep_ptr, deps = _dependants(t)
         self.order = P.empty(dev, (n,), np.int64)
         self.level_ptr = P.empty(dev, (n + 1,), np.int64)
         info = P.empty(dev, (2,), np.int64)
-        launch(dev, "factor.cu", "level_order", ik, 1, ONE_BLOCK, tt.compressed_indices(), tt.plain_indices(), n, nnz, int(lower), indeg.view(np.uint64), self.order, self.level_ptr, info)
+        launch(dev, "factor.cu", "level_order", ik, 1, ONE_BLOCK, dep_ptr, deps, n, nnz, int(lower), indeg.view(np.uint64), self.order, self.level_ptr, info)
         levels, ordered = (int(v) for v in P.read_ints(dev, info))
         if ordered != n:  # a cycle: only indices changed since the check make one
             raise ValueError(f"the indices of the {n} x {n} matrix changed after validation: {n - ordered} rows are "
@@ -92,6 +92,17 @@ class _Plan:
         for lb, le, grid, block in self.launches(k):
             launch(self.dev, "factor.cu", kernel, keys, grid, block, *before, self.order, self.level_ptr, lb, le,
                    *after)
+
+
+def _dependants(t):
+    """Each row's dependants, the rows of its column: the pattern of ``t``'s transpose as
+    ``(compressed, plain)`` indices. The transpose is of a tensor whose entries have no items
+    (a dense dim of size 0), so no values move."""
+    dev, n = t.values()._device, t.shape[0]
+    pattern = CompressedTensor(t.crow_indices(), t.col_indices(), P.empty(dev, (t.nnz, 0), np.int8), (n, n, 0),
+                               L.sparse_csr, True)
+    tt = transpose_compressed(pattern)
+    return tt.compressed_indices(), tt.plain_indices()
 
 
 # col index DeviceArray -> {lower: _Plan}: the plans of the matrices solved with, while their arrays live
