@@ -11,7 +11,8 @@ How it works:
 - each ``.cu`` file is compiled by the host C++ compiler with a prelude that maps the
   CUDA keywords and intrinsics to C++ (``__shared__`` becomes ``static``: blocks run
   one after another, so a static array is the running block's shared memory);
-- every thread of a block is a ``ucontext`` fiber; ``__syncthreads()`` parks a fiber
+- every thread of a block is a fiber with its own stack (switched by a few instructions on
+  x86-64, a ``ucontext`` elsewhere); ``__syncthreads()`` parks a fiber
   until every thread of its block arrives, and the warp intrinsics (``__shfl*_sync``,
   ``__match_any_sync``) exchange values through a per-warp slot array between two
   warp barriers; a barrier that some threads reach after others have exited, or a
@@ -66,9 +67,53 @@ PRELUDE = r'''
 
 struct emu_dim3 { unsigned x, y, z; };
 
+// Switching fibers: on x86-64 a switch saves the callee-saved registers on the running stack
+// and loads another stack pointer. glibc's swapcontext also saves and restores the signal
+// mask, a system call per switch, which dominated the emulator's run time. Elsewhere (or with
+// ST_EMU_UCONTEXT defined) the fibers are ucontexts.
+#if defined(__x86_64__) && !defined(ST_EMU_UCONTEXT)
+#define ST_EMU_STACK_SWITCH 1
+extern "C" void st_emu_switch(void** save_sp, void* next_sp);
+asm(R"(
+    .text
+    .p2align 4
+    .globl st_emu_switch
+    .hidden st_emu_switch
+    .type st_emu_switch, @function
+st_emu_switch:
+    pushq %rbp
+    pushq %rbx
+    pushq %r12
+    pushq %r13
+    pushq %r14
+    pushq %r15
+    subq $8, %rsp
+    stmxcsr (%rsp)
+    fnstcw 4(%rsp)
+    movq %rsp, (%rdi)
+    movq %rsi, %rsp
+    ldmxcsr (%rsp)
+    fldcw 4(%rsp)
+    addq $8, %rsp
+    popq %r15
+    popq %r14
+    popq %r13
+    popq %r12
+    popq %rbx
+    popq %rbp
+    ret
+    .size st_emu_switch, .-st_emu_switch
+)");
+#endif
+
 namespace emu {
 enum State { READY = 0, WAIT_BLOCK = 1, WAIT_WARP = 2, DONE = 3 };
+#ifdef ST_EMU_STACK_SWITCH
+struct Fiber { void* sp; int state; emu_dim3 tid; };
+inline void* sched_sp = nullptr;
+#else
 struct Fiber { ucontext_t ctx; int state; emu_dim3 tid; };
+#endif
 inline std::vector<Fiber> fibers;
 inline std::vector<char> stacks;
 inline Fiber* cur = nullptr;
@@ -79,6 +124,9 @@ inline std::string error;
 inline unsigned char slots[1024][16];   // warp exchange: one slot per thread of the block
 inline unsigned long long seed = 0;     // 0: blocks and threads in order; else a shuffled order
 const size_t STACK = 256 * 1024;
+// stacks lie STRIDE apart: not a multiple of a page, so that the tops of the stacks (where
+// every switch saves and loads registers) fall in different cache sets
+const size_t STRIDE = STACK + 17 * 64;
 
 inline unsigned long long next_random() {  // xorshift64*
     seed ^= seed >> 12; seed ^= seed << 25; seed ^= seed >> 27;
@@ -95,16 +143,62 @@ inline std::vector<unsigned> order(unsigned n) {
 
 inline void fail(const std::string& what) { if (error.empty()) error = what; }
 
+#ifdef ST_EMU_STACK_SWITCH
+// a fiber's first switch returns here (see start_fiber); it never returns
+[[noreturn]] inline void entry() {
+    body();
+    cur->state = DONE;
+    void* unused;
+    st_emu_switch(&unused, sched_sp);
+    __builtin_unreachable();
+}
+
+// A new fiber's stack, as st_emu_switch leaves a parked one: the MXCSR and x87 control
+// words, six zero registers, then entry() as the return address, placed so that entry
+// starts with the stack alignment of a called function.
+inline void start_fiber(Fiber& f, char* stack) {
+    uintptr_t top = ((uintptr_t)stack + STACK) & ~(uintptr_t)15;
+    void** sp = (void**)(top - 16);
+    sp[0] = (void*)&entry;
+    sp[1] = nullptr;
+    sp -= 7;
+    for (int r = 1; r < 7; ++r) sp[r] = nullptr;
+    uint32_t csr[2];
+    asm volatile("stmxcsr %0" : "=m"(csr[0]));
+    asm volatile("fnstcw %0" : "=m"(*(uint16_t*)&csr[1]));
+    std::memcpy(sp, csr, 8);
+    f.sp = sp;
+}
+
+inline void resume(Fiber& f) { st_emu_switch(&sched_sp, f.sp); }
+
+inline void park(int why) {
+    Fiber* f = cur;
+    f->state = why;
+    st_emu_switch(&f->sp, sched_sp);
+}
+#else
 inline void trampoline() {
     body();
     cur->state = DONE;
 }
+
+inline void start_fiber(Fiber& f, char* stack) {
+    getcontext(&f.ctx);
+    f.ctx.uc_stack.ss_sp = stack;
+    f.ctx.uc_stack.ss_size = STACK;
+    f.ctx.uc_link = &sched;
+    makecontext(&f.ctx, (void (*)())trampoline, 0);
+}
+
+inline void resume(Fiber& f) { swapcontext(&sched, &f.ctx); }
 
 inline void park(int why) {
     Fiber* f = cur;
     f->state = why;
     swapcontext(&f->ctx, &sched);
 }
+#endif
 
 inline unsigned lane() { return cur->tid.x & 31; }
 inline unsigned warp_base() { return cur->tid.x & ~31u; }
@@ -113,23 +207,22 @@ inline unsigned warp_base() { return cur->tid.x & ~31u; }
 inline bool run_block(unsigned nthreads) {
     if (nthreads > 1024) { fail("blockDim.x > 1024"); return false; }
     fibers.assign(nthreads, Fiber());
-    if (stacks.size() < nthreads * STACK) stacks.resize(nthreads * STACK);
+    if (stacks.size() < nthreads * STRIDE) stacks.resize(nthreads * STRIDE);
     for (unsigned i = 0; i < nthreads; ++i) {
         Fiber& f = fibers[i];
-        getcontext(&f.ctx);
-        f.ctx.uc_stack.ss_sp = stacks.data() + i * STACK;
-        f.ctx.uc_stack.ss_size = STACK;
-        f.ctx.uc_link = &sched;
-        makecontext(&f.ctx, (void (*)())trampoline, 0);
+        start_fiber(f, stacks.data() + i * STRIDE);
         f.state = READY;
         f.tid = {i, 0, 0};
     }
+    std::vector<unsigned> shuffled;
     for (;;) {
         bool ran = false;
-        for (unsigned i : order(nthreads)) {
+        if (seed) shuffled = order(nthreads);
+        for (unsigned k = 0; k < nthreads; ++k) {
+            unsigned i = seed ? shuffled[k] : k;
             if (fibers[i].state == READY) {
                 cur = &fibers[i];
-                swapcontext(&sched, &fibers[i].ctx);
+                resume(fibers[i]);
                 ran = true;
                 if (!error.empty()) return false;
             }
@@ -282,7 +375,7 @@ inline unsigned short st_emu_float_to_half(float fin) {  // round to nearest eve
 '''
 
 # -fwrapv: integer sums and products wrap, as on the GPU (NumPy's integer arithmetic)
-_CXXFLAGS = ("-std=c++17", "-O1", "-g", "-fPIC", "-shared", "-w", "-fwrapv")
+_CXXFLAGS = ("-std=c++17", "-O2", "-g", "-fPIC", "-shared", "-w", "-fwrapv")
 _lock = threading.Lock()
 _libs: dict = {}
 
