@@ -43,6 +43,20 @@ def dominant_matrix(n, seed, dtype, density=0.15, hermitian=False) -> np.ndarray
     return a.astype(dtype)
 
 
+def distinct_cells(rng, ncells, count) -> np.ndarray:
+    """``count`` distinct sorted integers drawn from ``range(ncells)`` (int64)."""
+    if count == 0:
+        return np.zeros(0, np.int64)
+    if count > ncells // 4:
+        return np.sort(rng.permutation(ncells)[:count])
+    # np.unique hashes (NumPy >= 2.3), several times slower than this sort at 10^5 draws
+    cells = np.sort(rng.integers(0, ncells, size=count + count // 4 + 16))
+    cells = cells[np.r_[True, cells[1:] != cells[:-1]]]
+    while cells.size < count:  # unlikely: more repeats than the margin
+        cells = np.union1d(cells, rng.integers(0, ncells, size=count))
+    return np.sort(rng.choice(cells, size=count, replace=False))
+
+
 def nonzero_values(rng, shape, dtype) -> np.ndarray:
     """Random values of ``dtype`` that are all nonzero."""
     dtype = np.dtype(dtype)

@@ -21,8 +21,8 @@ from hypothesis import strategies as hs
 
 import sparsetensor as st
 from sparsetensor._lib import _validate as _validate_kernels
-from conftest import (HAVE_TORCH, INDEX_DTYPES, LAYOUTS, VALUE_DTYPES, compressed_members, nonzero_values, random_dense,
-                      requires_torch)
+from conftest import (HAVE_TORCH, INDEX_DTYPES, LAYOUTS, VALUE_DTYPES, compressed_members, distinct_cells,
+                      nonzero_values, random_dense, requires_torch)
 
 pytestmark = pytest.mark.filterwarnings("ignore:Sparse:UserWarning")  # torch's beta/invariant notes
 
@@ -397,8 +397,7 @@ def test_blocked_values_that_are_block_transposed(rng):
 def _random_csr(rng, rows, cols, nnz, index_dtype, batch=1):
     crows, cols_list = [], []
     for _ in range(batch):
-        flat = np.unique(rng.integers(0, rows * cols, size=nnz + nnz // 4 + 16))
-        flat = np.sort(rng.choice(flat, size=nnz, replace=False))
+        flat = distinct_cells(rng, rows * cols, nnz)
         r, c = np.divmod(flat, cols)
         crows.append(np.concatenate([[0], np.cumsum(np.bincount(r, minlength=rows))]))
         cols_list.append(c)
