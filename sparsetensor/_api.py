@@ -175,10 +175,13 @@ def to_torch(t, *, copy=None, check_invariants=None):
 def _coo_coalesce(self, *, threads: int | None = None) -> COOTensor:
     """Sort the indices lexicographically and sum the values of duplicates (bool: logical or).
 
-    An already coalesced tensor is returned as it is (no copy); on a device, once its indices are
-    known valid (the device kernels take them as they are, where the CPU's check their bounds).
+    An already coalesced tensor is returned as it is (no copy), once its indices are known valid: a
+    flag given with ``check_invariants=False`` is checked first (C4-C6, once: the result is kept),
+    since the callers trust it to mean distinct indices; on a device the backend checks them.
     """
-    if self._coalesced and (self._checked or type(self._values) is np.ndarray):
+    if self._coalesced and not self._checked and type(self._values) is np.ndarray:
+        self.check_invariants(threads=threads)
+    if self._coalesced and self._checked:
         return self
     return backend_for(self).coalesce(self, threads)
 

@@ -29,9 +29,9 @@ import numpy as np
 from . import _layout as L
 from ._dtypes import raw_view
 from ._errors import InvariantError
-from ._tensor import COOTensor, CompressedTensor
+from ._tensor import COOTensor, CompressedTensor, held_outside
 
-__all__ = ["ensure_valid", "Parts", "as_parts", "build", "same_nnz", "SHOW_BATCHES"]
+__all__ = ["ensure_valid", "ensure_valid_export", "Parts", "as_parts", "build", "same_nnz", "SHOW_BATCHES"]
 
 # Batches whose nnz differ are listed in errors up to this many.
 SHOW_BATCHES = 16
@@ -100,6 +100,16 @@ def same_nnz(per_batch, batch: tuple, what: str) -> None:
         shown = ", ".join(f"{tuple(int(i) for i in np.unravel_index(k, batch))}: {int(per_batch[k])}"
                           for k in range(min(B, SHOW_BATCHES)))
         raise ValueError(f"{what}; got per batch {shown}{', ...' if B > SHOW_BATCHES else ''}")
+
+
+def ensure_valid_export(t, *, again: bool = True, threads: int | None = None):
+    """:func:`ensure_valid` (with repair) for an exit that hands ``t``'s index arrays to a
+    library that trusts them: also the full check ``again`` when the caller built ``t`` on index
+    arrays of its own (no copy), which it may have written since the first check."""
+    t = ensure_valid(t, repair=True, threads=threads)
+    if again and held_outside(t):
+        t.check_invariants(threads=threads)
+    return t
 
 
 def ensure_valid(t, *, repair: bool = False, threads: int | None = None):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import contextvars
+import operator
 import os
 
 __all__ = ["check_invariants", "get_check_invariants", "resolve_check", "num_threads", "set_num_threads",
@@ -80,9 +81,18 @@ def set_num_threads(n: int | None) -> None:
 
     The default is ``OMP_NUM_THREADS`` when set, else the CPUs this process may run on.
     """
-    if n is not None and int(n) < 1:
+    _THREADS.set(None if n is None else _thread_count(n))
+
+
+def _thread_count(n) -> int:
+    """``n`` as a number of threads: an integer (``1.5`` or ``"4"`` raise TypeError), at least 1."""
+    try:
+        n = operator.index(n)
+    except TypeError:
+        raise TypeError(f"number of threads must be an integer, got {n!r}") from None
+    if n < 1:
         raise ValueError(f"number of threads must be >= 1, got {n}")
-    _THREADS.set(None if n is None else int(n))
+    return n
 
 
 def num_threads(threads: int | None = None, work: int | None = None, grain: int = GRAIN) -> int:
@@ -95,9 +105,7 @@ def num_threads(threads: int | None = None, work: int | None = None, grain: int 
     n = threads if threads is not None else _THREADS.get()
     if n is None:  # the default: small inputs need not look it up
         return 1 if work is not None and work < grain else _default_threads()
-    n = int(n)
-    if n < 1:
-        raise ValueError(f"number of threads must be >= 1, got {n}")
+    n = _thread_count(n)
     return 1 if work is not None and work < grain else n
 
 

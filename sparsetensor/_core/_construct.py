@@ -128,7 +128,6 @@ def zeros(shape, *, layout="csr", dtype=np.float64, index_dtype=np.int64, blocks
         return COOTensor(np.zeros((sd, 0), idt), np.zeros((0,) + dense, dt), shape, True, checked=True)
     _check_matrix_shape(shape, batch_dim, dense_dim, layout, bs)
     block = bs if layout.blocked else ()
-    batch = shape[:batch_dim]
     values = np.zeros((0,) + block + dense, dt)
     bix = None if not batch_dim else empty
     return _assemble(bix, empty, empty, values, shape, layout, idt, bs, batch_dim)

@@ -15,7 +15,7 @@ from ._device import as_device, device_constructor, is_device_array, move
 from ._dtypes import INDEX_DTYPES, VALUE_DTYPES, as_value_dtype
 from ._errors import InvariantError
 from ._shape_checks import as_size, block_ndim, compressed_meta, coo_meta, values_contiguous
-from ._tensor import COOTensor, CompressedTensor
+from ._tensor import COOTensor, CompressedTensor, hold_outside
 from ._validate import check_compressed_indices, check_coo_indices
 
 __all__ = ["sparse_coo_tensor", "sparse_compressed_tensor", "sparse_csr_tensor", "sparse_csc_tensor",
@@ -36,7 +36,11 @@ def _as_index_array(x, name: str, layout: str) -> np.ndarray:
         a = a.astype(np.int64, copy=False)
     if a.dtype not in INDEX_DTYPES:
         raise InvariantError("1.3", layout, f"{name} must have dtype int32 or int64, got {a.dtype}")
-    return a if a.flags.c_contiguous else a.copy(order="C")  # (ascontiguousarray would make 0-d 1-d)
+    if not a.flags.c_contiguous:
+        return a.copy(order="C")  # (ascontiguousarray would make 0-d 1-d)
+    if not from_list and (a is x or a.base is not None):
+        hold_outside(a)  # the caller's memory, taken as it is
+    return a
 
 
 def _native(a: np.ndarray) -> np.ndarray:

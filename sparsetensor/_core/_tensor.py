@@ -22,6 +22,7 @@ reached through :mod:`sparsetensor._core._device` (below this module).
 from __future__ import annotations
 
 import math
+import weakref
 
 import numpy as np
 
@@ -67,6 +68,36 @@ def frozen(a):
         a = a.view()
         a.flags.writeable = False
     return a
+
+
+# The index arrays a constructor took without a copy: the caller still holds them, writeable.
+# Keyed by the id of the ndarray at the root of their base chain (views share it), weakly, so
+# the entry goes with the memory. Writing them after a check is undefined inside the library
+# (every kernel bounds what it reads and writes), but they are checked again before they are
+# handed to a library that trusts them (SciPy, PyTorch without its check).
+_HELD_OUTSIDE = weakref.WeakValueDictionary()
+
+
+def _root(a: np.ndarray) -> np.ndarray:
+    while isinstance(a.base, _NDARRAY):
+        a = a.base
+    return a
+
+
+def hold_outside(a: np.ndarray) -> None:
+    """Record that the caller holds ``a``'s memory (the constructors, for arrays they keep)."""
+    r = _root(a)
+    _HELD_OUTSIDE[id(r)] = r
+
+
+def held_outside(t) -> bool:
+    """Whether an index member of ``t`` shares memory that a caller holds writeable."""
+    for name, a in t._members():
+        if name != "values" and isinstance(a, _NDARRAY):
+            r = _root(a)
+            if _HELD_OUTSIDE.get(id(r)) is r:
+                return True
+    return False
 
 
 def _own_values(t):
@@ -263,6 +294,17 @@ class SparseTensor:
             self._check_host(threads)
         self._set_validated()
 
+    def _narrowed(self, index: np.ndarray, dt: np.dtype) -> np.ndarray:
+        """An index member of this tensor cast to ``dt``: an index that does not fit, which only an
+        unchecked tensor can hold (the shape fits), raises the check's error instead of wrapping
+        into another valid one."""
+        out = index.astype(dt)
+        if self._validated or dt.itemsize >= index.dtype.itemsize:
+            return out
+        if type(index) is not _NDARRAY or not np.array_equal(out, index):
+            self.check_invariants()
+        return out
+
     # -- printing -----------------------------------------------------------------
     def _summary(self) -> str:
         extra = self._summary_extra()
@@ -363,7 +405,7 @@ class COOTensor(SparseTensor):
         if dt == self.index_dtype:
             return self
         check_fits(dt, "coo", **{f"size[{d}]": self._shape[d] for d in range(self.sparse_dim)})
-        return self._like(self._indices.astype(dt), self._values)
+        return self._like(self._narrowed(self._indices, dt), self._values)
 
     def _like(self, indices, values):
         """A tensor of this shape whose indices equal this one's in value (flags carried over)."""
@@ -533,8 +575,8 @@ class CompressedTensor(SparseTensor):
             return self
         m = self.batch_dim
         check_fits(dt, self._layout.name, nnz=self.nnz, nrows=self._shape[m], ncols=self._shape[m + 1])
-        return type(self)(self._compressed.astype(dt), self._plain.astype(dt), self._values, self._shape,
-                          self._layout, self._canonical)
+        return type(self)(self._narrowed(self._compressed, dt), self._narrowed(self._plain, dt), self._values,
+                          self._shape, self._layout, self._canonical)
 
     def _members(self):
         return [(self._layout.compressed_name, self._compressed), (self._layout.plain_name, self._plain),

@@ -25,7 +25,7 @@ import numpy as np
 from .._core import _layout as L
 from .._core._tensor import COOTensor, CompressedTensor, SparseTensor
 from ..ops import binary, blas, pointwise, reduce, shape, spgemm
-from ._core import DenseGradientError, conj, element_coords, gather, values_of, unbroadcast
+from ._core import DenseGradientError, conj, element_coords, gather, same_pattern, values_of, unbroadcast
 from ._masked import spgemm_grads
 from . import _device
 
@@ -264,7 +264,7 @@ _NONHOLO = {
 
 
 def _coalesced(t):
-    return t if t.is_coalesced() else t.coalesce()
+    return t.coalesce()
 
 
 def _back_to(t, c, gc: np.ndarray) -> np.ndarray:
@@ -493,6 +493,36 @@ def _split(t: SparseTensor, d: int):
     return element_coords(t), d < P, t.values().ndim - (t.ndim - d)
 
 
+def _of_pattern(G, out: SparseTensor) -> bool:
+    """Whether cotangent ``G`` stores its values at ``out``'s stored elements, in order."""
+    return isinstance(G, SparseTensor) and same_pattern(G, out)
+
+
+def _by_entry(tensors, out, G, forward):
+    """The cotangent values of COO ``tensors``, one array each, for an op over sparse dims that
+    copies stored entries (narrow, select, index_select, cat), carried back entry by entry; None
+    unless some input is uncoalesced and ``G`` has ``out``'s pattern (otherwise coordinates
+    decide). Each duplicate of an uncoalesced input owns its output entry: a lookup by
+    coordinate would give it the sum over its duplicates. ``forward`` applied to the inputs'
+    patterns, numbered entry by entry, says which input entry each output entry copies."""
+    if not (any(isinstance(t, COOTensor) and not t.is_coalesced() for t in tensors) and _of_pattern(G, out)):
+        return None
+    numbered, off = [], 0
+    for t in tensors:
+        numbered.append(COOTensor(t.indices(), np.arange(off, off + t.nnz), t.shape[:t.sparse_dim], False,
+                                  t._checked))
+        off += t.nnz
+    source, gv = np.asarray(forward(numbered).values()), np.asarray(G.values())
+    grads, off = [], 0
+    for t in tensors:
+        mine = (source >= off) & (source < off + t.nnz)
+        gt = np.zeros((t.nnz,) + gv.shape[1:], gv.dtype)
+        np.add.at(gt, source[mine] - off, gv[mine])  # index_select may copy an entry twice
+        grads.append(gt)
+        off += t.nnz
+    return grads
+
+
 @_rule("narrow")
 def _narrow(t, dim, start, length, *, threads=None):
     out = shape.narrow(t, dim, start, length, threads=threads)
@@ -503,12 +533,15 @@ def _narrow(t, dim, start, length, *, threads=None):
         if t.is_cuda:
             return (_device.narrow_back(t, G, d, s, length),) + (None,) * 3
         coords, sparse_d, ax = _split(t, d)
+        entry = _by_entry([t], out, G, lambda ns: shape.narrow(ns[0], d, s, length)) if sparse_d else None
+        if entry is not None:
+            return (entry[0],) + (None,) * 3
         if sparse_d:
             valid = (coords[d] >= s) & (coords[d] < s + length)
             coords = coords.copy()
             coords[d] -= s
             return (gather(G, coords, _dense_dims(t), valid),) + (None,) * 3
-        part = gather(G, coords, G.shape[len(coords):])
+        part = np.asarray(G.values()) if _of_pattern(G, out) else gather(G, coords, G.shape[len(coords):])
         gt = np.zeros(t.values().shape, part.dtype)
         gt[(slice(None),) * ax + (slice(s, s + length),)] = part
         return (gt,) + (None,) * 3
@@ -526,11 +559,15 @@ def _select(t, dim, index, *, threads=None):
         if t.is_cuda:
             return (_device.select_back(t, G, d, i), None, None)
         coords, sparse_d, ax = _split(t, d)
+        entry = _by_entry([t], out, G, lambda ns: shape.select(ns[0], d, i)) if sparse_d else None
+        if entry is not None:
+            return (entry[0], None, None)
         if sparse_d:
             valid = coords[d] == i
             return (gather(G, np.delete(coords, d, axis=0), _dense_dims(t), valid), None, None)
         dd = _dense_dims(t)
-        part = gather(G, coords, dd[:d - (t.ndim - len(dd))] + dd[d - (t.ndim - len(dd)) + 1:])
+        part = (np.asarray(G.values()) if _of_pattern(G, out) else
+                gather(G, coords, dd[:d - (t.ndim - len(dd))] + dd[d - (t.ndim - len(dd)) + 1:]))
         gt = np.zeros(t.values().shape, part.dtype)
         gt[(slice(None),) * ax + (i,)] = part
         return (gt, None, None)
@@ -548,8 +585,11 @@ def _index_select(t, dim, index, *, threads=None):
             return (_device.index_select_back(t, G, d, index), None, None)
         idx = np.asarray(index).reshape(-1).astype(np.int64)
         coords, sparse_d, ax = _split(t, d)
+        entry = _by_entry([t], out, G, lambda ns: shape.index_select(ns[0], d, index)) if sparse_d else None
+        if entry is not None:
+            return (entry[0], None, None)
         if not sparse_d:
-            part = gather(G, coords, G.shape[len(coords):])
+            part = np.asarray(G.values()) if _of_pattern(G, out) else gather(G, coords, G.shape[len(coords):])
             gt = np.zeros(t.values().shape, part.dtype)
             np.add.at(gt, (slice(None),) * ax + (idx,), part)
             return (gt, None, None)
@@ -583,6 +623,10 @@ def _cat(tensors, dim=0, *, threads=None):
     def back(G):
         if any(t.is_cuda for t in tensors):
             return (_device.cat_back(tensors, G, d), None)
+        sparse_d = all(isinstance(t, COOTensor) for t in tensors) and d < tensors[0].sparse_dim
+        entry = _by_entry(tensors, out, G, lambda ns: shape.cat(ns, d)) if sparse_d else None
+        if entry is not None:
+            return (entry, None)
         grads, off = [], 0
         for t in tensors:
             coords, sparse_d, ax = _split(t, d)

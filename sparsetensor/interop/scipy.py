@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._core import _layout as L
-from .._core._canonical import ensure_valid
+from .._core._canonical import ensure_valid_export
 from .._core._device import require_host
 from .._core._dtypes import INDEX_DTYPES, VALUE_DTYPES
 from .._core._errors import InvariantError
@@ -119,7 +119,9 @@ def to_scipy(t, kind: str = "array"):
     (built with ``check_invariants=False``) is checked first, once (the result is
     cached on the tensor): broken indices raise :class:`InvariantError`, and a
     compressed tensor whose only fault is unsorted or repeated indices in a row is
-    handed over coalesced (a copy).
+    handed over coalesced (a copy). A tensor built on index arrays the caller still
+    holds (taken without a copy, as :func:`from_scipy` takes SciPy's) is checked
+    again at each call, since the caller may have written them since.
 
     Examples
     --------
@@ -144,7 +146,7 @@ def to_scipy(t, kind: str = "array"):
     if t.batch_dim:
         raise ValueError(f"cannot convert a batched {name} tensor (batch_dim={t.batch_dim}) to SciPy: SciPy "
                          "sparse matrices have no batch dims; convert each batch")
-    t = ensure_valid(t, repair=True)
+    t = ensure_valid_export(t)
     if isinstance(t, COOTensor):
         if kind == "matrix" and t.ndim != 2:
             raise ValueError(f"scipy coo_matrix is 2-d; this coo tensor has {t.ndim} dims (use kind='array')")

@@ -18,7 +18,7 @@ import warnings
 import numpy as np
 
 from .._core import _layout as L
-from .._core._canonical import ensure_valid
+from .._core._canonical import ensure_valid_export
 from .._core._device import device_array, is_device_array
 from .._core._config import resolve_check
 from .._core._from_arrays import sparse_compressed_tensor, sparse_coo_tensor
@@ -245,7 +245,9 @@ def to_torch(t, *, copy: bool | None = None, check_invariants: bool | None = Non
         tensor), because PyTorch kernels do not guard their reads: broken
         indices raise :class:`~sparsetensor.InvariantError`, and a compressed
         tensor whose only fault is unsorted or repeated indices in a row is
-        handed over coalesced (a copy).
+        handed over coalesced (a copy). Without PyTorch's check, a tensor
+        built on index arrays the caller still holds (taken without a copy)
+        is checked again, since the caller may have written them.
 
     Examples
     --------
@@ -264,8 +266,8 @@ def to_torch(t, *, copy: bool | None = None, check_invariants: bool | None = Non
     if not isinstance(t, (COOTensor, CompressedTensor)):
         raise TypeError(f"to_torch expects a sparse tensor or an array, got {type(t).__name__}")
     torch = import_torch()
-    t = ensure_valid(t, repair=True)
     check = resolve_check(check_invariants)
+    t = ensure_valid_export(t, again=not check)  # PyTorch's check covers arrays written since ours
     if t.is_cuda:
         _require_torch_cuda(torch, t.device)
         return _sparse_of(torch, t, copy, check, lambda a, c, what, index: _device_tensor(torch, a, c, what))

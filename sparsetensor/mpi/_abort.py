@@ -8,6 +8,8 @@ calling ``MPI_Abort`` on an uncaught exception; importing
 ``python script.py``: a ``sys.excepthook`` that, when ``MPI.COMM_WORLD`` has
 more than one rank, prints the rank and the traceback once to stderr and calls
 ``MPI.COMM_WORLD.Abort(1)``. On one rank it only calls the previous hook.
+``sys.exit`` with a failure status (not 0 or None) aborts the same way, with
+that status.
 
 ``SPARSETENSOR_MPI_ABORT=0`` (or ``false``/``no``/``off``) at import time
 leaves ``sys.excepthook`` alone. ``SPARSETENSOR_MPI_ABORT=threads`` also
@@ -56,6 +58,31 @@ def _abort(where: str, etype, value, tb, previous) -> None:
         MPI.COMM_WORLD.Abort(1)
 
 
+def _install_exit() -> None:
+    """``sys.exit`` with a failure status on one rank aborts the job too: Python never calls
+    ``sys.excepthook`` for ``SystemExit``, and the rank would otherwise wait in ``MPI_Finalize``
+    for ranks that wait for it (as ``python -m mpi4py`` does, for ``sys.exit`` and argparse's
+    exits; a bare ``raise SystemExit(n)`` is not seen)."""
+    previous = sys.exit
+
+    def exit(status=None):
+        peers = _peers()
+        if status is not None and status != 0 and peers is not None:
+            code = status if isinstance(status, int) else 1
+            try:
+                if not isinstance(status, int):
+                    sys.stderr.write(f"{status}\n")  # what Python prints for a message status
+                sys.stderr.write(f"sparsetensor.mpi: sys.exit({status!r}) on rank {peers[0]} of {peers[1]}; calling "
+                                 f"MPI_Abort so that the other ranks do not hang (set {ENV}=0 to turn this off)\n")
+                sys.stderr.flush()
+            finally:
+                MPI.COMM_WORLD.Abort(code)
+        previous(status)
+
+    exit._sparsetensor_abort = True
+    sys.exit = exit
+
+
 def install() -> None:
     """Install the hooks unless ``SPARSETENSOR_MPI_ABORT`` turns them off (idempotent)."""
     setting = os.environ.get(ENV, "1").strip().lower()
@@ -71,6 +98,7 @@ def install() -> None:
 
     excepthook._sparsetensor_abort = True
     sys.excepthook = excepthook
+    _install_exit()
     if setting != "threads":
         return
     previous_thread = threading.excepthook

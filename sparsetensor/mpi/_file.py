@@ -39,7 +39,7 @@ from mpi4py import MPI
 
 from .. import io as _io
 from ..io import _files
-from ._comm import agree
+from ._comm import agree, bytes_of
 
 __all__ = ["save_file"]
 
@@ -146,8 +146,14 @@ class _Layout:
         return out
 
 
+def _bytes_of(data) -> memoryview:
+    """``data`` (bytes or a C-contiguous array) as a flat byte view (a memoryview cannot be cast
+    while its shape has a 0, as an empty (0, r, c) block array's has)."""
+    return memoryview(bytes_of(data) if isinstance(data, np.ndarray) else data).cast("B")
+
+
 def _pwrite_all(fd: int, data, offset: int) -> None:
-    view = memoryview(data).cast("B")
+    view = _bytes_of(data)
     while view.nbytes:
         n = os.pwrite(fd, view, offset)
         view, offset = view[n:], offset + n
@@ -207,7 +213,7 @@ def save_file(path: str, A) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
-        return [zlib.crc32(memoryview(arr).cast("B")) for _, arr in mine]
+        return [zlib.crc32(_bytes_of(arr)) for _, arr in mine]
 
     try:
         crcs = agree(comm, write)

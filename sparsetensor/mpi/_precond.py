@@ -174,15 +174,15 @@ class BlockJacobi(_Preconditioner):
 
     def __init__(self, A, local: str = "ilu0"):
         comm = A.comm
-        if local not in LOCAL_SOLVES:
-            raise ValueError(f"block_jacobi: local must be one of {', '.join(map(repr, LOCAL_SOLVES))}, "
-                             f"got {local!r}")
         if A.shape[0] != A.shape[1] or not np.array_equal(A.row_starts, A.col_starts):
             raise ValueError(f"block_jacobi: A must be square with its columns split like its rows, got shape "
                              f"{A.shape}")
         r0, r1 = A.row_range
 
-        def factor():
+        def factor():  # on every rank, through agree: a bad argument on one rank raises on all
+            if local not in LOCAL_SOLVES:
+                raise ValueError(f"block_jacobi: local must be one of {', '.join(map(repr, LOCAL_SOLVES))}, "
+                                 f"got {local!r}")
             try:
                 return LocalFactor(A.diag_block, local)
             except (ValueError, TypeError) as e:

@@ -14,3 +14,23 @@ def broadcasts_to(shape: tuple, target: tuple) -> bool:
         return np.broadcast_shapes(tuple(shape), target) == target
     except ValueError:
         return False
+
+
+def without_duplicates(t, scalar=None, *, divide: bool = False):
+    """``t``, coalesced first where an op that is linear in its values would go wrong on the
+    duplicates of an uncoalesced COO tensor one by one (scaling by ``scalar``, dividing when
+    ``divide``; a pure function of the values when ``scalar`` is None).
+
+    Duplicates may stay only for floating and complex values and a finite (for division,
+    nonzero) scalar: bool duplicates merge by ``or`` and integer ones wrap in their own width,
+    so a result in another dtype differs from the op applied to ``t.to_dense()``; and with
+    ``a + b == 0``, ``inf * a + inf * b`` is NaN where ``inf * (a + b)`` is not.
+    """
+    if t.is_coalesced() or t.layout.compressed:
+        return t
+    keep = t.dtype.kind in "fc"
+    if keep and scalar is not None:
+        with np.errstate(invalid="ignore"):
+            s = np.asarray(scalar)
+            keep = bool(np.isfinite(s).all()) and not (divide and bool((s == 0).any()))
+    return t if keep else t.coalesce()

@@ -56,8 +56,7 @@ from .._core._canonical import ensure_valid
 from .._core._dtypes import VALUE_DTYPES
 from .._core._device import device_array, is_device_array
 from .._core._tensor import COOTensor, CompressedTensor, SparseTensor
-from .._core._validate import check_coo_indices
-from ._common import broadcasts_to, describe
+from ._common import broadcasts_to, describe, without_duplicates
 
 __all__ = ["add", "sub", "mul", "div", "maximum", "minimum", "neg"]
 
@@ -252,8 +251,11 @@ def div(a, b, *, rounding_mode=None, threads: int | None = None):
     ----------
     a : SparseTensor
     b : scalar or array_like
-    rounding_mode : None
-        Only true division is supported.
+    rounding_mode : {None, "trunc", "floor"}
+        None: true division. ``"trunc"`` rounds the quotient towards zero (C's integer
+        division), ``"floor"`` down (Python's ``//``, NumPy's ``floor_divide``); integer
+        operands then give an integer result, and an integer divisor of 0 at a specified
+        element raises ZeroDivisionError, as in PyTorch. Not for complex values.
 
     Examples
     --------
@@ -262,9 +264,8 @@ def div(a, b, *, rounding_mode=None, threads: int | None = None):
     >>> div(a, 2).values()
     array([0.5, 2. ])
     """
-    if rounding_mode is not None:
-        raise NotImplementedError(f"div with rounding_mode={rounding_mode!r}: only true division "
-                                  "(rounding_mode=None) is supported")
+    if rounding_mode not in (None, "trunc", "floor"):
+        raise ValueError(f"div: rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
     (ka, a), (kb, b) = _operand(a, "div"), _operand(b, "div")
     if "device" in (ka, kb):
         ka, kb, a, b = _on_device("div", ka, kb, a, b)
@@ -274,6 +275,8 @@ def div(a, b, *, rounding_mode=None, threads: int | None = None):
                                   "array")
     if ka != "sparse":
         raise TypeError(f"div expects a sparse dividend, got {describe(a)}")
+    if rounding_mode is not None:
+        return _rounded_div(a, b, kb, rounding_mode, threads)
     if kb == "scalar":
         return _by_scalar("div", a, b, np.true_divide, threads)
     return _sampled("div", a, b, threads)
@@ -359,6 +362,7 @@ def _with_values(name: str, t: SparseTensor, values) -> SparseTensor:
 def _by_scalar(name: str, t: SparseTensor, scalar, ufunc, threads) -> SparseTensor:
     """``ufunc(values, scalar)`` with t's pattern: the device's ``unary`` kernel with the scalar
     (NumPy's result dtype on the CPU; on a GPU the values' dtype, or NotImplementedError)."""
+    t = without_duplicates(t, scalar, divide=ufunc is np.true_divide)
     return _with_values(name, t, backend_for(t).unary(t, name, ufunc, threads, scalar))
 
 
@@ -377,14 +381,44 @@ def _sampled(name: str, t: SparseTensor, dense, threads) -> SparseTensor:
                                                      gathered.astype(dtype, copy=False), name, threads))
 
 
-def _sample_coo(t: COOTensor, dense, threads) -> tuple:
-    """The body of COO: ``(t, dense at t's entries)``, the indices bounds-checked
-    first (NumPy would wrap a negative index)."""
+def _rounded_div(t: SparseTensor, divisor, kind: str, mode: str, threads) -> SparseTensor:
+    """``div(t, divisor, rounding_mode=mode)``: the quotients of the specified values (of
+    distinct indices: rounding is not linear), rounded, in NumPy's result dtype."""
     if t.is_cuda:
-        t = ensure_valid(t, threads=threads)
+        raise NotImplementedError(f"div with rounding_mode={mode!r} of a {t.layout.name} tensor on {t.device} has no "
+                                  "GPU kernel; run it on the host with t.cpu()")
+    if kind == "scalar":
+        t, d = t.coalesce(threads=threads), np.asarray(divisor)
+    else:
+        if not broadcasts_to(divisor.shape, t.shape):
+            raise ValueError(f"div: the dense operand must broadcast to the sparse operand's shape, got "
+                             f"{describe(t)} and {describe(divisor)}")
+        t, d = _SAMPLE_DENSE_BY_LAYOUT[type(t)](t.coalesce(threads=threads), divisor, threads)
+    v = t.values()
+    dtype = np.result_type(v, divisor if kind == "scalar" else d)
+    if dtype.kind == "c":
+        raise TypeError(f"div with rounding_mode={mode!r} is not defined for complex values: {describe(t)}")
+    if dtype.kind in "biu":
+        if (d == 0).any():
+            raise ZeroDivisionError(f"div with rounding_mode={mode!r}: integer division by zero")
+        if dtype.kind == "b":
+            dtype = np.dtype(np.int8)  # NumPy's floor_divide of bools
+        q, r = np.divmod(v.astype(dtype, copy=False), d.astype(dtype, copy=False))
+        if mode == "trunc":  # floor -> trunc: one up where the exact quotient is negative and inexact
+            q += (r != 0) & ((v < 0) != (d < 0))
+    else:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            q = np.floor_divide(v, d, dtype=dtype) if mode == "floor" else np.trunc(np.true_divide(v, d, dtype=dtype))
+    return _with_values("div", t, q)
+
+
+def _sample_coo(t: COOTensor, dense, threads) -> tuple:
+    """The body of COO: ``(t, dense at t's entries)``, coalesced and bounds-checked first
+    (NumPy would wrap a negative index; a product or quotient per duplicate is not the one of
+    their sum where the dense element is 0, inf or NaN)."""
+    t = t._coalesced_checked(threads)
+    if t.is_cuda:
         return t, backend_for(t).sample_dense(t, dense, threads)
-    if not t.is_coalesced():
-        check_coo_indices(t.indices(), t.shape, threads=threads)
     full = np.broadcast_to(dense, t.shape)
     return t, full[tuple(t.indices())] if t.sparse_dim else np.broadcast_to(full, (t.nnz,) + full.shape)
 
@@ -428,7 +462,10 @@ def _add_coo_to(t: COOTensor, out: np.ndarray, t_scale, dtype: np.dtype, threads
     t = t._coalesced_checked(threads)  # NumPy would wrap a negative index; each position is added once
     if t.is_cuda:
         return backend_for(t).add_to_dense(t, _scaled(t.values(), t_scale, dtype), out, threads)
-    out[tuple(t.indices())] += _scaled(t.values(), t_scale, dtype)
+    if t.sparse_dim:
+        out[tuple(t.indices())] += _scaled(t.values(), t_scale, dtype)
+    else:  # no sparse dim: at most one entry, the whole of out
+        out += _scaled(t.values(), t_scale, dtype).sum(axis=0, dtype=dtype)
     return out
 
 

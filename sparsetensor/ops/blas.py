@@ -555,7 +555,7 @@ def linear(x, w, bias=None, *, threads: int | None = None):
         y = _product(w, X, rt, op, threads, operands, w)
     else:
         lead = X.shape[:-1]
-        X2 = X.reshape(-1, in_f)  # swapaxes: NumPy's transposed view, a device array's transposed copy
+        X2 = X.reshape(math.prod(lead), in_f)  # swapaxes: NumPy's transposed view, a device array's transposed copy
         y = _product(w, X2.swapaxes(0, 1), rt, op, threads, operands, w).swapaxes(0, 1).reshape(lead + (out_f,))
     if bias is not None:
         if not broadcasts_to(bias.shape, y.shape):

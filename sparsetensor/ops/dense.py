@@ -76,6 +76,6 @@ def _from_dense(array, layout="csr", *, blocksize=None, dense_dim: int = 0, batc
         return backend.from_dense(a, plan, threads)
     a = np.asarray(array)
     plan = check_from_dense(a.shape, a.dtype, layout, blocksize, dense_dim, batch_dim, index_dtype)
-    return backend.from_dense(np.ascontiguousarray(a), plan, threads)
+    return backend.from_dense(a if a.flags.c_contiguous else a.copy(order="C"), plan, threads)  # (0-d stays 0-d)
 
 

@@ -35,6 +35,7 @@ import numpy as np
 from .._backend import backend_for
 from .._core._dtypes import VALUE_DTYPES
 from .._core._tensor import SparseTensor
+from ._common import without_duplicates
 
 __all__ = [
     "abs", "neg", "negative", "sign", "sgn", "sqrt", "square", "sin", "sinh", "tan", "tanh", "asin", "asinh",
@@ -56,17 +57,12 @@ def _check_result_dtype(dtype: np.dtype, name: str, t) -> None:
                         f"({', '.join(map(str, VALUE_DTYPES))})")
 
 
-def _coalesced(t):
-    """``t`` with distinct indices: COO coalesced, compressed checked and repaired (5.6)."""
-    return t if t.is_coalesced() else t.coalesce()
-
-
 def _apply(t, fn, name: str, *, linear: bool = False, arg=None):
     """A tensor with ``t``'s pattern and values ``fn(values)`` (``fn(values, arg)`` with a scalar
-    argument), computed by the device's ``unary`` kernel; nonlinear ``fn`` needs distinct indices."""
+    argument), computed by the device's ``unary`` kernel; nonlinear ``fn`` needs distinct indices
+    (COO coalesced, compressed checked and repaired, 5.6)."""
     _check_tensor(t, name)
-    if not linear:
-        t = _coalesced(t)
+    t = without_duplicates(t) if linear else t.coalesce()
     try:
         values = backend_for(t).unary(t, name, fn, None, arg)
     except TypeError as e:  # numpy.core._exceptions._UFuncNoLoopError and friends
@@ -402,8 +398,7 @@ def _unary_ufunc(t, ufunc, kwargs):
     probe = _probe(ufunc, (zero,), kwargs, name, t)
     if not all(_is_zero(p) for p in probe):
         raise _not_zero_preserving_error(name, name, ", ".join(str(p) for p in probe))
-    if ufunc not in _LINEAR_UNARY:
-        t = _coalesced(t)
+    t = without_duplicates(t) if ufunc in _LINEAR_UNARY else t.coalesce()
     return _finish(t, ufunc(t.values(), **kwargs), name)
 
 
@@ -417,8 +412,10 @@ def _scalar_ufunc(t, ufunc, scalar, *, tensor_first: bool, kwargs):
         raise ValueError(f"{name} with the scalar {scalar!r} is not zero-preserving ({shown} = "
                          f"{', '.join(str(p) for p in probe)}): applied to the specified values only, it would "
                          "leave every unspecified element wrong. Call .to_dense() first")
-    if not (ufunc in _LINEAR_SCALAR and tensor_first):
-        t = _coalesced(t)
+    if ufunc in _LINEAR_SCALAR and tensor_first:
+        t = without_duplicates(t, scalar, divide=ufunc is np.true_divide)
+    else:
+        t = t.coalesce()
     v = t.values()
     return _finish(t, ufunc(v, scalar, **kwargs) if tensor_first else ufunc(scalar, v, **kwargs), name)
 

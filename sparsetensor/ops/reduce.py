@@ -152,7 +152,8 @@ def _run(t, dim, keepdim: bool, op, work_dtype, threads, name: str):
     dims = _normalize_dims(dim, t.ndim, name)
     if op is not np.add:
         _check_nonempty_reduction(op, t.shape, dims, name)
-    if op is not np.add:
+    if op is not np.add or t.dtype != work_dtype:
+        # duplicates merge in the values' own dtype (bool by or, integers wrapping) before the cast
         t = coalesced(t, threads)
     if t.dtype != work_dtype:
         t = t._replace_values(t.values().astype(work_dtype))
@@ -211,8 +212,8 @@ def sum(t, dim=None, keepdim: bool = False, *, dtype=None, threads: int | None =
     have = t.dtype
     src = have if dtype is None else as_value_dtype(dtype)
     out_dtype = _sum_dtype(src) if dtype is None else src
-    if src != have:
-        t = t.astype(src, copy=False)
+    if src != have:  # duplicates merge in the values' own dtype first, as in t.to_dense()
+        t = coalesced(t, threads).astype(src, copy=False)
     r = _run(t, dim, keepdim, np.add, _work_dtype(out_dtype), threads, "sum")
     return _astype(r, out_dtype)
 

@@ -17,6 +17,8 @@ of the step is written.
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 from torch.optim import _functional as _torch_functional
 from torch.optim.adagrad import adagrad as _torch_adagrad
@@ -59,6 +61,17 @@ def _prepared(params, where: str) -> list:
     return out
 
 
+@contextlib.contextmanager
+def _plan(opt, split, where: str):
+    """``[(group, prepared ours, rest)]`` for every param group, in the context that orders our
+    work with torch's streams: ``split(group)`` parts the params into ours and the rest, and every
+    gradient our kernels take is checked and sorted before the step writes anything (a bad index
+    in a later group leaves the earlier groups' params and state untouched)."""
+    parts = [(group, *split(group)) for group in opt.param_groups]
+    with streams([p for _, ours, _ in parts for p in ours]):
+        yield [(group, _prepared(ours, where), rest) for group, ours, rest in parts]
+
+
 def _written(p) -> None:
     """Tell autograd that ``p`` changed in place (as an in-place torch op would)."""
     torch.autograd.graph.increment_version(p)
@@ -88,15 +101,13 @@ class SGD(torch.optim.SGD):
     @torch.no_grad()
     def step(self, closure=None):
         loss = _closure_loss(closure)
-        for group in self.param_groups:
-            ours = [p for p in group["params"] if _ours(p) and self._takes(group, p)]
-            rest = [p for p in group["params"] if p.grad is not None and not any(p is q for q in ours)]
-            if rest:
-                self._torch_step(group, rest)
-            kw = dict(lr=float(group["lr"]), momentum=group["momentum"], dampening=group["dampening"],
-                      nesterov=group["nesterov"], maximize=group["maximize"])
-            with streams(ours):
-                for p, a, g, r, K in _prepared(ours, "SGD"):
+        with _plan(self, self._split, "SGD") as plan:
+            for group, prepared, rest in plan:
+                if rest:
+                    self._torch_step(group, rest)
+                kw = dict(lr=float(group["lr"]), momentum=group["momentum"], dampening=group["dampening"],
+                          nesterov=group["nesterov"], maximize=group["maximize"])
+                for p, a, g, r, K in prepared:
                     state = self.state[p]
                     buf = state.get("momentum_buffer")
                     old = None if buf is None else from_torch(buf, check_invariants=False)
@@ -105,6 +116,10 @@ class SGD(torch.optim.SGD):
                     if new is not None:
                         state["momentum_buffer"] = to_torch(new, check_invariants=False)
         return loss
+
+    def _split(self, group):
+        ours = [p for p in group["params"] if _ours(p) and self._takes(group, p)]
+        return ours, [p for p in group["params"] if p.grad is not None and not any(p is q for q in ours)]
 
     def _takes(self, group, p) -> bool:
         """Our kernels take the step unless torch's would fail or go dense: weight decay with a
@@ -145,34 +160,38 @@ class SparseAdam(torch.optim.SparseAdam):
     @torch.no_grad()
     def step(self, closure=None):
         loss = _closure_loss(closure)
-        for group in self.param_groups:
-            params = [p for p in group["params"] if p.grad is not None]
-            if any(not p.grad.is_sparse for p in params):
-                raise RuntimeError("SparseAdam does not support dense gradients, please consider Adam instead")
-            ours = [p for p in params if _ours(p)]
-            rest = [p for p in params if not any(p is q for q in ours)]
-            beta1, beta2 = group["betas"]
-            lr = float(group["lr"])
-            for p in params:
-                state = self.state[p]
-                if len(state) == 0:
-                    state["step"] = 0
-                    state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-                    state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-                state["step"] += 1
-            if rest:
-                _torch_functional.sparse_adam(
-                    rest, [p.grad for p in rest], [self.state[p]["exp_avg"] for p in rest],
-                    [self.state[p]["exp_avg_sq"] for p in rest], [self.state[p]["step"] for p in rest],
-                    eps=group["eps"], beta1=beta1, beta2=beta2, lr=lr, maximize=group.get("maximize", False))
-            with streams(ours):
-                for p, a, g, r, K in _prepared(ours, "SparseAdam"):
+        with _plan(self, self._split, "SparseAdam") as plan:
+            for group, prepared, rest in plan:
+                params = [p for p in group["params"] if p.grad is not None]
+                beta1, beta2 = group["betas"]
+                lr = float(group["lr"])
+                for p in params:
+                    state = self.state[p]
+                    if len(state) == 0:
+                        state["step"] = 0
+                        state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                        state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                    state["step"] += 1
+                if rest:
+                    _torch_functional.sparse_adam(
+                        rest, [p.grad for p in rest], [self.state[p]["exp_avg"] for p in rest],
+                        [self.state[p]["exp_avg_sq"] for p in rest], [self.state[p]["step"] for p in rest],
+                        eps=group["eps"], beta1=beta1, beta2=beta2, lr=lr, maximize=group.get("maximize", False))
+                for p, a, g, r, K in prepared:
                     state = self.state[p]
                     K.adam_sparse(a, r, _array(state["exp_avg"]), _array(state["exp_avg_sq"]),
                                   step=int(state["step"]), lr=lr, beta1=beta1, beta2=beta2, eps=group["eps"],
                                   maximize=group.get("maximize", False))
                     _written(p)
         return loss
+
+    @staticmethod
+    def _split(group):
+        params = [p for p in group["params"] if p.grad is not None]
+        if any(not p.grad.is_sparse for p in params):
+            raise RuntimeError("SparseAdam does not support dense gradients, please consider Adam instead")
+        ours = [p for p in params if _ours(p)]
+        return ours, [p for p in params if not any(p is q for q in ours)]
 
 
 class Adagrad(torch.optim.Adagrad):
@@ -192,20 +211,18 @@ class Adagrad(torch.optim.Adagrad):
     @torch.no_grad()
     def step(self, closure=None):
         loss = _closure_loss(closure)
-        for group in self.param_groups:
-            ours = [p for p in group["params"] if _ours(p) and group["weight_decay"] == 0]
-            rest = [p for p in group["params"] if p.grad is not None and not any(p is q for q in ours)]
-            if rest:
-                _torch_adagrad(rest, [p.grad for p in rest], [self.state[p]["sum"] for p in rest],
-                               [self.state[p]["step"] for p in rest], lr=group["lr"],
-                               weight_decay=group["weight_decay"], lr_decay=group["lr_decay"], eps=group["eps"],
-                               has_sparse_grad=any(p.grad.is_sparse for p in rest), foreach=group["foreach"],
-                               maximize=group["maximize"], differentiable=group["differentiable"],
-                               has_complex=any(torch.is_complex(p) for p in rest), fused=group["fused"],
-                               grad_scale=getattr(self, "grad_scale", None),
-                               found_inf=getattr(self, "found_inf", None))
-            with streams(ours):
-                for p, a, g, r, K in _prepared(ours, "Adagrad"):
+        with _plan(self, self._split, "Adagrad") as plan:
+            for group, prepared, rest in plan:
+                if rest:
+                    _torch_adagrad(rest, [p.grad for p in rest], [self.state[p]["sum"] for p in rest],
+                                   [self.state[p]["step"] for p in rest], lr=group["lr"],
+                                   weight_decay=group["weight_decay"], lr_decay=group["lr_decay"], eps=group["eps"],
+                                   has_sparse_grad=any(p.grad.is_sparse for p in rest), foreach=group["foreach"],
+                                   maximize=group["maximize"], differentiable=group["differentiable"],
+                                   has_complex=any(torch.is_complex(p) for p in rest), fused=group["fused"],
+                                   grad_scale=getattr(self, "grad_scale", None),
+                                   found_inf=getattr(self, "found_inf", None))
+                for p, a, g, r, K in prepared:
                     state = self.state[p]
                     state["step"] += 1
                     step = float(state["step"])
@@ -214,3 +231,8 @@ class Adagrad(torch.optim.Adagrad):
                                      maximize=group["maximize"])
                     _written(p)
         return loss
+
+    @staticmethod
+    def _split(group):
+        ours = [p for p in group["params"] if _ours(p) and group["weight_decay"] == 0]
+        return ours, [p for p in group["params"] if p.grad is not None and not any(p is q for q in ours)]

@@ -487,3 +487,31 @@ def test_embeddings_doctests():
 
     result = doctest.testmod(emb, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
     assert result.attempted and result.failed == 0
+
+
+# -- uncoalesced COO: each duplicate owns its output entry ------------------------------------------------
+def _finite_differences(loss, t, eps=1e-6):
+    v = np.asarray(t.values(), dtype=np.float64)
+    g = np.zeros(v.shape)
+    for k in range(v.size):
+        step = np.zeros(v.size)
+        step[k] = eps
+        step = step.reshape(v.shape)
+        g.flat[k] = (loss(t._replace_values(v + step)) - loss(t._replace_values(v - step))) / (2 * eps)
+    return g
+
+
+@pytest.mark.parametrize("op", ["narrow", "select", "index_select", "cat", "narrow_dense"])
+def test_entry_copying_ops_of_duplicates(op):
+    C = st.sparse_coo_tensor([[0, 0, 1, 1], [1, 1, 2, 0]], np.array([[1.0, 2.0], [2.0, 1.0], [3.0, 0.5], [4.0, 1.5]]),
+                             size=(2, 3, 2))  # (0, 1) stored twice
+    fwd = {"narrow": lambda t: st.narrow(t, 1, 1, 2), "select": lambda t: st.select(t, 0, 0),
+           "index_select": lambda t: st.index_select(t, 1, np.array([1, 2, 1])),
+           "cat": lambda t: st.cat([t, t], 1), "narrow_dense": lambda t: st.narrow(t, 2, 1, 1)}[op]
+
+    def loss(t):
+        v = fwd(t).values()
+        return np.sum(v * np.arange(1, v.size + 1).reshape(v.shape))
+
+    got = st.autograd.vjp(loss, C)[1](1.0)[0]
+    np.testing.assert_allclose(np.asarray(got.values()), _finite_differences(loss, C), atol=1e-6)

@@ -187,6 +187,22 @@ def test_out_of_range_rows_raise_and_write_nothing(name):
     assert not a.detach().any() and not b.detach().any()
 
 
+@pytest.mark.parametrize("name", ["SGD", "SparseAdam", "Adagrad"])
+def test_a_bad_group_writes_no_group(name):
+    # every group's gradients are checked before the first write of the step, and no state moves
+    a = torch.nn.Parameter(torch.zeros(6, 2, dtype=torch.float64))
+    b = torch.nn.Parameter(torch.zeros(6, 2, dtype=torch.float64))
+    kw = {"momentum": 0.9} if name == "SGD" else {}
+    opt = getattr(sto, name)([{"params": [a]}, {"params": [b]}], lr=0.1, **kw)
+    a.grad = torch.sparse_coo_tensor([[1]], torch.ones(1, 2, dtype=torch.float64), (6, 2))
+    b.grad = torch.sparse_coo_tensor([[7]], torch.ones(1, 2, dtype=torch.float64), (6, 2), check_invariants=False)
+    with pytest.raises(st.InvariantError):
+        opt.step()
+    assert not a.detach().any() and not b.detach().any()
+    for state in opt.state.values():  # nothing moved: Adagrad's initial zeros, else nothing
+        assert all(not (v.any() if torch.is_tensor(v) else v) for v in state.values()), state
+
+
 def test_errors_torch_raises_too():
     p = torch.nn.Parameter(torch.zeros(4, 2))
     p.grad = torch.ones(4, 2)

@@ -52,7 +52,7 @@ ERRORS = {"row-out-of-range": ("ValueError", True), "col-out-of-range": ("ValueE
           "bad-mode": ("ValueError", True), "bad-shape": ("ValueError", True), "block": ("ValueError", True),
           "vector-row-out-of-range": ("ValueError", True), "from-local-row-starts": ("ValueError", False),
           "from-local-coo-rows": ("InvariantError", True), "zero-rows-out-of-range": ("ValueError", True),
-          "zero-rows-x-without-b": ("ValueError", False)}
+          "zero-rows-x-without-b": ("ValueError", False), "block-jacobi-local": ("ValueError", False)}
 ERRORS_MULTI = {"modes-disagree": ("ValueError", False), "shapes-disagree": ("ValueError", False),
                 "from-local-global-shape": ("ValueError", False), "sum-partitions": ("ValueError", False),
                 "alpha-disagree": ("ValueError", False)}
@@ -104,23 +104,37 @@ HANG_SCRIPT = """
 """
 
 
-def test_uncaught_exception_on_one_rank_aborts_the_job(mpiexec, tmp_path):  # noqa: F811
-    """A plain ``python script.py`` (not ``-m mpi4py``): rank 1 raises before A @ x; the job ends non-zero, fast."""
-    script = tmp_path / "hang.py"
-    script.write_text(textwrap.dedent(HANG_SCRIPT))
+def _two_ranks(mpiexec, tmp_path, script: str, what: str):
+    """``script`` run as a plain ``python script.py`` on 2 ranks with the abort hook on (the default)."""
+    path = tmp_path / "script.py"
+    path.write_text(script)
     env = _env()
     env.pop("SPARSETENSOR_MPI_ABORT", None)
     try:
-        r = subprocess.run([*mpiexec, "-n", "2", sys.executable, str(script)], capture_output=True, text=True,
-                           timeout=60, env=env, cwd=tmp_path, check=False)
+        return subprocess.run([*mpiexec, "-n", "2", sys.executable, str(path)], capture_output=True, text=True,
+                              timeout=60, env=env, cwd=tmp_path, check=False)
     except subprocess.TimeoutExpired:
-        pytest.fail("the job hung: rank 1's uncaught exception did not abort it within 60 s")
+        pytest.fail(f"the job hung: {what} did not abort it within 60 s")
+
+
+def test_uncaught_exception_on_one_rank_aborts_the_job(mpiexec, tmp_path):  # noqa: F811
+    """A plain ``python script.py`` (not ``-m mpi4py``): rank 1 raises before A @ x; the job ends non-zero, fast."""
+    r = _two_ranks(mpiexec, tmp_path, textwrap.dedent(HANG_SCRIPT), "rank 1's uncaught exception")
     end = time.time()
     assert r.returncode != 0 and "NOT REACHED" not in r.stdout, (r.returncode, r.stdout, r.stderr[-2000:])
     raised_at = [float(line.split()[1]) for line in r.stderr.splitlines() if line.startswith("RAISING ")]
     assert raised_at and end - raised_at[0] < 10, (raised_at, end, r.stderr[-2000:])
     assert "on rank 1 of 2" in r.stderr and "RuntimeError: boom on purpose" in r.stderr, r.stderr[-2000:]
     assert r.stderr.count("RuntimeError: boom on purpose") == 1, r.stderr[-3000:]  # the traceback once
+
+
+def test_sys_exit_failure_on_one_rank_aborts_the_job(mpiexec, tmp_path):  # noqa: F811
+    """``sys.exit(3)`` on rank 1 (argparse's exits too): no excepthook runs for SystemExit, so the exit
+    itself aborts the job, with that status, where rank 1 would wait in MPI_Finalize for rank 0."""
+    r = _two_ranks(mpiexec, tmp_path, textwrap.dedent(HANG_SCRIPT).replace('raise RuntimeError("boom on purpose")',
+                                                                            "sys.exit(3)"), "rank 1's sys.exit(3)")
+    assert r.returncode != 0 and "NOT REACHED" not in r.stdout, (r.returncode, r.stdout, r.stderr[-2000:])
+    assert "sys.exit(3) on rank 1 of 2" in r.stderr, r.stderr[-2000:]
 
 
 @pytest.mark.parametrize("setting,installed", [(None, True), ("0", False), ("threads", True)])

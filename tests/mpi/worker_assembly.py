@@ -258,6 +258,9 @@ def suite_errors(tmp):
     expect(tmp, "zero-rows-out-of-range", ValueError, lambda: A.zero_rows([20] if bad else [1]), "global row 20")
     expect(tmp, "zero-rows-x-without-b", ValueError,
            lambda: A.zero_rows([1], x=np.ones(A.row_range[1] - A.row_range[0])), "both x and b")
+    S = stmpi.DistCSR.from_global(st.stencil((4, 5)) if rank == 0 else None, comm=comm)  # ilu0 factors it
+    expect(tmp, "block-jacobi-local", ValueError, lambda: stmpi.block_jacobi(S, "ilu" if bad else "ilu0"),
+           "local must be one of")
     if size > 1:
         B = stmpi.DistCSR.from_global(t if rank == 0 else None, comm=comm, row_starts=starts_with_empty_rank(20))
         expect(tmp, "sum-partitions", ValueError, lambda: A + B, "partitions differ")

@@ -337,6 +337,14 @@ def suite_io(tmp):
         c0, c1 = L2.col_range
         r0, r1 = L2.row_range
         assert np.array_equal(L2 @ x[c0:c1], (d @ x)[r0:r1])
+        # one .npz file, written by every rank at its offsets, with blocks only in the first block row:
+        # the other ranks write empty (0, r, c) value arrays
+        top = np.zeros_like(d)
+        top[:r] = d[:r]
+        path3 = os.path.join(tmp, f"bsr-{r}x{c}-top.npz")
+        stmpi.save(path3, distribute(as_bsr(top, bs)))
+        L3 = stmpi.load(path3, comm)
+        equal_global(L3, as_bsr(top, bs), f"one file {bs}, blocks on one rank")
         passed(f"save-load-{r}x{c}")
 
 

@@ -385,7 +385,7 @@ def _coo_to_dense(t: COOTensor, threads) -> np.ndarray:
     M, D = math.prod(t.shape[:S]), math.prod(t.shape[S:])
     out = np.zeros(t.shape, dtype=t.dtype)
     values = np.ascontiguousarray(t.values()).reshape(t.nnz, D)
-    accumulate = not t.is_coalesced()
+    accumulate = not (t.is_coalesced() and t._checked)  # an unchecked flag may hide duplicates
     v, o, widened = _kernel_views(values, out.reshape(M, D), accumulate)
     shape = np.asarray(t.shape[:S], dtype=np.int64)
     found = _dense_kernels.coo_to_dense(t.indices(), v, shape, o, accumulate, num_threads(threads, values.size))

@@ -148,7 +148,7 @@ def _identity(op, dtype: np.dtype):
 
 def coalesced(t, threads):
     """``t`` with distinct, bounds-checked indices (COO coalesced; compressed canonical)."""
-    return t if t.is_coalesced() else t.coalesce(threads=threads)
+    return t.coalesce(threads=threads)
 
 
 def _kernel_view(x: np.ndarray):
@@ -236,8 +236,8 @@ def _reduce_coo(t: COOTensor, dims: tuple, op, threads):
         red = _with_zeros(op, red, t.nnz, math.prod(t.shape[:S]))
         return red.reshape(shape)
     kept = [d for d in range(S) if d not in sparse_dims]
-    if op is np.add and not t.is_coalesced():  # the linear reduction keeps duplicates: bounds only
-        check_coo_indices(t.indices(), t.shape, threads=threads)
+    if op is np.add and not t._checked:  # the linear reduction keeps duplicates: bounds (and a claimed order)
+        check_coo_indices(t.indices(), t.shape, coalesced=t.is_coalesced(), threads=threads)
     if op is np.add:
         r = COOTensor(np.ascontiguousarray(t.indices()[kept]), v, tuple(t.shape[d] for d in kept) + v.shape[1:],
                       False).coalesce(threads=threads)
