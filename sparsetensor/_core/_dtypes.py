@@ -20,6 +20,11 @@ VALUE_DTYPE_SET = frozenset(VALUE_DTYPES)
 _RAW = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
 
+def native(a: np.ndarray) -> np.ndarray:
+    """``a``, or a copy in native byte order when it is stored byte-swapped (``dtype(">f8")``)."""
+    return a if a.dtype.isnative else a.astype(a.dtype.newbyteorder("="))
+
+
 def _np_dtype(dtype) -> np.dtype:
     """``np.dtype`` of a NumPy dtype, type, string, or torch dtype (``torch.float32``)."""
     if isinstance(dtype, str) or type(dtype).__module__.startswith("torch"):

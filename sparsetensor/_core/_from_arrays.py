@@ -12,7 +12,7 @@ import numpy as np
 from . import _layout as L
 from ._config import resolve_check
 from ._device import as_device, device_constructor, is_device_array, move
-from ._dtypes import INDEX_DTYPES, VALUE_DTYPES, as_value_dtype
+from ._dtypes import INDEX_DTYPES, VALUE_DTYPES, as_value_dtype, native
 from ._errors import InvariantError
 from ._shape_checks import as_size, block_ndim, compressed_meta, coo_meta, values_contiguous
 from ._tensor import COOTensor, CompressedTensor, hold_outside
@@ -31,7 +31,7 @@ def _as_index_array(x, name: str, layout: str) -> np.ndarray:
     in non-native byte order to native ones (a copy), as :func:`sparsetensor.load` does.
     """
     from_list = not hasattr(x, "dtype")
-    a = _native(np.asarray(x))
+    a = native(np.asarray(x))
     if from_list and (a.dtype.kind in "iu" or a.size == 0):
         a = a.astype(np.int64, copy=False)
     if a.dtype not in INDEX_DTYPES:
@@ -43,13 +43,8 @@ def _as_index_array(x, name: str, layout: str) -> np.ndarray:
     return a
 
 
-def _native(a: np.ndarray) -> np.ndarray:
-    """``a``, or a copy in native byte order when it is stored byte-swapped (``dtype(">i8")``)."""
-    return a if a.dtype.isnative else a.astype(a.dtype.newbyteorder("="))
-
-
 def _as_values(x, dtype) -> np.ndarray:
-    a = _native(np.asarray(x))
+    a = native(np.asarray(x))
     if dtype is not None:
         a = a.astype(as_value_dtype(dtype), copy=False)
     if a.dtype not in VALUE_DTYPES:

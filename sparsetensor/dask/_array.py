@@ -102,7 +102,11 @@ class _FileBlocks:
         if start % self.block or (stop % self.block and stop != self.shape[self.dim]):
             raise ValueError(f"st.dask.load: chunk boundaries along dim {self.dim} must be multiples of the "
                              f"blocksize {self.block} of {self.layout} ({path}); got {start}:{stop}")
-        size = os.stat(path).st_size
+        now = os.stat(path)
+        if (now.st_size, now.st_mtime_ns) != self._stamp:  # the graph's chunks are the old file's
+            raise ValueError(f"st.dask.load: {path} changed since it was loaded (size or modification time); "
+                             "load it again")
+        size = now.st_size
         with zipfile.ZipFile(path) as zf:
             c = _io._read_member(zf, path, "compressed_indices", "r", size)
             p = _io._read_member(zf, path, "plain_indices", "r", size)

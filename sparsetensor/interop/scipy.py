@@ -33,7 +33,7 @@ def _import_scipy_sparse():
 
 
 def _check_value_dtype(dtype) -> None:
-    if np.dtype(dtype) not in VALUE_DTYPES:
+    if np.dtype(dtype).newbyteorder("=") not in VALUE_DTYPES:  # byte-swapped data is made native on the way
         raise TypeError(f"SciPy matrix dtype {np.dtype(dtype)} is not a sparsetensor value dtype; "
                         f"convert it first (m.astype(...)); supported: {', '.join(map(str, VALUE_DTYPES))}")
 

@@ -34,7 +34,7 @@ from .._core import _layout as L
 from .._backend import backend_for, cpu as _cpu
 from .._backend._views import UNSIGNED as _UNSIGNED, work_dtype as _work_dtype
 from .._core._device import device_array, is_device_array
-from .._core._dtypes import VALUE_DTYPE_SET
+from .._core._dtypes import VALUE_DTYPE_SET, native
 from .._core._tensor import COOTensor, CompressedTensor, SparseTensor
 from .._backend._plan import (ProductShape, batch_map as _batch_map, batch_maps as _batch_maps,  # noqa: F401
                               describe_shape as _describe, mismatch as _mismatch, product_shape,
@@ -62,7 +62,7 @@ def _as_dense(x, op: str, name: str) -> np.ndarray:
                 raise TypeError(f"{op}: {name} has unsupported dtype {x.dtype}")
             return x
         x = np.asarray(x)
-    a = x
+    a = native(x)
     if a.dtype not in VALUE_DTYPE_SET:
         raise TypeError(f"{op}: {name} has unsupported dtype {a.dtype}")
     return a

@@ -13,6 +13,7 @@ import numpy as np
 
 from .._core import _device, _recording
 from .._backend import backend_for
+from .._core._dtypes import native
 from .._core._tensor import SparseTensor
 from .._backend._plan import DensePlan, check_from_dense
 
@@ -74,7 +75,7 @@ def _from_dense(array, layout="csr", *, blocksize=None, dense_dim: int = 0, batc
         a = _device.device_array(array)
         plan = check_from_dense(a.shape, a.dtype, layout, blocksize, dense_dim, batch_dim, index_dtype)
         return backend.from_dense(a, plan, threads)
-    a = np.asarray(array)
+    a = native(np.asarray(array))
     plan = check_from_dense(a.shape, a.dtype, layout, blocksize, dense_dim, batch_dim, index_dtype)
     return backend.from_dense(a if a.flags.c_contiguous else a.copy(order="C"), plan, threads)  # (0-d stays 0-d)
 

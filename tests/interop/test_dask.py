@@ -287,6 +287,11 @@ def test_load_errors(sync, tmp_path):
     x.blocks[0].compute()  # the first block is fine
     with pytest.raises(st.InvariantError, match="bad.npz"):
         x.blocks[1].compute()
+    # the file replaced by a smaller matrix after the graph was built: its chunks no longer exist
+    y = st.dask.load(tmp_path / "b.npz", chunks=(20, -1))
+    st.save(tmp_path / "b.npz", st.from_dense(np.eye(4), "bsr", blocksize=(2, 2)))
+    with pytest.raises(ValueError, match="changed since it was loaded"):
+        y.blocks[1].compute()
 
 
 # -- st.dask.sum: the aggregation of dense partial sums --------------------------------------------------

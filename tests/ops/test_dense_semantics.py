@@ -156,3 +156,14 @@ def test_threads_must_be_integers(threads):
     with pytest.raises(TypeError, match="integer"):
         t.to_sparse_coo(threads=threads)
     assert st.sum(t, 0, threads=np.int64(2)).shape == (t.shape[1],)
+
+
+def test_byte_swapped_dense_inputs_are_read_as_native():
+    a = np.array([[1.0, 0.0], [0.0, 2.0]], dtype=">f8")
+    t = st.from_dense(a, "csr")
+    assert t.dtype == np.float64 and (t.to_dense() == a).all()
+    np.testing.assert_array_equal(st.matmul(t, np.ones((2, 2), ">f8")), a @ np.ones((2, 2)))
+    sp = pytest.importorskip("scipy.sparse")
+    m = sp.csr_array(a.astype(np.float64))
+    m.data = m.data.astype(">f8")
+    assert (st.from_scipy(m).to_dense() == a).all()
