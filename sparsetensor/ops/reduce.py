@@ -27,14 +27,16 @@ the union of the batches' patterns; the remaining batches must then have the
 same nnz (:class:`ValueError` otherwise). An element of a sparse result whose
 inputs cancel stays specified (an explicit zero), as in PyTorch.
 
-Dtypes: ``sum`` of bool and integer tensors is int64 (PyTorch and NumPy, except
-that NumPy sums uint8 to uint64, not a value dtype here); ``dtype=`` converts the
-values first. ``mean`` of bool and integers is float64; ``norm`` is real
+Dtypes: ``sum`` of bool and integer tensors is int64 (dense PyTorch and NumPy, except
+that NumPy sums uint8 to uint64, not a value dtype here; ``torch.sparse.sum`` over
+some dims of a bool tensor keeps bool); ``dtype=`` converts the values first
+(after duplicates merge in the values' own dtype, as in ``t.to_dense()``). ``mean`` of bool and integers is float64; ``norm`` is real
 (float64 for integers). float16 is summed in float32 and rounded once.
 
 The input is never modified. Uncoalesced COO tensors are coalesced (and compressed
 tensors built without checking are checked, and repaired) before a nonlinear
-reduction; every index that a reduction reads is bounds-checked.
+reduction, and before a sum in another dtype than the values' (bool, integers, float16);
+every index that a reduction reads is bounds-checked.
 """
 
 from __future__ import annotations
