@@ -18,15 +18,16 @@ def broadcasts_to(shape: tuple, target: tuple) -> bool:
 
 def without_duplicates(t, scalar=None, *, divide: bool = False):
     """``t``, coalesced first where an op that is linear in its values would go wrong on the
-    duplicates of an uncoalesced COO tensor one by one (scaling by ``scalar``, dividing when
-    ``divide``; a pure function of the values when ``scalar`` is None).
+    duplicates of an uncoalesced tensor one by one (COO, or compressed built without a check;
+    scaling by ``scalar``, dividing when ``divide``; a pure function of the values when
+    ``scalar`` is None).
 
     Duplicates may stay only for floating and complex values and a finite (for division,
     nonzero) scalar: bool duplicates merge by ``or`` and integer ones wrap in their own width,
     so a result in another dtype differs from the op applied to ``t.to_dense()``; and with
     ``a + b == 0``, ``inf * a + inf * b`` is NaN where ``inf * (a + b)`` is not.
     """
-    if t.is_coalesced() or t.layout.compressed:
+    if t.is_coalesced():
         return t
     keep = t.dtype.kind in "fc"
     if keep and scalar is not None:

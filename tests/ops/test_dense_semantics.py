@@ -167,3 +167,12 @@ def test_byte_swapped_dense_inputs_are_read_as_native():
     m = sp.csr_array(a.astype(np.float64))
     m.data = m.data.astype(">f8")
     assert (st.from_scipy(m).to_dense() == a).all()
+
+
+def test_linear_shortcuts_of_unchecked_compressed_duplicates():
+    # a csr built without a check, column 1 of row 0 stored twice: coalesced like a COO tensor
+    c = st.sparse_csr_tensor(np.array([0, 2, 3]), np.array([1, 1, 0]), np.array([True, True, True]), size=(2, 2),
+                             check_invariants=False)
+    d = c.to_dense()
+    np.testing.assert_allclose(st.deg2rad(c).to_dense(), np.deg2rad(d), rtol=1e-3)
+    np.testing.assert_array_equal((c * 2).to_dense(), d * 2)
