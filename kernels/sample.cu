@@ -167,4 +167,54 @@ __global__ void elementwise_extremum(const V* __restrict__ x, const V* __restric
     }
 }
 
+// The quotient x / y rounded down (floor) or towards zero (trunc), as NumPy's floor_divide and
+// trunc(true_divide) round it. Integers (in i64): a zero divisor sets *zero and gives 0, and
+// x / -1 negates with wrap-around (INT64_MIN / -1 traps in C).
+__device__ __forceinline__ i64 rounded_div(i64 x, i64 y, int trunc_mode, int* zero) {
+    if (y == 0) {
+        *zero = 1;
+        return 0;
+    }
+    if (y == -1) return (i64)(0ull - (u64)x);
+    i64 q = x / y;
+    if (!trunc_mode && x % y != 0 && ((x < 0) != (y < 0))) q -= 1;
+    return q;
+}
+
+// Floats: floor by NumPy's divmod (the quotient of x - fmod(x, y), snapped to an integer), so
+// the results agree with the host bit for bit.
+template <typename A>
+__device__ __forceinline__ A float_floor_div(A x, A y) {
+    if (y == (A)0) return x / y;
+    A mod = fmod(x, y);
+    A div = (x - mod) / y;
+    if (mod != (A)0 && ((y < (A)0) != (mod < (A)0))) div -= (A)1;
+    if (div == (A)0) return copysign((A)0, x / y);
+    A fl = floor(div);
+    return div - fl > (A)0.5 ? fl + (A)1 : fl;
+}
+__device__ __forceinline__ float rounded_div(float x, float y, int trunc_mode, int*) {
+    return trunc_mode ? x / y : float_floor_div(x, y);
+}
+__device__ __forceinline__ double rounded_div(double x, double y, int trunc_mode, int*) {
+    return trunc_mode ? x / y : float_floor_div(x, y);
+}
+
+__device__ __forceinline__ i64 trunc_of(i64 q) { return q; }
+__device__ __forceinline__ float trunc_of(float q) { return trunc(q); }
+__device__ __forceinline__ double trunc_of(double q) { return trunc(q); }
+
+// out = x / y rounded down (trunc_mode = 0) or towards zero (1), elementwise over n items of one
+// dtype (y[0] for every item where ystep is 0: a scalar divisor); *zero is set where an integer divisor is 0. A truncated float quotient is rounded to V
+// first (float16: NumPy divides in float16, then truncates).
+// st:kernel num
+template <typename V>
+__global__ void elementwise_rounded_div(const V* __restrict__ x, const V* __restrict__ y, i64 ystep, V* __restrict__ out,
+                                        i64 n, int trunc_mode, int* __restrict__ zero) {
+    ST_GRID_LOOP(i, n) {
+        const V q = from_acc<V>(rounded_div(to_acc(x[i]), to_acc(y[i * ystep]), trunc_mode, zero));
+        out[i] = trunc_mode ? from_acc<V>(trunc_of(to_acc(q))) : q;
+    }
+}
+
 }  // namespace st

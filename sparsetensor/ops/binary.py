@@ -369,47 +369,44 @@ def _by_scalar(name: str, t: SparseTensor, scalar, ufunc, threads) -> SparseTens
 def _sampled(name: str, t: SparseTensor, dense, threads) -> SparseTensor:
     """``values op (dense sampled at t's pattern)`` (``op``: "mul" or "div") with t's pattern, in
     NumPy's result dtype of the two (true division: integers give float64)."""
-    if not broadcasts_to(dense.shape, t.shape):
-        raise ValueError(f"{name}: the dense operand must broadcast to the sparse operand's shape, got "
-                         f"{describe(t)} and {describe(dense)}")
+    backend, t, gathered = _sampled_pair(name, t, dense, threads)
     dtype = _result_dtype(name, t, dense)
     if name == "div" and dtype.kind in "biu":
         dtype = np.dtype(np.float64)
-    backend = backend_for(t, dense)  # a sparse tensor on a GPU with a host array: ValueError naming both devices
-    t, gathered = _SAMPLE_DENSE_BY_LAYOUT[type(t)](t, dense, threads)
     return _with_values(name, t, backend.elementwise(t.values().astype(dtype, copy=False),
                                                      gathered.astype(dtype, copy=False), name, threads))
 
 
+def _sampled_pair(name: str, t: SparseTensor, dense, threads) -> tuple:
+    """``(backend, t, dense at t's entries)``: ``t`` made canonical where its layout needs it,
+    ``dense`` broadcast to its shape (ValueError where it does not broadcast) and read at its entries."""
+    if not broadcasts_to(dense.shape, t.shape):
+        raise ValueError(f"{name}: the dense operand must broadcast to the sparse operand's shape, got "
+                         f"{describe(t)} and {describe(dense)}")
+    backend = backend_for(t, dense)  # a sparse tensor on a GPU with a host array: ValueError naming both devices
+    return (backend,) + _SAMPLE_DENSE_BY_LAYOUT[type(t)](t, dense, threads)
+
+
 def _rounded_div(t: SparseTensor, divisor, kind: str, mode: str, threads) -> SparseTensor:
-    """``div(t, divisor, rounding_mode=mode)``: the quotients of the specified values (of
-    distinct indices: rounding is not linear), rounded, in NumPy's result dtype."""
-    if t.is_cuda:
-        raise NotImplementedError(f"div with rounding_mode={mode!r} of a {t.layout.name} tensor on {t.device} has no "
-                                  "GPU kernel; run it on the host with t.cpu()")
-    if kind == "scalar":
-        t, d = t.coalesce(threads=threads), np.asarray(divisor)
-    else:
-        if not broadcasts_to(divisor.shape, t.shape):
-            raise ValueError(f"div: the dense operand must broadcast to the sparse operand's shape, got "
-                             f"{describe(t)} and {describe(divisor)}")
-        t, d = _SAMPLE_DENSE_BY_LAYOUT[type(t)](t.coalesce(threads=threads), divisor, threads)
-    v = t.values()
-    dtype = np.result_type(v, divisor if kind == "scalar" else d)
+    """``div(t, divisor, rounding_mode=mode)``: the quotients at the specified elements, rounded,
+    in NumPy's result dtype (bools divide as int8, as in NumPy's ``floor_divide``)."""
+    dtype = np.result_type(t.dtype, divisor) if kind == "scalar" else _result_dtype("div", t, divisor)
     if dtype.kind == "c":
-        raise TypeError(f"div with rounding_mode={mode!r} is not defined for complex values: {describe(t)}")
-    if dtype.kind in "biu":
-        if (d == 0).any():
+        raise TypeError(f"div with rounding_mode={mode!r} is not defined for complex values: {describe(t)} and "
+                        f"{describe(divisor)}")
+    if dtype.kind == "b":
+        dtype = np.dtype(np.int8)
+    t = t.coalesce(threads=threads)  # rounding is not linear: duplicates are summed first
+    if kind == "scalar":
+        d = np.asarray(divisor, dtype=dtype)  # NumPy's OverflowError for an integer out of the dtype's range
+        if dtype.kind in "iu" and d == 0:
             raise ZeroDivisionError(f"div with rounding_mode={mode!r}: integer division by zero")
-        if dtype.kind == "b":
-            dtype = np.dtype(np.int8)  # NumPy's floor_divide of bools
-        q, r = np.divmod(v.astype(dtype, copy=False), d.astype(dtype, copy=False))
-        if mode == "trunc":  # floor -> trunc: one up where the exact quotient is negative and inexact
-            q += (r != 0) & ((v < 0) != (d < 0))
+        backend = backend_for(t)
     else:
-        with np.errstate(divide="ignore", invalid="ignore"):
-            q = np.floor_divide(v, d, dtype=dtype) if mode == "floor" else np.trunc(np.true_divide(v, d, dtype=dtype))
-    return _with_values("div", t, q)
+        backend, t, d = _sampled_pair("div", t, divisor, threads)
+        d = d.astype(dtype, copy=False)
+    return _with_values("div", t, backend.elementwise(t.values().astype(dtype, copy=False), d, f"{mode}_divide",
+                                                      threads))
 
 
 def _sample_coo(t: COOTensor, dense, threads) -> tuple:

@@ -1,7 +1,8 @@
 """A device sparse tensor with a dense device operand, through the public op path, against the CPU:
 sparse_mask of a dense or sparse tensor at a mask of every layout;
 sparse + dense and dense + sparse (and ``-``, ``alpha``), sparse * dense in either order, sparse
-/ dense, maximum/minimum with a dense operand, a dense operand that broadcasts (mul, div), every
+/ dense, div with a rounding mode (bit for bit, edge values included), maximum/minimum with a
+dense operand, a dense operand that broadcasts (mul, div), every
 layout with batch and dense dims, both index dtypes, mixed value dtypes; foreign device arrays
 (``__cuda_array_interface__``) read without a copy; and the refusals (a host array with a device
 tensor, integers in device arithmetic, two dense device arrays). Runs on a GPU or on the kernel
@@ -96,6 +97,72 @@ def test_mixed_dtypes(backend, rng):
         same(got, want)
     c = make(rng, case, np.complex64, np.int64)
     same(c.cuda() * dx, c * x)  # complex64 with float64: complex128
+
+
+def bitwise(got, want):
+    """Device tensor ``got`` equals CPU tensor ``want`` bit for bit: pattern, dtype, values (NaNs
+    and the sign of zero included)."""
+    assert got.layout is want.layout and got.shape == want.shape and got.dtype == want.dtype
+    for x, y in zip(members(got), members(want)):
+        x, y = host(x), np.ascontiguousarray(y)
+        assert x.dtype == y.dtype and x.shape == y.shape and x.tobytes() == y.tobytes(), (x, y)
+
+
+@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+def test_rounded_div(backend, rng, case):
+    """div with rounding_mode: the CPU's quotients bit for bit, by scalars and by dense operands
+    (broadcasting too), integers staying integers, bool dividing as int8."""
+    for dtype in (np.int8, np.int32, np.int64, np.uint8, np.bool_, np.float16, np.float32, np.float64):
+        t = make(rng, case, np.float64, np.int32 if dtype == np.int8 else np.int64)
+        v = np.abs(t.values()) if dtype in (np.uint8, np.bool_) else t.values()
+        t = t._replace_values(np.ascontiguousarray(np.round(v * 9)).astype(dtype))
+        d = t.cuda()
+        x = np.round(dense_like(rng, t.shape, np.float64, nonzero=True) * 3)
+        x = (np.abs(x) + 1 if dtype in (np.uint8, np.bool_) else x).astype(dtype)
+        scalars = [1, 3] if dtype in (np.uint8, np.bool_) else [3, -4, 2.5]
+        for mode in ("floor", "trunc"):
+            for s in scalars:
+                bitwise(st.div(d, s, rounding_mode=mode), st.div(t, s, rounding_mode=mode))
+            bitwise(st.div(d, cuda.DeviceArray.from_host(x), rounding_mode=mode), st.div(t, x, rounding_mode=mode))
+            row = np.ascontiguousarray(x[(0,) * (x.ndim - 1)])  # broadcast along every dim but the last
+            bitwise(st.div(d, cuda.DeviceArray.from_host(row), rounding_mode=mode), st.div(t, row, rounding_mode=mode))
+
+
+def test_rounded_div_edges(backend):
+    """Rounded quotients of inf, NaN, signed zeros and a zero float divisor; the integer minimum by
+    -1 wraps; duplicates are summed before rounding; an integer zero divisor raises
+    ZeroDivisionError as on the CPU, and complex values TypeError."""
+    special = np.array([np.inf, -np.inf, np.nan, 0.0, -0.0, 1.0, -1.0, 7.5, -7.5, 1e300, -3.0, 5e-324])
+    n = special.size
+    for dtype in (np.float16, np.float32, np.float64):
+        with np.errstate(over="ignore"):
+            v = np.repeat(special, n).astype(dtype)
+            w = np.tile(special, n).astype(dtype)
+        t = st.sparse_coo_tensor(np.arange(n * n)[None], v, size=(n * n,))
+        for mode in ("floor", "trunc"):
+            bitwise(st.div(t.cuda(), cuda.DeviceArray.from_host(w), rounding_mode=mode),
+                    st.div(t, w, rounding_mode=mode))
+            for s in (0.0, -0.0, np.inf, 2.0):
+                bitwise(st.div(t.cuda(), s, rounding_mode=mode), st.div(t, s, rounding_mode=mode))
+    for dtype in (np.int8, np.int64):
+        lo = np.iinfo(dtype).min
+        t = st.sparse_coo_tensor([[0, 1, 2]], np.array([lo, 7, -7], dtype=dtype), size=(3,))
+        for mode in ("floor", "trunc"):
+            want = st.div(t, -1, rounding_mode=mode)
+            assert want.values()[0] == lo  # wraps, as in PyTorch
+            bitwise(st.div(t.cuda(), -1, rounding_mode=mode), want)
+    u = st.sparse_coo_tensor([[0, 0, 1]], np.array([4, 3, -7]), size=(2,))  # duplicates: dense [7, -7]
+    for mode, want in (("floor", [3, -4]), ("trunc", [3, -3])):
+        got = st.div(u.cuda(), 2, rounding_mode=mode)
+        assert np.array_equal(got.cpu().to_dense(), want)
+        with pytest.raises(ZeroDivisionError):
+            st.div(u.cuda(), 0, rounding_mode=mode)
+        with pytest.raises(ZeroDivisionError):
+            st.div(u.cuda(), cuda.DeviceArray.from_host(np.array([1, 0])), rounding_mode=mode)
+        with pytest.raises(TypeError, match="complex"):
+            st.div(u.astype(np.complex64).cuda(), 2, rounding_mode=mode)
+    with pytest.raises(OverflowError):  # NumPy's refusal of a Python integer out of the dtype's range
+        st.div(u.astype(np.int8).cuda(), 300, rounding_mode="floor")
 
 
 @pytest.mark.parametrize("case", CASES, ids=CASE_IDS)

@@ -292,11 +292,29 @@ def add_to_dense(t, values: np.ndarray, out: np.ndarray, threads=None) -> np.nda
     return acc if kdt == dtype else acc.astype(dtype)
 
 
-_ELEMENTWISE = {"mul": np.multiply, "div": np.true_divide, "maximum": np.maximum, "minimum": np.minimum}
+def _rounded_divide(x: np.ndarray, y: np.ndarray, op: str) -> np.ndarray:
+    """``x / y`` rounded down (``floor_divide``) or towards zero (``trunc_divide``); integers wrap
+    (``-128 // -1`` of int8 is -128, as in PyTorch) and a divisor of 0 raises ZeroDivisionError."""
+    if x.dtype.kind in "iu":
+        if (y == 0).any():
+            raise ZeroDivisionError(f"{op} of {x.dtype} arrays: integer division by zero")
+        with np.errstate(over="ignore"):
+            q, r = np.divmod(x, y)
+        if op == "trunc_divide":  # floor -> trunc: one up where the exact quotient is negative and inexact
+            q += (r != 0) & ((x < 0) != (y < 0))
+        return q
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        return np.floor_divide(x, y) if op == "floor_divide" else np.trunc(np.true_divide(x, y))
+
+
+_ELEMENTWISE = {"mul": np.multiply, "div": np.true_divide, "maximum": np.maximum, "minimum": np.minimum,
+                "floor_divide": lambda x, y: _rounded_divide(x, y, "floor_divide"),
+                "trunc_divide": lambda x, y: _rounded_divide(x, y, "trunc_divide")}
 
 
 def elementwise(x: np.ndarray, y: np.ndarray, op: str, threads=None) -> np.ndarray:
-    """``op`` ("mul", "div", "maximum", "minimum") of two arrays of one shape and dtype."""
+    """``op`` ("mul", "div", "maximum", "minimum", "floor_divide", "trunc_divide") of two arrays of
+    one shape and dtype."""
     return _ELEMENTWISE[op](x, y)
 
 

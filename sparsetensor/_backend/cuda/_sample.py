@@ -6,13 +6,13 @@
 - :func:`add_to_dense`: a tensor's values added into a dense array at its entries (sparse +
   dense);
 - :func:`elementwise`: two device arrays of one shape and dtype combined (``mul``, ``div``,
-  ``maximum``, ``minimum``);
+  ``maximum``, ``minimum``, and the rounded quotients ``floor_divide`` and ``trunc_divide``);
 - :func:`lookup`: a coalesced COO tensor's values at the elements of another tensor's entries
   (``sparse_mask`` of a sparse tensor): sorted int64 keys and a binary search per element.
 
 The ops (:mod:`sparsetensor.ops.binary`) resolve the shapes and the result dtype; operands
 arrive cast to it. Arithmetic runs on the float and complex dtypes (float16 in float32), as
-the device merges do; maximum and minimum also on the integer dtypes and bool.
+the device merges do; maximum, minimum and the rounded quotients also on the integer dtypes.
 """
 
 from __future__ import annotations
@@ -113,8 +113,11 @@ def add_to_dense(t, values, out):
 
 
 def elementwise(x, y, op: str):
-    """``x * y``, ``x / y``, or the elementwise ``maximum``/``minimum`` (NaN propagates) of two
-    device arrays of one shape and dtype."""
+    """``x * y``, ``x / y``, the elementwise ``maximum``/``minimum`` (NaN propagates), or ``x / y``
+    rounded (``floor_divide``, ``trunc_divide``: NumPy's rounding; ZeroDivisionError for an
+    integer divisor of 0) of two device arrays of one shape and dtype."""
+    if op in ("floor_divide", "trunc_divide"):
+        return _rounded_divide(x, y, op)
     if x.shape != y.shape or x.dtype != y.dtype:
         raise ValueError(f"{op} of device arrays of shapes {x.shape} / {y.shape} and dtypes {x.dtype} / {y.dtype}: "
                          "expected one shape and one dtype")
@@ -133,6 +136,27 @@ def elementwise(x, y, op: str):
     else:
         res = out
     P.run(dev, "sample.cu", "elementwise", (P.arith_key(x.dtype, op),), x.size, x, y, res, x.size, _EW[op])
+    return out
+
+
+def _rounded_divide(x, y, op: str):
+    """``x / y`` rounded: ``y`` a device array like ``x``, or a 0-d host array of its dtype (a scalar
+    divisor, which every item reads)."""
+    if isinstance(y, np.ndarray) and y.ndim == 0:
+        y, step = P.from_host(x._device, y.reshape(1)), 0
+    else:
+        step = 1
+    if (x.shape if step else y.shape) != y.shape or x.dtype != y.dtype:
+        raise ValueError(f"{op} of arrays of shapes {x.shape} / {y.shape} and dtypes {x.dtype} / {y.dtype}: expected "
+                         "one shape (or a scalar divisor) and one dtype")
+    dev = x._device
+    out = P.empty(dev, x.shape, x.dtype)
+    xv, key = P.num_view(x)
+    zero = P.zeros(dev, (1,), np.int32)
+    P.run(dev, "sample.cu", "elementwise_rounded_div", (key,), x.size, xv, P.num_view(y)[0], step,
+          out.view(xv.dtype), x.size, int(op == "trunc_divide"), zero)
+    if P.read_ints(dev, zero)[0]:
+        raise ZeroDivisionError(f"{op} of {x.dtype} device arrays: integer division by zero")
     return out
 
 
