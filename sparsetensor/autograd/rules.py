@@ -25,6 +25,7 @@ import numpy as np
 from .._core import _layout as L
 from .._core._tensor import COOTensor, CompressedTensor, SparseTensor
 from ..ops import binary, blas, pointwise, reduce, shape, spgemm
+from ..ops._shape_common import _as_index as as_index
 from ._core import DenseGradientError, conj, element_coords, gather, same_pattern, values_of, unbroadcast
 from ._masked import spgemm_grads
 from . import _device
@@ -579,6 +580,7 @@ def _select(t, dim, index, *, threads=None):
 def _index_select(t, dim, index, *, threads=None):
     out = shape.index_select(t, dim, index, threads=threads)
     d = dim % t.ndim
+    index = as_index(index, t.shape[d], "index_select")  # negatives wrapped: the back rules look coordinates up
 
     def back(G):
         if t.is_cuda:

@@ -102,37 +102,43 @@ def _is_increasing(a: np.ndarray) -> bool:
     return bool(a.size < 2 or (a[1:] > a[:-1]).all())
 
 
-def _as_device_index(index, size: int, op: str):
-    """A device index array as a 1-d int64 device array of coordinates in [0, size), checked on the
-    device with the CPU's errors (the first entry out of range is named)."""
-    a = device_array(index)
-    if a.dtype not in (np.int32, np.int64):
-        raise TypeError(f"{op}: index must have dtype int32 or int64, got {a.dtype}")
-    if a.ndim > 1:
-        raise ValueError(f"{op}: index must be 0-d or 1-d, got shape {a.shape}")
-    a = a.reshape(a.size)
-    bad = _device_select().first_outside(a, size) if a.size else None
-    if bad is not None:
-        raise IndexError(f"{op}: index {bad} out of range for a dim of size {size}")
-    return a.astype(np.int64, copy=False)
+def wrapped_index(a, size: int):
+    """``(coordinates, bad)`` of a 1-d integer index ``a`` (host or device) into a dim of ``size``:
+    its entries in [-size, size) as int64 in [0, size) (a negative counts from the end) and
+    ``bad`` None, or ``(None, an entry out of that range)``."""
+    if type(a) is not np.ndarray:  # on the device: its extrema read, negatives wrapped there
+        lo, hi, _ = _device_select().index_extrema(a)
+        if lo is None:
+            return a.astype(np.int64, copy=False), None
+        if lo < -size or hi >= size:
+            return None, lo if lo < -size else hi
+        return (_device_select().wrap_negative(a, size) if lo < 0 else a.astype(np.int64, copy=False)), None
+    a = a.astype(np.int64)
+    if not a.size:
+        return a, None
+    lo, hi = int(a.min()), int(a.max())
+    if lo < -size or hi >= size:
+        return None, lo if lo < -size else hi
+    return (np.where(a < 0, a + size, a) if lo < 0 else a), None
 
 
-def _as_index(index, size: int, op: str) -> np.ndarray:
-    """A 1-d int64 array of coordinates in [0, size) (PyTorch: int32/int64, no negatives): a NumPy
-    array, or a device array for an index on a device."""
+def _as_index(index, size: int, op: str):
+    """A 1-d int64 array of coordinates in [0, size) from ``index`` (int32/int64, 0-d or 1-d;
+    negatives count from the end, as PyTorch's sparse index_select takes them): a NumPy array,
+    or a device array for an index on a device (checked there)."""
     if device_of(index) not in (None, "cpu"):
-        return _as_device_index(index, size, op)
-    from_list = not hasattr(index, "dtype")
-    a = np.asarray(index)
-    if from_list and (a.size == 0 or a.dtype.kind in "iu"):
-        a = a.astype(np.int64)
+        a = device_array(index)
+    else:
+        from_list = not hasattr(index, "dtype")
+        a = np.asarray(index)
+        if from_list and (a.size == 0 or a.dtype.kind in "iu"):
+            a = a.astype(np.int64)
     if a.dtype not in (np.int32, np.int64):
         raise TypeError(f"{op}: index must have dtype int32 or int64, got {a.dtype}")
     if a.ndim > 1:
         raise ValueError(f"{op}: index must be 0-d or 1-d, got shape {a.shape}")
-    a = np.ascontiguousarray(a.reshape(-1), dtype=np.int64)
-    if a.size and (a.min() < 0 or a.max() >= size):
-        bad = a[(a < 0) | (a >= size)][0]
+    a, bad = wrapped_index(a.reshape(a.size), size)
+    if bad is not None:
         raise IndexError(f"{op}: index {bad} out of range for a dim of size {size}")
     return a
 

@@ -36,7 +36,7 @@ from .._backend import backend_for, device_of
 from .._core._device import device_array, is_device_array
 from .._core import _layout as L
 from .._core._tensor import SparseTensor
-from ._shape_common import _device_select
+from ._shape_common import _device_select, wrapped_index
 from .shape import index_select, narrow, select
 
 __all__ = ["getitem", "setitem"]
@@ -126,20 +126,10 @@ def _check_int(i: int, size: int, d: int) -> int:
 
 
 def _check_array(a: np.ndarray, size: int, d: int) -> np.ndarray:
-    if type(a) is not np.ndarray:  # on the device: its extrema read, negatives wrapped there
-        lo, hi, _ = _device_select().index_extrema(a)
-        if lo is None:
-            return a.astype(np.int64, copy=False)
-        if lo < -size or hi >= size:
-            raise IndexError(f"index {lo if lo < -size else hi} is out of bounds for axis {d} with size {size}")
-        return _device_select().wrap_negative(a, size) if lo < 0 else a.astype(np.int64, copy=False)
-    if a.size:
-        lo, hi = a.min(), a.max()
-        if lo < -size or hi >= size:
-            bad = lo if lo < -size else hi
-            raise IndexError(f"index {bad} is out of bounds for axis {d} with size {size}")
-    a = a.astype(np.int64)
-    return np.where(a < 0, a + size, a) if a.size and a.min() < 0 else a
+    a, bad = wrapped_index(a, size)
+    if bad is not None:
+        raise IndexError(f"index {bad} is out of bounds for axis {d} with size {size}")
+    return a
 
 
 def _cuts_blocks(t, d: int, comp, size: int) -> bool:

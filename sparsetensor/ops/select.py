@@ -328,7 +328,8 @@ def _select_coo(t: COOTensor, d: int, i: int, shape: tuple, threads):
 
 # -- index_select -----------------------------------------------------------------------------------
 def index_select(t, dim: int, index, *, threads: int | None = None):
-    """The entries at ``index`` (int32/int64, repeats allowed, no negatives) along ``dim``.
+    """The entries at ``index`` (int32/int64, repeats allowed; negatives count from the end, as in
+    PyTorch's sparse index_select) along ``dim``.
 
     - coo, a sparse dim: every entry once per position of its coordinate in ``index``
       (a counting pass over ``index`` and one parallel pass over the entries). The result

@@ -399,6 +399,7 @@ def test_narrow_select_index_select(layout, dim):
     if layout not in ("bsr", "bsc"):
         check("select", t, dim, 1, rng=rng)
         check("index_select", t, dim, np.array([3, 0, 3, 1]), rng=rng)
+        check("index_select", t, dim, np.array([-1, 0, -1, 1]), rng=rng)  # negatives count from the end
 
 
 def test_shape_ops_dense_and_batch_dims():
@@ -407,6 +408,7 @@ def test_shape_ops_dense_and_batch_dims():
     check("narrow", h, 2, 1, 2, rng=rng)
     check("select", h, 2, 3, rng=rng)
     check("index_select", h, 2, np.array([1, 1, 0]), rng=rng)
+    check("index_select", h, 2, np.array([-3, 1, -4]), rng=rng)
     b = make(rng, "csr", (3, 4, 4), batch_dim=1)
     check("narrow", b, 0, 1, 2, rng=rng)
     check("select", b, 0, 2, rng=rng)

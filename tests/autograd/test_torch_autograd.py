@@ -225,6 +225,7 @@ def test_shape_ops_gradcheck(layout):
     if layout not in ("bsr", "bsc"):
         gradcheck(lambda v: _dense(stt.select(build(v), 0, 1)), v)
         gradcheck(lambda v: stt.to_dense(stt.index_select(build(v), 1, torch.tensor([4, 0, 4]))), v)
+        gradcheck(lambda v: stt.to_dense(stt.index_select(build(v), 1, torch.tensor([-2, 0, -6]))), v)
     for dst in LAYOUTS:
         gradcheck(lambda v: stt.to_dense(stt.to_sparse(build(v), dst, blocksize=BLOCK.get(dst))), v)
 

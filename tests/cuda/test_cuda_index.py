@@ -117,7 +117,8 @@ def test_index_select_and_narrow_every_dim(backend, rng, case, index_dtype, dtyp
     for src, dim, size in _every_dim(t):
         if src.layout.compressed and src.batch_dim <= dim < src.batch_dim + 2:
             continue  # test_cuda_select.py
-        for index in ([size - 1, 0, size - 1], list(range(size)), [], np.array([1], dtype=np.int32), [size]):
+        for index in ([size - 1, 0, size - 1], list(range(size)), [], np.array([1], dtype=np.int32), [size], [-1],
+                      [-size - 1]):
             agree(lambda x: st.index_select(x, dim, index), src)
         for start, length in ((0, size), (1, size - 1), (size - 1, 1), (1, 0), (-1, 1), (1, size)):
             agree(lambda x: st.narrow(x, dim, start, length), src)

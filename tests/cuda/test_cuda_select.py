@@ -102,7 +102,7 @@ def test_index_select(backend, rng, case, index_dtype, dtype):
                 st.index_select(t.cuda(), dim, [0])
             continue
         for index in ([size - 1, 0, size - 1, 1, 1], list(range(size)), [2, 2, 0], [],
-                      np.array([3, 1], dtype=np.int32), rng.integers(0, size, 9)):
+                      np.array([3, 1], dtype=np.int32), rng.integers(0, size, 9), [-1, 0, -size]):
             both(lambda x: st.index_select(x, dim, index), t)
         both(lambda x: x.index_select(dim, [1, 0]), t)
 
@@ -147,7 +147,7 @@ def test_unequal_batch_nnz(backend, rng):
 
 def test_out_of_range(backend, rng):
     t = batched(rng, ("csr", (2,), (), None), np.float64, np.int64)
-    for call in (lambda x: st.index_select(x, 1, [0, 4]), lambda x: st.index_select(x, 2, [-1]),
+    for call in (lambda x: st.index_select(x, 1, [0, 4]), lambda x: st.index_select(x, 2, [-x.shape[2] - 1]),
                  lambda x: st.narrow(x, 1, 3, 2), lambda x: st.narrow(x, 2, -6, 1), lambda x: x.narrow(2, 0, -1)):
         with pytest.raises(IndexError):
             call(t)
@@ -166,6 +166,10 @@ def test_device_index(backend, rng):
     the rest: errors, every layout)."""
     t = batched(rng, ("csr", (2,), (2,), None), np.float64, np.int64)
     assert_same(st.index_select(t.cuda(), 1, DeviceArray.from_host(np.array([0]))), st.index_select(t, 1, [0]))
+    neg = np.array([-1, 0, -2], dtype=np.int32)  # negatives count from the end, wrapped on the device
+    assert_same(st.index_select(t.cuda(), 2, DeviceArray.from_host(neg)), st.index_select(t, 2, neg))
+    with pytest.raises(IndexError, match="out of range"):
+        st.index_select(t.cuda(), 2, DeviceArray.from_host(np.array([0, -t.shape[2] - 1])))
 
 
 def without_host_copies(monkeypatch, max_read: int, calls) -> list:

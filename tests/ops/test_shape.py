@@ -361,10 +361,20 @@ def test_index_select_coo_coalesced_flag(rng):
     assert not S.index_select(t, 1, [0, 0]).is_coalesced()
 
 
+def test_index_select_negative_indices_count_from_the_end(rng):
+    for layout in ("coo", "csr", "csc"):
+        t, a = make(rng, layout)
+        n = a.shape[1]
+        check(S.index_select(t, 1, [-1, 0, -n]), np.take(a, [n - 1, 0, 0], axis=1))
+        check(S.index_select(t, 0, np.array([-1], np.int32)), a[-1:])
+        with pytest.raises(IndexError, match=f"index {-n - 1} out of range"):
+            S.index_select(t, 1, [0, -n - 1])
+
+
 def test_index_select_errors(rng):
     t, _ = make(rng, "coo")
-    with pytest.raises(IndexError, match="index -1 out of range"):
-        S.index_select(t, 0, [-1])
+    with pytest.raises(IndexError, match="index -4 out of range"):
+        S.index_select(t, 0, [-4])
     with pytest.raises(IndexError, match="index 3 out of range"):
         S.index_select(t, 0, [3])
     with pytest.raises(TypeError, match="int32 or int64"):

@@ -28,7 +28,7 @@ from ...cuda import _primitives as P
 __all__ = ["gather_slices", "remap_plain", "narrow_plain", "cat_plain", "cat_compressed", "nonzero",
            "count_nonzero", "index_select_coo", "take_axis",
            "concat_axis", "insert_zero_row", "same_arrays", "coo_cat_sparse", "padded_values", "index_extrema",
-           "first_outside", "wrap_negative"]
+           "wrap_negative"]
 
 
 def _keys(parts) -> tuple:
@@ -373,21 +373,6 @@ def index_extrema(a) -> tuple:
     hi, lo = _extrema(a, 1, K, 0, 1)
     step = int(_extrema(a, 1, K - 1, 1, K - 1)[1][0]) if K > 1 else None
     return int(lo[0]), int(hi[0]), step
-
-
-def first_outside(a, size: int) -> int | None:
-    """The first entry (in order) of 1-d device integer array ``a`` outside ``[0, size)``, or None
-    (the COO bounds check of validate.cu on a one-row index; one report read)."""
-    dev = a._device
-    K = a.shape[0]
-    key = P.empty(dev, (1,), np.uint64)
-    dev.memset8(key.ptr, 0xFF, 8)
-    out = P.empty(dev, (6,), np.int64)
-    ik = (P.index_key(a.dtype),)
-    P.run(dev, "validate.cu", "coo_bounds", ik, K, a, 1, K, P.from_host(dev, np.array([size], np.int64)), key)
-    P.run(dev, "validate.cu", "coo_report", ik, 1, a, 1, K, key, out)
-    r = P.read_ints(dev, out)
-    return int(r[3]) if r[0] else None
 
 
 def wrap_negative(a, size: int):
