@@ -35,6 +35,7 @@
 #define SOP_POW 2
 #define SOP_ROUND 3       // rint(x * s) / s: np.round to decimals >= 0, s = 10 ** decimals
 #define SOP_ROUND_DOWN 4  // rint(x / s) * s: decimals < 0, s = 10 ** -decimals
+#define SOP_SQRT_POW 5    // pow, by sqrt where s is 0.5: NumPy's float32/float64 power (sqrt(-0) is -0, sqrt(-inf) NaN)
 
 namespace st {
 
@@ -97,8 +98,13 @@ __device__ cdouble complex_unary(cdouble z, int op) {
             return {expm1(a) * cos(b) - 2.0 * h * h, exp(a) * sin(b)};
         }
         case OP_RINT: return {rint(a), rint(b)};
-        case OP_SIGN: {  // sgn: z / |z|, 0 at 0
+        case OP_SIGN: {  // sgn: z / |z|, 0 at 0; NumPy's limits where |z| is infinite
             const double m = hypot(a, b);
+            if (m != m) return {m, m};
+            if (isinf(m)) {
+                if (isinf(a)) return isinf(b) ? cdouble{m - m, m - m} : cdouble{copysign(1.0, a), 0.0};  // m - m: NaN
+                return {0.0, copysign(1.0, b)};
+            }
             return m == 0.0 ? cdouble{0.0, 0.0} : cdouble{a / m, b / m};
         }
         default: return z;
@@ -138,6 +144,7 @@ __device__ __forceinline__ A scalar_apply(A x, A s, int op) {
     if (op == SOP_DIV) return x / s;
     if (op == SOP_ROUND) return rint(x * s) / s;
     if (op == SOP_ROUND_DOWN) return rint(x / s) * s;
+    if (op == SOP_SQRT_POW && s == (A)0.5) return sqrt(x);
     return pow(x, s);
 }
 __device__ __forceinline__ cfloat scalar_apply(cfloat x, cfloat s, int op) {
@@ -160,6 +167,13 @@ __device__ __forceinline__ cdouble scalar_apply(cdouble x, cdouble s, int op) {
     return {(x.re * s.re + x.im * s.im) / d, (x.im * s.re - x.re * s.im) / d};
 }
 
+// How NumPy raises values of V (computed in A) to a scalar power: float32 and float64 by sqrt
+// where it is 0.5; float16 and complex values by pow.
+template <typename A>
+__device__ __forceinline__ int power_op(A, bool half) { return half ? SOP_POW : SOP_SQRT_POW; }
+__device__ __forceinline__ int power_op(cfloat, bool) { return SOP_POW; }
+__device__ __forceinline__ int power_op(cdouble, bool) { return SOP_POW; }
+
 // out = in * s, in / s, in ** s (s real), or in rounded at the factor s (SOP_ROUND*) for the
 // scalar s = re + i im.
 // st:kernel value
@@ -167,6 +181,7 @@ template <typename V>
 __global__ void scalar_op(const V* __restrict__ in, V* __restrict__ out, i64 n, int op, double re, double im) {
     typedef typename acc<V>::type A;
     const A s = acc_scalar<A>(re, im);
+    if (op == SOP_POW) op = power_op(s, sizeof(V) == 2);
     ST_GRID_LOOP(i, n) { out[i] = from_acc<V>(scalar_apply(to_acc(in[i]), s, op)); }
 }
 

@@ -88,6 +88,12 @@ def aligned_copy(a: np.ndarray, dtype) -> np.ndarray:
 
 
 
+# What a merge of two batched compressed tensors (add, mul, maximum, ...) names when the batches
+# of its result would differ in nnz, on every device.
+MERGE_BATCHED = "a batched {} operation"
+MERGE_BATCHED_HINT = " (convert to coo, or make the patterns agree)"
+
+
 def output_rows(counts: np.ndarray, layout, idx_dt, what: str, hint: str = "", **fits):
     """``(nnz, compressed indices (B, n + 1))`` of a result with ``counts`` (B, n) entries per row,
     or ValueError (``what`` made batches of different nnz: a compressed tensor has one) or the

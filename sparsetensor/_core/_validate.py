@@ -22,8 +22,14 @@ def _batch_tuple(batch_shape: tuple, flat: int) -> tuple:
     return tuple(int(i) for i in np.unravel_index(flat, batch_shape))
 
 
-def raise_compressed_error(found, layout, batch_shape: tuple, plain_size: int, nnz: int):
-    """Raise the :class:`InvariantError` for a kernel's ``(invariant, batch, i, pos, value)``."""
+def raise_compressed_error(found, layout, batch_shape: tuple, plain_size: int, nnz: int, compressed=None):
+    """Raise the :class:`InvariantError` for a kernel's ``(invariant, batch, i, pos, value)``.
+
+    Kernels that scan rows report a compressed index they cannot follow as 5.1-5.3 in their own
+    terms; given ``compressed`` (``batch_shape + (n + 1,)``), such a report is replaced by the one
+    ``check_invariants`` makes (5.1/5.2 of every batch first, then the first step out of range)."""
+    if compressed is not None and found[0] in ("5.1", "5.2", "5.3"):
+        found = _first_broken_step(np.asarray(compressed).reshape(-1, compressed.shape[-1]), plain_size, nnz) or found
     inv, flat_batch, i, pos, value = found
     batch = _batch_tuple(batch_shape, flat_batch)
     c, p = layout.compressed_name, layout.plain_name
@@ -46,6 +52,22 @@ def raise_compressed_error(found, layout, batch_shape: tuple, plain_size: int, n
                f"{where}{_line(layout)} {i}, position {pos}: got {value} after a value >= it")
     raise InvariantError(inv, layout.name, msg, batch=batch if batch_shape else None,
                          index=i if inv != "5.1" and inv != "5.2" else None)
+
+
+def _first_broken_step(c: np.ndarray, plain_size: int, nnz: int):
+    """The first break of 5.1, 5.2 (over every batch) or 5.3 in ``(B, n + 1)`` compressed indices,
+    as the validator reports it, or None."""
+    for inv, col, want in (("5.1", 0, 0), ("5.2", -1, nnz)):
+        bad = np.flatnonzero(c[:, col] != want)
+        if bad.size:
+            b = int(bad[0])
+            return inv, b, (c.shape[1] - 1 if col else 0), -1, int(c[b, col])
+    step = np.diff(c.astype(np.int64), axis=1)
+    bad = np.flatnonzero(((step < 0) | (step > plain_size)).reshape(-1))
+    if not bad.size:
+        return None
+    b, i = divmod(int(bad[0]), step.shape[1])
+    return "5.3", b, i + 1, -1, int(step[b, i])
 
 
 def _line(layout) -> str:

@@ -367,7 +367,7 @@ class DeviceArray:
     @staticmethod
     def from_host(array, device=None) -> "DeviceArray":
         """A device copy of a host array (made C-contiguous first)."""
-        host = np.ascontiguousarray(array)
+        host = np.asarray(array, order="C")  # not ascontiguousarray: a 0-d array stays 0-d
         out = DeviceArray.empty(host.shape, host.dtype, device)
         out._device.copy_htod(out.ptr, host)
         return out

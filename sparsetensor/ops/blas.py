@@ -568,7 +568,8 @@ def linear(x, w, bias=None, *, threads: int | None = None):
                 raise NotImplementedError(f"{op} on {w.device} with a bias of shape {bias.shape} broadcasting over "
                                           f"an output of shape {y.shape} (a bias of 1 dim has a GPU kernel)")
             one = np.ones((), y.dtype)
-            backend_for(y, bias).scale_add(y.reshape(-1, out_f), bias, one, one, False, True, threads)
+            backend_for(y, bias).scale_add(y.reshape(math.prod(y.shape[:-1]), out_f), bias, one, one, False, True,
+                                           threads)
     return _finish(y, rt)
 
 

@@ -89,7 +89,10 @@ def _sum_dtype(dtype: np.dtype) -> np.dtype:
 
 
 def _work_dtype(dtype: np.dtype) -> np.dtype:
-    """The dtype values are accumulated in: float16 widens to float32."""
+    """The dtype values are accumulated in: float16 widens to float32; bool is counted in int64
+    (NumPy's sum of bools in bool is their or: the count tested against 0)."""
+    if dtype == np.bool_:
+        return np.dtype(np.int64)
     return np.dtype(np.float32) if dtype == np.float16 else dtype
 
 

@@ -218,6 +218,15 @@ def test_foreign_device_array(backend, rng):
     same(t.cuda() + CAIOnly(dx), t + x)
 
 
+def test_zero_dim_device_operand(backend, rng):
+    """A 0-d device array stays 0-d (shape ()), and multiplies as the CPU's 0-d array does."""
+    s = np.array(1.5)
+    ds = cuda.DeviceArray.from_host(s)
+    assert ds.shape == () and host(ds).shape == () and host(ds) == 1.5
+    t = make(rng, ("csr", (2,), (), None), np.float64, np.int64)
+    same(t.cuda() * ds, t * s)
+
+
 def test_refusals(backend, rng):
     t = make(rng, ("csr", (), (), None), np.float64, np.int64)
     d = t.cuda()
@@ -359,3 +368,7 @@ def test_linear(backend, rng, layout, bs):
                   cuda.DeviceArray.from_host(rng.standard_normal((3, 6))))
     with pytest.raises(ValueError, match="cuda"):
         st.linear(rng.standard_normal((3, 4)), dw)
+    none = st.from_dense(np.zeros((0, 4)), layout, **({"blocksize": (1, 1)} if bs else {}))  # no out features
+    x = rng.standard_normal((3, 4))
+    same(st.linear(cuda.DeviceArray.from_host(x), none.cuda(), cuda.DeviceArray.from_host(np.zeros(0))),
+         st.linear(x, none, np.zeros(0)))

@@ -54,6 +54,22 @@ def test_every_set_of_dims(backend, rng, case, dtype):
         same(st.sum(d, dims, keepdim=True), st.sum(t, dims, keepdim=True))
 
 
+@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+def test_sum_in_bool(backend, rng, case):
+    """sum(dtype=bool): NumPy's sum of bools (their or), over every dim and over each set of dims."""
+    t = small_ints(rng, case, np.dtype(np.int16), np.int64)
+    d = t.cuda()
+    same(st.sum(d, dtype=np.bool_), st.sum(t, dtype=np.bool_))
+    for dims in _subsets(t.ndim):
+        try:
+            want = st.sum(t, dims, dtype=np.bool_)
+        except ValueError as e:  # batches left with unequal nnz
+            with pytest.raises(type(e)):
+                st.sum(d, dims, dtype=np.bool_)
+            continue
+        same(st.sum(d, dims, dtype=np.bool_), want)
+
+
 def test_unspecified_elements_and_nan(backend):
     """amax over a batch dim or a dense dim of a batched, hybrid csr and over some dims of a coo:
     negative values with unspecified elements give 0 where a group misses an element; NaN wins."""

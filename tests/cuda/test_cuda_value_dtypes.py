@@ -256,6 +256,33 @@ def test_mixed_dtypes_promote_as_on_the_cpu(backend, rng, la, lb, da, db):
         same(lambda x, y: st.matmul(x, st.transpose(y, 0, 1)), a, b)
 
 
+@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+def test_mixed_index_dtypes(backend, rng, case):
+    """int32 with int64 indices: the CPU's int64-indexed results."""
+    a = make(rng, case, np.float64, np.int32)
+    b = make(rng, case, np.float64, np.int64)
+    for op in (st.add, st.sub, st.mul, st.maximum, st.minimum):
+        same(op, a, b)
+        same(op, b, a)
+
+
+def test_real_square_root_power_and_complex_sgn_at_limits(backend):
+    """pow(x, 0.5) is NumPy's sqrt (sqrt(-0.0) is -0.0, sqrt(-inf) NaN); sgn of an infinite
+    complex value is NumPy's limit (the sign of the infinite part)."""
+    for dtype in (np.float16, np.float32, np.float64):
+        r = st.sparse_coo_tensor([np.arange(5)], np.array([-np.inf, -0.0, 0.0, np.inf, 4.0], dtype), size=(5,))
+        same(lambda x: st.pow(x, 0.5), r)
+    inf = np.inf
+    v = np.array([complex(inf, 0), complex(0, -inf), complex(inf, 0.5), complex(-inf, 3), complex(inf, inf),
+                  complex(np.nan, 1), complex(3, 4), 0j])
+    for dtype in (np.complex64, np.complex128):
+        c = st.sparse_coo_tensor([np.arange(v.size)], v.astype(dtype), size=(v.size,))
+        with np.errstate(all="ignore"):
+            want = np.asarray(st.sgn(c).values())
+        got = st.sgn(c.cuda()).values().get()
+        np.testing.assert_allclose(got, want, rtol=1e-6, equal_nan=True)
+
+
 def _cast(t, dtype):
     v = np.asarray(t.values())
     return t._replace_values(np.ascontiguousarray((v * 3).astype(dtype)))

@@ -75,3 +75,19 @@ def test_batched_rows_of_repeats_sum_or_refuse():
         with pytest.raises(st.InvariantError) as e:
             op()
         assert e.value.invariant == "5.3"
+
+
+def test_row_scanning_kernels_name_the_break_check_invariants_names():
+    """to_dense and products of an unchecked csr whose compressed index steps back report what
+    check_invariants reports (5.2 of the batch first), and a 5.3 report gives the step itself."""
+    t = st.sparse_csr_tensor(np.array([[0, 1, 2], [0, 2, 1]]), np.array([[0, 1], [1, 0]]), np.ones((2, 2)),
+                             (2, 2, 2), check_invariants=False)
+    for op in (lambda: t.check_invariants(), lambda: t.to_dense(), lambda: t @ np.ones((2, 2, 1))):
+        with pytest.raises(st.InvariantError) as e:
+            op()
+        assert e.value.invariant == "5.2" and e.value.batch == (1,)
+    u = st.sparse_csr_tensor(np.array([0, 3, 2]), np.array([0, 1]), np.ones(2), (2, 4), check_invariants=False)
+    for op in (lambda: u.check_invariants(), lambda: u.to_dense(), lambda: u @ np.ones(4), lambda: u @ np.ones((4, 2))):
+        with pytest.raises(st.InvariantError, match="i=2: got -1") as e:
+            op()
+        assert e.value.invariant == "5.3"

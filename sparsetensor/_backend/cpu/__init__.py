@@ -55,7 +55,7 @@ def check_bounds(t, threads=None) -> None:
     c, p = t.compressed_indices(), t.plain_indices()
     found = _spmm_kernels.find_broken_index(c.reshape(1, -1), p.reshape(1, -1), t.plain_size)
     if found is not None:
-        raise_compressed_error(found, t.layout, (), t.plain_size, t.nnz)
+        raise_compressed_error(found, t.layout, (), t.plain_size, t.nnz, c)
 
 
 def coalesce(t, threads=None):
@@ -104,7 +104,7 @@ def spmm(S, D, plan, rt, threads=None, err=None):
                                S.layout.compressed_rows, nt, block_transposed=block_transposed,
                                logical=logical, checked=S.is_coalesced())  # unless checked: 5.1-5.5
     if found is not None:
-        raise_compressed_error(found, err.layout, s_batch, err.plain_size, nnz)
+        raise_compressed_error(found, err.layout, s_batch, err.plain_size, nnz, c2)
     return out.reshape(plan.out_shape)
 
 
@@ -145,7 +145,7 @@ def spmm_csr(S, D, threads=None):
                                (Rb, Cb), True, num_threads(threads, (nnz * bs + M) * N, grain=GRAIN_PRODUCT),
                                checked=S._canonical)
     if found is not None:
-        raise_compressed_error(found, S.layout, (), S.plain_size, nnz)
+        raise_compressed_error(found, S.layout, (), S.plain_size, nnz, S._compressed)
     return out if nd == 1 else out.reshape(M, N)
 
 
@@ -288,7 +288,7 @@ def add_to_dense(t, values: np.ndarray, out: np.ndarray, threads=None) -> np.nda
                                                acc.reshape(B, R, C, D), t.layout.compressed_rows, True,
                                                num_threads(threads, v.size))
     if found is not None:
-        raise_compressed_error(found, t.layout, t.shape[:m], t.plain_size, t.nnz)
+        raise_compressed_error(found, t.layout, t.shape[:m], t.plain_size, t.nnz, c)
     return acc if kdt == dtype else acc.astype(dtype)
 
 
@@ -392,7 +392,7 @@ def _compressed_to_dense(t: CompressedTensor, threads) -> np.ndarray:
     found = _dense_kernels.compressed_to_dense(c, p, v, o, t.layout.compressed_rows, accumulate,
                                                num_threads(threads, values.size), check_ends=not t.is_coalesced())
     if found is not None:
-        raise_compressed_error(found, t.layout, batch, t.plain_size, t.nnz)
+        raise_compressed_error(found, t.layout, batch, t.plain_size, t.nnz, c)
     if widened is not None:
         out[...] = widened.reshape(out.shape)
     return out

@@ -18,7 +18,7 @@ from ..._lib import _coo_merge as _coo_kernels
 from ..._lib import _elementwise as _kernels
 from ..._core._tensor import COOTensor, CompressedTensor
 from ..._core._validate import check_coo_indices, raise_coo_error
-from .._views import kernel_dtype, kernel_values, output_rows
+from .._views import MERGE_BATCHED, MERGE_BATCHED_HINT, kernel_dtype, kernel_values, output_rows
 
 _INT64_MAX = int(np.iinfo(np.int64).max)
 # the merge modes by name (device-independent) -> the elementwise kernels' codes
@@ -85,7 +85,7 @@ def _merge_compressed(a, b, dtype, kdt, logical, op, union, alpha_k, threads) ->
     else:  # two passes (entries without values, or an upper bound past the index dtype): count, then fill
         counts = empty((B, n), dtype=np.int64)
         _kernels.merge_count(ac, ap, bc, bp, union, counts, num_threads(threads, B * (sa + sb + n)))
-        nnz, oc = output_rows(counts, layout, idx_dt, _BATCHED.format(layout.name), _BATCHED_HINT)
+        nnz, oc = output_rows(counts, layout, idx_dt, MERGE_BATCHED.format(layout.name), MERGE_BATCHED_HINT)
         op_ = empty((B, nnz), dtype=idx_dt)
         ov = empty((B, nnz, E), dtype=kdt)
         _kernels.merge_fill(ac, ap, av, bc, bp, bv, oc, op_, ov, op, union, alpha_k, logical,
@@ -97,8 +97,6 @@ def _merge_compressed(a, b, dtype, kdt, logical, op, union, alpha_k, threads) ->
 
 _INT64 = np.dtype(np.int64)
 _INDEX_MAX = {4: int(np.iinfo(np.int32).max), 8: int(np.iinfo(np.int64).max)}
-_BATCHED = "a batched {} operation"
-_BATCHED_HINT = " (convert to coo, or make the patterns agree)"
 
 
 def _merge_one_pass(ac, ap, av, bc, bp, bv, op, union, alpha_k, logical, room, nt, layout):
@@ -115,7 +113,7 @@ def _merge_one_pass(ac, ap, av, bc, bp, bv, op, union, alpha_k, logical, room, n
     op_, ov = empty(room, dtype=idx_dt), empty((room, E), dtype=av.dtype)
     total = _kernels.merge_fused(ac, ap, av, bc, bp, bv, oc, op_, ov, op, union, alpha_k, logical, nt)
     if B > 1 and np.any(oc[:, -1] != oc[0, -1]):  # raises: batches of different nnz
-        output_rows(np.diff(oc, axis=1), layout, idx_dt, _BATCHED.format(layout.name), _BATCHED_HINT)
+        output_rows(np.diff(oc, axis=1), layout, idx_dt, MERGE_BATCHED.format(layout.name), MERGE_BATCHED_HINT)
     if 2 * total < room:  # an intersection far below its bound: keep no more than twice the result
         return oc, op_[:total].copy(), ov[:total].copy()
     return oc, op_[:total], ov[:total]

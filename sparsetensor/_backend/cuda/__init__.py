@@ -106,6 +106,8 @@ def merge(a, b, dtype, op: str, alpha=1, threads=None):
         a = a._replace_values(a.values().astype(dtype))
     if b.dtype != dtype:
         b = b._replace_values(b.values().astype(dtype))
+    if a.index_dtype != b.index_dtype:  # int32 with int64: the CPU's int64 result
+        a, b = (x.to(index_dtype=np.int64) for x in (a, b))
     if op in ("maximum", "minimum"):
         return _binary.extremum(a, b, op)
     return _binary.add(a, b, alpha=alpha) if op == "add" else _binary.mul(a, b)

@@ -22,6 +22,7 @@ import numpy as np
 
 from ..._core._tensor import COOTensor, CompressedTensor
 from ...cuda import _primitives as P
+from .._views import MERGE_BATCHED, MERGE_BATCHED_HINT, output_rows
 from ._pointwise import mul_scalar
 from ._coalesce import checked
 from ...cuda._classes import CudaSparseTensor
@@ -105,15 +106,8 @@ def _merge(a, b, mode: int, alpha):
           _INTERSECTION if mode == _INTERSECTION else _UNION, counts)
     scan = P.exclusive_scan(dev, counts)
     bounds = P.read_ints(dev, P.take_strided(dev, scan, n, B + 1)) if B else np.zeros(1, np.int64)
-    per_batch = np.diff(bounds)
-    if per_batch.size and (per_batch != per_batch[0]).any():
-        op = {_UNION: "add", _INTERSECTION: "mul"}.get(mode, alpha)
-        raise ValueError(f"{op} of batched {a.layout.name} tensors: the batches of the result would have different "
-                         f"nnz {per_batch.tolist()}; every batch must have the same nnz")
-    nnz = int(per_batch[0]) if B else 0
-    from ..._core._dtypes import check_fits
-
-    check_fits(ca.dtype, a.layout.name, nnz=nnz)
+    nnz, _ = output_rows(np.diff(bounds).reshape(B, 1), a.layout, ca.dtype, MERGE_BATCHED.format(a.layout.name),
+                         MERGE_BATCHED_HINT)
     plain = P.empty(dev, batch + (nnz,), ca.dtype)
     vals = P.empty(dev, batch + (nnz,) + tail, va.dtype)
     s = complex(alpha) if mode != _EXTREMUM else 0j
