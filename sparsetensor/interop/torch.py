@@ -22,7 +22,7 @@ from .._core._canonical import ensure_valid_export
 from .._core._device import device_array, is_device_array
 from .._core._config import resolve_check
 from .._core._from_arrays import sparse_compressed_tensor, sparse_coo_tensor
-from .._core._tensor import COOTensor, CompressedTensor
+from .._core._tensor import COOTensor, CompressedTensor, hold_outside
 
 __all__ = ["from_torch", "to_torch"]
 
@@ -155,6 +155,8 @@ def _tensor_of(torch, a: np.ndarray, copy, what: str, index: bool = False):
                 out = torch.from_numpy(a)
     except TypeError as e:
         raise TypeError(f"to_torch: {what} has dtype {a.dtype}, which PyTorch does not support ({e})") from None
+    if index and not copy and reason is None and a.size:
+        hold_outside(a)  # PyTorch may write it: checked again before the next export (to_scipy)
     # nothing to share in an empty member; torch 2.11's invariant check refuses the strides
     # from_numpy gives one ("expected col_indices to be a contiguous tensor per batch",
     # pytorch/pytorch#178309), so an empty member is a new tensor of torch's own strides

@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 import sparsetensor as st
+from conftest import requires_torch
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork") or sys.platform == "darwin",
                                 reason="needs fork")
@@ -385,3 +386,23 @@ def test_large_paths_of_a_changed_tensor_stay_in_bounds(what):
     assert r.returncode == 0, f"exit {r.returncode}: {r.stderr[-2000:]}"
     lines = r.stdout.split("\n")[:-1]
     assert len(lines) == 15 and all(x.startswith("raised") for x in lines), lines  # each change seen, not followed
+
+
+@requires_torch
+@pytest.mark.parametrize("layout", ["csr", "csc", "bsr", "coo"])
+def test_indices_written_through_torch_are_checked_before_scipy(layout):
+    """st.to_torch shares a tensor's index arrays, which PyTorch can write; the next export to
+    SciPy (which trusts its arrays) checks them again, instead of a SciPy kernel reading out of
+    bounds (it segfaulted)."""
+    t = st.from_dense(np.array([[0.0, 1.0], [2.0, 0.0]]), layout, **({"blocksize": (1, 1)} if layout == "bsr" else {}))
+    if layout == "coo":
+        t = t.to(index_dtype=np.int64)  # int64 COO indices are shared (int32 ones are copied)
+
+    def write_then_export():
+        tt = st.to_torch(t)
+        member = tt.indices()[1] if layout == "coo" else (tt.col_indices() if layout in ("csr", "bsr")
+                                                           else tt.row_indices())
+        member[0] = 10**6
+        st.to_scipy(t).toarray()
+
+    assert "InvariantError" in _raises(write_then_export)
