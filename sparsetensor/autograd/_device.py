@@ -15,9 +15,10 @@ import numbers
 import numpy as np
 
 from .._core._device import is_device_array
-from .._core._tensor import SparseTensor
+from .._core._tensor import COOTensor, SparseTensor
 
-__all__ = ["on_device", "kernels", "comparable", "dense_cotangent", "cast", "add", "zeros", "unbroadcast", "values_at", "refuse"]
+__all__ = ["on_device", "kernels", "comparable", "dense_cotangent", "cast", "entry_numbers", "add", "zeros",
+           "unbroadcast", "values_at", "refuse"]
 
 
 def on_device(x) -> bool:
@@ -63,6 +64,15 @@ def zeros(shape, dtype, like):
     return DeviceArray.zeros(shape, dtype, dev)
 
 
+def entry_numbers(n: int, like):
+    """int64 ``0, 1, ..., n - 1`` on the device of ``like``, made there: the permutation that a
+    stable sort of ``n`` equal keys returns (the device primitives have no iota of their own)."""
+    from ..cuda import _primitives as P
+
+    dev = like._device if hasattr(like, "_device") else like.values()._device
+    return P.radix_sort(dev, P.zeros(dev, (n,), np.uint64), 1)[1] if n else P.empty(dev, (0,), np.int64)
+
+
 def add(a, b):
     """The sum of two device cotangents of one shape."""
     return kernels().add(a, b)
@@ -89,6 +99,8 @@ def values_at(g, target: SparseTensor):
     """Cotangent ``g`` (a sparse device tensor of any pattern, or a dense device array of
     ``target``'s shape) read at the stored elements of device tensor ``target``."""
     if isinstance(g, SparseTensor):
+        if g.layout.blocked != target.layout.blocked:  # the keys of a blocked pattern are its blocks'
+            g = g.to_sparse(target.layout, blocksize=target.blocksize if target.layout.blocked else None)
         return kernels().sparse_at(g, target)
     g = _array(g)
     if g.shape != target.shape:
@@ -181,11 +193,25 @@ def sampled_addmm_back(input, mat1, mat2, G, beta, alpha):
     return unbroadcast(gi, input.values().shape), unbroadcast(g1, m1.shape), unbroadcast(g2, m2.shape)
 
 
-def broadcast_back(t: SparseTensor, Gk, dims: tuple):
-    """The keepdim-form cotangent ``Gk`` of a reduction over ``dims`` read at every stored item of ``t``."""
-    if isinstance(Gk, SparseTensor):
-        raise refuse("a reduction with a sparse result", t)
-    return kernels().dense_at(t, _array(Gk))
+def broadcast_back(t: SparseTensor, G, dims: tuple):
+    """Cotangent ``G`` of a reduction of device tensor ``t`` over ``dims`` (the reduced dims kept or
+    not) read at every stored item of ``t``: a dense ``G`` broadcast along the reduced dims, a
+    sparse one (coo summed over sparse dims, compressed over batch dims) looked up at the keys of
+    ``t``'s elements with the reduced dims' coordinates dropped."""
+    keep = tuple(1 if d in dims else s for d, s in enumerate(t.shape))
+    if not isinstance(G, SparseTensor):
+        return kernels().dense_at(t, _array(G).reshape(keep))
+    own = t.sparse_dim if isinstance(t, COOTensor) else t.batch_dim  # the dims of t's key grid that are whole dims
+    n, kept = len(kernels().grid(t)), G.ndim == t.ndim
+    if any(d >= own for d in dims) or len(kernels().grid(G)) != (n if kept else n - len(dims)):
+        raise refuse(f"a reduction of a {t.layout.name} tensor over dims {dims} with a sparse result", t)
+    mult = _strides(kernels().grid(G))
+    for d in dims:  # ascending: each zero lands at its own dim
+        if kept:
+            mult[d] = 0
+        else:
+            mult.insert(d, 0)
+    return kernels().sparse_at(G, t, ([0] * n, [0] * n, list(kernels().grid(t)), mult))
 
 
 def unary_back(name: str, x, y, g, exponent=None):
@@ -200,15 +226,18 @@ def unary_back(name: str, x, y, g, exponent=None):
 def softmax_back(c: SparseTensor, out: SparseTensor, G: SparseTensor, d: int, log: bool):
     """The cotangent of the values of (canonical) device tensor ``c`` for ``softmax(c, d)`` (``log``:
     log_softmax) = ``out``: along the plain dim over the rows as they lie, along the compressed
-    dim through the transposed layout (as the forward op)."""
-    if isinstance(c, SparseTensor) and (c.layout.blocked or c.dense_dim or not c.layout.compressed):
-        raise refuse("softmax" if not log else "log_softmax", c)
-    m = c.batch_dim
-    plain_dim = m + 1 if c.layout.compressed_rows else m
+    dim through the transposed layout (as the forward op), along a batch dim of a compressed
+    tensor or a sparse dim of a coo one through sums along ``d`` (the CPU's formula)."""
     work = np.dtype(np.float32) if out.dtype == np.float16 else out.dtype  # as the forward op computes
     g = cast(G.values(), work)
     if out.dtype != work:
         out = out._replace_values(out.values().astype(work))
+    if d < (c.sparse_dim if isinstance(c, COOTensor) else c.batch_dim):
+        return _softmax_back_by_sums(c, out, g, d, log)
+    if c.layout.blocked or c.dense_dim or not c.layout.compressed:
+        raise refuse("softmax" if not log else "log_softmax", c)
+    m = c.batch_dim
+    plain_dim = m + 1 if c.layout.compressed_rows else m
     if d != plain_dim:
         flip = c.layout.transposed
         yt = out.to_sparse(flip)
@@ -224,6 +253,23 @@ def softmax_back(c: SparseTensor, out: SparseTensor, G: SparseTensor, d: int, lo
     off = backend.batch_offsets(ci, c.nnz)
     return kernels().softmax_grad(y.reshape(B * c.nnz, 1), g.reshape(B * c.nnz, 1), off, 1,
                                   log).reshape(y.shape)
+
+
+def _softmax_back_by_sums(c: SparseTensor, out: SparseTensor, g, d: int, log: bool):
+    """``y * (g - S[g * y])`` (log_softmax: ``g - softmax(c) * S[g]``), ``y`` the values of ``out``,
+    where ``S[w]`` is ``w`` summed along ``d`` and read back at ``c``'s elements: softmax along a
+    dim whose slices are not runs of the storage."""
+    from .._backend import backend_for
+    from ..ops import reduce
+
+    def mul(a, b):
+        return backend_for(c).elementwise(a, b, "mul")
+
+    y = out.values()
+    s = broadcast_back(c, reduce.sum(out._replace_values(g if log else mul(g, y)), d, True), (d,))
+    if log:  # exp(y): the softmax itself
+        return add(g, mul(reduce.softmax(c, d, dtype=y.dtype).values(), s) * -1.0)
+    return mul(y, add(g, s * -1.0))
 
 
 def _strides(shape) -> list:

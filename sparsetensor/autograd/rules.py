@@ -341,10 +341,10 @@ def _dims(dim, ndim):
 
 
 def _keepdim_form(G, t: SparseTensor, dims: tuple):
-    """Cotangent ``G`` of a reduction of ``t`` over ``dims`` with the reduced dims put back as size 1."""
+    """Host cotangent ``G`` of a reduction of ``t`` over ``dims`` with the reduced dims put back as size 1."""
     keep = tuple(1 if d in dims else s for d, s in enumerate(t.shape))
     if not _sparse(G):
-        return G.reshape(keep) if _device.on_device(G) else np.asarray(G).reshape(keep)
+        return np.asarray(G).reshape(keep)
     if G.shape == keep:
         return G
     if isinstance(G, COOTensor):
@@ -361,10 +361,12 @@ def _keepdim_form(G, t: SparseTensor, dims: tuple):
                             G.layout, G.is_coalesced())
 
 
-def _broadcast_back(t: SparseTensor, Gk, dims: tuple) -> np.ndarray:
-    """The keepdim-form cotangent ``Gk`` read at every stored element of ``t`` (reduced dims at 0)."""
+def _broadcast_back(t: SparseTensor, G, dims: tuple) -> np.ndarray:
+    """Cotangent ``G`` of a reduction of ``t`` over ``dims`` (the reduced dims kept or not) read at
+    every stored element of ``t`` (reduced dims at 0)."""
     if t.is_cuda:
-        return _device.broadcast_back(t, Gk, dims)
+        return _device.broadcast_back(t, G, dims)
+    Gk = _keepdim_form(G, t, dims)
     coords = element_coords(t).copy()
     P = coords.shape[0]
     for d in dims:
@@ -377,7 +379,7 @@ def _broadcast_back(t: SparseTensor, Gk, dims: tuple) -> np.ndarray:
 def _sum(t, dim=None, keepdim=False, *, dtype=None, threads=None):
     out = reduce.sum(t, dim, keepdim, dtype=dtype, threads=threads)
     dims = _dims(dim, t.ndim)
-    return out, lambda G: (_broadcast_back(t, _keepdim_form(G, t, dims), dims),)
+    return out, lambda G: (_broadcast_back(t, G, dims),)
 
 
 @_rule("mean")
@@ -385,7 +387,7 @@ def _mean(t, dim=None, keepdim=False, *, dtype=None, threads=None):
     out = reduce.mean(t, dim, keepdim, dtype=dtype, threads=threads)
     dims = _dims(dim, t.ndim)
     count = math.prod(t.shape[d] for d in dims)
-    return out, lambda G: (_broadcast_back(t, _keepdim_form(G, t, dims), dims) / max(count, 1),)
+    return out, lambda G: (_broadcast_back(t, G, dims) / max(count, 1),)
 
 
 def _softmax_rule(log: bool):
@@ -488,10 +490,14 @@ def _mT(t):
     return out, lambda G: (G.mT.values(),)
 
 
+def _sparse_dim(t: SparseTensor, d: int) -> bool:
+    """Whether dim ``d`` of ``t`` is a batch or sparse dim (not a dense one)."""
+    return d < t.ndim - t.dense_dim
+
+
 def _split(t: SparseTensor, d: int):
     """(coordinates of ``t``'s stored elements, whether ``d`` is a batch/sparse dim, values axis of ``d``)."""
-    P = t.ndim - t.dense_dim
-    return element_coords(t), d < P, t.values().ndim - (t.ndim - d)
+    return element_coords(t), _sparse_dim(t, d), t.values().ndim - (t.ndim - d)
 
 
 def _of_pattern(G, out: SparseTensor) -> bool:
@@ -505,21 +511,22 @@ def _by_entry(tensors, out, G, forward):
     unless some input is uncoalesced and ``G`` has ``out``'s pattern (otherwise coordinates
     decide). Each duplicate of an uncoalesced input owns its output entry: a lookup by
     coordinate would give it the sum over its duplicates. ``forward`` applied to the inputs'
-    patterns, numbered entry by entry, says which input entry each output entry copies."""
+    patterns, numbered entry by entry, says which input entry each output entry copies. The
+    same ops run on the host and on a device (int64 values), so this is one mechanism for both."""
     if not (any(isinstance(t, COOTensor) and not t.is_coalesced() for t in tensors) and _of_pattern(G, out)):
         return None
+    total = sum(t.nnz for t in tensors)
+    numbers = _device.entry_numbers(total, G) if G.is_cuda else np.arange(total)
     numbered, off = [], 0
     for t in tensors:
-        numbered.append(COOTensor(t.indices(), np.arange(off, off + t.nnz), t.shape[:t.sparse_dim], False,
-                                  t._checked))
+        numbered.append(COOTensor(t.indices(), numbers[off:off + t.nnz], t.shape[:t.sparse_dim], False, t._checked))
         off += t.nnz
-    source, gv = np.asarray(forward(numbered).values()), np.asarray(G.values())
+    source, gv = forward(numbered).values(), G.values()
+    # input entry k gets the sum of the output entries that copy it (index_select may copy one twice)
+    sums = COOTensor(source.reshape(1, -1), gv, (total,) + gv.shape[1:], False, True).to_dense()
     grads, off = [], 0
     for t in tensors:
-        mine = (source >= off) & (source < off + t.nnz)
-        gt = np.zeros((t.nnz,) + gv.shape[1:], gv.dtype)
-        np.add.at(gt, source[mine] - off, gv[mine])  # index_select may copy an entry twice
-        grads.append(gt)
+        grads.append(sums[off:off + t.nnz])
         off += t.nnz
     return grads
 
@@ -531,12 +538,12 @@ def _narrow(t, dim, start, length, *, threads=None):
     s = start % t.shape[d] if start < 0 else start
 
     def back(G):
+        entry = _by_entry([t], out, G, lambda ns: shape.narrow(ns[0], d, s, length)) if _sparse_dim(t, d) else None
+        if entry is not None:
+            return (entry[0],) + (None,) * 3
         if t.is_cuda:
             return (_device.narrow_back(t, G, d, s, length),) + (None,) * 3
         coords, sparse_d, ax = _split(t, d)
-        entry = _by_entry([t], out, G, lambda ns: shape.narrow(ns[0], d, s, length)) if sparse_d else None
-        if entry is not None:
-            return (entry[0],) + (None,) * 3
         if sparse_d:
             valid = (coords[d] >= s) & (coords[d] < s + length)
             coords = coords.copy()
@@ -557,12 +564,12 @@ def _select(t, dim, index, *, threads=None):
     i = index % t.shape[d]
 
     def back(G):
+        entry = _by_entry([t], out, G, lambda ns: shape.select(ns[0], d, i)) if _sparse_dim(t, d) else None
+        if entry is not None:
+            return (entry[0], None, None)
         if t.is_cuda:
             return (_device.select_back(t, G, d, i), None, None)
         coords, sparse_d, ax = _split(t, d)
-        entry = _by_entry([t], out, G, lambda ns: shape.select(ns[0], d, i)) if sparse_d else None
-        if entry is not None:
-            return (entry[0], None, None)
         if sparse_d:
             valid = coords[d] == i
             return (gather(G, np.delete(coords, d, axis=0), _dense_dims(t), valid), None, None)
@@ -583,13 +590,13 @@ def _index_select(t, dim, index, *, threads=None):
     index = as_index(index, t.shape[d], "index_select")  # negatives wrapped: the back rules look coordinates up
 
     def back(G):
+        entry = _by_entry([t], out, G, lambda ns: shape.index_select(ns[0], d, index)) if _sparse_dim(t, d) else None
+        if entry is not None:
+            return (entry[0], None, None)
         if t.is_cuda:
             return (_device.index_select_back(t, G, d, index), None, None)
         idx = np.asarray(index).reshape(-1).astype(np.int64)
         coords, sparse_d, ax = _split(t, d)
-        entry = _by_entry([t], out, G, lambda ns: shape.index_select(ns[0], d, index)) if sparse_d else None
-        if entry is not None:
-            return (entry[0], None, None)
         if not sparse_d:
             part = np.asarray(G.values()) if _of_pattern(G, out) else gather(G, coords, G.shape[len(coords):])
             gt = np.zeros(t.values().shape, part.dtype)
@@ -623,12 +630,12 @@ def _cat(tensors, dim=0, *, threads=None):
     d = dim % out.ndim
 
     def back(G):
-        if any(t.is_cuda for t in tensors):
-            return (_device.cat_back(tensors, G, d), None)
         sparse_d = all(isinstance(t, COOTensor) for t in tensors) and d < tensors[0].sparse_dim
         entry = _by_entry(tensors, out, G, lambda ns: shape.cat(ns, d)) if sparse_d else None
         if entry is not None:
             return (entry, None)
+        if any(t.is_cuda for t in tensors):
+            return (_device.cat_back(tensors, G, d), None)
         grads, off = [], 0
         for t in tensors:
             coords, sparse_d, ax = _split(t, d)

@@ -517,3 +517,34 @@ def test_entry_copying_ops_of_duplicates(op):
 
     got = st.autograd.vjp(loss, C)[1](1.0)[0]
     np.testing.assert_allclose(np.asarray(got.values()), _finite_differences(loss, C), atol=1e-6)
+
+
+# -- zero batches: a batched compressed tensor with no elements at all ----------------------------------------
+@pytest.mark.parametrize("layout", ["csr", "csc", "bsr"])
+@pytest.mark.parametrize("batch", [(0,), (2, 0)], ids=["b0", "b2x0"])
+def test_zero_batches(layout, batch):
+    """Every pullback of a tensor with zero batches gives empty cotangents of its pattern."""
+    t = st.from_dense(np.zeros(batch + (2, 4)), layout, batch_dim=len(batch),
+                      blocksize=(1, 2) if layout == "bsr" else None)
+    assert t.values().size == 0
+    for fn in ("to_dense", st.sum, lambda y: st.sum(y, -1), lambda y: st.select(y, -2, 1), lambda y: st.cat([y, y], -2),
+               lambda y: st.narrow(y, -2, 1, 1), st.sin, lambda y: st.matmul(y, np.ones((4, 2))),
+               lambda y: st.softmax(y, -1)):
+        check(fn, t)
+
+
+# -- a compressed tensor built without the check: duplicates are summed, as in an uncoalesced coo tensor ------
+@pytest.mark.parametrize("layout", ["csr", "csc"])
+def test_unchecked_compressed_with_duplicates(layout):
+    """Each stored element (duplicates and unsorted rows included) gets the cotangent at its coordinate;
+    indices out of bounds still raise."""
+    make_t = st.sparse_csr_tensor if layout == "csr" else st.sparse_csc_tensor
+    size = (3, 4) if layout == "csr" else (4, 3)
+    t = make_t(np.array([0, 2, 3, 5]), np.array([1, 1, 0, 3, 2]), np.array([1.0, -2.5, 3.0, 0.5, -1.0]), size=size,
+               check_invariants=False)  # line 0 holds index 1 twice, line 2 is unsorted
+    for fn in (st.abs, st.sin, "to_dense", st.sum, lambda y: st.sum(y, 1),
+               lambda y: st.matmul(y, np.ones((size[1], 2)))):
+        check(fn, t)
+    bad = make_t(np.array([0, 2, 3, 5]), np.array([1, 9, 0, 3, 2]), np.ones(5), size=size, check_invariants=False)
+    with pytest.raises(st.InvariantError, match="5.5"):
+        vjp("to_dense", bad)[1](np.ones(size))

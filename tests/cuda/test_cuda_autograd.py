@@ -251,6 +251,41 @@ def test_sum_mean(backend, rng, no_host_copies, case, dtype):
                 check(rng, no_host_copies, getattr(st, name), A, dim, keepdim)
 
 
+SPARSE_RESULT_CASES = [("coo", (), (), None), ("coo", (3,), (2,), None), ("csr", (2,), (), None),
+                       ("csc", (2, 2), (), None), ("bsc", (2,), (2,), (2, 1))]
+
+
+@pytest.mark.parametrize("case", SPARSE_RESULT_CASES,
+                         ids=[f"{c[0]}-b{len(c[1])}-d{len(c[2])}" for c in SPARSE_RESULT_CASES])
+def test_sum_mean_with_a_sparse_result(backend, rng, no_host_copies, case):
+    """coo summed over some of its sparse dims, compressed over batch dims: a sparse result, whose
+    cotangent is read at the input's elements with the reduced coordinates dropped."""
+    import itertools
+
+    layout, batch, dense, bs = case
+    if layout == "coo":
+        A = make(rng, case, np.float64, np.int32)
+    else:  # batches of one pattern: a sum over some batch dims keeps one nnz a batch
+        one = make(rng, (layout, (), dense, bs), np.float64).to_dense()
+        A = st.from_dense(one * rng.uniform(0.5, 2.0, batch + (1,) * one.ndim), layout, blocksize=bs,
+                          batch_dim=len(batch), dense_dim=len(dense), index_dtype=np.int32)
+    own = A.sparse_dim if layout == "coo" else A.batch_dim
+    for k in range(1, own + 1):
+        for dims in itertools.combinations(range(own), k):
+            for name in ("sum", "mean"):
+                for keepdim in (False, True):
+                    check(rng, no_host_copies, getattr(st, name), A, dims, keepdim)
+
+
+def test_sum_over_sparse_and_dense_dims_refuses_on_device(backend, rng):
+    """A coo result of a sum that reduces a dense dim too: no GPU kernel, said so (the CPU computes it)."""
+    A = make(rng, ("coo", (3,), (2,), None), np.float64, np.int32).cuda()
+    out, pullback = vjp(st.sum, A, (1, 3))
+    assert isinstance(out, st.SparseTensor)
+    with pytest.raises(NotImplementedError, match="no GPU kernel"):
+        pullback(out._replace_values(DeviceArray.from_host(np.ones(out.values().shape))))
+
+
 @pytest.mark.parametrize("dtype", FLOAT, ids=str)
 @pytest.mark.parametrize("case", [("csr", (), (), None), ("csc", (), (), None), ("csr", (2,), (), None)],
                          ids=["csr", "csc", "csr-b1"])
@@ -259,6 +294,22 @@ def test_softmax(backend, rng, no_host_copies, case, dtype):
     m = A.batch_dim
     for name in ("softmax", "log_softmax"):
         for dim in (m, m + 1, -1):
+            check(rng, no_host_copies, getattr(st, name), A, dim)
+
+
+SOFTMAX_BY_SUMS_CASES = [("csr", (2,), (), None), ("csc", (3,), (2,), None), ("bsr", (2,), (), (2, 3)),
+                         ("coo", (), (), None), ("coo", (2,), (2,), None)]
+
+
+@pytest.mark.parametrize("dtype", FLOAT + [np.dtype(np.float16)], ids=str)
+@pytest.mark.parametrize("case", SOFTMAX_BY_SUMS_CASES,
+                         ids=[f"{c[0]}-b{len(c[1])}-d{len(c[2])}" for c in SOFTMAX_BY_SUMS_CASES])
+def test_softmax_along_a_batch_dim_or_a_coo_sparse_dim(backend, rng, no_host_copies, case, dtype):
+    """Slices that are not runs of the storage: the sums along the dim read back at the elements."""
+    A = make(rng, case, dtype, np.int64)
+    own = A.sparse_dim if case[0] == "coo" else A.batch_dim
+    for name in ("softmax", "log_softmax"):
+        for dim in range(own):
             check(rng, no_host_copies, getattr(st, name), A, dim)
 
 
@@ -288,6 +339,23 @@ def test_layout_conversions(backend, rng, no_host_copies, src, dst):
     check(rng, no_host_copies, "to_sparse", A, dst, kwargs={"blocksize": bs})
     if src != "coo":
         check(rng, no_host_copies, "mT", A)
+
+
+BLOCKED_CASES = [("bsr", (), (), (2, 3)), ("bsc", (), (), (1, 2)), ("bsr", (2,), (), (2, 1)), ("bsc", (), (2,), (2, 2))]
+
+
+@pytest.mark.parametrize("dst", ["coo", "csr", "csc"])
+@pytest.mark.parametrize("case", BLOCKED_CASES, ids=[f"{c[0]}-b{len(c[1])}-d{len(c[2])}" for c in BLOCKED_CASES])
+def test_blocked_to_unblocked_and_back(backend, rng, no_host_copies, case, dst):
+    """The cotangent of a conversion between a blocked and an unblocked layout is read at the
+    argument's pattern in the argument's layout (a blocked pattern's keys are its blocks)."""
+    A = make(rng, case, np.float64, np.int32)
+    check(rng, no_host_copies, "to_sparse", A, dst)
+    check(rng, no_host_copies, f"to_sparse_{dst}", A)
+    check(rng, no_host_copies, "to_sparse", A.to_sparse(dst), case[0], kwargs={"blocksize": case[3]})
+    for shape in ((0, 4), (4, 0)):  # no block rows, no block columns
+        E = st.from_dense(np.zeros(shape), case[0], blocksize=(2, 2), index_dtype=np.int32)
+        check(rng, no_host_copies, "to_sparse", E, dst)
 
 
 def test_from_dense(backend, rng, no_host_copies):
@@ -478,3 +546,29 @@ def test_the_host_copy_guard_fires(backend, no_host_copies):
         np.asarray(a)
     with no_host_copies(), pytest.raises(AssertionError, match="copied to the host"):
         np.conj(a)  # what the rules' host code did with device values
+
+
+@pytest.mark.parametrize("index_dtype", INDEX, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("dense", [(), (2,)], ids=["d0", "d1"])
+def test_entry_copying_ops_of_uncoalesced_coo(backend, rng, no_host_copies, dense, index_dtype):
+    """narrow, select, index_select and cat copy stored entries: each duplicate of an uncoalesced
+    COO tensor gets the cotangent of its own output entry, as on the CPU (not the duplicates' sum)."""
+    idx = np.array([[2, 0, 2, 1, 2], [1, 3, 1, 0, 1]], index_dtype)  # (2, 1) stored three times
+    A = st.sparse_coo_tensor(idx, rand(rng, (5,) + dense, np.float64), size=(4, 5) + dense)
+    assert not A.is_coalesced()
+    for fn in (lambda t: st.narrow(t, 0, 1, 2), lambda t: st.narrow(t, 1, 0, 5), lambda t: st.select(t, 1, 1),
+               lambda t: st.index_select(t, 0, [2, 0, 2]), lambda t: st.cat([t, t], 1)):
+        _forward_on_device(fn, A)
+        check(rng, no_host_copies, fn, A)
+
+
+@pytest.mark.parametrize("layout", ["csr", "csc"])
+def test_unchecked_compressed_with_duplicates(backend, rng, no_host_copies, layout):
+    """A compressed tensor built without the check, with duplicate plain indices (summed, as in an
+    uncoalesced coo tensor): each stored element gets the cotangent at its coordinate, as on the CPU."""
+    make_t = st.sparse_csr_tensor if layout == "csr" else st.sparse_csc_tensor
+    size = (3, 4) if layout == "csr" else (4, 3)
+    A = make_t(np.array([0, 2, 3, 5]), np.array([1, 1, 0, 3, 2]), np.array([1.0, -2.5, 3.0, 0.5, -1.0]), size=size,
+               check_invariants=False)
+    for fn in (st.abs, st.sin, "to_dense", st.sum):
+        check(rng, no_host_copies, fn, A)
