@@ -19,6 +19,7 @@ import operator
 from typing import NamedTuple
 
 import numpy as np
+from numpy.exceptions import AxisError
 
 from . import _layout as L
 from ._dtypes import INDEX_DTYPES, check_fits
@@ -49,11 +50,16 @@ class CompressedMeta(NamedTuple):
 
 
 def normalize_dim(dim, ndim: int, op: str | None = None) -> int:
-    """``dim`` in ``[0, ndim)`` (negative dims count from the end); IndexError otherwise."""
+    """``dim`` in ``[0, ndim)`` (negative dims count from the end).
+
+    Out of range: ``numpy.exceptions.AxisError``, NumPy's error, which is an ``IndexError``
+    (PyTorch's) and a ``ValueError``.
+    """
     d = operator.index(dim)
     if not -ndim <= d < ndim:
         where = f"{op}: " if op else ""
-        raise IndexError(f"{where}dimension {dim} out of range for a tensor of {ndim} dims")
+        raise AxisError(f"{where}dimension {dim} out of range for a tensor of {ndim} dims "
+                        f"(expected {-ndim} <= dim < {ndim})")
     return d % ndim
 
 

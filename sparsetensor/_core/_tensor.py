@@ -182,6 +182,22 @@ class SparseTensor:
             raise TypeError("len() of a 0-d tensor")
         return self._shape[0]
 
+    def __bool__(self) -> bool:
+        """The truth of a one-element tensor is its element's, as in NumPy and PyTorch; any other
+        tensor's is ambiguous (ValueError), not ``len(t) > 0``."""
+        if self.numel() != 1:
+            raise ValueError(f"the truth value of a tensor of {self.numel()} elements is ambiguous; use "
+                             "st.count_nonzero(t) or t.nnz")
+        host = self.cpu() if self.is_cuda else self
+        return bool(host.to_dense().reshape(()))
+
+    def __eq__(self, other):
+        raise NotImplementedError("== of sparse tensors is not supported (it would compare elementwise, and "
+                                  "unspecified elements compare equal); compare t.to_dense(), or use t is u")
+
+    __ne__ = __eq__
+    __hash__ = object.__hash__  # identity: tensors are keys of weak tables
+
     # -- dtype and device ---------------------------------------------------------------
     def to(self, *args, dtype=None, device=None, index_dtype=None, copy: bool = False):
         """Convert values dtype, index dtype or device: ``t.to(np.float32)``, ``t.to("cpu")``,

@@ -25,18 +25,31 @@ NumPy function                          sparse meaning
 
 ``np.multiply``, ``np.add``, ``np.abs`` and ``np.matmul`` are ufuncs: NumPy sends them to
 ``__array_ufunc__`` (:func:`sparsetensor.ops.pointwise.array_ufunc`), not here. ``out=``
-and NumPy-only keywords (``initial``, ``where``, ``casting``) raise ``TypeError``.
+and NumPy-only keywords (``initial``, ``where``) raise ``TypeError``.
+
+Dtypes and axes follow NumPy, where they differ from PyTorch's (and :mod:`sparsetensor.ops`):
+
+- ``concatenate``/``stack`` take ``dtype=`` and ``casting=`` (default ``"same_kind"``): an
+  input that ``np.can_cast`` refuses to cast to the result dtype raises ``TypeError``
+  (``casting="unsafe"`` casts anyway, so complex to float drops the imaginary part).
+- ``sum`` of an unsigned integer tensor is uint64 where the result is dense (a 0-d array
+  or a NumPy array, NumPy's dtype); a sparse result stays int64 (:func:`sparsetensor.sum`'s
+  dtype), as uint64 is not a value dtype.
+- ``dot`` with a scalar takes it as NumPy does, a 0-d array (not a weak Python scalar):
+  ``np.dot(t, 2)`` of a float32 tensor is float64, of a uint8 tensor int64.
+- An axis out of range raises ``numpy.exceptions.AxisError`` (an ``IndexError`` and a
+  ``ValueError``).
 """
 
 from __future__ import annotations
 
-import operator
-
 import numpy as np
 
+from .._core._shape_checks import normalize_dim
 from .._core._tensor import COOTensor, SparseTensor
 from ..ops import blas, diagonal as _diag, reduce, shape
 from ..ops.binary import mul
+from ..ops.pointwise import numpy_sum
 
 __all__ = ["array_function", "HANDLED"]
 
@@ -109,26 +122,52 @@ def _may_share_memory(a, b, max_work=None):
     return any(np.may_share_memory(x, y, max_work=max_work) for x in _members(a) for y in _members(b))
 
 
+def _dtype_of(x) -> np.dtype:
+    return x.dtype if isinstance(x, SparseTensor) else np.asarray(x).dtype
+
+
+_CASTINGS = ("no", "equiv", "safe", "same_kind", "unsafe")
+
+
+def _cast_target(name: str, arrays: list, dtype, casting) -> np.dtype | None:
+    """The dtype ``dtype=`` asks for (None: none), after NumPy's ``casting`` check of every input
+    against the result dtype (``dtype``, else the inputs' promoted dtype): ``TypeError`` as in NumPy."""
+    casting = "same_kind" if casting is None else casting
+    if casting not in _CASTINGS:
+        raise ValueError(f"np.{name}: casting must be one of {', '.join(map(repr, _CASTINGS))}, got {casting!r}")
+    dtypes = [_dtype_of(x) for x in arrays]
+    target = np.dtype(dtype) if dtype is not None else np.result_type(*dtypes) if dtypes else None
+    for src in dtypes:
+        if not np.can_cast(src, target, casting):
+            raise TypeError(f"np.{name}: cannot cast array data from {src} to {target} according to the rule "
+                            f"{casting!r} (pass casting='unsafe' to cast anyway)")
+    return None if dtype is None else target
+
+
 @_handles(np.concatenate)
 def _concatenate(arrays, axis=0, out=None, dtype=None, casting=None):
-    _no("concatenate", out=out, casting=casting)
+    _no("concatenate", out=out)
     if axis is None:
         raise NotImplementedError("np.concatenate(..., axis=None) of sparse tensors (it flattens them)")
-    r = shape.cat(list(arrays), axis)
+    arrays = list(arrays)
+    dtype = _cast_target("concatenate", arrays, dtype, casting)
+    r = shape.cat(arrays, axis)
     return r if dtype is None else r.astype(dtype, copy=False)
 
 
 @_handles(np.stack)
 def _stack(arrays, axis=0, out=None, dtype=None, casting=None):
-    _no("stack", out=out, casting=casting)
-    r = shape.stack(list(arrays), axis)
+    _no("stack", out=out)
+    arrays = list(arrays)
+    dtype = _cast_target("stack", arrays, dtype, casting)
+    r = shape.stack(arrays, axis)
     return r if dtype is None else r.astype(dtype, copy=False)
 
 
 @_handles(np.transpose)
 def _transpose(a, axes=None):
     n = a.ndim
-    perm = list(range(n))[::-1] if axes is None else [operator.index(x) % n if n else 0 for x in axes]
+    perm = list(range(n))[::-1] if axes is None else [normalize_dim(x, n, "np.transpose") for x in axes]
     if sorted(perm) != list(range(n)):
         raise ValueError(f"np.transpose: axes {axes} are not a permutation of {n} dims")
     # apply the permutation as swaps: position i gets dim perm[i]
@@ -149,7 +188,7 @@ def _keep(keepdims) -> bool:
 @_handles(np.sum)
 def _sum(a, axis=None, dtype=None, out=None, keepdims=None, initial=None, where=None):
     _no("sum", out=out, initial=initial, where=where)
-    return reduce.sum(a, axis, _keep(keepdims), dtype=dtype)
+    return numpy_sum(a, axis, _keep(keepdims), dtype)
 
 
 @_handles(np.mean)
@@ -175,7 +214,10 @@ def _min(a, axis=None, out=None, keepdims=None, initial=None, where=None):
 def _dot(a, b, out=None):
     _no("dot", out=out)
     if np.ndim(a) == 0 or np.ndim(b) == 0:
-        return mul(a, b)
+        # NumPy takes a scalar as a 0-d array, not a weak Python scalar: float32 times 2 is float64
+        dtype = np.result_type(_dtype_of(a), _dtype_of(b))
+        return mul(*(x.astype(dtype, copy=False) if isinstance(x, SparseTensor) else np.asarray(x, dtype)[()]
+                     for x in (a, b)))
     if max(np.ndim(a), np.ndim(b)) > 2:
         raise NotImplementedError("np.dot of a sparse tensor with more than 2 dims (use np.matmul for batches)")
     return blas.matmul(a, b)
@@ -239,10 +281,16 @@ def _where(condition, x=None, y=None):
 
 @_handles(np.diagonal)
 def _diagonal(a, offset=0, axis1=0, axis2=1):
-    return _diag.diagonal(a, offset, axis1, axis2)
+    return _diag.diagonal(a, offset, *_axis_pair("np.diagonal", a, axis1, axis2))
 
 
 @_handles(np.trace)
 def _trace(a, offset=0, axis1=0, axis2=1, dtype=None, out=None):
     _no("trace", out=out)
-    return _diag.trace(a, offset, axis1, axis2, dtype=dtype)
+    return _diag.trace(a, offset, *_axis_pair("np.trace", a, axis1, axis2), dtype=dtype)
+
+
+def _axis_pair(name: str, a, axis1, axis2) -> tuple:
+    """``axis1``, ``axis2`` in range (AxisError, as in NumPy, where :mod:`~sparsetensor.ops.diagonal`
+    raises ValueError)."""
+    return normalize_dim(axis1, a.ndim, name), normalize_dim(axis2, a.ndim, name)

@@ -61,9 +61,11 @@ def from_scipy(m, *, check_invariants: bool = True):
     are SciPy's ``indptr``, ``indices`` and ``data`` (no copy). ``coo`` becomes a
     COO tensor sharing ``data`` (its coordinates are stacked into one array, a copy,
     unless they are rows of one array already, as :func:`to_scipy` makes them).
-    Other formats (``dia``, ``lil``, ``dok``) are converted to CSR by SciPy first.
-    Unsorted or duplicate indices are repaired (sorted and summed, a copy); any
-    other broken invariant raises :class:`InvariantError`.
+    Other formats (``dia``, ``lil``, ``dok``) are converted to CSR by SciPy first, and 1-d
+    arrays of any format to a 1-d COO tensor. Unsorted or duplicate compressed indices are
+    repaired (sorted and summed, a copy); a COO array with duplicates is an uncoalesced
+    tensor (also where its ``has_canonical_format`` was set by hand); any other broken
+    invariant raises :class:`InvariantError`.
 
     Examples
     --------
@@ -77,13 +79,21 @@ def from_scipy(m, *, check_invariants: bool = True):
     if not sp.issparse(m):
         raise TypeError(f"from_scipy expects a scipy.sparse array or matrix, got {type(m).__name__}")
     fmt = m.format
-    if fmt not in _COMPRESSED_FORMATS and fmt != "coo":
+    if m.ndim != 2 and fmt != "coo":  # SciPy's 1-d csr and dok arrays: a 1-d coo tensor
+        m, fmt = m.tocoo(), "coo"
+    elif fmt not in _COMPRESSED_FORMATS and fmt != "coo":
         m, fmt = m.tocsr(), "csr"
     _check_value_dtype(m.dtype)
     if fmt == "coo":
         indices = _stacked_coords(tuple(m.coords))
-        return sparse_coo_tensor(indices, m.data, m.shape, check_invariants=check_invariants,
-                                 is_coalesced=bool(m.has_canonical_format))
+        canonical = bool(m.has_canonical_format)
+        try:
+            return sparse_coo_tensor(indices, m.data, m.shape, check_invariants=check_invariants,
+                                     is_coalesced=canonical)
+        except InvariantError as e:  # a flag set by hand on duplicates: the tensor is uncoalesced
+            if not (canonical and e.invariant == "C6"):
+                raise
+            return sparse_coo_tensor(indices, m.data, m.shape, is_coalesced=False)
     layout = _COMPRESSED_FORMATS[fmt]
     indptr, indices = m.indptr, m.indices
     if indptr.dtype != indices.dtype or indptr.dtype not in INDEX_DTYPES:

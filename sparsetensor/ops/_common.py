@@ -35,3 +35,14 @@ def without_duplicates(t, scalar=None, *, divide: bool = False):
             s = np.asarray(scalar)
             keep = bool(np.isfinite(s).all()) and not (divide and bool((s == 0).any()))
     return t if keep else t.coalesce()
+
+
+def refuse_foreign_sparse(x, op: str) -> None:
+    """TypeError naming the conversion when ``x`` is another library's sparse matrix (SciPy's, or a
+    PyTorch sparse tensor), which NumPy would read as an object array."""
+    module = type(x).__module__ or ""
+    if module.startswith("scipy.sparse"):
+        raise TypeError(f"{op}: a SciPy sparse {type(x).__name__} operand; convert it with st.from_scipy(m) (or "
+                        "the tensor with t.to_scipy())")
+    if module.startswith("torch") and getattr(x, "layout", None) is not None and "sparse" in str(x.layout):
+        raise TypeError(f"{op}: a PyTorch {x.layout} tensor operand; convert it with st.from_torch(x)")

@@ -56,7 +56,7 @@ from .._core._canonical import ensure_valid
 from .._core._dtypes import VALUE_DTYPES
 from .._core._device import device_array, is_device_array
 from .._core._tensor import COOTensor, CompressedTensor, SparseTensor
-from ._common import broadcasts_to, describe, without_duplicates
+from ._common import broadcasts_to, describe, refuse_foreign_sparse, without_duplicates
 
 __all__ = ["add", "sub", "mul", "div", "maximum", "minimum", "neg"]
 
@@ -75,6 +75,7 @@ def _operand(x, name: str):
         if isinstance(x, np.generic) and x.dtype.kind not in "biufc":
             raise TypeError(f"{name}: unsupported operand {x!r}")
         return "scalar", x
+    refuse_foreign_sparse(x, name)
     arr = np.asarray(x)
     if arr.dtype.kind not in "biufc":
         raise TypeError(f"{name}: unsupported operand of type {type(x).__name__} (dtype {arr.dtype})")

@@ -39,7 +39,7 @@ from .._core._tensor import COOTensor, CompressedTensor, SparseTensor
 from .._backend._plan import (ProductShape, batch_map as _batch_map, batch_maps as _batch_maps,  # noqa: F401
                               describe_shape as _describe, mismatch as _mismatch, product_shape,
                               result_dtype as _result_dtype)
-from ._common import broadcasts_to
+from ._common import broadcasts_to, refuse_foreign_sparse
 
 __all__ = ["matmul", "mm", "mv", "bmm", "addmm", "smm", "hspmm", "sspaddmm", "linear"]
 
@@ -61,6 +61,7 @@ def _as_dense(x, op: str, name: str) -> np.ndarray:
             if x.dtype not in VALUE_DTYPE_SET:
                 raise TypeError(f"{op}: {name} has unsupported dtype {x.dtype}")
             return x
+        refuse_foreign_sparse(x, op)
         x = np.asarray(x)
     a = native(x)
     if a.dtype not in VALUE_DTYPE_SET:

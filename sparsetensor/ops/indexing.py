@@ -22,8 +22,10 @@ A device tensor gives device results (a DeviceArray where NumPy's would be an ar
 scalar) and takes index arrays on the host or on its device (checked there, NumPy's errors);
 an index array on a device with a host tensor raises ``ValueError`` naming both devices.
 Boolean masks, ``None``/``np.newaxis``, several integer arrays (NumPy's pointwise
-advanced indexing), an array apart from an integer (NumPy moves those dims first),
-and item assignment raise ``NotImplementedError`` naming them.
+advanced indexing), an array apart from an integer (by a slice, or by ``...`` even where
+it stands for no dims) with a sliced dim before the array (NumPy moves the array's dim
+first, ``a[:, [0, 1], ..., 0]``), and item assignment raise ``NotImplementedError``
+naming them.
 """
 
 from __future__ import annotations
@@ -103,6 +105,12 @@ def _expand(key, ndim: int) -> list:
     n = len(comps) - n_ell
     if n > ndim:
         raise IndexError(f"too many indices for a sparse tensor: it is {ndim}-dimensional, but {n} were indexed")
+    # NumPy's rule, read on the key as written: advanced indices (the array and the integers) that
+    # are not side by side, apart by a slice or by '...' even where it stands for no dims, put the
+    # array's dim first; next to each other, it stays in their place
+    adv = [j for j, c in enumerate(comps) if isinstance(c, int) or _is_array(c)]
+    separated = bool(adv) and adv[-1] - adv[0] + 1 != len(adv)
+    written = list(comps)
     if n_ell:
         i = next(j for j, c in enumerate(comps) if c is Ellipsis)
         comps[i:i + 1] = [slice(None)] * (ndim - n)
@@ -111,12 +119,25 @@ def _expand(key, ndim: int) -> list:
     if len(arrays) > 1:
         raise NotImplementedError("indexing a sparse tensor with several integer arrays (NumPy's pointwise "
                                   "advanced indexing) is not supported; index one dim at a time")
-    if arrays:
-        adv = [d for d, c in enumerate(comps) if isinstance(c, int) or _is_array(c)]
-        if adv[-1] - adv[0] + 1 != len(adv):
-            raise NotImplementedError("indexing a sparse tensor with an integer array and an integer separated by "
-                                      "a slice (NumPy moves those dims first) is not supported")
+    # each component is applied in place, which is NumPy's result unless the array's dim moves
+    # first past a sliced dim
+    if separated and arrays and any(isinstance(c, slice) for c in comps[:arrays[0]]):
+        raise NotImplementedError("indexing a sparse tensor with an integer array and an integer separated by "
+                                  "a slice or by '...' (NumPy moves the array's dim first, before the sliced "
+                                  f"dims) is not supported, got [{_describe(written)}]; index one dim at a time")
     return comps
+
+
+def _describe(comps: list) -> str:
+    """Key components as written (``:``, ``...``, ``[...]`` for an array), for an error message."""
+    def one(c):
+        if c is Ellipsis:
+            return "..."
+        if isinstance(c, slice):
+            text = f"{'' if c.start is None else c.start}:{'' if c.stop is None else c.stop}"
+            return text if c.step is None else f"{text}:{c.step}"
+        return "[...]" if _is_array(c) else str(c)
+    return ", ".join(one(c) for c in comps)
 
 
 def _check_int(i: int, size: int, d: int) -> int:

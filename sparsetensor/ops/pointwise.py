@@ -28,14 +28,16 @@ Rules
 
 from __future__ import annotations
 
+import math
 import numbers
 
 import numpy as np
 
 from .._backend import backend_for
+from .._core._device import is_device_array
 from .._core._dtypes import VALUE_DTYPES
 from .._core._tensor import SparseTensor
-from ._common import without_duplicates
+from ._common import broadcasts_to, without_duplicates
 
 __all__ = [
     "abs", "neg", "negative", "sign", "sgn", "sqrt", "square", "sin", "sinh", "tan", "tanh", "asin", "asinh",
@@ -440,7 +442,43 @@ def _binary_ufunc(ufunc, a, b, kwargs):
     fn = getattr(binary, fname, None)
     if fn is None:
         return NotImplemented
+    if fname in ("mul", "div"):
+        _check_sampled(ufunc, a, b, binary.mul)
     return fn(a, b)
+
+
+def _check_sampled(ufunc, a, b, mul) -> None:
+    """``ufunc(sparse, dense)`` (either order) samples the dense operand at the sparse pattern
+    (PyTorch's rule), NumPy's result only where ``ufunc(0, d)`` (``ufunc(d, 0)``) is 0 at every
+    unspecified element. Otherwise ValueError, as for a scalar that is not zero-preserving: a
+    non-finite factor, a divisor that is 0 or NaN. Only unspecified elements count (O(size of
+    the dense operand + nnz) when it has such elements). A device operand is not read back to
+    the host for this: on a device the operand is sampled, as by the operators."""
+    t, dense, tensor_first = (a, b, True) if isinstance(a, SparseTensor) else (b, a, False)
+    if not isinstance(t, SparseTensor) or isinstance(dense, SparseTensor) or t.is_cuda or is_device_array(dense):
+        return  # sparse with sparse, a device operand, or a host/device mix: ops.binary's rule or error
+    name = f"np.{ufunc.__name__}"
+    host = np.asarray(dense)
+    if host.dtype.kind not in "biufc" or not broadcasts_to(host.shape, t.shape):
+        return  # ops.binary's TypeError or ValueError
+    zero = np.zeros((), t.dtype)
+    probe = np.asarray(_probe(ufunc, (zero, host) if tensor_first else (host, zero), {}, name, t)[0])
+    with np.errstate(invalid="ignore"):
+        bad = probe != 0
+    if not bad.any():
+        return
+    n_bad = int(np.count_nonzero(bad)) * (math.prod(t.shape) // host.size)  # the elements made nonzero
+    c = t.coalesce()  # distinct entries: each element counted once
+    hits = mul(c._replace_values(np.ones(c.values().shape, np.bool_)), bad)
+    if int(np.count_nonzero(hits.values())) == n_bad:
+        return  # all of them specified
+    i = int(np.argmax(bad))
+    d = host.flat[i].item()
+    shown = f"{name}(0, {d!r})" if tensor_first else f"{name}({d!r}, 0)"
+    raise ValueError(f"{name} of a sparse tensor and a dense array is not zero-preserving where the tensor is "
+                     f"unspecified ({shown} = {probe.flat[i].item()!r}): applied to the specified values only, it "
+                     "would leave those elements wrong. Call .to_dense() first (the operators * and / and "
+                     "sparsetensor.mul/div sample the dense operand at the pattern instead)")
 
 
 _CALL_KWARGS = frozenset({"dtype"})
@@ -459,11 +497,14 @@ def array_ufunc(tensor, ufunc, method, *inputs, **kwargs):
     - Two tensor operands (sparse with sparse or with a dense array): add,
       subtract, multiply, divide, maximum and minimum go to
       :mod:`sparsetensor.ops.binary`; other ufuncs return ``NotImplemented`` (NumPy
-      raises :class:`TypeError`).
+      raises :class:`TypeError`). ``multiply`` and ``divide`` with a dense array (which
+      is sampled at the pattern) raise :class:`ValueError` where the array would make an
+      unspecified element nonzero (NumPy's ``0 * inf``, ``0 / 0``), as the scalar form does.
     - ``np.add.reduce`` / ``np.maximum.reduce`` / ``np.minimum.reduce`` are
       :func:`~sparsetensor.ops.reduce.sum`, ``amax`` and ``amin`` (``axis`` defaults
       to 0, as in NumPy); other methods (``accumulate``, ``at``, ...) return
-      ``NotImplemented``.
+      ``NotImplemented``. Unsigned integers sum to uint64 where the result is dense, as
+      in NumPy (see :func:`numpy_sum`).
     - ``out=`` raises :class:`TypeError` (a sparse result cannot be written into
       an array); ``dtype=`` is passed on; other keywords return ``NotImplemented``.
 
@@ -517,7 +558,22 @@ def _ufunc_reduce(ufunc, inputs, kwargs):
     keepdims = bool(kwargs.get("keepdims", False))
     dtype = kwargs.get("dtype")
     if fname == "sum":
-        return reduce.sum(t, axis, keepdim=keepdims, dtype=dtype)
+        return numpy_sum(t, axis, keepdims, dtype)
     if dtype is not None:
         return NotImplemented
     return getattr(reduce, fname)(t, axis, keepdim=keepdims)
+
+
+def numpy_sum(t, axis, keepdims: bool, dtype):
+    """``np.sum`` / ``np.add.reduce``: :func:`~sparsetensor.ops.reduce.sum` in NumPy's default dtype.
+
+    NumPy sums unsigned integers to uint64 where PyTorch (and ``reduce.sum``) gives int64: a
+    dense result is given in uint64 (the int64 sums of uint8 values are exact); a sparse one
+    stays int64, uint64 not being a value dtype.
+    """
+    from . import reduce
+
+    r = reduce.sum(t, axis, keepdims, dtype=dtype)
+    if dtype is None and t.dtype.kind == "u" and not isinstance(r, SparseTensor):
+        return r.astype(np.uint64)
+    return r

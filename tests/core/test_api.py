@@ -144,3 +144,18 @@ def test_numpy_axis_spelling_on_max(rng):
                                else np.amax(t, axis=1), a.max(1))
     with pytest.raises(TypeError, match="out="):
         t.max(out=np.empty(()))
+
+
+def test_truth_and_equality_are_not_guessed():
+    """bool() of a one-element tensor is its element's (NumPy, PyTorch), of any other ambiguous,
+    never ``len(t) > 0``; == raises, as PyTorch's sparse ``==`` does, instead of comparing identity."""
+    assert not bool(st.zeros((1, 1)))
+    assert bool(st.from_dense(np.array([[0.0, 2.0]]), "csr").narrow(1, 1, 1))
+    for t in (st.zeros((3, 3)), st.from_dense(np.zeros(0), "coo")):
+        with pytest.raises(ValueError, match="ambiguous"):
+            bool(t)
+    a = st.from_dense(np.eye(2), "csr")
+    for op in (lambda: a == a.clone(), lambda: a != a, lambda: a == 0):
+        with pytest.raises(NotImplementedError, match="=="):
+            op()
+    assert len({a, a.clone()}) == 2  # hashable by identity

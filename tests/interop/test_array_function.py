@@ -129,3 +129,175 @@ def test_unsupported_functions_raise_numpy_type_error():
             f(t)
     with pytest.raises(TypeError, match="no implementation found"):
         np.append(t, t)
+
+
+# -- NumPy's dtypes, casting and axis errors (where they differ from PyTorch's) --------------------------
+CASTINGS = ["no", "equiv", "safe", "same_kind", "unsafe"]
+
+
+@pytest.mark.filterwarnings("ignore::numpy.exceptions.ComplexWarning")  # casting="unsafe" drops imaginary parts
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("casting", CASTINGS + [None])
+@pytest.mark.parametrize("src,dst", [(np.complex128, np.float32), (np.float64, np.int8), (np.float64, np.float32),
+                                     (np.int32, np.float64), (np.float64, np.float64), (np.int16, None)], ids=str)
+def test_concatenate_and_stack_casting(layout, casting, src, dst):
+    t, a = _make(layout, src)
+    kw = {} if casting is None else {"casting": casting}
+    for f in (np.concatenate, np.stack):
+        if layout != "coo" and f is np.stack and src == np.complex128:
+            continue  # covered by the other layouts; keeps the case list short
+        try:
+            with np.errstate(all="ignore"):
+                ref = f([a, a], dtype=dst, **kw)
+        except TypeError:
+            with pytest.raises(TypeError, match="cannot cast"):
+                f([t, t], dtype=dst, **kw)
+            continue
+        got = f([t, t], dtype=dst, **kw)
+        assert got.dtype == ref.dtype
+        np.testing.assert_array_equal(got.to_dense(), ref)
+
+
+def test_casting_mixed_inputs_and_bad_casting():
+    t, a = _make("csr", np.float32)
+    u, b = _make("csr", np.float64, seed=1)
+    with pytest.raises(TypeError, match="cannot cast"):  # float32 -> float64 is not 'no'
+        np.concatenate([t, u], casting="no")
+    np.testing.assert_array_equal(np.concatenate([t, u], casting="safe").to_dense(),
+                                  np.concatenate([a, b], casting="safe"))
+    with pytest.raises(TypeError, match="cannot cast"):  # float64 -> float32 is not 'safe'
+        np.concatenate([t, u], dtype=np.float32, casting="safe")
+    with pytest.raises(ValueError, match="casting must be one of"):
+        np.concatenate([t, t], casting="sometimes")
+
+
+def test_concatenate_complex_to_float_refused_by_default():
+    c = st.from_dense(np.array([[0, 1 + 2j], [1.5, 0]]), "csr")
+    with pytest.raises(TypeError, match="complex128 to float32"):
+        np.concatenate([c, c], dtype=np.float32)
+    with np.errstate(all="ignore"), pytest.warns(np.exceptions.ComplexWarning):
+        r = np.concatenate([c, c], dtype=np.float32, casting="unsafe")
+    np.testing.assert_array_equal(r.to_dense(), np.concatenate([c.to_dense()] * 2).real.astype(np.float32))
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8, np.bool_, np.int32], ids=str)
+def test_sum_dtype_is_numpys(layout, dtype):
+    t, a = _make(layout, dtype)
+    for axis in (None, 0, 1, (0, 1), -1):
+        for got, ref in ((np.sum(t, axis=axis), np.sum(a, axis=axis)),
+                         (np.add.reduce(t, axis=axis), np.add.reduce(a, axis=axis))):
+            if isinstance(got, st.SparseTensor):  # uint64 is not a value dtype: the sparse result is int64
+                assert got.dtype == (np.int64 if ref.dtype == np.uint64 else ref.dtype)
+                got = got.to_dense()
+            else:
+                assert np.asarray(got).dtype == np.asarray(ref).dtype, (axis, got, ref)
+            np.testing.assert_array_equal(got, ref)
+    got, ref = np.sum(t, axis=1, keepdims=True), np.sum(a, axis=1, keepdims=True)
+    assert not isinstance(got, st.SparseTensor) or ref.dtype != np.uint64 or got.dtype == np.int64
+    np.testing.assert_array_equal(_dense(got), ref)
+    assert st.sum(t).dtype == (np.int64 if np.dtype(dtype).kind in "biu" else dtype)  # PyTorch's rule kept
+
+
+def test_sum_of_uint8_does_not_wrap():
+    u = np.array([[0, 200], [100, 0]], np.uint8)
+    t = st.from_dense(u, "csr")
+    assert np.sum(t).dtype == np.uint64 and np.sum(t) == 300
+    np.testing.assert_array_equal(np.sum(t, axis=0), np.sum(u, axis=0))
+    assert np.sum(t, axis=0).dtype == np.uint64 and np.add.reduce(t, axis=1).dtype == np.uint64
+    assert st.sum(t).dtype == np.int64
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8, np.float32, np.float64, np.complex64, np.bool_], ids=str)
+@pytest.mark.parametrize("scalar", [2, 2.5, np.float32(2), np.int8(3), 1j], ids=repr)
+def test_dot_with_a_scalar_promotes_as_numpy(layout, dtype, scalar):
+    t, a = _make(layout, dtype)
+    ref = np.dot(a, scalar)
+    for got in (np.dot(t, scalar), np.dot(scalar, t)):
+        assert isinstance(got, st.SparseTensor)  # the library's rule: sparse times a scalar stays sparse
+        assert got.dtype == ref.dtype
+        np.testing.assert_array_equal(got.to_dense(), ref)
+
+
+def test_dot_of_uint8_by_two_does_not_wrap():
+    u = np.array([[0, 200], [3, 0]], np.uint8)
+    r = np.dot(st.from_dense(u, "csr"), 2)
+    assert r.dtype == np.int64
+    np.testing.assert_array_equal(r.to_dense(), [[0, 400], [6, 0]])
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("ufunc,fill", [(np.true_divide, 0.0), (np.true_divide, np.nan), (np.multiply, np.inf),
+                                        (np.multiply, -np.inf), (np.multiply, np.nan)], ids=str)
+def test_ufunc_with_a_dense_operand_refuses_where_numpy_differs(layout, ufunc, fill):
+    t, a = _make(layout)
+    d = np.full(a.shape, fill)
+    with pytest.raises(ValueError, match="not zero-preserving"):
+        ufunc(t, d)
+    if ufunc is np.multiply:
+        with pytest.raises(ValueError, match="not zero-preserving"):
+            ufunc(d, t)
+        with pytest.raises(ValueError, match="not zero-preserving"):
+            ufunc(t, d[0])  # broadcast
+    with pytest.raises(ValueError, match="not zero-preserving"):  # the scalar form: the same error
+        ufunc(t, fill)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_ufunc_with_a_dense_operand_non_finite_only_at_specified_elements(layout):
+    t, a = _make(layout, dense=())
+    d = np.arange(1.0, a.size + 1).reshape(a.shape)
+    d[a != 0] = 0.0  # zero divisors, infinite factors where t is specified only: NumPy's result is sparse
+    with np.errstate(all="ignore"):
+        q = np.divide(t, d)
+        np.testing.assert_array_equal(q.to_dense(), a / d)
+        assert q.layout == t.layout
+        m = np.multiply(t, np.where(a != 0, np.inf, d))
+        np.testing.assert_array_equal(m.to_dense(), a * np.where(a != 0, np.inf, d))
+    d[a == 0] = 0.0
+    if (a == 0).any():
+        with pytest.raises(ValueError, match="not zero-preserving"):
+            np.divide(t, d)
+    # finite operands as before: the dense operand sampled at the pattern, a sparse result
+    np.testing.assert_allclose(np.multiply(t, a + 1).to_dense(), a * (a + 1))
+    np.testing.assert_allclose(np.divide(t, a + 1).to_dense(), a / (a + 1))
+
+
+def test_ufunc_dense_operand_repro_and_sampled_operators_kept():
+    d = np.array([[0., 2.], [3., 0.]])
+    t = st.from_dense(d, "csr")
+    with pytest.raises(ValueError, match="not zero-preserving"):
+        np.divide(t, np.zeros((2, 2)))
+    with pytest.raises(ValueError, match="not zero-preserving"):
+        np.multiply(t, np.full((2, 2), np.inf))
+    # the operators and st.div/st.mul keep PyTorch's sampled semantics (unspecified elements stay 0)
+    with np.errstate(all="ignore"):
+        np.testing.assert_array_equal((t / np.zeros((2, 2))).to_dense(), [[0, np.inf], [np.inf, 0]])
+        np.testing.assert_array_equal(st.mul(t, np.full((2, 2), np.inf)).to_dense(), [[0, np.inf], [np.inf, 0]])
+
+
+def test_uncoalesced_duplicates_count_once():
+    c = st.sparse_coo_tensor([[0, 0, 1], [1, 1, 0]], [1.0, 2.0, 3.0], size=(2, 2))  # (0, 1) twice
+    d = np.array([[1.0, 0.0], [0.0, 1.0]])  # zeros at the two specified elements
+    with np.errstate(all="ignore"):
+        np.testing.assert_array_equal(np.divide(c, d).to_dense(), c.to_dense() / d)
+    d[1, 1] = 0.0
+    with pytest.raises(ValueError, match="not zero-preserving"):
+        np.divide(c, d)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_axis_out_of_range_is_numpys_axis_error(layout):
+    t, a = _make(layout)
+    cases = [lambda x: np.sum(x, axis=2), lambda x: np.sum(x, axis=(0, -3)), lambda x: np.mean(x, axis=5),
+             lambda x: np.max(x, axis=-3), lambda x: np.concatenate([x, x], axis=2),
+             lambda x: np.stack([x, x], axis=4), lambda x: np.transpose(x, (0, 2)),
+             lambda x: np.diagonal(x, 0, 0, 2), lambda x: np.trace(x, 0, 3, 1), lambda x: np.add.reduce(x, axis=3)]
+    for f in cases:
+        with pytest.raises(np.exceptions.AxisError):
+            f(a)
+        with pytest.raises(np.exceptions.AxisError, match="out of range"):
+            f(t)
+    with pytest.raises(IndexError, match="out of range"):  # still PyTorch's IndexError
+        st.sum(t, 2)

@@ -102,6 +102,30 @@ def test_coo_duplicates_and_nd():
     np.testing.assert_array_equal(st.to_scipy(t3).toarray(), m3.toarray())
 
 
+def test_coo_flagged_canonical_by_hand_stays_uncoalesced():
+    m = sp.coo_array((np.array([1.0, 2.0]), (np.array([0, 0]), np.array([1, 1]))), shape=(2, 2))
+    m.has_canonical_format = True  # set by hand on duplicates: was InvariantError C6
+    t = st.from_scipy(m)
+    assert not t.is_coalesced()
+    np.testing.assert_array_equal(t.to_dense(), [[0.0, 3.0], [0.0, 0.0]])
+
+
+@pytest.mark.parametrize("make", [sp.csr_array, sp.dok_array, sp.coo_array])
+def test_one_dimensional_arrays_become_1d_coo(make):
+    m = make(np.array([0.0, 1.0, 0.0, 2.0]))  # SciPy's 1-d sparse arrays
+    t = st.from_scipy(m)
+    assert t.layout is st.sparse_coo and t.shape == (4,)
+    np.testing.assert_array_equal(t.to_dense(), [0.0, 1.0, 0.0, 2.0])
+
+
+def test_scipy_operands_name_the_conversion():
+    t = st.from_dense(np.eye(2), "csr")
+    m = sp.csr_array(np.eye(2))
+    for op in (lambda: t @ m, lambda: t + m, lambda: t * m, lambda: st.matmul(t, m), lambda: st.add(t, m)):
+        with pytest.raises(TypeError, match="from_scipy"):
+            op()
+
+
 def test_other_formats_go_through_csr():
     m = sp.dia_array(np.diag([1.0, 2.0, 3.0]))
     t = st.from_scipy(m)

@@ -111,3 +111,39 @@ def test_errors(layout):
         t[0, 0] = 1.0
     with pytest.raises(IndexError, match="ellipsis"):
         t[..., ...]
+
+
+# NumPy reads advanced indices (the array and the integers) on the key as written: apart (by a slice, or
+# by '...' even where it stands for no dims), they put the array's dim first. Where that differs from
+# applying each component in place (a sliced dim before the array) the key is refused, never a wrong shape.
+KEYS_SEPARATED_OK = [([1, 0], Ellipsis, 0), ([1, 0], slice(None), 0), (Ellipsis, 0, [1, 0]), (0, [1, 0], Ellipsis),
+                     ([1, 0], 2, Ellipsis), (Ellipsis, [1, 0], 2)]
+KEYS_SEPARATED_REFUSED = [(slice(None), [1, 0], Ellipsis, 0), (slice(None, None, 2), np.array([1, 0]), Ellipsis, -1),
+                          (0, Ellipsis, [1, 0]), (0, slice(None), [1, 0]), (slice(1, None), [0], Ellipsis, 1),
+                          (1, Ellipsis, [2, 0])]
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_advanced_indices_apart(layout):
+    if layout == "coo":
+        a = np.arange(48.0).reshape(2, 4, 6)
+        t = st.from_dense(a, "coo")
+    else:
+        t, a = _make(layout, batch=(2,))
+    for key in KEYS_SEPARATED_OK:
+        _check(t, a, key)
+    for key in KEYS_SEPARATED_REFUSED:
+        a[key]  # NumPy takes it (and moves the array's dim first)
+        with pytest.raises(NotImplementedError, match="separated by a slice or by '...'"):
+            t[key]
+
+
+def test_advanced_indices_apart_by_an_empty_ellipsis():
+    d = np.arange(60.0).reshape(3, 4, 5)
+    t = st.from_dense(d, "coo")
+    assert d[:, [0, 1], ..., 0].shape == (2, 3)
+    with pytest.raises(NotImplementedError, match=r"got \[:, \[\.\.\.\], \.\.\., 0\]"):
+        t[:, [0, 1], ..., 0]
+    _check(t, d, ([0, 1], Ellipsis, 0))  # nothing sliced before the array: NumPy's result in place
+    m = np.arange(12.0).reshape(3, 4)
+    _check(st.from_dense(m, "csr"), m, (0, Ellipsis, [1, 2]))  # '...' stands for no dims, nothing sliced
