@@ -176,10 +176,10 @@ def _coo_coalesce(self, *, threads: int | None = None) -> COOTensor:
     """Sort the indices lexicographically and sum the values of duplicates (bool: logical or).
 
     An already coalesced tensor is returned as it is (no copy), once its indices are known valid: a
-    flag given with ``check_invariants=False`` is checked first (C4-C6, once: the result is kept),
-    since the callers trust it to mean distinct indices; on a device the backend checks them.
+    flag given with ``check_invariants=False`` is checked first (C4-C6, once: the result is kept;
+    on a device by the device's check), since the callers trust it to mean distinct indices.
     """
-    if self._coalesced and not self._checked and type(self._values) is np.ndarray:
+    if self._coalesced and not self._checked:
         self.check_invariants(threads=threads)
     if self._coalesced and self._checked:
         return self

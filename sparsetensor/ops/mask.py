@@ -22,8 +22,10 @@ __all__ = ["sparse_mask"]
 
 # -- sparse_mask -------------------------------------------------------------------------------------
 def _coo_coords(mask: COOTensor, threads) -> tuple:
-    """The body of COO: ``(mask, its indices)``, not yet bounds-checked (see
-    :func:`_linear`)."""
+    """The body of COO: ``(mask, its indices)``, not yet bounds-checked (see :func:`_linear`);
+    a coalesced flag given without a check is checked first (C6), as the result keeps it."""
+    if mask.is_coalesced():
+        mask = ensure_valid(mask, threads=threads)
     return mask, mask.indices()
 
 

@@ -192,6 +192,19 @@ def test_unchecked_and_uncoalesced_operands(backend, rng):
     same(c.cuda() + dx, c + x)
 
 
+def test_coalesced_flag_given_without_a_check_is_checked(backend):
+    """A COO flag given with check_invariants=False: the device checks it before an op trusts it,
+    with the CPU's C6 (it repaired the tensor silently)."""
+    lying = st.sparse_coo_tensor(np.array([[0, 1, 1, 3], [3, 0, 0, 4]]), np.array([1.0, -2.0, 5.0, 4.0]), (4, 5),
+                                 check_invariants=False, is_coalesced=True)
+    for op in (lambda x: x.coalesce(), st.abs, lambda x: x.to_sparse_csr(), lambda x: st.amax(x, 1),
+               st.count_nonzero):
+        for x in (lying, lying.cuda()):
+            with pytest.raises(st.InvariantError) as e:
+                op(x)
+            assert e.value.invariant == "C6"
+
+
 def test_bad_indices_raise(backend, rng):
     """Indices out of bounds raise the CPU's InvariantError instead of reading or writing out of
     the dense operand, with and without check_invariants."""

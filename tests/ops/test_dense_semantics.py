@@ -73,6 +73,9 @@ def test_unchecked_coalesced_flag_is_checked_before_it_is_trusted():
     honest = st.sparse_coo_tensor(np.array([[0, 1]]), np.array([1.0, 2.0]), size=(2,), is_coalesced=True,
                                   check_invariants=False)
     assert honest.coalesce() is honest and honest._checked  # checked once, then trusted
+    with pytest.raises(st.InvariantError) as e:  # a mask keeps its flag: checked before it is copied
+        st.sparse_mask(np.ones(2), lying)
+    assert e.value.invariant == "C6"
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
