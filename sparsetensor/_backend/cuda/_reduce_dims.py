@@ -68,10 +68,8 @@ def _reduce_items(v, lead: int, axes: list, red: str):
 def sum_axis(x, axis: int, dtype):
     """Dense device array ``x`` summed over ``axis`` (dropped) in ``np.sum``'s result dtype for
     ``dtype``: small integers and bool widen to int64 (uint8 to uint64, summed in int64: integer sums
-    wrap modulo 2**64 in both, so the bits are the same)."""
-    if x.dtype.kind == "c" and dtype is not None and np.dtype(dtype).kind != "c":
-        raise NotImplementedError(f"a sum of {x.dtype} values in {np.dtype(dtype)} (dropping the imaginary parts) "
-                                  f"on {x.device} has no GPU kernel")
+    wrap modulo 2**64 in both, so the bits are the same). Complex values summed in a real dtype
+    drop their imaginary parts first, with NumPy's ComplexWarning."""
     want = np.sum(np.zeros(1, x.dtype), dtype=dtype).dtype  # NumPy's rule, on one host zero
     work = np.dtype(np.int64) if want == np.uint64 else want
     axis %= x.ndim
