@@ -215,9 +215,18 @@ def broadcast_back(t: SparseTensor, G, dims: tuple):
 
 
 def unary_back(name: str, x, y, g, exponent=None):
-    """``g * conj(f'(x))`` of the pointwise op ``name`` on device values."""
-    if name in ("real", "imag", "sgn"):
-        raise refuse(name, x)
+    """``g * conj(f'(x))`` of the pointwise op ``name`` on device values (``real``/``imag``: the
+    cotangent put back as the real or the imaginary part; ``sgn`` of real values: zero)."""
+    if name == "real":
+        return cast(g, x.dtype)
+    if name == "imag":
+        if x.dtype.kind != "c":
+            raise TypeError("imag of a real tensor has no gradient")
+        return cast(g, x.dtype) * 1j
+    if name == "sgn":
+        if x.dtype.kind == "c":
+            raise NotImplementedError("the gradient of sgn of a complex tensor is not implemented")
+        return zeros(x.shape, np.result_type(g.dtype, x.dtype), x)
     if name == "conj" and x.dtype.kind != "c":
         return cast(g, x.dtype)
     return kernels().unary_grad(name, x, y, g, exponent)
