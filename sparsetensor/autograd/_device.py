@@ -174,6 +174,18 @@ def matmul_back(a: SparseTensor, X, G):
     return ga, unbroadcast(gX, X.shape)
 
 
+def dense_matmul_back(X, b: SparseTensor, G):
+    """Cotangents of dense ``X`` and sparse ``b`` for ``X @ b`` on the device, as those of
+    ``b^T @ X^T = (X @ b)^T`` (:func:`matmul_back`; ``b.mT`` shares ``b``'s values, its blocks
+    transposed)."""
+    def t(x):
+        x = _array(x)
+        return x if x.ndim == 1 else x.swapaxes(-1, -2)
+
+    gbt, gxt = matmul_back(b.mT, t(X), t(G))
+    return t(gxt), gbt.swapaxes(-1, -2) if b.layout.blocked else gbt
+
+
 def adjoint(x):
     """``conj(x).mT`` of a device array (a transposed copy: device memory holds no strided views)."""
     return kernels().conj(_array(x)).swapaxes(-1, -2)

@@ -114,9 +114,7 @@ def _matmul_back(a, b, G):
     if _sparse(a) and _sparse(b):  # masked: only the entries of the patterns (not G @ B^H, then sampled)
         return spgemm_grads(a, b, G)
     if _device.on_device(G):
-        if not _sparse(a):
-            raise _device.refuse("dense @ sparse", G)
-        return _device.matmul_back(a, b, G)
+        return _device.matmul_back(a, b, G) if _sparse(a) else _device.dense_matmul_back(a, b, G)
     G = np.asarray(G)
     if _sparse(a):
         X = np.asarray(b)

@@ -136,6 +136,21 @@ def test_matmul(backend, rng, no_host_copies, case, index_dtype, dtype):
         check(rng, no_host_copies, st.mm, A, rand(rng, (K, 1), dtype))
 
 
+@pytest.mark.parametrize("dtype", FLOAT, ids=str)
+@pytest.mark.parametrize("case", PRODUCT_CASES, ids=PRODUCT_IDS)
+def test_dense_matmul_sparse(backend, rng, no_host_copies, case, dtype):
+    """X @ A: the cotangents of A^T @ X^T, transposed back (A's blocks too)."""
+    A = make(rng, case, dtype, np.int64)
+    batch, M = A.shape[:-2], A.shape[-2]
+    check(rng, no_host_copies, st.matmul, rand(rng, (3, M), dtype), A)
+    check(rng, no_host_copies, st.matmul, rand(rng, batch + (2, M), dtype), A)
+    if not batch:
+        check(rng, no_host_copies, st.matmul, rand(rng, (M,), dtype), A)  # a vector
+    if case[0] in ("csr", "csc"):
+        C = A.astype(np.complex128)._replace_values(A.values() * (1 + 0.5j))
+        check(rng, no_host_copies, st.matmul, rand(rng, (3, M), np.complex128), C)
+
+
 def test_matmul_complex(backend, rng, no_host_copies):
     for layout in ("csr", "csc"):
         A = make(rng, (layout, (), (), None), np.complex128)
