@@ -84,12 +84,18 @@ __device__ cdouble complex_unary(cdouble z, int op) {
         case OP_SQUARE: return z * z;
         case OP_CONJ: return {a, -b};
         case OP_SQRT: return c_sqrt(z);
-        case OP_SIN: return {sin(a) * cosh(b), cos(a) * sinh(b)};
-        case OP_SINH: return {sinh(a) * cos(b), cosh(a) * sin(b)};
+        // sin z = -i sinh iz, asin z = -i asinh iz (C99 G.6), but with glibc's +inf imaginary
+        // parts (as NumPy's) where G.6 leaves their sign unspecified
+        case OP_SIN:
+            if (!isfinite(a) && isinf(b)) return {a - a, fabs(b)};  // a - a: NaN
+            return cmul_negi(c_sinh(cmul_i(z)));
+        case OP_SINH: return c_sinh(z);
         case OP_TANH: return c_tanh(z);
         case OP_TAN: return cmul_negi(c_tanh(cmul_i(z)));
         case OP_ASINH: return c_asinh(z);
-        case OP_ASIN: return cmul_negi(c_asinh(cmul_i(z)));
+        case OP_ASIN:
+            if (isinf(a) && isnan(b)) return {b, fabs(a)};
+            return cmul_negi(c_asinh(cmul_i(z)));
         case OP_ATANH: return c_atanh(z);
         case OP_ATAN: return cmul_negi(c_atanh(cmul_i(z)));
         case OP_LOG1P: return c_log1p(z);

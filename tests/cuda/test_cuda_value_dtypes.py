@@ -201,6 +201,44 @@ def test_complex_functions_near_branch_cuts(backend):
             complex_close(st.pow, t, e)
 
 
+# real and imaginary parts of the special values: zeros of both signs, ordinary and overflowing
+# values, infinities, NaN (1e300 is inf in complex64)
+SPECIAL_PARTS = [0.0, -0.0, 1.0, -1.0, 0.5, 3.0, -3.0, 1e300, -1e300, np.inf, -np.inf, np.nan]
+
+
+def test_complex_functions_at_special_values(backend):
+    """C99 Annex G's values (NumPy's, glibc's signs where G.6 leaves them open) at every pair of
+    SPECIAL_PARTS: NaN and infinite parts, signed zeros, overflow."""
+    grid = np.array([complex(re, im) for re in SPECIAL_PARTS for im in SPECIAL_PARTS])
+    for dtype in (np.complex64, np.complex128):
+        with np.errstate(over="ignore"):
+            t = st.sparse_coo_tensor([np.arange(grid.size)], grid.astype(dtype), size=(grid.size,))
+        for name in ("sqrt", "sin", "sinh", "tan", "tanh", "asin", "asinh", "atan", "atanh", "expm1", "log1p"):
+            special_same(getattr(st, name), t)
+        for e in (2, 3, 2.5, 0.5):
+            special_same(st.pow, t, e)
+
+
+def special_same(call, t, *args):
+    """``call(t, *args)`` on the device is the CPU's result part by part: NaN where it is NaN, the
+    same infinities and signed zeros, other values to 1e-12 (complex128) or 1e-6 (complex64)
+    relative to the result's modulus."""
+    with np.errstate(all="ignore"):
+        want = np.asarray(call(t, *args).values())
+        modulus = np.abs(want)
+    got = call(on_device(t), *args).values().get()
+    assert got.dtype == want.dtype and got.shape == want.shape
+    tol = 1e-12 if want.dtype == np.complex128 else 1e-6
+    for part in ("real", "imag"):
+        x, w = getattr(got, part), getattr(want, part)
+        ok = (np.isnan(x) & np.isnan(w)) | ((x == w) & (np.signbit(x) == np.signbit(w)))
+        with np.errstate(invalid="ignore"):  # inf - inf where ok already
+            ok |= np.isfinite(x) & np.isfinite(w) & (w != 0) & (np.abs(x - w) <= tol * modulus)
+        bad = np.flatnonzero(~ok)
+        assert bad.size == 0, (f"{call.__name__}{args} {part} parts of {t.dtype}: at {np.asarray(t.values())[bad]} "
+                               f"got {x[bad]}, want {w[bad]}")
+
+
 def complex_close(call, *args):
     """``call(*args)`` on the device is the CPU's result to 1e-12 (complex128) or 1e-6 (complex64,
     computed in double there and rounded once) relative to the largest modulus: another math
