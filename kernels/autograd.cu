@@ -7,7 +7,7 @@
 // - compressed_keys + key_lookup: a sparse cotangent read at another tensor's pattern;
 // - sampled_dot: the masked gradient of a sparse factor, sum_n A[row, n] * B[col, n] at
 //   each stored item, operands read through strides (no transposed copies);
-// - unary_grad / unary_grad_complex / abs_grad_complex: G * conj(f'(x)) of the pointwise ops;
+// - unary_grad / unary_grad_complex / abs_grad_complex / sgn_grad_complex: G * conj(f'(x)) of the pointwise ops;
 // - softmax_grad: the pullback of segment_softmax over the same segments;
 // - add_arrays, sum_leading, real_part: summing cotangents.
 #include "common.cuh"
@@ -98,19 +98,10 @@ __global__ void coo_offsets(const I* __restrict__ idx, i64 S, i64 nnz, i64 D, co
 // (batch dims, then the (block) row and column of a compressed tensor; the sparse dims of a coo
 // one), key = sum_k (c[k] + shift[k]) * mult[k], or ~0 (found nowhere) when some c[k] is outside
 // [lo[k], hi[k]). Plain keys: shift 0, mult the row-major strides of the (block) grid; a narrow,
-// select or cat maps its input's elements to its output's keys by shift, mult and the range. With
-// rd >= 0, coordinate rd is first replaced by remap[c[rd]] (index_select: the output position of an
-// input index; -1: none).
+// select or cat maps its input's elements to its output's keys by shift, mult and the range.
 __device__ __forceinline__ bool add_coord(i64 x, i64 k, const i64* __restrict__ shift, const i64* __restrict__ lo,
-                                          const i64* __restrict__ hi, const i64* __restrict__ mult, i64 rd,
-                                          const i64* __restrict__ remap, u64& key) {
-    if (k == rd) {
-        if (x < lo[k] || x >= hi[k]) return false;
-        x = remap[x];
-        if (x < 0) return false;
-    } else if (x < lo[k] || x >= hi[k]) {
-        return false;
-    }
+                                          const i64* __restrict__ hi, const i64* __restrict__ mult, u64& key) {
+    if (x < lo[k] || x >= hi[k]) return false;
     key += (u64)(x + shift[k]) * (u64)mult[k];
     return true;
 }
@@ -120,7 +111,7 @@ template <typename I>
 __global__ void compressed_keys(const I* __restrict__ c, const I* __restrict__ p, i64 B, i64 nnz, i64 n,
                                 int rows_major, i64 m, const i64* __restrict__ batch, const i64* __restrict__ shift,
                                 const i64* __restrict__ lo, const i64* __restrict__ hi, const i64* __restrict__ mult,
-                                i64 rd, const i64* __restrict__ remap, u64* __restrict__ keys) {
+                                u64* __restrict__ keys) {
     ST_GRID_LOOP(i, B * nnz) {
         const i64 b = i / nnz, e = i - b * nnz;
         const i64 slot = slot_of(c + b * (n + 1), n, e);
@@ -129,11 +120,11 @@ __global__ void compressed_keys(const I* __restrict__ c, const I* __restrict__ p
         bool ok = true;
         i64 r = b;
         for (i64 k = m - 1; k >= 0; --k) {
-            ok = add_coord(r % batch[k], k, shift, lo, hi, mult, rd, remap, key) && ok;
+            ok = add_coord(r % batch[k], k, shift, lo, hi, mult, key) && ok;
             r /= batch[k];
         }
-        ok = add_coord(rows_major ? slot : plain, m, shift, lo, hi, mult, rd, remap, key) && ok;
-        ok = add_coord(rows_major ? plain : slot, m + 1, shift, lo, hi, mult, rd, remap, key) && ok;
+        ok = add_coord(rows_major ? slot : plain, m, shift, lo, hi, mult, key) && ok;
+        ok = add_coord(rows_major ? plain : slot, m + 1, shift, lo, hi, mult, key) && ok;
         keys[i] = ok ? key : ~0ull;
     }
 }
@@ -142,12 +133,11 @@ __global__ void compressed_keys(const I* __restrict__ c, const I* __restrict__ p
 template <typename I>
 __global__ void coo_keys_mapped(const I* __restrict__ idx, i64 S, i64 nnz, const i64* __restrict__ shift,
                                 const i64* __restrict__ lo, const i64* __restrict__ hi,
-                                const i64* __restrict__ mult, i64 rd, const i64* __restrict__ remap,
-                                u64* __restrict__ keys) {
+                                const i64* __restrict__ mult, u64* __restrict__ keys) {
     ST_GRID_LOOP(e, nnz) {
         u64 key = 0;
         bool ok = true;
-        for (i64 k = 0; k < S; ++k) ok = add_coord((i64)idx[k * nnz + e], k, shift, lo, hi, mult, rd, remap, key) && ok;
+        for (i64 k = 0; k < S; ++k) ok = add_coord((i64)idx[k * nnz + e], k, shift, lo, hi, mult, key) && ok;
         keys[e] = ok ? key : ~0ull;
     }
 }
@@ -290,6 +280,27 @@ __global__ void abs_grad_complex(const A* __restrict__ x, const A* __restrict__ 
         const A s = r == (A)0 ? (A)0 : g[i] / r;
         out[2 * i] = x[2 * i] * s;
         out[2 * i + 1] = x[2 * i + 1] * s;
+    }
+}
+
+// sgn of complex x (s = x / |x|): gx = (g - conj(g) * s^2) / (2 |x|), 0 where x == 0 (PyTorch's value
+// there). The two terms are the Wirtinger derivatives: d sgn / dx = 1 / (2|x|), d sgn / dx* = -s^2 / (2|x|).
+// st:kernel real
+template <typename A>
+__global__ void sgn_grad_complex(const A* __restrict__ x, const A* __restrict__ g, i64 n, A* __restrict__ out) {
+    ST_GRID_LOOP(i, n) {
+        const double xr = (double)x[2 * i], xi = (double)x[2 * i + 1];
+        const double r = hypot(xr, xi);
+        double ore = 0, oim = 0;
+        if (r != 0) {
+            const double sr = xr / r, si = xi / r;
+            const double s2r = sr * sr - si * si, s2i = 2 * sr * si;
+            const double gr = (double)g[2 * i], gi = (double)g[2 * i + 1];
+            ore = (gr - (gr * s2r + gi * s2i)) / (2 * r);
+            oim = (gi - (gr * s2i - gi * s2r)) / (2 * r);
+        }
+        out[2 * i] = (A)ore;
+        out[2 * i + 1] = (A)oim;
     }
 }
 

@@ -91,16 +91,24 @@ def unbroadcast(g, shape: tuple):
     for n in range(extra + lead, extra - 1, -1):
         if g.shape[n:] == shape[n - extra:]:
             return kernels().sum_leading(g, n).reshape(shape)
-    raise NotImplementedError(f"summing a device cotangent of shape {g.shape} back to the broadcast shape {shape} "
-                              f"on {g.device} has no GPU kernel (only leading dims)")
+    if extra:
+        g = kernels().sum_leading(g, extra)
+    for k, n in enumerate(shape):  # a dim stretched from 1 behind others: swapped to the front, summed there
+        if n == 1 and g.shape[k] != 1:
+            front = g.swapaxes(0, k)
+            s = kernels().sum_leading(front, 1)
+            g = s.reshape((1,) + s.shape).swapaxes(0, k)
+    return g.reshape(shape)
 
 
 def values_at(g, target: SparseTensor):
     """Cotangent ``g`` (a sparse device tensor of any pattern, or a dense device array of
     ``target``'s shape) read at the stored elements of device tensor ``target``."""
     if isinstance(g, SparseTensor):
-        if g.layout.blocked != target.layout.blocked:  # the keys of a blocked pattern are its blocks'
-            g = g.to_sparse(target.layout, blocksize=target.blocksize if target.layout.blocked else None)
+        if target.layout.blocked and (not g.layout.blocked or g.blocksize != target.blocksize):
+            return kernels().elements_at(_coo(g), target)  # the keys of a blocked pattern are its blocks'
+        if g.layout.blocked and not target.layout.blocked:
+            g = _coo(g)
         return kernels().sparse_at(g, target)
     g = _array(g)
     if g.shape != target.shape:
@@ -213,6 +221,9 @@ def broadcast_back(t: SparseTensor, G, dims: tuple):
     keep = tuple(1 if d in dims else s for d, s in enumerate(t.shape))
     if not isinstance(G, SparseTensor):
         return kernels().dense_at(t, _array(G).reshape(keep))
+    P = t.ndim - t.dense_dim
+    if any(d >= P for d in dims):
+        return _dense_broadcast_back(t, G, dims, P)
     own = t.sparse_dim if isinstance(t, COOTensor) else t.batch_dim  # the dims of t's key grid that are whole dims
     n, kept = len(kernels().grid(t)), G.ndim == t.ndim
     if any(d >= own for d in dims) or len(kernels().grid(G)) != (n if kept else n - len(dims)):
@@ -226,6 +237,40 @@ def broadcast_back(t: SparseTensor, G, dims: tuple):
     return kernels().sparse_at(G, t, ([0] * n, [0] * n, list(kernels().grid(t)), mult))
 
 
+def _pattern(t: SparseTensor, shape: tuple) -> SparseTensor:
+    """``t``'s pattern (its index arrays) in ``shape``, which differs from ``t.shape`` in dense dims
+    only, with zero values."""
+    v = t.values()
+    lead = v.shape[:v.ndim - t.dense_dim]
+    vals = zeros(lead + tuple(shape[t.ndim - t.dense_dim:]), v.dtype, t)
+    if isinstance(t, COOTensor):
+        return COOTensor(t.indices(), vals, tuple(shape), t.is_coalesced(), t._checked)
+    return type(t)(t.compressed_indices(), t.plain_indices(), vals, tuple(shape), t.layout, t.is_coalesced())
+
+
+def _dense_broadcast_back(t: SparseTensor, G: SparseTensor, dims: tuple, P: int):
+    """:func:`broadcast_back` for a sparse ``G`` of a reduction over some dense dims of ``t`` (and
+    maybe batch or sparse ones): ``G`` read at ``t``'s pattern in ``G``'s dense shape, then
+    repeated along the reduced dense dims' value axes."""
+    from .._backend.cuda import _select
+
+    dense = [d for d in dims if d >= P]
+    kept = G.ndim == t.ndim
+    shape = tuple(1 if d in dense else n for d, n in enumerate(t.shape) if kept or d not in dense)
+    v = broadcast_back(_pattern(t, shape), G, tuple(d for d in dims if d < P))
+    lead = v.ndim - t.dense_dim + (0 if kept else len(dense))  # the value axes before the dense ones
+    if not kept:
+        full = list(v.shape[:lead])
+        rest = list(v.shape[lead:])
+        for d in range(P, t.ndim):
+            full.append(1 if d in dense else rest.pop(0))
+        v = v.reshape(tuple(full))
+    for d in dense:  # a gather of index 0, n times: the repeat along the axis
+        ax = v.ndim - (t.ndim - d)
+        v = _select.take_axis(v, ax, np.zeros(t.shape[d], np.int64))
+    return v
+
+
 def unary_back(name: str, x, y, g, exponent=None):
     """``g * conj(f'(x))`` of the pointwise op ``name`` on device values (``real``/``imag``: the
     cotangent put back as the real or the imaginary part; ``sgn`` of real values: zero)."""
@@ -237,7 +282,7 @@ def unary_back(name: str, x, y, g, exponent=None):
         return cast(g, x.dtype) * 1j
     if name == "sgn":
         if x.dtype.kind == "c":
-            raise NotImplementedError("the gradient of sgn of a complex tensor is not implemented")
+            return kernels().unary_grad(name, x, y, g)
         return zeros(x.shape, np.result_type(g.dtype, x.dtype), x)
     if name == "conj" and x.dtype.kind != "c":
         return cast(g, x.dtype)
@@ -248,15 +293,15 @@ def softmax_back(c: SparseTensor, out: SparseTensor, G: SparseTensor, d: int, lo
     """The cotangent of the values of (canonical) device tensor ``c`` for ``softmax(c, d)`` (``log``:
     log_softmax) = ``out``: along the plain dim over the rows as they lie, along the compressed
     dim through the transposed layout (as the forward op), along a batch dim of a compressed
-    tensor or a sparse dim of a coo one through sums along ``d`` (the CPU's formula)."""
+    tensor or a sparse dim of a coo one, along a dense dim and of a blocked tensor or one with
+    dense dims through sums along ``d`` (the CPU's formula)."""
     work = np.dtype(np.float32) if out.dtype == np.float16 else out.dtype  # as the forward op computes
     g = cast(G.values(), work)
     if out.dtype != work:
         out = out._replace_values(out.values().astype(work))
-    if d < (c.sparse_dim if isinstance(c, COOTensor) else c.batch_dim):
+    if d < (c.sparse_dim if isinstance(c, COOTensor) else c.batch_dim) or c.layout.blocked or c.dense_dim or \
+            not c.layout.compressed:
         return _softmax_back_by_sums(c, out, g, d, log)
-    if c.layout.blocked or c.dense_dim or not c.layout.compressed:
-        raise refuse("softmax" if not log else "log_softmax", c)
     m = c.batch_dim
     plain_dim = m + 1 if c.layout.compressed_rows else m
     if d != plain_dim:
@@ -301,18 +346,69 @@ def _strides(shape) -> list:
     return out[::-1]
 
 
-def _along_sparse(what: str, t: SparseTensor, d: int) -> int:
-    """The number of batch and sparse dims of ``t``; refuses a dense dim ``d`` or a blocked ``t``."""
+def _by_keys(t: SparseTensor, d: int) -> int | None:
+    """The number of batch and sparse dims of ``t`` when its elements' keys can be moved along
+    ``d`` (a batch or sparse dim of an unblocked ``t``); None where the cotangent is first put back
+    into ``t``'s shape by sparse ops (:func:`_in_shape_of`): a dense dim, or a blocked ``t``, whose
+    blocks an op along a sparse dim splits into elements."""
     P = t.ndim - t.dense_dim
-    if d >= P or t.layout.blocked:
-        raise refuse(f"{what} along a dense dim or of a blocked tensor", t)
-    return P
+    return None if d >= P or t.layout.blocked else P
+
+
+def _coo(G: SparseTensor) -> COOTensor:
+    """Cotangent ``G`` as a coo tensor (the device's conversion), so that every dim of ``G``'s
+    pattern is a sparse dim of it and every op of the adjoints below has a device kernel."""
+    from .._core import _layout as L
+
+    return G if isinstance(G, COOTensor) else G.to_sparse(L.sparse_coo)
+
+
+def _empty_like(G: COOTensor, shape: tuple) -> COOTensor:
+    """A device coo tensor of ``shape`` with ``G``'s index and value dtypes, sparse and dense dims,
+    and no entries."""
+    from ..cuda._array import DeviceArray
+
+    dev = G.values()._device
+    S = G.sparse_dim
+    return COOTensor(DeviceArray.zeros((S, 0), G.index_dtype, dev), DeviceArray.zeros((0,) + tuple(shape[S:]),
+                                                                                        G.dtype, dev),
+                     tuple(shape), True, True)
+
+
+def _widened(G: COOTensor, d: int, start: int, size: int) -> COOTensor:
+    """Coo ``G`` placed at ``start`` of a dim ``d`` of ``size`` (zero elsewhere): the adjoint of
+    ``narrow``, as a cat with empty tensors."""
+    from ..ops import join
+
+    parts = []
+    if start:
+        parts.append(_empty_like(G, G.shape[:d] + (start,) + G.shape[d + 1:]))
+    parts.append(G)
+    rest = size - start - G.shape[d]
+    if rest:
+        parts.append(_empty_like(G, G.shape[:d] + (rest,) + G.shape[d + 1:]))
+    return join.cat(parts, d) if len(parts) > 1 else G
+
+
+def _with_dim(G: COOTensor, d: int, dense: bool) -> COOTensor:
+    """Coo ``G`` with a new dim of size 1 at ``d``, a dense dim or a sparse one (``select``'s adjoint
+    needs the dim's kind of the input, which ``d``'s place alone does not say at the boundary)."""
+    from ..ops import join
+
+    if not dense:
+        return join._unsqueeze_coo(G, d)
+    v = G.values()
+    ax = d - G.sparse_dim + 1
+    return COOTensor(G.indices(), v.reshape(v.shape[:ax] + (1,) + v.shape[ax:]), G.shape[:d] + (1,) + G.shape[d:],
+                     G.is_coalesced(), G._checked)
 
 
 def narrow_back(t: SparseTensor, G: SparseTensor, d: int, start: int, length: int):
     """Values of ``t`` for ``narrow(t, d, start, length)``: ``G`` read at ``t``'s elements moved by
     ``-start`` along ``d``, zero outside the window."""
-    P = _along_sparse("narrow", t, d)
+    P = _by_keys(t, d)
+    if P is None:
+        return values_at(_widened(_coo(G), d, start, t.shape[d]), t)
     shift, lo, hi = [0] * P, [0] * P, list(t.shape[:P])
     shift[d], lo[d], hi[d] = -start, start, start + length
     return kernels().sparse_at(G, t, (shift, lo, hi, _strides(kernels().grid(G))))
@@ -320,7 +416,17 @@ def narrow_back(t: SparseTensor, G: SparseTensor, d: int, start: int, length: in
 
 def select_back(t: SparseTensor, G: SparseTensor, d: int, index: int):
     """Values of ``t`` for ``select(t, d, index)``: ``G`` read at the elements with ``index`` along ``d``."""
-    P = _along_sparse("select", t, d)
+    P = _by_keys(t, d)
+    if not isinstance(G, SparseTensor):  # a coo tensor's only sparse dim selected: a dense result
+        from ..cuda._array import DeviceArray
+
+        G = _array(G)
+        G = COOTensor(DeviceArray.zeros((0, 1), t.index_dtype, G._device), G.reshape((1,) + G.shape), G.shape,
+                      True, True)
+        P = None
+    if P is None:
+        g = _with_dim(_coo(G), d, d >= t.ndim - t.dense_dim)
+        return values_at(_widened(g, d, index, t.shape[d]), t)
     mult = _strides(kernels().grid(G))
     mult.insert(d, 0)
     lo, hi = [0] * P, list(t.shape[:P])
@@ -331,33 +437,58 @@ def select_back(t: SparseTensor, G: SparseTensor, d: int, index: int):
 def cat_back(tensors: list, G: SparseTensor, d: int) -> list:
     """Values of each of ``tensors`` for ``cat(tensors, d)``: ``G`` read at their elements moved by
     their offsets along ``d``."""
+    from ..ops import select
+
     out, off = [], 0
     mult = _strides(kernels().grid(G))
     for t in tensors:
-        P = _along_sparse("cat", t, d)
-        shift = [0] * P
-        shift[d] = off
-        out.append(kernels().sparse_at(G, t, (shift, [0] * P, list(t.shape[:P]), mult)))
+        P = _by_keys(t, d)
+        if P is None:
+            out.append(values_at(select.narrow(_coo(G), d, off, t.shape[d]), t))
+        else:
+            shift = [0] * P
+            shift[d] = off
+            out.append(kernels().sparse_at(G, t, (shift, [0] * P, list(t.shape[:P]), mult)))
         off += t.shape[d]
     return out
 
 
+def _coords_mapped(G: COOTensor, d: int, index, size: int) -> COOTensor:
+    """Coo ``G`` of an ``index_select`` along sparse dim ``d`` taken back to a dim of ``size``: each
+    entry's coordinate ``c`` along ``d`` replaced by ``index[c]`` (int64 indices, not coalesced: the
+    entries that land on one coordinate are summed when read, which is the adjoint of a repeat)."""
+    from .._backend.cuda import _select
+    from ..cuda._array import DeviceArray
+
+    G = G.coalesce()  # checked: every coordinate is in range before it indexes ``index``
+    dev = G.values()._device
+    idx = G.indices().astype(np.int64)
+    index = index if is_device_array(index) else DeviceArray.from_host(np.asarray(index, np.int64).reshape(-1), dev)
+    row = _select.take_axis(_array(index).astype(np.int64, copy=False), 0, idx[d])
+    parts = [p for p in (idx[:d], row.reshape(1, -1), idx[d + 1:]) if p.shape[0]]
+    return COOTensor(_select.concat_axis(parts, 0), G.values(), G.shape[:d] + (size,) + G.shape[d + 1:], False, True)
+
+
 def index_select_back(t: SparseTensor, G: SparseTensor, d: int, index):
-    """Values of ``t`` for ``index_select(t, d, index)`` (a host index): for each stored element,
-    the sum of ``G`` at every output position that selected its index along ``d`` (one lookup per
-    repetition of an index)."""
-    P = _along_sparse("index_select", t, d)
+    """Values of ``t`` for ``index_select(t, d, index)``: for each stored element, the sum of ``G`` at
+    every output position that selected its index along ``d``. Along a batch or sparse dim ``G``'s
+    coordinates are mapped through ``index`` (a host or device index); along a dense dim, one
+    gather per repetition of an index (a host index)."""
+    if d < t.ndim - t.dense_dim:
+        return values_at(_coords_mapped(_coo(G), d, index, t.shape[d]), t)
     if is_device_array(index):
-        raise refuse("index_select with an index on the device", t)
+        raise refuse("index_select along a dense dim with an index on the device", t)
+    from ..ops import select
+
     idx = np.asarray(index).reshape(-1).astype(np.int64)  # the caller's host index
     order = np.argsort(idx, kind="stable")
     sidx = idx[order]
     rank = np.arange(idx.size) - np.searchsorted(sidx, sidx, "left")  # which repetition of its index
-    mapping = ([0] * P, [0] * P, list(t.shape[:P]), _strides(kernels().grid(G)), d)
+    g = _widened(_coo(G), d, 0, idx.size + 1)  # a zero slot at idx.size, where no position maps
     total = None
     for r in range(int(rank.max()) + 1 if idx.size else 0):
-        remap = np.full(t.shape[d], -1, np.int64)
+        remap = np.full(t.shape[d], idx.size, np.int64)
         remap[sidx[rank == r]] = order[rank == r]
-        v = kernels().sparse_at(G, t, mapping + (remap,))
+        v = values_at(select.index_select(g, d, remap), t)
         total = v if total is None else add(total, v)
     return total if total is not None else zeros(t.values().shape, G.dtype, t)

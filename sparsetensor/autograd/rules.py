@@ -262,6 +262,16 @@ _NONHOLO = {
 }
 
 
+def _sgn_complex_back(g, x):
+    """``(g - conj(g) s^2) / (2|x|)``, ``s = sgn(x)``, 0 where ``x == 0`` (PyTorch's sgn_backward):
+    the Wirtinger derivatives ``1 / (2|x|)`` and ``-s^2 / (2|x|)`` of ``x / |x|``."""
+    r = np.abs(x)
+    nz = r != 0
+    safe = np.where(nz, r, 1)
+    s = np.where(nz, x / safe, 0)
+    return np.where(nz, (g - np.conj(g) * s * s) / (2 * safe), 0).astype(x.dtype, copy=False)
+
+
 def _coalesced(t):
     return t.coalesce()
 
@@ -290,8 +300,10 @@ def _unary(name):
                 with np.errstate(divide="ignore", invalid="ignore"):
                     gc = g * conj(e * np.power(x, e - 1))
             else:
-                if name in ("sign", "sgn") and x.dtype.kind == "c":
-                    raise NotImplementedError(f"the gradient of {name} of a complex tensor is not implemented")
+                if name == "sgn" and x.dtype.kind == "c":
+                    return (_back_to(t, c, _sgn_complex_back(g, x)),) + (None,) * len(args)
+                if name == "sign" and x.dtype.kind == "c":
+                    raise NotImplementedError("the gradient of sign of a complex tensor is not implemented")
                 with np.errstate(divide="ignore", invalid="ignore"):
                     gc = g * conj(UNARY[name](x, y))
             return (_back_to(t, c, np.asarray(gc)),) + (None,) * len(args)

@@ -286,7 +286,7 @@ def test_unary(layout, name):
 
 
 @pytest.mark.parametrize("name", ["neg", "abs", "sqrt", "square", "sin", "tanh", "expm1", "log1p", "conj",
-                                  "real", "imag"])
+                                  "real", "imag", "sgn"])
 def test_unary_complex(name):
     rng = np.random.default_rng(14)
     t = make(rng, "csr", (3, 4), dtype=np.complex128)

@@ -167,6 +167,16 @@ def test_sampled_addmm(backend, rng, no_host_copies, batch, dtype):
     check(rng, no_host_copies, st.sampled_addmm, A, rand(rng, (M, 2), dtype), rand(rng, (2, N), dtype))
 
 
+def test_sampled_addmm_stretched_batches(backend, rng, no_host_copies):
+    """Factors whose batch dims broadcast from 1 behind other dims: their cotangents summed there."""
+    A = make(rng, ("csr", (2, 3), (), None), np.float64, np.int32)
+    M, N = A.shape[-2:]
+    check(rng, no_host_copies, st.sampled_addmm, A, rand(rng, (2, 1, M, 3), np.float64),
+          rand(rng, (3, 3, N), np.float64))
+    check(rng, no_host_copies, st.sampled_addmm, A, rand(rng, (1, 3, M, 2), np.float64),
+          rand(rng, (2, 1, 2, N), np.float64))
+
+
 # -- elementwise -------------------------------------------------------------------------------------------
 
 ELEMENTWISE_CASES = [("csr", (), (), None), ("csc", (2,), (), None), ("coo", (), (), None), ("coo", (), (2,), None),
@@ -240,9 +250,10 @@ def test_unary_uncoalesced_coo(backend, rng, no_host_copies):
 
 
 def test_unary_complex_not_holomorphic(backend, rng, no_host_copies):
-    """abs, conj, real, imag of complex values (and sgn of real ones: zero) on the device."""
+    """abs, conj, real, imag, sgn of complex values (and sgn of real ones: zero) on the device."""
     A = make(rng, ("csr", (), (), None), np.complex128)
-    for name in ("neg", "square", "conj", "abs", "real", "imag"):
+    A = A._replace_values(np.concatenate([[0j], A.values()[1:]]))  # sgn's and abs's gradient at 0: zero
+    for name in ("neg", "square", "conj", "abs", "real", "imag", "sgn"):
         check(rng, no_host_copies, getattr(st, name), A)
     R = make(rng, ("coo", (), (), None), np.float64)
     for name in ("real", "sgn"):
@@ -296,13 +307,23 @@ def test_sum_mean_with_a_sparse_result(backend, rng, no_host_copies, case):
                     check(rng, no_host_copies, getattr(st, name), A, dims, keepdim)
 
 
-def test_sum_over_sparse_and_dense_dims_refuses_on_device(backend, rng):
-    """A coo result of a sum that reduces a dense dim too: no GPU kernel, said so (the CPU computes it)."""
-    A = make(rng, ("coo", (3,), (2,), None), np.float64, np.int32).cuda()
-    out, pullback = vjp(st.sum, A, (1, 3))
-    assert isinstance(out, st.SparseTensor)
-    with pytest.raises(NotImplementedError, match="no GPU kernel"):
-        pullback(out._replace_values(DeviceArray.from_host(np.ones(out.values().shape))))
+@pytest.mark.parametrize("case", [("coo", (3,), (2,), None), ("coo", (), (2, 3), None), ("csr", (), (2,), None),
+                                  ("csc", (2,), (3,), None), ("bsr", (), (2,), (2, 1))],
+                         ids=["coo-d1", "coo-d2", "csr-d1", "csc-b1-d1", "bsr-d1"])
+def test_sum_mean_over_dense_dims_with_a_sparse_result(backend, rng, no_host_copies, case):
+    """A sparse result of a reduction over dense dims (and batch or coo sparse dims): the cotangent
+    read at the input's pattern, repeated along the reduced dense dims."""
+    A = make(rng, case, np.float64, np.int32)
+    P = A.ndim - A.dense_dim
+    own = A.sparse_dim if case[0] == "coo" else A.batch_dim
+    dense = list(range(P, A.ndim))
+    choices = [(d,) for d in dense] + [tuple(dense)] + [(s, dense[-1]) for s in range(own)]
+    for dims in choices:
+        for name in ("sum", "mean"):
+            for keepdim in (False, True):
+                out = getattr(st, name)(A, dims, keepdim)
+                assert isinstance(out, st.SparseTensor), dims
+                check(rng, no_host_copies, getattr(st, name), A, dims, keepdim)
 
 
 @pytest.mark.parametrize("dtype", FLOAT, ids=str)
@@ -317,18 +338,23 @@ def test_softmax(backend, rng, no_host_copies, case, dtype):
 
 
 SOFTMAX_BY_SUMS_CASES = [("csr", (2,), (), None), ("csc", (3,), (2,), None), ("bsr", (2,), (), (2, 3)),
-                         ("coo", (), (), None), ("coo", (2,), (2,), None)]
+                         ("coo", (), (), None), ("coo", (2,), (2,), None), ("csr", (), (2,), None),
+                         ("bsr", (), (), (2, 2)), ("bsc", (), (2,), (1, 2))]
 
 
 @pytest.mark.parametrize("dtype", FLOAT + [np.dtype(np.float16)], ids=str)
 @pytest.mark.parametrize("case", SOFTMAX_BY_SUMS_CASES,
                          ids=[f"{c[0]}-b{len(c[1])}-d{len(c[2])}" for c in SOFTMAX_BY_SUMS_CASES])
-def test_softmax_along_a_batch_dim_or_a_coo_sparse_dim(backend, rng, no_host_copies, case, dtype):
-    """Slices that are not runs of the storage: the sums along the dim read back at the elements."""
+def test_softmax_by_sums(backend, rng, no_host_copies, case, dtype):
+    """Slices that are not runs of the storage (a batch dim, a coo sparse dim, a dense dim, any dim
+    of a blocked tensor or of one with dense dims): the sums along the dim read back at the elements."""
     A = make(rng, case, dtype, np.int64)
     own = A.sparse_dim if case[0] == "coo" else A.batch_dim
+    by_rows = A.layout.compressed and not A.layout.blocked and not A.dense_dim  # the row kernel's dims skipped
     for name in ("softmax", "log_softmax"):
-        for dim in range(own):
+        for dim in range(A.ndim):
+            if dim >= own and by_rows and dim < own + 2:
+                continue
             check(rng, no_host_copies, getattr(st, name), A, dim)
 
 
@@ -472,8 +498,9 @@ def one_pattern(rng, case):
     """A tensor of ``case`` whose batches share one pattern (a narrow or a selection keeps one nnz per batch)."""
     if not case[1]:
         return make(rng, case, np.float64, np.int32)
-    one = make(rng, (case[0], (), case[2], None), np.float64).to_dense()
-    return st.from_dense(np.stack([one, 2 * one]), case[0], batch_dim=1, dense_dim=len(case[2]), index_dtype=np.int32)
+    one = make(rng, (case[0], (), case[2], case[3]), np.float64).to_dense()
+    return st.from_dense(np.stack([one, 2 * one]), case[0], blocksize=case[3], batch_dim=1, dense_dim=len(case[2]),
+                         index_dtype=np.int32)
 
 
 @pytest.mark.parametrize("case", SHAPE_CASES, ids=SHAPE_IDS)
@@ -491,18 +518,24 @@ def test_narrow_select_cat(backend, rng, no_host_copies, op, case):
             args = ([A, B], d)
         _forward_on_device(op, *args)
         if op == "cat":
-            dargs = ([A.cuda(), B.cuda()], d)
-            out_c, pb_c = vjp(op, *args)
-            out_d, pb_d = vjp(op, *dargs)
-            g = rand(rng, out_c.values().shape, np.float64)
-            want = pb_c(out_c._replace_values(g))[0]
-            with no_host_copies():
-                got = pb_d(out_d._replace_values(DeviceArray.from_host(g)))[0]
-            for x, dx, w in zip(got, dargs[0], want):
-                assert x.is_cuda and x.values().shape == dx.values().shape
-                np.testing.assert_allclose(x.values().get(), w.values(), rtol=1e-12)
+            check_cat(rng, no_host_copies, *args)
         else:
             check(rng, no_host_copies, op, *args)
+
+
+def check_cat(rng, guard, tensors, d):
+    """vjp of cat on CPU ``tensors`` and on their device copies: the same cotangents (a list of
+    sparse tensors, which :func:`check` does not take)."""
+    dargs = [t.cuda() for t in tensors]
+    out_c, pb_c = vjp("cat", tensors, d)
+    out_d, pb_d = vjp("cat", dargs, d)
+    g = rand(rng, out_c.values().shape, np.float64)
+    want = pb_c(out_c._replace_values(g))[0]
+    with guard():
+        got = pb_d(out_d._replace_values(DeviceArray.from_host(g)))[0]
+    for x, dx, w in zip(got, dargs, want):
+        assert x.is_cuda and x.values().shape == dx.values().shape
+        np.testing.assert_allclose(x.values().get(), w.values(), rtol=1e-12)
 
 
 @pytest.mark.parametrize("case", SHAPE_CASES, ids=SHAPE_IDS)
@@ -514,6 +547,83 @@ def test_index_select(backend, rng, no_host_copies, case):
         idx = [2, 0, 2, 3, 2, 0]  # a host index (a list: check() moves arrays to the device)
         _forward_on_device("index_select", A, d, idx)
         check(rng, no_host_copies, "index_select", A, d, idx)
+
+
+# dense dims and blocked tensors: the cotangent is put back into the input's shape by sparse device ops
+KEYLESS_CASES = [("coo", (), (3,), None), ("csr", (), (3,), None), ("csc", (2,), (3,), None),
+                 ("bsr", (), (), (2, 2)), ("bsc", (2,), (), (2, 1)), ("bsr", (), (2,), (1, 2))]
+KEYLESS_IDS = [f"{c[0]}-b{len(c[1])}-d{len(c[2])}" for c in KEYLESS_CASES]
+
+
+def _shape_args(rng, op, A, d):
+    """Arguments of ``op`` along dim ``d`` of ``A`` (block-aligned along a blocked sparse dim)."""
+    m = A.batch_dim if A.layout.compressed else 0
+    unit = A.blocksize[d - m] if A.layout.blocked and m <= d < m + 2 else 1
+    if op == "narrow":
+        return (A, d, unit, min(2 * unit, A.shape[d] - unit))
+    if op == "select":
+        return (A, d, A.shape[d] - 1)
+    if op == "index_select":
+        return (A, d, [1, 0, 1, A.shape[d] - 1, 1])
+    return ([A, A._replace_values(rand(rng, A.values().shape, np.float64))], d)
+
+
+@pytest.mark.parametrize("case", KEYLESS_CASES, ids=KEYLESS_IDS)
+@pytest.mark.parametrize("op", ["narrow", "select", "index_select", "cat"])
+def test_shape_ops_along_dense_dims_and_of_blocked_tensors(backend, rng, no_host_copies, op, case):
+    """Every dim of tensors with dense dims and of blocked ones (index_select along a blocked sparse
+    dim needs blocksize 1 there, as on the CPU)."""
+    A = one_pattern(rng, case)
+    m = A.batch_dim if A.layout.compressed else 0
+    ran = 0
+    for d in range(A.ndim):
+        if op == "index_select" and A.layout.blocked and m <= d < m + 2 and A.blocksize[d - m] != 1:
+            with pytest.raises(NotImplementedError):
+                st.index_select(A.cuda(), d, [0])
+            ran += 1
+            continue
+        args = _shape_args(rng, op, A, d)
+        if op == "cat":
+            check_cat(rng, no_host_copies, *args)
+        else:
+            check(rng, no_host_copies, op, *args)
+        ran += 1
+    assert ran == A.ndim
+
+
+@pytest.mark.parametrize("dense", [(), (3,)], ids=["d0", "d1"])
+def test_select_of_the_only_sparse_dim(backend, rng, no_host_copies, dense):
+    """A coo tensor with one sparse dim: select along it gives a dense device array, whose
+    cotangent goes back to the entries with that coordinate."""
+    A = make(rng, ("coo", (), dense, None), np.float64, np.int32)
+    A = st.select(A, 0, 1)
+    if not isinstance(A, st.SparseTensor):  # make() gives 2 sparse dims: one taken away
+        pytest.fail("expected a sparse tensor")
+    for i in (0, A.shape[0] - 1):
+        check(rng, no_host_copies, "select", A, 0, i)
+
+
+@pytest.mark.parametrize("case", SHAPE_CASES + [("bsr", (2,), (), (1, 2))], ids=SHAPE_IDS + ["bsr-b1-d0"])
+def test_index_select_with_a_device_index(backend, rng, no_host_copies, case):
+    """A device index (repeats included) along a batch or sparse dim: the cotangent's coordinates
+    mapped through it on the device; along a dense dim: NotImplementedError naming it."""
+    A = one_pattern(rng, case)
+    idx = np.array([1, 0, 1, 2, 1])
+    for d in range(A.ndim):
+        if A.layout.blocked and d >= A.batch_dim and A.blocksize[d - A.batch_dim] != 1:
+            continue
+        i = idx % A.shape[d]
+        out_c, pb_c = vjp("index_select", A, d, i)
+        out_d, pb_d = vjp("index_select", A.cuda(), d, DeviceArray.from_host(i))
+        g = rand(rng, out_c.values().shape, np.float64)
+        if d >= A.ndim - A.dense_dim:
+            with pytest.raises(NotImplementedError, match="dense dim with an index on the device"):
+                pb_d(out_d._replace_values(DeviceArray.from_host(g)))
+            continue
+        want = pb_c(out_c._replace_values(g))[0]
+        with no_host_copies():
+            got = pb_d(out_d._replace_values(DeviceArray.from_host(g)))[0]
+        np.testing.assert_allclose(got.values().get(), want.values(), rtol=1e-12)
 
 
 @pytest.mark.parametrize("dtype", [np.complex64, np.complex128], ids=["complex64", "complex128"])

@@ -27,7 +27,7 @@ from ...cuda._array import DeviceArray
 from ._coalesce import checked
 from ._pointwise import UNARY_OPS
 
-__all__ = ["dense_at", "sparse_at", "sampled", "unary_grad", "softmax_grad", "add", "sum_leading", "conj", "real"]
+__all__ = ["dense_at", "sparse_at", "elements_at", "sampled", "unary_grad", "softmax_grad", "add", "sum_leading", "conj", "real"]
 
 # pointwise op -> (derivative kind of autograd.cu's unary_grad, its constant)
 _FLAT = (0, 0.0)  # D_CONST 0: piecewise constant functions
@@ -116,20 +116,18 @@ def grid(t) -> tuple:
 
 def _keys(t, mapping=None) -> DeviceArray:
     """uint64 keys of ``t``'s stored elements in storage order: the row-major offset in :func:`grid`,
-    or with ``mapping`` ``(shift, lo, hi, mult)`` (int sequences, one per grid dim; optionally then
-    ``rd, remap``: dim ``rd``'s coordinate replaced by ``remap[c]``, -1 for none) the offset in a
+    or with ``mapping`` ``(shift, lo, hi, mult)`` (int sequences, one per grid dim) the offset in a
     cotangent's grid (see autograd.cu's compressed_keys; out of [lo, hi): a key found nowhere)."""
     dev = _dev(t)
     g = grid(t)
     if mapping is None:
         mapping = ((0,) * len(g), (0,) * len(g), g, _strides(g))
-    rd, remap = (mapping[4], P.from_host(dev, np.asarray(mapping[5], np.int64))) if len(mapping) > 4 else (-1, None)
-    shift, lo, hi, mult = (P.from_host(dev, np.asarray(x, np.int64).reshape(-1)) for x in mapping[:4])
+    shift, lo, hi, mult = (P.from_host(dev, np.asarray(x, np.int64).reshape(-1)) for x in mapping)
     ik = (P.index_key(t.index_dtype),)
     if isinstance(t, COOTensor):
         keys = P.empty(dev, (t.nnz,), np.uint64)
         P.run(dev, "autograd.cu", "coo_keys_mapped", ik, t.nnz, t.indices(), t.sparse_dim, t.nnz, shift, lo, hi, mult,
-              rd, remap, keys)
+              keys)
         return keys
     m = t.batch_dim
     B = math.prod(t.shape[:m])
@@ -137,7 +135,7 @@ def _keys(t, mapping=None) -> DeviceArray:
     keys = P.empty(dev, (B * t.nnz,), np.uint64)
     P.run(dev, "autograd.cu", "compressed_keys", ik, B * t.nnz, c, t.plain_indices(), B, t.nnz, c.shape[-1] - 1,
           int(t.layout.compressed_rows), m, P.from_host(dev, np.asarray(g[:m] or (1,), np.int64)), shift, lo, hi,
-          mult, rd, remap, keys)
+          mult, keys)
     return keys
 
 
@@ -147,31 +145,55 @@ def _items(t) -> int:
     return math.prod(t.values().shape[lead:])
 
 
+def _lookup(G, want: DeviceArray, out_shape: tuple, W: int) -> DeviceArray:
+    """The items of the stored elements of device cotangent ``G`` (coalesced, checked) whose keys
+    (:func:`_keys`) are ``want``, ``W`` items each, zero where ``G`` has no such key."""
+    dev = _dev(G)
+    span = math.prod(grid(G))
+    if span > 1 << 63:
+        raise NotImplementedError(f"a cotangent of shape {G.shape} is too large for 64-bit keys")
+    sorted_keys, perm = P.radix_sort(dev, _keys(G), max(span - 1, 0).bit_length())
+    src = G.values().reshape(-1)
+    out = P.empty(dev, out_shape, src.dtype)
+    P.run(dev, "autograd.cu", "key_lookup", (P.raw_key(src.itemsize),), want.size * W, sorted_keys, perm,
+          sorted_keys.size, want, want.size, src, W, out)
+    return out
+
+
 def sparse_at(G, t, mapping=None) -> DeviceArray:
     """Sparse device cotangent ``G`` read at every stored element of ``t``, zero where ``G``
     specifies nothing; duplicates of an uncoalesced ``G`` are summed first (as on the CPU).
     ``G`` has ``t``'s shape, blocksize and dense dims (any layout of the device's conversions), or,
     with ``mapping`` (see :func:`_keys`), the shape of an op's output that ``mapping`` takes
-    ``t``'s elements to (narrow, select, cat)."""
+    ``t``'s elements to (narrow, select, cat). A blocked ``t`` with a ``G`` of other blocks:
+    :func:`elements_at`."""
     if _items(G) != _items(t) or (mapping is None and G.shape != t.shape):
         raise ValueError(f"a {G.layout.name} cotangent of shape {G.shape} cannot be read at a {t.layout.name} tensor "
                          f"of shape {t.shape}")
     if t.layout.blocked and (not G.layout.blocked or G.blocksize != t.blocksize):
         raise NotImplementedError(f"reading a {G.layout.name} cotangent at a {t.layout.name} pattern of blocksize "
                                   f"{t.blocksize} on {t.device}")
-    dev = _dev(t)
     G = G.coalesce() if isinstance(G, COOTensor) else checked(G)
-    span = math.prod(grid(G))
-    if span > 1 << 63:
-        raise NotImplementedError(f"a cotangent of shape {G.shape} is too large for 64-bit keys")
-    sorted_keys, perm = P.radix_sort(dev, _keys(G), max(span - 1, 0).bit_length())
-    tkeys = _keys(t, mapping)
-    W = _items(t)
-    src = G.values().reshape(-1)
-    out = P.empty(dev, t.values().shape, src.dtype)
-    P.run(dev, "autograd.cu", "key_lookup", (P.raw_key(src.itemsize),), tkeys.size * W, sorted_keys, perm,
-          sorted_keys.size, tkeys, tkeys.size, src, W, out)
-    return out
+    return _lookup(G, _keys(t, mapping), t.values().shape, _items(t))
+
+
+def elements_at(G: COOTensor, t) -> DeviceArray:
+    """Coo device cotangent ``G`` of ``t``'s shape, whose sparse dims are ``t``'s batch and sparse
+    dims, read at every stored element of ``t``, item by item inside the blocks of a blocked
+    ``t`` (the keys are the elements' offsets in the grid of those dims); zero where ``G`` has
+    nothing. No layout conversion of ``G``: its batches need not share an nnz."""
+    Pd = t.ndim - t.dense_dim
+    if not isinstance(G, COOTensor) or G.sparse_dim != Pd or G.shape != t.shape:
+        raise ValueError(f"a {G.layout.name} cotangent of shape {G.shape} cannot be read at the elements of a "
+                         f"{t.layout.name} tensor of shape {t.shape}")
+    D = math.prod(t.shape[Pd:])
+    off = _offsets(t, t.shape, _strides(t.shape[:Pd]) + [0] * t.dense_dim)  # one per item: D equal ones an element
+    if D != 1 and off.size:
+        from ._select import take_axis
+
+        off = take_axis(off.reshape(-1, D), 1, np.zeros(1, np.int64))
+    want = off.reshape(-1).view(np.uint64)
+    return _lookup(G.coalesce(), want, t.values().shape, D)
 
 
 def sampled(S, A: DeviceArray, a_strides: tuple, Bm: DeviceArray, b_strides: tuple, K: int, *, conj_a=False,
@@ -212,6 +234,11 @@ def unary_grad(name: str, x: DeviceArray, y: DeviceArray, g: DeviceArray, expone
                 raise TypeError(f"the cotangent of abs of {x.dtype} values must be {y.dtype}, got {g.dtype}")
             out = P.empty(dev, x.shape, x.dtype)
             P.run(dev, "autograd.cu", "abs_grad_complex", (real,), n, x, y, g, n, out)
+            return out
+        if name == "sgn":
+            g = g if g.dtype == x.dtype else g.astype(x.dtype)
+            out = P.empty(dev, x.shape, x.dtype)
+            P.run(dev, "autograd.cu", "sgn_grad_complex", (np.dtype(x.dtype.char.lower()).name,), n, x, g, n, out)
             return out
         if name not in _COMPLEX:
             raise NotImplementedError(f"the gradient of {name} of complex values on {x.device} has no GPU kernel")

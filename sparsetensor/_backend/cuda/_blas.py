@@ -242,13 +242,16 @@ def sampled_addmm(input, mat1, mat2, *, beta=1.0, alpha=1.0):
                          f"and mat2 (..., K, {N})")
     K = m1.shape[-1]
     strides = []
+    factors = []
     for arr, name in ((m1, "mat1"), (m2, "mat2")):
         if arr.ndim == 2:
             strides.append(0)
-        elif arr.shape[:-2] == batch:
-            strides.append(arr.shape[-2] * arr.shape[-1])
         else:
-            raise ValueError(f"sampled_addmm: {name} {arr.shape} does not match the batch {batch} of input {t.shape}")
+            arr = _batch_broadcast(arr, batch, f"sampled_addmm: {name} {arr.shape} does not match the batch {batch} "
+                                               f"of input {t.shape}")
+            strides.append(arr.shape[-2] * arr.shape[-1])
+        factors.append(arr)
+    m1, m2 = factors
     b, a = complex(beta), complex(alpha)
     out = P.empty(dev, t.values().shape, t.dtype)
     nnz = t.nnz
@@ -257,6 +260,28 @@ def sampled_addmm(input, mat1, mat2, *, beta=1.0, alpha=1.0):
                t.compressed_indices(), t.plain_indices(), t.values(), B, M, nnz, m1, strides[0], m2, strides[1], K, N,
                a.real, a.imag, b.real, b.imag, int(b != 0), out)
     return CompressedTensor(t.compressed_indices(), t.plain_indices(), out, t.shape, t.layout, True)
+
+
+def _batch_broadcast(arr: DeviceArray, batch: tuple, message: str) -> DeviceArray:
+    """Dense device factor ``arr`` ``(..., R, C)`` with its batch dims broadcast to ``batch`` (NumPy's
+    rules; ``ValueError(message)`` otherwise), as a contiguous copy where a dim is stretched: the
+    kernel takes one stride per batch."""
+    from ._select import take_axis
+
+    lead = arr.shape[:-2]
+    if lead == tuple(batch):
+        return arr
+    try:
+        fits = np.broadcast_shapes(lead, batch) == tuple(batch)
+    except ValueError:
+        fits = False
+    if not fits:
+        raise ValueError(message)
+    arr = arr.reshape((1,) * (len(batch) - len(lead)) + arr.shape)
+    for k, n in enumerate(batch):
+        if arr.shape[k] != n:  # a gather of index 0, n times: the repeat along dim k
+            arr = take_axis(arr, k, np.zeros(n, np.int64))
+    return arr
 
 
 def nonempty_rows(crow):
