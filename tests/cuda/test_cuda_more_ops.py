@@ -320,3 +320,13 @@ def test_sampled_addmm_broadcasts_the_input(backend, rng, case, batch):
     m1 = _values(rng, batch + t.shape[-2:-1] + (3,), np.float64)
     m2 = _values(rng, batch + (3,) + t.shape[-1:], np.float64)
     agree(lambda a, b, c: st.sampled_addmm(a, b, c, beta=0.5, alpha=2), t, m1, m2)
+
+
+@pytest.mark.parametrize("b1,b2", [((2, 1), (3,)), ((1, 3), (2, 1, 1)), ((3,), ()), ((2, 1), (2, 3))],
+                         ids=["21-3", "13-211", "3-none", "21-23"])
+def test_sampled_addmm_broadcasts_the_factors(backend, rng, b1, b2):
+    """Factors whose batch dims broadcast to the input's (2, 3) from 1 or from fewer dims."""
+    t = tensor(rng, ("csr", (2, 3), (), None), np.dtype(np.float64), np.int32)
+    m1 = _values(rng, b1 + t.shape[-2:-1] + (4,), np.float64)
+    m2 = _values(rng, b2 + (4,) + t.shape[-1:], np.float64)
+    agree(lambda a, b, c: st.sampled_addmm(a, b, c, beta=0.5, alpha=2), t, m1, m2)
