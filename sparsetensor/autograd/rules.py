@@ -185,11 +185,10 @@ def _onto(x, G, scale=1):
     if _sparse(x):
         v = values_of(G, x)
         return v * scale if scale != 1 else v
-    if _device.on_device(G):
-        raise _device.refuse("a sum with a dense operand", G)
-    if isinstance(x, np.ndarray) or np.ndim(x):
-        return unbroadcast(np.asarray(G.to_dense() if _sparse(G) else G) * scale, np.shape(x))
-    return None
+    if not (isinstance(x, np.ndarray) or _device.on_device(x) or np.ndim(x)):  # a Python or NumPy scalar
+        return None
+    g = G.to_dense() if _sparse(G) else G if _device.on_device(G) else np.asarray(G)
+    return unbroadcast(g * scale if scale != 1 else g, np.shape(x))  # (a device array stays on its device)
 
 
 @_rule("add", "sub")
@@ -231,7 +230,7 @@ def _div(a, b, *, threads=None):
         if not np.ndim(b):
             return ga, None
         gb = binary.mul(G, _conj_t(binary.div(out, b)))
-        return ga, unbroadcast(-np.asarray(gb.to_dense()), np.shape(b))
+        return ga, unbroadcast(gb.to_dense() * -1, np.shape(b))  # (a device array stays on its device)
 
     return out, back
 

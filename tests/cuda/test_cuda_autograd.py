@@ -200,6 +200,21 @@ def test_add_sub_mul_scalar(backend, rng, no_host_copies, case, index_dtype, dty
     check(rng, no_host_copies, st.div, A, -4.0)
 
 
+@pytest.mark.parametrize("case", [("csr", (), (), None), ("coo", (), (2,), None), ("bsr", (2,), (), (2, 1))],
+                         ids=["csr", "coo-d1", "bsr-b1"])
+def test_dense_operands(backend, rng, no_host_copies, case):
+    """A dense device operand of add/sub (a dense result), mul and div (sampled at the pattern): its
+    cotangent on the device (sums and the quotient's derivative through the dense cotangent)."""
+    A = make(rng, case, np.float64, np.int32)
+    D = rand(rng, A.shape, np.float64)
+    check(rng, no_host_copies, st.add, A, D)
+    check(rng, no_host_copies, st.add, D, A)
+    check(rng, no_host_copies, st.sub, A, D, kwargs={"alpha": 0.5})
+    check(rng, no_host_copies, st.sub, D, A)
+    check(rng, no_host_copies, st.mul, A, D)
+    check(rng, no_host_copies, st.div, A, np.abs(D) + 0.5)
+
+
 UNARY = ["neg", "abs", "sqrt", "square", "sin", "tan", "tanh", "asin", "atan", "sinh", "asinh", "atanh", "expm1",
          "log1p", "sign", "floor", "ceil", "trunc", "round", "relu", "frac", "deg2rad", "rad2deg", "conj"]
 
