@@ -7,6 +7,7 @@
 // - compressed_keys + key_lookup: a sparse cotangent read at another tensor's pattern;
 // - sampled_dot: the masked gradient of a sparse factor, sum_n A[row, n] * B[col, n] at
 //   each stored item, operands read through strides (no transposed copies);
+// - sampled_sparse_dot: the same with two sparse csr operands (sparse @ sparse), by row merges;
 // - unary_grad / unary_grad_complex / abs_grad_complex / sgn_grad_complex: G * conj(f'(x)) of the pointwise ops;
 // - softmax_grad: the pullback of segment_softmax over the same segments;
 // - add_arrays, sum_leading, real_part: summing cotangents.
@@ -187,6 +188,49 @@ __global__ void sampled_dot(const i64* __restrict__ off, i64 n_items, i64 M, i64
             s = s + u * w;
         }
         out[i] = from_acc<V>(alpha * s);
+    }
+}
+
+// out[i] = sum_x opL(L[b, row, x]) * opR(R[b, col, x]) for the item at flat offset off[i] = (b * M + row) * N + col:
+// the masked gradient of a sparse @ sparse product, a merge of row `row` of csr L with row `col` of csr R (int64
+// indices, each row's columns ascending and distinct). Batch b's compressed index starts at b * lpb (rpb) and its
+// entries at b * lnb (rnb); 0: one matrix for every batch. opX conjugates when conj_x.
+// st:kernel value
+template <typename V>
+__global__ void sampled_sparse_dot(const i64* __restrict__ off, i64 n_items, i64 M, i64 N, const i64* __restrict__ lp,
+                                   const i64* __restrict__ li, const V* __restrict__ lv, i64 lpb, i64 lnb, int conj_l,
+                                   const i64* __restrict__ rp, const i64* __restrict__ ri, const V* __restrict__ rv,
+                                   i64 rpb, i64 rnb, int conj_r, V* __restrict__ out) {
+    typedef typename acc<V>::type T;
+    ST_GRID_LOOP(i, n_items) {
+        const i64 o = off[i];
+        const i64 b = o / (M * N), rc = o - b * (M * N);
+        const i64 row = rc / N, col = rc - row * N;
+        const i64* lpr = lp + b * lpb;
+        const i64* rpr = rp + b * rpb;
+        const i64* lib = li + b * lnb;
+        const i64* rib = ri + b * rnb;
+        const V* lvb = lv + b * lnb;
+        const V* rvb = rv + b * rnb;
+        i64 p = lpr[row], q = rpr[col];
+        const i64 pe = lpr[row + 1], qe = rpr[col + 1];
+        T s = acc_zero<T>();
+        while (p < pe && q < qe) {
+            const i64 x = lib[p], y = rib[q];
+            if (x < y) {
+                ++p;
+            } else if (y < x) {
+                ++q;
+            } else {
+                T u = to_acc(lvb[p]), w = to_acc(rvb[q]);
+                if (conj_l) u = conj_of(u);
+                if (conj_r) w = conj_of(w);
+                s = s + u * w;
+                ++p;
+                ++q;
+            }
+        }
+        out[i] = from_acc<V>(s);
     }
 }
 

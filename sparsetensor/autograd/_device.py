@@ -182,6 +182,30 @@ def matmul_back(a: SparseTensor, X, G):
     return ga, unbroadcast(gX, X.shape)
 
 
+def _canonical_csr(x: SparseTensor, dtype) -> SparseTensor:
+    """Device tensor ``x`` as checked, canonical unblocked csr of ``dtype`` (duplicates summed)."""
+    from .._backend.cuda._coalesce import checked
+    from .._core import _layout as L
+
+    x = x.astype(dtype) if x.dtype != dtype else x
+    return checked(x.to_sparse(L.sparse_csr) if x.layout is not L.sparse_csr or isinstance(x, COOTensor) else x)
+
+
+def spgemm_back(a: SparseTensor, b: SparseTensor, G):
+    """Cotangents of the values of device tensors ``a`` and ``b`` for ``a @ b`` (sparse @ sparse),
+    computed only at their patterns (the masked gradient): ``gA[i, k] = sum_j G[i, j] conj(b[k, j])``
+    merges row ``i`` of ``G`` with row ``k`` of ``b``, ``gB[k, j] = sum_i conj(a[i, k]) G[i, j]``
+    row ``k`` of ``a^T`` with row ``j`` of ``G^T`` (all as canonical csr)."""
+    if not isinstance(G, SparseTensor):
+        raise refuse("a sparse @ sparse product with a dense cotangent", a)
+    rt = np.result_type(a.dtype, b.dtype, G.dtype)
+    cplx = rt.kind == "c"
+    Gc, GTc = _canonical_csr(G, rt), _canonical_csr(G.mT, rt)
+    ga = kernels().sampled_sparse(a, Gc, _canonical_csr(b, rt), conj_r=cplx)
+    gb = kernels().sampled_sparse(b, _canonical_csr(a.mT, rt), GTc, conj_l=cplx)
+    return ga, gb
+
+
 def dense_matmul_back(X, b: SparseTensor, G):
     """Cotangents of dense ``X`` and sparse ``b`` for ``X @ b`` on the device, as those of
     ``b^T @ X^T = (X @ b)^T`` (:func:`matmul_back`; ``b.mT`` shares ``b``'s values, its blocks

@@ -112,7 +112,7 @@ def _matmul_back(a, b, G):
         raise NotImplementedError("the gradient of a product with a 1-d sparse operand is not implemented; "
                                   "make it a 1 x n matrix")
     if _sparse(a) and _sparse(b):  # masked: only the entries of the patterns (not G @ B^H, then sampled)
-        return spgemm_grads(a, b, G)
+        return _device.spgemm_back(a, b, G) if a.is_cuda else spgemm_grads(a, b, G)
     if _device.on_device(G):
         return _device.matmul_back(a, b, G) if _sparse(a) else _device.dense_matmul_back(a, b, G)
     G = np.asarray(G)

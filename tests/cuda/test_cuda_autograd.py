@@ -157,6 +157,30 @@ def test_matmul_complex(backend, rng, no_host_copies):
         check(rng, no_host_copies, st.matmul, A, rand(rng, (A.shape[1], 3), np.complex128))
 
 
+SPGEMM_CASES = [("csr", (), (), None), ("csc", (), (), None), ("coo", (), (), None), ("bsr", (), (), (2, 1)),
+                ("bsc", (), (), (1, 2)), ("csr", (2,), (), None)]
+
+
+@pytest.mark.parametrize("dtype", FLOAT + [np.dtype(np.complex128)], ids=str)
+@pytest.mark.parametrize("case", SPGEMM_CASES, ids=[f"{c[0]}-b{len(c[1])}" for c in SPGEMM_CASES])
+def test_sparse_matmul_sparse(backend, rng, no_host_copies, case, dtype):
+    """The masked gradient of sparse @ sparse on the device: both operands' cotangents at their
+    patterns only (row merges of canonical csr forms), as the CPU's pair enumeration gives."""
+    A = one_pattern(rng, case)  # batches of one pattern: so are the product's (one nnz a batch)
+    A = A._replace_values(rand(rng, A.values().shape, dtype))
+    B = A._replace_values(rand(rng, A.values().shape, dtype)).mT
+    B = B.to_sparse(A.layout, blocksize=A.blocksize[::-1] if A.layout.blocked else None)
+    check(rng, no_host_copies, st.matmul, A, B)
+
+
+def test_sparse_matmul_sparse_uncoalesced(backend, rng, no_host_copies):
+    """Duplicates of an uncoalesced coo operand each get the whole sum of their element."""
+    A = st.sparse_coo_tensor([[0, 2, 0, 1], [1, 0, 1, 3]], [0.25, -0.5, 0.125, 0.75], size=(3, 4))
+    B = make(rng, ("coo", (), (), None), np.float64, np.int64)[:4]
+    check(rng, no_host_copies, st.matmul, A, B)
+    check(rng, no_host_copies, st.matmul, B.mT.coalesce(), A.mT)
+
+
 @pytest.mark.parametrize("dtype", FLOAT, ids=str)
 @pytest.mark.parametrize("batch", [(), (2,)], ids=["b0", "b1"])
 def test_sampled_addmm(backend, rng, no_host_copies, batch, dtype):

@@ -27,7 +27,7 @@ from ...cuda._array import DeviceArray
 from ._coalesce import checked
 from ._pointwise import UNARY_OPS
 
-__all__ = ["dense_at", "sparse_at", "elements_at", "sampled", "unary_grad", "softmax_grad", "add", "sum_leading", "conj", "real"]
+__all__ = ["dense_at", "sparse_at", "elements_at", "sampled_sparse", "sampled", "unary_grad", "softmax_grad", "add", "sum_leading", "conj", "real"]
 
 # pointwise op -> (derivative kind of autograd.cu's unary_grad, its constant)
 _FLAT = (0, 0.0)  # D_CONST 0: piecewise constant functions
@@ -202,6 +202,14 @@ def sampled(S, A: DeviceArray, a_strides: tuple, Bm: DeviceArray, b_strides: tup
     of device tensor ``S`` (any layout, no dense dims), ``K`` terms. ``a_strides``/``b_strides``:
     the operand's element strides (batch, row, n), batch 0 for one matrix shared by every batch.
     An array of ``S.values()``'s shape in ``A``'s dtype (``A`` and ``Bm`` share it)."""
+    a = complex(alpha)
+    return _sampled_run(S, A, Bm, "sampled_dot", K, A, *a_strides, int(conj_a), Bm, *b_strides, int(conj_b), a.real,
+                        a.imag)
+
+
+def _sampled_run(S, A, Bm, kernel: str, *args) -> DeviceArray:
+    """Launch ``kernel`` (sampled_dot, sampled_sparse_dot) over every stored item of ``S`` with
+    operands of ``A``'s and ``Bm``'s dtype: ``(off, n, M, N, *args, out)``."""
     if S.dense_dim:
         raise NotImplementedError(f"the masked product gradient of a {S.layout.name} tensor with dense dims on "
                                   f"{S.device}")
@@ -211,10 +219,27 @@ def sampled(S, A: DeviceArray, a_strides: tuple, Bm: DeviceArray, b_strides: tup
     off = _offsets(S, S.shape, _strides(S.shape))  # (batch * M + row) * N + col of each item
     dev = _dev(S)
     out = P.empty(dev, S.values().shape, A.dtype)
-    a = complex(alpha)
-    P.run(dev, "autograd.cu", "sampled_dot", (P.value_key(A.dtype, "a sampled product"),), off.size, off, off.size,
-          M, N, K, A, *a_strides, int(conj_a), Bm, *b_strides, int(conj_b), a.real, a.imag, out)
+    P.run(dev, "autograd.cu", kernel, (P.value_key(A.dtype, "a sampled product"),), off.size, off, off.size, M, N,
+          *args, out)
     return out
+
+
+def _csr_members(x):
+    """Compressed index, int64 column indices, values and their batch strides of canonical device
+    csr ``x`` (one matrix: strides 0)."""
+    c, p, v = x.compressed_indices(), x.plain_indices(), x.values()
+    batched = x.batch_dim > 0
+    return (c.astype(np.int64, copy=False), p.astype(np.int64, copy=False), v,
+            c.shape[-1] if batched else 0, x.nnz if batched else 0)
+
+
+def sampled_sparse(S, Lc, Rc, *, conj_l=False, conj_r=False) -> DeviceArray:
+    """``sum_x opL(Lc[row, x]) * opR(Rc[col, x])`` at every stored item ``(batch, row, col)`` of device
+    tensor ``S`` (any layout, no dense dims; block items one by one): the masked product of two
+    canonical device csr tensors (``Lc`` with ``S``'s rows, ``Rc`` with its columns as rows; their
+    batch dims ``S``'s or none), a merge of two sorted rows per item."""
+    return _sampled_run(S, Lc, Rc, "sampled_sparse_dot", *_csr_members(Lc), int(conj_l), *_csr_members(Rc),
+                        int(conj_r))
 
 
 def _float_key(x: DeviceArray, what: str) -> str:
