@@ -499,12 +499,63 @@ def test_float16(backend, rng, no_host_copies):
     check(rng, no_host_copies, st.sum, A, 1)
 
 
-def test_embedding_refuses_a_device_weight(backend):
-    """The embedding rules have no GPU kernel: a device weight raises instead of going to the host."""
-    W = DeviceArray.from_host(np.ones((3, 2)))
-    for name, args in (("embedding", (np.array([0, 2]),)), ("embedding_bag", (np.array([0, 2, 1]), np.array([0, 2])))):
-        with pytest.raises(NotImplementedError, match=name):
-            vjp(name, W, *args)
+def _embedding_check(guard, name, W, *args, **kwargs):
+    """vjp of ``name`` on host ``W`` and on a device copy (indices as given: host or device): the
+    same output, and a coo weight cotangent on the device equal to the CPU's."""
+    rng = np.random.default_rng(3)
+    host_args = [a.get() if isinstance(a, DeviceArray) else a for a in args]
+    out_c, pb_c = vjp(name, W, *host_args, **kwargs)
+    out_d, pb_d = vjp(name, DeviceArray.from_host(W), *args, **kwargs)
+    assert isinstance(out_d, DeviceArray)
+    np.testing.assert_allclose(out_d.get(), out_c, rtol=1e-12)
+    g = rng.standard_normal(out_c.shape)
+    want = pb_c(g)
+    with guard():
+        got = pb_d(DeviceArray.from_host(g))
+    gw = got[0]
+    assert isinstance(gw, st.SparseTensor) and gw.is_cuda and gw.is_coalesced() and gw.shape == W.shape
+    np.testing.assert_array_equal(gw.indices().get(), want[0].indices())
+    np.testing.assert_allclose(gw.values().get(), want[0].values(), rtol=1e-12)
+    if want[-1] is not None and name == "embedding_bag":
+        np.testing.assert_allclose(got[-1].get(), want[-1], rtol=1e-12)
+    return got
+
+
+@pytest.mark.parametrize("where", ["host-index", "device-index"])
+def test_embedding_on_the_device(backend, rng, no_host_copies, where):
+    """A device weight: the lookups, the bags and the weight's coo gradient (rows summed) on the
+    device, with host or device indices; per_sample_weights get their own cotangent."""
+    W = rng.standard_normal((7, 3))
+    idx = np.array([[2, 0, 2], [6, 6, 1]])
+    flat = np.array([0, 2, 2, 5, 1, 6])
+    off = np.array([0, 2, 2, 5])  # an empty bag included
+    psw = rng.standard_normal(6)
+
+    def put(a):
+        return DeviceArray.from_host(a) if where == "device-index" else a
+
+    _embedding_check(no_host_copies, "embedding", W, put(idx))
+    for mode in ("sum", "mean"):
+        _embedding_check(no_host_copies, "embedding_bag", W, put(flat), off, mode=mode)
+        _embedding_check(no_host_copies, "embedding_bag", W, put(flat), put(off), mode=mode)  # bags made there
+        _embedding_check(no_host_copies, "embedding_bag", W, put(idx), mode=mode)
+    _embedding_check(no_host_copies, "embedding_bag", W, put(flat), off, per_sample_weights=put(psw))
+
+
+def test_embedding_bad_indices_on_the_device(backend):
+    """Out-of-range device indices: IndexError (checked on the device); bad device offsets, and a
+    device index or offsets with a host weight: ValueError."""
+    Wd = DeviceArray.from_host(np.ones((4, 2)))
+    for bad in (np.array([0, 4]), np.array([-1, 2])):
+        with pytest.raises(IndexError, match="out of range"):
+            vjp("embedding", Wd, DeviceArray.from_host(bad))
+    with pytest.raises(ValueError, match="host"):
+        vjp("embedding", np.ones((4, 2)), DeviceArray.from_host(np.array([0, 1])))
+    for off in (np.array([1, 2]), np.array([0, 2, 1]), np.array([0, 3])):  # not from 0, decreasing, past the end
+        with pytest.raises(ValueError, match="offsets must start at 0"):
+            vjp("embedding_bag", Wd, DeviceArray.from_host(np.array([0, 1])), DeviceArray.from_host(off))
+    with pytest.raises(ValueError, match="host"):
+        vjp("embedding_bag", np.ones((4, 2)), np.array([0, 1]), DeviceArray.from_host(np.array([0, 1])))
 
 
 @pytest.mark.parametrize("layout", ["csr", "csc", "coo", "bsr"])
