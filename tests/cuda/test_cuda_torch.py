@@ -157,3 +157,28 @@ def test_optimizers_on_cuda_match_torch(torch_cuda, name, kw):
             assert w.device == v.device
             torch.testing.assert_close(w.to_dense() if w.is_sparse else w, v.to_dense() if v.is_sparse else v,
                                        rtol=1e-12, atol=1e-12)
+
+
+def test_embedding_bridge_on_cuda_matches_torch(torch_cuda):
+    """``stt.embedding`` / ``embedding_bag`` with a CUDA weight and CUDA indices and offsets: the
+    outputs and the sparse weight gradients of torch's own functional forms (``sparse=True``)."""
+    import sparsetensor.torch as stt
+
+    F = torch.nn.functional
+    torch.manual_seed(0)
+    W = torch.randn(20, 4, dtype=torch.float64, device=torch_cuda)
+    idx = torch.tensor([3, 0, 3, 19, 7, 7], device=torch_cuda)
+    off = torch.tensor([0, 2, 2, 5], device=torch_cuda)
+    cases = [(lambda w: stt.embedding(w, idx), lambda w: F.embedding(idx, w, sparse=True))]
+    for mode in ("sum", "mean"):
+        cases.append((lambda w, m=mode: stt.embedding_bag(w, idx, off, mode=m),
+                      lambda w, m=mode: F.embedding_bag(idx, w, off, mode=m, sparse=True)))
+    for ours, theirs in cases:
+        a, b = W.clone().requires_grad_(), W.clone().requires_grad_()
+        ya, yb = ours(a), theirs(b)
+        assert ya.device == torch_cuda
+        torch.testing.assert_close(ya, yb)
+        (ya ** 3).sum().backward()
+        (yb ** 3).sum().backward()
+        assert a.grad.is_sparse and a.grad.device == torch_cuda
+        torch.testing.assert_close(a.grad.to_dense(), b.grad.to_dense())
