@@ -494,25 +494,21 @@ def _coords_mapped(G: COOTensor, d: int, index, size: int) -> COOTensor:
 
 
 def index_select_back(t: SparseTensor, G: SparseTensor, d: int, index):
-    """Values of ``t`` for ``index_select(t, d, index)``: for each stored element, the sum of ``G`` at
-    every output position that selected its index along ``d``. Along a batch or sparse dim ``G``'s
-    coordinates are mapped through ``index`` (a host or device index); along a dense dim, one
-    gather per repetition of an index (a host index)."""
+    """Values of ``t`` for ``index_select(t, d, index)`` (a host or device index): for each stored
+    element, the sum of ``G`` at every output position that selected its index along ``d``. Along
+    a batch or sparse dim ``G``'s coordinates are mapped through ``index``; along a dense dim ``G``
+    read at ``t``'s pattern is summed by index along that values axis (a coo ``to_dense`` with the
+    index as its coordinates: the adjoint of a gather)."""
     if d < t.ndim - t.dense_dim:
         return values_at(_coords_mapped(_coo(G), d, index, t.shape[d]), t)
-    if is_device_array(index):
-        raise refuse("index_select along a dense dim with an index on the device", t)
-    from ..ops import select
+    from ..cuda._array import DeviceArray
 
-    idx = np.asarray(index).reshape(-1).astype(np.int64)  # the caller's host index
-    order = np.argsort(idx, kind="stable")
-    sidx = idx[order]
-    rank = np.arange(idx.size) - np.searchsorted(sidx, sidx, "left")  # which repetition of its index
-    g = _widened(_coo(G), d, 0, idx.size + 1)  # a zero slot at idx.size, where no position maps
-    total = None
-    for r in range(int(rank.max()) + 1 if idx.size else 0):
-        remap = np.full(t.shape[d], idx.size, np.int64)
-        remap[sidx[rank == r]] = order[rank == r]
-        v = values_at(select.index_select(g, d, remap), t)
-        total = v if total is None else add(total, v)
-    return total if total is not None else zeros(t.values().shape, G.dtype, t)
+    v = values_at(G, _pattern(t, G.shape))  # t's pattern in G's dense shape: K along d
+    ax = v.ndim - (t.ndim - d)
+    front = v.swapaxes(0, ax)
+    K = front.shape[0]
+    idx = index if is_device_array(index) else DeviceArray.from_host(np.asarray(index, np.int64).reshape(-1),
+                                                                     front._device)
+    sums = COOTensor(_array(idx).astype(np.int64, copy=False).reshape(1, K), front.reshape(K, -1),
+                     (t.shape[d], math.prod(front.shape[1:])), False, True).to_dense()
+    return sums.reshape((t.shape[d],) + front.shape[1:]).swapaxes(0, ax)
