@@ -188,7 +188,7 @@ def _canonical_csr(x: SparseTensor, dtype) -> SparseTensor:
     from .._core import _layout as L
 
     x = x.astype(dtype) if x.dtype != dtype else x
-    return checked(x.to_sparse(L.sparse_csr) if x.layout is not L.sparse_csr or isinstance(x, COOTensor) else x)
+    return checked(x if x.layout is L.sparse_csr else x.to_sparse(L.sparse_csr))
 
 
 def spgemm_back(a: SparseTensor, b: SparseTensor, G):
@@ -263,10 +263,13 @@ def broadcast_back(t: SparseTensor, G, dims: tuple):
 
 def _pattern(t: SparseTensor, shape: tuple) -> SparseTensor:
     """``t``'s pattern (its index arrays) in ``shape``, which differs from ``t.shape`` in dense dims
-    only, with zero values."""
+    only: a key template for :func:`values_at` and :func:`broadcast_back`, whose values (left
+    uninitialised) are never read."""
+    from ..cuda._array import DeviceArray
+
     v = t.values()
     lead = v.shape[:v.ndim - t.dense_dim]
-    vals = zeros(lead + tuple(shape[t.ndim - t.dense_dim:]), v.dtype, t)
+    vals = DeviceArray.empty(lead + tuple(shape[t.ndim - t.dense_dim:]), v.dtype, v._device)
     if isinstance(t, COOTensor):
         return COOTensor(t.indices(), vals, tuple(shape), t.is_coalesced(), t._checked)
     return type(t)(t.compressed_indices(), t.plain_indices(), vals, tuple(shape), t.layout, t.is_coalesced())
@@ -289,9 +292,8 @@ def _dense_broadcast_back(t: SparseTensor, G: SparseTensor, dims: tuple, P: int)
         for d in range(P, t.ndim):
             full.append(1 if d in dense else rest.pop(0))
         v = v.reshape(tuple(full))
-    for d in dense:  # a gather of index 0, n times: the repeat along the axis
-        ax = v.ndim - (t.ndim - d)
-        v = _select.take_axis(v, ax, np.zeros(t.shape[d], np.int64))
+    for d in dense:
+        v = _select.repeat_axis(v, v.ndim - (t.ndim - d), t.shape[d])
     return v
 
 

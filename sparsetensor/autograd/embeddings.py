@@ -76,11 +76,10 @@ def _row_scaled(rows, scale, device_like, op: str = "mul"):
         s = np.asarray(scale).reshape(-1, 1)
         return rows * s if op == "mul" else rows / s
     from .._backend import backend_for
-    from .._backend.cuda._select import take_axis
+    from .._backend.cuda._select import repeat_axis
 
     s = scale if is_device_array(scale) else _on_device_of(device_like, np.asarray(scale, rows.dtype))
-    s = device_array(s).astype(rows.dtype, copy=False).reshape(-1, 1)
-    wide = take_axis(s, 1, np.zeros(rows.shape[1], np.int64))  # the repeat along the row
+    wide = repeat_axis(device_array(s).astype(rows.dtype, copy=False).reshape(-1, 1), 1, rows.shape[1])
     return backend_for(rows).elementwise(rows, wide, op)
 
 
@@ -177,7 +176,6 @@ def _per_index_count(counts, bag, dtype):
 def _bag_reduce(w, flat, bag, nb, mode, psw):
     rows = _take_rows(w, flat)
     if not isinstance(w, np.ndarray):  # on the device: each row scaled, then summed by bag (a coo to_dense)
-        bag = bag if is_device_array(bag) else _on_device_of(w, bag)
         counts = _bag_counts(bag, nb, w)
         if psw is not None:
             rows = _row_scaled(rows, psw.reshape(-1), w)
@@ -221,11 +219,13 @@ def _embedding_bag(weight, idx, offsets, mode, psw):
     if is_device_array(offsets) and isinstance(w, np.ndarray):
         raise ValueError(f"embedding_bag: the offsets are on {device_of(offsets)} and the weight on the host; move one")
     flat, bag, nb = bag_ids(_index_array(idx, w.shape[0], "embedding_bag", w), offsets, w.shape[0])
+    if not isinstance(w, np.ndarray) and isinstance(bag, np.ndarray):  # host offsets: the bags go over once
+        bag = _on_device_of(w, bag)
     if psw is not None and np.shape(psw) != np.shape(idx):
         raise ValueError(f"embedding_bag: per_sample_weights must have the shape of the indices {np.shape(idx)}, "
                          f"got {np.shape(psw)}")
     out, counts = _bag_reduce(w, flat, bag, nb, mode, psw)
-    return out, flat, bag, counts
+    return out, flat, bag, counts, w
 
 
 @_rule("embedding")
@@ -258,16 +258,14 @@ def _row_dots(a, b):
 
 @_rule("embedding_bag")
 def _embedding_bag_rule(weight, idx, offsets=None, mode="sum", per_sample_weights=None):
-    out, flat, bag, counts = _embedding_bag(weight, idx, offsets, mode, per_sample_weights)
-    w = _check_weight(weight, "embedding_bag")
+    out, flat, bag, counts, w = _embedding_bag(weight, idx, offsets, mode, per_sample_weights)
     psw = per_sample_weights
 
     def back(G):
         G = _cotangent(G, w)
-        on_w = bag if isinstance(w, np.ndarray) or is_device_array(bag) else _on_device_of(w, bag)
-        rows = _take_rows(G, on_w)
+        rows = _take_rows(G, bag)
         if mode == "mean":
-            rows = _row_scaled(rows, _per_index_count(counts, on_w, rows.dtype), w, "div")
+            rows = _row_scaled(rows, _per_index_count(counts, bag, rows.dtype), w, "div")
         gpsw = None
         if psw is not None:
             gpsw = _row_dots(rows, _take_rows(w, flat)).reshape(np.shape(idx))

@@ -266,7 +266,7 @@ def _batch_broadcast(arr: DeviceArray, batch: tuple, message: str) -> DeviceArra
     """Dense device factor ``arr`` ``(..., R, C)`` with its batch dims broadcast to ``batch`` (NumPy's
     rules; ``ValueError(message)`` otherwise), as a contiguous copy where a dim is stretched: the
     kernel takes one stride per batch."""
-    from ._select import take_axis
+    from ._select import repeat_axis
 
     lead = arr.shape[:-2]
     if lead == tuple(batch):
@@ -279,8 +279,8 @@ def _batch_broadcast(arr: DeviceArray, batch: tuple, message: str) -> DeviceArra
         raise ValueError(message)
     arr = arr.reshape((1,) * (len(batch) - len(lead)) + arr.shape)
     for k, n in enumerate(batch):
-        if arr.shape[k] != n:  # a gather of index 0, n times: the repeat along dim k
-            arr = take_axis(arr, k, np.zeros(n, np.int64))
+        if arr.shape[k] != n:
+            arr = repeat_axis(arr, k, n)
     return arr
 
 

@@ -26,7 +26,7 @@ from ..._core._dtypes import check_fits
 from ...cuda import _primitives as P
 
 __all__ = ["gather_slices", "remap_plain", "narrow_plain", "cat_plain", "cat_compressed", "nonzero",
-           "count_nonzero", "index_select_coo", "take_axis",
+           "count_nonzero", "index_select_coo", "take_axis", "repeat_axis",
            "concat_axis", "insert_zero_row", "same_arrays", "coo_cat_sparse", "padded_values", "index_extrema",
            "wrap_negative"]
 
@@ -285,6 +285,12 @@ def take_axis(a, axis: int, index):
     idx = _on_device(dev, index)
     P.run(dev, "select.cu", "take_axis", (P.raw_key(a.itemsize),), pre * K * post, a, pre, size, post, idx, K, out)
     return out
+
+
+def repeat_axis(a, axis: int, n: int):
+    """Device array ``a`` with its size-1 ``axis`` repeated ``n`` times (NumPy's broadcast, made
+    contiguous): a gather of index 0, ``n`` times."""
+    return take_axis(a, axis, np.zeros(n, np.int64))
 
 
 def concat_axis(arrays: list, axis: int):
