@@ -8,6 +8,7 @@
 // - sampled_dot: the masked gradient of a sparse factor, sum_n A[row, n] * B[col, n] at
 //   each stored item, operands read through strides (no transposed copies);
 // - sampled_sparse_dot: the same with two sparse csr operands (sparse @ sparse), by row merges;
+// - sampled_sparse_dense: the same with one csr operand and a dense one (sparse @ sparse, dense cotangent);
 // - unary_grad / unary_grad_complex / abs_grad_complex / sgn_grad_complex: G * conj(f'(x)) of the pointwise ops;
 // - softmax_grad: the pullback of segment_softmax over the same segments;
 // - add_arrays, sum_leading, real_part: summing cotangents.
@@ -229,6 +230,36 @@ __global__ void sampled_sparse_dot(const i64* __restrict__ off, i64 n_items, i64
                 ++p;
                 ++q;
             }
+        }
+        out[i] = from_acc<V>(s);
+    }
+}
+
+// out[i] = sum_(x, s) opS(s) * D[b, other, x] over the entries (x, s) of row `r` of csr S, for the item at flat
+// offset off[i] = (b * M + row) * N + col, with r = col, other = row when use_col, else r = row, other = col: the
+// masked gradient of a sparse @ sparse product with a dense cotangent D (read through the element strides sdb, so,
+// sx; sdb 0 for one matrix), so that G @ B^H or A^H @ G is never formed. S's batches as in sampled_sparse_dot.
+// st:kernel value
+template <typename V>
+__global__ void sampled_sparse_dense(const i64* __restrict__ off, i64 n_items, i64 M, i64 N, const i64* __restrict__ sp,
+                                     const i64* __restrict__ si, const V* __restrict__ sv, i64 spb, i64 snb, int conj_s,
+                                     int use_col, const V* __restrict__ D, i64 sdb, i64 so, i64 sx,
+                                     V* __restrict__ out) {
+    typedef typename acc<V>::type T;
+    ST_GRID_LOOP(i, n_items) {
+        const i64 o = off[i];
+        const i64 b = o / (M * N), rc = o - b * (M * N);
+        const i64 row = rc / N, col = rc - row * N;
+        const i64 r = use_col ? col : row, other = use_col ? row : col;
+        const i64* spr = sp + b * spb;
+        const i64* sib = si + b * snb;
+        const V* svb = sv + b * snb;
+        const V* d = D + b * sdb + other * so;
+        T s = acc_zero<T>();
+        for (i64 p = spr[r]; p < spr[r + 1]; ++p) {
+            T u = to_acc(svb[p]);
+            if (conj_s) u = conj_of(u);
+            s = s + u * to_acc(d[sib[p] * sx]);
         }
         out[i] = from_acc<V>(s);
     }

@@ -121,7 +121,10 @@ def ensure_valid(t, *, repair: bool = False, threads: int | None = None):
     t : COOTensor or CompressedTensor
     repair : bool
         A compressed tensor whose only fault is unsorted or repeated plain indices
-        (invariant 5.6) is returned coalesced (a canonical copy) instead of raising.
+        (invariant 5.6) is returned coalesced (a canonical copy) instead of raising. A row
+        longer than the plain size (5.3's upper bound) can only hold repeats, so it is
+        repaired too; the repair's own check (5.3's lower bound, 5.4, 5.5) raises for any
+        other fault.
     threads : int, optional
         Threads for the check (see :func:`sparsetensor.num_threads`).
 
@@ -139,7 +142,7 @@ def ensure_valid(t, *, repair: bool = False, threads: int | None = None):
     try:
         t.check_invariants(threads=threads)
     except InvariantError as e:
-        if not (repair and e.invariant == "5.6"):
+        if not (repair and e.invariant in ("5.3", "5.6")):
             raise
         try:
             # the op table's coalesce: the tensor's own backend repairs it (this module imports none)

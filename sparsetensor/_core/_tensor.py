@@ -317,7 +317,13 @@ class SparseTensor:
         out = index.astype(dt)
         if self._validated or dt.itemsize >= index.dtype.itemsize:
             return out
-        if type(index) is not _NDARRAY or not np.array_equal(out, index):
+        if type(index) is _NDARRAY:
+            fits = np.array_equal(out, index)
+        else:  # on a device: its least and largest entry read back
+            lo, hi = backend(self.device).index_range(index)
+            info = np.iinfo(dt)
+            fits = lo is None or (info.min <= lo and hi <= info.max)
+        if not fits:
             self.check_invariants()
         return out
 

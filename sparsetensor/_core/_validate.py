@@ -88,7 +88,12 @@ def check_compressed_indices(compressed: np.ndarray, plain: np.ndarray, layout, 
 
 
 def raise_coo_error(found, shape: tuple):
+    """Raise the :class:`InvariantError` for a kernel's ``(invariant, dim, position, value)``;
+    for C6, ``position`` is the first index column not after its predecessor."""
     inv, d, pos, value = found
+    if inv == "C6":
+        raise InvariantError("C6", "coo", "a tensor marked coalesced must have lexicographically sorted, "
+                             f"distinct index columns; position {pos} is not after position {pos - 1}", index=pos)
     if inv == "C4":
         msg = f"indices[{d}] must be >= 0; position {pos}: got {value}"
     else:
@@ -105,5 +110,16 @@ def check_coo_indices(indices: np.ndarray, shape: tuple, *, coalesced: bool = Fa
     if found is not None:
         raise_coo_error(found, shape)
     if coalesced and not _kernels.coo_is_coalesced(indices, sparse_shape, nt):
-        raise InvariantError("C6", "coo", "a tensor marked coalesced must have lexicographically sorted, "
-                             "distinct index columns")
+        raise_coo_error(("C6", -1, _first_not_after(indices), 0), shape)
+
+
+def _first_not_after(indices: np.ndarray) -> int:
+    """The first position whose index column is not lexicographically after the one before it
+    (the tensor is known to have one; an O(sparse_dim * nnz) pass, on the error path only)."""
+    after = np.zeros(indices.shape[1] - 1, dtype=bool)
+    tied = np.ones_like(after)
+    for row in indices:
+        now, before = row[1:], row[:-1]
+        after |= tied & (now > before)
+        tied &= now == before
+    return int(np.flatnonzero(~after)[0]) + 1

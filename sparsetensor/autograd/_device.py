@@ -195,11 +195,21 @@ def spgemm_back(a: SparseTensor, b: SparseTensor, G):
     """Cotangents of the values of device tensors ``a`` and ``b`` for ``a @ b`` (sparse @ sparse),
     computed only at their patterns (the masked gradient): ``gA[i, k] = sum_j G[i, j] conj(b[k, j])``
     merges row ``i`` of ``G`` with row ``k`` of ``b``, ``gB[k, j] = sum_i conj(a[i, k]) G[i, j]``
-    row ``k`` of ``a^T`` with row ``j`` of ``G^T`` (all as canonical csr)."""
-    if not isinstance(G, SparseTensor):
-        raise refuse("a sparse @ sparse product with a dense cotangent", a)
+    row ``k`` of ``a^T`` with row ``j`` of ``G^T`` (all as canonical csr). A dense ``G`` is read
+    along row ``k`` of ``b`` (for ``gA``) and of ``a^T`` (for ``gB``)."""
     rt = np.result_type(a.dtype, b.dtype, G.dtype)
     cplx = rt.kind == "c"
+    if not isinstance(G, SparseTensor):
+        G = _array(G)
+        if G.shape != a.shape[:-1] + b.shape[-1:]:
+            raise ValueError(f"a dense cotangent of shape {G.shape} for a product of shape "
+                             f"{a.shape[:-1] + b.shape[-1:]}")
+        G = cast(G, rt)
+        N = G.shape[-1]
+        sb = G.shape[-2] * N if G.ndim > 2 else 0
+        ga = kernels().sampled_sparse_dense(a, _canonical_csr(b, rt), G, (sb, N, 1), use_col=True, conj_s=cplx)
+        gb = kernels().sampled_sparse_dense(b, _canonical_csr(a.mT, rt), G, (sb, 1, N), use_col=False, conj_s=cplx)
+        return ga, gb
     Gc, GTc = _canonical_csr(G, rt), _canonical_csr(G.mT, rt)
     ga = kernels().sampled_sparse(a, Gc, _canonical_csr(b, rt), conj_r=cplx)
     gb = kernels().sampled_sparse(b, _canonical_csr(a.mT, rt), GTc, conj_l=cplx)

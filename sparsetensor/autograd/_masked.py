@@ -87,7 +87,10 @@ def spgemm_grads(a: SparseTensor, b: SparseTensor, G) -> tuple:
             pos = np.minimum(np.searchsorted(gkeys, keys), gkeys.size - 1)
             return np.where(gkeys[pos] == keys, gv[pos], 0)
     else:
-        flatG = np.asarray(G).reshape(-1)
+        G = np.asarray(G)
+        if G.shape != batch + (M, N):
+            raise ValueError(f"a dense cotangent of shape {G.shape} for a product of shape {batch + (M, N)}")
+        flatG = G.reshape(-1)
 
         def read(keys):
             return flatG[keys]

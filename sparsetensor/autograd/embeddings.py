@@ -177,8 +177,8 @@ def _bag_reduce(w, flat, bag, nb, mode, psw):
     rows = _take_rows(w, flat)
     if not isinstance(w, np.ndarray):  # on the device: each row scaled, then summed by bag (a coo to_dense)
         counts = _bag_counts(bag, nb, w)
-        if psw is not None:
-            rows = _row_scaled(rows, psw.reshape(-1), w)
+        if psw is not None:  # in the dtype NumPy promotes the two to, as on the host
+            rows = _row_scaled(rows.astype(np.result_type(rows.dtype, psw.dtype), copy=False), psw.reshape(-1), w)
         elif mode == "mean":
             rows = _row_scaled(rows, _per_index_count(counts, bag, rows.dtype), w, "div")
         bags = COOTensor(bag.reshape(1, -1), rows, (nb, w.shape[1]), False, checked=True)

@@ -388,7 +388,7 @@ def _rows_csr(S, op: str, threads) -> CompressedTensor:
         backend = backend_for(csr)
         if backend.device == "cpu":
             backend.check_bounds(csr, threads)
-        else:  # the device's bounds check also asks for sorted columns (5.6): repair them, as its conversions do
+        else:  # the device's row kernels read canonical rows: repair them, as its conversions do
             csr = backend.coalesce(csr, threads)
     return csr
 

@@ -162,7 +162,7 @@ def _run(t, dim, keepdim: bool, op, work_dtype, threads, name: str):
         t = coalesced(t, threads)
     if t.dtype != work_dtype:
         t = t._replace_values(t.values().astype(work_dtype))
-    if dim is None and op is np.add:
+    if op is np.add and (dim is None or len(dims) == t.ndim):
         # every dim: the values' sum; no index is read
         r = backend_for(t).reduce_sum(t, threads).reshape((1,) * t.ndim)
     elif op is np.add:

@@ -19,106 +19,14 @@ from sparsetensor.autograd import vjp
 from sparsetensor.cuda._array import DeviceArray
 
 from cuda_support import backend, rng  # noqa: F401 (the fixtures)
-from cuda_support import INDEX, make, members
+from cuda_support import INDEX, make
+from cuda_autograd_support import no_host_copies  # noqa: F401 (the fixture)
+from cuda_autograd_support import FLOAT, RTOL, check, one_pattern, rand, to_dev
 
-FLOAT = [np.dtype(np.float32), np.dtype(np.float64)]
-RTOL = {np.dtype("float16"): 3e-2, np.dtype("float32"): 2e-5, np.dtype("float64"): 1e-11, np.dtype("complex64"): 2e-5,
-        np.dtype("complex128"): 1e-11}
 # (layout, batch, dense, blocksize) of the products on the device (no dense dims)
 PRODUCT_CASES = [("csr", (), (), None), ("csc", (), (), None), ("coo", (), (), None), ("bsr", (), (), (2, 3)),
                  ("bsc", (), (), (2, 1)), ("csr", (2,), (), None), ("csc", (3,), (), None), ("bsr", (2,), (), (2, 1))]
 PRODUCT_IDS = [f"{c[0]}-b{len(c[1])}" for c in PRODUCT_CASES]
-
-
-@pytest.fixture
-def no_host_copies(monkeypatch):
-    """Inside ``with no_host_copies():`` converting a DeviceArray to a NumPy array fails."""
-    import contextlib
-
-    @contextlib.contextmanager
-    def guard():
-        def refuse(self, *args, **kwargs):
-            raise AssertionError(f"a device array {self!r} was copied to the host during the pullback")
-
-        with monkeypatch.context() as m:
-            m.setattr(DeviceArray, "__array__", refuse)
-            yield
-
-    return guard
-
-
-def to_dev(x):
-    if isinstance(x, st.SparseTensor):
-        return x.cuda()
-    if isinstance(x, np.ndarray):
-        return DeviceArray.from_host(x)
-    return x
-
-
-def host(x):
-    return x.get() if isinstance(x, DeviceArray) else np.asarray(x)
-
-
-def rand(rng, shape, dtype):
-    x = rng.standard_normal(shape)
-    if np.dtype(dtype).kind == "c":
-        x = x + 1j * rng.standard_normal(shape)
-    return x.astype(dtype)
-
-
-def cotangent(rng, out):
-    """A random cotangent of CPU output ``out``: (CPU form, device form)."""
-    if isinstance(out, st.SparseTensor):
-        v = rand(rng, out.values().shape, out.dtype)
-        return out._replace_values(v), v
-    g = rand(rng, np.shape(out), out.dtype)
-    return g, g
-
-
-def check(rng, guard, fn, *args, kwargs=None, cpu_fn=None):
-    """vjp of ``fn`` on CPU ``args`` (of ``cpu_fn``, the same function written for host arrays, when
-    given) and on their device copies: the same outputs and cotangents. Returns the device cotangents."""
-    kwargs = kwargs or {}
-    dargs = [to_dev(a) for a in args]
-    out_c, pb_c = vjp(cpu_fn or fn, *args, **kwargs)
-    out_d, pb_d = vjp(fn, *dargs, **kwargs)
-    many = isinstance(out_c, tuple)
-    outs_c, outs_d = (out_c, out_d) if many else ((out_c,), (out_d,))
-    gs_c, gs_d = [], []
-    for oc, od in zip(outs_c, outs_d):
-        gc, gv = cotangent(rng, oc)
-        if isinstance(od, st.SparseTensor):
-            assert od.is_cuda and od.layout is oc.layout and od.shape == oc.shape
-            for x, y in zip(members(od)[:-1], members(oc)[:-1]):
-                assert np.array_equal(host(x), y), "the device output's pattern differs from the CPU's"
-            gd = od._replace_values(DeviceArray.from_host(gv))
-        else:
-            assert isinstance(od, DeviceArray) and od.shape == np.shape(oc)
-            gd = DeviceArray.from_host(gv).reshape(np.shape(oc))
-        gs_c.append(gc)
-        gs_d.append(gd)
-    cts_c = pb_c(tuple(gs_c) if many else gs_c[0])
-    with guard():
-        cts_d = pb_d(tuple(gs_d) if many else gs_d[0])
-    assert len(cts_d) == len(args)
-    for a, da, cc, cd in zip(args, dargs, cts_c, cts_d):
-        if cc is None or isinstance(a, list) and not any(isinstance(x, st.SparseTensor) for x in a):
-            assert cd is None or all(c is None for c in cd)
-            continue
-        if isinstance(a, st.SparseTensor):
-            assert isinstance(cd, st.SparseTensor) and cd.is_cuda and cd.device == da.device
-            assert cd.layout is da.layout and cd.shape == da.shape and cd.dtype == da.dtype
-            for x, y in zip(members(cd)[:-1], members(da)[:-1]):
-                assert x is y, "the cotangent does not have the argument's own index arrays"
-            got, want = host(cd.values()), np.asarray(cc.values())
-        else:
-            assert isinstance(cd, DeviceArray) and cd.shape == np.shape(a) and cd.dtype == a.dtype
-            got, want = host(cd), np.asarray(cc)
-        assert got.dtype == want.dtype and got.shape == want.shape
-        tol = RTOL[want.dtype]
-        scale = max(float(np.abs(want[np.isfinite(want)]).max(initial=0)), 1.0)  # (sqrt'(0) of a block's zero: inf)
-        np.testing.assert_allclose(got, want, rtol=tol, atol=tol * scale)
-    return cts_d
 
 
 # -- products ---------------------------------------------------------------------------------------------
@@ -171,6 +79,34 @@ def test_sparse_matmul_sparse(backend, rng, no_host_copies, case, dtype):
     B = A._replace_values(rand(rng, A.values().shape, dtype)).mT
     B = B.to_sparse(A.layout, blocksize=A.blocksize[::-1] if A.layout.blocked else None)
     check(rng, no_host_copies, st.matmul, A, B)
+
+
+@pytest.mark.parametrize("case", SPGEMM_CASES, ids=[f"{c[0]}-b{len(c[1])}" for c in SPGEMM_CASES])
+def test_sparse_matmul_sparse_dense_cotangent(backend, rng, no_host_copies, case):
+    """The product rule's pullback given a dense cotangent (vjp reads one at the output's pattern
+    first; a rule may get one directly): each operand's cotangent at its pattern, one row of the
+    other operand per item (neither G @ B^H nor A^H @ G is formed), as on the CPU."""
+    from sparsetensor.autograd.rules import RULES
+
+    A = one_pattern(rng, case)
+    for dtype in (np.float32, np.complex128):
+        A = A._replace_values(rand(rng, A.values().shape, dtype))
+        B = A._replace_values(rand(rng, A.values().shape, dtype)).mT
+        B = B.to_sparse(A.layout, blocksize=A.blocksize[::-1] if A.layout.blocked else None)
+        out, back = RULES["matmul"](A, B)
+        G = rand(rng, out.shape, dtype)
+        want = back(G)
+        _, back_d = RULES["matmul"](A.cuda(), B.cuda())
+        with no_host_copies():
+            got = back_d(DeviceArray.from_host(G))
+        for g, w in zip(got, want):
+            assert isinstance(g, DeviceArray) and g.shape == w.shape and g.dtype == w.dtype
+            np.testing.assert_allclose(g.get(), w, rtol=RTOL[w.dtype], atol=RTOL[w.dtype])
+        with pytest.raises(ValueError, match="dense cotangent of shape"):
+            back_d(DeviceArray.from_host(np.ascontiguousarray(G[..., :-1])))
+        with pytest.raises(ValueError, match="dense cotangent of shape"):
+            back(G[..., :-1])
+        check(rng, no_host_copies, st.matmul, A, B, dense=True)  # through vjp: read at the pattern first
 
 
 def test_sparse_matmul_sparse_uncoalesced(backend, rng, no_host_copies):
@@ -506,18 +442,21 @@ def _embedding_check(guard, name, W, *args, **kwargs):
     host_args = [a.get() if isinstance(a, DeviceArray) else a for a in args]
     out_c, pb_c = vjp(name, W, *host_args, **kwargs)
     out_d, pb_d = vjp(name, DeviceArray.from_host(W), *args, **kwargs)
-    assert isinstance(out_d, DeviceArray)
-    np.testing.assert_allclose(out_d.get(), out_c, rtol=1e-12)
-    g = rng.standard_normal(out_c.shape)
+    assert isinstance(out_d, DeviceArray) and out_d.dtype == out_c.dtype
+    tol = RTOL[np.dtype(W.dtype)]
+    np.testing.assert_allclose(out_d.get(), out_c, rtol=tol)
+    g = rng.standard_normal(out_c.shape).astype(out_c.dtype)
     want = pb_c(g)
     with guard():
         got = pb_d(DeviceArray.from_host(g))
     gw = got[0]
     assert isinstance(gw, st.SparseTensor) and gw.is_cuda and gw.is_coalesced() and gw.shape == W.shape
+    assert gw.dtype == want[0].dtype
     np.testing.assert_array_equal(gw.indices().get(), want[0].indices())
-    np.testing.assert_allclose(gw.values().get(), want[0].values(), rtol=1e-12)
+    np.testing.assert_allclose(gw.values().get(), want[0].values(), rtol=tol)
     if want[-1] is not None and name == "embedding_bag":
-        np.testing.assert_allclose(got[-1].get(), want[-1], rtol=1e-12)
+        assert got[-1].dtype == want[-1].dtype
+        np.testing.assert_allclose(got[-1].get(), want[-1], rtol=tol)
     return got
 
 
@@ -540,6 +479,10 @@ def test_embedding_on_the_device(backend, rng, no_host_copies, where):
         _embedding_check(no_host_copies, "embedding_bag", W, put(flat), put(off), mode=mode)  # bags made there
         _embedding_check(no_host_copies, "embedding_bag", W, put(idx), mode=mode)
     _embedding_check(no_host_copies, "embedding_bag", W, put(flat), off, per_sample_weights=put(psw))
+    # weights of another dtype: the bags in the dtype NumPy promotes the two to, as on the host
+    W32 = W.astype(np.float32)
+    _embedding_check(no_host_copies, "embedding_bag", W32, put(flat), off, per_sample_weights=put(psw))
+    _embedding_check(no_host_copies, "embedding_bag", W, put(flat), off, per_sample_weights=put(psw.astype(np.float32)))
 
 
 def test_embedding_bad_indices_on_the_device(backend):
@@ -582,15 +525,6 @@ def _forward_on_device(fn, *args):
 SHAPE_CASES = [("csr", (), (), None), ("csc", (), (), None), ("csr", (2,), (), None), ("coo", (), (), None),
                ("csr", (), (2,), None)]
 SHAPE_IDS = [f"{c[0]}-b{len(c[1])}-d{len(c[2])}" for c in SHAPE_CASES]
-
-
-def one_pattern(rng, case):
-    """A tensor of ``case`` whose batches share one pattern (a narrow or a selection keeps one nnz per batch)."""
-    if not case[1]:
-        return make(rng, case, np.float64, np.int32)
-    one = make(rng, (case[0], (), case[2], case[3]), np.float64).to_dense()
-    return st.from_dense(np.stack([one, 2 * one]), case[0], blocksize=case[3], batch_dim=1, dense_dim=len(case[2]),
-                         index_dtype=np.int32)
 
 
 @pytest.mark.parametrize("case", SHAPE_CASES, ids=SHAPE_IDS)

@@ -39,7 +39,7 @@ __all__ = ["device", "validate", "coalesce", "to_dense", "from_dense", "convert"
            "merge", "reduce_sum", "reduce_sum_dims", "reduce_dims", "unary", "sddmm", "gather_slices", "remap_plain",
            "narrow_plain", "cat_plain", "cat_compressed", "index_select_coo", "compressed_sum", "plain_sum", "segment_reduce",
            "scatter_reduce", "segment_softmax", "group_by", "batch_offsets", "map_values", "sample_dense", "add_to_dense", "elementwise",
-           "check_bounds", "diagonal", "sum_axis", "flatten_coo", "ilu0", "ic0", "trsv"]
+           "check_bounds", "index_range", "diagonal", "sum_axis", "flatten_coo", "ilu0", "ic0", "trsv"]
 
 device = "cpu"
 
@@ -56,6 +56,13 @@ def check_bounds(t, threads=None) -> None:
     found = _spmm_kernels.find_broken_index(c.reshape(1, -1), p.reshape(1, -1), t.plain_size)
     if found is not None:
         raise_compressed_error(found, t.layout, (), t.plain_size, t.nnz, c)
+
+
+def index_range(a, threads=None) -> tuple:
+    """``(least, largest)`` entry of an integer array as ints (None, None when empty)."""
+    if not a.size:
+        return None, None
+    return int(a.min()), int(a.max())
 
 
 def coalesce(t, threads=None):

@@ -13,7 +13,6 @@ from ..._core import _layout as L
 from ..._core._canonical import Parts, as_parts, build, ensure_valid, same_nnz
 from ..._core._config import num_threads
 from ..._core._dtypes import check_fits, raw_view
-from ..._core._errors import InvariantError
 from ..._lib import _convert as _kernels, _transpose as _transpose_kernels
 from ..._lib._pool import empty
 from ..._core._tensor import COOTensor, CompressedTensor
@@ -165,10 +164,6 @@ def _coo_to_rows(t: COOTensor, threads) -> Parts:
     found = _kernels.coo_to_rows(idx, np.asarray(t.shape[:S], dtype=np.int64), ptr, num_threads(threads, work),
                                  trusted)
     if found is not None:
-        if found[0] == "C6":
-            raise InvariantError("C6", "coo", "a tensor marked coalesced must have lexicographically sorted, "
-                                 f"distinct index columns; position {found[2]} is not after position {found[2] - 1}",
-                                 index=found[2])
         raise_coo_error(found, t.shape)
     if B == 1:
         c, nnz = ptr.reshape(1, rows + 1), N

@@ -22,7 +22,7 @@ __all__ = ["device", "validate", "coalesce", "to_dense", "from_dense", "convert"
            "merge", "reduce_sum", "reduce_sum_dims", "reduce_dims", "unary", "sddmm", "gather_slices", "remap_plain",
            "narrow_plain", "cat_plain", "cat_compressed", "index_select_coo", "compressed_sum", "plain_sum", "segment_reduce",
            "scatter_reduce", "segment_softmax", "group_by", "batch_offsets", "map_values", "sample_dense", "add_to_dense", "elementwise", "check_bounds",
-           "diagonal", "sum_axis", "flatten_coo", "ilu0", "ic0", "trsv"]
+           "index_range", "diagonal", "sum_axis", "flatten_coo", "ilu0", "ic0", "trsv"]
 
 device = "cuda"
 
@@ -306,6 +306,15 @@ def elementwise(x, y, op: str, threads=None):
 
 
 def check_bounds(t, threads=None) -> None:
-    """Invariants 5.1-5.5 of a device tensor (indices safe to read), on the device: the full
-    check, which also asks for sorted, distinct plain indices (5.6)."""
-    _validate.check_tensor(t)
+    """Invariants 5.1-5.5 of a device compressed tensor (every index safe to read; rows may be
+    unsorted or hold duplicates, so 5.3 bounds a step by nnz, not by the plain size), on the
+    device; raises InvariantError naming the first broken one."""
+    _validate.check_compressed_bounds(t)
+
+
+def index_range(a, threads=None) -> tuple:
+    """``(least, largest)`` entry of a device integer array as host ints (None, None when empty)."""
+    if not a.size:
+        return None, None
+    hi, lo = _reduce.index_extrema(a.reshape(1, a.size))
+    return int(lo[0]), int(hi[0])

@@ -27,7 +27,7 @@ from ...cuda._array import DeviceArray
 from ._coalesce import checked
 from ._pointwise import UNARY_OPS
 
-__all__ = ["dense_at", "sparse_at", "elements_at", "sampled_sparse", "sampled", "unary_grad", "softmax_grad", "add", "sum_leading", "conj", "real"]
+__all__ = ["dense_at", "sparse_at", "elements_at", "sampled_sparse", "sampled_sparse_dense", "sampled", "unary_grad", "softmax_grad", "add", "sum_leading", "conj", "real"]
 
 # pointwise op -> (derivative kind of autograd.cu's unary_grad, its constant)
 _FLAT = (0, 0.0)  # D_CONST 0: piecewise constant functions
@@ -208,7 +208,7 @@ def sampled(S, A: DeviceArray, a_strides: tuple, Bm: DeviceArray, b_strides: tup
 
 
 def _sampled_run(S, A, Bm, kernel: str, *args) -> DeviceArray:
-    """Launch ``kernel`` (sampled_dot, sampled_sparse_dot) over every stored item of ``S`` with
+    """Launch ``kernel`` (sampled_dot, sampled_sparse_dot, sampled_sparse_dense) over every stored item of ``S`` with
     operands of ``A``'s and ``Bm``'s dtype: ``(off, n, M, N, *args, out)``."""
     if S.dense_dim:
         raise NotImplementedError(f"the masked product gradient of a {S.layout.name} tensor with dense dims on "
@@ -240,6 +240,16 @@ def sampled_sparse(S, Lc, Rc, *, conj_l=False, conj_r=False) -> DeviceArray:
     batch dims ``S``'s or none), a merge of two sorted rows per item."""
     return _sampled_run(S, Lc, Rc, "sampled_sparse_dot", *_csr_members(Lc), int(conj_l), *_csr_members(Rc),
                         int(conj_r))
+
+
+def sampled_sparse_dense(S, Sc, D: DeviceArray, d_strides: tuple, *, use_col: bool, conj_s=False) -> DeviceArray:
+    """``sum_x opS(Sc[r, x]) * D[other, x]`` at every stored item ``(batch, row, col)`` of device tensor
+    ``S`` (any layout, no dense dims; block items one by one), ``r, other = col, row`` when ``use_col``
+    else ``row, col``: the masked product of canonical device csr ``Sc`` (batch dims ``S``'s or none)
+    and dense ``D`` read through its element strides ``d_strides`` (batch, other, x; batch 0 for one
+    matrix), one row of ``Sc`` per item."""
+    return _sampled_run(S, Sc.values(), D, "sampled_sparse_dense", *_csr_members(Sc), int(conj_s), int(use_col), D,
+                        *d_strides)
 
 
 def _float_key(x: DeviceArray, what: str) -> str:

@@ -136,6 +136,9 @@ def _concat_indices(dev, ia, ib):
 
 def _coo_add(a, b, alpha):
 
+    for x in (a, b):  # a coalesced flag given unchecked is checked (C6), as the CPU's merge trusts it
+        if x.is_coalesced():
+            x.coalesce()
     dev = a.values()._device
     vb = b.values() if complex(alpha) == 1 else mul_scalar(b, alpha).values()
     idx = _concat_indices(dev, a.indices(), b.indices())

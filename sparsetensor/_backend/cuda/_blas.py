@@ -26,9 +26,10 @@ import numpy as np
 
 from ..._core import _layout as L
 from ..._core._tensor import COOTensor, CompressedTensor
+from .._plan import ProductShape
 from ...cuda import _primitives as P
 from ...cuda._array import DeviceArray, as_device_array
-from ._coalesce import checked
+from ._coalesce import UnequalBatches, checked
 from ._convert import _expand, _rows_to_coo, transpose_compressed
 from ...cuda._module import BLOCK, grid_for, launch
 from ...cuda._classes import CudaCompressedTensor, CudaSparseTensor
@@ -177,7 +178,10 @@ def spmm(a, x, plan, rt, threads=None, err=None):
         a = a._replace_values(a.values().astype(rt))
     if x.dtype != rt:
         x = x.astype(rt)
-    a = _rows(a)
+    try:
+        a = _rows(a)
+    except UnequalBatches:  # repeats summed leave the batches different nnz: one output batch at a time
+        return _by_batch(a, x, plan, rt)
     dev = a.values()._device
     B = plan.sb.shape[0]
     if math.prod(a.shape[:a.batch_dim]) != B or (B > 1 and not (plan.sb == np.arange(B)).all()):
@@ -211,6 +215,26 @@ def spmm(a, x, plan, rt, threads=None, err=None):
         _spmv(dev, vkey, ik, c, p, v, B, M, K, a.nnz, x, x_bstride, y, P.acc_dtype(a.dtype))
     else:
         _spmm(dev, vkey, ik, c, p, v, B, M, K, a.nnz, x, x_bstride, N, y, P.acc_dtype(a.dtype))
+    return y
+
+
+def _by_batch(a, x, plan, rt):
+    """:func:`spmm` of each output batch alone (the CPU's kernel sums a row's repeats as it reads
+    them, so it never needs one nnz for every batch)."""
+    m = a.batch_dim
+    c, p, v = a.compressed_indices(), a.plain_indices(), a.values()
+    S = math.prod(a.shape[:m])
+    c, p, v = c.reshape(S, c.shape[-1]), p.reshape(S, a.nnz), v.reshape((S,) + v.shape[m:])
+    xs = x.reshape((math.prod(x.shape[:-2]),) + x.shape[-2:]) if x.ndim > 2 else None
+    tail = plan.out_shape[len(plan.out_batch):]
+    one = ProductShape(tail, (), np.zeros(1, np.int64), np.zeros(1, np.int64), plan.M, plan.K, plan.N)
+    dev = a.values()._device
+    y = P.empty(dev, plan.out_shape, rt)
+    ys = y.reshape((plan.sb.shape[0],) + tail)
+    for o, (sb, db) in enumerate(zip(plan.sb.tolist(), plan.db.tolist())):
+        part = spmm(CompressedTensor(c[sb], p[sb], v[sb], a.shape[m:], a.layout, False),
+                    x if xs is None else xs[db if xs.shape[0] > 1 else 0], one, rt)
+        dev.copy_dtod(ys[o].ptr, part.ptr, part.nbytes)
     return y
 
 

@@ -19,10 +19,10 @@ import numpy as np
 from ..._core._tensor import COOTensor, CompressedTensor
 from ..._core._validate import raise_compressed_error, raise_coo_error
 from ...cuda import _primitives as P
-from ._validate import compressed_report, coo_report
+from ._validate import check_compressed_bounds, compressed_report, coo_report
 from ...cuda._classes import CudaCOOTensor, CudaCompressedTensor
 
-__all__ = ["coalesce", "sum_duplicates", "checked"]
+__all__ = ["coalesce", "sum_duplicates", "checked", "UnequalBatches"]
 
 _U64_SPAN = 1 << 64
 
@@ -122,6 +122,10 @@ def coalesce(t):
     return COOTensor(out_idx, out_vals.reshape((nout,) + dense), t.shape, True, True)
 
 
+class UnequalBatches(ValueError):
+    """A batched tensor whose batches hold different nnz once their repeats are summed."""
+
+
 def sum_duplicates(t):
     """Repair a device csr/csc/bsr/bsc tensor: sort every row's plain indices and sum repeats.
 
@@ -138,9 +142,7 @@ def sum_duplicates(t):
     c, p, v = t.compressed_indices(), t.plain_indices(), t.values()
     n, nnz, ps = c.shape[-1] - 1, t.nnz, t.plain_size
     # every bound first (a 5.6 finding would hide a later 5.4/5.5), then the order
-    found = compressed_report(t, check_order=False, max_step=_U64_SPAN - 1)
-    if found is not None:
-        raise_compressed_error(found, layout, batch, ps, nnz)
+    check_compressed_bounds(t)
     if compressed_report(t, check_order=True, max_step=_U64_SPAN - 1) is None:
         return CompressedTensor(c, p, v, t.shape, layout, True)
     span = B * n * ps
@@ -159,7 +161,7 @@ def sum_duplicates(t):
     bounds = P.read_ints(dev, P.take_strided(dev, scan, nnz, B + 1))
     per_batch = np.diff(bounds)
     if per_batch.size and (per_batch != per_batch[0]).any():
-        raise ValueError(f"sum_duplicates of a batched {layout.name} tensor: after summing duplicates the "
+        raise UnequalBatches(f"sum_duplicates of a batched {layout.name} tensor: after summing duplicates the "
                          f"batches have different nnz {per_batch.tolist()}; every batch must have the same nnz")
     nnz_out = int(per_batch[0]) if B else 0
     starts = _starts(dev, scan, N, nout_total)
@@ -177,13 +179,15 @@ def sum_duplicates(t):
 
 def checked(t):
     """``t`` if it is known to satisfy 5.1-5.6 (canonical), else scanned on the device: broken
-    indices raise InvariantError; unsorted or duplicate plain indices (5.6) are repaired with
-    :func:`sum_duplicates` (as the CPU's conversions do). Returns a canonical tensor."""
+    indices raise InvariantError; unsorted or duplicate plain indices (5.6), and rows longer than
+    the plain size (5.3's upper bound: they hold repeats), are repaired with
+    :func:`sum_duplicates`, whose check raises for any other fault, as the CPU's
+    ``ensure_valid(repair=True)`` does. Returns a canonical tensor."""
     if t.is_coalesced():
         return t
     found = compressed_report(t)
     if found is None:
         return CompressedTensor(t.compressed_indices(), t.plain_indices(), t.values(), t.shape, t.layout, True)
-    if found[0] == "5.6":
+    if found[0] in ("5.3", "5.6"):
         return sum_duplicates(t)
     raise_compressed_error(found, t.layout, t.shape[:t.batch_dim], t.plain_size, t.nnz)

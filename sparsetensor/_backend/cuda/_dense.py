@@ -48,9 +48,27 @@ def to_dense(t) -> DeviceArray:
 
 
 def _compressed_to_dense(t) -> DeviceArray:
-    from ._coalesce import checked
+    from ._coalesce import UnequalBatches, checked
 
-    t = checked(t)  # indices proven in bounds; duplicates summed
+    out = P.zeros(t.values()._device, t.shape, t.dtype)
+    try:
+        _scatter(checked(t), out)  # indices proven in bounds; duplicates summed
+    except UnequalBatches:
+        # batches whose repeats sum to different nnz: one batch at a time (the CPU's scatter sums
+        # repeats in place, so it never needs one nnz)
+        m = t.batch_dim
+        B = math.prod(t.shape[:m])
+        c, p, v = t.compressed_indices(), t.plain_indices(), t.values()
+        c, p = c.reshape(B, c.shape[-1]), p.reshape(B, t.nnz)
+        v, whole = v.reshape((B,) + v.shape[m:]), out.reshape((B,) + t.shape[m:])
+        for b in range(B):
+            one = CompressedTensor(c[b], p[b], v[b], t.shape[m:], t.layout, False)
+            _scatter(checked(one), whole[b])
+    return out
+
+
+def _scatter(t, out) -> None:
+    """Write canonical device tensor ``t`` into zero-filled ``out`` (its shape and dtype)."""
     dev = t.values()._device
     m = t.batch_dim
     B = math.prod(t.shape[:m])
@@ -59,20 +77,22 @@ def _compressed_to_dense(t) -> DeviceArray:
     W = math.prod(t.shape[m + 2:])
     c, p, v = t.compressed_indices(), t.plain_indices(), t.values()
     n, nnz = c.shape[-1] - 1, t.nnz
-    out = P.zeros(dev, t.shape, t.dtype)
     N = B * nnz
     if N == 0 or W == 0:
-        return out
+        return
     ik = P.index_key(c.dtype)
     major = P.empty(dev, (N,), c.dtype)
     P.run(dev, "convert.cu", "expand_major", (ik,), N, c, B, n, nnz, major)
     P.run(dev, "dense.cu", "compressed_to_dense", (P.raw_key(v.itemsize), ik), N * rb * cb * W, major, p, v,
           B, nnz, rb, cb, W, NR, NC, int(t.layout.compressed_rows), out)
-    return out
 
 
 def _coo_to_dense(t) -> DeviceArray:
-    t = t.coalesce()  # checks the bounds (C4/C5); sums duplicates
+    from ._coalesce import coalesce
+
+    # checks the bounds (C4/C5) and sums duplicates; a coalesced flag given unchecked is not
+    # trusted but repaired, as the CPU's scatter (which sums repeats) does not need it
+    t = coalesce(t)
     dev = t.values()._device
     idx, v = t.indices(), t.values()
     S, nnz = idx.shape

@@ -140,6 +140,8 @@ def _reduce_coo(t, dims: tuple, red: str):
         return COOTensor(t.indices(), v, shape, t.is_coalesced(), t._checked)
     dev = v._device
     kept = [d for d in range(S) if d not in gone]
+    if not kept and red == "sum":  # the values' sum: no index is read, as on the CPU
+        return _reduce_items(v, 0, [0], red).reshape(shape)
     nnz = t.nnz
     W = math.prod(v.shape[1:])
     perm, starts, part = group_by(t, kept, gone, f"{red} over dims {dims}")
