@@ -59,6 +59,12 @@ __global__ void batch_offsets(const i64* __restrict__ flat, i64 B, i64 n, i64 st
     }
 }
 
+// out[j] = start + j * step for j < n: iota (0, 1) and fill (step 0) of int64 arrays.
+// st:kernel
+__global__ void arange_i64(i64 n, i64 start, i64 step, i64* __restrict__ out) {
+    ST_GRID_LOOP(j, n) { out[j] = start + j * step; }
+}
+
 // out[j] = in[j * step] for j < count.
 // st:kernel
 __global__ void take_strided(const i64* __restrict__ in, i64 step, i64 count, i64* __restrict__ out) {

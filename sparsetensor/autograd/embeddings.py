@@ -151,7 +151,7 @@ def _device_bags(off, n: int) -> tuple:
     if nb and (lo != 0 or hi > n or (step is not None and step < 0)):
         raise ValueError("embedding_bag: offsets must start at 0, be non-decreasing and not exceed len(indices)")
     dev = off._device
-    starts = COOTensor(off[1:].reshape(1, -1), P.from_host(dev, np.ones(max(nb - 1, 0), np.int64)), (n + 1,), False,
+    starts = COOTensor(off[1:].reshape(1, -1), P.arange(dev, max(nb - 1, 0), 1, 0), (n + 1,), False,
                        checked=True)
     return P.exclusive_scan(dev, starts.to_dense())[1:n + 1], nb
 
@@ -160,7 +160,9 @@ def _bag_counts(bag, nb: int, w):
     """Indices in each bag (host, or on the weight's device for a device ``bag``)."""
     if isinstance(bag, np.ndarray):
         return np.bincount(bag, minlength=nb)
-    ones = _on_device_of(w, np.ones(bag.shape[0], np.int64))
+    from ..cuda import _primitives as P
+
+    ones = P.arange(device_array(w)._device, bag.shape[0], 1, 0)
     return COOTensor(bag.reshape(1, -1), ones, (nb,), False, checked=True).to_dense()
 
 

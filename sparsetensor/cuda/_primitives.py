@@ -132,6 +132,13 @@ def batch_offsets(dev: Device, flat: DeviceArray, B: int, n: int, step: int, ind
     return out
 
 
+def arange(dev: Device, n: int, start: int = 0, step: int = 1) -> DeviceArray:
+    """int64 ``start, start + step, ...`` (``n`` entries) made on the device (``step=0``: a fill)."""
+    out = empty(dev, (n,), np.int64)
+    run(dev, "scan.cu", "arange_i64", (), n, n, start, step, out)
+    return out
+
+
 def take_strided(dev: Device, arr: DeviceArray, step: int, count: int) -> DeviceArray:
     out = empty(dev, (count,), np.int64)
     run(dev, "scan.cu", "take_strided", (), count, arr, step, count, out)

@@ -259,6 +259,14 @@ def test_radix_sort_stable(backend, rng, n, bits, spread):
     assert (perm.get() == want).all() and (sk.get() == keys[want]).all()
 
 
+@pytest.mark.parametrize("n, start, step", [(0, 0, 1), (1, 5, 1), (70000, 0, 1), (1000, 1, 0), (33, -4, 3)])
+def test_arange(backend, n, start, step):
+    from sparsetensor.cuda import _primitives as P
+    got = P.arange(_driver.get_device(0), n, start, step)
+    assert got.dtype == np.int64 and got.shape == (n,)
+    np.testing.assert_array_equal(got.get(), start + step * np.arange(n))
+
+
 def test_coalesce_int_values(backend):
     t = st.sparse_coo_tensor([[1, 0]], np.array([3, 4], np.int16), (2,), check_invariants=False)
     assert_same(cuda.to_device(t).coalesce(), t.coalesce())  # no duplicates: values only move
