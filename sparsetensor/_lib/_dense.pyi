@@ -66,3 +66,13 @@ def small_to_dense_2d(
     out: np.ndarray,  # (R, C) C-contiguous, zero-filled, writeable, itemsize of values
     rows: bool,  # csr (True) or csc
 ) -> bool: ...  # False: nothing written, take compressed_to_dense
+
+def gather_compressed(
+    compressed: np.ndarray,   # (B, n + 1) index
+    plain: np.ndarray,        # (B, nnz)
+    dense: np.ndarray,        # (B, R, C, D), any strides: uint8/16/32/64 raw view or complex128
+    Rb: int, Cb: int,         # blocksize ((1, 1) for csr/csc)
+    compressed_rows: bool,    # csr/bsr: n == R // Rb; csc/bsc: n == C // Cb
+    out: np.ndarray,          # (B, nnz, Rb * Cb * D), dtype of dense, filled
+    nthreads: int,
+) -> None: ...

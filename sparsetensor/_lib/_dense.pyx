@@ -1,5 +1,6 @@
 """Dense <-> sparse kernels (Cython, OpenMP): sparse -> dense here, dense -> sparse in
-_fromdense.pyx (re-exported, so that this module offers all four conversions).
+_fromdense.pyx (re-exported, so that this module offers all four conversions), and the
+gather of a dense operand at a compressed pattern (the scatter's adjoint: sparse * dense).
 
 Each public ``def`` checks and normalises its arrays (O(1) shape, dtype and
 contiguity checks; dtype reinterpretation into kernel views), then calls a
@@ -25,7 +26,7 @@ from libc.stdlib cimport free, malloc
 
 from sparsetensor._lib._balance cimport balanced_split
 from sparsetensor._lib._types cimport index_t, num_t, raw_t
-from sparsetensor._lib._guard cimport bad_index, bad_segment
+from sparsetensor._lib._guard cimport bad_index, bad_segment, clamp
 from sparsetensor._lib._arrays cimport _dim, _index_code
 
 cimport numpy as cnp
@@ -474,3 +475,61 @@ def coo_to_dense(indices, values, shape, out, accumulate, nthreads, *, logical=F
                          f"got {indices.shape} and {out.shape}")
     return _coo2d_kernel(_flat(indices), _flat(shape), _flat(v), _flat(o), S, nnz,
                          v.shape[1], mode, int(nthreads))
+
+
+# Element types the gather moves: raw bytes of 1, 2, 4 or 8 bytes, and complex128.
+ctypedef fused move_t:
+    uint8_t
+    uint16_t
+    uint32_t
+    uint64_t
+    double complex
+
+# Rows a thread takes at a time in the gather (dynamic schedule).
+cdef Py_ssize_t GATHER_ROWS = 512
+
+
+# -- gather: a dense operand sampled at a compressed pattern --------------------------------------
+def gather_compressed(const index_t[:, ::1] compressed, const index_t[:, ::1] plain,
+                      const move_t[:, :, :, :] dense, Py_ssize_t Rb, Py_ssize_t Cb, bint compressed_rows,
+                      move_t[:, :, ::1] out, int nthreads):
+    """out[b, k, (i * Cb + j) * D + d] = dense[b, r * Rb + i, c * Cb + j, d] for every entry k of batch b,
+    (r, c) its block row and column. ``dense`` is (B, R, C, D) with any strides (broadcast views
+    welcome); ``out`` is (B, nnz, Rb * Cb * D)."""
+    cdef Py_ssize_t B = compressed.shape[0], n = compressed.shape[1] - 1, nnz = plain.shape[1]
+    cdef Py_ssize_t D = dense.shape[3], R = B * n, r, b, s, k, q, br, bc, i, j, d, E = Rb * Cb * D
+    cdef Py_ssize_t nplain = dense.shape[2] // Cb if compressed_rows else dense.shape[1] // Rb
+    cdef int64_t lo
+    cdef int T = max(1, min(nthreads, R // GATHER_ROWS + 1))
+    if plain.shape[0] != B or dense.shape[0] != B or out.shape[0] != B or out.shape[1] != nnz or out.shape[2] != E:
+        raise ValueError(f"gather_compressed: shapes do not match: compressed ({compressed.shape[0]}, {compressed.shape[1]}), "
+                         f"plain ({plain.shape[0]}, {plain.shape[1]}), dense ({dense.shape[0]}, {dense.shape[1]}, {dense.shape[2]}, {dense.shape[3]}), out ({out.shape[0]}, {out.shape[1]}, {out.shape[2]})")
+    if compressed_rows:
+        if dense.shape[1] != n * Rb or dense.shape[2] % Cb:
+            raise ValueError("gather_compressed: dense rows do not match the compressed index")
+    elif dense.shape[2] != n * Cb or dense.shape[1] % Rb:
+        raise ValueError("gather_compressed: dense columns do not match the compressed index")
+    if R == 0 or nnz == 0 or E == 0:
+        return
+    with nogil:
+        for r in prange(R, num_threads=T, schedule="dynamic", chunksize=GATHER_ROWS):
+            b = r // n
+            s = r - b * n
+            lo = clamp(compressed[b, s], 0, nnz)  # the memory may have changed since it was checked
+            for k in range(lo, clamp(compressed[b, s + 1], lo, nnz)):
+                q = plain[b, k]
+                if bad_index(q, nplain):
+                    continue
+                if compressed_rows:
+                    br = s
+                    bc = q
+                else:
+                    br = q
+                    bc = s
+                if E == 1:
+                    out[b, k, 0] = dense[b, br, bc, 0]
+                else:
+                    for i in range(Rb):
+                        for j in range(Cb):
+                            for d in range(D):
+                                out[b, k, (i * Cb + j) * D + d] = dense[b, br * Rb + i, bc * Cb + j, d]

@@ -70,13 +70,3 @@ def merge_fused(
     logical: bool,
     nthreads: int,
 ) -> int: ...  # entries written (batch after batch): the union or intersection in one pass
-
-def gather_compressed(
-    compressed: np.ndarray,   # (B, n + 1) index
-    plain: np.ndarray,        # (B, nnz)
-    dense: np.ndarray,        # (B, R, C, D), any strides: uint8/16/32/64 raw view or complex128
-    Rb: int, Cb: int,         # blocksize ((1, 1) for csr/csc)
-    compressed_rows: bool,    # csr/bsr: n == R // Rb; csc/bsc: n == C // Cb
-    out: np.ndarray,          # (B, nnz, Rb * Cb * D), dtype of dense, filled
-    nthreads: int,
-) -> None: ...

@@ -37,7 +37,8 @@ from ._abort import install as _install_abort
 from ._assemble import assemble, assemble_vector
 from ._comm import RemoteError, agree
 from ._exchange import MODES as EXCHANGES
-from ._krylov import bicgstab, cg, dot, gmres, minres, norm
+from ._krylov import bicgstab, cg, dot, norm
+from ._krylov_residual import gmres, minres
 from ._load import load
 from ._matrix import DistCSR
 from ._bsr import DistBSR

@@ -631,6 +631,7 @@ def suite_doctest(tmp):
     import importlib
 
     for mod in ("sparsetensor.mpi._matrix", "sparsetensor.mpi._load", "sparsetensor.mpi._krylov",
+                "sparsetensor.mpi._krylov_residual",
                 "sparsetensor.mpi._operator", "sparsetensor.mpi._precond", "sparsetensor.mpi._generate",
                 "sparsetensor.mpi._spgemm", "sparsetensor.mpi._parts"):
         r = doctest.testmod(importlib.import_module(mod), optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)

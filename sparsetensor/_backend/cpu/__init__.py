@@ -19,7 +19,6 @@ from ..._core._config import GRAIN, GRAIN_PRODUCT, num_threads
 from ..._core._dtypes import arith_view, raw_view, zero_test_view
 from ..._lib import _dense as _dense_kernels
 from ..._lib._pool import empty
-from ..._lib import _elementwise as _sampling_kernels
 from ..._lib import _reduce as _reduce_kernels
 from ..._lib import _spmm as _spmm_kernels
 from ..._core._tensor import COOTensor, CompressedTensor
@@ -272,8 +271,8 @@ def sample_dense(t, dense: np.ndarray, threads=None) -> np.ndarray:
     raw = d4 if d4.dtype == np.complex128 else raw_view(d4)  # the kernel moves complex128 whole
     out = empty((B, t.nnz, Rb * Cb * D), dtype=raw.dtype)
     c = t.compressed_indices()
-    _sampling_kernels.gather_compressed(c.reshape(B, c.shape[-1]), t.plain_indices().reshape(B, t.nnz), raw, Rb, Cb,
-                                        t.layout.compressed_rows, out, num_threads(threads, out.size))
+    _dense_kernels.gather_compressed(c.reshape(B, c.shape[-1]), t.plain_indices().reshape(B, t.nnz), raw, Rb, Cb,
+                                     t.layout.compressed_rows, out, num_threads(threads, out.size))
     block = (Rb, Cb) if t.layout.blocked else ()
     return out.view(dense.dtype).reshape(batch + (t.nnz,) + block + t.shape[m + 2:])
 
