@@ -15,6 +15,7 @@ import math
 import numpy as np
 
 from .._core._tensor import COOTensor, CompressedTensor, SparseTensor
+from .._backend import backend_for
 from . import _device
 
 __all__ = ["DenseGradientError", "element_coords", "gather", "values_of", "same_pattern", "unbroadcast",
@@ -47,9 +48,9 @@ def _valid(t: SparseTensor) -> SparseTensor:
 
             check_coo_indices(t.indices(), t.shape)
     elif not t.is_coalesced():
-        # the checks of coalesce (5.1-5.5: every index in bounds); unsorted rows and duplicate plain
-        # indices are allowed, as in an uncoalesced coo tensor: each stored element has its coordinate
-        t.coalesce()
+        # 5.1-5.5: every index in bounds; unsorted rows and repeated plain indices are allowed, as in
+        # an uncoalesced coo tensor: each stored element has its coordinate
+        backend_for(t).check_bounds(t)
     return t
 
 

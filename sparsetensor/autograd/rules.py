@@ -376,8 +376,11 @@ def _broadcast_back(t: SparseTensor, G, dims: tuple) -> np.ndarray:
     if t.is_cuda:
         return _device.broadcast_back(t, G, dims)
     Gk = _keepdim_form(G, t, dims)
+    P = t.ndim - t.dense_dim
+    if all(d in dims for d in range(P)):  # every element reads G at 0: no index is read, as in the sum
+        lead = t.values().shape[:t.values().ndim - t.dense_dim]
+        return np.ascontiguousarray(np.broadcast_to(np.asarray(Gk)[(0,) * P], lead + _dense_dims(t)))
     coords = element_coords(t).copy()
-    P = coords.shape[0]
     for d in dims:
         if d < P:
             coords[d] = 0

@@ -164,3 +164,60 @@ def test_index_cast_checks_only_what_does_not_fit(backend):
         with pytest.raises(st.InvariantError) as e:
             t.to(index_dtype=np.int32)
         assert e.value.invariant == "5.5"
+
+
+GRAD_OPS = {
+    "to_dense": lambda t, on: ("to_dense", (t,)),
+    "sum": lambda t, on: ("sum", (t,)),
+    "sum_rows": lambda t, on: ("sum", (t, t.ndim - 1 - t.dense_dim)),
+    "mul": lambda t, on: ("mul", (t, 2.0)),
+    "mv": lambda t, on: ("matmul", (t, on(np.arange(1.0, t.shape[-1 - t.dense_dim] + 1)))),
+    "add": lambda t, on: ("add", (t, t)),
+    "sin": lambda t, on: ("sin", (t,)),
+    "softmax": lambda t, on: ("softmax", (t, -1 - t.dense_dim)),
+}
+
+
+def _pulled_back(name, args, on):
+    """("gives", the first argument's cotangent values) or what vjp or its pullback raised."""
+    from sparsetensor.autograd import vjp
+
+    try:
+        out, pullback = vjp(name, *args)
+        rng = np.random.default_rng(0)
+        if isinstance(out, st.SparseTensor):
+            ct = pullback(out._replace_values(on(rng.standard_normal(out.values().shape))))[0]
+        else:
+            ct = pullback(on(rng.standard_normal(np.shape(out))))[0]
+        return "gives", host(ct.values() if isinstance(ct, st.SparseTensor) else ct)
+    except st.InvariantError as e:
+        return "raises", "InvariantError", (e.invariant, e.batch, e.index, str(e))
+    except (ValueError, NotImplementedError) as e:
+        return "raises", "ValueError" if isinstance(e, ValueError) else type(e).__name__
+
+
+@pytest.mark.parametrize("op", sorted(GRAD_OPS))
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_unchecked_input_gradients_on_the_device_as_on_the_cpu(backend, case, op):
+    """The same for ``st.autograd.vjp``: a pullback reads each stored element's coordinate (each
+    repeat gets its element's cotangent), so it needs indices in bounds, not canonical rows; one
+    that reads none (a sum over every dim) checks nothing, as the sum itself."""
+    t = CASES[case]()
+    want = _pulled_back(*GRAD_OPS[op](t, lambda x: x), lambda x: x)
+    got = _pulled_back(*GRAD_OPS[op](t.cuda(), _on_device), _on_device)
+    assert got[0] == want[0], (want, got)
+    if want[0] == "gives":
+        assert got[1].shape == want[1].shape
+        np.testing.assert_allclose(got[1], want[1], rtol=1e-12)
+    else:
+        assert got[1] == want[1], (want, got)
+        if want[1] == "InvariantError":
+            assert got[2] == want[2]
+    if case == "batches_long" and op in ("to_dense", "mv", "sum"):
+        assert want[0] == "gives"  # repeats summing to different nnz per batch are not repaired first
+    if case == "col_out" and op == "sum":
+        assert want[0] == "gives"
+
+
+def _on_device(x):
+    return DeviceArray.from_host(np.array(x))

@@ -22,7 +22,7 @@ from ..._lib._pool import empty
 from ..._lib import _reduce as _reduce_kernels
 from ..._lib import _spmm as _spmm_kernels
 from ..._core._tensor import COOTensor, CompressedTensor
-from ..._core._validate import raise_compressed_error, raise_coo_error
+from ..._core._validate import first_broken_step, raise_compressed_error, raise_coo_error
 from ._convert import convert, transpose
 from ._ilu import ic0, ilu0, trsv
 from ._merge import merge
@@ -49,12 +49,17 @@ def validate(t, threads=None) -> None:
 
 
 def check_bounds(t, threads=None) -> None:
-    """Invariants 5.1-5.5 of 2-d compressed ``t`` (every index safe to read; rows may be unsorted
-    or hold duplicates); raises InvariantError naming the first broken one."""
-    c, p = t.compressed_indices(), t.plain_indices()
-    found = _spmm_kernels.find_broken_index(c.reshape(1, -1), p.reshape(1, -1), t.plain_size)
+    """Invariants 5.1-5.5 of compressed ``t`` (every index safe to read, every entry in a row; rows
+    may be unsorted or hold repeats, so 5.3 bounds a step by nnz, not by the plain size); raises
+    InvariantError naming the first broken one."""
+    batch = t.shape[:t.batch_dim]
+    B = math.prod(batch)
+    c = t.compressed_indices()
+    c = c.reshape(B, c.shape[-1])
+    found = first_broken_step(c, None, t.nnz) or _spmm_kernels.find_broken_index(
+        c, t.plain_indices().reshape(B, t.nnz), t.plain_size)
     if found is not None:
-        raise_compressed_error(found, t.layout, (), t.plain_size, t.nnz, c)
+        raise_compressed_error(found, t.layout, batch, t.plain_size, t.nnz)
 
 
 def index_range(a, threads=None) -> tuple:
