@@ -13,7 +13,7 @@ from ._config import num_threads
 from ._errors import InvariantError
 from .._lib import _validate as _kernels
 
-__all__ = ["check_compressed_indices", "check_coo_indices", "first_broken_step", "raise_compressed_error",
+__all__ = ["check_compressed_indices", "check_coo_indices", "first_broken_end", "raise_compressed_error",
            "raise_coo_error"]
 
 
@@ -30,7 +30,7 @@ def raise_compressed_error(found, layout, batch_shape: tuple, plain_size: int, n
     terms; given ``compressed`` (``batch_shape + (n + 1,)``), such a report is replaced by the one
     ``check_invariants`` makes (5.1/5.2 of every batch first, then the first step out of range)."""
     if compressed is not None and found[0] in ("5.1", "5.2", "5.3"):
-        found = first_broken_step(np.asarray(compressed).reshape(-1, compressed.shape[-1]), plain_size, nnz) or found
+        found = _first_broken_step(np.asarray(compressed).reshape(-1, compressed.shape[-1]), plain_size, nnz) or found
     inv, flat_batch, i, pos, value = found
     batch = _batch_tuple(batch_shape, flat_batch)
     c, p = layout.compressed_name, layout.plain_name
@@ -55,17 +55,25 @@ def raise_compressed_error(found, layout, batch_shape: tuple, plain_size: int, n
                          index=i if inv != "5.1" and inv != "5.2" else None)
 
 
-def first_broken_step(c: np.ndarray, plain_size: int | None, nnz: int):
-    """The first break of 5.1, 5.2 (over every batch) or 5.3 in ``(B, n + 1)`` compressed indices,
-    as the validator reports it, or None; ``plain_size`` None bounds a step by nnz only (a row of
-    repeats may be longer than the plain size)."""
+def first_broken_end(c: np.ndarray, nnz: int):
+    """The first break of 5.1, then of 5.2, over every batch of ``(B, n + 1)`` compressed indices
+    (an O(B) look), as the validator reports it, or None."""
     for inv, col, want in (("5.1", 0, 0), ("5.2", -1, nnz)):
         bad = np.flatnonzero(c[:, col] != want)
         if bad.size:
             b = int(bad[0])
             return inv, b, (c.shape[1] - 1 if col else 0), -1, int(c[b, col])
+    return None
+
+
+def _first_broken_step(c: np.ndarray, plain_size: int, nnz: int):
+    """The first break of 5.1, 5.2 (over every batch) or 5.3 in ``(B, n + 1)`` compressed indices,
+    as the validator reports it, or None."""
+    found = first_broken_end(c, nnz)
+    if found is not None:
+        return found
     step = np.diff(c.astype(np.int64), axis=1)
-    bad = np.flatnonzero(((step < 0) if plain_size is None else (step < 0) | (step > plain_size)).reshape(-1))
+    bad = np.flatnonzero(((step < 0) | (step > plain_size)).reshape(-1))
     if not bad.size:
         return None
     b, i = divmod(int(bad[0]), step.shape[1])

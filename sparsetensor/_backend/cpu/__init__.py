@@ -22,7 +22,7 @@ from ..._lib._pool import empty
 from ..._lib import _reduce as _reduce_kernels
 from ..._lib import _spmm as _spmm_kernels
 from ..._core._tensor import COOTensor, CompressedTensor
-from ..._core._validate import first_broken_step, raise_compressed_error, raise_coo_error
+from ..._core._validate import first_broken_end, raise_compressed_error, raise_coo_error
 from ._convert import convert, transpose
 from ._ilu import ic0, ilu0, trsv
 from ._merge import merge
@@ -56,7 +56,9 @@ def check_bounds(t, threads=None) -> None:
     B = math.prod(batch)
     c = t.compressed_indices()
     c = c.reshape(B, c.shape[-1])
-    found = first_broken_step(c, None, t.nnz) or _spmm_kernels.find_broken_index(
+    # 5.1/5.2 first, as check_invariants orders them; the scan then finds a step below 0 (5.3) or
+    # a plain index out of range
+    found = first_broken_end(c, t.nnz) or _spmm_kernels.find_broken_index(
         c, t.plain_indices().reshape(B, t.nnz), t.plain_size)
     if found is not None:
         raise_compressed_error(found, t.layout, batch, t.plain_size, t.nnz)

@@ -29,7 +29,7 @@ from ..._core._tensor import COOTensor, CompressedTensor
 from .._plan import ProductShape
 from ...cuda import _primitives as P
 from ...cuda._array import DeviceArray, as_device_array
-from ._coalesce import UnequalBatches, checked
+from ._coalesce import UnequalBatches, batch_matrices, checked
 from ._convert import _expand, _rows_to_coo, transpose_compressed
 from ...cuda._module import BLOCK, grid_for, launch
 from ...cuda._classes import CudaCompressedTensor, CudaSparseTensor
@@ -221,10 +221,7 @@ def spmm(a, x, plan, rt, threads=None, err=None):
 def _by_batch(a, x, plan, rt):
     """:func:`spmm` of each output batch alone (the CPU's kernel sums a row's repeats as it reads
     them, so it never needs one nnz for every batch)."""
-    m = a.batch_dim
-    c, p, v = a.compressed_indices(), a.plain_indices(), a.values()
-    S = math.prod(a.shape[:m])
-    c, p, v = c.reshape(S, c.shape[-1]), p.reshape(S, a.nnz), v.reshape((S,) + v.shape[m:])
+    mats = batch_matrices(a)
     xs = x.reshape((math.prod(x.shape[:-2]),) + x.shape[-2:]) if x.ndim > 2 else None
     tail = plan.out_shape[len(plan.out_batch):]
     one = ProductShape(tail, (), np.zeros(1, np.int64), np.zeros(1, np.int64), plan.M, plan.K, plan.N)
@@ -232,8 +229,7 @@ def _by_batch(a, x, plan, rt):
     y = P.empty(dev, plan.out_shape, rt)
     ys = y.reshape((plan.sb.shape[0],) + tail)
     for o, (sb, db) in enumerate(zip(plan.sb.tolist(), plan.db.tolist())):
-        part = spmm(CompressedTensor(c[sb], p[sb], v[sb], a.shape[m:], a.layout, False),
-                    x if xs is None else xs[db if xs.shape[0] > 1 else 0], one, rt)
+        part = spmm(mats[sb], x if xs is None else xs[db if xs.shape[0] > 1 else 0], one, rt)
         dev.copy_dtod(ys[o].ptr, part.ptr, part.nbytes)
     return y
 

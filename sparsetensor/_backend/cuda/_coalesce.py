@@ -22,7 +22,7 @@ from ...cuda import _primitives as P
 from ._validate import check_compressed_bounds, compressed_report, coo_report
 from ...cuda._classes import CudaCOOTensor, CudaCompressedTensor
 
-__all__ = ["coalesce", "sum_duplicates", "checked", "UnequalBatches"]
+__all__ = ["coalesce", "sum_duplicates", "checked", "UnequalBatches", "batch_matrices"]
 
 _U64_SPAN = 1 << 64
 
@@ -124,6 +124,17 @@ def coalesce(t):
 
 class UnequalBatches(ValueError):
     """A batched tensor whose batches hold different nnz once their repeats are summed."""
+
+
+def batch_matrices(t) -> list:
+    """The matrices of device compressed tensor ``t``, batch by batch (flattened batch order), as
+    unchecked tensors sharing ``t``'s members: for ops that may take a batch at a time what
+    :class:`UnequalBatches` refuses as a whole."""
+    m = t.batch_dim
+    B = math.prod(t.shape[:m])
+    c, p, v = t.compressed_indices(), t.plain_indices(), t.values()
+    c, p, v = c.reshape(B, c.shape[-1]), p.reshape(B, t.nnz), v.reshape((B,) + v.shape[m:])
+    return [CompressedTensor(c[b], p[b], v[b], t.shape[m:], t.layout, False) for b in range(B)]
 
 
 def sum_duplicates(t):

@@ -48,7 +48,7 @@ def to_dense(t) -> DeviceArray:
 
 
 def _compressed_to_dense(t) -> DeviceArray:
-    from ._coalesce import UnequalBatches, checked
+    from ._coalesce import UnequalBatches, batch_matrices, checked
 
     out = P.zeros(t.values()._device, t.shape, t.dtype)
     try:
@@ -56,13 +56,8 @@ def _compressed_to_dense(t) -> DeviceArray:
     except UnequalBatches:
         # batches whose repeats sum to different nnz: one batch at a time (the CPU's scatter sums
         # repeats in place, so it never needs one nnz)
-        m = t.batch_dim
-        B = math.prod(t.shape[:m])
-        c, p, v = t.compressed_indices(), t.plain_indices(), t.values()
-        c, p = c.reshape(B, c.shape[-1]), p.reshape(B, t.nnz)
-        v, whole = v.reshape((B,) + v.shape[m:]), out.reshape((B,) + t.shape[m:])
-        for b in range(B):
-            one = CompressedTensor(c[b], p[b], v[b], t.shape[m:], t.layout, False)
+        whole = out.reshape((-1,) + t.shape[t.batch_dim:])
+        for b, one in enumerate(batch_matrices(t)):
             _scatter(checked(one), whole[b])
     return out
 
