@@ -43,6 +43,17 @@ __device__ __forceinline__ float half_to_float(half_t h) { return st_emu_half_to
 __device__ __forceinline__ half_t float_to_half(float f) { return {st_emu_float_to_half(f)}; }
 #endif
 
+// A read of a word that other threads of the same launch may change with an atomic: a relaxed
+// atomic load (a volatile load in PTX), so that the read is not a data race, and the compiler
+// neither caches nor splits it.
+template <typename T> __device__ __forceinline__ T relaxed_load(const T* p) {
+#ifndef ST_HOST_EMULATION
+    return *(const volatile T*)p;
+#else
+    return __atomic_load_n(p, __ATOMIC_RELAXED);
+#endif
+}
+
 __device__ __forceinline__ cfloat operator+(cfloat a, cfloat b) { return {a.re + b.re, a.im + b.im}; }
 __device__ __forceinline__ cfloat operator-(cfloat a, cfloat b) { return {a.re - b.re, a.im - b.im}; }
 __device__ __forceinline__ cfloat operator*(cfloat a, cfloat b) {

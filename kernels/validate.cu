@@ -99,7 +99,7 @@ __global__ void row_start_marks(const I* __restrict__ comp, i64 B, i64 n, i64 nn
 template <typename I>
 __global__ void compressed_plain(const I* __restrict__ plain, i64 B, i64 nnz, i64 plain_size, int check_order,
                                  const u32* __restrict__ marks, u64* key) {
-    if (__shfl_sync(0xffffffffu, (int)(*key < PHASE(2)), 0)) return;  // warp-uniform: warp_fold_min below
+    if (__shfl_sync(0xffffffffu, (int)(relaxed_load(key) < PHASE(2)), 0)) return;  // warp-uniform: warp_fold_min below
     const i64 N = B * nnz, stride = (i64)gridDim.x * blockDim.x;
     u64 first = KEY_NONE;
     for (i64 t0 = (i64)blockIdx.x * blockDim.x + threadIdx.x; t0 < N; t0 += 4 * stride) {
@@ -173,7 +173,7 @@ __global__ void coo_bounds(const I* __restrict__ idx, i64 S, i64 nnz, const i64*
 // st:kernel index
 template <typename I>
 __global__ void coo_order(const I* __restrict__ idx, i64 S, i64 nnz, u64* key) {
-    if (__shfl_sync(0xffffffffu, (int)(*key < PHASE(1)), 0)) return;  // warp-uniform: warp_fold_min below
+    if (__shfl_sync(0xffffffffu, (int)(relaxed_load(key) < PHASE(1)), 0)) return;  // warp-uniform: warp_fold_min below
     u64 first = KEY_NONE;
     ST_GRID_LOOP(k, nnz - 1) {
         int cmp = 0;

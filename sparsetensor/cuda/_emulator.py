@@ -28,12 +28,14 @@ only at barriers), warp-divergence effects, and anything the driver does.
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import os
 import shutil
 import subprocess
 import tempfile
 import threading
+import weakref
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -66,6 +68,28 @@ PRELUDE = r'''
 #define __align__(n) alignas(n)
 
 struct emu_dim3 { unsigned x, y, z; };
+
+// Under a sanitizer (the emulator's memcheck and racecheck, see sanitizing() below) the fiber
+// switches are announced to it: AddressSanitizer learns which stack runs, ThreadSanitizer runs
+// every thread of a block as a fiber of its own, ordered only by the barriers and the end of
+// the block. The emulator's own bookkeeping (ST_EMU_INTERNAL) is not watched for races.
+#if defined(ST_EMU_ASAN)
+extern "C" void __sanitizer_start_switch_fiber(void** fake_stack_save, const void* bottom, size_t size);
+extern "C" void __sanitizer_finish_switch_fiber(void* fake_stack_save, const void** bottom_old, size_t* size_old);
+extern "C" void __asan_unpoison_memory_region(void const volatile* addr, size_t size);
+#endif
+#if defined(ST_EMU_TSAN)
+extern "C" void* __tsan_get_current_fiber(void);
+extern "C" void* __tsan_create_fiber(unsigned flags);
+extern "C" void __tsan_destroy_fiber(void* fiber);
+extern "C" void __tsan_switch_to_fiber(void* fiber, unsigned flags);
+extern "C" void __tsan_acquire(void* addr);
+extern "C" void __tsan_release(void* addr);
+extern "C" void __tsan_set_fiber_name(void* fiber, const char* name);
+#define ST_EMU_INTERNAL __attribute__((no_sanitize("thread"), noinline))
+#else
+#define ST_EMU_INTERNAL
+#endif
 
 // Switching fibers: on x86-64 a switch saves the callee-saved registers on the running stack
 // and loads another stack pointer. glibc's swapcontext also saves and restores the signal
@@ -109,10 +133,10 @@ st_emu_switch:
 namespace emu {
 enum State { READY = 0, WAIT_BLOCK = 1, WAIT_WARP = 2, DONE = 3 };
 #ifdef ST_EMU_STACK_SWITCH
-struct Fiber { void* sp; int state; emu_dim3 tid; };
+struct Fiber { void* sp; int state; emu_dim3 tid; char* stack; void* tsan; unsigned barriers, warp_barriers; };
 inline void* sched_sp = nullptr;
 #else
-struct Fiber { ucontext_t ctx; int state; emu_dim3 tid; };
+struct Fiber { ucontext_t ctx; int state; emu_dim3 tid; char* stack; void* tsan; unsigned barriers, warp_barriers; };
 #endif
 inline std::vector<Fiber> fibers;
 inline std::vector<char> stacks;
@@ -128,27 +152,85 @@ const size_t STACK = 256 * 1024;
 // every switch saves and loads registers) fall in different cache sets
 const size_t STRIDE = STACK + 17 * 64;
 
-inline unsigned long long next_random() {  // xorshift64*
+// What the sanitizers are told at each switch (nothing without one).
+inline const void* sched_bottom = nullptr;
+inline size_t sched_size = 0;
+inline void* sched_tsan = nullptr;
+// ThreadSanitizer's synchronization objects (only their addresses matter): a block barrier and
+// each warp's barrier alternate between two, so that a thread already past the next barrier
+// cannot hand its later writes to one still leaving this one; the end of a block orders it
+// before the next block (which reuses the __shared__ arrays and the stacks) and the next launch.
+inline char block_sync[2], warp_sync[32][2], block_end;
+
+ST_EMU_INTERNAL inline void to_fiber(Fiber& f) {  // the scheduler, before switching to f
+#ifdef ST_EMU_ASAN
+    __sanitizer_start_switch_fiber(nullptr, f.stack, STACK);
+#endif
+#ifdef ST_EMU_TSAN
+    __tsan_switch_to_fiber(f.tsan, 1);  // 1: no synchronization; the threads run concurrently
+#endif
+}
+ST_EMU_INTERNAL inline void in_scheduler() {  // the scheduler, once a fiber switched back
+#ifdef ST_EMU_ASAN
+    __sanitizer_finish_switch_fiber(nullptr, nullptr, nullptr);
+#endif
+}
+ST_EMU_INTERNAL inline void in_fiber() {  // a fiber, once switched to
+#ifdef ST_EMU_ASAN
+    __sanitizer_finish_switch_fiber(nullptr, &sched_bottom, &sched_size);
+#endif
+}
+ST_EMU_INTERNAL inline void to_scheduler() {  // a fiber, before switching to the scheduler
+#ifdef ST_EMU_ASAN
+    __sanitizer_start_switch_fiber(nullptr, sched_bottom, sched_size);
+#endif
+#ifdef ST_EMU_TSAN
+    __tsan_switch_to_fiber(sched_tsan, 1);
+#endif
+}
+ST_EMU_INTERNAL inline void new_fiber(Fiber& f, char* stack) {
+    f.stack = stack;
+    f.barriers = f.warp_barriers = 0;
+#ifdef ST_EMU_ASAN
+    __asan_unpoison_memory_region(stack, STACK);  // frames a finished fiber never left
+#endif
+#ifdef ST_EMU_TSAN
+    f.tsan = __tsan_create_fiber(0);
+    char name[64];  // a report names its threads by these
+    std::snprintf(name, sizeof name, "blockIdx.x %u threadIdx.x %u", block_idx.x, f.tid.x);
+    __tsan_set_fiber_name(f.tsan, name);
+#endif
+}
+ST_EMU_INTERNAL inline void* barrier_sync(Fiber& f, int why) {
+    return why == WAIT_BLOCK ? (void*)&block_sync[f.barriers++ & 1] : (void*)&warp_sync[(f.tid.x >> 5) & 31][f.warp_barriers++ & 1];
+}
+
+ST_EMU_INTERNAL inline unsigned long long next_random() {  // xorshift64*
     seed ^= seed >> 12; seed ^= seed << 25; seed ^= seed >> 27;
     return seed * 2685821657736338717ull;
 }
 
 // 0..n-1 in order, or shuffled when a seed is set
-inline std::vector<unsigned> order(unsigned n) {
+ST_EMU_INTERNAL inline std::vector<unsigned> order(unsigned n) {
     std::vector<unsigned> o(n);
     for (unsigned i = 0; i < n; ++i) o[i] = i;
     if (seed) for (unsigned i = n; i > 1; --i) std::swap(o[i - 1], o[next_random() % i]);
     return o;
 }
 
-inline void fail(const std::string& what) { if (error.empty()) error = what; }
+ST_EMU_INTERNAL inline void fail(const std::string& what) { if (error.empty()) error = what; }
 
 #ifdef ST_EMU_STACK_SWITCH
 // a fiber's first switch returns here (see start_fiber); it never returns
-[[noreturn]] inline void entry() {
+[[noreturn]] ST_EMU_INTERNAL inline void entry() {
+    in_fiber();
     body();
+#ifdef ST_EMU_TSAN
+    __tsan_release(&block_end);
+#endif
     cur->state = DONE;
     void* unused;
+    to_scheduler();
     st_emu_switch(&unused, sched_sp);
     __builtin_unreachable();
 }
@@ -156,7 +238,8 @@ inline void fail(const std::string& what) { if (error.empty()) error = what; }
 // A new fiber's stack, as st_emu_switch leaves a parked one: the MXCSR and x87 control
 // words, six zero registers, then entry() as the return address, placed so that entry
 // starts with the stack alignment of a called function.
-inline void start_fiber(Fiber& f, char* stack) {
+ST_EMU_INTERNAL inline void start_fiber(Fiber& f, char* stack) {
+    new_fiber(f, stack);
     uintptr_t top = ((uintptr_t)stack + STACK) & ~(uintptr_t)15;
     void** sp = (void**)(top - 16);
     sp[0] = (void*)&entry;
@@ -170,20 +253,35 @@ inline void start_fiber(Fiber& f, char* stack) {
     f.sp = sp;
 }
 
-inline void resume(Fiber& f) { st_emu_switch(&sched_sp, f.sp); }
+ST_EMU_INTERNAL inline void resume(Fiber& f) { to_fiber(f); st_emu_switch(&sched_sp, f.sp); in_scheduler(); }
 
-inline void park(int why) {
+ST_EMU_INTERNAL inline void park(int why) {
     Fiber* f = cur;
     f->state = why;
+#ifdef ST_EMU_TSAN
+    void* sync = barrier_sync(*f, why);
+    __tsan_release(sync);
+#endif
+    to_scheduler();
     st_emu_switch(&f->sp, sched_sp);
+    in_fiber();
+#ifdef ST_EMU_TSAN
+    __tsan_acquire(sync);
+#endif
 }
 #else
-inline void trampoline() {
+ST_EMU_INTERNAL inline void trampoline() {
+    in_fiber();
     body();
+#ifdef ST_EMU_TSAN
+    __tsan_release(&block_end);
+#endif
     cur->state = DONE;
+    to_scheduler();
 }
 
-inline void start_fiber(Fiber& f, char* stack) {
+ST_EMU_INTERNAL inline void start_fiber(Fiber& f, char* stack) {
+    new_fiber(f, stack);
     getcontext(&f.ctx);
     f.ctx.uc_stack.ss_sp = stack;
     f.ctx.uc_stack.ss_size = STACK;
@@ -191,28 +289,37 @@ inline void start_fiber(Fiber& f, char* stack) {
     makecontext(&f.ctx, (void (*)())trampoline, 0);
 }
 
-inline void resume(Fiber& f) { swapcontext(&sched, &f.ctx); }
+ST_EMU_INTERNAL inline void resume(Fiber& f) { to_fiber(f); swapcontext(&sched, &f.ctx); in_scheduler(); }
 
-inline void park(int why) {
+ST_EMU_INTERNAL inline void park(int why) {
     Fiber* f = cur;
     f->state = why;
+#ifdef ST_EMU_TSAN
+    void* sync = barrier_sync(*f, why);
+    __tsan_release(sync);
+#endif
+    to_scheduler();
     swapcontext(&f->ctx, &sched);
+    in_fiber();
+#ifdef ST_EMU_TSAN
+    __tsan_acquire(sync);
+#endif
 }
 #endif
 
-inline unsigned lane() { return cur->tid.x & 31; }
-inline unsigned warp_base() { return cur->tid.x & ~31u; }
+ST_EMU_INTERNAL inline unsigned lane() { return cur->tid.x & 31; }
+ST_EMU_INTERNAL inline unsigned warp_base() { return cur->tid.x & ~31u; }
 
 // Run one block to completion (every thread a fiber); false on a detected error.
-inline bool run_block(unsigned nthreads) {
+ST_EMU_INTERNAL inline bool run_fibers(unsigned nthreads) {
     if (nthreads > 1024) { fail("blockDim.x > 1024"); return false; }
     fibers.assign(nthreads, Fiber());
     if (stacks.size() < nthreads * STRIDE) stacks.resize(nthreads * STRIDE);
     for (unsigned i = 0; i < nthreads; ++i) {
         Fiber& f = fibers[i];
+        f.tid = {i, 0, 0};
         start_fiber(f, stacks.data() + i * STRIDE);
         f.state = READY;
-        f.tid = {i, 0, 0};
     }
     std::vector<unsigned> shuffled;
     for (;;) {
@@ -252,9 +359,21 @@ inline bool run_block(unsigned nthreads) {
     }
 }
 
+ST_EMU_INTERNAL inline bool run_block(unsigned nthreads) {
+    bool ok = run_fibers(nthreads);
+#ifdef ST_EMU_TSAN
+    __tsan_acquire(&block_end);
+    for (auto& f : fibers) __tsan_destroy_fiber(f.tsan);
+#endif
+    return ok;
+}
+
 template <typename F>
 inline int launch(unsigned gx, unsigned bx, F f) {
     error.clear();
+#ifdef ST_EMU_TSAN
+    sched_tsan = __tsan_get_current_fiber();
+#endif
     grid_dim = {gx, 1, 1};
     block_dim = {bx, 1, 1};
     body = f;
@@ -274,7 +393,7 @@ inline int launch_kernel(void (*f)(A...), unsigned gx, unsigned bx, void** args)
 }
 
 // warp exchange of any value of up to 16 bytes: write, barrier, read, barrier
-template <typename T> inline T exchange(T v, unsigned src_in_block) {
+template <typename T> ST_EMU_INTERNAL inline T exchange(T v, unsigned src_in_block) {
     static_assert(sizeof(T) <= 16, "exchange of a value wider than 16 bytes");
     std::memcpy(slots[cur->tid.x], &v, sizeof(T));
     park(WAIT_WARP);
@@ -285,7 +404,12 @@ template <typename T> inline T exchange(T v, unsigned src_in_block) {
 }
 }  // namespace emu
 
+#ifdef ST_EMU_TSAN
+namespace emu { ST_EMU_INTERNAL inline emu_dim3 thread_idx() { return cur->tid; } }
+#define threadIdx (::emu::thread_idx())
+#else
 #define threadIdx (::emu::cur->tid)
+#endif
 #define blockIdx (::emu::block_idx)
 #define blockDim (::emu::block_dim)
 #define gridDim (::emu::grid_dim)
@@ -307,7 +431,7 @@ template <typename T> inline T __shfl_up_sync(unsigned, T v, unsigned delta, int
     unsigned src = (l % width) >= delta ? l - delta : l;
     return ::emu::exchange(v, ::emu::warp_base() + src);
 }
-inline unsigned __match_any_sync(unsigned, int v) {
+ST_EMU_INTERNAL inline unsigned __match_any_sync(unsigned, int v) {
     unsigned base = ::emu::warp_base();
     std::memcpy(::emu::slots[::emu::cur->tid.x], &v, sizeof v);
     ::emu::park(::emu::WAIT_WARP);
@@ -323,10 +447,23 @@ inline unsigned __match_any_sync(unsigned, int v) {
 inline int __popc(unsigned x) { return __builtin_popcount(x); }
 inline int __ffs(unsigned x) { return __builtin_ffs(x); }
 
+#ifdef ST_EMU_TSAN
+// relaxed atomic read-modify-writes, as CUDA's: ThreadSanitizer sees them as atomic, not ordered
+template <typename T, typename F> inline T emu_atomic(T* p, F f) {
+    T o, n;
+    __atomic_load(p, &o, __ATOMIC_RELAXED);
+    do { n = f(o); } while (!__atomic_compare_exchange(p, &o, &n, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
+    return o;
+}
+template <typename T> inline T atomicAdd(T* p, T v) { return emu_atomic(p, [v](T o) { return (T)(o + v); }); }
+template <typename T> inline T atomicMin(T* p, T v) { return emu_atomic(p, [v](T o) { return v < o ? v : o; }); }
+template <typename T> inline T atomicOr(T* p, T v) { return emu_atomic(p, [v](T o) { return (T)(o | v); }); }
+#else
 // fibers never run concurrently: atomics are plain read-modify-writes
 template <typename T> inline T atomicAdd(T* p, T v) { T o = *p; *p = o + v; return o; }
 template <typename T> inline T atomicMin(T* p, T v) { T o = *p; if (v < o) *p = v; return o; }
 template <typename T> inline T atomicOr(T* p, T v) { T o = *p; *p = o | v; return o; }
+#endif
 
 inline float st_emu_half_to_float(unsigned short h) {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu, bits;
@@ -376,6 +513,44 @@ inline unsigned short st_emu_float_to_half(float fin) {  // round to nearest eve
 
 # -fwrapv: integer sums and products wrap, as on the GPU (NumPy's integer arithmetic)
 _CXXFLAGS = ("-std=c++17", "-O2", "-g", "-fPIC", "-shared", "-w", "-fwrapv")
+# The emulator's memcheck and racecheck (ci/emulator_sanitize.sh): with
+# SPARSETENSOR_EMULATOR_SANITIZE=address the kernels are built under AddressSanitizer and every
+# access is checked against the exact extent of its buffer, which the device then allocates one
+# by one (posix_memalign, no slack); with =thread they are built under ThreadSanitizer, every
+# thread of a block a fiber of its own, ordered only by the barriers, the end of its block and
+# the atomics, so that two threads touching the same address between two barriers (one of them
+# writing, not both atomically) are reported. The sanitizer's runtime must be loaded first
+# (LD_PRELOAD).
+_SANITIZE_FLAGS = {"address": ("-fsanitize=address", "-fno-omit-frame-pointer", "-DST_EMU_ASAN"),
+                   "thread": ("-fsanitize=thread", "-DST_EMU_TSAN")}
+_RUNTIME = {"address": "libasan", "thread": "libtsan"}
+
+
+def sanitizing() -> str:
+    """The sanitizer the kernels are built and run under ('address', 'thread'), or ''."""
+    mode = os.environ.get("SPARSETENSOR_EMULATOR_SANITIZE", "")
+    if mode and mode not in _SANITIZE_FLAGS:
+        raise ValueError(f"SPARSETENSOR_EMULATOR_SANITIZE={mode!r}: the emulator knows 'address' and 'thread'")
+    return mode
+
+
+@functools.lru_cache(maxsize=None)
+def _loaded(runtime: str) -> bool:
+    with open("/proc/self/maps") as maps:
+        return runtime in maps.read()
+
+
+def _flags() -> tuple:
+    mode = sanitizing()
+    if not mode:
+        return _CXXFLAGS
+    if not _loaded(_RUNTIME[mode]):
+        raise RuntimeError(f"SPARSETENSOR_EMULATOR_SANITIZE={mode} needs the sanitizer's runtime loaded "
+                           f"first: LD_PRELOAD=$(c++ -print-file-name={_RUNTIME[mode]}.so) "
+                           "(ci/emulator_sanitize.sh sets it)")
+    return _CXXFLAGS + _SANITIZE_FLAGS[mode]
+
+
 _lock = threading.Lock()
 _libs: dict = {}
 
@@ -403,8 +578,9 @@ def _launchers(name: str):
 
 def build_library(name: str, cache_dir: Path | None = None):
     """Compile kernel file ``name`` for the host; returns ``(ctypes.CDLL, {(kernel, keys): function})``."""
+    flags = _flags()
     with _lock:
-        hit = _libs.get(name)
+        hit = _libs.get((name, flags))
         if hit is not None:
             return hit
         cxx = compiler()
@@ -415,7 +591,7 @@ def build_library(name: str, cache_dir: Path | None = None):
             f"// header {h}: {hashlib.sha256(b).hexdigest()}" for h, b in _source.headers().items()) + "\n"
             + launchers + '\nextern "C" const char* emu_error() { return ::emu::error.c_str(); }\n'
             + 'extern "C" void emu_set_seed(unsigned long long s) { ::emu::seed = s; }\n')
-        digest = hashlib.sha256(text.encode() + _source.source(name) + " ".join(_CXXFLAGS).encode()).hexdigest()[:16]
+        digest = hashlib.sha256(text.encode() + _source.source(name) + " ".join(flags).encode()).hexdigest()[:16]
         base = Path(cache_dir or os.environ.get("SPARSETENSOR_EMULATOR_CACHE") or
                     Path(tempfile.gettempdir()) / f"sparsetensor-emulator-{os.getuid()}")
         base.mkdir(parents=True, exist_ok=True)
@@ -427,7 +603,7 @@ def build_library(name: str, cache_dir: Path | None = None):
                 (src_dir / fname).write_bytes(data)
             (src_dir / "emu.cpp").write_text(text)
             tmp = so.with_suffix(f".{os.getpid()}.tmp")
-            cmd = [cxx, *_CXXFLAGS, "-I", str(src_dir),
+            cmd = [cxx, *flags, "-I", str(src_dir),
                    str(src_dir / "emu.cpp"), "-o", str(tmp)]
             res = subprocess.run(cmd, capture_output=True, text=True)
             if res.returncode:
@@ -442,8 +618,8 @@ def build_library(name: str, cache_dir: Path | None = None):
             f.argtypes = [ctypes.c_uint, ctypes.c_uint, ctypes.c_void_p]
             f.restype = ctypes.c_int
             funcs[key] = f
-        _libs[name] = (lib, funcs)
-        return _libs[name]
+        _libs[name, flags] = (lib, funcs)
+        return _libs[name, flags]
 
 
 class _HostBuffer:
@@ -454,10 +630,29 @@ class _HostBuffer:
     def __init__(self, device, nbytes):
         self.device = device
         self.nbytes = int(nbytes)
+        self._mem, self.handle = None, 0
+        if not self.nbytes:
+            return
         # 256-byte aligned, like cuMemAllocAsync; filled with a pattern so reads of memory
         # a kernel never wrote do not look like zeros
-        self._mem = np.full(self.nbytes + 256, 0xA5, np.uint8) if self.nbytes else None
-        self.handle = 0 if self._mem is None else (self._mem.ctypes.data + 255) // 256 * 256
+        if sanitizing() == "address":  # exactly nbytes, so that AddressSanitizer sees a read one past the end
+            ptr = ctypes.c_void_p()
+            if _libc().posix_memalign(ctypes.byref(ptr), 256, self.nbytes):
+                raise MemoryError(f"emulated allocation of {self.nbytes} bytes")
+            self.handle = ptr.value
+            self._mem = weakref.finalize(self, _libc().free, ptr)
+            ctypes.memset(self.handle, 0xA5, self.nbytes)
+        else:
+            self._mem = np.full(self.nbytes + 256, 0xA5, np.uint8)
+            self.handle = (self._mem.ctypes.data + 255) // 256 * 256
+
+
+@functools.lru_cache(maxsize=None)
+def _libc():
+    lib = ctypes.CDLL(None)
+    lib.posix_memalign.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t, ctypes.c_size_t]
+    lib.free.argtypes = [ctypes.c_void_p]
+    return lib
 
 
 class EmulatedDevice:

@@ -67,6 +67,16 @@ __global__ void different_barriers(i64* __restrict__ out) {
     out[threadIdx.x] = 1;
 }
 
+// Each thread reads its right neighbour's element of shared memory: without the barrier (sync = 0)
+// the read races the neighbour's write.
+// st:kernel
+__global__ void neighbours(const i64* __restrict__ in, i64* __restrict__ out, int sync) {
+    __shared__ i64 s[1024];
+    s[threadIdx.x] = in[threadIdx.x];
+    if (sync) __syncthreads();
+    out[threadIdx.x] = s[(threadIdx.x + 1) % blockDim.x];
+}
+
 }  // namespace st
 '''
 
@@ -124,3 +134,84 @@ def test_barrier_misuse_is_reported_and_the_next_launch_runs(device, kernel, mes
     sums, kept = np.zeros(1, np.int64), np.zeros(64)
     _module.launch(device, NAME, "tree_sums", (), 1, 64, ptr(x), ptr(sums), ptr(kept))
     assert sums[0] == x.sum()
+
+
+# The emulator's memcheck and racecheck (ci/emulator_sanitize.sh): kernels built under a sanitizer,
+# in a process that loads its runtime first. Memcheck allocates device buffers to the byte, so that a
+# read one element past a buffer stops the process; racecheck runs each thread as a fiber of its own,
+# so that two threads touching one address with no barrier between them are reported.
+OUT_OF_BOUNDS = '''
+import numpy as np
+from sparsetensor.cuda import _emulator, _primitives as P
+dev = _emulator.install(_emulator.EmulatedDevice())
+a = P.from_host(dev, np.arange(10, dtype=np.int64))
+print("inside", P.read_ints(dev, P.take_strided(dev, a, 3, 4)).tolist(), flush=True)
+P.take_strided(dev, a, 3, 5)  # reads a[12]
+print("not reported", flush=True)
+'''
+
+RACE = '''
+from types import SimpleNamespace
+import numpy as np
+from sparsetensor.cuda import _emulator, _module, _source
+files = dict(_source._read_all())
+files[%r] = %r
+_source._read_all = lambda: files
+dev = _emulator.EmulatedDevice()
+x, out = np.arange(256), np.zeros(256, np.int64)
+args = [SimpleNamespace(ptr=x.ctypes.data), SimpleNamespace(ptr=out.ctypes.data)]
+_module.launch(dev, %r, "neighbours", (), 2, 128, *args, np.int32(1))
+print("with a barrier", bool((out[:128] == np.roll(x[:128], -1)).all()), flush=True)
+_module.launch(dev, %r, "neighbours", (), 2, 128, *args, np.int32(0))
+print("not reported", flush=True)
+''' % (NAME, SOURCE, NAME, NAME)
+
+
+def halted_by_sanitizer(mode, script, cache, clean_line):
+    """Runs `script` under the sanitizer `mode`: the clean launch printed `clean_line`, and the
+    faulty launch after it stopped the process (nothing after it printed); returns the stderr."""
+    import os
+    import subprocess
+    import sys
+
+    lib = {"address": "libasan.so", "thread": "libtsan.so"}[mode]
+    runtime = subprocess.run([_emulator.compiler(), f"-print-file-name={lib}"],
+                             capture_output=True, text=True).stdout.strip()
+    if not os.path.isabs(runtime) or not os.path.exists(runtime):
+        pytest.skip(f"the C++ compiler has no {mode} sanitizer runtime ({lib})")
+    env = dict(os.environ, LD_PRELOAD=runtime, SPARSETENSOR_EMULATOR_SANITIZE=mode,
+               SPARSETENSOR_EMULATOR_CACHE=str(cache), ASAN_OPTIONS="detect_leaks=0:halt_on_error=1",
+               TSAN_OPTIONS="halt_on_error=1:report_signal_unsafe=0:report_thread_leaks=0")
+    # the runtime stays in this process: what it starts (an editable install's rebuild) runs without
+    script = "import os; os.environ.pop('LD_PRELOAD')\n" + script
+    res = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
+                         timeout=600)
+    assert clean_line in res.stdout, res.stderr[-3000:]
+    assert "not reported" not in res.stdout
+    assert res.returncode != 0
+    return res.stderr
+
+
+def test_memcheck_reports_a_kernel_reading_past_its_buffer(tmp_path):
+    report = halted_by_sanitizer("address", OUT_OF_BOUNDS, tmp_path, "inside [0, 3, 6, 9]")
+    assert "heap-buffer-overflow" in report
+    assert "16 bytes to the right of 80-byte region" in report  # a[12] of 10 int64: the exact extent
+    assert "scan.cu:" in report and "take_strided" in report
+
+
+def test_racecheck_reports_a_read_of_shared_memory_without_a_barrier(tmp_path):
+    report = halted_by_sanitizer("thread", RACE, tmp_path, "with a barrier True")
+    assert "WARNING: ThreadSanitizer: data race" in report
+    assert "neighbours" in report and "blockIdx.x 0 threadIdx.x" in report
+
+
+def test_sanitizer_mode_is_named_and_needs_the_runtime_loaded(monkeypatch):
+    monkeypatch.setenv("SPARSETENSOR_EMULATOR_SANITIZE", "memory")
+    with pytest.raises(ValueError, match="knows 'address' and 'thread'"):
+        _emulator.sanitizing()
+    monkeypatch.setenv("SPARSETENSOR_EMULATOR_SANITIZE", "address")
+    with open("/proc/self/maps") as maps:
+        if "libasan" in maps.read():
+            pytest.skip("this process runs under AddressSanitizer already")
+    with pytest.raises(RuntimeError, match="LD_PRELOAD"):
+        _emulator.build_library("scan.cu")
