@@ -9,7 +9,8 @@
 #      source tree), then the kernel test files again under each lower CPU level the CPU
 #      supports (SPARSETENSOR_CPU_LEVEL)
 #      and the docs (ci/docs.sh: Sphinx with warnings as errors, every example run), and the
-#      PETSc stage (ci/petsc.sh, in a venv kept between runs)
+#      PETSc stage (ci/petsc.sh, in a venv kept between runs), and the CUDA ops' tests on the
+#      kernel emulator under AddressSanitizer (ci/emulator_sanitize.sh address)
 #   5. ci/cpu_smoke.py under `qemu-x86_64 -cpu Nehalem`, a CPU without AVX (qemu-user is
 #      installed with apt-get when missing; if that fails the step says so and is skipped)
 set -euo pipefail
@@ -104,6 +105,13 @@ mkdir -p "$(dirname "$pv")"
   "$pv/bin/python" -m pip install -q "$wheel[test]"
   bash ci/petsc.sh "$pv"
 ) 9>"$pv.lock"
+
+step "the emulator's memcheck (ci/emulator_sanitize.sh address): the CUDA ops' tests, every kernel under AddressSanitizer"
+if [ -e "$(${CXX:-c++} -print-file-name=libasan.so)" ]; then
+  bash ci/emulator_sanitize.sh address tests/cuda/test_cuda.py tests/cuda/test_cuda_unchecked.py
+else
+  echo "SKIPPED (NOT RUN): ${CXX:-c++} has no AddressSanitizer runtime (libasan.so)"
+fi
 
 # the lower levels this CPU runs (the best one was tested above)
 lower=$(python -P -c "

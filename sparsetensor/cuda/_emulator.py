@@ -21,8 +21,13 @@ How it works:
   (host memory, synchronous copies) and launches a kernel by calling the generated
   ``extern "C"`` launcher of its instantiation.
 
-What it cannot show: timing, memory-model races between threads (fibers interleave
-only at barriers), warp-divergence effects, and anything the driver does.
+What it cannot show: timing, warp-divergence effects, and anything the driver does.
+Fibers interleave only at barriers, so a race between threads does not change a result
+here; built under a sanitizer (``SPARSETENSOR_EMULATOR_SANITIZE``, run by
+``ci/emulator_sanitize.sh``) the emulator reports it instead: ``thread`` (ThreadSanitizer,
+each CUDA thread a fiber it knows, ordered only by barriers, warp exchanges, its block's end
+and atomics) names two threads touching one address without an order, and ``address``
+(AddressSanitizer, device buffers allocated to the byte) a read or write outside a buffer.
 """
 
 from __future__ import annotations
@@ -314,7 +319,10 @@ ST_EMU_INTERNAL inline unsigned warp_base() { return cur->tid.x & ~31u; }
 ST_EMU_INTERNAL inline bool run_fibers(unsigned nthreads) {
     if (nthreads > 1024) { fail("blockDim.x > 1024"); return false; }
     fibers.assign(nthreads, Fiber());
-    if (stacks.size() < nthreads * STRIDE) stacks.resize(nthreads * STRIDE);
+    if (stacks.size() < nthreads * STRIDE) {  // a new pool: the old stacks are dead, not copied
+        std::vector<char>().swap(stacks);     // (AddressSanitizer still marks their frames' redzones)
+        stacks.resize(nthreads * STRIDE);
+    }
     for (unsigned i = 0; i < nthreads; ++i) {
         Fiber& f = fibers[i];
         f.tid = {i, 0, 0};

@@ -184,8 +184,9 @@ def halted_by_sanitizer(mode, script, cache, clean_line):
                TSAN_OPTIONS="halt_on_error=1:report_signal_unsafe=0:report_thread_leaks=0")
     # the runtime stays in this process: what it starts (an editable install's rebuild) runs without
     script = "import os; os.environ.pop('LD_PRELOAD')\n" + script
+    # cwd: the installed package is imported, never an unbuilt source tree in the working directory
     res = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
-                         timeout=600)
+                         timeout=600, cwd=cache)
     assert clean_line in res.stdout, res.stderr[-3000:]
     assert "not reported" not in res.stdout
     assert res.returncode != 0
