@@ -11,7 +11,8 @@
 # - thread (racecheck): ThreadSanitizer; every thread of a block is a fiber of its own, ordered
 #   only by barriers, warp exchanges, the end of its block and atomics, so that two threads that
 #   touch the same shared or global address between two barriers, one of them writing and not
-#   both atomically, are reported with both stacks.
+#   both atomically, are reported with both stacks. Blocks run one after another, so a race
+#   between two blocks is not seen.
 #
 # The kernels are built once per source and mode into $SPARSETENSOR_EMULATOR_CACHE (default
 # /tmp/sparsetensor-emulator-<mode>-$UID). Python's allocations go through the sanitizer's

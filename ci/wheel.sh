@@ -106,9 +106,9 @@ mkdir -p "$(dirname "$pv")"
   bash ci/petsc.sh "$pv"
 ) 9>"$pv.lock"
 
-step "the emulator's memcheck (ci/emulator_sanitize.sh address): the CUDA ops' tests, every kernel under AddressSanitizer"
+step "the emulator's memcheck (ci/emulator_sanitize.sh address): the CUDA tests, every kernel under AddressSanitizer"
 if [ -e "$(${CXX:-c++} -print-file-name=libasan.so)" ]; then
-  bash ci/emulator_sanitize.sh address tests/cuda/test_cuda.py tests/cuda/test_cuda_unchecked.py
+  bash ci/emulator_sanitize.sh address tests/cuda
 else
   echo "SKIPPED (NOT RUN): ${CXX:-c++} has no AddressSanitizer runtime (libasan.so)"
 fi

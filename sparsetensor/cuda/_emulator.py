@@ -26,7 +26,8 @@ Fibers interleave only at barriers, so a race between threads does not change a 
 here; built under a sanitizer (``SPARSETENSOR_EMULATOR_SANITIZE``, run by
 ``ci/emulator_sanitize.sh``) the emulator reports it instead: ``thread`` (ThreadSanitizer,
 each CUDA thread a fiber it knows, ordered only by barriers, warp exchanges, its block's end
-and atomics) names two threads touching one address without an order, and ``address``
+and atomics) names two threads of a block touching one address without an order (the blocks
+run one after another, so a race between blocks is not seen), and ``address``
 (AddressSanitizer, device buffers allocated to the byte) a read or write outside a buffer.
 """
 
@@ -164,8 +165,14 @@ inline void* sched_tsan = nullptr;
 // ThreadSanitizer's synchronization objects (only their addresses matter): a block barrier and
 // each warp's barrier alternate between two, so that a thread already past the next barrier
 // cannot hand its later writes to one still leaving this one; the end of a block orders it
-// before the next block (which reuses the __shared__ arrays and the stacks) and the next launch.
-inline char block_sync[2], warp_sync[32][2], block_end;
+// before the next block (which reuses the __shared__ arrays and the stacks) and the next launch;
+// what the scheduler did before a block (the host's copies, the blocks before) is handed to its
+// threads through block_start.
+inline char block_sync[2], warp_sync[32][2], block_start, block_end;
+// ThreadSanitizer's fibers, one per thread slot, kept from block to block: creating one clears
+// most of a megabyte, which for every thread of every block made the racecheck crawl. A kept
+// fiber's shadow stack does not grow, as entry() and trampoline() are not instrumented.
+inline std::vector<void*> tsan_fibers;
 
 ST_EMU_INTERNAL inline void to_fiber(Fiber& f) {  // the scheduler, before switching to f
 #ifdef ST_EMU_ASAN
@@ -200,7 +207,8 @@ ST_EMU_INTERNAL inline void new_fiber(Fiber& f, char* stack) {
     __asan_unpoison_memory_region(stack, STACK);  // frames a finished fiber never left
 #endif
 #ifdef ST_EMU_TSAN
-    f.tsan = __tsan_create_fiber(0);
+    while (tsan_fibers.size() <= f.tid.x) tsan_fibers.push_back(__tsan_create_fiber(0));
+    f.tsan = tsan_fibers[f.tid.x];
     char name[64];  // a report names its threads by these
     std::snprintf(name, sizeof name, "blockIdx.x %u threadIdx.x %u", block_idx.x, f.tid.x);
     __tsan_set_fiber_name(f.tsan, name);
@@ -229,6 +237,9 @@ ST_EMU_INTERNAL inline void fail(const std::string& what) { if (error.empty()) e
 // a fiber's first switch returns here (see start_fiber); it never returns
 [[noreturn]] ST_EMU_INTERNAL inline void entry() {
     in_fiber();
+#ifdef ST_EMU_TSAN
+    __tsan_acquire(&block_start);
+#endif
     body();
 #ifdef ST_EMU_TSAN
     __tsan_release(&block_end);
@@ -277,6 +288,9 @@ ST_EMU_INTERNAL inline void park(int why) {
 #else
 ST_EMU_INTERNAL inline void trampoline() {
     in_fiber();
+#ifdef ST_EMU_TSAN
+    __tsan_acquire(&block_start);
+#endif
     body();
 #ifdef ST_EMU_TSAN
     __tsan_release(&block_end);
@@ -323,6 +337,9 @@ ST_EMU_INTERNAL inline bool run_fibers(unsigned nthreads) {
         std::vector<char>().swap(stacks);     // (AddressSanitizer still marks their frames' redzones)
         stacks.resize(nthreads * STRIDE);
     }
+#ifdef ST_EMU_TSAN
+    __tsan_release(&block_start);
+#endif
     for (unsigned i = 0; i < nthreads; ++i) {
         Fiber& f = fibers[i];
         f.tid = {i, 0, 0};
@@ -367,11 +384,26 @@ ST_EMU_INTERNAL inline bool run_fibers(unsigned nthreads) {
     }
 }
 
+#ifdef ST_EMU_TSAN
+// Threads stopped inside the kernel never reached their release of block_end: released here as
+// each of them (not instrumented, so that this loop's own accesses count as nobody's).
+ST_EMU_INTERNAL inline void release_stopped() {
+    void** t = tsan_fibers.data();
+    const size_t n = tsan_fibers.size();
+    for (size_t i = 0; i < n; ++i) { __tsan_switch_to_fiber(t[i], 1); __tsan_release(&block_end); }
+    __tsan_switch_to_fiber(sched_tsan, 1);
+}
+#endif
+
 ST_EMU_INTERNAL inline bool run_block(unsigned nthreads) {
     bool ok = run_fibers(nthreads);
 #ifdef ST_EMU_TSAN
+    if (!ok) release_stopped();
     __tsan_acquire(&block_end);
-    for (auto& f : fibers) __tsan_destroy_fiber(f.tsan);
+    if (!ok) {  // and their fibers' shadow stacks are not empty: new ones for the next launch
+        for (void* t : tsan_fibers) __tsan_destroy_fiber(t);
+        tsan_fibers.clear();
+    }
 #endif
     return ok;
 }
