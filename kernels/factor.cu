@@ -109,17 +109,21 @@ __global__ void tri_fill(const I* __restrict__ crow, const I* __restrict__ cols,
 // the strict triangle (j < i when lower); tc/tr, the transpose's compressed and plain indices,
 // list the rows depending on each row. indeg (u64, n) holds each row's dependency count on entry
 // and is used up. order (n) receives the rows level by level, level_ptr (n + 1) where each level
-// starts; info = (levels, rows ordered): fewer than n rows ordered means the arrays changed.
+// starts, row_level (n) each row's level; info = (levels, rows ordered): fewer than n rows
+// ordered means the arrays changed.
 // st:kernel index
 template <typename I>
 __global__ void level_order(const I* __restrict__ tc, const I* __restrict__ tr, i64 n, i64 nnz, int lower,
                             u64* __restrict__ indeg, i64* __restrict__ order, i64* __restrict__ level_ptr,
-                            i64* __restrict__ info) {
+                            i64* __restrict__ row_level, i64* __restrict__ info) {
     __shared__ u64 tail;
     if (threadIdx.x == 0) tail = 0;
     __syncthreads();
     for (i64 i = threadIdx.x; i < n; i += blockDim.x)
-        if (indeg[i] == 0) order[atomicAdd(&tail, 1ull)] = i;
+        if (indeg[i] == 0) {
+            order[atomicAdd(&tail, 1ull)] = i;
+            row_level[i] = 0;
+        }
     __syncthreads();
     i64 start = 0, end = (i64)tail, levels = 0;
     if (threadIdx.x == 0) level_ptr[0] = 0;
@@ -132,7 +136,10 @@ __global__ void level_order(const I* __restrict__ tc, const I* __restrict__ tr, 
             for (i64 p = lo; p < hi; ++p) {
                 const i64 i = (i64)tr[p];
                 if (i < 0 || i >= n || (lower ? i <= j : i >= j)) continue;
-                if (atomicAdd(&indeg[i], ~0ull) == 1ull) order[atomicAdd(&tail, 1ull)] = i;
+                if (atomicAdd(&indeg[i], ~0ull) == 1ull) {
+                    order[atomicAdd(&tail, 1ull)] = i;
+                    row_level[i] = levels + 1;
+                }
             }
         }
         __syncthreads();
@@ -149,7 +156,9 @@ __global__ void level_order(const I* __restrict__ tc, const I* __restrict__ tr, 
 }
 
 // The rows of levels [lb, le) in order: many blocks for one level (le == lb + 1), one block
-// with a barrier between levels otherwise. The body (the variadic part) does row i, column c.
+// with a barrier between levels otherwise. The body (the variadic part) does row i, column c of
+// level lvl. A row it reads must lie in an earlier level (row_level[j] < lvl): the plan is kept
+// with the indices, and columns changed since would make a row read one that runs beside it.
 #define ST_LEVELS(lb, le, order, level_ptr, k, i, c, ...)                      \
     for (i64 lvl = (lb); lvl < (le); ++lvl) {                                   \
         const i64 s0 = (level_ptr)[lvl], cnt = (level_ptr)[lvl + 1] - s0;       \
@@ -167,8 +176,8 @@ __global__ void level_order(const I* __restrict__ tc, const I* __restrict__ tr, 
 template <typename V, typename I>
 __global__ void trsv_levels(const I* __restrict__ crow, const I* __restrict__ cols, const V* __restrict__ a,
                             V* __restrict__ x, i64 n, i64 nnz, i64 k, const i64* __restrict__ order,
-                            const i64* __restrict__ level_ptr, i64 lb, i64 le, int lower, int unit,
-                            u64* __restrict__ status) {
+                            const i64* __restrict__ level_ptr, const i64* __restrict__ row_level, i64 lb, i64 le,
+                            int lower, int unit, u64* __restrict__ status) {
     ST_LEVELS(lb, le, order, level_ptr, k, i, c, {
         const i64 step = lower ? i : n - 1 - i;
         const i64 lo = (i64)crow[i], hi = (i64)crow[i + 1];
@@ -184,7 +193,7 @@ __global__ void trsv_levels(const I* __restrict__ crow, const I* __restrict__ co
                 d = j == i ? p : -1;
                 break;
             }
-            if (j < 0 || j >= n) { bad = true; break; }
+            if (j < 0 || j >= n || row_level[j] >= lvl) { bad = true; break; }
             s = s - a[p] * x[j * k + c];
         }
         if (bad) { report(status, step, F_CHANGED); continue; }
@@ -202,7 +211,8 @@ __global__ void trsv_levels(const I* __restrict__ crow, const I* __restrict__ co
 // Returns 0, a status, or -1 where a row it needs failed (whose own key is smaller).
 template <typename V, typename I>
 __device__ __forceinline__ int ilu0_row(const I* __restrict__ crow, const I* __restrict__ cols, V* __restrict__ a,
-                                        i64 n, i64 nnz, const i64* __restrict__ diag, i64 i, i64 lo, i64 hi) {
+                                        i64 n, i64 nnz, const i64* __restrict__ diag,
+                                        const i64* __restrict__ row_level, i64 lvl, i64 i, i64 lo, i64 hi) {
     i64 d = -1;
     for (i64 p = lo; p < hi; ++p) {
         const i64 kk = (i64)cols[p];
@@ -211,6 +221,7 @@ __device__ __forceinline__ int ilu0_row(const I* __restrict__ crow, const I* __r
             if (kk == i) d = p;
             continue;
         }
+        if (row_level[kk] >= lvl) return F_CHANGED;
         const i64 dk = diag[kk];
         if (dk < 0) return -1;
         const i64 khi = (i64)crow[kk + 1];
@@ -234,7 +245,8 @@ __device__ __forceinline__ int ilu0_row(const I* __restrict__ crow, const I* __r
 // patterns, then the diagonal's root. Returns as ilu0_row.
 template <typename V, typename I>
 __device__ __forceinline__ int ic0_row(const I* __restrict__ crow, const I* __restrict__ cols, V* __restrict__ a,
-                                       i64 n, i64 nnz, const i64* __restrict__ diag, i64 i, i64 lo, i64 hi) {
+                                       i64 n, i64 nnz, const i64* __restrict__ diag,
+                                       const i64* __restrict__ row_level, i64 lvl, i64 i, i64 lo, i64 hi) {
     i64 d = -1;
     for (i64 p = lo; p < hi; ++p) {
         const i64 j = (i64)cols[p];
@@ -244,6 +256,7 @@ __device__ __forceinline__ int ic0_row(const I* __restrict__ crow, const I* __re
             d = p;
             continue;
         }
+        if (row_level[j] >= lvl) return F_CHANGED;
         const i64 dj = diag[j];
         if (dj < 0) return -1;
         const i64 jlo = (i64)crow[j];
@@ -273,13 +286,14 @@ __device__ __forceinline__ int ic0_row(const I* __restrict__ crow, const I* __re
 template <typename V, typename I>
 __global__ void factor_levels(const I* __restrict__ crow, const I* __restrict__ cols, V* __restrict__ a, i64 n,
                               i64 nnz, const i64* __restrict__ diag, int cholesky, const i64* __restrict__ order,
-                              const i64* __restrict__ level_ptr, i64 lb, i64 le, u64* __restrict__ status) {
+                              const i64* __restrict__ level_ptr, const i64* __restrict__ row_level, i64 lb, i64 le,
+                              u64* __restrict__ status) {
     ST_LEVELS(lb, le, order, level_ptr, 1, i, c, {
         (void)c;
         const i64 lo = (i64)crow[i], hi = (i64)crow[i + 1];
         const int code = bad_segment(lo, hi, nnz) ? F_CHANGED
-                       : cholesky ? ic0_row(crow, cols, a, n, nnz, diag, i, lo, hi)
-                                  : ilu0_row(crow, cols, a, n, nnz, diag, i, lo, hi);
+                       : cholesky ? ic0_row(crow, cols, a, n, nnz, diag, row_level, lvl, i, lo, hi)
+                                  : ilu0_row(crow, cols, a, n, nnz, diag, row_level, lvl, i, lo, hi);
         if (code > 0) report(status, i, code);
     })
 }

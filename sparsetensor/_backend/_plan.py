@@ -204,4 +204,5 @@ def raise_factor_status(status: int, row: int, what: str, kind: str) -> None:
                           "positive definite, or IC(0) broke down on it (try ilu0)")
     if status == 5:
         raise ValueError(f"{what}: row {row} has an entry above the diagonal (expected a lower triangle)")
-    raise ValueError(f"{what}: an index of row {row} is out of range: the arrays changed after validation")
+    raise ValueError(f"{what}: an index of row {row} is out of range, or names a row not done before it: the "
+                     "arrays changed after validation")

@@ -201,6 +201,29 @@ def test_privately_changed_columns_do_not_crash(backend):
             assert x.shape == (30, 30) or x.shape[0] == 30
 
 
+def test_privately_changed_columns_that_break_the_level_plan_raise(backend):
+    """Lower sweep: rows 0, 1 are a level, rows 2 (on row 0) and 3 (on row 1) the next; upper sweep:
+    rows 2, 3, then 0 (on row 2) and 1 (on row 3). A column changed behind the tensor's back so that
+    a row depends on one of its own level would read a row done beside it; the kept plan's levels
+    are checked, so the call raises. (ic0 plans its triangle afresh each call.)"""
+    a = np.eye(4) * 4.0
+    a[2, 0] = a[3, 1] = 1.0
+    a[0, 2] = a[1, 3] = 0.5
+    for name in ("ilu0", "lower", "upper"):
+        t = tensor(a, np.int32).cuda()
+        CALLS[name](t)  # the plan is made and kept with the column indices
+        cols = t.col_indices().get()
+        crow = t.crow_indices().get()
+        assert cols.tolist() == [0, 2, 1, 3, 0, 2, 1, 3]
+        if name == "upper":
+            cols[crow[0] + 1] = 1  # row 0 on row 1, both in the upper sweep's second level
+        else:
+            cols[crow[3]] = 2  # row 3 on row 2, both in the lower sweep's second level
+        _write(t.col_indices(), cols, shared=False)
+        with pytest.raises(ValueError, match="names a row not done before it"):
+            CALLS[name](t)
+
+
 def test_the_level_plan_is_kept_for_unshared_indices(backend, monkeypatch):
     """A second solve with the same triangle reuses its analysis; a shared index array is analysed again."""
     made = []

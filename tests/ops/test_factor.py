@@ -176,6 +176,6 @@ def test_triangular_solve_with_known_diagonal_positions(index_dtype, dtype, lowe
         assert np.array_equal(got, want)
     bad = pos.copy()
     bad[17] = crow[18]  # the next row's first entry
-    with pytest.raises(ValueError, match="row 17 is out of range: the arrays changed"):
+    with pytest.raises(ValueError, match="row 17 is out of range, or names a row not done before it: the arrays changed"):
         _ilu.solve_triangular(crow, cols, vals, b.copy(), lower, unit, "t", None, bad)
     assert _ilu.diagonal_positions(np.array([0, 1, 1]), np.array([0])) is None  # row 1 has no diagonal

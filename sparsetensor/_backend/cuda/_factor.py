@@ -63,8 +63,10 @@ class _Plan:
         dep_ptr, deps = _dependants(t)
         self.order = P.empty(dev, (n,), np.int64)
         self.level_ptr = P.empty(dev, (n + 1,), np.int64)
+        self.row_level = P.empty(dev, (n,), np.int64)
         info = P.empty(dev, (2,), np.int64)
-        launch(dev, "factor.cu", "level_order", ik, 1, ONE_BLOCK, dep_ptr, deps, n, nnz, int(lower), indeg.view(np.uint64), self.order, self.level_ptr, info)
+        launch(dev, "factor.cu", "level_order", ik, 1, ONE_BLOCK, dep_ptr, deps, n, nnz, int(lower),
+               indeg.view(np.uint64), self.order, self.level_ptr, self.row_level, info)
         levels, ordered = (int(v) for v in P.read_ints(dev, info))
         if ordered != n:  # a cycle: only indices changed since the check make one
             raise ValueError(f"the indices of the {n} x {n} matrix changed after validation: {n - ordered} rows are "
@@ -90,8 +92,8 @@ class _Plan:
 
     def sweep(self, kernel: str, keys: tuple, k: int, before: tuple, after: tuple) -> None:
         for lb, le, grid, block in self.launches(k):
-            launch(self.dev, "factor.cu", kernel, keys, grid, block, *before, self.order, self.level_ptr, lb, le,
-                   *after)
+            launch(self.dev, "factor.cu", kernel, keys, grid, block, *before, self.order, self.level_ptr,
+                   self.row_level, lb, le, *after)
 
 
 def _dependants(t):
