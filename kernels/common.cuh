@@ -54,6 +54,16 @@ template <typename T> __device__ __forceinline__ T relaxed_load(const T* p) {
 #endif
 }
 
+// A store of a flag that other threads of the same launch may store too (each the same value):
+// a relaxed atomic store (a volatile store in PTX), so that the stores are not a data race.
+template <typename T> __device__ __forceinline__ void relaxed_store(T* p, T v) {
+#ifndef ST_HOST_EMULATION
+    *(volatile T*)p = v;
+#else
+    __atomic_store_n(p, v, __ATOMIC_RELAXED);
+#endif
+}
+
 __device__ __forceinline__ cfloat operator+(cfloat a, cfloat b) { return {a.re + b.re, a.im + b.im}; }
 __device__ __forceinline__ cfloat operator-(cfloat a, cfloat b) { return {a.re - b.re, a.im - b.im}; }
 __device__ __forceinline__ cfloat operator*(cfloat a, cfloat b) {

@@ -172,7 +172,7 @@ __global__ void elementwise_extremum(const V* __restrict__ x, const V* __restric
 // x / -1 negates with wrap-around (INT64_MIN / -1 traps in C).
 __device__ __forceinline__ i64 rounded_div(i64 x, i64 y, int trunc_mode, int* zero) {
     if (y == 0) {
-        *zero = 1;
+        relaxed_store(zero, 1);  // other threads may flag it too
         return 0;
     }
     if (y == -1) return (i64)(0ull - (u64)x);

@@ -294,7 +294,7 @@ __global__ void wrap_negative(const I* __restrict__ a, i64 n, i64 size, i64* __r
 template <typename I>
 __global__ void any_differ(const I* __restrict__ a, const I* __restrict__ b, i64 n, i64* __restrict__ differ) {
     ST_GRID_LOOP(t, n) {
-        if (a[t] != b[t]) *differ = 1;
+        if (a[t] != b[t]) relaxed_store(differ, (i64)1);
     }
 }
 
