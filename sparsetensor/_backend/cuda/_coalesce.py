@@ -62,7 +62,8 @@ def flat_keys(idx, batch: tuple, M: int, K: int, batched_cols: bool):
         P.run(dev, "coalesce.cu", "coo_keys", ik, nnz, both, S - 1, nnz,
               P.from_host(dev, np.asarray(batch + (K,), np.int64)), cols)
     else:
-        col = idx[S - 1].astype(np.int64)  # held until the copy: a temporary's memory is freed at once
+        # held until the copy (a temporary's memory is freed at once); int64 columns are not copied twice
+        col = idx[S - 1].astype(np.int64, copy=False)
         dev.copy_dtod(cols.ptr, col.ptr, 8 * nnz)
     return out
 
