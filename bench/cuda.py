@@ -38,6 +38,7 @@ Results are printed and written to ``bench/results/cuda.json``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import sys
@@ -221,6 +222,8 @@ SIZES = {"full": (2_000_000, 1024, 100_000_000, 6_250_000, 16), "quick": (200_00
          "emulate": (3000, 8, 20_000, 2000, 5)}
 # (27-point stencil grid side, R-MAT scale) of the structured SpMV/SpMM cases
 STRUCTURES = {"full": (100, 20), "quick": (40, 16), "emulate": (6, 8)}
+# R-MAT scale of the SpGEMM case (scale 16: 9.6e5 nnz, 4.0e8 products)
+SPGEMM_RMAT_SCALE = {"full": 16, "quick": 14, "emulate": 7}
 
 
 def run(quick=False, repeat=7, emulate=False, profile=False):
@@ -283,14 +286,18 @@ def run(quick=False, repeat=7, emulate=False, profile=False):
         stc.precompile()
     rng = np.random.default_rng(0)
     gen = _Gen(rng, torch, stc, dev)
-    records, rows = [], []
+    records, rows, failures = [], [], []
 
-    def record(name, ours_ms, nbytes, peers: dict, target: str):
-        rec = {"case": name, "ours_ms": ours_ms, "bytes": nbytes, "GBps": nbytes / (ours_ms / 1e3) / 1e9,
+    def record(name, ours_ms, nbytes, peers: dict, target: str, extra=None):
+        rec = {**(extra or {}), "case": name, "ours_ms": ours_ms, "bytes": nbytes, "GBps": nbytes / (ours_ms / 1e3) / 1e9,
                "of_copy_bw": nbytes / (ours_ms / 1e3) / bw, "target": target}
         for k, v in peers.items():
             rec[f"{k}_ms"] = v
             rec[f"{k}/ours"] = v / ours_ms
+        ratios = "".join(f", {k}/ours {v / ours_ms:.2f}" for k, v in peers.items())
+        print(f"  {name}: {ours_ms:.3f} ms, {rec['of_copy_bw']:.2f} of copy bw{ratios}", flush=True)
+        if "ours_shared_ms" in rec:
+            print(f"    shared with torch (its indices checked each call): {rec['ours_shared_ms']:.3f} ms")
         if last_profile:
             rec["kernels_ms"] = {k: v[1] for k, v in sorted(last_profile.items(), key=lambda kv: -kv[1][1])}
             print("    " + ", ".join(f"{k} {v:.3f}" for k, v in list(rec["kernels_ms"].items())[:6]))
@@ -298,43 +305,17 @@ def run(quick=False, repeat=7, emulate=False, profile=False):
         records.append(rec)
         rows.append([name, ours_ms, rec["GBps"], rec["of_copy_bw"],
                      rec.get("torch/ours", float("nan")), rec.get("cupy/ours", float("nan")), target])
-        print(f"  {name}: {ours_ms:.3f} ms", flush=True)
 
-    # -- CSR SpMM / SpMV: uniform rows, then a 3-d 27-point stencil and an R-MAT graph (skewed rows) --
-    def csr_cases(label, a, Ns):
-        ta = ca = None
-        if torch is not None:
-            ta = torch.sparse_csr_tensor(torch.from_dlpack(a.crow_indices()), torch.from_dlpack(a.col_indices()),
-                                         torch.from_dlpack(a.values()), a.shape)
-        if cp is not None:
-            ca = csp.csr_matrix((cp.asarray(a.values()), cp.asarray(a.col_indices()),
-                                 cp.asarray(a.crow_indices())), shape=a.shape)
-        rows_, cols_ = a.shape
-        for N in Ns:
-            x = stc.as_device_array(gen.normal((cols_,) if N == 1 else (cols_, N)), dev)
-            ms = ours_t(lambda: st.matmul(a, x), repeat)
-            peers = {}
-            if ta is not None:
-                tx = torch.from_dlpack(x)
-                tx2 = tx if N > 1 else tx[:, None]
-                peers["torch"] = torch_t(lambda: torch.sparse.mm(ta, tx2), repeat)
-            if ca is not None:
-                cx = cp.asarray(x)
-                peers["cupy"] = cupy_t(lambda: ca @ cx, repeat)
-            nbytes = a.nnz * 8 + (rows_ + 1) * 4 + (rows_ + cols_) * N * 4
-            record(f"{label} N={N}", ms, nbytes, peers, ">= 1.0")
+    @contextlib.contextmanager
+    def guard(label):
+        """One case's section: an error is printed and recorded, and the next case runs."""
+        try:
+            yield
+        except Exception as e:  # noqa: BLE001 - a failed case is reported in the table, not fatal
+            print(f"  {label}: FAILED {type(e).__name__}: {str(e)[:300]}", flush=True)
+            failures.append({"case": label, "error": f"{type(e).__name__}: {e}"})
+            rows.append([f"{label}: FAILED ({type(e).__name__})"] + [float("nan")] * 5 + [""])
 
-    crow, col, val = gen.csr(n, 16, np.int32)
-    a = stc.compressed_tensor(crow, col, val, (n, n), layout="csr", check_invariants=True)
-    csr_cases(f"csr spmm {n:,}", a, (1, 32, 128))
-    del a
-    g, scale = STRUCTURES["emulate" if emulate else "quick" if quick else "full"]
-    s27 = stc.to_device(st.stencil((g, g, g), 27, dtype=np.float32, index_dtype=np.int32), "cuda")
-    csr_cases(f"27pt g={g} {s27.nnz:,} nnz", s27, (1, 32))
-    gr = stc.to_device(st.rmat(scale, 16, np.random.default_rng(1), dtype=np.float32, index_dtype=np.int32), "cuda")
-    csr_cases(f"rmat s={scale} {gr.nnz:,} nnz", gr, (1, 32))
-
-    # -- SpGEMM, softmax over rows, index_select of 10% of the rows ---------------------------------------
     def torch_csr(a):
         return torch.sparse_csr_tensor(torch.from_dlpack(a.crow_indices()), torch.from_dlpack(a.col_indices()),
                                        torch.from_dlpack(a.values()), a.shape)
@@ -350,7 +331,47 @@ def run(quick=False, repeat=7, emulate=False, profile=False):
     def with_peers(**peers):
         return {k: v for k, v in peers.items() if v is not None}
 
-    for label, a in ((f"27pt g={g}", s27), (f"rmat s={scale}", gr)):
+    # -- CSR SpMM / SpMV: uniform rows, then a 3-d 27-point stencil and an R-MAT graph (skewed rows) --
+    with guard("csr spmv/spmm"):
+        def csr_cases(label, a, Ns):
+            ta = ca = None
+            if torch is not None:
+                ta = torch.sparse_csr_tensor(torch.from_dlpack(a.crow_indices()), torch.from_dlpack(a.col_indices()),
+                                             torch.from_dlpack(a.values()), a.shape)
+            if cp is not None:
+                ca = csp.csr_matrix((cp.asarray(a.values()), cp.asarray(a.col_indices()),
+                                     cp.asarray(a.crow_indices())), shape=a.shape)
+            rows_, cols_ = a.shape
+            # index arrays another library holds (torch's, here) are checked again by every op, since it may
+            # have written them: timed apart from our own copy, which is checked once
+            own = a.clone()
+            for N in Ns:
+                x = stc.as_device_array(gen.normal((cols_,) if N == 1 else (cols_, N)), dev)
+                shared_ms = ours_t(lambda: st.matmul(a, x), repeat)
+                ms = ours_t(lambda: st.matmul(own, x), repeat)
+                peers = {}
+                if ta is not None:
+                    tx = torch.from_dlpack(x)
+                    tx2 = tx if N > 1 else tx[:, None]
+                    peers["torch"] = torch_t(lambda: torch.sparse.mm(ta, tx2), repeat)
+                if ca is not None:
+                    cx = cp.asarray(x)
+                    peers["cupy"] = cupy_t(lambda: ca @ cx, repeat)
+                nbytes = a.nnz * 8 + (rows_ + 1) * 4 + (rows_ + cols_) * N * 4
+                record(f"{label} N={N}", ms, nbytes, peers, ">= 1.0", {"ours_shared_ms": shared_ms})
+
+        crow, col, val = gen.csr(n, 16, np.int32)
+        a = stc.compressed_tensor(crow, col, val, (n, n), layout="csr", check_invariants=True)
+        csr_cases(f"csr spmm {n:,}", a, (1, 32, 128))
+        del a
+        g, scale = STRUCTURES["emulate" if emulate else "quick" if quick else "full"]
+        s27 = stc.to_device(st.stencil((g, g, g), 27, dtype=np.float32, index_dtype=np.int32), "cuda")
+        csr_cases(f"27pt g={g} {s27.nnz:,} nnz", s27, (1, 32))
+        gr = stc.to_device(st.rmat(scale, 16, np.random.default_rng(1), dtype=np.float32, index_dtype=np.int32), "cuda")
+        csr_cases(f"rmat s={scale} {gr.nnz:,} nnz", gr, (1, 32))
+
+    # -- SpGEMM, softmax over rows, index_select of 10% of the rows ---------------------------------------
+    def spgemm_case(label, a):
         c = st.matmul(a, a)
         ms = ours_t(lambda: st.matmul(a, a), max(3, repeat // 2))
         ta = torch_csr(a) if torch is not None else None
@@ -360,152 +381,165 @@ def run(quick=False, repeat=7, emulate=False, profile=False):
                with_peers(torch=ta is not None and peer(lambda: ta @ ta, max(3, repeat // 2), torch_t) or None,
                           cupy=ca is not None and peer(lambda: ca @ ca, max(3, repeat // 2), cupy_t) or None),
                ">= 1.0")
-        del c
-    ta = torch_csr(gr) if torch is not None else None
-    ms = ours_t(lambda: st.softmax(gr, 1), repeat)
-    record(f"softmax rows rmat s={scale}", ms, 2 * gr.nnz * 4 + gr.nnz * 4,
-           with_peers(torch=ta is not None and peer(lambda: torch.sparse.softmax(ta, 1), repeat, torch_t) or None),
-           ">= 1.0")
-    pick = np.sort(rng.choice(gr.shape[0], gr.shape[0] // 10, replace=False))
-    ms = ours_t(lambda: st.index_select(gr, 0, pick), repeat)
-    tpick = torch.from_numpy(pick).cuda() if torch is not None else None
-    record(f"index_select 10% rows rmat s={scale}", ms, gr.nnz // 10 * 16,
-           with_peers(torch=ta is not None and peer(lambda: ta.index_select(0, tpick), repeat, torch_t) or None),
-           ">= 1.0")
+
+    with guard("spgemm 27pt"):
+        spgemm_case(f"27pt g={g}", s27)
+    with guard("spgemm rmat"):  # the SpMV graph's A @ A would form 2.1e10 products: a smaller graph
+        sg = SPGEMM_RMAT_SCALE["emulate" if emulate else "quick" if quick else "full"]
+        spgemm_case(f"rmat s={sg}", stc.to_device(st.rmat(sg, 16, np.random.default_rng(1), dtype=np.float32,
+                                                          index_dtype=np.int32), "cuda"))
+    with guard("softmax, index_select"):
+        ta = torch_csr(gr) if torch is not None else None
+        ms = ours_t(lambda: st.softmax(gr, 1), repeat)
+        record(f"softmax rows rmat s={scale}", ms, 2 * gr.nnz * 4 + gr.nnz * 4,
+               with_peers(torch=ta is not None and peer(lambda: torch.sparse.softmax(ta, 1), repeat, torch_t) or None),
+               ">= 1.0")
+        pick = np.sort(rng.choice(gr.shape[0], gr.shape[0] // 10, replace=False))
+        ms = ours_t(lambda: st.index_select(gr, 0, pick), repeat)
+        tpick = torch.from_numpy(pick).cuda() if torch is not None else None
+        record(f"index_select 10% rows rmat s={scale}", ms, gr.nnz // 10 * 16,
+               with_peers(torch=ta is not None and peer(lambda: ta.index_select(0, tpick), repeat, torch_t) or None),
+               ">= 1.0")
 
     # -- ILU(0) of the stencil and a triangular solve with its L (level-scheduled) ----------------------
-    from sparsetensor.ops.factor import ilu0, spsolve_triangular
+    with guard("ilu0 and spsv"):
+        from sparsetensor.ops.factor import ilu0, spsolve_triangular
 
-    ms = ours_t(lambda: ilu0(s27), max(3, repeat // 2))
-    record(f"ilu0 27pt g={g}", ms, 2 * s27.nnz * 8, {}, "(no peer)")
-    lo, _ = ilu0(s27)
-    rhs = stc.as_device_array(gen.normal((s27.shape[0],)), dev)
-    ms = ours_t(lambda: spsolve_triangular(lo, rhs, lower=True, unit_diagonal=True), repeat)
-    tl = torch_csr(lo) if torch is not None else None
-    trhs = torch.from_dlpack(rhs).reshape(-1, 1) if torch is not None else None
-    cl = csp.csr_matrix((cp.asarray(lo.values()), cp.asarray(lo.col_indices()), cp.asarray(lo.crow_indices())),
-                        shape=lo.shape) if cp is not None else None
-    crhs = cp.asarray(rhs) if cp is not None else None
-    if cp is not None:
-        import cupyx.scipy.sparse.linalg as csla
-    record(f"spsv L of ilu0 27pt g={g}", ms, lo.nnz * 8 + 2 * rhs.nbytes,
-           with_peers(torch=tl is not None and peer(lambda: torch.triangular_solve(trhs, tl, upper=False,
-                                                                                   unitriangular=True),
-                                                    repeat, torch_t) or None,
-                      cupy=cl is not None and peer(lambda: csla.spsolve_triangular(cl, crhs, lower=True,
-                                                                                   unit_diagonal=True),
-                                                   repeat, cupy_t) or None),
-           ">= 1.0")
-    del s27, gr, ta, lo, tl, cl
+        ms = ours_t(lambda: ilu0(s27), max(3, repeat // 2))
+        record(f"ilu0 27pt g={g}", ms, 2 * s27.nnz * 8, {}, "(no peer)")
+        lo, _ = ilu0(s27)
+        rhs = stc.as_device_array(gen.normal((s27.shape[0],)), dev)
+        ms = ours_t(lambda: spsolve_triangular(lo, rhs, lower=True, unit_diagonal=True), repeat)
+        tl = torch_csr(lo) if torch is not None else None
+        trhs = torch.from_dlpack(rhs).reshape(-1, 1) if torch is not None else None
+        cl = csp.csr_matrix((cp.asarray(lo.values()), cp.asarray(lo.col_indices()), cp.asarray(lo.crow_indices())),
+                            shape=lo.shape) if cp is not None else None
+        crhs = cp.asarray(rhs) if cp is not None else None
+        if cp is not None:
+            import cupyx.scipy.sparse.linalg as csla
+        record(f"spsv L of ilu0 27pt g={g}", ms, lo.nnz * 8 + 2 * rhs.nbytes,
+               with_peers(torch=tl is not None and peer(lambda: torch.triangular_solve(trhs, tl, upper=False,
+                                                                                       unitriangular=True),
+                                                        repeat, torch_t) or None,
+                          cupy=cl is not None and peer(lambda: csla.spsolve_triangular(cl, crhs, lower=True,
+                                                                                       unit_diagonal=True),
+                                                       repeat, cupy_t) or None),
+               ">= 1.0")
+        del s27, gr, ta, lo, tl, cl
 
     # -- a GCN layer forward + backward through the torch bridge ------------------------------------------
-    gcn_n, feats = (131072, 64) if not (emulate or quick) else ((16384, 64) if quick else (256, 8))
-    if torch is not None:
-        import sparsetensor.torch as stt
+    with guard("gcn layer"):
+        gcn_n, feats = (131072, 64) if not (emulate or quick) else ((16384, 64) if quick else (256, 8))
+        if torch is not None:
+            import sparsetensor.torch as stt
 
-        crow, col, val = gen.csr(gcn_n, 16, np.int32)
-        tA = torch.sparse_csr_tensor(crow, col, val, (gcn_n, gcn_n))
-        X = torch.randn(gcn_n, feats, device="cuda", requires_grad=True)
-        W = torch.randn(feats, feats, device="cuda", requires_grad=True)
+            crow, col, val = gen.csr(gcn_n, 16, np.int32)
+            tA = torch.sparse_csr_tensor(crow, col, val, (gcn_n, gcn_n))
+            X = torch.randn(gcn_n, feats, device="cuda", requires_grad=True)
+            W = torch.randn(feats, feats, device="cuda", requires_grad=True)
 
-        def step(mm):
-            X.grad = W.grad = None
-            mm(tA, X @ W).square().sum().backward()
+            def step(mm):
+                X.grad = W.grad = None
+                mm(tA, X @ W).square().sum().backward()
 
-        ms = torch_t(lambda: step(stt.matmul), repeat)
-        record(f"gcn layer fwd+bwd {tA.values().numel():,} nnz x {feats}", ms, 4 * tA.values().numel() * 8,
-               with_peers(torch=peer(lambda: step(torch.sparse.mm), repeat, torch_t)), "torch/ours >= 2")
-        del tA, X, W
-    else:
-        print("  gcn layer: needs torch with CUDA (the bridge's case); skipped")
+            ms = torch_t(lambda: step(stt.matmul), repeat)
+            record(f"gcn layer fwd+bwd {tA.values().numel():,} nnz x {feats}", ms, 4 * tA.values().numel() * 8,
+                   with_peers(torch=peer(lambda: step(torch.sparse.mm), repeat, torch_t)), "torch/ours >= 2")
+            del tA, X, W
+        else:
+            print("  gcn layer: needs torch with CUDA (the bridge's case); skipped")
 
     # -- SparseAdam on an embedding ------------------------------------------------------------------------
-    rows_e, width, hits = (1_000_000, 64, 1 << 16) if not (emulate or quick) else \
-        ((100_000, 64, 1 << 12) if quick else (500, 8, 64))
-    ids = np.minimum(rng.zipf(1.2, hits) - 1, rows_e - 1).astype(np.int64)
-    gvals = rng.standard_normal((hits, width)).astype(np.float32)
-    if torch is not None:
-        import sparsetensor.torch.optim as sto
+    with guard("SparseAdam"):
+        rows_e, width, hits = (1_000_000, 64, 1 << 16) if not (emulate or quick) else \
+            ((100_000, 64, 1 << 12) if quick else (500, 8, 64))
+        ids = np.minimum(rng.zipf(1.2, hits) - 1, rows_e - 1).astype(np.int64)
+        gvals = rng.standard_normal((hits, width)).astype(np.float32)
+        if torch is not None:
+            import sparsetensor.torch.optim as sto
 
-        def adam_case(cls):
-            p = torch.zeros(rows_e, width, device="cuda", requires_grad=True)
-            p.grad = torch.sparse_coo_tensor(torch.from_numpy(ids[None]).cuda(), torch.from_numpy(gvals).cuda(),
-                                             (rows_e, width))
-            opt = cls([p], lr=1e-3)
-            return opt.step
+            def adam_case(cls):
+                p = torch.zeros(rows_e, width, device="cuda", requires_grad=True)
+                p.grad = torch.sparse_coo_tensor(torch.from_numpy(ids[None]).cuda(), torch.from_numpy(gvals).cuda(),
+                                                 (rows_e, width))
+                opt = cls([p], lr=1e-3)
+                return opt.step
 
-        ms = torch_t(adam_case(sto.SparseAdam), repeat)
-        peers = with_peers(torch=peer(adam_case(torch.optim.SparseAdam), repeat, torch_t))
-    else:
-        p = stc.DeviceArray.zeros((rows_e, width), np.float32, dev)
-        grad = stc.coo_tensor(ids[None], gvals, (rows_e, width))
-        opt = st.optim.SparseAdam([p], lr=1e-3)
-        ms, peers = ours_t(lambda: opt.step([grad]), repeat), {}
-    record(f"SparseAdam {rows_e:,} x {width}, {hits:,} zipf rows", ms, 2 * 4 * hits * width * 4, peers,
-           "torch/ours >= 2")
+            ms = torch_t(adam_case(sto.SparseAdam), repeat)
+            peers = with_peers(torch=peer(adam_case(torch.optim.SparseAdam), repeat, torch_t))
+        else:
+            p = stc.DeviceArray.zeros((rows_e, width), np.float32, dev)
+            grad = stc.coo_tensor(ids[None], gvals, (rows_e, width))
+            opt = st.optim.SparseAdam([p], lr=1e-3)
+            ms, peers = ours_t(lambda: opt.step([grad]), repeat), {}
+        record(f"SparseAdam {rows_e:,} x {width}, {hits:,} zipf rows", ms, 2 * 4 * hits * width * 4, peers,
+               "torch/ours >= 2")
 
     # -- BSR SpMM --------------------------------------------------------------------------------------
-    # nb block rows/cols of 32 x 32 blocks: 32768 x 32768 for nb = 1024
-    blocks = rng.random((nb, nb)) < 0.02
-    bcrow = np.zeros(nb + 1, np.int64)
-    np.cumsum(blocks.sum(1), out=bcrow[1:])
-    bcol = np.nonzero(blocks)[1]
-    bval = rng.standard_normal((bcol.size, 32, 32)).astype(np.float32)
-    b = stc.compressed_tensor(bcrow.astype(np.int32), bcol.astype(np.int32), bval, (nb * 32, nb * 32), layout="bsr")
-    X = stc.as_device_array(gen.normal((nb * 32, 256)), dev)
-    ms = ours_t(lambda: st.matmul(b, X), repeat)
-    peers, tb = {}, None
-    if torch is not None:
-        tb = torch.sparse_bsr_tensor(torch.from_dlpack(b.crow_indices()), torch.from_dlpack(b.col_indices()),
-                                     torch.from_dlpack(b.values()), b.shape)
-        tX = torch.from_dlpack(X)
-        peers["torch"] = torch_t(lambda: tb @ tX, repeat)
-    record(f"bsr spmm {nb * 32} 32x32 2% N=256", ms, bval.nbytes + 2 * X.nbytes, peers, ">= 1.0")
-    del X, b, tb
+    with guard("bsr spmm"):
+        # nb block rows/cols of 32 x 32 blocks: 32768 x 32768 for nb = 1024
+        blocks = rng.random((nb, nb)) < 0.02
+        bcrow = np.zeros(nb + 1, np.int64)
+        np.cumsum(blocks.sum(1), out=bcrow[1:])
+        bcol = np.nonzero(blocks)[1]
+        bval = rng.standard_normal((bcol.size, 32, 32)).astype(np.float32)
+        b = stc.compressed_tensor(bcrow.astype(np.int32), bcol.astype(np.int32), bval, (nb * 32, nb * 32), layout="bsr")
+        X = stc.as_device_array(gen.normal((nb * 32, 256)), dev)
+        ms = ours_t(lambda: st.matmul(b, X), repeat)
+        peers, tb = {}, None
+        if torch is not None:
+            tb = torch.sparse_bsr_tensor(torch.from_dlpack(b.crow_indices()), torch.from_dlpack(b.col_indices()),
+                                         torch.from_dlpack(b.values()), b.shape)
+            tX = torch.from_dlpack(X)
+            peers["torch"] = torch_t(lambda: tb @ tX, repeat)
+        record(f"bsr spmm {nb * 32} 32x32 2% N=256", ms, bval.nbytes + 2 * X.nbytes, peers, ">= 1.0")
+        del X, b, tb
 
     # -- COO coalesce ------------------------------------------------------------------------------------
-    side = 1 << 20
-    idx = gen.integers(side, (2, m))
-    vals = gen.normal((m,))
-    coo = stc.coo_tensor(idx, vals, (side, side), check_invariants=False)
-    ms = ours_t(lambda: coo.coalesce(), max(3, repeat // 2))
-    peers = {}
-    if torch is not None:
-        tcoo = torch.sparse_coo_tensor(torch.from_dlpack(coo.indices()), torch.from_dlpack(coo.values()),
-                                       (side, side))
-        peers["torch"] = torch_t(lambda: tcoo.coalesce(), max(3, repeat // 2))
-        del tcoo
-    record(f"coo coalesce {m:,}", ms, 2 * (idx.nbytes + vals.nbytes), peers, "torch/ours >= 2")
-    del coo, idx
+    with guard("coo coalesce"):
+        side = 1 << 20
+        idx = gen.integers(side, (2, m))
+        vals = gen.normal((m,))
+        coo = stc.coo_tensor(idx, vals, (side, side), check_invariants=False)
+        ms = ours_t(lambda: coo.coalesce(), max(3, repeat // 2))
+        peers = {}
+        if torch is not None:
+            tcoo = torch.sparse_coo_tensor(torch.from_dlpack(coo.indices()), torch.from_dlpack(coo.values()),
+                                           (side, side))
+            peers["torch"] = torch_t(lambda: tcoo.coalesce(), max(3, repeat // 2))
+            del tcoo
+        record(f"coo coalesce {m:,}", ms, 2 * (idx.nbytes + vals.nbytes), peers, "torch/ours >= 2")
+        del coo, idx
 
     # -- CSR -> CSC and validation ------------------------------------------------------------------------
-    crow, col, val = gen.csr(rows_n, per_row, np.int64)
-    big = stc.compressed_tensor(crow, col, val, (rows_n, rows_n), layout="csr", check_invariants=True)
-    ms = ours_t(lambda: big.to_sparse("csc"), max(3, repeat // 2))
-    peers = {}
-    if torch is not None:
-        tbig = torch.sparse_csr_tensor(torch.from_dlpack(big.crow_indices()), torch.from_dlpack(big.col_indices()),
-                                       torch.from_dlpack(big.values()), big.shape)
-        peers["torch"] = torch_t(lambda: tbig.to_sparse_csc(), max(3, repeat // 2))
-    record(f"csr->csc {big.nnz:,} nnz", ms, 2 * (col.nbytes + val.nbytes) + 2 * crow.nbytes, peers,
-           "torch/ours >= 2")
+    with guard("csr->csc and validation"):
+        crow, col, val = gen.csr(rows_n, per_row, np.int64)
+        big = stc.compressed_tensor(crow, col, val, (rows_n, rows_n), layout="csr", check_invariants=True)
+        ms = ours_t(lambda: big.to_sparse("csc"), max(3, repeat // 2))
+        peers = {}
+        if torch is not None:
+            tbig = torch.sparse_csr_tensor(torch.from_dlpack(big.crow_indices()), torch.from_dlpack(big.col_indices()),
+                                           torch.from_dlpack(big.values()), big.shape)
+            peers["torch"] = torch_t(lambda: tbig.to_sparse_csc(), max(3, repeat // 2))
+        record(f"csr->csc {big.nnz:,} nnz", ms, 2 * (col.nbytes + val.nbytes) + 2 * crow.nbytes, peers,
+               "torch/ours >= 2")
 
-    unchecked = st.CompressedTensor(big.crow_indices(), big.col_indices(), big.values(), big.shape, big.layout)
-    ms = ours_t(lambda: unchecked.check_invariants(), repeat)
-    peers = {}
-    if torch is not None:
-        c_, p_, v_ = (torch.from_dlpack(x) for x in (big.crow_indices(), big.col_indices(), big.values()))
-        checked = torch_t(lambda: torch.sparse_csr_tensor(c_, p_, v_, big.shape, check_invariants=True), repeat)
-        plain = torch_t(lambda: torch.sparse_csr_tensor(c_, p_, v_, big.shape, check_invariants=False), repeat)
-        peers["torch"] = max(checked - plain, 1e-6)
-    record(f"csr validation {big.nnz:,} nnz", ms, col.nbytes + crow.nbytes, peers, "torch/ours >= 5")
+        unchecked = st.CompressedTensor(big.crow_indices(), big.col_indices(), big.values(), big.shape, big.layout)
+        ms = ours_t(lambda: unchecked.check_invariants(), repeat)
+        peers = {}
+        if torch is not None:
+            c_, p_, v_ = (torch.from_dlpack(x) for x in (big.crow_indices(), big.col_indices(), big.values()))
+            checked = torch_t(lambda: torch.sparse_csr_tensor(c_, p_, v_, big.shape, check_invariants=True), repeat)
+            plain = torch_t(lambda: torch.sparse_csr_tensor(c_, p_, v_, big.shape, check_invariants=False), repeat)
+            peers["torch"] = max(checked - plain, 1e-6)
+        record(f"csr validation {big.nnz:,} nnz", ms, col.nbytes + crow.nbytes, peers, "torch/ours >= 5")
 
     print_table(["case", "ours ms", "GB/s", "of copy bw", "torch/ours", "cupy/ours", "target"], rows)
     host = _host_per_call(stc, dev, gen, torch, cp, 50 if emulate else 500)
     print_table(["host time a call, 64 x 64 SpMV", "us"], [[k, v] for k, v in host.items()])
     info = {"machine": machine(), "device": {"ordinal": dev.ordinal, "cc": list(dev.compute_capability),
                                              "sms": dev.sm_count},
-            "copy_bandwidth_Bps": bw, "quick": quick, "emulated": emulate, "results": records,
+            "copy_bandwidth_Bps": bw, "quick": quick, "emulated": emulate, "results": records, "failures": failures,
             "host_us_per_call": host}
     if torch is not None:
         info["torch"] = torch.__version__

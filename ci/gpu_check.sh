@@ -10,14 +10,16 @@
 #   Python, built from these sources (a hash in sparsetensor/_lib/.built), are there already;
 #   $OUT/lib.tgz keeps them for the next run (unpack it at the root, carry sparsetensor/_lib's
 #   ignored files or the tarball).
-# - tests: tests/test_cuda*.py on the real device (the emulator's half deselected), 8 workers
-#   (xdist: a crashing test takes its worker down, not the run).
+# - tests: tests/cuda on the real device (the emulator's half deselected), TEST_WORKERS xdist
+#   workers (8: a crashing test takes its worker down, not the run); TEST_ARGS replaces the
+#   selection (say "tests/cuda/test_cuda_spgemm.py -k 'gpu and csc'").
 # - memcheck / racecheck: compute-sanitizer over the GPU tests of tests/cuda/test_cuda.py and
 #   test_cuda_interop.py, every worker process followed, a per-test timeout (TEST_TIMEOUT,
 #   150 s: a worker's first test waits for CUDA to start under the tool, 30-70 s with 7-14
 #   workers on an H100) that names a test that hangs; SAN_WORKERS xdist workers (6: memcheck
 #   took 62 s for all the GPU tests), SANITIZER_ARGS more pytest arguments (say "-v --maxfail
-#   2": each outcome as it ends, the first errors in full).
+#   2": each outcome as it ends, the first errors in full), SAN_TESTS the test files (default
+#   test_cuda.py and test_cuda_interop.py; "tests/cuda" for all of them).
 # - bench: python -m bench.cuda (torch and CuPy as peers where installed).
 # - suite: the whole test suite on the machine (CPU tests too), 14 workers.
 set -u
@@ -75,14 +77,19 @@ for s in "${steps[@]}"; do
         fi
         python3 -c "import sparsetensor.cuda as c; c.precompile()" ;;
     tests)
-        step tests 240 "${PYTEST[@]}" -n 8 tests/cuda -k "not emulator" ;;  # every GPU test file
+        if [ -n "${TEST_ARGS:-}" ]; then
+            eval "sel=($TEST_ARGS)"
+        else
+            sel=(tests/cuda -k "not emulator")  # every GPU test file
+        fi
+        step tests "${TESTS_CAP:-240}" "${PYTEST[@]}" -n "${TEST_WORKERS:-8}" "${sel[@]}" ;;
     memcheck | racecheck)
         [ -z "$CS" ] && { echo "=== $s: no compute-sanitizer here"; continue; }
         step "$s" "${SANITIZER_CAP:-180}" "$CS" --tool "$s" --target-processes all --error-exitcode 9 \
             "${PYTEST[@]}" -n "${SAN_WORKERS:-6}" --timeout "${TEST_TIMEOUT:-150}" --durations 5 \
-            ${SANITIZER_ARGS:-} tests/cuda/test_cuda.py tests/cuda/test_cuda_interop.py -k gpu ;;
+            ${SANITIZER_ARGS:-} ${SAN_TESTS:-tests/cuda/test_cuda.py tests/cuda/test_cuda_interop.py} -k gpu ;;
     bench)
-        step bench 200 python3 -m bench.cuda --profile
+        step bench "${BENCH_CAP:-200}" python3 -m bench.cuda --profile
         cp bench/results/cuda.json "$OUT/" 2>/dev/null ;;
     suite)
         step suite 150 "${PYTEST[@]}" -n 14 tests -k "not emulator" ;;
