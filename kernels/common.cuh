@@ -64,15 +64,25 @@ template <typename T> __device__ __forceinline__ void relaxed_store(T* p, T v) {
 #endif
 }
 
+// Products that are never fused with the add after them (NVRTC contracts a * b - c * d into an
+// FMA): the CPU rounds each product, and a fused one turns its inf - inf (NaN) into an infinity,
+// e.g. (1e300 + 1e300i) ** 2.
+#ifndef ST_HOST_EMULATION
+__device__ __forceinline__ float mul_rn(float a, float b) { return __fmul_rn(a, b); }
+__device__ __forceinline__ double mul_rn(double a, double b) { return __dmul_rn(a, b); }
+#else
+template <typename T> __device__ __forceinline__ T mul_rn(T a, T b) { return a * b; }
+#endif
+
 __device__ __forceinline__ cfloat operator+(cfloat a, cfloat b) { return {a.re + b.re, a.im + b.im}; }
 __device__ __forceinline__ cfloat operator-(cfloat a, cfloat b) { return {a.re - b.re, a.im - b.im}; }
 __device__ __forceinline__ cfloat operator*(cfloat a, cfloat b) {
-    return {a.re * b.re - a.im * b.im, a.re * b.im + a.im * b.re};
+    return {mul_rn(a.re, b.re) - mul_rn(a.im, b.im), mul_rn(a.re, b.im) + mul_rn(a.im, b.re)};
 }
 __device__ __forceinline__ cdouble operator+(cdouble a, cdouble b) { return {a.re + b.re, a.im + b.im}; }
 __device__ __forceinline__ cdouble operator-(cdouble a, cdouble b) { return {a.re - b.re, a.im - b.im}; }
 __device__ __forceinline__ cdouble operator*(cdouble a, cdouble b) {
-    return {a.re * b.re - a.im * b.im, a.re * b.im + a.im * b.re};
+    return {mul_rn(a.re, b.re) - mul_rn(a.im, b.im), mul_rn(a.re, b.im) + mul_rn(a.im, b.re)};
 }
 
 // Arithmetic happens in acc<T>::type: float16 in float32, the others in themselves.

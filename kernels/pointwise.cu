@@ -97,7 +97,11 @@ __device__ cdouble complex_unary(cdouble z, int op) {
             if (isinf(a) && isnan(b)) return {b, fabs(a)};
             return cmul_negi(c_asinh(cmul_i(z)));
         case OP_ATANH: return c_atanh(z);
-        case OP_ATAN: return cmul_negi(c_atanh(cmul_i(z)));
+        case OP_ATAN:
+            // atanh(i z) would take its real zero's sign from the negated NaN of i z, and a GPU's
+            // negation leaves a NaN's sign unspecified: the CPU's result, from b's own sign bit
+            if (isinf(a) && isnan(b)) return {copysign(ST_PI_2, a), copysign(0.0, b)};
+            return cmul_negi(c_atanh(cmul_i(z)));
         case OP_LOG1P: return c_log1p(z);
         case OP_EXPM1: {
             const double h = sin(0.5 * b);
