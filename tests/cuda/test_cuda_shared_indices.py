@@ -112,6 +112,30 @@ def test_trust_follows_sharing(backend):
     assert coo.is_coalesced() and not coo._checked  # still sorted by its flag; its bounds are checked again
 
 
+def test_a_passing_scan_is_kept_unless_shared(backend):
+    """An unchecked compressed tensor is scanned by its first product, and the result is kept on
+    it (the CPU's ensure_valid keeps it too): the next product launches no validation kernel. One
+    whose index arrays another library holds is scanned by every product."""
+    from sparsetensor.cuda._module import profile
+
+    c = _tensor("csr")
+    x = _d(np.ones(c.shape[1]))
+    t = st.sparse_csr_tensor(DeviceArray.from_host(c.crow_indices()), DeviceArray.from_host(c.col_indices()),
+                             _d(c.values()), size=c.shape, check_invariants=False)
+    assert not t.is_coalesced()
+    for first in (True, False):
+        with profile() as kernels:
+            y = st.matmul(t, x)
+        assert ("compressed_plain" in kernels) == first, sorted(kernels)
+        np.testing.assert_array_equal(y.get(), c.to_dense() @ np.ones(c.shape[1]))
+    assert t.is_coalesced()
+    t.col_indices().__dlpack__()  # handed out: every product scans again
+    for _ in range(2):
+        with profile() as kernels:
+            st.matmul(t, x)
+        assert "compressed_plain" in kernels, sorted(kernels)
+
+
 def test_an_unchecked_coalesced_claim_is_checked_before_use(backend):
     """A coo built with is_coalesced=True and check_invariants=False: its bounds are checked by the
     first op that addresses memory with them (the flag says sorted, not in bounds)."""

@@ -157,7 +157,8 @@ def sum_duplicates(t):
     # every bound first (a 5.6 finding would hide a later 5.4/5.5), then the order
     check_compressed_bounds(t)
     if compressed_report(t, check_order=True, max_step=_U64_SPAN - 1) is None:
-        return CompressedTensor(c, p, v, t.shape, layout, True)
+        t._set_validated()
+        return t
     span = B * n * ps
     if span > _U64_SPAN:
         raise NotImplementedError(f"sum_duplicates on cuda: {B} x {n} x {ps} positions exceed a 64-bit key")
@@ -200,7 +201,10 @@ def checked(t):
         return t
     found = compressed_report(t)
     if found is None:
-        return CompressedTensor(t.compressed_indices(), t.plain_indices(), t.values(), t.shape, t.layout, True)
+        # cached on t, as ensure_valid caches it: the next op skips the scan (a flag that the tensor
+        # ignores while another library holds its index arrays, which every op then scans again)
+        t._set_validated()
+        return t
     if found[0] in ("5.3", "5.6"):
         return sum_duplicates(t)
     raise_compressed_error(found, t.layout, t.shape[:t.batch_dim], t.plain_size, t.nnz)
