@@ -9,7 +9,9 @@
 # - build: the kernels in place (meson, -Dnative=true, 16 jobs) unless .so files for this
 #   Python, built from these sources (a hash in sparsetensor/_lib/.built), are there already;
 #   $OUT/lib.tgz keeps them for the next run (unpack it at the root, carry sparsetensor/_lib's
-#   ignored files or the tarball).
+#   ignored files or the tarball). ci/device_prep.sh makes that tarball on the machine you work on,
+#   with the compiled CUDA kernels for sm_90 (SPARSETENSOR_CUDA_CACHE), so that no device time
+#   goes to building.
 # - tests: tests/cuda on the real device (the emulator's half deselected), TEST_WORKERS xdist
 #   workers (8: a crashing test takes its worker down, not the run); TEST_ARGS replaces the
 #   selection (say "tests/cuda/test_cuda_spgemm.py -k 'gpu and csc'").
