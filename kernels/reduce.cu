@@ -202,29 +202,100 @@ __global__ void segment_offsets(const I* __restrict__ comp, i64 B, i64 n, i64 nn
     }
 }
 
+// The larger of two maxima so far, NaN once either is NaN (NumPy's max).
+template <typename A> __device__ __forceinline__ A nan_max(A a, A b) { return (b > a || b != b) && a == a ? b : a; }
+
+// out[j] = softmax (log: its logarithm) over items [lo, hi) of lane e (x and out rows of E
+// lanes), given their max mx and norm: the sum s of exp(x - mx), log(s) for log_ (as NumPy
+// computes it).
+template <typename A>
+__device__ __forceinline__ void softmax_write(const A* __restrict__ x, A* __restrict__ out, i64 j, i64 E, A mx,
+                                              A norm, int log_) {
+    const A z = x[j * E] - mx;
+    out[j * E] = log_ ? z - norm : (A)exp(z) / norm;
+}
+
 // out = softmax (log: its logarithm) of x (rows of K * E: K items of E lanes) over the rows
-// off[g]..off[g + 1] and the K items of segment g, per lane e: a thread per (segment, lane),
-// x - max, exp, sum as NumPy computes it.
+// off[g]..off[g + 1] and the K items of segment g, per lane e: `tpg` threads (a power of two
+// <= 32) per (segment, lane) t = g * E + e, each taking every tpg-th item, max and sum reduced
+// with shuffles (the same full-warp loop count for every group: the shuffles never diverge).
+// A segment of more than long_len items is left to segment_softmax_long: its t is appended
+// to long_list (long_count[0] of them, zeroed before the launch).
 // st:kernel real
 template <typename A>
 __global__ void segment_softmax(const A* __restrict__ x, const i64* __restrict__ off, i64 G, i64 K, i64 E, int log_,
-                                A* __restrict__ out) {
-    ST_GRID_LOOP(t, G * E) {
-        const i64 g = t / E, e = t - g * E;
-        const i64 lo = off[g] * K, hi = off[g + 1] * K;
-        if (lo >= hi) continue;
-        A mx = x[lo * E + e];
-        for (i64 j = lo + 1; j < hi; ++j) {
-            const A v = x[j * E + e];
-            mx = (v > mx || v != v) && mx == mx ? v : mx;
+                                int tpg, i64 long_len, unsigned long long* __restrict__ long_count,
+                                i64* __restrict__ long_list, A* __restrict__ out) {
+    const i64 gtid = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+    const int lane = threadIdx.x % tpg;
+    const i64 group = gtid / tpg, groups_per_warp = 32 / tpg;
+    const i64 warp_first = (gtid / 32) * groups_per_warp;
+    const i64 ngroups = (i64)gridDim.x * blockDim.x / tpg;
+    const i64 total = G * E;
+    for (i64 base = warp_first; base < total; base += ngroups) {
+        const i64 t = group + (base - warp_first);
+        i64 lo = 0, hi = 0, e = 0;
+        if (t < total) {
+            const i64 g = t / E;
+            e = t - g * E;
+            lo = off[g] * K;
+            hi = off[g + 1] * K;
+            if (hi - lo > long_len) {
+                if (lane == 0) long_list[atomicAdd(long_count, 1ull)] = t;
+                hi = lo;
+            }
         }
+        const A* xs = x + e;
+        A mx = -(A)(1.0 / 0.0);
+        for (i64 j = lo + lane; j < hi; j += tpg) mx = nan_max(mx, xs[j * E]);
+        for (int d = tpg / 2; d > 0; d >>= 1) mx = nan_max(mx, shfl_down(mx, d, tpg));
+        mx = __shfl_sync(0xffffffffu, mx, 0, tpg);
         A s = 0;
-        for (i64 j = lo; j < hi; ++j) s += exp(x[j * E + e] - mx);
-        const A ls = log(s);
-        for (i64 j = lo; j < hi; ++j) {
-            const A z = x[j * E + e] - mx;
-            out[j * E + e] = log_ ? z - ls : exp(z) / s;
-        }
+        for (i64 j = lo + lane; j < hi; j += tpg) s += exp(xs[j * E] - mx);
+        for (int d = tpg / 2; d > 0; d >>= 1) s += shfl_down(s, d, tpg);
+        s = __shfl_sync(0xffffffffu, s, 0, tpg);
+        const A norm = log_ ? (A)log(s) : s;
+        for (i64 j = lo + lane; j < hi; j += tpg) softmax_write(xs, out + e, j, E, mx, norm, log_);
+    }
+}
+
+// The block's reduction of one value a thread (max: nan_max, else a sum), returned to every
+// thread; `scratch` holds a value a warp. blockDim.x is a multiple of 32.
+template <typename A>
+__device__ __forceinline__ A block_reduce(A v, int is_max, A* scratch) {
+    for (int d = 16; d > 0; d >>= 1) {
+        const A o = shfl_down(v, d, 32);
+        v = is_max ? nan_max(v, o) : v + o;
+    }
+    const int warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
+    if (threadIdx.x % 32 == 0) scratch[warp] = v;
+    __syncthreads();
+    v = scratch[0];
+    for (int w = 1; w < nwarps; ++w) v = is_max ? nan_max(v, scratch[w]) : v + scratch[w];
+    __syncthreads();  // scratch is reused by the next call
+    return v;
+}
+
+// The segments segment_softmax left (long_list[0..long_count[0])): a block each, in turn.
+// st:kernel real
+template <typename A>
+__global__ void segment_softmax_long(const A* __restrict__ x, const i64* __restrict__ off, i64 K, i64 E, int log_,
+                                     const unsigned long long* __restrict__ long_count,
+                                     const i64* __restrict__ long_list, A* __restrict__ out) {
+    __shared__ A scratch[32];
+    const i64 nlong = (i64)long_count[0];
+    for (i64 q = blockIdx.x; q < nlong; q += gridDim.x) {  // q is the same for the whole block
+        const i64 t = long_list[q], g = t / E, e = t - g * E;
+        const i64 lo = off[g] * K, hi = off[g + 1] * K;
+        const A* xs = x + e;
+        A mx = -(A)(1.0 / 0.0);
+        for (i64 j = lo + threadIdx.x; j < hi; j += blockDim.x) mx = nan_max(mx, xs[j * E]);
+        mx = block_reduce(mx, 1, scratch);
+        A s = 0;
+        for (i64 j = lo + threadIdx.x; j < hi; j += blockDim.x) s += exp(xs[j * E] - mx);
+        s = block_reduce(s, 0, scratch);
+        const A norm = log_ ? (A)log(s) : s;
+        for (i64 j = lo + threadIdx.x; j < hi; j += blockDim.x) softmax_write(xs, out + e, j, E, mx, norm, log_);
     }
 }
 

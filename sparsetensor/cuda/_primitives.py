@@ -12,7 +12,7 @@ from ._array import DeviceArray, arith_key, value_key
 from ._driver import Device
 from ._module import BLOCK, grid_for, launch
 
-__all__ = ["run", "exclusive_scan", "radix_sort", "read_ints", "empty", "zeros", "index_key", "raw_key", "value_key", "arith_key",
+__all__ = ["run", "group_size", "exclusive_scan", "radix_sort", "read_ints", "empty", "zeros", "index_key", "raw_key", "value_key", "arith_key",
            "from_host", "SCAN_TILE", "SORT_TILE"]
 
 # Must match scan.cu and sort.cu.
@@ -67,6 +67,16 @@ def zeros(dev: Device, shape, dtype) -> DeviceArray:
 
 def from_host(dev: Device, array) -> DeviceArray:
     return DeviceArray.from_host(array, dev)
+
+
+def group_size(mean: float) -> int:
+    """Threads a row (segment) for the kernels that give each a group of threads reduced with
+    shuffles: the power of two in (mean / 8, mean / 4] of the mean row length, in [1, 32], so that
+    each thread takes four to eight entries."""
+    t = 1
+    while t < 32 and t * 8 <= mean:
+        t *= 2
+    return t
 
 
 def run(dev: Device, file: str, kernel: str, keys: tuple, n: int, *args, block: int = BLOCK) -> None:

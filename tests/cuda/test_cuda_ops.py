@@ -45,7 +45,8 @@ def same(got, want):
     assert got.dtype == want.dtype and got.shape == want.shape, (got.dtype, want.dtype, got.shape, want.shape)
     if want.dtype.kind in "fc":
         rt = RTOL[want.dtype]
-        scale = np.nanmax(np.abs(want.astype(np.complex128)), initial=0)
+        mag = np.abs(want.astype(np.complex128))
+        scale = np.max(mag[np.isfinite(mag)], initial=0)  # infinities must match where they are
         np.testing.assert_allclose(got.astype(np.complex128), want.astype(np.complex128), rtol=rt,
                                    atol=rt * scale + 1e-30, equal_nan=True)
     else:
@@ -147,6 +148,28 @@ def test_softmax_unchecked_and_empty_rows(backend):
     for fn in (st.softmax, st.log_softmax):
         same(fn(u.cuda(), 1), fn(u, 1))
         same(fn(u.cuda(), 0), fn(u, 0))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=str)
+@pytest.mark.parametrize("dense", [(), (2,)], ids=["plain", "dense"])
+def test_softmax_skewed_rows(backend, rng, dtype, dense):
+    """Rows from empty to thousands of entries: a short row takes a group of threads, a long one a
+    block (segment_softmax_long), both dims (the columns through a transpose); NaN, inf and -inf in
+    short and long rows."""
+    lens = np.array([0, 1, 3, 17, 64, 65, 129, 300, 2500, 0, 9, 4100, 2, 0])
+    n = 4200
+    crow = np.concatenate([[0], np.cumsum(lens)])
+    col = np.concatenate([np.sort(rng.choice(n, k, replace=False)) for k in lens])
+    vals = (5 * rng.standard_normal((col.size,) + dense)).astype(dtype)
+    for at, special in ((int(crow[8]) + 7, np.nan), (int(crow[11]) + 1000, np.inf), (int(crow[3]) + 2, np.nan),
+                        (int(crow[4]) + 3, -np.inf), (int(crow[7]) + 5, np.inf)):
+        vals[at] = special
+    vals[crow[6]:crow[7]] = -np.inf  # a row of -inf only: NaN, as NumPy has it
+    t = st.sparse_csr_tensor(crow, col, vals, (lens.size, n) + dense)
+    d = t.cuda()
+    for dim in (0, 1):
+        for fn in (st.softmax, st.log_softmax):
+            same(fn(d, dim), fn(t, dim))
 
 
 def test_softmax_refusals(backend, rng):

@@ -63,16 +63,11 @@ def _rows(a):
 
 
 def _tpr(nnz: int, rows: int) -> int:
-    """Threads per row for SpMV: the power of two in (mean / 8, mean / 4] of the mean row length,
-    in [1, 32]: each thread takes four to eight entries of a row, two loaded together
-    (SPMV_BATCH of blas.cu). In session 13's H100 sweep of 1-16 threads this was the fastest
-    or within 3% of it: 27-point stencil (mean 27: 4), 7-point (7: 1), R-MAT (15: 2),
+    """Threads per row for SpMV (each takes four to eight entries of a mean row, two loaded
+    together: SPMV_BATCH of blas.cu). In session 13's H100 sweep of 1-16 threads this was the
+    fastest or within 3% of it: 27-point stencil (mean 27: 4), 7-point (7: 1), R-MAT (15: 2),
     uniform rows (16: 4; 8 was 2.6% faster)."""
-    mean = nnz / max(rows, 1)
-    t = 1
-    while t < 32 and t * 8 <= mean:
-        t *= 2
-    return t
+    return P.group_size(nnz / max(rows, 1))
 
 
 _SPMV_PIECE = 256                             # a warp takes a piece of a long row (8 entries a lane)

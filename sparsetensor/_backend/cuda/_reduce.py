@@ -21,7 +21,7 @@ import math
 import numpy as np
 
 from ...cuda import _primitives as P
-from ...cuda._module import launch
+from ...cuda._module import BLOCK, grid_for, launch
 from ...cuda._classes import CudaCompressedTensor
 from . import _reduce_dims
 
@@ -193,6 +193,21 @@ def segment_softmax(x, offsets, E: int, perm, log: bool):
     K = KE // E if E else 0
     out = P.empty(dev, x.shape, x.dtype)
     G = offsets.shape[0] - 1
-    if n and KE:
-        P.run(dev, "reduce.cu", "segment_softmax", (key,), G * E, x, offsets, G, K, E, int(log), out)
+    if not (n and KE and G):
+        return out
+    tpg = P.group_size(n * K / G)
+    long_len = _SOFTMAX_PER_THREAD * tpg
+    count = P.zeros(dev, (1,), np.uint64)
+    longs = P.empty(dev, (G * E,), np.int64) if n * K > long_len else None  # else no segment can be long
+    launch(dev, "reduce.cu", "segment_softmax", (key,), grid_for(dev, G * E * tpg), BLOCK, x, offsets, G, K, E,
+           int(log), tpg, long_len if longs is not None else n * K, count, longs, out)
+    if longs is not None:
+        blocks = min(G * E, n * K // long_len, dev.sm_count * 8)
+        launch(dev, "reduce.cu", "segment_softmax_long", (key,), blocks, BLOCK, x, offsets, K, E, int(log), count,
+               longs, out)
     return out
+
+
+# A segment's items a thread of segment_softmax takes at most; longer segments take a block each.
+_SOFTMAX_PER_THREAD = 64
+
