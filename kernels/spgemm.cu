@@ -1,6 +1,7 @@
-// Sparse @ sparse (SpGEMM) by expand, sort, compress (ESC) over rows-compressed operands
-// (csr @ csr, bsr @ bsr; batch b of a times batch b of b). sparsetensor/_backend/cuda/_spgemm.py
-// drives the passes:
+// Sparse @ sparse (SpGEMM) over rows-compressed operands (csr @ csr, bsr @ bsr; batch b of a
+// times batch b of b): a warp a row with a hash table of its columns (csr rows of at most
+// ROW_HASH products, below), else expand, sort, compress (ESC).
+// sparsetensor/_backend/cuda/_spgemm.py drives the passes of ESC:
 //   spgemm_counts (products of every entry of a: the length of b's row it meets)
 //   -> exclusive scan = offsets, each entry's first product; the total is the product count P
 //   -> spgemm_entry_rows (b * n + row of every entry of a)
@@ -116,6 +117,207 @@ __global__ void spgemm_values_int(const i64* __restrict__ perm, const i64* __res
         typedef typename acc<V>::type A;
         const A s = run_sum(u, perm, starts, offsets, N, ap, av, nnza, bc, bv, nb, nnzb, Rb, Kb, Cb);
         out[u] = from_acc<V>(logical ? (A)(s != A(0)) : s);
+    }
+}
+
+// -- rows of at most ROW_HASH products: a warp a row, its columns in a hash table in shared memory --
+// spgemm_hash_count (unique columns a row: the output's row lengths; a row of more products
+// raises too_long and the caller takes the sort above) -> exclusive scan = row pointers ->
+// spgemm_hash_fill (each row's sorted columns, its sums) -> spgemm_hash_finish where the sums
+// were kept wider than the values. No product is stored: the products of a row are formed
+// again by the fill, from a's and b's entries, which stay in the cache between the passes.
+
+#define ROW_HASH 1024            // slots of a warp's table (a power of two)
+#define ROW_HASH_BITS 10
+#define HASH_WARPS 4             // warps (rows at a time) of a block: launch with 32 * HASH_WARPS threads
+#define HASH_EMPTY 0xffffffffu   // a free slot (columns are below it: the caller checks)
+
+__device__ __forceinline__ unsigned hash_slot(unsigned c) { return (c * 2654435761u) >> (32 - ROW_HASH_BITS); }
+
+// Inserts column c into a warp's table (linear probing); true when c was not there. The table
+// never fills: a row has at most ROW_HASH products, so at most ROW_HASH columns.
+__device__ __forceinline__ bool hash_insert(unsigned* tab, unsigned c) {
+    unsigned h = hash_slot(c);
+    for (;;) {
+        const unsigned prev = atomicCAS(&tab[h], HASH_EMPTY, c);
+        if (prev == HASH_EMPTY) return true;
+        if (prev == c) return false;
+        h = (h + 1) & (ROW_HASH - 1);
+    }
+}
+
+// Empties a warp's table (every lane of the warp calls it).
+__device__ __forceinline__ void clear_table(unsigned* tab, int lane) {
+    for (int s = lane; s < ROW_HASH; s += 32) tab[s] = HASH_EMPTY;
+    __syncwarp();
+}
+
+// The first row of warp w of this block (a warp a row, rows strided by the grid's warps).
+__device__ __forceinline__ i64 first_row(int w) { return (i64)blockIdx.x * HASH_WARPS + w; }
+
+// Row t (batch t / n) of a: its entries e0..e1 (over every batch) and its product count.
+template <typename I>
+__device__ __forceinline__ i64 row_entries(const I* __restrict__ ac, i64 n, i64 nnza, const i64* __restrict__ offsets,
+                                           i64 t, i64* b, i64* e0, i64* e1) {
+    *b = t / n;
+    const I* c = ac + *b * (n + 1);
+    const i64 r = t - *b * n;
+    *e0 = *b * nnza + (i64)c[r];
+    *e1 = *b * nnza + (i64)c[r + 1];
+    return offsets[*e1] - offsets[*e0];
+}
+
+// Inserts the columns of row t's products into the warp's table; returns how many were new
+// (this lane's inserts).
+template <typename I>
+__device__ __forceinline__ i64 insert_row(const I* __restrict__ ap, i64 e0, i64 e1, const I* __restrict__ bcb,
+                                          const I* __restrict__ bpb, int lane, unsigned* tab) {
+    i64 fresh = 0;
+    for (i64 e = e0; e < e1; ++e) {
+        const i64 k = (i64)ap[e], j1 = (i64)bcb[k + 1];
+        for (i64 j = (i64)bcb[k] + lane; j < j1; j += 32) fresh += hash_insert(tab, (unsigned)(i64)bpb[j]);
+    }
+    return fresh;
+}
+
+// counts[t] = the number of distinct columns of row t's products (rows b * n + r of every batch),
+// a warp a row; a row of more than ROW_HASH products gets -1 and is counted in too_long: [0] its
+// products, [1] the rows (both zeroed before the launch).
+// Launch with 32 * HASH_WARPS threads.
+// st:kernel index
+template <typename I>
+__global__ void spgemm_hash_count(const I* __restrict__ ac, const I* __restrict__ ap, i64 B, i64 n, i64 nnza,
+                                  const I* __restrict__ bc, const I* __restrict__ bp, i64 nb, i64 nnzb,
+                                  const i64* __restrict__ offsets, i64* __restrict__ counts,
+                                  unsigned long long* __restrict__ too_long) {
+    __shared__ unsigned tables[HASH_WARPS * ROW_HASH];
+    const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
+    unsigned* tab = tables + w * ROW_HASH;
+    clear_table(tab, lane);
+    for (i64 t = first_row(w); t < B * n; t += (i64)gridDim.x * HASH_WARPS) {  // t is the same for the whole warp
+        i64 b, e0, e1;
+        const i64 products = row_entries(ac, n, nnza, offsets, t, &b, &e0, &e1);
+        if (products > ROW_HASH) {
+            if (lane == 0) {
+                counts[t] = -1;
+                atomicAdd(&too_long[0], (unsigned long long)products);
+                atomicAdd(&too_long[1], 1ull);
+            }
+            continue;
+        }
+        i64 fresh = insert_row(ap, e0, e1, bc + b * (nb + 1), bp + b * nnzb, lane, tab);
+        for (int d = 16; d > 0; d >>= 1) fresh += shfl_down(fresh, d, 32);
+        if (lane == 0) counts[t] = fresh;
+        __syncwarp();
+        clear_table(tab, lane);
+    }
+}
+
+// Row t of the product, written at ptr[t]..ptr[t + 1] (from spgemm_hash_count's counts): its
+// columns in increasing order (each one's rank among the row's columns), then its sums in the
+// order of a's entries, then b's (as the sort's runs sum them): for each entry of a in turn,
+// the lanes add its products with b's row, whose columns differ, so no two lanes meet in one
+// sum, and a warp barrier orders one entry's additions before the next's. accum is the output
+// values when they are their own accumulator type, else a buffer spgemm_hash_finish converts.
+// Launch with 32 * HASH_WARPS threads.
+// st:kernel arith index
+template <typename V, typename I>
+__global__ void spgemm_hash_fill(const I* __restrict__ ac, const I* __restrict__ ap, const V* __restrict__ av, i64 B,
+                                 i64 n, i64 nnza, const I* __restrict__ bc, const I* __restrict__ bp,
+                                 const V* __restrict__ bv, i64 nb, i64 nnzb, const i64* __restrict__ offsets,
+                                 const i64* __restrict__ ptr, I* __restrict__ plain,
+                                 typename acc<V>::type* __restrict__ accum) {
+    typedef typename acc<V>::type A;
+    __shared__ unsigned tables[HASH_WARPS * ROW_HASH];
+    __shared__ unsigned lists[HASH_WARPS * ROW_HASH];
+    __shared__ unsigned long long used[HASH_WARPS];
+    const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
+    unsigned* tab = tables + w * ROW_HASH;
+    unsigned* list = lists + w * ROW_HASH;
+    clear_table(tab, lane);
+    for (i64 t = first_row(w); t < B * n; t += (i64)gridDim.x * HASH_WARPS) {  // t is the same for the whole warp
+        i64 b, e0, e1;
+        const i64 o0 = ptr[t], u = ptr[t + 1] - o0;
+        if (row_entries(ac, n, nnza, offsets, t, &b, &e0, &e1) > ROW_HASH || u == 0) continue;  // long: sorted
+        const I* bcb = bc + b * (nb + 1);
+        const I* bpb = bp + b * nnzb;
+        const V* bvb = bv + b * nnzb;
+        insert_row(ap, e0, e1, bcb, bpb, lane, tab);
+        if (lane == 0) used[w] = 0;
+        __syncwarp();
+        for (int s = lane; s < ROW_HASH; s += 32) {  // the row's columns, in the order of their slots
+            const unsigned c = tab[s];
+            if (c != HASH_EMPTY) {
+                list[atomicAdd(&used[w], 1ull)] = c;
+                tab[s] = HASH_EMPTY;
+            }
+        }
+        __syncwarp();
+        I* prow = plain + o0;
+        A* srow = accum + o0;
+        for (i64 i = lane; i < u; i += 32) {
+            const unsigned c = list[i];
+            i64 rank = 0;
+            for (i64 x = 0; x < u; ++x) rank += list[x] < c;
+            prow[rank] = (I)c;
+            srow[rank] = acc_zero<A>();
+        }
+        __syncwarp();
+        for (i64 e = e0; e < e1; ++e) {
+            const i64 k = (i64)ap[e], j1 = (i64)bcb[k + 1];
+            const A x = to_acc(av[e]);
+            for (i64 j = (i64)bcb[k] + lane; j < j1; j += 32) {
+                const i64 at = lower_bound(prow, u, bpb[j]);
+                srow[at] = mul_add(srow[at], x, to_acc(bvb[j]));
+            }
+            __syncwarp();
+        }
+    }
+}
+
+// out[i] = accum[i] as a V (float16 rounded once from float32, integers wrapped from int64;
+// logical: bool, accum != 0).
+// st:kernel num
+template <typename V>
+__global__ void spgemm_hash_finish(const typename acc<V>::type* __restrict__ accum, i64 n, int logical,
+                                   V* __restrict__ out) {
+    typedef typename acc<V>::type A;
+    ST_GRID_LOOP(i, n) {
+        const A s = accum[i];
+        out[i] = from_acc<V>(logical ? (A)(s != A(0)) : s);
+    }
+}
+
+// -- rows of more than ROW_HASH products: sorted (above), over their products alone -------------------
+
+// masked[e] = entry e's products (offsets[e + 1] - offsets[e]) if its row (rows[e]) is long
+// (counts[row] < 0, from spgemm_hash_count), else 0: their scan locates the long rows' products.
+// st:kernel
+__global__ void spgemm_long_entries(const i64* __restrict__ offsets, const i64* __restrict__ rows,
+                                    const i64* __restrict__ counts, i64 N, i64* __restrict__ masked) {
+    ST_GRID_LOOP(e, N) { masked[e] = counts[rows[e]] < 0 ? offsets[e + 1] - offsets[e] : 0; }
+}
+
+// counts[t] of a long row (-1) = its entries in the sorted product of the long rows (row
+// pointers lptr over every row).
+// st:kernel
+__global__ void spgemm_long_counts(const i64* __restrict__ lptr, i64 rows, i64* __restrict__ counts) {
+    ST_GRID_LOOP(t, rows) {
+        if (counts[t] < 0) counts[t] = lptr[t + 1] - lptr[t];
+    }
+}
+
+// Entry i of the long rows' product (row lrows[i], b * n + r) to its place in the whole
+// product: ptr[row] + its position in its row.
+// st:kernel index raw
+template <typename I, typename T>
+__global__ void spgemm_place_long(const u64* __restrict__ lrows, const i64* __restrict__ lptr,
+                                  const i64* __restrict__ ptr, i64 nl, const I* __restrict__ lplain,
+                                  const T* __restrict__ lvals, I* __restrict__ plain, T* __restrict__ vals) {
+    ST_GRID_LOOP(i, nl) {
+        const i64 row = (i64)lrows[i], at = ptr[row] + (i - lptr[row]);
+        plain[at] = lplain[i];
+        vals[at] = lvals[i];
     }
 }
 

@@ -498,11 +498,15 @@ template <typename T, typename F> inline T emu_atomic(T* p, F f) {
 template <typename T> inline T atomicAdd(T* p, T v) { return emu_atomic(p, [v](T o) { return (T)(o + v); }); }
 template <typename T> inline T atomicMin(T* p, T v) { return emu_atomic(p, [v](T o) { return v < o ? v : o; }); }
 template <typename T> inline T atomicOr(T* p, T v) { return emu_atomic(p, [v](T o) { return (T)(o | v); }); }
+template <typename T> inline T atomicCAS(T* p, T cmp, T v) {
+    return emu_atomic(p, [cmp, v](T o) { return o == cmp ? v : o; });
+}
 #else
 // fibers never run concurrently: atomics are plain read-modify-writes
 template <typename T> inline T atomicAdd(T* p, T v) { T o = *p; *p = o + v; return o; }
 template <typename T> inline T atomicMin(T* p, T v) { T o = *p; if (v < o) *p = v; return o; }
 template <typename T> inline T atomicOr(T* p, T v) { T o = *p; *p = o | v; return o; }
+template <typename T> inline T atomicCAS(T* p, T cmp, T v) { T o = *p; if (o == cmp) *p = v; return o; }
 #endif
 
 inline float st_emu_half_to_float(unsigned short h) {

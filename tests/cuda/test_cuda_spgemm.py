@@ -1,4 +1,5 @@
-"""Sparse @ sparse on CUDA (kernels/spgemm.cu, expand-sort-compress) through the op
+"""Sparse @ sparse on CUDA (kernels/spgemm.cu: a warp a row with a hash table of its columns, or
+expand-sort-compress for blocks and rows of more than 1024 products) through the op
 (``st.spgemm``, ``st.matmul``, ``@``), against the CPU backend: the result's layout, shape, index
 dtype and index members bitwise (the same pattern, explicit zeros of cancelled sums included),
 values exactly for integers and bool and within 1e-6 (float32/complex64) or 1e-12 (float64,
@@ -276,8 +277,72 @@ def test_a_key_space_beyond_64_bits_is_refused(backend):
     assert host(got.col_indices()).tolist() == [2**61] and host(got.values()).tolist() == [2.0]
 
 
+def sort_only(monkeypatch):
+    """From now on every product takes expand-sort-compress (as blocks and rows of more than 1024
+    products do)."""
+    monkeypatch.setattr(device_spgemm, "_by_rows", lambda *args: None)
+
+
+@pytest.mark.parametrize("la,lb", [("csr", "csr"), ("csc", "csr"), ("csc", "csc")], ids=lambda x: x)
+@pytest.mark.parametrize("index_dtype", INDEX, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=str)
+@pytest.mark.parametrize("batch", [(), (2,)], ids=["b0", "b1"])
+def test_sort_method(backend, rng, monkeypatch, la, lb, index_dtype, dtype, batch):
+    """Expand-sort-compress on unblocked operands (the row method's fallback) gives the CPU's
+    product for every dtype and index dtype too."""
+    sort_only(monkeypatch)
+    a, b = _pair(rng, la, lb, dtype, index_dtype, batch, density=0.5)
+    got, _ = both(a, b)
+    assert got.nnz > 0
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int8, np.bool_, np.complex64], ids=str)
+def test_row_table_limits(backend, rng, dtype):
+    """Rows of exactly 1024 products into 1024 columns (the row's hash table full), of 1024
+    products into 3 columns, a row of 1025 products (sorted, then placed among the hashed rows)
+    beside rows of a few, every row long (all sorted), a batch whose long row is the other
+    batch's too: all the CPU's."""
+    K, N = 40, 1100
+    B = np.zeros((K, N), np.float64)
+    B[0, :1024] = 1 + rng.random(1024)            # row 0 of b: 1024 columns
+    B[1:33, [5, 700, 1023]] = rng.random((32, 3))  # 32 rows x 32 entries -> 1024 products into 3 columns
+    B[1:33, 33:62] = rng.random((32, 29))
+    B[33, 1024:1025] = 2.0
+    B[34:40, ::97] = rng.random((6, 12))
+    A = np.zeros((6, K))
+    A[0, 0] = 3.0                                 # 1024 products, 1024 columns
+    A[1, 33:40] = rng.random(7)                   # a few products
+    A[3, 34] = 1.0
+    small = B.copy()
+    small[1:33, 33:62] = 0                        # rows 1..32 now 3 entries: 96 products for row 2 below
+    A2 = A.copy()
+    A2[2, 1:33] = 1.0
+    cast = (lambda x: x != 0) if np.dtype(dtype) == np.bool_ else (lambda x: (x * 4).astype(dtype))
+    for a_dense, b_dense in ((A2, small), (A2, B)):
+        a = st.from_dense(cast(a_dense), "csr", index_dtype=np.int32)
+        b = st.from_dense(cast(b_dense), "csr", index_dtype=np.int32)
+        both(a, b)
+    B32 = B.copy()
+    B32[1:33, 33:62] = 0
+    B32[1:33, 100:129] = 1.0                      # 32 x 32 = 1024 products of row 2 into 32 columns
+    both(st.from_dense(cast(A2), "csr"), st.from_dense(cast(B32), "csr"))
+    A3 = A2.copy()
+    A3[4, 0] = 1.0
+    A3[4, 33] = 1.0                               # 1024 + 1 products: the whole product is sorted
+    both(st.from_dense(cast(A3), "csr"), st.from_dense(cast(B), "csr"))
+    both(st.from_dense(cast(A3[[4, 4]]), "csr"), st.from_dense(cast(B), "csr"))  # every row long
+    a3, b3 = st.from_dense(cast(A3), "csr", index_dtype=np.int32), st.from_dense(cast(B), "csr", index_dtype=np.int32)
+    stack = [np.stack([x, x]) for x in (a3.crow_indices(), a3.col_indices(), b3.crow_indices(), b3.col_indices())]
+    a2 = st.sparse_csr_tensor(stack[0], stack[1], np.stack([a3.values(), a3.values()[::-1]]), (2,) + a3.shape)
+    b2 = st.sparse_csr_tensor(stack[2], stack[3], np.stack([b3.values()[::-1], b3.values()]), (2,) + b3.shape)
+    both(a2, b2)
+
+
 def test_too_many_products_are_refused(backend, rng, monkeypatch):
+    """The sort's limit (the row method stores no product and has none)."""
     a, b = _pair(rng, "csr", "csr", np.float64, np.int64, density=0.6)
+    both(a, b)
+    sort_only(monkeypatch)
     nprod = int(np.diff(b.crow_indices())[a.col_indices()].sum())
     monkeypatch.setattr(device_spgemm, "MAX_PRODUCTS", nprod - 1)
     with pytest.raises(NotImplementedError, match=f"forms {nprod} intermediate products, more than {nprod - 1}"):

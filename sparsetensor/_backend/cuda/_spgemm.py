@@ -10,20 +10,28 @@ wherever some product is formed, also where values cancel to zero: the CPU keeps
 too), sorted plain indices, every value dtype (integers wrap, bool is an or of ands,
 float16 sums in float32 and rounds once), the operands' index dtype (int64 when they differ).
 
-Method: expand, sort, compress (ESC, kernels/spgemm.cu). Every product ``a[i, k] * b[k, j]``
-gets one u64 key ``(batch * n + i) * ncols + j``; the device radix sort (kernels/sort.cu,
-stable) orders them, runs of equal keys are the output entries (the scan of their heads
-gives the exact nnz and the row pointers at once), and each output item sums its run in
-the order of a's entries, then b's (the CPU's order). Chosen over a per-row hash table
-because every step is a kernel the backend already has and tests (sort, run heads, scans,
-lower bounds), the work is balanced however long the rows are (the products, not the
-rows, are spread over the threads), and the output comes out sorted with no per-row
-sort; the price is memory, about 56 bytes a product while the sort runs, and a sort
-pass for each 8 bits of the key.
+Two methods (kernels/spgemm.cu), both summing each output entry's products in the order of
+a's entries, then b's (the CPU's order), so the result does not depend on the method:
+
+- **A warp a row** (csr, rows of at most 1024 products, columns below 2**32 - 1): the row's
+  product columns go into a hash table in shared memory; a first pass counts its distinct
+  columns (the exact row lengths, whose scan gives the row pointers), a second forms the
+  products again, ranks the columns (sorted output) and adds the products entry of a by entry
+  of a (the lanes of one entry meet distinct columns of b's row: no atomics on the sums). No
+  product is stored: memory is the output's.
+- **Expand, sort, compress** (ESC) for blocks, for the rows of more products (only their
+  products: the other entries of a count none) and when every row is such a row: every
+  product ``a[i, k] * b[k, j]`` gets one u64 key ``(batch * n + i) * ncols + j``; the device
+  radix sort (kernels/sort.cu, stable) orders them, runs of equal keys are the output entries
+  (the scan of their heads gives the exact nnz and the row pointers at once), and each output
+  item sums its run. The work is balanced however long the rows are (the products, not the
+  rows, are spread over the threads); the price is memory, about 56 bytes a product while the
+  sort runs, and a sort pass for each 8 bits of the key. The long rows' entries are then placed
+  among the others.
 
 Limits (refused before anything is written): a key space ``batch * n * ncols`` beyond
-2**64 (NotImplementedError), more than :data:`MAX_PRODUCTS` products (NotImplementedError:
-their keys would not fit a GPU's memory; the message gives the count).
+2**64 (NotImplementedError), more than :data:`MAX_PRODUCTS` products to sort
+(NotImplementedError: their keys would not fit a GPU's memory; the message gives the count).
 """
 
 from __future__ import annotations
@@ -34,6 +42,7 @@ import numpy as np
 
 from ..._core._tensor import CompressedTensor
 from ...cuda import _primitives as P
+from ...cuda._module import grid_for, launch
 from .._views import output_rows
 from ._coalesce import _runs, _starts, checked
 from ._convert import transpose_compressed
@@ -41,6 +50,8 @@ from ._convert import transpose_compressed
 __all__ = ["spgemm", "MAX_PRODUCTS"]
 
 _U64_SPAN = 1 << 64
+_ROW_HASH, _HASH_BLOCK = 1024, 4 * 32   # ROW_HASH and 32 * HASH_WARPS of spgemm.cu
+_HASH_EMPTY = 0xFFFFFFFF                # HASH_EMPTY: every column must be below it
 # About 56 bytes a product while the sort runs (keys and permutation, twice, the run heads and
 # their scan): 2**31 products take 120 GB, beyond the memory of today's GPUs.
 MAX_PRODUCTS = 1 << 31
@@ -73,69 +84,150 @@ def _raw(v):
     return v.view(np.uint8) if v.dtype == np.bool_ else v
 
 
+class _Product:
+    """The operands of one device product as its kernels take them (csr/bsr, one index dtype)."""
+
+    def __init__(self, a, b, idx_dt):
+        self.a, self.b, self.idx_dt = a, b, idx_dt
+        self.dev = a.values()._device
+        m = a.batch_dim
+        self.batch = a.shape[:m]
+        self.B = math.prod(self.batch)
+        (self.Rb, self.Kb), (_, self.Cb) = a.blocksize, b.blocksize
+        self.n = a.compressed_indices().shape[-1] - 1     # (block) rows of a
+        self.nb = b.compressed_indices().shape[-1] - 1    # (block) rows of b
+        self.ncols = b.plain_size                         # (block) columns of b
+        self.shape = self.batch + (a.shape[m], b.shape[m + 1])
+        self.layout, self.dtype = a.layout, a.dtype
+        self.blocks = (self.Rb, self.Cb) if self.layout.blocked else ()
+        self.ik = (P.index_key(idx_dt),)
+        self.N, self.nnza, self.nnzb = self.B * a.nnz, a.nnz, b.nnz
+        self.ac, self.ap, self.av = a.compressed_indices(), a.plain_indices(), _raw(a.values())
+        self.bc, self.bp, self.bv = b.compressed_indices(), b.plain_indices(), _raw(b.values())
+
+    def batch_nnz(self, ptr) -> int:
+        """Every batch's nnz from the flat row pointers, which must be one (the CPU's check and
+        message, output_rows, on the B per-batch counts)."""
+        B, n, m = self.B, self.n, self.a.batch_dim
+        per_batch = np.diff(P.read_ints(self.dev, P.take_strided(self.dev, ptr, n, B + 1)))
+        nnz, _ = output_rows(per_batch.reshape(B, 1), self.layout, self.idx_dt,
+                             f"spgemm of batched {self.layout.name} tensors", nrows=self.shape[m],
+                             ncols=self.shape[m + 1])
+        return nnz
+
+    def result(self, ptr, plain, values, nnz) -> CompressedTensor:
+        """The product from its flat row pointers (int64, every batch's rows in turn), plain
+        indices and values."""
+        batch, n = self.batch, self.n
+        comp = P.batch_offsets(self.dev, ptr, self.B, n, 1, self.idx_dt)
+        return CompressedTensor(comp.reshape(batch + (n + 1,)), plain.reshape(batch + (nnz,)),
+                                values.reshape(batch + (nnz,) + self.blocks), self.shape, self.layout, True)
+
+
 def _spgemm_rows(a, b) -> CompressedTensor:
     """csr @ csr or bsr @ bsr on the device (shapes, dtypes and blocks checked by the op)."""
     a, b = checked(a), checked(b)
     idx_dt = a.index_dtype if a.index_dtype == b.index_dtype else np.dtype(np.int64)
-    a, b = a._with_index_dtype(idx_dt), b._with_index_dtype(idx_dt)
-    dev = a.values()._device
-    m = a.batch_dim
-    batch = a.shape[:m]
-    B = math.prod(batch)
-    (Rb, Kb), (_, Cb) = a.blocksize, b.blocksize
-    n = a.compressed_indices().shape[-1] - 1     # (block) rows of a
-    nb = b.compressed_indices().shape[-1] - 1    # (block) rows of b
-    ncols = b.plain_size                         # (block) columns of b
-    shape = batch + (a.shape[m], b.shape[m + 1])
-    layout, dtype = a.layout, a.dtype
-    kernel, vkey, extra = _value_kernel(dtype)
-    ik = (P.index_key(idx_dt),)
-    span = B * n * ncols
-    if span > _U64_SPAN:
+    o = _Product(a._with_index_dtype(idx_dt), b._with_index_dtype(idx_dt), idx_dt)
+    dev, B, n, ncols, N = o.dev, o.B, o.n, o.ncols, o.N
+    if B * n * ncols > _U64_SPAN:
         raise NotImplementedError(f"spgemm on cuda: {B} batch(es) x {n} (block) rows x {ncols} (block) columns of the "
                                   f"product exceed a 64-bit key (a {a.layout.name} {a.shape} @ {b.layout.name} "
                                   f"{b.shape}); run it on the host with .cpu()")
-    N, nnzb = B * a.nnz, b.nnz
-    if N * min(nnzb, ncols) >= 1 << 63:  # a bound on the products: their count must fit int64
-        raise NotImplementedError(f"spgemm on cuda: {N} entries of a times rows of up to {min(nnzb, ncols)} entries "
-                                  "of b could form more than 2**63 products")
-    ac, ap, av = a.compressed_indices(), a.plain_indices(), _raw(a.values())
-    bc, bp, bv = b.compressed_indices(), b.plain_indices(), _raw(b.values())
+    if N * min(o.nnzb, ncols) >= 1 << 63:  # a bound on the products: their count must fit int64
+        raise NotImplementedError(f"spgemm on cuda: {N} entries of a times rows of up to {min(o.nnzb, ncols)} "
+                                  "entries of b could form more than 2**63 products")
     nprod = 0
-    if N and nnzb:
+    if N and o.nnzb:
         counts = P.empty(dev, (N,), np.int64)
-        P.run(dev, "spgemm.cu", "spgemm_counts", ik, N, ap, B, a.nnz, bc, nb, counts)
+        P.run(dev, "spgemm.cu", "spgemm_counts", o.ik, N, o.ap, B, o.nnza, o.bc, o.nb, counts)
         offsets = P.exclusive_scan(dev, counts)
         nprod = int(P.read_ints(dev, offsets[N:N + 1])[0])
+    if nprod == 0:
+        m = a.batch_dim
+        output_rows(np.zeros((B, 1), np.int64), o.layout, idx_dt, "spgemm", nrows=o.shape[m], ncols=o.shape[m + 1])
+        return o.result(P.zeros(dev, (B * n + 1,), np.int64), P.empty(dev, (0,), idx_dt),
+                        P.empty(dev, (0,) + o.blocks, o.dtype), 0)
+    if not o.layout.blocked and ncols < _HASH_EMPTY:
+        out = _by_rows(o, offsets)
+        if out is not None:
+            return out
+    rows = _entry_rows(o)
+    sorted_rows = _sorted(o, offsets, rows, nprod)
+    ptr = sorted_rows[0]
+    return o.result(ptr, *sorted_rows[2:], o.batch_nnz(ptr))
+
+
+def _entry_rows(o):
+    """b * n + the row of every entry of a (over every batch)."""
+    rows = P.empty(o.dev, (o.N,), np.int64)
+    P.run(o.dev, "spgemm.cu", "spgemm_entry_rows", o.ik, o.N, o.ac, o.B, o.n, o.nnza, rows)
+    return rows
+
+
+def _sorted(o, offsets, rows, nprod):
+    """Expand-sort-compress of the products that ``offsets`` (an exclusive scan of the products
+    of each entry of a, ``nprod`` in all) gives: ``(ptr, row_keys, plain, values)``, the flat row
+    pointers (every row of every batch), each entry's row (b * n + r), its column and value."""
+    dev, ik = o.dev, o.ik
     if nprod > MAX_PRODUCTS:
         raise NotImplementedError(f"spgemm on cuda: the product forms {nprod} intermediate products, more than "
                                   f"{MAX_PRODUCTS} (the expand-sort-compress method keeps about 56 bytes a product on "
                                   "the device); split an operand (narrow) or run it on the host with .cpu()")
-    blocks = (Rb, Cb) if layout.blocked else ()
-    if nprod == 0:
-        output_rows(np.zeros((B, 1), np.int64), layout, idx_dt, "spgemm", nrows=shape[m], ncols=shape[m + 1])
-        return CompressedTensor(P.zeros(dev, batch + (n + 1,), idx_dt), P.empty(dev, batch + (0,), idx_dt),
-                                P.empty(dev, batch + (0,) + blocks, dtype), shape, layout, True)
-    rows = P.empty(dev, (N,), np.int64)
-    P.run(dev, "spgemm.cu", "spgemm_entry_rows", ik, N, ac, B, n, a.nnz, rows)
     keys = P.empty(dev, (nprod,), np.uint64)
-    P.run(dev, "spgemm.cu", "spgemm_expand", ik, nprod, offsets, N, rows, ap, a.nnz, bc, bp, nb, nnzb, ncols, nprod,
-          keys)
-    sorted_keys, perm = P.radix_sort(dev, keys, (span - 1).bit_length())
+    P.run(dev, "spgemm.cu", "spgemm_expand", ik, nprod, offsets, o.N, rows, o.ap, o.nnza, o.bc, o.bp, o.nb, o.nnzb,
+          o.ncols, nprod, keys)
+    sorted_keys, perm = P.radix_sort(dev, keys, (o.B * o.n * o.ncols - 1).bit_length())
     scan, nout = _runs(dev, sorted_keys, nprod)  # one output entry a run of equal keys
     starts = _starts(dev, scan, nprod, nout)
     row_keys = P.empty(dev, (nout,), np.uint64)
-    plain = P.empty(dev, (nout,), idx_dt)
-    P.run(dev, "convert.cu", "split_keys", ik, nout, sorted_keys, starts, nout, ncols, row_keys, plain)
-    ptr = P.empty(dev, (B * n + 1,), np.int64)
-    P.run(dev, "scan.cu", "lower_bounds", (), B * n + 1, row_keys, nout, B * n, ptr)
-    # every batch must have one nnz: the CPU's check and message (output_rows) on the B per-batch counts
-    per_batch = np.diff(P.read_ints(dev, P.take_strided(dev, ptr, n, B + 1)))
-    nnz, _ = output_rows(per_batch.reshape(B, 1), layout, idx_dt, f"spgemm of batched {layout.name} tensors",
-                         nrows=shape[m], ncols=shape[m + 1])
-    comp = P.batch_offsets(dev, ptr, B, n, 1, idx_dt)
-    values = P.empty(dev, (nout,) + blocks, dtype)
-    P.run(dev, "spgemm.cu", kernel, (vkey,) + ik, nout * Rb * Cb, perm, starts, nout, offsets, N, ap, av, a.nnz, bc,
-          bv, nb, nnzb, Rb, Kb, Cb, *extra, _raw(values))
-    return CompressedTensor(comp.reshape(batch + (n + 1,)), plain.reshape(batch + (nnz,)),
-                            values.reshape(batch + (nnz,) + blocks), shape, layout, True)
+    plain = P.empty(dev, (nout,), o.idx_dt)
+    P.run(dev, "convert.cu", "split_keys", ik, nout, sorted_keys, starts, nout, o.ncols, row_keys, plain)
+    ptr = P.empty(dev, (o.B * o.n + 1,), np.int64)
+    P.run(dev, "scan.cu", "lower_bounds", (), o.B * o.n + 1, row_keys, nout, o.B * o.n, ptr)
+    values = P.empty(dev, (nout,) + o.blocks, o.dtype)
+    kernel, vkey, extra = _value_kernel(o.dtype)
+    P.run(dev, "spgemm.cu", kernel, (vkey,) + ik, nout * o.Rb * o.Cb, perm, starts, nout, offsets, o.N, o.ap, o.av,
+          o.nnza, o.bc, o.bv, o.nb, o.nnzb, o.Rb, o.Kb, o.Cb, *extra, _raw(values))
+    return ptr, row_keys, plain, values
+
+
+def _by_rows(o, offsets):
+    """csr @ csr a warp a row (kernels spgemm_hash_*: a row's columns in a hash table in shared
+    memory, no product stored); the rows of more than ROW_HASH products, if any, by
+    :func:`_sorted` over their products alone, placed among the others. None when every row
+    is such a row (the caller sorts them all)."""
+    dev, ik, B, n, nnza, nnzb = o.dev, o.ik, o.B, o.n, o.nnza, o.nnzb
+    counts = P.empty(dev, (B * n,), np.int64)
+    too_long = P.zeros(dev, (2,), np.uint64)
+    grid = grid_for(dev, B * n * 32, _HASH_BLOCK)
+    launch(dev, "spgemm.cu", "spgemm_hash_count", ik, grid, _HASH_BLOCK, o.ac, o.ap, B, n, nnza, o.bc, o.bp, o.nb,
+           nnzb, offsets, counts, too_long)
+    nlong, long_rows = (int(x) for x in P.read_ints(dev, too_long))
+    if long_rows == B * n:
+        return None
+    long = None
+    if nlong:  # the long rows' products alone (every other entry of a counts none), sorted
+        rows = _entry_rows(o)
+        masked = P.empty(dev, (o.N,), np.int64)
+        P.run(dev, "spgemm.cu", "spgemm_long_entries", (), o.N, offsets, rows, counts, o.N, masked)
+        long_offsets = P.exclusive_scan(dev, masked)
+        long = _sorted(o, long_offsets, rows, nlong)
+        P.run(dev, "spgemm.cu", "spgemm_long_counts", (), B * n, long[0], B * n, counts)
+    ptr = P.exclusive_scan(dev, counts)
+    nnz = o.batch_nnz(ptr)
+    dtype = o.dtype
+    plain = P.empty(dev, (B * nnz,), o.idx_dt)
+    values = P.empty(dev, (B * nnz,), dtype)
+    wide = P.acc_dtype(dtype)
+    accum = _raw(values) if wide == dtype else P.empty(dev, (B * nnz,), wide)
+    launch(dev, "spgemm.cu", "spgemm_hash_fill", (P.arith_key(o.av.dtype, "spgemm"),) + ik, grid, _HASH_BLOCK, o.ac,
+           o.ap, o.av, B, n, nnza, o.bc, o.bp, o.bv, o.nb, nnzb, offsets, ptr, plain, accum)
+    if accum.dtype != dtype:
+        P.run(dev, "spgemm.cu", "spgemm_hash_finish", (_raw(values).dtype.name,), B * nnz, accum, B * nnz,
+              int(dtype == np.bool_), _raw(values))
+    if long is not None:
+        lptr, lrows, lplain, lvalues = long
+        P.run(dev, "spgemm.cu", "spgemm_place_long", ik + (P.raw_key(dtype.itemsize),), lplain.size, lrows, lptr,
+              ptr, lplain.size, lplain, _raw(lvalues), plain, _raw(values))
+    return o.result(ptr, plain, values, nnz)
