@@ -89,6 +89,34 @@ def test_a_valid_change_after_sharing_is_seen(backend):
     np.testing.assert_array_equal(st.matmul(t, _d(np.arange(3.0))).get(), st.matmul(want, np.arange(3.0)))
 
 
+@pytest.mark.parametrize("N", [1, 3], ids=["mv", "mm"])
+def test_long_rows_follow_a_change_after_sharing(backend, rng, N):
+    """SpMV and SpMM split rows longer than a threshold (SpMV's is 64 here) into pieces, with a
+    plan of which rows those are: kept for our own indices, found again for each product of
+    indices another library holds, so rows that grow long (or short) there are summed."""
+    n, K = 80, 2000
+    long_rows = np.zeros(n, np.int64)
+    long_rows[[1, 4]] = 1200, 700
+    long_rows[10:30] = 1
+    other = np.full(n, 6)
+    other[:15] = 100
+    other[15:45] += 1
+    patterns = [long_rows, other, np.full(n, 24), long_rows]  # 1920 entries each (SpMV's threshold: 64)
+    x = rng.standard_normal((K, N) if N > 1 else K)
+    t = None
+    for lens in patterns:
+        crow = np.concatenate([[0], np.cumsum(lens)])
+        col = np.concatenate([np.sort(rng.choice(K, k, replace=False)) for k in lens])
+        want = st.matmul(st.sparse_csr_tensor(crow, col, np.arange(col.size, dtype=np.float64), size=(n, K)), x)
+        if t is None:  # our tensor, whose index arrays another library holds from here on
+            t = st.sparse_csr_tensor(crow, col, np.arange(col.size, dtype=np.float64), size=(n, K)).cuda()
+            t.crow_indices().__dlpack__()
+            t.col_indices().__dlpack__()
+        _write(t._compressed, crow)
+        _write(t._plain, col)
+        np.testing.assert_allclose(st.matmul(t, _d(x)).get(), want, rtol=1e-12)
+
+
 def test_trust_follows_sharing(backend):
     """A checked tensor keeps its check until an index member is shared; members taken from
     another library are shared from the start; values may be shared freely."""

@@ -30,6 +30,7 @@ from .._plan import ProductShape
 from ...cuda import _primitives as P
 from ...cuda._array import DeviceArray, as_device_array
 from ._coalesce import UnequalBatches, batch_matrices, checked
+from ._reduce import step_extrema
 from ._convert import _expand, _rows_to_coo, transpose_compressed
 from ...cuda._module import BLOCK, grid_for, launch
 from ...cuda._classes import CudaCompressedTensor, CudaSparseTensor
@@ -79,16 +80,19 @@ _NO_LONG = np.iinfo(np.int64).max
 class _LongRows:
     """The rows of a csr index array longer than ``long_len``, cut in pieces of ``piece``
     entries for the long-row kernels of SpMV/SpMM: their ids (b * nrows + r), each row's
-    first piece, each piece's row. Found once per index array and threshold (a host copy,
-    one sync) and kept while the array lives. Only speed depends on it: the row kernels skip
-    exactly the rows longer than ``long_len`` and the long kernels take exactly those, so
-    the indices must not change in place after a product (as after a validation)."""
+    first piece, each piece's row. The row kernels skip exactly the rows longer than
+    ``long_len`` and the long kernels take exactly those, so the plan must be the indices':
+    it is kept while the array lives and is ours (indices do not change in place after a
+    validation), found again for each product of indices another library may write."""
 
     __slots__ = ("long_len", "rows", "first", "item_slot", "nitems", "nlong")
 
     def __init__(self, dev, c, B: int, M: int, long_len: int, piece: int, bound: int):
-        # no row is longer than min(nnz, plain size): then no host copy (no sync) is needed
-        lens = np.diff(c.get().reshape(B, M + 1).astype(np.int64), axis=1).ravel() if bound > long_len else ()
+        # no row is longer than min(nnz, plain size): then nothing is read (no sync); else the
+        # longest row is read (one number), and the rows only when some row is long
+        lens = ()
+        if bound > long_len and M and step_extrema(c.reshape(B, M + 1)) > long_len:
+            lens = np.diff(c.get().reshape(B, M + 1).astype(np.int64), axis=1).ravel()
         rows = np.flatnonzero(np.asarray(lens) > long_len)
         self.long_len, self.nlong, self.nitems = (long_len if rows.size else _NO_LONG), int(rows.size), 0
         self.rows = self.first = self.item_slot = None
@@ -107,6 +111,8 @@ _long_rows: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # index arr
 
 def _long_plan(dev, c, B: int, M: int, bound: int, long_len: int, piece: int) -> _LongRows:
     """The :class:`_LongRows` of index array ``c`` (rows of at most ``bound`` entries)."""
+    if c._shared:  # another library may have changed the rows since the last product
+        return _LongRows(dev, c, B, M, long_len, piece, bound)
     plans = _long_rows.setdefault(c, {})
     plan = plans.get((long_len, piece))
     if plan is None:
