@@ -6,6 +6,9 @@ op learns a host value: an nnz, an error key).
 
 from __future__ import annotations
 
+import ctypes
+import weakref
+
 import numpy as np
 
 from ._array import DeviceArray, arith_key, value_key
@@ -13,7 +16,7 @@ from ._driver import Device
 from ._module import BLOCK, grid_for, launch
 
 __all__ = ["run", "group_size", "exclusive_scan", "radix_sort", "read_ints", "empty", "zeros", "index_key", "raw_key", "value_key", "arith_key",
-           "from_host", "SCAN_TILE", "SORT_TILE"]
+           "from_host", "ints", "SCAN_TILE", "SORT_TILE"]
 
 # Must match scan.cu and sort.cu.
 SCAN_THREADS, SCAN_TILE = 256, 256 * 8
@@ -67,6 +70,31 @@ def zeros(dev: Device, shape, dtype) -> DeviceArray:
 
 def from_host(dev: Device, array) -> DeviceArray:
     return DeviceArray.from_host(array, dev)
+
+
+_INTS_KEPT = 512  # tuples kept a device (then the cache starts again)
+_ints: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # device -> {tuple of ints: DeviceArray}
+
+
+def ints(dev: Device, values) -> DeviceArray:
+    """``values`` (a few ints: a shape, strides, dims) as an int64 device array for kernels that
+    only read it, made once per device and tuple: an op then neither copies nor waits for
+    metadata it copied before (a copy from host memory waits for the stream). Kernels must not
+    write it; on the emulator every reuse checks that none did."""
+    key = tuple(int(v) for v in values)
+    kept = _ints.get(dev)
+    if kept is None:
+        kept = _ints[dev] = {}
+    arr = kept.get(key)
+    if arr is None:
+        if len(kept) >= _INTS_KEPT:
+            kept.clear()
+        arr = kept[key] = from_host(dev, np.array(key, dtype=np.int64).reshape(len(key)))
+    elif getattr(dev, "emulated", False) and key:  # host memory there: read in place (not a copy an op makes)
+        now = tuple((ctypes.c_int64 * len(key)).from_address(arr.ptr))
+        if now != key:
+            raise AssertionError(f"a kernel wrote the shared constant array {key}: now {now}")
+    return arr
 
 
 def group_size(mean: float) -> int:

@@ -77,7 +77,7 @@ def _offsets(t, shape: tuple, strides: list) -> DeviceArray:
     if isinstance(t, COOTensor):
         S = t.sparse_dim
         P.run(dev, "autograd.cu", "coo_offsets", ik, n_items, t.indices(), S, t.nnz, D,
-              P.from_host(dev, np.asarray(strides[:S], np.int64)), P.from_host(dev, doff), out)
+              P.ints(dev, strides[:S]), P.from_host(dev, doff), out)
         return out
     m = t.batch_dim
     batch = t.shape[:m]
@@ -134,7 +134,7 @@ def _keys(t, mapping=None) -> DeviceArray:
     c = t.compressed_indices()
     keys = P.empty(dev, (B * t.nnz,), np.uint64)
     P.run(dev, "autograd.cu", "compressed_keys", ik, B * t.nnz, c, t.plain_indices(), B, t.nnz, c.shape[-1] - 1,
-          int(t.layout.compressed_rows), m, P.from_host(dev, np.asarray(g[:m] or (1,), np.int64)), shift, lo, hi,
+          int(t.layout.compressed_rows), m, P.ints(dev, g[:m] or (1,)), shift, lo, hi,
           mult, keys)
     return keys
 

@@ -157,7 +157,7 @@ def _coo_runs(a, b, op: str, pairs: bool):
     if span > 1 << 64:
         raise NotImplementedError(f"{op} of coo tensors on cuda: {span} sparse coordinates exceed a 64-bit key")
     ik = (P.index_key(a.index_dtype),)
-    shape = P.from_host(dev, np.asarray(a.shape[:S], dtype=np.int64))
+    shape = P.ints(dev, a.shape[:S])
     na, nb = a.nnz, b.nnz
     n = na + nb
     keys = P.empty(dev, (n,), np.uint64)

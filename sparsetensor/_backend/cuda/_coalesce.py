@@ -52,15 +52,14 @@ def flat_keys(idx, batch: tuple, M: int, K: int, batched_cols: bool):
     if not nnz:
         return out
     rows, cols = out[0], out[1]
-    P.run(dev, "coalesce.cu", "coo_keys", ik, nnz, idx, S - 1, nnz, P.from_host(dev, np.asarray(batch + (M,),
-                                                                                              np.int64)), rows)
+    P.run(dev, "coalesce.cu", "coo_keys", ik, nnz, idx, S - 1, nnz, P.ints(dev, batch + (M,)), rows)
     if batched_cols:  # the batch rows and the column row, side by side
         both = P.empty(dev, (S - 1, nnz), idx.dtype)
         item = idx.itemsize * nnz
         dev.copy_dtod(both.ptr, idx.ptr, (S - 2) * item)
         dev.copy_dtod(both.ptr + (S - 2) * item, idx.ptr + (S - 1) * item, item)
         P.run(dev, "coalesce.cu", "coo_keys", ik, nnz, both, S - 1, nnz,
-              P.from_host(dev, np.asarray(batch + (K,), np.int64)), cols)
+              P.ints(dev, batch + (K,)), cols)
     else:
         # held until the copy (a temporary's memory is freed at once); int64 columns are not copied twice
         col = idx[S - 1].astype(np.int64, copy=False)
@@ -110,7 +109,7 @@ def coalesce(t):
         return COOTensor(idx, vals, t.shape, True, True)
     if found[0] != "C6":
         raise_coo_error(found, t.shape)
-    shape = P.from_host(dev, np.asarray(t.shape[:S], dtype=np.int64))
+    shape = P.ints(dev, t.shape[:S])
     keys = P.empty(dev, (n,), np.uint64)
     P.run(dev, "coalesce.cu", "coo_keys", (P.index_key(idx.dtype),), n, idx, S, n, shape, keys)
     sorted_keys, perm = P.radix_sort(dev, keys, (span - 1).bit_length())

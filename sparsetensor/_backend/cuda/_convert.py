@@ -96,7 +96,7 @@ def _rows_to_coo(t):
     major = P.empty(dev, (N,), c.dtype)
     P.run(dev, "convert.cu", "expand_major", ik, N, c, B, n, nnz, major)
     idx = P.empty(dev, (m + 2, N), c.dtype)
-    bshape = P.from_host(dev, np.asarray(batch, dtype=np.int64)) if m else None
+    bshape = P.ints(dev, batch) if m else None
     P.run(dev, "convert.cu", "rows_to_coo_indices", ik, N, major, p, B, nnz, m, bshape, idx)
     dense = t.shape[m + 2:]
     return COOTensor(idx, v.reshape((N,) + dense), t.shape, True, True)  # of a canonical tensor: valid
@@ -115,7 +115,7 @@ def _coo_to_rows(t):
     batch, (rows, _), dense = t.shape[:S - 2], t.shape[S - 2:S], t.shape[S:]
     B, N = math.prod(batch), t.nnz
     ik = (P.index_key(idx.dtype),)
-    shape = P.from_host(dev, np.asarray(t.shape[:S - 1], dtype=np.int64))
+    shape = P.ints(dev, t.shape[:S - 1])
     row_keys = P.empty(dev, (N,), np.uint64)
     P.run(dev, "coalesce.cu", "coo_keys", ik, N, idx, S - 1, N, shape, row_keys)
     ptr = P.empty(dev, (B * rows + 1,), np.int64)

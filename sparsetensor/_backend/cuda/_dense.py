@@ -95,7 +95,7 @@ def _coo_to_dense(t) -> DeviceArray:
     out = P.zeros(dev, t.shape, t.dtype)
     if nnz == 0 or W == 0:
         return out
-    shape = P.from_host(dev, np.asarray(t.shape[:S], dtype=np.int64))
+    shape = P.ints(dev, t.shape[:S])
     P.run(dev, "dense.cu", "coo_to_dense", (P.raw_key(v.itemsize), P.index_key(idx.dtype)), nnz * W, idx, S, nnz,
           shape, v, W, out)
     return out
@@ -115,7 +115,7 @@ def diagonal(coo, offset: int, d1: int, d2: int, k: int) -> DeviceArray:
     W = math.prod(dense)
     if nnz == 0 or W == 0 or k == 0:
         return out
-    dims = P.from_host(dev, np.asarray(t.shape[:S], dtype=np.int64))
+    dims = P.ints(dev, t.shape[:S])
     P.run(dev, "dense.cu", "coo_diagonal", (P.raw_key(v.itemsize), P.index_key(idx.dtype)), nnz * W, idx, S, nnz,
           dims, d1, d2, offset, k, v, W, out)
     return out
@@ -140,7 +140,7 @@ def dense_to_sparse(a: DeviceArray, plan):
         nnz = int(P.read_ints(dev, scan[M:M + 1])[0])
         idx = P.empty(dev, (S, nnz), idx_dt)
         vals = P.empty(dev, (nnz,) + dense, a.dtype)
-        shape = P.from_host(dev, np.asarray(sparse, dtype=np.int64))
+        shape = P.ints(dev, sparse)
         P.run(dev, "dense.cu", "dense_to_coo", (rkey, ik), M, a, scan, M, W, S, shape, nnz, idx, vals)
         return COOTensor(idx, vals, a.shape, True, True)  # made by the kernels: valid
 

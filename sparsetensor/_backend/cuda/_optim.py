@@ -58,10 +58,6 @@ def _real_key(a: DeviceArray) -> tuple:
     return (a.dtype.name,)
 
 
-def _sparse_shape(g) -> np.ndarray:
-    return np.asarray(g.shape[:g.sparse_dim], dtype=np.int64)
-
-
 def runs_of(g, threads=None) -> Runs:
     """Group device COO gradient ``g``'s entries by row (bounds checked: ``InvariantError`` C4/C5)."""
     idx, vals = g.indices(), g.values()
@@ -77,7 +73,7 @@ def runs_of(g, threads=None) -> Runs:
     if found is not None:
         raise_coo_error(found, g.shape)
     dev = vals._device
-    shape = P.from_host(dev, _sparse_shape(g))
+    shape = P.ints(dev, g.shape[:g.sparse_dim])
     keys = P.empty(dev, (nnz,), np.uint64)
     P.run(dev, "coalesce.cu", "coo_keys", (P.index_key(idx.dtype),), nnz, idx, S, nnz, shape, keys)
     sorted_keys, perm = P.radix_sort(dev, keys, bits)
@@ -125,7 +121,7 @@ def sgd_sparse_coo(param: DeviceArray, g, r: Runs, buf, *, lr: float, momentum: 
         n, keys, key_starts, grad_run, buf_src = r.nruns, r.sorted_keys, r.starts, None, None
     else:
         buf = buf._coalesced_checked()  # a loaded buffer may be unsorted: keys must be sorted and distinct
-        k, shape = buf.nnz, P.from_host(dev, _sparse_shape(g))
+        k, shape = buf.nnz, P.ints(dev, g.shape[:g.sparse_dim])
         old = buf.values().reshape(k, E)
         both = P.empty(dev, (k + r.nruns,), np.uint64)
         P.run(dev, "coalesce.cu", "coo_keys", (P.index_key(buf.index_dtype),), k, buf.indices(), S, k, shape, both)
@@ -144,7 +140,7 @@ def sgd_sparse_coo(param: DeviceArray, g, r: Runs, buf, *, lr: float, momentum: 
     indices = P.empty(dev, (S, n), np.int64)
     if n:
         P.run(dev, "coalesce.cu", "coo_unkey", ("int64",), n, keys, key_starts, n, S,
-              P.from_host(dev, _sparse_shape(g)), indices)
+              P.ints(dev, g.shape[:g.sparse_dim]), indices)
     return COOTensor(indices, out.reshape((n,) + dense), g.shape, True, True)
 
 

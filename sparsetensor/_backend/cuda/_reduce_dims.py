@@ -54,8 +54,8 @@ def _reduce_items(v, lead: int, axes: list, red: str):
     out = P.zeros(dev, out_shape, x.dtype)
     if N * Q and R:
         order = kept + gone
-        sizes = P.from_host(dev, np.asarray([item[i] for i in order], dtype=np.int64))
-        strides = P.from_host(dev, np.asarray([step[i] for i in order], dtype=np.int64))
+        sizes = P.ints(dev, [item[i] for i in order])
+        strides = P.ints(dev, [step[i] for i in order])
         if x.dtype.kind == "c":
             P.run(dev, "reduce_dims.cu", "sum_items_complex", (x.dtype.name,), N * Q, x, N, row, Q, R, len(kept),
                   len(gone), sizes, strides, out)
@@ -104,12 +104,12 @@ def _group(t, kept: list, what: str):
     if span > 1 << 64:
         raise NotImplementedError(f"{what} on {t.device}: the kept sparse dims {tuple(kept_sizes)} have {span} "
                                   "coordinates, more than a 64-bit key holds")
-    sizes = P.from_host(dev, np.asarray(kept_sizes, dtype=np.int64))
+    sizes = P.ints(dev, kept_sizes)
     if not nnz:
         return None, None, P.zeros(dev, (1,), np.int64), 0, sizes
     keys = P.empty(dev, (nnz,), np.uint64)
     P.run(dev, "reduce_dims.cu", "kept_keys", (P.index_key(t.index_dtype),), nnz, t.indices(), nnz, len(kept),
-          P.from_host(dev, np.asarray(kept, dtype=np.int64)), sizes, keys)
+          P.ints(dev, kept), sizes, keys)
     sorted_keys, perm = P.radix_sort(dev, keys, max(1, (span - 1).bit_length()))
     scan, nout = _runs(dev, sorted_keys, nnz)
     return sorted_keys, perm, _starts(dev, scan, nnz, nout), nout, sizes

@@ -43,7 +43,7 @@ def _broadcast_strides(shape: tuple, full: tuple) -> np.ndarray:
 
 
 def _dims_and_strides(dev, dense, shape: tuple):
-    return P.from_host(dev, np.asarray(shape, dtype=np.int64)), P.from_host(dev, _broadcast_strides(dense.shape, shape))
+    return P.ints(dev, shape), P.from_host(dev, _broadcast_strides(dense.shape, shape))
 
 
 def _entries(t):
@@ -101,7 +101,7 @@ def add_to_dense(t, values, out):
         idx = t.indices()
         S, nnz = idx.shape
         W = math.prod(t.shape[S:])
-        dims = P.from_host(dev, np.asarray(t.shape[:S], dtype=np.int64))
+        dims = P.ints(dev, t.shape[:S])
         P.run(dev, "sample.cu", "add_coo_to_dense", (key, ik), nnz * W, idx, S, nnz, dims, values, W, out)
         return out
     m = t.batch_dim
@@ -174,7 +174,7 @@ def lookup(coo, mask):
                                   "linearise into int64 keys")
     nk = coo.nnz
     keys = P.empty(dev, (nk,), np.int64)
-    dims = P.from_host(dev, np.asarray(sparse, dtype=np.int64))
+    dims = P.ints(dev, sparse)
     P.run(dev, "sample.cu", "coo_keys", (P.index_key(coo.index_dtype),), nk, coo.indices(), S, nk, dims, keys)
     tv = coo.values()
     rk = P.raw_key(tv.itemsize)

@@ -221,7 +221,7 @@ def nonzero(coo):
     dev = coo.values()._device
     scan, total, D = _nonzero_flags(coo)
     out = P.empty(dev, (total, coo.ndim), np.int64)
-    dshape = P.from_host(dev, np.asarray(dense, dtype=np.int64)) if dense else None
+    dshape = P.ints(dev, dense) if dense else None
     idx = coo.indices()
     P.run(dev, "select.cu", "nonzero_coords", (P.index_key(idx.dtype),), N * D, scan, idx, N, S, D, dshape,
           len(dense), out)
@@ -236,8 +236,8 @@ def count_nonzero(coo, kept: list, out_shape: tuple):
     n, size = coords.shape[0], math.prod(out_shape)
     keys = P.empty(dev, (n,), np.uint64)
     if n:
-        kept_dev = P.from_host(dev, np.asarray(kept, dtype=np.int64)) if kept else None
-        shape_dev = P.from_host(dev, np.asarray(out_shape, dtype=np.int64)) if kept else None
+        kept_dev = P.ints(dev, kept) if kept else None
+        shape_dev = P.ints(dev, out_shape) if kept else None
         P.run(dev, "select.cu", "kept_keys", (), n, coords, n, coords.shape[1], kept_dev, shape_dev, len(kept), keys)
     sorted_keys, _ = P.radix_sort(dev, keys, max(size - 1, 0).bit_length())
     ptr = P.empty(dev, (size + 1,), np.int64)

@@ -87,7 +87,7 @@ def coo_report(t, *, order: bool):
     idx = t.indices()
     S, nnz = idx.shape
     ik = (P.index_key(idx.dtype),)
-    shape = P.from_host(dev, np.asarray(t.shape[:S], dtype=np.int64))
+    shape = P.ints(dev, t.shape[:S])
     key = _key(dev)
     out = P.empty(dev, (6,), np.int64)
     P.run(dev, "validate.cu", "coo_bounds", ik, S * nnz, idx, S, nnz, shape, key)
