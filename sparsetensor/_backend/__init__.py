@@ -85,4 +85,10 @@ def _pick(operands):
                          f"t.to({device!r}))")
     if device is None or device == "cpu":
         return cpu
-    return _device.backend(device)
+    be = _DEVICE_BACKENDS.get(device)
+    if be is None:
+        be = _DEVICE_BACKENDS[device] = _device.backend(device)
+    return be
+
+
+_DEVICE_BACKENDS: dict = {}  # "cuda:N" -> its backend module (looked up once: every op asks)

@@ -284,17 +284,18 @@ def launch_args(values, kinds) -> list:
     NumPy and ctypes cases one by one: twelve ctypes arguments took 5.2 us to pack, these 0.4 us.
     """
     out = []
+    add = out.append
     for v, k in zip(values, kinds):
         if k == "p":
-            out.append(0 if v is None else (v if isinstance(v, int) else v.ptr))
+            add(0 if v is None else (v if isinstance(v, int) else v.ptr))
         elif k == "q":
-            out.append(int(v))
+            add(v if v.__class__ is int else int(v))
         elif k == "i":
-            out.append(_INT32(v))
+            add(_INT32(v))
         elif k == "d":
-            out.append(float(v))
+            add(float(v))
         else:
-            out.append(_UINT64(v))
+            add(_UINT64(v))
     return out
 
 

@@ -75,8 +75,10 @@ def get_function(device: Device, name: str, kernel: str, keys: tuple = ()):
 
 def grid_for(device: Device, n: int, block: int = BLOCK, per_sm: int = 32) -> int:
     """Blocks for a grid-stride loop over ``n`` items: enough to fill the device, never 0."""
-    need = -(-max(int(n), 1) // block)
-    return max(1, min(need, device.sm_count * per_sm))
+    n = int(n)
+    need = (n + block - 1) // block if n > 0 else 1  # on the path of every launch: no min/max calls
+    cap = device.sm_count * per_sm
+    return need if need < cap else cap
 
 
 @functools.lru_cache(maxsize=None)
