@@ -155,6 +155,31 @@ __device__ __forceinline__ void clear_table(unsigned* tab, int lane) {
 // The first row of warp w of this block (a warp a row, rows strided by the grid's warps).
 __device__ __forceinline__ i64 first_row(int w) { return (i64)blockIdx.x * HASH_WARPS + w; }
 
+// Sorts list[0..u) (distinct, u <= ROW_HASH) in increasing order: a bitonic sort by the warp
+// over the next power of two, padded with HASH_EMPTY (above every column); each compare-exchange
+// is one lane's, and a warp barrier ends each stage.
+__device__ __forceinline__ void warp_sort(unsigned* list, int u, int lane) {
+    int m = 1;
+    while (m < u) m <<= 1;
+    for (int i = u + lane; i < m; i += 32) list[i] = HASH_EMPTY;
+    __syncwarp();
+    for (int k = 2; k <= m; k <<= 1) {
+        for (int j = k >> 1; j > 0; j >>= 1) {
+            for (int i = lane; i < m; i += 32) {
+                const int p = i ^ j;
+                if (p > i) {
+                    const unsigned a = list[i], b = list[p];
+                    if ((a > b) == ((i & k) == 0)) {
+                        list[i] = b;
+                        list[p] = a;
+                    }
+                }
+            }
+            __syncwarp();
+        }
+    }
+}
+
 // Row t (batch t / n) of a: its entries e0..e1 (over every batch) and its product count.
 template <typename I>
 __device__ __forceinline__ i64 row_entries(const I* __restrict__ ac, i64 n, i64 nnza, const i64* __restrict__ offsets,
@@ -214,7 +239,7 @@ __global__ void spgemm_hash_count(const I* __restrict__ ac, const I* __restrict_
 }
 
 // Row t of the product, written at ptr[t]..ptr[t + 1] (from spgemm_hash_count's counts): its
-// columns in increasing order (each one's rank among the row's columns), then its sums in the
+// columns in increasing order (the table's columns gathered and sorted), then its sums in the
 // order of a's entries, then b's (as the sort's runs sum them): for each entry of a in turn,
 // the lanes add its products with b's row, whose columns differ, so no two lanes meet in one
 // sum, and a warp barrier orders one entry's additions before the next's. accum is the output
@@ -255,12 +280,10 @@ __global__ void spgemm_hash_fill(const I* __restrict__ ac, const I* __restrict__
         __syncwarp();
         I* prow = plain + o0;
         A* srow = accum + o0;
+        warp_sort(list, (int)u, lane);
         for (i64 i = lane; i < u; i += 32) {
-            const unsigned c = list[i];
-            i64 rank = 0;
-            for (i64 x = 0; x < u; ++x) rank += list[x] < c;
-            prow[rank] = (I)c;
-            srow[rank] = acc_zero<A>();
+            prow[i] = (I)list[i];
+            srow[i] = acc_zero<A>();
         }
         __syncwarp();
         for (i64 e = e0; e < e1; ++e) {

@@ -16,9 +16,9 @@ a's entries, then b's (the CPU's order), so the result does not depend on the me
 - **A warp a row** (csr, rows of at most 1024 products, columns below 2**32 - 1): the row's
   product columns go into a hash table in shared memory; a first pass counts its distinct
   columns (the exact row lengths, whose scan gives the row pointers), a second forms the
-  products again, ranks the columns (sorted output) and adds the products entry of a by entry
-  of a (the lanes of one entry meet distinct columns of b's row: no atomics on the sums). No
-  product is stored: memory is the output's.
+  products again, sorts the columns (a bitonic sort by the warp) and adds the products entry of
+  a by entry of a (the lanes of one entry meet distinct columns of b's row: no atomics on the
+  sums). No product is stored: memory is the output's.
 - **Expand, sort, compress** (ESC) for blocks, for the rows of more products (only their
   products: the other entries of a count none) and when every row is such a row: every
   product ``a[i, k] * b[k, j]`` gets one u64 key ``(batch * n + i) * ncols + j``; the device
