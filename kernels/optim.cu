@@ -27,35 +27,86 @@ __device__ __forceinline__ V run_sum(const V* __restrict__ grad, const i64* __re
     return negate ? -s : s;
 }
 
-// One update of the rows of nruns runs (E elements a row); coefficients by op, rounded to V first:
+// Row element `at` of p (and its state s1, s2) after one update with gradient element g;
+// coefficients by op, rounded to V first:
 // - sgd (c0 = -lr): p += c0 * g;
 // - adagrad (c0 = -clr, c1 = eps): s1 += g * g; p += c0 * (g / (sqrt(s1) + eps));
 // - adam (c0 = 1 - beta1, c1 = 1 - beta2, c2 = eps, c3 = -step_size):
 //   s1 += (g - s1) * c0; s2 += (g * g - s2) * c1; p += c3 * (s1 / (sqrt(s2) + eps)).
+template <typename V>
+__device__ __forceinline__ void apply_update(int op, i64 at, V g, V* __restrict__ p, V* __restrict__ s1,
+                                             V* __restrict__ s2, V k0, V k1, V k2, V k3) {
+    if (op == OPTIM_SGD) {
+        p[at] = p[at] + k0 * g;
+    } else if (op == OPTIM_ADAGRAD) {
+        const V s = s1[at] + g * g;
+        s1[at] = s;
+        p[at] = p[at] + k0 * (g / (sqrt(s) + k1));
+    } else {
+        const V m = s1[at] + (g - s1[at]) * k0;
+        const V v = s2[at] + (g * g - s2[at]) * k1;
+        s1[at] = m;
+        s2[at] = v;
+        p[at] = p[at] + k3 * (m / (sqrt(v) + k2));
+    }
+}
+
+// One update of the rows of nruns runs (E elements a row), a thread an element of a run's row
+// (apply_update). A run of more than long_len gradient rows is left to update_long_runs: its
+// index is appended to long_list (long_count[0] of them, zeroed before the launch), so that no
+// thread sums thousands of rows alone (the first rows of a Zipf-distributed gradient).
 // st:kernel real
 template <typename V>
 __global__ void update_runs(int op, const u64* __restrict__ keys, const i64* __restrict__ starts,
                             const i64* __restrict__ perm, const V* __restrict__ grad, i64 nruns, i64 E, int negate,
                             V* __restrict__ p, V* __restrict__ s1, V* __restrict__ s2, double c0, double c1,
-                            double c2, double c3) {
+                            double c2, double c3, i64 long_len, unsigned long long* __restrict__ long_count,
+                            i64* __restrict__ long_list) {
     const V k0 = (V)c0, k1 = (V)c1, k2 = (V)c2, k3 = (V)c3;
     ST_GRID_LOOP(t, nruns * E) {
         const i64 j = t / E, e = t - j * E;
         const i64 a = starts[j];
-        const i64 at = (i64)keys[a] * E + e;
+        if (starts[j + 1] - a > long_len) {
+            if (e == 0) long_list[atomicAdd(long_count, 1ull)] = j;
+            continue;
+        }
         const V g = run_sum(grad, perm, a, starts[j + 1], E, e, negate);
-        if (op == OPTIM_SGD) {
-            p[at] = p[at] + k0 * g;
-        } else if (op == OPTIM_ADAGRAD) {
-            const V s = s1[at] + g * g;
-            s1[at] = s;
-            p[at] = p[at] + k0 * (g / (sqrt(s) + k1));
-        } else {
-            const V m = s1[at] + (g - s1[at]) * k0;
-            const V v = s2[at] + (g * g - s2[at]) * k1;
-            s1[at] = m;
-            s2[at] = v;
-            p[at] = p[at] + k3 * (m / (sqrt(v) + k2));
+        apply_update(op, (i64)keys[a] * E + e, g, p, s1, s2, k0, k1, k2, k3);
+    }
+}
+
+// The runs update_runs listed, a block each in turn: for each tile of W = min(E, blockDim.x)
+// columns, the block's R = blockDim.x / W row lanes sum every R-th gradient row of the run (in
+// order, a column a thread: coalesced rows), then the R partial sums are added in lane order
+// (a fixed order: the same result every run) and the update applied. Launch with UPDATE_THREADS.
+#define UPDATE_THREADS 256
+// st:kernel real
+template <typename V>
+__global__ void update_long_runs(int op, const u64* __restrict__ keys, const i64* __restrict__ starts,
+                                 const i64* __restrict__ perm, const V* __restrict__ grad, i64 E, int negate,
+                                 V* __restrict__ p, V* __restrict__ s1, V* __restrict__ s2, double c0, double c1,
+                                 double c2, double c3, const unsigned long long* __restrict__ long_count,
+                                 const i64* __restrict__ long_list) {
+    __shared__ V part[UPDATE_THREADS];
+    const V k0 = (V)c0, k1 = (V)c1, k2 = (V)c2, k3 = (V)c3;
+    const i64 W = E < UPDATE_THREADS ? E : UPDATE_THREADS, R = UPDATE_THREADS / W;
+    const i64 lane = threadIdx.x / W, col = threadIdx.x - lane * W;
+    const i64 nlong = (i64)long_count[0];
+    for (i64 q = blockIdx.x; q < nlong; q += gridDim.x) {  // q is the same for the whole block
+        const i64 j = long_list[q], a = starts[j], b = starts[j + 1];
+        for (i64 c0_ = 0; c0_ < E; c0_ += W) {
+            const i64 e = c0_ + col;
+            V s = 0;
+            if (lane < R && e < E)
+                for (i64 k = a + lane; k < b; k += R) s = s + grad[perm[k] * E + e];
+            part[threadIdx.x] = s;
+            __syncthreads();
+            if (lane == 0 && e < E) {
+                V g = part[col];
+                for (i64 r = 1; r < R; ++r) g = g + part[r * W + col];
+                apply_update(op, (i64)keys[a] * E + e, negate ? -g : g, p, s1, s2, k0, k1, k2, k3);
+            }
+            __syncthreads();
         }
     }
 }

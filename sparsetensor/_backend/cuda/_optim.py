@@ -28,6 +28,7 @@ from ..._core._tensor import COOTensor
 from ..._core._validate import raise_coo_error
 from ...cuda import _primitives as P
 from ...cuda._array import DeviceArray
+from ...cuda._module import launch
 from ...optim._update import adam_step_size
 from ._coalesce import _runs, _starts
 from ._validate import coo_report
@@ -85,10 +86,21 @@ def _rows(a: DeviceArray, nrows: int) -> DeviceArray:
     return a.reshape(nrows, a.size // nrows if nrows else 0)
 
 
+_LONG_RUN = 64          # gradient rows a thread sums at most; longer runs take a block each
+_UPDATE_THREADS = 256  # UPDATE_THREADS of optim.cu
+
+
 def _update(op: int, param: DeviceArray, r: Runs, s1, s2, c0, c1, c2, c3, maximize: bool) -> None:
-    E = r.values.shape[1]
-    P.run(param._device, "optim.cu", "update_runs", _real_key(param), r.nruns * E, op, r.sorted_keys, r.starts,
-          r.perm, r.values, r.nruns, E, int(maximize), param, s1, s2, float(c0), float(c1), float(c2), float(c3))
+    dev, E, nnz = param._device, r.values.shape[1], r.values.shape[0]
+    key, coeffs = _real_key(param), (float(c0), float(c1), float(c2), float(c3))
+    count = P.zeros(dev, (1,), np.uint64)
+    longs = P.empty(dev, (r.nruns,), np.int64) if nnz > _LONG_RUN else None  # else no run can be long
+    P.run(dev, "optim.cu", "update_runs", key, r.nruns * E, op, r.sorted_keys, r.starts, r.perm, r.values, r.nruns,
+          E, int(maximize), param, s1, s2, *coeffs, _LONG_RUN if longs is not None else nnz, count, longs)
+    if longs is not None:
+        blocks = max(1, min(r.nruns, nnz // _LONG_RUN, dev.sm_count * 8))
+        launch(dev, "optim.cu", "update_long_runs", key, blocks, _UPDATE_THREADS, op, r.sorted_keys, r.starts, r.perm,
+               r.values, E, int(maximize), param, s1, s2, *coeffs, count, longs)
 
 
 def adagrad_sparse(param: DeviceArray, r: Runs, state_sum: DeviceArray, *, clr: float, eps: float,
