@@ -104,17 +104,41 @@ HANG_SCRIPT = """
 """
 
 
+# Each rank's stderr is also written to stderr-<rank>.txt as it is written: mpiexec forwards the
+# ranks' output through its proxies, and an aborted job may end before they pass it on (seen once
+# in CI on a loaded machine: the exit status right, no line of stderr).
+_TEE = """
+import os, sys
+class _Tee:
+    def __init__(self, stream, path):
+        self._stream, self._file = stream, open(path, "w")
+    def write(self, s):
+        self._file.write(s)
+        self._file.flush()
+        return self._stream.write(s)
+    def flush(self):
+        self._file.flush()
+        self._stream.flush()
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+sys.stderr = _Tee(sys.stderr, "stderr-" + os.environ.get("PMI_RANK", "x") + ".txt")
+"""
+
+
 def _two_ranks(mpiexec, tmp_path, script: str, what: str):
-    """``script`` run as a plain ``python script.py`` on 2 ranks with the abort hook on (the default)."""
+    """``script`` run as a plain ``python script.py`` on 2 ranks with the abort hook on (the default);
+    the result's ``stderr`` is what the ranks wrote there (from their files, rank by rank)."""
     path = tmp_path / "script.py"
-    path.write_text(script)
+    path.write_text(_TEE + script)
     env = _env()
     env.pop("SPARSETENSOR_MPI_ABORT", None)
     try:
-        return subprocess.run([*mpiexec, "-n", "2", sys.executable, str(path)], capture_output=True, text=True,
-                              timeout=60, env=env, cwd=tmp_path, check=False)
+        r = subprocess.run([*mpiexec, "-n", "2", sys.executable, str(path)], capture_output=True, text=True,
+                           timeout=60, env=env, cwd=tmp_path, check=False)
     except subprocess.TimeoutExpired:
         pytest.fail(f"the job hung: {what} did not abort it within 60 s")
+    r.stderr = "".join(f.read_text() for f in sorted(tmp_path.glob("stderr-*.txt")))
+    return r
 
 
 def test_uncaught_exception_on_one_rank_aborts_the_job(mpiexec, tmp_path):  # noqa: F811
