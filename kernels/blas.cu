@@ -51,14 +51,11 @@ __global__ void csr_spmv(const I* __restrict__ comp, const I* __restrict__ plain
                          i64 nrows, i64 nnz, const V* __restrict__ x, i64 x_bstride, V* __restrict__ y, int tpr,
                          i64 long_len) {
     typedef typename acc<V>::type A;
-    const i64 gtid = (i64)blockIdx.x * blockDim.x + threadIdx.x;
-    const int lane = threadIdx.x % tpr;
-    const i64 group = gtid / tpr, groups_per_warp = 32 / tpr;
-    const i64 warp_first = (gtid / 32) * groups_per_warp;
-    const i64 ngroups = (i64)gridDim.x * blockDim.x / tpr;
+    const ThreadGroups tg = thread_groups(tpr);
+    const int lane = tg.lane;
     const i64 total = B * nrows;
-    for (i64 base = warp_first; base < total; base += ngroups) {
-        const i64 row = group + (base - warp_first);
+    for (i64 base = tg.warp_first; base < total; base += tg.stride) {
+        const i64 row = tg.group + (base - tg.warp_first);
         A s = acc_zero<A>();
         bool mine = false;
         if (row < total) {

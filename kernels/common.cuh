@@ -154,6 +154,19 @@ template <> __device__ __forceinline__ cdouble shfl_idx<cdouble>(cdouble v, int 
     for (::st::i64 i = (::st::i64)blockIdx.x * blockDim.x + threadIdx.x; i < (::st::i64)(n); \
          i += (::st::i64)gridDim.x * blockDim.x)
 
+// The grid's threads in groups of `size` (a power of two <= 32) that take items in turn:
+// for (i64 base = g.warp_first; base < total; base += g.stride) { i64 item = g.group + (base -
+// g.warp_first); ... } runs the same number of times for every group of a warp (warp-uniform
+// bounds), so full-warp shuffles inside never diverge; an item >= total takes part idle.
+struct ThreadGroups {
+    int lane;
+    i64 group, warp_first, stride;
+};
+__device__ __forceinline__ ThreadGroups thread_groups(int size) {
+    const i64 gtid = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+    return {(int)(threadIdx.x % size), gtid / size, (gtid / 32) * (32 / size), (i64)gridDim.x * blockDim.x / size};
+}
+
 // The element offset of item u of the row-major sizes shapes[d0..d1), through strides[d0..d1)
 // (a stride of 0: a dim broadcast along).
 __device__ __forceinline__ i64 item_offset(i64 u, const i64* __restrict__ shapes, const i64* __restrict__ strides,

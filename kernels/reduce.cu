@@ -226,14 +226,11 @@ template <typename A>
 __global__ void segment_softmax(const A* __restrict__ x, const i64* __restrict__ off, i64 G, i64 K, i64 E, int log_,
                                 int tpg, i64 long_len, unsigned long long* __restrict__ long_count,
                                 i64* __restrict__ long_list, A* __restrict__ out) {
-    const i64 gtid = (i64)blockIdx.x * blockDim.x + threadIdx.x;
-    const int lane = threadIdx.x % tpg;
-    const i64 group = gtid / tpg, groups_per_warp = 32 / tpg;
-    const i64 warp_first = (gtid / 32) * groups_per_warp;
-    const i64 ngroups = (i64)gridDim.x * blockDim.x / tpg;
+    const ThreadGroups tg = thread_groups(tpg);
+    const int lane = tg.lane;
     const i64 total = G * E;
-    for (i64 base = warp_first; base < total; base += ngroups) {
-        const i64 t = group + (base - warp_first);
+    for (i64 base = tg.warp_first; base < total; base += tg.stride) {
+        const i64 t = tg.group + (base - tg.warp_first);
         i64 lo = 0, hi = 0, e = 0;
         if (t < total) {
             const i64 g = t / E;
