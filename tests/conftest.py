@@ -29,6 +29,15 @@ except ImportError:  # pragma: no cover - depends on the environment
 requires_torch = pytest.mark.skipif(not HAVE_TORCH, reason="torch==2.13.0 is not installed (pip install torch==2.13.0)")
 
 
+def pytest_configure(config):
+    # `pytest -n auto` (pytest-xdist) hands out whole files: the MPI, CUDA-emulator and io modules
+    # share one launch or one compiled kernel among their tests through module-scoped fixtures,
+    # which a per-test split would repeat on every worker. An explicit --dist is kept.
+    if getattr(config.option, "dist", "no") == "load" and not any(
+            a == "--dist" or a.startswith("--dist=") or a == "-d" for a in config.invocation_params.args):
+        config.option.dist = "loadfile"
+
+
 def dominant_matrix(n, seed, dtype, density=0.15, hermitian=False) -> np.ndarray:
     """A random dense matrix with a dominant diagonal (no pivot of ILU(0) / IC(0) vanishes);
     Hermitian positive definite when asked."""

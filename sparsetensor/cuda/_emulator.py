@@ -649,7 +649,9 @@ def build_library(name: str, cache_dir: Path | None = None):
             tmp = so.with_suffix(f".{os.getpid()}.tmp")
             cmd = [cxx, *flags, "-I", str(src_dir),
                    str(src_dir / "emu.cpp"), "-o", str(tmp)]
-            res = subprocess.run(cmd, capture_output=True, text=True)
+            # the compiler runs without a sanitizer runtime this process was started under
+            env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+            res = subprocess.run(cmd, capture_output=True, text=True, env=env)
             if res.returncode:
                 raise RuntimeError(f"emulator build of {name} failed:\n{res.stderr[-6000:]}")
             os.replace(tmp, so)
