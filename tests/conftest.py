@@ -30,7 +30,7 @@ requires_torch = pytest.mark.skipif(not HAVE_TORCH, reason="torch==2.13.0 is not
 
 
 def pytest_configure(config):
-    # `pytest -n auto` (pytest-xdist) hands out whole files: the MPI, CUDA-emulator and io modules
+    # `pytest -n auto` (pytest-xdist) hands out whole files: the MPI and CUDA-emulator modules
     # share one launch or one compiled kernel among their tests through module-scoped fixtures,
     # which a per-test split would repeat on every worker. An explicit --dist is kept.
     if getattr(config.option, "dist", "no") == "load" and not any(
