@@ -10,6 +10,8 @@ dense or sparse cotangent at such coordinates (zero where a sparse one specifies
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
 
 import numpy as np
@@ -19,11 +21,33 @@ from .._backend import backend_for
 from . import _device
 
 __all__ = ["DenseGradientError", "element_coords", "gather", "values_of", "same_pattern", "unbroadcast",
-           "conj", "check_cotangent", "lead_ndim"]
+           "conj", "check_cotangent", "lead_ndim", "wanted", "wanting"]
 
 
 class DenseGradientError(ValueError):
     """The gradient of an op w.r.t. a sparse input would be dense (nonzero outside its pattern)."""
+
+
+# Which positional arguments of the rule being pulled back need a cotangent: a product's rule
+# skips the SDDMM of a sparse factor torch holds no gradient for (a GCN's adjacency), or the
+# product of a dense factor that is a constant. None: every argument (the rules' contract).
+_WANTED: contextvars.ContextVar = contextvars.ContextVar("sparsetensor_wanted", default=None)
+
+
+def wanted(i: int) -> bool:
+    """Whether the pullback running now needs the cotangent of positional argument ``i``."""
+    w = _WANTED.get()
+    return w is None or i >= len(w) or bool(w[i])
+
+
+@contextlib.contextmanager
+def wanting(flags):
+    """Run a rule's pullback computing only the cotangents ``flags`` (one bool a positional argument) marks."""
+    token = _WANTED.set(tuple(flags))
+    try:
+        yield
+    finally:
+        _WANTED.reset(token)
 
 
 def conj(x):

@@ -162,9 +162,9 @@ def _batch_stride(x) -> int:
     return x.shape[-2] * x.shape[-1] if x.ndim > 2 else 0
 
 
-def matmul_back(a: SparseTensor, X, G):
+def matmul_back(a: SparseTensor, X, G, need=(True, True)):
     """Cotangents of sparse ``a`` (its values, an SDDMM at its pattern) and dense ``X`` (``a^H @ G``)
-    for ``a @ X`` on the device."""
+    for ``a @ X`` on the device; None for one that ``need`` does not ask for."""
     from ..ops import blas
 
     X = _array(X)
@@ -173,7 +173,10 @@ def matmul_back(a: SparseTensor, X, G):
     Xm, Gm = _matrix(cast(X, rt) if X.dtype != rt else X, vector), _matrix(G, vector)
     N = Xm.shape[-1]
     cplx = rt.kind == "c" or a.dtype.kind == "c"
-    ga = kernels().sampled(a, Gm, (_batch_stride(Gm), N, 1), Xm, (_batch_stride(Xm), N, 1), N, conj_b=cplx)
+    ga = kernels().sampled(a, Gm, (_batch_stride(Gm), N, 1), Xm, (_batch_stride(Xm), N, 1), N,
+                           conj_b=cplx) if need[0] else None
+    if not need[1]:
+        return ga, None
     gX = kernels().conj(blas.matmul(a.mT, kernels().conj(Gm))) if cplx else blas.matmul(a.mT, Gm)
     if vector:
         gX = gX.reshape(gX.shape[:-1])
@@ -189,7 +192,7 @@ def _canonical_csr(x: SparseTensor, dtype) -> SparseTensor:
     return checked(x if x.layout is L.sparse_csr else x.to_sparse(L.sparse_csr))
 
 
-def spgemm_back(a: SparseTensor, b: SparseTensor, G):
+def spgemm_back(a: SparseTensor, b: SparseTensor, G, need=(True, True)):
     """Cotangents of the values of device tensors ``a`` and ``b`` for ``a @ b`` (sparse @ sparse),
     computed only at their patterns (the masked gradient): ``gA[i, k] = sum_j G[i, j] conj(b[k, j])``
     merges row ``i`` of ``G`` with row ``k`` of ``b``, ``gB[k, j] = sum_i conj(a[i, k]) G[i, j]``
@@ -205,16 +208,18 @@ def spgemm_back(a: SparseTensor, b: SparseTensor, G):
         G = cast(G, rt)
         N = G.shape[-1]
         sb = G.shape[-2] * N if G.ndim > 2 else 0
-        ga = kernels().sampled_sparse_dense(a, _canonical_csr(b, rt), G, (sb, N, 1), use_col=True, conj_s=cplx)
-        gb = kernels().sampled_sparse_dense(b, _canonical_csr(a.mT, rt), G, (sb, 1, N), use_col=False, conj_s=cplx)
+        ga = kernels().sampled_sparse_dense(a, _canonical_csr(b, rt), G, (sb, N, 1), use_col=True,
+                                            conj_s=cplx) if need[0] else None
+        gb = kernels().sampled_sparse_dense(b, _canonical_csr(a.mT, rt), G, (sb, 1, N), use_col=False,
+                                            conj_s=cplx) if need[1] else None
         return ga, gb
-    Gc, GTc = _canonical_csr(G, rt), _canonical_csr(G.mT, rt)
-    ga = kernels().sampled_sparse(a, Gc, _canonical_csr(b, rt), conj_r=cplx)
-    gb = kernels().sampled_sparse(b, _canonical_csr(a.mT, rt), GTc, conj_l=cplx)
+    ga = kernels().sampled_sparse(a, _canonical_csr(G, rt), _canonical_csr(b, rt), conj_r=cplx) if need[0] else None
+    gb = kernels().sampled_sparse(b, _canonical_csr(a.mT, rt), _canonical_csr(G.mT, rt),
+                                  conj_l=cplx) if need[1] else None
     return ga, gb
 
 
-def dense_matmul_back(X, b: SparseTensor, G):
+def dense_matmul_back(X, b: SparseTensor, G, need=(True, True)):
     """Cotangents of dense ``X`` and sparse ``b`` for ``X @ b`` on the device, as those of
     ``b^T @ X^T = (X @ b)^T`` (:func:`matmul_back`; ``b.mT`` shares ``b``'s values, its blocks
     transposed)."""
@@ -222,8 +227,9 @@ def dense_matmul_back(X, b: SparseTensor, G):
         x = _array(x)
         return x if x.ndim == 1 else x.swapaxes(-1, -2)
 
-    gbt, gxt = matmul_back(b.mT, t(X), t(G))
-    return t(gxt), gbt.swapaxes(-1, -2) if b.layout.blocked else gbt
+    gbt, gxt = matmul_back(b.mT, t(X), t(G), need[::-1])
+    gb = gbt.swapaxes(-1, -2) if gbt is not None and b.layout.blocked else gbt
+    return (t(gxt) if gxt is not None else None), gb
 
 
 def adjoint(x):
@@ -231,18 +237,21 @@ def adjoint(x):
     return kernels().conj(_array(x)).swapaxes(-1, -2)
 
 
-def sampled_addmm_back(input, mat1, mat2, G, beta, alpha):
-    """Cotangents of ``input`` (values), ``mat1`` and ``mat2`` for ``sampled_addmm`` on the device."""
+def sampled_addmm_back(input, mat1, mat2, G, beta, alpha, need=(True, True, True)):
+    """Cotangents of ``input`` (values), ``mat1`` and ``mat2`` for ``sampled_addmm`` on the device
+    (None for one that ``need`` does not ask for)."""
     from ..ops import blas, pointwise
 
     gv = G.values()
     gi = gv if beta == 1 else gv * np.conj(beta)
     Ga = G if alpha == 1 else G._replace_values(gv * np.conj(alpha))
     m1, m2 = _array(mat1), _array(mat2)
-    g1 = blas.matmul(Ga, adjoint(m2))
-    Gh = pointwise.conj(Ga) if Ga.dtype.kind == "c" else Ga
-    g2 = adjoint(blas.matmul(Gh.mT, m1))  # m1^H @ Ga = (Ga^H @ m1)^H: dense @ sparse has no GPU kernel
-    return unbroadcast(gi, input.values().shape), unbroadcast(g1, m1.shape), unbroadcast(g2, m2.shape)
+    g1 = unbroadcast(blas.matmul(Ga, adjoint(m2)), m1.shape) if need[1] else None
+    g2 = None
+    if need[2]:
+        Gh = pointwise.conj(Ga) if Ga.dtype.kind == "c" else Ga
+        g2 = unbroadcast(adjoint(blas.matmul(Gh.mT, m1)), m2.shape)  # (Ga^H @ m1)^H: no GPU dense @ sparse
+    return (unbroadcast(gi, input.values().shape) if need[0] else None), g1, g2
 
 
 def broadcast_back(t: SparseTensor, G, dims: tuple):

@@ -21,7 +21,7 @@ import numpy as np
 from .._core import _recording
 from .._core._tensor import SparseTensor
 from . import _device, _numpy_rules, _traced_device
-from ._core import check_cotangent
+from ._core import check_cotangent, wanting
 from .rules import RULES
 
 _HINT = ("inside vjp's function, sparsetensor's ops with a derivative rule and NumPy's basic arithmetic "
@@ -299,6 +299,11 @@ class Tape:
         return out
 
     # -- the pullback ----------------------------------------------------------------------------
+    def _recorded(self, arg) -> bool:
+        if isinstance(arg, (list, tuple)):
+            return any(self._recorded(a) for a in arg)
+        return id(arg) in self.keep
+
     def _add(self, cts: dict, arg, ct) -> None:
         if isinstance(arg, (list, tuple)):
             for a, c in zip(arg, ct if isinstance(ct, (list, tuple)) else [None] * len(arg)):
@@ -352,7 +357,9 @@ class Tape:
                 G = G.to_dense()
             elif not _device.on_device(G):
                 G = np.asarray(G)
-            for a, c in zip(args, tuple(back(G))):
+            with wanting([self._recorded(a) for a in args]):  # no cotangent for a constant argument
+                pulled_back = tuple(back(G))
+            for a, c in zip(args, pulled_back):
                 self._add(cts, a, c)
         return cts
 

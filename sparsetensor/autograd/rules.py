@@ -5,7 +5,8 @@ A rule ``RULES[name](*args, **kwargs)`` runs the op forward and returns ``(out, 
 ``out`` is sparse, else an array of its shape) and returns one cotangent per positional
 argument: an array of the shape of ``arg.values()`` for a sparse argument (its own
 pattern: indices are constants), an array of the argument's shape for a dense one, and
-``None`` for an argument that is not differentiated (scalars, masks, indices, options).
+``None`` for an argument that is not differentiated (scalars, masks, indices, options) or
+whose cotangent the caller does not need (:func:`._core.wanted`: the products skip those).
 Complex rules follow PyTorch's convention (the cotangent is conjugated through the
 Jacobian: ``dx = G * conj(f'(x))`` for a holomorphic ``f``).
 
@@ -26,7 +27,7 @@ from .._core import _layout as L
 from .._core._tensor import COOTensor, CompressedTensor, SparseTensor
 from ..ops import binary, blas, pointwise, reduce, shape, spgemm
 from ..ops._shape_common import _as_index as as_index
-from ._core import DenseGradientError, conj, element_coords, gather, same_pattern, values_of, unbroadcast
+from ._core import DenseGradientError, conj, element_coords, gather, same_pattern, values_of, unbroadcast, wanted
 from ._masked import spgemm_grads
 from . import _device
 
@@ -106,27 +107,32 @@ def sddmm(S: SparseTensor, M1, M2) -> np.ndarray:
     return out.reshape(lead)
 
 
-def _matmul_back(a, b, G):
-    """Cotangents of ``a`` and ``b`` for ``a @ b`` (2-d or batched; a 1-d dense operand is a vector)."""
+def _matmul_back(a, b, G, need=(True, True)):
+    """Cotangents of ``a`` and ``b`` for ``a @ b`` (2-d or batched; a 1-d dense operand is a vector);
+    None for one that ``need`` does not ask for."""
     if _sparse(a) and a.ndim < 2 or _sparse(b) and b.ndim < 2:
         raise NotImplementedError("the gradient of a product with a 1-d sparse operand is not implemented; "
                                   "make it a 1 x n matrix")
     if _sparse(a) and _sparse(b):  # masked: only the entries of the patterns (not G @ B^H, then sampled)
-        return _device.spgemm_back(a, b, G) if a.is_cuda else spgemm_grads(a, b, G)
+        return _device.spgemm_back(a, b, G, need) if a.is_cuda else spgemm_grads(a, b, G)
     if _device.on_device(G):
-        return _device.matmul_back(a, b, G) if _sparse(a) else _device.dense_matmul_back(a, b, G)
+        return _device.matmul_back(a, b, G, need) if _sparse(a) else _device.dense_matmul_back(a, b, G, need)
     G = np.asarray(G)
     if _sparse(a):
         X = np.asarray(b)
         Xm, Gm = (X[:, None], G[..., None]) if X.ndim == 1 else (X, G)
-        ga = sddmm(a, Gm, _adjoint(Xm))
-        gX = blas.matmul(a.mT, conj(Gm)) if a.dtype.kind == "c" or G.dtype.kind == "c" else blas.matmul(a.mT, Gm)
-        gX = conj(gX) if a.dtype.kind == "c" or G.dtype.kind == "c" else gX
+        ga = sddmm(a, Gm, _adjoint(Xm)) if need[0] else None
+        if not need[1]:
+            return ga, None
+        cplx = a.dtype.kind == "c" or G.dtype.kind == "c"
+        gX = conj(blas.matmul(a.mT, conj(Gm))) if cplx else blas.matmul(a.mT, Gm)
         gX = gX[..., 0] if X.ndim == 1 else gX
         return ga, unbroadcast(gX, X.shape)
     X = np.asarray(a)
     Xm, Gm = (X[None, :], G[..., None, :]) if X.ndim == 1 else (X, G)
-    gb = sddmm(b, _adjoint(Xm), Gm)
+    gb = sddmm(b, _adjoint(Xm), Gm) if need[1] else None
+    if not need[0]:
+        return None, gb
     cplx = b.dtype.kind == "c" or G.dtype.kind == "c"
     gX = conj(blas.matmul(conj(Gm), b.mT)) if cplx else blas.matmul(Gm, b.mT)
     gX = gX[..., 0, :] if X.ndim == 1 else gX
@@ -136,7 +142,7 @@ def _matmul_back(a, b, G):
 @_rule("matmul", "mm", "mv", "bmm")
 def _matmul(a, b, *, threads=None, _op="matmul"):
     out = getattr(blas, _op)(a, b, threads=threads)
-    return out, lambda G: _matmul_back(a, b, G)
+    return out, lambda G: _matmul_back(a, b, G, (wanted(0), wanted(1)))
 
 
 def _named(op):
@@ -155,8 +161,8 @@ def _addmm(input, mat1, mat2, *, beta=1, alpha=1, threads=None):
     out = blas.addmm(input, mat1, mat2, beta=beta, alpha=alpha, threads=threads)
 
     def back(G):
-        g1, g2 = _matmul_back(mat1, mat2, G * conj(alpha))
-        gi = unbroadcast(G * conj(beta), np.shape(input)) if not _sparse(input) else None
+        g1, g2 = _matmul_back(mat1, mat2, G * conj(alpha), (wanted(1), wanted(2)))
+        gi = unbroadcast(G * conj(beta), np.shape(input)) if not _sparse(input) and wanted(0) else None
         return gi, g1, g2
 
     return out, back
@@ -168,12 +174,12 @@ def _sampled_addmm(input, mat1, mat2, *, beta=1.0, alpha=1.0, threads=None):
 
     def back(G):
         if G.is_cuda:
-            return _device.sampled_addmm_back(input, mat1, mat2, G, beta, alpha)
+            return _device.sampled_addmm_back(input, mat1, mat2, G, beta, alpha, (wanted(0), wanted(1), wanted(2)))
         gi = unbroadcast(G.values() * conj(beta), input.values().shape)
         Ga = G._replace_values(G.values() * conj(alpha))
         m1, m2 = np.asarray(mat1), np.asarray(mat2)
-        g1 = unbroadcast(blas.matmul(Ga, _adjoint(m2)), m1.shape)
-        g2 = unbroadcast(blas.matmul(_adjoint(m1), Ga), m2.shape)
+        g1 = unbroadcast(blas.matmul(Ga, _adjoint(m2)), m1.shape) if wanted(1) else None
+        g2 = unbroadcast(blas.matmul(_adjoint(m1), Ga), m2.shape) if wanted(2) else None
         return gi, g1, g2
 
     return out, back

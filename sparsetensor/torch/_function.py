@@ -23,7 +23,7 @@ import numpy as np
 from .._core._device import is_device_array
 from .._core._tensor import SparseTensor
 from ..autograd import wrap_cotangent
-from ..autograd._core import same_pattern, values_of
+from ..autograd._core import same_pattern, values_of, wanting
 from ..autograd.rules import RULES
 from ..interop.torch import from_torch, import_torch, to_torch
 
@@ -175,7 +175,11 @@ def _backward(ctx, grad) -> tuple:
     if isinstance(out, SparseTensor):
         if not (isinstance(G, SparseTensor) and same_pattern(G, out)):
             G = out._replace_values(values_of(G, out).astype(out.dtype, copy=False))
-    cts = list(back(G))
+    need = ctx.needs_input_grad
+    tensor_needs = [need[3 + i] or (i in ctx.leaves and need[3 + ctx.leaves[i]]) for i in range(len(layouts))]
+    flags = [tensor_needs[v] if kind == "t" else kind == "list" for kind, v in spec]
+    with wanting(flags):
+        cts = list(back(G))
     cts += [None] * (len(args) - len(cts))
     grads = [None] * len(layouts)
     for (kind, v), arg, ct in zip(spec, args, cts):

@@ -53,6 +53,28 @@ def test_least_squares(layout):
     assert dA.layout == A.layout and dA.values().shape == A.values().shape
 
 
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_a_constant_factor_costs_no_product(layout, monkeypatch):
+    """A dense factor that does not depend on the arguments gets no cotangent: the pullback
+    runs the SDDMM of the sparse one and no product with the transpose."""
+    from sparsetensor.ops import blas
+
+    rng = np.random.default_rng(12)
+    A = _make(rng, layout)
+    X = rng.standard_normal((6, 3))
+    calls = []
+    real = blas.matmul
+    monkeypatch.setattr(blas, "matmul", lambda *a, **k: calls.append(1) or real(*a, **k))
+    out, pullback = vjp(lambda A: A @ X * 2.0, A)
+    G = rng.standard_normal((4, 3))
+    (dA,) = pullback(G)
+    assert len(calls) == 1  # the forward's
+    dense_ref = 2.0 * G @ X.T
+    got = dA.to_dense()
+    stored = A._replace_values(np.ones_like(A.values())).to_dense() != 0
+    np.testing.assert_allclose(got[stored], dense_ref[stored], rtol=1e-12)
+
+
 def test_chain_of_sparse_ops():
     """matmul, softmax, transpose, to_dense, mean and a scalar times a tensor, in one function."""
     rng = np.random.default_rng(3)

@@ -146,6 +146,44 @@ def test_leaf_and_values_leaf(layout):
         torch.testing.assert_close(L.grad.to_dense(), ref)
 
 
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_products_skip_cotangents_torch_does_not_need(layout, monkeypatch):
+    """A constant sparse factor (a GCN's adjacency) costs no SDDMM in the backward, a constant
+    dense factor no product with the transpose; the gradients that are needed stay right."""
+    from sparsetensor.autograd import rules
+    from sparsetensor.ops import blas
+
+    A = random_sparse(layout, (6, 4), 11)
+    X = dense((4, 3), 12)
+    G = torch.randn(6, 3, dtype=F64)
+    calls = {"sddmm": 0, "matmul": 0}
+    real_sddmm, real_matmul = rules.sddmm, blas.matmul
+
+    def counted(name, fn):
+        def wrapper(*a, **k):
+            calls[name] += 1
+            return fn(*a, **k)
+        return wrapper
+
+    monkeypatch.setattr(rules, "sddmm", counted("sddmm", real_sddmm))
+    monkeypatch.setattr(blas, "matmul", counted("matmul", real_matmul))
+    stt.matmul(A, X).backward(G)  # A holds no gradient
+    assert calls["sddmm"] == 0 and calls["matmul"] == 2  # forward, A^T @ G
+    torch.testing.assert_close(X.grad, A.to_dense().T @ G)
+    v, build = builder(A)
+    Xc = X.detach()
+    calls.update(sddmm=0, matmul=0)
+    stt.matmul(build(v), Xc).backward(G)  # X is a constant
+    assert calls["sddmm"] == 1 and calls["matmul"] == 1  # the SDDMM only, after the forward
+    ones = build(torch.ones_like(v)).to_dense() != 0
+    torch.testing.assert_close(build(v.grad).to_dense(), (G @ Xc.T) * ones)
+    calls.update(sddmm=0, matmul=0)
+    C = dense((6, 3), 13)
+    stt.addmm(C, A, Xc).backward(G)  # only the added input needs its gradient
+    assert calls == {"sddmm": 0, "matmul": 0}  # (addmm's forward is its own kernel)
+    torch.testing.assert_close(C.grad, G)
+
+
 # -- elementwise and unary -----------------------------------------------------------------------
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_elementwise_gradcheck(layout):

@@ -399,6 +399,26 @@ def test_tape_compositions(backend, rng, no_host_copies, layout, dtype):
         check(rng, no_host_copies, lambda t: st.sum(st.log_softmax(t * 0.5, -1) * t), A)
 
 
+@pytest.mark.parametrize("layout", ["csr", "csc", "coo", "bsr"])
+def test_tape_constant_factors(backend, rng, no_host_copies, layout, monkeypatch):
+    """A factor that is a constant of the function gets no cotangent: a dense one costs no
+    product with the transpose, a sparse one no SDDMM; the argument's cotangent is the CPU's."""
+    from sparsetensor.ops import blas
+
+    A = make(rng, (layout, (), (), (2, 1) if layout == "bsr" else None), np.float64, np.int64)
+    X = rand(rng, (A.shape[1], 3), np.float64)
+    dX = to_dev(X)
+    check(rng, no_host_copies, lambda t: st.matmul(t, dX), A, cpu_fn=lambda t: st.matmul(t, X))
+    dA = A.cuda()
+    check(rng, no_host_copies, lambda x: st.matmul(dA, x), X, cpu_fn=lambda x: st.matmul(A, x))
+    calls = []
+    real = blas.matmul
+    monkeypatch.setattr(blas, "matmul", lambda *a, **k: calls.append(1) or real(*a, **k))
+    _, pullback = vjp(lambda t: st.matmul(t, dX), dA)
+    pullback(to_dev(rand(rng, (A.shape[0], 3), np.float64)))
+    assert len(calls) == 1  # the forward's
+
+
 def test_tape_scalar_cotangent_and_unused_argument(backend, rng, no_host_copies):
     A = make(rng, ("csr", (), (), None), np.float64, nnz=6)
     d = A.cuda()
