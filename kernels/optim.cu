@@ -75,27 +75,26 @@ __global__ void update_runs(int op, const u64* __restrict__ keys, const i64* __r
     }
 }
 
-// The runs update_runs listed, a block each in turn: for each tile of W = min(E, blockDim.x)
-// columns, the block's R = blockDim.x / W row lanes sum every R-th gradient row of the run (in
-// order, a column a thread: coalesced rows), then the R partial sums are added in lane order
-// (a fixed order: the same result every run) and the update applied. Launch with UPDATE_THREADS.
+// The runs a kernel listed (long_list, long_count[0] of them), a block each in turn; run j of
+// them is gradient rows perm[starts[run(j)] .. starts[run(j) + 1]). For each tile of
+// W = min(E, blockDim.x) columns, the block's R = blockDim.x / W row lanes sum every R-th
+// gradient row of the run (in order, a column a thread: coalesced rows), then the R partial sums
+// are added in lane order (a fixed order: the same result every run) and apply(j, e, g) called
+// once for each column e (g negated for maximize). Launch with UPDATE_THREADS.
 #define UPDATE_THREADS 256
-// st:kernel real
-template <typename V>
-__global__ void update_long_runs(int op, const u64* __restrict__ keys, const i64* __restrict__ starts,
-                                 const i64* __restrict__ perm, const V* __restrict__ grad, i64 E, int negate,
-                                 V* __restrict__ p, V* __restrict__ s1, V* __restrict__ s2, double c0, double c1,
-                                 double c2, double c3, const unsigned long long* __restrict__ long_count,
-                                 const i64* __restrict__ long_list) {
+template <typename V, typename Run, typename Apply>
+__device__ __forceinline__ void long_run_sums(const i64* __restrict__ starts, const i64* __restrict__ perm,
+                                              const V* __restrict__ grad, i64 E, int negate,
+                                              const unsigned long long* __restrict__ long_count,
+                                              const i64* __restrict__ long_list, Run run, Apply apply) {
     __shared__ V part[UPDATE_THREADS];
-    const V k0 = (V)c0, k1 = (V)c1, k2 = (V)c2, k3 = (V)c3;
     const i64 W = E < UPDATE_THREADS ? E : UPDATE_THREADS, R = UPDATE_THREADS / W;
     const i64 lane = threadIdx.x / W, col = threadIdx.x - lane * W;
     const i64 nlong = (i64)long_count[0];
     for (i64 q = blockIdx.x; q < nlong; q += gridDim.x) {  // q is the same for the whole block
-        const i64 j = long_list[q], a = starts[j], b = starts[j + 1];
-        for (i64 c0_ = 0; c0_ < E; c0_ += W) {
-            const i64 e = c0_ + col;
+        const i64 j = long_list[q], r = run(j), a = starts[r], b = starts[r + 1];
+        for (i64 c0 = 0; c0 < E; c0 += W) {
+            const i64 e = c0 + col;
             V s = 0;
             if (lane < R && e < E)
                 for (i64 k = a + lane; k < b; k += R) s = s + grad[perm[k] * E + e];
@@ -103,12 +102,26 @@ __global__ void update_long_runs(int op, const u64* __restrict__ keys, const i64
             __syncthreads();
             if (lane == 0 && e < E) {
                 V g = part[col];
-                for (i64 r = 1; r < R; ++r) g = g + part[r * W + col];
-                apply_update(op, (i64)keys[a] * E + e, negate ? -g : g, p, s1, s2, k0, k1, k2, k3);
+                for (i64 l = 1; l < R; ++l) g = g + part[l * W + col];
+                apply(j, e, negate ? -g : g);
             }
             __syncthreads();
         }
     }
+}
+
+// The runs update_runs listed: their sums by long_run_sums, then apply_update.
+// st:kernel real
+template <typename V>
+__global__ void update_long_runs(int op, const u64* __restrict__ keys, const i64* __restrict__ starts,
+                                 const i64* __restrict__ perm, const V* __restrict__ grad, i64 E, int negate,
+                                 V* __restrict__ p, V* __restrict__ s1, V* __restrict__ s2, double c0, double c1,
+                                 double c2, double c3, const unsigned long long* __restrict__ long_count,
+                                 const i64* __restrict__ long_list) {
+    const V k0 = (V)c0, k1 = (V)c1, k2 = (V)c2, k3 = (V)c3;
+    long_run_sums(starts, perm, grad, E, negate, long_count, long_list, [](i64 j) { return j; },
+                  [&](i64 j, i64 e, V g) { apply_update(op, (i64)keys[starts[j]] * E + e, g, p, s1, s2, k0, k1, k2,
+                                                        k3); });
 }
 
 // The rows of a momentum step: the union of the old buffer's rows (sorted keys, positions < nold
@@ -129,11 +142,30 @@ __global__ void union_rows(const i64* __restrict__ starts, const i64* __restrict
     }
 }
 
-// SGD with momentum over n buffer rows: row j is parameter row keys[key_starts[j]], its gradient run
-// grad_run[j] (of starts/perm/grad; -1: none, it counts as 0; grad_run == nullptr: run j) and its
-// old buffer row buf_src[j] (-1 or buf_src == nullptr: none). As the CPU's sgd_momentum:
-// b = g when first, else momentum * old + (1 - dampening) * g (terms that are absent dropped);
-// buf_out[j] = b; p += -lr * b, or with nesterov p += -lr * (g + momentum * b).
+// Element e of momentum row j with gradient element g (0 when the row has no gradient run, gj < 0)
+// and old buffer row bj (-1: none). As the CPU's sgd_momentum: b = g when first, else
+// momentum * old + (1 - dampening) * g (terms that are absent dropped); buf_out[j] = b;
+// p += -lr * b, or with nesterov p += -lr * (g + momentum * b).
+template <typename V>
+__device__ __forceinline__ void momentum_update(i64 j, i64 e, V g, i64 gj, i64 bj, const u64* __restrict__ keys,
+                                                const i64* __restrict__ key_starts, i64 E,
+                                                const V* __restrict__ buf_in, V* __restrict__ buf_out,
+                                                V* __restrict__ p, V k_lr, V k_m, V k_d, int nesterov, int first) {
+    V b;
+    if (first) b = g;
+    else if (bj >= 0 && gj >= 0) b = k_m * buf_in[bj * E + e] + k_d * g;
+    else if (bj >= 0) b = k_m * buf_in[bj * E + e];
+    else b = k_d * g;
+    buf_out[j * E + e] = b;
+    const i64 at = (i64)keys[key_starts[j]] * E + e;
+    p[at] = nesterov ? p[at] + k_lr * (g + k_m * b) : p[at] + k_lr * b;
+}
+
+// SGD with momentum over n buffer rows (momentum_update): row j is parameter row
+// keys[key_starts[j]], its gradient run grad_run[j] (of starts/perm/grad; -1: none;
+// grad_run == nullptr: run j) and its old buffer row buf_src[j] (-1 or buf_src == nullptr: none).
+// A row whose run has more than long_len gradient rows is listed for sgd_momentum_long, as
+// update_runs lists them.
 // st:kernel real
 template <typename V>
 __global__ void sgd_momentum(const u64* __restrict__ keys, const i64* __restrict__ key_starts,
@@ -141,24 +173,40 @@ __global__ void sgd_momentum(const u64* __restrict__ keys, const i64* __restrict
                              const i64* __restrict__ starts,
                              const i64* __restrict__ perm, const V* __restrict__ grad, i64 E,
                              const V* __restrict__ buf_in, V* __restrict__ buf_out, V* __restrict__ p, double lr,
-                             double momentum, double dampening, int nesterov, int first, int negate) {
+                             double momentum, double dampening, int nesterov, int first, int negate, i64 long_len,
+                             unsigned long long* __restrict__ long_count, i64* __restrict__ long_list) {
     const V k_lr = (V)(-lr), k_m = (V)momentum, k_d = (V)(1.0 - dampening);
     ST_GRID_LOOP(t, n * E) {
         const i64 j = t / E, e = t - j * E;
         const i64 gj = grad_run ? grad_run[j] : j, bj = buf_src ? buf_src[j] : -1;
+        if (gj >= 0 && starts[gj + 1] - starts[gj] > long_len) {
+            if (e == 0) long_list[atomicAdd(long_count, 1ull)] = j;
+            continue;
+        }
         const V g = gj >= 0 ? run_sum(grad, perm, starts[gj], starts[gj + 1], E, e, negate) : (V)0;
-        V b;
-        if (first) b = g;
-        else if (bj >= 0 && gj >= 0) b = k_m * buf_in[bj * E + e] + k_d * g;
-        else if (bj >= 0) b = k_m * buf_in[bj * E + e];
-        else b = k_d * g;
-        buf_out[t] = b;
-        const i64 at = (i64)keys[key_starts[j]] * E + e;
-        p[at] = nesterov ? p[at] + k_lr * (g + k_m * b) : p[at] + k_lr * b;
+        momentum_update(j, e, g, gj, bj, keys, key_starts, E, buf_in, buf_out, p, k_lr, k_m, k_d, nesterov, first);
     }
 }
 
-// torch's dense SGD step over n elements (the NumPy transcription of sparsetensor/optim/_update.py):
+// The rows sgd_momentum listed: their runs' sums by long_run_sums, then momentum_update.
+// st:kernel real
+template <typename V>
+__global__ void sgd_momentum_long(const u64* __restrict__ keys, const i64* __restrict__ key_starts,
+                                  const i64* __restrict__ grad_run, const i64* __restrict__ buf_src,
+                                  const i64* __restrict__ starts, const i64* __restrict__ perm,
+                                  const V* __restrict__ grad, i64 E, const V* __restrict__ buf_in,
+                                  V* __restrict__ buf_out, V* __restrict__ p, double lr, double momentum,
+                                  double dampening, int nesterov, int first, int negate,
+                                  const unsigned long long* __restrict__ long_count,
+                                  const i64* __restrict__ long_list) {
+    const V k_lr = (V)(-lr), k_m = (V)momentum, k_d = (V)(1.0 - dampening);
+    auto run = [&](i64 j) { return grad_run ? grad_run[j] : j; };
+    long_run_sums(starts, perm, grad, E, negate, long_count, long_list, run, [&](i64 j, i64 e, V g) {
+        momentum_update(j, e, g, run(j), buf_src ? buf_src[j] : -1, keys, key_starts, E, buf_in, buf_out, p, k_lr,
+                        k_m, k_d, nesterov, first);
+    });
+}
+
 // g = -grad (maximize) or grad; g = g + wd * p; with momentum: buf = g (first) or
 // buf * momentum + (1 - dampening) * g, then g = g + momentum * buf (nesterov) or buf; p += -lr * g.
 // st:kernel real

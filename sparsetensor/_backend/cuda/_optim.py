@@ -90,17 +90,35 @@ _LONG_RUN = 64          # gradient rows a thread sums at most; longer runs take 
 _UPDATE_THREADS = 256  # UPDATE_THREADS of optim.cu
 
 
+class _Long(NamedTuple):
+    """The runs of more than ``len`` gradient rows that a row kernel lists (``count`` of them in
+    ``rows``; None when the gradient has too few rows for one) for a block-a-run kernel."""
+
+    len: int
+    count: DeviceArray
+    rows: DeviceArray | None
+
+    @classmethod
+    def of(cls, dev, nnz: int, n: int) -> "_Long":
+        """For ``n`` rows over a gradient of ``nnz`` rows (a run holds at most ``nnz``)."""
+        many = nnz > _LONG_RUN
+        return cls(_LONG_RUN if many else nnz, P.zeros(dev, (1,), np.uint64),
+                   P.empty(dev, (n,), np.int64) if many else None)
+
+    def launch(self, dev, kernel: str, key: tuple, n: int, nnz: int, *args) -> None:
+        if self.rows is not None:
+            blocks = max(1, min(n, nnz // _LONG_RUN, dev.sm_count * 8))
+            launch(dev, "optim.cu", kernel, key, blocks, _UPDATE_THREADS, *args, self.count, self.rows)
+
+
 def _update(op: int, param: DeviceArray, r: Runs, s1, s2, c0, c1, c2, c3, maximize: bool) -> None:
     dev, E, nnz = param._device, r.values.shape[1], r.values.shape[0]
     key, coeffs = _real_key(param), (float(c0), float(c1), float(c2), float(c3))
-    count = P.zeros(dev, (1,), np.uint64)
-    longs = P.empty(dev, (r.nruns,), np.int64) if nnz > _LONG_RUN else None  # else no run can be long
+    long = _Long.of(dev, nnz, r.nruns)
     P.run(dev, "optim.cu", "update_runs", key, r.nruns * E, op, r.sorted_keys, r.starts, r.perm, r.values, r.nruns,
-          E, int(maximize), param, s1, s2, *coeffs, _LONG_RUN if longs is not None else nnz, count, longs)
-    if longs is not None:
-        blocks = max(1, min(r.nruns, nnz // _LONG_RUN, dev.sm_count * 8))
-        launch(dev, "optim.cu", "update_long_runs", key, blocks, _UPDATE_THREADS, op, r.sorted_keys, r.starts, r.perm,
-               r.values, E, int(maximize), param, s1, s2, *coeffs, count, longs)
+          E, int(maximize), param, s1, s2, *coeffs, *long)
+    long.launch(dev, "update_long_runs", key, r.nruns, nnz, op, r.sorted_keys, r.starts, r.perm, r.values, E,
+                int(maximize), param, s1, s2, *coeffs)
 
 
 def adagrad_sparse(param: DeviceArray, r: Runs, state_sum: DeviceArray, *, clr: float, eps: float,
@@ -146,9 +164,13 @@ def sgd_sparse_coo(param: DeviceArray, g, r: Runs, buf, *, lr: float, momentum: 
         grad_run, buf_src = P.empty(dev, (n,), np.int64), P.empty(dev, (n,), np.int64)
         P.run(dev, "optim.cu", "union_rows", (), n, key_starts, perm, n, k, grad_run, buf_src)
     out = P.empty(dev, (n, E), param.dtype)
-    P.run(dev, "optim.cu", "sgd_momentum", _real_key(param), n * E, keys, key_starts, grad_run, buf_src, n, r.starts,
-          r.perm, r.values, E, old, out, param, float(lr), float(momentum), float(dampening), int(nesterov),
-          int(buf is None), int(maximize))
+    key, nnz = _real_key(param), r.values.shape[0]
+    coeffs = (float(lr), float(momentum), float(dampening), int(nesterov), int(buf is None), int(maximize))
+    long = _Long.of(dev, nnz, n)
+    P.run(dev, "optim.cu", "sgd_momentum", key, n * E, keys, key_starts, grad_run, buf_src, n, r.starts, r.perm,
+          r.values, E, old, out, param, *coeffs, *long)
+    long.launch(dev, "sgd_momentum_long", key, n, nnz, keys, key_starts, grad_run, buf_src, r.starts, r.perm,
+                r.values, E, old, out, param, *coeffs)
     indices = P.empty(dev, (S, n), np.int64)
     if n:
         P.run(dev, "coalesce.cu", "coo_unkey", ("int64",), n, keys, key_starts, n, S,
