@@ -42,6 +42,10 @@ REPR_LIMIT = 64
 DENSIFY_LIMIT = 1 << 27
 
 _NDARRAY = np.ndarray
+# A value of the validated flags: checked by the call running now, which trusts the check although
+# another library holds the index arrays (sparsetensor.torch: its conversion checks, then the op
+# runs at once; the flag goes back to True, untrusted while shared, when the call returns).
+_PINNED = 2
 
 
 def _one_place(layout, *members) -> None:
@@ -122,6 +126,16 @@ class SparseTensor:
 
     __slots__ = ("_shape", "_layout", "__weakref__")
     __array_priority__ = 1000
+    _FLAG = ""  # the slot of the subclass's validated flag
+
+    def _pin(self, on: bool) -> None:
+        """Trust this tensor's check although another library holds its index arrays (``on``: the
+        check was made by the call running now; see ``_PINNED``), or stop trusting it."""
+        f = getattr(self, self._FLAG)
+        if on and f:
+            setattr(self, self._FLAG, _PINNED)
+        elif not on and f == _PINNED:
+            setattr(self, self._FLAG, True)
 
     # -- attributes ---------------------------------------------------------------
     @property
@@ -358,6 +372,7 @@ class COOTensor(SparseTensor):
     """
 
     __slots__ = ("_indices", "_values", "_coalesced", "_checked_flag")
+    _FLAG = "_checked_flag"
 
     def __init__(self, indices: np.ndarray, values: np.ndarray, shape: tuple, coalesced: bool = False,
                  checked: bool = False):
@@ -448,8 +463,8 @@ class COOTensor(SparseTensor):
     def _checked(self) -> bool:
         """C4/C5 (and C6 when coalesced) known to hold: set by a full check or by our kernels, and not
         trusted while the indices are device memory another library may write (``_shared``)."""
-        i = self._indices
-        return self._checked_flag and (type(i) is _NDARRAY or not getattr(i, "_shared", False))
+        i, f = self._indices, self._checked_flag
+        return f == _PINNED or f and (type(i) is _NDARRAY or not getattr(i, "_shared", False))
 
     @_checked.setter
     def _checked(self, value) -> None:
@@ -482,6 +497,7 @@ class CompressedTensor(SparseTensor):
     """
 
     __slots__ = ("_compressed", "_plain", "_values", "_canonical_flag")
+    _FLAG = "_canonical_flag"
 
     def __init__(self, compressed: np.ndarray, plain: np.ndarray, values: np.ndarray, shape: tuple,
                  layout: L.Layout, canonical: bool = False):
@@ -609,7 +625,8 @@ class CompressedTensor(SparseTensor):
         """5.1-5.6 known to hold: set by a full check or by our kernels, and not trusted while an index
         member is device memory another library may write (``_shared``: taken without a copy, or
         handed out), which every op checks again."""
-        return self._canonical_flag and (type(self._plain) is _NDARRAY or not (
+        f = self._canonical_flag
+        return f == _PINNED or f and (type(self._plain) is _NDARRAY or not (
             getattr(self._plain, "_shared", False) or getattr(self._compressed, "_shared", False)))
 
     @_canonical.setter

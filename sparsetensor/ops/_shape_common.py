@@ -17,23 +17,13 @@ from .._core._tensor import COOTensor, CompressedTensor, SparseTensor
 
 __all__ = ["_require_sparse", "_kind", "_values_axis", "_take_axis", "_compressed", "_contiguous_values",
            "_is_nondecreasing", "_is_increasing", "_as_index", "_parts", "_value_rows", "_sparse_axis",
-           "_resized", "_require_host_path"]
+           "_resized"]
 
 
 # -- helpers ------------------------------------------------------------------------------------
 def _require_sparse(t, op: str, name: str = "t") -> None:
     if not isinstance(t, SparseTensor):
         raise TypeError(f"{op} expects a sparse tensor for {name}, got {type(t).__name__}")
-
-
-def _require_host_path(t, op: str, kind: str, gpu: bool = True) -> None:
-    """A device ``t`` has GPU kernels for ``op`` (``gpu``) along a sparse dim of a compressed layout
-    only: other dims, COO and ops without kernels raise NotImplementedError naming the op and the
-    device (nothing is copied)."""
-    if t.is_cuda and (not gpu or kind != "sparse" or not t.layout.compressed):
-        where = f" along a {kind} dim" if gpu else ""
-        raise NotImplementedError(f"{op} of a {t.layout.name} tensor on {t.device}{where} has no GPU kernel; run it "
-                                  f"on the host with t.cpu().{op}")
 
 
 def _kind(t, d: int) -> str:

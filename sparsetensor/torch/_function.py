@@ -54,6 +54,21 @@ def _ours(t):
     return from_torch(t)
 
 
+@contextlib.contextmanager
+def _checked_now(converted):
+    """The op of a bridge call trusts the check its conversion just made of CUDA tensors' indices,
+    which torch holds: without this every op scans them again (a second scan, and a second wait
+    for the device's answer). The backward, later, scans them again (torch may have written them)."""
+    pinned = [t for t in converted if isinstance(t, SparseTensor) and t.is_cuda]
+    for t in pinned:
+        t._pin(True)
+    try:
+        yield
+    finally:
+        for t in pinned:
+            t._pin(False)
+
+
 def streams(tensors):
     """The context that orders our work on each CUDA device of ``tensors`` with torch's current
     stream of that device (:func:`sparsetensor.cuda.stream_order`); nothing for CPU tensors."""
@@ -149,7 +164,8 @@ def _function():
             with streams(tensors):
                 converted = [_ours(t) for t in tensors]
                 args = _rebuild(spec, converted)
-                out, back = RULES[name](*args, **kwargs)
+                with _checked_now(converted):
+                    out, back = RULES[name](*args, **kwargs)
                 ctx.rule = (name, spec, args, out, back, [t.layout for t in tensors])
                 result = _theirs(out)
             if result.layout == torch.strided and any(

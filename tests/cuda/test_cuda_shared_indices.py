@@ -174,3 +174,51 @@ def test_an_unchecked_coalesced_claim_is_checked_before_use(backend):
                lambda x: st.index_select(x, 1, np.array([0, 1]))):
         with pytest.raises(st.InvariantError, match="C5"):
             op(t)
+
+
+@pytest.mark.parametrize("layout", ["csr", "bsr", "coo"])
+def test_a_bridge_call_trusts_the_check_it_made(backend, layout, monkeypatch):
+    """sparsetensor.torch checks a CUDA tensor torch holds as it converts it and runs the op at once:
+    the op does not scan the shared indices again (no read of a scan's report). Tensors the op
+    derives, and the tensor after the call (torch may write its indices before the backward), are
+    scanned again; a tensor that was never checked is checked by the op."""
+    from sparsetensor.torch._function import _checked_now
+
+    reads = []
+    real_get = DeviceArray.get
+    monkeypatch.setattr(DeviceArray, "get", lambda self: reads.append(1) or real_get(self))
+
+    def shared(t):
+        for m in (t._indices,) if layout == "coo" else (t._compressed, t._plain):
+            m.__cuda_array_interface__  # noqa: B018 - handed out: another library holds the indices
+        return t
+
+    t = shared(_tensor(layout).coalesce().cuda())
+    t.check_invariants()  # the conversion's check
+    want = _tensor(layout).to_dense()
+    x = _d(np.ones(t.shape[1]))
+    reads.clear()
+    with _checked_now([t, 3.0]):
+        y = st.matmul(t, x)
+        assert not reads or layout == "coo"  # (coo -> csr reads where its rows start: not a scan)
+        assert t._validated
+        derived = t * 2.0  # shares the indices; this call did not check it
+    np.testing.assert_array_equal(y.get(), want @ np.ones(t.shape[1]))
+    reads.clear()
+    y2 = st.matmul(derived, x)
+    assert reads  # scanned
+    reads.clear()
+    assert not t._validated
+    y3 = st.matmul(t, x)
+    assert reads  # after the call: scanned again
+    np.testing.assert_array_equal(y2.get(), 2 * (want @ np.ones(t.shape[1])))
+    np.testing.assert_array_equal(y3.get(), want @ np.ones(t.shape[1]))
+    bad = shared(_tensor(layout).cuda())
+    if layout == "coo":
+        bad._checked = False
+    else:
+        bad._canonical = False
+    _write(bad._indices if layout == "coo" else bad._plain,
+           [[0, 1, 2, 3], [0, 2, 1, 1 << 40]] if layout == "coo" else [0, 2, 1, 1 << 40])
+    with _checked_now([bad]), pytest.raises(st.InvariantError):
+        st.matmul(bad, x).get()
