@@ -161,7 +161,9 @@ def _addmm(input, mat1, mat2, *, beta=1, alpha=1, threads=None):
     out = blas.addmm(input, mat1, mat2, beta=beta, alpha=alpha, threads=threads)
 
     def back(G):
-        g1, g2 = _matmul_back(mat1, mat2, G * conj(alpha), (wanted(1), wanted(2)))
+        g1 = g2 = None
+        if wanted(1) or wanted(2):  # (G * alpha is a temporary of the output's size)
+            g1, g2 = _matmul_back(mat1, mat2, G * conj(alpha), (wanted(1), wanted(2)))
         gi = unbroadcast(G * conj(beta), np.shape(input)) if not _sparse(input) and wanted(0) else None
         return gi, g1, g2
 
@@ -175,7 +177,7 @@ def _sampled_addmm(input, mat1, mat2, *, beta=1.0, alpha=1.0, threads=None):
     def back(G):
         if G.is_cuda:
             return _device.sampled_addmm_back(input, mat1, mat2, G, beta, alpha, (wanted(0), wanted(1), wanted(2)))
-        gi = unbroadcast(G.values() * conj(beta), input.values().shape)
+        gi = unbroadcast(G.values() * conj(beta), input.values().shape) if wanted(0) else None
         Ga = G._replace_values(G.values() * conj(alpha))
         m1, m2 = np.asarray(mat1), np.asarray(mat2)
         g1 = unbroadcast(blas.matmul(Ga, _adjoint(m2)), m1.shape) if wanted(1) else None
