@@ -117,26 +117,25 @@ def _matmul_back(a, b, G, need=(True, True)):
         return _device.spgemm_back(a, b, G, need) if a.is_cuda else spgemm_grads(a, b, G)
     if _device.on_device(G):
         return _device.matmul_back(a, b, G, need) if _sparse(a) else _device.dense_matmul_back(a, b, G, need)
+    # one sparse factor S and one dense X: a = S gives G = S X, a = X gives G = X S
+    left = _sparse(a)
+    S, X, ks, kx = (a, np.asarray(b), 0, 1) if left else (b, np.asarray(a), 1, 0)
     G = np.asarray(G)
-    if _sparse(a):
-        X = np.asarray(b)
-        Xm, Gm = (X[:, None], G[..., None]) if X.ndim == 1 else (X, G)
-        ga = sddmm(a, Gm, _adjoint(Xm)) if need[0] else None
-        if not need[1]:
-            return ga, None
-        cplx = a.dtype.kind == "c" or G.dtype.kind == "c"
-        gX = conj(blas.matmul(a.mT, conj(Gm))) if cplx else blas.matmul(a.mT, Gm)
-        gX = gX[..., 0] if X.ndim == 1 else gX
-        return ga, unbroadcast(gX, X.shape)
-    X = np.asarray(a)
-    Xm, Gm = (X[None, :], G[..., None, :]) if X.ndim == 1 else (X, G)
-    gb = sddmm(b, _adjoint(Xm), Gm) if need[1] else None
-    if not need[0]:
-        return None, gb
-    cplx = b.dtype.kind == "c" or G.dtype.kind == "c"
-    gX = conj(blas.matmul(conj(Gm), b.mT)) if cplx else blas.matmul(Gm, b.mT)
-    gX = gX[..., 0, :] if X.ndim == 1 else gX
-    return unbroadcast(gX, X.shape), gb
+    shape, vec = X.shape, X.ndim == 1
+    if vec:  # the vector as the matrix it multiplies as
+        X, G = (X[:, None], G[..., None]) if left else (X[None, :], G[..., None, :])
+    out = [None, None]
+    if need[ks]:
+        out[ks] = sddmm(S, G, _adjoint(X)) if left else sddmm(S, _adjoint(X), G)
+    if need[kx]:  # S^H G or G S^H, as conj(S^T conj(G)) when complex
+        cplx = S.dtype.kind == "c" or G.dtype.kind == "c"
+        Gc = conj(G) if cplx else G
+        gX = blas.matmul(S.mT, Gc) if left else blas.matmul(Gc, S.mT)
+        gX = conj(gX) if cplx else gX
+        if vec:
+            gX = gX[..., 0] if left else gX[..., 0, :]
+        out[kx] = unbroadcast(gX, shape)
+    return tuple(out)
 
 
 @_rule("matmul", "mm", "mv", "bmm")
