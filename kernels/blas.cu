@@ -43,13 +43,15 @@ __device__ __forceinline__ A strided_dot(const I* __restrict__ p, const V* __res
 // <= 32) per row, reduced with shuffles; each thread takes every tpr-th entry, SPMV_BATCH at
 // a time (their loads in flight together: a row costs one memory latency per SPMV_BATCH
 // of its entries a thread, not one per entry). Rows longer than `long_len` are skipped here:
-// csr_spmv_long_part and csr_long_sum write them. Every warp runs its loop the same
-// number of times (warp-uniform bounds), so the full-mask shuffles never diverge.
+// csr_spmv_long_part and csr_long_sum write them where the host listed them, else (long_list
+// not null) they are listed in long_list[0..long_count[0]) for csr_spmv_long_rows. Every warp
+// runs its loop the same number of times (warp-uniform bounds), so the full-mask shuffles
+// never diverge.
 // st:kernel arith index
 template <typename V, typename I>
 __global__ void csr_spmv(const I* __restrict__ comp, const I* __restrict__ plain, const V* __restrict__ vals, i64 B,
                          i64 nrows, i64 nnz, const V* __restrict__ x, i64 x_bstride, V* __restrict__ y, int tpr,
-                         i64 long_len) {
+                         i64 long_len, unsigned long long* __restrict__ long_count, i64* __restrict__ long_list) {
     typedef typename acc<V>::type A;
     const ThreadGroups tg = thread_groups(tpr);
     const int lane = tg.lane;
@@ -66,7 +68,11 @@ __global__ void csr_spmv(const I* __restrict__ comp, const I* __restrict__ plain
             const V* xb = x + b * x_bstride;
             const i64 beg = c[r], end = c[r + 1];
             mine = end - beg <= long_len;
-            if (mine) s = strided_dot(p, v, xb, beg + lane, end, (i64)tpr, s);
+            if (mine) {
+                s = strided_dot(p, v, xb, beg + lane, end, (i64)tpr, s);
+            } else if (long_list != nullptr && lane == 0) {
+                long_list[atomicAdd(long_count, 1ull)] = row;
+            }
         }
         for (int off = tpr / 2; off > 0; off >>= 1) s = s + shfl_down(s, off, tpr);
         if (mine && lane == 0) y[row] = from_acc<V>(s);
@@ -173,12 +179,13 @@ __device__ __forceinline__ void store_tiles(T* __restrict__ out, i64 N, i64 col0
 // Y[b, r, :] = sum_k vals[b, k] * X[b, plain[b, k], :] for X (K, N) row-major: one warp per
 // (batch, row, group of SPMM_TILES tiles of 32 columns); a row is read once per 32 *
 // SPMM_TILES columns and every read of X is 32 consecutive items. Rows longer than
-// `long_len` are skipped: csr_spmm_long_part and csr_long_sum write them.
+// `long_len` are skipped: csr_spmm_long_part and csr_long_sum write them where the host listed
+// them, else (long_list not null) they are listed for csr_spmm_long_rows, as csr_spmv's.
 // st:kernel arith index
 template <typename V, typename I>
 __global__ void csr_spmm(const I* __restrict__ comp, const I* __restrict__ plain, const V* __restrict__ vals, i64 B,
                          i64 nrows, i64 nnz, const V* __restrict__ X, i64 x_bstride, i64 N, V* __restrict__ Y,
-                         i64 long_len) {
+                         i64 long_len, unsigned long long* __restrict__ long_count, i64* __restrict__ long_list) {
     typedef typename acc<V>::type A;
     const int lane = threadIdx.x & 31;
     const i64 gwarp = ((i64)blockIdx.x * blockDim.x + threadIdx.x) / 32;
@@ -189,7 +196,10 @@ __global__ void csr_spmm(const I* __restrict__ comp, const I* __restrict__ plain
         const i64 b = B == 1 ? 0 : row / nrows, r = row - b * nrows;
         const I* c = comp + b * (nrows + 1);
         const i64 beg = c[r], end = c[r + 1];
-        if (end - beg > long_len) continue;
+        if (end - beg > long_len) {
+            if (long_list != nullptr && group == 0 && lane == 0) long_list[atomicAdd(long_count, 1ull)] = row;
+            continue;
+        }
         const i64 col0 = group * 32 * SPMM_TILES + lane;
         A s[SPMM_TILES];
         warp_row_spmm(plain + b * nnz, vals + b * nnz, X + b * x_bstride, beg, end, N, col0, lane, s);
@@ -235,6 +245,82 @@ __global__ void csr_long_sum(const i64* __restrict__ long_rows, const i64* __res
         A s = acc_zero<A>();
         for (i64 q = first[slot]; q < first[slot + 1]; ++q) s = s + part[q * N + col];
         Y[long_rows[slot] * N + col] = from_acc<V>(s);
+    }
+}
+
+// The rows a row kernel listed on the device (long_list[0..long_count[0]), rows of all batches,
+// b * nrows + r), where the host does not know them: no wait for the device to find them. A block
+// takes a listed row (and, for SpMM, a group of SPMM_TILES tiles of columns) at a time; its partial
+// sums are added in a fixed order (deterministic), so one long row's entries are spread over the
+// block's LONG_ROW_THREADS threads.
+#define LONG_ROW_THREADS 256
+#define LONG_ROW_WARPS (LONG_ROW_THREADS / 32)
+
+// The block's sum of one value a thread, in thread 0: lanes by shuffles, then warps in order.
+template <typename A>
+__device__ __forceinline__ A block_sum(A v, A* scratch) {
+    for (int d = 16; d > 0; d >>= 1) v = v + shfl_down(v, d, 32);
+    if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = v;
+    __syncthreads();
+    if (threadIdx.x == 0)
+        for (int w = 1; w < LONG_ROW_WARPS; ++w) v = v + scratch[w];
+    __syncthreads();  // scratch is reused by the next row
+    return v;
+}
+
+// y[row] for each listed row of an SpMV: a thread takes every LONG_ROW_THREADS-th entry.
+// st:kernel arith index
+template <typename V, typename I>
+__global__ void csr_spmv_long_rows(const I* __restrict__ comp, const I* __restrict__ plain,
+                                   const V* __restrict__ vals, i64 nrows, i64 nnz, const V* __restrict__ x,
+                                   i64 x_bstride, const unsigned long long* __restrict__ long_count,
+                                   const i64* __restrict__ long_list, V* __restrict__ y) {
+    typedef typename acc<V>::type A;
+    __shared__ A scratch[LONG_ROW_WARPS];
+    const i64 nlong = (i64)long_count[0];
+    for (i64 q = blockIdx.x; q < nlong; q += gridDim.x) {  // q is the same for the whole block
+        const i64 row = long_list[q], b = row / nrows, r = row - b * nrows;
+        const I* c = comp + b * (nrows + 1);
+        A s = strided_dot(plain + b * nnz, vals + b * nnz, x + b * x_bstride, (i64)c[r] + threadIdx.x, (i64)c[r + 1],
+                          (i64)LONG_ROW_THREADS, acc_zero<A>());
+        s = block_sum(s, scratch);
+        if (threadIdx.x == 0) y[row] = from_acc<V>(s);
+    }
+}
+
+// Y[row, group's columns] for each listed row of an SpMM and group of columns: warp w takes the
+// w-th of LONG_ROW_WARPS consecutive slices of the row (multiples of 32 entries), warp 0 adds the
+// others' tiles to its own in warp order.
+// st:kernel arith index
+template <typename V, typename I>
+__global__ void csr_spmm_long_rows(const I* __restrict__ comp, const I* __restrict__ plain,
+                                   const V* __restrict__ vals, i64 nrows, i64 nnz, const V* __restrict__ X,
+                                   i64 x_bstride, i64 N, const unsigned long long* __restrict__ long_count,
+                                   const i64* __restrict__ long_list, V* __restrict__ Y) {
+    typedef typename acc<V>::type A;
+    __shared__ A scratch[LONG_ROW_WARPS][SPMM_TILES][32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x / 32;
+    const i64 ngroups = (N + 32 * SPMM_TILES - 1) / (32 * SPMM_TILES);
+    const i64 nlong = (i64)long_count[0];
+    for (i64 w = blockIdx.x; w < nlong * ngroups; w += gridDim.x) {  // w is the same for the whole block
+        const i64 q = w / ngroups, group = w - q * ngroups;
+        const i64 row = long_list[q], b = row / nrows, r = row - b * nrows;
+        const I* c = comp + b * (nrows + 1);
+        const i64 beg = c[r], end = c[r + 1];
+        const i64 span = ((end - beg + LONG_ROW_WARPS - 1) / LONG_ROW_WARPS + 31) / 32 * 32;
+        const i64 lo = beg + warp * span < end ? beg + warp * span : end;
+        const i64 hi = lo + span < end ? lo + span : end;
+        const i64 col0 = group * 32 * SPMM_TILES + lane;
+        A s[SPMM_TILES];
+        warp_row_spmm(plain + b * nnz, vals + b * nnz, X + b * x_bstride, lo, hi, N, col0, lane, s);
+        for (int t = 0; t < SPMM_TILES; ++t) scratch[warp][t][lane] = s[t];
+        __syncthreads();
+        if (warp == 0) {
+            for (int o = 1; o < LONG_ROW_WARPS; ++o)
+                for (int t = 0; t < SPMM_TILES; ++t) s[t] = s[t] + scratch[o][t][lane];
+            store_tiles(Y + row * N, N, col0, s);
+        }
+        __syncthreads();  // scratch is reused by the next row
     }
 }
 

@@ -611,11 +611,12 @@ def test_spmv_inf_with_row_tails(backend):
 @pytest.mark.parametrize("index_dtype", INDEX, ids=str)
 @pytest.mark.parametrize("dtype", FLOATS, ids=str)
 def test_products_skewed_rows(backend, rng, index_dtype, dtype):
-    """Power-law-like rows. SpMV: rows past csr_spmv's long_len (32 here: 2 threads a row) go
-    in pieces of 256 entries, a warp each (csr_spmv_long_part, then csr_long_sum in piece order).
-    SpMM: rows past 512 entries in pieces of 512 (csr_spmm_long_part, csr_long_sum), over one and two
-    groups of 128 columns. Each batch has its own long rows; every row is written once; the
-    result is deterministic."""
+    """Power-law-like rows. SpMV: rows past csr_spmv's long_len (32 here: 2 threads a row); SpMM:
+    rows past 512 entries, over one and two groups of 128 columns. An index array's first product
+    lists its long rows on the device and sums each in a block (csr_spmv_long_rows,
+    csr_spmm_long_rows); from its second on they go in pieces of 256 (SpMV) or 512 (SpMM) entries, a
+    warp each (the *_long_part kernels, then csr_long_sum in piece order), by a plan made once.
+    Each batch has its own long rows; every row is written once; both ways are deterministic."""
     from sparsetensor._backend.cuda import _blas
 
     B, M, K = 2, 600, 3000
@@ -630,24 +631,24 @@ def test_products_skewed_rows(backend, rng, index_dtype, dtype):
     a[1] = np.roll(a[1], 7, axis=0)
     t = st.from_dense(a.astype(dtype), "csr", batch_dim=1, index_dtype=index_dtype)
     assert _blas._tpr(t.nnz, M) == 2
-    d = cuda.to_device(t)
     A = t.to_dense().astype(np.complex128)
+    lens = np.diff(t.crow_indices().astype(np.int64), axis=1).ravel()
     wide = [(K, 130)] if np.dtype(dtype) in (np.float32, np.complex128) else []  # two groups (slow on the emulator)
     for shape in [(K, 1), (B, K, 1), (B, K, 3)] + wide:
         x = rng.standard_normal(shape).astype(dtype)
         xd = cuda.DeviceArray.from_host(x)
-        y = st.matmul(d, xd).get()
         want = A @ x.astype(np.complex128)
         scale = (np.abs(A) @ np.abs(x.astype(np.complex128))).max()
-        np.testing.assert_allclose(y.astype(np.complex128), want, rtol=0, atol=TOL[np.dtype(dtype)] * scale)
-        if shape[-1] == 1:
-            assert np.array_equal(st.matmul(d, xd).get(), y, equal_nan=True)  # same pieces, same order
-    lens = np.diff(t.crow_indices().astype(np.int64), axis=1).ravel()
-    for (long_len, piece), plan in _blas._long_rows[d.crow_indices()].items():
-        assert (long_len, piece) in ((32, 256), (512, 512))
+        d = cuda.to_device(t)
+        listed, pieces = st.matmul(d, xd).get(), st.matmul(d, xd).get()
+        for y in (listed, pieces):
+            np.testing.assert_allclose(y.astype(np.complex128), want, rtol=0, atol=TOL[np.dtype(dtype)] * scale)
+        assert np.array_equal(st.matmul(d, xd).get(), pieces, equal_nan=True)  # the same pieces, in the same order
+        assert np.array_equal(st.matmul(cuda.to_device(t), xd).get(), listed, equal_nan=True)
+        ((long_len, piece), plan), = _blas._long_rows[d.crow_indices()].items()
+        assert (long_len, piece) == ((32, 256) if shape[-1] == 1 else (512, 512))
         assert plan.long_len == long_len and np.array_equal(plan.rows.get(), np.flatnonzero(lens > long_len))
         assert plan.nitems == int((-(-lens[lens > long_len] // piece)).sum())
-    assert len(_blas._long_rows[d.crow_indices()]) == 2
 
 
 def test_profile_names_the_kernels(backend, rng):

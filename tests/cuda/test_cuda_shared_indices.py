@@ -91,9 +91,9 @@ def test_a_valid_change_after_sharing_is_seen(backend):
 
 @pytest.mark.parametrize("N", [1, 3], ids=["mv", "mm"])
 def test_long_rows_follow_a_change_after_sharing(backend, rng, N):
-    """SpMV and SpMM split rows longer than a threshold (SpMV's is 64 here) into pieces, with a
-    plan of which rows those are: kept for our own indices, found again for each product of
-    indices another library holds, so rows that grow long (or short) there are summed."""
+    """SpMV and SpMM take rows longer than a threshold (SpMV's is 64 here) apart: by a plan of
+    which rows those are, kept for our own indices, or listed on the device by the product itself
+    for indices another library holds, so rows that grow long (or short) there are summed."""
     n, K = 80, 2000
     long_rows = np.zeros(n, np.int64)
     long_rows[[1, 4]] = 1200, 700
@@ -115,6 +115,39 @@ def test_long_rows_follow_a_change_after_sharing(backend, rng, N):
         _write(t._compressed, crow)
         _write(t._plain, col)
         np.testing.assert_allclose(st.matmul(t, _d(x)).get(), want, rtol=1e-12)
+
+
+@pytest.mark.parametrize("N", [1, 3, 130], ids=["mv", "mm", "mm2groups"])
+def test_long_rows_of_unknown_indices_are_not_waited_for(backend, rng, N, monkeypatch):
+    """A product whose long rows the host does not know (indices another library holds, trusted by
+    the call that checked them; a csc matrix, transposed for this one product) lists them on the
+    device: nothing is read to the host (no wait for the device), and the result is the CPU's."""
+    from sparsetensor.torch._function import _checked_now
+
+    n, K = 70, 1500
+    lens = np.full(n, 3)
+    lens[[2, 9, 40]] = 1400, 600, 70  # past SpMV's threshold (32 here), two past SpMM's (512)
+    crow = np.concatenate([[0], np.cumsum(lens)])
+    col = np.concatenate([np.sort(rng.choice(K, k, replace=False)) for k in lens])
+    host = st.sparse_csr_tensor(crow, col, rng.standard_normal(col.size), size=(n, K))
+    x = rng.standard_normal((K, N) if N > 1 else K)
+    reads = []
+    real_get = DeviceArray.get
+    monkeypatch.setattr(DeviceArray, "get", lambda self: reads.append(1) or real_get(self))
+    t = host.cuda()
+    for m in (t._compressed, t._plain):
+        m.__cuda_array_interface__  # noqa: B018 - handed out: another library holds the indices
+    t.check_invariants()  # the conversion's check
+    csc = host.to_sparse_csc().cuda()  # transposed to csr for the product: new indices, used once
+    csc.check_invariants()
+    xd = _d(x)
+    reads.clear()
+    with _checked_now([t]):
+        y = st.matmul(t, xd)
+    y_csc = st.matmul(csc, xd)
+    assert not reads
+    np.testing.assert_allclose(y.get(), st.matmul(host, x), rtol=1e-12)
+    np.testing.assert_allclose(y_csc.get(), st.matmul(host, x), rtol=1e-12)
 
 
 def test_trust_follows_sharing(backend):

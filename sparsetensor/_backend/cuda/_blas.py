@@ -82,16 +82,15 @@ class _LongRows:
     entries for the long-row kernels of SpMV/SpMM: their ids (b * nrows + r), each row's
     first piece, each piece's row. The row kernels skip exactly the rows longer than
     ``long_len`` and the long kernels take exactly those, so the plan must be the indices':
-    it is kept while the array lives and is ours (indices do not change in place after a
-    validation), found again for each product of indices another library may write."""
+    it is made at the second product of indices that are ours (indices do not change in place
+    after a validation) and kept while the array lives. The pieces spread a hub row over the
+    device; finding them waits for the device (the longest row is read, then the rows)."""
 
     __slots__ = ("long_len", "rows", "first", "item_slot", "nitems", "nlong")
 
-    def __init__(self, dev, c, B: int, M: int, long_len: int, piece: int, bound: int):
-        # no row is longer than min(nnz, plain size): then nothing is read (no sync); else the
-        # longest row is read (one number), and the rows only when some row is long
+    def __init__(self, dev, c, B: int, M: int, long_len: int, piece: int):
         lens = ()
-        if bound > long_len and M and step_extrema(c.reshape(B, M + 1)) > long_len:
+        if step_extrema(c.reshape(B, M + 1)) > long_len:
             lens = np.diff(c.get().reshape(B, M + 1).astype(np.int64), axis=1).ravel()
         rows = np.flatnonzero(np.asarray(lens) > long_len)
         self.long_len, self.nlong, self.nitems = (long_len if rows.size else _NO_LONG), int(rows.size), 0
@@ -107,17 +106,46 @@ class _LongRows:
 
 
 _long_rows: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # index array -> {(long_len, piece): plan}
+_FIRST = object()  # in _long_rows: the array's first product listed its long rows on the device
 
 
-def _long_plan(dev, c, B: int, M: int, bound: int, long_len: int, piece: int) -> _LongRows:
-    """The :class:`_LongRows` of index array ``c`` (rows of at most ``bound`` entries)."""
-    if c._shared:  # another library may have changed the rows since the last product
-        return _LongRows(dev, c, B, M, long_len, piece, bound)
+class _Listed:
+    """The long rows as the row kernel lists them on the device (for csr_spmv_long_rows or
+    csr_spmm_long_rows): a count and room for every row that can be longer than ``long_len``."""
+
+    __slots__ = ("long_len", "count", "rows", "most")
+
+    def __init__(self, dev, B: int, M: int, nnz: int, long_len: int):
+        self.long_len, self.most = long_len, min(B * M, B * nnz // (long_len + 1))
+        self.count = P.zeros(dev, (1,), np.uint64)
+        self.rows = P.empty(dev, (self.most,), np.int64)
+
+
+def _long_plan(dev, c, B: int, M: int, nnz: int, bound: int, long_len: int, piece: int):
+    """How the rows of index array ``c`` (rows of at most ``bound`` entries) longer than
+    ``long_len`` are found: none can be (a plan of none); a :class:`_Listed` for indices another
+    library may have changed since the last product and for an array's first product (a
+    transpose made for one product is not waited for); the array's :class:`_LongRows` from its
+    second product on."""
+    if bound <= long_len or not M * nnz:
+        return _NONE
+    if c._shared:
+        return _Listed(dev, B, M, nnz, long_len)
     plans = _long_rows.setdefault(c, {})
     plan = plans.get((long_len, piece))
     if plan is None:
-        plan = plans[(long_len, piece)] = _LongRows(dev, c, B, M, long_len, piece, bound)
+        plans[(long_len, piece)] = _FIRST
+        return _Listed(dev, B, M, nnz, long_len)
+    if plan is _FIRST:
+        plan = plans[(long_len, piece)] = _LongRows(dev, c, B, M, long_len, piece)
     return plan
+
+
+class _None:
+    long_len, nlong = _NO_LONG, 0
+
+
+_NONE = _None()  # no row is long
 
 
 def _long_sum(dev, vkey, plan, N, part, y) -> None:
@@ -126,14 +154,27 @@ def _long_sum(dev, vkey, plan, N, part, y) -> None:
            plan.nlong, N, part, y)
 
 
+_LONG_ROW_THREADS = 256  # LONG_ROW_THREADS of blas.cu
+
+
+def _listed_rows(dev, kernel, vkey, ik, plan, ngroups, *args) -> None:
+    """The long rows the row kernel listed (``plan`` a :class:`_Listed`), a block each."""
+    launch(dev, "blas.cu", kernel, (vkey, ik), min(plan.most * ngroups, dev.sm_count * 8), _LONG_ROW_THREADS,
+           *args[:-1], plan.count, plan.rows, args[-1])
+
+
 def _spmv(dev, vkey, ik, c, p, v, B, M, K, nnz, x, x_bstride, y, acc_dtype):
     """y = a @ x for csr ``a`` and a vector ``x``: rows of up to 16 entries a thread by
-    csr_spmv, longer ones in pieces of 256 (a warp each), summed per row in piece order."""
+    csr_spmv, longer ones in pieces of 256 (a warp each), summed per row in piece order, or a
+    block a row where they are listed on the device."""
     tpr = _tpr(nnz, M)
-    plan = _long_plan(dev, c, B, M, min(nnz, K), max(32, 16 * tpr), _SPMV_PIECE)
+    plan = _long_plan(dev, c, B, M, nnz, min(nnz, K), max(32, 16 * tpr), _SPMV_PIECE)
+    listed = isinstance(plan, _Listed)
     launch(dev, "blas.cu", "csr_spmv", (vkey, ik), grid_for(dev, B * M * tpr), BLOCK, c, p, v, B, M, nnz, x,
-           x_bstride, y, tpr, plan.long_len)
-    if plan.nlong:
+           x_bstride, y, tpr, plan.long_len, *((plan.count, plan.rows) if listed else (None, None)))
+    if listed:
+        _listed_rows(dev, "csr_spmv_long_rows", vkey, ik, plan, 1, c, p, v, M, nnz, x, x_bstride, y)
+    elif plan.nlong:
         part = P.empty(dev, (plan.nitems,), acc_dtype)
         launch(dev, "blas.cu", "csr_spmv_long_part", (vkey, ik), grid_for(dev, plan.nitems * 32), BLOCK,
                c, p, v, M, nnz, x, x_bstride, plan.rows, plan.item_slot, plan.first,
@@ -143,14 +184,18 @@ def _spmv(dev, vkey, ik, c, p, v, B, M, K, nnz, x, x_bstride, y, acc_dtype):
 
 def _spmm(dev, vkey, ik, c, p, v, B, M, K, nnz, x, x_bstride, N, y, acc_dtype):
     """Y = a @ X for csr ``a``: a warp per row and group of 128 columns, rows longer than
-    _SPMM_LONG in pieces (a warp each), summed per row in piece order."""
-    plan = _long_plan(dev, c, B, M, min(nnz, K), _SPMM_LONG, _SPMM_PIECE)
-    if plan.nlong and plan.nitems * N * acc_dtype.itemsize > _SPMM_PART_BYTES:
-        plan = None  # the pieces' partial rows would take too much room: every row in one warp
+    _SPMM_LONG in pieces (a warp each), summed per row in piece order, or a block a row (and
+    group) where they are listed on the device."""
+    plan = _long_plan(dev, c, B, M, nnz, min(nnz, K), _SPMM_LONG, _SPMM_PIECE)
+    listed = isinstance(plan, _Listed)
+    if not listed and plan.nlong and plan.nitems * N * acc_dtype.itemsize > _SPMM_PART_BYTES:
+        plan = _NONE  # the pieces' partial rows would take too much room: every row in one warp
     ngroups = -(-N // (32 * _SPMM_TILES))
     launch(dev, "blas.cu", "csr_spmm", (vkey, ik), grid_for(dev, B * M * ngroups * 32), BLOCK, c, p, v, B, M, nnz,
-           x, x_bstride, N, y, plan.long_len if plan is not None else _NO_LONG)
-    if plan is not None and plan.nlong:
+           x, x_bstride, N, y, plan.long_len, *((plan.count, plan.rows) if listed else (None, None)))
+    if listed:
+        _listed_rows(dev, "csr_spmm_long_rows", vkey, ik, plan, ngroups, c, p, v, M, nnz, x, x_bstride, N, y)
+    elif plan.nlong:
         part = P.empty(dev, (plan.nitems, N), acc_dtype)
         launch(dev, "blas.cu", "csr_spmm_long_part", (vkey, ik), grid_for(dev, plan.nitems * ngroups * 32), BLOCK,
                c, p, v, M, nnz, x, x_bstride, N, plan.rows, plan.item_slot, plan.first, plan.nitems, _SPMM_PIECE,
