@@ -436,7 +436,8 @@ def test_unary(backend, rng, layout, dtype):
     d = cuda.to_device(t)
     for op in _UNARY:
         try:
-            ref = getattr(st, op)(t)
+            with np.errstate(all="ignore"):  # values outside a domain: NaN on both, NumPy's warning on the CPU
+                ref = getattr(st, op)(t)
         except TypeError:  # the CPU refuses it for this dtype (sign of complex: sgn), and so does the GPU
             with pytest.raises(TypeError, match=op):
                 getattr(st, op)(d)
