@@ -100,14 +100,14 @@ class _Long(NamedTuple):
 
     @classmethod
     def of(cls, dev, nnz: int, n: int) -> "_Long":
-        """For ``n`` rows over a gradient of ``nnz`` rows (a run holds at most ``nnz``)."""
+        """For ``n`` runs over a gradient of ``nnz`` rows: at most ``nnz // _LONG_RUN`` runs are long."""
         many = nnz > _LONG_RUN
         return cls(_LONG_RUN if many else nnz, P.zeros(dev, (1,), np.uint64),
-                   P.empty(dev, (n,), np.int64) if many else None)
+                   P.empty(dev, (max(1, min(n, nnz // _LONG_RUN)),), np.int64) if many else None)
 
-    def launch(self, dev, kernel: str, key: tuple, n: int, nnz: int, *args) -> None:
+    def launch(self, dev, kernel: str, key: tuple, *args) -> None:
         if self.rows is not None:
-            blocks = max(1, min(n, nnz // _LONG_RUN, dev.sm_count * 8))
+            blocks = min(self.rows.shape[0], dev.sm_count * 8)
             launch(dev, "optim.cu", kernel, key, blocks, _UPDATE_THREADS, *args, self.count, self.rows)
 
 
@@ -117,7 +117,7 @@ def _update(op: int, param: DeviceArray, r: Runs, s1, s2, c0, c1, c2, c3, maximi
     long = _Long.of(dev, nnz, r.nruns)
     P.run(dev, "optim.cu", "update_runs", key, r.nruns * E, op, r.sorted_keys, r.starts, r.perm, r.values, r.nruns,
           E, int(maximize), param, s1, s2, *coeffs, *long)
-    long.launch(dev, "update_long_runs", key, r.nruns, nnz, op, r.sorted_keys, r.starts, r.perm, r.values, E,
+    long.launch(dev, "update_long_runs", key, op, r.sorted_keys, r.starts, r.perm, r.values, E,
                 int(maximize), param, s1, s2, *coeffs)
 
 
@@ -169,7 +169,7 @@ def sgd_sparse_coo(param: DeviceArray, g, r: Runs, buf, *, lr: float, momentum: 
     long = _Long.of(dev, nnz, n)
     P.run(dev, "optim.cu", "sgd_momentum", key, n * E, keys, key_starts, grad_run, buf_src, n, r.starts, r.perm,
           r.values, E, old, out, param, *coeffs, *long)
-    long.launch(dev, "sgd_momentum_long", key, n, nnz, keys, key_starts, grad_run, buf_src, r.starts, r.perm,
+    long.launch(dev, "sgd_momentum_long", key, keys, key_starts, grad_run, buf_src, r.starts, r.perm,
                 r.values, E, old, out, param, *coeffs)
     indices = P.empty(dev, (S, n), np.int64)
     if n:
