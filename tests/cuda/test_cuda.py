@@ -652,6 +652,41 @@ def test_products_skewed_rows(backend, rng, index_dtype, dtype):
         assert plan.nitems == int((-(-lens[lens > long_len] // piece)).sum())
 
 
+@pytest.mark.parametrize("case", [("csc", (), (), None), ("csc", (3,), (), None), ("bsc", (2,), (), (2, 3))],
+                         ids=["csc", "csc-b1", "bsc-b1"])
+def test_products_keep_the_transpose(backend, rng, case):
+    """A csc/bsc matrix is transposed to csr/bsr for each product (so is a csr matrix's transpose
+    view, the dense cotangent of a backward): from the second product of the same index arrays on,
+    the transpose's indices and permutation are kept and a product gathers the values (no sort);
+    the result is the CPU's every time, with the values changed in between. Index arrays another
+    library may write are transposed afresh."""
+    from sparsetensor._backend.cuda import _convert
+    from sparsetensor.cuda._module import profile
+
+    t = make(rng, case, np.float64, np.int32, blocks=(7, 6))
+    d = cuda.to_device(t)
+    x = rng.standard_normal(t.shape[:-2] + (t.shape[-1], 3))
+    xd = cuda.DeviceArray.from_host(x)
+    sorts = []
+    for k in range(4):
+        vals = rng.standard_normal(np.shape(t.values()))
+        t, d = t._replace_values(vals), d._replace_values(cuda.DeviceArray.from_host(vals))
+        with profile() as kernels:
+            y = st.matmul(d, xd)
+        sorts.append(sum(n for name, (n, _) in kernels.items() if "radix" in name or "sort" in name))
+        np.testing.assert_allclose(y.get(), st.matmul(t, x), rtol=1e-12)
+        x_t = rng.standard_normal(t.shape[:-2] + (3, t.shape[-2]))
+        np.testing.assert_allclose(st.matmul(cuda.DeviceArray.from_host(x_t), d).get(), st.matmul(x_t, t),
+                                   rtol=1e-12)  # dense @ csc: csc's transpose view is csr, nothing to keep
+    assert sorts[0] and sorts[1] and not sorts[2] and not sorts[3], sorts
+    assert isinstance(_convert._kept_transposes[d.plain_indices()], tuple)
+    d.plain_indices().__dlpack__()  # handed out: another library may write it
+    with profile() as kernels:
+        np.testing.assert_allclose(st.matmul(d, xd).get(), st.matmul(t, x), rtol=1e-12)
+    assert any("radix" in name or "sort" in name for name in kernels)
+    assert d.plain_indices() not in _convert._kept_transposes
+
+
 def test_profile_names_the_kernels(backend, rng):
     """_module.profile() times each kernel launched in the block (events on a GPU, wall time on
     the emulator), summed by kernel name; launches outside the block are not recorded."""

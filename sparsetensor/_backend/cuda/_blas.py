@@ -58,9 +58,10 @@ def _dense_operand(x, dev, op: str) -> DeviceArray:
 
 
 def _rows(a):
-    """A canonical device compressed tensor in csr/bsr (csc/bsc transposed on the device)."""
+    """A canonical device compressed tensor in csr/bsr (csc/bsc transposed on the device; the
+    transpose of the same index arrays kept from their second product on)."""
     a = checked(a)
-    return a if a.layout.compressed_rows else transpose_compressed(a)
+    return a if a.layout.compressed_rows else transpose_compressed(a, keep=True)
 
 
 def _tpr(nnz: int, rows: int) -> int:

@@ -20,6 +20,7 @@ so the device's equal the CPU's bitwise.
 from __future__ import annotations
 
 import math
+import weakref
 
 import numpy as np
 
@@ -36,9 +37,35 @@ __all__ = ["convert", "transpose_compressed"]
 _PAYLOAD_BITS = 64  # the sort's payload items (tests lower it to take the other path)
 
 
-def transpose_compressed(t):
+# plain index array -> its transpose's (compressed index array, compressed, plain, perm), or _FIRST
+_kept_transposes: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_FIRST = object()
+
+
+def _kept(c, p):
+    """The kept ``(compressed, plain, perm)`` of the transpose of index arrays ``c``, ``p``;
+    ``_FIRST`` where this transpose is to keep them (their second); None where none is kept (a first
+    transpose, now marked; shared arrays, which another library may have written since)."""
+    if c._shared or p._shared:
+        _kept_transposes.pop(p, None)
+        return None
+    hit = _kept_transposes.get(p)
+    if hit is None:
+        _kept_transposes[p] = _FIRST
+        return None
+    if hit is not _FIRST and (hit[0]() is not c or hit[1]._shared or hit[2]._shared):
+        hit = _kept_transposes[p] = _FIRST  # another compressed array, or ours handed out: made again
+    return hit if hit is _FIRST else hit[1:]
+
+
+def transpose_compressed(t, keep: bool = False):
     """csr -> csc, csc -> csr, bsr -> bsc, bsc -> bsr of a canonical device tensor (the same
-    matrix in the other orientation; blocks move whole)."""
+    matrix in the other orientation; blocks move whole).
+
+    ``keep`` (the products' transposes, made again for every product of a csc matrix or of a
+    csr matrix's transpose view): from the second transpose of the same index arrays (ours, not
+    shared) on, the new indices and the permutation of the entries are kept while the arrays
+    live, and a transpose is a gather of the values."""
 
     dev = t.values()._device
     m = t.batch_dim
@@ -54,12 +81,18 @@ def transpose_compressed(t):
         comp = P.zeros(dev, batch + (ps + 1,), c.dtype)
         return CompressedTensor(comp, P.empty(dev, batch + (0,), c.dtype), P.empty(dev, v.shape, v.dtype),
                                     t.shape, out_layout, True)
+    entries = v.reshape((N,) + tail)
+    kept = _kept(c, p) if keep else None
+    if kept is not None and kept is not _FIRST:
+        comp, plain, perm = kept
+        return CompressedTensor(comp, plain, P.gather_rows(dev, entries, perm, N).reshape(v.shape), t.shape,
+                                out_layout, True)
     keys = P.empty(dev, (N,), np.uint64)
     P.run(dev, "convert.cu", "plain_keys", ik, N, p, B, nnz, ps, keys)
     bits = max(B * ps - 1, 0).bit_length()
     rbits = max(n - 1, 0).bit_length()
-    entries = v.reshape((N,) + tail)
-    if (N - 1).bit_length() + rbits <= _PAYLOAD_BITS:  # position and row in one payload: no gather of rows
+    perm = None
+    if kept is None and (N - 1).bit_length() + rbits <= _PAYLOAD_BITS:  # position and row in one payload: no gather of rows
         packed = P.empty(dev, (N,), np.uint64)
         P.run(dev, "convert.cu", "packed_major", ik, N, c, B, n, nnz, rbits, packed)
         sorted_keys, payload = P.radix_sort(dev, keys, bits, packed)
@@ -76,9 +109,11 @@ def transpose_compressed(t):
         values = P.gather_rows(dev, entries, perm, N)
     ptr = P.empty(dev, (B * ps + 1,), np.int64)
     P.run(dev, "scan.cu", "lower_bounds", (), B * ps + 1, sorted_keys, N, B * ps, ptr)
-    comp = P.batch_offsets(dev, ptr, B, ps, 1, c.dtype)
-    return CompressedTensor(comp.reshape(batch + (ps + 1,)), plain.reshape(batch + (nnz,)),
-                                values.reshape(v.shape), t.shape, out_layout, True)
+    comp = P.batch_offsets(dev, ptr, B, ps, 1, c.dtype).reshape(batch + (ps + 1,))
+    plain = plain.reshape(batch + (nnz,))
+    if kept is _FIRST:
+        _kept_transposes[p] = (weakref.ref(c), comp, plain, perm)
+    return CompressedTensor(comp, plain, values.reshape(v.shape), t.shape, out_layout, True)
 
 
 def _rows_to_coo(t):
