@@ -658,8 +658,8 @@ def test_products_keep_the_transpose(backend, rng, case):
     """A csc/bsc matrix is transposed to csr/bsr for each product (so is a csr matrix's transpose
     view, the dense cotangent of a backward): from the second product of the same index arrays on,
     the transpose's indices and permutation are kept and a product gathers the values (no sort);
-    the result is the CPU's every time, with the values changed in between. Index arrays another
-    library may write are transposed afresh."""
+    the result is the CPU's every time, with the values changed in between, and for the same arrays
+    in a matrix of another shape. Index arrays another library may write are transposed afresh."""
     from sparsetensor._backend.cuda import _convert
     from sparsetensor.cuda._module import profile
 
@@ -680,6 +680,15 @@ def test_products_keep_the_transpose(backend, rng, case):
                                    rtol=1e-12)  # dense @ csc: csc's transpose view is csr, nothing to keep
     assert sorts[0] and sorts[1] and not sorts[2] and not sorts[3], sorts
     assert isinstance(_convert._kept_transposes[d.plain_indices()], tuple)
+    rb = case[3][0] if case[3] else 1  # the same index arrays in a taller matrix: another transpose
+    taller = t.shape[:-2] + (t.shape[-2] + 2 * rb, t.shape[-1])
+    for _ in range(3):
+        y = st.matmul(CompressedTensor(d.compressed_indices(), d.plain_indices(), d.values(), taller, d.layout, True),
+                      xd)
+        np.testing.assert_allclose(y.get(), st.matmul(CompressedTensor(t.compressed_indices(), t.plain_indices(),
+                                                                       t.values(), taller, t.layout, True), x),
+                                   rtol=1e-12)
+        np.testing.assert_allclose(st.matmul(d, xd).get(), st.matmul(t, x), rtol=1e-12)
     d.plain_indices().__dlpack__()  # handed out: another library may write it
     with profile() as kernels:
         np.testing.assert_allclose(st.matmul(d, xd).get(), st.matmul(t, x), rtol=1e-12)

@@ -37,15 +37,16 @@ __all__ = ["convert", "transpose_compressed"]
 _PAYLOAD_BITS = 64  # the sort's payload items (tests lower it to take the other path)
 
 
-# plain index array -> its transpose's (compressed index array, compressed, plain, perm), or _FIRST
+# plain index array -> its transpose's (compressed index array, shape, compressed, plain, perm), or _FIRST
 _kept_transposes: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _FIRST = object()
 
 
-def _kept(c, p):
-    """The kept ``(compressed, plain, perm)`` of the transpose of index arrays ``c``, ``p``;
-    ``_FIRST`` where this transpose is to keep them (their second); None where none is kept (a first
-    transpose, now marked; shared arrays, which another library may have written since)."""
+def _kept(c, p, shape):
+    """The kept ``(compressed, plain, perm)`` of the transpose of index arrays ``c``, ``p`` in a
+    tensor of ``shape``; ``_FIRST`` where this transpose is to keep them (their second); None where
+    none is kept (a first transpose, now marked; shared arrays, which another library may have
+    written since)."""
     if c._shared or p._shared:
         _kept_transposes.pop(p, None)
         return None
@@ -53,9 +54,9 @@ def _kept(c, p):
     if hit is None:
         _kept_transposes[p] = _FIRST
         return None
-    if hit is not _FIRST and (hit[0]() is not c or hit[1]._shared or hit[2]._shared):
-        hit = _kept_transposes[p] = _FIRST  # another compressed array, or ours handed out: made again
-    return hit if hit is _FIRST else hit[1:]
+    if hit is not _FIRST and (hit[0]() is not c or hit[1] != shape or hit[2]._shared or hit[3]._shared):
+        hit = _kept_transposes[p] = _FIRST  # other arrays or another shape, or ours handed out: made again
+    return hit if hit is _FIRST else hit[2:]
 
 
 def transpose_compressed(t, keep: bool = False):
@@ -82,7 +83,7 @@ def transpose_compressed(t, keep: bool = False):
         return CompressedTensor(comp, P.empty(dev, batch + (0,), c.dtype), P.empty(dev, v.shape, v.dtype),
                                     t.shape, out_layout, True)
     entries = v.reshape((N,) + tail)
-    kept = _kept(c, p) if keep else None
+    kept = _kept(c, p, t.shape) if keep else None
     if kept is not None and kept is not _FIRST:
         comp, plain, perm = kept
         return CompressedTensor(comp, plain, P.gather_rows(dev, entries, perm, N).reshape(v.shape), t.shape,
@@ -112,7 +113,7 @@ def transpose_compressed(t, keep: bool = False):
     comp = P.batch_offsets(dev, ptr, B, ps, 1, c.dtype).reshape(batch + (ps + 1,))
     plain = plain.reshape(batch + (nnz,))
     if kept is _FIRST:
-        _kept_transposes[p] = (weakref.ref(c), comp, plain, perm)
+        _kept_transposes[p] = (weakref.ref(c), t.shape, comp, plain, perm)
     return CompressedTensor(comp, plain, values.reshape(v.shape), t.shape, out_layout, True)
 
 
