@@ -63,10 +63,10 @@ def spgemm(a, b):
     if not rows_a and not rows_b:
         return _spgemm_rows(b.mT, a.mT).mT  # (A @ B)^T = B^T @ A^T, csr views of csc operands
     a, b = checked(a), checked(b)
-    if not rows_a:
-        a = transpose_compressed(a)
+    if not rows_a:  # (kept from the same arrays' second product on, as the dense products')
+        a = transpose_compressed(a, keep=True)
     if not rows_b:
-        b = transpose_compressed(b)
+        b = transpose_compressed(b, keep=True)
     return _spgemm_rows(a, b)
 
 
