@@ -256,18 +256,6 @@ __global__ void csr_long_sum(const i64* __restrict__ long_rows, const i64* __res
 #define LONG_ROW_THREADS 256
 #define LONG_ROW_WARPS (LONG_ROW_THREADS / 32)
 
-// The block's sum of one value a thread, in thread 0: lanes by shuffles, then warps in order.
-template <typename A>
-__device__ __forceinline__ A block_sum(A v, A* scratch) {
-    for (int d = 16; d > 0; d >>= 1) v = v + shfl_down(v, d, 32);
-    if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = v;
-    __syncthreads();
-    if (threadIdx.x == 0)
-        for (int w = 1; w < LONG_ROW_WARPS; ++w) v = v + scratch[w];
-    __syncthreads();  // scratch is reused by the next row
-    return v;
-}
-
 // y[row] for each listed row of an SpMV: a thread takes every LONG_ROW_THREADS-th entry.
 // st:kernel arith index
 template <typename V, typename I>
@@ -276,14 +264,13 @@ __global__ void csr_spmv_long_rows(const I* __restrict__ comp, const I* __restri
                                    i64 x_bstride, const unsigned long long* __restrict__ long_count,
                                    const i64* __restrict__ long_list, V* __restrict__ y) {
     typedef typename acc<V>::type A;
-    __shared__ A scratch[LONG_ROW_WARPS];
     const i64 nlong = (i64)long_count[0];
     for (i64 q = blockIdx.x; q < nlong; q += gridDim.x) {  // q is the same for the whole block
         const i64 row = long_list[q], b = row / nrows, r = row - b * nrows;
         const I* c = comp + b * (nrows + 1);
         A s = strided_dot(plain + b * nnz, vals + b * nnz, x + b * x_bstride, (i64)c[r] + threadIdx.x, (i64)c[r + 1],
                           (i64)LONG_ROW_THREADS, acc_zero<A>());
-        s = block_sum(s, scratch);
+        s = block_sum(s);  // (scan.cuh: in thread 0, a fixed order)
         if (threadIdx.x == 0) y[row] = from_acc<V>(s);
     }
 }

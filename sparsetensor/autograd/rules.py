@@ -177,6 +177,8 @@ def _sampled_addmm(input, mat1, mat2, *, beta=1.0, alpha=1.0, threads=None):
         if G.is_cuda:
             return _device.sampled_addmm_back(input, mat1, mat2, G, beta, alpha, (wanted(0), wanted(1), wanted(2)))
         gi = unbroadcast(G.values() * conj(beta), input.values().shape) if wanted(0) else None
+        if not (wanted(1) or wanted(2)):
+            return gi, None, None
         Ga = G._replace_values(G.values() * conj(alpha))
         m1, m2 = np.asarray(mat1), np.asarray(mat2)
         g1 = unbroadcast(blas.matmul(Ga, _adjoint(m2)), m1.shape) if wanted(1) else None

@@ -92,7 +92,6 @@ def transpose_compressed(t, keep: bool = False):
     P.run(dev, "convert.cu", "plain_keys", ik, N, p, B, nnz, ps, keys)
     bits = max(B * ps - 1, 0).bit_length()
     rbits = max(n - 1, 0).bit_length()
-    perm = None
     if kept is None and (N - 1).bit_length() + rbits <= _PAYLOAD_BITS:  # position and row in one payload: no gather of rows
         packed = P.empty(dev, (N,), np.uint64)
         P.run(dev, "convert.cu", "packed_major", ik, N, c, B, n, nnz, rbits, packed)
