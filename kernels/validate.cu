@@ -119,6 +119,17 @@ __global__ void compressed_plain(const I* __restrict__ plain, i64 B, i64 nnz, i6
     warp_fold_min(key, first);
 }
 
+// *differs |= 1 where a[i] != b[i] for some i < n: whether index arrays another library holds still
+// equal the copy kept of them (what was derived from them, their transpose, is then still theirs).
+// Run beside a check, whose one read of the report brings the answer too.
+// st:kernel index
+template <typename I>
+__global__ void same_items(const I* __restrict__ a, const I* __restrict__ b, i64 n, u64* differs) {
+    bool d = false;
+    ST_GRID_LOOP(i, n) d = d || a[i] != b[i];
+    if (d) atomicOr(differs, 1ull);
+}
+
 // out = [code, batch, i, position, value, previous]; one thread.
 // st:kernel index
 template <typename I>

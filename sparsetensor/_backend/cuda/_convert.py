@@ -30,6 +30,7 @@ from ..._core._dtypes import check_fits
 from ..._core._tensor import COOTensor, CompressedTensor
 from ...cuda import _primitives as P
 from ._coalesce import _runs, _starts, checked
+from ._validate import keep_snapshot, snapshot
 from ...cuda._classes import CudaCOOTensor
 
 __all__ = ["convert", "transpose_compressed"]
@@ -42,14 +43,21 @@ _kept_transposes: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _FIRST = object()
 
 
-def _kept(c, p, shape):
-    """The kept ``(compressed, plain, perm)`` of the transpose of index arrays ``c``, ``p`` in a
-    tensor of ``shape``; ``_FIRST`` where this transpose is to keep them (their second); None where
-    none is kept (a first transpose, now marked; shared arrays, which another library may have
-    written since)."""
+def _kept(t):
+    """The kept ``(compressed, plain, perm)`` of the transpose of ``t``'s index arrays; ``_FIRST``
+    where this transpose is to keep them (their second); None where none is kept (a first
+    transpose, now marked). Arrays another library holds keep theirs in a
+    :class:`~._validate.Snapshot` (with a copy of the arrays), used where the check that every
+    op makes of them found them unchanged."""
+    c, p, shape = t.compressed_indices(), t.plain_indices(), t.shape
     if c._shared or p._shared:
         _kept_transposes.pop(p, None)
-        return None
+        snap = snapshot(t)
+        if snap is False:
+            return None
+        if snap is not None and snap.confirms(c, p) and not (snap.derived[0]._shared or snap.derived[1]._shared):
+            return snap.derived
+        return _FIRST  # seen before, or changed since, or ours handed out: made again and kept
     hit = _kept_transposes.get(p)
     if hit is None:
         _kept_transposes[p] = _FIRST
@@ -83,7 +91,7 @@ def transpose_compressed(t, keep: bool = False):
         return CompressedTensor(comp, P.empty(dev, batch + (0,), c.dtype), P.empty(dev, v.shape, v.dtype),
                                     t.shape, out_layout, True)
     entries = v.reshape((N,) + tail)
-    kept = _kept(c, p, t.shape) if keep else None
+    kept = _kept(t) if keep else None
     if kept is not None and kept is not _FIRST:
         comp, plain, perm = kept
         return CompressedTensor(comp, plain, P.gather_rows(dev, entries, perm, N).reshape(v.shape), t.shape,
@@ -111,7 +119,9 @@ def transpose_compressed(t, keep: bool = False):
     P.run(dev, "scan.cu", "lower_bounds", (), B * ps + 1, sorted_keys, N, B * ps, ptr)
     comp = P.batch_offsets(dev, ptr, B, ps, 1, c.dtype).reshape(batch + (ps + 1,))
     plain = plain.reshape(batch + (nnz,))
-    if kept is _FIRST:
+    if kept is _FIRST and (c._shared or p._shared):
+        keep_snapshot(t, (comp, plain, perm))
+    elif kept is _FIRST:
         _kept_transposes[p] = (weakref.ref(c), t.shape, comp, plain, perm)
     return CompressedTensor(comp, plain, values.reshape(v.shape), t.shape, out_layout, True)
 

@@ -10,6 +10,8 @@ decodes it and the host raises the same :class:`~sparsetensor.InvariantError`
 from __future__ import annotations
 
 import math
+import weakref
+from collections import OrderedDict
 
 import numpy as np
 
@@ -18,7 +20,8 @@ from ..._core._validate import raise_compressed_error, raise_coo_error
 from ...cuda import _primitives as P
 from ...cuda._classes import CudaCOOTensor, CudaCompressedTensor
 
-__all__ = ["check_tensor", "check_compressed", "check_compressed_bounds", "check_coo", "compressed_report", "coo_report", "CODES"]
+__all__ = ["check_tensor", "check_compressed", "check_compressed_bounds", "check_coo", "compressed_report", "coo_report",
+           "CODES", "Snapshot", "keep_snapshot", "snapshot"]
 
 # report codes of validate.cu
 CODES = {1: "5.1", 2: "5.2", 3: "5.3", 4: "5.4", 5: "5.5", 6: "5.6", 7: "C4", 8: "C5", 9: "C6"}
@@ -31,12 +34,67 @@ def _key(dev):
     return key
 
 
+class Snapshot:
+    """A copy of index arrays that another library holds (it may write them between two of our
+    ops), what an op derived from them (``derived``: their transpose), and the arrays whose check
+    last found them equal to the copy (``confirmed``: weak references to the DeviceArrays). Every
+    op checks such arrays again, and the check's one read of the device also says whether what
+    was derived from them is still theirs."""
+
+    __slots__ = ("comp", "plain", "derived", "confirmed")
+
+    def __init__(self, c, p, derived):
+        self.comp, self.plain, self.derived, self.confirmed = c.copy(), p.copy(), derived, None
+
+    def confirms(self, c, p) -> bool:
+        """Whether the last check of arrays ``c``, ``p`` found them equal to the copy."""
+        return self.confirmed is not None and self.confirmed[0]() is c and self.confirmed[1]() is p
+
+
+# (device, pointers, shapes and dtype of the index arrays, plain size) -> a Snapshot, or None for
+# arrays seen once; the newest few only (each holds copies of the arrays on the device)
+_snapshots: OrderedDict = OrderedDict()
+_SNAPSHOTS = 4
+
+
+def _snapshot_key(t) -> tuple:
+    """What the transpose of ``t``'s index arrays depends on (a csr matrix and its csc view, the
+    same arrays, have one)."""
+    c, p = t.compressed_indices(), t.plain_indices()
+    return c._device, c.ptr, p.ptr, c.shape, p.shape, c.dtype, t.plain_size
+
+
+def _remember(key, value) -> None:
+    _snapshots[key] = value
+    _snapshots.move_to_end(key)
+    while len(_snapshots) > _SNAPSHOTS:
+        _snapshots.popitem(last=False)
+
+
+def snapshot(t):
+    """The :class:`Snapshot` kept of shared tensor ``t``'s index arrays; None where they were
+    seen before without one; False the first time (now they are seen)."""
+    key = _snapshot_key(t)
+    if key not in _snapshots:
+        _remember(key, None)
+        return False
+    _snapshots.move_to_end(key)
+    return _snapshots[key]
+
+
+def keep_snapshot(t, derived) -> None:
+    """Keep a :class:`Snapshot` of shared tensor ``t``'s index arrays (copied now) and ``derived``."""
+    _remember(_snapshot_key(t), Snapshot(t.compressed_indices(), t.plain_indices(), derived))
+
+
 def compressed_report(t, *, check_order: bool = True, max_step: int | None = None):
     """``None`` or the CPU kernel's ``(invariant, batch, i, pos, value)`` for 5.1-5.6 (5.6 only
     with ``check_order``) of a device compressed tensor; synchronises once.
 
     ``max_step`` replaces 5.3's upper bound (the plain size), e.g. ``2**64 - 1`` to check
-    only that the compressed indices do not decrease (what sum_duplicates needs)."""
+    only that the compressed indices do not decrease (what sum_duplicates needs). Where a
+    :class:`Snapshot` of shared index arrays is kept, the same read says whether they still
+    equal it."""
     dev = t.values()._device
     c, p = t.compressed_indices(), t.plain_indices()
     B = math.prod(c.shape[:-1])
@@ -45,7 +103,11 @@ def compressed_report(t, *, check_order: bool = True, max_step: int | None = Non
     ps = t.plain_size
     ik = (P.index_key(c.dtype),)
     key = _key(dev)
-    out = P.empty(dev, (6,), np.int64)
+    snap = _snapshots.get(_snapshot_key(t)) if c._shared or p._shared else None
+    out = P.empty(dev, (6,), np.int64) if snap is None else P.zeros(dev, (7,), np.int64)
+    if snap is not None:  # out[6]: 1 where the arrays differ from the copy
+        for a, kept in ((c, snap.comp), (p, snap.plain)):
+            P.run(dev, "validate.cu", "same_items", ik, a.size, a, kept, a.size, out[6])
     P.run(dev, "validate.cu", "compressed_ends", ik, B, c, B, n, nnz, key)
     step = ps if max_step is None else max_step
     P.run(dev, "validate.cu", "compressed_steps", ik, B * n, c, B, n, step, key)
@@ -56,7 +118,9 @@ def compressed_report(t, *, check_order: bool = True, max_step: int | None = Non
         P.run(dev, "validate.cu", "row_start_marks", ik, B * n, c, B, n, nnz, key, marks)
     P.run(dev, "validate.cu", "compressed_plain", ik, -(-B * nnz // 4), p, B, nnz, ps, int(check_order), marks, key)
     P.run(dev, "validate.cu", "compressed_report", ik, 1, c, p, B, n, nnz, ps, key, out)
-    r = P.read_ints(dev, out) if B else np.zeros(6, np.int64)
+    r = P.read_ints(dev, out) if B else np.zeros(7, np.int64)
+    if snap is not None:
+        snap.confirmed = (weakref.ref(c), weakref.ref(p)) if B and not r[6] else None
     code = int(r[0])
     if code == 0:
         return None
