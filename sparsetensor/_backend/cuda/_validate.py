@@ -41,10 +41,11 @@ class Snapshot:
     op checks such arrays again, and the check's one read of the device also says whether what
     was derived from them is still theirs."""
 
-    __slots__ = ("comp", "plain", "derived", "confirmed")
+    __slots__ = ("comp", "plain", "derived", "confirmed", "nbytes")
 
     def __init__(self, c, p, derived):
         self.comp, self.plain, self.derived, self.confirmed = c.copy(), p.copy(), derived, None
+        self.nbytes = _held_bytes(c, p, derived)
 
     def confirms(self, c, p) -> bool:
         """Whether the last check of arrays ``c``, ``p`` found them equal to the copy."""
@@ -52,9 +53,15 @@ class Snapshot:
 
 
 # (device, pointers, shapes and dtype of the index arrays, plain size) -> a Snapshot, or None for
-# arrays seen once; the newest few only (each holds copies of the arrays on the device)
+# arrays seen once; the newest few only, and no more device memory than _SNAPSHOT_BYTES in all
+# (each holds a copy of the arrays beside what was derived from them)
 _snapshots: OrderedDict = OrderedDict()
 _SNAPSHOTS = 4
+_SNAPSHOT_BYTES = 2 << 30
+
+
+def _held_bytes(c, p, derived) -> int:
+    return 2 * (c.nbytes + p.nbytes) + sum(a.nbytes for a in derived)
 
 
 def _snapshot_key(t) -> tuple:
@@ -67,7 +74,7 @@ def _snapshot_key(t) -> tuple:
 def _remember(key, value) -> None:
     _snapshots[key] = value
     _snapshots.move_to_end(key)
-    while len(_snapshots) > _SNAPSHOTS:
+    while len(_snapshots) > _SNAPSHOTS or sum(s.nbytes for s in _snapshots.values() if s) > _SNAPSHOT_BYTES:
         _snapshots.popitem(last=False)
 
 
@@ -83,8 +90,11 @@ def snapshot(t):
 
 
 def keep_snapshot(t, derived) -> None:
-    """Keep a :class:`Snapshot` of shared tensor ``t``'s index arrays (copied now) and ``derived``."""
-    _remember(_snapshot_key(t), Snapshot(t.compressed_indices(), t.plain_indices(), derived))
+    """Keep a :class:`Snapshot` of shared tensor ``t``'s index arrays (copied now) and ``derived``,
+    unless it would hold more than the snapshots' share of device memory alone."""
+    c, p = t.compressed_indices(), t.plain_indices()
+    if _held_bytes(c, p, derived) <= _SNAPSHOT_BYTES:
+        _remember(_snapshot_key(t), Snapshot(c, p, derived))
 
 
 def compressed_report(t, *, check_order: bool = True, max_step: int | None = None):
