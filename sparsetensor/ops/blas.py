@@ -509,7 +509,7 @@ def sspaddmm(input, mat1, mat2, *, beta=1, alpha=1, threads: int | None = None):
             backend.scale_add(vals, vals, a, a, True, False, threads)
         prod = backend.full_rows_coo(marks, vals, (M, N), rows.dtype, threads)
         idx = concat_axis([inp.indices().astype(idx_dt, copy=False), prod.indices().astype(idx_dt, copy=False)], 1)
-        values = _finish(concat_axis([vin, prod.values()], 0), rt)
+        values = _finish(concat_axis([vin, prod.values().astype(wt, copy=False)], 0), rt)
         return COOTensor(idx, values, (M, N), coalesced=coalesced)
     idx = np.concatenate([inp.indices().astype(idx_dt, copy=False),
                           np.stack([np.repeat(rows, N), np.tile(np.arange(N, dtype=rows.dtype), R)]).astype(idx_dt)],

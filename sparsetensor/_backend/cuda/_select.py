@@ -296,6 +296,8 @@ def repeat_axis(a, axis: int, n: int):
 def concat_axis(arrays: list, axis: int):
     """``np.concatenate(arrays, axis)`` of device arrays of one dtype (shapes agreeing off ``axis``)."""
     a0 = arrays[0]
+    if any(a.dtype != a0.dtype for a in arrays):  # the copy moves raw items: no conversion
+        raise TypeError(f"concat_axis of device arrays of dtypes {[str(a.dtype) for a in arrays]}")
     dev = a0._device
     total = sum(a.shape[axis] for a in arrays)
     out = P.empty(dev, a0.shape[:axis] + (total,) + a0.shape[axis + 1:], a0.dtype)
