@@ -163,6 +163,13 @@ def test_coalescing_duplicates(backend, rng, dtype):
     same(lambda s: s.to_dense(), t)
     same(lambda s: s.to_sparse_csr(), t)
     same(lambda s: s + s, t)
+    # with a float operand the duplicates combine in their own dtype first (wrapping, or), then convert
+    f = st.from_dense(rng.standard_normal((3, 3)), "coo")
+    for op in (st.add, st.mul, st.maximum, st.minimum):
+        same(lambda s: op(s, f.cuda() if s.is_cuda else f), t)
+        same(lambda s: op(s, (f.cuda() if s.is_cuda else f).to_sparse_csr()),
+             st.sparse_csr_tensor(np.array([0, 2, 2, 4]), np.array([1, 1, 0, 0]), vals[:4], size=(3, 3),
+                                  check_invariants=False))
     many = st.sparse_coo_tensor(np.zeros((1, 300), np.int64), np.ones(300, dtype), size=(2,))
     same(lambda s: s.coalesce(), many)
     same(lambda s: s.to_dense(), many)

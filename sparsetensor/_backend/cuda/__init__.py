@@ -102,15 +102,22 @@ def merge(a, b, dtype, op: str, alpha=1, threads=None):
     if dtype == np.bool_ and op in ("add", "mul"):  # NumPy's or / and: computed in int64, tested against 0
         r = merge(a, b, np.dtype(np.int64), op, alpha, threads)
         return r._replace_values(r.values().astype(np.bool_))
-    if a.dtype != dtype:
-        a = a._replace_values(a.values().astype(dtype))
-    if b.dtype != dtype:
-        b = b._replace_values(b.values().astype(dtype))
+    a, b = _in_dtype(a, dtype), _in_dtype(b, dtype)
     if a.index_dtype != b.index_dtype:  # int32 with int64: the CPU's int64 result
         a, b = (x.to(index_dtype=np.int64) for x in (a, b))
     if op in ("maximum", "minimum"):
         return _binary.extremum(a, b, op)
     return _binary.add(a, b, alpha=alpha) if op == "add" else _binary.mul(a, b)
+
+
+def _in_dtype(t, dtype):
+    """Operand ``t`` of a merge with its values in ``dtype``: repeated entries are combined in
+    ``t``'s own dtype first (bool's or, an integer's wrap), as the CPU's merge does."""
+    if t.dtype == dtype:
+        return t
+    if not t.is_coalesced():
+        t = _coalesce.checked(t) if t.layout.compressed else t.coalesce()
+    return t._replace_values(t.values().astype(dtype))
 
 
 def reduce_sum(t, threads=None):
