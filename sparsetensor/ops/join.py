@@ -182,10 +182,6 @@ def _compressed_cat(tensors: list, d: int, kind: str, shape: tuple, op: str, thr
                                         first.is_coalesced())
             v = np.concatenate([t.values() for t in tensors], axis=ax)
             return _compressed(first, first.compressed_indices(), first.plain_indices(), v, shape)
-        if first.is_cuda and first.dtype.kind not in "fc":
-            raise NotImplementedError(f"{op} of {first.dtype} {first.layout.name} tensors along dense dim {d} on "
-                                      f"{first.device} with different patterns: the union sums {first.dtype} values, "
-                                      "which has no GPU kernel")
         coo = _coo_cat([t.to_sparse(L.sparse_coo, threads=threads) for t in tensors], d, kind, shape, op, threads)
         bs = first.blocksize if first.layout.blocked else None
         return coo.coalesce(threads=threads).to_sparse(first.layout, blocksize=bs, threads=threads)

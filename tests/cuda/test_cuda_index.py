@@ -146,17 +146,18 @@ def test_stack_and_cat_every_dim(backend, rng, case, index_dtype, dtype):
 
 
 def test_cat_different_patterns_along_dense_dims(backend, rng):
-    """Patterns that differ: COO zero-pads the values; compressed goes through the union (float
-    values; integer values have no GPU sum: NotImplementedError naming the op)."""
+    """Patterns that differ: COO zero-pads the values; compressed goes through the union (float,
+    integer and bool values, as on the CPU)."""
     a = batched(rng, ("csr", (), (2,), None), np.float64, np.int64)
     b = batched(rng, ("csr", (), (2,), None), np.float64, np.int64)
     agree(lambda p, q: st.cat([p, q], 2), a, b)
     agree(lambda p, q: st.stack([p, q], 2), a.to_sparse("coo"), b.to_sparse("coo"))
     agree(lambda p, q: st.cat([p, q, p], 2), a.to_sparse("coo"), b.to_sparse("coo"))
-    ai, bi = a.astype(np.int64), b.astype(np.int64)
-    assert st.cat([ai, bi], 2).nnz
-    with pytest.raises(NotImplementedError, match="cat of int64 csr tensors along dense dim 2 on cuda:0"):
-        st.cat([ai.cuda(), bi.cuda()], 2)
+    for dtype in (np.int64, np.uint8, np.bool_):
+        ai, bi = (x._replace_values((10 * x.values()).astype(dtype)) for x in (a, b))
+        assert st.cat([ai, bi], 2).nnz
+        agree(lambda p, q: st.cat([p, q, p], 2), ai, bi)
+        agree(lambda p, q: st.cat([p, q], 2), ai.to_sparse("bsr", blocksize=(1, 1)), bi.to_sparse("bsr", blocksize=(1, 1)))
 
 
 _KEYS = [0, -1, (1, 2), (slice(None), 1), (1, 2, 3), (0, 1, 2, 1), (..., 1), (slice(1, 3),), (slice(None, None, 2),),
