@@ -131,6 +131,12 @@ def test_products_edge_shapes(backend, rng):
                                  check_invariants=False)
         for fn in (st.hspmm, st.smm):
             agree(fn, u, rng.standard_normal((4, 2)))
+    for vals in ([True, True, True], [200, 100, 3]):  # unchecked repeats: summed in the product's dtype
+        dup = st.sparse_csr_tensor(np.array([0, 2, 3]), np.array([1, 1, 0]), np.array(vals, np.uint8 if vals[1] > 1
+                                   else np.bool_), (2, 2), check_invariants=False)
+        for fn in (st.hspmm, st.smm):
+            agree(fn, dup, rng.standard_normal((2, 3)))
+        agree(st.sspaddmm, st.from_dense(np.ones((2, 3)), "coo"), dup, rng.standard_normal((2, 3)))
         agree(lambda x, y: fn(x.to_sparse_coo(), y), u, rng.standard_normal((4, 2)))
 
 
