@@ -358,7 +358,6 @@ reciprocal = _refusing_function("reciprocal", "inf", "np.reciprocal")
 # -- the NumPy ufunc protocol ---------------------------------------------------------------------
 # Ufuncs that are linear in the sparse operand: duplicates of an uncoalesced tensor may stay.
 _LINEAR_UNARY = frozenset({np.negative, np.positive, np.conjugate})
-_LINEAR_SCALAR = frozenset({np.multiply, np.true_divide})
 
 # Two-operand ufuncs that sparsetensor.ops.binary implements (by its function names).
 _BINARY = {np.add: "add", np.subtract: "sub", np.multiply: "mul", np.true_divide: "div",
@@ -414,7 +413,7 @@ def _scalar_ufunc(t, ufunc, scalar, *, tensor_first: bool, kwargs):
         raise ValueError(f"{name} with the scalar {scalar!r} is not zero-preserving ({shown} = "
                          f"{', '.join(str(p) for p in probe)}): applied to the specified values only, it would "
                          "leave every unspecified element wrong. Call .to_dense() first")
-    if ufunc in _LINEAR_SCALAR and tensor_first:
+    if ufunc is np.multiply or (ufunc is np.true_divide and tensor_first):  # s * t is t * s; s / t is not linear
         t = without_duplicates(t, scalar, divide=ufunc is np.true_divide)
     else:
         t = t.coalesce()

@@ -409,9 +409,13 @@ def test_scalar_ufuncs(ufunc, scalar, first, ok, layout, dtype, rng):
 def test_scaling_keeps_duplicates_of_uncoalesced_coo(rng):
     t, a = make(rng, "coo", nnz=6)
     u = uncoalesced(rng, t)
-    r = array_ufunc(u, np.multiply, "__call__", u, 3.0)
-    assert r.indices() is u.indices() and not r.is_coalesced()
-    np.testing.assert_allclose(r.to_dense(), 3 * a)
+    for args in ((u, 3.0), (3.0, u), (u, np.float32(3)), (np.float32(3), u)):  # either order: s * t is t * s
+        r = array_ufunc(u, np.multiply, "__call__", *args)
+        assert r.indices() is u.indices() and not r.is_coalesced()
+        np.testing.assert_allclose(r.to_dense(), 3 * a)
+    assert (np.float32(3) * u).indices() is u.indices()
+    d = array_ufunc(u, np.true_divide, "__call__", u, 4.0)
+    assert d.indices() is u.indices()
     s = pw._scale(u, 4.0, divide=True)
     np.testing.assert_allclose(s.to_dense(), a / 4)
     with pytest.raises(ValueError, match="not zero-preserving"):
