@@ -40,7 +40,8 @@ the sparse operand.
 
 On a CUDA device the same table holds for a device tensor with dense device arrays (a
 ``DeviceArray``, or anything with ``__cuda_array_interface__`` or DLPack, read without a
-copy) on its device; dense results are device arrays. The arithmetic runs on float and
+copy) on its device; dense results are device arrays; a 0-d device array is a scalar, as a
+0-d host array is. The arithmetic runs on float and
 complex values (maximum/minimum also on integers and bool); a host array with a device tensor
 raises ValueError naming both devices.
 """
@@ -93,7 +94,10 @@ def _on_device(name: str, ka: str, kb: str, a, b) -> tuple:
     if "sparse" not in (ka, kb) or "scalar" in (ka, kb):
         raise NotImplementedError(f"{name}({describe(a)}, {describe(b)}): a dense device array has a GPU kernel "
                                   "only with a sparse tensor on its device")
-    return "dense" if ka == "device" else ka, "dense" if kb == "device" else kb, a, b
+    # a 0-d array is a scalar on a device as on the host (its one value read back)
+    (ka, a), (kb, b) = (("scalar", x.get()[()]) if k == "device" and x.ndim == 0 else
+                        ("dense" if k == "device" else k, x) for k, x in ((ka, a), (kb, b)))
+    return ka, kb, a, b
 
 
 def _result_dtype(name: str, *xs) -> np.dtype:
@@ -183,12 +187,12 @@ def _add(name: str, a, b, alpha, threads, negate: bool = False):
     (ka, a), (kb, b) = _operand(a, name), _operand(b, name)
     if "sparse" not in (ka, kb) and "device" not in (ka, kb):
         raise TypeError(f"{name} expects at least one sparse tensor, got {describe(a)} and {describe(b)}")
+    if "device" in (ka, kb) and "scalar" not in (ka, kb):
+        ka, kb, a, b = _on_device(name, ka, kb, a, b)
     if "scalar" in (ka, kb):
         raise NotImplementedError(f"{name}({describe(a)}, {describe(b)}): adding a scalar to a sparse tensor "
                                   "would specify every element and is not supported (as in PyTorch); use "
                                   "t.to_dense() with the scalar instead")
-    if "device" in (ka, kb):
-        ka, kb, a, b = _on_device(name, ka, kb, a, b)
     dtype = _result_dtype(name, a, b)
     if negate and dtype == np.bool_:
         raise TypeError("sub: subtraction, the `-` operator, with two bool tensors is not supported; use "
@@ -321,11 +325,11 @@ def _extremum(name, a, b, ufunc, threads):
     (ka, a), (kb, b) = _operand(a, name), _operand(b, name)
     if "sparse" not in (ka, kb) and "device" not in (ka, kb):
         raise TypeError(f"{name} expects at least one sparse tensor, got {describe(a)} and {describe(b)}")
+    if "device" in (ka, kb) and "scalar" not in (ka, kb):
+        ka, kb, a, b = _on_device(name, ka, kb, a, b)
     if "scalar" in (ka, kb):
         raise NotImplementedError(f"{name}({describe(a)}, {describe(b)}) with a scalar is not supported; use "
                                   "t.to_dense() with the scalar instead")
-    if "device" in (ka, kb):
-        ka, kb, a, b = _on_device(name, ka, kb, a, b)
     dtype = _result_dtype(name, a, b)
     if dtype.kind == "c":
         raise TypeError(f"{name} is not defined for complex tensors: {describe(a)} and {describe(b)}")

@@ -396,3 +396,26 @@ def test_linear(backend, rng, layout, bs):
     x = rng.standard_normal((3, 4))
     same(st.linear(cuda.DeviceArray.from_host(x), none.cuda(), cuda.DeviceArray.from_host(np.zeros(0))),
          st.linear(x, none, np.zeros(0)))
+
+
+@pytest.mark.parametrize("layout", ["coo", "csr"])
+def test_a_zero_dim_device_array_is_a_scalar(backend, rng, layout):
+    """A 0-d device array operand is a scalar, as a 0-d host array is on the CPU: mul/div scale
+    (an uncoalesced tensor keeps its duplicates, as with the host scalar), add/sub/maximum/minimum
+    refuse it with the CPU's NotImplementedError; with a host tensor it is a device mix."""
+    t = st.sparse_coo_tensor(np.array([[1, 0, 1], [0, 0, 0]]), np.array([1.0, 2.0, 4.0]), size=(2, 2))
+    t = t if layout == "coo" else t.coalesce().to_sparse_csr()
+    for s in (np.array(3.0), np.array(-2, np.int64)):
+        sd = cuda.DeviceArray.from_host(s)
+        for op in (st.mul, st.div):
+            got, want = op(t.cuda(), sd), op(t, s)
+            assert got.is_coalesced() == want.is_coalesced() and got.dtype == want.dtype
+            np.testing.assert_array_equal(got.to_dense().get(), want.to_dense())
+        for op in (st.add, st.sub, st.maximum, st.minimum):
+            with pytest.raises(NotImplementedError) as e:
+                op(t, s)
+            with pytest.raises(NotImplementedError) as got:
+                op(t.cuda(), sd)
+            assert str(got.value).replace(" on cuda:0", "") == str(e.value)
+        with pytest.raises(ValueError, match="different devices"):
+            st.mul(t, sd)
