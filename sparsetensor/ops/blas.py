@@ -378,35 +378,34 @@ def addmm(input, mat1, mat2, *, beta=1, alpha=1, threads: int | None = None):
     return _finish(backend.scale_add(prod, inp, a, b, alpha != 1, beta != 0, threads), rt)
 
 
-def _rows_csr(S, op: str, threads, dtype_of) -> CompressedTensor:
-    """``S`` as a 2-d csr tensor whose indices are safe to read; ``dtype_of()``: the product's
-    dtype, in which a device tensor's repeated entries are summed (the CPU's kernels sum them in
-    it as they read them)."""
+def _rows_csr(S, op: str, threads, other_dtypes) -> tuple:
+    """(``S`` as a 2-d csr tensor whose indices are safe to read, the product's dtype with the
+    ``other_dtypes``). A device tensor's repeated entries are summed in the product's dtype, as
+    the CPU's kernels sum them as they read them."""
     if not isinstance(S, SparseTensor):
         raise TypeError(f"{op}: the matrix must be sparse, got {type(S).__name__}")
     _sparse_ndim(op, S, 2, "a 2-d sparse matrix")
+    rt = _result_dtype(op, S.dtype, *other_dtypes)
     csr = S.to_sparse_csr(threads=threads)
     if not csr.is_coalesced():
         backend = backend_for(csr)
         if backend.device == "cpu":
             backend.check_bounds(csr, threads)
         else:  # the device's row kernels read canonical rows: repair them, as its conversions do
-            rt = dtype_of()
             csr = backend.coalesce(csr if csr.dtype == rt else csr._replace_values(csr.values().astype(rt)), threads)
-    return csr
+    return csr, rt
 
 
 def _hspmm_work(S, D, op, threads, extra_dtypes=()):
     """(row indices, product rows in the working dtype, result dtype, csr of S, marks: None on the
     host, on a device the scan of the nonempty rows that ``full_rows_coo`` takes)."""
     D = _as_dense(D, op, "the dense matrix")
-    csr = _rows_csr(S, op, threads, lambda: _result_dtype(op, S.dtype, D.dtype, *extra_dtypes))
+    csr, rt = _rows_csr(S, op, threads, (D.dtype, *extra_dtypes))
     if D.ndim != 2:
         raise ValueError(f"{op}: expected a 2-d dense matrix, got a {_describe(D)}")
     M, K = csr.shape
     if D.shape[0] != K:
         raise _mismatch(op, S, D, f"inner sizes differ ({K} != {D.shape[0]})")
-    rt = _result_dtype(op, S.dtype, D.dtype, *extra_dtypes)
     crow = csr.crow_indices()
     backend = backend_for(csr, D)  # a CPU/GPU mix raises here
     if backend.device != "cpu":

@@ -115,8 +115,7 @@ def _in_dtype(t, dtype):
     ``t``'s own dtype first (bool's or, an integer's wrap), as the CPU's merge does."""
     if t.dtype == dtype:
         return t
-    if not t.is_coalesced():
-        t = _coalesce.checked(t) if t.layout.compressed else t.coalesce()
+    t = coalesce(t)
     return t._replace_values(t.values().astype(dtype))
 
 
