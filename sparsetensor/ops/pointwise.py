@@ -441,7 +441,7 @@ def _binary_ufunc(ufunc, a, b, kwargs):
     fn = getattr(binary, fname, None)
     if fn is None:
         return NotImplemented
-    if fname in ("mul", "div"):
+    if fname == "mul" or (fname == "div" and isinstance(a, SparseTensor)):  # dense / sparse: div's own refusal
         _check_sampled(ufunc, a, b, binary.mul)
     return fn(a, b)
 
@@ -498,7 +498,9 @@ def array_ufunc(tensor, ufunc, method, *inputs, **kwargs):
       :mod:`sparsetensor.ops.binary`; other ufuncs return ``NotImplemented`` (NumPy
       raises :class:`TypeError`). ``multiply`` and ``divide`` with a dense array (which
       is sampled at the pattern) raise :class:`ValueError` where the array would make an
-      unspecified element nonzero (NumPy's ``0 * inf``, ``0 / 0``), as the scalar form does.
+      unspecified element nonzero (NumPy's ``0 * inf``, ``0 / 0``), as the scalar form does;
+      a dense array divided by a sparse tensor is :func:`~sparsetensor.ops.binary.div`'s
+      :class:`NotImplementedError`, as on a device.
     - ``np.add.reduce`` / ``np.maximum.reduce`` / ``np.minimum.reduce`` are
       :func:`~sparsetensor.ops.reduce.sum`, ``amax`` and ``amin`` (``axis`` defaults
       to 0, as in NumPy); other methods (``accumulate``, ``at``, ...) return

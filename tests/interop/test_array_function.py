@@ -277,6 +277,15 @@ def test_ufunc_dense_operand_repro_and_sampled_operators_kept():
         np.testing.assert_array_equal(st.mul(t, np.full((2, 2), np.inf)).to_dense(), [[0, np.inf], [np.inf, 0]])
 
 
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_dense_divided_by_a_sparse_tensor_is_divs_refusal(layout):
+    t, a = _make(layout)
+    for d in (np.ones(a.shape), np.zeros(a.shape), np.ones(a.shape[-1:])):  # the same refusal for every divisor
+        for f in (lambda: d / t, lambda: np.divide(d, t), lambda: np.true_divide(d, t), lambda: st.div(d, t)):
+            with pytest.raises(NotImplementedError, match="division by a sparse tensor"):
+                f()
+
+
 def test_uncoalesced_duplicates_count_once():
     c = st.sparse_coo_tensor([[0, 0, 1], [1, 1, 0]], [1.0, 2.0, 3.0], size=(2, 2))  # (0, 1) twice
     d = np.array([[1.0, 0.0], [0.0, 1.0]])  # zeros at the two specified elements
