@@ -1,6 +1,7 @@
 // Sparse @ sparse (SpGEMM) over rows-compressed operands (csr @ csr, bsr @ bsr; batch b of a
 // times batch b of b): a warp a row with a hash table of its columns (csr rows of at most
-// ROW_HASH products, below), else expand, sort, compress (ESC).
+// ROW_HASH products, below), a block a row over a dense row (longer csr rows, below), else
+// expand, sort, compress (ESC).
 // sparsetensor/_backend/cuda/_spgemm.py drives the passes of ESC:
 //   spgemm_counts (products of every entry of a: the length of b's row it meets)
 //   -> exclusive scan = offsets, each entry's first product; the total is the product count P
@@ -13,6 +14,7 @@
 // The products are located from their index q alone (a binary search over offsets), so that
 // nothing but the keys and the sort's permutation is kept per product.
 #include "common.cuh"
+#include "scan.cuh"
 
 namespace st {
 
@@ -207,14 +209,15 @@ __device__ __forceinline__ i64 insert_row(const I* __restrict__ ap, i64 e0, i64 
 
 // counts[t] = the number of distinct columns of row t's products (rows b * n + r of every batch),
 // a warp a row; a row of more than ROW_HASH products gets -1 and is counted in too_long: [0] its
-// products, [1] the rows (both zeroed before the launch).
+// products, [1] the rows (both zeroed before the launch), and listed in long_list (room for every
+// row that can have more than ROW_HASH products; in no particular order).
 // Launch with 32 * HASH_WARPS threads.
 // st:kernel index
 template <typename I>
 __global__ void spgemm_hash_count(const I* __restrict__ ac, const I* __restrict__ ap, i64 B, i64 n, i64 nnza,
                                   const I* __restrict__ bc, const I* __restrict__ bp, i64 nb, i64 nnzb,
                                   const i64* __restrict__ offsets, i64* __restrict__ counts,
-                                  unsigned long long* __restrict__ too_long) {
+                                  unsigned long long* __restrict__ too_long, i64* __restrict__ long_list) {
     __shared__ unsigned tables[HASH_WARPS * ROW_HASH];
     const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
     unsigned* tab = tables + w * ROW_HASH;
@@ -226,7 +229,7 @@ __global__ void spgemm_hash_count(const I* __restrict__ ac, const I* __restrict_
             if (lane == 0) {
                 counts[t] = -1;
                 atomicAdd(&too_long[0], (unsigned long long)products);
-                atomicAdd(&too_long[1], 1ull);
+                long_list[atomicAdd(&too_long[1], 1ull)] = t;
             }
             continue;
         }
@@ -308,6 +311,116 @@ __global__ void spgemm_hash_finish(const typename acc<V>::type* __restrict__ acc
     ST_GRID_LOOP(i, n) {
         const A s = accum[i];
         out[i] = from_acc<V>(logical ? (A)(s != A(0)) : s);
+    }
+}
+
+// -- rows of more than ROW_HASH products: a block a row over a dense row ------------------------------
+// Each block owns a bitmap of the ncols columns (nwords 32-bit words, zero between rows) and, for
+// the fill, a dense row of ncols sums. spgemm_dense_count sets the bits of a row's product
+// columns and counts them (clearing the words as it reads them); spgemm_dense_fill adds the
+// products into the dense row entry of a by entry of a (a block barrier between entries: the
+// order of the sort's runs and of the hash rows), marking first touches in the bitmap, then
+// writes the row's columns in increasing order by a block scan of the words' bit counts. Memory
+// is the blocks' rows, not the products: no row is too long. Launch with DENSE_THREADS threads.
+
+#define DENSE_THREADS 256
+
+// Sets the bits of the columns of row t's products in bm, the block's threads over its products
+// (a product found by its entry, a binary search over offsets). Columns at or above ncols are
+// skipped (the operands were checked: none is).
+template <typename I>
+__device__ __forceinline__ void dense_mark(const I* __restrict__ ap, const I* __restrict__ bcb,
+                                           const I* __restrict__ bpb, const i64* __restrict__ offsets, i64 e0, i64 e1,
+                                           i64 ncols, unsigned* __restrict__ bm) {
+    const i64 q0 = offsets[e0], q1 = offsets[e1];
+    for (i64 q = q0 + threadIdx.x; q < q1; q += blockDim.x) {
+        const i64 e = e0 + slot_of(offsets + e0, e1 - e0, q);
+        const i64 c = (i64)bpb[(i64)bcb[(i64)ap[e]] + (q - offsets[e])];
+        if (0 <= c && c < ncols) atomicOr(&bm[c >> 5], 1u << (c & 31));
+    }
+}
+
+// counts[t] of each listed row t (long_list[0..nlong)) = its distinct product columns.
+// st:kernel index
+template <typename I>
+__global__ void spgemm_dense_count(const I* __restrict__ ac, const I* __restrict__ ap, i64 n, i64 nnza,
+                                   const I* __restrict__ bc, const I* __restrict__ bp, i64 nb, i64 nnzb,
+                                   const i64* __restrict__ offsets, const i64* __restrict__ long_list, i64 nlong,
+                                   unsigned* __restrict__ bitmaps, i64 nwords, i64 ncols, i64* __restrict__ counts) {
+    unsigned* bm = bitmaps + (i64)blockIdx.x * nwords;
+    for (i64 r = blockIdx.x; r < nlong; r += gridDim.x) {
+        i64 b, e0, e1;
+        const i64 t = long_list[r];
+        row_entries(ac, n, nnza, offsets, t, &b, &e0, &e1);
+        dense_mark(ap, bc + b * (nb + 1), bp + b * nnzb, offsets, e0, e1, ncols, bm);
+        __syncthreads();
+        i64 mine = 0;
+        for (i64 w = threadIdx.x; w < nwords; w += blockDim.x) {
+            const unsigned x = bm[w];
+            if (x) {
+                mine += __popc(x);
+                bm[w] = 0;
+            }
+        }
+        i64 total;
+        block_inclusive_scan(mine, &total);
+        if (threadIdx.x == 0) counts[t] = total;
+    }
+}
+
+// Row t (long_list[0..nlong)) of the product at ptr[t]..ptr[t + 1]: its columns in increasing
+// order and its sums (dense: the block's row of ncols sums), as spgemm_hash_fill writes the others.
+// st:kernel arith index
+template <typename V, typename I>
+__global__ void spgemm_dense_fill(const I* __restrict__ ac, const I* __restrict__ ap, const V* __restrict__ av,
+                                  i64 n, i64 nnza, const I* __restrict__ bc, const I* __restrict__ bp,
+                                  const V* __restrict__ bv, i64 nb, i64 nnzb, const i64* __restrict__ offsets,
+                                  const i64* __restrict__ long_list, i64 nlong, unsigned* __restrict__ bitmaps,
+                                  i64 nwords, i64 ncols, typename acc<V>::type* __restrict__ dense,
+                                  const i64* __restrict__ ptr, I* __restrict__ plain,
+                                  typename acc<V>::type* __restrict__ accum) {
+    typedef typename acc<V>::type A;
+    unsigned* bm = bitmaps + (i64)blockIdx.x * nwords;
+    A* row = dense + (i64)blockIdx.x * ncols;
+    for (i64 r = blockIdx.x; r < nlong; r += gridDim.x) {
+        i64 b, e0, e1;
+        const i64 t = long_list[r];
+        row_entries(ac, n, nnza, offsets, t, &b, &e0, &e1);
+        const I* bcb = bc + b * (nb + 1);
+        const I* bpb = bp + b * nnzb;
+        const V* bvb = bv + b * nnzb;
+        for (i64 e = e0; e < e1; ++e) {  // b's row has distinct columns: no two threads meet in one sum
+            const i64 k = (i64)ap[e], j1 = (i64)bcb[k + 1];
+            const A x = to_acc(av[e]);
+            for (i64 j = (i64)bcb[k] + threadIdx.x; j < j1; j += blockDim.x) {
+                const i64 c = (i64)bpb[j];
+                if (c < 0 || c >= ncols) continue;
+                const unsigned bit = 1u << (c & 31);
+                const bool seen = atomicOr(&bm[c >> 5], bit) & bit;
+                row[c] = mul_add(seen ? row[c] : acc_zero<A>(), x, to_acc(bvb[j]));
+            }
+            __syncthreads();
+        }
+        const i64 o0 = ptr[t], o1 = ptr[t + 1];
+        i64 base = o0;
+        for (i64 w0 = 0; w0 < nwords; w0 += blockDim.x) {  // the marked columns in order, a word a thread
+            const i64 w = w0 + threadIdx.x;
+            unsigned x = w < nwords ? bm[w] : 0u;
+            const i64 mine = __popc(x);
+            i64 total;
+            i64 at = base + block_inclusive_scan(mine, &total) - mine;
+            if (x) bm[w] = 0;
+            for (; x; x &= x - 1) {
+                const i64 c = w * 32 + __popc((x & (0u - x)) - 1u);  // the lowest set bit's column
+                if (at < o1) {
+                    plain[at] = (I)c;
+                    accum[at] = row[c];
+                }
+                ++at;
+            }
+            base += total;
+        }
+        __syncthreads();
     }
 }
 

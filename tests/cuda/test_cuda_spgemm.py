@@ -296,12 +296,21 @@ def test_sort_method(backend, rng, monkeypatch, la, lb, index_dtype, dtype, batc
     assert got.nnz > 0
 
 
+def long_rows_method(monkeypatch, method):
+    """Rows of more than 1024 products from now on: a block a row over a dense row ("dense",
+    the default) or sorted ("sorted": a dense row would take more than the room allowed)."""
+    if method == "sorted":
+        monkeypatch.setattr(device_spgemm, "_DENSE_BYTES", 0)
+
+
+@pytest.mark.parametrize("method", ["dense", "sorted"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int8, np.bool_, np.complex64], ids=str)
-def test_row_table_limits(backend, rng, dtype):
+def test_row_table_limits(backend, rng, monkeypatch, method, dtype):
     """Rows of exactly 1024 products into 1024 columns (the row's hash table full), of 1024
-    products into 3 columns, a row of 1025 products (sorted, then placed among the hashed rows)
-    beside rows of a few, every row long (all sorted), a batch whose long row is the other
-    batch's too: all the CPU's."""
+    products into 3 columns, a row of 1025 products (a dense row, or sorted, then placed among
+    the hashed rows) beside rows of a few, every row long, a batch whose long row is the other
+    batch's too: all the CPU's, by either method for the long rows."""
+    long_rows_method(monkeypatch, method)
     K, N = 40, 1100
     B = np.zeros((K, N), np.float64)
     B[0, :1024] = 1 + rng.random(1024)            # row 0 of b: 1024 columns
@@ -338,8 +347,38 @@ def test_row_table_limits(backend, rng, dtype):
     both(a2, b2)
 
 
+@pytest.mark.parametrize("index_dtype", INDEX, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("dtype", [np.float64, np.int64, np.complex128], ids=str)
+def test_dense_long_rows(backend, rng, monkeypatch, index_dtype, dtype):
+    """Many long rows over few blocks (each block reuses its bitmap and dense row, row after
+    row), 9,000 columns (more words than a block's threads: the columns are written in several
+    rounds of the block scan; a last word partly beyond the columns), long rows of two batches,
+    short rows between them: the CPU's product, with no sort and no product stored."""
+    from sparsetensor.cuda._module import profile
+
+    K, N = 64, 9000
+    Bd = np.zeros((K, N))
+    for k in range(K):
+        Bd[k, rng.choice(N, 40, replace=False)] = rng.integers(1, 5, 40) * rng.choice([-1, 1], 40)
+    Bd[:, N - 1] = 1.0  # the last column, in the last word's first bits
+    Ad = np.zeros((12, K))
+    Ad[::2] = rng.integers(1, 5, (6, K))  # 6 rows of 64 x 41 products: long
+    Ad[1::2, :3] = 1.0                    # short rows between them
+    a = st.from_dense(np.stack([Ad, -Ad]).astype(dtype), "csr", index_dtype=index_dtype, batch_dim=1)
+    b = st.from_dense(np.stack([Bd, np.where(Bd != 0, Bd + 8, 0)]).astype(dtype), "csr", index_dtype=index_dtype,
+                      batch_dim=1)
+    for room in (3, 1 << 30):  # one block, then as many as there are long rows
+        per_block = 4 * -(-N // 32) + N * np.dtype(_primitives.acc_dtype(np.dtype(dtype))).itemsize
+        monkeypatch.setattr(device_spgemm, "_DENSE_BYTES", room * per_block // 3)
+        with profile() as kernels:
+            both(a, b)
+        assert "spgemm_dense_fill" in kernels and not any(k.startswith("radix") for k in kernels)
+    monkeypatch.setattr(device_spgemm, "MAX_PRODUCTS", 10)  # dense rows store no product: no limit
+    both(a, b)
+
+
 def test_too_many_products_are_refused(backend, rng, monkeypatch):
-    """The sort's limit (the row method stores no product and has none)."""
+    """The sort's limit (the row methods store no product and have none)."""
     a, b = _pair(rng, "csr", "csr", np.float64, np.int64, density=0.6)
     both(a, b)
     sort_only(monkeypatch)

@@ -10,7 +10,7 @@ wherever some product is formed, also where values cancel to zero: the CPU keeps
 too), sorted plain indices, every value dtype (integers wrap, bool is an or of ands,
 float16 sums in float32 and rounds once), the operands' index dtype (int64 when they differ).
 
-Two methods (kernels/spgemm.cu), both summing each output entry's products in the order of
+Three methods (kernels/spgemm.cu), each summing each output entry's products in the order of
 a's entries, then b's (the CPU's order), so the result does not depend on the method:
 
 - **A warp a row** (csr, rows of at most 1024 products, columns below 2**32 - 1): the row's
@@ -19,8 +19,15 @@ a's entries, then b's (the CPU's order), so the result does not depend on the me
   products again, sorts the columns (a bitonic sort by the warp) and adds the products entry of
   a by entry of a (the lanes of one entry meet distinct columns of b's row: no atomics on the
   sums). No product is stored: memory is the output's.
-- **Expand, sort, compress** (ESC) for blocks, for the rows of more products (only their
-  products: the other entries of a count none) and when every row is such a row: every
+- **A block a row over a dense row** (csr rows of more than 1024 products): each block holds a
+  bitmap of b's columns and a row of as many sums; the row's products set their columns' bits
+  (whose counts are the row's length), then are added into the dense row entry of a by entry of
+  a, and the marked columns are written in increasing order. No product is stored, so no row is
+  too long; memory is the blocks' rows, at most :data:`_DENSE_BYTES` in all (fewer blocks for
+  wider products, each taking its share of the long rows in turn).
+- **Expand, sort, compress** (ESC) for blocks, for the rows of more products where one dense
+  row would take more than that room (only their products: the other entries of a count
+  none) and when every row is such a row: every
   product ``a[i, k] * b[k, j]`` gets one u64 key ``(batch * n + i) * ncols + j``; the device
   radix sort (kernels/sort.cu, stable) orders them, runs of equal keys are the output entries
   (the scan of their heads gives the exact nnz and the row pointers at once), and each output
@@ -52,6 +59,8 @@ __all__ = ["spgemm", "MAX_PRODUCTS"]
 _U64_SPAN = 1 << 64
 _ROW_HASH, _HASH_BLOCK = 1024, 4 * 32   # ROW_HASH and 32 * HASH_WARPS of spgemm.cu
 _HASH_EMPTY = 0xFFFFFFFF                # HASH_EMPTY: every column must be below it
+_DENSE_THREADS = 256                    # DENSE_THREADS of spgemm.cu
+_DENSE_BYTES = 1 << 30                  # the long rows' dense rows and bitmaps, all blocks together
 # About 56 bytes a product while the sort runs (keys and permutation, twice, the run heads and
 # their scan): 2**31 products take 120 GB, beyond the memory of today's GPUs.
 MAX_PRODUCTS = 1 << 31
@@ -149,7 +158,7 @@ def _spgemm_rows(a, b) -> CompressedTensor:
         return o.result(P.zeros(dev, (B * n + 1,), np.int64), P.empty(dev, (0,), idx_dt),
                         P.empty(dev, (0,) + o.blocks, o.dtype), 0)
     if not o.layout.blocked and ncols < _HASH_EMPTY:
-        out = _by_rows(o, offsets)
+        out = _by_rows(o, offsets, nprod)
         if out is not None:
             return out
     rows = _entry_rows(o)
@@ -192,22 +201,39 @@ def _sorted(o, offsets, rows, nprod):
     return ptr, row_keys, plain, values
 
 
-def _by_rows(o, offsets):
+def _dense_blocks(o, nlong: int) -> int:
+    """Blocks of spgemm_dense_* for ``nlong`` long rows: each holds a bitmap and a row of sums
+    of ``o.ncols`` columns, all of them at most _DENSE_BYTES (0: one block's row is more, and the
+    long rows are sorted instead)."""
+    per_block = 4 * -(-o.ncols // 32) + o.ncols * P.acc_dtype(o.dtype).itemsize
+    return min(nlong, 2 * o.dev.sm_count, _DENSE_BYTES // per_block)
+
+
+def _by_rows(o, offsets, nprod: int):
     """csr @ csr a warp a row (kernels spgemm_hash_*: a row's columns in a hash table in shared
-    memory, no product stored); the rows of more than ROW_HASH products, if any, by
-    :func:`_sorted` over their products alone, placed among the others. None when every row
-    is such a row (the caller sorts them all)."""
+    memory, no product stored); the rows of more than ROW_HASH products, if any, a block a row
+    over a dense row of sums (spgemm_dense_*), or by :func:`_sorted` over their products alone
+    where a dense row would take too much room, placed among the others. None when every row is
+    such a row to sort (the caller sorts them all)."""
     dev, ik, B, n, nnza, nnzb = o.dev, o.ik, o.B, o.n, o.nnza, o.nnzb
     counts = P.empty(dev, (B * n,), np.int64)
     too_long = P.zeros(dev, (2,), np.uint64)
+    long_list = P.empty(dev, (max(1, min(B * n, nprod // (_ROW_HASH + 1))),), np.int64)
     grid = grid_for(dev, B * n * 32, _HASH_BLOCK)
     launch(dev, "spgemm.cu", "spgemm_hash_count", ik, grid, _HASH_BLOCK, o.ac, o.ap, B, n, nnza, o.bc, o.bp, o.nb,
-           nnzb, offsets, counts, too_long)
+           nnzb, offsets, counts, too_long, long_list)
     nlong, long_rows = (int(x) for x in P.read_ints(dev, too_long))
-    if long_rows == B * n:
+    G = _dense_blocks(o, long_rows) if long_rows else 0
+    if long_rows == B * n and not G:
         return None
-    long = None
-    if nlong:  # the long rows' products alone (every other entry of a counts none), sorted
+    long = dense = None
+    if G:
+        nwords = -(-o.ncols // 32)
+        bitmaps = P.zeros(dev, (G * nwords,), np.uint32)
+        launch(dev, "spgemm.cu", "spgemm_dense_count", ik, G, _DENSE_THREADS, o.ac, o.ap, n, nnza, o.bc, o.bp, o.nb,
+               nnzb, offsets, long_list, long_rows, bitmaps, nwords, o.ncols, counts)
+        dense = (long_list, long_rows, bitmaps, nwords, o.ncols, P.empty(dev, (G * o.ncols,), P.acc_dtype(o.dtype)))
+    elif nlong:  # the long rows' products alone (every other entry of a counts none), sorted
         rows = _entry_rows(o)
         masked = P.empty(dev, (o.N,), np.int64)
         P.run(dev, "spgemm.cu", "spgemm_long_entries", (), o.N, offsets, rows, counts, o.N, masked)
@@ -221,8 +247,12 @@ def _by_rows(o, offsets):
     values = P.empty(dev, (B * nnz,), dtype)
     wide = P.acc_dtype(dtype)
     accum = _raw(values) if wide == dtype else P.empty(dev, (B * nnz,), wide)
-    launch(dev, "spgemm.cu", "spgemm_hash_fill", (P.arith_key(o.av.dtype, "spgemm"),) + ik, grid, _HASH_BLOCK, o.ac,
-           o.ap, o.av, B, n, nnza, o.bc, o.bp, o.bv, o.nb, nnzb, offsets, ptr, plain, accum)
+    vk = (P.arith_key(o.av.dtype, "spgemm"),) + ik
+    launch(dev, "spgemm.cu", "spgemm_hash_fill", vk, grid, _HASH_BLOCK, o.ac, o.ap, o.av, B, n, nnza, o.bc, o.bp, o.bv,
+           o.nb, nnzb, offsets, ptr, plain, accum)
+    if dense is not None:
+        launch(dev, "spgemm.cu", "spgemm_dense_fill", vk, G, _DENSE_THREADS, o.ac, o.ap, o.av, n, nnza, o.bc, o.bp,
+               o.bv, o.nb, nnzb, offsets, *dense, ptr, plain, accum)
     if accum.dtype != dtype:
         P.run(dev, "spgemm.cu", "spgemm_hash_finish", (_raw(values).dtype.name,), B * nnz, accum, B * nnz,
               int(dtype == np.bool_), _raw(values))
