@@ -206,7 +206,7 @@ def _dense_blocks(o, nlong: int) -> int:
     of ``o.ncols`` columns, all of them at most _DENSE_BYTES (0: one block's row is more, and the
     long rows are sorted instead)."""
     per_block = 4 * -(-o.ncols // 32) + o.ncols * P.acc_dtype(o.dtype).itemsize
-    return min(nlong, 2 * o.dev.sm_count, _DENSE_BYTES // per_block)
+    return min(nlong, 2 * o.dev.sm_count, _DENSE_BYTES // max(1, per_block))
 
 
 def _by_rows(o, offsets, nprod: int):
