@@ -336,6 +336,19 @@ def test_changed_compressed_index_never_corrupts_the_heap(op):
         assert not _fails(outcome), f"crow[2] = {value}: {outcome}"
 
 
+@pytest.mark.parametrize("op", ["select", "narrow", "index_select"])
+def test_rows_cut_out_past_the_entries_raise(op):
+    """A last row end moved past nnz: the cut-out row's slice leaves the arrays (it was copied
+    as nothing, leaving the output's entries uninitialized)."""
+    crow, col, val = np.array([0, 1, 2]), np.array([0, 1]), np.array([1.0, 2.0])
+    t = st.sparse_csr_tensor(crow, col, val, size=(2, 4))
+    t.check_invariants()
+    crow[-1] = 3
+    fn = {"select": lambda: st.select(t, 0, 1), "narrow": lambda: st.narrow(t, 0, 1, 1),
+          "index_select": lambda: st.index_select(t, 0, np.array([1, 0]))}[op]
+    assert "changed after validation (a slice [1, 3) of 2 entries)" in _raises(fn)
+
+
 def test_coo_to_csr_of_a_checked_coo_reads_its_columns():
     idx = np.array([[0, 1, 2], [0, 1, 2]])
     t = st.sparse_coo_tensor(idx, np.ones(3), (3, 3), is_coalesced=True)

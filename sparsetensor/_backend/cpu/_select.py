@@ -41,10 +41,13 @@ def gather_slices(parts, rows: np.ndarray, what: str, threads=None):
     (repeats allowed)."""
     c, p, v = parts.compressed, parts.plain, parts.values
     B, K = c.shape[0], rows.shape[0]
-    lengths = np.diff(c, axis=1)[:, rows] if B else np.zeros((0, K), np.int64)
-    if lengths.size and (lengths.min() < 0 or lengths.max() > p.shape[1]):  # memory changed since the check
-        raise ValueError(f"{what}: the compressed index changed after validation (a slice of length "
-                         f"{int(lengths.min()) if lengths.min() < 0 else int(lengths.max())})")
+    starts, ends = (c[:, rows], c[:, rows + 1]) if B else (np.zeros((0, K), np.int64),) * 2
+    lengths = ends - starts
+    bad = (lengths < 0) | (starts < 0) | (ends > p.shape[1])  # memory written since the check
+    if bad.any():
+        i = int(np.argmax(bad.ravel()))
+        raise ValueError(f"{what}: the compressed index changed after validation (a slice [{int(starts.flat[i])}, "
+                         f"{int(ends.flat[i])}) of {p.shape[1]} entries)")
     out_c, out_p, out_v = _slot_outputs(parts, lengths, what)
     _kernels.gather_rows(c, p, v, rows, out_c, out_p, out_v,
                          num_threads(threads, out_p.shape[1] * max(v.shape[2], 1) + B * K))
