@@ -19,6 +19,15 @@ __device__ __forceinline__ i64 dense_offset(i64 b, i64 major, i64 minor, i64 i, 
     return ((b * NR + r * Rb + i) * NC + c * Cb + j) * W + e;
 }
 
+// Whether (major, minor) is a block of the (NR / Rb) x (NC / Cb) grid (major the row where rows).
+// The writes below land where the indices say: indices written behind the library's back since
+// their check (through a raw pointer: an export marks them to be checked again) are skipped,
+// never written out of bounds.
+__device__ __forceinline__ bool in_block_grid(i64 major, i64 minor, i64 Rb, i64 Cb, i64 NR, i64 NC, int rows) {
+    const i64 r = rows ? major : minor, c = rows ? minor : major;
+    return 0 <= r && r < NR / Rb && 0 <= c && c < NC / Cb;
+}
+
 // st:kernel raw index
 template <typename R, typename I>
 __global__ void compressed_to_dense(const I* __restrict__ major, const I* __restrict__ plain, const R* __restrict__ vals,
@@ -31,7 +40,9 @@ __global__ void compressed_to_dense(const I* __restrict__ major, const I* __rest
         u /= Cb;
         const i64 i = u % Rb;
         const i64 bk = u / Rb;
-        out[dense_offset(bk / nnz, major[bk], plain[bk], i, j, e, Rb, Cb, W, NR, NC, rows)] = vals[t];
+        const i64 mj = (i64)major[bk], mn = (i64)plain[bk];
+        if (!in_block_grid(mj, mn, Rb, Cb, NR, NC, rows)) continue;  // indices written since their check
+        out[dense_offset(bk / nnz, mj, mn, i, j, e, Rb, Cb, W, NR, NC, rows)] = vals[t];
     }
 }
 
@@ -41,7 +52,14 @@ __global__ void coo_to_dense(const I* __restrict__ idx, i64 S, i64 nnz, const i6
                              const R* __restrict__ vals, i64 W, R* __restrict__ out) {
     ST_GRID_LOOP(t, nnz * W) {
         const i64 k = t / W, e = t - k * W;
-        out[coo_linear(idx, S, nnz, shape, k) * W + e] = vals[t];
+        i64 lin = 0;
+        bool in = true;
+        for (i64 d = 0; d < S; ++d) {  // coo_linear, each index bounded (see in_block_grid)
+            const i64 x = (i64)idx[d * nnz + k];
+            in = in && 0 <= x && x < shape[d];
+            lin = lin * shape[d] + x;
+        }
+        if (in) out[lin * W + e] = vals[t];
     }
 }
 
