@@ -66,7 +66,7 @@ class DeviceArray:
 
     def __init__(self, owner, ptr: int, shape, dtype, device, shared: bool = False):
         # _shared: another library may write this memory (taken without a copy, or handed out through
-        # DLPack or __cuda_array_interface__): a tensor does not trust a past check of such indices
+        # DLPack, __cuda_array_interface__ or .ptr): a tensor does not trust a past check of such indices
         self._shared = shared
         self._owner = owner
         self._ptr = int(ptr)
@@ -107,6 +107,10 @@ class DeviceArray:
 
     @property
     def ptr(self) -> int:
+        """The device address. Whoever has it may write the memory, so from now on the array
+        counts as shared, as after an export (``__cuda_array_interface__``, DLPack): a tensor
+        whose index array it is has them checked again by every op."""
+        self._shared = True
         return self._ptr
 
     data_ptr = ptr
@@ -230,7 +234,7 @@ class DeviceArray:
     def copy(self) -> "DeviceArray":
         dev = self._require_device()
         out = DeviceArray.empty(self._shape, self._dtype, dev)
-        dev.copy_dtod(out.ptr, self._ptr, self.nbytes)
+        dev.copy_dtod(out._ptr, self._ptr, self.nbytes)
         return out
 
     # -- the member operations of the tensor classes (sparsetensor._core._tensor), on the device -------
@@ -340,7 +344,7 @@ class DeviceArray:
         row_bytes = self.nbytes // max(self._shape[0], 1)
         for k, r in enumerate(rows):
             if row_bytes:
-                dev.copy_dtod(out.ptr + k * row_bytes, self._ptr + r * row_bytes, row_bytes)
+                dev.copy_dtod(out._ptr + k * row_bytes, self._ptr + r * row_bytes, row_bytes)
         return out
 
     def _require_device(self):
@@ -361,7 +365,7 @@ class DeviceArray:
     @staticmethod
     def zeros(shape, dtype, device=None) -> "DeviceArray":
         a = DeviceArray.empty(shape, dtype, device)
-        a._device.memset8(a.ptr, 0, a.nbytes)
+        a._device.memset8(a._ptr, 0, a.nbytes)
         return a
 
     @staticmethod
@@ -369,7 +373,7 @@ class DeviceArray:
         """A device copy of a host array (made C-contiguous first)."""
         host = np.asarray(array, order="C")  # not ascontiguousarray: a 0-d array stays 0-d
         out = DeviceArray.empty(host.shape, host.dtype, device)
-        out._device.copy_htod(out.ptr, host)
+        out._device.copy_htod(out._ptr, host)
         return out
 
 
@@ -583,7 +587,7 @@ def _dlpack_capsule(a: DeviceArray, consumer=None):
     managed = _DLManagedTensor()
     shape = (ctypes.c_int64 * max(a.ndim, 1))(*a.shape)
     t = managed.dl_tensor
-    t.data = a.ptr or None
+    t.data = a._ptr or None
     t.device = _DLDevice(_KDL_CUDA, a.device_id)
     t.ndim = a.ndim
     t.dtype = _dl_dtype(a.dtype)

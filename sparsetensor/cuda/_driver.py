@@ -272,7 +272,8 @@ def pack_args(values, kinds) -> list:
     :func:`launch_args`' values, each in its ctypes type.
 
     ``kinds`` are the codes of :mod:`sparsetensor.cuda._source` ("p" pointer, "q" i64,
-    "Q" u64, "i" int, "d" double); a pointer is an int, None (null) or an object with ``.ptr``.
+    "Q" u64, "i" int, "d" double); a pointer is an int, None (null) or an object with ``.ptr``
+    (a DeviceArray's own address is read without handing it out: its public ``ptr`` shares it).
     """
     return [_CTYPES[k](v) for v, k in zip(launch_args(values, kinds), kinds)]
 
@@ -287,7 +288,8 @@ def launch_args(values, kinds) -> list:
     add = out.append
     for v, k in zip(values, kinds):
         if k == "p":
-            add(0 if v is None else (v if isinstance(v, int) else v.ptr))
+            a = 0 if v is None else (v if isinstance(v, int) else getattr(v, "_ptr", None))
+            add(v.ptr if a is None else a)
         elif k == "q":
             add(v if v.__class__ is int else int(v))
         elif k == "i":

@@ -91,7 +91,7 @@ def ints(dev: Device, values) -> DeviceArray:
             kept.clear()
         arr = kept[key] = from_host(dev, np.array(key, dtype=np.int64).reshape(len(key)))
     elif getattr(dev, "emulated", False) and key:  # host memory there: read in place (not a copy an op makes)
-        now = tuple((ctypes.c_int64 * len(key)).from_address(arr.ptr))
+        now = tuple((ctypes.c_int64 * len(key)).from_address(arr._ptr))
         if now != key:
             raise AssertionError(f"a kernel wrote the shared constant array {key}: now {now}")
     return arr
@@ -124,7 +124,7 @@ def exclusive_scan(dev: Device, counts: DeviceArray) -> DeviceArray:
     n = counts.size
     out = empty(dev, (n + 1,), np.int64)
     if n == 0:
-        dev.memset8(out.ptr, 0, 8)
+        dev.memset8(out._ptr, 0, 8)
         return out
     ntiles = -(-n // SCAN_TILE)
     if ntiles == 1:
@@ -199,6 +199,6 @@ def concat(dev: Device, parts, axis_len_dtype=None) -> DeviceArray:
     out = empty(dev, (sum(p.shape[0] for p in parts),) + parts[0].shape[1:], parts[0].dtype)
     off = 0
     for p in parts:
-        dev.copy_dtod(out.ptr + off, p.ptr, p.nbytes)
+        dev.copy_dtod(out._ptr + off, p._ptr, p.nbytes)
         off += p.nbytes
     return out

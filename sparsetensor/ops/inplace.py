@@ -75,7 +75,7 @@ def _shares(a, o) -> bool:
     host_a, host_o = type(a) is np.ndarray, type(o) is np.ndarray
     if host_a or host_o:
         return host_a and host_o and np.may_share_memory(a, o)
-    return a.ptr < o.ptr + o.nbytes and o.ptr < a.ptr + a.nbytes
+    return a._ptr < o._ptr + o.nbytes and o._ptr < a._ptr + a.nbytes
 
 
 def _own(a, others):

@@ -135,7 +135,7 @@ class Optimizer:
 def _same(p, q) -> bool:
     """One parameter: the same array, or device arrays at the same address."""
     return p is q or (not isinstance(p, np.ndarray) and not isinstance(q, np.ndarray)
-                      and (p.device, p.ptr, p.shape) == (q.device, q.ptr, q.shape) and p.size > 0)
+                      and (p.device, p._ptr, p.shape) == (q.device, q._ptr, q.shape) and p.size > 0)
 
 
 def _cast_like(v, p):

@@ -158,7 +158,7 @@ def test_bad_operands(backend):
 def _write(arr: DeviceArray, values, shared: bool) -> None:
     """Another library writes ``values`` into ``arr``: through the pointer handed it (``shared``), or a
     private one the tensor cannot know of."""
-    ptr = arr.__cuda_array_interface__["data"][0] if shared else arr.ptr
+    ptr = arr.__cuda_array_interface__["data"][0] if shared else arr._ptr  # _ptr: behind the tensor's back
     arr._device.copy_htod(ptr, np.ascontiguousarray(np.asarray(values, arr.dtype)))
 
 

@@ -35,9 +35,10 @@ def _tensor(layout):
                  size=(4, 3) if layout == "csr" else (3, 4))
 
 
-def _write(arr: DeviceArray, values) -> None:
-    """Another library writes ``values`` into the memory ``arr`` handed it."""
-    ptr = arr.__cuda_array_interface__["data"][0]
+def _write(arr: DeviceArray, values, how: str = "cai") -> None:
+    """Another library writes ``values`` into the memory ``arr`` handed it (through
+    ``__cuda_array_interface__``, or its raw pointer ``.ptr``)."""
+    ptr = arr.__cuda_array_interface__["data"][0] if how == "cai" else arr.ptr
     arr._device.copy_htod(ptr, np.ascontiguousarray(np.asarray(values, arr.dtype)))
 
 
@@ -67,12 +68,14 @@ OPS = {
     ("csr", "compressed", [0, 3, 1, 3, 4]), ("csc", "plain", [0, -5, 1, 1]), ("bsr", "plain", [0, 2, 1, 1 << 40]),
     ("bsr", "compressed", [0, 2, 1 << 40, 3, 4]), ("coo", "indices", [[0, 1, 2, 3], [0, 2, 1, 1 << 40]]),
     ("coo", "indices", [[0, 1, -2, 3], [0, 2, 1, 1]])], ids=lambda x: str(x)[:12])
-def test_an_index_changed_after_sharing_raises(backend, layout, member, bad):
+@pytest.mark.parametrize("how", ["cai", "ptr"])
+def test_an_index_changed_after_sharing_raises(backend, layout, member, bad, how):
+    """Handing out the raw pointer (``DeviceArray.ptr``) shares the memory as an export does."""
     for name, op in OPS.items():
         t = _tensor(layout).cuda()
         assert t.to_dense().get().sum() > 0  # checked, and used
         arr = {"plain": lambda: t._plain, "compressed": lambda: t._compressed, "indices": lambda: t._indices}[member]()
-        _write(arr, bad)
+        _write(arr, bad, how)
         with pytest.raises(st.InvariantError):
             r = op(t)
             r.get()  # noqa: B018 - the op must raise before any result is read
@@ -329,7 +332,7 @@ def test_a_shared_transpose_is_kept_while_unchanged(backend, rng, layout, batch,
 @pytest.mark.parametrize("layout,via", [("csr", ""), ("csc", ""), ("bsr", ""), ("csr", "coo"), ("coo", "")])
 @pytest.mark.parametrize("bad", [-1, 3, 1 << 40])
 def test_to_dense_never_writes_outside_for_privately_written_indices(backend, layout, via, bad):
-    """An index written behind the tensor's back through its raw pointer (no export: the check
+    """An index written behind the tensor's back (memory the library never handed out: the check
     is still trusted): to_dense (of the tensor, or of the coo made from it, which trusts the
     same check) skips the entry instead of writing outside its output (the sanitizer run of CI
     would see such a write) and keeps the others, or raises (a coo's to_dense checks first)."""
@@ -339,7 +342,7 @@ def test_to_dense_never_writes_outside_for_privately_written_indices(backend, la
     arr = t.indices() if layout == "coo" else t.plain_indices()
     host = arr.get()
     (host[-1] if layout == "coo" else host)[0] = bad
-    arr._device.copy_htod(arr.ptr, np.ascontiguousarray(host))  # the pointer, not an export
+    arr._device.copy_htod(arr._ptr, np.ascontiguousarray(host))  # not .ptr: that would share it
     try:
         got = (t.to_sparse_coo() if via else t).to_dense().get()
     except st.InvariantError:

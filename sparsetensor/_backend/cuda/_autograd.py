@@ -332,7 +332,7 @@ def sum_leading(x: DeviceArray, n: int) -> DeviceArray:
     out = P.empty(x._device, x.shape[n:], x.dtype)
     W = out.size
     if R == 0:
-        x._device.memset8(out.ptr, 0, out.nbytes)
+        x._device.memset8(out._ptr, 0, out.nbytes)
     else:
         P.run(x._device, "autograd.cu", "sum_leading", (P.value_key(x.dtype, "summing cotangents"),), W, x, R, W, out)
     return out

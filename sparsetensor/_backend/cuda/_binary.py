@@ -129,8 +129,8 @@ def _concat_indices(dev, ia, ib):
     out = P.empty(dev, (S, na + nb), ia.dtype)
     item = ia.itemsize
     for d in range(S):
-        dev.copy_dtod(out.ptr + d * (na + nb) * item, ia.ptr + d * na * item, na * item)
-        dev.copy_dtod(out.ptr + (d * (na + nb) + na) * item, ib.ptr + d * nb * item, nb * item)
+        dev.copy_dtod(out._ptr + d * (na + nb) * item, ia._ptr + d * na * item, na * item)
+        dev.copy_dtod(out._ptr + (d * (na + nb) + na) * item, ib._ptr + d * nb * item, nb * item)
     return out
 
 

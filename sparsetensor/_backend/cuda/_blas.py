@@ -249,7 +249,7 @@ def spmm(a, x, plan, rt, threads=None, err=None):
         return y
     c, p, v = a.compressed_indices(), a.plain_indices(), a.values()
     if B * a.nnz == 0 or K == 0:
-        dev.memset8(y.ptr, 0, y.nbytes)
+        dev.memset8(y._ptr, 0, y.nbytes)
         return y
     if a.layout.blocked and rb <= _BSR_TILE and cb <= _BSR_TILE and N >= _BSR_TILED_MIN_N and rb * cb >= 16:
         nt = 512 // max(4, P.acc_dtype(a.dtype).itemsize)  # NT of bsr_spmm_tiled: 512 bytes of columns
@@ -277,7 +277,7 @@ def _by_batch(a, x, plan, rt):
     ys = y.reshape((plan.sb.shape[0],) + tail)
     for o, (sb, db) in enumerate(zip(plan.sb.tolist(), plan.db.tolist())):
         part = spmm(mats[sb], x if xs is None else xs[db if xs.shape[0] > 1 else 0], one, rt)
-        dev.copy_dtod(ys[o].ptr, part.ptr, part.nbytes)
+        dev.copy_dtod(ys[o]._ptr, part._ptr, part.nbytes)
     return y
 
 

@@ -56,14 +56,14 @@ def flat_keys(idx, batch: tuple, M: int, K: int, batched_cols: bool):
     if batched_cols:  # the batch rows and the column row, side by side
         both = P.empty(dev, (S - 1, nnz), idx.dtype)
         item = idx.itemsize * nnz
-        dev.copy_dtod(both.ptr, idx.ptr, (S - 2) * item)
-        dev.copy_dtod(both.ptr + (S - 2) * item, idx.ptr + (S - 1) * item, item)
+        dev.copy_dtod(both._ptr, idx._ptr, (S - 2) * item)
+        dev.copy_dtod(both._ptr + (S - 2) * item, idx._ptr + (S - 1) * item, item)
         P.run(dev, "coalesce.cu", "coo_keys", ik, nnz, both, S - 1, nnz,
               P.ints(dev, batch + (K,)), cols)
     else:
         # held until the copy (a temporary's memory is freed at once); int64 columns are not copied twice
         col = idx[S - 1].astype(np.int64, copy=False)
-        dev.copy_dtod(cols.ptr, col.ptr, 8 * nnz)
+        dev.copy_dtod(cols._ptr, col._ptr, 8 * nnz)
     return out
 
 

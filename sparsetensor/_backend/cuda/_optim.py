@@ -157,7 +157,7 @@ def sgd_sparse_coo(param: DeviceArray, g, r: Runs, buf, *, lr: float, momentum: 
         P.run(dev, "coalesce.cu", "coo_keys", (P.index_key(buf.index_dtype),), k, buf.indices(), S, k, shape, both)
         if r.nruns:
             run_keys = P.gather_rows(dev, r.sorted_keys, r.starts, r.nruns)  # held: the copy reads it
-            dev.copy_dtod(both[k:].ptr, run_keys.ptr, 8 * r.nruns)
+            dev.copy_dtod(both[k:]._ptr, run_keys._ptr, 8 * r.nruns)
         keys, perm = P.radix_sort(dev, both, r.key_bits)
         scan, n = _runs(dev, keys, both.size)
         key_starts = _starts(dev, scan, both.size, n)

@@ -194,7 +194,7 @@ def round_decimals(t, decimals: int):
     out = P.empty(dev, v.shape, dt)
     if dt.kind in "iu":
         if decimals >= 0:  # integers are their own roundings
-            dev.copy_dtod(out.ptr, v.ptr, v.nbytes)
+            dev.copy_dtod(out._ptr, v._ptr, v.nbytes)
         else:
             P.run(dev, "pointwise.cu", "round_int", (dt.name,), v.size, v, out, v.size, _power_of_ten(-decimals))
         return t._replace_values(out)

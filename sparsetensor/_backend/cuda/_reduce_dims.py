@@ -153,7 +153,7 @@ def _reduce_coo(t, dims: tuple, red: str):
     idx = P.zeros(dev, (S, nout), t.index_dtype)
     row = nout * idx.itemsize
     for i, d in enumerate(kept):  # the kept rows into their places; the reduced ones stay 0
-        dev.copy_dtod(idx.ptr + d * row, part.ptr + i * row, row)
+        dev.copy_dtod(idx._ptr + d * row, part._ptr + i * row, row)
     values = red_v.reshape((nout,) + v.shape[1:]) if nout else P.empty(dev, (0,) + v.shape[1:], v.dtype)
     return COOTensor(idx, values, shape, True, True)  # made by the kernels: valid
 

@@ -93,7 +93,7 @@ def add_to_dense(t, values, out):
     dev = out._device
     if out.dtype == np.bool_:  # NumPy's or: added in int64, tested against 0, written back
         wide = add_to_dense(t, values.astype(np.int64), out.astype(np.int64)).astype(np.bool_)
-        dev.copy_dtod(out.ptr, wide.ptr, out.nbytes)
+        dev.copy_dtod(out._ptr, wide._ptr, out.nbytes)
         return out
     key = P.arith_key(out.dtype, "sparse + dense")
     ik = P.index_key(t.index_dtype)

@@ -30,7 +30,7 @@ _KEY_NONE = 0xFF  # every byte of the key: all ones
 
 def _key(dev):
     key = P.empty(dev, (1,), np.uint64)
-    dev.memset8(key.ptr, _KEY_NONE, 8)
+    dev.memset8(key._ptr, _KEY_NONE, 8)
     return key
 
 
@@ -68,7 +68,7 @@ def _snapshot_key(t) -> tuple:
     """What the transpose of ``t``'s index arrays depends on (a csr matrix and its csc view, the
     same arrays, have one)."""
     c, p = t.compressed_indices(), t.plain_indices()
-    return c._device, c.ptr, p.ptr, c.shape, p.shape, c.dtype, t.plain_size
+    return c._device, c._ptr, p._ptr, c.shape, p.shape, c.dtype, t.plain_size
 
 
 def _remember(key, value) -> None:
@@ -124,7 +124,7 @@ def compressed_report(t, *, check_order: bool = True, max_step: int | None = Non
     marks = None
     if check_order and B * nnz:
         marks = P.empty(dev, (-(-B * nnz // 32),), np.uint32)  # a bit per position: does it start a row
-        dev.memset8(marks.ptr, 0, marks.nbytes)
+        dev.memset8(marks._ptr, 0, marks.nbytes)
         P.run(dev, "validate.cu", "row_start_marks", ik, B * n, c, B, n, nnz, key, marks)
     P.run(dev, "validate.cu", "compressed_plain", ik, -(-B * nnz // 4), p, B, nnz, ps, int(check_order), marks, key)
     P.run(dev, "validate.cu", "compressed_report", ik, 1, c, p, B, n, nnz, ps, key, out)
