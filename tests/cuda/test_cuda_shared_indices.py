@@ -57,6 +57,7 @@ OPS = {
     "index_select": lambda t: st.index_select(t, 1, np.array([0, 1])).to_dense(),
     "narrow": lambda t: st.narrow(t, 1, 1, 2).to_dense(),
     "cat": lambda t: st.cat([t, t], 1).to_dense(),
+    "cat_after": lambda t: st.cat([_tensor(t.layout.name).cuda(), t], 0).to_dense(),  # offsets hide a bad index
     "mask": lambda t: st.sparse_mask(_d(np.ones(t.shape)), t).to_dense(),
     "mul_dense": lambda t: (t * _d(np.ones(t.shape))).to_dense(),
     "dense_sparse": lambda t: st.matmul(_d(np.ones((2, t.shape[0]))), t),

@@ -447,6 +447,24 @@ def test_cat_coo_coalesced_flag(rng):
     assert not S.cat([t.coalesce() for t in ts], 1).is_coalesced()
 
 
+@pytest.mark.parametrize("bad", [-1, 3])
+def test_cat_coo_of_an_index_out_of_range_raises(bad):
+    """Along a sparse dim the offsets would move an out-of-range index of one input into the
+    next one's range (a valid-looking result): an unchecked input is checked first, and a checked
+    one whose caller-held indices were written since is caught too."""
+    a = st.sparse_coo_tensor(np.array([[0, 1], [0, 2]]), np.array([1.0, 2.0]), (2, 3), is_coalesced=True)
+    idx = np.array([[0, 1], [bad, 2]])
+    unchecked = st.sparse_coo_tensor(idx, np.array([3.0, 4.0]), (2, 3), check_invariants=False)
+    with pytest.raises(st.InvariantError, match="C4" if bad < 0 else "C5"):
+        st.cat([unchecked, a] if bad > 0 else [a, unchecked], 1)
+    idx[1, 0] = 1
+    held = st.sparse_coo_tensor(idx, np.array([3.0, 4.0]), (2, 3), is_coalesced=True)
+    held.check_invariants()
+    idx[1, 0] = bad  # the caller's array, which the tensor took without a copy
+    with pytest.raises(st.InvariantError, match="changed since the check"):
+        st.cat([held, a] if bad > 0 else [a, held], 1)
+
+
 def test_cat_batch_needs_equal_nnz(rng):
     a, _ = make(rng, "csr", batch=(2,), nnz=2)
     b, _ = make(rng, "csr", batch=(1,), nnz=3)
