@@ -97,9 +97,10 @@ def check_compressed_indices(compressed: np.ndarray, plain: np.ndarray, layout, 
         raise_compressed_error(found, layout, batch_shape, plain_size, nnz)
 
 
-def raise_coo_error(found, shape: tuple):
+def raise_coo_error(found, shape: tuple, why: str = ""):
     """Raise the :class:`InvariantError` for a kernel's ``(invariant, dim, position, value)``;
-    for C6, ``position`` is the first index column not after its predecessor."""
+    for C6, ``position`` is the first index column not after its predecessor. ``why`` ends the
+    message (how the index came to be broken)."""
     inv, d, pos, value = found
     if inv == "C6":
         raise InvariantError("C6", "coo", "a tensor marked coalesced must have lexicographically sorted, "
@@ -108,7 +109,7 @@ def raise_coo_error(found, shape: tuple):
         msg = f"indices[{d}] must be >= 0; position {pos}: got {value}"
     else:
         msg = f"indices[{d}] must be < size[{d}]={shape[d]}; position {pos}: got {value}"
-    raise InvariantError(inv, "coo", msg, index=pos)
+    raise InvariantError(inv, "coo", msg + why, index=pos)
 
 
 def check_coo_indices(indices: np.ndarray, shape: tuple, *, coalesced: bool = False,

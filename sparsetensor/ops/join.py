@@ -10,7 +10,7 @@ from .._core import _layout as L
 from .._backend import backend_for
 from .._core._canonical import build, ensure_valid
 from .._core._dtypes import VALUE_DTYPES, check_fits
-from .._core._errors import InvariantError
+from .._core._validate import raise_coo_error
 from .._core._shape_checks import normalize_dim
 from .._core._tensor import COOTensor, CompressedTensor, SparseTensor
 from ._common import describe
@@ -127,7 +127,7 @@ def _coo_cat(tensors: list, d: int, kind: str, shape: tuple, op: str, threads) -
         parts, offset = [], 0
         for t in tensors:
             idx = t.indices().copy()
-            _in_range(idx[d], d, t.shape[d])
+            _in_range(idx[d], d, t.shape)
             idx[d] += offset
             offset += t.shape[d]
             parts.append(idx)
@@ -148,15 +148,13 @@ def _coo_cat(tensors: list, d: int, kind: str, shape: tuple, op: str, threads) -
     return COOTensor(np.concatenate([t.indices() for t in tensors], axis=1), values, shape, len(tensors) == 1)
 
 
-def _in_range(row: np.ndarray, d: int, size: int) -> None:
-    """The indices ``row`` of dim ``d`` (size ``size``) of a checked COO input are still in range
-    (a caller may have written the arrays it built the tensor on): the offsets would hide one."""
-    bad = (row < 0) | (row >= size)
+def _in_range(row: np.ndarray, d: int, shape: tuple) -> None:
+    """The indices ``row`` of dim ``d`` of a checked COO input of ``shape`` are still in range (a
+    caller may have written the arrays it built the tensor on): the offsets would hide one."""
+    bad = (row < 0) | (row >= shape[d])
     if bad.any():
         i = int(np.argmax(bad))
-        raise InvariantError("C4" if row[i] < 0 else "C5", "coo",
-                             f"indices[{d}] must be {'>= 0' if row[i] < 0 else f'< size[{d}]={size}'}; position {i}: "
-                             f"got {int(row[i])} (changed since the check)", index=i)
+        raise_coo_error(("C4" if row[i] < 0 else "C5", d, i, int(row[i])), shape, " (changed since the check)")
 
 
 def _coo_cat_device(tensors: list, d: int, kind: str, shape: tuple) -> COOTensor:
