@@ -26,7 +26,8 @@ What needs more than products:
   is densified.
 - ``spsolve``, ``splu``, ``spilu`` and ``factorized`` need a SciPy sparse matrix: pass
   ``t.to_scipy()`` (zero-copy for csr/csc/bsr/coo). Given our tensor they raise a
-  ``TypeError`` saying so (see :func:`refuse_scipy_densify`).
+  ``TypeError`` saying so (see :func:`array_refusing_scipy`), which SciPy's constructors (1.17)
+  catch and raise again as a ``ValueError`` of their own: ours is its ``__cause__``.
 """
 
 from __future__ import annotations

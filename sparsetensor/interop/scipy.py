@@ -9,10 +9,12 @@ that breaks any other invariant is rejected with :class:`InvariantError`.
 
 from __future__ import annotations
 
+import types
+
 import numpy as np
 
 from .._core import _layout as L
-from .._core._canonical import ensure_valid_export
+from .._core._canonical import ensure_valid, ensure_valid_export
 from .._core._device import require_host
 from .._core._dtypes import INDEX_DTYPES, VALUE_DTYPES
 from .._core._errors import InvariantError
@@ -100,16 +102,18 @@ def from_scipy(m, *, check_invariants: bool = True):
         dt = np.int64 if np.int64 in (indptr.dtype, indices.dtype) else np.int32
         indptr, indices = indptr.astype(dt, copy=False), indices.astype(dt, copy=False)
     t = sparse_compressed_tensor(indptr, indices, m.data, m.shape, layout=layout, check_invariants=False)
-    if not check_invariants:
-        return t
-    try:
-        t.check_invariants()
-    except InvariantError as e:
-        if e.invariant != "5.6":
-            raise
-        return t.coalesce()
-    t._set_validated()
-    return t
+    # a row of more entries than columns holds repeats (SciPy allows them): repaired as 5.6 is
+    return ensure_valid(t, repair=True) if check_invariants else t
+
+
+def eliminate_zeros(m) -> None:
+    """SciPy's ``eliminate_zeros`` of a BSR result of :func:`to_scipy`, refused while its index
+    arrays are the tensor's: SciPy's moves the kept blocks of values before it writes the indices,
+    so the refusal of the read-only indices came after the tensor's values were rewritten."""
+    if not (m.indices.flags.writeable and m.indptr.flags.writeable):
+        raise ValueError("eliminate_zeros rewrites the index arrays in place, and these are a sparsetensor "
+                         "tensor's (read-only): call it on m.copy()")
+    type(m).eliminate_zeros(m)
 
 
 def to_scipy(t, kind: str = "array"):
@@ -175,6 +179,7 @@ def to_scipy(t, kind: str = "array"):
         values = np.ascontiguousarray(values)  # SciPy wants row-major blocks; a copy only for transposed views
         m = cls((values, t.plain_indices(), t.compressed_indices()), shape=t.shape, blocksize=t.blocksize,
                 copy=False)
+        m.eliminate_zeros = types.MethodType(eliminate_zeros, m)
     else:
         m = cls((values, t.plain_indices(), t.compressed_indices()), shape=t.shape, copy=False)
     # SciPy may pick another index dtype or copy: put our arrays back, they are valid as they are

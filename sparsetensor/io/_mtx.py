@@ -351,9 +351,10 @@ def _check_infinities(path: str, header, values: np.ndarray) -> None:
 
 
 def _check_mtx_entries(path: str, header, m) -> None:
-    """Refuse what SciPy's reader accepts but Matrix Market forbids: a diagonal entry in a
-    skew-symmetric matrix, a non-real diagonal entry in a hermitian one. The entries are those SciPy
-    parsed: the file's own come first, in file order, before the mirrored ones it appends."""
+    """Refuse what SciPy's reader accepts but Matrix Market forbids: a nonzero diagonal entry in a
+    skew-symmetric matrix (a zero one, which SciPy's writer writes for an explicit zero, is kept),
+    a non-real diagonal entry in a hermitian one. The entries are those SciPy parsed: the file's own
+    come first, in file order, before the mirrored ones it appends."""
     if header is None or isinstance(m, np.ndarray):
         return
     symmetry = header.symmetry
@@ -361,11 +362,10 @@ def _check_mtx_entries(path: str, header, m) -> None:
         n_file = header.size[2]
         row, col = m.coords
         diag = row[:n_file] == col[:n_file]
-        if symmetry == "hermitian":
-            diag &= m.data[:n_file].imag != 0
+        diag &= (m.data[:n_file].imag != 0) if symmetry == "hermitian" else (m.data[:n_file] != 0)
         if diag.any():
             k = int(np.argmax(diag))
-            what = ("a skew-symmetric matrix has no diagonal entries" if symmetry == "skew-symmetric"
+            what = ("a skew-symmetric matrix has a zero diagonal" if symmetry == "skew-symmetric"
                     else "a hermitian matrix has a real diagonal")
             raise _mtx_rule(path, _entry_line(path, k),
                             f"{what}, got ({row[k] + 1}, {col[k] + 1}) = {m.data[k]}")
@@ -400,7 +400,7 @@ def read_mtx(path):
         the line (``"m.mtx: line 4: Invalid floating-point value."``). Also a file
         that breaks a Matrix Market rule SciPy does not enforce, with the line and
         the rule: a ``symmetric``/``skew-symmetric``/``hermitian`` matrix that is not
-        square, a diagonal entry in a ``skew-symmetric`` one, a non-real diagonal
+        square, a nonzero diagonal entry in a ``skew-symmetric`` one, a non-real diagonal
         entry in a ``hermitian`` one, a value column in a ``pattern`` one (checked
         on its first entry). And, with the line, what SciPy's reader would
         allocate for or read wrongly: a size line that is not two or three

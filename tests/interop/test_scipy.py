@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import copy
+import pickle
+
 import numpy as np
 import pytest
 
@@ -79,6 +82,40 @@ def test_non_canonical_input_is_repaired(fmt):
     assert t.is_coalesced()
     np.testing.assert_array_equal(t.to_dense(), m.toarray())
     np.testing.assert_array_equal(indices, [2, 0, 2, 1])  # SciPy's arrays untouched
+
+
+@pytest.mark.parametrize("fmt", ["csr", "csc", "bsr"])
+def test_rows_of_repeats_longer_than_the_plain_size_are_repaired(fmt):
+    # a row of more entries than columns (5.3's upper bound) can only hold repeats: SciPy allows it
+    indptr, indices = np.array([0, 4, 5]), np.array([1, 0, 1, 1, 0])
+    data = np.arange(1.0, 6.0)
+    if fmt == "bsr":
+        m = sp.bsr_array((np.arange(20.0).reshape(5, 2, 2), indices, indptr), shape=(4, 4))
+    else:
+        m = (sp.csr_array if fmt == "csr" else sp.csc_array)((data, indices, indptr), shape=(2, 2))
+    t = st.from_scipy(m)
+    t.check_invariants()
+    assert t.is_coalesced()
+    np.testing.assert_array_equal(t.to_dense(), m.toarray())
+    bad = m.copy()
+    bad.indices[-1] = 7
+    with pytest.raises(st.InvariantError) as e:  # the repair's own check: any other fault raises
+        st.from_scipy(bad)
+    assert e.value.invariant == "5.5"
+
+
+@pytest.mark.parametrize("kind", ["array", "matrix"])
+def test_bsr_eliminate_zeros_leaves_the_tensor_alone(kind):
+    # SciPy's bsr eliminate_zeros moves the kept blocks before it writes the (read-only) indices
+    t = st.sparse_bsr_tensor([0, 2], [0, 1], np.array([[[0.0]], [[5.0]]]), size=(1, 2))
+    m = st.to_scipy(t, kind)
+    with pytest.raises(ValueError, match="m.copy()"):
+        m.eliminate_zeros()
+    np.testing.assert_array_equal(t.values().ravel(), [0.0, 5.0])
+    np.testing.assert_array_equal(t.to_dense(), [[0.0, 5.0]])
+    for c in (m.copy(), pickle.loads(pickle.dumps(m)), copy.deepcopy(m)):  # arrays of their own: SciPy's
+        c.eliminate_zeros()
+        assert c.nnz == 1 and c.toarray().tolist() == [[0.0, 5.0]]
 
 
 def test_invalid_input_is_rejected():

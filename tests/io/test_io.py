@@ -507,6 +507,27 @@ def test_non_canonical_scipy_file_is_repaired(tmp_path):
     np.testing.assert_array_equal(t.to_dense(), [[2.0, 0, 4.0], [0, 0, 0]])
 
 
+def test_scipy_file_with_rows_longer_than_the_columns(tmp_path):
+    m = sp.csr_array((np.array([1.0, 2.0, 3.0]), np.array([0, 0, 0]), np.array([0, 3])), shape=(1, 2))
+    sp.save_npz(tmp_path / "m.npz", m)
+    t = st.load(tmp_path / "m.npz")
+    assert t.is_coalesced()
+    np.testing.assert_array_equal(t.to_dense(), [[6.0, 0.0]])
+
+
+def test_non_canonical_rows_longer_than_the_plain_size_round_trip(tmp_path):
+    t = st.sparse_csr_tensor([0, 3, 4], [0, 0, 1, 1], [1.0, 2.0, 3.0, 4.0], size=(2, 2), check_invariants=False)
+    st.save(tmp_path / "t.npz", t)
+    u = st.load(tmp_path / "t.npz")
+    np.testing.assert_array_equal(u.plain_indices(), [0, 0, 1, 1])
+    np.testing.assert_array_equal(u.to_dense(), [[3.0, 3.0], [0.0, 4.0]])
+    # a long row before a falling one (5.3's lower bound): still refused
+    rewrite(tmp_path / "t.npz", tmp_path / "bad.npz", arrays={"compressed_indices": np.array([0, 5, 4])})
+    with pytest.raises(st.InvariantError) as e:
+        st.load(tmp_path / "bad.npz")
+    assert e.value.invariant == "5.3"
+
+
 def test_hostile_scipy_file(tmp_path):
     m = sp.csr_array(np.eye(3))
     sp.save_npz(tmp_path / "m.npz", m)

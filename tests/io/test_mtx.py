@@ -195,6 +195,17 @@ def test_mtx_truncated_and_missing(tmp_path):
 
 
 
+def test_mtx_skew_symmetric_explicit_zero_diagonal_as_scipy_writes_it(tmp_path):
+    import scipy.io as sio
+    import scipy.sparse as sp
+
+    k = sp.coo_array((np.array([0.0, 1.0, -1.0]), (np.array([0, 1, 0]), np.array([0, 0, 1]))), shape=(2, 2))
+    sio.mmwrite(tmp_path / "k.mtx", k, symmetry="skew-symmetric")  # writes "1 1 0"
+    t = st.read_mtx(tmp_path / "k.mtx")
+    np.testing.assert_array_equal(t.to_dense(), sio.mmread(tmp_path / "k.mtx").toarray())
+    np.testing.assert_array_equal(t.to_dense(), [[0.0, -1.0], [1.0, 0.0]])
+
+
 # -- Matrix Market rules SciPy's reader does not enforce ----------------------------------------------
 @pytest.mark.parametrize("suffix", [".mtx", ".mtx.gz"])
 @pytest.mark.parametrize("text, line, rule", [
@@ -202,7 +213,7 @@ def test_mtx_truncated_and_missing(tmp_path):
     ("%%MatrixMarket matrix coordinate integer hermitian\n2 3 1\n1 1 4\n", 2, "must be square"),
     ("%%MatrixMarket matrix array real symmetric\n2 3\n1\n2\n3\n4\n5\n6\n", 2, "must be square"),
     ("%%MatrixMarket matrix coordinate real skew-symmetric\n3 3 3\n2 1 4.0\n\n3 2 1.0\n3 3 -1.5\n", 6,
-     "no diagonal entries"),
+     "zero diagonal"),
     ("%%MatrixMarket matrix coordinate complex hermitian\n3 3 3\n2 1 4.0 1.0\n2 2 3.0 0.0\n3 3 -1.5 2.0\n", 5,
      "real diagonal"),
     ("%%MatrixMarket matrix coordinate pattern general\n3 3 2\n2 1 4.0\n3 3 -1.5\n", 3, "no value column"),
