@@ -18,6 +18,10 @@ NumPy function                          sparse meaning
                                         ``y`` would densify and raises ``ValueError``;
                                         ``where(c)`` is ``nonzero(c)``
 ``nonzero``                             tuple of coordinate arrays, row-major order
+``count_nonzero``                       :func:`~sparsetensor.ops.select.count_nonzero` (``axis``,
+                                        ``keepdims``): explicit zeros do not count
+``real``, ``imag``                      :func:`~sparsetensor.ops.pointwise.real`/``imag`` (``imag``
+                                        of a real tensor raises ``TypeError``, as ``t.imag``)
 ``diagonal``, ``trace``                 :mod:`sparsetensor.ops.diagonal` (dense results)
 ``shape``, ``ndim``, ``result_type``,   from the tensor's attributes and members
 ``may_share_memory``
@@ -47,7 +51,7 @@ import numpy as np
 
 from .._core._shape_checks import normalize_dim
 from .._core._tensor import COOTensor, SparseTensor
-from ..ops import blas, diagonal as _diag, reduce, shape
+from ..ops import blas, diagonal as _diag, pointwise, reduce, select, shape
 from ..ops.binary import mul
 from ..ops.pointwise import numpy_sum
 
@@ -250,6 +254,27 @@ def _tensordot(a, b, axes=2):
 def _nonzero(a):
     coords = shape.nonzero(a)
     return tuple(np.ascontiguousarray(c) for c in coords.T)
+
+
+@_handles(np.count_nonzero)
+def _count_nonzero(a, axis=None, *, keepdims=False):
+    n = select.count_nonzero(a, axis)
+    if not keepdims:
+        return n
+    axes = range(a.ndim) if axis is None else \
+        {normalize_dim(d, a.ndim, "np.count_nonzero") for d in (axis if isinstance(axis, tuple) else (axis,))}
+    kept = tuple(1 if d in axes else size for d, size in enumerate(a.shape))
+    return (np.asarray(n) if axis is None else n).reshape(kept)
+
+
+@_handles(np.real)
+def _real(val):
+    return pointwise.real(val)
+
+
+@_handles(np.imag)
+def _imag(val):
+    return pointwise.imag(val)
 
 
 @_handles(np.where)

@@ -114,6 +114,24 @@ def test_batch_and_dense_dims():
         np.diagonal(c, 0, 0, 2)
 
 
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_count_nonzero_real_and_imag(layout, dtype):
+    t, a = _make(layout, dtype, batch=(2,))
+    for axis in (None, 0, -1, (0, 2), (1,)):
+        for keepdims in (False, True):
+            ours, ref = np.count_nonzero(t, axis=axis, keepdims=keepdims), np.count_nonzero(a, axis, keepdims=keepdims)
+            assert np.shape(ours) == np.shape(ref)
+            np.testing.assert_array_equal(ours, ref)
+    np.testing.assert_array_equal(_dense(np.real(t)), np.real(a))
+    if np.dtype(dtype).kind == "c":
+        np.testing.assert_array_equal(_dense(np.imag(t)), np.imag(a))
+    else:
+        assert np.real(t) is t
+        with pytest.raises(TypeError, match="complex"):
+            np.imag(t)
+
+
 def test_empty_and_duplicates():
     e = st.sparse_coo_tensor(np.zeros((2, 0), np.int64), np.zeros(0), size=(3, 4))
     assert np.sum(e) == 0 and np.trace(e) == 0
@@ -124,7 +142,7 @@ def test_empty_and_duplicates():
 
 def test_unsupported_functions_raise_numpy_type_error():
     t, _ = _make("csr")
-    for f in (np.cumsum, np.sort, np.linalg.norm, np.unique, np.ravel):
+    for f in (np.cumsum, np.sort, np.linalg.norm, np.unique, np.ravel, np.clip):
         with pytest.raises(TypeError, match="no implementation found"):
             f(t)
     with pytest.raises(TypeError, match="no implementation found"):
