@@ -19,6 +19,7 @@ import numpy as np
 from .._core._tensor import COOTensor, CompressedTensor, SparseTensor
 from .._backend import backend_for
 from . import _device
+from ._device import same_indices
 
 __all__ = ["DenseGradientError", "element_coords", "gather", "values_of", "same_pattern", "unbroadcast",
            "conj", "check_cotangent", "lead_ndim", "wanted", "wanting"]
@@ -161,15 +162,7 @@ def _lookup(g: SparseTensor, want: np.ndarray) -> np.ndarray:
 
 def same_pattern(a: SparseTensor, b: SparseTensor) -> bool:
     """Whether ``a`` and ``b`` store their elements at the same indices in the same order."""
-    if a.layout != b.layout or a.shape != b.shape or a.values().shape != b.values().shape:
-        return False
-    if isinstance(a, COOTensor):
-        pairs = [(a.indices(), b.indices())]
-    else:
-        pairs = [(a.compressed_indices(), b.compressed_indices()), (a.plain_indices(), b.plain_indices())]
-    if a.is_cuda or b.is_cuda:  # the same index arrays (comparing device arrays would need a kernel)
-        return a.device == b.device and all(x is y or x.size == 0 for x, y in pairs)
-    return all(x is y or (x.shape == y.shape and np.array_equal(x, y)) for x, y in pairs)
+    return a.shape == b.shape and a.values().shape == b.values().shape and same_indices(a, b)
 
 
 def values_of(g, target: SparseTensor) -> np.ndarray:

@@ -254,6 +254,20 @@ def sampled_addmm_back(input, mat1, mat2, G, beta, alpha, need=(True, True, True
     return (unbroadcast(gi, input.values().shape) if need[0] else None), g1, g2
 
 
+def same_indices(a: SparseTensor, b: SparseTensor) -> bool:
+    """Whether ``a`` and ``b`` store their entries at the same sparse indices in the same order
+    (their dense dims may differ)."""
+    if a.layout != b.layout or a.shape[:a.ndim - a.dense_dim] != b.shape[:b.ndim - b.dense_dim] or a.nnz != b.nnz:
+        return False
+    if isinstance(a, COOTensor):
+        pairs = [(a.indices(), b.indices())]
+    else:
+        pairs = [(a.compressed_indices(), b.compressed_indices()), (a.plain_indices(), b.plain_indices())]
+    if a.is_cuda or b.is_cuda:  # the same index arrays (comparing device arrays would need a kernel)
+        return a.device == b.device and all(x is y or x.size == 0 for x, y in pairs)
+    return all(x is y or (x.shape == y.shape and np.array_equal(x, y)) for x, y in pairs)
+
+
 def broadcast_back(t: SparseTensor, G, dims: tuple):
     """Cotangent ``G`` of a reduction of device tensor ``t`` over ``dims`` (the reduced dims kept or
     not) read at every stored item of ``t``: a dense ``G`` broadcast along the reduced dims, a
@@ -301,7 +315,10 @@ def _dense_broadcast_back(t: SparseTensor, G: SparseTensor, dims: tuple, P: int)
     dense = [d for d in dims if d >= P]
     kept = G.ndim == t.ndim
     shape = tuple(1 if d in dense else n for d, n in enumerate(t.shape) if kept or d not in dense)
-    v = broadcast_back(_pattern(t, shape), G, tuple(d for d in dims if d < P))
+    if len(dense) == len(dims) and same_indices(G, t):
+        v = G.values()  # t's entries kept (repeats too): each entry's own cotangent, not its repeats' sum
+    else:
+        v = broadcast_back(_pattern(t, shape), G, tuple(d for d in dims if d < P))
     lead = v.ndim - t.dense_dim + (0 if kept else len(dense))  # the value axes before the dense ones
     if not kept:
         full = list(v.shape[:lead])

@@ -27,7 +27,8 @@ from .._core import _layout as L
 from .._core._tensor import COOTensor, CompressedTensor, SparseTensor
 from ..ops import binary, blas, pointwise, reduce, shape, spgemm
 from ..ops._shape_common import _as_index as as_index
-from ._core import DenseGradientError, conj, element_coords, gather, same_pattern, values_of, unbroadcast, wanted
+from ._core import (DenseGradientError, conj, element_coords, gather, same_indices, same_pattern, values_of, unbroadcast,
+                    wanted)
 from ._masked import spgemm_grads
 from . import _device
 
@@ -386,6 +387,10 @@ def _broadcast_back(t: SparseTensor, G, dims: tuple) -> np.ndarray:
         return _device.broadcast_back(t, G, dims)
     Gk = _keepdim_form(G, t, dims)
     P = t.ndim - t.dense_dim
+    if dims and dims[0] >= P and _sparse(Gk) and same_indices(Gk, t):
+        # over dense dims only the reduction keeps t's entries (repeats too): the cotangent is an
+        # entry's own, where reading it at the entry's coordinates would add its repeats' in
+        return np.ascontiguousarray(np.broadcast_to(Gk.values(), t.values().shape))
     if all(d in dims for d in range(P)):  # every element reads G at 0: no index is read, as in the sum
         lead = t.values().shape[:t.values().ndim - t.dense_dim]
         return np.ascontiguousarray(np.broadcast_to(np.asarray(Gk)[(0,) * P], lead + _dense_dims(t)))

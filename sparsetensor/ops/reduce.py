@@ -134,8 +134,10 @@ def _squeeze_coo(result: COOTensor, dims: tuple) -> COOTensor:
     keep_rows = [d for d in range(S) if d not in dims]
     vshape = (result.nnz,) + tuple(s for d, s in enumerate(result.shape) if d >= S and d not in dims)
     shape = tuple(s for d, s in enumerate(result.shape) if d not in dims)
-    return COOTensor(result.indices().take(keep_rows, axis=0), result.values().reshape(vshape), shape,
-                     result.is_coalesced())  # take: a new array of those rows (NumPy's or the device's)
+    # every index row kept (dense dims reduced): the same array, so the entries are seen to be t's; else take
+    # makes a new array of those rows (NumPy's or the device's)
+    indices = result.indices() if len(keep_rows) == S else result.indices().take(keep_rows, axis=0)
+    return COOTensor(indices, result.values().reshape(vshape), shape, result.is_coalesced())
 
 
 def _squeeze_compressed(t: CompressedTensor, dims: tuple) -> CompressedTensor:
@@ -148,7 +150,9 @@ def _squeeze_compressed(t: CompressedTensor, dims: tuple) -> CompressedTensor:
     c, p = t.compressed_indices(), t.plain_indices()
     vtail = t.values().shape[m + 1: m + 1 + b]
     values = t.values().reshape(batch + (t.nnz,) + vtail + dense)
-    return CompressedTensor(c.reshape(batch + c.shape[-1:]), p.reshape(batch + (t.nnz,)), values,
+    if batch != t.shape[:m]:  # else the same arrays, so the entries are seen to be t's
+        c, p = c.reshape(batch + c.shape[-1:]), p.reshape(batch + (t.nnz,))
+    return CompressedTensor(c, p, values,
                             batch + t.shape[m:m + 2] + dense, t.layout, t.is_coalesced())
 
 

@@ -262,6 +262,14 @@ def test_uncoalesced_duplicates():
     check("coalesce", a, rng=rng)
     check("to_dense", a, rng=rng)
     check(st.mul, a, a.coalesce(), rng=rng)
+    # over dense dims a reduction keeps the entries, repeats too: each entry's own cotangent
+    h = st.sparse_coo_tensor([[0, 1, 0], [1, 0, 1]], rng.standard_normal((3, 2, 3)), size=(2, 2, 2, 3))
+    for dims in (-1, 2, (2, 3)):
+        for keepdim in (False, True):
+            check(st.ops.reduce.sum, h, dims, keepdim, rng=rng)
+            check(st.ops.reduce.mean, h, dims, keepdim, rng=rng)
+            out, pull = vjp(lambda t: st.sum(st.sum(t, dims, keepdim)), h)
+            np.testing.assert_array_equal(pull(1.0)[0].values(), np.ones((3, 2, 3)))
 
 
 # -- unary ---------------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from sparsetensor.cuda._array import DeviceArray
 from cuda_support import backend, rng  # noqa: F401 (the fixtures)
 from cuda_support import INDEX, make
 from cuda_autograd_support import no_host_copies  # noqa: F401 (the fixture)
-from cuda_autograd_support import FLOAT, RTOL, check, one_pattern, rand, to_dev
+from cuda_autograd_support import FLOAT, RTOL, check, host, one_pattern, rand, to_dev
 
 # (layout, batch, dense, blocksize) of the products on the device (no dense dims)
 PRODUCT_CASES = [("csr", (), (), None), ("csc", (), (), None), ("coo", (), (), None), ("bsr", (), (), (2, 3)),
@@ -222,6 +222,21 @@ def test_unary_uncoalesced_coo(backend, rng, no_host_copies):
     assert not A.is_coalesced()
     check(rng, no_host_copies, st.sin, A)
     check(rng, no_host_copies, "coalesce", A)
+
+
+def test_sum_mean_over_dense_dims_uncoalesced_coo(backend, rng, no_host_copies):
+    """A reduction over dense dims keeps the entries, repeats too: each entry gets its own
+    cotangent (read at its coordinates it would get its repeats' too), as on the CPU."""
+    A = st.sparse_coo_tensor([[0, 1, 0], [1, 0, 1]], rng.standard_normal((3, 2, 3)), size=(2, 2, 2, 3))
+    assert not A.is_coalesced()
+    for dims in (-1, (2, 3)):
+        for keepdim in (False, True):
+            for name in ("sum", "mean"):
+                check(rng, no_host_copies, getattr(st, name), A, dims, keepdim)
+                check(rng, no_host_copies, getattr(st, name), A, dims, keepdim, dense=True)
+    out, pull = vjp(lambda t: st.sum(t, -1), to_dev(A))
+    want = np.broadcast_to(A.values().sum(-1, keepdims=True), A.values().shape)  # G = out: its own values
+    np.testing.assert_allclose(host(pull(out)[0].values()), want, rtol=1e-12)
 
 
 def test_unary_complex_not_holomorphic(backend, rng, no_host_copies):
