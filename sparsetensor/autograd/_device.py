@@ -15,7 +15,7 @@ import numbers
 import numpy as np
 
 from .._core._device import is_device_array
-from .._core._tensor import COOTensor, SparseTensor
+from .._core._tensor import COOTensor, CompressedTensor, SparseTensor
 
 __all__ = ["on_device", "kernels", "comparable", "dense_cotangent", "cast", "entry_numbers", "add", "zeros",
            "unbroadcast", "values_at", "refuse"]
@@ -392,7 +392,12 @@ def _softmax_back_by_sums(c: SparseTensor, out: SparseTensor, g, d: int, log: bo
         return backend_for(c).elementwise(a, b, "mul")
 
     y = out.values()
-    s = broadcast_back(c, reduce.sum(out._replace_values(g if log else mul(g, y)), d, True), (d,))
+    w = out._replace_values(g if log else mul(g, y))
+    if isinstance(c, CompressedTensor) and d < c.batch_dim and not c.layout.blocked:
+        # a batch dim's sums: their pattern (the batches' union) may differ in nnz by batch (blocked: still
+        # refused then, the lookup reads a cotangent of c's layout only)
+        w = w.to_sparse("coo")
+    s = broadcast_back(c, reduce.sum(w, d, True), (d,))
     if log:  # exp(y): the softmax itself
         return add(g, mul(reduce.softmax(c, d, dtype=y.dtype).values(), s) * -1.0)
     return mul(y, add(g, s * -1.0))

@@ -431,8 +431,9 @@ def _softmax_rule(log: bool):
             P = t.ndim - t.dense_dim
             if d >= P:
                 s = np.sum(w, axis=y.ndim - (t.ndim - d), keepdims=True)
-            else:
-                s = _broadcast_back(c, reduce.sum(out._replace_values(w), d, True), (d,))
+            else:  # a batch dim's sums through coo: their pattern (the batches' union) may differ in nnz by batch
+                wt = out._replace_values(w)
+                s = _broadcast_back(c, reduce.sum(wt.to_sparse("coo") if d < c.batch_dim else wt, d, True), (d,))
             gc = g - np.exp(y) * s if log else y * (g - s)
             return (_back_to(t, c, gc.astype(t.dtype, copy=False)), None)
 

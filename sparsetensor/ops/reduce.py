@@ -466,6 +466,8 @@ def _softmax_compressed(t: CompressedTensor, d: int, log: bool, threads) -> np.n
     """The body of the compressed layouts."""
     v = t.values()
     m, b = t.batch_dim, (2 if t.layout.blocked else 0)
+    if v.size == 0:  # no batch, entry or element: nothing to normalise (the COO detour would drop nnz)
+        return v
     if d >= m + 2:
         return _dense_softmax(v, d - 1 + b, log, threads)
     plain_dim = m + 1 if t.layout.compressed_rows else m

@@ -351,6 +351,15 @@ def test_softmax(layout, log, dim):
     check(st.ops.reduce.log_softmax if log else st.ops.reduce.softmax, t, dim, rng=rng)
 
 
+@pytest.mark.parametrize("log", [False, True])
+def test_softmax_along_a_batch_dim_whose_union_differs_in_nnz(log):
+    # the sums along batch dim 0 have the union pattern of the batches: 1 entry in batch 0, 2 in batch 1
+    crow = np.array([[[0, 1, 1], [0, 1, 1]], [[0, 1, 1], [0, 0, 1]]])
+    col = np.array([[[0], [0]], [[0], [1]]])
+    t = st.sparse_csr_tensor(crow, col, np.array([[[1.0], [2.0]], [[3.0], [4.0]]]), size=(2, 2, 2, 2))
+    check("log_softmax" if log else "softmax", t, 0, rng=np.random.default_rng(22))
+
+
 def test_softmax_hybrid_dense_dim():
     rng = np.random.default_rng(21)
     t = make(rng, "coo", (3, 4, 3), dense_dim=1)

@@ -239,6 +239,15 @@ def test_sum_mean_over_dense_dims_uncoalesced_coo(backend, rng, no_host_copies):
     np.testing.assert_allclose(host(pull(out)[0].values()), want, rtol=1e-12)
 
 
+def test_softmax_along_a_batch_dim_whose_union_differs_in_nnz(backend, rng, no_host_copies):
+    """The sums along batch dim 0 have the batches' union pattern: 1 entry in batch 0, 2 in batch 1."""
+    crow = np.array([[[0, 1, 1], [0, 1, 1]], [[0, 1, 1], [0, 0, 1]]])
+    col = np.array([[[0], [0]], [[0], [1]]])
+    A = st.sparse_csr_tensor(crow, col, np.array([[[1.0], [2.0]], [[3.0], [4.0]]]), size=(2, 2, 2, 2))
+    for name in ("softmax", "log_softmax"):
+        check(rng, no_host_copies, getattr(st, name), A, 0)
+
+
 def test_unary_complex_not_holomorphic(backend, rng, no_host_copies):
     """abs, conj, real, imag, sgn of complex values (and sgn of real ones: zero) on the device."""
     A = make(rng, ("csr", (), (), None), np.complex128)

@@ -196,7 +196,8 @@ def test_sum_of_int8_is_int64_and_float16_rounds_once(rng):
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_zero_nnz_and_zero_size(layout, rng):
     for blocks, nnz, batch, dense in (((2, 3), 0, (2,), (2,)), ((0, 3), 0, (2,), (2,)), ((2, 0), 0, (2,), (2,)),
-                                      ((2, 3), 2, (0,), (2,)), ((2, 3), 2, (2,), (0,))):
+                                      ((2, 3), 2, (0,), (2,)), ((2, 3), 2, (2,), (0,)), ((2, 3), 2, (0, 2), ()),
+                                      ((2, 3), 2, (2, 0), (2,))):
         t, a = make(rng, layout, blocks=blocks, nnz=nnz, batch=batch, dense=dense)
         for dims in all_dim_sets(a.ndim):
             check(R.sum(t, dims), dense_sum(a, dims, False), t, dims)
@@ -451,7 +452,8 @@ def test_softmax_of_minus_inf_rows_is_nan_like_torch():
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_softmax_empty_and_zero_size(layout, rng):
     for blocks, nnz, batch, dense in (((2, 3), 0, (2,), (2,)), ((0, 3), 0, (2,), (2,)), ((3, 0), 0, (2,), (2,)),
-                                      ((2, 3), 2, (0,), (2,)), ((2, 3), 2, (2,), (0,))):
+                                      ((2, 3), 2, (0,), (2,)), ((2, 3), 2, (2,), (0,)), ((2, 3), 2, (0, 2), ()),
+                                      ((2, 3), 2, (2, 0), (2,))):
         t, a = make(rng, layout, blocks=blocks, nnz=nnz, batch=batch, dense=dense)
         for dim in range(a.ndim):
             r = R.log_softmax(t, dim)
