@@ -275,6 +275,8 @@ class SparseTensor:
 
     @property
     def T(self):
+        if self.ndim < 2:  # as torch's t() and NumPy's .T: a 1-d tensor is its own transpose
+            return self
         if self.ndim != 2:
             raise ValueError(f".T needs a 2-d tensor, got {self.ndim} dims; use .mT or .transpose(d0, d1)")
         return self.transpose(0, 1)

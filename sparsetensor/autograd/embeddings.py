@@ -235,7 +235,7 @@ def _embedding_rule(weight, idx):
     w = _check_weight(weight, "embedding")
     rows = _index_array(idx, w.shape[0], "embedding", w).reshape(-1)
     out = _take_rows(w, rows).reshape(tuple(np.shape(idx)) + (w.shape[1],))
-    return out, lambda G: (_row_gradient(rows, _cotangent(G, w).reshape(-1, w.shape[1]), w.shape), None)
+    return out, lambda G: (_row_gradient(rows, _cotangent(G, w).reshape(rows.shape[0], w.shape[1]), w.shape), None)
 
 
 def _cotangent(G, w):

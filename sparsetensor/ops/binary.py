@@ -404,7 +404,7 @@ def _rounded_div(t: SparseTensor, divisor, kind: str, mode: str, threads) -> Spa
     t = t.coalesce(threads=threads)  # rounding is not linear: duplicates are summed first
     if kind == "scalar":
         d = np.asarray(divisor, dtype=dtype)  # NumPy's OverflowError for an integer out of the dtype's range
-        if dtype.kind in "iu" and d == 0:
+        if dtype.kind in "iu" and d == 0 and t.values().size:  # at a specified element (none: nothing divides)
             raise ZeroDivisionError(f"div with rounding_mode={mode!r}: integer division by zero")
         backend = backend_for(t)
     else:

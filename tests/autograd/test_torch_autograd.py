@@ -290,6 +290,19 @@ def test_embedding_gradient_is_coalesced_hybrid_coo():
     torch.testing.assert_close(g.to_dense(), W2.grad.to_dense())
 
 
+def test_embedding_of_width_zero_matches_torch():
+    W = torch.zeros(5, 0, dtype=F64, requires_grad=True)
+    idx = torch.tensor([[0, 2], [4, 2]])
+    out = stt.embedding(W, idx)
+    out.sum().backward()
+    assert out.shape == (2, 2, 0) and W.grad.shape == (5, 0) and W.grad.is_sparse
+    for mode in ("sum", "mean"):
+        W.grad = None
+        out = stt.embedding_bag(W, idx.reshape(-1), torch.tensor([0, 1]), mode=mode)
+        out.sum().backward()
+        assert out.shape == (2, 0) and W.grad.shape == (5, 0)
+
+
 @pytest.mark.parametrize("mode", ["sum", "mean"])
 def test_embedding_bag_matches_torch(mode):
     W = dense((10, 4), 24)

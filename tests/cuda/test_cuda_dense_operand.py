@@ -168,6 +168,8 @@ def test_rounded_div_edges(backend):
         assert np.array_equal(got.cpu().to_dense(), want)
         with pytest.raises(ZeroDivisionError):
             st.div(u.cuda(), 0, rounding_mode=mode)
+        empty = st.sparse_coo_tensor(np.zeros((1, 0), np.int64), np.zeros(0, np.int64), size=(2,)).cuda()
+        assert st.div(empty, 0, rounding_mode=mode).nnz == 0  # no specified element divides by 0
         with pytest.raises(ZeroDivisionError):
             st.div(u.cuda(), cuda.DeviceArray.from_host(np.array([1, 0])), rounding_mode=mode)
         with pytest.raises(TypeError, match="complex"):

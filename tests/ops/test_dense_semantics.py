@@ -107,6 +107,10 @@ def test_div_rounding_duplicates_and_zero_divisors():
         st.div(u, 0, rounding_mode="floor")
     with pytest.raises(ZeroDivisionError):
         st.div(u, np.array([1, 0]), rounding_mode="trunc")
+    e = st.sparse_coo_tensor(np.zeros((1, 0), np.int64), np.zeros(0, np.int32), size=(2,))
+    for mode in ("floor", "trunc"):  # no specified element divides by 0 (PyTorch's empty result)
+        r = st.div(e, 0, rounding_mode=mode)
+        assert r.nnz == 0 and r.dtype == np.int32
     f = st.sparse_coo_tensor([[0, 1]], np.array([1.0, -1.0]), size=(3,))
     np.testing.assert_array_equal(st.div(f, 0.0, rounding_mode="floor").to_dense(), [np.inf, -np.inf, 0])
 

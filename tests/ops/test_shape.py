@@ -205,6 +205,10 @@ def test_transpose_sparse_is_a_view(rng):
     t, _ = make(rng, "bsr", batch=(2,), nnz=4)
     r = S.transpose(t, 1, 2)
     assert r.layout is st.sparse_bsc and np.shares_memory(r.values(), t.values())
+    v = st.sparse_coo_tensor([[0, 2]], [1.0, 2.0], size=(3,))
+    assert st.t(v) is v and v.T is v and v.t() is v  # 1-d: its own transpose (torch's t(), NumPy's .T)
+    with pytest.raises(ValueError, match="2-d"):
+        t.T
 
 
 # -- narrow ------------------------------------------------------------------------------------------------------

@@ -309,7 +309,7 @@ def _rounded_divide(x: np.ndarray, y: np.ndarray, op: str) -> np.ndarray:
     """``x / y`` rounded down (``floor_divide``) or towards zero (``trunc_divide``); integers wrap
     (``-128 // -1`` of int8 is -128, as in PyTorch) and a divisor of 0 raises ZeroDivisionError."""
     if x.dtype.kind in "iu":
-        if (y == 0).any():
+        if x.size and (y == 0).any():  # a scalar divisor of no element divides nothing
             raise ZeroDivisionError(f"{op} of {x.dtype} arrays: integer division by zero")
         with np.errstate(over="ignore"):
             q, r = np.divmod(x, y)
