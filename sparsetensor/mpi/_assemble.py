@@ -380,8 +380,9 @@ def assemble(rows, cols, values, shape, comm=None, *, row_starts=None, col_start
         idt = None if index_dtype is None else as_index_dtype(index_dtype)
         vdt = None if dtype is None else as_value_dtype(dtype)
         r, c, v = _triples(where, rows, cols, values, shp)
-        fields = {"shape": shp, "mode": mode, "row_starts": _starts_field(starts), "col_starts": _starts_field(cstarts),
-                  "index_dtype": str(idt), "dtype": str(vdt), "exchange": exchange, "block": str(block)}
+        # block before the partitions that it shapes, so that a differing block is named
+        fields = {"shape": shp, "mode": mode, "block": str(block), "row_starts": _starts_field(starts),
+                  "col_starts": _starts_field(cstarts), "index_dtype": str(idt), "dtype": str(vdt), "exchange": exchange}
         return shp, starts, cstarts, idt, vdt, r, c, v, fields
 
     shp, starts, cstarts, idt, vdt, r, c, v, fields = agree(comm, prepare)

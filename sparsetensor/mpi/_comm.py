@@ -8,12 +8,14 @@ goes on into a collective that the failing rank will never join.
 
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 from mpi4py import MPI
 
 from .._core._errors import InvariantError
 
-__all__ = ["agree", "first_failing", "bytes_of", "gatherv", "scatterv", "RemoteError"]
+__all__ = ["agree", "first_failing", "same_on_every_rank", "bytes_of", "gatherv", "scatterv", "RemoteError"]
 
 
 class RemoteError(RuntimeError):
@@ -39,6 +41,37 @@ def _rebuild(payload, rank: int, size: int) -> BaseException:
         return etype(msg + where)
     except Exception:  # an exception type that does not take one message
         return RemoteError(f"{etype.__name__}: {msg}{where}")
+
+
+def _comparable(v):
+    """What ranks compare of an argument: None, a scalar, or an array's dtype-free numbers (short
+    ones, to show in an error) or their digest; something unreadable by its type (no raise here:
+    one rank raising before the allgather would leave the others waiting in it)."""
+    if v is None or isinstance(v, (str, bool, int, float, complex)):
+        return v
+    try:
+        a = np.asarray(v)
+        if a.dtype.kind not in "biufc":
+            return ("unreadable", type(v).__name__)
+        return tuple(a.ravel().tolist()) if a.size <= 33 else \
+            (a.shape, hashlib.blake2b(np.ascontiguousarray(a, np.float64 if a.dtype.kind != "c" else
+                                                           np.complex128).tobytes(), digest_size=16).hexdigest())
+    except Exception:
+        return ("unreadable", type(v).__name__)
+
+
+def same_on_every_rank(comm, where: str, **given) -> None:
+    """Raise ValueError on every rank unless every rank passed the same value of each keyword
+    (collective, one allgather): an argument that differs by rank would send the ranks down
+    different paths, and one waits forever in a collective that the others never reach."""
+    mine = {name: _comparable(v) for name, v in given.items()}
+    every = comm.allgather(mine)
+    for name in given:
+        got = [e[name] for e in every]
+        if any(g != got[0] for g in got):
+            bad = next(r for r, g in enumerate(got) if g != got[0])
+            raise ValueError(f"{where}: every rank must pass the same {name}; rank 0: {got[0]!r}, rank {bad}: "
+                             f"{got[bad]!r}")
 
 
 def first_failing(comm, failed: bool) -> int | None:

@@ -27,7 +27,7 @@ from mpi4py import MPI
 
 from .._core._config import num_threads
 from .._lib import _vector
-from ._comm import agree
+from ._comm import agree, same_on_every_rank
 from ._operator import aslinearoperator
 from ._precond import Jacobi
 
@@ -161,12 +161,12 @@ def _allreduce(comm, values):
 
 def dot(comm, a: np.ndarray, b: np.ndarray):
     """The global dot product of distributed vectors (``vdot``, conjugating ``a``, for complex), collective."""
-    return _allreduce(comm, [_local_dot(a, b)])[0]
+    return _allreduce(comm, [agree(comm, _local_dot, a, b)])[0]  # slices that do not match raise on every rank
 
 
 def norm(comm, a: np.ndarray) -> float:
     """The global 2-norm of a distributed vector, collective."""
-    return float(np.sqrt(_allreduce(comm, [float(_sqnorm(a))])[0]))
+    return float(np.sqrt(_allreduce(comm, [agree(comm, lambda: float(_sqnorm(a)))])[0]))
 
 
 class _Run:
@@ -217,13 +217,18 @@ def _psolve_of(M):
     return f
 
 
-def _system(name, A, b, x0, M, threads):
+def _system(name, A, b, x0, M, threads, **settings):
     """SciPy's ``make_system`` on this rank's slices, agreed over the ranks (collective).
 
+    ``settings`` (tolerances, iteration counts, ...) must be the same on every rank, as must
+    whether there is a preconditioner and whether ``x0`` is ``"Mb"``: ranks that differ would
+    leave the loop at different iterations or take different paths, and wait for each other.
     Returns ``(op, psolve, x, b, n)``; an error on any rank raises on every rank.
     """
     op = aslinearoperator(A, threads=threads)
     comm = op.comm
+    same_on_every_rank(comm, name, M=None if M is None else type(M).__name__, x0=x0 if isinstance(x0, str) else None,
+                       **settings)
 
     def local():
         if op.shape[0] != op.shape[1] or not np.array_equal(op.row_starts, op.col_starts):
@@ -279,7 +284,7 @@ def _open(name, A, b, x0, M, threads, stats, rtol, atol, maxiter):
     """The start cg and bicgstab share, in SciPy's order: the system, one allreduce of ``||b||^2``
     and of whether any rank's ``x0`` is nonzero, the absolute tolerance, the default ``maxiter``.
     Returns ``(matvec, psolve, x, b, run, any_x, ||b||, atol, maxiter, dot)``."""
-    op, psolve, x, b, n = _system(name, A, b, x0, M, threads)
+    op, psolve, x, b, n = _system(name, A, b, x0, M, threads, rtol=rtol, atol=atol, maxiter=maxiter)
     run = _Run(op.comm, stats)
     bb, any_x = run.red(_sqnorm(b), _start(x))
     bnrm2 = np.sqrt(bb)

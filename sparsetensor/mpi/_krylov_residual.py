@@ -79,6 +79,9 @@ def gmres(A, b, x0=None, *, rtol=1e-5, atol=0., restart=None, maxiter=None, M=No
         warnings.warn("sparsetensor.mpi.gmres called without specifying `callback_type` (SciPy's rule): the "
                       "default is 'legacy'; pass callback_type='pr_norm', 'x' or 'legacy'",
                       category=DeprecationWarning, stacklevel=2)
+    # agreed over the ranks before a rank alone could refuse one
+    op, psolve, x, b, n = _system("gmres", A, b, x0, M, threads, rtol=rtol, atol=atol, restart=restart,
+                                  maxiter=maxiter, callback_type=callback_type, gram_schmidt=gram_schmidt)
     if callback_type is None:
         callback_type = "legacy"
     if callback_type not in ("x", "pr_norm", "legacy"):
@@ -87,7 +90,6 @@ def gmres(A, b, x0=None, *, rtol=1e-5, atol=0., restart=None, maxiter=None, M=No
         raise ValueError(f"gram_schmidt must be 'modified' or 'classical', got {gram_schmidt!r}")
     if callback is None:
         callback_type = None
-    op, psolve, x, b, n = _system("gmres", A, b, x0, M, threads)
     run = _Run(op.comm, stats)
     matvec = op._matvec
     Mb = psolve(b)  # SciPy's ||M b||, reduced with ||b||
@@ -256,7 +258,8 @@ def minres(A, b, x0=None, *, rtol=1e-5, shift=0.0, maxiter=None, M=None, callbac
     """
     if show:
         raise NotImplementedError("sparsetensor.mpi.minres: show=True (SciPy's printed log) is not supported")
-    op, psolve, x, b, n = _system("minres", A, b, x0, M, threads)
+    op, psolve, x, b, n = _system("minres", A, b, x0, M, threads, rtol=rtol, shift=shift, maxiter=maxiter,
+                                  check=check, x0_given=x0 is not None)  # x0 decides a product below
     run = _Run(op.comm, stats)
     matvec = op._matvec
     if maxiter is None:

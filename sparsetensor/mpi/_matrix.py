@@ -30,7 +30,7 @@ from .._core._tensor import CompressedTensor, SparseTensor
 from .._core._from_arrays import sparse_csr_tensor
 from .._core._layout import sparse_csr
 from ..ops.blas import matmul
-from ._comm import agree, gatherv, scatterv
+from ._comm import agree, gatherv, same_on_every_rank, scatterv
 from ._exchange import GhostExchange, check_mode
 from ._partition import (_tensor, balanced_starts, check_row_pointers, check_starts, even_starts, local_csr,
                          split_blocks)
@@ -212,6 +212,9 @@ class DistCSR:
         """
         comm = MPI.COMM_WORLD if comm is None else comm
         size = comm.size
+        # root's partition is scattered: another rank's would be ignored without a word
+        same_on_every_rank(comm, "from_global", root=root, row_starts=row_starts, col_starts=col_starts,
+                           exchange=exchange)
 
         def prepare():
             c = _as_csr(t)
@@ -273,6 +276,7 @@ class DistCSR:
         """
         comm = MPI.COMM_WORLD if comm is None else comm
         rank, size = comm.rank, comm.size
+        same_on_every_rank(comm, "from_local", col_starts=col_starts, exchange=exchange)
 
         def prepare():
             try:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 from mpi4py import MPI
 
-from ._comm import agree
+from ._comm import agree, same_on_every_rank
 from ._partition import check_starts
 
 __all__ = ["DistLinearOperator", "aslinearoperator"]
@@ -67,13 +67,18 @@ class DistLinearOperator:
 
     def __init__(self, matvec, rmatvec=None, *, row_starts, col_starts=None, comm=None, dtype=None):
         comm = MPI.COMM_WORLD if comm is None else comm
-        if not callable(matvec) or (rmatvec is not None and not callable(rmatvec)):
-            raise TypeError("DistLinearOperator: matvec (and rmatvec, when given) must be callables")
         size = comm.size
-        rs = np.asarray(row_starts)
-        rs = check_starts(rs, int(rs[-1]) if rs.ndim == 1 and rs.size else -1, size, "row_starts")
-        cs = rs if col_starts is None else np.asarray(col_starts)
-        cs = check_starts(cs, int(cs[-1]) if cs.ndim == 1 and cs.size else -1, size, "col_starts")
+        same_on_every_rank(comm, "DistLinearOperator", row_starts=row_starts, col_starts=col_starts)
+
+        def check():
+            if not callable(matvec) or (rmatvec is not None and not callable(rmatvec)):
+                raise TypeError("DistLinearOperator: matvec (and rmatvec, when given) must be callables")
+            rs = np.asarray(row_starts)
+            rs = check_starts(rs, int(rs[-1]) if rs.ndim == 1 and rs.size else -1, size, "row_starts")
+            cs = rs if col_starts is None else np.asarray(col_starts)
+            return rs, check_starts(cs, int(cs[-1]) if cs.ndim == 1 and cs.size else -1, size, "col_starts")
+
+        rs, cs = agree(comm, check)
         self._comm = comm
         self._row_starts, self._col_starts = rs, cs
         self._matvec, self._rmatvec = matvec, rmatvec

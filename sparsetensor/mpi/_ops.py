@@ -18,7 +18,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ._assemble import Routing, _first_outside, _index_array, build, owners
-from ._comm import agree, first_failing
+from ._comm import agree, first_failing, same_on_every_rank
 from ._matrix import DistCSR
 
 __all__ = ["conj", "copy", "transpose", "zero_rows"]
@@ -130,6 +130,8 @@ def zero_rows(self: DistCSR, rows, diag=1.0, x=None, b=None) -> None:
     comm, rank = A._comm, A._comm.rank
     M, N = A._shape
     nloc = A._r1 - A._r0
+    # each owner writes its rows' diagonal: a diag that differs by rank would be applied on some
+    same_on_every_rank(comm, "zero_rows", diag=diag, x_and_b=(x is not None, b is not None))
     where = f"zero_rows: rank {rank}"
 
     def check():

@@ -20,7 +20,7 @@ import time
 import numpy as np
 
 from .._core._from_arrays import sparse_csr_tensor
-from ._comm import agree
+from ._comm import agree, same_on_every_rank
 from ._matrix import DistCSR
 
 __all__ = ["from_petsc", "solve", "to_petsc", "to_petsc_vec"]
@@ -396,6 +396,9 @@ def solve(A, b, ksp: str | None = "gmres", pc: str | None = "gamg", *, rtol: flo
         comm = A._comm
     else:
         raise TypeError(f"solve: A must be a DistCSR or a petsc4py Mat, got {type(A).__name__}")
+    # PETSc's solver objects are collective: a type or option that differs by rank fails on some ranks only
+    same_on_every_rank(comm, "solve", ksp=ksp, pc=pc, rtol=rtol, atol=atol, maxiter=maxiter,
+                       x0_given=x0 is not None, prefix=prefix, options=repr(sorted(options.items(), key=str)))
     PETSc = _petsc(comm)
     own = not isinstance(A, PETSc.Mat)
     mat = A.to_petsc() if own else A

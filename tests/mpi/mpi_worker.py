@@ -644,6 +644,35 @@ def bad_rank():
     return size - 1
 
 
+def arguments_disagree(A, t, s, n):
+    """Arguments that differ on one rank (each valid there): every rank raises instead of waiting for
+    a rank that took another path."""
+    bad = rank == bad_rank()
+    r0, r1 = A.row_range
+    other = s.copy()
+    other[1] += 1
+    cases = {
+        "from_local col_starts": lambda: stmpi.DistCSR.from_local(A.local_rows(), comm,
+                                                                  col_starts=other if bad else s),
+        "from_global row_starts": lambda: stmpi.DistCSR.from_global(t if rank == 0 else None, comm=comm,
+                                                                    row_starts=other if bad else s),
+        "dot slices": lambda: stmpi.dot(comm, np.ones(2), np.ones(3 if bad else 2)),
+        "cg maxiter": lambda: stmpi.cg(A, np.ones(r1 - r0), maxiter=2 if bad else 50),
+        "gmres restart": lambda: stmpi.gmres(A, np.ones(r1 - r0), restart=2 if bad else 5),
+        "minres x0": lambda: stmpi.minres(A, np.ones(r1 - r0), x0=np.zeros(r1 - r0) if bad else None),
+        "zero_rows diag": lambda: A.copy().zero_rows([0], diag=3.0 if bad else 1.0),
+        "operator row_starts": lambda: stmpi.DistLinearOperator(lambda v: v, row_starts=other if bad else s),
+    }
+    for case, call in cases.items():
+        try:
+            call()
+        except ValueError as e:
+            assert "every rank must pass the same" in str(e) or "[raised on rank" in str(e) or bad, (case, str(e))
+        else:
+            raise AssertionError(f"{case} that differs on rank {bad_rank()} did not raise")
+    passed("arguments-disagree")
+
+
 def suite_errors(tmp):
     """Each case: a part that is bad on one rank only; every rank prints RAISED and goes on."""
     n = 4 * size + 3
@@ -693,6 +722,7 @@ def suite_errors(tmp):
             passed("exchange-modes-disagree")
         else:
             raise AssertionError("set_exchange with different modes did not raise")
+        arguments_disagree(A, t, s, n)
     # a file whose last rank's rows are broken: every rank maps its rows, the last one finds it
     path = os.path.join(tmp, "bad.npz")
     if rank == 0:

@@ -344,6 +344,9 @@ def suite_errors(tmp):
            lambda: stmpi.solve(A, np.ones(r1 - r0 + (rank == last))), f"rank {last}")
     expect(tmp, "solve-complex-b", TypeError, lambda: stmpi.solve(A, np.ones(r1 - r0, complex)), "complex128")
     expect(tmp, "solve-not-a-matrix", TypeError, lambda: stmpi.solve(np.eye(3), np.ones(3)), "DistCSR")
+    if size > 1:  # a preconditioner PETSc does not know, on one rank only: PETSc would fail there alone
+        expect(tmp, "solve-pc-on-last-rank", ValueError,
+               lambda: stmpi.solve(A, np.ones(r1 - r0), pc="bogus_pc" if rank == last else "jacobi"), "same pc")
     # without petsc4py: an ImportError naming the extra, on every rank
     saved = {k: sys.modules[k] for k in list(sys.modules) if k == "petsc4py" or k.startswith("petsc4py.")}
     for k in saved:
