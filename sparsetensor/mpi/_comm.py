@@ -44,34 +44,33 @@ def _rebuild(payload, rank: int, size: int) -> BaseException:
 
 
 def _comparable(v):
-    """What ranks compare of an argument: None, a scalar, or an array's dtype-free numbers (short
-    ones, to show in an error) or their digest; something unreadable by its type (no raise here:
-    one rank raising before the allgather would leave the others waiting in it)."""
-    if v is None or isinstance(v, (str, bool, int, float, complex)):
-        return v
+    """What ranks compare of an argument, and what an error shows of it: None; a string; numbers
+    (scalars and arrays alike, NumPy's or Python's) by their shape and bytes (NaN equals NaN), shown
+    when short; something unreadable by its type (no raise here: one rank raising before the
+    allgather would leave the others waiting in it)."""
+    if v is None or isinstance(v, str):
+        return v, repr(v)
     try:
         a = np.asarray(v)
-        if a.dtype.kind not in "biufc":
-            return ("unreadable", type(v).__name__)
-        return tuple(a.ravel().tolist()) if a.size <= 33 else \
-            (a.shape, hashlib.blake2b(np.ascontiguousarray(a, np.float64 if a.dtype.kind != "c" else
-                                                           np.complex128).tobytes(), digest_size=16).hexdigest())
+        kind = {"b": np.int64, "i": np.int64, "u": np.int64, "f": np.float64, "c": np.complex128}[a.dtype.kind]
+        data = np.ascontiguousarray(a, kind)
+        key = (a.shape, hashlib.blake2b(data.tobytes(), digest_size=16).hexdigest())
+        return key, (repr(a.tolist()) if a.size <= 33 else f"an array of shape {a.shape}")
     except Exception:
-        return ("unreadable", type(v).__name__)
+        return ("unreadable", type(v).__name__), f"a {type(v).__name__}"
 
 
 def same_on_every_rank(comm, where: str, **given) -> None:
     """Raise ValueError on every rank unless every rank passed the same value of each keyword
     (collective, one allgather): an argument that differs by rank would send the ranks down
     different paths, and one waits forever in a collective that the others never reach."""
-    mine = {name: _comparable(v) for name, v in given.items()}
-    every = comm.allgather(mine)
+    every = comm.allgather({name: _comparable(v) for name, v in given.items()})
     for name in given:
         got = [e[name] for e in every]
-        if any(g != got[0] for g in got):
-            bad = next(r for r, g in enumerate(got) if g != got[0])
-            raise ValueError(f"{where}: every rank must pass the same {name}; rank 0: {got[0]!r}, rank {bad}: "
-                             f"{got[bad]!r}")
+        bad = next((r for r, g in enumerate(got) if g[0] != got[0][0]), None)
+        if bad is not None:
+            raise ValueError(f"{where}: every rank must pass the same {name}; rank 0: {got[0][1]}, rank {bad}: "
+                             f"{got[bad][1]}")
 
 
 def first_failing(comm, failed: bool) -> int | None:
