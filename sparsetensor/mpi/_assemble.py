@@ -18,7 +18,6 @@ moves, and raised on every rank (:func:`~sparsetensor.mpi.agree`).
 
 from __future__ import annotations
 
-import hashlib
 import operator
 
 import numpy as np
@@ -26,7 +25,7 @@ from mpi4py import MPI
 
 from .._core._dtypes import VALUE_DTYPES, as_index_dtype, as_value_dtype
 from .._core._from_arrays import sparse_coo_tensor
-from ._comm import agree, bytes_of
+from ._comm import agree, bytes_of, comparable, raise_differing
 from ._exchange import check_mode as check_exchange
 from ._matrix import DistCSR
 from ._bsr import DistBSR, _block_starts, _blocksize, _default_col_starts
@@ -173,11 +172,6 @@ def _triples(where: str, rows, cols, values, shape):
     return r, c, v
 
 
-def _starts_field(s: np.ndarray):
-    """What ranks compare of a partition: the numbers (short ones, to show in an error) or a digest."""
-    return tuple(s.tolist()) if s.shape[0] <= 33 else hashlib.blake2b(s.tobytes(), digest_size=16).hexdigest()
-
-
 def _agree_on(comm, where: str, fields: dict, values: np.ndarray, dtype):
     """Check that every rank passed the same ``fields``; the value dtype of the result (collective, one allgather).
 
@@ -185,14 +179,8 @@ def _agree_on(comm, where: str, fields: dict, values: np.ndarray, dtype):
     promoted (``np.result_type``); a rank passing none does not count, so
     ``np.array([])`` (float64) on an idle rank does not promote float32 values.
     """
-    every = comm.allgather((fields, values.dtype.str, values.size > 0))
-    for name in fields:
-        got = [f[name] for f, _, _ in every]
-        if any(g != got[0] for g in got):
-            bad = next(r for r, g in enumerate(got) if g != got[0])
-            show = (f"rank 0 and rank {bad} differ" if name.endswith("_starts") and isinstance(got[0], str)
-                    else f"rank 0: {got[0]!r}, rank {bad}: {got[bad]!r}")
-            raise ValueError(f"{where}: every rank must pass the same {name}; {show}")
+    every = comm.allgather((comparable(fields), values.dtype.str, values.size > 0))
+    raise_differing(where, [f for f, _, _ in every])
     if dtype is not None:
         return dtype
     used = [np.dtype(d) for _, d, nonempty in every if nonempty] or [np.dtype(d) for _, d, _ in every]
@@ -381,8 +369,8 @@ def assemble(rows, cols, values, shape, comm=None, *, row_starts=None, col_start
         vdt = None if dtype is None else as_value_dtype(dtype)
         r, c, v = _triples(where, rows, cols, values, shp)
         # block before the partitions that it shapes, so that a differing block is named
-        fields = {"shape": shp, "mode": mode, "block": str(block), "row_starts": _starts_field(starts),
-                  "col_starts": _starts_field(cstarts), "index_dtype": str(idt), "dtype": str(vdt), "exchange": exchange}
+        fields = {"shape": shp, "mode": mode, "block": str(block), "row_starts": starts,
+                  "col_starts": cstarts, "index_dtype": str(idt), "dtype": str(vdt), "exchange": exchange}
         return shp, starts, cstarts, idt, vdt, r, c, v, fields
 
     shp, starts, cstarts, idt, vdt, r, c, v, fields = agree(comm, prepare)
@@ -472,7 +460,7 @@ def assemble_vector(rows, values, n, comm=None, *, row_starts=None, mode: str = 
                                                                                   "row_starts")
         vdt = None if dtype is None else as_value_dtype(dtype)
         r, _, v = _triples(where, rows, None, values, (length, 1))
-        fields = {"n": length, "mode": mode, "row_starts": _starts_field(starts), "dtype": str(vdt)}
+        fields = {"n": length, "mode": mode, "row_starts": starts, "dtype": str(vdt)}
         return starts, vdt, r, v, fields
 
     starts, vdt, r, v, fields = agree(comm, prepare)

@@ -15,7 +15,7 @@ from mpi4py import MPI
 
 from .._core._errors import InvariantError
 
-__all__ = ["agree", "first_failing", "same_on_every_rank", "bytes_of", "gatherv", "scatterv", "RemoteError"]
+__all__ = ["agree", "first_failing", "same_on_every_rank", "comparable", "raise_differing", "bytes_of", "gatherv", "scatterv", "RemoteError"]
 
 
 class RemoteError(RuntimeError):
@@ -60,12 +60,22 @@ def _comparable(v):
         return ("unreadable", type(v).__name__), f"a {type(v).__name__}"
 
 
+def comparable(fields: dict) -> dict:
+    """``fields`` as the ranks compare them (see :func:`raise_differing`)."""
+    return {name: _comparable(v) for name, v in fields.items()}
+
+
 def same_on_every_rank(comm, where: str, **given) -> None:
     """Raise ValueError on every rank unless every rank passed the same value of each keyword
     (collective, one allgather): an argument that differs by rank would send the ranks down
     different paths, and one waits forever in a collective that the others never reach."""
-    every = comm.allgather({name: _comparable(v) for name, v in given.items()})
-    for name in given:
+    raise_differing(where, comm.allgather(comparable(given)))
+
+
+def raise_differing(where: str, every: list) -> None:
+    """The ValueError for the first field that differs among the ranks' :func:`comparable` fields
+    (``every``, by rank: what an allgather gave every rank, so all raise or none)."""
+    for name in every[0]:
         got = [e[name] for e in every]
         bad = next((r for r, g in enumerate(got) if g[0] != got[0][0]), None)
         if bad is not None:
