@@ -243,6 +243,12 @@ OPS: tuple = (
     Op("zero_", inplace.zero_, function=False, gpu=True),
     Op("copy_", inplace.copy_, function=False, gpu=True),
     Op("resize_as_", inplace.resize_as_, function=False, gpu=True),
+    Op("transpose_", inplace.transpose_, function=False, gpu=True),
+    Op("t_", inplace.t_, function=False, gpu=True),
+    *(Op(f"{name}_", inplace.in_place(f"{name}_", getattr(binary, name)), function=False, gpu=True)
+      for name in ("add", "sub", "mul", "div")),
+    *(Op(f"{name}_", inplace.in_place(f"{name}_", getattr(pointwise, name)), function=False, gpu=True)
+      for name in _POINTWISE),
     # products
     Op("matmul", blas.matmul, aliases=("dot",), gpu=True),
     Op("mm", blas.mm, gpu=True),
@@ -287,6 +293,8 @@ OPS: tuple = (
     Op("__neg__", pointwise.neg, function=False, gpu=True),
     Op("__pow__", _pow_operator, function=False, gpu=True),
     Op("__array_ufunc__", _lazy_ufunc(_array_ufunc), function=False, gpu=True),
+    *(Op(f"__i{name}__", inplace.in_place_operator(f"__i{name}__", _lazy(getattr(binary, op))), function=False,
+         gpu=True) for name, op in (("add", "add"), ("sub", "sub"), ("mul", "mul"), ("truediv", "div"))),
     # SciPy's LinearOperator protocol (aslinearoperator and the iterative solvers)
     Op("matvec", linop.matvec, function=False, gpu=True),
     Op("rmatvec", linop.rmatvec, function=False, gpu=True),
@@ -379,7 +387,8 @@ _RECORDED_AS = {"__add__": ("add", False), "__radd__": ("add", True), "__sub__":
                 "__rsub__": ("sub", True), "__mul__": ("mul", False), "__rmul__": ("mul", True),
                 "__truediv__": ("div", False), "__rtruediv__": ("div", True), "__matmul__": ("matmul", False),
                 "__rmatmul__": ("matmul", True), "__abs__": ("abs", False), "__neg__": ("neg", False),
-                "__pow__": ("pow", False)}
+                "__pow__": ("pow", False), "__iadd__": ("add", False), "__isub__": ("sub", False),
+                "__imul__": ("mul", False), "__itruediv__": ("div", False)}
 
 
 def _recorded(name: str, impl):

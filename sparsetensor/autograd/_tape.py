@@ -233,6 +233,9 @@ class Tape:
             raise NotImplementedError(f"vjp: pass the tensors of {name} positionally inside vjp's function (a "
                                       "keyword argument that depends on the arguments is not differentiated)")
         hit = any([self.tracks(a) for a in _leaves(args)])  # a list: every argument is checked
+        if hit and name.endswith("_") and not name.endswith("__"):
+            raise NotImplementedError(f"vjp: the in-place {name} on a value that depends on the differentiated "
+                                      f"arguments would change what the tape recorded; use {name[:-1]} (a new value)")
         plain_args, plain_kwargs = _unwrap(args), _unwrap(kwargs)
         rule = RULES.get(name) if hit else None
         prev = _recording.swap(None)  # an op's own inside is not recorded

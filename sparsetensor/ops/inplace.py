@@ -1,8 +1,17 @@
-"""The in-place ops: zero_, copy_ and resize_as_ (the rules are :mod:`sparsetensor.ops.shape`'s).
+"""The in-place ops: zero_, copy_ and resize_as_ (the rules are :mod:`sparsetensor.ops.shape`'s),
+the arithmetic ones (``add_``, ``sub_``, ``mul_``, ``div_``, and ``+= -= *= /=``), every
+pointwise function's ``name_`` (``abs_``, ``sqrt_``, ``pow_``, ...) and ``transpose_``/``t_``.
 
 They reassign the tensor's member attributes; the old arrays are not written, so other
-tensors sharing them are unaffected. A tensor on a CUDA device gets new device arrays
-(``resize_as_`` of a non-empty device tensor only where no array has to grow).
+tensors sharing them are unaffected (a tensor whose values NumPy, SciPy or torch also hold
+stops sharing them). A tensor on a CUDA device gets new device arrays (``resize_as_`` of a
+non-empty device tensor only where no array has to grow).
+
+An arithmetic or pointwise ``name_`` is the op ``name`` whose result the tensor then takes in
+its own layout, blocksize, value dtype and index dtype, as torch's in-place ops do: the result
+must have the tensor's shape (the other operand broadcasts to it) and be sparse, and its dtype
+must cast to the tensor's by NumPy's ``same_kind`` rule (``int64`` ``mul_(2.5)`` raises, as
+``a *= 2.5`` does for an integer NumPy array).
 """
 
 from __future__ import annotations
@@ -16,7 +25,7 @@ from .._core._tensor import COOTensor, CompressedTensor, SparseTensor, frozen
 from ._common import describe
 from ._shape_common import _require_sparse, _contiguous_values
 
-__all__ = ["zero_", "copy_", "resize_as_"]
+__all__ = ["zero_", "copy_", "resize_as_", "in_place", "in_place_operator", "transpose_", "t_"]
 
 
 def _zeros(like, shape, dtype):
@@ -124,6 +133,15 @@ def copy_(dst, src, *, threads: int | None = None):
                          blocksize=dst.blocksize if dst.layout.blocked else None, dense_dim=dst.dense_dim,
                          batch_dim=dst.batch_dim, index_dtype=dst.index_dtype, threads=threads)
         sources = [a]
+    return _take(dst, new, sources)
+
+
+def _take(dst, new, sources):
+    """``dst`` takes the members of sparse tensor ``new`` (``dst``'s shape and dense dims) in its own
+    layout, blocksize, value dtype and index dtype; arrays that may share memory with ``sources``
+    are copied first."""
+    if new.layout is not dst.layout or (dst.layout.blocked and new.blocksize != dst.blocksize):
+        new = new.to_sparse(dst.layout, blocksize=dst.blocksize if dst.layout.blocked else None)
     new = new.astype(dst.dtype, copy=False)._with_index_dtype(dst.index_dtype)
     return _TAKE_MEMBERS_BY_LAYOUT[type(dst)](dst, new, sources)
 
@@ -263,6 +281,91 @@ def _no_shrink(t, shape: tuple, other) -> None:
         raise ValueError(f"resize_as_: shrinking dim {small[0]} (from {t.shape[small[0]]} to {shape[small[0]]}) of a "
                          f"non-empty {t.layout.name} tensor is not supported; t is a {describe(t, dtype=False)}, other a "
                          f"{describe(other, dtype=False)}")
+
+
+# -- arithmetic and pointwise ops in place ---------------------------------------------------------
+def _arrays_of(args) -> list:
+    """The arrays that operands ``args`` hold (a sparse tensor's members, dense arrays)."""
+    out = []
+    for x in args:
+        if isinstance(x, SparseTensor):
+            out.extend(a for _, a in x._members())
+        elif type(x) is np.ndarray or is_device_array(x):
+            out.append(x)
+    return out
+
+
+def _store(t, r, name: str, args):
+    """``t`` takes result ``r`` of the op ``name`` without its underscore (see the module doc)."""
+    base = name[:-1]
+    if not isinstance(r, SparseTensor):
+        raise TypeError(f"{name}: {base} of a {describe(t, dtype=False)} with these operands is a dense "
+                        f"{type(r).__name__}, which a sparse tensor cannot hold in place; use {base} (out of place)")
+    if r.shape != t.shape:
+        raise ValueError(f"{name}: the result's shape {r.shape} is not t's {t.shape} (the other operand must broadcast "
+                         f"to t's shape)")
+    if not np.can_cast(r.dtype, t.dtype, "same_kind"):
+        raise TypeError(f"{name}: the result's dtype {r.dtype} cannot be cast to t's dtype {t.dtype} (NumPy's "
+                        f"same_kind rule); use {base} (out of place)")
+    if r.dense_dim != t.dense_dim:
+        r = r.to_sparse(t.layout, blocksize=t.blocksize if t.layout.blocked else None, dense_dim=t.dense_dim)
+    return _take(t, r, _arrays_of(args))
+
+
+def in_place(name: str, op):
+    """The in-place method ``name`` (e.g. ``"mul_"``) of op ``op`` (e.g. :func:`binary.mul`): ``t``
+    takes ``op(t, *args, **kwargs)`` and is returned."""
+    def fn(t, *args, **kwargs):
+        _require_sparse(t, name)
+        return _store(t, op(t, *args, **kwargs), name, args)
+
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = (f"``{op.__name__}`` in place: ``t`` takes the result in its own layout, blocksize and dtypes, "
+                  f"and is returned (see :mod:`sparsetensor.ops.inplace`).")
+    return fn
+
+
+def in_place_operator(name: str, op):
+    """The augmented assignment ``name`` (e.g. ``"__imul__"``) of ``op`` (the operator's function,
+    e.g. ``__mul__``, which gives way to lazy collections): in place where the result is a sparse
+    tensor of ``t``'s shape; a dense result or a broadcast to a larger shape is returned (Python
+    binds the name to it, as before). Inside :func:`sparsetensor.autograd.vjp`'s function a tensor
+    that depends on the arguments gets a new value (the op's rule runs, as for JAX's arrays), so
+    that what the tape recorded stays as it was."""
+    method = name[3:-2] + "_"  # __imul__ -> mul_
+
+    def fn(t, other):
+        r = op(t, other)
+        if r is NotImplemented or not isinstance(r, SparseTensor) or r.shape != t.shape:
+            return r
+        return _store(t, r, method, (other,))
+
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = f"``t {name[3:-2]}= other``: :meth:`{method}` where the result is sparse and of ``t``'s shape."
+    return fn
+
+
+def transpose_(t, dim0: int, dim1: int):
+    """:func:`sparsetensor.ops.select.transpose` in place: ``t`` takes the transpose in its own layout
+    (a csr tensor stays csr: its rows are rebuilt) and index dtype; a blocked tensor's blocksize
+    is transposed with it."""
+    from .select import transpose
+
+    _require_sparse(t, "transpose_")
+    r = transpose(t, dim0, dim1)
+    if r.layout is not t.layout:
+        r = r.to_sparse(t.layout, blocksize=r.blocksize if t.layout.blocked else None)
+    _TAKE_MEMBERS_BY_LAYOUT[type(t)](t, r._with_index_dtype(t.index_dtype), ())
+    t._shape = r.shape
+    return t
+
+
+def t_(t):
+    """``transpose_(t, 0, 1)`` of a tensor of at most 2 dims (a 1-d or 0-d tensor is returned as is)."""
+    _require_sparse(t, "t_")
+    if t.ndim > 2:
+        raise ValueError(f"t_ expects a tensor of at most 2 dims, got a {describe(t, dtype=False)}; use transpose_")
+    return transpose_(t, 0, 1) if t.ndim == 2 else t
 
 
 # Each op's body per layout family, picked where the op reads it: ``TABLE[type(t)](t, ...)``.
