@@ -34,7 +34,7 @@ from ._core import _recording
 from ._core._tensor import COOTensor, CompressedTensor, SparseTensor
 from .interop import array_function, chunk as _chunk, linop, scipy as _scipy, torch as _torch
 from .interop.chunk import defer_to_lazy as _lazy, defer_to_lazy_ufunc as _lazy_ufunc
-from .ops import binary, blas, diagonal, indexing, inplace, join, mask, pointwise, reduce, select, spgemm
+from .ops import binary, blas, diagonal, dims, indexing, inplace, join, mask, pointwise, reduce, select, spgemm
 
 __all__: list = []  # filled from the table below
 
@@ -232,6 +232,9 @@ OPS: tuple = (
     # shape and indexing
     Op("transpose", select.transpose, gpu=True),
     Op("t", t, method=False, gpu=True),  # the method is SparseTensor.t
+    Op("permute", dims.permute, gpu=True),
+    Op("unsqueeze", dims.unsqueeze, gpu=True),
+    Op("squeeze", dims.squeeze, gpu=True),
     Op("narrow", select.narrow, aliases=("narrow_copy",), gpu=True),
     Op("select", select.select, gpu=True),
     Op("index_select", select.index_select, gpu=True),

@@ -25,7 +25,7 @@ import numpy as np
 
 from .._core import _layout as L
 from .._core._tensor import COOTensor, CompressedTensor, SparseTensor
-from ..ops import binary, blas, pointwise, reduce, shape, spgemm
+from ..ops import binary, blas, dims, pointwise, reduce, shape, spgemm
 from ..ops._shape_common import _as_index as as_index
 from ._core import (DenseGradientError, conj, element_coords, gather, same_indices, same_pattern, values_of, unbroadcast,
                     wanted)
@@ -608,6 +608,44 @@ def _select(t, dim, index, *, threads=None):
         return (gt, None, None)
 
     return out, back
+
+
+def _chained(t, steps):
+    """The rules ``steps`` (``[(rule, args), ...]``) applied one after another from ``t``: the last
+    output and a pullback through each rule's, last first (each cotangent put in its step's
+    input pattern for the rule before)."""
+    ins, backs = [], []
+    for rule, args in steps:
+        ins.append(t)
+        t, back = rule(t, *args)
+        backs.append(back)
+
+    def back(G):
+        for x, b in zip(reversed(ins), reversed(backs)):
+            G = x._replace_values(b(G)[0])
+        return G.values()
+
+    return t, back
+
+
+@_rule("permute")
+def _permute(t, *order):
+    out, back = _chained(t, [(_transpose, ij) for ij in dims.permute_steps(t, order)])
+    return out, lambda G: (back(G),) + (None,) * len(order)
+
+
+@_rule("squeeze")
+def _squeeze(t, dim=None):
+    out, back = _chained(t, [(_select, (d, 0)) for d in dims.squeeze_dims(t, dim)])
+    return out, lambda G: (back(G), None)
+
+
+@_rule("unsqueeze")
+def _unsqueeze(t, dim):
+    out = dims.unsqueeze(t, dim)
+    d = dim % (t.ndim + 1)
+    # the new dim has one index: the cotangent at it, in out's order, is t's (stack keeps the entries' order)
+    return out, lambda G: (shape.select(G, d, 0).values(), None)
 
 
 @_rule("index_select")

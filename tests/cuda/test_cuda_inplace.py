@@ -1,8 +1,8 @@
 """In-place arithmetic, pointwise and transpose ops (``add_``, ``mul_``, ``*=``, ``sqrt_``, ``t_``,
 ...) on CUDA tensors (issue #37): the device tensor takes the result in its own layout, blocksize
 and dtypes as the CPU tensor does, with new device arrays (the old ones are not written), and
-nothing reaches the host but a few counts. Runs on a GPU or on the kernel emulator (see
-test_cuda.py).
+nothing reaches the host but a few counts. Also permute, unsqueeze and squeeze, and their
+gradients, against the CPU's. Runs on a GPU or on the kernel emulator (see test_cuda.py).
 """
 
 from __future__ import annotations
@@ -78,3 +78,30 @@ def test_errors(backend, rng):
     with pytest.raises(ValueError, match="host and a device|device"):
         i.add_(i.cpu())
     assert st.from_dense(np.ones(3), "coo").cuda().t_().shape == (3,)
+
+
+@pytest.mark.parametrize("case", SHAPED, ids=SHAPED_IDS)
+def test_dims(backend, rng, case):
+    t = make(rng, case, np.float64, np.int32)
+    d = t.cuda()
+    n, m = t.ndim, t.batch_dim
+    coo = case[0] == "coo"
+    order = [tuple(range(t.sparse_dim))[::-1] + tuple(range(t.sparse_dim, n))] if coo else \
+        [tuple(range(m))[::-1] + (m + 1, m) + tuple(range(m + 2, n))]
+    for o in order:
+        close(d.permute(o), t.permute(o))
+    for k in range(n + 1):
+        if not coo and k == m + 1:
+            continue
+        u, du = t.unsqueeze(k), d.unsqueeze(k)
+        close(du, u)
+        close(du.squeeze(k), u.squeeze(k))
+        close(du.squeeze(), u.squeeze())
+
+    def f(x):
+        y = x.unsqueeze(0).permute(*range(x.ndim + 1))
+        return st.sum(y.squeeze(0) * y.squeeze(0))
+
+    _, pb = st.autograd.vjp(f, t)
+    _, dpb = st.autograd.vjp(f, d)
+    close(dpb(1.0)[0], pb(1.0)[0])
