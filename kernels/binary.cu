@@ -6,6 +6,8 @@
 
 #define MERGE_UNION 0
 #define MERGE_INTERSECTION 1
+#define MERGE_PLUS 2  // merge_write: the union with alpha == 1, b's values taken as they are (no multiply:
+                      // 1 * (inf + 0i) would make the imaginary part NaN, where x + y keeps it)
 
 namespace st {
 
@@ -79,11 +81,11 @@ __global__ void merge_write(const I* __restrict__ ca, const I* __restrict__ pa, 
                 if (mode == MERGE_INTERSECTION) {
                     v = to_acc(av[i * W + e]) * to_acc(cv[j * W + e]);
                 } else if (take_a && take_b) {
-                    v = to_acc(av[i * W + e]) + alpha * to_acc(cv[j * W + e]);
+                    v = to_acc(av[i * W + e]) + (mode == MERGE_PLUS ? to_acc(cv[j * W + e]) : alpha * to_acc(cv[j * W + e]));
                 } else if (take_a) {
                     v = to_acc(av[i * W + e]);
                 } else {
-                    v = alpha * to_acc(cv[j * W + e]);
+                    v = mode == MERGE_PLUS ? to_acc(cv[j * W + e]) : alpha * to_acc(cv[j * W + e]);
                 }
                 vo[o * W + e] = from_acc<V>(v);
             }

@@ -409,14 +409,14 @@ __global__ void bsr_spmm_tiled(const I* __restrict__ comp, const I* __restrict__
     }
 }
 
-// SDDMM: out[b, k] = beta * vals[b, k] (when use_input) + alpha * dot(M1[b, row_k, :], M2[b, :, col_k])
+// SDDMM: out[b, k] = beta * vals[b, k] + alpha * dot(M1[b, row_k, :], M2[b, :, col_k])
 // with M1 (nrows, K) and M2 (K, ncols) row-major: one warp per entry, lanes along K.
 // st:kernel arith index
 template <typename V, typename I>
 __global__ void csr_sddmm(const I* __restrict__ comp, const I* __restrict__ plain, const V* __restrict__ vals, i64 B,
                           i64 nrows, i64 nnz, const V* __restrict__ M1, i64 m1_bstride, const V* __restrict__ M2,
                           i64 m2_bstride, i64 K, i64 ncols, double alpha_re, double alpha_im, double beta_re,
-                          double beta_im, int use_input, V* __restrict__ out) {
+                          double beta_im, V* __restrict__ out) {
     typedef typename acc<V>::type A;
     const A alpha = acc_scalar<A>(alpha_re, alpha_im), beta = acc_scalar<A>(beta_re, beta_im);
     const int lane = threadIdx.x & 31;
@@ -431,7 +431,7 @@ __global__ void csr_sddmm(const I* __restrict__ comp, const I* __restrict__ plai
         A s = acc_zero<A>();
         for (i64 j = lane; j < K; j += 32) s = s + to_acc(m1[j]) * to_acc(m2[j * ncols]);
         for (int off = 16; off > 0; off >>= 1) s = s + shfl_down(s, off, 32);
-        if (lane == 0) out[w] = from_acc<V>(use_input ? beta * to_acc(vals[w]) + alpha * s : alpha * s);
+        if (lane == 0) out[w] = from_acc<V>(beta * to_acc(vals[w]) + alpha * s);  // beta = 0: NaN stays (torch's)
     }
 }
 

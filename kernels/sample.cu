@@ -132,14 +132,21 @@ __global__ void lookup_coo(const I* __restrict__ idx, i64 S, i64 nnz, const i64*
 
 template <typename A>
 __device__ __forceinline__ A ew_div(A x, A y) { return x / y; }
-__device__ __forceinline__ cfloat ew_div(cfloat x, cfloat y) {
-    const float d = y.re * y.re + y.im * y.im;
-    return {(x.re * y.re + x.im * y.im) / d, (x.im * y.re - x.re * y.im) / d};
+// x / y by Smith's scaling, NumPy's complex division (the textbook x conj(y) / |y|^2 overflows
+// for |y| > 1e154 and gives NaN where NumPy gives inf for y = 0)
+template <typename C, typename R>
+__device__ __forceinline__ C smith_div(C x, C y) {
+    const R ar = y.re < 0 ? -y.re : y.re, ai = y.im < 0 ? -y.im : y.im;
+    if (ar >= ai) {
+        if (y.re == 0 && y.im == 0) return {x.re / ar, x.im / ar};
+        const R rat = y.im / y.re, scl = R(1) / (y.re + y.im * rat);
+        return {(x.re + x.im * rat) * scl, (x.im - x.re * rat) * scl};
+    }
+    const R rat = y.re / y.im, scl = R(1) / (y.im + y.re * rat);
+    return {(x.re * rat + x.im) * scl, (x.im * rat - x.re) * scl};
 }
-__device__ __forceinline__ cdouble ew_div(cdouble x, cdouble y) {
-    const double d = y.re * y.re + y.im * y.im;
-    return {(x.re * y.re + x.im * y.im) / d, (x.im * y.re - x.re * y.im) / d};
-}
+__device__ __forceinline__ cfloat ew_div(cfloat x, cfloat y) { return smith_div<cfloat, float>(x, y); }
+__device__ __forceinline__ cdouble ew_div(cdouble x, cdouble y) { return smith_div<cdouble, double>(x, y); }
 
 // out = x * y or x / y, elementwise over n items of one dtype.
 // st:kernel arith

@@ -263,8 +263,8 @@ def same_indices(a: SparseTensor, b: SparseTensor) -> bool:
         pairs = [(a.indices(), b.indices())]
     else:
         pairs = [(a.compressed_indices(), b.compressed_indices()), (a.plain_indices(), b.plain_indices())]
-    if a.is_cuda or b.is_cuda:  # the same index arrays (comparing device arrays would need a kernel)
-        return a.device == b.device and all(x is y or x.size == 0 for x, y in pairs)
+    if a.is_cuda or b.is_cuda:  # the same index arrays, or equal ones (a kernel and one number read a pair)
+        return a.device == b.device and all(x is y or x.size == 0 or kernels().same_arrays([x, y]) for x, y in pairs)
     return all(x is y or (x.shape == y.shape and np.array_equal(x, y)) for x, y in pairs)
 
 
@@ -466,6 +466,23 @@ def _with_dim(G: COOTensor, d: int, dense: bool) -> COOTensor:
     ax = d - G.sparse_dim + 1
     return COOTensor(G.indices(), v.reshape(v.shape[:ax] + (1,) + v.shape[ax:]), G.shape[:d] + (1,) + G.shape[d:],
                      G.is_coalesced(), G._checked)
+
+
+def along_dense_dim(t: SparseTensor, G: SparseTensor, d: int, back):
+    """``back(t, G, d)`` (one of the adjoints below) for an op along dense dim ``d`` of ``t`` whose
+    cotangent ``G`` has the output's pattern, which holds ``t``'s entries in ``t``'s order: run on
+    forms of ``t`` and ``G`` whose one sparse dim numbers the stored elements, so that each
+    repeated entry of an uncoalesced ``t`` takes its own cotangent (a lookup by coordinate would
+    give it the sum over its repeats)."""
+    n, tv, gv = t.dense_dim, t.values(), G.values()
+    K = math.prod(tv.shape[:tv.ndim - n])
+    nums = entry_numbers(K, G).reshape(1, K)
+
+    def numbered(v, dense: int):
+        tail = v.shape[v.ndim - dense:]
+        return COOTensor(nums, v.reshape((K,) + tail), (K,) + tail, True, True)
+
+    return back(numbered(tv, n), numbered(gv, G.dense_dim), d - (t.ndim - n) + 1).reshape(tv.shape)
 
 
 def narrow_back(t: SparseTensor, G: SparseTensor, d: int, start: int, length: int):

@@ -26,8 +26,9 @@ from ...cuda import _primitives as P
 from ...cuda._array import DeviceArray
 from ._coalesce import checked
 from ._pointwise import UNARY_OPS
+from ._select import same_arrays
 
-__all__ = ["dense_at", "sparse_at", "elements_at", "sampled_sparse", "sampled_sparse_dense", "sampled", "unary_grad", "softmax_grad", "add", "sum_leading", "conj", "real"]
+__all__ = ["dense_at", "sparse_at", "elements_at", "sampled_sparse", "sampled_sparse_dense", "sampled", "unary_grad", "softmax_grad", "add", "sum_leading", "conj", "real", "same_arrays"]
 
 # pointwise op -> (derivative kind of autograd.cu's unary_grad, its constant)
 _FLAT = (0, 0.0)  # D_CONST 0: piecewise constant functions

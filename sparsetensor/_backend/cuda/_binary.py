@@ -31,6 +31,7 @@ __all__ = ["add", "mul", "extremum"]
 
 _UNION, _INTERSECTION = 0, 1
 _EXTREMUM = 2  # maximum/minimum: the union's pattern, merge_extremum's values
+_MERGE_PLUS = 2  # merge_write's mode of the union with alpha == 1 (MERGE_PLUS of binary.cu)
 
 
 def _check_pair(op: str, a, b, arithmetic: bool = True):
@@ -117,8 +118,9 @@ def _merge(a, b, mode: int, alpha):
         P.run(dev, "binary.cu", "merge_extremum", (key, ik), B * n, ca, pa, xa, a.nnz, cb, pb, xb, b.nnz, B, n, W,
               int(alpha == "maximum"), scan, plain, vals.view(xa.dtype))
     else:
+        plus = mode == _UNION and s == 1  # x + y, as the CPU's: no multiply by 1 (NaN from 1 * inf in complex)
         P.run(dev, "binary.cu", "merge_write", (P.arith_key(va.dtype, "add"), ik), B * n, ca, pa, va, a.nnz, cb, pb,
-              vb, b.nnz, B, n, W, mode, s.real, s.imag, scan, plain, vals)
+              vb, b.nnz, B, n, W, _MERGE_PLUS if plus else mode, s.real, s.imag, scan, plain, vals)
     comp = P.batch_offsets(dev, scan, B, n, 1, ca.dtype)
     return CompressedTensor(comp.reshape(batch + (n + 1,)), plain, vals, a.shape, a.layout, True)
 

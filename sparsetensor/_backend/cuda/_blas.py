@@ -285,8 +285,8 @@ def sampled_addmm(input, mat1, mat2, *, beta=1.0, alpha=1.0):
     """``beta * input + alpha * (mat1 @ mat2)`` sampled at the pattern of device csr ``input``.
 
     ``mat1`` ``(M, K)`` and ``mat2`` ``(K, N)`` are dense device arrays (batched:
-    ``B + (M, K)``, ``B + (K, N)``, or shared 2-d ones). ``beta == 0`` ignores ``input``'s
-    values (NaN included), as PyTorch does. Returns a csr tensor sharing ``input``'s indices.
+    ``B + (M, K)``, ``B + (K, N)``, or shared 2-d ones). ``beta * input`` is computed also
+    when ``beta == 0`` (NaN stays NaN), as PyTorch and the CPU do. Returns a csr tensor sharing ``input``'s indices.
     """
 
     if not isinstance(input, CudaCompressedTensor) or input.layout is not L.sparse_csr:
@@ -325,7 +325,7 @@ def sampled_addmm(input, mat1, mat2, *, beta=1.0, alpha=1.0):
     if B * nnz:
         launch(dev, "blas.cu", "csr_sddmm", (vkey, P.index_key(t.index_dtype)), grid_for(dev, B * nnz * 32), BLOCK,
                t.compressed_indices(), t.plain_indices(), t.values(), B, M, nnz, m1, strides[0], m2, strides[1], K, N,
-               a.real, a.imag, b.real, b.imag, int(b != 0), out)
+               a.real, a.imag, b.real, b.imag, out)
     return CompressedTensor(t.compressed_indices(), t.plain_indices(), out, t.shape, t.layout, True)
 
 

@@ -88,8 +88,9 @@ def transpose_compressed(t, keep: bool = False):
     tail = v.shape[m + 1:]
     if N == 0:
         comp = P.zeros(dev, batch + (ps + 1,), c.dtype)
-        return CompressedTensor(comp, P.empty(dev, batch + (0,), c.dtype), P.empty(dev, v.shape, v.dtype),
-                                    t.shape, out_layout, True)
+        # (no batch, or no entry: a batch shape with a 0 keeps its nnz, as on the CPU)
+        return CompressedTensor(comp, P.empty(dev, batch + (nnz,), c.dtype), P.empty(dev, v.shape, v.dtype),
+                                t.shape, out_layout, True)
     entries = v.reshape((N,) + tail)
     kept = _kept(t) if keep else None
     if kept is not None and kept is not _FIRST:
