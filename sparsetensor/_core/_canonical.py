@@ -86,6 +86,8 @@ def build(parts: Parts) -> CompressedTensor:
     c, p, v, batch = parts.compressed, parts.plain, parts.values, parts.batch
     nnz = p.shape[1]
     block = parts.blocksize if parts.layout.blocked else ()
+    if type(v) is np.ndarray and not v.flags.c_contiguous:  # an empty input's raw view may have zero strides
+        v = np.ascontiguousarray(v)
     values = v.view(parts.dtype).reshape(batch + (nnz,) + block + parts.dense)
     return CompressedTensor(c.reshape(batch + (c.shape[1],)), p.reshape(batch + (nnz,)), values,
                             batch + parts.sparse + parts.dense, parts.layout, canonical=True)

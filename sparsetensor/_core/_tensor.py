@@ -117,6 +117,21 @@ def _fmt_array(name: str, a: np.ndarray) -> str:
     return f"{name}={body}"
 
 
+class Size(int):
+    """A tensor's ``size``: NumPy's element count (an int) that called is torch's ``size(dim=None)``."""
+
+    def __new__(cls, shape: tuple):
+        self = super().__new__(cls, math.prod(shape))
+        self.shape = shape
+        return self
+
+    def __call__(self, dim: int | None = None):
+        return self.shape if dim is None else self.shape[normalize_dim(dim, len(self.shape))]
+
+    def __reduce__(self):
+        return int, (int(self),)
+
+
 class SparseTensor:
     """Base of the sparse tensor classes: what every layout shares, on every device.
 
@@ -143,9 +158,11 @@ class SparseTensor:
         """The shape, ``batch + sparse + dense``."""
         return self._shape
 
-    def size(self, dim: int | None = None):
-        """The shape, or one of its sizes (torch spelling)."""
-        return self._shape if dim is None else self._shape[normalize_dim(dim, self.ndim)]
+    @property
+    def size(self) -> int:
+        """The number of elements, as NumPy's ``size`` (Dask and NumPy read it), which called is
+        torch's ``size()``: ``t.size()`` the shape, ``t.size(d)`` one of its sizes."""
+        return Size(self._shape)
 
     @property
     def ndim(self) -> int:

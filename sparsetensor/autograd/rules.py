@@ -25,7 +25,7 @@ import numpy as np
 
 from .._core import _layout as L
 from .._core._tensor import COOTensor, CompressedTensor, SparseTensor
-from ..ops import binary, blas, dims, pointwise, reduce, shape, spgemm
+from ..ops import binary, blas, dims, indexing, pointwise, reduce, shape, spgemm
 from ..ops._shape_common import _as_index as as_index
 from ._core import (DenseGradientError, conj, element_coords, gather, same_indices, same_pattern, values_of, unbroadcast,
                     wanted)
@@ -484,8 +484,9 @@ def _to_sparse(t, layout=None, *, blocksize=None, dense_dim=None, threads=None):
     return out, lambda G: (values_of(G, t), None)
 
 
-for _lay in ("coo", "csr", "csc", "bsr", "bsc"):
-    RULES[f"to_sparse_{_lay}"] = (lambda lay: lambda t, *a, **k: _to_sparse(t, lay, *a, **k))(_lay)
+for _lay in ("coo", "csr", "csc", "bsr", "bsc"):  # the blocked ones take blocksize positionally too
+    RULES[f"to_sparse_{_lay}"] = (lambda lay: lambda t, blocksize=None, **k: _to_sparse(t, lay, blocksize=blocksize,
+                                                                                          **k))(_lay)
 
 
 @_rule("astype")
@@ -569,6 +570,9 @@ def _narrow(t, dim, start, length, *, threads=None):
         if entry is not None:
             return (entry[0],) + (None,) * 3
         if t.is_cuda:
+            if not _sparse_dim(t, d) and _of_pattern(G, out):
+                return (_device.along_dense_dim(t, G, d, lambda a, g, e: _device.narrow_back(a, g, e, s, length)),) \
+                    + (None,) * 3
             return (_device.narrow_back(t, G, d, s, length),) + (None,) * 3
         coords, sparse_d, ax = _split(t, d)
         if sparse_d:
@@ -595,6 +599,8 @@ def _select(t, dim, index, *, threads=None):
         if entry is not None:
             return (entry[0], None, None)
         if t.is_cuda:
+            if not _sparse_dim(t, d) and _of_pattern(G, out):
+                return (_device.along_dense_dim(t, G, d, lambda a, g, e: _device.select_back(a, g, e, i)), None, None)
             return (_device.select_back(t, G, d, i), None, None)
         coords, sparse_d, ax = _split(t, d)
         if sparse_d:
@@ -612,20 +618,30 @@ def _select(t, dim, index, *, threads=None):
 
 def _chained(t, steps):
     """The rules ``steps`` (``[(rule, args), ...]``) applied one after another from ``t``: the last
-    output and a pullback through each rule's, last first (each cotangent put in its step's
-    input pattern for the rule before)."""
-    ins, backs = [], []
+    output and a pullback through each rule's, last first."""
+    chain = _Chain()
     for rule, args in steps:
-        ins.append(t)
-        t, back = rule(t, *args)
-        backs.append(back)
+        t = chain.run(rule, t, *args)
+    return t, chain.back
 
-    def back(G):
-        for x, b in zip(reversed(ins), reversed(backs)):
+
+class _Chain:
+    """Rules run one after another (:meth:`run`), and the pullback through them all (:meth:`back`:
+    each cotangent put in its step's input pattern for the rule before)."""
+
+    def __init__(self):
+        self.ins, self.backs = [], []
+
+    def run(self, rule, t, *args):
+        self.ins.append(t)
+        out, back = rule(t, *args)
+        self.backs.append(back)
+        return out
+
+    def back(self, G):
+        for x, b in zip(reversed(self.ins), reversed(self.backs)):
             G = x._replace_values(b(G)[0])
         return G.values()
-
-    return t, back
 
 
 @_rule("permute")
@@ -648,6 +664,20 @@ def _unsqueeze(t, dim):
     return out, lambda G: (shape.select(G, d, 0).values(), None)
 
 
+@_rule("__getitem__")
+def _getitem(t, key):
+    chain = _Chain()
+
+    def step(name, r, *args):
+        if name == "dense":
+            raise NotImplementedError("vjp: t[key] indexing on past the last sparse dim (a dense result indexed by "
+                                      "NumPy) is not recorded; select to a dense value first, then index it")
+        return chain.run(RULES[name], r, *args)
+
+    out = indexing.index(t, key, step)
+    return out, lambda G: (chain.back(G), None)
+
+
 @_rule("index_select")
 def _index_select(t, dim, index, *, threads=None):
     out = shape.index_select(t, dim, index, threads=threads)
@@ -659,6 +689,9 @@ def _index_select(t, dim, index, *, threads=None):
         if entry is not None:
             return (entry[0], None, None)
         if t.is_cuda:
+            if not _sparse_dim(t, d) and _of_pattern(G, out):
+                return (_device.along_dense_dim(t, G, d, lambda a, g, e: _device.index_select_back(a, g, e, index)),
+                        None, None)
             return (_device.index_select_back(t, G, d, index), None, None)
         idx = np.asarray(index).reshape(-1).astype(np.int64)
         coords, sparse_d, ax = _split(t, d)

@@ -103,6 +103,11 @@ def _shape(a):
     return tuple(a.shape)
 
 
+@_handles(np.size)
+def _size(a, axis=None):
+    return int(a.size) if axis is None else a.size(axis)
+
+
 @_handles(np.ndim)
 def _ndim(a):
     return a.ndim

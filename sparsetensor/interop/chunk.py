@@ -132,6 +132,21 @@ def _zeros_like(a, dtype=None, order="K", subok=True, shape=None, **kwargs):
     return zeros(a, shape, dtype)
 
 
+def _broadcast_to(a, shape, subok=False):
+    """``np.broadcast_to`` of a sparse tensor: itself for its own shape, and a tensor with no
+    specified element broadcast to any shape NumPy allows (Dask's ``zeros_like`` broadcasts one
+    of shape 1); a tensor with elements refuses (every repeat would be a stored entry)."""
+    shape = tuple(int(s) for s in np.atleast_1d(shape)) if np.ndim(shape) else (int(shape),)
+    if np.broadcast_shapes(a.shape, shape) != shape:
+        raise ValueError(f"np.broadcast_to: a {a.layout.name} tensor of shape {a.shape} does not broadcast to {shape}")
+    if shape == a.shape:
+        return a
+    if a.nnz == 0 or 0 in a.shape:
+        return zeros(a, shape)
+    raise NotImplementedError(f"np.broadcast_to of a {a.layout.name} tensor of shape {a.shape} with stored elements "
+                              f"to {shape}: each repeat would be stored; repeat it with st.cat or st.stack")
+
+
 def _dense_like(name):
     def refuse(a, *args, **kwargs):
         raise ValueError(f"np.{name} of a sparse tensor is dense (every element is set): use np.{name} on an array of "
@@ -192,6 +207,7 @@ def defer_to_lazy_ufunc(method):
 
 FUNCTIONS = [  # NumPy functions added to __array_function__'s whitelist
     (np.zeros_like, _zeros_like),
+    (np.broadcast_to, _broadcast_to),
     (np.nansum, _nansum),
     (np.round, _round),
     (np.around, _round),

@@ -10,7 +10,10 @@ whatever its kind (batch, sparse or dense), so ``t[key].to_dense() == t.to_dense
   becomes coo, a coo tensor that loses its last sparse dim becomes a dense NumPy array
   and then a NumPy scalar when no dim is left, so ``t[i, j]`` is a scalar);
 - a slice with step 1: :func:`narrow`; another step: :func:`index_select` of the range;
-- an integer array: :func:`index_select` (repeats allowed).
+- an integer array: :func:`index_select` (repeats allowed);
+- ``None`` (``np.newaxis``): :func:`~sparsetensor.ops.dims.unsqueeze` at its place in the
+  result (between the two sparse dims of a compressed tensor, the tensor becomes coo first:
+  the new dim is a third sparse dim).
 
 Selecting along a batch dim gives views of the members, as in PyTorch; the other results
 are new tensors (which may share index arrays). A blocked tensor (bsr/bsc) indexed along
@@ -21,8 +24,7 @@ Out-of-range integers and array entries raise ``IndexError`` (slices clip, as in
 A device tensor gives device results (a DeviceArray where NumPy's would be an array or a
 scalar) and takes index arrays on the host or on its device (checked there, NumPy's errors);
 an index array on a device with a host tensor raises ``ValueError`` naming both devices.
-Boolean masks, ``None``/``np.newaxis``, several integer arrays (NumPy's pointwise
-advanced indexing), an array apart from an integer (by a slice, or by ``...`` even where
+Boolean masks, several integer arrays (NumPy's pointwise advanced indexing), an array apart from an integer (by a slice, or by ``...`` even where
 it stands for no dims) with a sliced dim before the array (NumPy moves the array's dim
 first, ``a[:, [0, 1], ..., 0]``), and item assignment raise ``NotImplementedError``
 naming them.
@@ -37,8 +39,9 @@ import numpy as np
 from .._backend import backend_for, device_of
 from .._core._device import device_array, is_device_array
 from .._core import _layout as L
-from .._core._tensor import SparseTensor
+from .._core._tensor import COOTensor, SparseTensor
 from ._shape_common import _device_select, wrapped_index
+from .dims import unsqueeze
 from .shape import index_select, narrow, select
 
 __all__ = ["getitem", "setitem"]
@@ -48,8 +51,6 @@ def _component(k):
     """A key component as ``Ellipsis``, a slice, an int or a 1-d int64 array (not yet bounds-checked)."""
     if k is Ellipsis or isinstance(k, slice):
         return k
-    if k is None:
-        raise NotImplementedError("indexing a sparse tensor with None (np.newaxis) is not supported")
     if isinstance(k, SparseTensor):
         raise NotImplementedError("indexing with a sparse tensor is not supported")
     if isinstance(k, (bool, np.bool_)):
@@ -178,7 +179,8 @@ def _unblocked(t):
 
 
 def getitem(self, key):
-    """``t[key]``: integers, slices, ``...`` and one integer array (see :mod:`sparsetensor.ops.indexing`).
+    """``t[key]``: integers, slices, ``...``, ``None`` and one integer array (see
+    :mod:`sparsetensor.ops.indexing`).
 
     Examples
     --------
@@ -195,43 +197,85 @@ def getitem(self, key):
     np.int64(5)
     >>> t[0].to_dense()
     array([1, 0, 2])
+    >>> t[None, 1:].shape
+    (1, 2, 3)
     """
-    comps = _expand(key, self.ndim)
+    return index(self, key, _run)
+
+
+def _run(name: str, r, *args):
+    return _STEPS[name](r, *args)
+
+
+def index(self, key, step):
+    """``self[key]`` as steps: ``step(name, r, *args)`` runs each (``"select"``, ``"narrow"``,
+    ``"index_select"``, ``"to_sparse"``, ``"unsqueeze"``, and ``"dense"`` for what NumPy or the
+    device indexes once no sparse dim is left) on the result so far and returns its result (the
+    autograd rule of ``t[key]`` runs the ops' rules through it)."""
+    key = key if isinstance(key, tuple) else (key,)
+    new_dims = _new_dims(key, self.ndim)
+    comps = _expand(tuple(k for k in key if k is not None), self.ndim)
     if not self.is_cuda:  # an index array on a device with a host tensor: ValueError naming both devices
         backend_for(self, *(c for c in comps if type(c) is not np.ndarray and is_device_array(c)))
     r = self
     d = 0  # the dim of r that the next component indexes
     for k, comp in enumerate(comps):
         if not isinstance(r, SparseTensor):  # no sparse dim left: NumPy (or take_axis on the device) does the rest
-            r = r[(slice(None),) * d + tuple(comps[k:])] if isinstance(r, np.ndarray) else _dense_device(r, d, comps[k:])
+            if not all(isinstance(c, slice) and c == slice(None) for c in comps[k:]):
+                r = step("dense", r, d, tuple(comps[k:]))
             break
         size = r.shape[d]
         if isinstance(comp, slice) and comp == slice(None):
             d += 1
             continue
         if _cuts_blocks(r, d, comp, size):
-            r = _unblocked(r)
+            r = step("to_sparse", r, L.sparse_csr if r.layout.compressed_rows else L.sparse_csc)
         if isinstance(comp, int):
-            r = select(r, d, _check_int(comp, size, k))
+            r = step("select", r, d, _check_int(comp, size, k))
             continue
         if isinstance(comp, slice):
-            start, stop, step = comp.indices(size)
-            if step == 1:
-                op, arg = narrow, (start, max(0, stop - start))
+            start, stop, step_ = comp.indices(size)
+            if step_ == 1:
+                name, arg = "narrow", (start, max(0, stop - start))
             else:
-                op, arg = index_select, (np.arange(start, stop, step, dtype=np.int64),)
+                name, arg = "index_select", (np.arange(start, stop, step_, dtype=np.int64),)
         else:
-            op, arg = index_select, (_check_array(comp, size, k),)
+            name, arg = "index_select", (_check_array(comp, size, k),)
         try:
-            r = op(r, d, *arg)
+            r = step(name, r, d, *arg)
         except ValueError:
             if not _batched_sparse(r, d):
                 raise
-            r = op(r.to_sparse(L.sparse_coo), d, *arg)  # the batches would differ in nnz: coo has no batches
+            r = step(name, step("to_sparse", r, L.sparse_coo), d, *arg)  # the batches would differ in nnz: coo
         d += 1
+    for d in new_dims:  # None: a new dim of size 1 where it stands in the result
+        if not isinstance(r, SparseTensor):
+            r = step("dense", r, 0, (slice(None),) * d + (None,))
+        else:
+            if not isinstance(r, COOTensor) and d == r.batch_dim + 1:  # between the two sparse dims: a third one
+                r = step("to_sparse", r, L.sparse_coo)
+            r = step("unsqueeze", r, d)
     if isinstance(r, np.ndarray) and r.ndim == 0:
         return r[()]
     return r
+
+
+def _new_dims(key: tuple, ndim: int) -> list:
+    """Where each ``None`` of ``key`` puts its dim of size 1 in the result, ascending: after the dims
+    that the components before it leave (an integer leaves none, ``...`` those it stands for)."""
+    if not any(k is None for k in key):
+        return []
+    given = sum(1 for k in key if k is not None and k is not Ellipsis)
+    out, at = [], 0
+    for k in key:
+        if k is None:
+            out.append(at)
+            at += 1
+        elif k is Ellipsis:
+            at += max(ndim - given, 0)
+        elif isinstance(k, slice) or (k.ndim if is_device_array(k) else np.ndim(k)) >= 1:  # an array keeps a dim
+            at += 1
+    return out
 
 
 def _dense_device(a, d: int, comps: list):
@@ -252,6 +296,20 @@ def _dense_device(a, d: int, comps: list):
             a = take_axis(a, d, _check_array(comp, size, d))
         d += 1
     return a
+
+
+def _dense_rest(a, d: int, comps: tuple):
+    """Dense ``a`` (a NumPy or device array) indexed by ``comps`` from axis ``d`` on (``None``: a new
+    axis)."""
+    if isinstance(a, np.ndarray) or not is_device_array(a):
+        return a[(slice(None),) * d + comps]
+    if comps and comps[-1] is None:  # a new axis of a device array
+        return a.reshape(a.shape[:len(comps) - 1 + d] + (1,) + a.shape[len(comps) - 1 + d:])
+    return _dense_device(a, d, list(comps))
+
+
+_STEPS = {"select": select, "narrow": narrow, "index_select": index_select, "unsqueeze": unsqueeze,
+          "to_sparse": lambda r, layout: r.to_sparse(layout), "dense": _dense_rest}
 
 
 def setitem(self, key, value):

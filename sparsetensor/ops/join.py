@@ -28,6 +28,9 @@ def _common(tensors: list, op: str):
                             "arrays with st.from_dense first)")
     first = tensors[0]
     layout, bs = first.layout, first.blocksize if first.layout.blocked else None
+    if bs is not None and any(_off_blocks(t, bs) for t in tensors):
+        # an input whose sparse sizes the blocksize does not divide: the unblocked layout (bsr -> csr)
+        layout, bs = (L.sparse_csr if layout.compressed_rows else L.sparse_csc), None
     out = []
     for k, t in enumerate(tensors):
         if t.layout is not layout or (bs is not None and t.blocksize != bs):
@@ -48,11 +51,19 @@ def _common(tensors: list, op: str):
     return [t.astype(dtype, copy=False)._with_index_dtype(idx_dt) for t in out]
 
 
+def _off_blocks(t, bs: tuple) -> bool:
+    """Whether blocks of ``bs`` do not tile the two sparse dims of ``t`` (a coo tensor's last two
+    non-dense dims)."""
+    rows, cols = t.shape[t.ndim - t.dense_dim - 2: t.ndim - t.dense_dim] if t.ndim - t.dense_dim >= 2 else (1, 1)
+    return bool(rows % bs[0] or cols % bs[1])
+
+
 def cat(tensors, dim: int = 0, *, threads: int | None = None):
     """Concatenate sparse tensors along ``dim`` (a sparse, batch or dense dim).
 
     Inputs of another layout (or blocksize) are converted to the first one's layout
-    (and blocksize) first; values are promoted with ``np.result_type``; index dtypes
+    (and blocksize) first, to csr (csc) for a bsr (bsc) first one whose blocksize does not
+    tile every input's sparse sizes; values are promoted with ``np.result_type``; index dtypes
     that differ give int64. The shapes must agree except along ``dim``, and the inputs
     must split their dims alike (same sparse/batch/dense dims), else ``ValueError``.
 

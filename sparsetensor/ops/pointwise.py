@@ -432,7 +432,8 @@ def _is_scalar(x) -> bool:
 def _binary_ufunc(ufunc, a, b, kwargs):
     """Two tensor operands (sparse and sparse, or sparse and dense): sparsetensor.ops.binary."""
     fname = _BINARY.get(ufunc)
-    if fname is None or kwargs:
+    dtype = kwargs.get("dtype")  # dtype=None (Dask passes it): NumPy's default
+    if fname is None or set(kwargs) - {"dtype"}:
         return NotImplemented
     try:
         from . import binary
@@ -443,7 +444,8 @@ def _binary_ufunc(ufunc, a, b, kwargs):
         return NotImplemented
     if fname == "mul" or (fname == "div" and isinstance(a, SparseTensor)):  # dense / sparse: div's own refusal
         _check_sampled(ufunc, a, b, binary.mul)
-    return fn(a, b)
+    out = fn(a, b)
+    return out if dtype is None else out.astype(dtype)
 
 
 def _check_sampled(ufunc, a, b, mul) -> None:

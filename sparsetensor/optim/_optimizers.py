@@ -139,7 +139,13 @@ def _same(p, q) -> bool:
 
 
 def _cast_like(v, p):
-    """State value ``v`` as a copy on ``p``'s device, floats in ``p``'s dtype (through the host)."""
+    """State value ``v`` as a copy on ``p``'s device, floats in ``p``'s dtype (through the host); a
+    torch tensor (a state dict of ``torch.optim``'s) as its NumPy copy, a 0-d one as a number."""
+    if type(v).__module__.startswith("torch") and hasattr(v, "detach"):
+        if str(v.layout) != "torch.strided":
+            raise TypeError(f"load_state_dict: a sparse torch tensor ({v.layout}) in the state; convert it first")
+        a = v.detach().cpu().numpy()
+        v = a.item() if a.ndim == 0 else a
     if isinstance(v, COOTensor):
         v = v.cpu()
         v = COOTensor(v.indices().copy(), np.array(v.values(), dtype=p.dtype), v.shape, v.is_coalesced(), False)

@@ -368,3 +368,30 @@ def test_edge_shapes():
     opt.step([g])
     np.testing.assert_array_equal(W, [-5.0, -7.5, -10.0])  # -(g) - (0.5 g + g), g = [2, 3, 4]
     np.testing.assert_array_equal(opt.state[0]["momentum_buffer"].values(), [[3.0, 4.5, 6.0]])
+
+
+def test_state_dict_of_torch_optim():
+    """st.optim takes the state dict of torch.optim's SparseAdam (torch tensors): NumPy copies, the
+    step a number, and the next steps agree."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(0)
+    W = rng.standard_normal((6, 3))
+    Wt = torch.tensor(W.copy(), requires_grad=True)
+    topt = torch.optim.SparseAdam([Wt], lr=0.1)
+    idx = torch.tensor([1, 3, 1])
+
+    def torch_step():
+        Wt.grad = None
+        torch.nn.functional.embedding(idx, Wt, sparse=True).sum().backward()
+        topt.step()
+
+    torch_step()
+    mine = Wt.detach().numpy().copy()
+    opt = st.optim.SparseAdam([mine], lr=0.1)
+    opt.load_state_dict(topt.state_dict())
+    s = opt.state[0]
+    assert isinstance(s["exp_avg"], np.ndarray) and s["step"] == 1
+    torch_step()
+    grad = st.sparse_coo_tensor(np.array([[1, 3]]), np.array([[2.0] * 3, [1.0] * 3]), (6, 3))
+    opt.step([grad])
+    np.testing.assert_allclose(mine, Wt.detach().numpy(), rtol=1e-12)

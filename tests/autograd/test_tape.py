@@ -186,3 +186,27 @@ def test_single_op_path_unchanged():
     out, pullback = vjp(st.matmul, A, np.ones(4))
     assert type(out) is np.ndarray
     assert pullback(np.ones(4))[0].layout == A.layout
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_indexing_is_recorded(layout):
+    """``t[key]`` (slices with steps, integers, an array, None) is recorded as the narrow, select,
+    index_select, conversions and unsqueeze it runs; a step past the last sparse dim raises."""
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((2, 6, 4)) * (rng.random((1, 6, 4)) < 0.6)
+    t = st.from_dense(a, "coo") if layout == "coo" else st.from_dense(
+        a, layout, batch_dim=1, blocksize=(2, 2) if layout in ("bsr", "bsc") else None)
+    for key in [(slice(1, None),), (0,), (slice(None), slice(None, None, 2)), (slice(None), [1, 3, 1]),
+                (None, 1, slice(1, 5)), (slice(None), None, slice(None), 2), (1, 2)]:
+        check(lambda x: x[key] * 2.0, t)
+    if layout == "coo":
+        h = st.from_dense(a, "coo", dense_dim=1)
+        with pytest.raises(NotImplementedError, match="past the last sparse dim"):
+            vjp(lambda x: x[0, 1, 2], h)
+        check(lambda x: x[0, 1], h)
+
+
+def test_blocked_conversion_with_a_positional_blocksize():
+    A = st.from_dense(np.array([[1.0, 0, 2, 0], [0, 3, 0, 4]]), "csr")
+    check(lambda x: st.sum(x.to_sparse_bsr((2, 2)) * 3.0), A)
+    check(lambda x: x.to_sparse_bsc((1, 2)), A)

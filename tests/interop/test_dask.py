@@ -160,6 +160,21 @@ def test_empty_tensors(sync):
         np.testing.assert_array_equal(da.concatenate([x[:0], x]).compute().to_dense(), a)
 
 
+@pytest.mark.parametrize("layout,blocksize", CASES)
+def test_sparse_matmul_stack_zeros_like(sync, layout, blocksize):
+    """Dask's ``@`` of two sparse arrays (its chunks indexed with None, partial products added with
+    np.add(..., dtype=None)), ``da.stack`` (None too), ``da.zeros_like`` of one chunk (np.broadcast_to
+    of an empty tensor), and chunk edges that cut the blocks (cat falls back to csr/csc)."""
+    t, a = make(layout, blocksize, blocks=(6, 4))
+    for chunks in (-1, 4, (5, 7)):
+        x = st.dask.from_sparse(t, chunks=chunks)
+        np.testing.assert_allclose(dense((x @ x.T).compute()), a @ a.T, rtol=1e-12)
+        np.testing.assert_array_equal(dense(da.stack([x, x]).compute()), np.stack([a, a]))
+        z = da.zeros_like(x).compute()
+        assert isinstance(z, st.SparseTensor) and z.shape == a.shape and z.nnz == 0
+        np.testing.assert_array_equal(dense(x.rechunk((3, 1)).compute()), a)
+
+
 def test_unsupported_ops_raise_naming_them(sync):
     t, a = make("csr")
     x = st.dask.from_sparse(t, chunks=(10, -1))
