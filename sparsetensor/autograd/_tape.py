@@ -25,7 +25,8 @@ from ._core import check_cotangent, wanting
 from .rules import RULES
 
 _HINT = ("inside vjp's function, sparsetensor's ops with a derivative rule and NumPy's basic arithmetic "
-         "(+ - * / **, @, sum, mean, indexing, exp, log, sqrt, sin, cos, tanh, abs) are recorded")
+         "(+ - * / **, @, sum, mean, indexing, .T, transpose, reshape, exp, log, sqrt, sin, cos, tanh, abs) are "
+         "recorded")
 
 
 class _Traced(np.ndarray):
@@ -55,6 +56,43 @@ class _Traced(np.ndarray):
             return self.view(np.ndarray)[key]
         return tape.getitem(self, key)
 
+    # transposes and reshapes: views whose cotangent is the inverse view of the output's
+    def transpose(self, *axes):
+        plain = self.view(np.ndarray)
+        axes = axes[0] if len(axes) == 1 and (axes[0] is None or isinstance(axes[0], (tuple, list))) else axes
+        axes = tuple(reversed(range(plain.ndim))) if axes is None or axes == () else tuple(a % plain.ndim for a in axes)
+        inverse = tuple(np.argsort(axes))
+        return _viewed(self, plain.transpose(axes), lambda G: G.transpose(inverse))
+
+    @property
+    def T(self):
+        return self.transpose()
+
+    @property
+    def mT(self):
+        return self.swapaxes(-1, -2)
+
+    def swapaxes(self, a, b):
+        axes = list(range(self.ndim))
+        axes[a], axes[b] = axes[b], axes[a]
+        return self.transpose(axes)
+
+    def reshape(self, *shape, order="C"):
+        plain = self.view(np.ndarray)
+        if order != "C":
+            raise NotImplementedError(f"vjp: reshape(order={order!r}) of a recorded array; {_HINT}")
+        shape = shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
+        return _viewed(self, plain.reshape(shape), lambda G: G.reshape(plain.shape))
+
+    def ravel(self, order="C"):
+        return self.reshape(-1, order=order)
+
+    def flatten(self, order="C"):
+        return self.reshape(-1, order=order)  # recorded outputs have their own memory: a copy already
+
+    def copy(self, order="C"):
+        return _viewed(self, self.view(np.ndarray).copy(order), lambda G: G)
+
     def mean(self, axis=None, dtype=None, out=None, keepdims=False):
         if out is not None:
             return np.mean(self.view(np.ndarray), axis, dtype, out, keepdims)
@@ -68,6 +106,15 @@ class _Traced(np.ndarray):
         return str(self.view(np.ndarray))
 
 
+def _viewed(x: _Traced, out: np.ndarray, inverse):
+    """``out``, a transpose or reshape of traced ``x``, recorded (cotangent ``inverse(G)``) where ``x``
+    depends on the arguments."""
+    tape = _recording.current()
+    if tape is None or not tape.tracks(x):
+        return out
+    return tape.viewed(x, out, inverse)
+
+
 def _dot(a, b, out=None):
     if out is None and 1 <= np.ndim(a) <= 2 and 1 <= np.ndim(b) <= 2:
         return np.matmul(a, b)  # the same product for these ranks, recorded as matmul
@@ -77,7 +124,12 @@ def _dot(a, b, out=None):
 
 _UFUNC_OPS = {"subtract": "sub", "multiply": "mul", "true_divide": "div", "divide": "div", "negative": "neg",
               "absolute": "abs", "conjugate": "conj", "power": "pow"}  # NumPy's ufunc names that differ from ours
-_COMPOSED = {np.sum: np.sum._implementation, np.mean: np.mean._implementation, np.dot: _dot}
+_FUNCTION_OPS = {np.sum: "sum", np.mean: "mean"}  # NumPy functions on sparse tensors recorded as our ops
+_COMPOSED = {np.sum: np.sum._implementation, np.mean: np.mean._implementation, np.dot: _dot,
+             np.transpose: lambda a, axes=None: a.transpose(axes), np.swapaxes: lambda a, b, c: a.swapaxes(b, c),
+             np.reshape: lambda a, *shape, **kw: a.reshape(*(shape or (kw.pop("shape", None) or kw.pop("newshape"),)),
+                                                           **kw),
+             np.ravel: lambda a, order="C": a.ravel(order)}
 
 
 def promoted(G, dtype):
@@ -216,8 +268,8 @@ class Tape:
         if id(x) in self.keep:
             return True
         if isinstance(x, _Traced):
-            raise NotImplementedError("vjp: an array derived from a recorded value by NumPy (indexing, a view, a "
-                                      f"reshape) reached an op; those steps are not recorded; {_HINT}")
+            raise NotImplementedError("vjp: an array derived from a recorded value by a NumPy step the tape does not "
+                                      f"record (.view, stride tricks, out=) reached an op; {_HINT}")
         return isinstance(x, SparseTensor) and x.dtype.kind in "fc" and self._adopt(x)
 
     def call(self, name: str, impl, args: tuple, kwargs: dict):
@@ -229,6 +281,13 @@ class Tape:
             if op in RULES:
                 head = args[:3]
                 return self.call(op, lambda *a: impl(*head, *a), args[3:], {})
+        if name == "__array_function__" and len(args) == 5 and not kwargs:
+            # np.sum(t) & co. on a sparse operand: recorded as the op NumPy's function runs
+            func, types = args[1], args[2]
+            op = _FUNCTION_OPS.get(func)
+            if op in RULES:
+                return self.call(op, lambda *a, **k: impl(args[0], func, types, a, k), tuple(args[3]), dict(args[4]))
+            name = f"np.{func.__name__}"
         if any(self.tracks(v) for v in _leaves(tuple(kwargs.values()))):
             raise NotImplementedError(f"vjp: pass the tensors of {name} positionally inside vjp's function (a "
                                       "keyword argument that depends on the arguments is not differentiated)")
@@ -279,6 +338,12 @@ class Tape:
                                       f"the differentiated arguments; {_HINT}")
         out = self._keep_out(out)
         self.nodes.append((out, back, inputs))
+        return out
+
+    def viewed(self, x: _Traced, out: np.ndarray, inverse):
+        """``out``, a transpose or reshape of ``x``, recorded: its cotangent is ``inverse(G)``."""
+        out = self._keep_out(out.copy() if out.base is not None else out)  # its own memory, as other outputs
+        self.nodes.append((out, lambda G: (inverse(np.asarray(G)),), (x,)))
         return out
 
     def getitem(self, x: _Traced, key):
