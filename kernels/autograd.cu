@@ -33,6 +33,9 @@
 #define D_LOG1P 13        // 1 / (1 + x)
 #define D_STEP 14         // relu
 #define D_POW 15          // pow by the exponent c: c * x^(c - 1)
+#define D_ERF 16          // 2 / sqrt(pi) exp(-x^2)
+#define D_ERFINV 17       // sqrt(pi) / 2 exp(y^2)
+#define D_FINITE 18       // nan_to_num: 1 where x is finite, else 0
 
 // Complex ops of unary_grad_complex: conj(G) for conj, else G * conj(f'(x)) with f'(x) from x, y = f(x)
 // and the exponent c of pow.
@@ -283,6 +286,9 @@ __device__ __forceinline__ A unary_derivative(A x, A y, int kind, A c) {
         case D_LOG1P: return (A)1 / ((A)1 + x);
         case D_STEP: return x > (A)0 ? (A)1 : (A)0;
         case D_POW: return c * pow(x, c - (A)1);
+        case D_ERF: return (A)1.1283791670955126 * exp(-x * x);
+        case D_ERFINV: return (A)0.88622692545275801 * exp(y * y);
+        case D_FINITE: return isfinite(x) ? (A)1 : (A)0;
         default: return c;  // D_CONST
     }
 }

@@ -2,6 +2,7 @@
 // Operation codes match sparsetensor/cuda/pointwise.py.
 #include "common.cuh"
 #include "complex.cuh"
+#include "special.cuh"
 
 // unary operation codes
 #define OP_NEG 0
@@ -28,6 +29,15 @@
 #define OP_DEG2RAD 21
 #define OP_RAD2DEG 22
 #define OP_CONJ 23
+#define OP_ERF 24
+#define OP_ERFINV 25
+
+// predicate codes (predicate_real, predicate_complex, predicate_int): a bool of each value
+#define PRED_ISNAN 0
+#define PRED_ISINF 1
+#define PRED_ISPOSINF 2
+#define PRED_ISNEGINF 3
+#define PRED_SIGNBIT 4
 
 // scalar operation codes
 #define SOP_MUL 0
@@ -66,6 +76,8 @@ __device__ __forceinline__ A real_unary(A x, int op) {
         case OP_DEG2RAD: return x * (A)(3.14159265358979323846 / 180.0);
         case OP_RAD2DEG: return x * (A)(180.0 / 3.14159265358979323846);
         case OP_CONJ: return x;
+        case OP_ERF: return special_erf(x);
+        case OP_ERFINV: return special_erfinv(x);
         default: return x;
     }
 }
@@ -193,6 +205,66 @@ __global__ void scalar_op(const V* __restrict__ in, V* __restrict__ out, i64 n, 
     const A s = acc_scalar<A>(re, im);
     if (op == SOP_POW) op = power_op(s, sizeof(V) == 2);
     ST_GRID_LOOP(i, n) { out[i] = from_acc<V>(scalar_apply(to_acc(in[i]), s, op)); }
+}
+
+// isnan, isinf, isposinf, isneginf, signbit of float16/32/64 values into bools (uint8 0 or 1).
+// st:kernel float
+template <typename V>
+__global__ void predicate_real(const V* __restrict__ in, unsigned char* __restrict__ out, i64 n, int op) {
+    ST_GRID_LOOP(i, n) {
+        const auto x = to_acc(in[i]);
+        bool y;
+        switch (op) {
+            case PRED_ISNAN: y = x != x; break;
+            case PRED_ISINF: y = isinf(x); break;
+            case PRED_ISPOSINF: y = isinf(x) && x > 0; break;
+            case PRED_ISNEGINF: y = isinf(x) && x < 0; break;
+            default: y = signbit(x); break;
+        }
+        out[i] = y;
+    }
+}
+
+// isnan and isinf of complex values (either part), into bools.
+// st:kernel complex
+template <typename C>
+__global__ void predicate_complex(const C* __restrict__ in, unsigned char* __restrict__ out, i64 n, int op) {
+    ST_GRID_LOOP(i, n) {
+        const double a = in[i].re, b = in[i].im;
+        out[i] = op == PRED_ISNAN ? (a != a || b != b) : (isinf(a) || isinf(b));
+    }
+}
+
+// signbit of integer values (the other predicates are false for integers), into bools.
+// st:kernel integer
+template <typename V>
+__global__ void signbit_int(const V* __restrict__ in, unsigned char* __restrict__ out, i64 n) {
+    ST_GRID_LOOP(i, n) { out[i] = (i64)in[i] < 0; }
+}
+
+// NumPy's nan_to_num of float16/32/64 values: NaN -> nan, +inf -> posinf, -inf -> neginf.
+// st:kernel float
+template <typename V>
+__global__ void nan_to_num_real(const V* __restrict__ in, V* __restrict__ out, i64 n, double nan, double posinf,
+                                double neginf) {
+    typedef typename acc<V>::type A;
+    ST_GRID_LOOP(i, n) {
+        const A x = to_acc(in[i]);
+        out[i] = x != x ? from_acc<V>((A)nan) : isinf(x) ? from_acc<V>((A)(x > 0 ? posinf : neginf)) : in[i];
+    }
+}
+
+// The same for each part of complex values.
+// st:kernel complex
+template <typename C>
+__global__ void nan_to_num_complex(const C* __restrict__ in, C* __restrict__ out, i64 n, double nan, double posinf,
+                                   double neginf) {
+    ST_GRID_LOOP(i, n) {
+        C y = in[i];
+        y.re = y.re != y.re ? nan : isinf(y.re) ? (y.re > 0 ? posinf : neginf) : y.re;
+        y.im = y.im != y.im ? nan : isinf(y.im) ? (y.im > 0 ? posinf : neginf) : y.im;
+        out[i] = y;
+    }
 }
 
 // The functions with integer results of integer values (bool as uint8: 0 and 1 map to

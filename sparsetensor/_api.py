@@ -214,7 +214,8 @@ _imag.__doc__ = "Imaginary part."
 _POINTWISE = ("abs", "neg", "negative", "sign", "sgn", "sqrt", "square", "sin", "sinh", "tan", "tanh", "asin",
               "asinh", "atan", "atanh", "expm1", "log1p", "ceil", "floor", "round", "trunc", "frac", "relu",
               "conj", "pow", "deg2rad", "rad2deg", "exp", "exp2", "cos", "cosh", "acos", "acosh", "log", "log2", "log10", "sigmoid",
-              "rsqrt", "reciprocal")
+              "rsqrt", "reciprocal", "erf", "erfinv", "nan_to_num", "isnan", "isinf", "isposinf", "isneginf", "signbit")
+_PREDICATES = ("isnan", "isinf", "isposinf", "isneginf", "signbit")  # bool results: no in-place form
 OPS: tuple = (
     *(Op(name, getattr(pointwise, name), gpu=True) for name in _POINTWISE),
     Op("real", _real, function=False, kind="property", gpu=True),
@@ -251,7 +252,7 @@ OPS: tuple = (
     *(Op(f"{name}_", inplace.in_place(f"{name}_", getattr(binary, name)), function=False, gpu=True)
       for name in ("add", "sub", "mul", "div")),
     *(Op(f"{name}_", inplace.in_place(f"{name}_", getattr(pointwise, name)), function=False, gpu=True)
-      for name in _POINTWISE),
+      for name in _POINTWISE if name not in _PREDICATES),
     # products
     Op("matmul", blas.matmul, aliases=("dot",), gpu=True),
     Op("mm", blas.mm, gpu=True),

@@ -261,6 +261,8 @@ UNARY = {
     "sign": _zero, "ceil": _zero, "floor": _zero, "round": _zero, "trunc": _zero,
     "relu": lambda x, y: (x > 0).astype(x.dtype),
     "deg2rad": lambda x, y: np.full_like(x, np.pi / 180), "rad2deg": lambda x, y: np.full_like(x, 180 / np.pi),
+    "erf": lambda x, y: 2 / np.sqrt(np.pi) * np.exp(-x * x), "erfinv": lambda x, y: np.sqrt(np.pi) / 2 * np.exp(y * y),
+    "nan_to_num": lambda x, y: np.isfinite(x).astype(x.dtype),
 }
 # Not holomorphic: the cotangent of x from G, x, y.
 _NONHOLO = {

@@ -632,7 +632,7 @@ def build_library(name: str, cache_dir: Path | None = None):
             raise RuntimeError("no C++ compiler for the kernel emulator (set $CXX)")
         launchers, order = _launchers(name)
         text = (PRELUDE + f'\n#include "{name}"\n' + "\n".join(
-            f"// header {h}: {hashlib.sha256(b).hexdigest()}" for h, b in _source.headers().items()) + "\n"
+            f"// header {h}: {hashlib.sha256(b).hexdigest()}" for h, b in _source.included_headers(name).items()) + "\n"
             + launchers + '\nextern "C" const char* emu_error() { return ::emu::error.c_str(); }\n'
             + 'extern "C" void emu_set_seed(unsigned long long s) { ::emu::seed = s; }\n')
         digest = hashlib.sha256(text.encode() + _source.source(name) + " ".join(flags).encode()).hexdigest()[:16]
@@ -643,7 +643,7 @@ def build_library(name: str, cache_dir: Path | None = None):
         if not so.exists():
             src_dir = base / f"src-{digest}"
             src_dir.mkdir(exist_ok=True)
-            for fname, data in list(_source.headers().items()) + [(name, _source.source(name))]:
+            for fname, data in list(_source.included_headers(name).items()) + [(name, _source.source(name))]:
                 (src_dir / fname).write_bytes(data)
             (src_dir / "emu.cpp").write_text(text)
             tmp = so.with_suffix(f".{os.getpid()}.tmp")

@@ -108,6 +108,20 @@ def headers() -> dict:
     return {n: b for n, b in sorted(_read_all().items()) if n.endswith(".cuh")}
 
 
+def included_headers(name: str) -> dict:
+    """``{name: bytes}`` of the ``.cuh`` files that kernel file (or header) ``name`` includes, directly
+    or through another header (``#include "x.cuh"`` lines)."""
+    found, todo = {}, [name]
+    available = headers()
+    while todo:
+        for line in source(todo.pop()).decode().splitlines():
+            m = re.match(r'\s*#\s*include\s+"([^"]+)"', line)
+            if m and m.group(1) in available and m.group(1) not in found:
+                found[m.group(1)] = available[m.group(1)]
+                todo.append(m.group(1))
+    return dict(sorted(found.items()))
+
+
 def source(name: str) -> bytes:
     try:
         return _read_all()[name]

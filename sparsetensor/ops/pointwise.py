@@ -42,7 +42,8 @@ from ._common import broadcasts_to, without_duplicates
 __all__ = [
     "abs", "neg", "negative", "sign", "sgn", "sqrt", "square", "sin", "sinh", "tan", "tanh", "asin", "asinh",
     "atan", "atanh", "expm1", "log1p", "ceil", "floor", "round", "trunc", "frac", "relu", "conj", "real",
-    "imag", "pow", "deg2rad", "rad2deg",
+    "imag", "pow", "deg2rad", "rad2deg", "isnan", "isinf", "isposinf", "isneginf", "signbit", "erf", "erfinv",
+    "nan_to_num",
     "exp", "exp2", "cos", "cosh", "acos", "acosh", "log", "log2", "log10", "sigmoid", "rsqrt", "reciprocal",
     "array_ufunc",
 ]
@@ -128,6 +129,70 @@ ceil = _ufunc_function("ceil", np.ceil, "Ceiling (integer and bool tensors are c
 floor = _ufunc_function("floor", np.floor, "Floor (integer and bool tensors are copied).", real_only=True)
 trunc = _ufunc_function("trunc", np.trunc, "Round towards zero (integer and bool tensors are copied).",
                         real_only=True)
+isnan = _ufunc_function("isnan", np.isnan, "Whether each element is NaN (a bool tensor; complex: either part).")
+isinf = _ufunc_function("isinf", np.isinf, "Whether each element is infinite (a bool tensor; complex: either part).")
+isposinf = _ufunc_function("isposinf", np.isposinf, "Whether each element is +inf (a bool tensor).", real_only=True)
+isneginf = _ufunc_function("isneginf", np.isneginf, "Whether each element is -inf (a bool tensor).", real_only=True)
+signbit = _ufunc_function("signbit", np.signbit, "Whether each element's sign bit is set (a bool tensor; -0.0 too).",
+                          real_only=True)
+
+
+def _special(name: str):
+    """``scipy.special.<name>`` (SciPy is optional: ImportError naming it where it is missing)."""
+    try:
+        import scipy.special
+    except ImportError:
+        raise ImportError(f"{name} of a sparse tensor needs SciPy's scipy.special.{name} on the host "
+                          "(pip install scipy)") from None
+    return getattr(scipy.special, name)
+
+
+def erf(t):
+    """The error function (``scipy.special.erf``; integers give floats, float16 gives float32,
+    as SciPy's loops). Applied to the specified values; the pattern is kept.
+
+    Examples
+    --------
+    >>> import sparsetensor as st
+    >>> t = st.sparse_coo_tensor([[0, 2]], [0.5, -1.0], size=(3,))
+    >>> st.erf(t).values().round(6)
+    array([ 0.5205  , -0.842701])
+    """
+    return _apply(t, _special("erf"), "erf")
+
+
+def erfinv(t):
+    """The inverse error function (``scipy.special.erfinv``; NaN outside [-1, 1], +-inf at +-1).
+    Applied to the specified values; the pattern is kept.
+
+    Examples
+    --------
+    >>> import sparsetensor as st
+    >>> t = st.sparse_coo_tensor([[0, 2]], [0.5205, -1.0], size=(3,))
+    >>> st.erfinv(t).values().round(4)
+    array([ 0.5, -inf])
+    """
+    _check_tensor(t, "erfinv")
+    if t.dtype.kind == "c":
+        _refuse(t, "erfinv", "it needs real values")
+    return _apply(t, _special("erfinv"), "erfinv")
+
+
+def nan_to_num(t, nan: float = 0.0, posinf=None, neginf=None):
+    """NumPy's ``nan_to_num`` of the specified values: NaN becomes ``nan``, +inf ``posinf`` and -inf
+    ``neginf`` (None: the largest / smallest finite value of the dtype; each part of complex
+    values); integer and bool tensors are copied. The pattern is kept.
+
+    Examples
+    --------
+    >>> import numpy as np, sparsetensor as st
+    >>> t = st.sparse_coo_tensor([[0, 1, 2]], [np.nan, np.inf, -2.0], size=(4,))
+    >>> st.nan_to_num(t, posinf=9.0).values()
+    array([ 0.,  9., -2.])
+    """
+    _check_tensor(t, "nan_to_num")
+    args = (float(nan), None if posinf is None else float(posinf), None if neginf is None else float(neginf))
+    return _apply(t, lambda v, a: np.nan_to_num(v, nan=a[0], posinf=a[1], neginf=a[2]), "nan_to_num", arg=args)
 
 
 def sign(t):

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import sparsetensor as st
-from sparsetensor._api import _POINTWISE
+from sparsetensor._api import _POINTWISE, _PREDICATES
 from conftest import LAYOUTS, random_dense, requires_torch
 
 BLOCKSIZE = {"coo": (1, 1), "csr": (1, 1), "csc": (1, 1), "bsr": (2, 3), "bsc": (2, 3)}
@@ -97,12 +97,12 @@ def test_mixed_layouts_and_dtypes(rng, layout):
             assert not any(np.shares_memory(x, y) for _, y in t._members())
 
 
-@pytest.mark.parametrize("name", _POINTWISE)
+@pytest.mark.parametrize("name", [n for n in _POINTWISE if n not in _PREDICATES])
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_pointwise(rng, layout, name):
     t = make(rng, layout, batch=(2,), dense=(), dtype=np.float64, nnz=5)
     t = t.abs() if name in ("sqrt", "log1p", "rsqrt", "log", "log2", "log10", "acosh") else t
-    if name in ("asin", "acos", "atanh"):
+    if name in ("asin", "acos", "atanh", "erfinv"):
         t = t.tanh() * 0.5  # inside the domain
     args = (2,) if name == "pow" else ()
     try:

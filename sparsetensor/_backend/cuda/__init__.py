@@ -147,6 +147,10 @@ def unary(t, name: str, fn, threads=None, arg=None):
     host zero for it (:func:`._pointwise.numpy_result`), and values of another real dtype are cast
     to it on the device first, as NumPy's loops cast them (``sqrt`` of int8 in float16, ``t * 2.5``
     of int32 in float64, ``t * np.float64(2)`` of float32 in float64)."""
+    if name in _pointwise.PREDICATES:  # bools of the values as they are
+        return _pointwise.predicate(t, name).values()
+    if name == "nan_to_num":
+        return _pointwise.nan_to_num(t, *arg).values()
     if name not in ("real", "imag"):
         rt = _pointwise.numpy_result(name, t.dtype, fn, arg)
         if rt != t.dtype and (rt.kind == "c" or t.dtype.kind != "c"):  # not abs of complex values

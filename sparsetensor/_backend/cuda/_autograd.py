@@ -39,7 +39,7 @@ DERIVATIVES = {
     "abs": (1, 0.0), "absolute": (1, 0.0), "sqrt": (2, 0.0), "square": (3, 0.0), "sin": (4, 0.0), "tan": (5, 0.0),
     "tanh": (6, 0.0), "asin": (7, 0.0), "arcsin": (7, 0.0), "atan": (8, 0.0), "arctan": (8, 0.0), "sinh": (9, 0.0),
     "asinh": (10, 0.0), "arcsinh": (10, 0.0), "atanh": (11, 0.0), "arctanh": (11, 0.0), "expm1": (12, 0.0),
-    "log1p": (13, 0.0), "relu": (14, 0.0),
+    "log1p": (13, 0.0), "relu": (14, 0.0), "erf": (16, 0.0), "erfinv": (17, 0.0), "nan_to_num": (18, 0.0),
 }
 _D_POW = 15
 # the C_* ops of unary_grad_complex

@@ -20,7 +20,7 @@ import numpy as np
 from ...cuda import _primitives as P
 from ...cuda._classes import CudaCOOTensor
 
-__all__ = ["UNARY_OPS", "unary", "complex_part", "scalar_op", "mul_scalar", "div_scalar", "pow_scalar", "map_array",
+__all__ = ["UNARY_OPS", "PREDICATES", "unary", "predicate", "nan_to_num", "complex_part", "scalar_op", "mul_scalar", "div_scalar", "pow_scalar", "map_array",
            "numpy_result", "round_decimals"]
 
 # name -> (code in pointwise.cu, linear)
@@ -31,8 +31,10 @@ UNARY_OPS = {
     "floor": (15, False), "ceil": (16, False), "trunc": (17, False), "round": (18, False), "rint": (18, False),
     "relu": (19, False), "frac": (20, False), "deg2rad": (21, True), "rad2deg": (22, True), "conj": (23, True),
     "sgn": (14, False), "negative": (0, True), "absolute": (1, False), "fix": (17, False), "arcsin": (7, False),
-    "arctan": (8, False), "arcsinh": (10, False), "arctanh": (11, False),
+    "arctan": (8, False), "arcsinh": (10, False), "arctanh": (11, False), "erf": (24, False), "erfinv": (25, False),
 }
+# name -> code of the predicate kernels (bool results; the input's dtype is not cast first)
+PREDICATES = {"isnan": 0, "isinf": 1, "isposinf": 2, "isneginf": 3, "signbit": 4}
 _COMPLEX_OK = {"neg", "negative", "square", "conj", "abs", "absolute", "sqrt", "sin", "sinh", "tan", "tanh", "asin",
                "asinh", "atan", "atanh", "expm1", "log1p", "round", "rint", "sgn", "arcsin", "arctan", "arcsinh",
                "arctanh"}
@@ -120,6 +122,46 @@ def unary(t, op: str):
     else:
         out = P.empty(dev, v.shape, dt)
         P.run(dev, "pointwise.cu", "unary_real", (dt.name,), n, v, out, n, code)
+    return t._replace_values(out)
+
+
+def predicate(t, op: str):
+    """The bools ``op`` (:data:`PREDICATES`) of the values of device tensor ``t``, as NumPy's (false
+    for integers but ``signbit``; complex values: ``isnan`` and ``isinf`` of either part, the
+    others raise TypeError, as NumPy's)."""
+    dt = t.dtype
+    if dt.kind == "c" and op not in ("isnan", "isinf"):
+        raise TypeError(f"{op} is not defined for dtype {dt}: it needs real values")
+    t = _prepared(t, False)
+    dev = t.values()._device
+    v = t.values()
+    n = v.size
+    if dt.kind in "biu":
+        if op != "signbit" or dt.kind != "i":
+            return t._replace_values(P.zeros(dev, v.shape, np.bool_))
+        out = P.empty(dev, v.shape, np.uint8)
+        P.run(dev, "pointwise.cu", "signbit_int", (dt.name,), n, v, out, n)
+        return t._replace_values(out.view(np.bool_))
+    out = P.empty(dev, v.shape, np.uint8)
+    kernel = "predicate_complex" if dt.kind == "c" else "predicate_real"
+    P.run(dev, "pointwise.cu", kernel, (dt.name,), n, v, out, n, PREDICATES[op])
+    return t._replace_values(out.view(np.bool_))
+
+
+def nan_to_num(t, nan: float, posinf, neginf):
+    """NumPy's ``nan_to_num`` of the values of device tensor ``t`` (``posinf``/``neginf`` None: the
+    largest and smallest finite value of the (real part's) dtype); integer and bool values are copied."""
+    dt = t.dtype
+    t = _prepared(t, False)
+    v = t.values()
+    if dt.kind in "biu":
+        return t._replace_values(v.copy())
+    info = np.finfo(dt)
+    posinf = float(info.max) if posinf is None else float(posinf)
+    neginf = float(info.min) if neginf is None else float(neginf)
+    out = P.empty(v._device, v.shape, dt)
+    kernel = "nan_to_num_complex" if dt.kind == "c" else "nan_to_num_real"
+    P.run(v._device, "pointwise.cu", kernel, (dt.name,), v.size, v, out, v.size, float(nan), posinf, neginf)
     return t._replace_values(out)
 
 

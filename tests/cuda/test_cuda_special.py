@@ -1,0 +1,75 @@
+"""isnan, isinf, isposinf, isneginf, signbit, nan_to_num, erf and erfinv of CUDA tensors, and the
+gradients of the last three, against the CPU's (SciPy's erf and erfinv): bools exactly, values
+to 1e-6 (float32) and 1e-12 (float64) relative. Runs on a GPU or on the kernel emulator (see
+test_cuda.py).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import sparsetensor as st
+from sparsetensor.cuda._array import DeviceArray
+
+from cuda_support import backend, rng  # noqa: F401 (the fixtures)
+from cuda_support import host
+
+pytest.importorskip("scipy.special")
+
+NAMES = ["isnan", "isinf", "isposinf", "isneginf", "signbit", "nan_to_num", "erf", "erfinv"]
+RTOL = {np.dtype(np.float16): 1e-3, np.dtype(np.float32): 1e-6, np.dtype(np.float64): 1e-12,
+        np.dtype(np.complex128): 1e-12}
+
+
+def values(rng, dtype):
+    dtype = np.dtype(dtype)
+    if dtype.kind in "biu":
+        return rng.integers(-5, 6, 40).astype(dtype)
+    v = np.concatenate([rng.uniform(-1, 1, 24), [np.nan, np.inf, -np.inf, -0.0, 1.0, -1.0, 0.9999, 1e-30],
+                        1 - np.logspace(-7, -1, 8)])
+    if dtype.kind == "c":
+        v = v + 1j * rng.permutation(v)
+    return v.astype(dtype)
+
+
+@pytest.mark.parametrize("layout", ["coo", "csr", "bsc"])
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64, np.complex128, np.int32, np.bool_])
+def test_against_cpu(backend, rng, layout, dtype):
+    v = values(rng, dtype)
+    a = np.zeros((2, 40), v.dtype)
+    a[1] = v
+    if layout == "coo":
+        t = st.sparse_coo_tensor(np.array([[1] * 40, list(range(40))]), v, size=(2, 40))
+    else:
+        t = st.from_dense(a, layout, **({"blocksize": (1, 2)} if layout == "bsc" else {}))
+    d = t.cuda()
+    for name in NAMES:
+        try:
+            with np.errstate(all="ignore"):
+                want = getattr(st, name)(t)
+        except TypeError:
+            with pytest.raises(TypeError):
+                getattr(st, name)(d)
+            continue
+        try:
+            got = getattr(st, name)(d)
+        except NotImplementedError as e:  # complex erf: no GPU kernel, named
+            assert np.dtype(dtype).kind == "c" and name == "erf" and "erf" in str(e)
+            continue
+        assert got.is_cuda and got.layout is want.layout and got.dtype == want.dtype, name
+        g, w = host(got.values()), np.asarray(want.values())
+        if w.dtype == np.bool_ or w.dtype.kind in "iu":
+            np.testing.assert_array_equal(g, w, err_msg=name)
+        else:
+            np.testing.assert_allclose(g, w, rtol=RTOL[w.dtype], atol=0, equal_nan=True, err_msg=name)
+
+
+def test_gradients(backend):
+    t = st.from_dense(np.array([[0.0, 0.3], [-0.7, 0.25], [np.nan, 0.9]]), "csr")
+    for fn in (lambda x: st.sum(st.erf(x) * x), lambda x: st.sum(st.erfinv(x * 0.5)),
+               lambda x: st.sum(st.nan_to_num(x) * 3.0)):
+        _, pb = st.autograd.vjp(fn, t)
+        _, dpb = st.autograd.vjp(fn, t.cuda())
+        np.testing.assert_allclose(host(dpb(DeviceArray.from_host(np.array(1.0)))[0].values()),
+                                   pb(1.0)[0].values(), rtol=1e-12, equal_nan=True)
