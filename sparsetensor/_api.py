@@ -95,6 +95,19 @@ def _pow_operator(self, exponent):
 _SCALAR_UFUNCS = {np.multiply: binary.mul, np.true_divide: binary.div}
 
 
+_METADATA = frozenset((np.shape, np.ndim, np.size))  # NumPy functions that read no element
+
+
+def _array_function(self, func, types, args, kwargs):
+    if self.is_cuda and func not in _METADATA:  # NumPy works on host memory: no copy of a device tensor
+        raise NotImplementedError(f"np.{func.__name__} of a {self.layout.name} tensor on {self.device} has no GPU "
+                                  f"kernel; use sparsetensor's function of the tensor, or t.cpu()")
+    return array_function.array_function(self, func, types, args, kwargs)
+
+
+_array_function.__doc__ = array_function.array_function.__doc__
+
+
 def _array_ufunc(self, ufunc, method, *inputs, **kwargs):
     if self.is_cuda:  # NumPy works on host memory: nothing here copies a device tensor to the host
         if ufunc is np.matmul:  # ndarray @ t
@@ -309,7 +322,7 @@ OPS: tuple = (
     # SciPy's sparse constructors and direct solvers get a TypeError naming to_scipy() instead of densifying
     Op("__array__", linop.array_refusing_scipy(SparseTensor.__array__), function=False, gpu=True),
     # NumPy's function protocol (NEP 18); the functions it takes are array_function.HANDLED
-    Op("__array_function__", array_function.array_function, function=False),
+    Op("__array_function__", _array_function, function=False, gpu=True),
     # indexing
     Op("__getitem__", indexing.getitem, function=False, gpu=True),
     Op("__setitem__", indexing.setitem, function=False, gpu=True),

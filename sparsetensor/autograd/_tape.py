@@ -126,10 +126,10 @@ _UFUNC_OPS = {"subtract": "sub", "multiply": "mul", "true_divide": "div", "divid
               "absolute": "abs", "conjugate": "conj", "power": "pow"}  # NumPy's ufunc names that differ from ours
 _FUNCTION_OPS = {np.sum: "sum", np.mean: "mean"}  # NumPy functions on sparse tensors recorded as our ops
 _COMPOSED = {np.sum: np.sum._implementation, np.mean: np.mean._implementation, np.dot: _dot,
-             np.transpose: lambda a, axes=None: a.transpose(axes), np.swapaxes: lambda a, b, c: a.swapaxes(b, c),
+             np.transpose: lambda a, axes=None: a.transpose(axes), np.swapaxes: lambda a, axis1, axis2: a.swapaxes(axis1, axis2),
              np.reshape: lambda a, *shape, **kw: a.reshape(*(shape or (kw.pop("shape", None) or kw.pop("newshape"),)),
                                                            **kw),
-             np.ravel: lambda a, order="C": a.ravel(order)}
+             np.ravel: lambda a, order="C": a.ravel(order), np.copy: lambda a, order="K", subok=False: a.copy(order)}
 
 
 def promoted(G, dtype):

@@ -141,8 +141,13 @@ def _broadcast_to(a, shape, subok=False):
         raise ValueError(f"np.broadcast_to: a {a.layout.name} tensor of shape {a.shape} does not broadcast to {shape}")
     if shape == a.shape:
         return a
-    if a.nnz == 0 or 0 in a.shape:
+    if a.nnz == 0 or 0 in shape:
         return zeros(a, shape)
+    lead = len(shape) - a.ndim
+    if shape[lead:] == a.shape and all(s == 1 for s in shape[:lead]):  # new leading dims of size 1: no repeat
+        for _ in range(lead):
+            a = a.unsqueeze(0)
+        return a
     raise NotImplementedError(f"np.broadcast_to of a {a.layout.name} tensor of shape {a.shape} with stored elements "
                               f"to {shape}: each repeat would be stored; repeat it with st.cat or st.stack")
 

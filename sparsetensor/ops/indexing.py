@@ -213,6 +213,8 @@ def index(self, key, step):
     device indexes once no sparse dim is left) on the result so far and returns its result (the
     autograd rule of ``t[key]`` runs the ops' rules through it)."""
     key = key if isinstance(key, tuple) else (key,)
+    if any(k is None for k in key):
+        _refuse_moved_array(key)
     new_dims = _new_dims(key, self.ndim)
     comps = _expand(tuple(k for k in key if k is not None), self.ndim)
     if not self.is_cuda:  # an index array on a device with a host tensor: ValueError naming both devices
@@ -258,6 +260,17 @@ def index(self, key, step):
     if isinstance(r, np.ndarray) and r.ndim == 0:
         return r[()]
     return r
+
+
+def _refuse_moved_array(key: tuple) -> None:
+    """NotImplementedError for a key with ``None`` whose integer array and integers are apart (by a
+    ``None``, a slice or ``...``): NumPy then puts the array's dim first, before the new dims."""
+    adv = [j for j, k in enumerate(key) if k is not None and k is not Ellipsis and not isinstance(k, slice)]
+    arrays = [j for j in adv if (key[j].ndim if is_device_array(key[j]) else np.ndim(key[j])) >= 1]
+    if arrays and adv[-1] - adv[0] + 1 != len(adv):
+        raise NotImplementedError("indexing a sparse tensor with None and an integer array apart from an integer "
+                                  "(NumPy moves the array's dim first, before the new dims) is not supported; "
+                                  "index one dim at a time")
 
 
 def _new_dims(key: tuple, ndim: int) -> list:

@@ -222,7 +222,8 @@ def test_transposes_and_reshapes_of_dense_intermediates():
         d = x.to_dense()
         return (np.sum(d.T @ np.ones(2)) + np.sum(np.transpose(d).reshape(-1) * w)
                 + np.sum(d.swapaxes(0, 1).ravel() ** 2) + np.sum(np.reshape(d, (3, 2)).mT[1]) + np.sum(d.flatten())
-                + np.sum(d.copy() * 2))
+                + np.sum(d.copy() * 2) + np.sum(np.swapaxes(d, axis1=0, axis2=1) * w.reshape(3, 2))
+                + np.sum(np.copy(d) * 3))
 
     check(f, A)
 

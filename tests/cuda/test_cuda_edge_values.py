@@ -110,3 +110,13 @@ def test_empty_batch_conversion_keeps_nnz(backend, src):
         want, got = t.to_sparse(dst, **kw), t.cuda().to_sparse(dst, **kw)
         assert got.nnz == want.nnz and got.values().shape == want.values().shape
         assert got.plain_indices().shape == want.plain_indices().shape
+
+
+def test_numpy_metadata_of_device_tensors(backend):
+    """np.shape, np.ndim and np.size read no element: they answer for a device tensor; another NumPy
+    function names itself in the NotImplementedError (nothing is copied to the host)."""
+    d = st.from_dense(np.eye(3)[:, :2], "csr").cuda()
+    assert np.shape(d) == (3, 2) and np.ndim(d) == 2 and np.size(d) == 6 and np.size(d, 0) == 3
+    assert d.size == 6 and d.size() == (3, 2)
+    with pytest.raises(NotImplementedError, match="np.sum of a csr tensor on cuda:0 has no GPU kernel"):
+        np.sum(d)

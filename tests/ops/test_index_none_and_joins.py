@@ -45,6 +45,17 @@ def test_none(rng, layout):
             np.testing.assert_array_equal(r, want)
 
 
+def test_none_with_an_array_apart_from_an_integer_is_refused():
+    """NumPy puts the array's dim first when the array and an integer are apart: refused with None."""
+    a = np.arange(1.0, 61).reshape(3, 4, 5)
+    t = st.from_dense(a, "coo")
+    for key in [(0, None, [0, 1]), (None, [1, 0], Ellipsis, 2), ([0, 2], slice(None), None, 1)]:
+        with pytest.raises(NotImplementedError, match="None and an integer array apart"):
+            t[key]
+    for key in [(None, [1, 0], 2), (0, [0, 1], None), (None, 0, [3, 1])]:
+        np.testing.assert_array_equal(t[key].to_dense(), a[key])
+
+
 def test_none_between_sparse_dims_gives_coo():
     t = st.from_dense(np.eye(3), "csr")
     r = t[:, None]
@@ -70,6 +81,10 @@ def test_broadcast_to():
     assert b.shape == (3, 2) and b.nnz == 0
     with pytest.raises(NotImplementedError, match="each repeat would be stored"):
         np.broadcast_to(t, (4, 2, 2))
+    lead = np.broadcast_to(t, (1, 1, 2, 2))  # new dims of size 1 repeat nothing
+    assert lead.shape == (1, 1, 2, 2) and lead.nnz == t.nnz
+    np.testing.assert_array_equal(lead.to_dense(), np.eye(2)[None, None])
+    assert np.broadcast_to(t, (0, 2, 2)).shape == (0, 2, 2)
     with pytest.raises(ValueError, match="broadcast"):
         np.broadcast_to(t, (3, 3))
 
