@@ -24,6 +24,7 @@ from .._core._dtypes import check_fits
 from .._core._tensor import COOTensor, CompressedTensor, SparseTensor, frozen
 from ._common import describe
 from ._shape_common import _require_sparse, _contiguous_values
+from .select import transpose
 
 __all__ = ["zero_", "copy_", "resize_as_", "in_place", "in_place_operator", "transpose_", "t_"]
 
@@ -349,8 +350,6 @@ def transpose_(t, dim0: int, dim1: int):
     """:func:`sparsetensor.ops.select.transpose` in place: ``t`` takes the transpose in its own layout
     (a csr tensor stays csr: its rows are rebuilt) and index dtype; a blocked tensor's blocksize
     is transposed with it."""
-    from .select import transpose
-
     _require_sparse(t, "transpose_")
     r = transpose(t, dim0, dim1)
     if r.layout is not t.layout:
