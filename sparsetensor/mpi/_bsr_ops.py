@@ -143,7 +143,7 @@ def to_petsc(self: DistBSR):
             raise NotImplementedError(f"{where}: PETSc's BAIJ stores square blocks; this matrix has {r} x {c} "
                                       f"blocks (A.to_csr().to_petsc() gives an AIJ Mat)")
         t = self.local_rows()
-        sdt = _scalar_dtype(PETSc, self._dtype, where)
+        sdt = _scalar_dtype(PETSc, self._dtype, where, (t.values(),))
         idt = _index_dtype(PETSc, self._shape, t.nnz * r * c, where)
         return (t.crow_indices().astype(idt), t.col_indices().astype(idt),
                 np.ascontiguousarray(t.values(), dtype=sdt).reshape(-1))

@@ -246,6 +246,10 @@ def _system(name, A, b, x0, M, threads, **settings):
         psolve = _psolve_of(M)
         if M is not None and getattr(M, "shape", op.shape) != op.shape:
             raise ValueError(f"{name}: A and the preconditioner have different shapes: {op.shape} and {M.shape}")
+        starts = getattr(M, "row_starts", None)
+        if starts is not None and not np.array_equal(starts, op.row_starts):
+            raise ValueError(f"{name}: the preconditioner was made from a matrix whose rows are split as "
+                             f"{np.asarray(starts).tolist()}, A's are split as {np.asarray(op.row_starts).tolist()}")
         if isinstance(x0, str):
             if x0 != "Mb":
                 raise ValueError(f"{name}: x0 must be an array, None or 'Mb', got {x0!r}")

@@ -44,11 +44,21 @@ def _petsc(comm):
     return agree(comm, _import_petsc)
 
 
-def _scalar_dtype(PETSc, dtype, where: str) -> np.dtype:
-    """PETSc's scalar dtype, when ``dtype`` converts to it exactly; else a TypeError naming both."""
+def _scalar_dtype(PETSc, dtype, where: str, values=()) -> np.dtype:
+    """PETSc's scalar dtype, when ``dtype`` converts to it exactly; else a TypeError naming both.
+
+    NumPy calls int64 -> float64 safe, but integers beyond 2**53 round: the arrays ``values`` of
+    such a dtype are checked to lie within the float's exact integers."""
     want = np.dtype(PETSc.ScalarType)
     got = np.dtype(dtype)
     if got == want or np.can_cast(got, want, "safe"):
+        exact = 2 ** (np.finfo(want).nmant + 1)
+        if got.kind in "iu" and np.iinfo(got).max > exact:
+            for v in values:
+                if v.size and max(int(v.max()), -int(v.min())) > exact:
+                    raise TypeError(f"{where}: {got} values up to {max(int(v.max()), -int(v.min()))} do not convert "
+                                    f"exactly to this PETSc's scalar type {want} (PETSc.ScalarType; integers up to "
+                                    f"2**{np.finfo(want).nmant + 1} do)")
         return want
     extra = (" (a complex matrix needs a PETSc configured --with-scalar-type=complex)"
              if got.kind == "c" and want.kind != "c" else "")
@@ -135,7 +145,7 @@ def to_petsc(self: DistCSR):
 
     def arrays():
         where = f"DistCSR.to_petsc (rank {self._comm.rank})"
-        sdt = _scalar_dtype(PETSc, self._dtype, where)
+        sdt = _scalar_dtype(PETSc, self._dtype, where, (d.values(), o.values()))
         idt = _index_dtype(PETSc, self._shape, max(d.nnz, o.nnz), where)
         diag = (_shared(d.crow_indices(), idt, written=False), _shared(d.col_indices(), idt, written=False),
                 _shared(d.values(), sdt, written=True))
@@ -280,7 +290,7 @@ def to_petsc_vec(A, x, part: str = "rows", *, copy: bool = False):
             raise ValueError(f"to_petsc_vec: rank {comm.rank} expects this rank's {hi - lo} entries (1-d) of the "
                              f"{part} partition, got shape {a.shape}")
         if copy:
-            return np.array(a, dtype=_scalar_dtype(PETSc, a.dtype, "to_petsc_vec"), copy=True)
+            return np.array(a, dtype=_scalar_dtype(PETSc, a.dtype, "to_petsc_vec", (a,)), copy=True)
         if a.dtype != want:
             raise TypeError(f"to_petsc_vec: rank {comm.rank}'s slice has dtype {a.dtype}, this PETSc's scalar type "
                             f"is {want} (PETSc.ScalarType); convert it (a copy) or pass copy=True")
@@ -300,6 +310,33 @@ def _reason_names(PETSc) -> dict:
         if isinstance(v, int) and k.isupper():
             names.setdefault(v, k)
     return names
+
+
+_DIAGONAL_PCS = ("sor", "eisenstat")  # preconditioners that divide by the diagonal, one rank at a time
+
+
+def _nonzero_diagonal(mat, pc_type: str) -> None:
+    """ValueError naming the first of this rank's rows of ``mat`` whose diagonal entry is zero or missing."""
+    d = mat.getDiagonal()
+    try:
+        zero = np.flatnonzero(d.getArray() == 0)
+    finally:
+        d.destroy()
+    if zero.size:
+        r0 = mat.getOwnershipRange()[0]
+        raise ValueError(f"solve: pc={pc_type!r} needs a nonzero diagonal, and row {r0 + int(zero[0])} of A has a zero "
+                         f"or no diagonal entry ({zero.size} such rows on this rank); pick another preconditioner "
+                         "(e.g. pc='bjacobi' with sub_pc_type='lu', or 'jacobi')")
+
+
+def _no_zero_rows(A: DistCSR, pc_type: str) -> None:
+    """ValueError naming the first of this rank's rows of ``A`` that hold no nonzero."""
+    size = np.asarray(A.diag_block.abs().sum(1)) + np.asarray(A.offdiag_block.abs().sum(1))
+    rows = A.row_range[0] + np.flatnonzero(size.reshape(-1) == 0)
+    if rows.size:
+        raise ValueError(f"solve: pc={pc_type!r} fails on a row of zeros, and row {int(rows[0])} of A holds no "
+                         f"nonzero ({rows.size} such rows on this rank): A is singular; pick another preconditioner "
+                         "or fix the row")
 
 
 def solve(A, b, ksp: str | None = "gmres", pc: str | None = "gamg", *, rtol: float | None = 1e-5,
@@ -413,14 +450,14 @@ def solve(A, b, ksp: str | None = "gmres", pc: str | None = "gamg", *, rtol: flo
         if bb.shape not in ((m,), (m, 1)):
             raise ValueError(f"solve: b must be rank {comm.rank}'s {m} entries (shape ({m},) or ({m}, 1)), "
                              f"got shape {bb.shape}")
-        bb = np.ascontiguousarray(bb.reshape(m), dtype=_scalar_dtype(PETSc, bb.dtype, "solve: b"))
+        bb = np.ascontiguousarray(bb.reshape(m), dtype=_scalar_dtype(PETSc, bb.dtype, "solve: b", (bb,)))
         if x0 is None:
             x = np.zeros(m, dtype=sdt)
         else:
             x = np.asarray(x0)
             if x.shape not in ((m,), (m, 1)):
                 raise ValueError(f"solve: x0 must be rank {comm.rank}'s {m} entries, got shape {x.shape}")
-            x = np.array(x.reshape(m), dtype=_scalar_dtype(PETSc, x.dtype, "solve: x0"), copy=True)
+            x = np.array(x.reshape(m), dtype=_scalar_dtype(PETSc, x.dtype, "solve: x0", (x,)), copy=True)
         for name in options:
             if not isinstance(name, str) or not name.lstrip("-"):
                 raise ValueError(f"solve: bad PETSc option name {name!r}")
@@ -442,6 +479,7 @@ def solve(A, b, ksp: str | None = "gmres", pc: str | None = "gamg", *, rtol: flo
     vb = PETSc.Vec().createWithArray(bb, size=(bb.shape[0], N), comm=user_comm)
     vx = PETSc.Vec().createWithArray(x, size=(x.shape[0], N), comm=user_comm)
     k = PETSc.KSP().create(comm=user_comm)
+    converted = None
     try:
         k.setOptionsPrefix(pre)
         k.setOperators(mat)
@@ -453,7 +491,20 @@ def solve(A, b, ksp: str | None = "gmres", pc: str | None = "gamg", *, rtol: flo
         k.setInitialGuessNonzero(x0 is not None)
         k.setFromOptions()
         t0 = time.perf_counter()
-        k.setUp()
+        # a preconditioner that fails on some ranks only (a zero or missing diagonal entry, a block
+        # that does not factor) would leave the others waiting in PETSc's collectives: the diagonal
+        # is checked first for the preconditioners that divide by it, and the setup of the
+        # preconditioner and of its blocks is agreed over the ranks
+        pc_type = k.getPC().getType()
+        if pc_type in _DIAGONAL_PCS:
+            agree(comm, _nonzero_diagonal, mat, pc_type)
+        elif pc_type == "gamg" and own:  # GAMG's setup fails on the ranks that hold a row of zeros only
+            agree(comm, _no_zero_rows, A, pc_type)
+        if pc_type == "gamg" and "baij" in mat.getType():  # PETSc's GAMG builds its graph from AIJ only
+            converted = mat.convert("aij")
+            k.setOperators(converted)
+        agree(comm, k.setUp)
+        agree(comm, k.setUpOnBlocks)
         t1 = time.perf_counter()
         k.solve(vb, vx)
         t2 = time.perf_counter()
@@ -471,6 +522,8 @@ def solve(A, b, ksp: str | None = "gmres", pc: str | None = "gamg", *, rtol: flo
         k.destroy()
         vb.destroy()
         vx.destroy()
+        if converted is not None:
+            converted.destroy()
         if own:
             mat.destroy()
     if code > 0:

@@ -117,7 +117,8 @@ class LocalFactor:
 
 
 class _Preconditioner:
-    """What the solvers and SciPy read: ``shape`` (global), ``dtype``, ``matvec``; calling applies it."""
+    """What the solvers and SciPy read: ``shape`` (global), ``dtype``, ``matvec``; calling applies it;
+    ``row_starts``: the row split of the matrix it was made from (each rank applies it to its rows)."""
 
     shape: tuple
     dtype: np.dtype
@@ -146,6 +147,7 @@ class Jacobi(_Preconditioner):
 
         self._inv = agree(comm, inverse)
         self.shape = tuple(A.shape)
+        self.row_starts = np.array(A.row_starts)  # the solvers check that A splits its rows alike
         self.dtype = self._inv.dtype
         self.comm = comm
 
@@ -192,6 +194,7 @@ class BlockJacobi(_Preconditioner):
         self.factor = agree(comm, factor)
         self.local = local
         self.shape = tuple(A.shape)
+        self.row_starts = np.array(A.row_starts)
         self.dtype = self.factor.dtype
         self.comm = comm
 

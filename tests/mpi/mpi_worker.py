@@ -670,6 +670,16 @@ def arguments_disagree(A, t, s, n):
             assert "every rank must pass the same" in str(e) or "[raised on rank" in str(e) or bad, (case, str(e))
         else:
             raise AssertionError(f"{case} that differs on rank {bad_rank()} did not raise")
+    if size > 1:  # a preconditioner made from a matrix split otherwise: the rows it applies to are not A's
+        eye = st.from_dense(np.eye(t.shape[0]) * 2.0, "csr") if rank == 0 else None
+        B = stmpi.DistCSR.from_global(eye, comm=comm, row_starts=other)
+        for M in (stmpi.jacobi(B), stmpi.block_jacobi(B, "splu")):
+            try:
+                stmpi.cg(A, np.ones(r1 - r0), M=M)
+            except ValueError as e:
+                assert "the preconditioner was made from a matrix whose rows are split" in str(e), str(e)
+            else:
+                raise AssertionError(f"cg with {M!r} of another row split did not raise")
     passed("arguments-disagree")
 
 

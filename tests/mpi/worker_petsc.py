@@ -303,6 +303,13 @@ def suite_solve(tmp):
     # integer right-hand side: converted
     x, info = stmpi.solve(A, np.ones(r1 - r0, dtype=np.int64), "cg", "gamg", rtol=1e-10)
     assert info == 0 and x.dtype == REAL
+    # a DistBSR with gamg (PETSc's GAMG needs AIJ: the BAIJ Mat is converted for the solve)
+    Bd = stmpi.DistBSR.from_global(t if rank == 0 else None, comm=comm, blocksize=(2, 2))
+    b0, b1 = Bd.row_range
+    s = {}
+    x, info = stmpi.solve(Bd, b_all[b0:b1].copy(), "gmres", "gamg", rtol=1e-10, stats=s)
+    assert info == 0 and s["pc"] == "gamg", (info, s)
+    assert np.abs(x - x_ref[b0:b1]).max(initial=0.0) / np.abs(x_ref).max() < 1e-7
     passed("solve-info-x0-mat")
 
 
@@ -347,6 +354,26 @@ def suite_errors(tmp):
     if size > 1:  # a preconditioner PETSc does not know, on one rank only: PETSc would fail there alone
         expect(tmp, "solve-pc-on-last-rank", ValueError,
                lambda: stmpi.solve(A, np.ones(r1 - r0), pc="bogus_pc" if rank == last else "jacobi"), "same pc")
+    # a preconditioner that fails on the rank owning row 3 only (a missing diagonal entry: bjacobi's
+    # block factorization, sor's divisions; a row of zeros: gamg's setup): every rank raises
+    R = poisson(6).to_scipy().tolil()
+    R[3, 3] = 0
+    Ad = distribute(st.from_dense(R.toarray()))
+    R[3, :] = 0
+    Az = distribute(st.from_dense(R.toarray()))
+    rd0, rd1 = Ad.row_range
+    expect(tmp, "solve-bjacobi-missing-diagonal", Exception, lambda: stmpi.solve(Ad, np.ones(rd1 - rd0), "gmres",
+                                                                                 "bjacobi"), "diagonal")
+    expect(tmp, "solve-sor-missing-diagonal", ValueError, lambda: stmpi.solve(Ad, np.ones(rd1 - rd0), "gmres", "sor"),
+           "row 3", "diagonal")
+    expect(tmp, "solve-gamg-zero-row", ValueError, lambda: stmpi.solve(Az, np.ones(rd1 - rd0), "gmres", "gamg"),
+           "row 3", "no nonzero")
+    big = 2 ** 53 + 1
+    Ab = distribute(st.from_dense(np.eye(4, dtype=np.int64) * big))
+    rb0, rb1 = Ab.row_range
+    expect(tmp, "int64-beyond-2**53", TypeError, Ab.to_petsc, str(big), "2**53")
+    expect(tmp, "vec-int64-beyond-2**53", TypeError,
+           lambda: stmpi.to_petsc_vec(Ab, np.full(rb1 - rb0, big, np.int64), copy=True), str(big))
     # without petsc4py: an ImportError naming the extra, on every rank
     saved = {k: sys.modules[k] for k in list(sys.modules) if k == "petsc4py" or k.startswith("petsc4py.")}
     for k in saved:
