@@ -17,6 +17,8 @@ import dask.array as da
 import numpy as np
 from dask.array.utils import validate_axis
 
+from .._core._tensor import SparseTensor
+
 __all__ = ["sum"]
 
 
@@ -29,7 +31,10 @@ def _block_sum(b, axis, keepdims, dtype=None, computing_meta=False):
     """The chunk step: the sum of one chunk over ``axis`` (NumPy's function protocol: our kernels)."""
     if computing_meta:
         return _empty(b.ndim, axis, keepdims, dtype if dtype is not None else np.float64)
-    return np.sum(b, axis=axis, keepdims=keepdims, dtype=dtype)
+    out = np.sum(b, axis=axis, keepdims=keepdims, dtype=dtype)
+    # a sum that stays sparse (a chunk whose type the metadata did not say: Dask's metadata of a
+    # result with fewer dims is an ndarray) as the dense partial sum the aggregation adds into
+    return out.to_dense() if isinstance(out, SparseTensor) else out
 
 
 def _leaves(parts):

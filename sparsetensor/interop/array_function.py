@@ -103,6 +103,20 @@ def _shape(a):
     return tuple(a.shape)
 
 
+def _dense_constructor(func):
+    """``np.array(x, like=t)`` & co. (Dask builds empty results so): NumPy's dense array, as without
+    ``like`` (a sparse ``x`` goes through ``__array__``, which refuses large tensors)."""
+    def make(*args, **kwargs):
+        kwargs.pop("like", None)
+        return func(*args, **kwargs)
+
+    return make
+
+
+for _f in (np.array, np.asarray, np.empty, np.zeros, np.ones, np.full):
+    HANDLED[_f] = _dense_constructor(_f)
+
+
 @_handles(np.size)
 def _size(a, axis=None):
     return int(a.size) if axis is None else a.size(axis)

@@ -200,6 +200,11 @@ def _add(name: str, a, b, alpha, threads, negate: bool = False):
     alpha = _alpha(name, alpha, dtype)
     if negate:
         alpha = -alpha
+    if dtype.kind == "c" and alpha == -1 and (kb == "sparse" or type(b) is np.ndarray):
+        # a - b as a + (-b): -1 * (inf + 0i) would make the imaginary part NaN, where NumPy's a - b keeps it 0
+        from .pointwise import neg
+
+        b, alpha = (neg(b) if kb == "sparse" else np.negative(b)), alpha * -1
     if ka == kb == "sparse":
         return _merge(name, a, b, dtype, "add", alpha, threads)
     backend_for(a, b)  # a sparse tensor on a GPU with a host array: ValueError naming both devices

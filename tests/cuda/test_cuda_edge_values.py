@@ -38,6 +38,9 @@ def test_complex_infinities_add(backend, layout, dtype):
     same(st.add(A.cuda(), B.cuda(), alpha=1), st.add(A, B, alpha=1))  # alpha 1: no multiply (1 * inf's NaN)
     same(A.cuda() + B.cuda(), A + B)
     np.testing.assert_array_equal((A + B).to_dense(), a + b)  # NumPy's, the infinities' zero parts kept
+    # a - b negates b (no multiply by -1, whose (-1 + 0i) * (inf + 0i) has a NaN imaginary part)
+    for got in ((A - B).to_dense(), (A.cuda() - B.cuda()).cpu().to_dense(), A - b, a - B):
+        np.testing.assert_array_equal(got, a - b)
 
 
 @pytest.mark.parametrize("dtype", [np.complex64, np.complex128])

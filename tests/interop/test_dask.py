@@ -172,6 +172,11 @@ def test_sparse_matmul_stack_zeros_like(sync, layout, blocksize):
         np.testing.assert_array_equal(dense(da.stack([x, x]).compute()), np.stack([a, a]))
         z = da.zeros_like(x).compute()
         assert isinstance(z, st.SparseTensor) and z.shape == a.shape and z.nnz == 0
+        # st.dask.sum of a product whose metadata Dask made an ndarray (its chunks are sparse)
+        for axis in (0, 1, None):
+            np.testing.assert_allclose(np.asarray(st.dask.sum(x @ x.T, axis=axis).compute()), (a @ a.T).sum(axis),
+                                       rtol=1e-12)
+        assert x[:, :0].max(axis=0).compute().shape == (0,)  # np.array([], like=chunk) for the empty chunks
         np.testing.assert_array_equal(dense(x.rechunk((3, 1)).compute()), a)
 
 
