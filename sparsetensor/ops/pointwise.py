@@ -175,7 +175,22 @@ def erfinv(t):
     _check_tensor(t, "erfinv")
     if t.dtype.kind == "c":
         _refuse(t, "erfinv", "it needs real values")
-    return _apply(t, _special("erfinv"), "erfinv")
+    return _apply(t, _erfinv_values(_special("erfinv")), "erfinv")
+
+
+def _erfinv_values(erfinv):
+    """SciPy's ``erfinv`` given only the values inside (-1, 1): NaN outside [-1, 1], +-inf at +-1, set
+    here (SciPy's C++ code signals a domain error by an exception it catches, which a C++ runtime
+    under a sanitizer's interposition may not survive)."""
+    def fn(v):
+        v = np.asarray(v)
+        rt = erfinv(np.zeros(1, v.dtype)).dtype
+        inside = np.abs(v) < 1
+        out = np.where(v == 1, np.inf, np.where(v == -1, -np.inf, np.nan)).astype(rt)
+        out[inside] = erfinv(v[inside])
+        return out
+
+    return fn
 
 
 def nan_to_num(t, nan: float = 0.0, posinf=None, neginf=None):
