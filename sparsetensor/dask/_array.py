@@ -29,7 +29,8 @@ def from_sparse(t, chunks="auto", *, name=None):
     t : SparseTensor
         Any layout on the CPU. Cut a compressed tensor along its compressed dim (rows of
         csr/bsr, columns of csc/bsc) for cheap chunks; a blocked one at multiples of its
-        blocksize, so the chunks keep the layout.
+        blocksize, so the chunks keep the layout. A compressed tensor with batch dims cut
+        along its sparse dims becomes coo first (its pieces' batches could differ in nnz).
     chunks : int, tuple or "auto"
         As for :func:`dask.array.from_array`; ``-1`` keeps a dim whole.
     name : str, optional
@@ -55,6 +56,12 @@ def from_sparse(t, chunks="auto", *, name=None):
     """
     if not isinstance(t, SparseTensor):
         raise TypeError(f"from_sparse expects a sparse tensor on the CPU, got {type(t).__name__}")
+    chunks = normalize_chunks(chunks, t.shape, dtype=t.dtype)
+    m = t.batch_dim
+    if m and t.layout.compressed and (len(chunks[m]) > 1 or len(chunks[m + 1]) > 1):
+        # a batched compressed tensor cut along its sparse dims: a piece whose batches differ in nnz is
+        # coo (a compressed tensor has one nnz), so every chunk is made coo alike (one chunk type)
+        t = t.to_sparse_coo()
     return da.from_array(t, chunks=chunks, name=name, asarray=False, fancy=False, meta=meta_like(t))
 
 

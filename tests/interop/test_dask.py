@@ -180,6 +180,25 @@ def test_sparse_matmul_stack_zeros_like(sync, layout, blocksize):
         np.testing.assert_array_equal(dense(x.rechunk((3, 1)).compute()), a)
 
 
+@pytest.mark.parametrize("layout", ["csr", "csc"])
+def test_batched_compressed_cut_along_sparse_dims(sync, layout):
+    """A batched compressed tensor cut along its sparse dims has coo chunks and metadata alike (a piece
+    whose batches differ in nnz cannot stay compressed), so reductions and rechunks compute; cut along
+    its batch dims only, it keeps its layout."""
+    a = np.zeros((2, 2, 3))
+    a[0, :, 0] = [1, 2]
+    a[1, :, 1] = [3, 4]
+    t = st.from_dense(a, layout, batch_dim=1)
+    for chunks in ((-1, -1, 1), (-1, 1, -1), (1, 1, 1)):
+        x = st.dask.from_sparse(t, chunks=chunks)
+        assert x._meta.layout is st.sparse_coo and x.compute().layout is st.sparse_coo
+        np.testing.assert_array_equal(np.asarray(x.sum(axis=2).compute()), a.sum(2))
+        np.testing.assert_array_equal(np.asarray(st.dask.sum(x, axis=(0, 2)).compute()), a.sum((0, 2)))
+        np.testing.assert_array_equal(dense(x.rechunk((-1, -1, 1)).compute()), a)
+    y = st.dask.from_sparse(t, chunks=(1, -1, -1))
+    assert y._meta.layout.name == layout and y.compute().layout.name == layout
+
+
 def test_unsupported_ops_raise_naming_them(sync):
     t, a = make("csr")
     x = st.dask.from_sparse(t, chunks=(10, -1))
