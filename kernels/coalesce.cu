@@ -23,6 +23,22 @@ __global__ void coo_keys(const I* __restrict__ idx, i64 S, i64 nnz, const i64* _
     }
 }
 
+// out (T, nnz): the coordinates over a new shape of the entries of idx (S, nnz), whose
+// linear offset (the sum of idx[d, k] * in_strides[d]) is unchanged: out[d, k] =
+// offset / out_strides[d] % out_shape[d]. Row-major or column-major strides give C or F
+// order reshapes; the op checked that every offset fits an i64.
+// st:kernel index index
+template <typename I, typename J>
+__global__ void coo_reshape(const I* __restrict__ idx, i64 S, i64 nnz, const i64* __restrict__ in_strides, i64 T,
+                            const i64* __restrict__ out_strides, const i64* __restrict__ out_shape,
+                            J* __restrict__ out) {
+    ST_GRID_LOOP(k, nnz) {
+        i64 key = 0;
+        for (i64 d = 0; d < S; ++d) key += (i64)idx[d * nnz + k] * in_strides[d];
+        for (i64 d = 0; d < T; ++d) out[d * nnz + k] = (J)(key / out_strides[d] % out_shape[d]);
+    }
+}
+
 // heads[k] = 1 where a run of equal keys starts.
 // st:kernel
 __global__ void run_heads(const u64* __restrict__ sorted, i64 n, i64* __restrict__ heads) {

@@ -249,6 +249,8 @@ OPS: tuple = (
     Op("permute", dims.permute, gpu=True),
     Op("unsqueeze", dims.unsqueeze, gpu=True),
     Op("squeeze", dims.squeeze, gpu=True),
+    Op("reshape", dims.reshape, gpu=True),
+    Op("flatten", dims.flatten, gpu=True),
     Op("narrow", select.narrow, aliases=("narrow_copy",), gpu=True),
     Op("select", select.select, gpu=True),
     Op("index_select", select.index_select, gpu=True),

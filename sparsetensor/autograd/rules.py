@@ -666,6 +666,24 @@ def _unsqueeze(t, dim):
     return out, lambda G: (shape.select(G, d, 0).values(), None)
 
 
+@_rule("reshape")
+def _reshape(t, *dims_, order="C", shape=None, newshape=None, copy=None):
+    """The method's and np.reshape's arguments (``copy`` does not change the derivative)."""
+    n = len(dims_)
+    dims_ = dims_ or ((shape if newshape is None else newshape),)
+    out = dims.reshape(t, *dims_, order=order)
+    if dims.reshape_keeps_order(t, out.shape, order):  # the elements in t's order: the values reshaped back
+        return out, lambda G: (G.values().reshape(t.values().shape),) + (None,) * n
+    # a bijection of coordinates: the cotangent reshaped back holds t's coordinates, read at t's pattern
+    return out, lambda G: (values_of(dims.reshape(G, t.shape, order=order), t),) + (None,) * n
+
+
+@_rule("flatten")
+def _flatten(t, start_dim=0, end_dim=-1):
+    out, back = _reshape(t, dims.flatten_shape(t, start_dim, end_dim))
+    return out, lambda G: (back(G)[0], None, None)
+
+
 @_rule("__getitem__")
 def _getitem(t, key):
     chain = _Chain()

@@ -12,6 +12,8 @@ NumPy function                          sparse meaning
 ``sum``, ``mean``                       :mod:`sparsetensor.ops.reduce` (``axis``, ``dtype``, ``keepdims``)
 ``max``/``amax``, ``min``/``amin``      ``amax``/``amin`` (unspecified elements count as 0)
 ``transpose``                           a permutation done as swaps of dims of one kind
+``reshape``                             :func:`~sparsetensor.ops.dims.reshape` (``order``; ``copy=True``
+                                        gives arrays of its own, else they may be shared)
 ``dot``, ``tensordot`` (2-d), ``matmul`` products (:func:`~sparsetensor.ops.blas.matmul`)
 ``where(c, x, 0)``                      ``c``'s pattern, ``x`` (a scalar or a sparse tensor
                                         of ``c``'s shape) where ``c`` is nonzero; a nonzero
@@ -51,7 +53,7 @@ import numpy as np
 
 from .._core._shape_checks import normalize_dim
 from .._core._tensor import COOTensor, SparseTensor
-from ..ops import blas, diagonal as _diag, pointwise, reduce, select, shape
+from ..ops import blas, diagonal as _diag, dims, pointwise, reduce, select, shape
 from ..ops.binary import mul
 from ..ops.pointwise import numpy_sum
 
@@ -201,6 +203,14 @@ def _transpose(a, axes=None):
             a = shape.transpose(a, i, j)
             cur[i], cur[j] = cur[j], cur[i]
     return a
+
+
+@_handles(np.reshape)
+def _reshape(a, shape=None, order="C", *, newshape=None, copy=None):
+    if (shape is None) == (newshape is None):
+        raise TypeError("np.reshape of a sparse tensor takes one of shape= and newshape=")
+    r = dims.reshape(a, shape if newshape is None else newshape, order=order)
+    return r.clone() if copy else r  # else arrays may be shared, as reshape's views are
 
 
 # -- reductions -----------------------------------------------------------------------------------------

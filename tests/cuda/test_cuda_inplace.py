@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import sparsetensor as st
+from sparsetensor.cuda import _primitives
 from sparsetensor.cuda._array import DeviceArray
 
 from cuda_support import backend, rng  # noqa: F401 (the fixtures)
@@ -105,3 +106,54 @@ def test_dims(backend, rng, case):
     _, pb = st.autograd.vjp(f, t)
     _, dpb = st.autograd.vjp(f, d)
     close(dpb(1.0)[0], pb(1.0)[0])
+
+
+def _reshapes(t) -> list:
+    """Shapes of ``t``'s size: its leading two dims merged or its first dim split, flat, and F order."""
+    s = t.shape
+    out = [(s[0] * s[1],) + s[2:], (1,) + s, (-1,)]
+    if s[0] % 2 == 0:
+        out.append((2, s[0] // 2) + s[1:])
+    return out
+
+
+@pytest.mark.parametrize("case", SHAPED, ids=SHAPED_IDS)
+@pytest.mark.parametrize("index_dtype", INDEX, ids=lambda d: np.dtype(d).name)
+def test_reshape(backend, rng, monkeypatch, case, index_dtype):
+    t = make(rng, case, np.float32, index_dtype)
+    d = t.cuda()
+    wants, calls = [], []
+    for shape in _reshapes(t):
+        for order in ("C", "F"):
+            try:
+                wants.append(t.reshape(shape, order=order))
+            except (NotImplementedError, ValueError) as e:
+                with pytest.raises(type(e)):
+                    d.reshape(shape, order=order)
+                continue
+            calls.append(lambda shape=shape, order=order: d.reshape(shape, order=order))
+    def refuse(self, *args, **kwargs):
+        raise AssertionError("reshape copied a DeviceArray to the host")
+
+    get = DeviceArray.get
+    with monkeypatch.context() as m:  # a few counts (read_ints) may be read, no array
+        m.setattr(_primitives, "read_ints", lambda dev, arr: get(arr) if arr.size <= 64 else refuse(arr))
+        m.setattr(DeviceArray, "get", refuse)
+        m.setattr(DeviceArray, "__array__", refuse)
+        gots = [call() for call in calls]
+    for got, want in zip(gots, wants):
+        close(got, want)
+    assert wants
+    if case[0] == "coo" or t.batch_dim:  # else the flat matrix would have one sparse dim
+        close(d.flatten(0, 1), t.flatten(0, 1))
+
+    w = rng.standard_normal(t.shape[0] * t.shape[1]).astype(np.float32)
+
+    def f(w):
+        return lambda x: st.sum(x.flatten(0, 1).transpose(0, -1) * w) if x.ndim == 3 else st.sum(
+            x.reshape(-1, 1) * w)
+
+    if t.ndim == 3 and t.dense_dim == 0 or t.ndim == 2 and case[0] == "coo":
+        _, pb = st.autograd.vjp(f(w), t)
+        _, dpb = st.autograd.vjp(f(DeviceArray.from_host(w)), d)
+        close(dpb(1.0)[0], pb(1.0)[0])

@@ -38,7 +38,7 @@ __all__ = ["device", "validate", "coalesce", "to_dense", "from_dense", "convert"
            "merge", "reduce_sum", "reduce_sum_dims", "reduce_dims", "unary", "sddmm", "gather_slices", "remap_plain",
            "narrow_plain", "cat_plain", "cat_compressed", "index_select_coo", "compressed_sum", "plain_sum", "segment_reduce",
            "scatter_reduce", "segment_softmax", "group_by", "batch_offsets", "map_values", "sample_dense", "add_to_dense", "elementwise",
-           "check_bounds", "index_range", "diagonal", "sum_axis", "flatten_coo", "ilu0", "ic0", "trsv"]
+           "check_bounds", "index_range", "diagonal", "sum_axis", "flatten_coo", "reshape_coo", "ilu0", "ic0", "trsv"]
 
 device = "cpu"
 
@@ -364,6 +364,20 @@ def flatten_coo(idx: np.ndarray, batch: tuple, M: int, K: int, batched_cols: boo
     b = np.ravel_multi_index(tuple(idx[:S - 2]), batch) if S > 2 and n else np.zeros(n, np.int64)
     rows = b * M + idx[S - 2] if S >= 2 else b
     return np.stack([rows, b * K + idx[-1] if batched_cols else idx[-1]])
+
+
+def reshape_coo(idx: np.ndarray, in_strides: tuple, out_strides: tuple, out_shape: tuple, index_dtype,
+                threads=None) -> np.ndarray:
+    """COO indices ``idx`` (in bounds) over a new shape: ``(len(out_shape), nnz)`` of ``index_dtype``,
+    each entry's offset ``idx . in_strides`` kept (C or F order by the strides; the op checked that
+    every offset fits an int64)."""
+    key = np.zeros(idx.shape[1], np.int64)
+    for row, stride in zip(idx, in_strides):
+        key += row.astype(np.int64) * stride
+    out = np.empty((len(out_shape), idx.shape[1]), index_dtype)
+    for d, (stride, size) in enumerate(zip(out_strides, out_shape)):
+        np.remainder(key // stride, size, out=out[d], casting="unsafe")
+    return out
 
 
 def _as_4d(full: np.ndarray, shape4: tuple) -> np.ndarray:

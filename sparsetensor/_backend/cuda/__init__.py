@@ -22,7 +22,7 @@ __all__ = ["device", "validate", "coalesce", "to_dense", "from_dense", "convert"
            "merge", "reduce_sum", "reduce_sum_dims", "reduce_dims", "unary", "sddmm", "gather_slices", "remap_plain",
            "narrow_plain", "cat_plain", "cat_compressed", "index_select_coo", "compressed_sum", "plain_sum", "segment_reduce",
            "scatter_reduce", "segment_softmax", "group_by", "batch_offsets", "map_values", "sample_dense", "add_to_dense", "elementwise", "check_bounds",
-           "index_range", "diagonal", "sum_axis", "flatten_coo", "ilu0", "ic0", "trsv"]
+           "index_range", "diagonal", "sum_axis", "flatten_coo", "reshape_coo", "ilu0", "ic0", "trsv"]
 
 device = "cuda"
 
@@ -184,6 +184,12 @@ def flatten_coo(idx, batch: tuple, M: int, K: int, batched_cols: bool, threads=N
     in bounds): int64 ``(2, nnz)`` rows ``b * M + i``, columns ``b * K + k`` (``batched_cols``) or
     ``k`` (the row-major keys of coalesce's ``coo_keys``)."""
     return _coalesce.flat_keys(idx, batch, M, K, batched_cols)
+
+
+def reshape_coo(idx, in_strides: tuple, out_strides: tuple, out_shape: tuple, index_dtype, threads=None):
+    """Device COO indices ``idx`` (in bounds) over a new shape: ``(len(out_shape), nnz)`` of
+    ``index_dtype``, each entry's offset ``idx . in_strides`` kept (C or F order by the strides)."""
+    return _coalesce.reshape_keys(idx, in_strides, out_strides, out_shape, index_dtype)
 
 
 def ilu0(t, threads=None):

@@ -22,7 +22,7 @@ from ...cuda import _primitives as P
 from ._validate import check_compressed_bounds, compressed_report, coo_report
 from ...cuda._classes import CudaCOOTensor, CudaCompressedTensor
 
-__all__ = ["coalesce", "sum_duplicates", "checked", "UnequalBatches", "batch_matrices"]
+__all__ = ["coalesce", "sum_duplicates", "checked", "UnequalBatches", "batch_matrices", "reshape_keys"]
 
 _U64_SPAN = 1 << 64
 
@@ -64,6 +64,18 @@ def flat_keys(idx, batch: tuple, M: int, K: int, batched_cols: bool):
         # held until the copy (a temporary's memory is freed at once); int64 columns are not copied twice
         col = idx[S - 1].astype(np.int64, copy=False)
         dev.copy_dtod(cols._ptr, col._ptr, 8 * nnz)
+    return out
+
+
+def reshape_keys(idx, in_strides: tuple, out_strides: tuple, out_shape: tuple, index_dtype):
+    """The coordinates over ``out_shape`` (``index_dtype``, ``(len(out_shape), nnz)``) of the entries
+    of device COO indices ``idx`` (in bounds) whose offsets ``idx . in_strides`` are kept."""
+    dev = idx._device
+    S, nnz = idx.shape
+    T = len(out_shape)
+    out = P.empty(dev, (T, nnz), index_dtype)
+    P.run(dev, "coalesce.cu", "coo_reshape", (P.index_key(idx.dtype), P.index_key(index_dtype)), nnz, idx, S, nnz,
+          P.ints(dev, in_strides), T, P.ints(dev, out_strides), P.ints(dev, out_shape), out)
     return out
 
 
