@@ -6,7 +6,9 @@ What each operand combination gives (PyTorch 2.13 semantics where PyTorch has th
 sparse + sparse (add, sub)    sparse, the union of the patterns (explicit zeros from
                               cancellation stay entries)
 sparse + dense, dense+sparse  dense array (operands of one shape)
-sparse + scalar               refused (it would specify every element), as in PyTorch
+sparse + scalar               a scalar 0: the tensor in NumPy's dtype (SciPy's ``A + 0``);
+                              another is refused (it would specify every element), as in
+                              PyTorch
 sparse * sparse               sparse, the intersection of the patterns
 sparse * dense, dense*sparse  sparse, the pattern of the sparse operand (the dense operand
                               is sampled there; it may broadcast to the sparse shape)
@@ -145,9 +147,9 @@ def add(a, b, *, alpha=1, threads: int | None = None):
 
     sparse + sparse is sparse (the union of the patterns; explicit zeros from
     cancellation stay entries); sparse + dense and dense + sparse are dense arrays
-    (the operands must have one shape: no broadcasting, as in PyTorch). A scalar operand
-    is refused, as in PyTorch: adding a nonzero scalar would specify every element
-    (use ``t.to_dense() + s``). bool is logical or. See the module docstring for layouts
+    (the operands must have one shape: no broadcasting, as in PyTorch). A scalar 0 gives the
+    tensor in NumPy's result dtype (SciPy's ``A + 0``); another scalar is refused, as in
+    PyTorch: it would specify every element (use ``t.to_dense() + s``). bool is logical or. See the module docstring for layouts
     and dtypes.
 
     Parameters
@@ -183,6 +185,25 @@ def sub(a, b, *, alpha=1, threads: int | None = None):
     return _add("sub", a, b, alpha, threads, negate=True)
 
 
+def _add_zero(name: str, ka: str, kb: str, a, b, negate: bool):
+    """A sparse tensor plus or minus a scalar 0 (SciPy's ``A + 0``, NumPy's ``np.add(t, 0)``): the
+    tensor in NumPy's result dtype, negated for ``0 - t``. Another scalar would specify every
+    element: NotImplementedError."""
+    t, s = (a, b) if kb == "scalar" else (b, a)
+    with np.errstate(invalid="ignore"):
+        zero = ka != kb and s == 0
+    if not zero:
+        raise NotImplementedError(f"{name}({describe(a)}, {describe(b)}): adding a nonzero scalar to a sparse tensor "
+                                  "would specify every element and is not supported (as in PyTorch); use "
+                                  "t.to_dense() with the scalar instead")
+    out = t.astype(np.result_type(t.dtype, s), copy=True)
+    if negate and t is b:
+        from .pointwise import neg
+
+        return neg(out)
+    return out
+
+
 def _add(name: str, a, b, alpha, threads, negate: bool = False):
     (ka, a), (kb, b) = _operand(a, name), _operand(b, name)
     if "sparse" not in (ka, kb) and "device" not in (ka, kb):
@@ -190,9 +211,7 @@ def _add(name: str, a, b, alpha, threads, negate: bool = False):
     if "device" in (ka, kb) and "scalar" not in (ka, kb):
         ka, kb, a, b = _on_device(name, ka, kb, a, b)
     if "scalar" in (ka, kb):
-        raise NotImplementedError(f"{name}({describe(a)}, {describe(b)}): adding a scalar to a sparse tensor "
-                                  "would specify every element and is not supported (as in PyTorch); use "
-                                  "t.to_dense() with the scalar instead")
+        return _add_zero(name, ka, kb, a, b, negate)
     dtype = _result_dtype(name, a, b)
     if negate and dtype == np.bool_:
         raise TypeError("sub: subtraction, the `-` operator, with two bool tensors is not supported; use "

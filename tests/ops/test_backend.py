@@ -231,8 +231,10 @@ def test_device_add_errors(backend, rng):
         d + t
     with pytest.raises(ValueError, match="operands on different devices: cpu and cuda:0"):
         st.add(t, d)
-    with pytest.raises(NotImplementedError, match="adding a scalar"):
+    with pytest.raises(NotImplementedError, match="adding a nonzero scalar"):
         d + 1.0
+    z = 0 - d + 0.0  # a scalar 0: the tensor (negated for 0 - d), on its device
+    assert z.is_cuda and np.array_equal(z.to_dense().get(), -t.to_dense())
     with pytest.raises(NotImplementedError, match="a dense device array has a GPU kernel only with a sparse"):
         st.add(st.cuda.DeviceArray.from_host(np.ones(t.shape, np.float32)), d.to_dense())
     u = make(rng, ("csr", (), (), None), np.float64)

@@ -367,6 +367,22 @@ def test_sparse_scalar(rng, layout, dtype):
               lambda: maximum(A, 0), lambda: add(A, np.float64(1)), lambda: add(A, np.array(1.0))):
         with pytest.raises(NotImplementedError, match="scalar"):
             f()
+    # a scalar 0 gives the tensor in NumPy's dtype (SciPy's A + 0), 0 - A its negation
+    zeros = [0, 0.0, np.float32(0), 0j, np.array(0)] + ([] if dtype == np.bool_ else [np.array(0, dtype)])
+    for z in zeros:
+        for got, want in ((add(A, z), np.add(a, z)), (A + z, a + z), (z + A, z + a), (A - z, a - z),
+                          (st.add(A, z, alpha=2), a + 2 * z)):
+            got.check_invariants()
+            assert got.layout is A.layout and got.nnz == A.nnz and got.dtype == want.dtype, (z, got.dtype, want.dtype)
+            _assert_close(got.to_dense(), want)
+        if dtype != np.bool_ or isinstance(z, (int, float, complex)):
+            with np.errstate(over="ignore"):
+                want = z - a
+            got = sub(z, A)
+            assert got.dtype == want.dtype
+            _assert_close(got.to_dense(), want)
+    with pytest.raises(NotImplementedError, match="nonzero scalar"):
+        add(A, np.nan)
     if dtype != np.bool_:
         n = neg(A)
         n.check_invariants()
