@@ -298,4 +298,29 @@ __global__ void any_differ(const I* __restrict__ a, const I* __restrict__ b, i64
     }
 }
 
+// -- keeping a subset of COO entries (tril, triu, eliminate_zeros) ---------------------------------
+// flags[k] = 1 where entry k lies on the kept side of diagonal k0: idx[c, k] - idx[r, k] <= k0
+// (lower) or >= k0 (upper).
+// st:kernel index
+template <typename I>
+__global__ void triangle_flags(const I* __restrict__ idx, i64 N, i64 r, i64 c, i64 k0, int upper,
+                               i64* __restrict__ flags) {
+    ST_GRID_LOOP(k, N) {
+        const i64 off = (i64)idx[c * N + k] - (i64)idx[r * N + k];
+        flags[k] = (upper ? off >= k0 : off <= k0) ? 1 : 0;
+    }
+}
+
+// out (N, W) = the rows of in (Nin, W) whose flags were set, in order: row j is row e of in
+// with eoff[e] <= j < eoff[e + 1] (eoff the exclusive scan of 0/1 flags).
+// st:kernel raw
+template <typename R>
+__global__ void keep_rows(const i64* __restrict__ eoff, i64 Nin, const R* __restrict__ in, i64 W, i64 N,
+                          R* __restrict__ out) {
+    ST_GRID_LOOP(t, N * W) {
+        const i64 j = t / W, w = t - j * W;
+        out[t] = in[slot_of(eoff, Nin, j) * W + w];
+    }
+}
+
 }  // namespace st

@@ -34,7 +34,7 @@ from ._core import _recording
 from ._core._tensor import COOTensor, CompressedTensor, SparseTensor
 from .interop import array_function, chunk as _chunk, linop, scipy as _scipy, torch as _torch
 from .interop.chunk import defer_to_lazy as _lazy, defer_to_lazy_ufunc as _lazy_ufunc
-from .ops import binary, blas, diagonal, dims, indexing, inplace, join, mask, pointwise, reduce, select, spgemm
+from .ops import binary, blas, diagonal, dims, indexing, inplace, join, mask, pointwise, prune, reduce, select, spgemm
 
 __all__: list = []  # filled from the table below
 
@@ -251,6 +251,11 @@ OPS: tuple = (
     Op("squeeze", dims.squeeze, gpu=True),
     Op("reshape", dims.reshape, gpu=True),
     Op("flatten", dims.flatten, gpu=True),
+    Op("tril", prune.tril, gpu=True),
+    Op("triu", prune.triu, gpu=True),
+    Op("tril_", inplace.in_place("tril_", prune.tril), function=False, gpu=True),
+    Op("triu_", inplace.in_place("triu_", prune.triu), function=False, gpu=True),
+    Op("eliminate_zeros", prune.eliminate_zeros, function=False, gpu=True),
     Op("narrow", select.narrow, aliases=("narrow_copy",), gpu=True),
     Op("select", select.select, gpu=True),
     Op("index_select", select.index_select, gpu=True),

@@ -32,7 +32,8 @@ KERNELS = ("validate", "coalesce", "to_dense", "from_dense", "convert", "transpo
            "reduce_sum", "reduce_sum_dims", "reduce_dims", "unary", "sddmm", "gather_slices", "remap_plain", "narrow_plain",
            "cat_plain", "cat_compressed", "index_select_coo", "compressed_sum", "plain_sum", "segment_reduce", "scatter_reduce",
            "segment_softmax", "group_by", "batch_offsets", "map_values", "sample_dense", "add_to_dense", "elementwise",
-           "check_bounds", "index_range", "diagonal", "sum_axis", "flatten_coo", "reshape_coo", "ilu0", "ic0", "trsv")
+           "check_bounds", "index_range", "diagonal", "sum_axis", "flatten_coo", "reshape_coo", "triangle_flags",
+           "nonzero_rows", "keep_coo", "ilu0", "ic0", "trsv")
 
 _TENSOR_TYPES = frozenset((COOTensor, CompressedTensor))
 _NDARRAY = np.ndarray

@@ -25,7 +25,7 @@ import numpy as np
 
 from .._core import _layout as L
 from .._core._tensor import COOTensor, CompressedTensor, SparseTensor
-from ..ops import binary, blas, dims, indexing, pointwise, reduce, shape, spgemm
+from ..ops import binary, blas, dims, indexing, pointwise, prune, reduce, shape, spgemm
 from ..ops._shape_common import _as_index as as_index
 from ._core import (DenseGradientError, conj, element_coords, gather, same_indices, same_pattern, values_of, unbroadcast,
                     wanted)
@@ -682,6 +682,28 @@ def _reshape(t, *dims_, order="C", shape=None, newshape=None, copy=None):
 def _flatten(t, start_dim=0, end_dim=-1):
     out, back = _reshape(t, dims.flatten_shape(t, start_dim, end_dim))
     return out, lambda G: (back(G)[0], None, None)
+
+
+def _triangle_rule(name: str):
+    op = getattr(prune, name)
+
+    def rule(t, diagonal=0):
+        out = op(t, diagonal)
+
+        def back(G):
+            entry = _by_entry([t], out, G, lambda ns: op(ns[0], diagonal))  # uncoalesced COO: entry by entry
+            if entry is not None:
+                return entry[0], None
+            if t.layout.blocked:  # the items a kept block holds beyond the diagonal are 0 whatever t's are
+                G = op(G, diagonal)
+            return values_of(G, t), None
+
+        return out, back
+
+    return rule
+
+
+RULES["tril"], RULES["triu"] = _triangle_rule("tril"), _triangle_rule("triu")
 
 
 @_rule("__getitem__")

@@ -138,3 +138,20 @@ def index_select_coo(indices: np.ndarray, raw: np.ndarray, d: int, idx: np.ndarr
     if found is not None:
         raise_coo_error(found, shape)
     return oi, ov
+
+
+def triangle_flags(indices: np.ndarray, r: int, c: int, k: int, upper: bool, threads=None) -> np.ndarray:
+    """Whether each COO entry lies on the kept side of diagonal ``k`` of index rows ``r``, ``c``:
+    ``col - row <= k`` (lower) or ``>= k`` (upper)."""
+    off = indices[c].astype(np.int64) - indices[r]
+    return off >= k if upper else off <= k
+
+
+def nonzero_rows(values: np.ndarray, threads=None) -> np.ndarray:
+    """Whether each row of ``values`` (N, ...) holds a nonzero item (-0.0 is zero, NaN is not)."""
+    return (values.reshape(values.shape[0], -1) != 0).any(axis=1)
+
+
+def keep_coo(indices: np.ndarray, values: np.ndarray, flags: np.ndarray, threads=None) -> tuple:
+    """``(indices, values)`` of the COO entries whose ``flags`` are set, in order."""
+    return np.compress(flags, indices, axis=1), np.compress(flags, values, axis=0)

@@ -22,7 +22,8 @@ __all__ = ["device", "validate", "coalesce", "to_dense", "from_dense", "convert"
            "merge", "reduce_sum", "reduce_sum_dims", "reduce_dims", "unary", "sddmm", "gather_slices", "remap_plain",
            "narrow_plain", "cat_plain", "cat_compressed", "index_select_coo", "compressed_sum", "plain_sum", "segment_reduce",
            "scatter_reduce", "segment_softmax", "group_by", "batch_offsets", "map_values", "sample_dense", "add_to_dense", "elementwise", "check_bounds",
-           "index_range", "diagonal", "sum_axis", "flatten_coo", "reshape_coo", "ilu0", "ic0", "trsv"]
+           "index_range", "diagonal", "sum_axis", "flatten_coo", "reshape_coo", "triangle_flags",
+           "nonzero_rows", "keep_coo", "ilu0", "ic0", "trsv"]
 
 device = "cuda"
 
@@ -248,6 +249,21 @@ def index_select_coo(indices, raw, d: int, idx, shape: tuple, threads=None):
     """The entries of device COO ``indices`` whose coordinate along sparse dim ``d`` is in host
     ``idx`` (repeats give copies), that coordinate replaced by its position: ``(indices, raw rows)``."""
     return _select.index_select_coo(indices, raw, d, idx, shape)
+
+
+def triangle_flags(indices, r: int, c: int, k: int, upper: bool, threads=None):
+    """Flags of the device COO entries on the kept side of diagonal ``k`` (tril, triu)."""
+    return _select.triangle_flags(indices, r, c, k, upper)
+
+
+def nonzero_rows(values, threads=None):
+    """Flags of the rows of device ``values`` holding a nonzero item (eliminate_zeros)."""
+    return _select.nonzero_rows(values)
+
+
+def keep_coo(indices, values, flags, threads=None):
+    """``(indices, values)`` of the device COO entries whose flags are set, in order."""
+    return _select.keep_coo(indices, values, flags)
 
 
 def compressed_sum(t, x, threads=None):

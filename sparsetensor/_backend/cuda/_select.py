@@ -389,3 +389,45 @@ def wrap_negative(a, size: int):
     out = P.empty(dev, a.shape, np.int64)
     P.run(dev, "select.cu", "wrap_negative", (P.index_key(a.dtype),), a.shape[0], a, a.shape[0], size, out)
     return out
+
+
+def triangle_flags(indices, r: int, c: int, k: int, upper: bool):
+    """int64 0/1 flags of the device COO entries on the kept side of diagonal ``k`` of index rows
+    ``r``, ``c`` (``col - row <= k``, or ``>= k`` for ``upper``)."""
+    N = indices.shape[1]
+    flags = P.empty(indices._device, (N,), np.int64)
+    P.run(indices._device, "select.cu", "triangle_flags", (P.index_key(indices.dtype),), N, indices, N, r, c, k,
+          int(upper), flags)
+    return flags
+
+
+def nonzero_rows(values):
+    """int64 0/1 flags of the rows of device ``values`` (N, ...) holding a nonzero item (dense.cu's
+    zero test: -0.0 is zero, NaN is not; a complex value is nonzero if either part is)."""
+    from ._dense import _ztest
+
+    dev = values._device
+    N = values.shape[0]
+    W = math.prod(values.shape[1:])
+    zkey, mask, per_value = _ztest(values.dtype)
+    if W == 0:  # rows without items hold nothing nonzero
+        return P.zeros(dev, (N,), np.int64)
+    flags = P.empty(dev, (N,), np.int64)
+    P.run(dev, "dense.cu", "dense_nonzero", (zkey,), N, values, 1, N, 1, W * per_value, 1, 1, 1, mask, flags)
+    return flags
+
+
+def keep_coo(indices, values, flags):
+    """``(indices, values)`` of the device COO entries whose ``flags`` (int64 0/1) are set, in order
+    (one count read)."""
+    dev = indices._device
+    S, Nin = indices.shape
+    eoff = P.exclusive_scan(dev, flags)
+    N = int(P.read_ints(dev, eoff[Nin:])[0])
+    out_i = P.empty(dev, (S, N), indices.dtype)
+    out_v = P.empty(dev, (N,) + values.shape[1:], values.dtype)
+    W = math.prod(values.shape[1:]) * values.itemsize
+    item = 16 if W % 16 == 0 else 8 if W % 8 == 0 else 4 if W % 4 == 0 else 2 if W % 2 == 0 else 1
+    P.run(dev, "select.cu", "coo_copy_rows", (P.index_key(indices.dtype),), S * N, eoff, Nin, indices, S, -1, N, out_i)
+    P.run(dev, "select.cu", "keep_rows", (P.raw_key(item),), N * (W // item), eoff, Nin, values, W // item, N, out_v)
+    return out_i, out_v

@@ -1,0 +1,108 @@
+"""Ops that keep a subset of the stored elements: ``tril`` and ``triu`` (PyTorch's names and
+arguments; ``torch.tril`` has no sparse form, SciPy has ``scipy.sparse.tril``/``triu``) and
+``eliminate_zeros`` (SciPy's, in place).
+
+Each is one mechanism on either backend: a flag per COO entry (``triangle_flags``: which side of
+a diagonal its last two sparse coordinates lie on; ``nonzero_rows``: whether its values hold a
+nonzero item), then ``keep_coo`` keeps the flagged entries in order. A compressed tensor goes
+through COO and back to its layout and blocksize: a block that crosses the diagonal is kept with
+zeros on the dropped side, a block of zeros is dropped, and a batched result whose batches would
+differ in nnz raises ``ValueError`` (every batch of a compressed tensor has the same nnz).
+"""
+
+from __future__ import annotations
+
+import operator
+
+from .._backend import backend_for
+from .._core import _layout as L
+from .._core._canonical import ensure_valid
+from .._core._tensor import COOTensor
+from ._common import describe
+from ._shape_common import _require_sparse
+from .inplace import _take
+
+__all__ = ["tril", "triu", "eliminate_zeros"]
+
+
+def _as_layout(name: str, t, coo: COOTensor):
+    """``coo`` (the kept entries of ``t``) in ``t``'s layout and blocksize."""
+    if isinstance(t, COOTensor):
+        return coo
+    try:
+        return coo.to_sparse(t.layout, blocksize=t.blocksize if t.layout.blocked else None)
+    except ValueError as e:  # batches of different nnz
+        raise ValueError(f"{name} of a {describe(t, dtype=False)}: {e}") from None
+
+
+def _triangle(name: str, t, diagonal, upper: bool):
+    _require_sparse(t, name)
+    try:
+        k = operator.index(diagonal)
+    except TypeError:
+        raise TypeError(f"{name}: diagonal must be an int, got {diagonal!r}") from None
+    coo = t if isinstance(t, COOTensor) else t.to_sparse(L.sparse_coo)
+    S = coo.sparse_dim
+    if S < 2:
+        raise ValueError(f"{name} of a {describe(t, dtype=False)}: it needs two sparse dims (the last two are the "
+                         "matrix's rows and columns)")
+    coo = ensure_valid(coo)  # entries are kept by coordinate: C4/C5 first
+    backend = backend_for(coo)
+    flags = backend.triangle_flags(coo.indices(), S - 2, S - 1, k, upper)
+    idx, values = backend.keep_coo(coo.indices(), coo.values(), flags)
+    return _as_layout(name, t, COOTensor(idx, values, t.shape, coo.is_coalesced(), True))
+
+
+def tril(t, diagonal: int = 0):
+    """The lower triangle of ``t``: the stored elements with ``col - row <= diagonal``, as
+    ``torch.tril`` of the dense tensor (and SciPy's ``tril`` with ``k=diagonal``).
+
+    Rows and columns are the last two sparse dims (a COO tensor's leading sparse dims and a
+    compressed tensor's batch dims are batches; dense dims are carried). The layout, blocksize,
+    dtypes and (for COO) coalescing are kept. A bsr/bsc block that crosses the diagonal is kept,
+    its items beyond it set to 0.
+
+    Examples
+    --------
+    >>> import numpy as np, sparsetensor as st
+    >>> t = st.from_dense(np.arange(1.0, 10.0).reshape(3, 3), "csr")
+    >>> st.tril(t).to_dense()
+    array([[1., 0., 0.],
+           [4., 5., 0.],
+           [7., 8., 9.]])
+    >>> t.tril(-1).nnz, t.triu(1).nnz
+    (3, 3)
+    """
+    return _triangle("tril", t, diagonal, False)
+
+
+def triu(t, diagonal: int = 0):
+    """The upper triangle of ``t``: the stored elements with ``col - row >= diagonal``, as
+    ``torch.triu`` of the dense tensor (see :func:`tril`)."""
+    return _triangle("triu", t, diagonal, True)
+
+
+def eliminate_zeros(t):
+    """Drop the stored elements whose values are zero, in place (SciPy's ``eliminate_zeros``), and
+    return ``t``.
+
+    An element with dense dims is dropped when every item of it is zero; a bsr/bsc block when
+    every item of the block is. ``-0.0`` is zero, NaN is not. In place means that ``t`` takes
+    new arrays (the old ones are not written: tensors sharing them are unaffected), as the
+    other in-place ops. Duplicates of an uncoalesced COO tensor are not summed first (SciPy's
+    rule): each is tested on its own.
+
+    Examples
+    --------
+    >>> import numpy as np, sparsetensor as st
+    >>> t = st.from_dense(np.eye(3), "csr") * np.array([1.0, 0.0, 2.0])
+    >>> t.nnz, t.eliminate_zeros() is t, t.nnz
+    (3, True, 2)
+    """
+    _require_sparse(t, "eliminate_zeros")
+    coo = t if isinstance(t, COOTensor) else t.to_sparse(L.sparse_coo)
+    backend = backend_for(coo)
+    flags = backend.nonzero_rows(coo.values())
+    idx, values = backend.keep_coo(coo.indices(), coo.values(), flags)
+    kept = COOTensor(idx, values, t.shape, coo.is_coalesced(), coo._checked)
+    return _take(t, _as_layout("eliminate_zeros", t, kept), ())
