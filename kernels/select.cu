@@ -323,4 +323,20 @@ __global__ void keep_rows(const i64* __restrict__ eoff, i64 Nin, const R* __rest
     }
 }
 
+// Kronecker product of COO entries: output entry t = i * nb + j pairs entry i of a (ia (S, na))
+// with entry j of b (ib (S, nb)): out[d, t] = ia[d, i] * bshape[d] + ib[d, j], pa[t] = i, pb[t] = j.
+// st:kernel index index
+template <typename I, typename J>
+__global__ void kron_pairs(const I* __restrict__ ia, i64 na, const I* __restrict__ ib, i64 nb, i64 S,
+                           const i64* __restrict__ bshape, J* __restrict__ out, i64* __restrict__ pa,
+                           i64* __restrict__ pb) {
+    const i64 n = na * nb;
+    ST_GRID_LOOP(t, n) {
+        const i64 i = t / nb, j = t - i * nb;
+        for (i64 d = 0; d < S; ++d) out[d * n + t] = (J)((i64)ia[d * na + i] * bshape[d] + (i64)ib[d * nb + j]);
+        pa[t] = i;
+        pb[t] = j;
+    }
+}
+
 }  // namespace st

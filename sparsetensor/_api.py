@@ -34,7 +34,7 @@ from ._core import _recording
 from ._core._tensor import COOTensor, CompressedTensor, SparseTensor
 from .interop import array_function, chunk as _chunk, linop, scipy as _scipy, torch as _torch
 from .interop.chunk import defer_to_lazy as _lazy, defer_to_lazy_ufunc as _lazy_ufunc
-from .ops import binary, blas, diagonal, dims, indexing, inplace, join, mask, pointwise, prune, reduce, select, spgemm
+from .ops import binary, blas, blocks, diagonal, dims, indexing, inplace, join, mask, pointwise, prune, reduce, select, spgemm
 
 __all__: list = []  # filled from the table below
 
@@ -264,6 +264,10 @@ OPS: tuple = (
     Op("sparse_mask", mask.sparse_mask, gpu=True),
     Op("cat", join.cat, method=False, gpu=True),
     Op("stack", join.stack, method=False, gpu=True),
+    Op("hstack", blocks.hstack, method=False, gpu=True),
+    Op("vstack", blocks.vstack, method=False, gpu=True),
+    Op("block_diag", blocks.block_diag, method=False, gpu=True),
+    Op("kron", blocks.kron, gpu=True),
     Op("zero_", inplace.zero_, function=False, gpu=True),
     Op("copy_", inplace.copy_, function=False, gpu=True),
     Op("resize_as_", inplace.resize_as_, function=False, gpu=True),

@@ -12,7 +12,7 @@ MODULES = ["sparsetensor._core._errors", "sparsetensor._core._config", "sparsete
            "sparsetensor._backend.cpu._coalesce", "sparsetensor.ops.convert", "sparsetensor.ops.shape",
            "sparsetensor.ops.pointwise", "sparsetensor.ops.reduce", "sparsetensor.ops.blas",
            "sparsetensor.ops.binary", "sparsetensor.ops.spgemm",
-           "sparsetensor.ops.select", "sparsetensor.ops.join", "sparsetensor.ops.inplace", "sparsetensor.ops.dims", "sparsetensor.ops.prune", "sparsetensor.ops.mask",
+           "sparsetensor.ops.select", "sparsetensor.ops.join", "sparsetensor.ops.inplace", "sparsetensor.ops.dims", "sparsetensor.ops.prune", "sparsetensor.ops.blocks", "sparsetensor.ops.mask",
            "sparsetensor._api", "sparsetensor._core._shape_checks", "sparsetensor._core._canonical",
            "sparsetensor.interop.linop", "sparsetensor.interop.array_function", "sparsetensor.ops.indexing",
            "sparsetensor.ops.diagonal", "sparsetensor._core._construct"]

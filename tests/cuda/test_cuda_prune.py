@@ -1,5 +1,5 @@
-"""tril, triu, their in-place forms and eliminate_zeros on CUDA tensors (issue #37): the CPU's
-results (layout, flags, indices exactly, values) with nothing copied to the host but counts, and
+"""tril, triu, their in-place forms and eliminate_zeros, and the block constructions (kron,
+block_diag, hstack, vstack) on CUDA tensors (issue #37): the CPU's results (layout, flags, indices exactly, values) with nothing copied to the host but counts, and
 the gradients of tril/triu against the CPU's. Runs on a GPU or on the kernel emulator (see
 test_cuda.py).
 """
@@ -88,3 +88,18 @@ def test_gradients(backend, rng):
         _, pb = st.autograd.vjp(f(w), t)
         _, dpb = st.autograd.vjp(f(DeviceArray.from_host(w)), t.cuda())
         close(dpb(1.0)[0], pb(1.0)[0])
+
+
+@pytest.mark.parametrize("case", [c for c in SHAPED if not c[2]], ids=[i for c, i in zip(SHAPED, SHAPED_IDS) if not c[2]])
+@pytest.mark.parametrize("dtype", [np.float32, np.complex128, np.int64, np.bool_])
+def test_blocks(backend, rng, monkeypatch, case, dtype):
+    t = make(rng, case, np.float64, np.int32).astype(dtype)
+    m = make(rng, ("csr", (), (), None), np.float64, np.int32).astype(dtype)
+    d, dm = t.cuda(), m.cuda()
+    calls = [lambda: st.kron(d, dm), lambda: st.kron(dm, d)]
+    wants = [st.kron(t, m), st.kron(m, t)]
+    if t.ndim == 2:
+        calls += [lambda: st.block_diag(d, dm, d), lambda: st.hstack([d, d]), lambda: st.vstack([d, d])]
+        wants += [st.block_diag(t, m, t), st.hstack([t, t]), st.vstack([t, t])]
+    for got, want in zip(_on_device_only(monkeypatch, calls), wants):
+        close(got, want)

@@ -155,3 +155,14 @@ def nonzero_rows(values: np.ndarray, threads=None) -> np.ndarray:
 def keep_coo(indices: np.ndarray, values: np.ndarray, flags: np.ndarray, threads=None) -> tuple:
     """``(indices, values)`` of the COO entries whose ``flags`` are set, in order."""
     return np.compress(flags, indices, axis=1), np.compress(flags, values, axis=0)
+
+
+def kron_coo(ia: np.ndarray, va: np.ndarray, ib: np.ndarray, vb: np.ndarray, bshape: tuple, index_dtype,
+             threads=None) -> tuple:
+    """The COO entries of the Kronecker product of entries ``(ia, va)`` and ``(ib, vb)`` (one value
+    dtype, in bounds): entry ``i * nb + j`` at ``ia[:, i] * bshape + ib[:, j]`` with value
+    ``va[i] * vb[j]``."""
+    na, nb = ia.shape[1], ib.shape[1]
+    step = np.asarray(bshape, np.int64)[:, None]
+    idx = (np.repeat(ia.astype(np.int64), nb, axis=1) * step + np.tile(ib.astype(np.int64), (1, na)))
+    return idx.astype(index_dtype, copy=False), np.repeat(va, nb) * np.tile(vb, na)

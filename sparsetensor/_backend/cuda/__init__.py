@@ -23,7 +23,7 @@ __all__ = ["device", "validate", "coalesce", "to_dense", "from_dense", "convert"
            "narrow_plain", "cat_plain", "cat_compressed", "index_select_coo", "compressed_sum", "plain_sum", "segment_reduce",
            "scatter_reduce", "segment_softmax", "group_by", "batch_offsets", "map_values", "sample_dense", "add_to_dense", "elementwise", "check_bounds",
            "index_range", "diagonal", "sum_axis", "flatten_coo", "reshape_coo", "triangle_flags",
-           "nonzero_rows", "keep_coo", "ilu0", "ic0", "trsv"]
+           "nonzero_rows", "keep_coo", "kron_coo", "ilu0", "ic0", "trsv"]
 
 device = "cuda"
 
@@ -264,6 +264,11 @@ def nonzero_rows(values, threads=None):
 def keep_coo(indices, values, flags, threads=None):
     """``(indices, values)`` of the device COO entries whose flags are set, in order."""
     return _select.keep_coo(indices, values, flags)
+
+
+def kron_coo(ia, va, ib, vb, bshape: tuple, index_dtype, threads=None):
+    """The COO entries of the Kronecker product of two sets of device entries (kron)."""
+    return _select.kron_coo(ia, va, ib, vb, bshape, index_dtype)
 
 
 def compressed_sum(t, x, threads=None):

@@ -431,3 +431,20 @@ def keep_coo(indices, values, flags):
     P.run(dev, "select.cu", "coo_copy_rows", (P.index_key(indices.dtype),), S * N, eoff, Nin, indices, S, -1, N, out_i)
     P.run(dev, "select.cu", "keep_rows", (P.raw_key(item),), N * (W // item), eoff, Nin, values, W // item, N, out_v)
     return out_i, out_v
+
+
+def kron_coo(ia, va, ib, vb, bshape: tuple, index_dtype):
+    """The COO entries of the Kronecker product of device entries ``(ia, va)`` and ``(ib, vb)`` (one
+    value dtype, in bounds): entry ``i * nb + j`` at ``ia[:, i] * bshape + ib[:, j]``, value
+    ``va[i] * vb[j]``."""
+    from ._sample import elementwise
+
+    dev = ia._device
+    S, na = ia.shape
+    nb = ib.shape[1]
+    n = na * nb
+    out = P.empty(dev, (S, n), index_dtype)
+    pa, pb = P.empty(dev, (n,), np.int64), P.empty(dev, (n,), np.int64)
+    P.run(dev, "select.cu", "kron_pairs", (P.index_key(ia.dtype), P.index_key(index_dtype)), n, ia, na, ib, nb, S,
+          P.ints(dev, bshape), out, pa, pb)
+    return out, elementwise(take_axis(va, 0, pa), take_axis(vb, 0, pb), "mul")
