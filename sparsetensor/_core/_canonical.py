@@ -106,8 +106,10 @@ def same_nnz(per_batch, batch: tuple, what: str) -> None:
 
 def ensure_valid_export(t, *, again: bool = True, threads: int | None = None):
     """:func:`ensure_valid` (with repair) for an exit that hands ``t``'s index arrays to a
-    library that trusts them: also the full check ``again`` when the caller built ``t`` on index
-    arrays of its own (no copy), which it may have written since the first check."""
+    library that trusts them, or an op that computes new coordinates from them and marks its
+    result checked (reshape, kron, tril): also the full check ``again`` when the caller built
+    ``t`` on index arrays of its own (no copy), which it may have written since the first check
+    (an index changed out of bounds would otherwise become a valid-looking coordinate)."""
     t = ensure_valid(t, repair=True, threads=threads)
     if again and held_outside(t):
         t.check_invariants(threads=threads)

@@ -18,7 +18,7 @@ import numpy as np
 
 from .._backend import backend_for
 from .._core import _layout as L
-from .._core._canonical import ensure_valid
+from .._core._canonical import ensure_valid_export
 from .._core._tensor import COOTensor, SparseTensor
 from ._common import describe
 from .dense import from_dense
@@ -143,7 +143,7 @@ def kron(a, b):
                                       "convert them to sparse dims first")
     n = max(a.ndim, b.ndim)
     a, b = (x.to_sparse(L.sparse_coo) for x in (a, b))
-    a, b = (ensure_valid(x.reshape((1,) * (n - x.ndim) + x.shape)) for x in (a, b))
+    a, b = (ensure_valid_export(x).reshape((1,) * (n - x.ndim) + x.shape) for x in (a, b))
     shape = tuple(p * q for p, q in zip(a.shape, b.shape))
     dtype = np.result_type(a.dtype, b.dtype)
     both32 = a.index_dtype == b.index_dtype == np.int32

@@ -21,7 +21,7 @@ import numpy as np
 
 from .._core import _layout as L
 from .._backend import backend_for
-from .._core._canonical import ensure_valid
+from .._core._canonical import ensure_valid_export
 from .._core._shape_checks import normalize_dim
 from .._core._tensor import COOTensor, CompressedTensor
 from ._common import describe
@@ -212,7 +212,7 @@ def _reshape_coo(t: COOTensor, new: tuple, order: str, threads, src=None) -> COO
     if math.prod(t.shape[:S]) > _I64_MAX:
         raise NotImplementedError(f"reshape of a {what}: its sparse dims have more "
                                   "coordinates than an int64 offset holds")
-    t = ensure_valid(t, threads=threads)  # coordinates are re-expressed: C4/C5 first
+    t = ensure_valid_export(t, threads=threads)  # coordinates are re-expressed: C4/C5 first (again if held outside)
     idx = t.indices()
     if sparse_new != t.shape[:S] or order == "F":
         fits = all(s <= np.iinfo(idx.dtype).max for s in sparse_new)

@@ -16,7 +16,7 @@ import operator
 
 from .._backend import backend_for
 from .._core import _layout as L
-from .._core._canonical import ensure_valid
+from .._core._canonical import ensure_valid_export
 from .._core._tensor import COOTensor
 from ._common import describe
 from ._shape_common import _require_sparse
@@ -46,7 +46,7 @@ def _triangle(name: str, t, diagonal, upper: bool):
     if S < 2:
         raise ValueError(f"{name} of a {describe(t, dtype=False)}: it needs two sparse dims (the last two are the "
                          "matrix's rows and columns)")
-    coo = ensure_valid(coo)  # entries are kept by coordinate: C4/C5 first
+    coo = ensure_valid_export(coo)  # entries are kept by coordinate: C4/C5 first (again if held outside)
     backend = backend_for(coo)
     flags = backend.triangle_flags(coo.indices(), S - 2, S - 1, k, upper)
     idx, values = backend.keep_coo(coo.indices(), coo.values(), flags)

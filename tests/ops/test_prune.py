@@ -179,3 +179,16 @@ def test_torch():
     W = torch.arange(6.0, dtype=torch.float64).reshape(2, 3)
     (stt.to_dense(stt.tril(A)) * W).sum().backward()
     np.testing.assert_array_equal(A.grad.to_dense().numpy(), (torch.tril(W) * (A.detach().to_dense() != 0)).numpy())
+
+
+def test_changed_caller_indices_are_checked_again():
+    """A tensor built on the caller's index array, validated, then written by the caller: the ops
+    that compute coordinates from it check again (else 7 would become a valid-looking coordinate)."""
+    idx = np.array([[0, 1, 2], [0, 1, 2]])
+    t = st.sparse_coo_tensor(idx, np.ones(3), (3, 3))
+    assert np.shares_memory(t.indices(), idx)
+    idx[0, 2] = 7
+    for call in (t.tril, t.triu, lambda: t.reshape(9), lambda: t.flatten(), lambda: st.kron(t, t),
+                 lambda: st.kron(st.from_dense(np.eye(2), "coo"), t)):
+        with pytest.raises(st.InvariantError, match="C5"):
+            call()
