@@ -9,10 +9,12 @@ refused above a size limit).
 NumPy function                          sparse meaning
 ======================================  ================================================
 ``concatenate``, ``stack``              :func:`~sparsetensor.ops.shape.cat`/``stack``
+``hstack``, ``vstack``, ``kron``,       :mod:`sparsetensor.ops.blocks` (``dtype``/``casting`` as
+``tril``, ``triu``                      ``concatenate``), :mod:`sparsetensor.ops.prune`
 ``sum``, ``mean``                       :mod:`sparsetensor.ops.reduce` (``axis``, ``dtype``, ``keepdims``)
 ``max``/``amax``, ``min``/``amin``      ``amax``/``amin`` (unspecified elements count as 0)
 ``transpose``                           a permutation done as swaps of dims of one kind
-``reshape``                             :func:`~sparsetensor.ops.dims.reshape` (``order``; ``copy=True``
+``reshape``, ``ravel``                 :func:`~sparsetensor.ops.dims.reshape` (``order``; ``copy=True``
                                         gives arrays of its own, else they may be shared)
 ``dot``, ``tensordot`` (2-d), ``matmul`` products (:func:`~sparsetensor.ops.blas.matmul`)
 ``where(c, x, 0)``                      ``c``'s pattern, ``x`` (a scalar or a sparse tensor
@@ -53,7 +55,7 @@ import numpy as np
 
 from .._core._shape_checks import normalize_dim
 from .._core._tensor import COOTensor, SparseTensor
-from ..ops import blas, diagonal as _diag, dims, pointwise, reduce, select, shape
+from ..ops import blas, blocks, diagonal as _diag, dims, prune, pointwise, reduce, select, shape
 from ..ops.binary import mul
 from ..ops.pointwise import numpy_sum
 
@@ -187,6 +189,39 @@ def _stack(arrays, axis=0, out=None, dtype=None, casting=None):
     dtype = _cast_target("stack", arrays, dtype, casting)
     r = shape.stack(arrays, axis)
     return r if dtype is None else r.astype(dtype, copy=False)
+
+
+def _stacked(fn, name: str):
+    def handler(tup, *, dtype=None, casting="same_kind"):
+        arrays = list(tup)
+        target = _cast_target(name, arrays, dtype, casting)
+        r = fn(arrays)
+        return r if target is None else r.astype(target, copy=False)
+    return handler
+
+
+HANDLED[np.hstack] = _stacked(blocks.hstack, "hstack")
+HANDLED[np.vstack] = _stacked(blocks.vstack, "vstack")
+
+
+@_handles(np.kron)
+def _kron(a, b):
+    return blocks.kron(a, b)
+
+
+@_handles(np.tril)
+def _tril(m, k=0):
+    return prune.tril(m, k)
+
+
+@_handles(np.triu)
+def _triu(m, k=0):
+    return prune.triu(m, k)
+
+
+@_handles(np.ravel)
+def _ravel(a, order="C"):
+    return dims.reshape(a, -1, order=order)
 
 
 @_handles(np.transpose)

@@ -140,9 +140,29 @@ def test_empty_and_duplicates():
     np.testing.assert_array_equal(np.diagonal(d), [3.0, 0.0])
 
 
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_blocks_triangles_and_ravel(layout):
+    t, a = _make(layout)
+    b = _dense(t)
+    for got, want in ((np.hstack([t, t]), np.hstack([b, b])), (np.vstack((t, t)), np.vstack([b, b])),
+                      (np.kron(t, t), np.kron(b, b)), (np.kron(b[:2, :2], t), np.kron(b[:2, :2], b)),
+                      (np.tril(t, -1), np.tril(b, -1)), (np.triu(t, 2), np.triu(b, 2))):
+        assert isinstance(got, st.SparseTensor) and got.layout is t.layout or (layout in ("bsr", "bsc"))
+        np.testing.assert_array_equal(_dense(got), want)
+    assert np.vstack([t, t], dtype=np.float32).dtype == np.float32
+    with pytest.raises(TypeError, match="same_kind"):
+        np.hstack([t, t], dtype=np.int8)
+    c = t.to_sparse_coo()
+    for order in "CF":
+        np.testing.assert_array_equal(np.ravel(c, order=order).to_dense(), b.ravel(order=order))
+    if layout != "coo":
+        with pytest.raises(NotImplementedError, match="has two"):
+            np.ravel(t)
+
+
 def test_unsupported_functions_raise_numpy_type_error():
     t, _ = _make("csr")
-    for f in (np.cumsum, np.sort, np.linalg.norm, np.unique, np.ravel, np.clip):
+    for f in (np.cumsum, np.sort, np.linalg.norm, np.unique, np.clip):
         with pytest.raises(TypeError, match="no implementation found"):
             f(t)
     with pytest.raises(TypeError, match="no implementation found"):
