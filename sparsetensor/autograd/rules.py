@@ -25,7 +25,7 @@ import numpy as np
 
 from .._core import _layout as L
 from .._core._tensor import COOTensor, CompressedTensor, SparseTensor
-from ..ops import binary, blas, dims, indexing, pointwise, prune, reduce, shape, spgemm
+from ..ops import binary, blas, blocks, dims, indexing, pointwise, prune, reduce, shape, spgemm
 from ..ops._shape_common import _as_index as as_index
 from ._core import (DenseGradientError, conj, element_coords, gather, same_indices, same_pattern, values_of, unbroadcast,
                     wanted)
@@ -687,7 +687,8 @@ def _flatten(t, start_dim=0, end_dim=-1):
 def _triangle_rule(name: str):
     op = getattr(prune, name)
 
-    def rule(t, diagonal=0):
+    def rule(t, diagonal=0, k=None):  # k: np.tril's name
+        diagonal = diagonal if k is None else k
         out = op(t, diagonal)
 
         def back(G):
@@ -788,5 +789,47 @@ def _cat(tensors, dim=0, *, threads=None):
                 grads.append(np.ascontiguousarray(part[(slice(None),) * ax + (slice(off, off + t.shape[d]),)]))
             off += t.shape[d]
         return (grads, None)
+
+    return out, back
+
+
+@_rule("hstack")
+def _hstack(tensors):
+    tensors = list(tensors)
+    out, back = _cat(tensors, 0 if tensors[0].ndim == 1 else 1)
+    return out, lambda G: (back(G)[0],)
+
+
+@_rule("vstack")
+def _vstack(tensors):
+    chains = [_Chain() for _ in tensors]
+    rows = [c.run(_unsqueeze, t, 0) if t.ndim == 1 else t for c, t in zip(chains, tensors)]
+    out, back = _cat(rows, 0)
+
+    def pull(G):
+        grads = back(G)[0]
+        return ([c.back(r._replace_values(g)) if c.ins else g for c, r, g in zip(chains, rows, grads)],)
+
+    return out, pull
+
+
+@_rule("block_diag")
+def _block_diag(*tensors):
+    listed = len(tensors) == 1 and isinstance(tensors[0], (list, tuple))
+    tensors = list(tensors[0]) if listed else list(tensors)
+    out = blocks.block_diag(*tensors)
+
+    def back(G):
+        grads = None
+        if all(isinstance(t, COOTensor) for t in tensors):  # uncoalesced inputs: entry by entry
+            grads = _by_entry(tensors, out, G, lambda ns: blocks.block_diag(*ns))
+        if grads is None:
+            grads, r0, c0 = [], 0, 0
+            for t in tensors:
+                m, n = (1, t.shape[0]) if t.ndim == 1 else t.shape
+                part = shape.narrow(shape.narrow(G, 0, r0, m), 1, c0, n)
+                grads.append(values_of(shape.select(part, 0, 0) if t.ndim == 1 else part, t))
+                r0, c0 = r0 + m, c0 + n
+        return (grads,) if listed else tuple(grads)
 
     return out, back

@@ -88,6 +88,12 @@ def test_gradients(backend, rng):
         _, pb = st.autograd.vjp(f(w), t)
         _, dpb = st.autograd.vjp(f(DeviceArray.from_host(w)), t.cuda())
         close(dpb(1.0)[0], pb(1.0)[0])
+        if t.ndim == 2:  # the block constructions' rules
+            for g in (lambda x: st.sum(st.block_diag(x, st.vstack([x, x])).sin()),
+                      lambda x: st.sum(st.hstack([x, x * 2.0]) ** 2)):
+                _, pb = st.autograd.vjp(g, t)
+                _, dpb = st.autograd.vjp(g, t.cuda())
+                close(dpb(1.0)[0], pb(1.0)[0])
 
 
 @pytest.mark.parametrize("case", [c for c in SHAPED if not c[2]], ids=[i for c, i in zip(SHAPED, SHAPED_IDS) if not c[2]])

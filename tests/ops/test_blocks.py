@@ -12,6 +12,7 @@ import scipy.sparse as sp
 
 import sparsetensor as st
 from conftest import LAYOUTS, requires_torch
+from test_dims import _fd
 
 
 def _sparse(rng, shape, layout, dtype=np.float64, index_dtype=np.int64, bs=(1, 2)):
@@ -109,3 +110,23 @@ def test_torch_agrees(rng):
     np.testing.assert_allclose(st.kron(a, b).to_dense(), torch.kron(torch.from_numpy(A), torch.from_numpy(B)).numpy())
     np.testing.assert_array_equal(st.block_diag(a, b).to_dense(),
                                   torch.block_diag(torch.from_numpy(A), torch.from_numpy(B)).numpy())
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_vjp(rng, layout):
+    t, _ = _sparse(rng, (2, 4), layout)
+    u, _ = _sparse(rng, (3, 2), "coo")
+    u = st.sparse_coo_tensor(np.concatenate([u.indices(), u.indices()[:, :2]], 1),  # uncoalesced: repeats
+                             np.concatenate([u.values(), 0.5 * u.values()[:2]]), u.shape)
+    v = st.from_dense(np.array([0.0, 1.5, 0.0, -2.0]), "coo")
+    w = rng.standard_normal((2 + 3 + 1, 4 + 2 + 4))
+    checks = [(t, lambda x: st.sum(st.hstack([x, x * 2.0]).sin())),
+              (t, lambda x: st.sum(st.vstack([x, x]).tanh() ** 2)),
+              (v, lambda x: st.sum(st.vstack([x, x * 3.0]).sin())),
+              (v, lambda x: st.sum(np.hstack([x, x]) ** 3)),
+              (t, lambda x: st.sum(st.block_diag(x, u, v).sin() * w)),
+              (u, lambda x: st.sum(st.block_diag([t, x, v]).sin() * w))]
+    for x, f in checks:
+        _, pullback = st.autograd.vjp(f, x)
+        (g,) = pullback(1.0)
+        np.testing.assert_allclose(g.values(), _fd(f, x), atol=1e-6)

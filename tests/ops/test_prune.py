@@ -164,10 +164,16 @@ def test_vjp(rng, layout):
     w = rng.standard_normal(t.shape)
     fns = [lambda x: st.sum(x.tril().sin() * w), lambda x: st.sum(st.triu(x, 1) * w),
            lambda x: st.sum(x.tril(-1).tanh() ** 2)]
+
     for f in fns:
         _, pullback = st.autograd.vjp(f, t)
         (g,) = pullback(1.0)
         np.testing.assert_allclose(g.values(), _fd(f, t), atol=1e-6)
+    m, _ = make(rng, layout)  # NumPy's tril/triu of a matrix, recorded as ours
+    w2 = rng.standard_normal(m.shape)
+    for f in (lambda x: st.sum(np.tril(x, k=1).sin() * w2), lambda x: st.sum(np.triu(x, -1) ** 2)):
+        _, pullback = st.autograd.vjp(f, m)
+        np.testing.assert_allclose(pullback(1.0)[0].values(), _fd(f, m), atol=1e-6)
 
 
 @requires_torch
