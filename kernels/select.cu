@@ -299,14 +299,14 @@ __global__ void any_differ(const I* __restrict__ a, const I* __restrict__ b, i64
 }
 
 // -- keeping a subset of COO entries (tril, triu, eliminate_zeros) ---------------------------------
-// flags[k] = 1 where entry k lies on the kept side of diagonal k0: idx[c, k] - idx[r, k] <= k0
-// (lower) or >= k0 (upper).
+// flags[k] = 1 where entry k lies on the kept side of diagonal k0: idx[c, k] * cs - idx[r, k] * rs
+// <= k0 (lower) or >= k0 (upper); the scales are a block's size (1 for elements).
 // st:kernel index
 template <typename I>
-__global__ void triangle_flags(const I* __restrict__ idx, i64 N, i64 r, i64 c, i64 k0, int upper,
+__global__ void triangle_flags(const I* __restrict__ idx, i64 N, i64 r, i64 c, i64 rs, i64 cs, i64 k0, int upper,
                                i64* __restrict__ flags) {
     ST_GRID_LOOP(k, N) {
-        const i64 off = (i64)idx[c * N + k] - (i64)idx[r * N + k];
+        const i64 off = (i64)idx[c * N + k] * cs - (i64)idx[r * N + k] * rs;
         flags[k] = (upper ? off >= k0 : off <= k0) ? 1 : 0;
     }
 }

@@ -92,7 +92,7 @@ def _pow_operator(self, exponent):
     return pointwise.pow(self, exponent)
 
 
-_SCALAR_UFUNCS = {np.multiply: binary.mul, np.true_divide: binary.div}
+_SCALAR_UFUNCS = {np.multiply: binary.mul, np.true_divide: binary.div, np.add: binary.add, np.subtract: binary.sub}
 
 
 _METADATA = frozenset((np.shape, np.ndim, np.size))  # NumPy functions that read no element
@@ -113,8 +113,9 @@ def _array_ufunc(self, ufunc, method, *inputs, **kwargs):
         if ufunc is np.matmul:  # ndarray @ t
             raise NotImplementedError(f"__rmatmul__ (a NumPy array @ a {self.layout.name} tensor on {self.device}) "
                                       "has no GPU kernel; move the operands to one device")
-        if ufunc in _SCALAR_UFUNCS and method == "__call__" and not kwargs and len(inputs) == 2 and \
-                any(isinstance(x, np.generic) for x in inputs):  # np.float32(2) * t: the operator's op
+        if ufunc in _SCALAR_UFUNCS and method == "__call__" and not kwargs and len(inputs) == 2 and any(
+                isinstance(x, np.generic) or type(x) is np.ndarray and x.ndim == 0 for x in inputs):
+            # np.float32(2) * t, np.array(0.0) + t: the operator's op
             return _SCALAR_UFUNCS[ufunc](*inputs)
         raise TypeError(f"NumPy's {ufunc.__name__} does not run on a {self.layout.name} tensor on {self.device}; use "
                         "the tensor's methods, or t.cpu()")

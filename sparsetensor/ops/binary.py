@@ -196,7 +196,13 @@ def _add_zero(name: str, ka: str, kb: str, a, b, negate: bool):
         raise NotImplementedError(f"{name}({describe(a)}, {describe(b)}): adding a nonzero scalar to a sparse tensor "
                                   "would specify every element and is not supported (as in PyTorch); use "
                                   "t.to_dense() with the scalar instead")
-    out = t.astype(np.result_type(t.dtype, s), copy=True)
+    dtype = np.result_type(t.dtype, s)
+    if negate and dtype == np.bool_:
+        raise TypeError(f"{name}: subtraction, the `-` operator, with bool operands is not supported; use "
+                        "logical_xor instead")
+    out = t.astype(dtype, copy=False)
+    if out is t:  # new values, the index arrays shared (as every op's result may share them)
+        out = t._replace_values(t.values().copy())
     if negate and t is b:
         from .pointwise import neg
 

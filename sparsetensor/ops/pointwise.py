@@ -573,8 +573,10 @@ def array_ufunc(tensor, ufunc, method, *inputs, **kwargs):
       pattern; otherwise :class:`ValueError` (densify first).
     - ``ufunc(t, scalar)`` / ``ufunc(scalar, t)``: the same test on
       ``ufunc(0, scalar)`` / ``ufunc(scalar, 0)``, so ``np.multiply(t, 2)`` and
-      ``np.maximum(t, 0)`` are sparse while ``np.add(t, 1)`` and ``np.divide(1, t)``
-      raise.
+      ``np.maximum(t, 0)`` are sparse while ``np.divide(1, t)`` raises. ``np.add`` and
+      ``np.subtract`` with a scalar (also ``np.float64(1) + t``, which NumPy sends here)
+      are :func:`~sparsetensor.ops.binary.add`/``sub``: a scalar 0 gives the tensor, another
+      scalar raises :class:`NotImplementedError`, as ``t + s`` does.
     - Two tensor operands (sparse with sparse or with a dense array): add,
       subtract, multiply, divide, maximum and minimum go to
       :mod:`sparsetensor.ops.binary`; other ufuncs return ``NotImplemented`` (NumPy
@@ -621,6 +623,10 @@ def array_ufunc(tensor, ufunc, method, *inputs, **kwargs):
     if ufunc.nin != 2:
         return NotImplemented
     a, b = inputs
+    if ufunc in (np.add, np.subtract) and not kwargs and (_is_scalar(a) or _is_scalar(b)):
+        from . import binary  # a scalar 0 gives the tensor, another one is refused: the operators' rule
+
+        return (binary.add if ufunc is np.add else binary.sub)(a, b)
     if isinstance(a, SparseTensor) and _is_scalar(b):
         return _scalar_ufunc(a, ufunc, b, tensor_first=True, kwargs=kwargs)
     if isinstance(b, SparseTensor) and _is_scalar(a):

@@ -4,10 +4,12 @@ arguments; ``torch.tril`` has no sparse form, SciPy has ``scipy.sparse.tril``/``
 
 Each is one mechanism on either backend: a flag per COO entry (``triangle_flags``: which side of
 a diagonal its last two sparse coordinates lie on; ``nonzero_rows``: whether its values hold a
-nonzero item), then ``keep_coo`` keeps the flagged entries in order. A compressed tensor goes
-through COO and back to its layout and blocksize: a block that crosses the diagonal is kept with
-zeros on the dropped side, a block of zeros is dropped, and a batched result whose batches would
-differ in nnz raises ``ValueError`` (every batch of a compressed tensor has the same nnz).
+nonzero item), then ``keep_coo`` keeps the flagged entries in order. A csr/csc tensor goes
+through COO and back. A bsr/bsc tensor is taken block by block (its arrays seen as a csr/csc
+tensor whose values have two more dense dims): a block is kept when it holds an item on the kept
+side of the diagonal (then its items beyond it are set to 0) or a nonzero item. A batched result
+whose batches would differ in nnz (blocks) raises ``ValueError``: every batch of a compressed
+tensor has the same nnz.
 """
 
 from __future__ import annotations
@@ -17,22 +19,47 @@ import operator
 from .._backend import backend_for
 from .._core import _layout as L
 from .._core._canonical import ensure_valid_export
-from .._core._tensor import COOTensor
+from .._core._tensor import COOTensor, CompressedTensor
 from ._common import describe
 from ._shape_common import _require_sparse
 from .inplace import _take
+from .mask import sparse_mask
 
 __all__ = ["tril", "triu", "eliminate_zeros"]
 
 
 def _as_layout(name: str, t, coo: COOTensor):
-    """``coo`` (the kept entries of ``t``) in ``t``'s layout and blocksize."""
+    """``coo`` (the kept entries of ``t``) in ``t``'s layout."""
     if isinstance(t, COOTensor):
         return coo
     try:
-        return coo.to_sparse(t.layout, blocksize=t.blocksize if t.layout.blocked else None)
+        return coo.to_sparse(t.layout)
     except ValueError as e:  # batches of different nnz
         raise ValueError(f"{name} of a {describe(t, dtype=False)}: {e}") from None
+
+
+def _block_view(t: CompressedTensor) -> CompressedTensor:
+    """bsr/bsc ``t`` as the csr/csc tensor of its blocks, whose values have two more dense dims (the
+    block's rows and columns): the same arrays."""
+    R, C = t.blocksize
+    B = t.batch_dim
+    shape = t.shape[:B] + (t.shape[B] // R, t.shape[B + 1] // C, R, C) + t.shape[B + 2:]
+    layout = L.sparse_csr if t.layout is L.sparse_bsr else L.sparse_csc
+    return CompressedTensor(t.compressed_indices(), t.plain_indices(), t.values(), shape, layout, t._canonical)
+
+
+def _kept_blocks(name: str, t: CompressedTensor, flags_of):
+    """bsr/bsc ``t`` with the blocks ``flags_of(backend, coo of the blocks)`` flags."""
+    view = _block_view(t)
+    coo = ensure_valid_export(view.to_sparse(L.sparse_coo))
+    backend = backend_for(coo)
+    idx, values = backend.keep_coo(coo.indices(), coo.values(), flags_of(backend, coo))
+    try:
+        kept = COOTensor(idx, values, coo.shape, True, True).to_sparse(view.layout)
+    except ValueError as e:  # batches of different numbers of blocks
+        raise ValueError(f"{name} of a {describe(t, dtype=False)}: {e}") from None
+    return CompressedTensor(kept.compressed_indices(), kept.plain_indices(), kept.values(), t.shape, t.layout,
+                            kept.is_coalesced())
 
 
 def _triangle(name: str, t, diagonal, upper: bool):
@@ -41,11 +68,20 @@ def _triangle(name: str, t, diagonal, upper: bool):
         k = operator.index(diagonal)
     except TypeError:
         raise TypeError(f"{name}: diagonal must be an int, got {diagonal!r}") from None
-    coo = t if isinstance(t, COOTensor) else t.to_sparse(L.sparse_coo)
-    S = coo.sparse_dim
+    S = t.sparse_dim if isinstance(t, COOTensor) else t.batch_dim + 2
     if S < 2:
         raise ValueError(f"{name} of a {describe(t, dtype=False)}: it needs two sparse dims (the last two are the "
                          "matrix's rows and columns)")
+    M, N = t.shape[S - 2], t.shape[S - 1]
+    k = min(max(k, -M), N)  # col - row lies in [1 - M, N - 1]: a diagonal beyond keeps all or nothing
+    if t.layout.blocked:
+        R, C = t.blocksize
+        reach = k + R - 1 if not upper else k - (C - 1)  # a block's nearest item to the diagonal
+        blocks = _kept_blocks(name, t, lambda backend, coo: backend.triangle_flags(
+            coo.indices(), S - 2, S - 1, reach, upper, (R, C)))
+        # the items a kept block holds beyond the diagonal: 0
+        return sparse_mask(_triangle(name, blocks.to_sparse(L.sparse_coo), k, upper), blocks)
+    coo = t if isinstance(t, COOTensor) else t.to_sparse(L.sparse_coo)
     coo = ensure_valid_export(coo)  # entries are kept by coordinate: C4/C5 first (again if held outside)
     backend = backend_for(coo)
     flags = backend.triangle_flags(coo.indices(), S - 2, S - 1, k, upper)
@@ -100,9 +136,11 @@ def eliminate_zeros(t):
     (3, True, 2)
     """
     _require_sparse(t, "eliminate_zeros")
+    if t.layout.blocked:
+        kept = _kept_blocks("eliminate_zeros", t, lambda backend, coo: backend.nonzero_rows(coo.values()))
+        return _take(t, kept, ())
     coo = t if isinstance(t, COOTensor) else t.to_sparse(L.sparse_coo)
     backend = backend_for(coo)
-    flags = backend.nonzero_rows(coo.values())
-    idx, values = backend.keep_coo(coo.indices(), coo.values(), flags)
+    idx, values = backend.keep_coo(coo.indices(), coo.values(), backend.nonzero_rows(coo.values()))
     kept = COOTensor(idx, values, t.shape, coo.is_coalesced(), coo._checked)
     return _take(t, _as_layout("eliminate_zeros", t, kept), ())

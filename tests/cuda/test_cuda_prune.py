@@ -109,3 +109,11 @@ def test_blocks(backend, rng, monkeypatch, case, dtype):
         wants += [st.block_diag(t, m, t), st.hstack([t, t]), st.vstack([t, t])]
     for got, want in zip(_on_device_only(monkeypatch, calls), wants):
         close(got, want)
+
+
+def test_diagonals_beyond_int64(backend):
+    t = st.from_dense(np.ones((3, 3), np.float32), "bsr", blocksize=(1, 3))
+    d = t.cuda()
+    for k in (2**63, -2**63 - 1, 2**70, -2**70, np.uint64(2**64 - 1), 1, -1):
+        close(d.tril(k), t.tril(k))
+        close(d.triu(k), t.triu(k))

@@ -235,6 +235,11 @@ def test_device_add_errors(backend, rng):
         d + 1.0
     z = 0 - d + 0.0  # a scalar 0: the tensor (negated for 0 - d), on its device
     assert z.is_cuda and np.array_equal(z.to_dense().get(), -t.to_dense())
+    for s in (np.float32(0), np.array(0.0), np.int8(0)):  # NumPy scalars first: the operators' rule too
+        assert np.array_equal((s + d).to_dense().get(), (s + t).to_dense())
+        assert np.array_equal((s - d).to_dense().get(), (s - t).to_dense())
+    with pytest.raises(NotImplementedError, match="nonzero scalar"):
+        np.float32(1) + d
     with pytest.raises(NotImplementedError, match="a dense device array has a GPU kernel only with a sparse"):
         st.add(st.cuda.DeviceArray.from_host(np.ones(t.shape, np.float32)), d.to_dense())
     u = make(rng, ("csr", (), (), None), np.float64)

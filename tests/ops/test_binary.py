@@ -383,6 +383,16 @@ def test_sparse_scalar(rng, layout, dtype):
             _assert_close(got.to_dense(), want)
     with pytest.raises(NotImplementedError, match="nonzero scalar"):
         add(A, np.nan)
+    for s in (np.float64(1.0), np.int8(1), np.array(1.0)):  # a NumPy scalar first goes through np.add
+        with pytest.raises(NotImplementedError, match="nonzero scalar"):
+            s + A
+        with pytest.raises(NotImplementedError, match="nonzero scalar"):
+            s - A
+    _assert_close((np.float32(0) + A).to_dense(), np.float32(0) + a)
+    if dtype == np.bool_:
+        for z in (False, np.False_, np.array(False)):
+            with pytest.raises(TypeError, match="bool"):
+                A - z
     if dtype != np.bool_:
         n = neg(A)
         n.check_invariants()

@@ -198,3 +198,23 @@ def test_changed_caller_indices_are_checked_again():
                  lambda: st.kron(st.from_dense(np.eye(2), "coo"), t)):
         with pytest.raises(st.InvariantError, match="C5"):
             call()
+
+
+def test_batched_blocks_and_edge_cases():
+    a = np.zeros((2, 4, 4))
+    a[0, 0:2, 0:2] = 1  # a block on the diagonal in batch 0 (3 items kept by tril), below it in batch 1 (4)
+    a[1, 2:4, 0:2] = 1
+    for layout in ("bsr", "bsc"):
+        t = st.from_dense(a, layout, blocksize=(2, 2), batch_dim=1)
+        r = st.tril(t)
+        r.check_invariants()
+        assert r.layout is t.layout and r.nnz == 1
+        np.testing.assert_array_equal(r.to_dense(), np.tril(a))
+        z = t * np.array([0.0, 1.0, 1.0, 1.0])  # a zero item in batch 0's block only: blocks are kept whole
+        assert z.eliminate_zeros().nnz == 1
+    for layout in LAYOUTS:
+        e = st.from_dense(np.zeros((4, 4)), layout, blocksize=(2, 2) if layout in ("bsr", "bsc") else None)
+        assert e.eliminate_zeros().nnz == 0 and e.tril().nnz == 0
+    t = st.from_dense(np.ones((3, 3)), "csr")
+    for k, want in ((2**63, 9), (-2**64, 0), (np.uint64(2**64 - 1), 9), (-3, 0), (-2, 1)):
+        assert t.tril(k).nnz == want and t.triu(-np.int64(k) if abs(int(k)) < 2**62 else -int(k)).nnz == want

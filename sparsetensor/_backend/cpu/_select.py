@@ -10,6 +10,8 @@ kernel writes.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..._core._canonical import same_nnz
@@ -140,16 +142,17 @@ def index_select_coo(indices: np.ndarray, raw: np.ndarray, d: int, idx: np.ndarr
     return oi, ov
 
 
-def triangle_flags(indices: np.ndarray, r: int, c: int, k: int, upper: bool, threads=None) -> np.ndarray:
-    """Whether each COO entry lies on the kept side of diagonal ``k`` of index rows ``r``, ``c``:
-    ``col - row <= k`` (lower) or ``>= k`` (upper)."""
-    off = indices[c].astype(np.int64) - indices[r]
+def triangle_flags(indices: np.ndarray, r: int, c: int, k: int, upper: bool, scale=(1, 1),
+                   threads=None) -> np.ndarray:
+    """Whether each COO entry lies on the kept side of diagonal ``k`` of index rows ``r``, ``c``
+    scaled by ``scale`` (a block's size): ``col * sc - row * sr <= k`` (lower) or ``>= k`` (upper)."""
+    off = indices[c].astype(np.int64) * scale[1] - indices[r].astype(np.int64) * scale[0]
     return off >= k if upper else off <= k
 
 
 def nonzero_rows(values: np.ndarray, threads=None) -> np.ndarray:
     """Whether each row of ``values`` (N, ...) holds a nonzero item (-0.0 is zero, NaN is not)."""
-    return (values.reshape(values.shape[0], -1) != 0).any(axis=1)
+    return (values.reshape(values.shape[0], math.prod(values.shape[1:])) != 0).any(axis=1)
 
 
 def keep_coo(indices: np.ndarray, values: np.ndarray, flags: np.ndarray, threads=None) -> tuple:

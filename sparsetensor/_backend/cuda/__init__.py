@@ -251,9 +251,10 @@ def index_select_coo(indices, raw, d: int, idx, shape: tuple, threads=None):
     return _select.index_select_coo(indices, raw, d, idx, shape)
 
 
-def triangle_flags(indices, r: int, c: int, k: int, upper: bool, threads=None):
-    """Flags of the device COO entries on the kept side of diagonal ``k`` (tril, triu)."""
-    return _select.triangle_flags(indices, r, c, k, upper)
+def triangle_flags(indices, r: int, c: int, k: int, upper: bool, scale=(1, 1), threads=None):
+    """Flags of the device COO entries on the kept side of diagonal ``k`` (tril, triu; ``scale``: a
+    block's size, for block coordinates)."""
+    return _select.triangle_flags(indices, r, c, k, upper, scale)
 
 
 def nonzero_rows(values, threads=None):

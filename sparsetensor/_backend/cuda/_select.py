@@ -391,13 +391,13 @@ def wrap_negative(a, size: int):
     return out
 
 
-def triangle_flags(indices, r: int, c: int, k: int, upper: bool):
+def triangle_flags(indices, r: int, c: int, k: int, upper: bool, scale=(1, 1)):
     """int64 0/1 flags of the device COO entries on the kept side of diagonal ``k`` of index rows
-    ``r``, ``c`` (``col - row <= k``, or ``>= k`` for ``upper``)."""
+    ``r``, ``c`` scaled by ``scale`` (``col * sc - row * sr <= k``, or ``>= k`` for ``upper``)."""
     N = indices.shape[1]
     flags = P.empty(indices._device, (N,), np.int64)
-    P.run(indices._device, "select.cu", "triangle_flags", (P.index_key(indices.dtype),), N, indices, N, r, c, k,
-          int(upper), flags)
+    P.run(indices._device, "select.cu", "triangle_flags", (P.index_key(indices.dtype),), N, indices, N, r, c,
+          scale[0], scale[1], k, int(upper), flags)
     return flags
 
 
