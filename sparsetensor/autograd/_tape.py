@@ -128,8 +128,8 @@ _FUNCTION_OPS = {np.sum: "sum", np.mean: "mean", np.reshape: "reshape", np.hstac
                  np.tril: "tril", np.triu: "triu"}  # NumPy functions on sparse tensors recorded as our ops
 _COMPOSED = {np.sum: np.sum._implementation, np.mean: np.mean._implementation, np.dot: _dot,
              np.transpose: lambda a, axes=None: a.transpose(axes), np.swapaxes: lambda a, axis1, axis2: a.swapaxes(axis1, axis2),
-             np.reshape: lambda a, *shape, **kw: a.reshape(*(shape or (kw.pop("shape", None) or kw.pop("newshape"),)),
-                                                           **kw),
+             np.reshape: lambda a, shape=None, order="C", *, newshape=None, copy=None: a.reshape(
+                 shape if newshape is None else newshape, order=order),
              np.ravel: lambda a, order="C": a.ravel(order), np.copy: lambda a, order="K", subok=False: a.copy(order)}
 
 

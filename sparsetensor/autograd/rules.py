@@ -668,14 +668,19 @@ def _unsqueeze(t, dim):
 
 @_rule("reshape")
 def _reshape(t, *dims_, order="C", shape=None, newshape=None, copy=None):
-    """The method's and np.reshape's arguments (``copy`` does not change the derivative)."""
+    """The method's and np.reshape's arguments (``np.reshape(t, shape, order)``; ``copy`` does not
+    change the derivative)."""
     n = len(dims_)
+    if n == 2 and isinstance(dims_[1], str):  # np.reshape's positional order
+        dims_, order = dims_[:1], dims_[1]
     dims_ = dims_ or ((shape if newshape is None else newshape),)
     out = dims.reshape(t, *dims_, order=order)
     if dims.reshape_keeps_order(t, out.shape, order):  # the elements in t's order: the values reshaped back
         return out, lambda G: (G.values().reshape(t.values().shape),) + (None,) * n
-    # a bijection of coordinates: the cotangent reshaped back holds t's coordinates, read at t's pattern
-    return out, lambda G: (values_of(dims.reshape(G, t.shape, order=order), t),) + (None,) * n
+    # a bijection of coordinates: the cotangent as COO over t's shape, split as t's dims, read at t's pattern
+    split = t.ndim - t.dense_dim
+    return out, lambda G: (values_of(dims.reshape_coo_split(G.to_sparse_coo(), t.shape, order, split), t),) + \
+        (None,) * n
 
 
 @_rule("flatten")

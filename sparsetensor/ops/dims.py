@@ -30,7 +30,7 @@ from .join import stack
 from .select import select, transpose
 
 __all__ = ["permute", "unsqueeze", "squeeze", "reshape", "flatten", "permute_steps", "squeeze_dims", "reshape_target",
-           "reshape_keeps_order", "flatten_shape"]
+           "reshape_keeps_order", "flatten_shape", "reshape_coo_split"]
 
 
 def permute_steps(t, dims) -> list:
@@ -196,10 +196,17 @@ def reshape_keeps_order(t, new: tuple, order: str = "C") -> bool:
     return order == "C" and len(new) >= len(tail) and new[len(new) - len(tail):] == tail
 
 
-def _reshape_coo(t: COOTensor, new: tuple, order: str, threads, src=None) -> COOTensor:
-    """The body of COO (``src``: the tensor the caller was given, named in errors)."""
+def reshape_coo_split(t: COOTensor, new: tuple, order: str, sparse_dims: int) -> COOTensor:
+    """COO ``t`` reshaped to ``new`` with its first ``sparse_dims`` dims sparse (a split the
+    caller knows to keep ``t``'s sparse coordinates: a gradient going back to its input's dims)."""
+    return _reshape_coo(t, tuple(new), order, None, split=sparse_dims)
+
+
+def _reshape_coo(t: COOTensor, new: tuple, order: str, threads, src=None, split=None) -> COOTensor:
+    """The body of COO (``src``: the tensor the caller was given, named in errors; ``split``: the
+    number of sparse dims of the result, else :func:`_split`'s)."""
     what = describe(t if src is None else src, dtype=False)
-    k = _split(t, new)
+    k = _split(t, new) if split is None else split
     S = t.sparse_dim
     if k is None:
         raise NotImplementedError(f"reshape of a {what} to {new} would mix its sparse dims "

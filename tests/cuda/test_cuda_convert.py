@@ -111,3 +111,25 @@ def test_no_host_copies(backend, rng, monkeypatch):
     wants = [t.to_sparse("bsr", blocksize=(2, 1)), b.to_sparse("csr"), b.to_sparse("csc")]
     for got, want in zip(results, wants):
         assert_same(got, want)
+
+
+@pytest.mark.parametrize("layout", ["bsr", "bsc"])
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+def test_batched_coo_to_blocks_counts_blocks(backend, layout, index_dtype):
+    """Batched COO -> bsr/bsc with the same blocks but different elements per batch: the CPU's
+    members exactly; batches of different block counts: the CPU's ValueError."""
+    rng = np.random.default_rng(3)
+    blocks = np.array([[True, False], [True, True]])
+    a = rng.standard_normal((3, 2, 4, 6, 2)) * (rng.random((3, 2, 4, 6, 1)) < 0.6)
+    a = (a * np.kron(blocks, np.ones((2, 3)))[..., None]).astype(np.float32)
+    for i, j in zip(*np.nonzero(blocks)):
+        a[..., 2 * i, 3 * j, :] = 1.0
+    c = st.from_dense(a, "coo", dense_dim=1, index_dtype=index_dtype)
+    want = c.to_sparse(layout, blocksize=(2, 3))
+    got = c.cuda().to_sparse(layout, blocksize=(2, 3)).cpu()
+    for x, y in zip((got.compressed_indices(), got.plain_indices(), got.values()),
+                    (want.compressed_indices(), want.plain_indices(), want.values())):
+        assert x.dtype == y.dtype and x.shape == y.shape and np.array_equal(x, y)
+    a[0, 0] = 0
+    with pytest.raises(ValueError, match="same nnz"):
+        st.from_dense(a, "coo", dense_dim=1).cuda().to_sparse(layout, blocksize=(2, 3))

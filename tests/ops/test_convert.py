@@ -779,3 +779,24 @@ def test_docstring_examples():
     with st.check_invariants(HAVE_VALIDATE):
         result = doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
     assert result.attempted and result.failed == 0
+
+
+@pytest.mark.parametrize("layout", ["bsr", "bsc"])
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+def test_batched_coo_to_blocks_counts_blocks(layout, index_dtype):
+    """Batched COO -> bsr/bsc needs the same number of blocks in every batch, not of elements."""
+    rng = np.random.default_rng(7)
+    blocks = np.array([[True, False], [True, True]])  # one block pattern for every batch, other elements
+    a = rng.standard_normal((3, 2, 4, 6, 2)) * (rng.random((3, 2, 4, 6, 1)) < 0.6)
+    a = a * np.kron(blocks, np.ones((2, 3)))[..., None]
+    for i, j in zip(*np.nonzero(blocks)):  # every kept block holds an element in every batch
+        a[..., 2 * i, 3 * j, :] = 1.0
+    c = st.from_dense(a, "coo", dense_dim=1, index_dtype=index_dtype)
+    r = c.to_sparse(layout, blocksize=(2, 3))
+    r.check_invariants()
+    assert r.batch_dim == 2 and r.index_dtype == index_dtype and r.nnz == blocks.sum()
+    np.testing.assert_array_equal(r.to_dense(), a)
+    b = a.copy()
+    b[0, 0] = 0  # one batch without blocks
+    with pytest.raises(ValueError, match="same nnz"):
+        st.from_dense(b, "coo", dense_dim=1).to_sparse(layout, blocksize=(2, 3))

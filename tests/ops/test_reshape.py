@@ -185,3 +185,34 @@ def test_dask_metadata_of_fewer_dims(rng):
     np.testing.assert_allclose(got.to_dense() if isinstance(got, st.SparseTensor) else got, a.sum(axis=(0, 1)))
     y = da.reshape(x, (8, 6))
     np.testing.assert_array_equal(y.compute().to_dense(), a.reshape(8, 6))
+
+
+def test_vjp_of_reshapes_that_do_not_invert():
+    """The pullback reads the cotangent at the input's pattern: reshaping it back to the input's
+    layout can fail (a dense dim of size 1 taken into the sparse dims; blocks padded with zeros)."""
+    a = np.array([[[1.0], [0.0]], [[2.0], [3.0]]])
+    t = st.from_dense(a, "csr", dense_dim=1)
+    w = np.arange(4.0).reshape(2, 2)
+    f = lambda x: st.sum(x.reshape(2, 2).sin() * w)  # noqa: E731
+    _, pb = st.autograd.vjp(f, t)
+    np.testing.assert_allclose(pb(1.0)[0].values(), _fd(f, t), atol=1e-6)
+    b = np.array([[[0, 0], [0, 0], [1, 1], [1, 0]], [[1, 0], [2, 0], [1, 0], [0, 0]]], float)
+    t = st.from_dense(b, "bsr", blocksize=(2, 1), batch_dim=1)
+    w = np.arange(16.0).reshape(4, 4)
+    f = lambda x: st.sum(x.reshape(4, 4) * w)  # noqa: E731
+    _, pb = st.autograd.vjp(f, t)
+    np.testing.assert_allclose(pb(1.0)[0].values(), _fd(f, t), atol=1e-6)
+    c = st.from_dense(np.arange(6.0).reshape(2, 3), "coo")
+    w = np.arange(6.0).reshape(3, 2)
+    f = lambda x: st.sum(np.reshape(x, (3, 2), "F") * w)  # noqa: E731 - np.reshape's positional order
+    _, pb = st.autograd.vjp(f, c)
+    np.testing.assert_allclose(pb(1.0)[0].to_dense(), w.reshape(2, 3, order="F"))
+
+
+def test_batched_block_reshape():
+    a = np.array([[1.0, 2, 2, 0], [0, 0, 1, 0]])
+    t = st.from_dense(a, "bsr", blocksize=(1, 2))
+    r = t.reshape((4, 1, 2), order="F")  # one 1x2 block per batch, of 2 or 1 elements
+    r.check_invariants()
+    assert r.layout is st.sparse_bsr and r.nnz == 1
+    np.testing.assert_array_equal(r.to_dense(), a.reshape((4, 1, 2), order="F"))

@@ -24,6 +24,8 @@ def convert(t, layout: L.Layout, bs: tuple, threads=None):
     ``t`` has another layout or blocksize): a canonical / coalesced new tensor."""
     if t.layout.compressed:
         parts = as_parts(ensure_valid(t, repair=True, threads=threads))  # _compressed_parts, inlined
+    elif layout.blocked and t.sparse_dim > 2:
+        return build(_batched_blocks(t, layout, bs, threads))
     else:
         parts = _coo_to_rows(t, threads)
     if layout is L.sparse_coo:
@@ -54,6 +56,30 @@ def _route(parts: Parts, layout: L.Layout, bs: tuple, threads) -> Parts:
     if layout.blocked:
         parts = _group(parts, bs, threads)
     return parts
+
+
+def _batched_blocks(t: COOTensor, layout: L.Layout, bs: tuple, threads) -> Parts:
+    """Batched COO -> bsr/bsc: the batches stacked into one matrix (rows ``b * M + i``), grouped
+    into blocks, and cut back into batches, which must hold the same number of blocks (their
+    numbers of elements may differ: a block holds what its batch has)."""
+    S = t.sparse_dim
+    batch, (M, N) = t.shape[:S - 2], t.shape[S - 2:S]
+    B, Mb = math.prod(batch), M // bs[0]
+    t = t.coalesce(threads=threads)  # bounds checked (C4-C6)
+    idx = t.indices().astype(np.int64)
+    b = np.ravel_multi_index(tuple(idx[:S - 2]), batch) if t.nnz else np.zeros(0, np.int64)
+    flat = COOTensor(np.stack([b * M + idx[S - 2], idx[S - 1]]), t.values(), (B * M, N) + t.shape[S:], True, True)
+    parts = _route(_coo_to_rows(flat, threads), L.sparse_bsr, bs, threads)
+    c = parts.compressed.reshape(-1)
+    per_batch = np.diff(c[np.arange(B + 1) * Mb])
+    same_nnz(per_batch, batch, f"coo -> {layout.name}: every batch must have the same nnz (number of blocks)")
+    nb = int(per_batch[0]) if B else 0
+    check_fits(t.index_dtype, layout.name, nnz=nb)
+    at = (np.arange(B) * Mb)[:, None] + np.arange(Mb + 1)
+    out = parts._replace(compressed=(c[at] - (np.arange(B) * nb)[:, None]).astype(t.index_dtype),
+                         plain=parts.plain.reshape(B, nb).astype(t.index_dtype),
+                         values=parts.values.reshape(B, nb, parts.values.shape[-1]), batch=batch, sparse=(M, N))
+    return out if layout is L.sparse_bsr else _transpose(out, threads)
 
 
 def _transpose(parts: Parts, threads) -> Parts:

@@ -277,10 +277,37 @@ def _route(t, layout, bs: tuple):
     return _group(t, bs) if layout.blocked else t
 
 
+def _batched_blocks(t, layout, bs):
+    """Batched device COO -> bsr/bsc: the batches stacked into one matrix (rows ``b * M + i``),
+    grouped into blocks, and cut back into batches, which must hold the same number of blocks
+    (their numbers of elements may differ), as on the CPU."""
+    from ._coalesce import flat_keys
+
+    S = t.sparse_dim
+    batch, (M, N) = t.shape[:S - 2], t.shape[S - 2:S]
+    B, Mb = math.prod(batch), M // bs[0]
+    t = t.coalesce()  # bounds checked (C4-C6)
+    dev = t.values()._device
+    flat = COOTensor(flat_keys(t.indices(), batch, M, N, False), t.values(), (B * M, N) + t.shape[S:], True, True)
+    stacked = convert(flat, L.sparse_bsr, bs)  # int64 indices
+    c = stacked.compressed_indices()
+    per_batch = np.diff(P.read_ints(dev, P.take_strided(dev, c, Mb, B + 1)))
+    same_nnz(per_batch, batch, f"coo -> {layout.name}: every batch must have the same nnz (number of blocks)")
+    nb = int(per_batch[0]) if B else 0
+    check_fits(t.index_dtype, layout.name, nnz=nb)
+    comp = P.batch_offsets(dev, c, B, Mb, 1, t.index_dtype).reshape(batch + (Mb + 1,))
+    plain = stacked.plain_indices().astype(t.index_dtype, copy=False).reshape(batch + (nb,))
+    values = stacked.values().reshape(batch + (nb,) + stacked.values().shape[1:])
+    out = CompressedTensor(comp, plain, values, t.shape, L.sparse_bsr, True)
+    return out if layout is L.sparse_bsr else transpose_compressed(out)
+
+
 def convert(t, layout, bs):
     """``t`` in ``layout`` with blocksize ``bs`` (checked by :func:`sparsetensor.ops.convert.check_target`;
     another layout or blocksize than ``t``'s): the ``convert`` kernel of :mod:`._backend`."""
 
+    if isinstance(t, CudaCOOTensor) and layout.blocked and t.sparse_dim > 2:
+        return _batched_blocks(t, layout, bs)
     src = _coo_to_rows(t) if isinstance(t, CudaCOOTensor) else checked(t)
     if layout is L.sparse_coo:
         if not src.layout.compressed_rows:
