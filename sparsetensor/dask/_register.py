@@ -23,7 +23,7 @@ from dask.array.dispatch import (
 
 from .._core._tensor import SparseTensor
 from ..ops.indexing import getitem
-from ..ops.shape import cat
+from ..ops.join import concatenate
 
 __all__ = ["register"]
 
@@ -38,7 +38,7 @@ def _concatenate(arrays, axis=0):
         # Dask joins the blocks along a contracted or dropped axis even when there is one
         # (blockwise with concatenate=True, map_blocks(drop_axis=...)): no copy of the chunk
         return arrays[0]
-    return cat(arrays, axis)
+    return concatenate(arrays, axis)
 
 
 def _tensordot(a, b, axes=2):

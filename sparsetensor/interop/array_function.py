@@ -8,7 +8,9 @@ refused above a size limit).
 ======================================  ================================================
 NumPy function                          sparse meaning
 ======================================  ================================================
-``concatenate``, ``stack``              :func:`~sparsetensor.ops.shape.cat`/``stack``
+``concatenate``, ``stack``              :func:`~sparsetensor.ops.shape.cat`/``stack`` (compressed
+                                        tensors joined along a batch dim into batches of
+                                        different nnz: a COO tensor)
 ``hstack``, ``vstack``, ``kron``,       :mod:`sparsetensor.ops.blocks` (``dtype``/``casting`` as
 ``tril``, ``triu``                      ``concatenate``), :mod:`sparsetensor.ops.prune`
 ``sum``, ``mean``                       :mod:`sparsetensor.ops.reduce` (``axis``, ``dtype``, ``keepdims``)
@@ -55,7 +57,7 @@ import numpy as np
 
 from .._core._shape_checks import normalize_dim
 from .._core._tensor import COOTensor, SparseTensor
-from ..ops import blas, blocks, diagonal as _diag, dims, prune, pointwise, reduce, select, shape
+from ..ops import blas, blocks, diagonal as _diag, dims, join, prune, pointwise, reduce, select, shape
 from ..ops.binary import mul
 from ..ops.pointwise import numpy_sum
 
@@ -178,7 +180,7 @@ def _concatenate(arrays, axis=0, out=None, dtype=None, casting=None):
         raise NotImplementedError("np.concatenate(..., axis=None) of sparse tensors (it flattens them)")
     arrays = list(arrays)
     dtype = _cast_target("concatenate", arrays, dtype, casting)
-    r = shape.cat(arrays, axis)
+    r = join.concatenate(arrays, axis)
     return r if dtype is None else r.astype(dtype, copy=False)
 
 

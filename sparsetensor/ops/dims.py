@@ -153,7 +153,7 @@ _I64_MAX = np.iinfo(np.int64).max
 def reshape_target(t, shape) -> tuple:
     """``shape`` (ints, or one tuple of them; one ``-1`` at most, inferred) as the new shape of
     ``t``, with NumPy's errors: ValueError where the sizes differ."""
-    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+    if len(shape) == 1 and isinstance(shape[0], (tuple, list, np.ndarray)):
         shape = tuple(shape[0])
     try:
         dims = [operator.index(s) for s in shape]
@@ -181,7 +181,9 @@ def _split(t: COOTensor, new: tuple):
     """Where ``new`` splits into sparse and dense dims for COO ``t``: the same number of dense dims
     when the sizes allow, else the fewest; None where no split keeps ``t``'s sparse coordinates."""
     span = math.prod(t.shape[:t.sparse_dim])
-    ks = [k for k in range(1, len(new) + 1) if math.prod(new[:k]) == span]
+    items = math.prod(t.shape[t.sparse_dim:])
+    ks = [k for k in range(len(new) + 1)
+          if math.prod(new[:k]) == span and math.prod(new[k:]) == items]
     same = len(new) - t.dense_dim
     return same if same in ks else (ks[-1] if ks else None)
 
@@ -208,6 +210,9 @@ def _reshape_coo(t: COOTensor, new: tuple, order: str, threads, src=None, split=
     what = describe(t if src is None else src, dtype=False)
     k = _split(t, new) if split is None else split
     S = t.sparse_dim
+    if k is None and math.prod(new) == 0:  # no element: an empty tensor of the new shape, every dim sparse
+        e = COOTensor(np.zeros((len(new), 0), t.index_dtype), np.zeros((0,), t.dtype), new, True, True)
+        return e.to(t.device) if t.is_cuda else e
     if k is None:
         raise NotImplementedError(f"reshape of a {what} to {new} would mix its sparse dims "
                                   f"{t.shape[:S]} with its dense dims {t.shape[S:]}; convert to a tensor without "
@@ -255,8 +260,9 @@ def reshape(t, *shape, order: str = "C"):
     (st.sparse_csr, True)
     """
     _require_sparse(t, "reshape")
-    if order not in ("C", "F"):
-        raise ValueError(f"reshape: order must be 'C' or 'F', got {order!r}")
+    given, order = order, {"C": "C", "F": "F", "A": "C"}.get(str(order).upper())  # "A": a tensor has no memory order
+    if order is None:
+        raise ValueError(f"reshape: order must be 'C', 'F' or 'A', got {given!r}")
     new = reshape_target(t, shape)
     if new == t.shape:
         return t

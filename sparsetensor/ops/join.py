@@ -16,7 +16,7 @@ from .._core._tensor import COOTensor, CompressedTensor, SparseTensor
 from ._common import describe
 from ._shape_common import _compressed, _kind, _parts, _resized, _sparse_axis, _values_axis
 
-__all__ = ["cat", "stack"]
+__all__ = ["cat", "concatenate", "stack"]
 
 
 # -- cat and stack ------------------------------------------------------------------------------------
@@ -218,6 +218,23 @@ def _compressed_cat(tensors: list, d: int, kind: str, shape: tuple, op: str, thr
     out_c, out_p, out_v = (backend.cat_compressed(parts, limits, threads) if is_comp else
                            backend.cat_plain(parts, sizes, limits, threads))
     return build(p0._replace(compressed=out_c, plain=out_p, values=out_v, sparse=_resized(p0, is_comp, sum(sizes))))
+
+
+def concatenate(tensors, dim: int = 0):
+    """:func:`cat` for NumPy's ``np.concatenate`` and Dask's joins of blocks: compressed tensors
+    joined along a batch dim into batches that would differ in nnz (which :func:`cat` refuses:
+    every batch of a compressed tensor has one nnz) give a COO tensor, which holds them (Dask's
+    sum over a batch dim cut in blocks joins the blocks' partial sums)."""
+    tensors = list(tensors)
+    try:
+        return cat(tensors, dim)
+    except ValueError as e:
+        first = tensors[0] if tensors else None
+        batch = (all(isinstance(t, CompressedTensor) for t in tensors) and "nnz" in str(e) and
+                 normalize_dim(dim, first.ndim, "concatenate") < first.batch_dim)
+        if not batch:
+            raise
+        return cat([t.to_sparse(L.sparse_coo) for t in tensors], dim)
 
 
 def _members(t: CompressedTensor):

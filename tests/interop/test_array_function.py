@@ -348,3 +348,15 @@ def test_axis_out_of_range_is_numpys_axis_error(layout):
             f(t)
     with pytest.raises(IndexError, match="out of range"):  # still PyTorch's IndexError
         st.sum(t, 2)
+
+
+def test_concatenate_along_a_batch_dim_into_unequal_batches():
+    a = np.zeros((3, 2, 2))
+    a[0, 0, 0], a[1, :, 1], a[2, 1, 0] = 1.0, 2.0, 3.0
+    parts = [st.from_dense(a[i:i + 1], "csr", batch_dim=1) for i in range(3)]
+    r = np.concatenate(parts)  # batches of nnz 1, 2, 1: a COO tensor holds them
+    assert r.layout is st.sparse_coo
+    np.testing.assert_array_equal(r.to_dense(), a)
+    with pytest.raises(ValueError, match="same nnz"):
+        st.cat(parts)  # the op itself keeps the layout or refuses
+    assert np.concatenate([parts[1], parts[1]], axis=1).layout is st.sparse_csr

@@ -103,7 +103,7 @@ def test_one_block_along_dropped_axis_is_not_copied(sync, monkeypatch):
     t, a = make("csr")
     x = st.dask.from_sparse(t, chunks=(7, -1))
     joined = []
-    monkeypatch.setattr(_register, "cat", lambda arrays, axis: joined.append(len(arrays)) or st.cat(arrays, axis))
+    monkeypatch.setattr(_register, "concatenate", lambda arrays, axis: joined.append(len(arrays)) or st.cat(arrays, axis))
     got = x.map_blocks(lambda b: np.asarray(b.sum(axis=1)).reshape(-1), drop_axis=1, dtype=np.float64).compute()
     np.testing.assert_allclose(got, a.sum(axis=1))
     assert joined == []
@@ -456,3 +456,17 @@ def test_doctests(name):
 
     result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
     assert result.failed == 0 and result.attempted > 0, f"{result.failed} doctest(s) failed in {name}"
+
+
+@pytest.mark.parametrize("layout", ["csr", "csc", "bsr"])
+def test_batch_dim_blocks_partial_sums_joined(layout):
+    """Dask joins the blocks' partial sums along the batch dim: batches of different nnz become COO."""
+    a = np.zeros((4, 2, 4))
+    a[0, 0, 0], a[1, 1, 1], a[2, 0, 2], a[3, 0, 2] = 1.0, 2.0, 3.0, 4.0  # one entry per batch
+    t = st.from_dense(a, layout, batch_dim=1, blocksize=(1, 1) if layout == "bsr" else None)
+    x = st.dask.from_sparse(t, chunks=(2, 2, 4))  # the partial sums hold 2 and 1 entries
+    for axis in (0, (0, 2)):
+        got = x.sum(axis=axis).compute()
+        np.testing.assert_allclose(got.to_dense() if isinstance(got, st.SparseTensor) else got, a.sum(axis=axis))
+    y = st.dask.from_sparse(st.from_dense(a.reshape(8, 4), "csr"), chunks=(4, -1)).reshape(4, 2, 4)
+    np.testing.assert_allclose(y.sum(axis=0).compute().to_dense(), a.sum(axis=0))

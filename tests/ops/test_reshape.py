@@ -95,7 +95,7 @@ def test_errors_and_index_dtype(rng):
     with pytest.raises(TypeError, match="takes ints"):
         t.reshape(2.0, 24)
     with pytest.raises(ValueError, match="order"):
-        t.reshape(48, order="A")
+        t.reshape(48, order="K")
     big = st.sparse_coo_tensor(np.array([[69999], [69999]], np.int32), np.ones(1), (70000, 70000))
     r = big.reshape(-1)
     assert r.index_dtype == np.int64 and r.indices()[0, 0] == 70000 * 70000 - 1  # the size needs int64
@@ -216,3 +216,19 @@ def test_batched_block_reshape():
     r.check_invariants()
     assert r.layout is st.sparse_bsr and r.nnz == 1
     np.testing.assert_array_equal(r.to_dense(), a.reshape((4, 1, 2), order="F"))
+
+
+def test_numpy_spellings_and_edge_shapes():
+    a = np.arange(12.0).reshape(3, 4) % 5
+    t = st.from_dense(a, "coo")
+    np.testing.assert_array_equal(t.reshape(np.array([2, 6])).to_dense(), a.reshape(2, 6))  # a shape array
+    np.testing.assert_array_equal(t.reshape(6, 2, order="f").to_dense(), a.reshape(6, 2, order="F"))
+    assert t.reshape(4, 3, order="A").shape == (4, 3)  # a tensor has no memory order: C
+    z = st.from_dense(np.zeros((3, 0)), "coo", dense_dim=1)
+    assert z.reshape(0, 3).shape == (0, 3) and z.reshape(0, 3).nnz == 0  # no element: every dim sparse
+    c = st.from_dense(np.zeros((0, 3, 2)), "csr", dense_dim=1)
+    assert c.reshape(0, 6).layout is st.sparse_csr and c.reshape(0, 6).shape == (0, 6)
+    d = st.from_dense(a, "coo", dense_dim=2)  # no sparse dim
+    np.testing.assert_array_equal(d.reshape(12).to_dense(), a.ravel())
+    one = st.from_dense(np.full((1, 1), 5.0), "coo")
+    assert one.reshape(()).shape == () and float(one.reshape(()).to_dense()) == 5.0
