@@ -27,7 +27,7 @@ def main(argv=None) -> int:
 
         return inprocess.main(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m bench")
-    parser.add_argument("name", choices=["validate", "coalesce", "convert", "spmm", "elementwise", "cuda", "structures", "overhead", "solvers", "grad", "optim", "mpi", "dask", "petsc"], help="which benchmark")
+    parser.add_argument("name", choices=["validate", "coalesce", "convert", "spmm", "elementwise", "blocks", "cuda", "structures", "overhead", "solvers", "grad", "optim", "mpi", "dask", "petsc"], help="which benchmark")
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
     parser.add_argument("--threads", type=int, default=None, help="threads for ours and torch (default: all)")
     parser.add_argument("--sizes", default=None,
@@ -54,10 +54,11 @@ def main(argv=None) -> int:
         from . import coalesce
 
         coalesce.run(threads=args.threads, **(dict(nnz=200_000, repeat=3) if args.quick else {}))
-    elif args.name in ("spmm", "elementwise"):
+    elif args.name in ("spmm", "elementwise", "blocks"):
         import importlib
 
-        importlib.import_module(f"bench.{args.name}").run(threads=args.threads)
+        importlib.import_module(f"bench.{args.name}").run(threads=args.threads, **(
+            dict(repeat=3) if args.quick and args.name == "blocks" else {}))
     elif args.name == "structures":
         from . import structures
 
