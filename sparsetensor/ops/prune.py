@@ -28,14 +28,18 @@ from .mask import sparse_mask
 __all__ = ["tril", "triu", "eliminate_zeros"]
 
 
+def _converted(name: str, t, coo: COOTensor, layout):
+    """``coo`` (the kept entries of ``t``) in ``layout``; a ValueError (batches of different nnz)
+    names the op and ``t``."""
+    try:
+        return coo.to_sparse(layout)
+    except ValueError as e:
+        raise ValueError(f"{name} of a {describe(t, dtype=False)}: {e}") from None
+
+
 def _as_layout(name: str, t, coo: COOTensor):
     """``coo`` (the kept entries of ``t``) in ``t``'s layout."""
-    if isinstance(t, COOTensor):
-        return coo
-    try:
-        return coo.to_sparse(t.layout)
-    except ValueError as e:  # batches of different nnz
-        raise ValueError(f"{name} of a {describe(t, dtype=False)}: {e}") from None
+    return coo if isinstance(t, COOTensor) else _converted(name, t, coo, t.layout)
 
 
 def _block_view(t: CompressedTensor) -> CompressedTensor:
@@ -54,10 +58,7 @@ def _kept_blocks(name: str, t: CompressedTensor, flags_of):
     coo = ensure_valid_export(view.to_sparse(L.sparse_coo))
     backend = backend_for(coo)
     idx, values = backend.keep_coo(coo.indices(), coo.values(), flags_of(backend, coo))
-    try:
-        kept = COOTensor(idx, values, coo.shape, True, True).to_sparse(view.layout)
-    except ValueError as e:  # batches of different numbers of blocks
-        raise ValueError(f"{name} of a {describe(t, dtype=False)}: {e}") from None
+    kept = _converted(name, t, COOTensor(idx, values, coo.shape, True, True), view.layout)
     return CompressedTensor(kept.compressed_indices(), kept.plain_indices(), kept.values(), t.shape, t.layout,
                             kept.is_coalesced())
 
