@@ -769,9 +769,28 @@ def _index_select(t, dim, index, *, threads=None):
     return out, back
 
 
+def _each_then(tensors, step, then):
+    """``then(inputs)`` (a rule over a list of tensors: cat) on ``tensors`` each first taken through
+    ``step(t)`` (``(rule, args)`` or None); the pullback goes back through both."""
+    chains = [_Chain() for _ in tensors]
+    inputs = [t if step(t) is None else c.run(step(t)[0], t, *step(t)[1]) for c, t in zip(chains, tensors)]
+    out, back = then(inputs)
+
+    def pull(G):
+        grads = back(G)[0]
+        return [c.back(x._replace_values(g)) if c.ins else g for c, x, g in zip(chains, inputs, grads)]
+
+    return out, pull
+
+
 @_rule("cat")
 def _cat(tensors, dim=0, *, threads=None):
     tensors = list(tensors)
+    if isinstance(tensors[0], COOTensor) and not all(isinstance(t, COOTensor) for t in tensors):
+        # cat makes the others COO too: made so here, an uncoalesced input's duplicates go back entry by entry
+        out, pull = _each_then(tensors, lambda t: None if isinstance(t, COOTensor) else (_to_sparse, ("coo",)),
+                               lambda ts: _cat(ts, dim, threads=threads))
+        return out, lambda G: (pull(G), None)
     out = shape.cat(tensors, dim, threads=threads)
     d = dim % out.ndim
 
@@ -807,15 +826,8 @@ def _hstack(tensors):
 
 @_rule("vstack")
 def _vstack(tensors):
-    chains = [_Chain() for _ in tensors]
-    rows = [c.run(_unsqueeze, t, 0) if t.ndim == 1 else t for c, t in zip(chains, tensors)]
-    out, back = _cat(rows, 0)
-
-    def pull(G):
-        grads = back(G)[0]
-        return ([c.back(r._replace_values(g)) if c.ins else g for c, r, g in zip(chains, rows, grads)],)
-
-    return out, pull
+    out, pull = _each_then(list(tensors), lambda t: (_unsqueeze, (0,)) if t.ndim == 1 else None, lambda ts: _cat(ts, 0))
+    return out, lambda G: (pull(G),)
 
 
 @_rule("block_diag")
@@ -830,6 +842,8 @@ def _block_diag(*tensors):
             grads = _by_entry(tensors, out, G, lambda ns: blocks.block_diag(*ns))
         if grads is None:
             grads, r0, c0 = [], 0, 0
+            if G.layout.blocked:  # a part need not start at a block
+                G = G.to_sparse(L.sparse_coo)
             for t in tensors:
                 m, n = (1, t.shape[0]) if t.ndim == 1 else t.shape
                 part = shape.narrow(shape.narrow(G, 0, r0, m), 1, c0, n)

@@ -223,7 +223,7 @@ def _triu(m, k=0):
 
 @_handles(np.ravel)
 def _ravel(a, order="C"):
-    return dims.reshape(a, -1, order=order)
+    return dims.reshape(a, -1, order="C" if order == "K" else order)  # "K": a tensor has no memory order
 
 
 @_handles(np.transpose)

@@ -111,10 +111,10 @@ def block_diag(*tensors):
 
 
 def kron(a, b):
-    """The Kronecker product of ``a`` and ``b`` (sparse tensors, or one of them an array), as
-    ``torch.kron`` of the dense tensors: shape ``a.shape[d] * b.shape[d]`` per dim (the operand
-    with fewer dims padded with leading dims of size 1), element ``a[i] * b[j]`` at
-    ``i * b.shape + j``.
+    """The Kronecker product of ``a`` and ``b`` (sparse tensors, or one of them an array on the
+    other's device), as ``torch.kron`` of the dense tensors: shape ``a.shape[d] * b.shape[d]`` per
+    dim (the operand with fewer dims padded with leading dims of size 1), element ``a[i] * b[j]``
+    at ``i * b.shape + j``.
 
     Batch dims of compressed operands count as dims; dense dims are not supported
     (``NotImplementedError``). Values are promoted with ``np.result_type``; indices are int64
@@ -143,9 +143,13 @@ def kron(a, b):
                                       "convert them to sparse dims first")
     n = max(a.ndim, b.ndim)
     a, b = (x.to_sparse(L.sparse_coo) for x in (a, b))
+    if a.index_dtype != b.index_dtype:  # one index dtype for the kernels
+        a, b = (x._with_index_dtype(np.int64) for x in (a, b))
+    dtype = np.result_type(a.dtype, b.dtype)
+    # bool duplicates are an or: merged before the values become numbers that would add
+    a, b = (x.coalesce() if x.dtype == np.bool_ and dtype != np.bool_ else x for x in (a, b))
     a, b = (ensure_valid_export(x).reshape((1,) * (n - x.ndim) + x.shape) for x in (a, b))
     shape = tuple(p * q for p, q in zip(a.shape, b.shape))
-    dtype = np.result_type(a.dtype, b.dtype)
     both32 = a.index_dtype == b.index_dtype == np.int32
     index_dtype = np.dtype(np.int32 if both32 and max(shape, default=0) <= np.iinfo(np.int32).max else np.int64)
     if math.prod(shape) > np.iinfo(np.int64).max:

@@ -117,3 +117,14 @@ def test_diagonals_beyond_int64(backend):
     for k in (2**63, -2**63 - 1, 2**70, -2**70, np.uint64(2**64 - 1), 1, -1):
         close(d.tril(k), t.tril(k))
         close(d.triu(k), t.triu(k))
+
+
+def test_kron_operands(backend):
+    a = st.from_dense(np.array([[1.0, 2.0], [0.0, 3.0]], np.float32), "coo", index_dtype=np.int32)
+    b = st.from_dense(np.array([[0.0, 1.0], [4.0, 0.0]], np.float32), "csr", index_dtype=np.int64)
+    for x, y in ((a, b), (b, a)):  # mixed index dtypes
+        close(st.kron(x.cuda(), y.cuda()), st.kron(x, y))
+    e = np.eye(2, dtype=np.float32)
+    close(st.kron(a.cuda(), DeviceArray.from_host(e)), st.kron(a, e))  # an array on the tensor's device
+    with pytest.raises(ValueError, match="different devices"):
+        st.kron(a.cuda(), e)

@@ -130,3 +130,26 @@ def test_vjp(rng, layout):
         _, pullback = st.autograd.vjp(f, x)
         (g,) = pullback(1.0)
         np.testing.assert_allclose(g.values(), _fd(f, x), atol=1e-6)
+
+
+def test_fuzz_findings():
+    """Mixed index dtypes, bool duplicates promoted, gradients through mixed layouts and blocks."""
+    a = st.from_dense(np.array([[1.0, 2.0], [0.0, 3.0]]), "coo", index_dtype=np.int32)
+    b = st.from_dense(np.array([[0.0, 1.0], [4.0, 0.0]]), "coo", index_dtype=np.int64)
+    for x, y in ((a, b), (b, a)):
+        k = st.kron(x, y)
+        assert k.index_dtype == np.int64
+        np.testing.assert_array_equal(k.to_dense(), np.kron(x.to_dense(), y.to_dense()))
+    dup = st.sparse_coo_tensor(np.array([[0, 0]]), np.array([True, True]), (2,))  # dense [True, False]
+    np.testing.assert_array_equal(st.kron(st.from_dense(np.array([3.0]), "coo"), dup).to_dense(), [3.0, 0.0])
+    u = st.sparse_coo_tensor(np.array([[0, 0], [0, 0]]), np.array([1.0, 2.0]), (1, 1))  # uncoalesced
+    c = st.from_dense(np.array([[5.0]]), "csr")
+    for f in (lambda x: st.sum(st.hstack([x, c]) ** 2), lambda x: st.sum(st.vstack([x, c]) ** 2),
+              lambda x: st.sum(st.cat([x, c], 1) ** 2)):
+        _, pb = st.autograd.vjp(f, u)
+        np.testing.assert_allclose(pb(1.0)[0].values(), _fd(f, u), atol=1e-6)
+    for layout in ("bsr", "bsc"):
+        blk = st.from_dense(np.arange(1.0, 5.0).reshape(2, 2), layout, blocksize=(2, 2))
+        f = lambda x: st.sum(st.block_diag(x, c, c).sin())  # noqa: E731 - a bsr result, parts off the blocks
+        _, pb = st.autograd.vjp(f, blk)
+        np.testing.assert_allclose(pb(1.0)[0].values(), _fd(f, blk), atol=1e-6)
