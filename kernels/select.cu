@@ -339,4 +339,18 @@ __global__ void kron_pairs(const I* __restrict__ ia, i64 na, const I* __restrict
     }
 }
 
+// The compressed index of the kept entries: out[b, i] = eoff[b * nnz + c[b, i]] - eoff[b * nnz],
+// eoff the exclusive scan of the 0/1 flags of the B batches' nnz entries each (c in [0, nnz]).
+// st:kernel index
+template <typename I>
+__global__ void kept_offsets(const I* __restrict__ c, i64 B, i64 n, i64 nnz, const i64* __restrict__ eoff,
+                             I* __restrict__ out) {
+    ST_GRID_LOOP(t, B * (n + 1)) {
+        const i64 b = t / (n + 1);
+        i64 k = (i64)c[t];
+        k = k < 0 ? 0 : (k > nnz ? nnz : k);  // a compressed index changed since its check reads in range
+        out[t] = (I)(eoff[b * nnz + k] - eoff[b * nnz]);
+    }
+}
+
 }  // namespace st

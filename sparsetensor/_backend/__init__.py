@@ -33,7 +33,7 @@ KERNELS = ("validate", "coalesce", "to_dense", "from_dense", "convert", "transpo
            "cat_plain", "cat_compressed", "index_select_coo", "compressed_sum", "plain_sum", "segment_reduce", "scatter_reduce",
            "segment_softmax", "group_by", "batch_offsets", "map_values", "sample_dense", "add_to_dense", "elementwise",
            "check_bounds", "index_range", "diagonal", "sum_axis", "flatten_coo", "reshape_coo", "triangle_flags",
-           "nonzero_rows", "keep_coo", "kron_coo", "ilu0", "ic0", "trsv")
+           "nonzero_rows", "keep_coo", "keep_compressed", "kron_coo", "ilu0", "ic0", "trsv")
 
 _TENSOR_TYPES = frozenset((COOTensor, CompressedTensor))
 _NDARRAY = np.ndarray

@@ -170,13 +170,6 @@ def reshape_target(t, shape) -> tuple:
     return tuple(dims)
 
 
-def _strides(shape: tuple, order: str) -> tuple:
-    """The element strides of ``shape`` in C (row-major) or F (column-major) order."""
-    dims = shape if order == "C" else shape[::-1]
-    out = [math.prod(dims[d + 1:]) for d in range(len(dims))]
-    return tuple(out if order == "C" else out[::-1])
-
-
 def _split(t: COOTensor, new: tuple):
     """Where ``new`` splits into sparse and dense dims for COO ``t``: the same number of dense dims
     when the sizes allow, else the fewest; None where no split keeps ``t``'s sparse coordinates."""
@@ -228,8 +221,8 @@ def _reshape_coo(t: COOTensor, new: tuple, order: str, threads, src=None, split=
     idx = t.indices()
     if sparse_new != t.shape[:S] or order == "F":
         fits = all(s <= np.iinfo(idx.dtype).max for s in sparse_new)
-        idx = backend_for(t).reshape_coo(idx, _strides(t.shape[:S], order), _strides(sparse_new, order), sparse_new,
-                                         idx.dtype if fits else np.dtype(np.int64), threads)
+        idx = backend_for(t).reshape_coo(idx, t.shape[:S], sparse_new, order, idx.dtype if fits else np.dtype(np.int64),
+                                         threads)
     values = t.values().reshape((t.nnz,) + dense_new)
     # a bijection of coordinates: distinct stay distinct, and C order keeps them sorted
     return COOTensor(idx, values, new, t.is_coalesced() and order == "C", True)

@@ -2,10 +2,11 @@
 arguments; ``torch.tril`` has no sparse form, SciPy has ``scipy.sparse.tril``/``triu``) and
 ``eliminate_zeros`` (SciPy's, in place).
 
-Each is one mechanism on either backend: a flag per COO entry (``triangle_flags``: which side of
-a diagonal its last two sparse coordinates lie on; ``nonzero_rows``: whether its values hold a
-nonzero item), then ``keep_coo`` keeps the flagged entries in order. A csr/csc tensor goes
-through COO and back. A bsr/bsc tensor is taken block by block (its arrays seen as a csr/csc
+Each is one mechanism on either backend: a flag per entry (``triangle_flags``: which side of a
+diagonal its last two sparse coordinates lie on; ``nonzero_rows``: whether its values hold a
+nonzero item), then ``keep_coo`` (``keep_compressed``) keeps the flagged entries in order. A
+csr/csc tensor goes through COO and back for ``tril``/``triu``; ``eliminate_zeros`` keeps its
+compressed form. A bsr/bsc tensor is taken block by block (its arrays seen as a csr/csc
 tensor whose values have two more dense dims): a block is kept when it holds an item on the kept
 side of the diagonal (then its items beyond it are set to 0) or a nonzero item. A batched result
 whose batches would differ in nnz (blocks) raises ``ValueError``: every batch of a compressed
@@ -14,11 +15,12 @@ tensor has the same nnz.
 
 from __future__ import annotations
 
+import math
 import operator
 
 from .._backend import backend_for
 from .._core import _layout as L
-from .._core._canonical import ensure_valid_export
+from .._core._canonical import ensure_valid, ensure_valid_export
 from .._core._tensor import COOTensor, CompressedTensor
 from ._common import describe
 from ._shape_common import _require_sparse
@@ -137,11 +139,21 @@ def eliminate_zeros(t):
     (3, True, 2)
     """
     _require_sparse(t, "eliminate_zeros")
-    if t.layout.blocked:
-        kept = _kept_blocks("eliminate_zeros", t, lambda backend, coo: backend.nonzero_rows(coo.values()))
-        return _take(t, kept, ())
-    coo = t if isinstance(t, COOTensor) else t.to_sparse(L.sparse_coo)
-    backend = backend_for(coo)
-    idx, values = backend.keep_coo(coo.indices(), coo.values(), backend.nonzero_rows(coo.values()))
-    kept = COOTensor(idx, values, t.shape, coo.is_coalesced(), coo._checked)
-    return _take(t, _as_layout("eliminate_zeros", t, kept), ())
+    if isinstance(t, COOTensor):
+        backend = backend_for(t)
+        idx, values = backend.keep_coo(t.indices(), t.values(), backend.nonzero_rows(t.values()))
+        return _take(t, COOTensor(idx, values, t.shape, t.is_coalesced(), t._checked), ())
+    # a compressed tensor keeps its arrays' form: a bsr/bsc one is the csr/csc tensor of its blocks
+    view = ensure_valid(_block_view(t) if t.layout.blocked else t, repair=True)
+    B, batch = math.prod(view.shape[:view.batch_dim]), view.shape[:view.batch_dim]
+    c, p, v = view.compressed_indices(), view.plain_indices(), view.values()
+    nnz = p.shape[-1]
+    c, p, v = c.reshape(B, c.shape[-1]), p.reshape(B, nnz), v.reshape((B, nnz) + v.shape[view.batch_dim + 1:])
+    backend = backend_for(view)
+    flags = backend.nonzero_rows(v.reshape((B * nnz,) + v.shape[2:]))
+    c, p, v = backend.keep_compressed(c, p, v, flags, batch, f"eliminate_zeros of a {describe(t, dtype=False)}: "
+                                      "every batch must have the same nnz")
+    kept = p.shape[1]
+    new = CompressedTensor(c.reshape(batch + (c.shape[1],)), p.reshape(batch + (kept,)),
+                           v.reshape(batch + (kept,) + v.shape[2:]), t.shape, t.layout, True)
+    return _take(t, new, ())

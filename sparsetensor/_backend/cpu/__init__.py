@@ -29,8 +29,8 @@ from ._merge import merge
 from ._reduce import batch_offsets as _batch_offsets
 from ._reduce import compressed_sum, group_by, plain_sum, reduce_dims, scatter_reduce, segment_reduce, segment_softmax
 from ._sddmm import sddmm
-from ._select import (cat_compressed, cat_plain, gather_slices, index_select_coo, keep_coo, kron_coo, narrow_plain,
-                      nonzero_rows, remap_plain, triangle_flags)
+from ._select import (cat_compressed, cat_plain, gather_slices, index_select_coo, keep_compressed, keep_coo, kron_coo,
+                      narrow_plain, nonzero_rows, remap_plain, triangle_flags)
 from ._spgemm import spgemm
 from .._views import NO_BATCH, aligned_copy, bits_dtype, work_dtype
 
@@ -40,7 +40,7 @@ __all__ = ["device", "validate", "coalesce", "to_dense", "from_dense", "convert"
            "narrow_plain", "cat_plain", "cat_compressed", "index_select_coo", "compressed_sum", "plain_sum", "segment_reduce",
            "scatter_reduce", "segment_softmax", "group_by", "batch_offsets", "map_values", "sample_dense", "add_to_dense", "elementwise",
            "check_bounds", "index_range", "diagonal", "sum_axis", "flatten_coo", "reshape_coo", "triangle_flags", "nonzero_rows",
-           "keep_coo", "kron_coo", "ilu0", "ic0", "trsv"]
+           "keep_coo", "keep_compressed", "kron_coo", "ilu0", "ic0", "trsv"]
 
 device = "cpu"
 
@@ -368,17 +368,24 @@ def flatten_coo(idx: np.ndarray, batch: tuple, M: int, K: int, batched_cols: boo
     return np.stack([rows, b * K + idx[-1] if batched_cols else idx[-1]])
 
 
-def reshape_coo(idx: np.ndarray, in_strides: tuple, out_strides: tuple, out_shape: tuple, index_dtype,
+def reshape_coo(idx: np.ndarray, old_shape: tuple, new_shape: tuple, order: str, index_dtype,
                 threads=None) -> np.ndarray:
-    """COO indices ``idx`` (in bounds) over a new shape: ``(len(out_shape), nnz)`` of ``index_dtype``,
-    each entry's offset ``idx . in_strides`` kept (C or F order by the strides; the op checked that
-    every offset fits an int64)."""
-    key = np.zeros(idx.shape[1], np.int64)
-    for row, stride in zip(idx, in_strides):
-        key += row.astype(np.int64) * stride
-    out = np.empty((len(out_shape), idx.shape[1]), index_dtype)
-    for d, (stride, size) in enumerate(zip(out_strides, out_shape)):
-        np.remainder(key // stride, size, out=out[d], casting="unsafe")
+    """COO indices ``idx`` (in bounds) over ``old_shape`` re-expressed over ``new_shape`` (the same
+    element count) in C or F ``order``: ``(len(new_shape), nnz)`` of ``index_dtype`` (the op checked
+    that the offsets fit an int64)."""
+    n, T = idx.shape[1], len(new_shape)
+    out = np.empty((T, n), index_dtype)
+    if not (n and T):
+        return out
+    dims = range(len(old_shape)) if order == "C" else range(len(old_shape) - 1, -1, -1)
+    key = np.zeros(n, np.int64)
+    for d in dims:  # Horner's rule over the dims, the fastest-varying one last
+        key *= old_shape[d]
+        key += idx[d]
+    last = range(T - 1, 0, -1) if order == "C" else range(T - 1)
+    for d in last:  # the coordinates peeled off from the fastest-varying dim
+        key, out[d] = np.divmod(key, new_shape[d])
+    out[0 if order == "C" else T - 1] = key
     return out
 
 

@@ -169,3 +169,22 @@ def kron_coo(ia: np.ndarray, va: np.ndarray, ib: np.ndarray, vb: np.ndarray, bsh
     step = np.asarray(bshape, np.int64)[:, None]
     idx = (np.repeat(ia.astype(np.int64), nb, axis=1) * step + np.tile(ib.astype(np.int64), (1, na)))
     return idx.astype(index_dtype, copy=False), np.repeat(va, nb) * np.tile(vb, na)
+
+
+def keep_compressed(c: np.ndarray, p: np.ndarray, v: np.ndarray, flags: np.ndarray, batch: tuple, what: str,
+                    threads=None) -> tuple:
+    """The members ``(compressed, plain, values)`` of the entries whose ``flags`` (one per entry of
+    the ``(B, nnz)`` standard form) are set, every batch keeping the same number (else ValueError
+    naming ``what``)."""
+    B, nnz = p.shape
+    flags = np.asarray(flags, bool).reshape(-1)
+    kept_at = np.flatnonzero(flags)  # positions in the batches' entries, one after another
+    counted = np.zeros(B * nnz + 1, np.int64)
+    np.cumsum(flags.view(np.int8), out=counted[1:])
+    starts = np.clip(c.astype(np.int64), 0, nnz) + (np.arange(B, dtype=np.int64) * nnz)[:, None]
+    before = counted[starts]  # the kept entries before each slice's start
+    same_nnz(before[:, -1] - before[:, 0], batch, what)
+    kept = int(before[0, -1] - before[0, 0]) if B else 0
+    out_v = np.take(v.reshape((B * nnz,) + v.shape[2:]), kept_at, axis=0)
+    return ((before - before[:, :1]).astype(c.dtype), np.take(p.reshape(-1), kept_at).reshape(B, kept),
+            out_v.reshape((B, kept) + v.shape[2:]))

@@ -23,7 +23,7 @@ __all__ = ["device", "validate", "coalesce", "to_dense", "from_dense", "convert"
            "narrow_plain", "cat_plain", "cat_compressed", "index_select_coo", "compressed_sum", "plain_sum", "segment_reduce",
            "scatter_reduce", "segment_softmax", "group_by", "batch_offsets", "map_values", "sample_dense", "add_to_dense", "elementwise", "check_bounds",
            "index_range", "diagonal", "sum_axis", "flatten_coo", "reshape_coo", "triangle_flags",
-           "nonzero_rows", "keep_coo", "kron_coo", "ilu0", "ic0", "trsv"]
+           "nonzero_rows", "keep_coo", "keep_compressed", "kron_coo", "ilu0", "ic0", "trsv"]
 
 device = "cuda"
 
@@ -187,10 +187,10 @@ def flatten_coo(idx, batch: tuple, M: int, K: int, batched_cols: bool, threads=N
     return _coalesce.flat_keys(idx, batch, M, K, batched_cols)
 
 
-def reshape_coo(idx, in_strides: tuple, out_strides: tuple, out_shape: tuple, index_dtype, threads=None):
-    """Device COO indices ``idx`` (in bounds) over a new shape: ``(len(out_shape), nnz)`` of
-    ``index_dtype``, each entry's offset ``idx . in_strides`` kept (C or F order by the strides)."""
-    return _coalesce.reshape_keys(idx, in_strides, out_strides, out_shape, index_dtype)
+def reshape_coo(idx, old_shape: tuple, new_shape: tuple, order: str, index_dtype, threads=None):
+    """Device COO indices ``idx`` (in bounds) over ``old_shape`` re-expressed over ``new_shape`` in C
+    or F ``order``: ``(len(new_shape), nnz)`` of ``index_dtype``, each entry's offset kept."""
+    return _coalesce.reshape_keys(idx, old_shape, new_shape, order, index_dtype)
 
 
 def ilu0(t, threads=None):
@@ -265,6 +265,11 @@ def nonzero_rows(values, threads=None):
 def keep_coo(indices, values, flags, threads=None):
     """``(indices, values)`` of the device COO entries whose flags are set, in order."""
     return _select.keep_coo(indices, values, flags)
+
+
+def keep_compressed(c, p, v, flags, batch: tuple, what: str, threads=None):
+    """The members of the device compressed entries whose flags are set (eliminate_zeros)."""
+    return _select.keep_compressed(c, p, v, flags, batch, what)
 
 
 def kron_coo(ia, va, ib, vb, bshape: tuple, index_dtype, threads=None):

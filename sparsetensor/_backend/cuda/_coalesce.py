@@ -67,15 +67,23 @@ def flat_keys(idx, batch: tuple, M: int, K: int, batched_cols: bool):
     return out
 
 
-def reshape_keys(idx, in_strides: tuple, out_strides: tuple, out_shape: tuple, index_dtype):
-    """The coordinates over ``out_shape`` (``index_dtype``, ``(len(out_shape), nnz)``) of the entries
-    of device COO indices ``idx`` (in bounds) whose offsets ``idx . in_strides`` are kept."""
+def _strides(shape: tuple, order: str) -> tuple:
+    """The element strides of ``shape`` in C (row-major) or F (column-major) order."""
+    dims = shape if order == "C" else shape[::-1]
+    out = [math.prod(dims[d + 1:]) for d in range(len(dims))]
+    return tuple(out if order == "C" else out[::-1])
+
+
+def reshape_keys(idx, old_shape: tuple, new_shape: tuple, order: str, index_dtype):
+    """The coordinates over ``new_shape`` (``index_dtype``, ``(len(new_shape), nnz)``) of the entries
+    of device COO indices ``idx`` over ``old_shape`` (in bounds), their C or F order offsets kept."""
     dev = idx._device
     S, nnz = idx.shape
-    T = len(out_shape)
+    T = len(new_shape)
     out = P.empty(dev, (T, nnz), index_dtype)
     P.run(dev, "coalesce.cu", "coo_reshape", (P.index_key(idx.dtype), P.index_key(index_dtype)), nnz, idx, S, nnz,
-          P.ints(dev, in_strides), T, P.ints(dev, out_strides), P.ints(dev, out_shape), out)
+          P.ints(dev, _strides(old_shape, order)), T, P.ints(dev, _strides(new_shape, order)), P.ints(dev, new_shape),
+          out)
     return out
 
 

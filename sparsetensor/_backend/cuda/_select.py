@@ -448,3 +448,20 @@ def kron_coo(ia, va, ib, vb, bshape: tuple, index_dtype):
     P.run(dev, "select.cu", "kron_pairs", (P.index_key(ia.dtype), P.index_key(index_dtype)), n, ia, na, ib, nb, S,
           P.ints(dev, bshape), out, pa, pb)
     return out, elementwise(take_axis(va, 0, pa), take_axis(vb, 0, pb), "mul")
+
+
+def keep_compressed(c, p, v, flags, batch: tuple, what: str):
+    """The members ``(compressed, plain, values)`` of the entries whose int64 0/1 ``flags`` (one per
+    entry of the ``(B, nnz)`` standard form) are set, every batch keeping the same number (else
+    ValueError naming ``what``; one read of B + 1 counts)."""
+    dev = p._device
+    B, nnz = p.shape
+    n = c.shape[-1] - 1
+    eoff = P.exclusive_scan(dev, flags)
+    counts = np.diff(P.read_ints(dev, P.take_strided(dev, eoff, nnz, B + 1))) if B else np.zeros(0, np.int64)
+    same_nnz(counts, batch, what)
+    kept = int(counts[0]) if B else 0
+    out_c = P.empty(dev, (B, n + 1), c.dtype)
+    P.run(dev, "select.cu", "kept_offsets", (P.index_key(c.dtype),), B * (n + 1), c, B, n, nnz, eoff, out_c)
+    out_p, out_v = keep_coo(p.reshape(1, B * nnz), v.reshape((B * nnz,) + v.shape[2:]), flags)
+    return out_c, out_p.reshape(B, kept), out_v.reshape((B, kept) + v.shape[2:])
