@@ -25,7 +25,7 @@ from . import _layout as L
 from ._dtypes import INDEX_DTYPES, check_fits
 from ._errors import InvariantError
 
-__all__ = ["COOMeta", "CompressedMeta", "coo_meta", "compressed_meta", "as_size", "block_ndim",
+__all__ = ["COOMeta", "CompressedMeta", "coo_meta", "compressed_meta", "as_size", "block_ndim", "element_strides",
            "is_c_contiguous", "values_contiguous", "normalize_dim"]
 
 
@@ -77,6 +77,16 @@ def as_size(size, name: str = "size") -> tuple:
 def block_ndim(layout: L.Layout) -> int:
     """The number of block dims in ``values`` (2 for bsr/bsc, 0 otherwise)."""
     return 2 if layout.blocked else 0
+
+
+def element_strides(shape, order: str = "C") -> list:
+    """The element (not byte) strides of ``shape`` in C (row-major) or F (column-major) order."""
+    dims = tuple(shape) if order == "C" else tuple(shape)[::-1]
+    out, s = [], 1
+    for n in reversed(dims):
+        out.append(s)
+        s *= n
+    return out[::-1] if order == "C" else out
 
 
 def is_c_contiguous(a) -> bool:

@@ -15,6 +15,7 @@ import numbers
 import numpy as np
 
 from .._core._device import is_device_array
+from .._core._shape_checks import element_strides
 from .._core._tensor import COOTensor, CompressedTensor, SparseTensor
 
 __all__ = ["on_device", "kernels", "comparable", "dense_cotangent", "cast", "entry_numbers", "add", "zeros",
@@ -283,7 +284,7 @@ def broadcast_back(t: SparseTensor, G, dims: tuple):
     n, kept = len(kernels().grid(t)), G.ndim == t.ndim
     if any(d >= own for d in dims) or len(kernels().grid(G)) != (n if kept else n - len(dims)):
         raise refuse(f"a reduction of a {t.layout.name} tensor over dims {dims} with a sparse result", t)
-    mult = _strides(kernels().grid(G))
+    mult = element_strides(kernels().grid(G))
     for d in dims:  # ascending: each zero lands at its own dim
         if kept:
             mult[d] = 0
@@ -403,12 +404,6 @@ def _softmax_back_by_sums(c: SparseTensor, out: SparseTensor, g, d: int, log: bo
     return mul(y, add(g, s * -1.0))
 
 
-def _strides(shape) -> list:
-    out, s = [], 1
-    for n in reversed(tuple(shape)):
-        out.append(s)
-        s *= n
-    return out[::-1]
 
 
 def _by_keys(t: SparseTensor, d: int) -> int | None:
@@ -493,7 +488,7 @@ def narrow_back(t: SparseTensor, G: SparseTensor, d: int, start: int, length: in
         return values_at(_widened(_coo(G), d, start, t.shape[d]), t)
     shift, lo, hi = [0] * P, [0] * P, list(t.shape[:P])
     shift[d], lo[d], hi[d] = -start, start, start + length
-    return kernels().sparse_at(G, t, (shift, lo, hi, _strides(kernels().grid(G))))
+    return kernels().sparse_at(G, t, (shift, lo, hi, element_strides(kernels().grid(G))))
 
 
 def select_back(t: SparseTensor, G: SparseTensor, d: int, index: int):
@@ -509,7 +504,7 @@ def select_back(t: SparseTensor, G: SparseTensor, d: int, index: int):
     if P is None:
         g = _with_dim(_coo(G), d, d >= t.ndim - t.dense_dim)
         return values_at(_widened(g, d, index, t.shape[d]), t)
-    mult = _strides(kernels().grid(G))
+    mult = element_strides(kernels().grid(G))
     mult.insert(d, 0)
     lo, hi = [0] * P, list(t.shape[:P])
     lo[d], hi[d] = index, index + 1
@@ -522,7 +517,7 @@ def cat_back(tensors: list, G: SparseTensor, d: int) -> list:
     from ..ops import select
 
     out, off = [], 0
-    mult = _strides(kernels().grid(G))
+    mult = element_strides(kernels().grid(G))
     for t in tensors:
         P = _by_keys(t, d)
         if P is None:

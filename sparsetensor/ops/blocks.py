@@ -22,7 +22,7 @@ from .._core._canonical import ensure_valid_export
 from .._core._tensor import COOTensor, SparseTensor
 from ._common import describe
 from .dense import from_dense
-from .join import cat
+from .join import cat, joined_layout
 
 __all__ = ["hstack", "vstack", "block_diag", "kron"]
 
@@ -66,13 +66,11 @@ def _empty_coo(t: COOTensor, shape: tuple) -> COOTensor:
 
 
 def _in_layout(coo: COOTensor, like):
-    """``coo`` (coalesced) in the layout of ``like``, with its blocksize where that tiles ``coo``'s
-    shape, else in csr (csc) for a bsr (bsc) ``like``."""
+    """``coo`` in the layout of ``like``, with its blocksize where that tiles ``coo``'s shape, else in
+    csr (csc) for a bsr (bsc) ``like`` (as :func:`~sparsetensor.ops.join.cat` joins)."""
     if like.layout is L.sparse_coo:
         return coo
-    layout, bs = like.layout, like.blocksize if like.layout.blocked else None
-    if bs is not None and (coo.shape[-2] % bs[0] or coo.shape[-1] % bs[1]):
-        layout, bs = (L.sparse_csr if layout is L.sparse_bsr else L.sparse_csc), None
+    layout, bs = joined_layout(like, [coo])
     return coo.coalesce().to_sparse(layout, blocksize=bs)
 
 

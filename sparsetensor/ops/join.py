@@ -16,7 +16,7 @@ from .._core._tensor import COOTensor, CompressedTensor, SparseTensor
 from ._common import describe
 from ._shape_common import _compressed, _kind, _parts, _resized, _sparse_axis, _values_axis
 
-__all__ = ["cat", "concatenate", "stack"]
+__all__ = ["cat", "concatenate", "stack", "joined_layout"]
 
 
 # -- cat and stack ------------------------------------------------------------------------------------
@@ -27,10 +27,7 @@ def _common(tensors: list, op: str):
             raise TypeError(f"{op}: tensors[{k}] is a {type(t).__name__}, not a sparse tensor (convert dense "
                             "arrays with st.from_dense first)")
     first = tensors[0]
-    layout, bs = first.layout, first.blocksize if first.layout.blocked else None
-    if bs is not None and any(_off_blocks(t, bs) for t in tensors):
-        # an input whose sparse sizes the blocksize does not divide: the unblocked layout (bsr -> csr)
-        layout, bs = (L.sparse_csr if layout.compressed_rows else L.sparse_csc), None
+    layout, bs = joined_layout(first, tensors)
     out = []
     for k, t in enumerate(tensors):
         if t.layout is not layout or (bs is not None and t.blocksize != bs):
@@ -49,6 +46,15 @@ def _common(tensors: list, op: str):
     idx_dts = {t.index_dtype for t in out}
     idx_dt = next(iter(idx_dts)) if len(idx_dts) == 1 else np.dtype(np.int64)
     return [t.astype(dtype, copy=False)._with_index_dtype(idx_dt) for t in out]
+
+
+def joined_layout(first, tensors) -> tuple:
+    """``(layout, blocksize)`` for joining ``tensors`` in ``first``'s layout: its blocksize, or the
+    unblocked layout (bsr -> csr) where that does not tile some tensor's sparse sizes."""
+    layout, bs = first.layout, first.blocksize if first.layout.blocked else None
+    if bs is not None and any(_off_blocks(t, bs) for t in tensors):
+        return (L.sparse_csr if layout.compressed_rows else L.sparse_csc), None
+    return layout, bs
 
 
 def _off_blocks(t, bs: tuple) -> bool:

@@ -21,6 +21,7 @@ import math
 
 import numpy as np
 
+from ..._core._shape_checks import element_strides
 from ..._core._tensor import COOTensor
 from ...cuda import _primitives as P
 from ...cuda._array import DeviceArray
@@ -52,12 +53,6 @@ def _dev(x):
     return x._device if isinstance(x, DeviceArray) else x.values()._device
 
 
-def _strides(shape: tuple) -> list:
-    out, s = [], 1
-    for n in reversed(shape):
-        out.append(s)
-        s *= n
-    return out[::-1]
 
 
 def _offsets(t, shape: tuple, strides: list) -> DeviceArray:
@@ -98,7 +93,7 @@ def dense_at(t, G: DeviceArray) -> DeviceArray:
     of device tensor ``t``: an array of ``t.values()``'s shape and ``G``'s dtype."""
     if G.ndim != t.ndim or any(g not in (1, s) for g, s in zip(G.shape, t.shape)):
         raise ValueError(f"a cotangent of shape {G.shape} cannot be read at a tensor of shape {t.shape}")
-    strides = [0 if g == 1 and s != 1 else st for g, s, st in zip(G.shape, t.shape, _strides(G.shape))]
+    strides = [0 if g == 1 and s != 1 else st for g, s, st in zip(G.shape, t.shape, element_strides(G.shape))]
     off = _offsets(t, G.shape, strides)
     vals = P.gather_rows(_dev(t), G.reshape(-1, 1), off, off.size) if G.size else P.zeros(_dev(t), (off.size, 1),
                                                                                             G.dtype)
@@ -122,7 +117,7 @@ def _keys(t, mapping=None) -> DeviceArray:
     dev = _dev(t)
     g = grid(t)
     if mapping is None:
-        mapping = ((0,) * len(g), (0,) * len(g), g, _strides(g))
+        mapping = ((0,) * len(g), (0,) * len(g), g, element_strides(g))
     shift, lo, hi, mult = (P.from_host(dev, np.asarray(x, np.int64).reshape(-1)) for x in mapping)
     ik = (P.index_key(t.index_dtype),)
     if isinstance(t, COOTensor):
@@ -188,7 +183,7 @@ def elements_at(G: COOTensor, t) -> DeviceArray:
         raise ValueError(f"a {G.layout.name} cotangent of shape {G.shape} cannot be read at the elements of a "
                          f"{t.layout.name} tensor of shape {t.shape}")
     D = math.prod(t.shape[Pd:])
-    off = _offsets(t, t.shape, _strides(t.shape[:Pd]) + [0] * t.dense_dim)  # one per item: D equal ones an element
+    off = _offsets(t, t.shape, element_strides(t.shape[:Pd]) + [0] * t.dense_dim)  # one per item: D equal ones an element
     if D != 1 and off.size:
         from ._select import take_axis
 
@@ -217,7 +212,7 @@ def _sampled_run(S, A, Bm, kernel: str, *args) -> DeviceArray:
     if A.dtype != Bm.dtype:
         raise TypeError(f"sampled products on cuda need one dtype, got {A.dtype} and {Bm.dtype}")
     M, N = S.shape[-2], S.shape[-1]
-    off = _offsets(S, S.shape, _strides(S.shape))  # (batch * M + row) * N + col of each item
+    off = _offsets(S, S.shape, element_strides(S.shape))  # (batch * M + row) * N + col of each item
     dev = _dev(S)
     out = P.empty(dev, S.values().shape, A.dtype)
     P.run(dev, "autograd.cu", kernel, (P.value_key(A.dtype, "a sampled product"),), off.size, off, off.size, M, N,

@@ -16,6 +16,7 @@ import math
 
 import numpy as np
 
+from ..._core._shape_checks import element_strides
 from ..._core._tensor import COOTensor, CompressedTensor
 from ..._core._validate import raise_compressed_error, raise_coo_error
 from ...cuda import _primitives as P
@@ -67,13 +68,6 @@ def flat_keys(idx, batch: tuple, M: int, K: int, batched_cols: bool):
     return out
 
 
-def _strides(shape: tuple, order: str) -> tuple:
-    """The element strides of ``shape`` in C (row-major) or F (column-major) order."""
-    dims = shape if order == "C" else shape[::-1]
-    out = [math.prod(dims[d + 1:]) for d in range(len(dims))]
-    return tuple(out if order == "C" else out[::-1])
-
-
 def reshape_keys(idx, old_shape: tuple, new_shape: tuple, order: str, index_dtype):
     """The coordinates over ``new_shape`` (``index_dtype``, ``(len(new_shape), nnz)``) of the entries
     of device COO indices ``idx`` over ``old_shape`` (in bounds), their C or F order offsets kept."""
@@ -82,7 +76,7 @@ def reshape_keys(idx, old_shape: tuple, new_shape: tuple, order: str, index_dtyp
     T = len(new_shape)
     out = P.empty(dev, (T, nnz), index_dtype)
     P.run(dev, "coalesce.cu", "coo_reshape", (P.index_key(idx.dtype), P.index_key(index_dtype)), nnz, idx, S, nnz,
-          P.ints(dev, _strides(old_shape, order)), T, P.ints(dev, _strides(new_shape, order)), P.ints(dev, new_shape),
+          P.ints(dev, element_strides(old_shape, order)), T, P.ints(dev, element_strides(new_shape, order)), P.ints(dev, new_shape),
           out)
     return out
 

@@ -29,7 +29,7 @@ from ..._core._canonical import same_nnz
 from ..._core._dtypes import check_fits
 from ..._core._tensor import COOTensor, CompressedTensor
 from ...cuda import _primitives as P
-from ._coalesce import _runs, _starts, checked
+from ._coalesce import _runs, _starts, checked, flat_keys
 from ._validate import keep_snapshot, snapshot
 from ...cuda._classes import CudaCOOTensor
 
@@ -281,8 +281,6 @@ def _batched_blocks(t, layout, bs):
     """Batched device COO -> bsr/bsc: the batches stacked into one matrix (rows ``b * M + i``),
     grouped into blocks, and cut back into batches, which must hold the same number of blocks
     (their numbers of elements may differ), as on the CPU."""
-    from ._coalesce import flat_keys
-
     S = t.sparse_dim
     batch, (M, N) = t.shape[:S - 2], t.shape[S - 2:S]
     B, Mb = math.prod(batch), M // bs[0]

@@ -24,6 +24,7 @@ import numpy as np
 from ..._core._canonical import same_nnz
 from ..._core._dtypes import check_fits
 from ...cuda import _primitives as P
+from ._sample import elementwise
 
 __all__ = ["gather_slices", "remap_plain", "narrow_plain", "cat_plain", "cat_compressed", "nonzero",
            "count_nonzero", "index_select_coo", "take_axis", "repeat_axis",
@@ -437,8 +438,6 @@ def kron_coo(ia, va, ib, vb, bshape: tuple, index_dtype):
     """The COO entries of the Kronecker product of device entries ``(ia, va)`` and ``(ib, vb)`` (one
     value dtype, in bounds): entry ``i * nb + j`` at ``ia[:, i] * bshape + ib[:, j]``, value
     ``va[i] * vb[j]``."""
-    from ._sample import elementwise
-
     dev = ia._device
     S, na = ia.shape
     nb = ib.shape[1]
