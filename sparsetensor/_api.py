@@ -31,7 +31,7 @@ import numpy as np
 from .ops import convert as _convert, dense as _dense
 from ._backend import backend_for, device_of
 from ._core import _recording
-from ._core._tensor import COOTensor, CompressedTensor, SparseTensor
+from ._core._tensor import COOTensor, CompressedTensor, SparseTensor, carry_held
 from .interop import array_function, chunk as _chunk, linop, scipy as _scipy, torch as _torch
 from .interop.chunk import defer_to_lazy as _lazy, defer_to_lazy_ufunc as _lazy_ufunc
 from .ops import binary, blas, blocks, diagonal, dims, indexing, inplace, join, mask, pointwise, prune, reduce, select, spgemm
@@ -428,12 +428,12 @@ def _recorded(name: str, impl):
         def fn(self, other):
             if _recording.active:
                 return _recording.call(rule, lambda a, b: impl(b, a), (other, self), {})
-            return impl(self, other)
+            return carry_held((self, other), impl(self, other))
     else:
         def fn(*args, **kwargs):
             if _recording.active:
                 return _recording.call(rule, impl, args, kwargs)
-            return impl(*args, **kwargs)
+            return carry_held((*args, *kwargs.values()) if kwargs else args, impl(*args, **kwargs))
     functools.update_wrapper(fn, impl)  # name, docs, signature (``__wrapped__``), ``no_gpu_kernel``
     return fn
 

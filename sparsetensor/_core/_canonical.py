@@ -104,15 +104,21 @@ def same_nnz(per_batch, batch: tuple, what: str) -> None:
         raise ValueError(f"{what}; got per batch {shown}{', ...' if B > SHOW_BATCHES else ''}")
 
 
-def ensure_valid_export(t, *, again: bool = True, threads: int | None = None):
+def ensure_valid_export(t, *, threads: int | None = None):
     """:func:`ensure_valid` (with repair) for an exit that hands ``t``'s index arrays to a
     library that trusts them, or an op that computes new coordinates from them and marks its
-    result checked (reshape, kron, tril): also the full check ``again`` when the caller built
-    ``t`` on index arrays of its own (no copy), which it may have written since the first check
-    (an index changed out of bounds would otherwise become a valid-looking coordinate)."""
+    result checked (reshape, kron, tril): also the full check again when the caller built ``t``
+    on index arrays of its own (no copy), which it may have written since the first check, or
+    ``t`` was computed from such a tensor (:func:`~sparsetensor._core._tensor.carry_held`): an
+    index changed out of bounds would otherwise become a valid-looking coordinate."""
+    checked = t._checked if isinstance(t, COOTensor) else t._canonical  # else ensure_valid checks now
     t = ensure_valid(t, repair=True, threads=threads)
-    if again and held_outside(t):
-        t.check_invariants(threads=threads)
+    if checked and held_outside(t):
+        try:
+            t.check_invariants(threads=threads)
+        except InvariantError as e:
+            raise e.changed_since_check() from None
+    t._from_held = False  # checked now: a copy computed from held arrays does not change again
     return t
 
 

@@ -40,6 +40,11 @@ class InvariantError(ValueError):
     def __reduce__(self):
         return (_rebuild, (self.invariant, self.layout, self.args[0], self.batch, self.index))
 
+    def changed_since_check(self) -> "InvariantError":
+        """This error, said of indices that a check had passed and that were written since."""
+        return _rebuild(self.invariant, self.layout, f"{self.args[0]} (changed since the check)", self.batch,
+                        self.index)
+
 
 def _rebuild(invariant, layout, full_message, batch, index):
     err = InvariantError.__new__(InvariantError)

@@ -90,12 +90,41 @@ def _root(a: np.ndarray) -> np.ndarray:
 
 def hold_outside(a: np.ndarray) -> None:
     """Record that the caller holds ``a``'s memory (the constructors, for arrays they keep)."""
+    global _any_held
     r = _root(a)
     _HELD_OUTSIDE[id(r)] = r
+    _any_held = True
+
+
+_any_held = False  # whether a constructor ever took a caller's array (until then carry_held costs one test)
+
+
+def carry_held(sources, out):
+    """``out`` (a tensor, or a tuple or list of them), computed from ``sources`` (the arguments of
+    an op, tensors or sequences of them): marked as held outside when a source is. A copy of indices
+    that a caller changed after the check is checked as it was flagged, so an exit that trusts
+    the flag (to SciPy, to PyTorch, a new coordinate) would pass the change on; the mark makes
+    :func:`sparsetensor._core._canonical.ensure_valid_export` check it again (once: a copy of
+    the library's own does not change)."""
+    if not _any_held or not any(_is_held(s) for s in sources):
+        return out
+    for o in (out if isinstance(out, (tuple, list)) else (out,)):
+        if isinstance(o, SparseTensor) and not any(o is s for s in sources):
+            o._from_held = True
+    return out
+
+
+def _is_held(x) -> bool:
+    if isinstance(x, SparseTensor):
+        return held_outside(x)
+    return isinstance(x, (tuple, list)) and any(isinstance(y, SparseTensor) and held_outside(y) for y in x)
 
 
 def held_outside(t) -> bool:
-    """Whether an index member of ``t`` shares memory that a caller holds writeable."""
+    """Whether an index member of ``t`` shares memory that a caller holds writeable, or ``t`` was
+    computed from such a tensor and not checked since (:func:`carry_held`)."""
+    if getattr(t, "_from_held", False):
+        return True
     for name, a in t._members():
         if name != "values" and isinstance(a, _NDARRAY):
             r = _root(a)
@@ -139,7 +168,7 @@ class SparseTensor:
     attributes.
     """
 
-    __slots__ = ("_shape", "_layout", "__weakref__")
+    __slots__ = ("_shape", "_layout", "_from_held", "__weakref__")
     __array_priority__ = 1000
     _FLAG = ""  # the slot of the subclass's validated flag
 
@@ -450,10 +479,10 @@ class COOTensor(SparseTensor):
         return self._clone()
 
     def _clone(self):
-        return self._like(self._indices.copy(), self._values.copy())
+        return carry_held((self,), self._like(self._indices.copy(), self._values.copy()))
 
     def _replace_values(self, values, copy_indices=False):
-        return self._like(self._indices.copy() if copy_indices else self._indices, values)
+        return carry_held((self,), self._like(self._indices.copy() if copy_indices else self._indices, values))
 
 
     def _with_index_dtype(self, index_dtype):
@@ -461,7 +490,7 @@ class COOTensor(SparseTensor):
         if dt == self.index_dtype:
             return self
         check_fits(dt, "coo", **{f"size[{d}]": self._shape[d] for d in range(self.sparse_dim)})
-        return self._like(self._narrowed(self._indices, dt), self._values)
+        return carry_held((self,), self._like(self._narrowed(self._indices, dt), self._values))
 
     def _like(self, indices, values):
         """A tensor of this shape whose indices equal this one's in value (flags carried over)."""
@@ -619,12 +648,12 @@ class CompressedTensor(SparseTensor):
         return self._clone()
 
     def _clone(self):
-        return type(self)(self._compressed.copy(), self._plain.copy(), self._values.copy(), self._shape,
-                          self._layout, self._canonical)
+        return carry_held((self,), type(self)(self._compressed.copy(), self._plain.copy(), self._values.copy(),
+                                              self._shape, self._layout, self._canonical))
 
     def _replace_values(self, values, copy_indices=False):
         c, p = (self._compressed.copy(), self._plain.copy()) if copy_indices else (self._compressed, self._plain)
-        return type(self)(c, p, values, self._shape, self._layout, self._canonical)
+        return carry_held((self,), type(self)(c, p, values, self._shape, self._layout, self._canonical))
 
     def _with_index_dtype(self, index_dtype):
         dt = as_index_dtype(index_dtype)
@@ -632,8 +661,8 @@ class CompressedTensor(SparseTensor):
             return self
         m = self.batch_dim
         check_fits(dt, self._layout.name, nnz=self.nnz, nrows=self._shape[m], ncols=self._shape[m + 1])
-        return type(self)(self._narrowed(self._compressed, dt), self._narrowed(self._plain, dt), self._values,
-                          self._shape, self._layout, self._canonical)
+        return carry_held((self,), type(self)(self._narrowed(self._compressed, dt), self._narrowed(self._plain, dt),
+                                              self._values, self._shape, self._layout, self._canonical))
 
     def _members(self):
         return [(self._layout.compressed_name, self._compressed), (self._layout.plain_name, self._plain),

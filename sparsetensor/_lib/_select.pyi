@@ -94,3 +94,35 @@ def cat_rows(
 
 def drop_items(src: np.ndarray, dst: np.ndarray, drop: np.ndarray, itemsize: int) -> None: ...
 # src, dst: 1-d uint8 byte views; drop: sorted distinct int64 item positions; dst = src without them
+
+def kron_rows(
+    ia: np.ndarray,          # (2, na) int64
+    va: np.ndarray,          # (na,) arithmetic view (sparsetensor._backend._views.bits_dtype)
+    ga: np.ndarray,          # (runs + 1,) int64: starts of A's runs of one row, then na
+    ib: np.ndarray,          # (2, nb) int64
+    vb: np.ndarray,          # (nb,) as va
+    gb: np.ndarray,          # (runs + 1,) int64
+    mb: int,
+    nb: int,
+    out: np.ndarray,         # (2, na * nb) index, written
+    out_values: np.ndarray,  # (na * nb,) as va, written
+    nthreads: int,
+) -> None: ...
+
+def flagged_count(
+    compressed: np.ndarray,  # (B, n + 1) index
+    flags: np.ndarray,       # (B, nnz) uint8
+    counts: np.ndarray,      # (B, n) int64, written
+    nthreads: int,
+) -> None: ...
+
+def keep_flagged(
+    compressed: np.ndarray,      # (B, n + 1) index
+    plain: np.ndarray,           # (B, nnz) index
+    values: np.ndarray,          # (B, nnz, E) raw
+    flags: np.ndarray,           # (B, nnz) uint8
+    out_compressed: np.ndarray,  # (B, n + 1) index: the prefix sums of flagged_count's counts
+    out_plain: np.ndarray,       # (B, nnz') index, written
+    out_values: np.ndarray,      # (B, nnz', E) raw, written
+    nthreads: int,
+) -> None: ...

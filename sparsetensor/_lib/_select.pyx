@@ -14,13 +14,13 @@
 # built by a counting pass over the index: the new coordinates of old coordinate j are
 # targets[first[j]:first[j + 1]], ascending (an index with repeats maps j to several).
 from cython.parallel cimport parallel, prange, threadid
-from libc.stdint cimport int64_t
+from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t
 from libc.string cimport memcpy
 
 import numpy as np
 
 from ._guard cimport bad_index, bad_segment, clamp
-from ._types cimport index_t, index2_t, raw_t
+from ._types cimport index_t, index2_t, num_t, raw_t
 
 # Below this many units of work a kernel runs serially (the wrappers' num_threads also
 # says 1 for small inputs; this bounds the chunk count of the chunked passes).
@@ -433,3 +433,136 @@ def drop_items(const unsigned char[::1] src, unsigned char[::1] dst, const int64
             out += length
             prev = drop[k] + 1
         memcpy(d + out * itemsize, s + prev * itemsize, (n - prev) * itemsize)
+
+
+# -- keep the flagged entries ---------------------------------------------------------------------
+def flagged_count(const index_t[:, ::1] compressed, const uint8_t[:, ::1] flags, int64_t[:, ::1] counts,
+                  int nthreads):
+    """``counts[b, i]``: how many entries of slice i of batch b are flagged (nonzero ``flags[b, k]``)."""
+    cdef Py_ssize_t B = compressed.shape[0], n = compressed.shape[1] - 1, nnz = flags.shape[1]
+    cdef Py_ssize_t r, b, i, k, s0, s1
+    cdef int64_t cnt
+    _require(n >= 0 and flags.shape[0] == B and counts.shape[0] == B and counts.shape[1] == n, "flagged_count",
+             "compressed (B, n + 1), flags (B, nnz) and counts (B, n) do not match")
+    with nogil:
+        for r in prange(B * n, num_threads=nthreads, schedule="static"):
+            b = r // n
+            i = r - b * n
+            s0 = clamp(compressed[b, i], 0, nnz)
+            s1 = clamp(compressed[b, i + 1], s0, nnz)
+            cnt = 0
+            for k in range(s0, s1):
+                cnt = cnt + (flags[b, k] != 0)
+            counts[b, i] = cnt
+
+
+def keep_flagged(const index_t[:, ::1] compressed, const index_t[:, ::1] plain, const raw_t[:, :, ::1] values,
+                 const uint8_t[:, ::1] flags, const index_t[:, ::1] out_compressed, index_t[:, ::1] out_plain,
+                 raw_t[:, :, ::1] out_values, int nthreads):
+    """The flagged entries of every slice, in order, into its segment of ``out_compressed`` (the
+    prefix sums of :func:`flagged_count`); a slice never writes past its segment's end."""
+    cdef Py_ssize_t B = compressed.shape[0], n = compressed.shape[1] - 1, nnz = plain.shape[1]
+    cdef Py_ssize_t E = values.shape[2], onnz = out_plain.shape[1]
+    cdef Py_ssize_t r, b, i, k, e, s0, s1, d, end
+    cdef const index_t* src_p
+    cdef const raw_t* src_v
+    cdef const uint8_t* flag
+    cdef index_t* dst_p
+    cdef raw_t* dst_v
+    _require(_canonical_shapes(compressed, plain, values.shape[0], values.shape[1]) and flags.shape[0] == B
+             and flags.shape[1] == nnz and out_compressed.shape[0] == B and out_compressed.shape[1] == n + 1
+             and out_plain.shape[0] == B and out_values.shape[0] == B and out_values.shape[1] == onnz
+             and out_values.shape[2] == E, "keep_flagged",
+             "compressed (B, n + 1), plain (B, nnz), values (B, nnz, E), flags (B, nnz), out_compressed "
+             "(B, n + 1), out_plain (B, nnz') and out_values (B, nnz', E) do not match")
+    if B == 0 or n == 0 or nnz == 0 or onnz == 0:
+        return
+    with nogil:
+        for r in prange(B * n, num_threads=nthreads, schedule="static"):
+            b = r // n
+            i = r - b * n
+            s0 = clamp(compressed[b, i], 0, nnz)
+            s1 = clamp(compressed[b, i + 1], s0, nnz)
+            d = out_compressed[b, i]
+            end = out_compressed[b, i + 1]
+            if bad_segment(d, end, onnz):
+                continue
+            src_p, flag, dst_p = &plain[b, 0], &flags[b, 0], &out_plain[b, 0]
+            src_v, dst_v = &values[b, 0, 0], &out_values[b, 0, 0]
+            # every entry is written at the next free slot, which only a flagged one keeps: no
+            # branch on the flags (the test of the end is taken until the last kept entry)
+            for k in range(s0, s1):
+                if d >= end:
+                    break
+                dst_p[d] = src_p[k]
+                if E == 1:
+                    dst_v[d] = src_v[k]
+                else:
+                    for e in range(E):
+                        dst_v[d * E + e] = src_v[k * E + e]
+                d = d + (flag[k] != 0)
+
+
+# -- kron -----------------------------------------------------------------------------------------
+
+cdef inline num_t _mul(num_t a, num_t b) noexcept nogil:
+    # uint8/uint16 promote to (signed) int in C, where 65535 * 65535 overflows
+    if num_t is uint8_t or num_t is uint16_t:
+        return <num_t>(<uint32_t>a * <uint32_t>b)
+    else:
+        return a * b
+
+
+cdef bint _runs_ok(const int64_t[::1] starts, Py_ssize_t n) noexcept:
+    """``starts`` cuts ``[0, n)`` into runs: starts at 0, ends at n, never decreases."""
+    cdef Py_ssize_t k, m = starts.shape[0]
+    if m < 1 or starts[0] != 0 or starts[m - 1] != n:
+        return False
+    for k in range(1, m):
+        if starts[k] < starts[k - 1]:
+            return False
+    return True
+
+
+def kron_rows(const int64_t[:, ::1] ia, const num_t[::1] va, const int64_t[::1] ga,
+              const int64_t[:, ::1] ib, const num_t[::1] vb, const int64_t[::1] gb, int64_t mb, int64_t nb,
+              index_t[:, ::1] out, num_t[::1] out_values, int nthreads):
+    """The Kronecker product of two 2-d COO matrices, pair by pair in the order that sorts it.
+
+    ``ia`` (2, na) and ``ib`` (2, nb_) are the operands' coordinates, ``ga``/``gb`` the starts of
+    their runs of one row (``ga[k]:ga[k + 1]`` one run, the last start the entry count); ``mb``,
+    ``nb`` the second operand's sizes. Pair (p, q) goes to ``(ia[0, p] * mb + ib[0, q],
+    ia[1, p] * nb + ib[1, q])`` with value ``va[p] * vb[q]``, the pairs ordered by A's run, B's
+    run, p, q: sorted (and distinct) when both operands are. Run ``i`` of A fills
+    ``out[:, ga[i] * nb_:ga[i + 1] * nb_]``, so the runs go to threads without a count first.
+
+    The runs are checked to cut the entries (else ValueError before a write); a coordinate only
+    enters a result, never an address.
+    """
+    cdef Py_ssize_t na = ia.shape[1], nbb = ib.shape[1], GA = ga.shape[0] - 1, GB = gb.shape[0] - 1
+    cdef Py_ssize_t i, j, p, q, k, a0, a1, b0, b1, la
+    cdef int64_t r, ca
+    _require(ia.shape[0] == 2 and ib.shape[0] == 2 and va.shape[0] == na and vb.shape[0] == nbb,
+             "kron_rows", "coordinates and values of different lengths")
+    _require(_runs_ok(ga, na) and _runs_ok(gb, nbb), "kron_rows", "row runs do not cut the entries")
+    _require(out.shape[0] == 2 and out.shape[1] == na * nbb and out_values.shape[0] == na * nbb,
+             "kron_rows", "output of the wrong size")
+    with nogil:
+        for i in prange(GA, num_threads=nthreads, schedule="guided"):
+            a0 = ga[i]
+            a1 = ga[i + 1]
+            la = a1 - a0
+            for j in range(GB):
+                b0 = gb[j]
+                b1 = gb[j + 1]
+                if b1 == b0 or la == 0:
+                    continue
+                k = a0 * nbb + la * b0
+                r = ia[0, a0] * mb + ib[0, b0]
+                for p in range(a0, a1):
+                    ca = ia[1, p] * nb
+                    for q in range(b0, b1):
+                        out[0, k] = <index_t>r
+                        out[1, k] = <index_t>(ca + ib[1, q])
+                        out_values[k] = _mul(va[p], vb[q])
+                        k = k + 1

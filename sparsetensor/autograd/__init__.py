@@ -44,6 +44,7 @@ from . import _device
 from .rules import RULES
 from . import _tape
 from . import embeddings as _embedding  # registers its rules
+from . import _kron  # registers its rule
 
 from .embeddings import embedding, embedding_bag
 

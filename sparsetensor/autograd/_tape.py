@@ -125,7 +125,7 @@ def _dot(a, b, out=None):
 _UFUNC_OPS = {"subtract": "sub", "multiply": "mul", "true_divide": "div", "divide": "div", "negative": "neg",
               "absolute": "abs", "conjugate": "conj", "power": "pow"}  # NumPy's ufunc names that differ from ours
 _FUNCTION_OPS = {np.sum: "sum", np.mean: "mean", np.reshape: "reshape", np.hstack: "hstack", np.vstack: "vstack",
-                 np.tril: "tril", np.triu: "triu"}  # NumPy functions on sparse tensors recorded as our ops
+                 np.tril: "tril", np.triu: "triu", np.kron: "kron"}  # NumPy functions on sparse tensors recorded as our ops
 _COMPOSED = {np.sum: np.sum._implementation, np.mean: np.mean._implementation, np.dot: _dot,
              np.transpose: lambda a, axes=None: a.transpose(axes), np.swapaxes: lambda a, axis1, axis2: a.swapaxes(axis1, axis2),
              np.reshape: lambda a, shape=None, order="C", *, newshape=None, copy=None: a.reshape(

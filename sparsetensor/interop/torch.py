@@ -247,9 +247,9 @@ def to_torch(t, *, copy: bool | None = None, check_invariants: bool | None = Non
         tensor), because PyTorch kernels do not guard their reads: broken
         indices raise :class:`~sparsetensor.InvariantError`, and a compressed
         tensor whose only fault is unsorted or repeated indices in a row is
-        handed over coalesced (a copy). Without PyTorch's check, a tensor
-        built on index arrays the caller still holds (taken without a copy)
-        is checked again, since the caller may have written them.
+        handed over coalesced (a copy). A tensor built on index arrays the
+        caller still holds (taken without a copy), or computed from one, is
+        checked again, since the caller may have written them.
 
     Examples
     --------
@@ -269,7 +269,7 @@ def to_torch(t, *, copy: bool | None = None, check_invariants: bool | None = Non
         raise TypeError(f"to_torch expects a sparse tensor or an array, got {type(t).__name__}")
     torch = import_torch()
     check = resolve_check(check_invariants)
-    t = ensure_valid_export(t, again=not check)  # PyTorch's check covers arrays written since ours
+    t = ensure_valid_export(t)  # arrays written since our check: our error (PyTorch's would be a RuntimeError)
     if t.is_cuda:
         _require_torch_cuda(torch, t.device)
         return _sparse_of(torch, t, copy, check, lambda a, c, what, index: _device_tensor(torch, a, c, what))

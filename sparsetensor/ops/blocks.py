@@ -4,8 +4,8 @@ tensors of every layout on the host and a device.
 
 ``hstack``/``vstack`` are :func:`~sparsetensor.ops.join.cat` along the column / row dim (1-d
 tensors as PyTorch treats them). ``block_diag`` places 2-d tensors along the diagonal: each is
-made COO and padded with empty COO parts to the full width (a ``cat`` that offsets its column
-indices), and the rows are joined by ``cat``. ``kron`` pairs every entry of one operand with
+padded with empty parts to the full width and the rows are joined, both by ``cat`` (in csr for
+csr/bsr, csc for csc/bsc, else COO). ``kron`` pairs every entry of one operand with
 every entry of the other in one kernel of either backend (``kron_coo``). Results take the
 first sparse operand's layout (and blocksize where it tiles the result; else csr/csc).
 """
@@ -19,7 +19,7 @@ import numpy as np
 from .._backend import backend_for
 from .._core import _layout as L
 from .._core._canonical import ensure_valid_export
-from .._core._tensor import COOTensor, SparseTensor
+from .._core._tensor import COOTensor, CompressedTensor, SparseTensor
 from ._common import describe
 from .dense import from_dense
 from .join import cat, joined_layout
@@ -59,19 +59,23 @@ def vstack(tensors):
     return cat([t.unsqueeze(0) if t.ndim == 1 else t for t in tensors], 0)
 
 
-def _empty_coo(t: COOTensor, shape: tuple) -> COOTensor:
-    """A COO tensor of ``shape`` without entries, of ``t``'s dtypes and device."""
-    e = COOTensor(np.zeros((2, 0), t.index_dtype), np.zeros((0,), t.dtype), shape, True, True)
+def _empty(t, shape: tuple):
+    """A tensor of ``shape`` without entries, of ``t``'s layout (csr, csc or coo), dtypes and device."""
+    if t.layout is L.sparse_coo:
+        e = COOTensor(np.zeros((2, 0), t.index_dtype), np.zeros((0,), t.dtype), shape, True, True)
+    else:
+        e = CompressedTensor(np.zeros(shape[0 if t.layout.compressed_rows else 1] + 1, t.index_dtype),
+                             np.zeros(0, t.index_dtype), np.zeros(0, t.dtype), shape, t.layout, True)
     return e.to(t.device) if t.is_cuda else e
 
 
-def _in_layout(coo: COOTensor, like):
-    """``coo`` in the layout of ``like``, with its blocksize where that tiles ``coo``'s shape, else in
+def _in_layout(t, like):
+    """``t`` in the layout of ``like``, with its blocksize where that tiles ``t``'s shape, else in
     csr (csc) for a bsr (bsc) ``like`` (as :func:`~sparsetensor.ops.join.cat` joins)."""
-    if like.layout is L.sparse_coo:
-        return coo
-    layout, bs = joined_layout(like, [coo])
-    return coo.coalesce().to_sparse(layout, blocksize=bs)
+    if like.layout is t.layout:
+        return t
+    layout, bs = joined_layout(like, [t])
+    return t if layout is t.layout else t.coalesce().to_sparse(layout, blocksize=bs)
 
 
 def block_diag(*tensors):
@@ -93,19 +97,28 @@ def block_diag(*tensors):
         tensors = tuple(tensors[0])
     tensors = _tensors("block_diag", tensors)
     backend_for(*tensors)  # ValueError for tensors on two devices
-    coos = []
     for k, t in enumerate(tensors):
         if t.ndim not in (1, 2) or t.dense_dim or t.batch_dim:
             raise ValueError(f"block_diag: tensors[{k}] is a {describe(t, dtype=False)}; it takes 2-d (or 1-d) tensors "
                              "without batch or dense dims")
-        coos.append((t.unsqueeze(0) if t.ndim == 1 else t).to_sparse(L.sparse_coo))
-    C = sum(c.shape[1] for c in coos)
-    rows, off = [], 0
-    for c in coos:
-        m, n = c.shape
-        rows.append(cat([_empty_coo(c, (m, off)), c, _empty_coo(c, (m, C - off - n))], 1))
-        off += n
-    return _in_layout(cat(rows, 0), tensors[0])
+    # Each part is padded with empty parts to the full extent along its plain dim (csr: a row of
+    # parts), then the rows are joined along the compressed dim: both are cat's kernels, in the
+    # first tensor's compressed layout (csr for bsr, csc for bsc: a part need not start at a block).
+    first = tensors[0]
+    layout = L.sparse_coo if first.layout is L.sparse_coo else (
+        L.sparse_csr if first.layout.compressed_rows else L.sparse_csc)
+    parts = [(t.unsqueeze(0) if t.ndim == 1 else t).to_sparse(layout) for t in tensors]
+    across = 0 if layout is L.sparse_csc else 1  # the dim the padding runs along
+    total = sum(p.shape[across] for p in parts)
+    lines, off = [], 0
+    for p in parts:
+        width = p.shape[across]
+        pads = [(off, None), (total - off - width, None)]
+        shapes = [tuple(w if d == across else p.shape[d] for d in (0, 1)) for w, _ in pads]
+        line = [_empty(p, shapes[0]), p, _empty(p, shapes[1])]
+        lines.append(cat([x for x in line if x.shape[across]] or [p], across))
+        off += width
+    return _in_layout(cat(lines, 1 - across), first)
 
 
 def kron(a, b):
@@ -140,21 +153,23 @@ def kron(a, b):
             raise NotImplementedError(f"kron of a {describe(x, dtype=False)}: dense dims are not supported; "
                                       "convert them to sparse dims first")
     n = max(a.ndim, b.ndim)
-    a, b = (x.to_sparse(L.sparse_coo) for x in (a, b))
+    # checked again here where a caller holds the arrays: the error then names its tensor
+    a, b = (ensure_valid_export(x).to_sparse(L.sparse_coo) for x in (a, b))
     if a.index_dtype != b.index_dtype:  # one index dtype for the kernels
         a, b = (x._with_index_dtype(np.int64) for x in (a, b))
     dtype = np.result_type(a.dtype, b.dtype)
     # bool duplicates are an or: merged before the values become numbers that would add
     a, b = (x.coalesce() if x.dtype == np.bool_ and dtype != np.bool_ else x for x in (a, b))
-    a, b = (ensure_valid_export(x).reshape((1,) * (n - x.ndim) + x.shape) for x in (a, b))
+    a, b = (x.reshape((1,) * (n - x.ndim) + x.shape) for x in (a, b))
     shape = tuple(p * q for p, q in zip(a.shape, b.shape))
     both32 = a.index_dtype == b.index_dtype == np.int32
     index_dtype = np.dtype(np.int32 if both32 and max(shape, default=0) <= np.iinfo(np.int32).max else np.int64)
     if math.prod(shape) > np.iinfo(np.int64).max:
         raise ValueError(f"kron: the result's shape {shape} has more elements than an int64 counts")
-    idx, values = backend_for(a).kron_coo(a.indices(), a.astype(dtype).values(), b.indices(),
-                                          b.astype(dtype).values(), b.shape, index_dtype)
-    out = COOTensor(idx, values, shape, False, True)
-    if a.is_coalesced() and b.is_coalesced():
+    idx, values, ordered = backend_for(a).kron_coo(a.indices(), a.astype(dtype).values(), b.indices(),
+                                                   b.astype(dtype).values(), b.shape, index_dtype)
+    coalesced = a.is_coalesced() and b.is_coalesced()
+    out = COOTensor(idx, values, shape, coalesced and ordered, True)
+    if coalesced and not ordered:
         out = out.coalesce()  # distinct pairs: a sort
     return _in_layout(out, like) if like.layout is not L.sparse_coo else out

@@ -8,13 +8,12 @@ import numpy as np
 
 from .._core import _layout as L
 from .._backend import backend_for
-from .._core._canonical import build, ensure_valid
+from .._core._canonical import as_parts, build, ensure_valid_export
 from .._core._dtypes import VALUE_DTYPES, check_fits
-from .._core._validate import raise_coo_error
 from .._core._shape_checks import normalize_dim
 from .._core._tensor import COOTensor, CompressedTensor, SparseTensor
 from ._common import describe
-from ._shape_common import _compressed, _kind, _parts, _resized, _sparse_axis, _values_axis
+from ._shape_common import _compressed, _kind, _resized, _sparse_axis, _values_axis
 
 __all__ = ["cat", "concatenate", "stack", "joined_layout"]
 
@@ -134,8 +133,9 @@ def _same_arrays(arrays) -> bool:
 
 def _coo_cat(tensors: list, d: int, kind: str, shape: tuple, op: str, threads) -> COOTensor:
     first = tensors[0]
-    if kind == "sparse":  # an index out of its input's range would land in the next input's: checked first
-        tensors = [ensure_valid(t, threads=threads) for t in tensors]
+    if kind == "sparse":  # an index out of its input's range would land in the next input's: checked first,
+        # again where the caller holds (and may have written) the arrays
+        tensors = [ensure_valid_export(t, threads=threads) for t in tensors]
     if first.is_cuda:
         return _coo_cat_device(tensors, d, kind, shape)
     dt = first.index_dtype
@@ -144,7 +144,6 @@ def _coo_cat(tensors: list, d: int, kind: str, shape: tuple, op: str, threads) -
         parts, offset = [], 0
         for t in tensors:
             idx = t.indices().copy()
-            _in_range(idx[d], d, t.shape)
             idx[d] += offset
             offset += t.shape[d]
             parts.append(idx)
@@ -163,15 +162,6 @@ def _coo_cat(tensors: list, d: int, kind: str, shape: tuple, op: str, threads) -
         values[key] = t.values()
         row, col = row + t.nnz, col + t.shape[d]
     return COOTensor(np.concatenate([t.indices() for t in tensors], axis=1), values, shape, len(tensors) == 1)
-
-
-def _in_range(row: np.ndarray, d: int, shape: tuple) -> None:
-    """The indices ``row`` of dim ``d`` of a checked COO input of ``shape`` are still in range (a
-    caller may have written the arrays it built the tensor on): the offsets would hide one."""
-    bad = (row < 0) | (row >= shape[d])
-    if bad.any():
-        i = int(np.argmax(bad))
-        raise_coo_error(("C4" if row[i] < 0 else "C5", d, i, int(row[i])), shape, " (changed since the check)")
 
 
 def _coo_cat_device(tensors: list, d: int, kind: str, shape: tuple) -> COOTensor:
@@ -215,7 +205,8 @@ def _compressed_cat(tensors: list, d: int, kind: str, shape: tuple, op: str, thr
         coo = _coo_cat([t.to_sparse(L.sparse_coo, threads=threads) for t in tensors], d, kind, shape, op, threads)
         bs = first.blocksize if first.layout.blocked else None
         return coo.coalesce(threads=threads).to_sparse(first.layout, blocksize=bs, threads=threads)
-    parts = [_parts(t, threads) for t in tensors]
+    # an index a caller changed since the check would land, offset, in the next input's range
+    parts = [as_parts(ensure_valid_export(t, threads=threads)) for t in tensors]
     is_comp, bs = _sparse_axis(first, d)
     p0 = parts[0]
     sizes = [t.shape[d] // bs for t in tensors]

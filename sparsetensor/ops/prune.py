@@ -84,8 +84,9 @@ def _triangle(name: str, t, diagonal, upper: bool):
             coo.indices(), S - 2, S - 1, reach, upper, (R, C)))
         # the items a kept block holds beyond the diagonal: 0
         return sparse_mask(_triangle(name, blocks.to_sparse(L.sparse_coo), k, upper), blocks)
+    # entries are kept by coordinate: C4/C5 first (again if held outside), named in t's terms
+    t = ensure_valid_export(t)
     coo = t if isinstance(t, COOTensor) else t.to_sparse(L.sparse_coo)
-    coo = ensure_valid_export(coo)  # entries are kept by coordinate: C4/C5 first (again if held outside)
     backend = backend_for(coo)
     flags = backend.triangle_flags(coo.indices(), S - 2, S - 1, k, upper)
     idx, values = backend.keep_coo(coo.indices(), coo.values(), flags)

@@ -41,7 +41,7 @@ from ._function import apply
 
 __all__ = ["apply", "matmul", "mm", "mv", "bmm", "addmm", "sampled_addmm", "add", "sub", "mul", "div",
            "sum", "mean", "softmax", "log_softmax", "to_dense", "from_dense", "sparse_mask", "coalesce",
-           "to_sparse", "transpose", "permute", "unsqueeze", "squeeze", "reshape", "flatten", "tril", "triu", "mT", "narrow", "select", "index_select", "cat", "values", "embedding",
+           "to_sparse", "transpose", "permute", "unsqueeze", "squeeze", "reshape", "flatten", "tril", "triu", "kron", "mT", "narrow", "select", "index_select", "cat", "values", "embedding",
            "embedding_bag", "scale", "pow", "abs", "conj", "real", "imag", "sgn"] + sorted(UNARY) + [
     # no sparse gradient: these raise DenseGradientError naming to_dense()
     "exp", "exp2", "cos", "cosh", "acos", "acosh", "log", "log2", "log10", "sigmoid", "rsqrt", "reciprocal"]

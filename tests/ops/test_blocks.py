@@ -153,3 +153,111 @@ def test_fuzz_findings():
         f = lambda x: st.sum(st.block_diag(x, c, c).sin())  # noqa: E731 - a bsr result, parts off the blocks
         _, pb = st.autograd.vjp(f, blk)
         np.testing.assert_allclose(pb(1.0)[0].values(), _fd(f, blk), atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.float16,
+                                   np.float32, np.float64, np.complex64, np.complex128])
+def test_kron_sorted_in_every_dtype(rng, dtype):
+    """The host writes the pairs of matrices and vectors in sorted order (no sort after): the result
+    says coalesced only where its coordinates are strictly increasing, and its products are
+    NumPy's (integers wrap, float16 rounds once; a complex product may differ from NumPy's in
+    the last bit, which NumPy computes with fused multiply-adds where the CPU has them)."""
+    def values(shape):
+        if dtype == np.bool_:
+            return rng.random(shape) < 0.6
+        if np.dtype(dtype).kind in "iu":
+            info = np.iinfo(dtype)
+            return rng.integers(info.min, info.max, shape, endpoint=True).astype(dtype)
+        v = rng.standard_normal(shape) * (3 if dtype == np.float16 else 300)
+        return (v + 1j * rng.standard_normal(shape) if np.dtype(dtype).kind == "c" else v).astype(dtype)
+
+    for sa, sb in (((4, 5), (3, 2)), ((6,), (4,)), ((1, 7), (5, 1)), ((3, 0), (2, 2))):
+        A = values(sa) * (rng.random(sa) < 0.5)
+        B = values(sb) * (rng.random(sb) < 0.5)
+        a, b = st.from_dense(A.astype(dtype), "coo"), st.from_dense(B.astype(dtype), "coo")
+        k = st.kron(a, b)
+        assert k.is_coalesced() and k.dtype == dtype
+        key = np.ravel_multi_index(tuple(k.indices().astype(np.int64)), k.shape) if k.nnz else np.zeros(0)
+        assert np.all(np.diff(key) > 0)
+        want = np.kron(A.astype(dtype), B.astype(dtype))
+        if np.dtype(dtype).kind == "c":
+            np.testing.assert_allclose(k.to_dense(), want, rtol=4 * np.finfo(dtype).eps)
+        else:
+            np.testing.assert_array_equal(k.to_dense(), want)
+
+
+def test_kron_rows_refuses_bad_runs():
+    """The kernel's runs must cut the entries (they give every write's position)."""
+    from sparsetensor._lib import _select
+
+    ia, ib = np.array([[0, 0, 1], [0, 1, 1]], np.int64), np.array([[0], [1]], np.int64)
+    v = np.ones(3)
+    out, ov = np.empty((2, 3), np.int64), np.empty(3)
+    for ga in (np.array([0, 2], np.int64), np.array([0, 3, 2, 3], np.int64), np.array([1, 3], np.int64)):
+        with pytest.raises(ValueError, match="runs"):
+            _select.kron_rows(ia, v, ga, ib, np.ones(1), np.array([0, 1], np.int64), 1, 2, out, ov, 1)
+    with pytest.raises(ValueError, match="wrong size"):
+        _select.kron_rows(ia, v, np.array([0, 2, 3], np.int64), ib, np.ones(1), np.array([0, 1], np.int64), 1, 2,
+                          np.empty((2, 2), np.int64), ov, 1)
+
+
+@pytest.mark.parametrize("layout", ["csr", "csc", "coo"])
+def test_joins_check_changed_caller_indices(layout):
+    """A tensor on the caller's index arrays, checked, then written out of range by the caller: the
+    joins that offset its indices into the next input's range check it again (hstack dropped the
+    entry, block_diag put it into the next block), and kron names the caller's tensor."""
+    if layout == "coo":
+        idx = np.array([[0, 1], [0, 0]])
+        t = st.sparse_coo_tensor(idx, np.array([1.0, 2.0]), (2, 2))
+        col = idx[1]
+    else:
+        col = np.array([0, 1])
+        make = st.sparse_csr_tensor if layout == "csr" else st.sparse_csc_tensor
+        t = make(np.array([0, 1, 2]), col, np.array([1.0, 2.0]), (2, 2))
+    t.check_invariants()
+    col[1] = 3
+    other = st.from_dense(np.eye(2), layout)
+    for call in (lambda: st.hstack([t, other]), lambda: st.vstack([t, other]), lambda: st.block_diag(t, other),
+                 lambda: st.cat([other, t], 1), lambda: st.cat([other, t], 0), lambda: st.kron(t, other)):
+        with pytest.raises(st.InvariantError, match=layout):
+            call()
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_block_diag_keeps_order(rng, layout):
+    """Compressed parts are joined in their own compressed form: the result stays coalesced."""
+    parts = [_sparse(rng, s, layout, bs=(1, 1))[0] for s in [(3, 2), (2, 5), (4, 1)]]
+    d = st.block_diag(*parts)
+    d.check_invariants()
+    assert d.is_coalesced() or layout == "coo"
+    np.testing.assert_array_equal(d.to_dense(), scipy.linalg.block_diag(*[p.to_dense() for p in parts]))
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_kron_vjp(rng, layout):
+    """kron's rule against finite differences: every layout, an array operand (a dense
+    cotangent), an uncoalesced operand (each pair its own cotangent), np.kron on the tape, and
+    complex values (the cotangent of a is G * conj(b))."""
+    a, _ = _sparse(rng, (2, 4), layout)
+    b, _ = _sparse(rng, (3, 2), "csc")
+    dense = rng.standard_normal((3, 2))
+    u = st.sparse_coo_tensor(np.array([[0, 0, 1], [1, 1, 0]]), np.array([1.0, 2.0, 3.0]), (2, 2))
+    for x, f in [(a, lambda x: st.sum(st.kron(x, b).sin())), (b, lambda y: st.sum(st.kron(a, y).sin())),
+                 (a, lambda x: st.sum(st.kron(dense, x).tanh())), (u, lambda x: st.sum(np.kron(x, b) * 3.0)),
+                 (u, lambda x: st.sum(st.kron(b, x).sin())), (u, lambda x: st.sum(st.kron(x, dense).sin()))]:
+        _, pullback = st.autograd.vjp(f, x)
+        np.testing.assert_allclose(pullback(1.0)[0].values(), _fd(f, x), atol=1e-6)
+    for other in (a, u):
+        f = lambda y: np.sum(np.sin(st.kron(other, y).to_dense()))  # noqa: E731
+        _, pullback = st.autograd.vjp(f, dense)
+        (g,) = pullback(1.0)
+        eps, want = 1e-6, np.zeros_like(dense)
+        for i in np.ndindex(dense.shape):
+            step = np.zeros_like(dense)
+            step[i] = eps
+            want[i] = (f(dense + step) - f(dense - step)) / (2 * eps)
+        np.testing.assert_allclose(g, want, atol=1e-6)
+    z = st.from_dense(np.array([[1 + 2j, 0], [0, 3j]]), "csr")
+    w = st.from_dense(np.array([[1 - 1j, 2.0]]), "coo")
+    out, pullback = st.autograd.vjp(lambda x: st.kron(x, w), z)
+    np.testing.assert_allclose(pullback(out)[0].values(), z.values() * np.sum(np.abs(w.values()) ** 2))

@@ -218,3 +218,29 @@ def test_batched_blocks_and_edge_cases():
     t = st.from_dense(np.ones((3, 3)), "csr")
     for k, want in ((2**63, 9), (-2**64, 0), (np.uint64(2**64 - 1), 9), (-3, 0), (-2, 1)):
         assert t.tril(k).nnz == want and t.triu(-np.int64(k) if abs(int(k)) < 2**62 else -int(k)).nnz == want
+
+
+def test_keep_flagged_kernels_guard_their_segments():
+    """The host's keep kernels: shapes checked before any write, and a compressed index changed
+    after the counts were taken writes nothing out of its segment."""
+    from sparsetensor._lib import _select
+
+    c = np.array([[0, 2, 4]], np.int64)
+    p = np.array([[0, 1, 0, 1]], np.int64)
+    v = np.arange(4, dtype=np.uint64).reshape(1, 4, 1)
+    flags = np.array([[1, 0, 1, 1]], np.uint8)
+    counts = np.empty((1, 2), np.int64)
+    _select.flagged_count(c, flags, counts, 1)
+    assert counts.tolist() == [[1, 2]]
+    out_c = np.array([[0, 1, 3]], np.int64)
+    out_p, out_v = np.full((1, 3), -1, np.int64), np.zeros((1, 3, 1), np.uint64)
+    _select.keep_flagged(c, p, v, flags, out_c, out_p, out_v, 1)
+    assert out_p.tolist() == [[0, 0, 1]] and out_v.ravel().tolist() == [0, 2, 3]
+    changed = np.array([[0, 4, 4]], np.int64)  # every entry now in row 0, whose segment holds one
+    out_p[:] = -1
+    _select.keep_flagged(changed, p, v, flags, out_c, out_p, out_v, 1)
+    assert out_p[0, 0] == 0 and out_p[0, 1:].tolist() == [-1, -1]
+    with pytest.raises(ValueError, match="do not match"):
+        _select.keep_flagged(c, p, v, flags[:, :3], out_c, out_p, out_v, 1)
+    with pytest.raises(ValueError, match="do not match"):
+        _select.flagged_count(c, flags, counts[:, :1], 1)

@@ -16,8 +16,9 @@ import numpy as np
 
 from ..._core._canonical import same_nnz
 from ..._core._config import num_threads
-from ..._core._dtypes import check_fits
+from ..._core._dtypes import check_fits, raw_view
 from ..._lib import _select as _kernels
+from .._views import bits_dtype, work_dtype
 from ..._core._validate import raise_coo_error
 
 __all__ = ["gather_slices", "remap_plain", "narrow_plain", "cat_plain", "cat_compressed", "index_select_coo"]
@@ -163,28 +164,56 @@ def keep_coo(indices: np.ndarray, values: np.ndarray, flags: np.ndarray, threads
 def kron_coo(ia: np.ndarray, va: np.ndarray, ib: np.ndarray, vb: np.ndarray, bshape: tuple, index_dtype,
              threads=None) -> tuple:
     """The COO entries of the Kronecker product of entries ``(ia, va)`` and ``(ib, vb)`` (one value
-    dtype, in bounds): entry ``i * nb + j`` at ``ia[:, i] * bshape + ib[:, j]`` with value
-    ``va[i] * vb[j]``."""
+    dtype, in bounds), ``(indices, values, ordered)``: pair (i, j) at ``ia[:, i] * bshape + ib[:, j]``
+    with value ``va[i] * vb[j]``. ``ordered``: the pairs come sorted when both operands are.
+
+    One or two sparse dims: :func:`sparsetensor._lib._select.kron_rows` writes the pairs run of
+    rows by run of rows, sorted. More: every ``i`` with every ``j`` in turn (a sort to follow)."""
     na, nb = ia.shape[1], ib.shape[1]
-    step = np.asarray(bshape, np.int64)[:, None]
-    idx = (np.repeat(ia.astype(np.int64), nb, axis=1) * step + np.tile(ib.astype(np.int64), (1, na)))
-    return idx.astype(index_dtype, copy=False), np.repeat(va, nb) * np.tile(vb, na)
+    S = ia.shape[0]
+    if S not in (1, 2):
+        step = np.asarray(bshape, np.int64)[:, None]
+        idx = (np.repeat(ia.astype(np.int64), nb, axis=1) * step + np.tile(ib.astype(np.int64), (1, na)))
+        return idx.astype(index_dtype, copy=False), np.repeat(va, nb) * np.tile(vb, na), False
+    dtype = va.dtype
+    if S == 1:  # a vector is one row
+        ia, ib, bshape = np.vstack([0 * ia, ia]), np.vstack([0 * ib, ib]), (1,) + tuple(bshape)
+    ia, ib = (np.ascontiguousarray(x, dtype=np.int64) for x in (ia, ib))
+    wt = work_dtype(dtype)  # float16 multiplies in float32 and rounds once, as NumPy
+    kt = bits_dtype(wt)
+    out = np.empty((2, na * nb), index_dtype)
+    values = np.empty(na * nb, wt)
+    _kernels.kron_rows(ia, np.ascontiguousarray(va, dtype=wt).view(kt), _runs(ia[0]), ib,
+                       np.ascontiguousarray(vb, dtype=wt).view(kt), _runs(ib[0]), bshape[0], bshape[1], out,
+                       values.view(kt), num_threads(threads, na * nb))
+    return (out[1:] if S == 1 else out), values.astype(dtype, copy=False), True
+
+
+def _runs(row: np.ndarray) -> np.ndarray:
+    """The starts of the runs of equal items of ``row``, then its length."""
+    starts = np.flatnonzero(row[1:] != row[:-1]) + 1
+    return np.concatenate([[0], starts, [row.size]]).astype(np.int64) if row.size else np.zeros(1, np.int64)
 
 
 def keep_compressed(c: np.ndarray, p: np.ndarray, v: np.ndarray, flags: np.ndarray, batch: tuple, what: str,
                     threads=None) -> tuple:
     """The members ``(compressed, plain, values)`` of the entries whose ``flags`` (one per entry of
     the ``(B, nnz)`` standard form) are set, every batch keeping the same number (else ValueError
-    naming ``what``)."""
+    naming ``what``): a count per slice, then each slice's kept entries copied."""
     B, nnz = p.shape
-    flags = np.asarray(flags, bool).reshape(-1)
-    kept_at = np.flatnonzero(flags)  # positions in the batches' entries, one after another
-    counted = np.zeros(B * nnz + 1, np.int64)
-    np.cumsum(flags.view(np.int8), out=counted[1:])
-    starts = np.clip(c.astype(np.int64), 0, nnz) + (np.arange(B, dtype=np.int64) * nnz)[:, None]
-    before = counted[starts]  # the kept entries before each slice's start
-    same_nnz(before[:, -1] - before[:, 0], batch, what)
-    kept = int(before[0, -1] - before[0, 0]) if B else 0
-    out_v = np.take(v.reshape((B * nnz,) + v.shape[2:]), kept_at, axis=0)
-    return ((before - before[:, :1]).astype(c.dtype), np.take(p.reshape(-1), kept_at).reshape(B, kept),
-            out_v.reshape((B, kept) + v.shape[2:]))
+    n = c.shape[-1] - 1
+    flags = np.ascontiguousarray(flags, dtype=bool).reshape(B, nnz).view(np.uint8)
+    nt = num_threads(threads, B * (n + nnz))
+    counts = np.empty((B, n), np.int64)
+    _kernels.flagged_count(c, flags, counts, nt)
+    per_batch = counts.sum(axis=1)
+    same_nnz(per_batch, batch, what)
+    kept = int(per_batch[0]) if B else 0
+    out_c = np.zeros((B, n + 1), c.dtype)
+    np.cumsum(counts, axis=1, out=out_c[:, 1:])
+    out_p = np.empty((B, kept), p.dtype)
+    out_v = np.empty((B, kept) + v.shape[2:], v.dtype)
+    E = math.prod(v.shape[2:])
+    _kernels.keep_flagged(c, p, raw_view(np.ascontiguousarray(v).reshape(B, nnz, E)), flags, out_c, out_p,
+                          raw_view(out_v.reshape(B, kept, E)), nt)
+    return out_c, out_p, out_v

@@ -436,8 +436,9 @@ def keep_coo(indices, values, flags):
 
 def kron_coo(ia, va, ib, vb, bshape: tuple, index_dtype):
     """The COO entries of the Kronecker product of device entries ``(ia, va)`` and ``(ib, vb)`` (one
-    value dtype, in bounds): entry ``i * nb + j`` at ``ia[:, i] * bshape + ib[:, j]``, value
-    ``va[i] * vb[j]``."""
+    value dtype, in bounds), ``(indices, values, False)``: entry ``i * nb + j`` at
+    ``ia[:, i] * bshape + ib[:, j]``, value ``va[i] * vb[j]`` (not in sorted order: the CPU's
+    third item says whether they are)."""
     dev = ia._device
     S, na = ia.shape
     nb = ib.shape[1]
@@ -446,7 +447,7 @@ def kron_coo(ia, va, ib, vb, bshape: tuple, index_dtype):
     pa, pb = P.empty(dev, (n,), np.int64), P.empty(dev, (n,), np.int64)
     P.run(dev, "select.cu", "kron_pairs", (P.index_key(ia.dtype), P.index_key(index_dtype)), n, ia, na, ib, nb, S,
           P.ints(dev, bshape), out, pa, pb)
-    return out, elementwise(take_axis(va, 0, pa), take_axis(vb, 0, pb), "mul")
+    return out, elementwise(take_axis(va, 0, pa), take_axis(vb, 0, pb), "mul"), False
 
 
 def keep_compressed(c, p, v, flags, batch: tuple, what: str):
