@@ -105,19 +105,27 @@ def carry_held(sources, out):
     that a caller changed after the check is checked as it was flagged, so an exit that trusts
     the flag (to SciPy, to PyTorch, a new coordinate) would pass the change on; the mark makes
     :func:`sparsetensor._core._canonical.ensure_valid_export` check it again (once: a copy of
-    the library's own does not change)."""
-    if not _any_held or not any(_is_held(s) for s in sources):
+    the library's own does not change). An in-place op's tensor, which took such copies, is
+    marked too (marking a tensor that is held already changes nothing)."""
+    if not _any_held:
         return out
-    for o in (out if isinstance(out, (tuple, list)) else (out,)):
-        if isinstance(o, SparseTensor) and not any(o is s for s in sources):
-            o._from_held = True
+    if isinstance(out, SparseTensor):
+        outs = (out,)
+    elif isinstance(out, (tuple, list)):
+        outs = [o for o in out if isinstance(o, SparseTensor)]
+    else:  # a dense result (products, sums): nothing to mark, nothing to look up
+        return out
+    for s in sources:
+        if isinstance(s, SparseTensor):
+            if held_outside(s):
+                break
+        elif isinstance(s, (tuple, list)) and any(isinstance(y, SparseTensor) and held_outside(y) for y in s):
+            break
+    else:
+        return out
+    for o in outs:
+        o._from_held = True
     return out
-
-
-def _is_held(x) -> bool:
-    if isinstance(x, SparseTensor):
-        return held_outside(x)
-    return isinstance(x, (tuple, list)) and any(isinstance(y, SparseTensor) and held_outside(y) for y in x)
 
 
 def held_outside(t) -> bool:
@@ -125,10 +133,13 @@ def held_outside(t) -> bool:
     computed from such a tensor and not checked since (:func:`carry_held`)."""
     if getattr(t, "_from_held", False):
         return True
-    for name, a in t._members():
-        if name != "values" and isinstance(a, _NDARRAY):
-            r = _root(a)
-            if _HELD_OUTSIDE.get(id(r)) is r:
+    held = _HELD_OUTSIDE.data  # id -> weak reference: a dict lookup per member (this runs on every op)
+    for a in ((t._indices,) if isinstance(t, COOTensor) else (t._compressed, t._plain)):
+        if type(a) is _NDARRAY:
+            while type(a.base) is _NDARRAY:
+                a = a.base
+            ref = held.get(id(a))
+            if ref is not None and ref() is a:
                 return True
     return False
 
@@ -429,6 +440,7 @@ class COOTensor(SparseTensor):
         self._values = values
         self._shape = tuple(shape)
         self._layout = L.sparse_coo
+        self._from_held = False
         self._coalesced = bool(coalesced)
         self._checked = bool(checked)
 
@@ -556,6 +568,7 @@ class CompressedTensor(SparseTensor):
         self._shape = tuple(shape)
         self._layout = layout
         self._canonical = bool(canonical)
+        self._from_held = False
 
     # -- attributes ---------------------------------------------------------------
     @property
