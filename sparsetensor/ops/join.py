@@ -8,7 +8,8 @@ import numpy as np
 
 from .._core import _layout as L
 from .._backend import backend_for
-from .._core._canonical import as_parts, build, ensure_valid_export
+from .._core._canonical import as_parts, build, ensure_valid, ensure_valid_export
+from .._core._validate import raise_coo_error
 from .._core._dtypes import VALUE_DTYPES, check_fits
 from .._core._shape_checks import normalize_dim
 from .._core._tensor import COOTensor, CompressedTensor, SparseTensor
@@ -133,9 +134,8 @@ def _same_arrays(arrays) -> bool:
 
 def _coo_cat(tensors: list, d: int, kind: str, shape: tuple, op: str, threads) -> COOTensor:
     first = tensors[0]
-    if kind == "sparse":  # an index out of its input's range would land in the next input's: checked first,
-        # again where the caller holds (and may have written) the arrays
-        tensors = [ensure_valid_export(t, threads=threads) for t in tensors]
+    if kind == "sparse":  # an index out of its input's range would land in the next input's: checked first
+        tensors = [ensure_valid(t, threads=threads) for t in tensors]
     if first.is_cuda:
         return _coo_cat_device(tensors, d, kind, shape)
     dt = first.index_dtype
@@ -144,6 +144,7 @@ def _coo_cat(tensors: list, d: int, kind: str, shape: tuple, op: str, threads) -
         parts, offset = [], 0
         for t in tensors:
             idx = t.indices().copy()
+            _in_range(idx[d], d, t.shape)
             idx[d] += offset
             offset += t.shape[d]
             parts.append(idx)
@@ -162,6 +163,17 @@ def _coo_cat(tensors: list, d: int, kind: str, shape: tuple, op: str, threads) -
         values[key] = t.values()
         row, col = row + t.nnz, col + t.shape[d]
     return COOTensor(np.concatenate([t.indices() for t in tensors], axis=1), values, shape, len(tensors) == 1)
+
+
+def _in_range(row: np.ndarray, d: int, shape: tuple) -> None:
+    """The indices ``row`` of dim ``d`` of a checked COO input of ``shape`` are still in range (a
+    caller may have written the arrays it built the tensor on): the offsets would hide one. The
+    other dims' indices go to the result as they are, which carries the mark of its held input
+    (checked again at the exits)."""
+    bad = (row < 0) | (row >= shape[d])
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise_coo_error(("C4" if row[i] < 0 else "C5", d, i, int(row[i])), shape, " (changed since the check)")
 
 
 def _coo_cat_device(tensors: list, d: int, kind: str, shape: tuple) -> COOTensor:
@@ -205,9 +217,12 @@ def _compressed_cat(tensors: list, d: int, kind: str, shape: tuple, op: str, thr
         coo = _coo_cat([t.to_sparse(L.sparse_coo, threads=threads) for t in tensors], d, kind, shape, op, threads)
         bs = first.blocksize if first.layout.blocked else None
         return coo.coalesce(threads=threads).to_sparse(first.layout, blocksize=bs, threads=threads)
-    # an index a caller changed since the check would land, offset, in the next input's range
-    parts = [as_parts(ensure_valid_export(t, threads=threads)) for t in tensors]
     is_comp, bs = _sparse_axis(first, d)
+    # along the plain dim an index a caller changed since the check would land, offset, in the next
+    # input's range: checked again; along the compressed dim a broken input gives a broken result,
+    # which carries the mark of its held input (checked again at the exits)
+    parts = [as_parts(ensure_valid(t, repair=True, threads=threads) if is_comp else
+                      ensure_valid_export(t, threads=threads)) for t in tensors]
     p0 = parts[0]
     sizes = [t.shape[d] // bs for t in tensors]
     limits = {f"size[{d}]": shape[d]}
