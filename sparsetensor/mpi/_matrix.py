@@ -25,6 +25,7 @@ import time
 import numpy as np
 from mpi4py import MPI
 
+from .._core._canonical import ensure_valid_export
 from .._core._errors import InvariantError
 from .._core._tensor import CompressedTensor, SparseTensor
 from .._core._from_arrays import sparse_csr_tensor
@@ -53,7 +54,10 @@ def _as_csr(t) -> CompressedTensor:
         raise ValueError(f"expected a 2-d sparse tensor without batch or dense dims, got a {t.layout.name} tensor "
                          f"of shape {tuple(t.shape)} (batch_dim={t.batch_dim}, dense_dim={t.dense_dim})")
     t = t.cpu()
-    return t if t.layout is sparse_csr else t.to_sparse_csr()
+    c = t if t.layout is sparse_csr else t.to_sparse_csr()
+    # a checked part is checked again where the caller holds its arrays (its indices go on to the
+    # split, MPI and PETSc); an unchecked one is checked as it is split, naming global rows
+    return ensure_valid_export(c) if c.is_coalesced() else c
 
 
 class DistCSR:

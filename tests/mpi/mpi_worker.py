@@ -709,6 +709,18 @@ def suite_errors(tmp):
         assert e.invariant == "5.3" and f"i={n - 1}" in str(e), str(e)
         raised(tmp, "row-pointer-decreases", e)
     comm.Barrier()
+    # a checked part on this rank's own arrays, whose column the caller wrote out of range after
+    # the check (the last rank only): checked again, and every rank raises
+    part_col = np.array([0])
+    part = st.sparse_csr_tensor(np.array([0, 1]), part_col, np.ones(1), size=(1, n))
+    if rank == bad_rank():
+        part_col[0] = n + 5
+    try:
+        stmpi.DistCSR.from_local(part, comm=comm)
+    except st.InvariantError as e:
+        assert rank != bad_rank() or "changed since the check" in str(e), str(e)
+        raised(tmp, "changed-after-check", e)
+    comm.Barrier()
     # a wrong operand on one rank only
     A = stmpi.DistCSR.from_global(t if rank == 0 else None, comm=comm)
     c0, c1 = A.col_range

@@ -159,7 +159,7 @@ def test_save_load_parts_any_rank_count(launched, n):
 
 ERROR_CASES = {"column-out-of-bounds": ("InvariantError", "5.5"), "row-pointer-decreases": ("InvariantError", "5.3"),
                "operand-shape": ("ValueError", ""), "load-bad-file": ("InvariantError", "5.5"),
-               "exchange-mode": ("ValueError", ""),
+               "exchange-mode": ("ValueError", ""), "changed-after-check": ("InvariantError", "5.5"),
                "bad-row-starts": ("ValueError", "")}
 
 
