@@ -11,6 +11,8 @@
 
 #define EW_MUL 0
 #define EW_DIV 1
+#define EW_ADD 2
+#define EW_SUB 3
 
 namespace st {
 
@@ -148,13 +150,13 @@ __device__ __forceinline__ C smith_div(C x, C y) {
 __device__ __forceinline__ cfloat ew_div(cfloat x, cfloat y) { return smith_div<cfloat, float>(x, y); }
 __device__ __forceinline__ cdouble ew_div(cdouble x, cdouble y) { return smith_div<cdouble, double>(x, y); }
 
-// out = x * y or x / y, elementwise over n items of one dtype.
+// out = x * y, x / y, x + y or x - y, elementwise over n items of one dtype.
 // st:kernel arith
 template <typename V>
 __global__ void elementwise(const V* __restrict__ x, const V* __restrict__ y, V* __restrict__ out, i64 n, int op) {
     ST_GRID_LOOP(i, n) {
         const auto p = to_acc(x[i]), q = to_acc(y[i]);
-        out[i] = from_acc<V>(op == EW_MUL ? p * q : ew_div(p, q));
+        out[i] = from_acc<V>(op == EW_MUL ? p * q : op == EW_DIV ? ew_div(p, q) : op == EW_ADD ? p + q : p - q);
     }
 }
 

@@ -305,6 +305,45 @@ class DeviceArray:
         """``a / s`` for a scalar ``s``, in ``a``'s dtype (floating and complex arrays)."""
         return self._scaled(scalar, "div")
 
+    def _combined(self, other, op: str):
+        """``a + b`` or ``a - b`` of two device arrays of one shape on one device, in NumPy's result
+        dtype (integers wrap; bool ``+`` is ``or``, bool ``-`` a TypeError, as NumPy's)."""
+        if not isinstance(other, DeviceArray):
+            return NotImplemented
+        if other._shape != self._shape:
+            raise ValueError(f"{op} of device arrays of shapes {self._shape} and {other._shape}: device arrays do not "
+                             "broadcast; expected one shape")
+        dev = self._require_device()
+        if other._require_device() is not dev:
+            raise ValueError(f"{op} of arrays on {dev.name} and {other._device.name}: copy one first")
+        dt = np.result_type(self._dtype, other._dtype)
+        if dt == np.bool_:
+            if op == "sub":
+                raise TypeError("the boolean subtract of device arrays is not supported (as NumPy's `-`); use "
+                                "logical_xor on the host")
+            return self.astype(np.uint8)._combined(other.astype(np.uint8), op).astype(np.bool_)
+        x, y = (a if a._dtype == dt else a.astype(dt) for a in (self, other))
+        out = DeviceArray.empty(self._shape, dt, dev)
+        self._run("sample.cu", "elementwise", (arith_key(dt, op),), self.size, x, y, out, self.size,
+                  2 if op == "add" else 3)
+        return out
+
+    def __add__(self, other):
+        """``a + b`` of device arrays of one shape (see :meth:`_combined`)."""
+        return self._combined(other, "add")
+
+    __radd__ = __add__
+
+    def __sub__(self, other):
+        """``a - b`` of device arrays of one shape (see :meth:`_combined`)."""
+        return self._combined(other, "sub")
+
+    def __neg__(self):
+        """``-a`` (floating, complex and integer arrays; integers wrap)."""
+        if self._dtype == np.bool_:
+            raise TypeError("the negative of a bool device array is not supported (as NumPy's); use ~ on the host")
+        return self._scaled(-1, "mul")
+
     def swapaxes(self, axis1: int, axis2: int) -> "DeviceArray":
         """A new C-contiguous array with two axes swapped (device memory holds no strided views):
         one pass for adjacent axes; axes ``a < b`` further apart move by adjacent swaps (``b``

@@ -723,6 +723,46 @@ def test_tape_device_array_methods(backend, rng, no_host_copies):
     assert type(out) is DeviceArray  # the output as the ops give it, not the recorded value
 
 
+def test_tape_device_sums_and_differences(backend, rng, no_host_copies):
+    """``a + b``, ``a - b`` and ``-a`` of device values are recorded, with a recorded value on either
+    side (a plain left operand defers to the recorded right one) and in mixed float dtypes."""
+    A = make(rng, ("csr", (), (), None), np.float64, np.int64, nnz=7)
+    X = rand(rng, (A.shape[1], 2), np.float64)
+    C = rand(rng, (A.shape[0], 2), np.float64)
+    dC = to_dev(C)
+    check(rng, no_host_copies, lambda t: st.sum(t * 3.0) + st.sum(st.square(t)) - st.sum(t), A)
+    check(rng, no_host_copies, lambda t, x: dC - st.matmul(t, x), A, X, cpu_fn=lambda t, x: C - st.matmul(t, x))
+    check(rng, no_host_copies, lambda t, x: -(st.matmul(t, x) + dC) + st.matmul(t, x * 2.0), A, X,
+          cpu_fn=lambda t, x: -(st.matmul(t, x) + C) + st.matmul(t, x * 2.0))
+    A32 = A.astype(np.float32)
+    check(rng, no_host_copies, lambda t, u: st.sum(t) + st.sum(u), A32, A)
+
+
+def test_device_array_sums_and_differences(backend, rng):
+    """DeviceArray ``+``, ``-`` and unary ``-`` against NumPy: integers wrap, bool ``+`` is or, mixed
+    dtypes promote; no broadcasting (ValueError), bool ``-`` a TypeError as NumPy's."""
+    for dt in (np.float16, np.float32, np.float64, np.complex64, np.complex128, np.int8, np.int32, np.int64,
+               np.uint8, np.bool_):
+        a, b = ((rng.standard_normal((3, 4)) * 90).astype(dt) for _ in range(2))
+        da, db = DeviceArray.from_host(a), DeviceArray.from_host(b)
+        with np.errstate(over="ignore"):
+            np.testing.assert_array_equal(host(da + db), a + b)
+            if dt != np.bool_:
+                np.testing.assert_array_equal(host(da - db), a - b)
+                np.testing.assert_array_equal(host(-da), -a)
+    x32, x64 = DeviceArray.from_host(np.ones(3, np.float32)), DeviceArray.from_host(np.full(3, 2.0))
+    assert (x32 + x64).dtype == np.float64 and (x64 - x32).dtype == np.float64
+    with pytest.raises(ValueError, match="broadcast"):
+        x32 + DeviceArray.from_host(np.ones(4, np.float32))
+    flags = DeviceArray.from_host(np.array([True, False]))
+    with pytest.raises(TypeError, match="boolean subtract"):
+        flags - flags
+    with pytest.raises(TypeError):
+        -flags
+    with pytest.raises(TypeError):
+        x32 + 1.0  # scalars are not added to device arrays
+
+
 def test_scale_transpose_bmm(backend, rng, no_host_copies):
     A = make(rng, ("csr", (), (), None), np.float64, np.int32)
     check(rng, no_host_copies, "scale", A, -1.5)
