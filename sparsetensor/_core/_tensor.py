@@ -115,17 +115,19 @@ def carry_held(sources, out):
         outs = [o for o in out if isinstance(o, SparseTensor)]
     else:  # a dense result (products, sums): nothing to mark, nothing to look up
         return out
-    for s in sources:
-        if isinstance(s, SparseTensor):
-            if held_outside(s):
-                break
-        elif isinstance(s, (tuple, list)) and any(isinstance(y, SparseTensor) and held_outside(y) for y in s):
-            break
-    else:
+    if not any(_holds(s, 2) for s in sources):
         return out
     for o in outs:
         o._from_held = True
     return out
+
+
+def _holds(x, depth: int) -> bool:
+    """Whether ``x``, or a tensor in sequences of it ``depth`` deep (``np.concatenate``'s arguments
+    reach ``__array_function__`` two deep), is held outside."""
+    if isinstance(x, SparseTensor):
+        return held_outside(x)
+    return depth > 0 and isinstance(x, (tuple, list)) and any(_holds(y, depth - 1) for y in x)
 
 
 def held_outside(t) -> bool:
