@@ -115,7 +115,13 @@ def carry_held(sources, out):
         outs = [o for o in out if isinstance(o, SparseTensor)]
     else:  # a dense result (products, sums): nothing to mark, nothing to look up
         return out
-    if not any(_holds(s, 2) for s in sources):
+    for s in sources:
+        if isinstance(s, SparseTensor):
+            if held_outside(s):
+                break
+        elif isinstance(s, (tuple, list)) and _holds(s, 2):
+            break
+    else:
         return out
     for o in outs:
         o._from_held = True
