@@ -222,6 +222,13 @@ def _ops(t):
                                                                  blocksize=t.blocksize, batch_dim=m,
                                                                  dense_dim=t.dense_dim)),
         "cat": lambda: st.cat([t, t], dim=m),
+        "hstack": lambda: st.hstack([t, t]),
+        "vstack": lambda: st.vstack([t, t]),
+        "tril": lambda: st.tril(t).to_dense(),
+        "triu": lambda: st.triu(t, 1).to_dense(),
+        "eliminate_zeros": lambda: t.clone().eliminate_zeros().to_dense(),
+        "flatten": lambda: t.to_sparse_coo().flatten(),
+        "kron": lambda: st.kron(t, st.from_dense(np.eye(2), "csr")),
     }
     for layout in ("coo", "csr", "csc", "bsr", "bsc"):
         bs = (2, 2) if layout in ("bsr", "bsc") else None
@@ -237,6 +244,9 @@ def _ops(t):
         ops["sampled_addmm"] = lambda: st.sampled_addmm(t, rng.random((t.shape[0], 2)), rng.random((2, t.shape[1])))
         if t.layout != st.sparse_bsc:
             ops["to_scipy"] = lambda: t.to_scipy()  # (SciPy's own kernels trust the arrays it shares)
+            # a copy taken after the change goes to SciPy only after a check (it read out of bounds)
+            ops["clone_to_scipy"] = lambda: t.clone().to_scipy() @ np.ones(t.shape[1])
+        ops["block_diag"] = lambda: st.block_diag(t, t).to_dense()
         ops["sgd"] = lambda: _sgd(t)
     return ops
 
