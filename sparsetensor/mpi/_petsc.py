@@ -19,6 +19,7 @@ import time
 
 import numpy as np
 
+from .._core._canonical import ensure_valid_export
 from .._core._from_arrays import sparse_csr_tensor
 from ._comm import agree, same_on_every_rank
 from ._matrix import DistCSR
@@ -145,6 +146,10 @@ def to_petsc(self: DistCSR):
 
     def arrays():
         where = f"DistCSR.to_petsc (rank {self._comm.rank})"
+        # PETSc reads the index arrays as they are: a part sharing arrays its caller may have written
+        # since the check (from_local takes them without a copy) is checked again, on every rank
+        for part in (d, o):
+            ensure_valid_export(part)
         sdt = _scalar_dtype(PETSc, self._dtype, where, (d.values(), o.values()))
         idt = _index_dtype(PETSc, self._shape, max(d.nnz, o.nnz), where)
         diag = (_shared(d.crow_indices(), idt, written=False), _shared(d.col_indices(), idt, written=False),

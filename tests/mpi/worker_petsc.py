@@ -374,6 +374,17 @@ def suite_errors(tmp):
     expect(tmp, "int64-beyond-2**53", TypeError, Ab.to_petsc, str(big), "2**53")
     expect(tmp, "vec-int64-beyond-2**53", TypeError,
            lambda: stmpi.to_petsc_vec(Ab, np.full(rb1 - rb0, big, np.int64), copy=True), str(big))
+    # one rank's part on its own arrays, written out of range after from_local's check: the matrix
+    # keeps them (on several ranks the split copies them), and PETSc would read them as they are
+    cols = np.array([0, 1])
+    for kind, make in (("aij", st.sparse_csr_tensor), ("baij", st.sparse_bsr_tensor)) if size == 1 else ():
+        cols[:] = [0, 1]
+        values = np.ones(2) if kind == "aij" else np.ones((2, 2, 2))
+        part = make(np.array([0, 1, 2]), cols, values, size=(2, 3) if kind == "aij" else (4, 6))  # not square: a part, not the whole
+        M = (stmpi.DistCSR if kind == "aij" else stmpi.DistBSR).from_local(part, comm=comm)
+        if rank == last:
+            cols[0] = 10 ** 6
+        expect(tmp, f"{kind}-changed-after-check", ValueError, M.to_petsc, "must be <")
     # without petsc4py: an ImportError naming the extra, on every rank
     saved = {k: sys.modules[k] for k in list(sys.modules) if k == "petsc4py" or k.startswith("petsc4py.")}
     for k in saved:
