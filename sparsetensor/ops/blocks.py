@@ -113,9 +113,8 @@ def block_diag(*tensors):
     lines, off = [], 0
     for p in parts:
         width = p.shape[across]
-        pads = [(off, None), (total - off - width, None)]
-        shapes = [tuple(w if d == across else p.shape[d] for d in (0, 1)) for w, _ in pads]
-        line = [_empty(p, shapes[0]), p, _empty(p, shapes[1])]
+        before, after = (tuple(w if d == across else p.shape[d] for d in (0, 1)) for w in (off, total - off - width))
+        line = [_empty(p, before), p, _empty(p, after)]
         lines.append(cat([x for x in line if x.shape[across]] or [p], across))
         off += width
     return _in_layout(cat(lines, 1 - across), first)
