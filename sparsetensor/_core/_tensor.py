@@ -393,11 +393,11 @@ class SparseTensor:
 
     def _narrowed(self, index: np.ndarray, dt: np.dtype) -> np.ndarray:
         """An index member of this tensor cast to ``dt``: an index that does not fit, which only an
-        unchecked tensor can hold (the shape fits), raises the check's error instead of wrapping
-        into another valid one."""
+        unchecked tensor can hold (the shape fits), or one whose caller wrote it since the check,
+        raises the check's error instead of wrapping into another valid one."""
         out = index.astype(dt)
-        if self._validated or dt.itemsize >= index.dtype.itemsize:
-            return out
+        if (self._validated and not held_outside(self)) or dt.itemsize >= index.dtype.itemsize:
+            return out  # (a caller holding the arrays may have written them since the check)
         if type(index) is _NDARRAY:
             fits = np.array_equal(out, index)
         else:  # on a device: its least and largest entry read back

@@ -42,6 +42,8 @@ class _Traced(np.ndarray):
 
     def __array_function__(self, func, types, args, kwargs):
         tape = _recording.current()
+        if tape is not None and any(isinstance(x, SparseTensor) for x in _leaves((args, kwargs))):
+            return NotImplemented  # the sparse operand's own __array_function__ (recorded as its op)
         if tape is not None and func in _COMPOSED:  # NumPy's code for them calls recorded ufuncs and methods
             return _COMPOSED[func](*args, **kwargs)
         out = func(*_unwrap(args), **_unwrap(kwargs))

@@ -10,7 +10,7 @@ import numpy as np
 
 from .._backend import device_of
 from .._core._device import device_array
-from .._core._canonical import as_parts, ensure_valid
+from .._core._canonical import as_parts, ensure_valid_export
 from .._core._dtypes import raw_view
 from .._core._shape_checks import values_contiguous
 from .._core._tensor import COOTensor, CompressedTensor, SparseTensor
@@ -134,8 +134,10 @@ def _as_index(index, size: int, op: str):
 
 
 def _parts(t: CompressedTensor, threads):
-    """``t`` (scanned or repaired when unchecked) in the kernels' canonical form."""
-    return as_parts(ensure_valid(t, repair=True, threads=threads))
+    """``t`` (scanned or repaired when unchecked, scanned again where its caller may have written
+    the arrays: a selection would drop an entry whose index left its range) in the kernels'
+    canonical form."""
+    return as_parts(ensure_valid_export(t, threads=threads))
 
 
 def _value_rows(values: np.ndarray, n: int) -> np.ndarray:

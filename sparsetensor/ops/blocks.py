@@ -157,8 +157,9 @@ def kron(a, b):
     if a.index_dtype != b.index_dtype:  # one index dtype for the kernels
         a, b = (x._with_index_dtype(np.int64) for x in (a, b))
     dtype = np.result_type(a.dtype, b.dtype)
-    # bool duplicates are an or: merged before the values become numbers that would add
-    a, b = (x.coalesce() if x.dtype == np.bool_ and dtype != np.bool_ else x for x in (a, b))
+    # duplicates are summed in their own dtype (wrapping integers, bool's or), as the dense operand's
+    # elements are: merged before the values are promoted
+    a, b = (x.coalesce() if x.dtype != dtype else x for x in (a, b))
     a, b = (x.reshape((1,) * (n - x.ndim) + x.shape) for x in (a, b))
     shape = tuple(p * q for p, q in zip(a.shape, b.shape))
     both32 = a.index_dtype == b.index_dtype == np.int32

@@ -21,7 +21,7 @@ import numpy as np
 from .._backend import backend_for
 from .._core._device import device_array, is_device_array
 from .._core._dtypes import check_fits
-from .._core._tensor import COOTensor, CompressedTensor, SparseTensor, frozen
+from .._core._tensor import COOTensor, CompressedTensor, SparseTensor, frozen, held_outside
 from ._common import describe
 from ._shape_common import _require_sparse, _contiguous_values
 from .select import transpose
@@ -144,7 +144,12 @@ def _take(dst, new, sources):
     if new.layout is not dst.layout or (dst.layout.blocked and new.blocksize != dst.blocksize):
         new = new.to_sparse(dst.layout, blocksize=dst.blocksize if dst.layout.blocked else None)
     new = new.astype(dst.dtype, copy=False)._with_index_dtype(dst.index_dtype)
-    return _TAKE_MEMBERS_BY_LAYOUT[type(dst)](dst, new, sources)
+    # arrays computed from ones a caller held (dst's own, or new's) keep the mark: the exits check
+    # them again (dst's new arrays are the library's, so the mark is the only trace of the source)
+    held = held_outside(dst) or held_outside(new)
+    out = _TAKE_MEMBERS_BY_LAYOUT[type(dst)](dst, new, sources)
+    out._from_held = held
+    return out
 
 
 def _take_coo(dst: COOTensor, new: COOTensor, sources) -> COOTensor:

@@ -10,7 +10,7 @@ import numpy as np
 
 from .._backend import backend_for
 from .._core import _layout as L
-from .._core._canonical import ensure_valid
+from .._core._canonical import ensure_valid_export
 from .._core._dtypes import VALUE_DTYPES
 from .._core._device import device_array, is_device_array
 from .._core._tensor import COOTensor, CompressedTensor, SparseTensor
@@ -25,14 +25,15 @@ def _coo_coords(mask: COOTensor, threads) -> tuple:
     """The body of COO: ``(mask, its indices)``, not yet bounds-checked (see :func:`_linear`);
     a coalesced flag given without a check is checked first (C6), as the result keeps it."""
     if mask.is_coalesced():
-        mask = ensure_valid(mask, threads=threads)
+        mask = ensure_valid_export(mask, threads=threads)
     return mask, mask.indices()
 
 
 def _compressed_coords(mask: CompressedTensor, threads) -> tuple:
     """The body of the compressed layouts: ``(valid mask, coordinates (S, N) of
-    every element of its values in order)``."""
-    mask = ensure_valid(mask, repair=True, threads=threads)
+    every element of its values in order)``: the coordinates come from the indices, so a mask whose
+    caller may have written them since the check is checked again."""
+    mask = ensure_valid_export(mask, threads=threads)
     m = mask.batch_dim
     batch = mask.shape[:m]
     B = math.prod(batch)
@@ -58,7 +59,7 @@ def _linear(coords: np.ndarray, sparse: tuple, mask, threads) -> np.ndarray:
     try:
         return np.ravel_multi_index(coords, sparse)
     except ValueError:
-        ensure_valid(mask, threads=threads)  # an out-of-bounds index raises InvariantError (C4/C5) here
+        ensure_valid_export(mask, threads=threads)  # an out-of-bounds index raises InvariantError (C4/C5) here
         raise
 
 
@@ -133,7 +134,7 @@ def _on_device(t, mask, threads):
     ValueError naming both devices): a dense ``t`` sampled at the mask's entries, a sparse one
     looked up there, by the device's kernels."""
     backend = backend_for(t, mask)
-    mask = ensure_valid(mask, repair=True, threads=threads)  # coo: bounds; compressed: canonical
+    mask = ensure_valid_export(mask, threads=threads)  # coo: bounds; compressed: canonical
     if isinstance(t, SparseTensor):
         values = backend.lookup(t.to_sparse(L.sparse_coo, threads=threads).coalesce(threads=threads), mask, threads)
     else:

@@ -20,7 +20,7 @@ import operator
 
 from .._backend import backend_for
 from .._core import _layout as L
-from .._core._canonical import ensure_valid, ensure_valid_export
+from .._core._canonical import ensure_valid_export
 from .._core._tensor import COOTensor, CompressedTensor
 from ._common import describe
 from ._shape_common import _require_sparse
@@ -57,7 +57,7 @@ def _block_view(t: CompressedTensor) -> CompressedTensor:
 def _kept_blocks(name: str, t: CompressedTensor, flags_of):
     """bsr/bsc ``t`` with the blocks ``flags_of(backend, coo of the blocks)`` flags."""
     view = _block_view(t)
-    coo = ensure_valid_export(view.to_sparse(L.sparse_coo))
+    coo = view.to_sparse(L.sparse_coo)  # t is checked (_triangle)
     backend = backend_for(coo)
     idx, values = backend.keep_coo(coo.indices(), coo.values(), flags_of(backend, coo))
     kept = _converted(name, t, COOTensor(idx, values, coo.shape, True, True), view.layout)
@@ -77,6 +77,9 @@ def _triangle(name: str, t, diagonal, upper: bool):
                          "matrix's rows and columns)")
     M, N = t.shape[S - 2], t.shape[S - 1]
     k = min(max(k, -M), N)  # col - row lies in [1 - M, N - 1]: a diagonal beyond keeps all or nothing
+    # entries are kept by coordinate: C4/C5 first (again where the caller may have written them, or
+    # t was computed from such arrays), named in t's terms
+    t = ensure_valid_export(t)
     if t.layout.blocked:
         R, C = t.blocksize
         reach = k + R - 1 if not upper else k - (C - 1)  # a block's nearest item to the diagonal
@@ -84,8 +87,6 @@ def _triangle(name: str, t, diagonal, upper: bool):
             coo.indices(), S - 2, S - 1, reach, upper, (R, C)))
         # the items a kept block holds beyond the diagonal: 0
         return sparse_mask(_triangle(name, blocks.to_sparse(L.sparse_coo), k, upper), blocks)
-    # entries are kept by coordinate: C4/C5 first (again if held outside), named in t's terms
-    t = ensure_valid_export(t)
     coo = t if isinstance(t, COOTensor) else t.to_sparse(L.sparse_coo)
     backend = backend_for(coo)
     flags = backend.triangle_flags(coo.indices(), S - 2, S - 1, k, upper)
@@ -144,8 +145,10 @@ def eliminate_zeros(t):
         backend = backend_for(t)
         idx, values = backend.keep_coo(t.indices(), t.values(), backend.nonzero_rows(t.values()))
         return _take(t, COOTensor(idx, values, t.shape, t.is_coalesced(), t._checked), ())
-    # a compressed tensor keeps its arrays' form: a bsr/bsc one is the csr/csc tensor of its blocks
-    view = ensure_valid(_block_view(t) if t.layout.blocked else t, repair=True)
+    # a compressed tensor keeps its arrays' form: a bsr/bsc one is the csr/csc tensor of its blocks;
+    # the rows are cut by the compressed index, checked again where the caller may have written it
+    valid = ensure_valid_export(t)
+    view = _block_view(valid) if valid.layout.blocked else valid
     B, batch = math.prod(view.shape[:view.batch_dim]), view.shape[:view.batch_dim]
     c, p, v = view.compressed_indices(), view.plain_indices(), view.values()
     nnz = p.shape[-1]

@@ -13,7 +13,7 @@ import numpy as np
 
 from .._core import _layout as L
 from .._backend import backend_for
-from .._core._canonical import build, ensure_valid
+from .._core._canonical import build, ensure_valid_export
 from .._core._dtypes import check_fits
 from .._core._shape_checks import normalize_dim
 from .._core._tensor import COOTensor, CompressedTensor
@@ -196,7 +196,8 @@ def _take_device(t, d: int, index: np.ndarray, shape: tuple, kind: str):
 
 def _narrow_coo(t: COOTensor, d: int, start: int, length: int, shape: tuple, threads) -> COOTensor:
     """The body of COO: the entries whose coordinate along ``d`` is in range."""
-    idx = ensure_valid(t, threads=threads).indices()  # entries are kept by coordinate: C4/C5 first
+    # entries are kept by coordinate: C4/C5 first (again where the caller may have written them)
+    idx = ensure_valid_export(t, threads=threads).indices()
     coord = idx[d]
     keep = (coord >= start) & (coord < start + length)
     out = np.compress(keep, idx, axis=1)
@@ -318,7 +319,8 @@ def _select_coo(t: COOTensor, d: int, i: int, shape: tuple, threads):
     """The body of COO: the entries with coordinate ``i`` along ``d``."""
     if t.is_cuda:
         return _select_coo_device(t, d, i, shape, threads)
-    idx = ensure_valid(t, threads=threads).indices()  # entries are kept by coordinate: C4/C5 first
+    # entries are kept by coordinate: C4/C5 first (again where the caller may have written them)
+    idx = ensure_valid_export(t, threads=threads).indices()
     keep = idx[d] == i
     values = t.values()[keep]
     if t.sparse_dim == 1:
@@ -386,7 +388,7 @@ def _index_select_compressed(t: CompressedTensor, d: int, idx: np.ndarray, shape
 
 def _index_select_coo(t: COOTensor, d: int, idx: np.ndarray, shape: tuple, threads) -> COOTensor:
     """The body of COO: a counting pass over ``idx``, one over the entries."""
-    t = ensure_valid(t, threads=threads)  # C4/C5 first
+    t = ensure_valid_export(t, threads=threads)  # C4/C5 first (again where the caller may have written them)
     dt = t.index_dtype
     check_fits(dt, "coo", **{f"size[{d}]": shape[d]})
     values = t.values()

@@ -250,6 +250,7 @@ def test_kron_vjp(rng, layout):
                  (u, lambda x: st.sum(st.kron(b, x).sin())), (u, lambda x: st.sum(st.kron(x, dense).sin()))]:
         _, pullback = st.autograd.vjp(f, x)
         np.testing.assert_allclose(pullback(1.0)[0].values(), _fd(f, x), atol=1e-6)
+    dense[0, 1] = 0.0  # a zero of the array moves the result too: its pairs are in the pattern inside vjp
     for other in (a, u):
         f = lambda y: np.sum(np.sin(st.kron(other, y).to_dense()))  # noqa: E731
         _, pullback = st.autograd.vjp(f, dense)
@@ -260,7 +261,20 @@ def test_kron_vjp(rng, layout):
             step[i] = eps
             want[i] = (f(dense + step) - f(dense - step)) / (2 * eps)
         np.testing.assert_allclose(g, want, atol=1e-6)
+    x = np.array([[1.0, 0.0], [2.0, 3.0]])
+    row = st.from_dense(np.array([[1.0, 2.0]]), "csr")
+    for f in (lambda x: st.sum(st.kron(x, row)), lambda x: st.sum(np.kron(x, row))):  # a recorded array first
+        _, pullback = st.autograd.vjp(f, x)
+        np.testing.assert_array_equal(pullback(1.0)[0], np.full((2, 2), 3.0))
     z = st.from_dense(np.array([[1 + 2j, 0], [0, 3j]]), "csr")
     w = st.from_dense(np.array([[1 - 1j, 2.0]]), "coo")
     out, pullback = st.autograd.vjp(lambda x: st.kron(x, w), z)
     np.testing.assert_allclose(pullback(out)[0].values(), z.values() * np.sum(np.abs(w.values()) ** 2))
+
+
+def test_kron_sums_duplicates_before_promoting():
+    """An uncoalesced operand's duplicates add in its own dtype (uint8 wraps) before the values are
+    promoted, as the dense operand's elements are."""
+    b = st.sparse_coo_tensor([[0, 0]], np.array([200, 100], np.uint8), (1,))
+    a = st.sparse_coo_tensor([[0]], np.array([1], np.int16), (1,))
+    np.testing.assert_array_equal(st.kron(a, b).to_dense(), np.kron(a.to_dense(), b.to_dense()))
