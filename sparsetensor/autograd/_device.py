@@ -65,11 +65,11 @@ def zeros(shape, dtype, like):
     return DeviceArray.zeros(shape, dtype, dev)
 
 
-def entry_numbers(n: int, like):
-    """int64 ``0, 1, ..., n - 1`` on the device of ``like``, made there."""
+def entry_numbers(n: int, like, start: int = 0, step: int = 1):
+    """int64 ``start, start + step, ...`` (``n`` of them) on the device of ``like``, made there."""
     from ..cuda import _primitives as P
 
-    return P.arange(like._device if hasattr(like, "_device") else like.values()._device, n)
+    return P.arange(like._device if hasattr(like, "_device") else like.values()._device, n, start, step)
 
 
 def add(a, b):

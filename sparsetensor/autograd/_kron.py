@@ -1,4 +1,4 @@
-"""The derivative rule of ``kron`` (:func:`sparsetensor.ops.blocks.kron`), on the host.
+"""The derivative rule of ``kron`` (:func:`sparsetensor.ops.blocks.kron`), on the host and a device.
 
 ``kron(a, b)`` holds ``a[i] * b[j]`` for every pair of stored elements. The cotangent of element
 ``i`` of ``a`` is the sum over ``j`` of ``G(pair) * conj(b[j])``, and ``b``'s likewise. Which pair
@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._backend import backend_for
+from .._core import _layout as L
 from .._core._tensor import COOTensor, SparseTensor
 from ..ops import blocks
 from . import _device
@@ -28,14 +30,13 @@ __all__: list = []
 
 
 def _operand(x):
-    """``x`` as the rule computes with it: a host sparse tensor as it is, an array as the COO tensor of
-    every element (C order, zeros stored); a device operand raises (the rule runs on the host)."""
-    if isinstance(x, SparseTensor) and x.is_cuda or not isinstance(x, SparseTensor) and _device.on_device(x):
-        where = f"a {x.layout.name} tensor" if isinstance(x, SparseTensor) else "an array"
-        raise NotImplementedError(f"vjp of kron of {where} on {x.device}: its derivative runs on the host only; "
-                                  "differentiate the host values (t.cpu())")
+    """``x`` as the rule computes with it: a sparse tensor as it is, a host array as the COO tensor of
+    every element (C order, zeros stored); a device array raises."""
     if isinstance(x, SparseTensor):
         return x
+    if _device.on_device(x):
+        raise NotImplementedError(f"vjp of kron of an array on {x.device}: its derivative has no GPU path for an "
+                                  "array operand; pass the operand as a sparse tensor (st.from_dense)")
     a = np.asarray(x)
     return COOTensor(np.indices(a.shape).reshape(a.ndim, a.size), a.reshape(-1), a.shape, True, True)
 
@@ -62,6 +63,13 @@ def _numbered(t: SparseTensor, ones: bool) -> SparseTensor:
     return t._replace_values((np.ones(n, np.int64) if ones else np.arange(1, n + 1)).reshape(t.values().shape))
 
 
+def _by_pair(G, out, sa: SparseTensor, sb: SparseTensor) -> bool:
+    """Whether each pair owns its element of ``out``: an uncoalesced result whose cotangent has its
+    pattern, made without promoting an operand (a promoted uncoalesced operand is merged first)."""
+    return (isinstance(out, COOTensor) and not out.is_coalesced() and sa.dtype == sb.dtype
+            and same_pattern(G, out))
+
+
 @_rule("kron")
 def _kron(a, b):
     sa, sb = _operand(a), _operand(b)
@@ -70,7 +78,9 @@ def _kron(a, b):
     out = blocks._in_layout(out, like)  # the layout the op gives outside vjp
 
     def back(G):
-        if isinstance(out, COOTensor) and not out.is_coalesced() and same_pattern(G, out):
+        if sa.is_cuda:
+            return _device_back(G, out, sa, sb)
+        if _by_pair(G, out, sa, sb):
             # each pair of an uncoalesced operand owns its element: the pairs in out's own order
             g = G.values()
             pa = blocks.kron(_numbered(sa, False), _numbered(sb, True)).values() - 1
@@ -94,3 +104,38 @@ def _kron(a, b):
                      for gx, x in ((ga, a), (gb, b)))
 
     return out, back
+
+
+def _device_back(G, out, sa: SparseTensor, sb: SparseTensor) -> tuple:
+    """``back`` on a device, by the ops alone: the op on the operands numbered 0, 1, ... (and on
+    ones) gives each element of the result its pair; the op on ones and the other operand's
+    conjugate gives the factor each pair's cotangent takes; a COO tensor of the products indexed by
+    the pair's element, coalesced, sums them."""
+    own = same = _by_pair(G, out, sa, sb)
+
+    def shaped(t, v):
+        t = t._replace_values(v.reshape(t.values().shape))
+        return t if own else t.to_sparse(L.sparse_coo)  # (coordinates decide: no blocked padding)
+
+    def numbered(t):
+        return shaped(t, _device.entry_numbers(t.values().size, t))
+
+    def ones(t, dtype):
+        return shaped(t, _device.entry_numbers(t.values().size, t, 1, 0).astype(dtype))
+
+    def conjugated(t):
+        return shaped(t, conj(t.values()))
+
+    pairs = [blocks.kron(numbered(sa), ones(sb, np.int64)), blocks.kron(ones(sa, np.int64), numbered(sb))]
+    g = G.values() if same else _device.values_at(G, pairs[0])
+    grads = []
+    for k, (t, other) in enumerate(((sa, sb), (sb, sa))):
+        dt = np.result_type(g.dtype, other.dtype)
+        # ones in the other's dtype: no promotion, so nothing merged, one order with the pairs
+        factors = (blocks.kron(ones(sa, sb.dtype), conjugated(sb)) if k == 0 else
+                   blocks.kron(conjugated(sa), ones(sb, sa.dtype))).values()
+        w = backend_for(sa).elementwise(_device.cast(g, dt), _device.cast(factors, dt), "mul")
+        n = t.values().size
+        sums = COOTensor(pairs[k].values().reshape(1, w.size), w, (n,), False, True).coalesce().to_dense()
+        grads.append(sums.reshape(t.values().shape))
+    return tuple(grads)

@@ -166,9 +166,9 @@ def kron(a, b):
     index_dtype = np.dtype(np.int32 if both32 and max(shape, default=0) <= np.iinfo(np.int32).max else np.int64)
     if math.prod(shape) > np.iinfo(np.int64).max:
         raise ValueError(f"kron: the result's shape {shape} has more elements than an int64 counts")
-    idx, values, ordered = backend_for(a).kron_coo(a.indices(), a.astype(dtype).values(), b.indices(),
-                                                   b.astype(dtype).values(), b.shape, index_dtype)
     coalesced = a.is_coalesced() and b.is_coalesced()
+    idx, values, ordered = backend_for(a).kron_coo(a.indices(), a.astype(dtype).values(), b.indices(),
+                                                   b.astype(dtype).values(), b.shape, index_dtype, coalesced)
     out = COOTensor(idx, values, shape, coalesced and ordered, True)
     if coalesced and not ordered:
         out = out.coalesce()  # distinct pairs: a sort

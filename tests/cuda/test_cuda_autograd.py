@@ -738,6 +738,22 @@ def test_tape_device_sums_and_differences(backend, rng, no_host_copies):
     check(rng, no_host_copies, lambda t, u: st.sum(t) + st.sum(u), A32, A)
 
 
+@pytest.mark.parametrize("layout", ["coo", "csr", "csc", "bsr"])
+def test_kron(backend, rng, no_host_copies, layout):
+    """kron's rule on the device (the op on numbered operands gives each element its pair) against
+    the CPU's: every operand layout, an uncoalesced operand (each pair its own cotangent), float32
+    with float64 (promoted), complex."""
+    A = make(rng, (layout, (), (), (2, 1) if layout == "bsr" else None), np.float64, np.int64, nnz=5)
+    B = make(rng, ("csc", (), (), None), np.float64, np.int32, nnz=4)
+    check(rng, no_host_copies, st.kron, A, B)
+    check(rng, no_host_copies, lambda a, b: st.sum(st.sin(st.kron(a, b))), A, B)
+    U = st.sparse_coo_tensor(np.array([[0, 0, 1], [1, 1, 0]]), rand(rng, (3,), np.float64), size=(2, 3))
+    check(rng, no_host_copies, st.kron, U, B)
+    check(rng, no_host_copies, st.kron, B.astype(np.float32), U)
+    C = make(rng, ("csr", (), (), None), np.complex128, np.int64, nnz=4)
+    check(rng, no_host_copies, st.kron, C, A if layout != "bsr" else B)
+
+
 def test_device_array_sums_and_differences(backend, rng):
     """DeviceArray ``+``, ``-`` and unary ``-`` against NumPy: integers wrap, bool ``+`` is or, mixed
     dtypes promote; no broadcasting (ValueError), bool ``-`` a TypeError as NumPy's."""

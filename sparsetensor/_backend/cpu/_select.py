@@ -162,16 +162,17 @@ def keep_coo(indices: np.ndarray, values: np.ndarray, flags: np.ndarray, threads
 
 
 def kron_coo(ia: np.ndarray, va: np.ndarray, ib: np.ndarray, vb: np.ndarray, bshape: tuple, index_dtype,
-             threads=None) -> tuple:
+             both_sorted: bool = False, threads=None) -> tuple:
     """The COO entries of the Kronecker product of entries ``(ia, va)`` and ``(ib, vb)`` (one value
     dtype, in bounds), ``(indices, values, ordered)``: pair (i, j) at ``ia[:, i] * bshape + ib[:, j]``
-    with value ``va[i] * vb[j]``. ``ordered``: the pairs come sorted when both operands are.
+    with value ``va[i] * vb[j]``. ``ordered``: the pairs come sorted.
 
-    One or two sparse dims: :func:`sparsetensor._lib._select.kron_rows` writes the pairs run of
-    rows by run of rows, sorted. More: every ``i`` with every ``j`` in turn (a sort to follow)."""
+    Both operands sorted (``both_sorted``), with one or two sparse dims:
+    :func:`sparsetensor._lib._select.kron_rows` writes the pairs run of rows by run of rows,
+    sorted. Else every ``i`` with every ``j`` in turn, as the device orders them."""
     na, nb = ia.shape[1], ib.shape[1]
     S = ia.shape[0]
-    if S not in (1, 2):
+    if S not in (1, 2) or not both_sorted:
         step = np.asarray(bshape, np.int64)[:, None]
         idx = (np.repeat(ia.astype(np.int64), nb, axis=1) * step + np.tile(ib.astype(np.int64), (1, na)))
         return idx.astype(index_dtype, copy=False), np.repeat(va, nb) * np.tile(vb, na), False

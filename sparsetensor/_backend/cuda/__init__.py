@@ -272,9 +272,9 @@ def keep_compressed(c, p, v, flags, batch: tuple, what: str, threads=None):
     return _select.keep_compressed(c, p, v, flags, batch, what)
 
 
-def kron_coo(ia, va, ib, vb, bshape: tuple, index_dtype, threads=None):
+def kron_coo(ia, va, ib, vb, bshape: tuple, index_dtype, both_sorted: bool = False, threads=None):
     """The COO entries of the Kronecker product of two sets of device entries (kron)."""
-    return _select.kron_coo(ia, va, ib, vb, bshape, index_dtype)
+    return _select.kron_coo(ia, va, ib, vb, bshape, index_dtype, both_sorted)
 
 
 def compressed_sum(t, x, threads=None):

@@ -434,11 +434,11 @@ def keep_coo(indices, values, flags):
     return out_i, out_v
 
 
-def kron_coo(ia, va, ib, vb, bshape: tuple, index_dtype):
+def kron_coo(ia, va, ib, vb, bshape: tuple, index_dtype, both_sorted: bool = False):
     """The COO entries of the Kronecker product of device entries ``(ia, va)`` and ``(ib, vb)`` (one
     value dtype, in bounds), ``(indices, values, False)``: entry ``i * nb + j`` at
-    ``ia[:, i] * bshape + ib[:, j]``, value ``va[i] * vb[j]`` (not in sorted order: the CPU's
-    third item says whether they are)."""
+    ``ia[:, i] * bshape + ib[:, j]``, value ``va[i] * vb[j]`` (not in sorted order, whatever
+    ``both_sorted`` says: the CPU's third item says whether they are)."""
     dev = ia._device
     S, na = ia.shape
     nb = ib.shape[1]
