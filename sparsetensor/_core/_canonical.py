@@ -29,6 +29,7 @@ import numpy as np
 from . import _layout as L
 from ._dtypes import raw_view
 from ._errors import InvariantError
+from . import _tensor
 from ._tensor import COOTensor, CompressedTensor, held_outside
 
 __all__ = ["ensure_valid", "ensure_valid_export", "Parts", "as_parts", "build", "same_nnz", "SHOW_BATCHES"]
@@ -105,26 +106,19 @@ def same_nnz(per_batch, batch: tuple, what: str) -> None:
 
 
 def ensure_valid_export(t, *, threads: int | None = None):
-    """:func:`ensure_valid` (with repair) for an exit that hands ``t``'s index arrays to a
-    library that trusts them, or an op that computes new coordinates from them and marks its
-    result checked (reshape, kron, tril): also the full check again when the caller built ``t``
-    on index arrays of its own (no copy), which it may have written since the first check, or
-    ``t`` was computed from such a tensor (:func:`~sparsetensor._core._tensor.carry_held`): an
-    index changed out of bounds would otherwise become a valid-looking coordinate."""
-    checked = t._checked if isinstance(t, COOTensor) else t._canonical  # else ensure_valid checks now
-    t = ensure_valid(t, repair=True, threads=threads)
-    if checked and held_outside(t):
-        try:
-            t.check_invariants(threads=threads)
-        except InvariantError as e:
-            raise e.changed_since_check() from None
-    t._from_held = False  # checked now: a copy computed from held arrays does not change again
-    return t
+    """:func:`ensure_valid` with repair, for an exit that hands ``t``'s index arrays to a library
+    that trusts them, or an op that computes new coordinates from them (reshape, kron, tril): the
+    name says why the check (again, for a tensor on a caller's arrays) matters there."""
+    return ensure_valid(t, repair=True, threads=threads)
+
 
 
 def ensure_valid(t, *, repair: bool = False, threads: int | None = None):
     """``t`` once its indices are known valid: the full check runs on a never-checked tensor
-    (its result is cached on ``t``), else nothing runs.
+    (its result is cached on ``t``), and again on a checked one whose caller holds its index
+    arrays (taken without a copy: they may have been written since; or ``t`` was computed from
+    such a tensor, :func:`~sparsetensor._core._tensor.carry_held`), else nothing runs: an index
+    written out of range would otherwise be dropped, folded into a valid coordinate or handed on.
 
     Parameters
     ----------
@@ -146,8 +140,12 @@ def ensure_valid(t, *, repair: bool = False, threads: int | None = None):
     if isinstance(t, COOTensor):
         if not t._checked:
             t.check_invariants(threads=threads)
+        elif _tensor._any_held and held_outside(t):
+            t._check_again()
         return t
     if t._canonical:
+        if _tensor._any_held and held_outside(t):
+            t._check_again()
         return t
     try:
         t.check_invariants(threads=threads)

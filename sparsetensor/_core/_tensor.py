@@ -30,6 +30,7 @@ from . import _layout as L
 from . import _recording
 from ._device import as_device, backend, is_device_like, move, to_host
 from ._dtypes import as_index_dtype, as_value_dtype, check_fits
+from ._errors import InvariantError
 from ._shape_checks import compressed_meta, coo_meta, normalize_dim
 from ._validate import check_compressed_indices, check_coo_indices
 
@@ -301,6 +302,8 @@ class SparseTensor:
         here = self.device
         there = here if device is None else as_device(device)
         if there != here:
+            if _any_held and held_outside(self) and self._validated:
+                self._check_again()  # the copy on the other side is trusted as this one was
             if here == "cpu":
                 return move(self.to(dtype=dtype, index_dtype=index_dtype), there)
             if there == "cpu":
@@ -367,7 +370,15 @@ class SparseTensor:
         CUDA device, bsr/bsc blocks are transposed into new contiguous values)."""
         if _recording.active:  # vjp records it (sparsetensor.autograd)
             return _recording.call("mT", _own_mT, (self,), {})
-        return self._matrix_transpose()
+        return carry_held((self,), self._matrix_transpose())
+
+    def _check_again(self) -> None:
+        """The full check again (the caller holds the index arrays and may have written them)."""
+        try:
+            self.check_invariants()
+        except InvariantError as e:
+            raise e.changed_since_check() from None
+        self._from_held = False
 
     def check_invariants(self, *, threads: int | None = None) -> None:
         """Re-check every invariant of this tensor (O(1) and O(nnz)); raise :class:`InvariantError`.

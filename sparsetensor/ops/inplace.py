@@ -20,6 +20,7 @@ import numpy as np
 
 from .._backend import backend_for
 from .._core._device import device_array, is_device_array
+from .._core._canonical import ensure_valid
 from .._core._dtypes import check_fits
 from .._core._tensor import COOTensor, CompressedTensor, SparseTensor, frozen, held_outside
 from ._common import describe
@@ -214,6 +215,7 @@ def resize_as_(t, other):
     """
     _require_sparse(t, "resize_as_")
     _require_sparse(other, "resize_as_", "other")
+    ensure_valid(t)  # a grown size would take in an index its caller wrote out of range since the check
     return _RESIZE_AS_BY_LAYOUT[type(t)](t, tuple(other.shape), other.dense_dim, other)  # _resize_coo or _resize_compressed
 
 

@@ -518,3 +518,27 @@ def test_masks_selections_and_casts_of_changed_indices_raise():
     col[0] = 2**32
     with pytest.raises(st.InvariantError):
         t.to(index_dtype=np.int32)
+
+
+def test_every_op_checks_changed_caller_indices_again():
+    """Found by a third fuzz: the ops that rely on checked indices check a caller's arrays again
+    (ensure_valid), and a transpose of a computed copy keeps the mark. Before: .mT of a clone
+    crashed SciPy's product, resize_as_ made an index valid, a product with a valid operand, a
+    bsr conversion, trace and nonzero dropped or returned the changed entry."""
+    def fresh():
+        col = np.array([0, 1, 2])
+        t = st.sparse_csr_tensor(np.array([0, 1, 2, 3]), col, np.array([1.0, 2.0, 3.0]), (3, 3))
+        t.check_invariants()
+        return t, col
+
+    valid = st.from_dense(np.ones((3, 3)), "csr")
+    calls = {10**9: [lambda t: t.clone().mT.to_scipy(), lambda t: t.to_sparse_csc().mT.to_scipy()],
+             3: [lambda t: t.resize_as_(st.zeros((3, 8), layout="csr"))],
+             -1: [lambda t: st.mul(valid, t), lambda t: st.minimum(valid, t), lambda t: t.to_sparse_bsr((1, 1)),
+                  lambda t: st.trace(t), lambda t: st.nonzero(t)]}
+    for bad, fns in calls.items():
+        for fn in fns:
+            t, col = fresh()
+            col[2] = bad
+            with pytest.raises(st.InvariantError, match="changed since the check"):
+                fn(t)
