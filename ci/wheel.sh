@@ -76,7 +76,11 @@ echo "== installing mpi4py and MPICH for the sparsetensor.mpi tests (they must r
 python -m pip install -q mpi4py mpich
 export SPARSETENSOR_REQUIRE_MPI=1
 echo "== installing dask[array] and distributed for the Dask chunk tests"
-python -m pip install -q "dask[array]" distributed
+# distributed first: it pins the dask of its own release. Unpinned together, pip took the newest dask
+# (2026.11.0) with a distributed of 2021 that imports a name that dask no longer has.
+python -m pip install -q distributed
+python -m pip install -q "dask[array]==$(python -c 'import importlib.metadata as m; print(m.version("dask"))')"
+python -c 'import distributed, dask; print("dask", dask.__version__, "distributed", distributed.__version__)'
 # -P: do not put the current directory (the source tree) on sys.path
 python -P -c "import sparsetensor as st; print('sparsetensor', st.__version__, 'from', st.__file__); st.show_config()"
 python -P -c "import sparsetensor, sys; sys.exit(0 if 'site-packages' in sparsetensor.__file__ else 'not the wheel')"
