@@ -31,7 +31,8 @@ import numpy as np
 from .ops import convert as _convert, dense as _dense
 from ._backend import backend_for, device_of
 from ._core import _recording
-from ._core._tensor import COOTensor, CompressedTensor, SparseTensor, carry_held
+from ._core import _tensor
+from ._core._tensor import COOTensor, CompressedTensor, SparseTensor, carry_held, check_held_ends
 from .interop import array_function, chunk as _chunk, linop, scipy as _scipy, torch as _torch
 from .interop.chunk import defer_to_lazy as _lazy, defer_to_lazy_ufunc as _lazy_ufunc
 from .ops import binary, blas, blocks, diagonal, dims, indexing, inplace, join, mask, pointwise, prune, reduce, select, spgemm
@@ -420,17 +421,37 @@ _RECORDED_AS = {"__add__": ("add", False), "__radd__": ("add", True), "__sub__":
                 "__imul__": ("mul", False), "__itruediv__": ("div", False)}
 
 
+# Ops whose kernels check where each batch's compressed indices start and end themselves (an O(batch)
+# loop in C: the dense products and to_dense, where a Python look would cost a tenth of a small call).
+_ENDS_IN_KERNEL = frozenset(("matmul", "mm", "mv", "to_dense", "__matmul__", "__rmatmul__", "matvec", "rmatvec",
+                             "matmat", "rmatmat", "__array__"))
+
+
+def _no_ends(args) -> None:
+    pass
+
+
 def _recorded(name: str, impl):
     """``impl`` as the op ``name`` on vjp's tape when this thread records (``_core._recording``); else
-    ``impl`` itself, after one test of a module global."""
+    ``impl`` itself, after one test of a module global. Where a caller holds index arrays of a
+    checked compressed argument, their ends are checked again first (:func:`check_held_ends`)."""
     rule, swap = _RECORDED_AS.get(name, (name, False))
+    if name in _ENDS_IN_KERNEL:
+        ends = _no_ends
+    else:
+        ends = check_held_ends
     if swap:
         def fn(self, other):
+            if _tensor._any_held:
+                ends((self, other))
             if _recording.active:
                 return _recording.call(rule, lambda a, b: impl(b, a), (other, self), {})
             return carry_held((self, other), impl(self, other))
     else:
         def fn(*args, **kwargs):
+            if _tensor._any_held:
+                ends(args)
+                ends(kwargs.values())
             if _recording.active:
                 return _recording.call(rule, impl, args, kwargs)
             return carry_held((*args, *kwargs.values()) if kwargs else args, impl(*args, **kwargs))

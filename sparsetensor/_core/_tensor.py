@@ -32,7 +32,7 @@ from ._device import as_device, backend, is_device_like, move, to_host
 from ._dtypes import as_index_dtype, as_value_dtype, check_fits
 from ._errors import InvariantError
 from ._shape_checks import compressed_meta, coo_meta, normalize_dim
-from ._validate import check_compressed_indices, check_coo_indices
+from ._validate import check_compressed_indices, check_coo_indices, first_broken_end, raise_compressed_error
 
 __all__ = ["SparseTensor", "COOTensor", "CompressedTensor", "REPR_LIMIT"]
 
@@ -151,6 +151,21 @@ def held_outside(t) -> bool:
             if ref is not None and ref() is a:
                 return True
     return False
+
+
+def check_held_ends(args) -> None:
+    """Invariants 5.1 and 5.2 (an O(batch) look) again of each checked compressed tensor among
+    ``args`` (an op's arguments, or sequences of them) whose caller holds its index arrays: the
+    kernels bound every read but trust where a batch starts and ends, so a first or last
+    compressed index written since the check would drop or misplace entries silently in the ops
+    that do not check a held tensor in full (to_dense, products, reductions, softmax)."""
+    for s in args:
+        if isinstance(s, CompressedTensor):
+            s._check_ends_again()
+        elif isinstance(s, (tuple, list)):
+            for x in s:
+                if isinstance(x, CompressedTensor):
+                    x._check_ends_again()
 
 
 def _own_values(t):
@@ -529,10 +544,13 @@ class COOTensor(SparseTensor):
 
     def _coalesced_checked(self, threads: int | None = None) -> "COOTensor":
         """:meth:`coalesce`, and the O(nnz) check (C4-C6) of a tensor that was flagged coalesced
-        but never checked: for kernels that address memory or split batches by its indices."""
+        but never checked, or checked while a caller holds its indices (they may have been written
+        since): for kernels that address memory or split batches by its indices."""
         t = self.coalesce(threads=threads)
         if not t._checked:
             t.check_invariants(threads=threads)
+        elif _any_held and held_outside(t):
+            t._check_again()
         return t
 
     def _members(self):
@@ -721,6 +739,22 @@ class CompressedTensor(SparseTensor):
 
     def _set_validated(self) -> None:
         self._canonical = True
+
+    def _check_ends_again(self) -> None:
+        """5.1/5.2 again where a check passed and the caller holds the index arrays (see
+        :func:`check_held_ends`); a never-checked tensor is checked by the op itself."""
+        c = self._compressed
+        if not (self._canonical_flag and type(c) is _NDARRAY and held_outside(self)):
+            return
+        nnz = self._plain.shape[-1]
+        if c.ndim == 1 and c[0] == 0 and c[-1] == nnz:
+            return
+        found = first_broken_end(c.reshape(-1, c.shape[-1]), nnz)
+        if found is not None:
+            try:
+                raise_compressed_error(found, self._layout, c.shape[:-1], self.plain_size, nnz)
+            except InvariantError as e:
+                raise e.changed_since_check() from None
 
     def _check_host(self, threads) -> None:
         meta = compressed_meta(self._compressed, self._plain, self._values, self._shape, self._layout)

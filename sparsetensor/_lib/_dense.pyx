@@ -338,8 +338,8 @@ def small_to_dense_2d(compressed, plain, values, out, bint rows):
     """``out[...] = `` the 2-d csr (``rows``) or csc tensor, for the fixed cost of small inputs: one
     thread, C-API checks and no fused dispatch (a few microseconds less than compressed_to_dense).
 
-    The indices must satisfy invariants 5.1-5.6 (a canonical tensor: validated, or a kernel's
-    output), `out` is C-contiguous (R, C), zero-filled, of the values' dtype, and every array
+    The indices must satisfy invariants 5.3-5.6 (a canonical tensor: validated, or a kernel's
+    output; 5.1 and 5.2 are looked at), `out` is C-contiguous (R, C), zero-filled, of the values' dtype, and every array
     1-d (compressed (n + 1,), plain and values (nnz,)) and C-contiguous. Returns False, having
     written nothing, or having met an index outside its bounds (memory changed after validation;
     the general path then reports it), where the arrays are not such or their dtypes not ones it moves (index dtypes
@@ -363,6 +363,12 @@ def small_to_dense_2d(compressed, plain, values, out, bint rows):
     cdef void* vp = cnp.PyArray_DATA(v)
     cdef void* op = cnp.PyArray_DATA(o)
     if isz not in (1, 2, 4, 8, 16):
+        return False
+    # 5.1/5.2 (a caller may have written them since the check; a broken end drops entries
+    # without reading out of bounds): the general path reports them
+    if code == 0 and ((<int32_t*>cp)[0] != 0 or (<int32_t*>cp)[n] != nnz):
+        return False
+    if code == 1 and ((<int64_t*>cp)[0] != 0 or (<int64_t*>cp)[n] != nnz):
         return False
     cdef bint bad
     if code == 0:

@@ -172,6 +172,23 @@ def gather_rows(const index_t[:, ::1] compressed, const index_t[:, ::1] plain, c
                     memcpy(&out_values[b, d, 0], &values[b, s0, 0], n * E * sizeof(raw_t))
 
 
+# -- compressed: one slice of the flattened (batch, slice) loop ------------------------------------
+cdef struct _Slice:
+    Py_ssize_t b, i      # batch and slice of flat slice r
+    Py_ssize_t s0, s1    # its positions, clamped into [0, nnz] and s0 <= s1
+
+
+cdef inline _Slice _slice(const index_t[:, ::1] compressed, Py_ssize_t r, Py_ssize_t n, Py_ssize_t nnz) noexcept nogil:
+    """Flat slice ``r`` of ``B * n``: a changed compressed index makes a short or empty segment,
+    never a read out of bounds."""
+    cdef _Slice z
+    z.b = r // n
+    z.i = r - z.b * n
+    z.s0 = clamp(compressed[z.b, z.i], 0, nnz)
+    z.s1 = clamp(compressed[z.b, z.i + 1], z.s0, nnz)
+    return z
+
+
 # -- compressed: a range of plain indices -------------------------------------------------------------
 cdef inline Py_ssize_t _lower_bound(const index_t[:, ::1] plain, Py_ssize_t b, Py_ssize_t lo, Py_ssize_t hi,
                                     int64_t value) noexcept nogil:
@@ -191,21 +208,18 @@ def plain_range(const index_t[:, ::1] compressed, const index_t[:, ::1] plain, i
     """For every slice, the segment of its (sorted) plain indices in [lo, hi): ``starts[b, i]``
     (position) and ``counts[b, i]`` (length), found by binary search."""
     cdef Py_ssize_t B = compressed.shape[0], n = compressed.shape[1] - 1
-    cdef Py_ssize_t r, b, i, k0, k1, nnz = plain.shape[1]
-    cdef int64_t s0, s1
+    cdef Py_ssize_t r, k0, k1, nnz = plain.shape[1]
+    cdef _Slice z
     _require(_canonical_shapes(compressed, plain, plain.shape[0], plain.shape[1]) and starts.shape[0] == B
              and starts.shape[1] == n and counts.shape[0] == B and counts.shape[1] == n, "plain_range",
              "compressed (B, n + 1), plain (B, nnz), starts and counts (B, n) do not match")
     with nogil:
         for r in prange(B * n, num_threads=nthreads, schedule="static"):
-            b = r // n
-            i = r - b * n
-            s0 = clamp(compressed[b, i], 0, nnz)
-            s1 = clamp(compressed[b, i + 1], s0, nnz)
-            k0 = _lower_bound(plain, b, s0, s1, lo)
-            k1 = _lower_bound(plain, b, k0, s1, hi)
-            starts[b, i] = k0
-            counts[b, i] = k1 - k0
+            z = _slice(compressed, r, n, nnz)
+            k0 = _lower_bound(plain, z.b, z.s0, z.s1, lo)
+            k1 = _lower_bound(plain, z.b, k0, z.s1, hi)
+            starts[z.b, z.i] = k0
+            counts[z.b, z.i] = k1 - k0
 
 
 def copy_segments(const index_t[:, ::1] plain, const raw_t[:, :, ::1] values, const int64_t[:, ::1] starts,
@@ -241,22 +255,21 @@ def plain_count(const index_t[:, ::1] compressed, const index_t[:, ::1] plain, c
                 int64_t[:, ::1] counts, int nthreads):
     """``counts[b, i]``: how many entries compressed slice i of batch b has after the map."""
     cdef Py_ssize_t B = compressed.shape[0], n = compressed.shape[1] - 1
-    cdef Py_ssize_t r, b, i, k, nnz = plain.shape[1], size = first.shape[0] - 1
-    cdef int64_t cnt, j, s0
+    cdef Py_ssize_t r, k, nnz = plain.shape[1], size = first.shape[0] - 1
+    cdef int64_t cnt, j
+    cdef _Slice z
     _require(_canonical_shapes(compressed, plain, plain.shape[0], plain.shape[1]) and first.shape[0] >= 1
              and counts.shape[0] == B and counts.shape[1] == n, "plain_count",
              "compressed (B, n + 1), plain (B, nnz), first (size + 1,) and counts (B, n) do not match")
     with nogil:
         for r in prange(B * n, num_threads=nthreads, schedule="guided"):
-            b = r // n
-            i = r - b * n
+            z = _slice(compressed, r, n, nnz)
             cnt = 0
-            s0 = clamp(compressed[b, i], 0, nnz)
-            for k in range(s0, clamp(compressed[b, i + 1], s0, nnz)):
-                j = plain[b, k]
+            for k in range(z.s0, z.s1):
+                j = plain[z.b, k]
                 if not bad_index(j, size):
                     cnt = cnt + first[j + 1] - first[j]
-            counts[b, i] = cnt
+            counts[z.b, z.i] = cnt
 
 
 cdef inline void _swap(index_t* key, int64_t* pay, Py_ssize_t a, Py_ssize_t b) noexcept nogil:
@@ -319,9 +332,10 @@ def plain_fill(const index_t[:, ::1] compressed, const index_t[:, ::1] plain, co
     plain indices; ``max_row`` bounds the output slice lengths (a per-thread buffer).
     """
     cdef Py_ssize_t B = compressed.shape[0], n = compressed.shape[1] - 1, E = values.shape[2]
-    cdef Py_ssize_t r, b, i, k, q, u, d0, e, room, nnz = plain.shape[1], size = first.shape[0] - 1
+    cdef Py_ssize_t r, b, k, q, u, d0, e, room, nnz = plain.shape[1], size = first.shape[0] - 1
     cdef Py_ssize_t onnz = out_plain.shape[1]
-    cdef int64_t j, s0, s1
+    cdef int64_t j
+    cdef _Slice z
     _require(_canonical_shapes(compressed, plain, values.shape[0], values.shape[1]) and first.shape[0] >= 1
              and targets.shape[0] == first[first.shape[0] - 1] and out_compressed.shape[0] == B
              and out_compressed.shape[1] == n + 1 and out_plain.shape[0] == B and out_values.shape[0] == B
@@ -335,17 +349,15 @@ def plain_fill(const index_t[:, ::1] compressed, const index_t[:, ::1] plain, co
     with nogil, parallel(num_threads=T):
         perm = &perm_all[threadid(), 0]
         for r in prange(B * n, schedule="guided"):
-            b = r // n
-            i = r - b * n
-            d0 = out_compressed[b, i]
-            room = out_compressed[b, i + 1] - d0  # what plain_count found: writes stay within
+            z = _slice(compressed, r, n, nnz)
+            b = z.b
+            d0 = out_compressed[b, z.i]
+            room = out_compressed[b, z.i + 1] - d0  # what plain_count found: writes stay within
             if bad_segment(d0, d0 + room, onnz) or room > max_row:
                 room = 0
-            s0 = clamp(compressed[b, i], 0, nnz)
-            s1 = clamp(compressed[b, i + 1], s0, nnz)
             q = 0
             if not sort_rows:  # the map is monotone: entries come out in order, values go straight
-                for k in range(s0, s1):
+                for k in range(z.s0, z.s1):
                     j = plain[b, k]
                     if bad_index(j, size):
                         continue
@@ -355,7 +367,7 @@ def plain_fill(const index_t[:, ::1] compressed, const index_t[:, ::1] plain, co
                             out_values[b, d0 + q, e] = values[b, k, e]
                         q = q + 1
                 continue
-            for k in range(s0, s1):
+            for k in range(z.s0, z.s1):
                 j = plain[b, k]
                 if bad_index(j, size):
                     continue
@@ -440,20 +452,18 @@ def flagged_count(const index_t[:, ::1] compressed, const uint8_t[:, ::1] flags,
                   int nthreads):
     """``counts[b, i]``: how many entries of slice i of batch b are flagged (nonzero ``flags[b, k]``)."""
     cdef Py_ssize_t B = compressed.shape[0], n = compressed.shape[1] - 1, nnz = flags.shape[1]
-    cdef Py_ssize_t r, b, i, k, s0, s1
+    cdef Py_ssize_t r, k
     cdef int64_t cnt
+    cdef _Slice z
     _require(n >= 0 and flags.shape[0] == B and counts.shape[0] == B and counts.shape[1] == n, "flagged_count",
              "compressed (B, n + 1), flags (B, nnz) and counts (B, n) do not match")
     with nogil:
         for r in prange(B * n, num_threads=nthreads, schedule="static"):
-            b = r // n
-            i = r - b * n
-            s0 = clamp(compressed[b, i], 0, nnz)
-            s1 = clamp(compressed[b, i + 1], s0, nnz)
+            z = _slice(compressed, r, n, nnz)
             cnt = 0
-            for k in range(s0, s1):
-                cnt = cnt + (flags[b, k] != 0)
-            counts[b, i] = cnt
+            for k in range(z.s0, z.s1):
+                cnt = cnt + (flags[z.b, k] != 0)
+            counts[z.b, z.i] = cnt
 
 
 def keep_flagged(const index_t[:, ::1] compressed, const index_t[:, ::1] plain, const raw_t[:, :, ::1] values,
@@ -463,7 +473,8 @@ def keep_flagged(const index_t[:, ::1] compressed, const index_t[:, ::1] plain, 
     prefix sums of :func:`flagged_count`); a slice never writes past its segment's end."""
     cdef Py_ssize_t B = compressed.shape[0], n = compressed.shape[1] - 1, nnz = plain.shape[1]
     cdef Py_ssize_t E = values.shape[2], onnz = out_plain.shape[1]
-    cdef Py_ssize_t r, b, i, k, e, s0, s1, d, end
+    cdef Py_ssize_t r, b, k, e, d, end
+    cdef _Slice z
     cdef const index_t* src_p
     cdef const raw_t* src_v
     cdef const uint8_t* flag
@@ -479,19 +490,17 @@ def keep_flagged(const index_t[:, ::1] compressed, const index_t[:, ::1] plain, 
         return
     with nogil:
         for r in prange(B * n, num_threads=nthreads, schedule="static"):
-            b = r // n
-            i = r - b * n
-            s0 = clamp(compressed[b, i], 0, nnz)
-            s1 = clamp(compressed[b, i + 1], s0, nnz)
-            d = out_compressed[b, i]
-            end = out_compressed[b, i + 1]
+            z = _slice(compressed, r, n, nnz)
+            b = z.b
+            d = out_compressed[b, z.i]
+            end = out_compressed[b, z.i + 1]
             if bad_segment(d, end, onnz):
                 continue
             src_p, flag, dst_p = &plain[b, 0], &flags[b, 0], &out_plain[b, 0]
             src_v, dst_v = &values[b, 0, 0], &out_values[b, 0, 0]
             # every entry is written at the next free slot, which only a flagged one keeps: no
             # branch on the flags (the test of the end is taken until the last kept entry)
-            for k in range(s0, s1):
+            for k in range(z.s0, z.s1):
                 if d >= end:
                     break
                 dst_p[d] = src_p[k]

@@ -284,7 +284,7 @@ def _warm():
 def test_changed_index_never_crashes_or_hangs(case, op):
     """Every change of MUTATIONS to a fresh validated tensor, then ``op``: one forked child per
     (tensor, op), one call per change."""
-    calls, labels = [], []
+    calls = []
     for member in CASES[case]()[1]:
         for where, value in MUTATIONS[member]:
             t, arrays = CASES[case]()
@@ -540,5 +540,64 @@ def test_every_op_checks_changed_caller_indices_again():
         for fn in fns:
             t, col = fresh()
             col[2] = bad
+            with pytest.raises(st.InvariantError, match="changed since the check"):
+                fn(t)
+
+
+def _exits(t):
+    """What a caller does with a tensor beyond the op table's ops: NumPy's and SciPy's protocols."""
+    import scipy.sparse.linalg as sla
+    if t.ndim != 2 or t.dense_dim or t.layout not in (st.sparse_csr, st.sparse_csc):
+        return {}
+    x = np.ones(t.shape[1])
+    return {"asarray": lambda: np.asarray(t), "np_matmul": lambda: np.matmul(t, x),
+            "linop": lambda: sla.aslinearoperator(t).matvec(x), "np_sum": lambda: np.sum(t, axis=1)}
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if not c.startswith("coo")])
+def test_changed_ends_of_a_checked_tensor_raise(case):
+    """A first or last compressed index written after the check (5.1/5.2: ``crow[0] = 1``,
+    ``crow[-1] = nnz - 1``) reads nothing out of bounds, so the kernels, which bound every read,
+    did not notice: to_dense, products, reductions, softmax, a clone's or transpose's to_dense
+    dropped or misplaced the entries silently. Every op that succeeds on the tensor before the
+    change raises InvariantError 5.1/5.2 after it."""
+    t0, _ = CASES[case]()
+    ops = {**_ops(t0), **_exits(t0)}
+    runs = []
+    for name, fn in ops.items():
+        try:
+            if fn() is None and name == "rmatmul":
+                continue  # not defined for this tensor (the lambda returns None)
+        except ALLOWED:
+            continue  # the op refuses this tensor anyway
+        runs.append(name)
+    calls = []
+    for name in runs:
+        for where, value in ((0, 1), (-1, "nnz-1")):
+            t, arrays = CASES[case]()
+            fn = {**_ops(t), **_exits(t)}[name]
+
+            def call(t=t, arrays=arrays, where=where, value=value, fn=fn):
+                _mutate(t, arrays, "compressed", where, value)
+                fn()
+                raise KeyError("returned without an error")
+
+            calls.append((f"{name}: compressed[{where}] = {value}", call))
+    outcomes = run_forked(calls, timeout=60.0)
+    bad = [f"{label}: {out}" for (label, _), out in zip(calls, outcomes)
+           if not (out.startswith("raised InvariantError") and ("5.1" in out or "5.2" in out))]
+    assert len(outcomes) == len(calls) and not bad, "; ".join(bad)
+
+
+def test_coo_times_or_over_a_dense_array_checks_changed_indices_again():
+    """The COO sampling of a dense operand (mul, div) indexes it by the tensor's coordinates: a
+    column written out of range after the check gave NumPy's IndexError, a negative one a value
+    from the row's end (NumPy wraps it)."""
+    for bad in (10**9, -1):
+        for fn in (lambda t: st.div(t, np.ones((3, 3))), lambda t: st.mul(t, np.ones((3, 3)))):
+            idx = np.array([[0, 1, 2], [0, 1, 2]])
+            t = st.sparse_coo_tensor(idx, np.array([1.0, 2.0, 3.0]), (3, 3), is_coalesced=True)
+            t.check_invariants()
+            idx[1, 0] = bad
             with pytest.raises(st.InvariantError, match="changed since the check"):
                 fn(t)

@@ -117,7 +117,7 @@ def spmm(S, D, plan, rt, threads=None, err=None):
         kout = out
     found = _spmm_kernels.spmm(c2, p2, values, dense, kout, sb, db, (Rb, Cb),
                                S.layout.compressed_rows, nt, block_transposed=block_transposed,
-                               logical=logical, checked=S.is_coalesced())  # unless checked: 5.1-5.5
+                               logical=logical)  # 5.3-5.5 as it scans, 5.1/5.2 in O(batch)
     if found is not None:
         raise_compressed_error(found, err.layout, s_batch, err.plain_size, nnz, c2)
     return out.reshape(plan.out_shape)
@@ -158,7 +158,7 @@ def spmm_csr(S, D, threads=None):
     found = _spmm_kernels.spmm(S._compressed.reshape(1, M // Rb + 1), S._plain.reshape(1, nnz),
                                v.reshape(1, nnz, bs), D.reshape(1, K, N), out.reshape(1, M, N), NO_BATCH, NO_BATCH,
                                (Rb, Cb), True, num_threads(threads, (nnz * bs + M) * N, grain=GRAIN_PRODUCT),
-                               checked=S._canonical)
+                               checked=False)  # the O(1) look at where the rows start and end, even when checked
     if found is not None:
         raise_compressed_error(found, S.layout, (), S.plain_size, nnz, S._compressed)
     return out if nd == 1 else out.reshape(M, N)
@@ -424,9 +424,10 @@ def _compressed_to_dense(t: CompressedTensor, threads) -> np.ndarray:
     v, o, widened = _kernel_views(values, out.reshape(B, rows, cols, D), accumulate)
     c = t.compressed_indices().reshape(B, t.compressed_indices().shape[-1])
     p = t.plain_indices().reshape(B, t.nnz)
-    # the kernel checks 5.3-5.5 as it scans, then 5.1/5.2 of a tensor that was never checked
+    # the kernel checks 5.3-5.5 as it scans, then 5.1/5.2 (O(batch): a caller may have written
+    # them since a check, and a broken end drops entries without reading out of bounds)
     found = _dense_kernels.compressed_to_dense(c, p, v, o, t.layout.compressed_rows, accumulate,
-                                               num_threads(threads, values.size), check_ends=not t.is_coalesced())
+                                               num_threads(threads, values.size), check_ends=True)
     if found is not None:
         raise_compressed_error(found, t.layout, batch, t.plain_size, t.nnz, c)
     if widened is not None:
