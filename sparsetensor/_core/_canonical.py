@@ -32,7 +32,7 @@ from ._errors import InvariantError
 from . import _tensor
 from ._tensor import COOTensor, CompressedTensor, held_outside
 
-__all__ = ["ensure_valid", "ensure_valid_export", "Parts", "as_parts", "build", "same_nnz", "SHOW_BATCHES"]
+__all__ = ["ensure_valid", "ensure_valid_export", "ensure_both_valid", "Parts", "as_parts", "build", "same_nnz", "SHOW_BATCHES"]
 
 # Batches whose nnz differ are listed in errors up to this many.
 SHOW_BATCHES = 16
@@ -111,6 +111,13 @@ def ensure_valid_export(t, *, threads: int | None = None):
     name says why the check (again, for a tensor on a caller's arrays) matters there."""
     return ensure_valid(t, repair=True, threads=threads)
 
+
+
+def ensure_both_valid(a, b, threads: int | None = None) -> tuple:
+    """The operands of a binary kernel, each through :func:`ensure_valid` with repair; one tensor
+    given twice (``t + t``, ``t @ t``) is checked (again, on a caller's arrays) once."""
+    a = ensure_valid(a, repair=True, threads=threads)
+    return a, (a if b is a else ensure_valid(b, repair=True, threads=threads))
 
 
 def ensure_valid(t, *, repair: bool = False, threads: int | None = None):

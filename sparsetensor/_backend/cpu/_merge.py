@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 
-from ..._core._canonical import ensure_valid
+from ..._core._canonical import ensure_both_valid
 from ..._core._config import num_threads
 from ..._core._dtypes import check_fits
 from ..._lib import _convert as _convert_kernels
@@ -59,7 +59,7 @@ def _finish_values(ov: np.ndarray, dtype: np.dtype, logical: bool) -> np.ndarray
 
 
 def _merge_compressed(a, b, dtype, kdt, logical, op, union, alpha_k, threads) -> CompressedTensor:
-    a, b = ensure_valid(a, repair=True, threads=threads), ensure_valid(b, repair=True, threads=threads)
+    a, b = ensure_both_valid(a, b, threads)
     ac, ap, av = a._compressed, a._plain, a._values
     bc, bp, bv = b._compressed, b._plain, b._values
     idx_dt = ac.dtype if ac.dtype == bc.dtype else _INT64

@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 
-from ..._core._canonical import ensure_valid
+from ..._core._canonical import ensure_both_valid
 from ..._core._config import num_threads
 from ..._lib import _spgemm as _kernels
 from ..._lib._pool import _memory_bytes as _pool_memory_bytes
@@ -34,7 +34,7 @@ def spgemm(a, b, threads=None):
 
 def _spgemm_rows(a: CompressedTensor, b: CompressedTensor, threads) -> CompressedTensor:
     """csr @ csr or bsr @ bsr (shapes, dtypes and blocks checked by the caller)."""
-    a, b = ensure_valid(a, repair=True, threads=threads), ensure_valid(b, repair=True, threads=threads)
+    a, b = ensure_both_valid(a, b, threads)
     idx_dt = a.index_dtype if a.index_dtype == b.index_dtype else np.dtype(np.int64)
     m = a.batch_dim
     batch = a.shape[:m]
