@@ -194,9 +194,11 @@ def _coo_coalesce(self, *, threads: int | None = None) -> COOTensor:
     flag given with ``check_invariants=False`` is checked first (C4-C6, once: the result is kept;
     on a device by the device's check), since the callers trust it to mean distinct indices.
     """
-    if self._coalesced and not self._checked:
-        self.check_invariants(threads=threads)
-    if self._coalesced and self._checked:
+    if self._coalesced:
+        if not self._checked:
+            self.check_invariants(threads=threads)
+        elif _tensor._any_held and _tensor.held_outside(self):
+            self._check_again()  # a caller may have written a repeat or an order change since
         return self
     return backend_for(self).coalesce(self, threads)
 
@@ -204,9 +206,14 @@ def _coo_coalesce(self, *, threads: int | None = None) -> COOTensor:
 def _compressed_coalesce(self, *, threads: int | None = None) -> CompressedTensor:
     """Repair unchecked input: sort each row's (column's) plain indices and sum duplicates.
 
-    A tensor known to satisfy 5.6 is returned as it is (no copy).
+    A tensor known to satisfy 5.6 is returned as it is (no copy), checked again first where a
+    caller holds its index arrays.
     """
-    return self if self._canonical else backend_for(self).coalesce(self, threads)
+    if self._canonical:
+        if _tensor._any_held and _tensor.held_outside(self):
+            self._check_again()
+        return self
+    return backend_for(self).coalesce(self, threads)
 
 
 _coo_coalesce.__name__ = _compressed_coalesce.__name__ = "coalesce"

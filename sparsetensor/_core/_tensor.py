@@ -544,13 +544,11 @@ class COOTensor(SparseTensor):
 
     def _coalesced_checked(self, threads: int | None = None) -> "COOTensor":
         """:meth:`coalesce`, and the O(nnz) check (C4-C6) of a tensor that was flagged coalesced
-        but never checked, or checked while a caller holds its indices (they may have been written
-        since): for kernels that address memory or split batches by its indices."""
+        but never checked (``coalesce`` checks a flagged one again where a caller holds its
+        indices): for kernels that address memory or split batches by its indices."""
         t = self.coalesce(threads=threads)
         if not t._checked:
             t.check_invariants(threads=threads)
-        elif _any_held and held_outside(t):
-            t._check_again()
         return t
 
     def _members(self):

@@ -367,6 +367,8 @@ def assemble(rows, cols, values, shape, comm=None, *, row_starts=None, col_start
             cstarts = _default_col_starts(shp, bs, starts, col_starts, size)
         idt = None if index_dtype is None else as_index_dtype(index_dtype)
         vdt = None if dtype is None else as_value_dtype(dtype)
+        if cols is None:  # (assemble_vector's triples have none)
+            raise TypeError(f"{where}: cols must be the column indices of the triples, got None")
         r, c, v = _triples(where, rows, cols, values, shp)
         # block before the partitions that it shapes, so that a differing block is named
         fields = {"shape": shp, "mode": mode, "block": str(block), "row_starts": starts,

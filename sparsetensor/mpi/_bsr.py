@@ -21,7 +21,7 @@ from mpi4py import MPI
 
 from .._core._tensor import SparseTensor
 from ..ops.blas import matmul
-from ._comm import agree, scatterv
+from ._comm import agree, same_on_every_rank, scatterv
 from ._matrix import DistCSR
 from ._partition import balanced_starts, check_row_pointers, check_starts, even_starts, local_csr
 
@@ -148,6 +148,9 @@ class DistBSR(DistCSR):
         """
         comm = MPI.COMM_WORLD if comm is None else comm
         size = comm.size
+        # root's partition and block size are scattered: another rank's would be ignored without a word
+        same_on_every_rank(comm, "DistBSR.from_global", root=root, row_starts=row_starts, col_starts=col_starts,
+                           exchange=exchange, blocksize=blocksize)
 
         def prepare():
             b = _as_bsr(t, blocksize, "DistBSR.from_global")
@@ -221,6 +224,7 @@ class DistBSR(DistCSR):
         ``A.row_starts`` and ``A.col_starts`` must be multiples of ``r`` and ``c``.
         """
         comm = A._comm
+        same_on_every_rank(comm, "DistBSR.from_csr", blocksize=blocksize)  # the products assume one block size
 
         def local():
             r, c = _blocksize(blocksize, "DistBSR.from_csr")

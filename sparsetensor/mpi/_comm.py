@@ -72,6 +72,16 @@ def same_on_every_rank(comm, where: str, **given) -> None:
     raise_differing(where, comm.allgather(comparable(given)))
 
 
+def agreed_root(comm, where: str, root, **given) -> int:
+    """``root`` once every rank passed the same one (and the same ``given``) and it is a rank of
+    ``comm`` (collective, one allgather): a rank that took another root would wait in a gather the
+    others never join, or keep its own data as the root's."""
+    same_on_every_rank(comm, where, root=root, **given)
+    if isinstance(root, bool) or not isinstance(root, (int, np.integer)) or not 0 <= root < comm.size:
+        raise ValueError(f"{where}: root must be a rank in [0, {comm.size}), got {root!r}")
+    return int(root)
+
+
 def raise_differing(where: str, every: list) -> None:
     """The ValueError for the first field that differs among the ranks' :func:`comparable` fields
     (``every``, by rank: what an allgather gave every rank, so all raise or none)."""

@@ -152,11 +152,17 @@ def _basis_dots(V: np.ndarray, w: np.ndarray, threads=None) -> tuple:
 def _allreduce(comm, values):
     """Global sums of a few local numbers in one allreduce, each returned as its own NumPy scalar type."""
     values = [v if isinstance(v, np.generic) else np.float64(v) for v in values]
-    cplx = any(np.iscomplexobj(v) for v in values)
-    buf = np.array(values, dtype=np.complex128 if cplx else np.float64)
+    k = len(values)
+    # one buffer type on every rank (a complex number on one rank and real ones elsewhere gave the
+    # ranks buffers of different sizes: MPI aborted); the second half counts the ranks whose number is
+    # complex, so every rank returns the same type (real parts sum exactly as float64 would)
+    buf = np.zeros(2 * k, dtype=np.complex128)
+    buf[:k] = values
+    buf[k:] = [np.iscomplexobj(v) for v in values]
     if comm.size > 1:
         comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM)
-    return [type(v)(s) if np.iscomplexobj(v) else type(v)(s.real) for v, s in zip(values, buf)]
+    return [(type(v) if np.iscomplexobj(v) else np.complex128)(s) if c.real > 0 else type(v)(s.real)
+            for v, s, c in zip(values, buf[:k], buf[k:])]
 
 
 def dot(comm, a: np.ndarray, b: np.ndarray):

@@ -31,7 +31,7 @@ from .._core._tensor import CompressedTensor, SparseTensor
 from .._core._from_arrays import sparse_csr_tensor
 from .._core._layout import sparse_csr
 from ..ops.blas import matmul
-from ._comm import agree, gatherv, same_on_every_rank, scatterv
+from ._comm import agree, agreed_root, gatherv, same_on_every_rank, scatterv
 from ._exchange import GhostExchange, check_mode
 from ._partition import (_tensor, balanced_starts, check_row_pointers, check_starts, even_starts, local_csr,
                          split_blocks)
@@ -409,10 +409,13 @@ class DistCSR:
             ncol, num = -1, 0
         else:
             x = np.asarray(x)
+            if not x.dtype.isnative:  # ghost entries travel as bytes: in this machine's order
+                x = x.astype(x.dtype.newbyteorder("="))
             if x.ndim not in (1, 2) or x.shape[0] != n:
                 bad = (f"{op}: rank {self._comm.rank} expects {what} of {n} rows (1-d, or 2-d with N columns), "
                        f"got shape {x.shape}")
-            ncol, num = (x.shape[1] if x.ndim == 2 else -1), x.dtype.num
+            # by the dtype's name: int64 spelt 'l' on one rank and 'q' on another is one dtype
+            ncol, num = (x.shape[1] if x.ndim == 2 else -1), np.dtype(x.dtype.str).num
         if not check:
             if bad:
                 raise ValueError(bad)
@@ -643,6 +646,7 @@ class DistCSR:
         ``part="rows"``: slices like :meth:`matvec`'s result (the default);
         ``"cols"``: like its input (or :meth:`rmatvec`'s result).
         """
+        root = agreed_root(self._comm, "gather", root, part=part)
         starts = self._starts(part)
         n = int(starts[self._comm.rank + 1] - starts[self._comm.rank])
 
@@ -653,7 +657,7 @@ class DistCSR:
             return a
 
         a = agree(self._comm, check)
-        kinds = self._comm.allgather((a.shape[1:], a.dtype))
+        kinds = self._comm.allgather((a.shape[1:], a.dtype.str))  # .str: byte order too
         if len(set(kinds)) != 1:
             raise ValueError(f"gather: the slices differ in trailing shape or dtype across ranks: {kinds}")
         return gatherv(self._comm, a, root, a.shape[1:], a.dtype)
@@ -664,6 +668,7 @@ class DistCSR:
         ``part="cols"`` gives the slices :meth:`matvec` takes (the same as
         ``"rows"`` for a square matrix).
         """
+        root = agreed_root(self._comm, "scatter", root, part=part)
         starts = self._starts(part)
 
         def check():
@@ -702,6 +707,7 @@ class DistCSR:
 
         For a :class:`DistBSR`: a BSR tensor of its block size.
         """
+        root = agreed_root(self._comm, "to_global", root)
         t = self.local_rows()
         tail = tuple(t.values().shape[1:])
         counts = gatherv(self._comm, np.diff(t.crow_indices()).astype(np.int64), root, (), np.int64)

@@ -156,6 +156,8 @@ def zero_rows(self: DistCSR, rows, diag=1.0, x=None, b=None) -> None:
                                      f"{getattr(v, 'shape', type(v).__name__)}")
             if not b.flags.writeable:
                 raise ValueError(f"{where}: b is changed in place and must be writeable")
+            if not np.can_cast(np.result_type(x.dtype, diag), b.dtype, casting="same_kind"):  # 0.5 into int: 0
+                raise TypeError(f"{where}: b ({b.dtype}) cannot hold diag * x ({np.result_type(x.dtype, diag)})")
         return r
 
     r = agree(comm, check)
@@ -242,13 +244,22 @@ def _map_values(A: DistCSR, fn) -> DistCSR:
 def _scale(self, alpha):
     """``alpha * A`` for a scalar ``alpha``, the same on every rank (collective); the dtype as NumPy promotes it."""
     ok = isinstance(alpha, numbers.Number)
-    every = self._comm.allgather(complex(alpha) if ok else None)  # agreed first: no rank may hang
+    # the value and the result dtype (2.0 keeps float32 values, np.float64(2.0) promotes them): agreed
+    # first, so that no rank hangs and no two ranks hold different dtypes
+    mine = (complex(alpha), (np.zeros(0, self._dtype) * alpha).dtype.str) if ok else None
+    every = self._comm.allgather(mine)
     if not ok:
         return NotImplemented
     if None in every:
         raise TypeError(f"alpha * A: rank {every.index(None)} passed an alpha that is not a number")
-    if not np.array_equal(every, every[:1] * len(every), equal_nan=True):
-        raise ValueError(f"alpha * A: every rank must pass the same alpha; got {every} (by rank)")
+    values = [e[0] for e in every]
+    if not np.array_equal(values, values[:1] * len(values), equal_nan=True):
+        raise ValueError(f"alpha * A: every rank must pass the same alpha; got {values} (by rank)")
+    dtypes = [e[1] for e in every]
+    if len(set(dtypes)) != 1:
+        raise ValueError(f"alpha * A: every rank's alpha must give the same result dtype; got "
+                         f"{[str(np.dtype(d)) for d in dtypes]} (by rank: a Python float keeps float32 values, "
+                         "a NumPy float64 promotes them)")
     return _map_values(self, lambda v: v * alpha)
 
 

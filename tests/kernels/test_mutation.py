@@ -601,3 +601,33 @@ def test_coo_times_or_over_a_dense_array_checks_changed_indices_again():
             idx[1, 0] = bad
             with pytest.raises(st.InvariantError, match="changed since the check"):
                 fn(t)
+
+
+@pytest.mark.parametrize("layout", ["coo", "csr"])
+def test_a_repeat_written_into_a_checked_tensor_sums_or_raises(layout):
+    """A coordinate written into a checked tensor so that it repeats another (C6 / 5.6 broken,
+    every index in range): coalesce returned the tensor as it was, COO mul summed the products of
+    the repeats, amax took one of them and to_dense kept the last (unchecked input sums them).
+    Now coalesce, merges and reductions check it again and raise; to_dense sums the repeats, as
+    for unchecked input and as the products with a dense operand do."""
+    if layout == "coo":
+        idx = np.array([[0, 1, 2], [1, 1, 2]])
+        t = st.sparse_coo_tensor(idx, np.array([1.0, 2.0, 3.0]), (3, 3), is_coalesced=True)
+        changed = idx[0]
+    else:
+        changed = np.array([0, 1, 2])
+        t = st.sparse_csr_tensor(np.array([0, 2, 2, 3]), changed, np.array([1.0, 2.0, 3.0]), (3, 3))
+    t.check_invariants()
+    changed[1] = 0  # the second entry repeats the first coordinate
+    want = np.zeros((3, 3))
+    want[0, 1 if layout == "coo" else 0] = 3.0
+    want[2, 2] = 3.0
+    np.testing.assert_array_equal(t.to_dense(), want)
+    if layout == "coo":  # a COO product relies on the flag (C6)
+        with pytest.raises(st.InvariantError, match="C6"):
+            t @ np.eye(3)
+    else:
+        np.testing.assert_array_equal(t @ np.eye(3), want)
+    for fn in (lambda: t.coalesce(), lambda: t * t, lambda: st.amax(t, 1), lambda: t + t):
+        with pytest.raises(st.InvariantError, match="changed since the check"):
+            fn()

@@ -52,10 +52,14 @@ ERRORS = {"row-out-of-range": ("ValueError", True), "col-out-of-range": ("ValueE
           "bad-mode": ("ValueError", True), "bad-shape": ("ValueError", True), "block": ("ValueError", True),
           "vector-row-out-of-range": ("ValueError", True), "from-local-row-starts": ("ValueError", False),
           "from-local-coo-rows": ("InvariantError", True), "zero-rows-out-of-range": ("ValueError", True),
-          "zero-rows-x-without-b": ("ValueError", False), "block-jacobi-local": ("ValueError", False)}
+          "zero-rows-x-without-b": ("ValueError", False), "block-jacobi-local": ("ValueError", False),
+          "cols-none": ("TypeError", True), "zero-rows-b-int": ("TypeError", True), "gather-part": ("ValueError", False),
+          "root-out-of-range": ("ValueError", False)}
 ERRORS_MULTI = {"modes-disagree": ("ValueError", False), "shapes-disagree": ("ValueError", False),
                 "from-local-global-shape": ("ValueError", False), "sum-partitions": ("ValueError", False),
-                "alpha-disagree": ("ValueError", False)}
+                "alpha-disagree": ("ValueError", False), "alpha-dtype-disagree": ("ValueError", False),
+                "gather-root-disagree": ("ValueError", False), "to_global-root-disagree": ("ValueError", False),
+                "scatter-root-disagree": ("ValueError", False)}
 
 
 @pytest.mark.parametrize("n", RANKS)

@@ -92,7 +92,8 @@ ERRORS = {"x-shape-on-last-rank": "ValueError", "csr-without-blocksize": "ValueE
           "pbjacobi-singular-block": "LinAlgError"}
 ERRORS_SEVERAL = {"row-starts-inside-a-block": "ValueError", "from-local-blocksize-on-last-rank": "ValueError",
                   "sum-partitions-differ": "ValueError", "from-csr-unaligned": "ValueError",
-                  "load-unaligned-row-starts": "ValueError"}
+                  "load-unaligned-row-starts": "ValueError", "from-csr-blocksize-on-last-rank": "ValueError",
+                  "from-global-blocksize-on-last-rank": "ValueError"}
 ERRORS_PETSC = {"petsc-non-square-blocks": "NotImplementedError", "petsc-aij-to-distbsr": "TypeError"}
 
 

@@ -261,10 +261,34 @@ def suite_errors(tmp):
     S = stmpi.DistCSR.from_global(st.stencil((4, 5)) if rank == 0 else None, comm=comm)  # ilu0 factors it
     expect(tmp, "block-jacobi-local", ValueError, lambda: stmpi.block_jacobi(S, "ilu" if bad else "ilu0"),
            "local must be one of")
+    # found by a fuzz of one rank's arguments: each hung the other ranks, or gave this rank another answer
+    expect(tmp, "cols-none", TypeError, with_(cols=None), f"rank {last}", "cols must be")
+    nl = A.row_range[1] - A.row_range[0]
+    expect(tmp, "zero-rows-b-int", TypeError,  # b[i] = 0.5 * 1 became 0 in an integer b
+           lambda: A.zero_rows([1], x=np.full(nl, 0.5), b=np.zeros(nl, np.int64 if bad else np.float64)),
+           f"rank {last}", "cannot hold")
+    expect(tmp, "gather-part", ValueError, lambda: A.gather(np.ones(nl), part="zzz" if bad else "rows"), "part")
+    expect(tmp, "root-out-of-range", ValueError, lambda: A.gather(np.ones(nl), root=size), "root must be a rank")
     if size > 1:
         B = stmpi.DistCSR.from_global(t if rank == 0 else None, comm=comm, row_starts=starts_with_empty_rank(20))
         expect(tmp, "sum-partitions", ValueError, lambda: A + B, "partitions differ")
         expect(tmp, "alpha-disagree", ValueError, lambda: (2.0 + bad) * A, "same alpha")
+        A32 = stmpi.DistCSR.from_global(t.astype(np.float32) if rank == 0 else None, comm=comm)
+        expect(tmp, "alpha-dtype-disagree", ValueError, lambda: (np.float64(2.0) if bad else 2.0) * A32,
+               "same result dtype")  # float32 values on some ranks, float64 on the last
+        for what in ("gather", "to_global", "scatter"):
+            call = {"gather": lambda: A.gather(np.ones(A.row_range[1] - A.row_range[0]), root=int(bad)),
+                    "to_global": lambda: A.to_global(root=int(bad)),
+                    "scatter": lambda: A.scatter(np.ones(20), root=int(bad))}[what]
+            expect(tmp, f"{what}-root-disagree", ValueError, call, "same root")
+        # a complex slice on one rank: MPI aborted (buffers of different types); now complex on every rank
+        d = stmpi.dot(comm, np.ones(3, dtype=np.complex128 if bad else np.float64), np.ones(3))
+        assert np.iscomplexobj(d) and d == 3 * size, ("dot of mixed slices", d)
+        x = np.arange(20, dtype=np.float64)[slice(*A.col_range)]
+        y = A @ (x.astype(">f8") if bad else x)  # big-endian on the last rank: its ghosts went as raw bytes
+        assert np.allclose(np.concatenate(comm.allgather(y)), t.to_dense() @ np.arange(20.0)), "byte order"
+        y = A @ (x.astype(np.int64) if bad else x.astype(np.longlong))  # one dtype under two names: not refused
+        assert np.allclose(np.concatenate(comm.allgather(y)), t.to_dense() @ np.arange(20.0)), "int64 as 'q' and 'l'"
     if rank == 0:
         print("DONE", flush=True)
 

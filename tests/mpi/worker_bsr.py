@@ -425,6 +425,13 @@ def suite_errors(tmp):
     if size > 1:
         C = stmpi.DistCSR.from_global(st.from_dense(d) if rank == 0 else None, row_starts=bad_starts)
         expect(tmp, "from-csr-unaligned", ValueError, lambda: stmpi.DistBSR.from_csr(C, (2, 2)), "row_starts")
+        # each rank built its own block size: the next product failed in MPI on one rank, hung on others
+        C = stmpi.DistCSR.from_global(st.from_dense(d) if rank == 0 else None, comm=comm)
+        expect(tmp, "from-csr-blocksize-on-last-rank", ValueError,
+               lambda: stmpi.DistBSR.from_csr(C, (1, 1) if rank == last else (2, 2)), "same blocksize")
+        # root's row_starts and block size were taken without a word where another rank passed others
+        expect(tmp, "from-global-blocksize-on-last-rank", ValueError,
+               lambda: distribute(st.from_dense(d), blocksize=(1, 1) if rank == last else (2, 2)), "same blocksize")
     expect(tmp, "assemble-shape", ValueError,
            lambda: stmpi.assemble([0], [0], [1.0], (5, 6), comm, block=(2, 2)), "whole number")
     expect(tmp, "assemble-out-of-range-on-last-rank", ValueError,

@@ -21,7 +21,8 @@ from ..._lib import _dense as _dense_kernels
 from ..._lib._pool import empty
 from ..._lib import _reduce as _reduce_kernels
 from ..._lib import _spmm as _spmm_kernels
-from ..._core._tensor import COOTensor, CompressedTensor
+from ..._core import _tensor
+from ..._core._tensor import COOTensor, CompressedTensor, held_outside
 from ..._core._validate import first_broken_end, raise_compressed_error, raise_coo_error
 from ._convert import convert, transpose
 from ._ilu import ic0, ilu0, trsv
@@ -198,7 +199,9 @@ def to_dense(t, threads=None) -> np.ndarray:
     """The dense array of ``t`` (duplicates, possible only in unchecked input, summed)."""
     v = t._values
     if t._layout in _PLAIN_COMPRESSED and t._canonical and len(t._shape) == 2 and type(v) is np.ndarray \
-            and v.ndim == 1 and v.shape[0] < GRAIN:  # small and validated: skip the general path's set-up
+            and v.ndim == 1 and v.shape[0] < GRAIN and not (_tensor._any_held and held_outside(t)):
+        # small and validated (not on a caller's arrays, which may repeat an index now): skip the
+        # general path's set-up
         out = np.zeros(t._shape, v.dtype)
         if _dense_kernels.small_to_dense_2d(t._compressed, t._plain, v, out, t._layout is L.sparse_csr):
             return out
@@ -412,6 +415,12 @@ def _kernel_views(values: np.ndarray, out: np.ndarray, accumulate: bool):
     return arith_view(values), arith_view(out), None
 
 
+def _repeats_possible(t) -> bool:
+    """Whether ``t``, checked, sits on index arrays a caller may have written since: a repeat
+    written into a checked row sums, as in unchecked input (to_dense does not check in full)."""
+    return _tensor._any_held and held_outside(t)
+
+
 def _compressed_to_dense(t: CompressedTensor, threads) -> np.ndarray:
     m = t.batch_dim
     batch = t.shape[:m]
@@ -420,7 +429,7 @@ def _compressed_to_dense(t: CompressedTensor, threads) -> np.ndarray:
     B, D = math.prod(batch), math.prod(t.shape[m + 2:])
     out = np.zeros(t.shape, dtype=t.dtype)
     values = np.ascontiguousarray(t.values()).reshape(B, t.nnz, rb, cb, D)
-    accumulate = not t.is_coalesced()
+    accumulate = not t.is_coalesced() or _repeats_possible(t)
     v, o, widened = _kernel_views(values, out.reshape(B, rows, cols, D), accumulate)
     c = t.compressed_indices().reshape(B, t.compressed_indices().shape[-1])
     p = t.plain_indices().reshape(B, t.nnz)
@@ -440,7 +449,7 @@ def _coo_to_dense(t: COOTensor, threads) -> np.ndarray:
     M, D = math.prod(t.shape[:S]), math.prod(t.shape[S:])
     out = np.zeros(t.shape, dtype=t.dtype)
     values = np.ascontiguousarray(t.values()).reshape(t.nnz, D)
-    accumulate = not (t.is_coalesced() and t._checked)  # an unchecked flag may hide duplicates
+    accumulate = not (t.is_coalesced() and t._checked) or _repeats_possible(t)  # an unchecked flag may hide duplicates
     v, o, widened = _kernel_views(values, out.reshape(M, D), accumulate)
     shape = np.asarray(t.shape[:S], dtype=np.int64)
     found = _dense_kernels.coo_to_dense(t.indices(), v, shape, o, accumulate, num_threads(threads, values.size))
