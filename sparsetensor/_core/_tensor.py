@@ -354,7 +354,12 @@ class SparseTensor:
         dt = as_value_dtype(dtype)
         if dt == self.dtype and not copy:
             return self
-        return self._replace_values(self._values.astype(dt), copy_indices=copy)
+        src, k = self, self.dtype.kind
+        if (dt.kind == "b" or k == "b" or (dt.kind in "iu" and k in "fc")) and not self.is_coalesced():
+            # a cast that does not commute with the sum of repeats (1.0 and -1.0 to bool, 0.6 and 0.6
+            # to int, True and True to int): the repeats are summed in the tensor's own dtype first
+            src = self.coalesce()
+        return src._replace_values(src._values.astype(dt), copy_indices=copy and src is self)
 
     @property
     def T(self):

@@ -160,6 +160,7 @@ def _dense_like(name):
 
 
 def _nan_to_zero(a):
+    a = a.coalesce()  # NaN and 5.0 stored for one element are one NaN element: dropped whole
     v = a.values()
     return a._replace_values(np.where(np.isnan(v), np.zeros((), v.dtype), v)) if v.dtype.kind in "fc" else a
 
@@ -173,6 +174,7 @@ def _nansum(a, axis=None, dtype=None, out=None, keepdims=False, **kwargs):
 def _round(a, decimals=0, out=None):
     if out is not None:
         raise TypeError("np.round(..., out=...) is not supported for sparse tensors")
+    a = a.coalesce()  # rounding does not commute with the sum of repeats
     return a._replace_values(np.round(a.values(), decimals))
 
 
