@@ -107,7 +107,9 @@ def agree(comm, fn, *args, **kwargs):
     exception (type, message; for :class:`~sparsetensor.InvariantError` also the
     invariant, layout, batch and index); failing ranks raise their own
     exception, the others raise the broadcast copy, its message ending with
-    ``[raised on rank r of n]``.
+    ``[raised on rank r of n]``. An exception type that cannot be rebuilt from its message
+    (PETSc's ``Error``) is a :class:`RemoteError` on every rank of several, the failing one's
+    chained to its own.
     """
     err = None
     result = None
@@ -119,9 +121,12 @@ def agree(comm, fn, *args, **kwargs):
     if src is None:
         return result
     payload = comm.bcast(_payload(err) if comm.rank == src else None, root=src)
+    remote = _rebuild(payload, src, comm.size)
     if err is not None:
+        if isinstance(remote, RemoteError) and not isinstance(err, RemoteError) and comm.size > 1:
+            raise remote from err  # a type the others cannot rebuild (PETSc's Error): one type everywhere
         raise err
-    raise _rebuild(payload, src, comm.size)
+    raise remote
 
 
 def bytes_of(a: np.ndarray) -> np.ndarray:

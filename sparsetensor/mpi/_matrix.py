@@ -589,10 +589,12 @@ class DistCSR:
         """This rank's part of the main diagonal (rows ``row_range``), e.g. for a Jacobi preconditioner."""
         n = self._r1 - self._r0
         d = np.zeros(n, dtype=self._dtype)
-        crow, cols, vals = self._diag.crow_indices(), self._diag.col_indices(), self._diag.values()
-        rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(crow))
-        hit = cols.astype(np.int64) + self._c0 == rows + self._r0
-        d[rows[hit]] = vals[hit]
+        # both blocks: where the columns are split unlike the rows, a diagonal entry can be a ghost
+        for block, cols in ((self._diag, self._diag.col_indices().astype(np.int64) + self._c0),
+                            (self._offd, self._ghosts[self._offd.col_indices()])):
+            rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(block.crow_indices()))
+            hit = cols == rows + self._r0
+            d[rows[hit]] = block.values()[hit]
         return d
 
     # -- statistics -----------------------------------------------------------------------

@@ -285,6 +285,7 @@ def to_petsc_vec(A, x, part: str = "rows", *, copy: bool = False):
     """
     comm = A._comm
     PETSc = _petsc(comm)
+    same_on_every_rank(comm, "to_petsc_vec", part=part, copy=copy)  # one Vec: one global size
     starts = A._starts(part)
     lo, hi = int(starts[comm.rank]), int(starts[comm.rank + 1])
 

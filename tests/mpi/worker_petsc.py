@@ -354,6 +354,12 @@ def suite_errors(tmp):
     if size > 1:  # a preconditioner PETSc does not know, on one rank only: PETSc would fail there alone
         expect(tmp, "solve-pc-on-last-rank", ValueError,
                lambda: stmpi.solve(A, np.ones(r1 - r0), pc="bogus_pc" if rank == last else "jacobi"), "same pc")
+        # a square matrix's parts are the same: the Vec's global sizes disagreed only where it is not
+        W = distribute(st.from_dense(np.ones((6, 9))))
+        part = "cols" if rank == last else "rows"
+        n_mine = int(np.diff(W.col_starts if rank == last else W.row_starts)[rank])
+        expect(tmp, "vec-part-on-last-rank", ValueError,
+               lambda: stmpi.to_petsc_vec(W, np.zeros(n_mine, REAL), part=part), "same part")
     # a preconditioner that fails on the rank owning row 3 only (a missing diagonal entry: bjacobi's
     # block factorization, sor's divisions; a row of zeros: gamg's setup): every rank raises
     R = poisson(6).to_scipy().tolil()
