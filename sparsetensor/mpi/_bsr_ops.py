@@ -18,7 +18,7 @@ from ._bsr import DistBSR
 from ._comm import agree
 from ._matrix import DistCSR
 from ._spgemm import spgemm
-from ._petsc import _index_dtype, _is_mat, _petsc, _scalar_dtype, _world, read_rows
+from ._petsc import _index_dtype, _is_mat, _petsc, _scalar_dtype, _world, comm_of, read_rows
 
 __all__ = ["PointBlockJacobi", "point_block_jacobi"]
 
@@ -171,7 +171,7 @@ def from_petsc(cls, mat, comm=None, exchange: str = "p2p") -> DistBSR:
         :meth:`DistCSR.from_petsc`).
     """
     if comm is None:
-        comm = mat.getComm().tompi4py() if _is_mat(mat) else _world()
+        comm = comm_of(mat) if _is_mat(mat) else _world()
 
     def check_kind(kind, procs):
         if not (kind.startswith("mpibaij") or kind.startswith("seqbaij")):

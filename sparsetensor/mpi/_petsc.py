@@ -177,8 +177,8 @@ def from_petsc(cls, mat, comm=None, exchange: str = "p2p") -> DistCSR:
     ``mat`` must be ``MATMPIAIJ`` (or ``MATSEQAIJ`` on a one-process communicator, PETSc's
     AIJ there; variants such as ``mpiaijcusparse`` are read through ``MatGetRow``). The
     result has ``mat``'s row and column ownership ranges, ``PETSc.ScalarType`` values and
-    ``PETSc.IntType`` indices, and lives on ``mat``'s communicator unless ``comm`` (the same
-    processes) is given.
+    ``PETSc.IntType`` indices, and lives on ``mat``'s communicator (``COMM_WORLD`` where ``mat``'s
+    spans the same processes) unless ``comm`` (the same processes) is given.
 
     Everything is copied: petsc4py reads an AIJ matrix only through ``MatGetRow``
     (``Mat.getValuesCSR``), which copies each rank's rows with global columns; they are
@@ -193,7 +193,7 @@ def from_petsc(cls, mat, comm=None, exchange: str = "p2p") -> DistCSR:
         On every rank, when ``mat`` is not assembled.
     """
     if comm is None:
-        comm = mat.getComm().tompi4py() if _is_mat(mat) else _world()
+        comm = comm_of(mat) if _is_mat(mat) else _world()
 
     def check_kind(kind, procs):
         if not (kind.startswith("mpiaij") or (kind.startswith("seqaij") and procs == 1)):
@@ -240,6 +240,17 @@ def _world():
     from mpi4py import MPI
 
     return MPI.COMM_WORLD
+
+
+def comm_of(mat):
+    """The communicator a ``Mat``'s ranks work on when none is given: ``COMM_WORLD`` where the
+    ``Mat`` spans the same processes (PETSc's communicator is a duplicate of it), so that a rank
+    that passed something else, which can only take ``COMM_WORLD``, meets the others in the same
+    collectives and raises with them instead of leaving them waiting; else the ``Mat``'s own."""
+    from mpi4py import MPI
+
+    c = mat.getComm().tompi4py()
+    return MPI.COMM_WORLD if MPI.Comm.Compare(c, MPI.COMM_WORLD) in (MPI.IDENT, MPI.CONGRUENT) else c
 
 
 # -- vectors ----------------------------------------------------------------------------------
@@ -434,14 +445,15 @@ def solve(A, b, ksp: str | None = "gmres", pc: str | None = "gamg", *, rtol: flo
     0
     """
     if _is_mat(A):
-        comm = A.getComm().tompi4py()
+        comm = common = comm_of(A)
     elif isinstance(A, DistCSR):
-        comm = A._comm
+        comm, common = A._comm, A.comm  # (the others' Mat may be on the user's communicator)
     else:
         raise TypeError(f"solve: A must be a DistCSR or a petsc4py Mat, got {type(A).__name__}")
     # PETSc's solver objects are collective: a type or option that differs by rank fails on some ranks only
-    same_on_every_rank(comm, "solve", ksp=ksp, pc=pc, rtol=rtol, atol=atol, maxiter=maxiter,
-                       x0_given=x0 is not None, prefix=prefix, options=repr(sorted(options.items(), key=str)))
+    same_on_every_rank(common, "solve", A="a PETSc Mat" if _is_mat(A) else "a DistCSR", ksp=ksp, pc=pc, rtol=rtol,
+                       atol=atol, maxiter=maxiter, x0_given=x0 is not None, prefix=prefix,
+                       options=repr(sorted(options.items(), key=str)))
     PETSc = _petsc(comm)
     own = not isinstance(A, PETSc.Mat)
     mat = A.to_petsc() if own else A

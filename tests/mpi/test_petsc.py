@@ -92,7 +92,8 @@ def test_bad_input_raises_on_every_rank(launched, n):
         # PETSc's Error, which agree cannot rebuild from a message: a RemoteError on every rank of
         # several (the failing rank's chained to PETSc's), PETSc's own on one rank
         petsc = {"solve-bjacobi-missing-diagonal": "Error" if n == 1 else "RemoteError"}
-        several = {"solve-pc-on-last-rank": "ValueError", "vec-part-on-last-rank": "ValueError"}
+        several = {"solve-pc-on-last-rank": "ValueError", "vec-part-on-last-rank": "ValueError",
+                   "from-petsc-none-on-last-rank": "TypeError", "solve-mat-on-last-rank": "ValueError"}
         assert got == ERROR_CASES | petsc | (several if n > 1 else ONE_RANK_CASES), (r, got)
 
 

@@ -354,6 +354,14 @@ def suite_errors(tmp):
     if size > 1:  # a preconditioner PETSc does not know, on one rank only: PETSc would fail there alone
         expect(tmp, "solve-pc-on-last-rank", ValueError,
                lambda: stmpi.solve(A, np.ones(r1 - r0), pc="bogus_pc" if rank == last else "jacobi"), "same pc")
+        # one rank passing something else than the others' Mat, or a Mat where the others pass the
+        # DistCSR: each rank took the communicator of its own argument, and the others waited
+        P = A.to_petsc()
+        expect(tmp, "from-petsc-none-on-last-rank", TypeError,
+               lambda: stmpi.DistCSR.from_petsc(None if rank == last else P), "PETSc.Mat")
+        expect(tmp, "solve-mat-on-last-rank", ValueError,
+               lambda: stmpi.solve(P if rank == last else A, np.ones(r1 - r0)), "same A")
+        P.destroy()
         # a square matrix's parts are the same: the Vec's global sizes disagreed only where it is not
         W = distribute(st.from_dense(np.ones((6, 9))))
         part = "cols" if rank == last else "rows"
