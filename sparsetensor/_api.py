@@ -32,6 +32,7 @@ from .ops import convert as _convert, dense as _dense
 from ._backend import backend_for, device_of
 from ._core import _recording
 from ._core import _tensor
+from ._core._canonical import ensure_valid
 from ._core._tensor import COOTensor, CompressedTensor, SparseTensor, carry_held, check_held_ends
 from .interop import array_function, chunk as _chunk, linop, scipy as _scipy, torch as _torch
 from .interop.chunk import defer_to_lazy as _lazy, defer_to_lazy_ufunc as _lazy_ufunc
@@ -194,12 +195,8 @@ def _coo_coalesce(self, *, threads: int | None = None) -> COOTensor:
     flag given with ``check_invariants=False`` is checked first (C4-C6, once: the result is kept;
     on a device by the device's check), since the callers trust it to mean distinct indices.
     """
-    if self._coalesced:
-        if not self._checked:
-            self.check_invariants(threads=threads)
-        elif _tensor._any_held and _tensor.held_outside(self):
-            self._check_again()  # a caller may have written a repeat or an order change since
-        return self
+    if self._coalesced:  # checked, again where a caller may have written a repeat since
+        return ensure_valid(self, threads=threads)
     return backend_for(self).coalesce(self, threads)
 
 
@@ -210,9 +207,7 @@ def _compressed_coalesce(self, *, threads: int | None = None) -> CompressedTenso
     caller holds its index arrays.
     """
     if self._canonical:
-        if _tensor._any_held and _tensor.held_outside(self):
-            self._check_again()
-        return self
+        return ensure_valid(self, threads=threads)
     return backend_for(self).coalesce(self, threads)
 
 
