@@ -94,6 +94,15 @@ def _pow_operator(self, exponent):
     return pointwise.pow(self, exponent)
 
 
+def _comparison(name: str, op: str):
+    def fn(self, other):
+        return pointwise.compare(self, other, op)
+
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = f"``t {op} s`` for a scalar ``s``: a bool tensor of ``t``'s pattern (:func:`~sparsetensor.ops.pointwise.compare`)."
+    return fn
+
+
 _SCALAR_UFUNCS = {np.multiply: binary.mul, np.true_divide: binary.div, np.add: binary.add, np.subtract: binary.sub}
 
 
@@ -324,6 +333,8 @@ OPS: tuple = (
     Op("__abs__", pointwise.abs, function=False, gpu=True),
     Op("__neg__", pointwise.neg, function=False, gpu=True),
     Op("__pow__", _pow_operator, function=False, gpu=True),
+    *(Op(name, _lazy(_comparison(name, op)), function=False)
+      for name, op in (("__lt__", "<"), ("__le__", "<="), ("__gt__", ">"), ("__ge__", ">="))),
     Op("__array_ufunc__", _lazy_ufunc(_array_ufunc), function=False, gpu=True),
     *(Op(f"__i{name}__", inplace.in_place_operator(f"__i{name}__", _lazy(getattr(binary, op))), function=False,
          gpu=True) for name, op in (("add", "add"), ("sub", "sub"), ("mul", "mul"), ("truediv", "div"))),

@@ -26,6 +26,10 @@ NumPy function                          sparse meaning
 ``nonzero``                             tuple of coordinate arrays, row-major order
 ``count_nonzero``                       :func:`~sparsetensor.ops.select.count_nonzero` (``axis``,
                                         ``keepdims``): explicit zeros do not count
+``any``, ``all``                        from ``count_nonzero`` (``axis``, ``keepdims``): dense bools
+``clip``                                scalar bounds with ``lo <= 0 <= hi``: the values clipped
+                                        (other bounds would move every unspecified element:
+                                        ``ValueError``)
 ``real``, ``imag``                      :func:`~sparsetensor.ops.pointwise.real`/``imag`` (``imag``
                                         of a real tensor raises ``TypeError``, as ``t.imag``)
 ``diagonal``, ``trace``                 :mod:`sparsetensor.ops.diagonal` (dense results)
@@ -52,6 +56,8 @@ Dtypes and axes follow NumPy, where they differ from PyTorch's (and :mod:`sparse
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -331,6 +337,48 @@ def _count_nonzero(a, axis=None, *, keepdims=False):
         {normalize_dim(d, a.ndim, "np.count_nonzero") for d in (axis if isinstance(axis, tuple) else (axis,))}
     kept = tuple(1 if d in axes else size for d, size in enumerate(a.shape))
     return (np.asarray(n) if axis is None else n).reshape(kept)
+
+
+def _counted(name: str, a, axis, keepdims, where):
+    """The nonzero count over ``axis`` (as ``np.count_nonzero``) and the element count it is out of."""
+    _no(name, where=where)
+    axes = range(a.ndim) if axis is None else \
+        {normalize_dim(d, a.ndim, f"np.{name}") for d in (axis if isinstance(axis, tuple) else (axis,))}
+    n = _count_nonzero(a, axis, keepdims=_keep(keepdims))
+    return np.asarray(n), math.prod(a.shape[d] for d in axes)
+
+
+@_handles(np.any)
+def _any(a, axis=None, out=None, keepdims=None, *, where=None):
+    _no("any", out=out)
+    n, _ = _counted("any", a, axis, keepdims, where)
+    return (n > 0)[()]
+
+
+@_handles(np.all)
+def _all(a, axis=None, out=None, keepdims=None, *, where=None):
+    _no("all", out=out)
+    n, size = _counted("all", a, axis, keepdims, where)
+    return (n == size)[()]
+
+
+@_handles(np.clip)
+def _clip(a, a_min=np._NoValue, a_max=np._NoValue, out=None, *, min=np._NoValue, max=np._NoValue, **kwargs):
+    """``np.clip(t, lo, hi)`` with scalar bounds that keep 0 (``lo <= 0 <= hi``): the coalesced values
+    clipped; bounds that would move the unspecified elements raise ValueError (the result is dense)."""
+    _no("clip", out=out, **{k: v for k, v in kwargs.items() if k != "dtype"})
+    lo = a_min if a_min is not np._NoValue else min
+    hi = a_max if a_max is not np._NoValue else max
+    lo, hi = (None if b is np._NoValue else b for b in (lo, hi))
+    if any(b is not None and np.ndim(b) for b in (lo, hi)):
+        raise NotImplementedError("np.clip of a sparse tensor with array bounds: only scalar bounds (or clip "
+                                  "t.to_dense())")
+    zero = np.clip(np.zeros((), a.dtype), lo, hi, dtype=kwargs.get("dtype"))
+    if zero != 0:
+        raise ValueError(f"np.clip(t, {lo!r}, {hi!r}) of a sparse tensor is dense (0 clips to {zero.item()!r} at every "
+                         "unspecified element); clip t.to_dense()")
+    a = a.coalesce()  # clipping does not commute with the sum of repeats
+    return pointwise._finish(a, np.clip(a.values(), lo, hi, dtype=kwargs.get("dtype")), "np.clip")
 
 
 @_handles(np.real)

@@ -45,7 +45,7 @@ __all__ = [
     "imag", "pow", "deg2rad", "rad2deg", "isnan", "isinf", "isposinf", "isneginf", "signbit", "erf", "erfinv",
     "nan_to_num",
     "exp", "exp2", "cos", "cosh", "acos", "acosh", "log", "log2", "log10", "sigmoid", "rsqrt", "reciprocal",
-    "array_ufunc",
+    "array_ufunc", "compare",
 ]
 
 # -- helpers ------------------------------------------------------------------------------------
@@ -499,6 +499,47 @@ def _scalar_ufunc(t, ufunc, scalar, *, tensor_first: bool, kwargs):
         t = t.coalesce()
     v = t.values()
     return _finish(t, ufunc(v, scalar, **kwargs) if tensor_first else ufunc(scalar, v, **kwargs), name)
+
+
+_ORDER = {"<": np.less, "<=": np.less_equal, ">": np.greater, ">=": np.greater_equal}
+
+
+def compare(t, other, op: str):
+    """``t < s``, ``t <= s``, ``t > s`` or ``t >= s`` for a scalar ``s``: a bool tensor with ``t``'s
+    pattern (coalesced), as SciPy's ``A > s`` and NumPy's ``np.greater(t, s)``.
+
+    Only where the comparison of 0 is false (``t > 0.5``, ``t < -1``, ``t > 0``): elsewhere every
+    unspecified element would be true and the result dense, which raises :class:`ValueError`
+    (compare ``t.to_dense()``). The scalar compares as NumPy compares it with the values (a Python
+    float with float32 values in float32). Complex values have no order (:class:`TypeError`, as in
+    PyTorch); a dense array or another sparse tensor raises :class:`TypeError`. These are the
+    operators of a tensor; ``==`` and ``!=`` are refused (see ``SparseTensor.__eq__``).
+
+    Examples
+    --------
+    >>> import numpy as np, sparsetensor as st
+    >>> t = st.from_dense(np.array([[0.0, 2.0], [-3.0, 0.5]]), "csr")
+    >>> (t > 1).to_dense()
+    array([[False,  True],
+           [False, False]])
+    >>> (t < -1).values()
+    array([False,  True, False])
+    >>> t >= 0
+    Traceback (most recent call last):
+    ...
+    ValueError: t >= 0 of a sparse tensor is dense (0 >= 0 is True at every unspecified element); compare t.to_dense()
+    """
+    _check_tensor(t, op)
+    if not _is_scalar(other):
+        raise TypeError(f"t {op} x: a sparse tensor compares with a scalar only, got {type(other).__name__} (compare "
+                        "t.to_dense() with an array)")
+    if t.dtype.kind == "c" or isinstance(other, (complex, np.complexfloating)):
+        raise TypeError(f"t {op} {other!r}: complex values have no order")
+    ufunc = _ORDER[op]
+    if _probe(ufunc, (np.zeros((), t.dtype), other), {}, f"t {op} {other!r}", t)[0]:
+        raise ValueError(f"t {op} {other!r} of a sparse tensor is dense (0 {op} {other!r} is True at every "
+                         "unspecified element); compare t.to_dense()")
+    return _scalar_ufunc(t, ufunc, other, tensor_first=True, kwargs={})
 
 
 def _is_scalar(x) -> bool:

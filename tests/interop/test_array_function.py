@@ -132,6 +132,47 @@ def test_count_nonzero_real_and_imag(layout, dtype):
             np.imag(t)
 
 
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_any_and_all(layout, dtype):
+    t, a = _make(layout, dtype, batch=(2,) if layout != "coo" else (), dense=(2,) if layout != "bsc" else ())
+    kw = {"dense_dim": t.dense_dim} if layout == "coo" else {"batch_dim": t.batch_dim, "dense_dim": t.dense_dim}
+    full = st.from_dense(np.ones_like(a), layout, **kw, **({"blocksize": (2, 2)} if layout in ("bsr", "bsc") else {}))
+    for x, ref in ((t, a), (full, np.ones_like(a))):
+        for axis in (None, 0, -1, (0, 1), (1,)):
+            for keepdims in (False, True):
+                for f in (np.any, np.all):
+                    ours, want = f(x, axis=axis, keepdims=keepdims), f(ref, axis=axis, keepdims=keepdims)
+                    assert type(ours) is type(want) and np.shape(ours) == np.shape(want), (f, axis, keepdims)
+                    np.testing.assert_array_equal(ours, want)
+    with pytest.raises(TypeError, match="out="):
+        np.all(t, out=np.zeros(()))
+
+
+def test_any_all_of_repeats_and_empty():
+    d = st.sparse_coo_tensor([[0, 0, 1], [1, 1, 2]], [1.0, -1.0, 5.0], size=(2, 3))  # 1 - 1 at (0, 1): a zero
+    np.testing.assert_array_equal(np.any(d, axis=1), [False, True])
+    e = st.from_dense(np.zeros((0, 3)), "csr")
+    assert np.any(e) is np.False_ and np.all(e) is np.True_
+    np.testing.assert_array_equal(np.all(e, axis=0), np.ones(3, bool))
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dtype", [np.float32, np.int16, np.float64], ids=str)
+def test_clip(layout, dtype):
+    t, a = _make(layout, dtype, batch=(2,) if layout != "coo" else ())
+    for lo, hi in ((-1, 1), (None, 0), (0, None), (-0.5, 0.25)):
+        got, want = np.clip(t, lo, hi), np.clip(a, lo, hi)
+        assert isinstance(got, st.SparseTensor) and got.layout is t.layout and got.dtype == want.dtype
+        np.testing.assert_array_equal(got.to_dense(), want)
+    with pytest.raises(ValueError, match="dense"):
+        np.clip(t, 1, 2)
+    with pytest.raises(NotImplementedError, match="array bounds"):
+        np.clip(t, np.zeros(t.shape[-1]), 1)
+    d = st.sparse_coo_tensor([[0, 0]], [0.75, 0.75], size=(2,))  # repeats clip after their sum
+    np.testing.assert_array_equal(np.clip(d, -1, 1).to_dense(), [1.0, 0.0])
+
+
 def test_empty_and_duplicates():
     e = st.sparse_coo_tensor(np.zeros((2, 0), np.int64), np.zeros(0), size=(3, 4))
     assert np.sum(e) == 0 and np.trace(e) == 0
@@ -162,7 +203,7 @@ def test_blocks_triangles_and_ravel(layout):
 
 def test_unsupported_functions_raise_numpy_type_error():
     t, _ = _make("csr")
-    for f in (np.cumsum, np.sort, np.linalg.norm, np.unique, np.clip):
+    for f in (np.cumsum, np.sort, np.linalg.norm, np.unique, np.argmax):
         with pytest.raises(TypeError, match="no implementation found"):
             f(t)
     with pytest.raises(TypeError, match="no implementation found"):

@@ -214,6 +214,25 @@ def test_unsupported_ops_raise_naming_them(sync):
         da.concatenate([x, da.from_array(a, chunks=(10, -1))]).compute()
 
 
+@pytest.mark.parametrize("layout,blocksize", CASES)
+def test_comparisons_any_all_clip_where(sync, layout, blocksize):
+    t, a = make(layout, blocksize)
+    x = st.dask.from_sparse(t, chunks=(10, -1))
+    m = x > 0.5
+    assert isinstance(m._meta, st.SparseTensor) and m.dtype == np.bool_
+    np.testing.assert_array_equal(dense(m.compute()), a > 0.5)
+    np.testing.assert_array_equal(dense((0.25 < x).compute()), a > 0.25)
+    for axis in (None, 0, 1):
+        np.testing.assert_array_equal(x.any(axis=axis).compute(), a.any(axis=axis))
+        np.testing.assert_array_equal((x > 0.9).all(axis=axis).compute(), (a > 0.9).all(axis=axis))
+    np.testing.assert_array_equal(dense(da.clip(x, -0.5, 0.5).compute()), np.clip(a, -0.5, 0.5))
+    np.testing.assert_array_equal(dense(da.where(x > 0.5, x, 0).compute()), np.where(a > 0.5, a, 0))
+    with pytest.raises(ValueError, match="dense"):
+        (x >= 0).compute()
+    with pytest.raises(ValueError, match="sub"):  # var and std subtract a dense mean from each chunk
+        x.var().compute()
+
+
 def test_tokenize():
     from dask.base import tokenize
 

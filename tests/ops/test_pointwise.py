@@ -220,6 +220,39 @@ def test_duplicates_are_summed_before_nonlinear_functions(layout):
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64, np.int8, np.int64, np.uint8, np.bool_], ids=str)
+def test_comparisons_with_a_scalar(layout, dtype, rng):
+    t, a = make(rng, layout, dtype=dtype, dense=(2,), batch=(2,) if layout != "coo" else ())
+    before = snapshot(t)
+    cases = [(lambda x: x > 0, np.greater, 0), (lambda x: x > 0.1, np.greater, 0.1), (lambda x: x < -1, np.less, -1),
+             (lambda x: 0.5 < x, np.greater, 0.5), (lambda x: x <= -0.25, np.less_equal, -0.25),
+             (lambda x: x >= 1, np.greater_equal, 1)]
+    for op, ufunc, s in cases:
+        if dtype == np.uint8 and s < 0:
+            continue  # NumPy 2's comparison of a uint8 array with a negative Python int: constant
+        r = op(t)
+        assert r.dtype == np.bool_ and r.layout is t.layout and r.shape == t.shape
+        np.testing.assert_array_equal(r.to_dense(), ufunc(a, s))
+    for op in (lambda x: x >= 0, lambda x: x < 1, lambda x: x <= 0):
+        with pytest.raises(ValueError, match="dense"):
+            op(t)
+    assert_unchanged(t, before)
+
+
+def test_comparisons_refuse_other_operands_and_complex(rng):
+    t, a = make(rng, "csr")
+    for other in (np.ones(t.shape), t, [1.0]):
+        with pytest.raises(TypeError, match="scalar only"):
+            t > other
+    with pytest.raises(TypeError, match="no order"):
+        t.astype(np.complex64) > 1
+    c = st.sparse_coo_tensor([[0, 0, 1]], [0.3, 0.3, 0.4], size=(3,))  # repeats compare after their sum
+    np.testing.assert_array_equal((c > 0.5).to_dense(), [True, False, False])
+    f = st.from_dense(np.array([0.1, 0.0], np.float32), "coo")  # 0.1 compares as float32, as NumPy's
+    np.testing.assert_array_equal((f > 0.1).to_dense(), np.array([0.1, 0.0], np.float32) > 0.1)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("shape", [(0, 4), (3, 0), (0, 0)])
 def test_empty_and_zero_size(layout, shape, rng):
     t, a = make(rng, layout, blocks=shape, nnz=0)
