@@ -47,6 +47,12 @@
 #define SOP_ROUND_DOWN 4  // rint(x / s) * s: decimals < 0, s = 10 ** -decimals
 #define SOP_SQRT_POW 5    // pow, by sqrt where s is 0.5: NumPy's float32/float64 power (sqrt(-0) is -0, sqrt(-inf) NaN)
 
+// comparison codes (compare_num, compare_int): value OP scalar
+#define CMP_LT 0
+#define CMP_LE 1
+#define CMP_GT 2
+#define CMP_GE 3
+
 namespace st {
 
 template <typename A>
@@ -233,6 +239,32 @@ __global__ void predicate_complex(const C* __restrict__ in, unsigned char* __res
         const double a = in[i].re, b = in[i].im;
         out[i] = op == PRED_ISNAN ? (a != a || b != b) : (isinf(a) || isinf(b));
     }
+}
+
+template <typename T>
+__device__ __forceinline__ bool ordered(T x, T s, int op) {
+    switch (op) {
+        case CMP_LT: return x < s;
+        case CMP_LE: return x <= s;
+        case CMP_GT: return x > s;
+        default: return x >= s;
+    }
+}
+
+// Values compared with a scalar in double, into bools. The host rounds the scalar to NumPy's loop
+// dtype first, so float16/32 values and a Python float compare as in their own type (every such
+// value and scalar is a double exactly); integer values compare so with a float scalar (NumPy's float64).
+// st:kernel num
+template <typename V>
+__global__ void compare_num(const V* __restrict__ in, unsigned char* __restrict__ out, i64 n, int op, double s) {
+    ST_GRID_LOOP(i, n) { out[i] = ordered((double)to_acc(in[i]), s, op); }
+}
+
+// Integer (and bool, as uint8) values compared with an integer scalar exactly, into bools.
+// st:kernel integer
+template <typename V>
+__global__ void compare_int(const V* __restrict__ in, unsigned char* __restrict__ out, i64 n, int op, i64 s) {
+    ST_GRID_LOOP(i, n) { out[i] = ordered((i64)in[i], s, op); }
 }
 
 // signbit of integer values (the other predicates are false for integers), into bools.

@@ -333,7 +333,7 @@ OPS: tuple = (
     Op("__abs__", pointwise.abs, function=False, gpu=True),
     Op("__neg__", pointwise.neg, function=False, gpu=True),
     Op("__pow__", _pow_operator, function=False, gpu=True),
-    *(Op(name, _lazy(_comparison(name, op)), function=False)
+    *(Op(name, _lazy(_comparison(name, op)), function=False, gpu=True)
       for name, op in (("__lt__", "<"), ("__le__", "<="), ("__gt__", ">"), ("__ge__", ">="))),
     Op("__array_ufunc__", _lazy_ufunc(_array_ufunc), function=False, gpu=True),
     *(Op(f"__i{name}__", inplace.in_place_operator(f"__i{name}__", _lazy(getattr(binary, op))), function=False,

@@ -501,7 +501,7 @@ def _scalar_ufunc(t, ufunc, scalar, *, tensor_first: bool, kwargs):
     return _finish(t, ufunc(v, scalar, **kwargs) if tensor_first else ufunc(scalar, v, **kwargs), name)
 
 
-_ORDER = {"<": np.less, "<=": np.less_equal, ">": np.greater, ">=": np.greater_equal}
+_ORDER = {"<": ("lt", np.less), "<=": ("le", np.less_equal), ">": ("gt", np.greater), ">=": ("ge", np.greater_equal)}
 
 
 def compare(t, other, op: str):
@@ -513,7 +513,8 @@ def compare(t, other, op: str):
     (compare ``t.to_dense()``). The scalar compares as NumPy compares it with the values (a Python
     float with float32 values in float32). Complex values have no order (:class:`TypeError`, as in
     PyTorch); a dense array or another sparse tensor raises :class:`TypeError`. These are the
-    operators of a tensor; ``==`` and ``!=`` are refused (see ``SparseTensor.__eq__``).
+    operators of a tensor, on the host and on a GPU; ``==`` and ``!=`` are refused (see
+    ``SparseTensor.__eq__``).
 
     Examples
     --------
@@ -535,11 +536,11 @@ def compare(t, other, op: str):
                         "t.to_dense() with an array)")
     if t.dtype.kind == "c" or isinstance(other, (complex, np.complexfloating)):
         raise TypeError(f"t {op} {other!r}: complex values have no order")
-    ufunc = _ORDER[op]
+    name, ufunc = _ORDER[op]
     if _probe(ufunc, (np.zeros((), t.dtype), other), {}, f"t {op} {other!r}", t)[0]:
         raise ValueError(f"t {op} {other!r} of a sparse tensor is dense (0 {op} {other!r} is True at every "
                          "unspecified element); compare t.to_dense()")
-    return _scalar_ufunc(t, ufunc, other, tensor_first=True, kwargs={})
+    return _apply(t, ufunc, name, arg=other)
 
 
 def _is_scalar(x) -> bool:

@@ -1,5 +1,5 @@
 """isnan, isinf, isposinf, isneginf, signbit, nan_to_num, erf and erfinv of CUDA tensors, and the
-gradients of the last three, against the CPU's (SciPy's erf and erfinv): bools exactly, values
+gradients of the last three, and the comparisons with a scalar (``t > s`` & co.), against the CPU's (SciPy's erf and erfinv): bools exactly, values
 to 1e-6 (float32) and 1e-12 (float64) relative. Runs on a GPU or on the kernel emulator (see
 test_cuda.py).
 """
@@ -64,6 +64,39 @@ def test_against_cpu(backend, rng, layout, dtype):
             np.testing.assert_array_equal(g, w, err_msg=name)
         else:
             np.testing.assert_allclose(g, w, rtol=RTOL[w.dtype], atol=0, equal_nan=True, err_msg=name)
+
+
+SCALARS = [0, 1, -1, 0.5, -0.25, 0.9999, 1e-30, np.float32(0.9999), np.float64(0.1), 3, -(1 << 70), 1 << 70,
+           np.nan, np.inf, np.int64(-2), True]
+
+
+@pytest.mark.parametrize("layout", ["coo", "csr", "bsc"])
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64, np.int8, np.int64, np.uint8, np.bool_])
+def test_comparisons_against_cpu(backend, rng, layout, dtype):
+    v = values(rng, dtype) if np.dtype(dtype) != np.uint8 else rng.integers(0, 6, 40).astype(np.uint8)
+    v = np.concatenate([v, np.asarray([0.1, 2 ** 53 + 1], np.float64).astype(dtype)]) if np.dtype(dtype).kind in "fi" \
+        and np.dtype(dtype).itemsize == 8 else v
+    n = v.size
+    if layout == "coo":  # repeats at (1, 0) and (1, 1): compared after their sum
+        t = st.sparse_coo_tensor(np.array([[1] * n, [0, 1] + list(range(n - 2))]), v, size=(2, n))
+    else:
+        a = np.zeros((2, n), v.dtype)
+        a[1] = v
+        t = st.from_dense(a, layout, **({"blocksize": (1, 2)} if layout == "bsc" and n % 2 == 0 else {}))
+    d = t.cuda()
+    ops = {"<": lambda x, s: x < s, "<=": lambda x, s: x <= s, ">": lambda x, s: x > s, ">=": lambda x, s: x >= s}
+    for s in SCALARS:
+        for op, fn in ops.items():
+            try:
+                with np.errstate(all="ignore"):
+                    want = fn(t, s)
+            except (ValueError, TypeError, OverflowError) as e:
+                with pytest.raises(type(e)):
+                    fn(d, s)
+                continue
+            got = fn(d, s)
+            assert got.is_cuda and got.layout is want.layout and got.dtype == np.bool_, (op, s)
+            np.testing.assert_array_equal(host(got.to_dense()), want.to_dense(), err_msg=f"t {op} {s!r}")
 
 
 def test_gradients(backend):

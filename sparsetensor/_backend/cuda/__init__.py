@@ -150,6 +150,8 @@ def unary(t, name: str, fn, threads=None, arg=None):
     of int32 in float64, ``t * np.float64(2)`` of float32 in float64)."""
     if name in _pointwise.PREDICATES:  # bools of the values as they are
         return _pointwise.predicate(t, name).values()
+    if name in _pointwise.COMPARISONS:  # bools of the values against the scalar arg, in NumPy's loop dtype
+        return _pointwise.compare(t, arg, name).values()
     if name == "nan_to_num":
         return _pointwise.nan_to_num(t, *arg).values()
     if name not in ("real", "imag"):

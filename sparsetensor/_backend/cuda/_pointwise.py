@@ -20,7 +20,7 @@ import numpy as np
 from ...cuda import _primitives as P
 from ...cuda._classes import CudaCOOTensor
 
-__all__ = ["UNARY_OPS", "PREDICATES", "unary", "predicate", "nan_to_num", "complex_part", "scalar_op", "mul_scalar", "div_scalar", "pow_scalar", "map_array",
+__all__ = ["UNARY_OPS", "PREDICATES", "COMPARISONS", "unary", "predicate", "compare", "nan_to_num", "complex_part", "scalar_op", "mul_scalar", "div_scalar", "pow_scalar", "map_array",
            "numpy_result", "round_decimals"]
 
 # name -> (code in pointwise.cu, linear)
@@ -35,6 +35,8 @@ UNARY_OPS = {
 }
 # name -> code of the predicate kernels (bool results; the input's dtype is not cast first)
 PREDICATES = {"isnan": 0, "isinf": 1, "isposinf": 2, "isneginf": 3, "signbit": 4}
+# name -> code of the comparison kernels (value OP scalar, bool results)
+COMPARISONS = {"lt": 0, "le": 1, "gt": 2, "ge": 3}
 _COMPLEX_OK = {"neg", "negative", "square", "conj", "abs", "absolute", "sqrt", "sin", "sinh", "tan", "tanh", "asin",
                "asinh", "atan", "atanh", "expm1", "log1p", "round", "rint", "sgn", "arcsin", "arctan", "arcsinh",
                "arctanh"}
@@ -145,6 +147,30 @@ def predicate(t, op: str):
     out = P.empty(dev, v.shape, np.uint8)
     kernel = "predicate_complex" if dt.kind == "c" else "predicate_real"
     P.run(dev, "pointwise.cu", kernel, (dt.name,), n, v, out, n, PREDICATES[op])
+    return t._replace_values(out.view(np.bool_))
+
+
+def compare(t, scalar, op: str):
+    """The bools ``values OP scalar`` (:data:`COMPARISONS`) of device tensor ``t``'s real values, as
+    NumPy compares them: in NumPy's loop dtype for the scalar (a Python float with float32 values in
+    float32, with integer values in float64; an integer scalar with integer values exactly)."""
+    t = _prepared(t, False)
+    v = t.values()
+    x = v.view(np.uint8) if v.dtype == np.bool_ else v
+    n = v.size
+    ct = np.result_type(np.zeros(1, t.dtype), scalar)
+    if ct.kind in "biu" and isinstance(scalar, (int, np.integer, np.bool_)):
+        s = int(scalar)
+        if not -(1 << 63) <= s < (1 << 63):
+            # beyond every value, and true at 0 unless false everywhere (the op refused those): all false
+            return t._replace_values(P.zeros(v._device, v.shape, np.bool_))
+        out = P.empty(v._device, v.shape, np.uint8)
+        P.run(v._device, "pointwise.cu", "compare_int", (x.dtype.name,), n, x, out, n, COMPARISONS[op], s)
+    else:
+        with np.errstate(over="ignore"):
+            s = float(np.asarray(scalar).astype(ct))
+        out = P.empty(v._device, v.shape, np.uint8)
+        P.run(v._device, "pointwise.cu", "compare_num", (x.dtype.name,), n, x, out, n, COMPARISONS[op], s)
     return t._replace_values(out.view(np.bool_))
 
 
