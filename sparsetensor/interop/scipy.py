@@ -162,6 +162,9 @@ def to_scipy(t, kind: str = "array"):
                          "sparse matrices have no batch dims; convert each batch")
     t = ensure_valid_export(t)
     if isinstance(t, COOTensor):
+        if t.ndim == 0:
+            raise ValueError("cannot convert a 0-d coo tensor to SciPy: SciPy sparse arrays have at least 1 dim "
+                             "(t.reshape(1) first)")
         if kind == "matrix" and t.ndim != 2:
             raise ValueError(f"scipy coo_matrix is 2-d; this coo tensor has {t.ndim} dims (use kind='array')")
         cls = sp.coo_array if kind == "array" else sp.coo_matrix

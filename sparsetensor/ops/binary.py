@@ -226,9 +226,11 @@ def _add(name: str, a, b, alpha, threads, negate: bool = False):
     if negate:
         alpha = -alpha
     if dtype.kind == "c" and alpha == -1 and (kb == "sparse" or type(b) is np.ndarray):
-        # a - b as a + (-b): -1 * (inf + 0i) would make the imaginary part NaN, where NumPy's a - b keeps it 0
+        # a - b as a + (-b): -1 * (inf + 0i) would make the imaginary part NaN, where NumPy's a - b keeps it 0;
+        # b negated in the result dtype (an unsigned or bool b negated in its own would wrap or be refused)
         from .pointwise import neg
 
+        b = b.astype(dtype, copy=False)
         b, alpha = (neg(b) if kb == "sparse" else np.negative(b)), alpha * -1
     if ka == kb == "sparse":
         return _merge(name, a, b, dtype, "add", alpha, threads)

@@ -291,9 +291,12 @@ def flatten(t, start_dim: int = 0, end_dim: int = -1):
 
 
 def flatten_shape(t, start_dim: int = 0, end_dim: int = -1) -> tuple:
-    """The shape :func:`flatten` gives ``t`` (its errors)."""
-    s = normalize_dim(start_dim, t.ndim, "flatten")
-    e = normalize_dim(end_dim, t.ndim, "flatten")
+    """The shape :func:`flatten` gives ``t`` (its errors); a 0-d tensor's is ``(1,)``, as in PyTorch."""
+    ndim = max(t.ndim, 1)  # dims 0 and -1 of a 0-d tensor name its one element, as in PyTorch
+    s = normalize_dim(start_dim, ndim, "flatten")
+    e = normalize_dim(end_dim, ndim, "flatten")
+    if not t.ndim:
+        return (1,)
     if s > e:
         raise ValueError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim}")
     return t.shape[:s] + (math.prod(t.shape[s:e + 1]),) + t.shape[e + 1:]

@@ -56,6 +56,8 @@ def _compressed_coords(mask: CompressedTensor, threads) -> tuple:
 def _linear(coords: np.ndarray, sparse: tuple, mask, threads) -> np.ndarray:
     """Row-major linear positions of ``coords`` in ``sparse``; out-of-bounds mask indices raise
     InvariantError (C4/C5)."""
+    if not sparse:  # no sparse dim (a 0-d coo tensor): every entry is the one element
+        return np.zeros(coords.shape[1], np.int64)
     try:
         return np.ravel_multi_index(coords, sparse)
     except ValueError:
@@ -77,7 +79,7 @@ def _lookup(t, coords: np.ndarray, mask, threads) -> np.ndarray:
     if math.prod(sparse) - 1 > np.iinfo(np.int64).max:
         raise NotImplementedError(f"sparse_mask of a sparse {describe(t, dtype=False)}: the sparse sizes {sparse} are too large to "
                                   "linearise into int64 keys")
-    keys = np.ravel_multi_index(coo.indices(), sparse)
+    keys = _linear(coo.indices(), sparse, coo, threads)
     want = _linear(coords, sparse, mask, threads)
     pos = np.minimum(np.searchsorted(keys, want), keys.shape[0] - 1)
     found = keys[pos] == want

@@ -166,6 +166,8 @@ def _run(t, dim, keepdim: bool, op, work_dtype, threads, name: str):
         t = coalesced(t, threads)
     if t.dtype != work_dtype:
         t = t._replace_values(t.values().astype(work_dtype))
+    if t.ndim == 0:  # one element, coalesced: its value (or 0) is its sum, whatever the op
+        op = np.add
     if op is np.add and (dim is None or len(dims) == t.ndim):
         # every dim: the values' sum; no index is read
         r = backend_for(t).reduce_sum(t, threads).reshape((1,) * t.ndim)
@@ -364,6 +366,8 @@ def norm(t, p="fro", dim=None, keepdim: bool = False, *, threads: int | None = N
         v = t.values()
         if v.dtype.kind in "biu" or v.dtype == np.float16:
             v = v.astype(work)
+        if v.dtype.kind == "c":  # as pairs of reals: the complex product of an infinity with itself is NaN
+            v = np.ascontiguousarray(v).view(v.real.dtype)
         r = np.sqrt(np.asarray(np.vdot(v, v).real, dtype=work))
         return np.asarray(r, dtype=out_dtype).reshape((1,) * t.ndim if keepdim else ())
     v = t.values()

@@ -221,3 +221,8 @@ def test_constructors_take_byte_swapped_members(order):
     np.testing.assert_array_equal(t.to_dense(), [[1, 2], [0, 3]])
     c = st.sparse_coo_tensor(np.array([[1, 0]], dtype=order + "i4"), val[:2], (2,))
     assert c.indices().dtype == np.int32 and c.indices().dtype.isnative
+
+
+def test_a_0d_tensor_to_scipy_is_a_clear_error():
+    with pytest.raises(ValueError, match="0-d"):
+        st.to_scipy(st.from_dense(np.array(2.0), "coo"))

@@ -402,6 +402,19 @@ def test_sparse_scalar(rng, layout, dtype):
             neg(A)
 
 
+@pytest.mark.parametrize("other", [np.uint8, np.int8, np.bool_, np.int64, np.float32])
+def test_complex_minus_a_narrower_operand_negates_in_the_result_dtype(other):
+    # a - b is a + (-b) for complex results: -b in b's own dtype wrapped (uint8 200 -> 56) or was refused (bool)
+    A = np.array([[1 + 2j, 0], [0, 0], [3j, 1]])
+    B = np.array([[200, 0], [0, 3], [0, -128 if other == np.int8 else 1]]).astype(other)
+    a, b = st.from_dense(A, "csr"), st.from_dense(B, "coo")
+    want = A - B
+    np.testing.assert_array_equal((a - b).to_dense(), want)
+    np.testing.assert_array_equal(st.add(a, b, alpha=-1).to_dense(), want)
+    np.testing.assert_array_equal(A - b, want)
+    np.testing.assert_array_equal(np.real(a - B), want.real)
+
+
 # -- errors ------------------------------------------------------------------------------------------------
 def test_errors(rng):
     a = _sparse(random_dense(rng, blocks=(3, 4), nnz=4), "csr")

@@ -134,3 +134,17 @@ def test_torch(rng):
     W = torch.arange(6.0, dtype=torch.float64).reshape(3, 2)
     (stt.to_dense(stt.squeeze(stt.unsqueeze(stt.permute(A, (1, 0)), 0))) * W).sum().backward()
     np.testing.assert_array_equal(A.grad.to_dense().numpy(), (W.T * (A.detach().to_dense() != 0)).numpy())
+
+
+def test_a_0d_tensor_flattens_and_masks():
+    t = st.from_dense(np.array(-3.0), "coo")
+    f = t.flatten()
+    assert f.shape == (1,) and np.array_equal(f.to_dense(), [-3.0]) and t.flatten(0, -1).shape == (1,)
+    with pytest.raises(IndexError):
+        t.flatten(1)
+    for src in (st.from_dense(np.array(5.0), "coo"), np.array(5.0)):
+        m = st.sparse_mask(src, t)
+        assert m.shape == () and m.to_dense() == 5.0
+    empty = st.sparse_coo_tensor(np.zeros((0, 0), np.int64), np.zeros(0), size=())
+    assert st.sparse_mask(st.from_dense(np.array(5.0), "coo"), empty).nnz == 0
+    assert st.sparse_mask(empty, t).to_dense() == 0.0

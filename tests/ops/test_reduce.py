@@ -649,3 +649,28 @@ def test_slot_sums_short_path(layout, dtype, shape):
                                           check_invariants=False)
         with pytest.raises(st.InvariantError):
             st.sum(bad, dim=1 if layout == "csr" else 0)
+
+
+@pytest.mark.parametrize("dtype", [np.complex64, np.complex128])
+def test_norm_of_complex_infinity_is_inf(dtype):
+    a = np.array([[complex(np.inf, 1), 0], [0, 2]], dtype)
+    t = st.from_dense(a, "csr")
+    for r in (st.norm(t), st.norm(t, 2), t.norm(), st.norm(t, 2, dim=(0, 1))):
+        assert np.isinf(r) and r.shape == ()
+    n = st.from_dense(np.array([complex(np.nan, 0), 1], dtype), "coo")
+    assert np.isnan(st.norm(n))
+
+
+def test_reductions_of_a_0d_tensor_are_0d_arrays():
+    for v in (-3.0, 0.0, 2.5):
+        t = st.from_dense(np.array(v), "coo")
+        d = np.array(v)
+        for got, want in ((t.amax(), d.max()), (t.amin(), d.min()), (st.norm(t, np.inf), abs(d)),
+                          (st.norm(t, -np.inf), abs(d)), (st.norm(t, -1), abs(d)), (st.norm(t, 3), abs(d)),
+                          (t.sum(), d), (st.mean(t), d)):
+            assert type(got) is np.ndarray and got.shape == (), (v, got)
+            np.testing.assert_allclose(got, want)
+        assert st.norm(t, -2, keepdim=True).shape == ()
+    r = st.sparse_coo_tensor(np.zeros((0, 2), np.int64), [1.0, -4.0], size=())  # uncoalesced: one element, -3
+    assert r.amax() == -3.0 and r.amin() == -3.0
+

@@ -387,6 +387,36 @@ def test_index_select_errors(rng):
         S.index_select(t, 0, [[0]])
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_index_select_along_a_wide_dim_maps_only_the_index(seed):
+    # a dim far wider than the index and the entries: the selection maps the index's distinct values, not
+    # every coordinate (a 2**31-column matrix's map was 16 GiB); results as the narrow dim's
+    rng = np.random.default_rng(seed)
+    n, rows = 1 << 21, 3
+    for _ in range(10):
+        nnz = int(rng.integers(0, 30))
+        r, c = rng.integers(0, rows, nnz), rng.integers(0, n, nnz)
+        idx = np.concatenate([rng.choice(c, int(rng.integers(0, 8))) if nnz else np.zeros(0, np.int64),
+                              rng.integers(0, n, int(rng.integers(0, 4))), [n - 1]])
+        if rng.random() < 0.5:
+            idx = np.sort(idx)
+        idx = np.concatenate([idx, idx[:2]])  # repeats
+        coo = st.sparse_coo_tensor(np.stack([r, c]), rng.random(nnz), size=(rows, n))
+        cs = coo.coalesce()
+        ind, vals = cs.indices(), cs.values()
+        want = np.zeros((rows, idx.size))
+        for j, col in enumerate(idx):
+            hit = ind[1] == col
+            want[ind[0][hit], j] = vals[hit]
+        for t in (coo, cs, cs.to_sparse_csr(), cs.to_sparse_csc(), cs.to_sparse_csr().to(index_dtype=np.int32)):
+            out = t.index_select(1, idx)
+            out.check_invariants()
+            np.testing.assert_array_equal(out.to_dense(), want)
+    bad = st.sparse_coo_tensor([[0], [n + 5]], [1.0], size=(rows, n), check_invariants=False)
+    with pytest.raises(st.InvariantError, match="C5"):
+        bad.index_select(1, np.array([1]))
+
+
 def test_index_select_coo_unchecked_out_of_bounds_raises():
     with st.check_invariants(False):
         t = st.sparse_coo_tensor([[0, 5], [1, 1]], [1.0, 2.0], size=(2, 2))

@@ -39,6 +39,25 @@ def _slot_outputs(parts, counts: np.ndarray, what: str):
     return out_c, np.empty((B, nnz), dtype=c.dtype), np.empty((B, nnz, v.shape[2]), dtype=v.dtype)
 
 
+def _selection_map(index: np.ndarray, coords: np.ndarray, size: int):
+    """``(first, targets, coords)`` for the kernels that select entries by ``index`` along a dim of
+    ``size``: :func:`build_map` of ``index`` over ``[0, size)`` with the entries' coordinates ``coords``
+    as they are; or, where ``size`` dwarfs the index and the entries (a map of ``size + 1`` counts
+    would be most of the time and memory: 16 GiB for a dim of 2^31), the map over slots of the
+    index's distinct values, with ``coords`` replaced by theirs. Value ``u[i]`` is slot 2i + 1 and a
+    coordinate between ``u[i - 1]`` and ``u[i]`` (selected by no index) slot 2i, so that the slots keep
+    the coordinates' order; one out of range takes the slot of a gap (the caller checks them)."""
+    if size <= 4 * (index.size + coords.size) + (1 << 16):
+        return (*_kernels.build_map(index, size), coords)
+    if index.size and not (0 <= int(index.min()) and int(index.max()) < size):
+        raise ValueError(f"build_map: an index is outside [0, {size})")
+    u = np.unique(index)
+    at = np.searchsorted(u, coords)
+    hit = u[np.minimum(at, u.size - 1)] == coords if u.size else np.zeros(coords.shape, bool)
+    first, targets = _kernels.build_map(2 * np.searchsorted(u, index) + 1, 2 * u.size + 1)
+    return first, targets, (2 * at + hit).astype(coords.dtype)
+
+
 def gather_slices(parts, rows: np.ndarray, what: str, threads=None):
     """Compressed slices ``rows`` (int64, block units, in range) of every batch, in that order
     (repeats allowed)."""
@@ -63,7 +82,7 @@ def remap_plain(parts, index: np.ndarray, nondecreasing: bool, what: str, thread
     c, p, v = parts.compressed, parts.plain, parts.values
     B, n = c.shape[0], c.shape[1] - 1
     check_fits(c.dtype, parts.layout.name, **{"ncols" if parts.layout.compressed_rows else "nrows": index.shape[0]})
-    first, targets = _kernels.build_map(index, parts.plain_size)
+    first, targets, p = _selection_map(index, p, parts.plain_size)
     nt = num_threads(threads, p.size * max(v.shape[2], 1) + c.size)
     counts = np.empty((B, n), dtype=np.int64)
     _kernels.plain_count(c, p, first, counts, nt)
@@ -135,7 +154,15 @@ def index_select_coo(indices: np.ndarray, raw: np.ndarray, d: int, idx: np.ndarr
     whose coordinate along ``d`` is in ``idx`` (repeats give copies), that coordinate replaced by
     its position in ``idx``: ``(indices, raw values)``. ``shape``: the input's; an index out of
     it raises InvariantError."""
-    first, targets = _kernels.build_map(idx, shape[d])
+    first, targets, row = _selection_map(idx, indices[d], shape[d])
+    if row is not indices[d]:  # slots in place of the coordinates: their bounds checked here, not in the kernel
+        bad = (indices[d] < 0) | (indices[d] >= shape[d])
+        if bad.any():
+            e = int(np.argmax(bad))
+            j = int(indices[d, e])
+            raise_coo_error(("C4" if j < 0 else "C5", d, e, j), shape)
+        indices = indices.copy()
+        indices[d] = row
     found, oi, ov = _kernels.coo_index_select(indices, raw, d, first, targets,
                                               num_threads(threads, indices.shape[1] * (indices.shape[0] + raw.shape[1])))
     if found is not None:
