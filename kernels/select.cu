@@ -78,6 +78,25 @@ __global__ void remap_counts(const I* __restrict__ plain, i64 N, const i64* __re
     }
 }
 
+// The slot of each coordinate among the sorted distinct values u of an index: value u[i] is slot
+// 2i + 1, a coordinate between u[i - 1] and u[i] (selected by none) slot 2i, so slots keep the
+// coordinates' order. Where a dim dwarfs the index and the entries, the selection's map (first)
+// covers the 2K + 1 slots instead of every coordinate.
+// st:kernel index
+template <typename I>
+__global__ void index_slots(const I* __restrict__ coords, i64 N, const i64* __restrict__ u, i64 K, I* __restrict__ out) {
+    ST_GRID_LOOP(e, N) {
+        const i64 c = (i64)coords[e];
+        i64 lo = 0, hi = K;
+        while (lo < hi) {
+            const i64 mid = lo + ((hi - lo) >> 1);
+            if (u[mid] < c) lo = mid + 1;
+            else hi = mid;
+        }
+        out[e] = (I)(2 * lo + (lo < K && u[lo] == c ? 1 : 0));
+    }
+}
+
 // out[b, i] = eoff[b * nnz + comp[b, i]] - eoff[b * nnz]: the compressed index of the remapped
 // entries (eoff: the global exclusive scan of remap_counts).
 // st:kernel index

@@ -32,10 +32,14 @@ def _as_index_array(x, name: str, layout: str) -> np.ndarray:
     """
     from_list = not hasattr(x, "dtype")
     a = native(np.asarray(x))
+    if from_list and a.dtype == np.uint64 and a.size and int(a.max()) > np.iinfo(np.int64).max:
+        raise InvariantError("1.3", layout, f"{name} holds {int(a.max())}, beyond the int64 range")
     if from_list and (a.dtype.kind in "iu" or a.size == 0):
         a = a.astype(np.int64, copy=False)
     if a.dtype not in INDEX_DTYPES:
-        raise InvariantError("1.3", layout, f"{name} must have dtype int32 or int64, got {a.dtype}")
+        read = (f" (NumPy read the list as {a.dtype}: an integer beyond the int64 range, or integers mixed with "
+                "floats or unsigned 64-bit ones?)") if from_list and a.dtype.kind in "fO" else ""
+        raise InvariantError("1.3", layout, f"{name} must have dtype int32 or int64, got {a.dtype}{read}")
     if not a.flags.c_contiguous:
         return a.copy(order="C")  # (ascontiguousarray would make 0-d 1-d)
     if not from_list and (a is x or a.base is not None):

@@ -11,7 +11,7 @@ import numpy as np
 from .._backend import device_of
 from .._core._device import device_array
 from .._core._canonical import as_parts, ensure_valid_export
-from .._core._dtypes import raw_view
+from .._core._dtypes import native, raw_view
 from .._core._shape_checks import values_contiguous
 from .._core._tensor import COOTensor, CompressedTensor, SparseTensor
 
@@ -120,7 +120,7 @@ def _as_index(index, size: int, op: str):
         a = device_array(index)
     else:
         from_list = not hasattr(index, "dtype")
-        a = np.asarray(index)
+        a = native(np.asarray(index))
         if from_list and (a.size == 0 or a.dtype.kind in "iu"):
             a = a.astype(np.int64)
     if a.dtype not in (np.int32, np.int64):

@@ -56,7 +56,7 @@ import numpy as np
 
 from .._backend import backend_for
 from .._core._canonical import ensure_valid
-from .._core._dtypes import VALUE_DTYPES
+from .._core._dtypes import VALUE_DTYPES, native
 from .._core._device import device_array, is_device_array
 from .._core._tensor import COOTensor, CompressedTensor, SparseTensor
 from ._common import broadcasts_to, describe, refuse_foreign_sparse, without_duplicates
@@ -84,7 +84,7 @@ def _operand(x, name: str):
         raise TypeError(f"{name}: unsupported operand of type {type(x).__name__} (dtype {arr.dtype})")
     if arr.ndim == 0:
         return "scalar", arr[()]
-    return "dense", arr
+    return "dense", native(arr)  # the kernels read native numbers (a big-endian complex was split in two)
 
 
 def _on_device(name: str, ka: str, kb: str, a, b) -> tuple:
@@ -406,8 +406,8 @@ def _by_scalar(name: str, t: SparseTensor, scalar, ufunc, threads) -> SparseTens
 def _sampled(name: str, t: SparseTensor, dense, threads) -> SparseTensor:
     """``values op (dense sampled at t's pattern)`` (``op``: "mul" or "div") with t's pattern, in
     NumPy's result dtype of the two (true division: integers give float64)."""
+    dtype = _result_dtype(name, t, dense)  # an operand of no value dtype (longdouble) refused before a kernel
     backend, t, gathered = _sampled_pair(name, t, dense, threads)
-    dtype = _result_dtype(name, t, dense)
     if name == "div" and dtype.kind in "biu":
         dtype = np.dtype(np.float64)
     return _with_values(name, t, backend.elementwise(t.values().astype(dtype, copy=False),

@@ -11,7 +11,7 @@ import numpy as np
 from .._backend import backend_for
 from .._core import _layout as L
 from .._core._canonical import ensure_valid_export
-from .._core._dtypes import VALUE_DTYPES
+from .._core._dtypes import VALUE_DTYPES, native
 from .._core._device import device_array, is_device_array
 from .._core._tensor import COOTensor, CompressedTensor, SparseTensor
 from ._common import describe
@@ -110,7 +110,7 @@ def sparse_mask(t, mask, *, threads: int | None = None):
     _require_sparse(mask, "sparse_mask", "mask")
     sparse_t = isinstance(t, SparseTensor)
     on_device = mask.is_cuda or (t.is_cuda if sparse_t else is_device_array(t))
-    a = t if sparse_t else (device_array(t) if is_device_array(t) else np.asarray(t))
+    a = t if sparse_t else (device_array(t) if is_device_array(t) else native(np.asarray(t)))
     if a.shape != mask.shape or (sparse_t and a.dense_dim != mask.dense_dim):
         what = f"a {describe(a)} with dense_dim={a.dense_dim}" if sparse_t else f"an array of shape {a.shape}"
         raise ValueError(f"sparse_mask: t is {what} but mask is a {describe(mask)} with dense_dim={mask.dense_dim}; "

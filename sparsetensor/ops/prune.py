@@ -18,6 +18,8 @@ from __future__ import annotations
 import math
 import operator
 
+import numpy as np
+
 from .._backend import backend_for
 from .._core import _layout as L
 from .._core._canonical import ensure_valid_export
@@ -51,7 +53,10 @@ def _block_view(t: CompressedTensor) -> CompressedTensor:
     B = t.batch_dim
     shape = t.shape[:B] + (t.shape[B] // R, t.shape[B + 1] // C, R, C) + t.shape[B + 2:]
     layout = L.sparse_csr if t.layout is L.sparse_bsr else L.sparse_csc
-    return CompressedTensor(t.compressed_indices(), t.plain_indices(), t.values(), shape, layout, t._canonical)
+    v = t.values()
+    if isinstance(v, np.ndarray) and not v.flags.c_contiguous:
+        v = np.ascontiguousarray(v)  # blocks stored transposed (3.7 allows them of bsr), not dense dims of csr
+    return CompressedTensor(t.compressed_indices(), t.plain_indices(), v, shape, layout, t._canonical)
 
 
 def _kept_blocks(name: str, t: CompressedTensor, flags_of):

@@ -169,7 +169,11 @@ def _run(t, dim, keepdim: bool, op, work_dtype, threads, name: str):
     if t.ndim == 0:  # one element, coalesced: its value (or 0) is its sum, whatever the op
         op = np.add
     if op is np.add and (dim is None or len(dims) == t.ndim):
-        # every dim: the values' sum; no index is read
+        # every dim: the values' sum; no index is read, but those of a tensor never checked are checked for
+        # bounds first (a stored value out of the shape, or in no slice, is no element: to_dense raises there
+        # too); repeats and unsorted slices are summed
+        if not (t._checked if isinstance(t, COOTensor) else t._canonical):
+            backend_for(t).check_bounds(t, threads)
         r = backend_for(t).reduce_sum(t, threads).reshape((1,) * t.ndim)
     elif op is np.add:
         r = backend_for(t).reduce_sum_dims(t, dims, threads)

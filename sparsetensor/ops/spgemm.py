@@ -25,6 +25,7 @@ import numpy as np
 from .._core import _layout as L
 from .._backend import backend_for
 from .._core._device import device_array, is_device_array
+from .._core._dtypes import native
 from .._core._tensor import COOTensor, SparseTensor
 from ._common import describe as _describe
 
@@ -137,7 +138,7 @@ def _check_shapes(a, b, m: int) -> None:
 # -- SDDMM -----------------------------------------------------------------------------------------
 def _dense_operand(x):
     """A dense operand as an array of its device: NumPy, or a device array left where it is."""
-    return device_array(x) if is_device_array(x) else np.asarray(x)
+    return device_array(x) if is_device_array(x) else native(np.asarray(x))
 
 
 def _check_scalar(name: str, value, dtype: np.dtype):

@@ -287,3 +287,12 @@ def test_repr_small_and_large():
 def test_asarray_densifies():
     t = st.sparse_coo_tensor([[0, 1]], [1, 2], size=(3,))
     np.testing.assert_array_equal(np.asarray(t), [1, 2, 0])
+
+
+def test_an_index_list_numpy_cannot_read_as_integers_is_named():
+    with pytest.raises(st.InvariantError, match="beyond the int64 range"):
+        st.sparse_coo_tensor([[2**63 + 5]], [1.0], size=(2**63 + 6,))
+    with pytest.raises(st.InvariantError, match="NumPy read the list as float64"):
+        st.sparse_coo_tensor([[2**63 + 5], [1]], [1.0], size=(3, 3))
+    with pytest.raises(st.InvariantError, match="got float64$"):
+        st.sparse_coo_tensor(np.array([[0.0]]), [1.0], size=(3,))  # an array is refused as it is

@@ -291,3 +291,22 @@ def test_device_array_swapaxes_and_T(backend, rng):
             np.testing.assert_array_equal(d.swapaxes(a, b).get(), x.swapaxes(a, b))
     for y in (x, x[0], x[0, 0], x[0, 0, 0]):
         np.testing.assert_array_equal(DeviceArray.from_host(y).T.get(), y.T)
+
+
+@pytest.mark.parametrize("layout", ["coo", "csr", "csc"])
+@pytest.mark.parametrize("index_dtype", INDEX, ids=str)
+def test_index_select_along_a_wide_dim(backend, rng, layout, index_dtype):
+    """A dim far wider than the index and the entries: the map covers the index's distinct values
+    (index_slots), with the CPU's results."""
+    n, rows = 1 << 21, 3
+    for _ in range(4):
+        nnz = int(rng.integers(1, 30))
+        r, c = rng.integers(0, rows, nnz), rng.integers(0, n, nnz)
+        idx = np.concatenate([rng.choice(c, 5), rng.integers(0, n, 3), [n - 1, 0]])
+        idx = np.concatenate([idx, idx[:2]]) if rng.random() < 0.5 else np.sort(idx)
+        t = st.sparse_coo_tensor(np.stack([r, c]), rng.random(nnz), size=(rows, n)).coalesce()
+        t = (t if layout == "coo" else t.to_sparse(layout)).to(index_dtype=index_dtype)
+        for dim in (1, 0) if layout == "coo" else (1,):
+            want = st.index_select(t, dim, idx if dim == 1 else idx % rows)
+            got = st.index_select(t.cuda(), dim, idx if dim == 1 else idx % rows)
+            assert_same(got, want)

@@ -771,3 +771,21 @@ def test_transposed_block_views_merge(dtype, blocksize, rng):
     np.testing.assert_array_equal(view.values(), before)
     want = a + np.swapaxes(b, -1, -2) if dtype != "bool" else a | np.swapaxes(b, -1, -2)
     np.testing.assert_array_equal(add(s, view).to_dense(), want)
+
+
+@pytest.mark.parametrize("layout", ["csr", "csc", "bsr", "coo"])
+def test_byte_swapped_dense_operands(layout):
+    D = np.array([[1.0, 0.0, 2.0], [0.0, 3.0, 0.0]])
+    t = st.from_dense(D, layout, **({"blocksize": (1, 1)} if layout == "bsr" else {}))
+    for X in (np.full((2, 3), 2 + 1j), np.arange(1.0, 7.0).reshape(2, 3), np.array([2.0, 4.0, 8.0])):
+        be = X.astype(X.dtype.newbyteorder(">"))
+        np.testing.assert_array_equal((t * be).to_dense(), D * X)
+        np.testing.assert_array_equal((t / be).to_dense(), D / X)
+    with pytest.raises(TypeError, match="longdouble|float128|supported value dtype"):
+        t * np.ones((2, 3), np.longdouble)
+    A = st.from_dense(D, "csr")
+    U, V = np.arange(8.0).reshape(2, 4), np.arange(12.0).reshape(4, 3)
+    np.testing.assert_array_equal(st.sampled_addmm(A, U.astype(">f8"), V.astype(">f8")).to_dense(),
+                                  st.sampled_addmm(A, U, V).to_dense())
+    np.testing.assert_array_equal(st.sparse_mask(U[:, :3].astype(">f8"), A).to_dense(), st.sparse_mask(U[:, :3], A).to_dense())
+    np.testing.assert_array_equal(st.index_select(A, 0, np.array([1, 0], ">i8")).to_dense(), D[[1, 0]])

@@ -244,3 +244,20 @@ def test_keep_flagged_kernels_guard_their_segments():
         _select.keep_flagged(c, p, v, flags[:, :3], out_c, out_p, out_v, 1)
     with pytest.raises(ValueError, match="do not match"):
         _select.flagged_count(c, flags, counts[:, :1], 1)
+
+
+@pytest.mark.parametrize("layout", ["bsr", "bsc"])
+def test_triangles_of_block_transposed_values(layout):
+    # values whose blocks are stored transposed (3.7 allows them of bsr/bsc; torch's transposed blocks come so)
+    D = np.zeros((4, 6))
+    D[0, 0:3] = [1, 2, 3]
+    D[1, 1] = 4
+    D[2:4, 3:6] = np.arange(6).reshape(2, 3) + 1
+    b = st.from_dense(D, layout, blocksize=(2, 3))
+    vals = np.ascontiguousarray(b.values().swapaxes(1, 2)).swapaxes(1, 2)
+    t = st.sparse_compressed_tensor(b.compressed_indices().copy(), b.plain_indices().copy(), vals, (4, 6),
+                                    layout=layout)
+    assert not t.values().flags.c_contiguous
+    for k in (-1, 0, 2):
+        np.testing.assert_array_equal(st.tril(t, k).to_dense(), np.tril(D, k))
+        np.testing.assert_array_equal(st.triu(t, k).to_dense(), np.triu(D, k))

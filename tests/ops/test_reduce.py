@@ -674,3 +674,19 @@ def test_reductions_of_a_0d_tensor_are_0d_arrays():
     r = st.sparse_coo_tensor(np.zeros((0, 2), np.int64), [1.0, -4.0], size=())  # uncoalesced: one element, -3
     assert r.amax() == -3.0 and r.amin() == -3.0
 
+
+
+def test_sum_of_every_element_checks_the_bounds_of_a_never_checked_tensor():
+    with st.check_invariants(False):
+        broken = [st.sparse_csr_tensor([0, 2], [0, 0], [0.0, 5.0], size=(1, 0)),  # a 1 x 0 matrix holding 2 entries
+                  st.sparse_csr_tensor([1, 2, 3, 3], [0, 1, 2], [1.0, 2.0, 3.0], size=(3, 3)),  # 5.1
+                  st.sparse_csr_tensor([0, 2, 3, 3], [0, 1, 2, 0], [1.0, 2.0, 3.0, 4.0], size=(3, 3)),  # 5.2
+                  st.sparse_csr_tensor([0, 3, 1, 4], [0, 1, 2, 0], [1.0, 2.0, 3.0, 4.0], size=(3, 3)),  # 5.3
+                  st.sparse_coo_tensor([[3, 1], [2, -2]], [1.0, 4.0], size=(2, 3))]  # C5, C4
+        repeats = st.sparse_csr_tensor([0, 2, 2], [1, 1], [1.0, 5.0], size=(2, 2))  # 5.6 only: summed
+        flagged = st.sparse_coo_tensor([[1, 0]], [1.0, 2.0], size=(2,), is_coalesced=True)  # C6 only: summed
+    for bad in broken:
+        for f in (lambda t: t.sum(), np.sum, st.mean):
+            with pytest.raises(st.InvariantError):
+                f(bad)
+    assert repeats.sum() == 6.0 and np.sum(repeats) == 6.0 and flagged.sum() == 3.0

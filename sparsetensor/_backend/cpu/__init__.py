@@ -23,7 +23,7 @@ from ..._lib import _reduce as _reduce_kernels
 from ..._lib import _spmm as _spmm_kernels
 from ..._core import _tensor
 from ..._core._tensor import COOTensor, CompressedTensor, held_outside
-from ..._core._validate import first_broken_end, raise_compressed_error, raise_coo_error
+from ..._core._validate import check_coo_indices, first_broken_end, raise_compressed_error, raise_coo_error
 from ._convert import convert, transpose
 from ._ilu import ic0, ilu0, trsv
 from ._merge import merge
@@ -53,8 +53,12 @@ def validate(t, threads=None) -> None:
 
 def check_bounds(t, threads=None) -> None:
     """Invariants 5.1-5.5 of compressed ``t`` (every index safe to read, every entry in a row; rows
-    may be unsorted or hold repeats, so 5.3 bounds a step by nnz, not by the plain size); raises
-    InvariantError naming the first broken one."""
+    may be unsorted or hold repeats, so 5.3 bounds a step by nnz, not by the plain size), C4/C5 of
+    a COO one (C6 not: repeats and any order allowed); raises InvariantError naming the first
+    broken one."""
+    if isinstance(t, COOTensor):
+        check_coo_indices(t.indices(), t.shape, threads=threads)
+        return
     batch = t.shape[:t.batch_dim]
     B = math.prod(batch)
     c = t.compressed_indices()

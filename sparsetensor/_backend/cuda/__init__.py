@@ -352,9 +352,12 @@ def elementwise(x, y, op: str, threads=None):
 
 def check_bounds(t, threads=None) -> None:
     """Invariants 5.1-5.5 of a device compressed tensor (every index safe to read; rows may be
-    unsorted or hold duplicates, so 5.3 bounds a step by nnz, not by the plain size), on the
-    device; raises InvariantError naming the first broken one."""
-    _validate.check_compressed_bounds(t)
+    unsorted or hold duplicates, so 5.3 bounds a step by nnz, not by the plain size), C4/C5 of a
+    COO one (C6 not), on the device; raises InvariantError naming the first broken one."""
+    if not t.layout.compressed:
+        _validate.check_coo_bounds(t)
+    else:
+        _validate.check_compressed_bounds(t)
 
 
 def index_range(a, threads=None) -> tuple:

@@ -117,6 +117,24 @@ def _index_map(dev, index, size: int):
     return first, targets
 
 
+def _selection_map(dev, index: np.ndarray, coords, size: int):
+    """``(first, targets, coords)`` for selecting the entries at device ``coords`` by host ``index``
+    along a dim of ``size``: :func:`_index_map` over every coordinate, or, where ``size`` dwarfs the
+    index and the entries (``size + 1`` counts on the host and the device: 16 GiB each for a dim
+    of 2^31), over the slots of the index's distinct values, with ``coords`` replaced by theirs
+    (``index_slots``; the CPU's map, ``_backend.cpu._select``)."""
+    if size <= 4 * (index.size + coords.size) + (1 << 16):
+        return (*_index_map(dev, index, size), coords)
+    u = np.unique(index).astype(np.int64)
+    first, targets = _index_map(dev, 2 * np.searchsorted(u, index) + 1, 2 * u.size + 1)
+    slots = P.empty(dev, coords.shape, coords.dtype)
+    n = coords.size
+    if n:
+        P.run(dev, "select.cu", "index_slots", (P.index_key(coords.dtype),), n, coords, n, P.from_host(dev, u), u.size,
+              slots)
+    return first, targets, slots
+
+
 def remap_plain(parts, index: np.ndarray, nondecreasing: bool, what: str):
     """Every slice's entries mapped through host ``index`` (new plain j gets old plain ``index[j]``;
     repeats give several entries), each slice sorted by a radix sort unless ``index`` is
@@ -126,7 +144,7 @@ def remap_plain(parts, index: np.ndarray, nondecreasing: bool, what: str):
     B, n, nnz_in, W = c.shape[0], c.shape[1] - 1, p.shape[1], v.shape[2]
     K = index.shape[0]
     check_fits(c.dtype, parts.layout.name, **{"ncols" if parts.layout.compressed_rows else "nrows": K})
-    first, targets = _index_map(dev, index, parts.plain_size)
+    first, targets, p = _selection_map(dev, index, p, parts.plain_size)
     keys = _keys(parts)
     Nin = B * nnz_in
     counts = P.empty(dev, (Nin,), np.int64)
@@ -261,15 +279,15 @@ def index_select_coo(indices, raw, d: int, idx: np.ndarray, shape: tuple):
     dev = indices._device
     S, Nin = indices.shape
     W = raw.shape[1]
-    first, targets = _index_map(dev, idx, shape[d])
+    first, targets, row = _selection_map(dev, idx, indices[d], shape[d])
     ik = P.index_key(indices.dtype)
     counts = P.empty(dev, (Nin,), np.int64)
-    P.run(dev, "select.cu", "remap_counts", (ik,), Nin, indices[d], Nin, first, counts)
+    P.run(dev, "select.cu", "remap_counts", (ik,), Nin, row, Nin, first, counts)
     eoff = P.exclusive_scan(dev, counts)
     N = int(P.read_ints(dev, eoff[Nin:])[0])
     out_i = P.empty(dev, (S, N), indices.dtype)
     out_v = P.empty(dev, (N, W), raw.dtype)
-    P.run(dev, "select.cu", "remap_fill", (P.raw_key(raw.itemsize), ik), N * max(W, 1), eoff, Nin, indices[d], raw, W,
+    P.run(dev, "select.cu", "remap_fill", (P.raw_key(raw.itemsize), ik), N * max(W, 1), eoff, Nin, row, raw, W,
           first, targets, N, out_i[d], out_v)
     P.run(dev, "select.cu", "coo_copy_rows", (ik,), S * N, eoff, Nin, indices, S, d, N, out_i)
     return out_i, out_v

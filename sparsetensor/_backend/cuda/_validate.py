@@ -20,7 +20,7 @@ from ..._core._validate import raise_compressed_error, raise_coo_error
 from ...cuda import _primitives as P
 from ...cuda._classes import CudaCOOTensor, CudaCompressedTensor
 
-__all__ = ["check_tensor", "check_compressed", "check_compressed_bounds", "check_coo", "compressed_report", "coo_report",
+__all__ = ["check_tensor", "check_compressed", "check_compressed_bounds", "check_coo", "check_coo_bounds", "compressed_report", "coo_report",
            "CODES", "Snapshot", "keep_snapshot", "snapshot"]
 
 # report codes of validate.cu
@@ -177,6 +177,12 @@ def coo_report(t, *, order: bool):
 
 def check_coo(t) -> None:
     found = coo_report(t, order=t.is_coalesced())
+    if found is not None:
+        raise_coo_error(found, t.shape)
+
+
+def check_coo_bounds(t) -> None:
+    found = coo_report(t, order=False)
     if found is not None:
         raise_coo_error(found, t.shape)
 
