@@ -13,6 +13,8 @@ by :mod:`sparsetensor.interop.chunk` at ``import sparsetensor``.
 - :func:`sum`: ``x.sum`` with a cheaper aggregation of dense partial sums (row and column
   sums of compressed chunks): partials added, not joined; no aggregate task per block
   when the summed axes have one block.
+- :func:`var`, :func:`std`: ``x.var()``/``x.std()`` from the stored elements of each chunk (Dask's
+  own subtract a dense mean from every chunk, which sparse chunks refuse).
 
 Ops on chunks that have no sparse implementation raise (``NotImplementedError``,
 ``TypeError`` or ``ValueError`` naming the op): nothing is densified silently.
@@ -36,9 +38,9 @@ from __future__ import annotations
 
 from ._array import from_sparse, load
 from ._meta import meta_like
-from ._reduce import sum
+from ._reduce import std, sum, var
 from ._register import register
 
 register()
 
-__all__ = ["from_sparse", "load", "meta_like", "register", "sum"]
+__all__ = ["from_sparse", "load", "meta_like", "register", "std", "sum", "var"]

@@ -1,4 +1,5 @@
-"""Sums of Dask arrays of sparse chunks whose partial sums are dense: :func:`sum`.
+"""Sums, variances and standard deviations of Dask arrays of sparse chunks: :func:`sum`,
+:func:`var`, :func:`std`.
 
 ``x.sum(axis)`` is Dask's tree reduction: every chunk's sum (``np.sum(chunk, keepdims=True)``,
 for a row or column sum of a compressed chunk a dense array), then groups of ``split_every``
@@ -15,11 +16,13 @@ import functools
 
 import dask.array as da
 import numpy as np
+from dask.array.reductions import moment_agg, moment_combine
 from dask.array.utils import validate_axis
 
 from .._core._tensor import SparseTensor
+from ._register import _numel
 
-__all__ = ["sum"]
+__all__ = ["sum", "var", "std"]
 
 
 def _empty(ndim: int, axis: tuple, keepdims: bool, dtype):
@@ -120,3 +123,86 @@ def _sum_graph(x, chunk, axis: tuple, keepdims: bool, out_dtype, split_every=Non
     # Dask binds dtype=out_dtype to both steps (they take a dtype argument)
     return da.reduction(x, chunk, _add, axis=axis, keepdims=keepdims, dtype=out_dtype, split_every=split_every,
                         concatenate=False, meta=meta, name="st-sum")
+
+
+def _dense(x) -> np.ndarray:
+    return x.to_dense() if isinstance(x, SparseTensor) else np.asarray(x)
+
+
+def _moments(A, dtype="f8", computing_meta=False, axis=None, keepdims=True, **kwargs):
+    """The chunk step of :func:`var`: Dask's ``{"total", "n", "M"}`` of one sparse chunk (the sum, the
+    element count and the sum of squared deviations from the chunk's mean over ``axis``), without
+    the dense ``A - mean`` of Dask's own: the deviations of the stored elements, squared and summed,
+    plus the mean's square once for each unspecified element."""
+    if computing_meta:
+        return A
+    n = _numel(A, axis=axis, keepdims=True, dtype=np.int64)
+    A = A.coalesce()  # each element once: its deviation is of the element, not of each repeat
+    total = _dense(np.sum(A, axis=axis, keepdims=True, dtype=None if A.dtype.kind == "c" else dtype))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mean = np.where(n > 0, total / np.maximum(n, 1), 0)
+    ones = A._replace_values(np.ones(A.values().shape, np.int64))
+    stored = _dense(np.sum(ones, axis=axis, keepdims=True))  # stored elements of each reduced slice
+    at = (ones * mean).values()  # the mean read at each stored element
+    sq = A._replace_values(np.abs(A.values() - at) ** 2)
+    M = _dense(np.sum(sq, axis=axis, keepdims=True)) + (n - stored) * np.abs(mean) ** 2
+    return {"total": total, "n": n, "M": np.asarray(M, dtype=dtype)[..., None]}
+
+
+def var(x, axis=None, dtype=None, keepdims=False, ddof=0, split_every=None):
+    """``x.var(axis, dtype, keepdims, ddof)`` of a Dask array of sparse chunks, without densifying them.
+
+    Dask's ``x.var()`` subtracts each chunk's dense mean from the sparse chunk, which the chunks
+    refuse (the difference is dense). Here each chunk gives the same partial moments (its sum,
+    count and sum of squared deviations) from its stored elements alone, and Dask's combine and
+    aggregate steps join them (Chan's pairwise update), as for ``x.var()`` of dense chunks.
+
+    Parameters
+    ----------
+    x : dask.array.Array
+        Of sparse tensor chunks (any layout; unspecified elements count as zeros).
+    axis : int or tuple of int, optional
+        None: every axis.
+    dtype : dtype, optional
+        Default: NumPy's for the values (float64 for integers; a real dtype for complex values).
+    keepdims : bool
+    ddof : int
+        The divisor is ``N - ddof``.
+    split_every : int or dict, optional
+        As for ``x.var``.
+
+    Returns
+    -------
+    dask.array.Array
+        Dense; the values of ``np.var`` of the dense array (to rounding).
+
+    Examples
+    --------
+    >>> import numpy as np, sparsetensor as st, sparsetensor.dask
+    >>> a = np.array([[0.0, 2.0, 0.0], [4.0, 0.0, 0.0], [0.0, 0.0, 6.0], [1.0, 0.0, 0.0]])
+    >>> x = st.dask.from_sparse(st.from_dense(a, "csr"), chunks=(2, -1))
+    >>> st.dask.var(x, axis=0).compute(scheduler="sync"), a.var(axis=0)
+    (array([2.6875, 0.75  , 6.75  ]), array([2.6875, 0.75  , 6.75  ]))
+    >>> round(float(st.dask.std(x, ddof=1).compute(scheduler="sync")), 9), round(float(a.std(ddof=1)), 9)
+    (1.975225342, 1.975225342)
+    """
+    dt = np.dtype(dtype) if dtype is not None else np.var(np.ones(1, dtype=x.dtype)).dtype
+    axes = tuple(range(x.ndim)) if axis is None else validate_axis(axis if isinstance(axis, (tuple, list)) else
+                                                                   (axis,), x.ndim)
+    meta = _empty(x.ndim, axes, keepdims, dt)
+    return da.reduction(x, _moments, functools.partial(moment_agg, ddof=ddof), combine=moment_combine, axis=axes,
+                        keepdims=keepdims, dtype=dt, split_every=split_every, concatenate=False, meta=meta,
+                        name="st-var")
+
+
+def std(x, axis=None, dtype=None, keepdims=False, ddof=0, split_every=None):
+    """``x.std(...)`` of a Dask array of sparse chunks: the square root of :func:`var` (its parameters).
+
+    Examples
+    --------
+    >>> import numpy as np, sparsetensor as st, sparsetensor.dask
+    >>> x = st.dask.from_sparse(st.from_dense(np.diag([3.0, 0.0, 4.0]), "coo"), chunks=2)
+    >>> st.dask.std(x, axis=1).compute(scheduler="sync")
+    array([1.41421356, 0.        , 1.88561808])
+    """
+    return da.sqrt(var(x, axis=axis, dtype=dtype, keepdims=keepdims, ddof=ddof, split_every=split_every))

@@ -3,8 +3,8 @@
 Dask calls these on chunks (never on a whole array): ``concatenate_lookup`` to join chunks
 (``compute``, ``rechunk``, ``np.concatenate``), ``tensordot_lookup`` for ``da.tensordot`` and
 ``x.dot``, ``take_lookup`` for integer-array indexing (``da.take``, shuffles), ``einsum_lookup`` (refused with a message: no sparse einsum), and
-``numel_lookup``/``nannumel_lookup`` for ``mean``/``nanmean`` (``var``/``std`` subtract a dense mean from
-each chunk, which ``sub`` refuses: docs/guide/dask.rst).
+``numel_lookup``/``nannumel_lookup`` for ``mean``/``nanmean`` (Dask's ``var``/``std`` subtract a dense mean
+from each chunk, which ``sub`` refuses: :func:`sparsetensor.dask.var` and ``std`` instead).
 """
 
 from __future__ import annotations

@@ -233,6 +233,28 @@ def test_comparisons_any_all_clip_where(sync, layout, blocksize):
         x.var().compute()
 
 
+@pytest.mark.parametrize("layout,blocksize", CASES)
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.int32, np.complex128])
+def test_st_var_and_std_equal_numpys(sync, layout, blocksize, dtype):
+    rng = np.random.default_rng(1)
+    a = ((rng.random((12, 8)) < 0.3) * (rng.random((12, 8)) * 10 + 100)).astype(dtype)  # a large mean
+    if dtype == np.complex128:
+        a = a + 1j * a[::-1]
+    t = st.from_dense(a, layout, **({"blocksize": blocksize} if layout in ("bsr", "bsc") else {}))
+    rtol = 1e-5 if dtype == np.float32 else 1e-10
+    for chunks in ((4, -1), (-1, 4), (4, 4)):
+        x = st.dask.from_sparse(t, chunks=chunks)
+        for axis in (None, 0, 1, (0, 1)):
+            for ddof in (0, 1):
+                got, want = st.dask.var(x, axis=axis, ddof=ddof).compute(), a.var(axis=axis, ddof=ddof)
+                assert got.dtype == want.dtype and got.shape == want.shape
+                np.testing.assert_allclose(got, want, rtol=rtol)
+        got = st.dask.std(x, axis=1, keepdims=True).compute()
+        np.testing.assert_allclose(got, a.std(axis=1, keepdims=True), rtol=rtol)
+    u = st.sparse_coo_tensor([[0, 0, 1], [1, 1, 2]], [1.0, 2.0, 5.0], size=(2, 3))  # a repeat: one element, 3
+    np.testing.assert_allclose(st.dask.var(st.dask.from_sparse(u, chunks=(1, 2))).compute(), u.to_dense().var())
+
+
 def test_tokenize():
     from dask.base import tokenize
 
