@@ -440,6 +440,22 @@ def test_cat(layout, dim):
     check(st.cat, ts, dim, rng=rng)
 
 
+
+def test_cat_along_a_dense_dim_of_coo_entries_sharing_an_element():
+    # both inputs store element (0, 1): the output holds it twice (each input's entry, padded), and each
+    # entry's cotangent is its own (a lookup by coordinate summed them: dA doubled)
+    A = st.sparse_coo_tensor(np.array([[0, 0], [0, 1]]), np.array([[1.0, 2.0], [3.0, 4.0]]), size=(1, 2, 2))
+    B = st.sparse_coo_tensor(np.array([[0], [1]]), np.array([[5.0, 6.0]]), size=(1, 2, 2))
+    W = np.arange(1.0, 9.0).reshape(1, 2, 4)
+    _, pb = vjp(lambda a, b: np.sum(st.cat([a, b], 2).to_dense() * W), A, B)
+    dA, dB = pb(1.0)
+    np.testing.assert_array_equal(dA.values(), [[1.0, 2.0], [5.0, 6.0]])
+    np.testing.assert_array_equal(dB.values(), [[7.0, 8.0]])
+    out, pb = vjp(lambda a, b: st.cat([a, b], 2), A, B)
+    dA, dB = pb(st.sparse_coo_tensor(out.indices(), W[tuple(out.indices())], size=out.shape, is_coalesced=False))
+    np.testing.assert_array_equal(dB.values(), [[7.0, 8.0]])
+
+
 # -- embeddings -----------------------------------------------------------------------------------------
 def test_embedding_rules():
     rng = np.random.default_rng(30)
