@@ -219,6 +219,8 @@ class Tape:
         if isinstance(x, SparseTensor):
             if x.dtype.kind not in "fc":
                 return x
+            if id(x) in self.keep:  # one tensor given for two arguments: each gets its own cotangent, as in JAX
+                x = x._replace_values(x._values)
         elif isinstance(x, np.ndarray) and x.dtype.kind in "fc":
             x = x.view(_Traced)
             self.dense_at[_where(x)] = x

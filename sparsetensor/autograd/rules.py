@@ -798,11 +798,14 @@ def _cat(tensors, dim=0, *, threads=None):
         coo = all(isinstance(t, COOTensor) for t in tensors)
         sparse_d = coo and d < tensors[0].sparse_dim
         if coo and not sparse_d and _of_pattern(G, out):
-            # along a dense dim cat copies each input's entries in turn, padded: an element stored by several
-            # inputs is several entries, each with its own cotangent (a lookup by coordinate would sum them)
+            # along a dense dim cat copies each input's entries in turn, padded (an element stored by several
+            # inputs is several entries, each with its own cotangent: a lookup by coordinate would sum them),
+            # or, where the index arrays are equal, side by side in one entry each
+            apart = out.nnz == sum(t.nnz for t in tensors)
             grads, start, off = [], 0, 0
             for t in tensors:
-                grads.append(shape.narrow(G, d, off, t.shape[d]).values()[start:start + t.nnz])
+                v = shape.narrow(G, d, off, t.shape[d]).values()
+                grads.append(v[start:start + t.nnz] if apart else v)
                 start, off = start + t.nnz, off + t.shape[d]
             return (grads, None)
         entry = _by_entry(tensors, out, G, lambda ns: shape.cat(ns, d)) if sparse_d else None

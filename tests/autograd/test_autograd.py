@@ -454,6 +454,12 @@ def test_cat_along_a_dense_dim_of_coo_entries_sharing_an_element():
     out, pb = vjp(lambda a, b: st.cat([a, b], 2), A, B)
     dA, dB = pb(st.sparse_coo_tensor(out.indices(), W[tuple(out.indices())], size=out.shape, is_coalesced=False))
     np.testing.assert_array_equal(dB.values(), [[7.0, 8.0]])
+    U = st.sparse_coo_tensor(np.array([[0, 0], [1, 1]]), np.array([[1.0, 2.0], [3.0, 4.0]]), size=(1, 2, 2))
+    V = U._replace_values(2 * U.values())
+    _, pb = vjp(lambda a, b: np.sum(st.cat([a, b], 2).to_dense() * W), U, V)  # equal index arrays, a repeat
+    dA, dB = pb(1.0)
+    np.testing.assert_array_equal(dA.values(), [[5.0, 6.0], [5.0, 6.0]])
+    np.testing.assert_array_equal(dB.values(), [[7.0, 8.0], [7.0, 8.0]])
 
 
 # -- embeddings -----------------------------------------------------------------------------------------

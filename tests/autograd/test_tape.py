@@ -235,3 +235,18 @@ def test_numpy_functions_of_sparse_values():
     check(lambda x: np.sum(st.sum(x.to_sparse_coo(), 0)) + np.sum(x * x, axis=1) + np.mean(x), A)
     with pytest.raises(NotImplementedError, match="np.trace has no derivative rule"):
         vjp(lambda x: np.trace(x), A)
+
+
+def test_one_tensor_given_for_two_arguments_gets_a_cotangent_each():
+    # as JAX's vjp(f, x, x): each position its own cotangent (both were the sum)
+    U = st.sparse_coo_tensor(np.array([[0, 0], [1, 1]]), np.array([[1.0, 2.0], [3.0, 4.0]]), size=(1, 2, 2))
+    _, pb = st.autograd.vjp(lambda a, b: np.sum(a.to_dense()) + 2 * np.sum(b.to_dense()), U, U)
+    ga, gb = pb(1.0)
+    np.testing.assert_array_equal(ga.values(), np.ones((2, 2)))
+    np.testing.assert_array_equal(gb.values(), 2 * np.ones((2, 2)))
+    x = np.arange(3.0)
+    A = st.from_dense(np.eye(3), "csr")
+    _, pb = st.autograd.vjp(lambda a, u, v: np.sum(a @ u) + 3 * np.sum(a @ v), A, x, x)
+    _, gu, gv = pb(1.0)
+    np.testing.assert_array_equal(gu, np.ones(3))
+    np.testing.assert_array_equal(gv, 3 * np.ones(3))
