@@ -149,20 +149,30 @@ def _basis_dots(V: np.ndarray, w: np.ndarray, threads=None) -> tuple:
     return w.real.dtype.type(out[-1].real), out[:-1]
 
 
+_SUM_TYPES = {(False, False): np.float32, (False, True): np.float64, (True, False): np.complex64,
+              (True, True): np.complex128}
+
+
 def _allreduce(comm, values):
-    """Global sums of a few local numbers in one allreduce, each returned as its own NumPy scalar type."""
+    """Global sums of a few local numbers in one allreduce, each returned as the NumPy scalar type
+    that holds every rank's (complex where one rank's is, double where one rank's is)."""
     values = [v if isinstance(v, np.generic) else np.float64(v) for v in values]
     k = len(values)
     # one buffer type on every rank (a complex number on one rank and real ones elsewhere gave the
-    # ranks buffers of different sizes: MPI aborted); the second half counts the ranks whose number is
-    # complex, so every rank returns the same type (real parts sum exactly as float64 would)
-    buf = np.zeros(2 * k, dtype=np.complex128)
+    # ranks buffers of different sizes: MPI aborted); the second and third parts count the ranks whose
+    # number is complex and double, so every rank returns the same type (a float32 sum on one rank and
+    # float64 sums elsewhere would send the ranks down different branches of a test on it)
+    buf = np.zeros(3 * k, dtype=np.complex128)
     buf[:k] = values
-    buf[k:] = [np.iscomplexobj(v) for v in values]
+    buf[k:2 * k] = [np.iscomplexobj(v) for v in values]
+    buf[2 * k:] = [np.result_type(v, np.float32).itemsize > (8 if np.iscomplexobj(v) else 4) for v in values]
     if comm.size > 1:
         comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM)
-    return [(type(v) if np.iscomplexobj(v) else np.complex128)(s) if c.real > 0 else type(v)(s.real)
-            for v, s, c in zip(values, buf[:k], buf[k:])]
+    out = []
+    for s, c, d in zip(buf[:k], buf[k:2 * k], buf[2 * k:]):
+        kind = _SUM_TYPES[c.real > 0, d.real > 0]
+        out.append(kind(s) if c.real > 0 else kind(s.real))
+    return out
 
 
 def dot(comm, a: np.ndarray, b: np.ndarray):
@@ -223,6 +233,25 @@ def _psolve_of(M):
     return f
 
 
+def _typed(name: str, f, xtype: str):
+    """Preconditioner ``f`` with its output in the system's dtype ``xtype`` (float32 to float64, as
+    SciPy's arithmetic would take it): one rank's float32 output would meet the others' float64
+    buffers in the next product's exchange (an MPI error, or a wait). An output that does not cast
+    to it (complex for a real system) raises TypeError."""
+    want = np.dtype(xtype)
+
+    def psolve(r):
+        y = f(r)
+        if getattr(y, "dtype", None) != want:
+            y = np.asarray(y)
+            if not np.can_cast(y.dtype, want, "same_kind"):
+                raise TypeError(f"{name}: the preconditioner returned {y.dtype} values for a system of {want}")
+            y = y.astype(want)
+        return y
+
+    return psolve
+
+
 def _system(name, A, b, x0, M, threads, **settings):
     """SciPy's ``make_system`` on this rank's slices, agreed over the ranks (collective).
 
@@ -249,7 +278,7 @@ def _system(name, A, b, x0, M, threads, **settings):
             bb = bb.astype("d")
         xtype = _coerce(op.dtype.char, bb.dtype.char)
         bb = np.asarray(bb, dtype=xtype).ravel()
-        psolve = _psolve_of(M)
+        psolve = _psolve_of(M) if M is None else _typed(name, _psolve_of(M), xtype)
         if M is not None and getattr(M, "shape", op.shape) != op.shape:
             raise ValueError(f"{name}: A and the preconditioner have different shapes: {op.shape} and {M.shape}")
         starts = getattr(M, "row_starts", None)

@@ -80,8 +80,10 @@ def gmres(A, b, x0=None, *, rtol=1e-5, atol=0., restart=None, maxiter=None, M=No
                       "default is 'legacy'; pass callback_type='pr_norm', 'x' or 'legacy'",
                       category=DeprecationWarning, stacklevel=2)
     # agreed over the ranks before a rank alone could refuse one
+    # with callback_type "legacy" (or None) whether a callback is given decides what maxiter counts: agreed too
     op, psolve, x, b, n = _system("gmres", A, b, x0, M, threads, rtol=rtol, atol=atol, restart=restart,
-                                  maxiter=maxiter, callback_type=callback_type, gram_schmidt=gram_schmidt)
+                                  maxiter=maxiter, callback_type=callback_type, gram_schmidt=gram_schmidt,
+                                  callback=callback is not None)
     if callback_type is None:
         callback_type = "legacy"
     if callback_type not in ("x", "pr_norm", "legacy"):

@@ -13,7 +13,7 @@ from ..io import _files
 from .. import io as _io
 from .._core._errors import InvariantError
 from .._core._layout import sparse_bsr as st_bsr
-from ._comm import agree, agreed_root
+from ._comm import agree, agreed_root, same_on_every_rank
 from ._bsr import DistBSR
 from ._matrix import DistCSR
 from ._parts import load_parts
@@ -114,6 +114,7 @@ def load(path, comm=None, root: int = 0, row_starts=None, col_starts=None, excha
     comm = MPI.COMM_WORLD if comm is None else comm
     root = agreed_root(comm, "load", root, row_starts=row_starts, col_starts=col_starts, exchange=exchange)
     path = agree(comm, os.fspath, path)
+    same_on_every_rank(comm, "load", path=path)  # each rank reads its rows of the root's plan: of one file
     rank, size = comm.rank, comm.size
     if comm.bcast(os.path.isdir(path) if rank == root else None, root=root):
         return load_parts(path, comm, root, row_starts, col_starts, exchange)

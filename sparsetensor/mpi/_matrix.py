@@ -26,6 +26,7 @@ import numpy as np
 from mpi4py import MPI
 
 from .._core._canonical import ensure_valid_export
+from .._core._dtypes import native
 from .._core._errors import InvariantError
 from .._core._tensor import CompressedTensor, SparseTensor
 from .._core._from_arrays import sparse_csr_tensor
@@ -408,9 +409,7 @@ class DistCSR:
                    f"this rank's slice of a NumPy vector or block")
             ncol, num = -1, 0
         else:
-            x = np.asarray(x)
-            if not x.dtype.isnative:  # ghost entries travel as bytes: in this machine's order
-                x = x.astype(x.dtype.newbyteorder("="))
+            x = native(np.asarray(x))  # ghost entries travel as bytes: in this machine's order
             if x.ndim not in (1, 2) or x.shape[0] != n:
                 bad = (f"{op}: rank {self._comm.rank} expects {what} of {n} rows (1-d, or 2-d with N columns), "
                        f"got shape {x.shape}")
@@ -656,10 +655,10 @@ class DistCSR:
             a = np.asarray(y)
             if a.ndim not in (1, 2) or a.shape[0] != n:
                 raise ValueError(f"gather: rank {self._comm.rank} expects {n} rows, got shape {a.shape}")
-            return a
+            return native(a)  # slices travel as bytes: in this machine's order, as the products take them
 
         a = agree(self._comm, check)
-        kinds = self._comm.allgather((a.shape[1:], a.dtype.str))  # .str: byte order too
+        kinds = self._comm.allgather((a.shape[1:], a.dtype.str))
         if len(set(kinds)) != 1:
             raise ValueError(f"gather: the slices differ in trailing shape or dtype across ranks: {kinds}")
         return gatherv(self._comm, a, root, a.shape[1:], a.dtype)

@@ -33,7 +33,7 @@ import numpy as np
 from .. import io as _io
 from .._core._errors import InvariantError
 from ..io import _files
-from ._comm import agree
+from ._comm import agree, same_on_every_rank
 from ._bsr import DistBSR, _default_col_starts
 from ._file import save_file
 from ._matrix import DistCSR
@@ -115,10 +115,12 @@ def save(path, A: DistCSR) -> None:
         raise TypeError("sparsetensor.mpi.save(path, A): the path comes first, as in sparsetensor.save")
     if not isinstance(A, DistCSR):
         raise TypeError(f"sparsetensor.mpi.save(path, A): A must be a DistCSR, got {type(A).__name__}")
-    path = os.fspath(path)
+    comm = A._comm
+    # one path on every rank: a rank writing elsewhere (a file here, a directory there) waits forever
+    path = agree(comm, os.fspath, path)
+    same_on_every_rank(comm, "sparsetensor.mpi.save", path=path)
     if path.endswith(".npz"):
         return save_file(path, A)
-    comm = A._comm
     rank, size = comm.rank, comm.size
     manifest = os.path.join(path, MANIFEST)
 

@@ -59,7 +59,8 @@ ERRORS_MULTI = {"modes-disagree": ("ValueError", False), "shapes-disagree": ("Va
                 "from-local-global-shape": ("ValueError", False), "sum-partitions": ("ValueError", False),
                 "alpha-disagree": ("ValueError", False), "alpha-dtype-disagree": ("ValueError", False),
                 "gather-root-disagree": ("ValueError", False), "to_global-root-disagree": ("ValueError", False),
-                "scatter-root-disagree": ("ValueError", False)}
+                "scatter-root-disagree": ("ValueError", False), "save-path-disagree": ("ValueError", False),
+                "load-path-disagree": ("ValueError", False)}
 
 
 @pytest.mark.parametrize("n", RANKS)

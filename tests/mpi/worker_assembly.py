@@ -10,6 +10,7 @@ The errors suite writes one line per case that raised to ``TMPDIR/raised.RANK.tx
 
 from __future__ import annotations
 
+import os
 import sys
 
 import numpy as np
@@ -296,6 +297,20 @@ def suite_errors(tmp):
         assert np.allclose(np.concatenate(comm.allgather(y)), t.to_dense() @ np.arange(20.0)), "byte order"
         y = A @ (x.astype(np.int64) if bad else x.astype(np.longlong))  # one dtype under two names: not refused
         assert np.allclose(np.concatenate(comm.allgather(y)), t.to_dense() @ np.arange(20.0)), "int64 as 'q' and 'l'"
+        # from a fuzz at 3-4 ranks: a float32 sum on one rank and float64 elsewhere; a big-endian slice to
+        # gather (refused as another dtype); a save or load path that differs by rank (a hang; a matrix of
+        # two files)
+        d = stmpi.dot(comm, np.ones(3, np.float32 if bad else np.float64), np.ones(3))
+        assert comm.allgather(type(d)) == [np.float64] * size and d == 3 * size, ("dot of mixed precisions", d)
+        xr = np.arange(20.0)[slice(*A.row_range)]
+        g = A.gather(xr.astype(">f8") if bad else xr)
+        assert rank != 0 or np.array_equal(g, np.arange(20.0)), ("gather of a big-endian slice", g)
+        expect(tmp, "save-path-disagree", ValueError,
+               lambda: stmpi.save(os.path.join(tmp, "other" if bad else "a.npz"), A), "same path")
+        stmpi.save(os.path.join(tmp, "a.npz"), A)
+        stmpi.save(os.path.join(tmp, "b.npz"), 2.0 * A)
+        expect(tmp, "load-path-disagree", ValueError,
+               lambda: stmpi.load(os.path.join(tmp, "b.npz" if bad else "a.npz"), comm=comm), "same path")
     if rank == 0:
         print("DONE", flush=True)
 
