@@ -66,6 +66,7 @@ import json
 import math
 import os
 import struct
+import tokenize
 import zipfile
 import zlib
 
@@ -100,8 +101,10 @@ _DIA_ROWS_ALWAYS = 1 << 24         # a SciPy dia file loads as CSR: this many ro
 _ZIP_DATE = (1980, 1, 1, 0, 0, 0)  # fixed member dates: the same tensor gives the same bytes
 # what zipfile, zlib and numpy.lib.format raise on a corrupt archive or member (a lying directory may
 # make zipfile seek to a negative offset: OSError)
+# zipfile's RuntimeError (an encrypted member) and NotImplementedError (a compression method it lacks),
+# and the tokenizer's errors of NumPy's .npy header parser, are a file's faults too
 _READ_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, EOFError, struct.error, ValueError,
-                OverflowError, KeyError, OSError)
+                OverflowError, KeyError, OSError, RuntimeError, NotImplementedError, SyntaxError, tokenize.TokenError)
 
 
 # -- .npz: save -----------------------------------------------------------------------------
@@ -216,6 +219,9 @@ def _read_metadata(zf: zipfile.ZipFile, path: str) -> dict:
     info = zf.getinfo(METADATA)
     if info.file_size > _METADATA_LIMIT:
         raise _bad_metadata(path, f"{METADATA} is {info.file_size} bytes (limit {_METADATA_LIMIT})")
+    if info.compress_size > _METADATA_LIMIT + 4096:  # zipfile reads the compressed bytes into one buffer first
+        raise _bad_metadata(path, f"{METADATA} declares {info.compress_size} compressed bytes (limit "
+                                  f"{_METADATA_LIMIT + 4096})")
     try:
         meta = json.loads(zf.read(info).decode("utf-8"))
     except (*_READ_ERRORS, UnicodeDecodeError, RecursionError) as e:  # RecursionError: [[[[...]]]]
@@ -367,7 +373,8 @@ def _build_compressed(c, p, v, shape, layout: str, canonical: bool) -> Compresse
         # a non-canonical file may break 5.6, and 5.3's upper bound: a row of repeats longer than the plain size
         if canonical or e.invariant not in ("5.3", "5.6"):
             raise
-        if e.invariant == "5.3" and (np.diff(t.compressed_indices(), axis=-1) < 0).any():
+        c = t.compressed_indices()
+        if e.invariant == "5.3" and (c[..., 1:] < c[..., :-1]).any():  # a step down (np.diff would wrap)
             raise
         _check_plain_bounds(t)
         return t

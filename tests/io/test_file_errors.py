@@ -417,3 +417,86 @@ def test_cli_subprocess_exit_codes_and_help(tmp_path):
     for status in ("0 success", "1 the file is invalid", "2 the file could not be read", "3 an internal error"):
         assert status in " ".join(help_text.split()), status
     assert "exit status" in cli.__doc__.lower() and "--traceback" in help_text
+
+
+# -- from a fuzz of corrupt files ---------------------------------------------------------------------------
+def _patched_central_entry(path, offset, value, width):
+    """The first central-directory entry (metadata.json, written first) with a field rewritten."""
+    data = bytearray(open(path, "rb").read())
+    cd = data.find(b"PK\x01\x02")
+    assert data[cd + 46:cd + 46 + 13] == b"metadata.json"
+    data[cd + offset:cd + offset + width] = value.to_bytes(width, "little")
+    open(path, "wb").write(data)
+
+
+def test_metadata_declaring_a_huge_compressed_size_is_refused_before_reading(tmp_path):
+    path = tmp_path / "t.npz"
+    st.save(path, st.sparse_csr_tensor([0, 1, 2], [1, 0], [1.0, 2.0], size=(2, 2)))
+    _patched_central_entry(path, 20, 0x80000000, 4)  # zipfile read that many bytes into one buffer first
+    with pytest.raises(ValueError, match="compressed bytes"):
+        st.load(path)
+
+
+@pytest.mark.parametrize("flag", [0x0001, 0x0040])
+def test_encrypted_metadata_is_a_value_error(tmp_path, flag):
+    path = tmp_path / "t.npz"
+    st.save(path, st.sparse_csr_tensor([0, 1, 2], [1, 0], [1.0, 2.0], size=(2, 2)))
+    _patched_central_entry(path, 8, flag, 2)
+    with pytest.raises(ValueError):
+        st.load(path)
+
+
+def test_npy_header_that_does_not_tokenize_is_a_value_error(tmp_path):
+    path = tmp_path / "t.npz"
+    meta = {"format": "sparsetensor", "version": 1, "layout": "coo", "shape": [3], "index_dtype": "int64",
+            "value_dtype": "float64", "coalesced": False}
+    bad = b"\x93NUMPY\x01\x00" + (118).to_bytes(2, "little") + b"{'descr': '<i8', 'fortran_order': False, 'shape': (2, (".ljust(117) + b"\n"
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr("metadata.json", json.dumps(meta))
+        zf.writestr("indices.npy", bad)
+        zf.writestr("values.npy", b"")
+    with pytest.raises(ValueError, match="not a valid .npy array"):
+        st.load(path)
+
+
+@pytest.mark.parametrize("index_dtype,big", [(np.int32, 2_000_000_000), (np.int64, 6 * 10**18)])
+def test_a_falling_compressed_index_that_wraps_in_a_diff_is_refused(tmp_path, index_dtype, big):
+    import io
+
+    def npy(a):
+        b = io.BytesIO()
+        np.lib.format.write_array(b, a, allow_pickle=False)
+        return b.getvalue()
+
+    path = tmp_path / "t.npz"
+    meta = {"format": "sparsetensor", "version": 1, "layout": "csr", "shape": [3, 4],
+            "index_dtype": np.dtype(index_dtype).name, "value_dtype": "float64", "coalesced": False}
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr("metadata.json", json.dumps(meta))
+        zf.writestr("compressed_indices.npy", npy(np.array([0, big, -big, 3], index_dtype)))
+        zf.writestr("plain_indices.npy", npy(np.array([0, 1, 2], index_dtype)))
+        zf.writestr("values.npy", npy(np.array([1.0, 2.0, 3.0])))
+    with pytest.raises(st.InvariantError) as e:
+        st.load(path)
+    assert e.value.invariant == "5.3"
+
+
+@pytest.mark.parametrize("text,shape", [
+    ("%%MatrixMarket matrix array real general\n0 2\n", (0, 2)),  # SciPy's reader: SIGFPE
+    ("%%MatrixMarket matrix array integer general\n0 0\n", (0, 0)),
+    ("%%MatrixMarket matrix coordinate real general\n2 4 2\n2 4 -1.5\n1 3 5.0 ", (2, 4)),  # SIGSEGV: a space at EOF
+    ("%%MatrixMarket matrix coordinate real general\n2 4 2\n2 4 -1.5\n1 3 5.0\t\t", (2, 4)),
+    ("%%MatrixMarket matrix coordinate pattern general\n2 4 1\n1 3 ", (2, 4)),
+    ("%%MatrixMarket matrix array real general\n1 2\n5.0\n6.0\r", (1, 2)),
+])
+@pytest.mark.parametrize("suffix", [".mtx", ".mtx.gz"])
+def test_matrix_market_files_scipys_reader_crashed_on(tmp_path, text, shape, suffix):
+    path = tmp_path / ("m" + suffix)
+    write(path, text)
+    got = st.read_mtx(path)
+    assert got.shape == shape
+    dense = got if isinstance(got, np.ndarray) else got.to_dense()
+    if "1 3 5.0" in text:
+        assert dense[0, 2] == 5.0 and dense[1, 3] == -1.5
+    if "5.0\n6.0" in text:
+        np.testing.assert_array_equal(dense, [[5.0, 6.0]])
