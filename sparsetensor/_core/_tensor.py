@@ -70,6 +70,11 @@ def frozen(a):
     and write, so the outcome is an error or wrong values, never a crash).
     """
     if isinstance(a, _NDARRAY) and a.flags.writeable:
+        r = _root(a)
+        if id(r) not in _HELD_OUTSIDE and r.flags.owndata:
+            # the library's own memory: read-only at its root, so that no view of it can be made writeable
+            # again (NumPy lets a read-only view be, where the memory it views is writeable)
+            r.flags.writeable = False
         a = a.view()
         a.flags.writeable = False
     return a

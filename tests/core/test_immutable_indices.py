@@ -97,3 +97,20 @@ def test_to_torch_shares_read_only_indices_without_warning():
         x = st.to_torch(t)
     assert x.col_indices().data_ptr() == t.col_indices().ctypes.data
     assert torch.equal(x.to_dense(), torch.from_numpy(t.to_dense()))
+
+
+@pytest.mark.parametrize("layout", ["coo", "csr", "bsc"])
+def test_a_read_only_index_view_cannot_be_made_writeable_again(layout):
+    # NumPy lets a read-only view be made writeable where the memory it views is: the library's own index
+    # memory is read-only at its root, so writes cannot reach it through the accessors (SciPy and PyTorch
+    # trust a checked tensor's exports: a column written out of range there read out of bounds)
+    t = st.from_dense(np.array([[1.0, 0, 2, 0], [0, 3, 0, 4]]), layout, **({"blocksize": (1, 2)} if layout == "bsc" else {}))
+    members = [t.indices()] if layout == "coo" else [t.compressed_indices(), t.plain_indices()]
+    for a in members:
+        with pytest.raises(ValueError, match="WRITEABLE"):
+            a.flags.writeable = True
+        with pytest.raises(ValueError, match="read-only"):
+            a[...] = 0
+    c, p = np.array([0, 1, 2]), np.array([0, 1])
+    st.sparse_csr_tensor(c, p, [1.0, 2.0], size=(2, 2))
+    assert c.flags.writeable and p.flags.writeable  # a caller's own arrays stay as they were
