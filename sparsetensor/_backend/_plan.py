@@ -21,7 +21,7 @@ from .._core._tensor import SparseTensor
 from ._views import NO_BATCH
 
 __all__ = ["result_dtype", "describe", "describe_shape", "mismatch", "batch_map", "batch_maps", "ProductShape",
-           "product_shape", "as_blocksize", "DensePlan", "check_from_dense", "raise_factor_status"]
+           "product_shape", "as_blocksize", "DensePlan", "check_from_dense", "raise_factor_status", "index_slots"]
 
 
 _RESULTS: dict = {}  # (dtypes) -> their result dtype, for the supported combinations
@@ -206,3 +206,18 @@ def raise_factor_status(status: int, row: int, what: str, kind: str) -> None:
         raise ValueError(f"{what}: row {row} has an entry above the diagonal (expected a lower triangle)")
     raise ValueError(f"{what}: an index of row {row} is out of range, or names a row not done before it: the "
                      "arrays changed after validation")
+
+
+def index_slots(index: np.ndarray, n_coords: int, size: int):
+    """How a selection by host ``index`` of ``n_coords`` entries along a dim of ``size`` maps coordinates:
+    None where a map over every coordinate is cheap; else ``(u, slots)``, the index's sorted distinct
+    values and each index position's slot among them. A map of ``size + 1`` counts would be most of
+    the time and memory where the dim dwarfs the index and the entries (16 GiB for a dim of 2^31):
+    value ``u[i]`` is slot 2i + 1 and a coordinate between ``u[i - 1]`` and ``u[i]`` (selected by none)
+    slot 2i, so that slots keep the coordinates' order; the map then covers 2 len(u) + 1 slots."""
+    if size <= 4 * (index.size + n_coords) + (1 << 16):
+        return None
+    if index.size and not (0 <= int(index.min()) and int(index.max()) < size):
+        raise ValueError(f"build_map: an index is outside [0, {size})")
+    u = np.unique(index).astype(np.int64)
+    return u, 2 * np.searchsorted(u, index) + 1

@@ -18,6 +18,7 @@ from ..._core._canonical import same_nnz
 from ..._core._config import num_threads
 from ..._core._dtypes import check_fits, raw_view
 from ..._lib import _select as _kernels
+from .._plan import index_slots
 from .._views import bits_dtype, work_dtype
 from ..._core._validate import raise_coo_error
 
@@ -41,20 +42,16 @@ def _slot_outputs(parts, counts: np.ndarray, what: str):
 
 def _selection_map(index: np.ndarray, coords: np.ndarray, size: int):
     """``(first, targets, coords)`` for the kernels that select entries by ``index`` along a dim of
-    ``size``: :func:`build_map` of ``index`` over ``[0, size)`` with the entries' coordinates ``coords``
-    as they are; or, where ``size`` dwarfs the index and the entries (a map of ``size + 1`` counts
-    would be most of the time and memory: 16 GiB for a dim of 2^31), the map over slots of the
-    index's distinct values, with ``coords`` replaced by theirs. Value ``u[i]`` is slot 2i + 1 and a
-    coordinate between ``u[i - 1]`` and ``u[i]`` (selected by no index) slot 2i, so that the slots keep
-    the coordinates' order; one out of range takes the slot of a gap (the caller checks them)."""
-    if size <= 4 * (index.size + coords.size) + (1 << 16):
+    ``size``: :func:`build_map` over every coordinate with ``coords`` as they are, or over the slots of
+    :func:`~sparsetensor._backend._plan.index_slots` with ``coords`` replaced by theirs (one out of
+    range takes the slot of a gap: the caller checks them)."""
+    slots = index_slots(index, coords.size, size)
+    if slots is None:
         return (*_kernels.build_map(index, size), coords)
-    if index.size and not (0 <= int(index.min()) and int(index.max()) < size):
-        raise ValueError(f"build_map: an index is outside [0, {size})")
-    u = np.unique(index)
+    u, of_index = slots
     at = np.searchsorted(u, coords)
     hit = u[np.minimum(at, u.size - 1)] == coords if u.size else np.zeros(coords.shape, bool)
-    first, targets = _kernels.build_map(2 * np.searchsorted(u, index) + 1, 2 * u.size + 1)
+    first, targets = _kernels.build_map(of_index, 2 * u.size + 1)
     return first, targets, (2 * at + hit).astype(coords.dtype)
 
 

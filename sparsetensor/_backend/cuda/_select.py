@@ -23,6 +23,7 @@ import numpy as np
 
 from ..._core._canonical import same_nnz
 from ..._core._dtypes import check_fits
+from .._plan import index_slots
 from ...cuda import _primitives as P
 from ._sample import elementwise
 
@@ -119,14 +120,14 @@ def _index_map(dev, index, size: int):
 
 def _selection_map(dev, index: np.ndarray, coords, size: int):
     """``(first, targets, coords)`` for selecting the entries at device ``coords`` by host ``index``
-    along a dim of ``size``: :func:`_index_map` over every coordinate, or, where ``size`` dwarfs the
-    index and the entries (``size + 1`` counts on the host and the device: 16 GiB each for a dim
-    of 2^31), over the slots of the index's distinct values, with ``coords`` replaced by theirs
-    (``index_slots``; the CPU's map, ``_backend.cpu._select``)."""
-    if size <= 4 * (index.size + coords.size) + (1 << 16):
+    along a dim of ``size``: :func:`_index_map` over every coordinate, or over the slots of
+    :func:`~sparsetensor._backend._plan.index_slots` with ``coords`` replaced by theirs (the
+    ``index_slots`` kernel)."""
+    plan = index_slots(index, coords.size, size)
+    if plan is None:
         return (*_index_map(dev, index, size), coords)
-    u = np.unique(index).astype(np.int64)
-    first, targets = _index_map(dev, 2 * np.searchsorted(u, index) + 1, 2 * u.size + 1)
+    u, of_index = plan
+    first, targets = _index_map(dev, of_index, 2 * u.size + 1)
     slots = P.empty(dev, coords.shape, coords.dtype)
     n = coords.size
     if n:
