@@ -205,7 +205,7 @@ def _coo_coalesce(self, *, threads: int | None = None) -> COOTensor:
     on a device by the device's check), since the callers trust it to mean distinct indices.
     """
     if self._coalesced:  # checked, again where a caller may have written a repeat since
-        return ensure_valid(self, threads=threads)
+        return ensure_valid(self, threads=threads, private=False)
     return backend_for(self).coalesce(self, threads)
 
 
@@ -216,7 +216,7 @@ def _compressed_coalesce(self, *, threads: int | None = None) -> CompressedTenso
     caller holds its index arrays.
     """
     if self._canonical:
-        return ensure_valid(self, threads=threads)
+        return ensure_valid(self, threads=threads, private=False)
     return backend_for(self).coalesce(self, threads)
 
 

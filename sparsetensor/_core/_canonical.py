@@ -30,7 +30,7 @@ from . import _layout as L
 from ._dtypes import raw_view
 from ._errors import InvariantError
 from . import _tensor
-from ._tensor import COOTensor, CompressedTensor, held_outside
+from ._tensor import COOTensor, CompressedTensor, held_outside, holds_arrays
 
 __all__ = ["ensure_valid", "ensure_valid_export", "ensure_both_valid", "Parts", "as_parts", "build", "same_nnz", "SHOW_BATCHES"]
 
@@ -105,22 +105,22 @@ def same_nnz(per_batch, batch: tuple, what: str) -> None:
         raise ValueError(f"{what}; got per batch {shown}{', ...' if B > SHOW_BATCHES else ''}")
 
 
-def ensure_valid_export(t, *, threads: int | None = None):
+def ensure_valid_export(t, *, threads: int | None = None, private: bool = True):
     """:func:`ensure_valid` with repair, for an exit that hands ``t``'s index arrays to a library
     that trusts them, or an op that computes new coordinates from them (reshape, kron, tril): the
     name says why the check (again, for a tensor on a caller's arrays) matters there."""
-    return ensure_valid(t, repair=True, threads=threads)
+    return ensure_valid(t, repair=True, threads=threads, private=private)
 
 
 
 def ensure_both_valid(a, b, threads: int | None = None) -> tuple:
     """The operands of a binary kernel, each through :func:`ensure_valid` with repair; one tensor
     given twice (``t + t``, ``t @ t``) is checked (again, on a caller's arrays) once."""
-    a = ensure_valid(a, repair=True, threads=threads)
-    return a, (a if b is a else ensure_valid(b, repair=True, threads=threads))
+    va = ensure_valid(a, repair=True, threads=threads)
+    return va, (va if b is a else ensure_valid(b, repair=True, threads=threads))
 
 
-def ensure_valid(t, *, repair: bool = False, threads: int | None = None):
+def ensure_valid(t, *, repair: bool = False, threads: int | None = None, private: bool = True):
     """``t`` once its indices are known valid: the full check runs on a never-checked tensor
     (its result is cached on ``t``), and again on a checked one whose caller holds its index
     arrays (taken without a copy: they may have been written since; or ``t`` was computed from
@@ -138,12 +138,21 @@ def ensure_valid(t, *, repair: bool = False, threads: int | None = None):
         other fault.
     threads : int, optional
         Threads for the check (see :func:`sparsetensor.num_threads`).
+    private : bool
+        Where the caller holds ``t``'s index arrays, check private copies of them and return ``t``
+        over those (values shared): what the op's kernels read is then what the check saw, though
+        another thread writes the caller's arrays meanwhile (a kernel follows an index it did not
+        check, or sizes its output from a compressed index that has changed, and reads or writes
+        out of bounds). False where ``t`` itself is handed on without a copy (``coalesce`` of a
+        canonical tensor, ``from_scipy``, ``to_scipy``, ``to_torch``).
 
     Raises
     ------
     InvariantError
         A broken invariant, with its number and position.
     """
+    if private and _tensor._any_held and holds_arrays(t):
+        return _valid_private(t, repair, threads)
     if isinstance(t, COOTensor):
         if not t._checked:
             t.check_invariants(threads=threads)
@@ -165,3 +174,18 @@ def ensure_valid(t, *, repair: bool = False, threads: int | None = None):
         except (NotImplementedError, ImportError):
             raise e from None  # no coalescing for this tensor: report what needs it
     return t
+
+
+def _valid_private(t, repair: bool, threads):
+    """:func:`ensure_valid` of ``t``, whose caller holds its index arrays, on private copies of them."""
+    twin = t._private_twin()
+    if t._validated:
+        try:
+            twin.check_invariants(threads=threads)
+        except InvariantError as e:
+            raise e.changed_since_check() from None
+        return twin
+    out = ensure_valid(twin, repair=repair, threads=threads)
+    if out is twin:
+        t._set_validated()  # the check's result kept on t, as ensure_valid keeps it (held: checked again next time)
+    return out

@@ -145,8 +145,11 @@ def _holds(x, depth: int) -> bool:
 def held_outside(t) -> bool:
     """Whether an index member of ``t`` shares memory that a caller holds writeable, or ``t`` was
     computed from such a tensor and not checked since (:func:`carry_held`)."""
-    if getattr(t, "_from_held", False):
-        return True
+    return getattr(t, "_from_held", False) or holds_arrays(t)
+
+
+def holds_arrays(t) -> bool:
+    """Whether an index member of ``t`` shares memory that a caller holds writeable."""
     held = _HELD_OUTSIDE.data  # id -> weak reference: a dict lookup per member (this runs on every op)
     for a in ((t._indices,) if isinstance(t, COOTensor) else (t._compressed, t._plain)):
         if type(a) is _NDARRAY:
@@ -552,6 +555,11 @@ class COOTensor(SparseTensor):
         """A tensor of this shape whose indices equal this one's in value (flags carried over)."""
         return COOTensor(indices, values, self._shape, self._coalesced, self._checked)
 
+    def _private_twin(self):
+        """This tensor over a private copy of its indices, unchecked (the values shared): see
+        :func:`sparsetensor._core._canonical.ensure_valid`."""
+        return COOTensor(self._indices.copy(), self._values, self._shape, self._coalesced)
+
     def _coalesced_checked(self, threads: int | None = None) -> "COOTensor":
         """:meth:`coalesce`, and the O(nnz) check (C4-C6) of a tensor that was flagged coalesced
         but never checked (``coalesce`` checks a flagged one again where a caller holds its
@@ -712,6 +720,11 @@ class CompressedTensor(SparseTensor):
     def _replace_values(self, values, copy_indices=False):
         c, p = (self._compressed.copy(), self._plain.copy()) if copy_indices else (self._compressed, self._plain)
         return carry_held((self,), type(self)(c, p, values, self._shape, self._layout, self._canonical))
+
+    def _private_twin(self):
+        """This tensor over private copies of its index arrays, unchecked (the values shared): see
+        :func:`sparsetensor._core._canonical.ensure_valid`."""
+        return type(self)(self._compressed.copy(), self._plain.copy(), self._values, self._shape, self._layout)
 
     def _with_index_dtype(self, index_dtype):
         dt = as_index_dtype(index_dtype)

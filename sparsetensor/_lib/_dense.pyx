@@ -218,6 +218,8 @@ def _c2d_kernel(
             code = _c2d_slot(cp, pp, vp, NULL, &g, nnz, s, mode, where)
             if code != _OK:
                 break
+    if code == _OK:  # the indices changed between the scatter and the scan (another thread)
+        raise ValueError("to_dense: an index changed during the conversion")
     return (_ERROR_NAMES[code], s // g.nc, where[0], where[1], where[2])
 
 
@@ -432,6 +434,8 @@ def _coo2d_kernel(
             code = _coo_put(ip, sp, vp, NULL, S, nnz, D, k, mode, where)
             if code != _OK:
                 break
+    if code == _OK:  # the indices changed between the scatter and the scan (another thread)
+        raise ValueError("to_dense: an index changed during the conversion")
     return (_ERROR_NAMES[code], where[0], where[1], where[2])
 
 

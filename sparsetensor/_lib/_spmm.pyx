@@ -57,6 +57,7 @@ from libc.string cimport memset
 
 from sparsetensor._lib._prefetch cimport (ST_BSR_PF, ST_BSR_PF_MIN_BYTES, ST_SHORT_PF_MIN_BYTES, ST_SPMV_PF,
                                            st_prefetch_past)
+from sparsetensor._lib._guard cimport clamp
 from sparsetensor._lib._scratch cimport scratch_alloc, scratch_calloc, scratch_free
 
 from sparsetensor._lib._arrays cimport _array, _dim, _index_code, _value_code
@@ -242,6 +243,13 @@ cdef inline bint _bad_slot(int64_t lo, int64_t hi, Py_ssize_t nnz) noexcept nogi
 
 cdef inline bint _bad_plain(int64_t p, Py_ssize_t nplain) noexcept nogil:
     return <uint64_t>p >= <uint64_t>nplain
+
+
+cdef inline int64_t _plain_at(int64_t p, uint64_t nplain) noexcept nogil:
+    """``p`` where it is below nplain, else 0: for a loop that reads an index again after its
+    guard (another thread may write a caller's array in between): what it follows stays in
+    bounds (the product is then undefined, not the memory access)."""
+    return p if <uint64_t>p < nplain else 0
 
 
 # The two kernels, in include files of this module: gather (compressed rows) and scatter

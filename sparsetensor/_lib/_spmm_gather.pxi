@@ -64,9 +64,13 @@ cdef inline int _tile_rows(const index_t* cp, const index_t* pp, const num_t* vp
     cdef const num_t* a
     cdef const num_t* d
     cdef num_t* o
+    cdef int64_t nnz = g.nnz
+    cdef uint64_t nplain = g.nplain
     for i in range(i0, i1):
-        lo = cp[i]
-        hi = cp[i + 1]
+        # bounded again, read once: _tile_guard looked at these indices, and another thread may
+        # have written them since (a caller's array)
+        lo = clamp(cp[i], 0, nnz)
+        hi = clamp(cp[i + 1], lo, nnz)
         o = op + i * Rb * N
         for jt in range(nfull // W):
             j = jt * W
@@ -74,7 +78,7 @@ cdef inline int _tile_rows(const index_t* cp, const index_t* pp, const num_t* vp
                 acc[t] = 0
             for k in range(lo, hi):
                 a = vp + k * bs
-                d = dp + <int64_t>pp[k] * Cb * N + j
+                d = dp + _plain_at(pp[k], nplain) * Cb * N + j
                 for r in range(Rb):
                     for q in range(Cb):
                         av = a[r * ars + q * acs]
@@ -88,7 +92,7 @@ cdef inline int _tile_rows(const index_t* cp, const index_t* pp, const num_t* vp
                 memset(o + r * N + nfull, 0, (N - nfull) * sizeof(num_t))
             for k in range(lo, hi):
                 a = vp + k * bs
-                d = dp + <int64_t>pp[k] * Cb * N + nfull
+                d = dp + _plain_at(pp[k], nplain) * Cb * N + nfull
                 for r in range(Rb):
                     for q in range(Cb):
                         _axpy(o + r * N + nfull, a[r * ars + q * acs], d + q * N, N - nfull, False)

@@ -39,11 +39,22 @@
     int64_t lo = cp[i], hi = cp[i + 1];                                        \
     if (!checked && (lo < 0 || hi < lo || hi > nnz)) return ST_BAD_COMPRESSED;
 
-/* every plain index of the slot below nplain, before any is followed */
+/* every plain index of the slot below nplain, before any is followed (the tiles read each again
+   through st_col: another thread may write the caller's array in between) */
 #define ST_PLAIN_GUARD                                                         \
-    if (!checked)                                                              \
+    if (!checked) {                                                            \
+        uint64_t bad_ = 0; /* branch free: the compiler vectorises the look */ \
         for (int64_t k = lo; k < hi; k++)                                      \
-            if ((uint64_t)(int64_t)pp[k] >= (uint64_t)nplain) return ST_BAD_PLAIN;
+            bad_ |= (uint64_t)(int64_t)pp[k] >= (uint64_t)nplain;              \
+        if (bad_) return ST_BAD_PLAIN;                                         \
+    }
+
+/* the plain index v where it is below nplain, else 0: a loop that reads an index again after its
+   guard follows the value it reads (the memory stays in bounds; what another thread wrote during
+   the product makes the result undefined, not the access) */
+static inline ptrdiff_t st_col(int64_t v, int64_t nplain) {
+    return (uint64_t)v < (uint64_t)nplain ? (ptrdiff_t)v : 0;
+}
 
 #if defined(__AVX512F__) && defined(__AVX512VL__) && !defined(ST_NO_SIMD)
 #define ST_SPMM_SIMD 1
@@ -247,11 +258,12 @@ ST_DEFINE_SPMV_E(f64_i64, double, int64_t, __m512i, _mm512_set1_epi64(nplain), _
                                                                                                \
 /* o[0 : V vectors, masked] = sum_k v[k] * D[plain[k], 0 : ...] for one row */                 \
 ST_INLINE void st_row_tile_##TN##_##IN(const IT *pp, const T *vp, int64_t lo, int64_t hi,      \
-                                       const T *D, ptrdiff_t N, T *o, const MT *m, const int V) { \
+                                       const T *D, ptrdiff_t N, T *o, const MT *m, const int V, \
+                                       int64_t nplain) {                                      \
     VT a0 = ZERO(), a1 = ZERO(), a2 = ZERO(), a3 = ZERO();                                     \
     for (int64_t k = lo; k < hi; k++) {                                                        \
         const VT v = SET1(vp[k]);                                                              \
-        const T *d = D + (ptrdiff_t)pp[k] * N;                                                 \
+        const T *d = D + st_col(pp[k], nplain) * N;                                            \
         a0 = FMA(v, LOADZ(m[0], d), a0);                                                       \
         if (V > 1) a1 = FMA(v, LOADZ(m[1], d + L), a1);                                        \
         if (V > 2) a2 = FMA(v, LOADZ(m[2], d + 2 * L), a2);                                    \
@@ -273,10 +285,10 @@ static int st_spmm_rows_##TN##_##IN(const IT *cp, const IT *pp, const T *vp, con
         for (ptrdiff_t t0 = 0; t0 < N; t0 += 4 * L) {                                          \
             const ptrdiff_t w = N - t0;                                                        \
             const MT m[4] = {MASK(w), MASK(w - L), MASK(w - 2 * L), MASK(w - 3 * L)};          \
-            if (w > 3 * L)      st_row_tile_##TN##_##IN(pp, vp, lo, hi, D + t0, N, o + t0, m, 4); \
-            else if (w > 2 * L) st_row_tile_##TN##_##IN(pp, vp, lo, hi, D + t0, N, o + t0, m, 3); \
-            else if (w > L)     st_row_tile_##TN##_##IN(pp, vp, lo, hi, D + t0, N, o + t0, m, 2); \
-            else                st_row_tile_##TN##_##IN(pp, vp, lo, hi, D + t0, N, o + t0, m, 1); \
+            if (w > 3 * L)      st_row_tile_##TN##_##IN(pp, vp, lo, hi, D + t0, N, o + t0, m, 4, nplain); \
+            else if (w > 2 * L) st_row_tile_##TN##_##IN(pp, vp, lo, hi, D + t0, N, o + t0, m, 3, nplain); \
+            else if (w > L)     st_row_tile_##TN##_##IN(pp, vp, lo, hi, D + t0, N, o + t0, m, 2, nplain); \
+            else                st_row_tile_##TN##_##IN(pp, vp, lo, hi, D + t0, N, o + t0, m, 1, nplain); \
         }                                                                                      \
     }                                                                                          \
     return 0;                                                                                  \
@@ -286,13 +298,13 @@ static int st_spmm_rows_##TN##_##IN(const IT *cp, const IT *pp, const T *vp, con
 ST_INLINE void st_block_tile_##TN##_##IN(const IT *pp, const T *vp, int64_t lo, int64_t hi,    \
                                          const T *D, ptrdiff_t N, ptrdiff_t Cb, ptrdiff_t bs,  \
                                          ptrdiff_t ars, ptrdiff_t acs, T *o, const MT *m,      \
-                                         const int R, const int V) {                           \
+                                         const int R, const int V, int64_t nplain) {           \
     VT acc[4][4];                                                                              \
     _Pragma("GCC unroll 4") for (int r = 0; r < 4; r++)                                        \
         _Pragma("GCC unroll 4") for (int v = 0; v < 4; v++) acc[r][v] = ZERO();                \
     for (int64_t k = lo; k < hi; k++) {                                                        \
         const T *a = vp + k * bs;                                                              \
-        const T *dk = D + (ptrdiff_t)pp[k] * Cb * N;                                           \
+        const T *dk = D + st_col(pp[k], nplain) * Cb * N;                                      \
         for (ptrdiff_t c = 0; c < Cb; c++) {                                                   \
             const T *d = dk + c * N;                                                           \
             VT dv[4];                                                                          \
@@ -357,13 +369,13 @@ ST_INLINE void st_bsr_vec_row_##TN##_##IN(const IT *pp, const T *vp, int64_t lo,
                                           const T *x, ptrdiff_t Cb, ptrdiff_t bs,             \
                                           const __m512i *ix, MT mx, const MT *mv,             \
                                           const ptrdiff_t *tc, T *buf, const int C,           \
-                                          const int R, const int pf) {                         \
+                                          const int R, const int pf, int64_t nplain) {         \
     VT a[4], b[4];                                                                             \
     T sa[2] = {0, 0}, sb[2] = {0, 0};                                                          \
     _Pragma("GCC unroll 4") for (int c = 0; c < 4; c++) { a[c] = ZERO(); b[c] = ZERO(); }      \
     int64_t k = lo;                                                                            \
     for (; k + 1 < hi; k += 2) {                                                               \
-        const T *xa = x + (ptrdiff_t)pp[k] * Cb, *xb = x + (ptrdiff_t)pp[k + 1] * Cb;          \
+        const T *xa = x + st_col(pp[k], nplain) * Cb, *xb = x + st_col(pp[k + 1], nplain) * Cb; \
         const VT x0 = LOADZ(mx, xa);                                                           \
         const VT x1 = LOADZ(mx, xb);                                                           \
         const T *v0 = vp + k * bs;                                                             \
@@ -386,7 +398,7 @@ ST_INLINE void st_bsr_vec_row_##TN##_##IN(const IT *pp, const T *vp, int64_t lo,
         }                                                                                      \
     }                                                                                          \
     if (k < hi) {                                                                              \
-        const T *xa = x + (ptrdiff_t)pp[k] * Cb;                                               \
+        const T *xa = x + st_col(pp[k], nplain) * Cb;                                          \
         const VT x0 = LOADZ(mx, xa);                                                           \
         _Pragma("GCC unroll 4") for (int c = 0; c < 4; c++)                                    \
             if (c < C) a[c] = FMA(LOADZ(mv[c], vp + k * bs + c * L), PERM(ix[c], x0), a[c]);   \
@@ -445,12 +457,12 @@ static int st_bsr_vec_##TN##_##IN(const IT *cp, const IT *pp, const T *vp, const
 
 #define ST_BSR_VEC_CASE(TN, IN, C, R)                                                          \
     case C * 4 + R:                                                                            \
-        st_bsr_vec_row_##TN##_##IN(pp, vp, lo, hi, x, Cb, bs, ix, mx, mv, tc, buf, C, R, pf);  \
+        st_bsr_vec_row_##TN##_##IN(pp, vp, lo, hi, x, Cb, bs, ix, mx, mv, tc, buf, C, R, pf, nplain); \
         break;
 
 #define ST_BLOCK_CASE(TN, IN, R, V)                                                            \
     case R * 8 + V:                                                                            \
-        st_block_tile_##TN##_##IN(pp, a, lo, hi, dt, N, Cb, bs, ars, acs, ot, m, R, V);        \
+        st_block_tile_##TN##_##IN(pp, a, lo, hi, dt, N, Cb, bs, ars, acs, ot, m, R, V, nplain); \
         break;
 
 #define ST_SET1_PS(x) _mm512_set1_ps(x)

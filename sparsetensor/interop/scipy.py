@@ -103,7 +103,7 @@ def from_scipy(m, *, check_invariants: bool = True):
         indptr, indices = indptr.astype(dt, copy=False), indices.astype(dt, copy=False)
     t = sparse_compressed_tensor(indptr, indices, m.data, m.shape, layout=layout, check_invariants=False)
     # a row of more entries than columns holds repeats (SciPy allows them): repaired as 5.6 is
-    return ensure_valid(t, repair=True) if check_invariants else t
+    return ensure_valid(t, repair=True, private=False) if check_invariants else t
 
 
 def eliminate_zeros(m) -> None:
@@ -160,7 +160,7 @@ def to_scipy(t, kind: str = "array"):
     if t.batch_dim:
         raise ValueError(f"cannot convert a batched {name} tensor (batch_dim={t.batch_dim}) to SciPy: SciPy "
                          "sparse matrices have no batch dims; convert each batch")
-    t = ensure_valid_export(t)
+    t = ensure_valid_export(t, private=False)
     if isinstance(t, COOTensor):
         if t.ndim == 0:
             raise ValueError("cannot convert a 0-d coo tensor to SciPy: SciPy sparse arrays have at least 1 dim "

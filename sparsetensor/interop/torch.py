@@ -269,7 +269,7 @@ def to_torch(t, *, copy: bool | None = None, check_invariants: bool | None = Non
         raise TypeError(f"to_torch expects a sparse tensor or an array, got {type(t).__name__}")
     torch = import_torch()
     check = resolve_check(check_invariants)
-    t = ensure_valid_export(t)  # arrays written since our check: our error (PyTorch's would be a RuntimeError)
+    t = ensure_valid_export(t, private=False)  # arrays written since our check: our error (PyTorch's would be a RuntimeError)
     if t.is_cuda:
         _require_torch_cuda(torch, t.device)
         return _sparse_of(torch, t, copy, check, lambda a, c, what, index: _device_tensor(torch, a, c, what))

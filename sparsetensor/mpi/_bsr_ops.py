@@ -143,7 +143,7 @@ def to_petsc(self: DistBSR):
         if r != c:
             raise NotImplementedError(f"{where}: PETSc's BAIJ stores square blocks; this matrix has {r} x {c} "
                                       f"blocks (A.to_csr().to_petsc() gives an AIJ Mat)")
-        t = ensure_valid_export(self.local_rows())  # again where a caller may have written the arrays
+        t = ensure_valid_export(self.local_rows(), private=False)  # again where a caller may have written the arrays
         sdt = _scalar_dtype(PETSc, self._dtype, where, (t.values(),))
         idt = _index_dtype(PETSc, self._shape, t.nnz * r * c, where)
         return (t.crow_indices().astype(idt), t.col_indices().astype(idt),

@@ -58,7 +58,7 @@ def _as_csr(t) -> CompressedTensor:
     c = t if t.layout is sparse_csr else t.to_sparse_csr()
     # a checked part is checked again where the caller holds its arrays (its indices go on to the
     # split, MPI and PETSc); an unchecked one is checked as it is split, naming global rows
-    return ensure_valid_export(c) if c.is_coalesced() else c
+    return ensure_valid_export(c, private=False) if c.is_coalesced() else c
 
 
 class DistCSR:

@@ -149,7 +149,7 @@ def to_petsc(self: DistCSR):
         # PETSc reads the index arrays as they are: a part sharing arrays its caller may have written
         # since the check (from_local takes them without a copy) is checked again, on every rank
         for part in (d, o):
-            ensure_valid_export(part)
+            ensure_valid_export(part, private=False)
         sdt = _scalar_dtype(PETSc, self._dtype, where, (d.values(), o.values()))
         idt = _index_dtype(PETSc, self._shape, max(d.nnz, o.nnz), where)
         diag = (_shared(d.crow_indices(), idt, written=False), _shared(d.col_indices(), idt, written=False),

@@ -22,7 +22,7 @@ from ..._lib._pool import empty
 from ..._lib import _reduce as _reduce_kernels
 from ..._lib import _spmm as _spmm_kernels
 from ..._core import _tensor
-from ..._core._tensor import COOTensor, CompressedTensor, held_outside
+from ..._core._tensor import COOTensor, CompressedTensor, held_outside, holds_arrays
 from ..._core._validate import check_coo_indices, first_broken_end, raise_compressed_error, raise_coo_error
 from ._convert import convert, transpose
 from ._ilu import ic0, ilu0, trsv
@@ -115,6 +115,10 @@ def spmm(S, D, plan, rt, threads=None, err=None):
     out = empty((Bo, M, N), dtype=wt)
     c, p = S.compressed_indices(), S.plain_indices()
     c2, p2 = c.reshape(Bs, c.shape[-1]), p.reshape(Bs, nnz)
+    if not S.layout.compressed_rows and _tensor._any_held and holds_arrays(S):
+        # the scatter checks a column's rows in a pass of their own, then follows them: on a
+        # caller's array another thread may write in between, so it scatters by a private copy
+        p2 = p2.copy()
     nt = num_threads(threads, Bo * (nnz * Rb * Cb + M) * N, grain=GRAIN_PRODUCT)
     if kt != wt:  # integers and bool: the kernels' unsigned view (floats go as they are)
         values, dense, kout = values.view(kt), dense.view(kt), out.view(kt)

@@ -17,6 +17,7 @@ import numpy as np
 
 from ..._core._canonical import ensure_valid
 from ..._core._config import num_threads
+from ..._core._errors import InvariantError
 from ..._core._tensor import COOTensor, CompressedTensor
 from ..._core._validate import check_coo_indices
 from ..._lib import _reduce as _kernels
@@ -50,7 +51,7 @@ def compressed_sum(t, x: np.ndarray, threads=None) -> np.ndarray:
     c, x = _operands(t, x, "compressed_sum")
     B, _, A, K, E = x.shape
     out = np.empty((B, c.shape[1] - 1, A, E), dtype=x.dtype)
-    _kernels.compressed_sum(c, x, out, num_threads(threads, x.size))
+    _said_as_invariant(t, _kernels.compressed_sum, c, x, out, num_threads(threads, x.size))
     return out
 
 
@@ -62,8 +63,22 @@ def plain_sum(t, x: np.ndarray, threads=None) -> np.ndarray:
     B, nnz, A, K, E = x.shape
     p = np.ascontiguousarray(t.plain_indices().reshape(B, nnz))
     out = np.empty((B, t.plain_size, A, E), dtype=x.dtype)
-    _kernels.plain_sum(c, p, x, out, num_threads(threads, x.size))
+    _said_as_invariant(t, _kernels.plain_sum, c, p, x, out, num_threads(threads, x.size))
     return out
+
+
+def _said_as_invariant(t, kernel, *args) -> None:
+    """``kernel(*args)``, whose ValueError for an index out of range (of a checked tensor whose
+    caller wrote its arrays since) is raised as the invariant a check of ``t`` finds broken."""
+    try:
+        kernel(*args)
+    except ValueError:
+        checked = t._validated
+        try:
+            t.check_invariants()
+        except InvariantError as e:
+            raise (e.changed_since_check() if checked else e) from None
+        raise
 
 
 _NO_PERM = np.empty(0, np.int64)
