@@ -105,7 +105,7 @@ def same_nnz(per_batch, batch: tuple, what: str) -> None:
         raise ValueError(f"{what}; got per batch {shown}{', ...' if B > SHOW_BATCHES else ''}")
 
 
-def ensure_valid_export(t, *, threads: int | None = None, private: bool = True):
+def ensure_valid_export(t, *, threads: int | None = None, private: bool | str = True):
     """:func:`ensure_valid` with repair, for an exit that hands ``t``'s index arrays to a library
     that trusts them, or an op that computes new coordinates from them (reshape, kron, tril): the
     name says why the check (again, for a tensor on a caller's arrays) matters there."""
@@ -113,14 +113,14 @@ def ensure_valid_export(t, *, threads: int | None = None, private: bool = True):
 
 
 
-def ensure_both_valid(a, b, threads: int | None = None) -> tuple:
+def ensure_both_valid(a, b, threads: int | None = None, private: bool | str = True) -> tuple:
     """The operands of a binary kernel, each through :func:`ensure_valid` with repair; one tensor
     given twice (``t + t``, ``t @ t``) is checked (again, on a caller's arrays) once."""
-    va = ensure_valid(a, repair=True, threads=threads)
-    return va, (va if b is a else ensure_valid(b, repair=True, threads=threads))
+    va = ensure_valid(a, repair=True, threads=threads, private=private)
+    return va, (va if b is a else ensure_valid(b, repair=True, threads=threads, private=private))
 
 
-def ensure_valid(t, *, repair: bool = False, threads: int | None = None, private: bool = True):
+def ensure_valid(t, *, repair: bool = False, threads: int | None = None, private: bool | str = True):
     """``t`` once its indices are known valid: the full check runs on a never-checked tensor
     (its result is cached on ``t``), and again on a checked one whose caller holds its index
     arrays (taken without a copy: they may have been written since; or ``t`` was computed from
@@ -138,13 +138,16 @@ def ensure_valid(t, *, repair: bool = False, threads: int | None = None, private
         other fault.
     threads : int, optional
         Threads for the check (see :func:`sparsetensor.num_threads`).
-    private : bool
-        Where the caller holds ``t``'s index arrays, check private copies of them and return ``t``
-        over those (values shared): what the op's kernels read is then what the check saw, though
-        another thread writes the caller's arrays meanwhile (a kernel follows an index it did not
-        check, or sizes its output from a compressed index that has changed, and reads or writes
-        out of bounds). False where ``t`` itself is handed on without a copy (``coalesce`` of a
-        canonical tensor, ``from_scipy``, ``to_scipy``, ``to_torch``).
+    private : bool or "all"
+        Where the caller holds a compressed ``t``'s index arrays, check a private copy of its
+        compressed index and return ``t`` over it (values and plain indices shared): the kernels
+        size their outputs and split their work by the compressed index once checked, and
+        another thread may write the caller's array meanwhile (a merge sized by one value and
+        filled by another writes out of bounds). The kernels bound the plain indices where they
+        follow them, but for SpGEMM (its accumulators and B's rows are addressed by them):
+        ``"all"`` copies them too (O(nnz)); a COO tensor's indices are copied (O(nnz)). False
+        where ``t`` itself is handed on without a copy (``coalesce`` of a canonical tensor,
+        ``from_scipy``, ``to_scipy``, ``to_torch``).
 
     Raises
     ------
@@ -152,7 +155,7 @@ def ensure_valid(t, *, repair: bool = False, threads: int | None = None, private
         A broken invariant, with its number and position.
     """
     if private and _tensor._any_held and holds_arrays(t):
-        return _valid_private(t, repair, threads)
+        return _valid_private(t, repair, threads, private == "all")
     if isinstance(t, COOTensor):
         if not t._checked:
             t.check_invariants(threads=threads)
@@ -176,16 +179,17 @@ def ensure_valid(t, *, repair: bool = False, threads: int | None = None, private
     return t
 
 
-def _valid_private(t, repair: bool, threads):
-    """:func:`ensure_valid` of ``t``, whose caller holds its index arrays, on private copies of them."""
-    twin = t._private_twin()
+def _valid_private(t, repair: bool, threads, plain: bool):
+    """:func:`ensure_valid` of ``t``, whose caller holds its index arrays, on a private copy of its
+    compressed index (and of its plain index with ``plain``)."""
+    twin = t._private_twin(plain)
     if t._validated:
         try:
             twin.check_invariants(threads=threads)
         except InvariantError as e:
             raise e.changed_since_check() from None
         return twin
-    out = ensure_valid(twin, repair=repair, threads=threads)
+    out = ensure_valid(twin, repair=repair, threads=threads, private=False)  # (its plain indices may be the caller's)
     if out is twin:
         t._set_validated()  # the check's result kept on t, as ensure_valid keeps it (held: checked again next time)
     return out

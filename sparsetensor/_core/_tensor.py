@@ -555,10 +555,18 @@ class COOTensor(SparseTensor):
         """A tensor of this shape whose indices equal this one's in value (flags carried over)."""
         return COOTensor(indices, values, self._shape, self._coalesced, self._checked)
 
-    def _private_twin(self):
-        """This tensor over a private copy of its indices, unchecked (the values shared): see
+    def _private_twin(self, plain: bool = True):
+        """This tensor over a private copy of its indices, unchecked, the values shared: see
         :func:`sparsetensor._core._canonical.ensure_valid`."""
         return COOTensor(self._indices.copy(), self._values, self._shape, self._coalesced)
+
+    def _on_private_indices(self):
+        """This tensor, or where a caller holds its index array, the same tensor (flags kept) over
+        a copy of it: for a kernel that checks an index in one pass and follows it in another
+        (another thread may write the caller's array in between)."""
+        if _any_held and holds_arrays(self):
+            return self._like(self._indices.copy(), self._values)
+        return self
 
     def _coalesced_checked(self, threads: int | None = None) -> "COOTensor":
         """:meth:`coalesce`, and the O(nnz) check (C4-C6) of a tensor that was flagged coalesced
@@ -721,10 +729,11 @@ class CompressedTensor(SparseTensor):
         c, p = (self._compressed.copy(), self._plain.copy()) if copy_indices else (self._compressed, self._plain)
         return carry_held((self,), type(self)(c, p, values, self._shape, self._layout, self._canonical))
 
-    def _private_twin(self):
-        """This tensor over private copies of its index arrays, unchecked (the values shared): see
-        :func:`sparsetensor._core._canonical.ensure_valid`."""
-        return type(self)(self._compressed.copy(), self._plain.copy(), self._values, self._shape, self._layout)
+    def _private_twin(self, plain: bool):
+        """This tensor over a private copy of its compressed index (and of its plain index with
+        ``plain``), unchecked, the values shared: see :func:`sparsetensor._core._canonical.ensure_valid`."""
+        return type(self)(self._compressed.copy(), self._plain.copy() if plain else self._plain, self._values,
+                          self._shape, self._layout)
 
     def _with_index_dtype(self, index_dtype):
         dt = as_index_dtype(index_dtype)

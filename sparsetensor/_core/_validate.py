@@ -133,4 +133,7 @@ def _first_not_after(indices: np.ndarray) -> int:
         now, before = row[1:], row[:-1]
         after |= tied & (now > before)
         tied &= now == before
-    return int(np.flatnonzero(~after)[0]) + 1
+    found = np.flatnonzero(~after)
+    if not found.size:  # sorted now: the indices changed since the kernel's look (another thread)
+        raise ValueError("coo: the indices changed during their check")
+    return int(found[0]) + 1

@@ -18,7 +18,7 @@ from ._balance cimport balanced_split
 from ._items cimport copy_items as _copy
 from ._parallel cimport split_threads
 from ._types cimport index2_t, index_t, raw_t
-from ._guard cimport bad_compressed
+from ._guard cimport bad_compressed, clamp
 
 
 # -- shape checks of the defs below: every array against the others, before any pointer is taken
@@ -186,27 +186,29 @@ cdef bint _coo_block_rows_bad(const index_t* rows, Py_ssize_t k0, Py_ssize_t k1,
 
 
 cdef inline int64_t _row_starts(const index_t* rows, Py_ssize_t b0, Py_ssize_t b1, int64_t prev,
-                                index2_t* ptr) noexcept nogil:
+                                index2_t* ptr, int64_t nrows) noexcept nogil:
     """Write ptr[r] = k for every row r in (prev, rows[k]] starting at an entry k of [b0, b1),
     the rows there being in bounds and non-decreasing from prev (checked); returns the last row.
     Branch-free but for empty rows: a backward pass stores ptr[rows[k]] = k for every entry, so
-    that a row's first entry is the last store to its slot."""
+    that a row's first entry is the last store to its slot. Each row is bounded again as it is
+    read (another thread may have written a caller's array since the check): what is written
+    stays within ptr, wrong where the rows changed."""
     cdef Py_ssize_t k, s = b0
-    cdef int64_t row, before
+    cdef int64_t row, before, last = nrows - 1
     while s < b1 and rows[s] == prev:  # the rest of a row that started before b0
         s += 1
     if s == b1:
         return prev
     k = b1 - 1
     while k > s:
-        row = rows[k]
-        before = rows[k - 1]
+        row = clamp(rows[k], 0, last)
+        before = clamp(rows[k - 1], -1, last)
         ptr[row] = <index2_t>k
         if row > before + 1:  # empty rows between: they end where this one starts
             _fill(ptr, before + 1, row - 1, k)
         k -= 1
-    _fill(ptr, prev + 1, rows[s], s)  # entry s starts row rows[s], and every empty row since prev
-    return rows[b1 - 1]
+    _fill(ptr, prev + 1, clamp(rows[s], 0, last), s)  # entry s starts row rows[s], and every empty row since prev
+    return clamp(rows[b1 - 1], prev, last)
 
 
 cdef void _coo_rows_2d(const index_t* idx, Py_ssize_t N, const int64_t* sizes, int64_t F, Py_ssize_t k0,
@@ -246,7 +248,7 @@ cdef void _coo_rows_2d(const index_t* idx, Py_ssize_t N, const int64_t* sizes, i
                     prev = row
                 prev_col = col
         else:  # checked: only the row starts
-            prev = _row_starts(idx, b0, b1, prev, ptr)
+            prev = _row_starts(idx, b0, b1, prev, ptr, nrows)
             prev_col = 0 if trusted else cols[b1 - 1]
         b0 = b1
     if k1 == N:

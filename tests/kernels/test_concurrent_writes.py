@@ -64,31 +64,37 @@ def _broken(mode, c, p):
     return c, bad
 
 
-def _under_writes(layout, idt, mode, op, seconds=0.25):
+def _hammer(t, target, bad, op, seconds=0.25):
+    """Run ``op(t, x)`` for ``seconds`` while a thread toggles ``target`` between its contents
+    and ``bad``; the library's errors are expected, anything else propagates."""
+    good = target.copy()
+    x = np.random.default_rng(1).random((N, 4))
+    stop = []
+
+    def writer():
+        while not stop:
+            np.copyto(target, bad)
+            np.copyto(target, good)
+
+    th = threading.Thread(target=writer, daemon=True)
+    th.start()
+    end = time.monotonic() + seconds
+    try:
+        while time.monotonic() < end:
+            try:
+                op(t, x)
+            except (ValueError, st.InvariantError):
+                pass
+    finally:
+        stop.append(True)
+        th.join()
+
+
+def _under_writes(layout, idt, mode, op):
     def run():
         t, c, p = _shared(layout, idt)
         target, bad = _broken(mode, c, p)
-        good = target.copy()
-        x = np.random.default_rng(1).random((N, 4))
-        stop = []
-
-        def writer():
-            while not stop:
-                np.copyto(target, bad)
-                np.copyto(target, good)
-
-        th = threading.Thread(target=writer, daemon=True)
-        th.start()
-        end = time.monotonic() + seconds
-        try:
-            while time.monotonic() < end:
-                try:
-                    OPS[op](t, x)
-                except (ValueError, st.InvariantError):
-                    pass
-        finally:
-            stop.append(True)
-            th.join()
+        _hammer(t, target, bad, OPS[op])
     return run
 
 
@@ -101,38 +107,61 @@ def test_ops_survive_a_thread_writing_the_shared_indices(layout, idt, mode):
     assert len(outcomes) == len(calls) and not failed, failed
 
 
-@pytest.mark.parametrize("layout", ["coo", "csr", "csc", "bsr", "bsc"])
-def test_a_check_again_runs_on_private_copies_of_the_callers_arrays(layout):
-    """ensure_valid of a checked tensor on a caller's arrays: the twin it returns holds copies
-    (what the kernels then read cannot change), with the same values array; a tensor on the
-    library's own memory is returned itself."""
+@pytest.mark.parametrize("layout", ["csr", "csc", "bsr", "bsc"])
+def test_a_check_again_runs_on_a_private_copy_of_the_callers_compressed_index(layout):
+    """ensure_valid of a checked tensor on a caller's arrays: the twin it returns holds a copy of
+    the compressed index (what sizes and splits the kernels' work cannot change), with the
+    caller's plain indices (the kernels bound them where they follow them) and values; with
+    private="all" (SpGEMM, which addresses by them) a copy of the plain indices too. A tensor
+    on the library's own memory is returned itself."""
     ref = st.from_dense(np.kron(np.eye(3), np.ones((2, 2))) + np.eye(6), layout,
                         blocksize=(2, 2) if layout in ("bsr", "bsc") else None)
-    if layout == "coo":
-        i = np.array(ref.indices())
-        t = st.sparse_coo_tensor(i, ref.values(), ref.shape, is_coalesced=True)
-        held = [i]
-    else:
-        c, p = np.array(ref.compressed_indices()), np.array(ref.plain_indices())
-        t = st.sparse_compressed_tensor(c, p, ref.values(), ref.shape, layout=layout)
-        held = [c, p]
+    c, p = np.array(ref.compressed_indices()), np.array(ref.plain_indices())
+    t = st.sparse_compressed_tensor(c, p, ref.values(), ref.shape, layout=layout)
     t.check_invariants()
     u = ensure_valid(t)
     assert u is not t and u.layout == t.layout and u.values() is t.values()
-    members = [u.indices()] if layout == "coo" else [u.compressed_indices(), u.plain_indices()]
-    for m, h in zip(members, held):
-        assert not np.shares_memory(m, h)
-        np.testing.assert_array_equal(m, h)
+    assert not np.shares_memory(u.compressed_indices(), c) and np.shares_memory(u.plain_indices(), p)
+    np.testing.assert_array_equal(u.compressed_indices(), c)
+    w = ensure_valid(t, private="all")
+    assert not np.shares_memory(w.compressed_indices(), c) and not np.shares_memory(w.plain_indices(), p)
+    np.testing.assert_array_equal(w.plain_indices(), p)
     np.testing.assert_array_equal((t + t).to_dense(), 2 * ref.to_dense())
+    np.testing.assert_array_equal(st.matmul(t, t).to_dense(), ref.to_dense() @ ref.to_dense())
     # written since the check: the copy's check raises, naming the change
-    first = held[-1][..., 0].copy()
-    held[-1][..., 0] = 10**6
+    first = p[0]
+    p[0] = 10**6
     with pytest.raises(st.InvariantError, match="changed since the check"):
         ensure_valid(t)
-    # the library's own memory: no copy
+    p[0] = first
+    # the library's own memory, and hand-outs that keep sharing the caller's memory: no copy
     assert ensure_valid(ref) is ref
-    # hand-outs keep sharing the caller's memory (zero copy)
+    assert ensure_valid(t, private=False) is t
     if layout == "csr":
-        held[-1][..., 0] = first
-        m = st.to_scipy(t)
-        assert np.shares_memory(m.indices, held[1])
+        assert np.shares_memory(st.to_scipy(t).indices, p)
+
+
+def test_coo_ops_survive_a_thread_writing_the_shared_indices():
+    """COO tensors: a check again, a merge and to_dense run on a private copy of a caller's index
+    array (their kernels check an index in one pass and follow it in another); the conversion to
+    rows bounds each row again as it reads it."""
+    def run(op):
+        def go():
+            ref = st.random((N, N), 0.05, rng=np.random.default_rng(3)).to_sparse_coo()
+            idx = np.array(ref.indices())
+            t = st.sparse_coo_tensor(idx, ref.values(), (N, N), is_coalesced=True)
+            t.check_invariants()
+            bad = idx.copy()
+            bad[:, ::7] = 10**6
+            bad[1, 3::7] = -5
+            _hammer(t, idx, bad, op)
+        return go
+    ops = {"to_csr": lambda t, x: t.to_sparse_csr(), "to_dense": lambda t, x: t.to_dense(),
+           "add": lambda t, x: t + t, "matmul": lambda t, x: t @ x, "sum0": lambda t, x: t.sum(dim=0),
+           "index_select": lambda t, x: t.index_select(0, np.arange(0, N, 3)), "coalesce": lambda t, x: t.coalesce(),
+           "softmax": lambda t, x: st.softmax(t, 1), "mul": lambda t, x: t * t, "to_csc": lambda t, x: t.to_sparse_csc(),
+           "spgemm": lambda t, x: st.matmul(t, t), "amax": lambda t, x: st.amax(t, 1), "tril": lambda t, x: st.tril(t)}
+    calls = [(name, run(op)) for name, op in ops.items()]
+    outcomes = run_forked(calls, timeout=60)
+    failed = [(label, o) for (label, _), o in zip(calls, outcomes) if _fails(o)]
+    assert len(outcomes) == len(calls) and not failed, failed

@@ -92,7 +92,7 @@ def spmm(S, D, plan, rt, threads=None, err=None):
     the working dtype of ``rt`` (float16 as float32; the op rounds once). csr/bsr gather by
     rows, csc/bsc scatter by columns; indices are checked as the kernel scans (``err``: the
     tensor to name in an InvariantError)."""
-    err = S if err is None else err
+    err = S if err is None or not err.layout.compressed else err  # a coo operand: named as the csr it became
     M, K, N, sb, db = plan.M, plan.K, plan.N, plan.sb, plan.db
     s_batch = S.shape[:S.batch_dim]
     Bs, Bd, Bo = math.prod(s_batch), math.prod(D.shape[:-2]), math.prod(plan.out_batch)
@@ -453,11 +453,12 @@ def _compressed_to_dense(t: CompressedTensor, threads) -> np.ndarray:
 
 
 def _coo_to_dense(t: COOTensor, threads) -> np.ndarray:
+    accumulate = not (t.is_coalesced() and t._checked) or _repeats_possible(t)  # an unchecked flag may hide duplicates
+    t = t._on_private_indices()  # an entry's coordinates are checked, then read again to place it
     S = t.sparse_dim
     M, D = math.prod(t.shape[:S]), math.prod(t.shape[S:])
     out = np.zeros(t.shape, dtype=t.dtype)
     values = np.ascontiguousarray(t.values()).reshape(t.nnz, D)
-    accumulate = not (t.is_coalesced() and t._checked) or _repeats_possible(t)  # an unchecked flag may hide duplicates
     v, o, widened = _kernel_views(values, out.reshape(M, D), accumulate)
     shape = np.asarray(t.shape[:S], dtype=np.int64)
     found = _dense_kernels.coo_to_dense(t.indices(), v, shape, o, accumulate, num_threads(threads, values.size))

@@ -128,7 +128,8 @@ def _coo_keys(t: COOTensor, shape64: np.ndarray, nt: int) -> np.ndarray:
 
 
 def _merge_coo(a, b, dtype, kdt, logical, op, union, alpha_k, threads) -> COOTensor:
-    a, b = a.coalesce(threads=threads), b.coalesce(threads=threads)
+    # the merges check the keys in one pass and follow them in another: a caller's arrays copied
+    a, b = a.coalesce(threads=threads)._on_private_indices(), b.coalesce(threads=threads)._on_private_indices()
     idx_dt = a.index_dtype if a.index_dtype == b.index_dtype else np.dtype(np.int64)
     S = a.sparse_dim
     sshape = a.shape[:S]

@@ -34,7 +34,7 @@ def spgemm(a, b, threads=None):
 
 def _spgemm_rows(a: CompressedTensor, b: CompressedTensor, threads) -> CompressedTensor:
     """csr @ csr or bsr @ bsr (shapes, dtypes and blocks checked by the caller)."""
-    a, b = ensure_both_valid(a, b, threads)
+    a, b = ensure_both_valid(a, b, threads, private="all")  # the kernels address by the plain indices
     idx_dt = a.index_dtype if a.index_dtype == b.index_dtype else np.dtype(np.int64)
     m = a.batch_dim
     batch = a.shape[:m]
