@@ -98,6 +98,19 @@ class DistCSR:
     _br = _bc = 1
     _blocked = False
 
+    @property
+    def _comm(self):
+        """The matrix's duplicate communicator; a freed matrix says so (MPI would refuse the null
+        communicator on every rank, naming no matrix)."""
+        c = self._own_comm
+        if c == MPI.COMM_NULL:
+            raise ValueError(f"this {type(self).__name__} was freed (free()); build it again to use it")
+        return c
+
+    @_comm.setter
+    def _comm(self, comm) -> None:
+        self._own_comm = comm
+
     # -- construction ---------------------------------------------------------------------
     def __init__(self, comm, shape, row_starts, col_starts, local, *, exchange="p2p", _internal=False):
         if not _internal:
@@ -723,7 +736,7 @@ class DistCSR:
 
     def free(self) -> None:
         """Release the matrix's duplicate communicator (collective); the matrix is unusable afterwards."""
-        if self._comm != MPI.COMM_NULL:
+        if self._own_comm != MPI.COMM_NULL:
             self._exchange.free()
-            self._comm.Free()
+            self._own_comm.Free()
 

@@ -165,6 +165,12 @@ def check_matrix(name, t, **kw):
     if M == K and A.row_starts.tolist() == A.col_starts.tolist():
         assert np.array_equal(A.diagonal(), np.diagonal(t.to_dense())[r0:r1])
     A.free()
+    try:  # a freed matrix says so on every rank (was MPI's "Invalid communicator")
+        A.to_global()
+    except ValueError as e:
+        assert "was freed" in str(e), e
+    else:
+        raise AssertionError(f"{name}: a freed matrix was gathered")
     passed(name)
 
 
