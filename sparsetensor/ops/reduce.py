@@ -51,7 +51,9 @@ from .._backend import backend_for, cpu as _cpu
 from .._backend.cpu._reduce import batch_offsets, coalesced
 from .._core._dtypes import as_value_dtype
 from .._core._shape_checks import normalize_dim
-from .._core._tensor import COOTensor, CompressedTensor, SparseTensor
+from .._core import _tensor
+from .._core._errors import InvariantError
+from .._core._tensor import COOTensor, CompressedTensor, SparseTensor, held_outside
 
 __all__ = ["sum", "mean", "norm", "amax", "amin", "softmax", "log_softmax"]
 
@@ -156,6 +158,18 @@ def _squeeze_compressed(t: CompressedTensor, dims: tuple) -> CompressedTensor:
                             batch + t.shape[m:m + 2] + dense, t.layout, t.is_coalesced())
 
 
+def _bounds_before_sum(t, threads) -> None:
+    """Bounds (5.1-5.5, C4/C5) of a tensor never checked, or checked but on a caller's index
+    arrays (written since: the error says so)."""
+    if not (t._checked if isinstance(t, COOTensor) else t._canonical):
+        backend_for(t).check_bounds(t, threads)
+    elif _tensor._any_held and held_outside(t):
+        try:
+            backend_for(t).check_bounds(t, threads)
+        except InvariantError as e:
+            raise e.changed_since_check() from None
+
+
 def _run(t, dim, keepdim: bool, op, work_dtype, threads, name: str):
     """Reduce ``t`` (values converted to ``work_dtype``) over ``dim``; returns the result and dims."""
     dims = _normalize_dims(dim, t.ndim, name)
@@ -168,12 +182,12 @@ def _run(t, dim, keepdim: bool, op, work_dtype, threads, name: str):
         t = t._replace_values(t.values().astype(work_dtype))
     if t.ndim == 0:  # one element, coalesced: its value (or 0) is its sum, whatever the op
         op = np.add
+    if op is np.add:
+        # the sums over every dim and over rows read no plain index, but a tensor never checked, or
+        # one on a caller's arrays, is checked for bounds first (a stored value out of the shape, or in
+        # no slice, is no element: to_dense raises there too); repeats and unsorted slices are summed
+        _bounds_before_sum(t, threads)
     if op is np.add and (dim is None or len(dims) == t.ndim):
-        # every dim: the values' sum; no index is read, but those of a tensor never checked are checked for
-        # bounds first (a stored value out of the shape, or in no slice, is no element: to_dense raises there
-        # too); repeats and unsorted slices are summed
-        if not (t._checked if isinstance(t, COOTensor) else t._canonical):
-            backend_for(t).check_bounds(t, threads)
         r = backend_for(t).reduce_sum(t, threads).reshape((1,) * t.ndim)
     elif op is np.add:
         r = backend_for(t).reduce_sum_dims(t, dims, threads)

@@ -182,7 +182,7 @@ def slot_sums_2d(t, dim, threads=None):
     v = t._values
     layout = t._layout
     if type(v) is not np.ndarray or len(t._shape) != 2 or v.ndim != 1 or v.dtype not in _FLOATS \
-            or not t._canonical:  # (unchecked input: the general path validates it first)
+            or not t._canonical or _repeats_possible(t):  # (unchecked input, a caller's arrays: checked first)
         return None
     if layout is L.sparse_csr:
         if dim != 1 and dim != -1:
