@@ -19,6 +19,7 @@ from ..._lib import _elementwise as _kernels
 from ..._core._tensor import COOTensor, CompressedTensor
 from ..._core._validate import check_coo_indices, raise_coo_error
 from .._views import MERGE_BATCHED, MERGE_BATCHED_HINT, kernel_dtype, kernel_values, output_rows
+from ._reduce import coalesced
 
 _INT64_MAX = int(np.iinfo(np.int64).max)
 # the merge modes by name (device-independent) -> the elementwise kernels' codes
@@ -128,8 +129,8 @@ def _coo_keys(t: COOTensor, shape64: np.ndarray, nt: int) -> np.ndarray:
 
 
 def _merge_coo(a, b, dtype, kdt, logical, op, union, alpha_k, threads) -> COOTensor:
-    # the merges check the keys in one pass and follow them in another: a caller's arrays copied
-    a, b = a.coalesce(threads=threads)._on_private_indices(), b.coalesce(threads=threads)._on_private_indices()
+    # the merges check the keys in one pass and follow them in another: a caller's arrays copied, then checked
+    a, b = coalesced(a, threads), coalesced(b, threads)
     idx_dt = a.index_dtype if a.index_dtype == b.index_dtype else np.dtype(np.int64)
     S = a.sparse_dim
     sshape = a.shape[:S]

@@ -162,7 +162,12 @@ def _identity(op, dtype: np.dtype):
 
 
 def coalesced(t, threads):
-    """``t`` with distinct, bounds-checked indices (COO coalesced; compressed canonical)."""
+    """``t`` with distinct, bounds-checked indices (COO coalesced; compressed canonical). A checked
+    tensor on a caller's arrays is checked again on a private copy of what its kernels follow,
+    returned over it (:func:`~sparsetensor._core._canonical.ensure_valid`): ``coalesce`` returns
+    such a tensor itself, whose arrays another thread may write while the kernels run."""
+    if t.is_coalesced():
+        return ensure_valid(t, repair=True, threads=threads)
     return t.coalesce(threads=threads)
 
 
