@@ -118,7 +118,11 @@ def spmm(S, D, plan, rt, threads=None, err=None):
     if not S.layout.compressed_rows and _tensor._any_held and holds_arrays(S):
         # the scatter checks a column's rows in a pass of their own, then follows them: on a
         # caller's array another thread may write in between, so it scatters by a private copy
-        p2 = p2.copy()
+        # (pooled: a fresh array's first touch cost more than the copy; a check where each row is
+        # read slowed the scatter of every tensor, the performance page)
+        own = empty(p2.shape, dtype=p2.dtype)
+        np.copyto(own, p2)
+        p2 = own
     nt = num_threads(threads, Bo * (nnz * Rb * Cb + M) * N, grain=GRAIN_PRODUCT)
     if kt != wt:  # integers and bool: the kernels' unsigned view (floats go as they are)
         values, dense, kout = values.view(kt), dense.view(kt), out.view(kt)
