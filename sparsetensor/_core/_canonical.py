@@ -184,10 +184,7 @@ def _valid_private(t, repair: bool, threads, plain: bool):
     compressed index (and of its plain index with ``plain``)."""
     twin = t._private_twin(plain)
     if t._validated:
-        try:
-            twin.check_invariants(threads=threads)
-        except InvariantError as e:
-            raise e.changed_since_check() from None
+        twin._check_again()
         return twin
     out = ensure_valid(twin, repair=repair, threads=threads, private=False)  # (its plain indices may be the caller's)
     if out is twin:

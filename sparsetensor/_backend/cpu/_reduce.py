@@ -17,7 +17,6 @@ import numpy as np
 
 from ..._core._canonical import ensure_valid
 from ..._core._config import num_threads
-from ..._core._errors import InvariantError
 from ..._core._tensor import COOTensor, CompressedTensor
 from ..._core._validate import check_coo_indices
 from ..._lib import _reduce as _kernels
@@ -73,11 +72,10 @@ def _said_as_invariant(t, kernel, *args) -> None:
     try:
         kernel(*args)
     except ValueError:
-        checked = t._validated
-        try:
+        if t._validated:
+            t._check_again()
+        else:
             t.check_invariants()
-        except InvariantError as e:
-            raise (e.changed_since_check() if checked else e) from None
         raise
 
 
