@@ -358,6 +358,42 @@ __global__ void kron_pairs(const I* __restrict__ ia, i64 na, const I* __restrict
     }
 }
 
+// kron_pairs for two coalesced operands with one or two sparse dims, written in sorted order (no
+// sort after). A's run of row ra (entries sa .. sa + la) with B's run of row rb (sb .. sb + lb) make
+// output row ra * bshape[0] + rb, at offsets from sa * nb + la * sb: la pieces of lb, one per A
+// entry, each ascending in B's columns. A vector (S == 1) is one run.
+// st:kernel index index
+template <typename I, typename J>
+__global__ void kron_sorted(const I* __restrict__ ia, i64 na, const I* __restrict__ ib, i64 nb, i64 S,
+                            const i64* __restrict__ bshape, J* __restrict__ out, i64* __restrict__ pa,
+                            i64* __restrict__ pb) {
+    const i64 n = na * nb;
+    ST_GRID_LOOP(t, n) {
+        i64 sa = 0, la = na, sb = 0, lb = nb;
+        if (S == 2) {
+            const I row = ia[t / nb];
+            sa = lower_bound(ia, na, row);
+            la = lower_bound(ia, na, (I)(row + 1)) - sa;
+        }
+        la = la > 0 ? la : 1;  // rows changed since their check: no division by zero
+        const i64 r = t - sa * nb;
+        if (S == 2) {
+            const i64 f = r / la;
+            const I row = ib[f < 0 ? 0 : (f < nb ? f : nb - 1)];
+            sb = lower_bound(ib, nb, row);
+            lb = lower_bound(ib, nb, (I)(row + 1)) - sb;
+        }
+        lb = lb > 0 ? lb : 1;
+        const i64 q = r - la * sb, k = q / lb;
+        i64 i = sa + k, j = sb + (q - k * lb);
+        i = i < 0 ? 0 : (i < na ? i : na - 1);
+        j = j < 0 ? 0 : (j < nb ? j : nb - 1);
+        for (i64 d = 0; d < S; ++d) out[d * n + t] = (J)((i64)ia[d * na + i] * bshape[d] + (i64)ib[d * nb + j]);
+        pa[t] = i;
+        pb[t] = j;
+    }
+}
+
 // The compressed index of the kept entries: out[b, i] = eoff[b * nnz + c[b, i]] - eoff[b * nnz],
 // eoff the exclusive scan of the 0/1 flags of the B batches' nnz entries each (c in [0, nnz]).
 // st:kernel index

@@ -111,6 +111,22 @@ def test_blocks(backend, rng, monkeypatch, case, dtype):
         close(got, want)
 
 
+@pytest.mark.parametrize("shapes", [((5, 4), (3, 6)), ((7,), (4,)), ((6,), (3, 5)), ((4, 1), (1, 9)), ((3, 3), (0, 4))])
+def test_kron_writes_sorted_pairs(backend, rng, shapes):
+    """kron of two coalesced operands writes its pairs in sorted order on the device, as the CPU
+    does (a coalesced result, no sort after): the same indices, exactly."""
+    from sparsetensor.cuda._module import profile
+
+    a, b = (st.from_dense(((rng.random(s) < 0.5) * rng.integers(1, 9, s)).astype(np.float32), "coo",
+                          index_dtype=i) for s, i in zip(shapes, (np.int32, np.int64)))
+    with profile() as kernels:
+        got = st.kron(a.cuda(), b.cuda())
+    want = st.kron(a, b)
+    assert want.is_coalesced() and got.is_coalesced()
+    assert not [k for k in kernels if k.startswith("radix")], sorted(kernels)
+    close(got, want)
+
+
 def test_diagonals_beyond_int64(backend):
     t = st.from_dense(np.ones((3, 3), np.float32), "bsr", blocksize=(1, 3))
     d = t.cuda()

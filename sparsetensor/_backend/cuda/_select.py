@@ -455,18 +455,20 @@ def keep_coo(indices, values, flags):
 
 def kron_coo(ia, va, ib, vb, bshape: tuple, index_dtype, both_sorted: bool = False):
     """The COO entries of the Kronecker product of device entries ``(ia, va)`` and ``(ib, vb)`` (one
-    value dtype, in bounds), ``(indices, values, False)``: entry ``i * nb + j`` at
-    ``ia[:, i] * bshape + ib[:, j]``, value ``va[i] * vb[j]`` (not in sorted order, whatever
-    ``both_sorted`` says: the CPU's third item says whether they are)."""
+    value dtype, in bounds), ``(indices, values, ordered)``: pair (i, j) at
+    ``ia[:, i] * bshape + ib[:, j]``, value ``va[i] * vb[j]``, in the CPU backend's order: sorted
+    (``ordered``) when both operands are (``both_sorted``) with one or two sparse dims, else
+    entry ``i * nb + j``."""
     dev = ia._device
     S, na = ia.shape
     nb = ib.shape[1]
     n = na * nb
+    ordered = both_sorted and S in (1, 2)
     out = P.empty(dev, (S, n), index_dtype)
     pa, pb = P.empty(dev, (n,), np.int64), P.empty(dev, (n,), np.int64)
-    P.run(dev, "select.cu", "kron_pairs", (P.index_key(ia.dtype), P.index_key(index_dtype)), n, ia, na, ib, nb, S,
-          P.ints(dev, bshape), out, pa, pb)
-    return out, elementwise(take_axis(va, 0, pa), take_axis(vb, 0, pb), "mul"), False
+    P.run(dev, "select.cu", "kron_sorted" if ordered else "kron_pairs", (P.index_key(ia.dtype), P.index_key(index_dtype)),
+          n, ia, na, ib, nb, S, P.ints(dev, bshape), out, pa, pb)
+    return out, elementwise(take_axis(va, 0, pa), take_axis(vb, 0, pb), "mul"), ordered
 
 
 def keep_compressed(c, p, v, flags, batch: tuple, what: str):
