@@ -342,42 +342,29 @@ __global__ void keep_rows(const i64* __restrict__ eoff, i64 Nin, const R* __rest
     }
 }
 
-// Kronecker product of COO entries: output entry t = i * nb + j pairs entry i of a (ia (S, na))
-// with entry j of b (ib (S, nb)): out[d, t] = ia[d, i] * bshape[d] + ib[d, j], pa[t] = i, pb[t] = j.
+// Kronecker product of COO entries (ia (S, na) with ib (S, nb)): the pair of entry i of a with entry j
+// of b is out[d, t] = ia[d, i] * bshape[d] + ib[d, j], pa[t] = i, pb[t] = j. Unless by_runs, t = i * nb + j.
+// by_runs (two coalesced matrices) writes them sorted, as the host does (no sort after): A's run of
+// row ra (entries sa .. sa + la) with B's run of row rb (sb .. sb + lb) make output row
+// ra * bshape[0] + rb, at offsets from sa * nb + la * sb: la pieces of lb, one per A entry, each
+// ascending in B's columns. (Two coalesced vectors are one run each: t = i * nb + j is sorted.)
 // st:kernel index index
 template <typename I, typename J>
 __global__ void kron_pairs(const I* __restrict__ ia, i64 na, const I* __restrict__ ib, i64 nb, i64 S,
-                           const i64* __restrict__ bshape, J* __restrict__ out, i64* __restrict__ pa,
-                           i64* __restrict__ pb) {
+                           const i64* __restrict__ bshape, i64 by_runs, J* __restrict__ out,
+                           i64* __restrict__ pa, i64* __restrict__ pb) {
     const i64 n = na * nb;
-    ST_GRID_LOOP(t, n) {
-        const i64 i = t / nb, j = t - i * nb;
-        for (i64 d = 0; d < S; ++d) out[d * n + t] = (J)((i64)ia[d * na + i] * bshape[d] + (i64)ib[d * nb + j]);
-        pa[t] = i;
-        pb[t] = j;
-    }
-}
-
-// kron_pairs for two coalesced operands with one or two sparse dims, written in sorted order (no
-// sort after). A's run of row ra (entries sa .. sa + la) with B's run of row rb (sb .. sb + lb) make
-// output row ra * bshape[0] + rb, at offsets from sa * nb + la * sb: la pieces of lb, one per A
-// entry, each ascending in B's columns. A vector (S == 1) is one run.
-// st:kernel index index
-template <typename I, typename J>
-__global__ void kron_sorted(const I* __restrict__ ia, i64 na, const I* __restrict__ ib, i64 nb, i64 S,
-                            const i64* __restrict__ bshape, J* __restrict__ out, i64* __restrict__ pa,
-                            i64* __restrict__ pb) {
-    const i64 n = na * nb;
+    const bool runs = by_runs && S == 2;
     ST_GRID_LOOP(t, n) {
         i64 sa = 0, la = na, sb = 0, lb = nb;
-        if (S == 2) {
+        if (runs) {
             const I row = ia[t / nb];
             sa = lower_bound(ia, na, row);
             la = lower_bound(ia, na, (I)(row + 1)) - sa;
         }
         la = la > 0 ? la : 1;  // rows changed since their check: no division by zero
         const i64 r = t - sa * nb;
-        if (S == 2) {
+        if (runs) {
             const i64 f = r / la;
             const I row = ib[f < 0 ? 0 : (f < nb ? f : nb - 1)];
             sb = lower_bound(ib, nb, row);

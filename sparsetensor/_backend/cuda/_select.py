@@ -466,8 +466,8 @@ def kron_coo(ia, va, ib, vb, bshape: tuple, index_dtype, both_sorted: bool = Fal
     ordered = both_sorted and S in (1, 2)
     out = P.empty(dev, (S, n), index_dtype)
     pa, pb = P.empty(dev, (n,), np.int64), P.empty(dev, (n,), np.int64)
-    P.run(dev, "select.cu", "kron_sorted" if ordered else "kron_pairs", (P.index_key(ia.dtype), P.index_key(index_dtype)),
-          n, ia, na, ib, nb, S, P.ints(dev, bshape), out, pa, pb)
+    P.run(dev, "select.cu", "kron_pairs", (P.index_key(ia.dtype), P.index_key(index_dtype)), n, ia, na, ib, nb, S,
+          P.ints(dev, bshape), int(ordered), out, pa, pb)
     return out, elementwise(take_axis(va, 0, pa), take_axis(vb, 0, pb), "mul"), ordered
 
 
