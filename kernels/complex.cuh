@@ -154,14 +154,19 @@ __device__ __forceinline__ cdouble c_exp(cdouble w) {
     return {0.0, 0.0};
 }
 
-// (a + bi) / (c + di) by Smith's scaling (NumPy's cdiv for negative integer powers)
-__device__ __forceinline__ cdouble c_div_scaled(cdouble a, cdouble b) {
+// (a + bi) / (c + di) by Smith's scaling, in the values' precision: NumPy's complex division (its
+// true_divide loop, and cdiv of negative integer powers). A real divisor too: there (inf + 0i) / 3
+// is inf + nan i, and the parts are multiplied by 1 / c, not divided by c.
+template <typename C>
+__device__ __forceinline__ C c_div_scaled(C a, C b) {
+    typedef decltype(a.re) R;
+    const R one = 1;
     if (fabs(b.re) >= fabs(b.im)) {
-        if (b.re == 0.0 && b.im == 0.0) return {a.re / fabs(b.re), a.im / fabs(b.im)};
-        const double rat = b.im / b.re, scl = 1.0 / (b.re + b.im * rat);
+        if (b.re == 0 && b.im == 0) return {a.re / fabs(b.re), a.im / fabs(b.re)};
+        const R rat = b.im / b.re, scl = one / (b.re + b.im * rat);
         return {(a.re + a.im * rat) * scl, (a.im - a.re * rat) * scl};
     }
-    const double rat = b.re / b.im, scl = 1.0 / (b.im + b.re * rat);
+    const R rat = b.re / b.im, scl = one / (b.im + b.re * rat);
     return {(a.re * rat + a.im) * scl, (a.im * rat - a.re) * scl};
 }
 

@@ -182,17 +182,13 @@ __device__ __forceinline__ cfloat scalar_apply(cfloat x, cfloat s, int op) {
         const cdouble y = complex_pow({(double)x.re, (double)x.im}, (double)s.re);
         return {(float)y.re, (float)y.im};
     }
-    if (s.im == 0.0f) return {x.re / s.re, x.im / s.re};
-    const float d = s.re * s.re + s.im * s.im;
-    return {(x.re * s.re + x.im * s.im) / d, (x.im * s.re - x.re * s.im) / d};
+    return c_div_scaled(x, s);
 }
 __device__ __forceinline__ cdouble scalar_apply(cdouble x, cdouble s, int op) {
     if (op == SOP_MUL) return x * s;
     if (op == SOP_ROUND || op == SOP_ROUND_DOWN) return {scalar_apply(x.re, s.re, op), scalar_apply(x.im, s.re, op)};
     if (op == SOP_POW) return complex_pow(x, s.re);
-    if (s.im == 0.0) return {x.re / s.re, x.im / s.re};
-    const double d = s.re * s.re + s.im * s.im;
-    return {(x.re * s.re + x.im * s.im) / d, (x.im * s.re - x.re * s.im) / d};
+    return c_div_scaled(x, s);
 }
 
 // How NumPy raises values of V (computed in A) to a scalar power: float32 and float64 by sqrt

@@ -8,6 +8,7 @@
 // shape: a dim it broadcasts along has stride 0, so it is never expanded in memory. The
 // sparse input's indices are in bounds (the host validated or coalesced it first).
 #include "common.cuh"
+#include "complex.cuh"
 
 #define EW_MUL 0
 #define EW_DIV 1
@@ -134,21 +135,10 @@ __global__ void lookup_coo(const I* __restrict__ idx, i64 S, i64 nnz, const i64*
 
 template <typename A>
 __device__ __forceinline__ A ew_div(A x, A y) { return x / y; }
-// x / y by Smith's scaling, NumPy's complex division (the textbook x conj(y) / |y|^2 overflows
-// for |y| > 1e154 and gives NaN where NumPy gives inf for y = 0)
-template <typename C, typename R>
-__device__ __forceinline__ C smith_div(C x, C y) {
-    const R ar = y.re < 0 ? -y.re : y.re, ai = y.im < 0 ? -y.im : y.im;
-    if (ar >= ai) {
-        if (y.re == 0 && y.im == 0) return {x.re / ar, x.im / ar};
-        const R rat = y.im / y.re, scl = R(1) / (y.re + y.im * rat);
-        return {(x.re + x.im * rat) * scl, (x.im - x.re * rat) * scl};
-    }
-    const R rat = y.re / y.im, scl = R(1) / (y.im + y.re * rat);
-    return {(x.re * rat + x.im) * scl, (x.im * rat - x.re) * scl};
-}
-__device__ __forceinline__ cfloat ew_div(cfloat x, cfloat y) { return smith_div<cfloat, float>(x, y); }
-__device__ __forceinline__ cdouble ew_div(cdouble x, cdouble y) { return smith_div<cdouble, double>(x, y); }
+// complex x / y as NumPy divides (Smith's scaling: the textbook x conj(y) / |y|^2 overflows for
+// |y| > 1e154 and gives NaN where NumPy gives inf for y = 0)
+__device__ __forceinline__ cfloat ew_div(cfloat x, cfloat y) { return c_div_scaled(x, y); }
+__device__ __forceinline__ cdouble ew_div(cdouble x, cdouble y) { return c_div_scaled(x, y); }
 
 // out = x * y, x / y, x + y or x - y, elementwise over n items of one dtype.
 // st:kernel arith

@@ -1,9 +1,9 @@
 """Edge values and repeated entries where the device once differed from the CPU (found by a
-differential fuzz of the two backends, issue #37): complex infinities through ``a + b`` and
-``a / dense``, NaN in ``sampled_addmm``'s input at ``beta == 0``, the gradients of ops along a
-dense dim of a tensor with repeated entries, cotangents whose pattern equals the output's
-without sharing its arrays, and conversions of a batch shape with a 0. Runs on a GPU or on the
-kernel emulator (see test_cuda.py).
+differential fuzz of the two backends, issue #37): complex infinities through ``a + b``,
+``a / dense`` and ``a / scalar``, NaN in ``sampled_addmm``'s input at ``beta == 0``, the
+gradients of ops along a dense dim of a tensor with repeated entries, cotangents whose pattern
+equals the output's without sharing its arrays, and conversions of a batch shape with a 0. Runs
+on a GPU or on the kernel emulator (see test_cuda.py).
 """
 
 from __future__ import annotations
@@ -53,6 +53,27 @@ def test_complex_division_by_dense(backend, dtype):
         want = A / x
         np.testing.assert_array_equal(want.to_dense(), a / x)  # the CPU is NumPy's division
     same(A.cuda() / D(x), want)
+
+
+@pytest.mark.parametrize("dtype", [np.complex64, np.complex128])
+def test_complex_division_by_scalar_and_mean(backend, dtype):
+    """NumPy's complex division (Smith's scaling in the values' precision) for a scalar divisor,
+    real ones included, where (inf + 0i) / 3 is inf + nan i and a part is multiplied by 1 / 3;
+    and a dense divisor of signed zeros. The device once divided each part by a real scalar."""
+    special = [0.0, -0.0, np.inf, -np.inf, np.nan, 1e300, 5.0]
+    v = np.array([complex(a, b) for a in special for b in special] + [5 - 7j, 1e3 + 0.1j], dtype)
+    t = st.sparse_coo_tensor(np.arange(v.size)[None], v, (v.size,))
+    d = t.cuda()
+    with np.errstate(all="ignore"):
+        for s in (3, -7.5, 0.1, 0.0, 2 + 1j, 1e200 - 3j, 0.5j):
+            want = t / s
+            np.testing.assert_array_equal(want.values(), v / s)  # the CPU is NumPy's division
+            same(d / s, want)
+        same(st.mean(d), np.asarray(st.mean(t)))
+        x = np.array([-0.0 + 0j, complex(0.0, -0.0), complex(-0.0, -0.0)] * 17, dtype)[:v.size]
+        want = t / x
+        np.testing.assert_array_equal(want.to_dense(), v / x)
+        same(d / D(x), want)
 
 
 def test_sampled_addmm_beta_zero_keeps_nan(backend):
