@@ -8,8 +8,9 @@ calling ``MPI_Abort`` on an uncaught exception; importing
 ``python script.py``: a ``sys.excepthook`` that, when ``MPI.COMM_WORLD`` has
 more than one rank, prints the rank and the traceback once to stderr and calls
 ``MPI.COMM_WORLD.Abort(1)``. On one rank it only calls the previous hook.
-``sys.exit`` with a failure status (not 0 or None) aborts the same way, with
-that status.
+``sys.exit`` (and the builtins ``exit()`` and ``quit()``) with a failure status
+(not 0 or None) aborts the same way, with that status; a bare ``raise SystemExit(n)``
+is not seen.
 
 ``SPARSETENSOR_MPI_ABORT=0`` (or ``false``/``no``/``off``) at import time
 leaves ``sys.excepthook`` alone. ``SPARSETENSOR_MPI_ABORT=threads`` also
@@ -81,6 +82,29 @@ def _install_exit() -> None:
 
     exit._sparsetensor_abort = True
     sys.exit = exit
+    # the builtins exit() and quit() of scripts raise SystemExit themselves, past sys.exit
+    import builtins
+
+    for name in ("exit", "quit"):
+        if hasattr(builtins, name):
+            setattr(builtins, name, _Quitter(getattr(builtins, name), exit))
+
+
+class _Quitter:
+    """The builtin ``exit``/``quit`` (``site``'s, which print a hint as their repr) calling our ``exit``."""
+
+    def __init__(self, builtin, exit):
+        self._builtin, self._exit = builtin, exit
+
+    def __repr__(self):
+        return repr(self._builtin)
+
+    def __call__(self, code=None):
+        try:  # as site's Quitter: stdin is closed first (IDLE and friends rely on it)
+            sys.stdin.close()
+        except Exception:  # noqa: BLE001
+            pass
+        self._exit(code)
 
 
 def install() -> None:

@@ -21,7 +21,7 @@ from mpi4py import MPI
 
 from .._core._tensor import SparseTensor
 from ..ops.blas import matmul
-from ._comm import agree, same_on_every_rank, scatterv
+from ._comm import agree, agreed_root, same_on_every_rank, scatterv
 from ._matrix import DistCSR
 from ._partition import balanced_starts, check_row_pointers, check_starts, even_starts, local_csr
 
@@ -149,7 +149,7 @@ class DistBSR(DistCSR):
         comm = MPI.COMM_WORLD if comm is None else comm
         size = comm.size
         # root's partition and block size are scattered: another rank's would be ignored without a word
-        same_on_every_rank(comm, "DistBSR.from_global", root=root, row_starts=row_starts, col_starts=col_starts,
+        root = agreed_root(comm, "DistBSR.from_global", root, row_starts=row_starts, col_starts=col_starts,
                            exchange=exchange, blocksize=blocksize)
 
         def prepare():

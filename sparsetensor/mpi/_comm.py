@@ -9,6 +9,7 @@ goes on into a collective that the failing rank will never join.
 from __future__ import annotations
 
 import hashlib
+import pickle
 
 import numpy as np
 from mpi4py import MPI
@@ -23,12 +24,24 @@ class RemoteError(RuntimeError):
 
 
 def _payload(err: BaseException):
-    if isinstance(err, InvariantError):
-        prefix = f"{err.layout} invariant {err.invariant}: "
-        msg = str(err)
-        msg = msg[len(prefix):] if msg.startswith(prefix) else msg
-        return ("invariant", err.invariant, err.layout, msg, err.batch, err.index)
-    return ("other", type(err), str(err))
+    """What the failing rank broadcasts of ``err``: it must pickle, or the others wait in the
+    broadcast (an exception class defined in a function does not; a ``str()`` may raise)."""
+    try:
+        if isinstance(err, InvariantError):
+            prefix = f"{err.layout} invariant {err.invariant}: "
+            msg = str(err)
+            msg = msg[len(prefix):] if msg.startswith(prefix) else msg
+            payload = ("invariant", err.invariant, err.layout, msg, err.batch, err.index)
+        else:
+            payload = ("other", type(err), str(err))
+        pickle.dumps(payload)
+        return payload
+    except Exception:  # noqa: BLE001
+        try:
+            msg = str(err)
+        except Exception:  # noqa: BLE001
+            msg = f"<{type(err).__name__} whose str() raised>"
+        return ("other", RemoteError, f"{type(err).__name__}: {msg}")
 
 
 def _rebuild(payload, rank: int, size: int) -> BaseException:

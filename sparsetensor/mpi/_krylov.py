@@ -25,7 +25,7 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from .._core._config import num_threads
+from .._core._config import _thread_count, num_threads
 from .._lib import _vector
 from ._comm import agree, same_on_every_rank
 from ._operator import aslinearoperator
@@ -266,6 +266,8 @@ def _system(name, A, b, x0, M, threads, **settings):
                        **settings)
 
     def local():
+        if threads is not None:  # here, not in the first product: there this rank alone would raise
+            _thread_count(threads)
         if op.shape[0] != op.shape[1] or not np.array_equal(op.row_starts, op.col_starts):
             raise ValueError(f"{name}: A must be square with its columns split like its rows, got shape {op.shape}")
         r0, r1 = op.row_range

@@ -26,6 +26,7 @@ import numpy as np
 from mpi4py import MPI
 
 from .._core._canonical import ensure_valid_export
+from .._core._config import _thread_count
 from .._core._dtypes import native
 from .._core._errors import InvariantError
 from .._core._tensor import CompressedTensor, SparseTensor
@@ -40,6 +41,15 @@ from ._partition import (_tensor, balanced_starts, check_row_pointers, check_sta
 __all__ = ["DistCSR"]
 
 _ASSEMBLE_HINT = "to add entries by global row from any rank, use sparsetensor.mpi.assemble(rows, cols, values, shape)"
+
+
+def _complete(reqs) -> None:
+    """Wait for the exchange of a product that raised, before its error leaves: MPI still writes
+    into the buffers, and a kept request must be inactive for the next product."""
+    try:
+        MPI.Request.Waitall(reqs)
+    except Exception:  # noqa: BLE001 (the product's error is the one to raise)
+        pass
 
 
 def _with_hint(e: InvariantError, hint: str) -> InvariantError:
@@ -231,7 +241,7 @@ class DistCSR:
         comm = MPI.COMM_WORLD if comm is None else comm
         size = comm.size
         # root's partition is scattered: another rank's would be ignored without a word
-        same_on_every_rank(comm, "from_global", root=root, row_starts=row_starts, col_starts=col_starts,
+        root = agreed_root(comm, "from_global", root, row_starts=row_starts, col_starts=col_starts,
                            exchange=exchange)
 
         def prepare():
@@ -405,13 +415,21 @@ class DistCSR:
                 f"ghosts={self._ghosts.shape[0]})")
 
     # -- products -------------------------------------------------------------------------
-    def _check_operand(self, x, n: int, op: str, what: str, check: bool, matrix_ok: bool = False):
-        """``x`` as an array of ``n`` rows, agreed over the ranks (with ``check``); a DistCSR where ``matrix_ok``.
+    def _check_operand(self, x, n: int, op: str, what: str, check: bool, matrix_ok: bool = False,
+                       threads=None, ndim=(1, 2)):
+        """``x`` as an array of ``n`` rows and ``ndim`` dims, agreed over the ranks (with ``check``); a
+        DistCSR where ``matrix_ok``. ``threads`` is checked in the same agreement: a product that
+        raised after its exchange began would leave the other ranks' products going on.
 
         ``A @ B`` (``matrix_ok``) joins the same allreduce as ``A @ x``, so that ranks passing a
         matrix and ranks passing an array raise together instead of entering different collectives.
         """
-        bad = ""
+        bad, kind = "", ValueError
+        if threads is not None:
+            try:
+                _thread_count(threads)
+            except (TypeError, ValueError) as e:
+                bad, kind = f"{op}: rank {self._comm.rank}: {e}", type(e)
         if isinstance(x, DistCSR):
             if not matrix_ok:
                 bad = f"{op}: rank {self._comm.rank} got a DistCSR; multiply two distributed matrices with A @ B"
@@ -423,14 +441,16 @@ class DistCSR:
             ncol, num = -1, 0
         else:
             x = native(np.asarray(x))  # ghost entries travel as bytes: in this machine's order
-            if x.ndim not in (1, 2) or x.shape[0] != n:
-                bad = (f"{op}: rank {self._comm.rank} expects {what} of {n} rows (1-d, or 2-d with N columns), "
-                       f"got shape {x.shape}")
+            if x.ndim not in ndim or x.shape[0] != n:
+                dims = "1-d, or 2-d with N columns" if len(ndim) == 2 else "2-d with N columns"
+                bad = bad or f"{op}: rank {self._comm.rank} expects {what} of {n} rows ({dims}), got shape {x.shape}"
+            elif x.dtype.kind not in "biufc" and not bad:
+                bad, kind = f"{op}: rank {self._comm.rank} got {what} of dtype {x.dtype}, not numbers", TypeError
             # by the dtype's name: int64 spelt 'l' on one rank and 'q' on another is one dtype
             ncol, num = (x.shape[1] if x.ndim == 2 else -1), np.dtype(x.dtype.str).num
         if not check:
             if bad:
-                raise ValueError(bad)
+                raise kind(bad)
             return x
         comm, size = self._comm, self._comm.size
         # one allreduce: the first bad rank, and whether the column counts (-2: a matrix) and dtypes agree
@@ -438,7 +458,8 @@ class DistCSR:
         comm.Allreduce(MPI.IN_PLACE, v, op=MPI.MAX)
         if v[0]:
             src = size - int(v[0])
-            raise ValueError(comm.bcast(bad if comm.rank == src else None, root=src))
+            kind, bad = comm.bcast((kind, bad) if comm.rank == src else None, root=src)
+            raise kind(bad)
         if v[1] != -v[2]:
             raise ValueError(f"{op}: the operand has different shapes on different ranks (1-d on some, different "
                              f"column counts, or a DistCSR on some); this rank: "
@@ -492,7 +513,10 @@ class DistCSR:
         (for loops whose operands are known right; a wrong one then raises on its
         rank only).
         """
-        x = self._check_operand(x, self._c1 - self._c0, f"{type(self).__name__} @ x", "x", check)
+        return self._matvec(x, threads, check, (1, 2), f"{type(self).__name__} @ x")
+
+    def _matvec(self, x, threads, check: bool, ndim: tuple, op: str) -> np.ndarray:
+        x = self._check_operand(x, self._c1 - self._c0, op, "x", check, threads=threads, ndim=ndim)
         t0 = time.perf_counter()
         xb = x if self._bc == 1 else x.reshape((-1, self._bc) + x.shape[1:])  # one message row per block column
         kept = self._exchange.persistent(x.dtype, xb.shape[1:]) if x.ndim == 1 else None
@@ -505,11 +529,15 @@ class DistCSR:
             send = np.take(xb, self._send_idx, axis=0)
             reqs = self._exchange.post(send, recv)
         t1 = time.perf_counter()
-        if send.nbytes + recv.nbytes > self.progress_threshold and self._diag.shape[0] > 1:
-            y, t_test = self._diag_product_with_progress(x, reqs, threads)
-            t1 -= t_test  # time in MPI_Testall counts as communication
-        else:
-            y = matmul(self._diag, x, threads=threads)
+        try:
+            if send.nbytes + recv.nbytes > self.progress_threshold and self._diag.shape[0] > 1:
+                y, t_test = self._diag_product_with_progress(x, reqs, threads)
+                t1 -= t_test  # time in MPI_Testall counts as communication
+            else:
+                y = matmul(self._diag, x, threads=threads)
+        except BaseException:
+            _complete(reqs)
+            raise
         t2 = time.perf_counter()
         MPI.Request.Waitall(reqs)
         t3 = time.perf_counter()
@@ -560,9 +588,7 @@ class DistCSR:
 
     def matmat(self, X, *, threads: int | None = None, check: bool = True) -> np.ndarray:
         """``A @ X`` for a dense block ``X`` (2-d); see :meth:`matvec`."""
-        if np.ndim(X) != 2:
-            raise ValueError(f"matmat expects a 2-d block, got shape {np.shape(X)}")
-        return self.matvec(X, threads=threads, check=check)
+        return self._matvec(X, threads, check, (2,), f"{type(self).__name__}.matmat")
 
     def rmatvec(self, x, *, adjoint: bool = False, threads: int | None = None, check: bool = True) -> np.ndarray:
         """``A^T x`` (``A^H x`` with ``adjoint=True``), collective.
@@ -572,7 +598,8 @@ class DistCSR:
         off-diagonal block's contributions travel back to the ranks owning those
         columns along the same plan as :meth:`matvec`, reversed: the same bytes.
         """
-        x = self._check_operand(x, self._r1 - self._r0, f"{type(self).__name__}.rmatvec", "x", check)
+        x = self._check_operand(x, self._r1 - self._r0, f"{type(self).__name__}.rmatvec", "x", check,
+                                threads=threads)
         if adjoint:
             x = np.conj(x)
         t0 = time.perf_counter()
@@ -586,8 +613,12 @@ class DistCSR:
         recv = np.empty((self._send_idx.shape[0],) + g.shape[1:], dtype=g.dtype)
         reqs = self._exchange.post(g, recv, reverse=True)
         t1 = time.perf_counter()
-        z = matmul(self._diag.mT, x, threads=threads)
-        z = np.ascontiguousarray(z, dtype=np.result_type(z.dtype, g.dtype))
+        try:
+            z = matmul(self._diag.mT, x, threads=threads)
+            z = np.ascontiguousarray(z, dtype=np.result_type(z.dtype, g.dtype))
+        except BaseException:
+            _complete(reqs)
+            raise
         t2 = time.perf_counter()
         MPI.Request.Waitall(reqs)
         t3 = time.perf_counter()

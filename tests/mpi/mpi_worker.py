@@ -22,6 +22,7 @@ from mpi4py import MPI
 import sparsetensor as st
 from sparsetensor import mpi as stmpi
 
+
 comm = MPI.COMM_WORLD
 rank, size = comm.rank, comm.size
 
@@ -676,6 +677,42 @@ def arguments_disagree(A, t, s, n):
             assert "every rank must pass the same" in str(e) or "[raised on rank" in str(e) or bad, (case, str(e))
         else:
             raise AssertionError(f"{case} that differs on rank {bad_rank()} did not raise")
+    # an argument bad on one rank only that the others would not see before a collective
+    x = np.ones(A.col_range[1] - A.col_range[0])
+    cases = {
+        "A @ x threads": lambda: A.matvec(x, threads=-1 if bad else None),
+        "rmatvec threads": lambda: A.rmatvec(np.ones(r1 - r0), threads=0 if bad else None),
+        "matmat of a vector": lambda: A.matmat(x if bad else x[:, None]),
+        "cg threads": lambda: stmpi.cg(A, np.ones(r1 - r0), threads=-1 if bad else None),
+        "gmres threads": lambda: stmpi.gmres(A, np.ones(r1 - r0), threads=0 if bad else None),
+    }
+    for case, call in cases.items():
+        try:
+            call()
+        except ValueError as e:
+            assert f"rank {bad_rank()}" in str(e) or bad, (case, str(e))
+        else:
+            raise AssertionError(f"{case}, bad on rank {bad_rank()}, did not raise")
+    try:
+        stmpi.DistCSR.from_global(t if rank == 0 else None, comm=comm, root=size)
+    except ValueError as e:  # was MPI's "Invalid root"
+        assert f"root must be a rank in [0, {size})" in str(e), str(e)
+    else:
+        raise AssertionError("from_global with a root out of range did not raise")
+
+    class Unpicklable(Exception):  # defined here: pickle cannot find it, to send it to the other ranks
+        pass
+
+    def fail_on_one():
+        if bad:
+            raise Unpicklable("local error")
+
+    try:
+        stmpi.agree(comm, fail_on_one)
+    except (stmpi.RemoteError, Unpicklable) as e:
+        assert "local error" in str(e), str(e)
+    else:
+        raise AssertionError("agree did not raise the failing rank's error everywhere")
     if size > 1:  # a preconditioner made from a matrix split otherwise: the rows it applies to are not A's
         eye = st.from_dense(np.eye(t.shape[0]) * 2.0, "csr") if rank == 0 else None
         B = stmpi.DistCSR.from_global(eye, comm=comm, row_starts=other)
@@ -736,6 +773,26 @@ def suite_errors(tmp):
     except ValueError as e:
         raised(tmp, "operand-shape", e)
     comm.Barrier()
+    # a product the local kernel refuses after its exchange began (every rank): the exchange is
+    # completed before the error leaves, so the next products work (the kept requests were left
+    # active: MPI's "already active" error, and MPI writing into freed buffers at exit)
+    for mode in ("p2p", "neighbor", "p2p"):
+        A.set_exchange(mode)
+        for bad_x in (np.ones(c1 - c0, np.uint64), np.ones(c1 - c0).astype(str), np.ones((c1 - c0, 2), np.uint64)):
+            for _ in range(2):
+                try:
+                    A @ bad_x
+                except TypeError as e:
+                    assert "uint64" in str(e) or "not numbers" in str(e), str(e)
+                else:
+                    raise AssertionError(f"A @ x of dtype {bad_x.dtype} did not raise")
+        try:
+            A.rmatvec(np.ones(A.row_range[1] - A.row_range[0], np.uint64))
+        except TypeError:
+            pass
+        rows = slice(*A.row_range)
+        close(A @ np.ones(c1 - c0), t.to_dense()[rows].sum(axis=1), np.abs(t.to_dense()[rows]).sum(axis=1),
+              np.float64, "a product after failed ones")
     # an unknown exchange mode on one rank only
     try:
         A.set_exchange("bogus" if rank == bad_rank() else "neighbor")

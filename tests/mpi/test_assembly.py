@@ -157,11 +157,13 @@ def test_uncaught_exception_on_one_rank_aborts_the_job(mpiexec, tmp_path):  # no
     assert r.stderr.count("RuntimeError: boom on purpose") == 1, r.stderr[-3000:]  # the traceback once
 
 
-def test_sys_exit_failure_on_one_rank_aborts_the_job(mpiexec, tmp_path):  # noqa: F811
-    """``sys.exit(3)`` on rank 1 (argparse's exits too): no excepthook runs for SystemExit, so the exit
-    itself aborts the job, with that status, where rank 1 would wait in MPI_Finalize for rank 0."""
+@pytest.mark.parametrize("call", ["sys.exit(3)", "exit(3)", "quit(3)"])
+def test_sys_exit_failure_on_one_rank_aborts_the_job(mpiexec, tmp_path, call):  # noqa: F811
+    """``sys.exit(3)`` on rank 1 (argparse's exits too; a script's builtin ``exit``/``quit``): no
+    excepthook runs for SystemExit, so the exit itself aborts the job, with that status, where rank 1
+    would wait in MPI_Finalize for rank 0."""
     r = _two_ranks(mpiexec, tmp_path, textwrap.dedent(HANG_SCRIPT).replace('raise RuntimeError("boom on purpose")',
-                                                                            "sys.exit(3)"), "rank 1's sys.exit(3)")
+                                                                            call), f"rank 1's {call}")
     assert r.returncode != 0 and "NOT REACHED" not in r.stdout, (r.returncode, r.stdout, r.stderr[-2000:])
     assert "sys.exit(3) on rank 1 of 2" in r.stderr, r.stderr[-2000:]
 
