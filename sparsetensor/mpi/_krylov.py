@@ -175,14 +175,25 @@ def _allreduce(comm, values):
     return out
 
 
+def _numbers(where: str, *xs) -> list:
+    """``xs`` as NumPy arrays of numbers (TypeError naming ``where`` for anything else)."""
+    out = [np.asarray(x) for x in xs]
+    for x, given in zip(out, xs):
+        if x.dtype.kind not in "biufc":
+            raise TypeError(f"{where}: expected this rank's slice as an array of numbers, got {type(given).__name__}"
+                            f" (dtype {x.dtype})")
+    return out
+
+
 def dot(comm, a: np.ndarray, b: np.ndarray):
     """The global dot product of distributed vectors (``vdot``, conjugating ``a``, for complex), collective."""
-    return _allreduce(comm, [agree(comm, _local_dot, a, b)])[0]  # slices that do not match raise on every rank
+    # slices that do not match raise on every rank
+    return _allreduce(comm, [agree(comm, lambda: _local_dot(*_numbers("dot", a, b)))])[0]
 
 
 def norm(comm, a: np.ndarray) -> float:
     """The global 2-norm of a distributed vector, collective."""
-    return float(np.sqrt(_allreduce(comm, [agree(comm, lambda: float(_sqnorm(a)))])[0]))
+    return float(np.sqrt(_allreduce(comm, [agree(comm, lambda: float(_sqnorm(*_numbers("norm", a))))])[0]))
 
 
 class _Run:

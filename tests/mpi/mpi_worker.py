@@ -685,11 +685,13 @@ def arguments_disagree(A, t, s, n):
         "matmat of a vector": lambda: A.matmat(x if bad else x[:, None]),
         "cg threads": lambda: stmpi.cg(A, np.ones(r1 - r0), threads=-1 if bad else None),
         "gmres threads": lambda: stmpi.gmres(A, np.ones(r1 - r0), threads=0 if bad else None),
+        "norm of None": lambda: stmpi.norm(comm, None if bad else np.ones(2)),
+        "dot of a str": lambda: stmpi.dot(comm, np.ones(2), "ab" if bad else np.ones(2)),
     }
     for case, call in cases.items():
         try:
             call()
-        except ValueError as e:
+        except (ValueError, TypeError) as e:
             assert f"rank {bad_rank()}" in str(e) or bad, (case, str(e))
         else:
             raise AssertionError(f"{case}, bad on rank {bad_rank()}, did not raise")
