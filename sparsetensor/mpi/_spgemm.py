@@ -23,7 +23,7 @@ from mpi4py import MPI
 from .._core._from_arrays import sparse_csr_tensor
 from ..ops.blas import matmul
 from ._assemble import Routing, owners
-from ._comm import agree, bytes_of
+from ._comm import agree, bytes_of, same_on_every_rank
 from ._matrix import DistCSR
 
 __all__ = ["spgemm"]
@@ -127,6 +127,9 @@ def spgemm(A: DistCSR, B: DistCSR, *, threads: int | None = None) -> DistCSR:
                              f"columns, B {B.shape[0]} rows)")
 
     agree(comm, check)
+    # one B on every rank: another matrix on one rank (a product valid there) would send it down
+    # another plan than the others'
+    same_on_every_rank(comm, "A @ B", shape_of_B=B.shape, row_starts_of_B=B.row_starts, col_starts_of_B=B.col_starts)
     M, N = A.shape[0], B.shape[1]
     b0, b1 = B.row_range
     rt = np.result_type(A.dtype, B.dtype)

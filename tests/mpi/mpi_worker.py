@@ -658,7 +658,9 @@ def arguments_disagree(A, t, s, n):
     r0, r1 = A.row_range
     other = s.copy()
     other[1] += 1
+    C = stmpi.DistCSR.from_global(random_matrix(n, 3, 0.5, 3) if rank == 0 else None, comm=comm)
     cases = {
+        "A @ B of another B": lambda: A @ (C if bad else A),
         "from_local col_starts": lambda: stmpi.DistCSR.from_local(A.local_rows(), comm,
                                                                   col_starts=other if bad else s),
         "from_global row_starts": lambda: stmpi.DistCSR.from_global(t if rank == 0 else None, comm=comm,
