@@ -296,6 +296,16 @@ __global__ void shift_range(I* __restrict__ a, i64 n, i64 by) {
     ST_GRID_LOOP(t, n) { a[t] = (I)((i64)a[t] + by); }
 }
 
+// flags[k] = 1 where lo <= a[k] < hi, else 0 (the entries of one COO coordinate row that narrow keeps).
+// st:kernel index
+template <typename I>
+__global__ void range_flags(const I* __restrict__ a, i64 n, i64 lo, i64 hi, i64* __restrict__ flags) {
+    ST_GRID_LOOP(t, n) {
+        const i64 x = (i64)a[t];
+        flags[t] = x >= lo && x < hi;
+    }
+}
+
 // out[t] = a[t] + size where a[t] < 0, else a[t], as int64: a device index array's negative entries
 // counted from the end (t[index], as NumPy), after its bounds were checked.
 // st:kernel index

@@ -208,6 +208,12 @@ def raise_factor_status(status: int, row: int, what: str, kind: str) -> None:
                      "arrays changed after validation")
 
 
+def by_slots(n_index: int, n_coords: int, size: int) -> bool:
+    """Whether a selection by ``n_index`` positions of ``n_coords`` coordinates along a dim of
+    ``size`` maps slots (:func:`index_slots`) rather than every coordinate of the dim."""
+    return size > 4 * (n_index + n_coords) + (1 << 16)
+
+
 def index_slots(index: np.ndarray, n_coords: int, size: int):
     """How a selection by host ``index`` of ``n_coords`` entries along a dim of ``size`` maps coordinates:
     None where a map over every coordinate is cheap; else ``(u, slots)``, the index's sorted distinct
@@ -215,7 +221,7 @@ def index_slots(index: np.ndarray, n_coords: int, size: int):
     the time and memory where the dim dwarfs the index and the entries (16 GiB for a dim of 2^31):
     value ``u[i]`` is slot 2i + 1 and a coordinate between ``u[i - 1]`` and ``u[i]`` (selected by none)
     slot 2i, so that slots keep the coordinates' order; the map then covers 2 len(u) + 1 slots."""
-    if size <= 4 * (index.size + n_coords) + (1 << 16):
+    if not by_slots(index.size, n_coords, size):
         return None
     if index.size and not (0 <= int(index.min()) and int(index.max()) < size):
         raise ValueError(f"build_map: an index is outside [0, {size})")

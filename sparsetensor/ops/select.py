@@ -157,27 +157,16 @@ def narrow(t, dim: int, start: int, length: int, *, threads: int | None = None):
                          if length >= 0 else f"narrow: length must be >= 0, got {length}")
     shape = t.shape[:d] + (length,) + t.shape[d + 1:]
     kind = _kind(t, d)
+    if kind == "sparse":
+        return _NARROW_SPARSE_BY_LAYOUT[type(t)](t, d, start, length, shape, threads)
     if t.is_cuda:
-        return _narrow_device(t, d, start, length, shape, kind, threads)
+        return _take_device(t, d, np.arange(start, start + length, dtype=np.int64), shape, kind)
     if kind == "dense":
         v = np.ascontiguousarray(_take_axis(t.values(), _values_axis(t, d), slice(start, start + length)))
         return _with_values(t, v, shape)
-    if kind == "batch":
-        key = slice(start, start + length)
-        return _compressed(t, *(_take_axis(a, d, key) for a in (t.compressed_indices(), t.plain_indices(),
-                                                                t.values())), shape)
-    return _NARROW_SPARSE_BY_LAYOUT[type(t)](t, d, start, length, shape, threads)
-
-
-def _narrow_device(t, d: int, start: int, length: int, shape: tuple, kind: str, threads):
-    """narrow of a device tensor: the CPU's results, through take_axis (batch, dense dims) and the
-    COO index_select (a COO sparse dim: the entries in range, in input order, shifted)."""
-    if kind != "sparse":
-        return _take_device(t, d, np.arange(start, start + length, dtype=np.int64), shape, kind)
-    if t.layout is L.sparse_coo:
-        return _INDEX_SELECT_SPARSE_BY_LAYOUT[COOTensor](t, d, np.arange(start, start + length, dtype=np.int64),
-                                                         shape, threads)
-    return _NARROW_SPARSE_BY_LAYOUT[CompressedTensor](t, d, start, length, shape, threads)
+    key = slice(start, start + length)  # a batch dim
+    return _compressed(t, *(_take_axis(a, d, key) for a in (t.compressed_indices(), t.plain_indices(),
+                                                            t.values())), shape)
 
 
 def _take_device(t, d: int, index: np.ndarray, shape: tuple, kind: str):
@@ -197,12 +186,9 @@ def _take_device(t, d: int, index: np.ndarray, shape: tuple, kind: str):
 def _narrow_coo(t: COOTensor, d: int, start: int, length: int, shape: tuple, threads) -> COOTensor:
     """The body of COO: the entries whose coordinate along ``d`` is in range."""
     # entries are kept by coordinate: C4/C5 first (again where the caller may have written them)
-    idx = ensure_valid_export(t, threads=threads).indices()
-    coord = idx[d]
-    keep = (coord >= start) & (coord < start + length)
-    out = np.compress(keep, idx, axis=1)
-    out[d] -= start
-    return COOTensor(out, t.values()[keep], shape, t.is_coalesced())
+    t = ensure_valid_export(t, threads=threads)
+    out, values = backend_for(t).narrow_coo(t.indices(), t.values(), d, start, length, threads=threads)
+    return COOTensor(out, values, shape, t.is_coalesced())
 
 
 def _narrow_compressed(t: CompressedTensor, d: int, start: int, length: int, shape: tuple, threads):

@@ -197,6 +197,33 @@ def test_device_index_arrays(backend, rng):
             call()
 
 
+@pytest.mark.parametrize("layout", ["coo", "csr", "csc"])
+def test_selection_along_a_long_dim(backend, monkeypatch, layout):
+    """A dim of 2**40 (and one just past the slot plan's bound): index_select by a device index
+    array (repeats, unsorted, empty) maps slots of its distinct values, sorted on the device (it
+    raised AttributeError: DeviceArray has no min); narrow and slices of a COO dim keep the entries
+    in range (they built an arange of the dim's length on the host). Work of the entries and the
+    index, nothing but counts read back."""
+    for n in (70_000, 2**40):
+        t = st.sparse_coo_tensor(np.array([[5, 7, n - 1, 7], [0, 2, 1, 0]]), np.arange(1.0, 5.0), (n, 3))
+        dim = 0  # the long dim is a plain dim of csr and csc (their compressed index is of the short one)
+        if layout == "csr":
+            t, dim = t.coalesce().mT.to_sparse(layout), 1
+        elif layout == "csc":  # the csr of its transpose, seen as csc (no conversion of 2**40 rows)
+            t = t.coalesce().mT.to_sparse("csr").mT
+            assert t.layout == st.sparse_csc
+        d = t.cuda()
+        picks = [np.array([n - 1, 5, 7, 5, 6]), np.array([], np.int64), np.array([7])]
+        calls = [lambda i=i: st.index_select(d, dim, DeviceArray.from_host(i)) for i in picks]
+        wants = [st.index_select(t, dim, i) for i in picks]
+        if layout == "coo":
+            calls += [lambda: st.narrow(d, 0, 6, n - 6), lambda: d[6:], lambda: d[:n - 1]]
+            wants += [st.narrow(t, 0, 6, n - 6), t[6:], t[:n - 1]]
+        for got, want in zip(without_host_copies(monkeypatch, 6, calls), wants):
+            assert_same(got, want)
+        monkeypatch.undo()
+
+
 def test_op_bodies_take_device_tensors(backend, rng):
     """vjp's rules call select and nonzero past the op table: their bodies run on the device."""
     from sparsetensor.ops import select

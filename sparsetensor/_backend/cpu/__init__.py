@@ -31,7 +31,7 @@ from ._reduce import batch_offsets as _batch_offsets
 from ._reduce import compressed_sum, group_by, plain_sum, reduce_dims, scatter_reduce, segment_reduce, segment_softmax
 from ._sddmm import sddmm
 from ._select import (cat_compressed, cat_plain, gather_slices, index_select_coo, keep_compressed, keep_coo, kron_coo,
-                      narrow_plain, nonzero_rows, remap_plain, triangle_flags)
+                      narrow_coo, narrow_plain, nonzero_rows, remap_plain, triangle_flags)
 from ._spgemm import spgemm
 from .._views import NO_BATCH, aligned_copy, bits_dtype, work_dtype
 
@@ -41,7 +41,7 @@ __all__ = ["device", "validate", "coalesce", "to_dense", "from_dense", "convert"
            "narrow_plain", "cat_plain", "cat_compressed", "index_select_coo", "compressed_sum", "plain_sum", "segment_reduce",
            "scatter_reduce", "segment_softmax", "group_by", "batch_offsets", "map_values", "sample_dense", "add_to_dense", "elementwise",
            "check_bounds", "index_range", "diagonal", "sum_axis", "flatten_coo", "reshape_coo", "triangle_flags", "nonzero_rows",
-           "keep_coo", "keep_compressed", "kron_coo", "ilu0", "ic0", "trsv"]
+           "keep_coo", "narrow_coo", "keep_compressed", "kron_coo", "ilu0", "ic0", "trsv"]
 
 device = "cpu"
 

@@ -185,6 +185,16 @@ def keep_coo(indices: np.ndarray, values: np.ndarray, flags: np.ndarray, threads
     return np.compress(flags, indices, axis=1), np.compress(flags, values, axis=0)
 
 
+def narrow_coo(indices: np.ndarray, values: np.ndarray, d: int, start: int, length: int, threads=None) -> tuple:
+    """``(indices, values)`` of the COO entries whose coordinate along ``d`` is in
+    ``[start, start + length)``, in input order, that coordinate shifted to start at 0."""
+    coord = indices[d]
+    keep = (coord >= start) & (coord < start + length)
+    out = np.compress(keep, indices, axis=1)
+    out[d] -= start
+    return out, values[keep]
+
+
 def kron_coo(ia: np.ndarray, va: np.ndarray, ib: np.ndarray, vb: np.ndarray, bshape: tuple, index_dtype,
              both_sorted: bool = False, threads=None) -> tuple:
     """The COO entries of the Kronecker product of entries ``(ia, va)`` and ``(ib, vb)`` (one value

@@ -23,7 +23,7 @@ __all__ = ["device", "validate", "coalesce", "to_dense", "from_dense", "convert"
            "narrow_plain", "cat_plain", "cat_compressed", "index_select_coo", "compressed_sum", "plain_sum", "segment_reduce",
            "scatter_reduce", "segment_softmax", "group_by", "batch_offsets", "map_values", "sample_dense", "add_to_dense", "elementwise", "check_bounds",
            "index_range", "diagonal", "sum_axis", "flatten_coo", "reshape_coo", "triangle_flags",
-           "nonzero_rows", "keep_coo", "keep_compressed", "kron_coo", "ilu0", "ic0", "trsv"]
+           "nonzero_rows", "keep_coo", "narrow_coo", "keep_compressed", "kron_coo", "ilu0", "ic0", "trsv"]
 
 device = "cuda"
 
@@ -262,6 +262,11 @@ def triangle_flags(indices, r: int, c: int, k: int, upper: bool, scale=(1, 1), t
 def nonzero_rows(values, threads=None):
     """Flags of the rows of device ``values`` holding a nonzero item (eliminate_zeros)."""
     return _select.nonzero_rows(values)
+
+
+def narrow_coo(indices, values, d: int, start: int, length: int, threads=None):
+    """``(indices, values)`` of the device COO entries in ``[start, start + length)`` along ``d``, shifted."""
+    return _select.narrow_coo(indices, values, d, start, length)
 
 
 def keep_coo(indices, values, flags, threads=None):

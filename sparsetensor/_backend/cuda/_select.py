@@ -23,8 +23,9 @@ import numpy as np
 
 from ..._core._canonical import same_nnz
 from ..._core._dtypes import check_fits
-from .._plan import index_slots
+from .._plan import by_slots, index_slots
 from ...cuda import _primitives as P
+from ._coalesce import _runs, _starts
 from ._sample import elementwise
 
 __all__ = ["gather_slices", "remap_plain", "narrow_plain", "cat_plain", "cat_compressed", "nonzero",
@@ -123,17 +124,40 @@ def _selection_map(dev, index: np.ndarray, coords, size: int):
     along a dim of ``size``: :func:`_index_map` over every coordinate, or over the slots of
     :func:`~sparsetensor._backend._plan.index_slots` with ``coords`` replaced by theirs (the
     ``index_slots`` kernel)."""
-    plan = index_slots(index, coords.size, size)
-    if plan is None:
-        return (*_index_map(dev, index, size), coords)
-    u, of_index = plan
+    if isinstance(index, np.ndarray):
+        plan = index_slots(index, coords.size, size)
+        if plan is None:
+            return (*_index_map(dev, index, size), coords)
+        u, of_index = plan
+        u = P.from_host(dev, u)
+    else:  # an index on the device: its distinct values sorted there, its slots by the same kernel
+        if not by_slots(index.shape[0], coords.size, size):
+            return (*_index_map(dev, index, size), coords)
+        u = _distinct(dev, index, size)
+        of_index = _slots(dev, index, u)
     first, targets = _index_map(dev, of_index, 2 * u.size + 1)
-    slots = P.empty(dev, coords.shape, coords.dtype)
+    return first, targets, _slots(dev, coords, u)
+
+
+def _slots(dev, coords, u):
+    """The slot of each of device ``coords`` among the sorted distinct int64 values ``u`` (kernel
+    ``index_slots``: ``u[i]`` is slot 2i + 1, a coordinate between ``u[i - 1]`` and ``u[i]`` 2i)."""
     n = coords.size
+    slots = P.empty(dev, coords.shape, coords.dtype)
     if n:
-        P.run(dev, "select.cu", "index_slots", (P.index_key(coords.dtype),), n, coords, n, P.from_host(dev, u), u.size,
-              slots)
-    return first, targets, slots
+        P.run(dev, "select.cu", "index_slots", (P.index_key(coords.dtype),), n, coords, n, u, u.size, slots)
+    return slots
+
+
+def _distinct(dev, index, size: int):
+    """The sorted distinct values of int64 device ``index`` (in ``[0, size)``): a radix sort and
+    its runs (one count read)."""
+    K = index.shape[0]
+    if not K:
+        return P.empty(dev, (0,), np.int64)
+    keys, _ = P.radix_sort(dev, index.view(np.uint64), max(size - 1, 0).bit_length())
+    scan, nout = _runs(dev, keys, K)
+    return P.gather_rows(dev, keys, _starts(dev, scan, K, nout), nout).view(np.int64)
 
 
 def remap_plain(parts, index: np.ndarray, nondecreasing: bool, what: str):
@@ -450,6 +474,22 @@ def keep_coo(indices, values, flags):
     item = 16 if W % 16 == 0 else 8 if W % 8 == 0 else 4 if W % 4 == 0 else 2 if W % 2 == 0 else 1
     P.run(dev, "select.cu", "coo_copy_rows", (P.index_key(indices.dtype),), S * N, eoff, Nin, indices, S, -1, N, out_i)
     P.run(dev, "select.cu", "keep_rows", (P.raw_key(item),), N * (W // item), eoff, Nin, values, W // item, N, out_v)
+    return out_i, out_v
+
+
+def narrow_coo(indices, values, d: int, start: int, length: int):
+    """``(indices, values)`` of the device COO entries whose coordinate along ``d`` is in
+    ``[start, start + length)``, in input order, that coordinate shifted to start at 0 (work of the
+    entries, however long the dim)."""
+    dev = indices._device
+    N = indices.shape[1]
+    flags = P.empty(dev, (N,), np.int64)
+    ik = (P.index_key(indices.dtype),)
+    P.run(dev, "select.cu", "range_flags", ik, N, indices[d], N, start, start + length, flags)
+    out_i, out_v = keep_coo(indices, values, flags)
+    n = out_i.shape[1]
+    if n and start:
+        P.run(dev, "select.cu", "shift_range", ik, n, out_i[d], n, -start)
     return out_i, out_v
 
 
