@@ -76,6 +76,20 @@ def test_complex_division_by_scalar_and_mean(backend, dtype):
         same(d / D(x), want)
 
 
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.complex64])
+def test_uncoalesced_coo_sums_each_operand_first(backend, dtype):
+    """a + alpha b of COO operands with repeated entries: each operand's duplicates are summed first,
+    in its own dtype, then b is scaled (the CPU's order). Adding them all at once, the device gave
+    NaN for 2 (big - big) and a rounding residue for x - x."""
+    big = 60000.0 if dtype == np.float16 else 3e38
+    x = st.sparse_coo_tensor(np.array([[0, 0, 1, 1, 2]]), np.array([big, -big, 1.844, -0.355, 0.1], dtype), (3,))
+    d = x.cuda()
+    same(st.add(d, d, alpha=2), st.add(x, x, alpha=2))
+    same(d - d, x - x)
+    same(d.clone().sub_(d), x.clone().sub_(x))
+    np.testing.assert_array_equal((x - x).to_dense(), np.zeros(3, dtype))
+
+
 def test_sampled_addmm_beta_zero_keeps_nan(backend):
     A = st.from_dense(np.array([[np.nan, 1.0], [0, np.inf]]), "csr")
     m1, m2 = np.ones((2, 1)), np.ones((1, 2))

@@ -137,10 +137,9 @@ def _concat_indices(dev, ia, ib):
 
 
 def _coo_add(a, b, alpha):
-
-    for x in (a, b):  # a coalesced flag given unchecked is checked (C6), as the CPU's merge trusts it
-        if x.is_coalesced():
-            x.coalesce()
+    # each operand's duplicates summed first, in its own dtype, before alpha scales b (the CPU's
+    # order: x - x of repeated entries is exactly 0); a coalesced flag given unchecked is checked (C6)
+    a, b = a.coalesce(), b.coalesce()
     dev = a.values()._device
     vb = b.values() if complex(alpha) == 1 else mul_scalar(b, alpha).values()
     idx = _concat_indices(dev, a.indices(), b.indices())
