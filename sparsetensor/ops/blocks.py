@@ -167,8 +167,10 @@ def kron(a, b):
     if math.prod(shape) > np.iinfo(np.int64).max:
         raise ValueError(f"kron: the result's shape {shape} has more elements than an int64 counts")
     coalesced = a.is_coalesced() and b.is_coalesced()
-    idx, values, ordered = backend_for(a).kron_coo(a.indices(), a.astype(dtype).values(), b.indices(),
-                                                   b.astype(dtype).values(), b.shape, index_dtype, coalesced)
+    # an operand of the result dtype keeps its entries (astype to bool merges the duplicates of an
+    # uncoalesced one: its values would no longer match these indices)
+    va, vb = (x.values() if x.dtype == dtype else x.astype(dtype).values() for x in (a, b))
+    idx, values, ordered = backend_for(a).kron_coo(a.indices(), va, b.indices(), vb, b.shape, index_dtype, coalesced)
     out = COOTensor(idx, values, shape, coalesced and ordered, True)
     if coalesced and not ordered:
         out = out.coalesce()  # distinct pairs: a sort

@@ -155,6 +155,20 @@ def test_fuzz_findings():
         np.testing.assert_allclose(pb(1.0)[0].values(), _fd(f, blk), atol=1e-6)
 
 
+@pytest.mark.parametrize("dtypes", [(np.bool_, np.bool_), (np.int8, np.int8), (np.bool_, np.int8),
+                                    (np.int16, np.float32), (np.float32, np.float32)])
+def test_kron_of_repeated_entries(dtypes):
+    """kron of uncoalesced COO operands (repeated coordinates) equals kron of their dense forms, in
+    every dtype: duplicates are summed in their own dtype (bool: or; int8 wraps). A bool operand's
+    values once came merged (astype) while its indices did not: a tensor of 9 indices and 6 values."""
+    idx = np.array([[0, 1, 0, 1], [1, 0, 1, 1]])
+    ta, tb = (st.sparse_coo_tensor(idx, np.array([1, 100, 1, 100]).astype(dt), (2, 2)) for dt in dtypes)
+    for a, b in ((ta, tb), (tb, ta), (ta, ta)):
+        k = st.kron(a, b)
+        assert k.indices().shape[1] == k.values().shape[0]
+        np.testing.assert_array_equal(k.to_dense(), np.kron(a.to_dense(), b.to_dense()))
+
+
 @pytest.mark.parametrize("dtype", [np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.float16,
                                    np.float32, np.float64, np.complex64, np.complex128])
 def test_kron_sorted_in_every_dtype(rng, dtype):
