@@ -718,3 +718,18 @@ def test_matmul_passes_threads_to_spgemm(monkeypatch):
         seen.clear()
         np.testing.assert_array_equal(call().to_dense(), a.to_dense() @ a.to_dense())
         assert seen and set(seen) == {1}
+
+
+@pytest.mark.parametrize("layout,blocks", [("csr", (1, 1)), ("csc", (1, 1)), ("bsr", (2, 2)), ("bsc", (1, 2))])
+def test_spgemm_of_zero_batches(layout, blocks):
+    """A batch dim of size 0 whose members still say nnz 16 per batch (arrays of shape (0, 16)): an
+    empty batch of products, of the operands' shapes (the fused kernel's values reshape once
+    raised 'cannot reshape array of size 0')."""
+    r, c = blocks
+    n_comp = (4 // r if layout in ("csr", "bsr") else 6 // c) + 1
+    t = st.sparse_compressed_tensor(np.zeros((0, n_comp), np.int64), np.zeros((0, 16), np.int64),
+                                    np.zeros((0, 16) + ((r, c) if layout[0] == "b" else ()), np.float32), (0, 4, 6),
+                                    layout=layout)
+    for got, shape in ((t @ t.mT, (0, 4, 4)), (st.spgemm(t.mT, t), (0, 6, 6))):
+        assert got.shape == shape and got.nnz == 0 and got.dtype == np.float32
+        assert got.to_dense().shape == shape

@@ -109,7 +109,8 @@ def _spgemm_fused(ac, ap, av, bc, bp, bv, prefix, maxub, room, shape, batch, lay
     counts = empty(B * n, dtype=np.int64)
     op = empty(room, dtype=idx_dt)
     ov = empty(room, dtype=kdt)
-    total = _kernels.spgemm_fused(ac, ap, av.reshape(B, -1), bc, bp, bv.reshape(B, -1), ncols, prefix, maxub, counts,
+    av, bv = (x.reshape(B, math.prod(x.shape[1:])) for x in (av, bv))  # not -1: B may be 0
+    total = _kernels.spgemm_fused(ac, ap, av, bc, bp, bv, ncols, prefix, maxub, counts,
                                   op, ov, logical, num_threads(threads, room * 4))
     nnz, oc = output_rows(counts.reshape(B, n), layout, idx_dt, f"spgemm of batched {layout.name} tensors",
                            nrows=shape[m], ncols=shape[m + 1])
