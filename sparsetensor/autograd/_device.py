@@ -228,7 +228,8 @@ def dense_matmul_back(X, b: SparseTensor, G, need=(True, True)):
         x = _array(x)
         return x if x.ndim == 1 else x.swapaxes(-1, -2)
 
-    gbt, gxt = matmul_back(b.mT, t(X), t(G), need[::-1])
+    # a vector X: X @ b = b^T @ X is batch + (K,), a vector per batch, not a matrix to transpose
+    gbt, gxt = matmul_back(b.mT, t(X), _array(G) if _array(X).ndim == 1 else t(G), need[::-1])
     gb = gbt.swapaxes(-1, -2) if gbt is not None and b.layout.blocked else gbt
     return (t(gxt) if gxt is not None else None), gb
 

@@ -47,13 +47,16 @@ def test_matmul(backend, rng, no_host_copies, case, index_dtype, dtype):
 @pytest.mark.parametrize("dtype", FLOAT, ids=str)
 @pytest.mark.parametrize("case", PRODUCT_CASES, ids=PRODUCT_IDS)
 def test_dense_matmul_sparse(backend, rng, no_host_copies, case, dtype):
-    """X @ A: the cotangents of A^T @ X^T, transposed back (A's blocks too)."""
+    """X @ A: the cotangents of A^T @ X^T, transposed back (A's blocks too); a vector X with a
+    batched A (batch size K or not: a square batch once gave wrong cotangents, else raised)."""
     A = make(rng, case, dtype, np.int64)
     batch, M = A.shape[:-2], A.shape[-2]
     check(rng, no_host_copies, st.matmul, rand(rng, (3, M), dtype), A)
     check(rng, no_host_copies, st.matmul, rand(rng, batch + (2, M), dtype), A)
-    if not batch:
-        check(rng, no_host_copies, st.matmul, rand(rng, (M,), dtype), A)  # a vector
+    # a vector: X @ A is a vector per batch (its cotangent was once transposed as a matrix)
+    check(rng, no_host_copies, st.matmul, rand(rng, (M,), dtype), A)
+    if batch:  # the same as a COO of three sparse dims
+        check(rng, no_host_copies, st.matmul, rand(rng, (M,), dtype), A.to_sparse("coo"))
     if case[0] in ("csr", "csc"):
         C = A.astype(np.complex128)._replace_values(A.values() * (1 + 0.5j))
         check(rng, no_host_copies, st.matmul, rand(rng, (3, M), np.complex128), C)
