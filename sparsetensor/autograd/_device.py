@@ -563,6 +563,7 @@ def index_select_back(t: SparseTensor, G: SparseTensor, d: int, index):
     K = front.shape[0]
     idx = index if is_device_array(index) else DeviceArray.from_host(np.asarray(index, np.int64).reshape(-1),
                                                                      front._device)
-    sums = COOTensor(_array(idx).astype(np.int64, copy=False).reshape(1, K), front.reshape(K, -1),
-                     (t.shape[d], math.prod(front.shape[1:])), False, True).to_dense()
+    W = math.prod(front.shape[1:])  # not -1: the index may be empty
+    sums = COOTensor(_array(idx).astype(np.int64, copy=False).reshape(1, K), front.reshape(K, W),
+                     (t.shape[d], W), False, True).to_dense()
     return sums.reshape((t.shape[d],) + front.shape[1:]).swapaxes(0, ax)

@@ -618,6 +618,8 @@ def test_index_select(backend, rng, no_host_copies, case):
         idx = [2, 0, 2, 3, 2, 0]  # a host index (a list: check() moves arrays to the device)
         _forward_on_device("index_select", A, d, idx)
         check(rng, no_host_copies, "index_select", A, d, idx)
+    for d in (m, m + 1) + ((A.ndim - 1,) if A.dense_dim else ()):  # an empty index (a dense dim's raised)
+        check(rng, no_host_copies, "index_select", A, d, [])
 
 
 # dense dims and blocked tensors: the cotangent is put back into the input's shape by sparse device ops
