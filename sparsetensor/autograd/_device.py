@@ -393,11 +393,17 @@ def _softmax_back_by_sums(c: SparseTensor, out: SparseTensor, g, d: int, log: bo
     def mul(a, b):
         return backend_for(c).elementwise(a, b, "mul")
 
+    if isinstance(c, CompressedTensor) and d < c.batch_dim and c.layout.blocked:
+        # the sums' pattern below is a coo one (the lookup reads a cotangent of c's layout only): on the
+        # blocks' elements, regrouped after (the elements of c's blocks, its pattern again)
+        flat = "csr" if c.layout.compressed_rows else "csc"
+        cu = c.to_sparse(flat)
+        r = _softmax_back_by_sums(cu, out.to_sparse(flat), out._replace_values(g).to_sparse(flat).values(), d, log)
+        return cu._replace_values(r).to_sparse(c.layout, blocksize=c.blocksize).values()
     y = out.values()
     w = out._replace_values(g if log else mul(g, y))
-    if isinstance(c, CompressedTensor) and d < c.batch_dim and not c.layout.blocked:
-        # a batch dim's sums: their pattern (the batches' union) may differ in nnz by batch (blocked: still
-        # refused then, the lookup reads a cotangent of c's layout only)
+    if isinstance(c, CompressedTensor) and d < c.batch_dim:
+        # a batch dim's sums: their pattern (the batches' union) may differ in nnz by batch
         w = w.to_sparse("coo")
     s = broadcast_back(c, reduce.sum(w, d, True), (d,))
     if log:  # exp(y): the softmax itself

@@ -249,6 +249,16 @@ def test_softmax_along_a_batch_dim_whose_union_differs_in_nnz(backend, rng, no_h
     A = st.sparse_csr_tensor(crow, col, np.array([[[1.0], [2.0]], [[3.0], [4.0]]]), size=(2, 2, 2, 2))
     for name in ("softmax", "log_softmax"):
         check(rng, no_host_copies, getattr(st, name), A, 0)
+    # blocked: the sums of the blocks' elements (it raised "coo -> bsr: every batch must have the same nnz")
+    D = np.zeros((2, 2, 2, 4))
+    D[0, 0, :, :2] = [[1.0, 2.0], [0.0, 3.0]]
+    D[0, 1, :, :2] = [[4.0, 5.0], [6.0, 7.0]]
+    D[1, 0, :, :2] = [[-1.0, 0.5], [2.0, 1.0]]
+    D[1, 1, :, 2:] = [[1.5, -2.0], [0.25, 3.0]]
+    for layout in ("bsr", "bsc"):
+        B = st.from_dense(D, layout, blocksize=(2, 2), batch_dim=2)
+        for name in ("softmax", "log_softmax"):
+            check(rng, no_host_copies, getattr(st, name), B, 1)
 
 
 def test_unary_complex_not_holomorphic(backend, rng, no_host_copies):
