@@ -146,7 +146,8 @@ class _Rows:
     def __init__(self, a: np.ndarray, nrows: int):
         self.a = a
         self.c = np.ascontiguousarray(a)
-        self.rows = self.c.reshape(nrows, self.c.size // nrows if nrows else 0)
+        # the row width from the shape: a parameter of no rows still has rows of E items
+        self.rows = self.c.reshape(nrows, self.c.size // nrows if nrows else math.prod(self.c.shape[1:]))
 
     def done(self) -> None:
         if self.c is not self.a:

@@ -395,3 +395,16 @@ def test_state_dict_of_torch_optim():
     grad = st.sparse_coo_tensor(np.array([[1, 3]]), np.array([[2.0] * 3, [1.0] * 3]), (6, 3))
     opt.step([grad])
     np.testing.assert_allclose(mine, Wt.detach().numpy(), rtol=1e-12)
+
+
+@pytest.mark.parametrize("name,kw", [("SGD", {"lr": 0.1}), ("SGD", {"lr": 0.1, "momentum": 0.9}),
+                                     ("Adagrad", {"lr": 0.1}), ("SparseAdam", {"lr": 0.1})])
+def test_parameter_of_no_rows(name, kw):
+    """A (0, E) parameter with an empty gradient: a step changes nothing (SGD and Adagrad once took
+    its rows as 0 items wide and refused the gradient's E)."""
+    W = np.zeros((0, 3))
+    g = st.sparse_coo_tensor(np.zeros((1, 0), np.int64), np.zeros((0, 3)), size=(0, 3))
+    opt = getattr(st.optim, name)([W], **kw)
+    for _ in range(2):
+        opt.step([g])
+    assert W.shape == (0, 3)
