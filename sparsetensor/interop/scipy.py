@@ -56,6 +56,16 @@ def _stacked_coords(coords: tuple) -> np.ndarray:
     return out
 
 
+def _integer_indices(fmt: str, **arrays) -> None:
+    """TypeError for index arrays that are not integers (SciPy only warns, and a cast would
+    truncate 1.9 to 1); ValueError for unsigned ones past int64 (a cast would wrap them)."""
+    for name, a in arrays.items():
+        if a.dtype.kind not in "iu":
+            raise TypeError(f"from_scipy: the {fmt} array's {name} has dtype {a.dtype}, not integers")
+        if a.dtype == np.uint64 and a.size and int(a.max()) > np.iinfo(np.int64).max:
+            raise ValueError(f"from_scipy: the {fmt} array's {name} holds {int(a.max())}, beyond int64")
+
+
 def from_scipy(m, *, check_invariants: bool = True):
     """A tensor from a SciPy sparse array or matrix, sharing its arrays when it can.
 
@@ -87,6 +97,7 @@ def from_scipy(m, *, check_invariants: bool = True):
         m, fmt = m.tocsr(), "csr"
     _check_value_dtype(m.dtype)
     if fmt == "coo":
+        _integer_indices(fmt, **{f"coords[{d}]": c for d, c in enumerate(m.coords)})
         indices = _stacked_coords(tuple(m.coords))
         canonical = bool(m.has_canonical_format)
         try:
@@ -98,6 +109,7 @@ def from_scipy(m, *, check_invariants: bool = True):
             return sparse_coo_tensor(indices, m.data, m.shape, is_coalesced=False)
     layout = _COMPRESSED_FORMATS[fmt]
     indptr, indices = m.indptr, m.indices
+    _integer_indices(fmt, indptr=indptr, indices=indices)
     if indptr.dtype != indices.dtype or indptr.dtype not in INDEX_DTYPES:
         dt = np.int64 if np.int64 in (indptr.dtype, indices.dtype) else np.int32
         indptr, indices = indptr.astype(dt, copy=False), indices.astype(dt, copy=False)

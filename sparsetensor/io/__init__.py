@@ -87,6 +87,7 @@ METADATA = "metadata.json"
 
 _MEMBERS = {"strided": ("dense",), "coo": ("indices", "values")}
 _COMPRESSED_MEMBERS = ("compressed_indices", "plain_indices", "values")
+_SCIPY_INDEX_MEMBERS = frozenset({"indices", "indptr", "row", "col", "coords", "offsets"})
 _SCIPY_MEMBERS = frozenset({"format", "shape", "data", "indices", "indptr", "row", "col", "coords", "offsets",
                             "blocksize", "_is_array"})
 _VALUE_DTYPES = {d.name: d for d in VALUE_DTYPES}
@@ -422,7 +423,10 @@ def _load_ours(zf: zipfile.ZipFile, path: str, mmap_mode, file_size: int):
 
 def _load_scipy(zf: zipfile.ZipFile, path: str, file_size: int):
     for info in zf.infolist():
-        _member_header(zf, info, f"{path}: member {info.filename}", file_size)
+        dtype = _member_header(zf, info, f"{path}: member {info.filename}", file_size)[2]
+        # SciPy's load_npz casts float indices to integers itself (1.9 -> 1): refused here, as from_scipy does
+        if info.filename[:-4] in _SCIPY_INDEX_MEMBERS and dtype.kind not in "iu":
+            raise TypeError(f"{path}: member {info.filename} has dtype {dtype}, not integers")
     import scipy.sparse as sp
 
     from ..interop.scipy import from_scipy

@@ -226,3 +226,27 @@ def test_constructors_take_byte_swapped_members(order):
 def test_a_0d_tensor_to_scipy_is_a_clear_error():
     with pytest.raises(ValueError, match="0-d"):
         st.to_scipy(st.from_dense(np.array(2.0), "coo"))
+
+
+@pytest.mark.parametrize("fmt", ["csr", "csc", "coo"])
+def test_from_scipy_refuses_indices_that_are_not_integers(fmt, tmp_path):
+    """Float index arrays (SciPy only warns) raise TypeError instead of being truncated (1.9 -> 1);
+    uint64 ones past int64 a ValueError naming the value (a cast wrapped it to -1). The same
+    through st.load of SciPy's npz."""
+    import scipy.sparse as sp
+
+    m = getattr(sp, f"{fmt}_array")(np.array([[0.0, 1.0, 0.0], [2.0, 0.0, 3.0]]))
+    if fmt == "coo":
+        m.coords = (m.coords[0].astype(np.float64) + 0.5, m.coords[1])
+    else:
+        m.indices = m.indices.astype(np.float64) + 0.5
+    with pytest.raises(TypeError, match="not integers"):
+        st.from_scipy(m)
+    if fmt != "coo":
+        sp.save_npz(tmp_path / "m.npz", m, compressed=False)
+        with pytest.raises(TypeError, match="not integers"):
+            st.load(tmp_path / "m.npz")
+        m.indices = np.array([0, 2, np.iinfo(np.uint64).max], np.uint64)
+        m.indptr = m.indptr.astype(np.uint64)
+        with pytest.raises(ValueError, match="18446744073709551615"):
+            st.from_scipy(m)
