@@ -432,9 +432,11 @@ class DistCSR:
                 bad, kind = f"{op}: rank {self._comm.rank}: {e}", type(e)
         if isinstance(x, DistCSR):
             if not matrix_ok:
+                kind = ValueError
                 bad = f"{op}: rank {self._comm.rank} got a DistCSR; multiply two distributed matrices with A @ B"
             ncol, num = -2, x.dtype.num
         elif isinstance(x, SparseTensor):
+            kind = ValueError
             bad = (f"{op}: rank {self._comm.rank} got a local {x.layout.name} tensor of shape {tuple(x.shape)}; "
                    f"A @ B needs B distributed (DistCSR.from_local, DistCSR.from_global or assemble), A @ x "
                    f"this rank's slice of a NumPy vector or block")
