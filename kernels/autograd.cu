@@ -55,6 +55,7 @@
 #define C_LOG1P 13     // 1 / (1 + x)
 #define C_FLAT 14      // 0: round
 #define C_POW 15       // c x^(c - 1)
+#define C_FINITE 16    // nan_to_num: 1 where both parts are finite, else 0 (the host's isfinite)
 
 namespace st {
 
@@ -326,6 +327,7 @@ __device__ cdouble complex_derivative(cdouble x, cdouble y, int op, double c) {
             const cdouble p = complex_pow(x, c - 1.0);
             return {c * p.re, c * p.im};
         }
+        case C_FINITE: return {isfinite(a) && isfinite(b) ? 1.0 : 0.0, 0.0};
         default: return {0.0, 0.0};  // C_FLAT
     }
 }

@@ -65,6 +65,17 @@ __global__ void arange_i64(i64 n, i64 start, i64 step, i64* __restrict__ out) {
     ST_GRID_LOOP(j, n) { out[j] = start + j * step; }
 }
 
+// The coordinates of every element of a C-order array of ndim dims: out[k * n + j] = (j / strides[k]) %
+// shape[k] for element j < n (the indices of a COO tensor storing every element).
+// st:kernel
+__global__ void grid_coords(i64 n, i64 ndim, const i64* __restrict__ shape, const i64* __restrict__ strides,
+                            i64* __restrict__ out) {
+    ST_GRID_LOOP(t, n * ndim) {
+        const i64 k = t / n, j = t - k * n;
+        out[t] = (j / strides[k]) % shape[k];
+    }
+}
+
 // out[j] = in[j * step] for j < count.
 // st:kernel
 __global__ void take_strided(const i64* __restrict__ in, i64 step, i64 count, i64* __restrict__ out) {

@@ -30,13 +30,15 @@ __all__: list = []
 
 
 def _operand(x):
-    """``x`` as the rule computes with it: a sparse tensor as it is, a host array as the COO tensor of
-    every element (C order, zeros stored); a device array raises."""
+    """``x`` as the rule computes with it: a sparse tensor as it is, an array (host or device) as the
+    COO tensor of every element (C order, zeros stored), on the array's device."""
     if isinstance(x, SparseTensor):
         return x
     if _device.on_device(x):
-        raise NotImplementedError(f"vjp of kron of an array on {x.device}: its derivative has no GPU path for an "
-                                  "array operand; pass the operand as a sparse tensor (st.from_dense)")
+        from ..cuda import _primitives as P
+
+        x = _device._array(x)
+        return COOTensor(P.grid_coords(x._device, x.shape), x.reshape(x.size), tuple(x.shape), True, True)
     a = np.asarray(x)
     return COOTensor(np.indices(a.shape).reshape(a.ndim, a.size), a.reshape(-1), a.shape, True, True)
 
@@ -79,7 +81,8 @@ def _kron(a, b):
 
     def back(G):
         if sa.is_cuda:
-            return _device_back(G, out, sa, sb)
+            return tuple(gx if isinstance(x, SparseTensor) else gx.reshape(tuple(x.shape))
+                         for gx, x in zip(_device_back(G, out, sa, sb), (a, b)))
         if _by_pair(G, out, sa, sb):
             # each pair of an uncoalesced operand owns its element: the pairs in out's own order
             g = G.values()

@@ -7,6 +7,7 @@ op learns a host value: an nnz, an error key).
 from __future__ import annotations
 
 import ctypes
+import math
 import weakref
 
 import numpy as np
@@ -174,6 +175,17 @@ def arange(dev: Device, n: int, start: int = 0, step: int = 1) -> DeviceArray:
     """int64 ``start, start + step, ...`` (``n`` entries) made on the device (``step=0``: a fill)."""
     out = empty(dev, (n,), np.int64)
     run(dev, "scan.cu", "arange_i64", (), n, n, start, step, out)
+    return out
+
+
+def grid_coords(dev: Device, shape: tuple) -> DeviceArray:
+    """int64 ``(ndim, size)``: the coordinates of every element of a C-order array of ``shape``
+    (NumPy's ``np.indices(shape).reshape(ndim, -1)``), made on the device."""
+    shape = tuple(int(s) for s in shape)
+    n = math.prod(shape)
+    strides = [math.prod(shape[k + 1:]) for k in range(len(shape))]
+    out = empty(dev, (len(shape), n), np.int64)
+    run(dev, "scan.cu", "grid_coords", (), n * len(shape), n, len(shape), ints(dev, shape), ints(dev, strides), out)
     return out
 
 

@@ -203,7 +203,7 @@ def test_unary(backend, rng, no_host_copies, layout, dtype):
 
 
 COMPLEX_UNARY = ["neg", "square", "conj", "abs", "sqrt", "sin", "sinh", "tan", "tanh", "asin", "asinh", "atan", "atanh",
-                 "expm1", "log1p", "round"]
+                 "expm1", "log1p", "round", "nan_to_num"]
 
 
 @pytest.mark.parametrize("dtype", [np.dtype(np.complex64), np.dtype(np.complex128)], ids=str)
@@ -217,6 +217,15 @@ def test_unary_complex(backend, rng, no_host_copies, layout, dtype):
         check(rng, no_host_copies, getattr(st, name), small)
     for e in (2, 3, 2.5, 0.5):
         check(rng, no_host_copies, st.pow, small, e)
+
+
+def test_nan_to_num_of_complex_values(backend, rng, no_host_copies):
+    """An element with a non-finite part gets no cotangent, the others all of it (the host's rule)."""
+    A = make(rng, ("coo", (), (), None), np.complex128, nnz=6)
+    v = A.values().copy()
+    v[:4] = [complex(np.nan, 1.0), complex(2.0, np.inf), complex(-np.inf, np.nan), 0.5 - 0.25j]
+    for dtype in (np.complex64, np.complex128):
+        check(rng, no_host_copies, st.nan_to_num, A._replace_values(v.astype(dtype)))
 
 
 def test_unary_uncoalesced_coo(backend, rng, no_host_copies):
@@ -767,6 +776,12 @@ def test_kron(backend, rng, no_host_copies, layout):
     check(rng, no_host_copies, st.kron, B.astype(np.float32), U)
     C = make(rng, ("csr", (), (), None), np.complex128, np.int64, nnz=4)
     check(rng, no_host_copies, st.kron, C, A if layout != "bsr" else B)
+    # a dense array operand (every element, zeros too, enters the pairs), on either side
+    D = rand(rng, (2, 3), np.float64)
+    D[0, 1] = 0.0
+    check(rng, no_host_copies, st.kron, A, D)
+    check(rng, no_host_copies, st.kron, D.astype(np.float32), B)
+    check(rng, no_host_copies, st.kron, rand(rng, (3,), np.float64), U)
 
 
 def test_device_array_sums_and_differences(backend, rng):
