@@ -56,6 +56,7 @@
 #define C_FLAT 14      // 0: round
 #define C_POW 15       // c x^(c - 1)
 #define C_FINITE 16    // nan_to_num: 1 where both parts are finite, else 0 (the host's isfinite)
+#define C_ERF 17       // 2 / sqrt(pi) exp(-x^2)
 
 namespace st {
 
@@ -328,6 +329,10 @@ __device__ cdouble complex_derivative(cdouble x, cdouble y, int op, double c) {
             return {c * p.re, c * p.im};
         }
         case C_FINITE: return {isfinite(a) && isfinite(b) ? 1.0 : 0.0, 0.0};
+        case C_ERF: {
+            const cdouble e = c_exp({-xx.re, -xx.im});
+            return {1.1283791670955126 * e.re, 1.1283791670955126 * e.im};
+        }
         default: return {0.0, 0.0};  // C_FLAT
     }
 }

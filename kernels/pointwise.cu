@@ -126,6 +126,7 @@ __device__ cdouble complex_unary(cdouble z, int op) {
             return {expm1(a) * cos(b) - 2.0 * h * h, exp(a) * sin(b)};
         }
         case OP_RINT: return {rint(a), rint(b)};
+        case OP_ERF: return c_erf(a, b);
         case OP_SIGN: {  // sgn: z / |z|, 0 at 0; NumPy's limits where |z| is infinite
             const double m = hypot(a, b);
             if (m != m) return {m, m};

@@ -203,7 +203,7 @@ def test_unary(backend, rng, no_host_copies, layout, dtype):
 
 
 COMPLEX_UNARY = ["neg", "square", "conj", "abs", "sqrt", "sin", "sinh", "tan", "tanh", "asin", "asinh", "atan", "atanh",
-                 "expm1", "log1p", "round", "nan_to_num"]
+                 "expm1", "log1p", "round", "nan_to_num", "erf"]
 
 
 @pytest.mark.parametrize("dtype", [np.dtype(np.complex64), np.dtype(np.complex128)], ids=str)

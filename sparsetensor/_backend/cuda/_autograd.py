@@ -46,7 +46,7 @@ _D_POW = 15
 # the C_* ops of unary_grad_complex
 _COMPLEX = {"neg": 0, "negative": 0, "square": 1, "conj": 2, "sqrt": 3, "sin": 4, "sinh": 5, "tan": 6, "tanh": 7,
             "asin": 8, "arcsin": 8, "asinh": 9, "arcsinh": 9, "atan": 10, "arctan": 10, "atanh": 11, "arctanh": 11,
-            "expm1": 12, "log1p": 13, "round": 14, "rint": 14, "pow": 15, "nan_to_num": 16}
+            "expm1": 12, "log1p": 13, "round": 14, "rint": 14, "pow": 15, "nan_to_num": 16, "erf": 17}
 
 
 def _dev(x):

@@ -39,7 +39,7 @@ PREDICATES = {"isnan": 0, "isinf": 1, "isposinf": 2, "isneginf": 3, "signbit": 4
 COMPARISONS = {"lt": 0, "le": 1, "gt": 2, "ge": 3}
 _COMPLEX_OK = {"neg", "negative", "square", "conj", "abs", "absolute", "sqrt", "sin", "sinh", "tan", "tanh", "asin",
                "asinh", "atan", "atanh", "expm1", "log1p", "round", "rint", "sgn", "arcsin", "arctan", "arcsinh",
-               "arctanh"}
+               "arctanh", "erf"}
 _REAL_ONLY = {"deg2rad", "rad2deg"}  # NumPy has no complex loop for these: a TypeError, as on the CPU
 _SCALAR = {"mul": 0, "div": 1, "pow": 2}
 # the functions whose results of integer values are integers (unary_int of pointwise.cu)
