@@ -335,12 +335,32 @@ __global__ void scalar_int(const V* __restrict__ in, V* __restrict__ out, i64 n,
     }
 }
 
+// NumPy's float -> integer conversion as x86-64 computes it (its C casts, cvttsd2si): truncation;
+// for int64 INT64_MIN where the value is out of range or NaN; the narrower integers convert
+// through an int32 (INT32_MIN out of range) and then wrap. A GPU's own conversion saturates.
+template <typename T> struct int_value { static const bool yes = false; };
+template <> struct int_value<signed char> { static const bool yes = true; };
+template <> struct int_value<short> { static const bool yes = true; };
+template <> struct int_value<int> { static const bool yes = true; };
+template <> struct int_value<long long> { static const bool yes = true; };
+template <> struct int_value<unsigned char> { static const bool yes = true; };
+
+template <typename W>
+__device__ __forceinline__ W numpy_int(double d) {
+    if constexpr (sizeof(W) == 8) {
+        return (W)(d >= -9223372036854775808.0 && d < 9223372036854775808.0 ? (i64)d : (i64)(-9223372036854775807LL - 1));
+    } else {
+        return (W)(d > -2147483649.0 && d < 2147483648.0 ? (int)d : (int)(-2147483647 - 1));
+    }
+}
+
 // np.round of integers to decimals < 0, as NumPy computes it: rint(x / f) * f in double, f =
-// 10 ** -decimals (so large int64 values round through a double, as there).
+// 10 ** -decimals (so large int64 values round through a double, as there), converted back as
+// NumPy converts (a rounding past the type's range gives its minimum, as on the CPU).
 // st:kernel integer
 template <typename V>
 __global__ void round_int(const V* __restrict__ in, V* __restrict__ out, i64 n, double f) {
-    ST_GRID_LOOP(i, n) { out[i] = (V)(i64)(rint((double)in[i] / f) * f); }
+    ST_GRID_LOOP(i, n) { out[i] = numpy_int<V>(rint((double)in[i] / f) * f); }
 }
 
 // st:kernel index index
@@ -361,14 +381,18 @@ __global__ void cast_float_half(const float* __restrict__ in, half_t* __restrict
 
 // Value casts (NumPy's astype): between the ordered dtypes (to_bool: out = x != 0, a bool being
 // a uint8 of 0 or 1), from them to complex (imaginary part 0), and between the complex dtypes.
-// Out-of-range float -> int conversions are the GPU's (NumPy's result there is unspecified too).
+// Float -> int conversions are NumPy's on x86-64 (numpy_int), out-of-range values and NaN too.
 // st:kernel num num
 template <typename V, typename W>
 __global__ void cast_value(const V* __restrict__ in, W* __restrict__ out, i64 n, int to_bool) {
     typedef typename acc<W>::type B;
     ST_GRID_LOOP(i, n) {
         const auto x = to_acc(in[i]);
-        out[i] = to_bool ? from_acc<W>((B)(x != 0)) : from_acc<W>((B)x);
+        if constexpr (int_value<W>::yes && !int_value<typename acc<V>::type>::yes) {
+            out[i] = to_bool ? (W)(x != 0) : numpy_int<W>((double)x);
+        } else {
+            out[i] = to_bool ? from_acc<W>((B)(x != 0)) : from_acc<W>((B)x);
+        }
     }
 }
 

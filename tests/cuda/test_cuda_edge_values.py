@@ -158,3 +158,31 @@ def test_numpy_metadata_of_device_tensors(backend):
     assert d.size == 6 and d.size() == (3, 2)
     with pytest.raises(NotImplementedError, match="np.sum of a csr tensor on cuda:0 has no GPU kernel"):
         np.sum(d)
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.int16, np.int32, np.int64, np.uint8], ids=lambda d: np.dtype(d).name)
+def test_integer_rounding_past_the_range(backend, dtype):
+    """round(t, -k) of integers near the type's bounds: the double's conversion back is NumPy's
+    (int32 and int64: the minimum past the range; the device wrapped through int64 before)."""
+    info = np.iinfo(dtype)
+    v = np.array([info.max, info.min, info.max - 3, info.min + 4, 5, 15, 25, 35], dtype)
+    t = st.sparse_coo_tensor(np.arange(v.size)[None], v, size=(v.size,))
+    for d in (-1, -2, -30):
+        with np.errstate(all="ignore"):
+            want = np.asarray(st.round(t, d).values())
+        np.testing.assert_array_equal(host(st.round(t.cuda(), d).values()), want, err_msg=str(d))
+
+
+@pytest.mark.parametrize("src", [np.float16, np.float32, np.float64], ids=lambda d: np.dtype(d).name)
+def test_float_to_integer_casts_of_special_values(backend, src):
+    """astype of NaN, infinities and values past the integer's range: the CPU's (NumPy's) integers,
+    not the GPU's saturating conversion."""
+    v = np.array([np.nan, np.inf, -np.inf, 1e10, -1e10, 3e9, -3e9, 2.0 ** 31, -2.0 ** 31 - 1, 2.0 ** 63, 1e19,
+                  300.7, -129.9, 255.5, 65504, -65504, -0.5, 127.9], np.float64)
+    with np.errstate(all="ignore"):
+        v = v.astype(src)
+    t = st.sparse_coo_tensor(np.arange(v.size)[None], v, size=(v.size,))
+    for dst in (np.int8, np.int16, np.int32, np.int64, np.uint8, np.bool_):
+        with np.errstate(all="ignore"):
+            want = np.asarray(t.astype(dst).values())
+        np.testing.assert_array_equal(host(t.cuda().astype(dst).values()), want, err_msg=np.dtype(dst).name)
