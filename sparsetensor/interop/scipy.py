@@ -9,6 +9,7 @@ that breaks any other invariant is rejected with :class:`InvariantError`.
 
 from __future__ import annotations
 
+import operator
 import types
 
 import numpy as np
@@ -118,14 +119,40 @@ def from_scipy(m, *, check_invariants: bool = True):
     return ensure_valid(t, repair=True, private=False) if check_invariants else t
 
 
-def eliminate_zeros(m) -> None:
-    """SciPy's ``eliminate_zeros`` of a BSR result of :func:`to_scipy`, refused while its index
-    arrays are the tensor's: SciPy's moves the kept blocks of values before it writes the indices,
-    so the refusal of the read-only indices came after the tensor's values were rewritten."""
-    if not (m.indices.flags.writeable and m.indptr.flags.writeable):
-        raise ValueError("eliminate_zeros rewrites the index arrays in place, and these are a sparsetensor "
-                         "tensor's (read-only): call it on m.copy()")
-    type(m).eliminate_zeros(m)
+# SciPy's methods that rewrite a compressed matrix's index arrays in place -> the flag under which
+# SciPy skips the work (None: it always writes). On a result of to_scipy those arrays are the
+# tensor's read-only views: SciPy's own refusal came partway (resize had already cut indptr and
+# indices, and the matrix then read out of bounds: a crash; eliminate_zeros of a BSR matrix had
+# moved the tensor's values), or as NumPy's "WRITEBACKIFCOPY base is read-only".
+_REWRITES = {"resize": None, "eliminate_zeros": None, "sum_duplicates": "has_canonical_format",
+             "sort_indices": "has_sorted_indices"}
+
+
+def _refusing(name: str, flag):
+    def method(m, *args, **kwargs):
+        if not (m.indices.flags.writeable and m.indptr.flags.writeable):
+            if flag is not None and getattr(m, flag):
+                return None  # nothing to do: SciPy would return at once too
+            shape = _shape_arg(args, kwargs) if name == "resize" else None
+            if shape == m.shape:
+                return None
+            if shape is not None and len(shape) == len(m.shape) and all(a >= b for a, b in zip(shape, m.shape)):
+                return getattr(type(m), name)(m, *args, **kwargs)  # growing: SciPy writes new arrays
+            raise ValueError(f"{name} rewrites the index arrays in place, and these are a sparsetensor tensor's "
+                             "(read-only): call it on m.copy()")
+        return getattr(type(m), name)(m, *args, **kwargs)
+
+    method.__name__ = name
+    return method
+
+
+def _shape_arg(args: tuple, kwargs: dict):
+    """The shape that ``resize(*shape)`` was given, as a tuple of ints, or None when it is not one."""
+    shape = kwargs.get("shape", args[0] if len(args) == 1 else args)
+    try:
+        return tuple(operator.index(n) for n in (shape if isinstance(shape, (tuple, list)) else (shape,)))
+    except TypeError:
+        return None
 
 
 def to_scipy(t, kind: str = "array"):
@@ -138,8 +165,10 @@ def to_scipy(t, kind: str = "array"):
     ``NotImplementedError`` (SciPy has no BSC format).
 
     The index arrays are the tensor's read-only views: SciPy methods that rewrite
-    indices in place (``eliminate_zeros``, ``prune``, ...) raise ``ValueError`` on
-    the result; call them on ``m.copy()``. Values stay shared and writeable.
+    indices in place (``resize``, ``eliminate_zeros``, ``sum_duplicates`` and
+    ``sort_indices`` where there is work to do) raise ``ValueError`` on the result,
+    before they change anything; call them on ``m.copy()``. Values stay shared and
+    writeable.
 
     SciPy trusts the index arrays it is given, so a tensor that was never checked
     (built with ``check_invariants=False``) is checked first, once (the result is
@@ -194,9 +223,10 @@ def to_scipy(t, kind: str = "array"):
         values = np.ascontiguousarray(values)  # SciPy wants row-major blocks; a copy only for transposed views
         m = cls((values, t.plain_indices(), t.compressed_indices()), shape=t.shape, blocksize=t.blocksize,
                 copy=False)
-        m.eliminate_zeros = types.MethodType(eliminate_zeros, m)
     else:
         m = cls((values, t.plain_indices(), t.compressed_indices()), shape=t.shape, copy=False)
+    for name, flag in _REWRITES.items():
+        setattr(m, name, types.MethodType(_refusing(name, flag), m))
     # SciPy may pick another index dtype or copy: put our arrays back, they are valid as they are
     m.indices, m.indptr, m.data = t.plain_indices(), t.compressed_indices(), values
     if t.is_coalesced():

@@ -118,6 +118,44 @@ def test_bsr_eliminate_zeros_leaves_the_tensor_alone(kind):
         assert c.nnz == 1 and c.toarray().tolist() == [[0.0, 5.0]]
 
 
+_REWRITING = {
+    "resize rows": lambda m: m.resize((2, 4)), "resize columns": lambda m: m.resize((4, 2)),
+    "resize both": lambda m: m.resize(2, 2), "eliminate_zeros": lambda m: m.eliminate_zeros(),
+    "sum_duplicates": lambda m: (setattr(m, "has_canonical_format", False), m.sum_duplicates()),
+    "sort_indices": lambda m: (setattr(m, "has_sorted_indices", False), m.sort_indices()),
+}
+
+
+@pytest.mark.parametrize("kind", ["array", "matrix"])
+@pytest.mark.parametrize("fmt", ["csr", "csc", "bsr"])
+@pytest.mark.parametrize("call", list(_REWRITING))
+def test_scipy_methods_that_rewrite_indices_refuse_before_they_start(fmt, kind, call):
+    """A to_scipy result's in-place index rewrites raise ValueError before anything changes: SciPy's
+    own refusal of the read-only arrays came partway (a shrinking csr/csc resize had cut indptr and
+    indices, and the matrix's next use read out of bounds: a crash), or as NumPy's WRITEBACKIFCOPY
+    error; a copy does the work; a growing or same-shape resize (new arrays, or none) still works."""
+    a = np.array([[1.0, 0, 2, 0], [0, 0, 3, 0], [4, 5, 0, 6], [0, 0, 0, 7]])
+    t = st.from_dense(a, fmt, **({"blocksize": (2, 2)} if fmt == "bsr" else {}))
+    m = st.to_scipy(t, kind)
+    with pytest.raises(ValueError, match=r"m\.copy\(\)"):
+        _REWRITING[call](m)
+    np.testing.assert_array_equal(m.toarray(), a)
+    m.check_format(full_check=True)
+    np.testing.assert_array_equal(t.to_dense(), a)
+    t.check_invariants()
+    c = m.copy()
+    _REWRITING[call](c)
+    assert c.shape in ((2, 4), (4, 2), (2, 2), (4, 4))
+    m = st.to_scipy(t, kind)
+    m.sum_duplicates()  # canonical already: nothing to do, no refusal
+    m.sort_indices()
+    m.resize(4, 4)
+    if fmt != "bsr":  # SciPy resizes no bsr matrix
+        m.resize((5, 6))
+        np.testing.assert_array_equal(m.toarray()[:4, :4], a)
+    np.testing.assert_array_equal(t.to_dense(), a)
+
+
 def test_invalid_input_is_rejected():
     m = sp.csr_array((np.ones(2), np.array([0, 5]), np.array([0, 1, 2])), shape=(2, 6))
     m.indices[1] = 9  # out of range, behind SciPy's back
