@@ -71,7 +71,8 @@ def from_scipy(m, *, check_invariants: bool = True):
     """A tensor from a SciPy sparse array or matrix, sharing its arrays when it can.
 
     ``csr``, ``csc`` and ``bsr`` become tensors of the same layout whose members
-    are SciPy's ``indptr``, ``indices`` and ``data`` (no copy). ``coo`` becomes a
+    are SciPy's ``indptr``, ``indices`` and ``data`` (no copy; storage past
+    ``indptr[-1]``, which SciPy allows as spare room, is left out). ``coo`` becomes a
     COO tensor sharing ``data`` (its coordinates are stacked into one array, a copy,
     unless they are rows of one array already, as :func:`to_scipy` makes them).
     Other formats (``dia``, ``lil``, ``dok``) are converted to CSR by SciPy first, and 1-d
@@ -109,12 +110,16 @@ def from_scipy(m, *, check_invariants: bool = True):
                 raise
             return sparse_coo_tensor(indices, m.data, m.shape, is_coalesced=False)
     layout = _COMPRESSED_FORMATS[fmt]
-    indptr, indices = m.indptr, m.indices
+    indptr, indices, data = m.indptr, m.indices, m.data
     _integer_indices(fmt, indptr=indptr, indices=indices)
+    if indptr.ndim == 1 and indptr.size and indices.ndim == 1 and 0 <= int(indptr[-1]) < indices.size:
+        # SciPy's nnz is indptr[-1]: storage past it is spare room (its check_format prunes it)
+        nnz = int(indptr[-1])
+        indices, data = indices[:nnz], data[:nnz]
     if indptr.dtype != indices.dtype or indptr.dtype not in INDEX_DTYPES:
         dt = np.int64 if np.int64 in (indptr.dtype, indices.dtype) else np.int32
         indptr, indices = indptr.astype(dt, copy=False), indices.astype(dt, copy=False)
-    t = sparse_compressed_tensor(indptr, indices, m.data, m.shape, layout=layout, check_invariants=False)
+    t = sparse_compressed_tensor(indptr, indices, data, m.shape, layout=layout, check_invariants=False)
     # a row of more entries than columns holds repeats (SciPy allows them): repaired as 5.6 is
     return ensure_valid(t, repair=True, private=False) if check_invariants else t
 

@@ -156,6 +156,21 @@ def test_scipy_methods_that_rewrite_indices_refuse_before_they_start(fmt, kind, 
     np.testing.assert_array_equal(t.to_dense(), a)
 
 
+@pytest.mark.parametrize("fmt", ["csr", "csc", "bsr"])
+def test_storage_past_indptr_end_is_spare_room(fmt):
+    """SciPy's nnz is indptr[-1]: index and data arrays longer than that are valid there (spare room
+    that check_format prunes); the tensor takes the first nnz entries, without a copy."""
+    a = np.array([[1.0, 0, 2, 0], [0, 0, 3, 0], [4, 5, 0, 6], [0, 0, 0, 7]])
+    m = {"csr": sp.csr_array, "csc": sp.csc_array}[fmt](a) if fmt != "bsr" else sp.bsr_array(a, blocksize=(2, 2))
+    n = m.indptr[-1]
+    m.indices = np.concatenate([m.indices, np.zeros(3, m.indices.dtype)])
+    m.data = np.concatenate([m.data, np.full((3,) + m.data.shape[1:], 99.0)])
+    t = st.from_scipy(m)
+    np.testing.assert_array_equal(t.to_dense(), a)
+    assert t.values().shape[0] == n and np.shares_memory(t.values(), m.data)
+    np.testing.assert_array_equal(t.to_scipy().toarray(), a)
+
+
 def test_invalid_input_is_rejected():
     m = sp.csr_array((np.ones(2), np.array([0, 5]), np.array([0, 1, 2])), shape=(2, 6))
     m.indices[1] = 9  # out of range, behind SciPy's back
