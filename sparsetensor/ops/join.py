@@ -70,7 +70,8 @@ def cat(tensors, dim: int = 0, *, threads: int | None = None):
     Inputs of another layout (or blocksize) are converted to the first one's layout
     (and blocksize) first, to csr (csc) for a bsr (bsc) first one whose blocksize does not
     tile every input's sparse sizes; values are promoted with ``np.result_type``; index dtypes
-    that differ give int64. The shapes must agree except along ``dim``, and the inputs
+    that differ give int64, and so do int32 inputs whose result's sizes or entries pass int32's
+    range. The shapes must agree except along ``dim``, and the inputs
     must split their dims alike (same sparse/batch/dense dims), else ``ValueError``.
 
     - coo: along a sparse dim the indices are offset and concatenated (coalesced when
@@ -113,8 +114,22 @@ def cat(tensors, dim: int = 0, *, threads: int | None = None):
                              f"batch_dim={t.batch_dim}, sparse_dim={t.sparse_dim}, dense_dim={t.dense_dim}")
     total = sum(t.shape[d] for t in tensors)
     shape = first.shape[:d] + (total,) + first.shape[d + 1:]
+    tensors = _wide_enough(tensors, shape)
+    first = tensors[0]
     kind = _kind(first, d)
     return _CAT_CALC_BY_LAYOUT[type(first)](tensors, d, kind, shape, "cat", threads)
+
+
+def _wide_enough(tensors: list, shape: tuple) -> list:
+    """The inputs with int64 indices where the joined sizes (or entries, which compressed indices
+    count) pass int32's range, as SciPy's hstack and our kron promote."""
+    first = tensors[0]
+    if first.index_dtype != np.int32:
+        return tensors
+    lim = np.iinfo(np.int32).max
+    if max(shape[:len(shape) - first.dense_dim], default=0) <= lim and sum(t.nnz for t in tensors) <= lim:
+        return tensors
+    return [t._with_index_dtype(np.int64) for t in tensors]
 
 
 def _device():

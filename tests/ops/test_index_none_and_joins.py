@@ -113,3 +113,25 @@ def test_cat_complex_with_empty_parts(layout, d):
     r = st.cat(parts, d)
     r.check_invariants()
     np.testing.assert_array_equal(r.to_dense(), c)
+
+
+@pytest.mark.parametrize("layout", ["coo", "csr", "csc", "bsr"])
+def test_joins_past_int32_promote_the_index_dtype(layout):
+    """int32 inputs whose join is wider than int32 can index give int64 indices (as SciPy's hstack
+    and our kron), where they raised invariant 1.3; narrower joins keep int32. Joined along the
+    plain dim (csc: the rows, the transposed case)."""
+    W = 2 ** 30 - 2  # 2 W fits int32, 3 W does not
+    d = 0 if layout == "csc" else 1
+    idx = np.array([[0, 1], [2 ** 30 - 5, 4]], np.int32)
+    t = st.sparse_coo_tensor(idx[::-1] if d == 0 else idx, [1.0, 2.0], size=(W, 2) if d == 0 else (2, W))
+    t = t.to_sparse(layout, **({"blocksize": (2, 2)} if layout == "bsr" else {}))
+    assert t.index_dtype == np.int32
+    joins = [st.cat([t, t, t], d), np.concatenate([t, t, t], axis=d), st.block_diag(t, t, t),
+             (st.hstack if d else st.vstack)([t, t, t])]
+    for r in joins:
+        assert r.index_dtype == np.int64 and r.shape[d] == 3 * W and r.layout is t.layout
+        r.check_invariants()
+        coo = r.to_sparse_coo().coalesce()
+        got = sorted(int(c) for c in coo.indices()[d][coo.values() != 0])  # (not a bsr block's zeros)
+        assert got == sorted(c + k * W for k in range(3) for c in (2 ** 30 - 5, 4))
+    assert st.cat([t, t], d).index_dtype == np.int32  # 2 W fits
