@@ -800,3 +800,38 @@ def test_batched_coo_to_blocks_counts_blocks(layout, index_dtype):
     b[0, 0] = 0  # one batch without blocks
     with pytest.raises(ValueError, match="same nnz"):
         st.from_dense(b, "coo", dense_dim=1).to_sparse(layout, blocksize=(2, 3))
+
+
+@pytest.mark.parametrize("batch", [(), (2,)])
+@pytest.mark.parametrize("dense", [(), (2,)])
+def test_tall_csc_and_coo_convert_by_a_sort_of_the_entries(batch, dense):
+    """csc <-> coo of a matrix of far more rows than entries sorts the entries (it went through csr,
+    whose row pointers take memory of the rows: 24 GiB for 3 * 2**30 rows); the same tensors as
+    the dense route gives, and a bad row index still named in the tensor's own dims."""
+    rng = np.random.default_rng(0)
+    a = np.zeros(batch + (100_000, 4) + dense)
+    for pos in [(5, 1), (99_999, 1), (7, 3), (0, 0), (5, 0)]:
+        a[(Ellipsis,) + pos + (slice(None),) * len(dense)] = rng.standard_normal(dense) + 2 if dense else 3.0
+    kw = {"batch_dim": len(batch), "dense_dim": len(dense)}
+    csc = st.from_dense(a, "csc", **kw)
+    coo = csc.to_sparse_coo()
+    want = st.from_dense(a, "coo", dense_dim=len(dense))
+    assert coo.is_coalesced()
+    np.testing.assert_array_equal(coo.indices(), want.indices())
+    np.testing.assert_array_equal(coo.values(), want.values())
+    back = want.to_sparse_csc() if not batch else want.to_sparse(st.sparse_csc)
+    for x, y in zip((back.ccol_indices(), back.row_indices(), back.values()),
+                    (csc.ccol_indices(), csc.row_indices(), csc.values())):
+        np.testing.assert_array_equal(x, y)
+    back.check_invariants()
+    rows = 3 * 2 ** 30
+    t = st.sparse_coo_tensor(np.array([[5, 2 ** 31 + 7, 3, 5], [0, 1, 1, 0]]), [1.0, 2.0, 3.0, 4.0], size=(rows, 6))
+    c = t.to_sparse_csc()  # uncoalesced: (5, 0) summed
+    assert c.ccol_indices().tolist() == [0, 1, 3, 3, 3, 3, 3] and c.row_indices().tolist() == [5, 3, 2 ** 31 + 7]
+    assert c.values().tolist() == [5.0, 3.0, 2.0]
+    u = c.to_sparse_coo()
+    assert u.indices().tolist() == [[3, 5, 2 ** 31 + 7], [1, 0, 1]] and u.values().tolist() == [3.0, 5.0, 2.0]
+    with st.check_invariants(False):
+        bad = st.sparse_coo_tensor(np.array([[5, rows], [1, 1]]), [1.0, 2.0], size=(rows, 6))
+    with pytest.raises(st.InvariantError, match=r"indices\[0\] must be < size\[0\]"):
+        bad.to_sparse_csc()

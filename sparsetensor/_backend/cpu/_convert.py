@@ -16,7 +16,7 @@ from ..._core._dtypes import check_fits, raw_view
 from ..._lib import _convert as _kernels, _transpose as _transpose_kernels
 from ..._lib._pool import empty
 from ..._core._tensor import COOTensor, CompressedTensor
-from ..._core._validate import raise_coo_error
+from ..._core._validate import check_coo_indices, raise_coo_error
 
 
 def convert(t, layout: L.Layout, bs: tuple, threads=None):
@@ -26,10 +26,14 @@ def convert(t, layout: L.Layout, bs: tuple, threads=None):
         parts = as_parts(ensure_valid(t, repair=True, threads=threads))  # _compressed_parts, inlined
     elif layout.blocked and t.sparse_dim > 2:
         return build(_batched_blocks(t, layout, bs, threads))
+    elif not layout.compressed_rows and not layout.blocked and _far_more(t.shape[t.sparse_dim - 2], t.nnz):
+        parts = _coo_to_columns(t, threads)  # coo -> csc of a tall matrix: no row pointers
     else:
         parts = _coo_to_rows(t, threads)
     if layout is L.sparse_coo:
         if not parts.layout.compressed_rows:
+            if not parts.layout.blocked and _far_more(parts.plain_size, parts.plain.shape[1]):
+                return _columns_to_coo(parts, threads)
             parts = _transpose(parts, threads)
         return _rows_to_coo(parts, threads)
     return build(_route(parts, layout, bs, threads))
@@ -153,6 +157,42 @@ def _rows_to_coo(parts: Parts, threads) -> COOTensor:
     _kernels.rows_to_coo(c, p, v, rb, cb, coords, oi, ov, num_threads(threads, ov.size + oi.size))
     values = ov.view(parts.dtype).reshape((N,) + parts.dense)
     return COOTensor(oi, values, batch + parts.sparse + parts.dense, coalesced=True, checked=True)
+
+
+def _far_more(rows: int, entries: int) -> bool:
+    """Whether a sort of the entries beats work and memory of the rows (a counting sort's)."""
+    return rows > 8 * entries + (1 << 16)
+
+
+def _coo_to_columns(t: COOTensor, threads) -> Parts:
+    """COO -> csc through the transposed COO sorted (O(nnz log nnz)): for a matrix of far more rows
+    than entries, where csr's row pointers (the way through csr) take memory of the rows."""
+    S = t.sparse_dim
+    if S < 2:
+        return _coo_to_rows(t, threads)  # its error
+    indices = np.ascontiguousarray(t.indices())  # once: what is checked is what is converted
+    check_coo_indices(indices, t.shape, threads=threads)  # bounds named in t's own dims
+    swap = list(range(S - 2)) + [S - 1, S - 2]
+    shape = t.shape[:S - 2] + (t.shape[S - 1], t.shape[S - 2]) + t.shape[S:]
+    flipped = COOTensor(indices[swap], t.values(), shape, False, False).coalesce(threads=threads)
+    parts = _coo_to_rows(flipped, threads)
+    return parts._replace(layout=L.sparse_csc, sparse=parts.sparse[::-1])
+
+
+def _columns_to_coo(parts: Parts, threads) -> COOTensor:
+    """csc -> coalesced COO by a stable sort of the entries by row (O(nnz log nnz)): for a matrix of
+    far more rows than entries, where the counting sort of a transpose takes memory of the rows."""
+    m = len(parts.batch)
+    flipped = _rows_to_coo(parts._replace(layout=L.sparse_csr, sparse=parts.sparse[::-1]), threads)
+    idx, values = flipped.indices(), flipped.values()  # batch dims, col, row: sorted by column
+    rows = parts.sparse[0]
+    key = idx[m + 1].astype(np.int64)
+    if m:
+        key = key + np.ravel_multi_index(tuple(idx[:m]), parts.batch).astype(np.int64) * rows
+    order = np.argsort(key, kind="stable")  # within a row the columns stay in order
+    out = idx.take(order, axis=1)
+    out[[m, m + 1]] = out[[m + 1, m]]
+    return COOTensor(out, values[order], parts.batch + parts.sparse + parts.dense, coalesced=True, checked=True)
 
 
 def _compressed_parts(t: CompressedTensor, threads) -> Parts:
