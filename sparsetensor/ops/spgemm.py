@@ -66,7 +66,8 @@ def spgemm(a, b, *, threads: int | None = None):
         Inner sizes or batch shapes that do not match, or batches whose products have
         different numbers of entries (every batch of a compressed tensor has one nnz).
     TypeError
-        Different value dtypes (PyTorch refuses them too) or a non-sparse operand.
+        A non-sparse operand. Different value dtypes are promoted (``np.result_type``; PyTorch
+        refuses them, SciPy promotes).
     NotImplementedError
         Dense (hybrid) dims, a blocked operand next to an unblocked one, coo with
         ``sparse_dim != 2``, ``b`` with more than 2**32 (block) columns.
@@ -98,8 +99,9 @@ def spgemm(a, b, *, threads: int | None = None):
     """
     if not isinstance(a, SparseTensor) or not isinstance(b, SparseTensor):
         raise TypeError(f"spgemm expects two sparse tensors, got {type(a).__name__} and {type(b).__name__}")
-    if a.dtype != b.dtype:
-        raise TypeError(f"spgemm: the operands must have one value dtype, got {_describe(a)} and {_describe(b)}")
+    if a.dtype != b.dtype:  # promoted, as sparse + sparse, sparse @ dense and SciPy's products are
+        dtype = np.result_type(a.dtype, b.dtype)
+        a, b = (x if x.dtype == dtype else x.astype(dtype) for x in (a, b))
     if a.dense_dim or b.dense_dim:
         raise NotImplementedError(f"spgemm of tensors with dense (hybrid) dims is not supported: {_describe(a)} "
                                   f"@ {_describe(b)}")

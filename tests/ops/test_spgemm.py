@@ -176,6 +176,22 @@ def test_mixed_index_dtypes_give_int64(rng):
     _check_product(C, a, b)
 
 
+@pytest.mark.parametrize("da,db", [(np.int8, np.float64), (np.float32, np.float64), (np.bool_, np.int32),
+                                   (np.uint8, np.int8), (np.float32, np.complex128)], ids=str)
+@pytest.mark.parametrize("layout", ["csr", "csc", "coo", "bsr"])
+def test_mixed_value_dtypes_promote(rng, layout, da, db):
+    """Operands of two value dtypes give NumPy's promotion, as sparse + sparse, sparse @ dense and
+    SciPy's products do (it raised TypeError); through @, np.matmul and spgemm alike."""
+    kw = {"blocksize": (2, 2)} if layout == "bsr" else {}
+    a = (rng.standard_normal((4, 6)) * 3 * (rng.random((4, 6)) < 0.5)).astype(da)
+    b = (rng.standard_normal((6, 4)) * 3 * (rng.random((6, 4)) < 0.5)).astype(db)
+    want = a.astype(np.result_type(da, db)) @ b.astype(np.result_type(da, db))
+    x, y = st.from_dense(a, layout, **kw), st.from_dense(b, layout, **kw)
+    for c in (spgemm(x, y), x @ y, np.matmul(x, y)):
+        assert c.dtype == want.dtype and c.layout is x.layout
+        np.testing.assert_allclose(c.to_dense(), want, rtol=1e-6)
+
+
 def test_csc_product_is_a_transpose_of_views(rng):
     a = random_dense(rng, blocks=(6, 5), nnz=12)
     b = random_dense(rng, blocks=(5, 7), nnz=12)
@@ -244,8 +260,7 @@ def test_errors(rng):
     a = _sparse(random_dense(rng, blocks=(3, 4), nnz=4), "csr")
     with pytest.raises(ValueError, match=r"\(3, 4\).*\(3, 4\)"):
         spgemm(a, a)
-    with pytest.raises(TypeError, match="float32.*float64|float64.*float32"):
-        spgemm(a, a.mT.astype(np.float32))
+    assert spgemm(a, a.mT.astype(np.float32)).dtype == np.float64  # promoted (test_mixed_value_dtypes_promote)
     with pytest.raises(TypeError, match="two sparse tensors"):
         spgemm(a, np.ones((4, 2)))
     hybrid = st.from_dense(np.ones((4, 2, 2)), "csr", dense_dim=1)
