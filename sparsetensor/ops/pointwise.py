@@ -37,7 +37,7 @@ from .._backend import backend_for
 from .._core._device import is_device_array
 from .._core._dtypes import VALUE_DTYPES
 from .._core._tensor import SparseTensor
-from ._common import broadcasts_to, without_duplicates
+from ._common import broadcasts_to, describe, without_duplicates
 
 __all__ = [
     "abs", "neg", "negative", "sign", "sgn", "sqrt", "square", "sin", "sinh", "tan", "tanh", "asin", "asinh",
@@ -621,8 +621,10 @@ def array_ufunc(tensor, ufunc, method, *inputs, **kwargs):
       scalar raises :class:`NotImplementedError`, as ``t + s`` does.
     - Two tensor operands (sparse with sparse or with a dense array): add,
       subtract, multiply, divide, maximum and minimum go to
-      :mod:`sparsetensor.ops.binary`; other ufuncs return ``NotImplemented`` (NumPy
-      raises :class:`TypeError`). ``multiply`` and ``divide`` with a dense array (which
+      :mod:`sparsetensor.ops.binary` (sparse with sparse: PyTorch's and SciPy's meaning, so a
+      product has the patterns' intersection, and an inf or NaN meeting an unspecified element
+      gives no entry where NumPy's dense product gives NaN); other ufuncs raise
+      :class:`TypeError` naming the ufunc and why. ``multiply`` and ``divide`` with a dense array (which
       is sampled at the pattern) raise :class:`ValueError` where the array would make an
       unspecified element nonzero (NumPy's ``0 * inf``, ``0 / 0``), as the scalar form does;
       a dense array divided by a sparse tensor is :func:`~sparsetensor.ops.binary.div`'s
@@ -630,10 +632,13 @@ def array_ufunc(tensor, ufunc, method, *inputs, **kwargs):
     - ``np.add.reduce`` / ``np.maximum.reduce`` / ``np.minimum.reduce`` are
       :func:`~sparsetensor.ops.reduce.sum`, ``amax`` and ``amin`` (``axis`` defaults
       to 0, as in NumPy); other methods (``accumulate``, ``at``, ...) return
-      ``NotImplemented``. Unsigned integers sum to uint64 where the result is dense, as
+      ``TypeError``. Unsigned integers sum to uint64 where the result is dense, as
       in NumPy (see :func:`numpy_sum`).
     - ``out=`` raises :class:`TypeError` (a sparse result cannot be written into
-      an array); ``dtype=`` is passed on; other keywords return ``NotImplemented``.
+      an array); ``dtype=`` is passed on; other keywords (``where=``) raise ``TypeError``.
+    - Where an operand is of another type (not a sparse tensor, NumPy array or scalar) that
+      may implement the ufunc itself, an unsupported call returns ``NotImplemented`` instead,
+      so that NumPy asks that type.
 
     Examples
     --------
@@ -649,6 +654,37 @@ def array_ufunc(tensor, ufunc, method, *inputs, **kwargs):
     ...
     ValueError: np.exp is not zero-preserving (np.exp(0) = 1.0): ...
     """
+    out = _array_ufunc(ufunc, method, inputs, kwargs)
+    if out is NotImplemented and all(_plain(x) for x in inputs):  # no other operand type could take it
+        raise TypeError(_unsupported(ufunc, method, inputs, kwargs))
+    return out
+
+
+def _plain(x) -> bool:
+    return isinstance(x, (SparseTensor, np.ndarray, np.generic, numbers.Number, list, tuple))
+
+
+def _unsupported(ufunc, method, inputs, kwargs) -> str:
+    """Why ``ufunc.method(*inputs, **kwargs)`` has no sparse meaning here (NumPy's own message names
+    no cause, and prints every operand whole)."""
+    name = f"np.{ufunc.__name__}" + ("" if method == "__call__" else f".{method}")
+    args = ", ".join(describe(x) if isinstance(x, (SparseTensor, np.ndarray)) else type(x).__name__ for x in inputs)
+    extra = sorted(set(kwargs) - {"out", "axis", "dtype", "keepdims"})
+    if extra:
+        why = f"{', '.join(k + '=' for k in extra)} has no sparse meaning"
+    elif method not in ("__call__", "reduce"):
+        why = "the ufunc methods it takes are np.add.reduce, np.maximum.reduce and np.minimum.reduce"
+    elif method == "reduce" and ufunc in _REDUCE and kwargs.get("dtype") is not None:
+        why = "dtype= is taken by np.add.reduce only"
+    elif method == "reduce":
+        why = "only np.add, np.maximum and np.minimum reduce a sparse tensor"
+    else:
+        why = ("a sparse operand takes the zero-preserving ufuncs of one operand or with a scalar, and "
+               "add, subtract, multiply, divide, maximum and minimum with a second tensor")
+    return f"{name}({args}) is not supported for sparse tensors: {why}; use t.to_dense() for NumPy's result"
+
+
+def _array_ufunc(ufunc, method, inputs, kwargs):
     if kwargs.get("out") is not None:
         raise TypeError(f"np.{ufunc.__name__}(..., out=...) is not supported for sparse tensors: the result is a "
                         "new sparse tensor")

@@ -401,3 +401,26 @@ def test_concatenate_along_a_batch_dim_into_unequal_batches():
     with pytest.raises(ValueError, match="same nnz"):
         st.cat(parts)  # the op itself keeps the layout or refuses
     assert np.concatenate([parts[1], parts[1]], axis=1).layout is st.sparse_csr
+
+
+def test_unsupported_ufuncs_name_the_ufunc_and_why():
+    """Ufuncs, methods and keywords with no sparse meaning raise TypeError naming them and the
+    operands in words (NumPy's own "returned NotImplemented" named no cause and printed every
+    operand whole); an operand of a type that may implement the ufunc itself is still asked."""
+    t = st.from_dense(np.array([[1.0, 0, 2], [0, 3, 0]]), "csr")
+    u = st.from_dense(np.array([[2.0, 0, 0], [0, 1, 4]]), "csr")
+    cases = [(lambda: np.logical_and(t, u), r"np\.logical_and\(csr tensor of shape \(2, 3\).*maximum and minimum"),
+             (lambda: np.hypot(t, np.ones((2, 3))), r"np\.hypot\(csr tensor.*dense array of shape \(2, 3\)"),
+             (lambda: np.multiply.outer(t, np.ones(2)), r"np\.multiply\.outer.*np\.add\.reduce"),
+             (lambda: np.add.accumulate(t, axis=0), r"np\.add\.accumulate"),
+             (lambda: np.subtract.reduce(t, axis=0), r"np\.subtract\.reduce.*np\.add, np\.maximum"),
+             (lambda: np.abs(t, where=np.ones((2, 3), bool)), r"where= has no sparse meaning")]
+    for call, match in cases:
+        with pytest.raises(TypeError, match=match):
+            call()
+
+    class Other:  # a type of its own that implements the ufunc: NumPy asks it too
+        def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+            return "other"
+
+    assert np.logical_and(t, Other()) == "other"
