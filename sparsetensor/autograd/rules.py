@@ -193,6 +193,8 @@ def _sampled_addmm(input, mat1, mat2, *, beta=1.0, alpha=1.0, threads=None):
 def _onto(x, G, scale=1):
     """The cotangent of operand ``x`` of a sum whose output cotangent is ``G``."""
     if _sparse(x):
+        if not _sparse(G) and tuple(np.shape(G)) != tuple(x.shape):  # x broadcast with a dense operand
+            G = unbroadcast(G if _device.on_device(G) else np.asarray(G), x.shape)
         v = values_of(G, x)
         return v * scale if scale != 1 else v
     if not (isinstance(x, np.ndarray) or _device.on_device(x) or np.ndim(x)):  # a Python or NumPy scalar

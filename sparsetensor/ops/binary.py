@@ -146,8 +146,9 @@ def add(a, b, *, alpha=1, threads: int | None = None):
     """``a + alpha * b`` with at least one sparse operand.
 
     sparse + sparse is sparse (the union of the patterns; explicit zeros from
-    cancellation stay entries); sparse + dense and dense + sparse are dense arrays
-    (the operands must have one shape: no broadcasting, as in PyTorch). A scalar 0 gives the
+    cancellation stay entries; one shape: no broadcasting, as in PyTorch); sparse + dense
+    and dense + sparse are dense arrays, the two broadcasting by NumPy's rules as SciPy's
+    ``A + row`` (a dense array on a device: one shape). A scalar 0 gives the
     tensor in NumPy's result dtype (SciPy's ``A + 0``); another scalar is refused, as in
     PyTorch: it would specify every element (use ``t.to_dense() + s``). bool is logical or. See the module docstring for layouts
     and dtypes.
@@ -480,15 +481,29 @@ def _scaled(values, scale, dtype: np.dtype):
 
 def _sparse_plus_dense(name: str, t: SparseTensor, t_scale, dense, d_scale, dtype: np.dtype, threads):
     """``t_scale * t + d_scale * dense`` as a dense array of ``dtype`` (on the operands' device): a
-    copy of the dense operand with the sparse values added at their positions."""
-    _same_shape(name, t, dense)
+    copy of the dense operand with the sparse values added at their positions. A host array may
+    broadcast with ``t`` (NumPy's rules, as SciPy's ``A + row`` does: the result is dense anyway);
+    a device array must have ``t``'s shape."""
     if type(dense) is not np.ndarray:  # a device array: a new one, of dtype (and C order, as all are)
+        _same_shape(name, t, dense)
         out = _scaled(dense.astype(dtype), d_scale, dtype)
-    else:
-        out = np.array(dense, dtype=dtype, order="C", copy=True)
-        if d_scale != 1:
-            np.multiply(out, _typed(d_scale, dtype), out=out)
-    return _ADD_TO_DENSE_BY_LAYOUT[type(t)](t, out, t_scale, dtype, threads)
+        return _ADD_TO_DENSE_BY_LAYOUT[type(t)](t, out, t_scale, dtype, threads)
+    shape = tuple(t.shape)
+    if dense.shape != shape:
+        try:
+            shape = np.broadcast_shapes(shape, dense.shape)
+        except ValueError:
+            raise ValueError(f"{name}: operands could not be broadcast together: {describe(t)} and "
+                             f"{describe(dense)}") from None
+    out = np.array(np.broadcast_to(dense, shape), dtype=dtype, order="C", copy=True)
+    if d_scale != 1:
+        np.multiply(out, _typed(d_scale, dtype), out=out)
+    if shape == tuple(t.shape):
+        return _ADD_TO_DENSE_BY_LAYOUT[type(t)](t, out, t_scale, dtype, threads)
+    # t broadcasts too: its dense form (no larger than the result) added across the new dims
+    part = _ADD_TO_DENSE_BY_LAYOUT[type(t)](t, np.zeros(t.shape, dtype), t_scale, dtype, threads)
+    out += part
+    return out
 
 
 def _add_coo_to(t: COOTensor, out: np.ndarray, t_scale, dtype: np.dtype, threads) -> np.ndarray:

@@ -587,3 +587,22 @@ def test_unchecked_compressed_with_duplicates(layout):
     bad = make_t(np.array([0, 2, 3, 5]), np.array([1, 9, 0, 3, 2]), np.ones(5), size=size, check_invariants=False)
     with pytest.raises(st.InvariantError, match="5.5"):
         vjp("to_dense", bad)[1](np.ones(size))
+
+
+def test_add_with_a_broadcasting_dense_operand():
+    """The cotangents of sparse + dense whose operands broadcast: the dense one summed over what it
+    was stretched along, the sparse one read at its pattern after the same sum."""
+    t = st.from_dense(np.array([[1.0, 0, 2], [0, 3, 0]]), "csr")
+    row = np.array([10.0, 20.0, 30.0])
+    G = np.arange(6.0).reshape(2, 3)
+    out, pull = st.autograd.vjp(st.add, t, row)
+    np.testing.assert_array_equal(out, t.to_dense() + row)
+    gt, gr = pull(G)
+    np.testing.assert_array_equal(gt.values(), G[t.to_dense() != 0])
+    np.testing.assert_array_equal(gr, G.sum(0))
+    v = st.sparse_coo_tensor([[0, 2]], [1.0, 2.0], size=(3,))
+    out, pull = st.autograd.vjp(st.sub, np.ones((2, 3)), v)
+    np.testing.assert_array_equal(out, np.ones((2, 3)) - v.to_dense())
+    gd, gv = pull(G)
+    np.testing.assert_array_equal(gd, G)
+    np.testing.assert_array_equal(gv.values(), -G.sum(0)[[0, 2]])

@@ -335,6 +335,30 @@ def test_sparse_dense_broadcasting(rng, layout, batch, dense):
         mul(A, np.ones(a.shape + (2,)))
 
 
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("batch,dense", DIMS)
+@pytest.mark.parametrize("dtype", [np.float64, np.int32, np.complex128, np.bool_])
+def test_sparse_plus_dense_broadcasting(rng, layout, batch, dense, dtype):
+    """sparse +- dense with a dense operand that broadcasts (a row, a column, a 1-d array, leading
+    dims; a sparse operand that broadcasts too): NumPy's dense result, as SciPy's ``A + row`` (it
+    raised "expected operands of the same shape")."""
+    a, _ = _pair(rng, layout, dtype, batch=batch, dense=dense)
+    A = _sparse(a, layout, batch_dim=len(batch), dense_dim=len(dense))
+    shapes = [a.shape[-1:], (1,) * a.ndim, a.shape[:-1] + (1,), (2,) + a.shape, (3, 1) + a.shape[1:]]
+    for shape in shapes:
+        d = nonzero_values(rng, shape, dtype)
+        for got, want in ((add(A, d), _ref_add(a, d, 1)), (add(d, A), _ref_add(d, a, 1))):
+            assert isinstance(got, np.ndarray) and got.shape == want.shape and got.dtype == want.dtype
+            _assert_close(got, want)
+        if dtype != np.bool_:
+            _assert_close(sub(A, d), _ref_add(a, d, -1))
+            _assert_close(sub(d, A, alpha=2), _ref_add(d, a, -2))
+            _assert_close(np.subtract(d, A), _ref_add(d, a, -1))
+            _assert_close(d - A, _ref_add(d, a, -1))
+    with pytest.raises(ValueError, match="broadcast"):
+        add(A, np.ones(a.shape[:-1] + (a.shape[-1] + 1,)))
+
+
 def test_non_contiguous_and_broadcast_dense_operands(rng):
     a, _ = _pair(rng, "bsc", np.float32, blocks=(3, 4))
     A = _sparse(a, "bsc")
@@ -424,8 +448,8 @@ def test_errors(rng):
             fn(a, b)
     with pytest.raises(ValueError, match=r"\(3, 4\).*\(4, 3\)"):
         add(a, np.ones((4, 3)))
-    with pytest.raises(ValueError, match="same shape"):
-        add(a, np.ones(4))  # no broadcasting for dense results, as in PyTorch
+    with pytest.raises(ValueError, match=r"broadcast.*\(3, 4\).*\(3,\)"):
+        add(a, np.ones(3))  # shapes that do not broadcast
     with pytest.raises(TypeError, match="bool"):
         sub(a.astype(bool), a.astype(bool))
     with pytest.raises(TypeError, match="complex"):
