@@ -148,8 +148,9 @@ def _special(name: str):
 
 
 def erf(t):
-    """The error function (``scipy.special.erf``; integers give floats, float16 gives float32,
-    as SciPy's loops). Applied to the specified values; the pattern is kept.
+    """The error function (``scipy.special.erf``, in the dtype of SciPy's loop: float32, float64
+    and complex keep theirs; integers, bool and float16 give float64). Applied to the specified
+    values; the pattern is kept.
 
     Examples
     --------
@@ -162,8 +163,9 @@ def erf(t):
 
 
 def erfinv(t):
-    """The inverse error function (``scipy.special.erfinv``; NaN outside [-1, 1], +-inf at +-1).
-    Applied to the specified values; the pattern is kept.
+    """The inverse error function (``scipy.special.erfinv``; NaN outside [-1, 1], +-inf at +-1), in
+    the dtype of SciPy's loop: float32 and float64 keep theirs; bool, int8, uint8 and float16 give
+    float32, wider integers float64. Applied to the specified values; the pattern is kept.
 
     Examples
     --------
