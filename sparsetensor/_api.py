@@ -88,6 +88,12 @@ def _reflected(fn, name: str):
     return op
 
 
+def _floor_divide(a, b):
+    """``a // b``: :func:`~sparsetensor.ops.binary.div` with ``rounding_mode="floor"`` (PyTorch's
+    ``floor_divide``; a dense or scalar dividend by a sparse tensor is div's refusal)."""
+    return binary.div(a, b, rounding_mode="floor")
+
+
 def _pow_operator(self, exponent):
     if not np.isscalar(exponent):
         return NotImplemented
@@ -328,6 +334,8 @@ OPS: tuple = (
     Op("__rmul__", _lazy(_reflected(binary.mul, "__rmul__")), function=False, gpu=True),
     Op("__truediv__", _lazy(binary.div), function=False, gpu=True),
     Op("__rtruediv__", _lazy(_reflected(binary.div, "__rtruediv__")), function=False, gpu=True),
+    Op("__floordiv__", _lazy(_floor_divide), function=False, gpu=True),
+    Op("__rfloordiv__", _lazy(_reflected(_floor_divide, "__rfloordiv__")), function=False, gpu=True),
     Op("__matmul__", _lazy(blas.matmul), function=False, gpu=True),
     Op("__rmatmul__", _lazy(_reflected(blas.matmul, "__rmatmul__")), function=False, gpu=True),
     Op("__abs__", pointwise.abs, function=False, gpu=True),
@@ -428,7 +436,8 @@ OPS = _for_devices(OPS)
 # operators that vjp records as their op, the reflected ones with their operands swapped back
 _RECORDED_AS = {"__add__": ("add", False), "__radd__": ("add", True), "__sub__": ("sub", False),
                 "__rsub__": ("sub", True), "__mul__": ("mul", False), "__rmul__": ("mul", True),
-                "__truediv__": ("div", False), "__rtruediv__": ("div", True), "__matmul__": ("matmul", False),
+                "__truediv__": ("div", False), "__rtruediv__": ("div", True), "__floordiv__": ("floor_divide", False),
+                "__rfloordiv__": ("floor_divide", True), "__matmul__": ("matmul", False),
                 "__rmatmul__": ("matmul", True), "__abs__": ("abs", False), "__neg__": ("neg", False),
                 "__pow__": ("pow", False), "__iadd__": ("add", False), "__isub__": ("sub", False),
                 "__imul__": ("mul", False), "__itruediv__": ("div", False)}

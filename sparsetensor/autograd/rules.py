@@ -234,8 +234,10 @@ def _mul(a, b, *, threads=None):
 
 
 @_rule("div")
-def _div(a, b, *, threads=None):
-    out = binary.div(a, b, threads=threads)
+def _div(a, b, *, rounding_mode=None, threads=None):
+    out = binary.div(a, b, rounding_mode=rounding_mode, threads=threads)
+    if rounding_mode is not None:  # floor and trunc are flat where they are differentiable (PyTorch's 0)
+        return out, lambda G: (_zero_cotangent(a), _zero_cotangent(b))
 
     def back(G):
         ga = values_of(binary.div(G, _conj_any(b)), a)
@@ -245,6 +247,20 @@ def _div(a, b, *, threads=None):
         return ga, unbroadcast(gb.to_dense() * -1, np.shape(b))  # (a device array stays on its device)
 
     return out, back
+
+
+RULES["floor_divide"] = lambda a, b, *, threads=None: _div(a, b, rounding_mode="floor", threads=threads)
+
+
+def _zero_cotangent(x):
+    """A zero cotangent of operand ``x``: zeros at a sparse tensor's pattern, of an array's shape, None
+    for a scalar."""
+    v = x.values() if _sparse(x) else x
+    if _device.on_device(v):
+        return _device.zeros(v.shape, v.dtype, v)
+    if not (_sparse(x) or isinstance(x, np.ndarray) or np.ndim(x)):
+        return None
+    return np.zeros(np.shape(v), np.asarray(v).dtype)
 
 
 # -- zero-preserving unary ops --------------------------------------------------------------------

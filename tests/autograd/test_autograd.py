@@ -606,3 +606,19 @@ def test_add_with_a_broadcasting_dense_operand():
     gd, gv = pull(G)
     np.testing.assert_array_equal(gd, G)
     np.testing.assert_array_equal(gv.values(), -G.sum(0)[[0, 2]])
+
+
+def test_rounded_division_has_zero_gradients():
+    """div with rounding_mode (and ``//``) is flat where it is differentiable: zero cotangents of the
+    operands' shapes and patterns, as PyTorch gives (the rule refused rounding_mode= with TypeError)."""
+    A = st.from_dense(np.array([[1.5, 0], [2.5, -3.5]]), "csr")
+    d = np.array([2.0, -1.0])
+    for fn in (lambda t, x: st.div(t, x, rounding_mode="floor"), lambda t, x: st.div(t, x, rounding_mode="trunc"),
+               lambda t, x: t // x):
+        out, pull = vjp(fn, A, d)
+        np.testing.assert_array_equal(out.to_dense(), fn(A, d).to_dense())
+        ga, gd = pull(out)
+        assert ga.layout is A.layout and np.array_equal(ga.values(), np.zeros(3))
+        np.testing.assert_array_equal(gd, np.zeros(2))
+    out, pull = vjp(lambda t: st.sum(t // 2.0) + st.sum(t), A)
+    np.testing.assert_array_equal(pull(np.float64(1.0))[0].values(), np.ones(3))

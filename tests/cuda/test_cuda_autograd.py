@@ -851,3 +851,11 @@ def test_unchecked_compressed_with_duplicates(backend, rng, no_host_copies, layo
                check_invariants=False)
     for fn in (st.abs, st.sin, "to_dense", st.sum):
         check(rng, no_host_copies, fn, A)
+
+
+def test_rounded_division(backend, rng, no_host_copies):
+    """div with rounding_mode and ``//`` on the device: zero cotangents, as on the CPU."""
+    A = make(rng, ("csr", (), (), None), np.float64)
+    for mode in ("floor", "trunc"):
+        check(rng, no_host_copies, lambda t, mode=mode: st.div(t, 2.0, rounding_mode=mode), A)
+    check(rng, no_host_copies, lambda t: t // 3.0, A)

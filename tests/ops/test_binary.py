@@ -813,3 +813,18 @@ def test_byte_swapped_dense_operands(layout):
                                   st.sampled_addmm(A, U, V).to_dense())
     np.testing.assert_array_equal(st.sparse_mask(U[:, :3].astype(">f8"), A).to_dense(), st.sparse_mask(U[:, :3], A).to_dense())
     np.testing.assert_array_equal(st.index_select(A, 0, np.array([1, 0], ">i8")).to_dense(), D[[1, 0]])
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_floor_division_operator(rng, layout):
+    """``t // s`` and ``t // dense`` are div with rounding_mode="floor" (PyTorch's floor_divide;
+    the operator was missing); a dividend that is not sparse is div's refusal."""
+    a, _ = _pair(rng, layout, np.float64)
+    A = _sparse(a, layout)
+    for d in (2.0, -3, nonzero_values(rng, a.shape[-1:], np.float64)):
+        got = A // d
+        assert isinstance(got, st.SparseTensor) and got.layout is A.layout
+        _assert_close(got.to_dense(), np.where(_pattern(A), np.floor_divide(a, d), 0))
+        _assert_close(got.to_dense(), div(A, d, rounding_mode="floor").to_dense())
+    with pytest.raises(NotImplementedError, match="division by a sparse tensor"):
+        2.0 // A
