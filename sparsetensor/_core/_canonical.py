@@ -94,15 +94,20 @@ def build(parts: Parts) -> CompressedTensor:
                             batch + parts.sparse + parts.dense, parts.layout, canonical=True)
 
 
+class UnequalBatches(ValueError):
+    """A batched compressed tensor would hold different nnz in its batches (every batch of one
+    has one nnz): ops that have another form for such a result (COO) catch it."""
+
+
 def same_nnz(per_batch, batch: tuple, what: str) -> None:
-    """Every batch has the same nnz (``per_batch``: one count a batch), or ValueError saying
-    ``what`` and listing the counts."""
+    """Every batch has the same nnz (``per_batch``: one count a batch), or :class:`UnequalBatches`
+    (a ValueError) saying ``what`` and listing the counts."""
     per_batch = np.asarray(per_batch).reshape(-1)
     if per_batch.size and (per_batch != per_batch[0]).any():
         B = per_batch.size
         shown = ", ".join(f"{tuple(int(i) for i in np.unravel_index(k, batch))}: {int(per_batch[k])}"
                           for k in range(min(B, SHOW_BATCHES)))
-        raise ValueError(f"{what}; got per batch {shown}{', ...' if B > SHOW_BATCHES else ''}")
+        raise UnequalBatches(f"{what}; got per batch {shown}{', ...' if B > SHOW_BATCHES else ''}")
 
 
 def ensure_valid_export(t, *, threads: int | None = None, private: bool | str = True):

@@ -386,8 +386,8 @@ def _keepdim_form(G, t: SparseTensor, dims: tuple):
         return np.asarray(G).reshape(keep)
     if G.shape == keep:
         return G
-    if isinstance(G, COOTensor):
-        S = t.sparse_dim
+    if isinstance(G, COOTensor):  # (a compressed t's batch dims are sparse dims of a COO result)
+        S = t.ndim - t.dense_dim
         kept = [d for d in range(S) if d not in dims]
         full = np.zeros((S, G.nnz), dtype=G.indices().dtype)
         full[kept] = G.indices()

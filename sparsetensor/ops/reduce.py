@@ -17,14 +17,17 @@ some sparse dims, not all     COO (coalesced) over the kept dims      --
 all sparse dims               dense NumPy array                       --
 a row or column dim           --                                      dense NumPy array
 batch dims (no sparse dim)    --                                      same layout, union of the patterns
+                                                                      (COO where the kept batches would
+                                                                      hold different nnz)
 ============================  ======================================  ==================================
 
 This is ``torch.sparse.sum``'s rule for COO. For the compressed layouts
 PyTorch only sums rows or columns with ``keepdim=True`` and returns a CSR
 matrix there; here the row or column sums of a matrix (a vector per batch)
 are returned as a dense array. Reducing batch dims only keeps the layout, with
-the union of the batches' patterns; the remaining batches must then have the
-same nnz (:class:`ValueError` otherwise). An element of a sparse result whose
+the union of the batches' patterns, where the remaining batches then have the same nnz;
+where they would not, the result is the COO tensor (its batch dims leading sparse dims),
+as indexing gives for such batches. An element of a sparse result whose
 inputs cancel stays specified (an explicit zero), as in PyTorch.
 
 Dtypes: ``sum`` of bool and integer tensors is int64 (dense PyTorch and NumPy, except

@@ -622,3 +622,22 @@ def test_rounded_division_has_zero_gradients():
         np.testing.assert_array_equal(gd, np.zeros(2))
     out, pull = vjp(lambda t: st.sum(t // 2.0) + st.sum(t), A)
     np.testing.assert_array_equal(pull(np.float64(1.0))[0].values(), np.ones(3))
+
+
+def test_batch_reduction_whose_batches_differ_in_nnz():
+    """A sum over a batch dim whose result is COO (the kept batches would differ in nnz): each
+    element of the compressed tensor gets the cotangent at its coordinates without the summed dim."""
+    d = np.zeros((2, 2, 4, 4))
+    d[0, 0, 0, :2] = [1.0, 2.0]
+    d[1, 0, 0, :2] = [5.0, -6.0]
+    d[0, 1, 2, 2], d[0, 1, 3, 3] = 3.0, -1.0
+    d[1, 1, 0, 0], d[1, 1, 1, 1] = 7.0, -8.0
+    t = st.from_dense(d, "csr", batch_dim=2)
+    out, pull = vjp(lambda x: st.sum(x, 0), t)
+    assert out.layout is st.sparse_coo
+    G = np.arange(32.0).reshape(2, 4, 4)
+    (g,) = pull(G)  # a dense cotangent of the output's shape
+    want = np.broadcast_to(G, d.shape)[d != 0]
+    np.testing.assert_array_equal(np.sort(g.values().ravel()), np.sort(want))
+    (g2,) = pull(out._replace_values(np.ones_like(out.values())))
+    np.testing.assert_array_equal(g2.values(), np.ones_like(t.values()))

@@ -859,3 +859,17 @@ def test_rounded_division(backend, rng, no_host_copies):
     for mode in ("floor", "trunc"):
         check(rng, no_host_copies, lambda t, mode=mode: st.div(t, 2.0, rounding_mode=mode), A)
     check(rng, no_host_copies, lambda t: t // 3.0, A)
+
+
+def test_batch_reduction_whose_batches_differ_in_nnz(backend, rng, no_host_copies):
+    """sum/mean over a batch dim whose result is COO (its kept batches would differ in nnz): the
+    cotangent read back at the compressed tensor's elements, as on the CPU (the CPU's rule took the
+    COO cotangent's dims for the compressed tensor's own and raised)."""
+    d = np.zeros((2, 2, 4, 4))
+    d[0, 0, 0, :2] = [1.0, 2.0]
+    d[1, 0, 0, :2] = [5.0, -6.0]
+    d[0, 1, 2, 2], d[0, 1, 3, 3] = 3.0, -1.0
+    d[1, 1, 0, 0], d[1, 1, 1, 1] = 7.0, -8.0
+    t = st.from_dense(d, "csr", batch_dim=2)
+    for name in ("sum", "mean"):
+        check(rng, no_host_copies, getattr(st, name), t, 0)

@@ -94,3 +94,23 @@ def test_uncoalesced_and_out_of_bounds_coo(backend, rng):
     bad = st.sparse_coo_tensor(np.array([[0, 3], [1, 0]]), np.ones(2), size=(3, 4), check_invariants=False)
     with pytest.raises(st.InvariantError):
         st.sum(bad.cuda(), 0)
+
+
+def test_batch_reduction_whose_batches_differ_in_nnz_is_coo(backend, rng):
+    """Over a batch dim whose kept batches would hold different nnz: the CPU's COO result and values
+    on the device."""
+    from cuda_support import host
+
+    d = np.zeros((2, 2, 4, 4))
+    d[0, 0, 0, :2] = [1.0, 2.0]
+    d[1, 0, 0, :2] = [5.0, -6.0]
+    d[0, 1, 2, 2], d[0, 1, 3, 3] = 3.0, -1.0
+    d[1, 1, 0, 0], d[1, 1, 1, 1] = 7.0, -8.0
+    for layout, kw in (("csr", {}), ("bsr", {"blocksize": (2, 2)})):
+        t = st.from_dense(d, layout, batch_dim=2, **kw)
+        for name in ("sum", "mean", "amax", "amin"):
+            want = getattr(st, name)(t, 0)
+            got = getattr(st, name)(t.cuda(), 0)
+            assert want.layout is got.layout is st.sparse_coo and got.is_cuda
+            np.testing.assert_array_equal(host(got.indices()), want.indices())
+            np.testing.assert_allclose(host(got.values()), want.values())

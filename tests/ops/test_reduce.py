@@ -257,8 +257,9 @@ def test_batch_only_reduction_of_compressed_keeps_the_layout():
     b[0, :, 0, 0] = 1.0
     b[1, :, 0, 0] = 1.0
     b[1, 1, 0, 0], b[1, 1, 3, 5] = 0.0, 1.0
-    with pytest.raises(ValueError, match="same"):
-        R.sum(st.from_dense(b, "csr", batch_dim=2), 1)  # unions of 1 and 2 elements
+    r = R.sum(st.from_dense(b, "csr", batch_dim=2), 1)  # unions of 1 and 2 elements: COO
+    assert r.layout is st.sparse_coo
+    np.testing.assert_array_equal(r.to_dense(), b.sum(1))
 
 
 @pytest.mark.parametrize("p", [-1, -2.5, -math.inf, 0.5, 2, 4])
@@ -690,3 +691,25 @@ def test_sum_of_every_element_checks_the_bounds_of_a_never_checked_tensor():
             with pytest.raises(st.InvariantError):
                 f(bad)
     assert repeats.sum() == 6.0 and np.sum(repeats) == 6.0 and flagged.sum() == 3.0
+
+
+@pytest.mark.parametrize("name", ["sum", "mean", "amax", "amin"])
+@pytest.mark.parametrize("layout", ["csr", "csc", "bsr"])
+def test_batch_reduction_whose_batches_differ_in_nnz_is_coo(name, layout):
+    """A reduction over a batch dim whose kept batches would hold different nnz is the COO tensor
+    (it raised the conversion's 'every batch ... must have the same nnz' ValueError)."""
+    d = np.zeros((2, 2, 4, 4))  # every batch: 2 elements in one 2 x 2 block
+    d[0, 0, 0, :2] = [1.0, 2.0]
+    d[1, 0, 0, :2] = [5.0, -6.0]
+    d[0, 1, 2, 2], d[0, 1, 3, 3] = 3.0, -1.0
+    d[1, 1, 0, 0], d[1, 1, 1, 1] = 7.0, -8.0  # kept batch 1: the union holds 4 (2 blocks), batch 0 2 (1)
+    t = st.from_dense(d, layout, batch_dim=2, **({"blocksize": (2, 2)} if layout == "bsr" else {}))
+    r = getattr(st, name)(t, 0)
+    assert r.layout is st.sparse_coo and r.shape == (2, 4, 4)
+    want = {"sum": np.sum, "mean": np.mean, "amax": np.max, "amin": np.min}[name](d, 0)
+    np.testing.assert_allclose(r.to_dense(), want)
+    r.check_invariants()
+    same = getattr(st, name)(t, (0, 1))  # no batch left: the layout is kept
+    assert same.layout is t.layout
+    np.testing.assert_allclose(same.to_dense(), {"sum": np.sum, "mean": np.mean, "amax": np.max,
+                                                 "amin": np.min}[name](d, (0, 1)))

@@ -16,6 +16,7 @@ import math
 
 import numpy as np
 
+from ..._core._canonical import UnequalBatches
 from ..._core._shape_checks import element_strides
 from ..._core._tensor import COOTensor, CompressedTensor
 from ..._core._validate import raise_compressed_error, raise_coo_error
@@ -135,10 +136,6 @@ def coalesce(t):
     dense = vals.shape[1:]
     out_vals = _sum_runs(dev, vals.reshape(n, math.prod(dense)), perm, starts, nout, "coalesce")
     return COOTensor(out_idx, out_vals.reshape((nout,) + dense), t.shape, True, True)
-
-
-class UnequalBatches(ValueError):
-    """A batched tensor whose batches hold different nnz once their repeats are summed."""
 
 
 def batch_matrices(t) -> list:
