@@ -107,6 +107,18 @@ def random_dense(rng, *, batch=(), blocks=(3, 4), blocksize=(1, 1), dense=(), dt
     return np.ascontiguousarray(out)
 
 
+def unequal_batch_unions() -> np.ndarray:
+    """A (2, 2, 4, 4) array whose 4 batches hold 2 elements each (in one 2 x 2 block), and whose
+    union along batch dim 0 holds 2 elements (1 block) in kept batch 0 and 4 (2 blocks) in batch 1:
+    a compressed tensor of it reduced over dim 0 cannot keep its layout."""
+    d = np.zeros((2, 2, 4, 4))
+    d[0, 0, 0, :2] = [1.0, 2.0]
+    d[1, 0, 0, :2] = [5.0, -6.0]
+    d[0, 1, 2, 2], d[0, 1, 3, 3] = 3.0, -1.0
+    d[1, 1, 0, 0], d[1, 1, 1, 1] = 7.0, -8.0
+    return d
+
+
 def reference_compressed(a: np.ndarray, layout: str, blocksize=(1, 1), batch_dim=0, index_dtype=np.int64):
     """NumPy oracle for from_dense: (compressed, plain, values) built with np.nonzero."""
     return compressed_members(a, None, layout, blocksize, batch_dim, index_dtype)

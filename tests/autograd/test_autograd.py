@@ -14,7 +14,7 @@ import pytest
 import sparsetensor as st
 from sparsetensor.autograd import DenseGradientError, vjp
 
-from conftest import INDEX_DTYPES, LAYOUTS
+from conftest import INDEX_DTYPES, LAYOUTS, unequal_batch_unions
 
 EPS = 1e-6
 
@@ -627,11 +627,7 @@ def test_rounded_division_has_zero_gradients():
 def test_batch_reduction_whose_batches_differ_in_nnz():
     """A sum over a batch dim whose result is COO (the kept batches would differ in nnz): each
     element of the compressed tensor gets the cotangent at its coordinates without the summed dim."""
-    d = np.zeros((2, 2, 4, 4))
-    d[0, 0, 0, :2] = [1.0, 2.0]
-    d[1, 0, 0, :2] = [5.0, -6.0]
-    d[0, 1, 2, 2], d[0, 1, 3, 3] = 3.0, -1.0
-    d[1, 1, 0, 0], d[1, 1, 1, 1] = 7.0, -8.0
+    d = unequal_batch_unions()
     t = st.from_dense(d, "csr", batch_dim=2)
     out, pull = vjp(lambda x: st.sum(x, 0), t)
     assert out.layout is st.sparse_coo

@@ -19,6 +19,7 @@ from sparsetensor.autograd import vjp
 from sparsetensor.cuda._array import DeviceArray
 
 from cuda_support import backend, rng  # noqa: F401 (the fixtures)
+from conftest import unequal_batch_unions
 from cuda_support import INDEX, make
 from cuda_autograd_support import no_host_copies  # noqa: F401 (the fixture)
 from cuda_autograd_support import FLOAT, RTOL, check, host, one_pattern, rand, to_dev
@@ -865,11 +866,7 @@ def test_batch_reduction_whose_batches_differ_in_nnz(backend, rng, no_host_copie
     """sum/mean over a batch dim whose result is COO (its kept batches would differ in nnz): the
     cotangent read back at the compressed tensor's elements, as on the CPU (the CPU's rule took the
     COO cotangent's dims for the compressed tensor's own and raised)."""
-    d = np.zeros((2, 2, 4, 4))
-    d[0, 0, 0, :2] = [1.0, 2.0]
-    d[1, 0, 0, :2] = [5.0, -6.0]
-    d[0, 1, 2, 2], d[0, 1, 3, 3] = 3.0, -1.0
-    d[1, 1, 0, 0], d[1, 1, 1, 1] = 7.0, -8.0
+    d = unequal_batch_unions()
     t = st.from_dense(d, "csr", batch_dim=2)
     for name in ("sum", "mean"):
         check(rng, no_host_copies, getattr(st, name), t, 0)

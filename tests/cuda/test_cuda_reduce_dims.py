@@ -14,6 +14,7 @@ import pytest
 import sparsetensor as st
 
 from cuda_support import backend, rng  # noqa: F401 (the fixtures)
+from conftest import unequal_batch_unions
 from cuda_support import CASE_IDS, CASES, INDEX
 from test_cuda_ops import same, small_ints
 
@@ -101,11 +102,7 @@ def test_batch_reduction_whose_batches_differ_in_nnz_is_coo(backend, rng):
     on the device."""
     from cuda_support import host
 
-    d = np.zeros((2, 2, 4, 4))
-    d[0, 0, 0, :2] = [1.0, 2.0]
-    d[1, 0, 0, :2] = [5.0, -6.0]
-    d[0, 1, 2, 2], d[0, 1, 3, 3] = 3.0, -1.0
-    d[1, 1, 0, 0], d[1, 1, 1, 1] = 7.0, -8.0
+    d = unequal_batch_unions()
     for layout, kw in (("csr", {}), ("bsr", {"blocksize": (2, 2)})):
         t = st.from_dense(d, layout, batch_dim=2, **kw)
         for name in ("sum", "mean", "amax", "amin"):

@@ -20,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as hs
 
 import sparsetensor as st
-from conftest import HAVE_TORCH, LAYOUTS, VALUE_DTYPES, assert_unchanged, requires_torch, snapshot
+from conftest import HAVE_TORCH, LAYOUTS, VALUE_DTYPES, assert_unchanged, requires_torch, snapshot, unequal_batch_unions
 from sparsetensor.ops import reduce as R
 from test_pointwise import CONFIGS, assert_close, every_variant, make, make_variant, uncoalesced
 
@@ -698,11 +698,7 @@ def test_sum_of_every_element_checks_the_bounds_of_a_never_checked_tensor():
 def test_batch_reduction_whose_batches_differ_in_nnz_is_coo(name, layout):
     """A reduction over a batch dim whose kept batches would hold different nnz is the COO tensor
     (it raised the conversion's 'every batch ... must have the same nnz' ValueError)."""
-    d = np.zeros((2, 2, 4, 4))  # every batch: 2 elements in one 2 x 2 block
-    d[0, 0, 0, :2] = [1.0, 2.0]
-    d[1, 0, 0, :2] = [5.0, -6.0]
-    d[0, 1, 2, 2], d[0, 1, 3, 3] = 3.0, -1.0
-    d[1, 1, 0, 0], d[1, 1, 1, 1] = 7.0, -8.0  # kept batch 1: the union holds 4 (2 blocks), batch 0 2 (1)
+    d = unequal_batch_unions()
     t = st.from_dense(d, layout, batch_dim=2, **({"blocksize": (2, 2)} if layout == "bsr" else {}))
     r = getattr(st, name)(t, 0)
     assert r.layout is st.sparse_coo and r.shape == (2, 4, 4)
