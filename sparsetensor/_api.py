@@ -97,6 +97,8 @@ def _floor_divide(a, b):
 def _pow_operator(self, exponent):
     if not np.isscalar(exponent):
         return NotImplemented
+    if self.dtype == np.bool_ and type(exponent) is int and exponent == 2:
+        return pointwise.square(self)  # NumPy's operator squares (int8) where np.power gives int64
     return pointwise.pow(self, exponent)
 
 

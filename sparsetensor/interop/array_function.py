@@ -18,7 +18,8 @@ NumPy function                          sparse meaning
 ``transpose``                           a permutation done as swaps of dims of one kind
 ``reshape``, ``ravel``                 :func:`~sparsetensor.ops.dims.reshape` (``order``; ``copy=True``
                                         gives arrays of its own, else they may be shared)
-``dot``, ``tensordot`` (2-d), ``matmul`` products (:func:`~sparsetensor.ops.blas.matmul`)
+``dot``, ``tensordot``, ``matmul``      products (:func:`~sparsetensor.ops.blas.matmul`;
+                                        ``tensordot``: a 2-d operand with a 1-d or 2-d one)
 ``where(c, x, 0)``                      ``c``'s pattern, ``x`` (a scalar or a sparse tensor
                                         of ``c``'s shape) where ``c`` is nonzero; a nonzero
                                         ``y`` would densify and raises ``ValueError``;
@@ -61,8 +62,10 @@ import math
 
 import numpy as np
 
+from .._core._dtypes import VALUE_DTYPES
 from .._core._shape_checks import normalize_dim
 from .._core._tensor import COOTensor, SparseTensor
+from . import chunk as _chunk
 from ..ops import blas, blocks, diagonal as _diag, dims, join, prune, pointwise, reduce, select, shape
 from ..ops.binary import mul
 from ..ops.pointwise import numpy_sum
@@ -106,6 +109,8 @@ def array_function(self, func, types, args, kwargs):
     handler = HANDLED.get(func)
     if handler is None or not all(issubclass(t, (SparseTensor, np.ndarray)) for t in types):
         return NotImplemented
+    if func in _CONSTRUCTORS:  # NumPy calls like=t's protocol without the keyword: t is self
+        kwargs = {**kwargs, "like": self}
     return handler(*args, **kwargs)
 
 
@@ -117,15 +122,22 @@ def _shape(a):
 
 def _dense_constructor(func):
     """``np.array(x, like=t)`` & co. (Dask builds empty results so): NumPy's dense array, as without
-    ``like`` (a sparse ``x`` goes through ``__array__``, which refuses large tensors)."""
+    ``like`` (a sparse ``x`` goes through ``__array__``, which refuses large tensors), except that
+    an array of no element with ``t``'s number of dims is the empty tensor of ``t``'s layout (Dask's
+    partial max of an empty chunk is one: its join with the other chunks' sparse partials)."""
     def make(*args, **kwargs):
-        kwargs.pop("like", None)
-        return func(*args, **kwargs)
+        like = kwargs.pop("like", None)
+        out = func(*args, **kwargs)
+        if (isinstance(like, SparseTensor) and isinstance(out, np.ndarray) and out.size == 0
+                and out.ndim == like.ndim and out.dtype in VALUE_DTYPES):
+            return _chunk.zeros(like, out.shape, out.dtype)
+        return out
 
     return make
 
 
-for _f in (np.array, np.asarray, np.empty, np.zeros, np.ones, np.full):
+_CONSTRUCTORS = (np.array, np.asarray, np.empty, np.zeros, np.ones, np.full)
+for _f in _CONSTRUCTORS:
     HANDLED[_f] = _dense_constructor(_f)
 
 
@@ -301,23 +313,24 @@ def _dot(a, b, out=None):
 
 @_handles(np.tensordot)
 def _tensordot(a, b, axes=2):
-    if np.ndim(a) != 2 or np.ndim(b) != 2:
-        raise NotImplementedError(f"np.tensordot of sparse tensors: only 2-d operands, got {np.ndim(a)}-d and "
-                                  f"{np.ndim(b)}-d")
+    na, nb = np.ndim(a), np.ndim(b)
+    if na not in (1, 2) or nb not in (1, 2) or na == nb == 1:
+        raise NotImplementedError(f"np.tensordot of sparse tensors: a 2-d operand with a 1-d or 2-d one, got "
+                                  f"{na}-d and {nb}-d")
     if isinstance(axes, int):
-        if axes == 1:
+        if axes == 1:  # (a vector with a matrix: Dask's dot of a chunk and a vector)
             return blas.matmul(a, b)
         raise NotImplementedError(f"np.tensordot(..., axes={axes}) of sparse tensors: only axes=1 or one pair")
     ia, ib = axes
     ia, ib = np.atleast_1d(ia).tolist(), np.atleast_1d(ib).tolist()
     if len(ia) != 1 or len(ib) != 1:
         raise NotImplementedError(f"np.tensordot(..., axes={axes}) of sparse tensors: only one pair of axes")
-    if np.shape(a)[ia[0]] != np.shape(b)[ib[0]]:
-        raise ValueError(f"np.tensordot: shape mismatch for sum ({np.shape(a)} axis {ia[0]}, {np.shape(b)} axis "
-                         f"{ib[0]})")
+    ia, ib = ia[0] % na, ib[0] % nb
+    if np.shape(a)[ia] != np.shape(b)[ib]:
+        raise ValueError(f"np.tensordot: shape mismatch for sum ({np.shape(a)} axis {ia}, {np.shape(b)} axis {ib})")
     # move the summed axis of a last and of b first
-    a = a if ia[0] % 2 == 1 else (a.T if isinstance(a, SparseTensor) else np.transpose(a))
-    b = b if ib[0] % 2 == 0 else (b.T if isinstance(b, SparseTensor) else np.transpose(b))
+    a = a if ia == na - 1 else (a.T if isinstance(a, SparseTensor) else np.transpose(a))
+    b = b if ib == 0 else (b.T if isinstance(b, SparseTensor) else np.transpose(b))
     return blas.matmul(a, b)
 
 

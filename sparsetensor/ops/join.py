@@ -8,7 +8,7 @@ import numpy as np
 
 from .._core import _layout as L
 from .._backend import backend_for
-from .._core._canonical import as_parts, build, ensure_valid, ensure_valid_export
+from .._core._canonical import UnequalBatches, as_parts, build, ensure_valid, ensure_valid_export
 from .._core._validate import raise_coo_error
 from .._core._dtypes import VALUE_DTYPES, check_fits
 from .._core._shape_checks import normalize_dim
@@ -36,6 +36,8 @@ def _common(tensors: list, op: str):
                                  f"({describe(t, dtype=False)}, dense_dim={t.dense_dim}) have different dense dims")
             try:
                 t = t.to_sparse(layout, blocksize=bs)
+            except UnequalBatches:  # its batches would differ in nnz in that layout: every input joins as coo
+                return _common([x.to_sparse(L.sparse_coo) for x in tensors], op)
             except NotImplementedError as e:  # a conversion the device lacks: say which op needed it
                 raise NotImplementedError(f"{op}: tensors[{k}] ({t.layout.name}) converted to tensors[0]'s layout "
                                           f"first: {e}") from e
@@ -69,7 +71,8 @@ def cat(tensors, dim: int = 0, *, threads: int | None = None):
 
     Inputs of another layout (or blocksize) are converted to the first one's layout
     (and blocksize) first, to csr (csc) for a bsr (bsc) first one whose blocksize does not
-    tile every input's sparse sizes; values are promoted with ``np.result_type``; index dtypes
+    tile every input's sparse sizes, to coo (every input, and the result) where an input's
+    batches would hold different nnz in the first one's layout; values are promoted with ``np.result_type``; index dtypes
     that differ give int64, and so do int32 inputs whose result's sizes or entries pass int32's
     range. The shapes must agree except along ``dim``, and the inputs
     must split their dims alike (same sparse/batch/dense dims), else ``ValueError``.

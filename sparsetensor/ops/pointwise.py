@@ -742,6 +742,12 @@ def numpy_sum(t, axis, keepdims: bool, dtype):
     """
     from . import reduce
 
+    want = None if dtype is None else np.dtype(dtype)
+    if want is not None and want.kind == "u" and want not in VALUE_DTYPES:
+        # uint16/32/64 (what NumPy and Dask ask of unsigned sums) are no value dtypes: the int64 sums,
+        # a dense result in the dtype asked (a sparse one stays int64)
+        r = reduce.sum(t, axis, keepdims)
+        return r if isinstance(r, SparseTensor) else r.astype(want)
     r = reduce.sum(t, axis, keepdims, dtype=dtype)
     if dtype is None and t.dtype.kind == "u" and not isinstance(r, SparseTensor):
         return r.astype(np.uint64)

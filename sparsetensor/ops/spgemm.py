@@ -69,8 +69,9 @@ def spgemm(a, b, *, threads: int | None = None):
         A non-sparse operand. Different value dtypes are promoted (``np.result_type``; PyTorch
         refuses them, SciPy promotes).
     NotImplementedError
-        Dense (hybrid) dims, a blocked operand next to an unblocked one, coo with
-        ``sparse_dim != 2``, ``b`` with more than 2**32 (block) columns.
+        Dense (hybrid) dims, coo with ``sparse_dim != 2``, ``b`` with more than 2**32 (block)
+        columns. (A blocked operand next to an unblocked one is unblocked first: bsr -> csr,
+        bsc -> csc.)
 
     Notes
     -----
@@ -116,9 +117,9 @@ def spgemm(a, b, *, threads: int | None = None):
         a = a.to_sparse_csr(threads=threads)
     if isinstance(b, COOTensor):
         b = b.to_sparse_csr(threads=threads)
-    if a.layout.blocked != b.layout.blocked:
-        raise NotImplementedError(f"spgemm of a blocked and an unblocked operand is not supported: {_describe(a)} "
-                                  f"@ {_describe(b)}; convert one with to_sparse_bsr/to_sparse_csr")
+    if a.layout.blocked != b.layout.blocked:  # the blocked one unblocked (bsr -> csr, bsc -> csc): elements meet
+        a, b = (x.to_sparse(L.sparse_csr if x.layout.compressed_rows else L.sparse_csc, threads=threads)
+                if x.layout.blocked else x for x in (a, b))
     if a.batch_dim != b.batch_dim:
         raise ValueError(f"spgemm: the operands must have the same batch dims, got {_describe(a)} (batch_dim="
                          f"{a.batch_dim}) and {_describe(b)} (batch_dim={b.batch_dim})")

@@ -870,3 +870,12 @@ def test_batch_reduction_whose_batches_differ_in_nnz(backend, rng, no_host_copie
     t = st.from_dense(d, "csr", batch_dim=2)
     for name in ("sum", "mean"):
         check(rng, no_host_copies, getattr(st, name), t, 0)
+
+
+def test_matmul_of_a_blocked_and_an_unblocked_operand(backend, rng, no_host_copies):
+    """bsr @ csr (the bsr operand unblocked first): the masked cotangents at each operand's own
+    pattern and layout, as on the CPU."""
+    A = make(rng, ("bsr", (), (), (2, 2)), np.float64, blocks=(2, 3))
+    B = make(rng, ("csr", (), (), None), np.float64, blocks=(6, 4))
+    check(rng, no_host_copies, st.matmul, A, B)
+    check(rng, no_host_copies, st.matmul, B.mT.to_sparse_csr(), A.mT.to_sparse_bsr((2, 2)))

@@ -263,7 +263,9 @@ def test_op_errors_are_the_cpus(backend, rng):
     assert got.dtype == want.dtype == np.float64
     np.testing.assert_allclose(host(got.to_dense()), want.to_dense())
     bsr = st.from_dense(np.eye(4), "bsr", blocksize=(2, 2))
-    _same_error(st.spgemm, bsr, st.from_dense(np.eye(4), "csr"), NotImplementedError)
+    mixed = st.spgemm(bsr.cuda(), st.from_dense(np.eye(4), "csr").cuda())  # bsr unblocked first, as on the CPU
+    assert mixed.layout is st.sparse_csr and mixed.is_cuda
+    np.testing.assert_array_equal(host(mixed.to_dense()), np.eye(4))
     _same_error(st.spgemm, bsr, st.from_dense(np.eye(4), "bsr", blocksize=(1, 2)), ValueError)
     hybrid = st.from_dense(np.ones((2, 2, 3)), "csr", dense_dim=1)
     _same_error(st.spgemm, hybrid, hybrid, NotImplementedError)

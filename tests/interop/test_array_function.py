@@ -424,3 +424,27 @@ def test_unsupported_ufuncs_name_the_ufunc_and_why():
             return "other"
 
     assert np.logical_and(t, Other()) == "other"
+
+
+def test_tensordot_of_a_matrix_and_a_vector():
+    """np.tensordot of a 2-d tensor with a 1-d operand, either side, axes=1 or the pair form (Dask's
+    dot of chunks and a vector; it raised NotImplementedError); two vectors stay refused."""
+    a = np.array([[1.0, 0, 2], [0, 3, 0]])
+    t = st.from_dense(a, "csr")
+    v, u = np.array([1.0, 2.0, 3.0]), np.array([4.0, -1.0])
+    np.testing.assert_allclose(np.tensordot(t, v, axes=1), np.tensordot(a, v, axes=1))
+    np.testing.assert_allclose(np.tensordot(u, t, axes=1), np.tensordot(u, a, axes=1))
+    np.testing.assert_allclose(np.tensordot(t, u, axes=([0], [0])), np.tensordot(a, u, axes=([0], [0])))
+    np.testing.assert_allclose(np.tensordot(v, t, axes=([-1], [1])), np.tensordot(v, a, axes=([-1], [1])))
+    with pytest.raises(NotImplementedError, match="1-d or 2-d"):
+        np.tensordot(st.from_dense(v, "coo"), v, axes=1)
+
+
+def test_empty_arrays_like_a_sparse_tensor_are_sparse():
+    """np.array([], like=t, ndmin=t.ndim) (Dask's partial max of an empty chunk) and other arrays
+    of no element with t's dims are the empty tensor of t's layout; others stay NumPy's."""
+    t = st.from_dense(np.eye(3), "csr")
+    for e in (np.array([], like=t, ndmin=2), np.zeros((0, 3), like=t), np.empty((2, 0), like=t, dtype=np.float32)):
+        assert isinstance(e, st.SparseTensor) and e.layout is st.sparse_csr and e.nnz == 0 and 0 in e.shape
+    assert np.empty((2, 0), like=t, dtype=np.float32).dtype == np.float32
+    assert type(np.array([[1.0]], like=t)) is np.ndarray and type(np.zeros(0, like=t)) is np.ndarray
