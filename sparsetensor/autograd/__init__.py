@@ -130,7 +130,10 @@ def wrap_cotangent(arg, ct):
         if ct.shape != want:
             raise AssertionError(f"internal: a cotangent of shape {ct.shape} for values of shape {want}")
         return arg._replace_values(np.ascontiguousarray(ct, dtype=arg.dtype))
-    return np.ascontiguousarray(np.broadcast_to(ct, arg.shape), dtype=arg.dtype)
+    ct = np.broadcast_to(ct, arg.shape)
+    if ct.ndim == 0:  # (ascontiguousarray would make it 1-d)
+        return np.array(ct, dtype=arg.dtype)
+    return np.ascontiguousarray(ct, dtype=arg.dtype)
 
 
 def vjp(fn, *args, **kwargs):

@@ -217,13 +217,25 @@ def _conj_any(x):
     return _conj_t(x) if _sparse(x) else conj(x)
 
 
+def _constant(x) -> bool:
+    """A Python or NumPy scalar: no cotangent (a 0-d array, host or device, gets one)."""
+    return not (_sparse(x) or isinstance(x, np.ndarray) or _device.on_device(x) or np.ndim(x))
+
+
+def _total(p):
+    """The 0-d cotangent of a 0-d array factor: the sum of sparse ``p``'s values (O(nnz))."""
+    return reduce.sum(p)
+
+
 def _factor_grad(x, G, other):
     """The cotangent of factor ``x`` of ``x * other`` (sparse output cotangent ``G``)."""
-    if not (_sparse(x) or np.ndim(x)):
+    if _constant(x):
         return None
     p = binary.mul(G, _conj_any(other))
     if _sparse(x):
         return values_of(p, x)
+    if np.ndim(x) == 0:
+        return _total(p)
     return unbroadcast(p.to_dense(), np.shape(x))
 
 
@@ -241,9 +253,11 @@ def _div(a, b, *, rounding_mode=None, threads=None):
 
     def back(G):
         ga = values_of(binary.div(G, _conj_any(b)), a)
-        if not np.ndim(b):
+        if _constant(b):
             return ga, None
         gb = binary.mul(G, _conj_t(binary.div(out, b)))
+        if np.ndim(b) == 0:
+            return ga, -_total(gb)
         return ga, unbroadcast(gb.to_dense() * -1, np.shape(b))  # (a device array stays on its device)
 
     return out, back
@@ -365,7 +379,9 @@ for _name, _v in (("exp", "1"), ("exp2", "1"), ("cos", "1"), ("cosh", "1"), ("ac
 @_rule("scale")
 def _scale(t, scalar):
     out = binary.mul(t, scalar)
-    return out, lambda G: (G.values() * conj(scalar), None)
+    if _constant(scalar):
+        return out, lambda G: (G.values() * conj(scalar), None)
+    return out, lambda G: (G.values() * conj(scalar), _total(binary.mul(G, _conj_t(t))))
 
 
 # -- reductions ------------------------------------------------------------------------------

@@ -637,3 +637,18 @@ def test_batch_reduction_whose_batches_differ_in_nnz():
     np.testing.assert_array_equal(np.sort(g.values().ravel()), np.sort(want))
     (g2,) = pull(out._replace_values(np.ones_like(out.values())))
     np.testing.assert_array_equal(g2.values(), np.ones_like(t.values()))
+
+
+def test_zero_dim_array_factors_get_cotangents():
+    """A 0-d array factor or divisor is an argument like any other: its cotangent is the sum over
+    the pattern (it got None, silently, as Python scalars do); Python scalars still get None."""
+    A = st.from_dense(np.array([[0.0, 2.0], [3.0, 0.0]]), "coo")
+    s = np.array(2.0)
+    G = A._replace_values(np.array([1.5, -0.5]))
+    for fn, want in ((st.mul, 1.5 * 2 - 0.5 * 3), (lambda a, x: st.mul(x, a), 1.5 * 2 - 0.5 * 3),
+                     (st.div, -(1.5 * 2 - 0.5 * 3) / 4)):
+        out, pull = vjp(fn, A, s)
+        ga, gs = pull(G)
+        assert np.ndim(gs) == 0 and np.isclose(float(gs), want)
+    out, pull = vjp(st.mul, A, 2.0)
+    assert pull(G)[1] is None

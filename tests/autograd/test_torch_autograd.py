@@ -382,3 +382,18 @@ def test_doctests():
 
     result = doctest.testmod(stt, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
     assert result.attempted and result.failed == 0
+
+
+def test_zero_dim_tensor_operand_gets_its_gradient():
+    """A 0-d torch tensor factor, divisor or scale that requires grad gets torch's gradient (it got
+    none, silently). (coo: torch's own product of a csr tensor and a 0-d tensor has no to_dense.)"""
+    A = sparse_of("coo", torch.tensor([[0.0, 2.0], [3.0, 0.0]], dtype=F64))
+    for name, torch_fn, ours, swap in (("mul", torch.mul, stt.mul, False), ("rmul", torch.mul, stt.mul, True),
+                                       ("div", torch.div, stt.div, False), ("scale", torch.mul, stt.scale, False)):
+        grads = []
+        for fn in (torch_fn, ours):
+            s = torch.tensor(2.0, dtype=F64, requires_grad=True)
+            out = fn(s, A) if swap else fn(A, s)
+            (out.to_dense() if fn is torch_fn else stt.to_dense(out)).sum().backward()
+            grads.append(s.grad)
+        assert grads[1] is not None and torch.allclose(grads[0], grads[1]), name

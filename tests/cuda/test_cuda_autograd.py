@@ -879,3 +879,12 @@ def test_matmul_of_a_blocked_and_an_unblocked_operand(backend, rng, no_host_copi
     B = make(rng, ("csr", (), (), None), np.float64, blocks=(6, 4))
     check(rng, no_host_copies, st.matmul, A, B)
     check(rng, no_host_copies, st.matmul, B.mT.to_sparse_csr(), A.mT.to_sparse_bsr((2, 2)))
+
+
+def test_zero_dim_array_factors(backend, rng, no_host_copies):
+    """A 0-d device array factor or divisor gets the sum over the pattern, on the device."""
+    A = make(rng, ("csr", (), (), None), np.float64)
+    s = np.array(1.5)
+    check(rng, no_host_copies, st.mul, A, s)
+    check(rng, no_host_copies, lambda x, a: st.mul(x, a), s, A)
+    check(rng, no_host_copies, st.div, A, s)
