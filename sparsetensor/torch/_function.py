@@ -151,6 +151,7 @@ def _function():
     if _FUNCTION is not None:
         return _FUNCTION
     torch = import_torch()
+    from torch.autograd.function import once_differentiable
 
     class SparseRule(torch.autograd.Function):
         """Forward and backward of one op of sparsetensor's rule table."""
@@ -174,6 +175,7 @@ def _function():
             return result
 
         @staticmethod
+        @once_differentiable  # the rules compute on our arrays: a double backward would drop its terms
         def backward(ctx, grad):
             if grad is None:
                 return (None, None, None) + (None,) * (len(ctx.rule[5]) + len(ctx.leaves))

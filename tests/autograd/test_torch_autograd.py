@@ -397,3 +397,13 @@ def test_zero_dim_tensor_operand_gets_its_gradient():
             (out.to_dense() if fn is torch_fn else stt.to_dense(out)).sum().backward()
             grads.append(s.grad)
         assert grads[1] is not None and torch.allclose(grads[0], grads[1]), name
+
+
+def test_double_backward_is_refused_not_dropped():
+    """create_graph=True through an op of sparsetensor.torch: a second differentiation raises
+    torch's once_differentiable error (it silently dropped the second-order terms)."""
+    A = random_sparse("coo", (3, 4))
+    X = torch.randn(4, 2, dtype=F64, requires_grad=True)
+    (gX,) = torch.autograd.grad(stt.matmul(A, X).pow(2).sum(), X, create_graph=True)
+    with pytest.raises(RuntimeError, match="differentiate twice"):
+        (gX.pow(2).sum() + X.sum()).backward()
