@@ -76,6 +76,9 @@ def matmul(inputs, out):
     a, b = (np.asarray(x) for x in inputs)
 
     def back(G):
+        if a.ndim == b.ndim == 1:  # an inner product: G is 0-d
+            G = np.asarray(G)
+            return G * np.conj(b), np.conj(a) * G
         a2 = a[None, :] if a.ndim == 1 else a
         b2 = b[:, None] if b.ndim == 1 else b
         G2 = np.asarray(G)

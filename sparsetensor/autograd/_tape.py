@@ -58,6 +58,36 @@ class _Traced(np.ndarray):
             return self.view(np.ndarray)[key]
         return tape.getitem(self, key)
 
+    def dot(self, b, out=None):  # np.dot's way (ndarray.dot does not reach __array_function__)
+        return _dot(self, b, out)
+
+    # Python numbers out of a value that depends on the arguments would leave the tape unseen
+    def _leaving(self, what: str) -> None:
+        tape = _recording.current()
+        if tape is not None and tape.tracks(self):
+            raise NotImplementedError(f"vjp: {what} of a value that depends on the differentiated arguments "
+                                      f"would drop its gradient (a Python number is not recorded); {_HINT}")
+
+    def __float__(self):
+        self._leaving("float()")
+        return float(self.view(np.ndarray))
+
+    def __int__(self):
+        self._leaving("int()")
+        return int(self.view(np.ndarray))
+
+    def __complex__(self):
+        self._leaving("complex()")
+        return complex(self.view(np.ndarray))
+
+    def item(self, *args):
+        self._leaving(".item()")
+        return self.view(np.ndarray).item(*args)
+
+    def tolist(self):
+        self._leaving(".tolist()")
+        return self.view(np.ndarray).tolist()
+
     # transposes and reshapes: views whose cotangent is the inverse view of the output's
     def transpose(self, *axes):
         plain = self.view(np.ndarray)

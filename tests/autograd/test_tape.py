@@ -250,3 +250,25 @@ def test_one_tensor_given_for_two_arguments_gets_a_cotangent_each():
     _, gu, gv = pb(1.0)
     np.testing.assert_array_equal(gu, np.ones(3))
     np.testing.assert_array_equal(gv, 3 * np.ones(3))
+
+
+def test_inner_products_and_python_numbers_of_traced_values():
+    """``r @ r`` of two 1-d intermediates and ``x.dot(x)`` are recorded (the first failed in the
+    pullback with NumPy's AxisError; ndarray.dot went unrecorded, its term silently missing);
+    float(), int(), .item() and .tolist() of a value that depends on the arguments raise."""
+    M = np.array([[0.0, 2.0, 0.0], [3.0, 0.0, 1.0]])
+    A = st.from_dense(M, "csr")
+    x0 = np.array([1.0, -1.0, 2.0])
+    out, pull = vjp(lambda a, x: (a @ x) @ (a @ x), A, x0)
+    r = M @ x0
+    assert np.isclose(out, r @ r)
+    dA, dx = pull(1.0)
+    np.testing.assert_allclose(dx, 2 * M.T @ r)
+    np.testing.assert_allclose(dA.to_dense(), np.where(M != 0, 2 * np.outer(r, x0), 0))
+    out, pull = vjp(lambda a, x: x.dot(x) + np.sum(a @ x), A, x0)
+    np.testing.assert_allclose(pull(1.0)[1], 2 * x0 + M.sum(0))
+    for leave in (float, int, lambda v: v.item(), lambda v: v.tolist()):
+        with pytest.raises(NotImplementedError, match="would drop its gradient"):
+            vjp(lambda a, x: np.sum(a @ x) * leave(np.sum(x)), A, x0)
+    out, _ = vjp(lambda a, x: np.sum(a @ x) * float(np.sum(x0)), A, x0)  # a constant's number: fine
+    assert np.isclose(out, (M @ x0).sum() * x0.sum())
