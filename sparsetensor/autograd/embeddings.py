@@ -131,10 +131,16 @@ def bag_ids(idx, offsets, n: int) -> tuple:
         raise ValueError(f"embedding_bag: with offsets the indices must be 1-d, got shape {idx.shape}")
     if off.size and (off[0] != 0 or np.any(np.diff(off) < 0) or off[-1] > idx.shape[0]):
         raise ValueError("embedding_bag: offsets must start at 0, be non-decreasing and not exceed len(indices)")
+    _no_bag_for(off.size, idx.shape[0])
     bags = np.zeros(idx.shape[0], np.int64)
     if off.size > 1:
         np.add.at(bags, off[1:][off[1:] < idx.shape[0]], 1)
     return idx, np.cumsum(bags), off.shape[0]
+
+
+def _no_bag_for(nb: int, n: int) -> None:
+    if nb == 0 and n:
+        raise ValueError(f"embedding_bag: offsets is empty (no bag), but there are {n} indices to put in bags")
 
 
 def _device_bags(off, n: int) -> tuple:
@@ -150,6 +156,7 @@ def _device_bags(off, n: int) -> tuple:
     lo, hi, step = index_extrema(off)
     if nb and (lo != 0 or hi > n or (step is not None and step < 0)):
         raise ValueError("embedding_bag: offsets must start at 0, be non-decreasing and not exceed len(indices)")
+    _no_bag_for(nb, n)
     dev = off._device
     starts = COOTensor(off[1:].reshape(1, -1), P.arange(dev, max(nb - 1, 0), 1, 0), (n + 1,), False,
                        checked=True)

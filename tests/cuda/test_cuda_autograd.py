@@ -566,6 +566,11 @@ def test_embedding_bad_indices_on_the_device(backend):
             vjp("embedding_bag", Wd, DeviceArray.from_host(np.array([0, 1])), DeviceArray.from_host(off))
     with pytest.raises(ValueError, match="host"):
         vjp("embedding_bag", np.ones((4, 2)), np.array([0, 1]), DeviceArray.from_host(np.array([0, 1])))
+    for W, idx, off in ((Wd, DeviceArray.from_host(np.array([0, 1])), DeviceArray.from_host(np.zeros(0, np.int64))),
+                        (np.ones((4, 2)), np.array([0, 1]), np.zeros(0, np.int64))):  # no bag for 2 indices
+        with pytest.raises(ValueError, match="offsets is empty"):
+            vjp("embedding_bag", W, idx, off)
+    assert vjp("embedding_bag", np.ones((4, 2)), np.zeros(0, np.int64), np.zeros(0, np.int64))[0].shape == (0, 2)
 
 
 @pytest.mark.parametrize("layout", ["csr", "csc", "coo", "bsr"])
