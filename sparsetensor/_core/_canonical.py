@@ -99,6 +99,15 @@ class UnequalBatches(ValueError):
     has one nnz): ops that have another form for such a result (COO) catch it."""
 
 
+def in_layout_or_coo(r, like, **kwargs):
+    """COO tensor ``r`` in ``like``'s layout (and blocksize), or ``r`` itself where its batches would
+    hold different nnz there (a reduction over batch dims: the COO result, as indexing gives)."""
+    try:
+        return r.to_sparse(like.layout, blocksize=like.blocksize if like.layout.blocked else None, **kwargs)
+    except UnequalBatches:
+        return r
+
+
 def same_nnz(per_batch, batch: tuple, what: str) -> None:
     """Every batch has the same nnz (``per_batch``: one count a batch), or :class:`UnequalBatches`
     (a ValueError) saying ``what`` and listing the counts."""

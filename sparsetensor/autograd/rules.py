@@ -197,7 +197,7 @@ def _onto(x, G, scale=1):
             G = unbroadcast(G if _device.on_device(G) else np.asarray(G), x.shape)
         v = values_of(G, x)
         return v * scale if scale != 1 else v
-    if not (isinstance(x, np.ndarray) or _device.on_device(x) or np.ndim(x)):  # a Python or NumPy scalar
+    if _constant(x):
         return None
     g = G.to_dense() if _sparse(G) else G if _device.on_device(G) else np.asarray(G)
     return unbroadcast(g * scale if scale != 1 else g, np.shape(x))  # (a device array stays on its device)
@@ -269,11 +269,11 @@ RULES["floor_divide"] = lambda a, b, *, threads=None: _div(a, b, rounding_mode="
 def _zero_cotangent(x):
     """A zero cotangent of operand ``x``: zeros at a sparse tensor's pattern, of an array's shape, None
     for a scalar."""
+    if _constant(x):
+        return None
     v = x.values() if _sparse(x) else x
     if _device.on_device(v):
         return _device.zeros(v.shape, v.dtype, v)
-    if not (_sparse(x) or isinstance(x, np.ndarray) or np.ndim(x)):
-        return None
     return np.zeros(np.shape(v), np.asarray(v).dtype)
 
 

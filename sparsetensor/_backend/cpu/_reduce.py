@@ -15,7 +15,7 @@ import math
 
 import numpy as np
 
-from ..._core._canonical import UnequalBatches, ensure_valid
+from ..._core._canonical import ensure_valid, in_layout_or_coo
 from ..._core._config import num_threads
 from ..._core._tensor import COOTensor, CompressedTensor
 from ..._core._validate import check_coo_indices
@@ -315,10 +315,7 @@ def _reduce_compressed(t: CompressedTensor, dims: tuple, op, threads):
         # the union of the batches' patterns: through COO (batch dims lead), and back
         coo = t.to_sparse_coo(threads=threads)
         r = _reduce_coo(coo, dims, op, threads)
-        try:
-            return r.to_sparse(t.layout, blocksize=t.blocksize if t.layout.blocked else None, threads=threads)
-        except UnequalBatches:  # the kept batches would hold different nnz: the COO result, as indexing gives
-            return r
+        return in_layout_or_coo(r, t, threads=threads)
     v = np.ascontiguousarray(op.reduce(t.values(), axis=value_axes, keepdims=True))
     shape = tuple(1 if d in dims else s for d, s in enumerate(t.shape))
     return CompressedTensor(t.compressed_indices(), t.plain_indices(), v, shape, t.layout, t.is_coalesced())

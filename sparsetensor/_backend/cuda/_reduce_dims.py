@@ -20,7 +20,7 @@ import math
 
 import numpy as np
 
-from ..._core._canonical import UnequalBatches, ensure_valid
+from ..._core._canonical import ensure_valid, in_layout_or_coo
 from ..._core._tensor import COOTensor, CompressedTensor
 from ...cuda import _primitives as P
 from ._coalesce import _runs, _starts, checked
@@ -168,10 +168,7 @@ def _reduce_compressed(t, dims: tuple, red: str):
     r = _reduce_coo(checked(t).to_sparse_coo(), dims, red)
     if m in dims or m + 1 in dims:
         return r if not isinstance(r, COOTensor) else r.to_dense()
-    try:
-        return r.to_sparse(t.layout, blocksize=t.blocksize if t.layout.blocked else None)
-    except UnequalBatches:  # the kept batches would hold different nnz: the COO result, as on the CPU
-        return r
+    return in_layout_or_coo(r, t)
 
 
 def reduce_dims(t, dims: tuple, red: str):
